@@ -1,0 +1,87 @@
+/* ctrain/context.h - the context owns everything that would otherwise be
+ * global: thread count, the counter-based RNG seed, detected CPU features,
+ * the allocator and its memory budget, and the last error message. */
+#ifndef CTRAIN_CONTEXT_H
+#define CTRAIN_CONTEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ct_context ct_context;
+
+/* Instruction-set levels for the hand-written fast kernels. */
+typedef enum ct_isa {
+    CT_ISA_REF = 0,   /* plain C reference kernels only (also disables oneDNN) */
+    CT_ISA_AVX2,      /* AVX2 + FMA                                             */
+    CT_ISA_AVX512,    /* AVX-512 F/BW/DQ/VL                                     */
+    CT_ISA_COUNT
+} ct_isa;
+
+typedef struct ct_cpu_features {
+    int avx2, fma, f16c;
+    int avx512f, avx512bw, avx512dq, avx512vl;
+    int avx512_bf16, avx512_fp16;
+    int amx_tile, amx_bf16, amx_int8;
+    int os_avx, os_avx512, os_amx; /* OS saves the register state (XGETBV)  */
+    int amx_permitted;             /* arch_prctl(ARCH_REQ_XCOMP_PERM) worked */
+} ct_cpu_features;
+
+/* Replaceable allocator. alloc must return memory aligned to `align`. */
+typedef struct ct_allocator {
+    void *(*alloc)(void *user, size_t bytes, size_t align);
+    void (*free)(void *user, void *ptr);
+    void *user;
+} ct_allocator;
+
+typedef struct ct_context_opts {
+    int num_threads;          /* 0: all online cores                            */
+    uint64_t seed;            /* RNG seed; results independent of threads       */
+    size_t memory_budget;     /* bytes; 0: unlimited                            */
+    const ct_allocator *allocator; /* NULL: aligned malloc                      */
+    int isa;                  /* -1: best available (CT_ISA env var can lower)  */
+    int use_onednn;           /* 1: oneDNN kernels where available (default)    */
+} ct_context_opts;
+
+/* Fills opts with defaults (all threads, seed 0, no budget, best ISA). */
+void ct_context_opts_default(ct_context_opts *opts);
+ct_status ct_context_create(const ct_context_opts *opts, ct_context **out);
+void ct_context_free(ct_context *ctx); /* accepts NULL */
+
+/* Last error message set on this context ("" when none). */
+const char *ct_context_last_error(const ct_context *ctx);
+void ct_context_clear_error(ct_context *ctx);
+
+int ct_context_num_threads(const ct_context *ctx);
+uint64_t ct_context_seed(const ct_context *ctx);
+const ct_cpu_features *ct_context_cpu(const ct_context *ctx);
+/* ISA actually used for fast kernels (min of CPU support, opts, CT_ISA). */
+ct_isa ct_context_isa(const ct_context *ctx);
+/* 1 when oneDNN kernels are enabled (off under CT_ISA=ref). */
+int ct_context_use_onednn(const ct_context *ctx);
+const char *ct_isa_name(ct_isa isa);
+
+/* Allocation through the context: counted and checked against the budget. */
+ct_status ct_alloc(ct_context *ctx, size_t bytes, void **out);
+void ct_free(ct_context *ctx, void *ptr);
+/* Statistics of the context allocator (for tests and memory reports). */
+typedef struct ct_mem_stats {
+    uint64_t n_allocs, n_frees;
+    size_t bytes_in_use, peak_bytes;
+} ct_mem_stats;
+void ct_context_mem_stats(const ct_context *ctx, ct_mem_stats *out);
+
+/* Counter-based RNG (Philox4x32-10): the value depends only on
+ * (seed, stream, counter), never on thread count or call order. */
+void ct_philox(uint64_t seed, uint64_t stream, uint64_t counter, uint32_t out[4]);
+/* Uniform float in [0,1) for element `i` of stream `stream`. */
+float ct_rand_uniform(uint64_t seed, uint64_t stream, uint64_t i);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,11 @@
+/* ctrain/ctrain.h - umbrella header. */
+#ifndef CTRAIN_CTRAIN_H
+#define CTRAIN_CTRAIN_H
+#include "status.h"
+#include "context.h"
+#include "tensor.h"
+#include "graph.h"
+#include "optim.h"
+#include "data.h"
+#include "models.h"
+#endif

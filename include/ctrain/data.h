@@ -1,0 +1,59 @@
+/* ctrain/data.h - datasets (IDX files for MNIST / Fashion-MNIST, plain or
+ * gzipped), normalization, seeded shuffling and batching. */
+#ifndef CTRAIN_DATA_H
+#define CTRAIN_DATA_H
+
+#include <stdint.h>
+#include "context.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An IDX array as stored: U8 data with up to 4 dims. */
+typedef struct ct_idx {
+    int ndim;
+    int64_t shape[4];
+    uint8_t *data;   /* owned, freed by ct_idx_free */
+    int64_t numel;
+} ct_idx;
+
+/* Reads a plain or gzipped IDX file (unsigned-byte type only). Errors:
+ * CT_E_IO (missing/unreadable), CT_E_CORRUPT (bad magic, bad dims,
+ * truncated). */
+ct_status ct_idx_load(ct_context *ctx, const char *path, ct_idx *out);
+void ct_idx_free(ct_context *ctx, ct_idx *idx);
+
+/* An in-memory image classification dataset: images as normalized FP32
+ * (N, C, H, W), labels I32 (N). */
+typedef struct ct_dataset {
+    int64_t n, c, h, w;
+    int n_classes;
+    float *images;   /* N*C*H*W */
+    int32_t *labels; /* N */
+} ct_dataset;
+
+/* Loads `<dir>/<prefix>-images-idx3-ubyte[.gz]` and labels for split
+ * "train" or "t10k"; normalizes (x/255 - mean)/std. */
+ct_status ct_dataset_load_idx(ct_context *ctx, const char *dir, const char *split,
+                              float mean, float std, ct_dataset *out);
+void ct_dataset_free(ct_context *ctx, ct_dataset *ds);
+
+/* Batches in a seeded order. The permutation for an epoch depends only on
+ * (seed, epoch). The last partial batch is dropped when drop_last. */
+typedef struct ct_loader ct_loader;
+ct_status ct_loader_create(ct_context *ctx, const ct_dataset *ds, int64_t batch, int shuffle,
+                           int drop_last, uint64_t seed, ct_loader **out);
+void ct_loader_free(ct_loader *l);
+int64_t ct_loader_num_batches(const ct_loader *l);
+/* Starts epoch `epoch` (reshuffles). */
+void ct_loader_start_epoch(ct_loader *l, uint64_t epoch);
+/* Copies the next batch into images (B*C*H*W floats) and labels (B ints).
+ * *got is the number of samples copied (0 at end of epoch). */
+ct_status ct_loader_next(ct_loader *l, float *images, int32_t *labels, int64_t *got);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

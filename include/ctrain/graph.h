@@ -1,0 +1,174 @@
+/* ctrain/graph.h - build a static graph through the C API, compile it into a
+ * plan (autodiff + passes + memory planning), and run it.
+ *
+ * Values in a graph are named by ct_node ids (int32). Every builder checks
+ * shapes and dtypes and returns CT_E_SHAPE / CT_E_DTYPE with a message.
+ *
+ *   ct_graph *g; ct_graph_create(ctx, &g);
+ *   ct_node x, w, y, loss;
+ *   ct_input(g, "x", CT_F32, 2, (int64_t[]){64, 784}, &x);
+ *   ct_param(g, "fc.weight", 2, (int64_t[]){10, 784}, CT_INIT_KAIMING_UNIFORM, 784, &w);
+ *   ct_linear(g, x, w, CT_NONE, &y);
+ *   ...
+ *   ct_plan *p; ct_compile(g, loss, NULL, &p);
+ *   ct_plan_forward(p, 1); ct_plan_backward(p);
+ */
+#ifndef CTRAIN_GRAPH_H
+#define CTRAIN_GRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "context.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef int32_t ct_node;
+#define CT_NONE ((ct_node)-1)
+
+typedef struct ct_graph ct_graph;
+typedef struct ct_plan ct_plan;
+
+typedef enum ct_init {
+    CT_INIT_ZEROS = 0,
+    CT_INIT_ONES,
+    CT_INIT_KAIMING_UNIFORM, /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)), PyTorch's default for Linear/Conv */
+    CT_INIT_NORMAL,          /* N(0, 0.02), GPT-style                              */
+} ct_init;
+
+ct_status ct_graph_create(ct_context *ctx, ct_graph **out);
+void ct_graph_free(ct_graph *g); /* accepts NULL */
+ct_context *ct_graph_context(const ct_graph *g);
+
+/* ---- leaves -------------------------------------------------------------- */
+ct_status ct_input(ct_graph *g, const char *name, ct_dtype dt, int ndim,
+                   const int64_t *shape, ct_node *out);
+/* Trainable FP32 parameter; fan_in is used by CT_INIT_KAIMING_UNIFORM. */
+ct_status ct_param(ct_graph *g, const char *name, int ndim, const int64_t *shape,
+                   ct_init init, int64_t fan_in, ct_node *out);
+/* Non-trainable persistent state (e.g. batchnorm running statistics). */
+ct_status ct_buffer(ct_graph *g, const char *name, int ndim, const int64_t *shape,
+                    ct_init init, ct_node *out);
+
+/* ---- ops (forward); all FP32 unless stated ------------------------------- */
+/* a (..., M, K) x b (..., K, N) -> (..., M, N); trans flags transpose the last
+ * two dims. b may be 2-D and is then broadcast over a's batch dims. */
+ct_status ct_matmul(ct_graph *g, ct_node a, ct_node b, int trans_a, int trans_b, ct_node *out);
+/* x (..., in), w (out, in), b (out) or CT_NONE -> (..., out); PyTorch layout. */
+ct_status ct_linear(ct_graph *g, ct_node x, ct_node w, ct_node b, ct_node *out);
+/* x (N, C, H, W), w (OC, C/groups, KH, KW), b (OC) or CT_NONE. */
+ct_status ct_conv2d(ct_graph *g, ct_node x, ct_node w, ct_node b, int stride, int pad,
+                    int dilation, int groups, ct_node *out);
+ct_status ct_maxpool2d(ct_graph *g, ct_node x, int kernel, int stride, int pad, ct_node *out);
+ct_status ct_avgpool2d(ct_graph *g, ct_node x, int kernel, int stride, int pad, ct_node *out);
+/* (N, C, H, W) -> (N, C) */
+ct_status ct_global_avgpool(ct_graph *g, ct_node x, ct_node *out);
+/* x (N, C, ...) ; gamma, beta (C) params; running_mean/var (C) buffers. */
+ct_status ct_batchnorm(ct_graph *g, ct_node x, ct_node gamma, ct_node beta, ct_node running_mean,
+                       ct_node running_var, float momentum, float eps, ct_node *out);
+/* normalizes the last dim; gamma, beta (D) */
+ct_status ct_layernorm(ct_graph *g, ct_node x, ct_node gamma, ct_node beta, float eps, ct_node *out);
+
+ct_status ct_relu(ct_graph *g, ct_node x, ct_node *out);
+ct_status ct_gelu(ct_graph *g, ct_node x, int tanh_approx, ct_node *out);
+ct_status ct_silu(ct_graph *g, ct_node x, ct_node *out);
+ct_status ct_sigmoid(ct_graph *g, ct_node x, ct_node *out);
+ct_status ct_tanh(ct_graph *g, ct_node x, ct_node *out);
+/* y = x * s (a constant) */
+ct_status ct_scale(ct_graph *g, ct_node x, float s, ct_node *out);
+
+/* NumPy-style broadcasting binary ops. */
+ct_status ct_add(ct_graph *g, ct_node a, ct_node b, ct_node *out);
+ct_status ct_sub(ct_graph *g, ct_node a, ct_node b, ct_node *out);
+ct_status ct_mul(ct_graph *g, ct_node a, ct_node b, ct_node *out);
+ct_status ct_div(ct_graph *g, ct_node a, ct_node b, ct_node *out);
+
+/* Reductions over the dims whose bit is set in axes_mask (bit i = dim i). */
+ct_status ct_sum(ct_graph *g, ct_node x, uint32_t axes_mask, int keepdim, ct_node *out);
+ct_status ct_mean(ct_graph *g, ct_node x, uint32_t axes_mask, int keepdim, ct_node *out);
+
+/* Shape ops. reshape accepts one -1. flatten keeps dim 0. */
+ct_status ct_reshape(ct_graph *g, ct_node x, int ndim, const int64_t *shape, ct_node *out);
+ct_status ct_flatten(ct_graph *g, ct_node x, ct_node *out);
+ct_status ct_transpose(ct_graph *g, ct_node x, const int *perm, ct_node *out);
+ct_status ct_concat(ct_graph *g, int n, const ct_node *xs, int axis, ct_node *out);
+ct_status ct_slice(ct_graph *g, ct_node x, int axis, int64_t start, int64_t end, ct_node *out);
+
+/* Over the last dim. */
+ct_status ct_softmax(ct_graph *g, ct_node x, ct_node *out);
+ct_status ct_log_softmax(ct_graph *g, ct_node x, ct_node *out);
+/* logits (N, C), labels I32 (N) -> scalar mean loss over non-ignored rows. */
+ct_status ct_cross_entropy(ct_graph *g, ct_node logits, ct_node labels, float label_smoothing,
+                           int ignore_index, ct_node *out);
+/* Inverted dropout, active only when the plan runs in training mode. */
+ct_status ct_dropout(ct_graph *g, ct_node x, float p, ct_node *out);
+/* weight (V, D) param, ids I32 (...) -> (..., D) */
+ct_status ct_embedding(ct_graph *g, ct_node weight, ct_node ids, ct_node *out);
+
+/* Introspection */
+int ct_graph_num_nodes(const ct_graph *g);
+ct_status ct_node_shape(const ct_graph *g, ct_node n, int *ndim, int64_t shape[CT_MAX_DIMS]);
+ct_dtype ct_node_dtype(const ct_graph *g, ct_node n);
+const char *ct_node_name(const ct_graph *g, ct_node n);
+const char *ct_node_op_name(const ct_graph *g, ct_node n);
+/* Sets the name of a node (layer names are used in errors and traces). */
+ct_status ct_node_set_name(ct_graph *g, ct_node n, const char *name);
+
+/* ---- compile and run ----------------------------------------------------- */
+typedef struct ct_compile_opts {
+    int build_backward;   /* 1: autodiff from the loss (default)              */
+    int init_params;      /* 1: initialize params/buffers from their ct_init  */
+} ct_compile_opts;
+void ct_compile_opts_default(ct_compile_opts *o);
+
+/* Takes a snapshot of the graph: g may be freed afterwards. `loss` is a
+ * scalar node (CT_NONE for a forward-only plan). `outputs` are nodes whose
+ * values must stay readable after forward (e.g. logits for accuracy). */
+ct_status ct_compile(ct_graph *g, ct_node loss, int n_outputs, const ct_node *outputs,
+                     const ct_compile_opts *opts, ct_plan **out);
+void ct_plan_free(ct_plan *p); /* accepts NULL */
+
+/* A view of a node's value in the plan (inputs: write here before forward). */
+ct_status ct_plan_tensor(ct_plan *p, ct_node n, ct_tensor *out);
+/* A view of the gradient of a parameter node. */
+ct_status ct_plan_grad(ct_plan *p, ct_node param, ct_tensor *out);
+/* Loss value after forward. */
+ct_status ct_plan_loss(ct_plan *p, float *out);
+
+ct_status ct_plan_forward(ct_plan *p, int training);
+/* Runs backward; parameter gradients are written (not accumulated) into the
+ * grad arena. */
+ct_status ct_plan_backward(ct_plan *p);
+ct_status ct_plan_zero_grads(ct_plan *p);
+/* Step counter used by dropout's RNG stream; the optimizer advances it. */
+void ct_plan_set_step(ct_plan *p, uint64_t step);
+
+/* Called during backward as soon as the gradient of parameter `param_index`
+ * (0..n_params-1, arena order) is final. */
+typedef void (*ct_grad_ready_fn)(void *user, int param_index, const ct_tensor *grad);
+void ct_plan_set_grad_ready(ct_plan *p, ct_grad_ready_fn fn, void *user);
+
+/* Parameters in arena order. */
+int ct_plan_num_params(const ct_plan *p);
+ct_status ct_plan_param_info(const ct_plan *p, int i, const char **name, ct_tensor *value,
+                             ct_tensor *grad);
+/* Whole arenas as flat FP32 vectors (params and grads share one layout). */
+ct_status ct_plan_param_arena(ct_plan *p, float **params, float **grads, size_t *n);
+/* Buffers (non-trainable state) arena. */
+ct_status ct_plan_buffer_arena(ct_plan *p, float **buffers, size_t *n);
+
+typedef struct ct_plan_stats {
+    size_t param_bytes, grad_bytes, buffer_bytes, activation_bytes, workspace_bytes;
+    int n_nodes, n_params;
+} ct_plan_stats;
+void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *out);
+/* Name of the kernel that ran a node's op ("ref", "avx2", "avx512", "onednn"). */
+const char *ct_plan_kernel_name(const ct_plan *p, ct_node n);
+ct_context *ct_plan_context(const ct_plan *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,219 @@
+/* src/core/context.c - the context: threads, RNG seed, CPU features, the
+ * counting allocator with its memory budget, and the last error message. */
+#define _GNU_SOURCE
+#include <cpuid.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+struct ct_context {
+    int num_threads;
+    uint64_t seed;
+    size_t budget;
+    ct_allocator alloc;
+    ct_cpu_features cpu;
+    ct_isa isa;
+    int use_onednn;
+    ct_mem_stats mem;
+    char err[1024];
+};
+
+/* ---- errors ---------------------------------------------------------------- */
+
+ct_status ct_set_error(ct_context *ctx, ct_status s, const char *fmt, ...) {
+    if (!ctx) return s;
+    int o = snprintf(ctx->err, sizeof ctx->err, "%s %s: ", ct_status_code(s), ct_status_name(s));
+    if (o < 0) o = 0;
+    if ((size_t)o < sizeof ctx->err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ctx->err + o, sizeof ctx->err - (size_t)o, fmt, ap);
+        va_end(ap);
+    }
+    return s;
+}
+
+const char *ct_context_last_error(const ct_context *ctx) { return ctx ? ctx->err : "no context"; }
+void ct_context_clear_error(ct_context *ctx) { if (ctx) ctx->err[0] = 0; }
+
+/* ---- CPU features ------------------------------------------------------------ */
+
+static uint64_t xgetbv0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+static void detect_cpu(ct_cpu_features *f) {
+    memset(f, 0, sizeof *f);
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    int osxsave = (c >> 27) & 1;
+    f->fma = (c >> 12) & 1;
+    f->f16c = (c >> 29) & 1;
+    int avx = (c >> 28) & 1;
+    uint64_t xcr0 = osxsave ? xgetbv0() : 0;
+    f->os_avx = avx && (xcr0 & 0x6) == 0x6;
+    f->os_avx512 = f->os_avx && (xcr0 & 0xe0) == 0xe0;
+    f->os_amx = (xcr0 & 0x60000) == 0x60000;
+    if (__get_cpuid_max(0, NULL) >= 7) {
+        __cpuid_count(7, 0, a, b, c, d);
+        f->avx2 = (b >> 5) & 1;
+        f->avx512f = (b >> 16) & 1;
+        f->avx512dq = (b >> 17) & 1;
+        f->avx512bw = (b >> 30) & 1;
+        f->avx512vl = (b >> 31) & 1;
+        f->avx512_fp16 = (d >> 23) & 1;
+        f->amx_bf16 = (d >> 22) & 1;
+        f->amx_tile = (d >> 24) & 1;
+        f->amx_int8 = (d >> 25) & 1;
+        __cpuid_count(7, 1, a, b, c, d);
+        f->avx512_bf16 = (a >> 5) & 1;
+    }
+    if (!f->os_avx) f->avx2 = f->fma = 0;
+    if (!f->os_avx512) f->avx512f = f->avx512bw = f->avx512dq = f->avx512vl = f->avx512_bf16 = f->avx512_fp16 = 0;
+    if (f->amx_tile && f->os_amx)
+        f->amx_permitted = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+static ct_isa best_isa(const ct_cpu_features *f) {
+    if (f->avx512f && f->avx512bw && f->avx512dq && f->avx512vl) return CT_ISA_AVX512;
+    if (f->avx2 && f->fma) return CT_ISA_AVX2;
+    return CT_ISA_REF;
+}
+
+const char *ct_isa_name(ct_isa isa) {
+    static const char *n[CT_ISA_COUNT] = {"ref", "avx2", "avx512"};
+    return (unsigned)isa < CT_ISA_COUNT ? n[isa] : "invalid";
+}
+
+/* ---- allocator --------------------------------------------------------------- */
+
+static void *default_alloc(void *user, size_t bytes, size_t align) {
+    (void)user;
+    void *p = NULL;
+    if (posix_memalign(&p, align, bytes ? bytes : align) != 0) return NULL;
+    return p;
+}
+static void default_free(void *user, void *p) { (void)user; free(p); }
+
+/* Each block carries a header with its size so the budget can be tracked. */
+#define HDR CT_ALIGN
+
+ct_status ct_alloc(ct_context *ctx, size_t bytes, void **out) {
+    *out = NULL;
+    if (ctx->budget && ctx->mem.bytes_in_use + bytes > ctx->budget)
+        return ct_set_error(ctx, CT_E_OOM,
+                            "memory budget exceeded: %zu bytes requested, %zu of %zu in use; lower the batch "
+                            "size, raise the budget or enable activation checkpointing",
+                            bytes, ctx->mem.bytes_in_use, ctx->budget);
+    char *p = ctx->alloc.alloc(ctx->alloc.user, bytes + HDR, CT_ALIGN);
+    if (!p)
+        return ct_set_error(ctx, CT_E_OOM,
+                            "out of memory allocating %zu bytes; lower the batch size or enable activation "
+                            "checkpointing",
+                            bytes);
+    memcpy(p, &bytes, sizeof bytes);
+    ctx->mem.n_allocs++;
+    ctx->mem.bytes_in_use += bytes;
+    if (ctx->mem.bytes_in_use > ctx->mem.peak_bytes) ctx->mem.peak_bytes = ctx->mem.bytes_in_use;
+    *out = p + HDR;
+    return CT_OK;
+}
+
+void ct_free(ct_context *ctx, void *ptr) {
+    if (!ptr) return;
+    char *p = (char *)ptr - HDR;
+    size_t bytes;
+    memcpy(&bytes, p, sizeof bytes);
+    ctx->mem.n_frees++;
+    ctx->mem.bytes_in_use -= bytes;
+    ctx->alloc.free(ctx->alloc.user, p);
+}
+
+void ct_context_mem_stats(const ct_context *ctx, ct_mem_stats *out) { *out = ctx->mem; }
+
+/* ---- lifecycle --------------------------------------------------------------- */
+
+void ct_context_opts_default(ct_context_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->isa = -1;
+    o->use_onednn = 1;
+}
+
+ct_status ct_context_create(const ct_context_opts *opts, ct_context **out) {
+    ct_context_opts d;
+    if (!out) return CT_E_INVALID_ARG;
+    *out = NULL;
+    if (!opts) {
+        ct_context_opts_default(&d);
+        opts = &d;
+    }
+    if (opts->num_threads < 0) return CT_E_INVALID_ARG;
+    ct_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return CT_E_OOM;
+    ctx->num_threads = opts->num_threads > 0 ? opts->num_threads : omp_get_num_procs();
+    ctx->seed = opts->seed;
+    ctx->budget = opts->memory_budget;
+    if (opts->allocator) ctx->alloc = *opts->allocator;
+    else ctx->alloc = (ct_allocator){default_alloc, default_free, NULL};
+    detect_cpu(&ctx->cpu);
+    ct_isa isa = best_isa(&ctx->cpu);
+    if (opts->isa >= 0 && (ct_isa)opts->isa < isa) isa = (ct_isa)opts->isa;
+    ctx->use_onednn = opts->use_onednn;
+    const char *env = getenv("CT_ISA");
+    if (env && *env) {
+        ct_isa want = CT_ISA_COUNT;
+        for (int i = 0; i < CT_ISA_COUNT; i++)
+            if (!strcmp(env, ct_isa_name((ct_isa)i))) want = (ct_isa)i;
+        if (want == CT_ISA_COUNT) {
+            free(ctx);
+            return CT_E_CONFIG; /* no context to carry the message: caller reports */
+        }
+        if (want < isa) isa = want;
+        if (want == CT_ISA_REF) ctx->use_onednn = 0;
+    }
+    env = getenv("CT_ONEDNN");
+    if (env && !strcmp(env, "0")) ctx->use_onednn = 0;
+    ctx->isa = isa;
+    *out = ctx;
+    return CT_OK;
+}
+
+void ct_context_free(ct_context *ctx) { free(ctx); }
+
+int ct_context_num_threads(const ct_context *ctx) { return ctx->num_threads; }
+uint64_t ct_context_seed(const ct_context *ctx) { return ctx->seed; }
+const ct_cpu_features *ct_context_cpu(const ct_context *ctx) { return &ctx->cpu; }
+ct_isa ct_context_isa(const ct_context *ctx) { return ctx->isa; }
+int ct_context_use_onednn(const ct_context *ctx) { return ctx->use_onednn; }
+
+/* ---- Philox4x32-10 counter-based RNG ------------------------------------------ */
+
+void ct_philox(uint64_t seed, uint64_t stream, uint64_t counter, uint32_t out[4]) {
+    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32);
+    uint32_t c2 = (uint32_t)stream, c3 = (uint32_t)(stream >> 32);
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n1 = (uint32_t)p1;
+        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1, n3 = (uint32_t)p0;
+        c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+        k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+    }
+    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
+float ct_rand_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
+    uint32_t r[4];
+    ct_philox(seed, stream, i >> 2, r);
+    return (float)(r[i & 3] >> 8) * (1.0f / 16777216.0f);
+}

@@ -1,0 +1,29 @@
+/* src/core/internal.h - helpers shared by the library's sources (not public). */
+#ifndef CT_CORE_INTERNAL_H
+#define CT_CORE_INTERNAL_H
+
+#include <stdarg.h>
+#include "ctrain/context.h"
+#include "ctrain/status.h"
+#include "ctrain/tensor.h"
+
+#define CT_ALIGN 64
+
+/* Records `s` with a formatted message on ctx and returns s. The message
+ * should name the problem and say what to do. */
+ct_status ct_set_error(ct_context *ctx, ct_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Propagate a failing status. */
+#define CT_TRY(expr)                                \
+    do {                                            \
+        ct_status ct_try_s_ = (expr);               \
+        if (ct_try_s_ != CT_OK) return ct_try_s_;   \
+    } while (0)
+
+#define CT_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define CT_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+static inline size_t ct_align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+#endif

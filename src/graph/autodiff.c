@@ -1,0 +1,346 @@
+/* src/graph/autodiff.c - reverse-mode autodiff: every backward rule lives in
+ * this file, in one switch over the op enum (ct_autodiff). Rules emit ordinary
+ * graph nodes, so backward is planned and executed like forward. */
+#include <stdio.h>
+#include <string.h>
+
+#include "autodiff.h"
+
+/* Appends a backward node with output shape of node `like`. */
+static ct_status bnode(ct_graph *g, ct_op op, int n_in, const ct_node *in, const ct_node_def *attrs_from,
+                       ct_node like, ct_node *out) {
+    ct_node_def d;
+    memset(&d, 0, sizeof d);
+    d.op = op;
+    d.n_in = n_in;
+    for (int i = 0; i < n_in; i++) d.in[i] = in[i];
+    d.dtype = CT_F32;
+    d.ndim = g->nodes[like].ndim;
+    memcpy(d.shape, g->nodes[like].shape, sizeof d.shape);
+    if (attrs_from) {
+        memcpy(d.ia, attrs_from->ia, sizeof d.ia);
+        memcpy(d.fa, attrs_from->fa, sizeof d.fa);
+    }
+    d.flags = CT_NODE_BACKWARD;
+    return ct_graph_push(g, &d, out);
+}
+
+/* Sums x down to the shape of node `like` (NumPy broadcasting in reverse). */
+static ct_status sum_to(ct_graph *g, ct_node x, ct_node like, ct_node *out) {
+    const ct_node_def *X = &g->nodes[x], *L = &g->nodes[like];
+    int same = X->ndim == L->ndim;
+    for (int i = 0; same && i < X->ndim; i++) same = X->shape[i] == L->shape[i];
+    if (same) {
+        *out = x;
+        return CT_OK;
+    }
+    return bnode(g, CT_OP_SUM_TO, 1, &x, NULL, like, out);
+}
+
+static ct_status mark(ct_graph *g, ct_node n) {
+    g->nodes[n].flags |= CT_NODE_BACKWARD;
+    return CT_OK;
+}
+
+/* Adds `contrib` to the gradient accumulated for node `n`. */
+static ct_status accumulate(ct_graph *g, ct_node *grads, ct_node n, ct_node contrib) {
+    if (grads[n] == CT_NONE) {
+        grads[n] = contrib;
+        return CT_OK;
+    }
+    ct_node s;
+    CT_TRY(ct_add(g, grads[n], contrib, &s));
+    grads[n] = s;
+    return mark(g, s);
+}
+
+/* Reshape that is tagged as a backward node. */
+static ct_status breshape(ct_graph *g, ct_node x, int ndim, const int64_t *shape, ct_node *out) {
+    CT_TRY(ct_reshape(g, x, ndim, shape, out));
+    return mark(g, *out);
+}
+
+static ct_status bmatmul(ct_graph *g, ct_node a, ct_node b, int ta, int tb, ct_node *out) {
+    CT_TRY(ct_matmul(g, a, b, ta, tb, out));
+    return mark(g, *out);
+}
+
+/* Sums all dims except the last `keep` trailing ones... here: except dim `keep_dim`. */
+static ct_status sum_except(ct_graph *g, ct_node x, int keep_dim, ct_node *out) {
+    int nd = g->nodes[x].ndim;
+    uint32_t mask = 0;
+    for (int i = 0; i < nd; i++)
+        if (i != keep_dim) mask |= 1u << i;
+    if (!mask) {
+        CT_TRY(ct_scale(g, x, 1.0f, out));
+        return mark(g, *out);
+    }
+    CT_TRY(ct_sum(g, x, mask, 0, out));
+    return mark(g, *out);
+}
+
+static int needs(const uint8_t *req, ct_node n) { return req[n] != 0; }
+
+static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const uint8_t *req) {
+    /* Copy: pushing nodes may reallocate g->nodes. */
+    const ct_node_def D = g->nodes[n];
+    const ct_node *in = D.in;
+    ct_node t, u, v;
+    switch (D.op) {
+    case CT_OP_INPUT: case CT_OP_PARAM: case CT_OP_BUFFER:
+        return CT_OK;
+    case CT_OP_MATMUL: {
+        ct_node a = in[0], b = in[1];
+        int ta = (int)D.ia[0], tb = (int)D.ia[1];
+        int nd = D.ndim, b2d = g->nodes[b].ndim == 2 && nd > 2;
+        if (needs(req, a)) {
+            if (!ta) CT_TRY(bmatmul(g, dy, b, 0, !tb, &t));
+            else if (!b2d) CT_TRY(bmatmul(g, b, dy, tb, 1, &t));
+            else {
+                int perm[CT_MAX_DIMS];
+                for (int i = 0; i < nd; i++) perm[i] = i;
+                perm[nd - 2] = nd - 1; perm[nd - 1] = nd - 2;
+                CT_TRY(bmatmul(g, dy, b, 0, !tb, &u));
+                CT_TRY(ct_transpose(g, u, perm, &t));
+                CT_TRY(mark(g, t));
+            }
+            CT_TRY(accumulate(g, grads, a, t));
+        }
+        if (needs(req, b)) {
+            if (b2d && !ta) {
+                const ct_node_def *A = &g->nodes[a];
+                int64_t K = A->shape[A->ndim - 1], Nn = D.shape[nd - 1];
+                CT_TRY(breshape(g, a, 2, (int64_t[]){-1, K}, &u));
+                CT_TRY(breshape(g, dy, 2, (int64_t[]){-1, Nn}, &v));
+                if (!tb) CT_TRY(bmatmul(g, u, v, 1, 0, &t));
+                else CT_TRY(bmatmul(g, v, u, 1, 0, &t));
+            } else if (b2d) {
+                uint32_t mask = 0;
+                for (int i = 0; i < nd - 2; i++) mask |= 1u << i;
+                if (!tb) CT_TRY(bmatmul(g, a, dy, !ta, 0, &u));
+                else CT_TRY(bmatmul(g, dy, a, 1, ta, &u));
+                CT_TRY(ct_sum(g, u, mask, 0, &t));
+                CT_TRY(mark(g, t));
+            } else if (!tb) {
+                CT_TRY(bmatmul(g, a, dy, !ta, 0, &t));
+            } else {
+                CT_TRY(bmatmul(g, dy, a, 1, ta, &t));
+            }
+            CT_TRY(accumulate(g, grads, b, t));
+        }
+        return CT_OK;
+    }
+    case CT_OP_LINEAR: {
+        ct_node x = in[0], w = in[1];
+        int64_t O = g->nodes[w].shape[0], I = g->nodes[w].shape[1];
+        if (needs(req, x)) {
+            CT_TRY(bmatmul(g, dy, w, 0, 0, &t));
+            CT_TRY(accumulate(g, grads, x, t));
+        }
+        if (needs(req, w)) {
+            CT_TRY(breshape(g, dy, 2, (int64_t[]){-1, O}, &u));
+            CT_TRY(breshape(g, x, 2, (int64_t[]){-1, I}, &v));
+            CT_TRY(bmatmul(g, u, v, 1, 0, &t));
+            CT_TRY(accumulate(g, grads, w, t));
+        }
+        if (D.n_in > 2 && needs(req, in[2])) {
+            CT_TRY(sum_except(g, dy, D.ndim - 1, &t));
+            CT_TRY(accumulate(g, grads, in[2], t));
+        }
+        return CT_OK;
+    }
+    case CT_OP_CONV2D:
+        if (needs(req, in[0])) {
+            CT_TRY(bnode(g, CT_OP_CONV2D_BWD_DATA, 2, (ct_node[]){dy, in[1]}, &D, in[0], &t));
+            CT_TRY(accumulate(g, grads, in[0], t));
+        }
+        if (needs(req, in[1])) {
+            CT_TRY(bnode(g, CT_OP_CONV2D_BWD_WEIGHT, 2, (ct_node[]){dy, in[0]}, &D, in[1], &t));
+            CT_TRY(accumulate(g, grads, in[1], t));
+        }
+        if (D.n_in > 2 && needs(req, in[2])) {
+            CT_TRY(sum_except(g, dy, 1, &t));
+            CT_TRY(accumulate(g, grads, in[2], t));
+        }
+        return CT_OK;
+    case CT_OP_MAXPOOL2D:
+        CT_TRY(bnode(g, CT_OP_MAXPOOL2D_BWD, 2, (ct_node[]){dy, n}, &D, in[0], &t));
+        return accumulate(g, grads, in[0], t);
+    case CT_OP_AVGPOOL2D:
+        CT_TRY(bnode(g, CT_OP_AVGPOOL2D_BWD, 1, &dy, &D, in[0], &t));
+        return accumulate(g, grads, in[0], t);
+    case CT_OP_BATCHNORM:
+    case CT_OP_LAYERNORM: {
+        int bn = D.op == CT_OP_BATCHNORM;
+        if (needs(req, in[0])) {
+            CT_TRY(bnode(g, bn ? CT_OP_BATCHNORM_BWD_DATA : CT_OP_LAYERNORM_BWD_DATA, 4,
+                         (ct_node[]){dy, in[0], in[1], n}, &D, in[0], &t));
+            CT_TRY(accumulate(g, grads, in[0], t));
+        }
+        if (needs(req, in[1])) {
+            CT_TRY(bnode(g, bn ? CT_OP_BATCHNORM_BWD_GAMMA : CT_OP_LAYERNORM_BWD_GAMMA, 3,
+                         (ct_node[]){dy, in[0], n}, &D, in[1], &t));
+            CT_TRY(accumulate(g, grads, in[1], t));
+        }
+        if (needs(req, in[2])) {
+            if (bn) CT_TRY(sum_except(g, dy, 1, &t));
+            else CT_TRY(sum_except(g, dy, D.ndim - 1, &t));
+            CT_TRY(accumulate(g, grads, in[2], t));
+        }
+        return CT_OK;
+    }
+    case CT_OP_UNARY: {
+        /* relu, sigmoid, tanh differentiate from the output; gelu, silu from the input */
+        int k = (int)D.ia[0];
+        int from_out = k == CT_UNARY_RELU || k == CT_UNARY_SIGMOID || k == CT_UNARY_TANH;
+        ct_node_def A = D;
+        A.ia[1] = from_out;
+        CT_TRY(bnode(g, CT_OP_UNARY_BWD, 2, (ct_node[]){dy, from_out ? n : in[0]}, &A, in[0], &t));
+        return accumulate(g, grads, in[0], t);
+    }
+    case CT_OP_SCALE:
+        CT_TRY(ct_scale(g, dy, D.fa[0], &t));
+        CT_TRY(mark(g, t));
+        return accumulate(g, grads, in[0], t);
+    case CT_OP_BINARY: {
+        ct_node a = in[0], b = in[1];
+        switch ((ct_binary_kind)D.ia[0]) {
+        case CT_BIN_ADD:
+        case CT_BIN_SUB:
+            if (needs(req, a)) {
+                CT_TRY(sum_to(g, dy, a, &t));
+                CT_TRY(accumulate(g, grads, a, t));
+            }
+            if (needs(req, b)) {
+                u = dy;
+                if (D.ia[0] == CT_BIN_SUB) {
+                    CT_TRY(ct_scale(g, dy, -1.0f, &u));
+                    CT_TRY(mark(g, u));
+                }
+                CT_TRY(sum_to(g, u, b, &t));
+                CT_TRY(accumulate(g, grads, b, t));
+            }
+            return CT_OK;
+        case CT_BIN_MUL:
+            if (needs(req, a)) {
+                CT_TRY(ct_mul(g, dy, b, &u));
+                CT_TRY(mark(g, u));
+                CT_TRY(sum_to(g, u, a, &t));
+                CT_TRY(accumulate(g, grads, a, t));
+            }
+            if (needs(req, b)) {
+                CT_TRY(ct_mul(g, dy, a, &u));
+                CT_TRY(mark(g, u));
+                CT_TRY(sum_to(g, u, b, &t));
+                CT_TRY(accumulate(g, grads, b, t));
+            }
+            return CT_OK;
+        case CT_BIN_DIV:
+            if (needs(req, a)) {
+                CT_TRY(ct_div(g, dy, b, &u));
+                CT_TRY(mark(g, u));
+                CT_TRY(sum_to(g, u, a, &t));
+                CT_TRY(accumulate(g, grads, a, t));
+            }
+            if (needs(req, b)) { /* d(a/b)/db = -y/b */
+                CT_TRY(ct_mul(g, dy, n, &u));
+                CT_TRY(mark(g, u));
+                CT_TRY(ct_div(g, u, b, &v));
+                CT_TRY(mark(g, v));
+                CT_TRY(ct_scale(g, v, -1.0f, &u));
+                CT_TRY(mark(g, u));
+                CT_TRY(sum_to(g, u, b, &t));
+                CT_TRY(accumulate(g, grads, b, t));
+            }
+            return CT_OK;
+        default:
+            break;
+        }
+        break;
+    }
+    case CT_OP_SUM: {
+        /* reshape dy to keepdim form, then broadcast back to x's shape */
+        const ct_node_def *X = &g->nodes[in[0]];
+        int64_t ks[CT_MAX_DIMS];
+        for (int i = 0; i < X->ndim; i++) ks[i] = (D.ia[0] >> i) & 1 ? 1 : X->shape[i];
+        u = dy;
+        if (!D.ia[1]) CT_TRY(breshape(g, dy, X->ndim, ks, &u));
+        CT_TRY(bnode(g, CT_OP_BROADCAST_TO, 1, &u, &D, in[0], &t));
+        return accumulate(g, grads, in[0], t);
+    }
+    case CT_OP_RESHAPE: {
+        const ct_node_def *X = &g->nodes[in[0]];
+        int64_t s[CT_MAX_DIMS];
+        memcpy(s, X->shape, sizeof s);
+        CT_TRY(breshape(g, dy, X->ndim, s, &t));
+        return accumulate(g, grads, in[0], t);
+    }
+    case CT_OP_TRANSPOSE: {
+        int inv[CT_MAX_DIMS];
+        for (int i = 0; i < D.ndim; i++) inv[D.ia[i]] = i;
+        CT_TRY(ct_transpose(g, dy, inv, &t));
+        CT_TRY(mark(g, t));
+        return accumulate(g, grads, in[0], t);
+    }
+    case CT_OP_CONCAT: {
+        int axis = (int)D.ia[0];
+        int64_t off = 0;
+        for (int i = 0; i < D.n_in; i++) {
+            int64_t len = g->nodes[in[i]].shape[axis];
+            if (needs(req, in[i])) {
+                CT_TRY(ct_slice(g, dy, axis, off, off + len, &t));
+                CT_TRY(mark(g, t));
+                CT_TRY(accumulate(g, grads, in[i], t));
+            }
+            off += len;
+        }
+        return CT_OK;
+    }
+    case CT_OP_SLICE:
+        CT_TRY(bnode(g, CT_OP_SLICE_BWD, 1, &dy, &D, in[0], &t));
+        return accumulate(g, grads, in[0], t);
+    case CT_OP_SOFTMAX:
+    case CT_OP_LOG_SOFTMAX:
+        CT_TRY(bnode(g, D.op == CT_OP_SOFTMAX ? CT_OP_SOFTMAX_BWD : CT_OP_LOG_SOFTMAX_BWD, 2, (ct_node[]){dy, n},
+                     &D, in[0], &t));
+        return accumulate(g, grads, in[0], t);
+    case CT_OP_CROSS_ENTROPY:
+        CT_TRY(bnode(g, CT_OP_CROSS_ENTROPY_BWD, 3, (ct_node[]){dy, in[0], in[1]}, &D, in[0], &t));
+        return accumulate(g, grads, in[0], t);
+    case CT_OP_DROPOUT:
+        /* the same counter-based mask, regenerated from (seed, stream, step) */
+        CT_TRY(bnode(g, CT_OP_DROPOUT, 1, &dy, &D, in[0], &t));
+        return accumulate(g, grads, in[0], t);
+    case CT_OP_EMBEDDING:
+        if (needs(req, in[0])) {
+            CT_TRY(bnode(g, CT_OP_EMBEDDING_BWD, 2, (ct_node[]){dy, in[1]}, &D, in[0], &t));
+            CT_TRY(accumulate(g, grads, in[0], t));
+        }
+        return CT_OK;
+    default:
+        break;
+    }
+    return ct_set_error(g->ctx, CT_E_UNSUPPORTED, "autodiff: no backward rule for op '%s' (node '%s')",
+                        ct_op_table(D.op)->name, D.name);
+}
+
+ct_status ct_autodiff(ct_graph *g, ct_node loss, ct_node seed, ct_node *grads, uint8_t *req) {
+    int n_fwd = g->n;
+    /* requires-grad: a node depends on a trainable parameter */
+    for (int i = 0; i < n_fwd; i++) {
+        const ct_node_def *d = &g->nodes[i];
+        req[i] = d->op == CT_OP_PARAM;
+        if (d->dtype != CT_F32) continue; /* integer ids/labels carry no gradient */
+        for (int j = 0; j < d->n_in && !req[i]; j++) req[i] = req[d->in[j]];
+    }
+    for (int i = 0; i < n_fwd; i++) grads[i] = CT_NONE;
+    if (!req[loss])
+        return ct_set_error(g->ctx, CT_E_INVALID_ARG, "autodiff: the loss '%s' does not depend on any parameter",
+                            g->nodes[loss].name);
+    grads[loss] = seed;
+    for (int n = n_fwd - 1; n >= 0; n--) {
+        if (grads[n] == CT_NONE || !req[n] || g->nodes[n].op == CT_OP_PARAM) continue;
+        CT_TRY(rule(g, n, grads[n], grads, req));
+    }
+    return CT_OK;
+}

@@ -1,0 +1,79 @@
+/* src/graph/op_table.c - the op table: name, kernels per slot, and the sizes
+ * of saved state for every op. Adding an op = one row here, its builder in
+ * graph.c, its rule in autodiff.c, its kernels in src/kernels/. */
+#include "kernels/kernels.h"
+
+#define SIMD(op) [CT_KERNEL_REF] = ct_k_##op##_ref, [CT_KERNEL_AVX2] = ct_k_##op##_avx2, [CT_KERNEL_AVX512] = ct_k_##op##_avx512
+#define DNNL(op) [CT_KERNEL_REF] = ct_k_##op##_ref, [CT_KERNEL_ONEDNN] = ct_k_##op##_onednn
+
+static const ct_op_info k_ops[CT_OP_COUNT] = {
+    [CT_OP_INPUT] = {"input", {0}, 0, 0, 0},
+    [CT_OP_PARAM] = {"param", {0}, 0, 0, 0},
+    [CT_OP_BUFFER] = {"buffer", {0}, 0, 0, 0},
+    [CT_OP_MATMUL] = {"matmul", {DNNL(matmul)}, 0, 0, ct_onednn_cache_free},
+    [CT_OP_LINEAR] = {"linear", {DNNL(linear)}, 0, 0, ct_onednn_cache_free},
+    [CT_OP_CONV2D] = {"conv2d", {DNNL(conv2d)}, 0, 0, ct_onednn_cache_free},
+    [CT_OP_MAXPOOL2D] = {"maxpool2d", {SIMD(maxpool2d)}, ct_aux_maxpool2d, 0, 0},
+    [CT_OP_AVGPOOL2D] = {"avgpool2d", {SIMD(avgpool2d)}, 0, 0, 0},
+    [CT_OP_BATCHNORM] = {"batchnorm", {SIMD(batchnorm)}, ct_aux_batchnorm, 0, 0},
+    [CT_OP_LAYERNORM] = {"layernorm", {SIMD(layernorm)}, ct_aux_layernorm, 0, 0},
+    [CT_OP_UNARY] = {"unary", {SIMD(unary)}, 0, 0, 0},
+    [CT_OP_SCALE] = {"scale", {SIMD(scale)}, 0, 0, 0},
+    [CT_OP_BINARY] = {"binary", {SIMD(binary)}, 0, 0, 0},
+    [CT_OP_SUM] = {"sum", {SIMD(sum)}, 0, ct_ws_sum, 0},
+    [CT_OP_RESHAPE] = {"reshape", {0}, 0, 0, 0},
+    [CT_OP_TRANSPOSE] = {"transpose", {SIMD(transpose)}, 0, 0, 0},
+    [CT_OP_CONCAT] = {"concat", {SIMD(concat)}, 0, 0, 0},
+    [CT_OP_SLICE] = {"slice", {SIMD(slice)}, 0, 0, 0},
+    [CT_OP_SOFTMAX] = {"softmax", {SIMD(softmax)}, 0, 0, 0},
+    [CT_OP_LOG_SOFTMAX] = {"log_softmax", {SIMD(log_softmax)}, 0, 0, 0},
+    [CT_OP_CROSS_ENTROPY] = {"cross_entropy", {SIMD(cross_entropy)}, 0, 0, 0},
+    [CT_OP_DROPOUT] = {"dropout", {SIMD(dropout)}, 0, 0, 0},
+    [CT_OP_EMBEDDING] = {"embedding", {SIMD(embedding)}, 0, 0, 0},
+    [CT_OP_UNARY_BWD] = {"unary_bwd", {SIMD(unary_bwd)}, 0, 0, 0},
+    [CT_OP_BROADCAST_TO] = {"broadcast_to", {SIMD(broadcast_to)}, 0, 0, 0},
+    [CT_OP_SUM_TO] = {"sum_to", {SIMD(sum_to)}, 0, 0, 0},
+    [CT_OP_CONV2D_BWD_DATA] = {"conv2d_bwd_data", {DNNL(conv2d_bwd_data)}, 0, 0, ct_onednn_cache_free},
+    [CT_OP_CONV2D_BWD_WEIGHT] = {"conv2d_bwd_weight", {DNNL(conv2d_bwd_weight)}, 0, 0, ct_onednn_cache_free},
+    [CT_OP_MAXPOOL2D_BWD] = {"maxpool2d_bwd", {SIMD(maxpool2d_bwd)}, 0, 0, 0},
+    [CT_OP_AVGPOOL2D_BWD] = {"avgpool2d_bwd", {SIMD(avgpool2d_bwd)}, 0, 0, 0},
+    [CT_OP_BATCHNORM_BWD_DATA] = {"batchnorm_bwd_data", {SIMD(batchnorm_bwd_data)}, 0, 0, 0},
+    [CT_OP_BATCHNORM_BWD_GAMMA] = {"batchnorm_bwd_gamma", {SIMD(batchnorm_bwd_gamma)}, 0, 0, 0},
+    [CT_OP_LAYERNORM_BWD_DATA] = {"layernorm_bwd_data", {SIMD(layernorm_bwd_data)}, 0, 0, 0},
+    [CT_OP_LAYERNORM_BWD_GAMMA] = {"layernorm_bwd_gamma", {SIMD(layernorm_bwd_gamma)}, 0, 0, 0},
+    [CT_OP_SLICE_BWD] = {"slice_bwd", {SIMD(slice_bwd)}, 0, 0, 0},
+    [CT_OP_SOFTMAX_BWD] = {"softmax_bwd", {SIMD(softmax_bwd)}, 0, 0, 0},
+    [CT_OP_LOG_SOFTMAX_BWD] = {"log_softmax_bwd", {SIMD(log_softmax_bwd)}, 0, 0, 0},
+    [CT_OP_CROSS_ENTROPY_BWD] = {"cross_entropy_bwd", {SIMD(cross_entropy_bwd)}, 0, 0, 0},
+    [CT_OP_EMBEDDING_BWD] = {"embedding_bwd", {SIMD(embedding_bwd)}, 0, 0, 0},
+};
+
+const ct_op_info *ct_op_table(ct_op op) {
+    static const ct_op_info bad = {"invalid", {0}, 0, 0, 0};
+    return (unsigned)op < CT_OP_COUNT ? &k_ops[op] : &bad;
+}
+
+const char *ct_kernel_slot_name(int slot) {
+    static const char *n[CT_KERNEL_SLOTS] = {"ref", "avx2", "avx512", "onednn"};
+    return slot >= 0 && slot < CT_KERNEL_SLOTS ? n[slot] : "none";
+}
+
+size_t ct_aux_maxpool2d(const ct_graph *g, const ct_node_def *d) {
+    (void)g;
+    return (size_t)ct_node_numel(d) * sizeof(int32_t);
+}
+
+size_t ct_aux_batchnorm(const ct_graph *g, const ct_node_def *d) {
+    (void)g;
+    return 2 * (size_t)d->shape[1] * sizeof(float);
+}
+
+size_t ct_aux_layernorm(const ct_graph *g, const ct_node_def *d) {
+    (void)g;
+    return 2 * (size_t)(ct_node_numel(d) / d->shape[d->ndim - 1]) * sizeof(float);
+}
+
+size_t ct_ws_sum(const ct_graph *g, const ct_node_def *d) {
+    (void)g;
+    return (size_t)ct_node_numel(d) * sizeof(double);
+}

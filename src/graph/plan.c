@@ -1,0 +1,541 @@
+/* src/graph/plan.c - ct_compile (autodiff and the ordered list of graph
+ * passes: liveness, kernel selection, memory planning, allocation) and the
+ * executor that runs the plan's forward and backward. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autodiff.h"
+#include "plan.h"
+
+/* ---- pass: autodiff ------------------------------------------------------------ */
+
+static ct_status ensure_exclusive(ct_plan *p, ct_node *gnode, const uint8_t *claimed) {
+    ct_graph *g = &p->g;
+    const ct_node_def *d = &g->nodes[*gnode];
+    if (d->op != CT_OP_RESHAPE && (d->flags & CT_NODE_BACKWARD) && !claimed[*gnode]) return CT_OK;
+    ct_node c;
+    CT_TRY(ct_scale(g, *gnode, 1.0f, &c));
+    g->nodes[c].flags |= CT_NODE_BACKWARD;
+    *gnode = c;
+    return CT_OK;
+}
+
+static ct_status pass_autodiff(ct_plan *p) {
+    ct_graph *g = &p->g;
+    if (p->loss == CT_NONE) return CT_OK;
+    const ct_node_def *L = &g->nodes[p->loss];
+    if (L->ndim != 0 || L->dtype != CT_F32)
+        return ct_set_error(p->ctx, CT_E_SHAPE, "compile: the loss '%s' must be an f32 scalar", L->name);
+    CT_TRY(ct_input(g, "loss.grad", CT_F32, 0, NULL, &p->seed));
+    int n_fwd = g->n;
+    ct_node *grads = malloc((size_t)n_fwd * sizeof *grads);
+    uint8_t *req = calloc((size_t)n_fwd, 1);
+    if (!grads || !req) {
+        free(grads);
+        free(req);
+        return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory in autodiff");
+    }
+    ct_status s = ct_autodiff(g, p->loss, p->seed, grads, req);
+    for (int i = 0; s == CT_OK && i < p->n_params; i++) p->param_grads[i] = grads[p->params[i]];
+    free(grads);
+    free(req);
+    CT_TRY(s);
+    uint8_t *claimed = calloc((size_t)g->n + (size_t)p->n_params, 1);
+    if (!claimed) return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory in autodiff");
+    for (int i = 0; i < p->n_params && s == CT_OK; i++) {
+        if (p->param_grads[i] == CT_NONE) continue;
+        s = ensure_exclusive(p, &p->param_grads[i], claimed);
+        if (s == CT_OK) claimed[p->param_grads[i]] = 1;
+    }
+    free(claimed);
+    return s;
+}
+
+/* ---- pass: liveness (dead-node elimination) ----------------------------------- */
+
+static ct_status pass_liveness(ct_plan *p) {
+    ct_graph *g = &p->g;
+    ct_plan_node *pn = p->pn;
+    if (p->loss != CT_NONE) pn[p->loss].live = 1;
+    for (int i = 0; i < p->n_outputs; i++) pn[p->outputs[i]].live = 1;
+    for (int i = 0; i < p->n_params; i++) {
+        pn[p->params[i]].live = 1;
+        if (p->param_grads[i] != CT_NONE) pn[p->param_grads[i]].live = 1;
+    }
+    for (int i = g->n - 1; i >= 0; i--) {
+        const ct_node_def *d = &g->nodes[i];
+        if (d->op == CT_OP_INPUT || d->op == CT_OP_BUFFER) pn[i].live = 1; /* always addressable */
+        if (!pn[i].live) continue;
+        for (int j = 0; j < d->n_in; j++) pn[d->in[j]].live = 1;
+    }
+    return CT_OK;
+}
+
+/* ---- pass: kernel selection ---------------------------------------------------------- */
+
+static int slot_allowed(const ct_context *ctx, int slot) {
+    switch (slot) {
+    case CT_KERNEL_ONEDNN: return ct_context_use_onednn(ctx);
+    case CT_KERNEL_AVX512: return ct_context_isa(ctx) >= CT_ISA_AVX512;
+    case CT_KERNEL_AVX2: return ct_context_isa(ctx) >= CT_ISA_AVX2;
+    default: return 1;
+    }
+}
+
+static const int k_slot_order[CT_KERNEL_SLOTS] = {CT_KERNEL_ONEDNN, CT_KERNEL_AVX512, CT_KERNEL_AVX2, CT_KERNEL_REF};
+
+/* Picks the best allowed kernel for node i strictly after `after` in the
+ * preference order (-1: from the top). Returns 0 when none is left. */
+static int pick_kernel(ct_plan *p, int i, int after) {
+    const ct_op_info *info = ct_op_table(p->g.nodes[i].op);
+    int start = 0;
+    if (after >= 0)
+        for (int k = 0; k < CT_KERNEL_SLOTS; k++)
+            if (k_slot_order[k] == after) start = k + 1;
+    for (int k = start; k < CT_KERNEL_SLOTS; k++) {
+        int s = k_slot_order[k];
+        if (info->kernel[s] && slot_allowed(p->ctx, s)) {
+            p->pn[i].slot = s;
+            p->pn[i].kernel = info->kernel[s];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static ct_status pass_select_kernels(ct_plan *p) {
+    ct_graph *g = &p->g;
+    for (int i = 0; i < g->n; i++) {
+        ct_op op = g->nodes[i].op;
+        p->pn[i].slot = -1;
+        if (!p->pn[i].live || op == CT_OP_INPUT || op == CT_OP_PARAM || op == CT_OP_BUFFER || op == CT_OP_RESHAPE)
+            continue;
+        if (!pick_kernel(p, i, -1))
+            return ct_set_error(p->ctx, CT_E_UNSUPPORTED, "compile: no kernel for op '%s' (node '%s')",
+                                ct_op_table(op)->name, g->nodes[i].name);
+        const ct_op_info *info = ct_op_table(op);
+        p->pn[i].aux_bytes = info->aux_bytes ? info->aux_bytes(g, &g->nodes[i]) : 0;
+        p->pn[i].ws_bytes = info->ws_bytes ? info->ws_bytes(g, &g->nodes[i]) : 0;
+        if (p->pn[i].ws_bytes > p->ws_bytes) p->ws_bytes = p->pn[i].ws_bytes;
+    }
+    return CT_OK;
+}
+
+/* ---- pass: memory planning ------------------------------------------------------------ */
+
+typedef struct {
+    size_t off, size;
+    int end;
+} block;
+
+/* First-fit placement of [size] bytes among live blocks; frees blocks whose
+ * lifetime ended before `now`. */
+static size_t place(block *blocks, int *nb, int now, size_t size, int end, size_t *high) {
+    int w = 0;
+    for (int i = 0; i < *nb; i++)
+        if (blocks[i].end >= now) blocks[w++] = blocks[i];
+    *nb = w;
+    /* blocks sorted by offset: scan gaps */
+    size_t cand = 0;
+    for (int i = 0; i < *nb; i++) {
+        if (blocks[i].off >= cand + size) break;
+        if (blocks[i].off + blocks[i].size > cand) cand = blocks[i].off + blocks[i].size;
+    }
+    int pos = 0;
+    while (pos < *nb && blocks[pos].off < cand) pos++;
+    memmove(&blocks[pos + 1], &blocks[pos], (size_t)(*nb - pos) * sizeof *blocks);
+    blocks[pos] = (block){cand, size, end};
+    (*nb)++;
+    if (cand + size > *high) *high = cand + size;
+    return cand;
+}
+
+static ct_status pass_plan_memory(ct_plan *p) {
+    ct_graph *g = &p->g;
+    ct_plan_node *pn = p->pn;
+    int n = g->n;
+    /* storage roots and last uses */
+    for (int i = 0; i < n; i++) {
+        pn[i].root = g->nodes[i].op == CT_OP_RESHAPE ? pn[g->nodes[i].in[0]].root : i;
+        pn[i].last_use = i;
+        pn[i].grad_of_param = -1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!pn[i].live) continue;
+        const ct_node_def *d = &g->nodes[i];
+        for (int j = 0; j < d->n_in; j++) {
+            ct_node r = pn[d->in[j]].root;
+            if (pn[r].last_use < i) pn[r].last_use = i;
+            if (pn[d->in[j]].last_use < i) pn[d->in[j]].last_use = i;
+        }
+    }
+    for (int i = 0; i < n; i++) { /* an alias keeps its root alive */
+        ct_node r = pn[i].root;
+        if (pn[i].live && pn[r].last_use < pn[i].last_use) pn[r].last_use = pn[i].last_use;
+    }
+    if (p->loss != CT_NONE) pn[pn[p->loss].root].last_use = n;
+    for (int i = 0; i < p->n_outputs; i++) pn[pn[p->outputs[i]].root].last_use = n;
+    /* parameters and their gradients */
+    size_t off = 0;
+    for (int i = 0; i < p->n_params; i++) {
+        ct_node q = p->params[i];
+        p->param_off[i] = off;
+        pn[q].arena = CT_ARENA_PARAM;
+        pn[q].offset = off * sizeof(float);
+        off += ct_align_up((size_t)ct_node_numel(&g->nodes[q]), CT_ALIGN / sizeof(float));
+        if (p->param_grads[i] != CT_NONE) {
+            ct_node gq = p->param_grads[i];
+            pn[gq].arena = CT_ARENA_GRAD;
+            pn[gq].offset = pn[q].offset;
+            pn[gq].grad_of_param = i;
+        }
+    }
+    p->n_param_floats = off;
+    off = 0;
+    for (int i = 0; i < n; i++) {
+        if (g->nodes[i].op != CT_OP_BUFFER) continue;
+        pn[i].arena = CT_ARENA_BUFFER;
+        pn[i].offset = off * sizeof(float);
+        off += ct_align_up((size_t)ct_node_numel(&g->nodes[i]), CT_ALIGN / sizeof(float));
+    }
+    p->n_buffer_floats = off;
+    /* activations: inputs live for the whole step, the rest by lifetime */
+    block *blocks = malloc(sizeof(block) * (size_t)(2 * n + 2));
+    if (!blocks) return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory planning activations");
+    int nb = 0;
+    size_t high = 0;
+    for (int i = 0; i < n; i++) {
+        const ct_node_def *d = &g->nodes[i];
+        if (!pn[i].live) continue;
+        pn[i].bytes = ct_align_up((size_t)ct_node_numel(d) * ct_dtype_size(d->dtype), CT_ALIGN);
+        if (d->op == CT_OP_RESHAPE) {
+            pn[i].arena = CT_ARENA_ALIAS;
+            continue;
+        }
+        int end = d->op == CT_OP_INPUT ? n : pn[i].last_use;
+        if (pn[i].arena == CT_ARENA_NONE) {
+            pn[i].arena = CT_ARENA_ACT;
+            pn[i].offset = place(blocks, &nb, i, pn[i].bytes, end, &high);
+        }
+        if (pn[i].aux_bytes) pn[i].aux_offset = place(blocks, &nb, i, ct_align_up(pn[i].aux_bytes, CT_ALIGN), end, &high);
+    }
+    free(blocks);
+    p->act_bytes = high;
+    return CT_OK;
+}
+
+/* ---- pass: allocation and parameter initialization ------------------------------------- */
+
+static void init_values(float *x, int64_t numel, ct_init init, int64_t fan_in, uint64_t seed, uint64_t stream) {
+    switch (init) {
+    case CT_INIT_ZEROS: memset(x, 0, (size_t)numel * sizeof *x); break;
+    case CT_INIT_ONES: for (int64_t i = 0; i < numel; i++) x[i] = 1.0f; break;
+    case CT_INIT_KAIMING_UNIFORM: {
+        float b = 1.0f / sqrtf((float)(fan_in > 0 ? fan_in : 1));
+        for (int64_t i = 0; i < numel; i++) x[i] = (2.0f * ct_rand_uniform(seed, stream, (uint64_t)i) - 1.0f) * b;
+        break;
+    }
+    case CT_INIT_NORMAL:
+        for (int64_t i = 0; i < numel; i++) {
+            float u1 = ct_rand_uniform(seed, stream, 2 * (uint64_t)i), u2 = ct_rand_uniform(seed, stream, 2 * (uint64_t)i + 1);
+            x[i] = 0.02f * sqrtf(-2.0f * logf(1.0f - u1)) * cosf(6.2831853f * u2);
+        }
+        break;
+    }
+}
+
+static ct_status pass_allocate(ct_plan *p) {
+    ct_graph *g = &p->g;
+    ct_plan_node *pn = p->pn;
+    size_t pb = p->n_param_floats * sizeof(float), bb = p->n_buffer_floats * sizeof(float);
+    CT_TRY(ct_alloc(p->ctx, pb, (void **)&p->param_arena));
+    CT_TRY(ct_alloc(p->ctx, pb, (void **)&p->grad_arena));
+    CT_TRY(ct_alloc(p->ctx, bb, (void **)&p->buffer_arena));
+    CT_TRY(ct_alloc(p->ctx, p->act_bytes, (void **)&p->act_arena));
+    CT_TRY(ct_alloc(p->ctx, p->ws_bytes, &p->ws));
+    memset(p->param_arena, 0, pb);
+    memset(p->grad_arena, 0, pb);
+    memset(p->buffer_arena, 0, bb);
+    memset(p->act_arena, 0, p->act_bytes);
+    for (int i = 0; i < g->n; i++) {
+        switch (pn[i].arena) {
+        case CT_ARENA_PARAM: pn[i].data = (char *)p->param_arena + pn[i].offset; break;
+        case CT_ARENA_GRAD: pn[i].data = (char *)p->grad_arena + pn[i].offset; break;
+        case CT_ARENA_BUFFER: pn[i].data = (char *)p->buffer_arena + pn[i].offset; break;
+        case CT_ARENA_ACT: pn[i].data = p->act_arena + pn[i].offset; break;
+        default: break;
+        }
+        if (pn[i].aux_bytes) pn[i].aux = p->act_arena + pn[i].aux_offset;
+    }
+    for (int i = 0; i < g->n; i++)
+        if (pn[i].arena == CT_ARENA_ALIAS) pn[i].data = pn[pn[i].root].data;
+    uint64_t seed = ct_context_seed(p->ctx);
+    for (int i = 0; i < p->n_params; i++) {
+        const ct_node_def *d = &g->nodes[p->params[i]];
+        init_values(pn[p->params[i]].data, ct_node_numel(d), d->init, d->fan_in, seed, 0x5EED000000ull + (uint64_t)i);
+    }
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i].op == CT_OP_BUFFER) init_values(pn[i].data, ct_node_numel(&g->nodes[i]), g->nodes[i].init, 0, seed, 0);
+    return CT_OK;
+}
+
+/* The ordered list of graph passes. Later work inserts autocast, fusion,
+ * recomputation here. */
+static const struct {
+    const char *name;
+    ct_pass_fn fn;
+} k_passes[] = {
+    {"autodiff", pass_autodiff},
+    {"liveness", pass_liveness},
+    {"select_kernels", pass_select_kernels},
+    {"plan_memory", pass_plan_memory},
+    {"allocate", pass_allocate},
+};
+
+void ct_compile_opts_default(ct_compile_opts *o) {
+    o->build_backward = 1;
+    o->init_params = 1;
+}
+
+ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *outputs, const ct_compile_opts *opts,
+                     ct_plan **out) {
+    if (!src || !out || n_outputs < 0 || (n_outputs && !outputs)) return CT_E_INVALID_ARG;
+    *out = NULL;
+    ct_context *ctx = src->ctx;
+    ct_compile_opts dflt;
+    if (!opts) {
+        ct_compile_opts_default(&dflt);
+        opts = &dflt;
+    }
+    if (loss != CT_NONE) CT_TRY(ct_graph_check_node(src, loss, "compile"));
+    for (int i = 0; i < n_outputs; i++) CT_TRY(ct_graph_check_node(src, outputs[i], "compile"));
+    ct_plan *p = calloc(1, sizeof *p);
+    if (!p) return ct_set_error(ctx, CT_E_OOM, "compile: out of memory");
+    p->ctx = ctx;
+    p->g.ctx = ctx;
+    p->loss = opts->build_backward ? loss : CT_NONE;
+    p->seed = CT_NONE;
+    ct_status s = CT_OK;
+    /* snapshot the graph */
+    p->g.nodes = malloc(sizeof(ct_node_def) * (size_t)(src->n ? src->n : 1));
+    p->outputs = malloc(sizeof(ct_node) * (size_t)(n_outputs + 1));
+    if (!p->g.nodes || !p->outputs) s = ct_set_error(ctx, CT_E_OOM, "compile: out of memory");
+    if (s == CT_OK) {
+        memcpy(p->g.nodes, src->nodes, sizeof(ct_node_def) * (size_t)src->n);
+        p->g.n = p->g.cap = src->n;
+        p->n_fwd = src->n;
+        p->n_outputs = n_outputs;
+        if (n_outputs) memcpy(p->outputs, outputs, sizeof(ct_node) * (size_t)n_outputs);
+        if (loss != CT_NONE) p->outputs[p->n_outputs++] = loss;
+        for (int i = 0; i < src->n; i++) p->n_params += src->nodes[i].op == CT_OP_PARAM;
+        p->params = malloc(sizeof(ct_node) * (size_t)(p->n_params + 1));
+        p->param_grads = malloc(sizeof(ct_node) * (size_t)(p->n_params + 1));
+        p->param_off = malloc(sizeof(size_t) * (size_t)(p->n_params + 1));
+        if (!p->params || !p->param_grads || !p->param_off) s = ct_set_error(ctx, CT_E_OOM, "compile: out of memory");
+    }
+    if (s == CT_OK) {
+        int k = 0;
+        for (int i = 0; i < src->n; i++)
+            if (src->nodes[i].op == CT_OP_PARAM) {
+                p->params[k] = i;
+                p->param_grads[k++] = CT_NONE;
+            }
+    }
+    for (size_t i = 0; s == CT_OK && i < sizeof k_passes / sizeof k_passes[0]; i++) {
+        if (k_passes[i].fn == pass_liveness) { /* node count is final after autodiff */
+            p->pn = calloc((size_t)p->g.n, sizeof *p->pn);
+            if (!p->pn) s = ct_set_error(ctx, CT_E_OOM, "compile: out of memory");
+        }
+        if (s == CT_OK) s = k_passes[i].fn(p);
+    }
+    if (s == CT_OK && !opts->init_params) memset(p->param_arena, 0, p->n_param_floats * sizeof(float));
+    if (s != CT_OK) {
+        ct_plan_free(p);
+        return s;
+    }
+    *out = p;
+    return CT_OK;
+}
+
+void ct_plan_free(ct_plan *p) {
+    if (!p) return;
+    if (p->pn) {
+        for (int i = 0; i < p->g.n; i++) {
+            const ct_op_info *info = ct_op_table(p->g.nodes[i].op);
+            if (p->pn[i].cache && info->cache_free) info->cache_free(p->pn[i].cache);
+        }
+    }
+    ct_free(p->ctx, p->param_arena);
+    ct_free(p->ctx, p->grad_arena);
+    ct_free(p->ctx, p->buffer_arena);
+    ct_free(p->ctx, p->act_arena);
+    ct_free(p->ctx, p->ws);
+    free(p->pn);
+    free(p->g.nodes);
+    free(p->outputs);
+    free(p->params);
+    free(p->param_grads);
+    free(p->param_off);
+    free(p);
+}
+
+/* ---- executor -------------------------------------------------------------------------------- */
+
+static ct_tensor node_tensor(const ct_plan *p, ct_node n) {
+    const ct_node_def *d = &p->g.nodes[n];
+    return ct_tensor_make(p->pn[n].data, d->dtype, d->ndim, d->shape);
+}
+
+static ct_status run_node(ct_plan *p, int i, int training) {
+    const ct_node_def *d = &p->g.nodes[i];
+    ct_plan_node *pn = &p->pn[i];
+    ct_kargs k;
+    k.ctx = p->ctx;
+    k.node = d;
+    k.id = i;
+    k.out = node_tensor(p, i);
+    for (int j = 0; j < d->n_in; j++) {
+        k.in[j] = node_tensor(p, d->in[j]);
+        k.in_aux[j] = p->pn[d->in[j]].aux;
+    }
+    k.aux = pn->aux;
+    k.ws = p->ws;
+    k.ws_bytes = p->ws_bytes;
+    k.cache = &pn->cache;
+    k.training = training;
+    k.step = p->step;
+    k.seed = ct_context_seed(p->ctx);
+    k.nthreads = ct_context_num_threads(p->ctx);
+    ct_status s = pn->kernel(&k);
+    /* A fast kernel may decline a configuration it does not cover: fall back
+     * to the next kernel in preference order, once, for good. */
+    while (s == CT_E_UNSUPPORTED && pn->slot != CT_KERNEL_REF) {
+        if (pn->cache && ct_op_table(d->op)->cache_free) ct_op_table(d->op)->cache_free(pn->cache);
+        pn->cache = NULL;
+        if (!pick_kernel(p, i, pn->slot)) break;
+        ct_context_clear_error(p->ctx);
+        s = pn->kernel(&k);
+    }
+    if (s != CT_OK && !ct_context_last_error(p->ctx)[0])
+        ct_set_error(p->ctx, s, "op '%s' (node '%s') failed", ct_op_table(d->op)->name, d->name);
+    return s;
+}
+
+static int is_leaf(ct_op op) { return op == CT_OP_INPUT || op == CT_OP_PARAM || op == CT_OP_BUFFER || op == CT_OP_RESHAPE; }
+
+ct_status ct_plan_forward(ct_plan *p, int training) {
+    if (!p) return CT_E_INVALID_ARG;
+    for (int i = 0; i < p->g.n; i++) {
+        const ct_node_def *d = &p->g.nodes[i];
+        if (!p->pn[i].live || (d->flags & CT_NODE_BACKWARD) || is_leaf(d->op)) continue;
+        CT_TRY(run_node(p, i, training));
+    }
+    return CT_OK;
+}
+
+ct_status ct_plan_backward(ct_plan *p) {
+    if (!p) return CT_E_INVALID_ARG;
+    if (p->seed == CT_NONE)
+        return ct_set_error(p->ctx, CT_E_STATE, "backward: this plan was compiled without a loss (forward only)");
+    *(float *)p->pn[p->seed].data = 1.0f;
+    for (int i = p->n_fwd; i < p->g.n; i++) {
+        const ct_node_def *d = &p->g.nodes[i];
+        if (!p->pn[i].live || !(d->flags & CT_NODE_BACKWARD) || is_leaf(d->op)) continue;
+        CT_TRY(run_node(p, i, 1));
+        int pi = p->pn[i].grad_of_param;
+        if (pi >= 0 && p->grad_ready) {
+            ct_tensor t = node_tensor(p, i);
+            p->grad_ready(p->grad_ready_user, pi, &t);
+        }
+    }
+    return CT_OK;
+}
+
+ct_status ct_plan_zero_grads(ct_plan *p) {
+    memset(p->grad_arena, 0, p->n_param_floats * sizeof(float));
+    return CT_OK;
+}
+
+void ct_plan_set_step(ct_plan *p, uint64_t step) { p->step = step; }
+
+void ct_plan_set_grad_ready(ct_plan *p, ct_grad_ready_fn fn, void *user) {
+    p->grad_ready = fn;
+    p->grad_ready_user = user;
+}
+
+/* ---- accessors ---------------------------------------------------------------------------------- */
+
+ct_status ct_plan_tensor(ct_plan *p, ct_node n, ct_tensor *out) {
+    if (!p || !out) return CT_E_INVALID_ARG;
+    if (n < 0 || n >= p->n_fwd)
+        return ct_set_error(p->ctx, CT_E_INVALID_ARG, "plan_tensor: node %d is not in the compiled graph", (int)n);
+    if (!p->pn[n].live || !p->pn[n].data)
+        return ct_set_error(p->ctx, CT_E_STATE,
+                            "plan_tensor: node '%s' is not kept by this plan; pass it in `outputs` to ct_compile",
+                            p->g.nodes[n].name);
+    *out = node_tensor(p, n);
+    return CT_OK;
+}
+
+static int param_index(const ct_plan *p, ct_node n) {
+    for (int i = 0; i < p->n_params; i++)
+        if (p->params[i] == n) return i;
+    return -1;
+}
+
+ct_status ct_plan_grad(ct_plan *p, ct_node param, ct_tensor *out) {
+    int i = param_index(p, param);
+    if (i < 0) return ct_set_error(p->ctx, CT_E_INVALID_ARG, "plan_grad: node %d is not a parameter", (int)param);
+    const ct_node_def *d = &p->g.nodes[param];
+    *out = ct_tensor_make(p->grad_arena + p->param_off[i], CT_F32, d->ndim, d->shape);
+    return CT_OK;
+}
+
+ct_status ct_plan_loss(ct_plan *p, float *out) {
+    if (p->loss == CT_NONE) return ct_set_error(p->ctx, CT_E_STATE, "plan_loss: plan has no loss");
+    *out = *(const float *)p->pn[p->loss].data;
+    return CT_OK;
+}
+
+int ct_plan_num_params(const ct_plan *p) { return p->n_params; }
+
+ct_status ct_plan_param_info(const ct_plan *p, int i, const char **name, ct_tensor *value, ct_tensor *grad) {
+    if (i < 0 || i >= p->n_params) return CT_E_INVALID_ARG;
+    const ct_node_def *d = &p->g.nodes[p->params[i]];
+    if (name) *name = d->name;
+    if (value) *value = ct_tensor_make(p->param_arena + p->param_off[i], CT_F32, d->ndim, d->shape);
+    if (grad) *grad = ct_tensor_make(p->grad_arena + p->param_off[i], CT_F32, d->ndim, d->shape);
+    return CT_OK;
+}
+
+ct_status ct_plan_param_arena(ct_plan *p, float **params, float **grads, size_t *n) {
+    if (params) *params = p->param_arena;
+    if (grads) *grads = p->grad_arena;
+    if (n) *n = p->n_param_floats;
+    return CT_OK;
+}
+
+ct_status ct_plan_buffer_arena(ct_plan *p, float **buffers, size_t *n) {
+    if (buffers) *buffers = p->buffer_arena;
+    if (n) *n = p->n_buffer_floats;
+    return CT_OK;
+}
+
+void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *o) {
+    memset(o, 0, sizeof *o);
+    o->param_bytes = o->grad_bytes = p->n_param_floats * sizeof(float);
+    o->buffer_bytes = p->n_buffer_floats * sizeof(float);
+    o->activation_bytes = p->act_bytes;
+    o->workspace_bytes = p->ws_bytes;
+    o->n_nodes = p->g.n;
+    o->n_params = p->n_params;
+}
+
+const char *ct_plan_kernel_name(const ct_plan *p, ct_node n) {
+    if (n < 0 || n >= p->g.n || p->pn[n].slot < 0) return "none";
+    return ct_kernel_slot_name(p->pn[n].slot);
+}
+
+ct_context *ct_plan_context(const ct_plan *p) { return p->ctx; }

@@ -1,0 +1,51 @@
+/* src/graph/plan.h - the compiled plan: graph snapshot with backward nodes,
+ * kernel choice and memory placement for every node. Internal. */
+#ifndef CT_GRAPH_PLAN_H
+#define CT_GRAPH_PLAN_H
+
+#include "ir.h"
+
+enum { CT_ARENA_NONE = 0, CT_ARENA_PARAM, CT_ARENA_GRAD, CT_ARENA_BUFFER, CT_ARENA_ACT, CT_ARENA_ALIAS };
+
+typedef struct ct_plan_node {
+    uint8_t live;        /* executed / kept                                    */
+    uint8_t arena;       /* CT_ARENA_*                                         */
+    int slot;            /* chosen kernel slot                                 */
+    ct_kernel_fn kernel;
+    size_t offset;       /* within its arena (bytes)                           */
+    size_t bytes;
+    size_t aux_bytes, aux_offset; /* aux lives in the activation arena         */
+    size_t ws_bytes;
+    int last_use;        /* last node index that reads this storage            */
+    ct_node root;        /* storage root (self unless an alias)                */
+    int grad_of_param;   /* param index whose final gradient this node is, or -1 */
+    void *data, *aux, *cache;
+} ct_plan_node;
+
+struct ct_plan {
+    ct_context *ctx;
+    ct_graph g;          /* owned snapshot incl. backward nodes               */
+    ct_plan_node *pn;
+    int n_fwd;           /* nodes [0, n_fwd) are the user's forward graph     */
+    ct_node loss, seed;
+    int n_outputs;
+    ct_node *outputs;
+    /* parameters in arena order */
+    int n_params;
+    ct_node *params, *param_grads;
+    size_t *param_off;   /* float offset into param/grad arenas              */
+    float *param_arena, *grad_arena, *buffer_arena;
+    size_t n_param_floats, n_buffer_floats;
+    char *act_arena;
+    size_t act_bytes;
+    void *ws;
+    size_t ws_bytes;
+    uint64_t step;
+    ct_grad_ready_fn grad_ready;
+    void *grad_ready_user;
+};
+
+/* Graph passes run by ct_compile, in order. */
+typedef ct_status (*ct_pass_fn)(ct_plan *p);
+
+#endif

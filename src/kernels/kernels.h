@@ -1,0 +1,85 @@
+/* src/kernels/kernels.h - every kernel of every op, by slot.
+ *
+ * ct_k_<op>_ref     plain C reference (src/kernels/ref/)   - the ground truth
+ * ct_k_<op>_avx2    SIMD body compiled for AVX2+FMA        (src/kernels/simd/)
+ * ct_k_<op>_avx512  the same body compiled for AVX-512     (src/kernels/simd/)
+ * ct_k_<op>_onednn  oneDNN primitive                       (src/kernels/onednn/)
+ *
+ * A fast kernel may return CT_E_UNSUPPORTED for a configuration it does not
+ * cover; the executor then falls back to the next kernel for that node. */
+#ifndef CT_KERNELS_H
+#define CT_KERNELS_H
+
+#include "graph/ir.h"
+
+#define CT_KERNEL_OPS(X)                                                                  \
+    X(matmul) X(linear) X(conv2d) X(conv2d_bwd_data) X(conv2d_bwd_weight)                 \
+    X(maxpool2d) X(maxpool2d_bwd) X(avgpool2d) X(avgpool2d_bwd)                           \
+    X(batchnorm) X(batchnorm_bwd_data) X(batchnorm_bwd_gamma)                             \
+    X(layernorm) X(layernorm_bwd_data) X(layernorm_bwd_gamma)                             \
+    X(unary) X(unary_bwd) X(scale) X(binary) X(dropout)                                   \
+    X(sum) X(broadcast_to) X(sum_to)                                                      \
+    X(transpose) X(concat) X(slice) X(slice_bwd)                                          \
+    X(softmax) X(log_softmax) X(softmax_bwd) X(log_softmax_bwd)                           \
+    X(cross_entropy) X(cross_entropy_bwd) X(embedding) X(embedding_bwd)
+
+#define CT_DECL_REF(op) ct_status ct_k_##op##_ref(ct_kargs *k);
+#define CT_DECL_SIMD(op) ct_status ct_k_##op##_avx2(ct_kargs *k); ct_status ct_k_##op##_avx512(ct_kargs *k);
+CT_KERNEL_OPS(CT_DECL_REF)
+CT_KERNEL_OPS(CT_DECL_SIMD)
+
+/* oneDNN kernels (matmul family and convolutions). */
+ct_status ct_k_matmul_onednn(ct_kargs *k);
+ct_status ct_k_linear_onednn(ct_kargs *k);
+ct_status ct_k_conv2d_onednn(ct_kargs *k);
+ct_status ct_k_conv2d_bwd_data_onednn(ct_kargs *k);
+ct_status ct_k_conv2d_bwd_weight_onednn(ct_kargs *k);
+void ct_onednn_cache_free(void *cache);
+
+/* Shared helpers ---------------------------------------------------------------- */
+
+/* Dropout keep decision for element i: the same in forward and backward, on
+ * every ISA and thread count. */
+static inline int ct_dropout_keep(uint64_t seed, uint64_t stream, uint64_t step, uint64_t i, float p) {
+    return ct_rand_uniform(seed, (stream << 32) ^ step, i) >= p;
+}
+
+/* Row-major strides for an out-of-graph shape. */
+static inline void ct_contig_strides(int ndim, const int64_t *shape, int64_t *strides) {
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= shape[i];
+    }
+}
+
+/* Strides of `in` aligned to `out`'s dims for NumPy broadcasting: 0 where
+ * `in` has size 1 (or lacks the dim). */
+static inline void ct_bcast_strides(const ct_tensor *in, const ct_tensor *out, int64_t *st) {
+    int64_t cs[CT_MAX_DIMS];
+    ct_contig_strides(in->ndim, in->shape, cs);
+    int off = out->ndim - in->ndim;
+    for (int i = 0; i < out->ndim; i++) {
+        int j = i - off;
+        st[i] = (j < 0 || in->shape[j] == 1) ? 0 : cs[j];
+    }
+}
+
+/* Offset into a broadcast input for flat output index i. */
+static inline int64_t ct_bcast_offset(int64_t i, const ct_tensor *out, const int64_t *st) {
+    int64_t off = 0;
+    for (int d = out->ndim - 1; d >= 0; d--) {
+        int64_t q = i % out->shape[d];
+        i /= out->shape[d];
+        off += q * st[d];
+    }
+    return off;
+}
+
+/* Size helpers used by the op table. */
+size_t ct_aux_maxpool2d(const ct_graph *g, const ct_node_def *d);
+size_t ct_aux_batchnorm(const ct_graph *g, const ct_node_def *d);
+size_t ct_aux_layernorm(const ct_graph *g, const ct_node_def *d);
+size_t ct_ws_sum(const ct_graph *g, const ct_node_def *d);
+
+#endif

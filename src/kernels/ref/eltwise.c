@@ -1,0 +1,102 @@
+/* src/kernels/ref/eltwise.c - reference elementwise ops: activations and
+ * their gradients, scale, broadcasting binary ops, dropout. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+#define SQRT_2_OVER_PI 0.7978845608028654
+#define GELU_C 0.044715
+
+static double act(int kind, double x) {
+    switch (kind) {
+    case CT_UNARY_RELU: return x > 0 ? x : 0;
+    case CT_UNARY_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case CT_UNARY_GELU_TANH: return 0.5 * x * (1.0 + tanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x)));
+    case CT_UNARY_SILU: return x / (1.0 + exp(-x));
+    case CT_UNARY_SIGMOID: return 1.0 / (1.0 + exp(-x));
+    case CT_UNARY_TANH: return tanh(x);
+    default: return NAN;
+    }
+}
+
+/* derivative; v is the output y for relu/sigmoid/tanh and the input x otherwise */
+static double dact(int kind, double v) {
+    switch (kind) {
+    case CT_UNARY_RELU: return v > 0 ? 1.0 : 0.0;
+    case CT_UNARY_GELU: return 0.5 * (1.0 + erf(v / sqrt(2.0))) + v * exp(-0.5 * v * v) / sqrt(2.0 * M_PI);
+    case CT_UNARY_GELU_TANH: {
+        double u = SQRT_2_OVER_PI * (v + GELU_C * v * v * v), t = tanh(u);
+        return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * v * v);
+    }
+    case CT_UNARY_SILU: {
+        double s = 1.0 / (1.0 + exp(-v));
+        return s * (1.0 + v * (1.0 - s));
+    }
+    case CT_UNARY_SIGMOID: return v * (1.0 - v);
+    case CT_UNARY_TANH: return 1.0 - v * v;
+    default: return NAN;
+    }
+}
+
+ct_status ct_k_unary_ref(ct_kargs *k) {
+    const float *x = k->in[0].data;
+    float *y = k->out.data;
+    int kind = (int)k->node->ia[0];
+    int64_t n = ct_tensor_numel(&k->out);
+    for (int64_t i = 0; i < n; i++) y[i] = (float)act(kind, x[i]);
+    return CT_OK;
+}
+
+/* in: dy, v (x or y, see ia[1]) */
+ct_status ct_k_unary_bwd_ref(ct_kargs *k) {
+    const float *dy = k->in[0].data, *v = k->in[1].data;
+    float *dx = k->out.data;
+    int kind = (int)k->node->ia[0];
+    int64_t n = ct_tensor_numel(&k->out);
+    for (int64_t i = 0; i < n; i++) dx[i] = (float)(dy[i] * dact(kind, v[i]));
+    return CT_OK;
+}
+
+ct_status ct_k_scale_ref(ct_kargs *k) {
+    const float *x = k->in[0].data;
+    float *y = k->out.data, s = k->node->fa[0];
+    int64_t n = ct_tensor_numel(&k->out);
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * s;
+    return CT_OK;
+}
+
+ct_status ct_k_binary_ref(ct_kargs *k) {
+    int64_t sa[CT_MAX_DIMS], sb[CT_MAX_DIMS];
+    ct_bcast_strides(&k->in[0], &k->out, sa);
+    ct_bcast_strides(&k->in[1], &k->out, sb);
+    const float *a = k->in[0].data, *b = k->in[1].data;
+    float *y = k->out.data;
+    int kind = (int)k->node->ia[0];
+    int64_t n = ct_tensor_numel(&k->out);
+    for (int64_t i = 0; i < n; i++) {
+        float av = a[ct_bcast_offset(i, &k->out, sa)], bv = b[ct_bcast_offset(i, &k->out, sb)];
+        switch (kind) {
+        case CT_BIN_ADD: y[i] = av + bv; break;
+        case CT_BIN_SUB: y[i] = av - bv; break;
+        case CT_BIN_MUL: y[i] = av * bv; break;
+        default: y[i] = av / bv; break;
+        }
+    }
+    return CT_OK;
+}
+
+/* Forward (training) and backward both apply the mask for (seed, stream, step). */
+ct_status ct_k_dropout_ref(ct_kargs *k) {
+    const float *x = k->in[0].data;
+    float *y = k->out.data, p = k->node->fa[0];
+    int64_t n = ct_tensor_numel(&k->out);
+    if (!k->training || p == 0.0f) {
+        memcpy(y, x, (size_t)n * sizeof *y);
+        return CT_OK;
+    }
+    float scale = 1.0f / (1.0f - p);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = ct_dropout_keep(k->seed, (uint64_t)k->node->ia[0], k->step, (uint64_t)i, p) ? x[i] * scale : 0.0f;
+    return CT_OK;
+}

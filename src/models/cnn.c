@@ -1,0 +1,54 @@
+/* src/models/cnn.c - small CNN: n blocks of conv3x3(pad 1, no bias) ->
+ * batchnorm -> ReLU -> maxpool 2x2, then flatten and a linear classifier. */
+#include <stdio.h>
+
+#include "core/internal.h"
+#include "ctrain/models.h"
+
+ct_status ct_model_cnn(ct_graph *g, ct_node x, int n_blocks, const int64_t *channels, int64_t n_classes,
+                       ct_node *logits) {
+    ct_context *ctx = ct_graph_context(g);
+    if (n_blocks < 1 || !channels || n_classes < 1 || !logits)
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "cnn: need n_blocks >= 1 channel counts and n_classes >= 1");
+    int nd;
+    int64_t s[CT_MAX_DIMS];
+    CT_TRY(ct_node_shape(g, x, &nd, s));
+    if (nd != 4) {
+        char buf[96];
+        return ct_set_error(ctx, CT_E_SHAPE, "cnn: input %s must be (N, C, H, W)", ct_shape_str(nd, s, buf, sizeof buf));
+    }
+    int64_t cin = s[1];
+    char name[64];
+    for (int i = 0; i < n_blocks; i++) {
+        int64_t c = channels[i];
+        if (c < 1) return ct_set_error(ctx, CT_E_INVALID_ARG, "cnn: block %d has %lld channels", i, (long long)c);
+        ct_node w, gam, bet, rm, rv, y;
+        snprintf(name, sizeof name, "conv%d.weight", i + 1);
+        CT_TRY(ct_param(g, name, 4, (int64_t[]){c, cin, 3, 3}, CT_INIT_KAIMING_UNIFORM, cin * 9, &w));
+        CT_TRY(ct_conv2d(g, x, w, CT_NONE, 1, 1, 1, 1, &y));
+        snprintf(name, sizeof name, "conv%d", i + 1);
+        CT_TRY(ct_node_set_name(g, y, name));
+        snprintf(name, sizeof name, "bn%d.weight", i + 1);
+        CT_TRY(ct_param(g, name, 1, (int64_t[]){c}, CT_INIT_ONES, 0, &gam));
+        snprintf(name, sizeof name, "bn%d.bias", i + 1);
+        CT_TRY(ct_param(g, name, 1, (int64_t[]){c}, CT_INIT_ZEROS, 0, &bet));
+        snprintf(name, sizeof name, "bn%d.running_mean", i + 1);
+        CT_TRY(ct_buffer(g, name, 1, (int64_t[]){c}, CT_INIT_ZEROS, &rm));
+        snprintf(name, sizeof name, "bn%d.running_var", i + 1);
+        CT_TRY(ct_buffer(g, name, 1, (int64_t[]){c}, CT_INIT_ONES, &rv));
+        CT_TRY(ct_batchnorm(g, y, gam, bet, rm, rv, 0.1f, 1e-5f, &y));
+        snprintf(name, sizeof name, "bn%d", i + 1);
+        CT_TRY(ct_node_set_name(g, y, name));
+        CT_TRY(ct_relu(g, y, &y));
+        CT_TRY(ct_maxpool2d(g, y, 2, 2, 0, &y));
+        x = y;
+        cin = c;
+    }
+    CT_TRY(ct_flatten(g, x, &x));
+    CT_TRY(ct_node_shape(g, x, &nd, s));
+    ct_node w, b;
+    CT_TRY(ct_param(g, "fc.weight", 2, (int64_t[]){n_classes, s[1]}, CT_INIT_KAIMING_UNIFORM, s[1], &w));
+    CT_TRY(ct_param(g, "fc.bias", 1, (int64_t[]){n_classes}, CT_INIT_KAIMING_UNIFORM, s[1], &b));
+    CT_TRY(ct_linear(g, x, w, b, logits));
+    return ct_node_set_name(g, *logits, "fc");
+}

@@ -1,0 +1,70 @@
+/* tests/test.h - a tiny test framework. Each tests/test_*.c is one binary
+ * with TEST(name) functions listed in a TESTS table; main runs them all and
+ * prints "N passed, N failed". */
+#ifndef CT_TEST_H
+#define CT_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctrain/ctrain.h"
+
+extern int ct_test_failed_checks;
+
+#define CHECK(cond)                                                                      \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            fprintf(stderr, "  CHECK failed %s:%d: %s\n", __FILE__, __LINE__, #cond);    \
+            ct_test_failed_checks++;                                                     \
+            return;                                                                      \
+        }                                                                                \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                             \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            fprintf(stderr, "  CHECK failed %s:%d: %s: ", __FILE__, __LINE__, #cond);    \
+            fprintf(stderr, __VA_ARGS__);                                                \
+            fprintf(stderr, "\n");                                                       \
+            ct_test_failed_checks++;                                                     \
+            return;                                                                      \
+        }                                                                                \
+    } while (0)
+
+/* Checks a ct_status call is CT_OK, printing the context's message if not. */
+#define CHECK_OK(ctx, expr)                                                              \
+    do {                                                                                 \
+        ct_status s_ = (expr);                                                           \
+        if (s_ != CT_OK) {                                                               \
+            fprintf(stderr, "  CHECK_OK failed %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, \
+                    #expr, ct_status_name(s_), ct_context_last_error(ctx));              \
+            ct_test_failed_checks++;                                                     \
+            return;                                                                      \
+        }                                                                                \
+    } while (0)
+
+#define TEST(name) static void name(void)
+
+typedef struct {
+    const char *name;
+    void (*fn)(void);
+} ct_test_case;
+
+int ct_test_main(const char *suite, const ct_test_case *cases, int n, int argc, char **argv);
+
+#define TEST_MAIN(...)                                                                   \
+    int main(int argc, char **argv) {                                                    \
+        static const ct_test_case cases_[] = {__VA_ARGS__};                              \
+        return ct_test_main(__FILE__, cases_, (int)(sizeof cases_ / sizeof cases_[0]), argc, argv); \
+    }
+#define T(fn) {#fn, fn}
+
+/* Helpers shared by tests (tests/util.c) */
+ct_context *test_ctx(int isa, int use_onednn); /* isa -1: best */
+/* max over i of |a-b| / max(|b|, floor) */
+double test_max_rel(const float *a, const float *b, size_t n, double floor);
+void test_fill_uniform(float *x, size_t n, unsigned seed, float lo, float hi);
+
+#endif

@@ -1,0 +1,53 @@
+/* tests/util.c - the test runner and helpers shared by the test binaries. */
+#include <stdlib.h>
+
+#include "test.h"
+
+int ct_test_failed_checks = 0;
+
+int ct_test_main(const char *suite, const ct_test_case *cases, int n, int argc, char **argv) {
+    int passed = 0, failed = 0;
+    const char *only = argc > 1 ? argv[1] : NULL;
+    for (int i = 0; i < n; i++) {
+        if (only && !strstr(cases[i].name, only)) continue;
+        int before = ct_test_failed_checks;
+        cases[i].fn();
+        if (ct_test_failed_checks == before) {
+            passed++;
+            printf("  ok   %s\n", cases[i].name);
+        } else {
+            failed++;
+            printf("  FAIL %s\n", cases[i].name);
+        }
+        fflush(stdout);
+    }
+    printf("%s: %d passed, %d failed\n", suite, passed, failed);
+    return failed ? 1 : 0;
+}
+
+ct_context *test_ctx(int isa, int use_onednn) {
+    ct_context_opts o;
+    ct_context_opts_default(&o);
+    o.isa = isa;
+    o.use_onednn = use_onednn;
+    o.seed = 1234;
+    ct_context *ctx = NULL;
+    if (ct_context_create(&o, &ctx) != CT_OK) {
+        fprintf(stderr, "cannot create context\n");
+        exit(2);
+    }
+    return ctx;
+}
+
+double test_max_rel(const float *a, const float *b, size_t n, double floor) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]) / fmax(fabs((double)b[i]), floor);
+        if (d > m || d != d) m = d != d ? INFINITY : d;
+    }
+    return m;
+}
+
+void test_fill_uniform(float *x, size_t n, unsigned seed, float lo, float hi) {
+    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * ct_rand_uniform(seed, 77, i);
+}
