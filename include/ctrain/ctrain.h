@@ -8,4 +8,5 @@
 #include "optim.h"
 #include "data.h"
 #include "models.h"
+#include "recipe.h"
 #endif

@@ -1,0 +1,56 @@
+/* ctrain/recipe.h - training recipes: every knob of a run in one struct,
+ * read from a JSON file and/or set key by key (the CLI's flags use the same
+ * keys, so both paths share one validation). docs/recipes.md lists every
+ * key. Unknown keys and out-of-range values are CT_E_CONFIG errors that name
+ * the key. */
+#ifndef CTRAIN_RECIPE_H
+#define CTRAIN_RECIPE_H
+
+#include "context.h"
+#include "optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CT_RECIPE_MAX_LAYERS 8
+
+typedef struct ct_recipe {
+    char model[16];          /* "mlp" | "cnn"                                   */
+    int n_hidden;            /* mlp hidden layer sizes                          */
+    int64_t hidden[CT_RECIPE_MAX_LAYERS];
+    int n_channels;          /* cnn block channels                              */
+    int64_t channels[CT_RECIPE_MAX_LAYERS];
+    float dropout;
+    char dataset[32];        /* "mnist" | "fashion-mnist"                        */
+    char data_dir[256];      /* default: data/<dataset>                         */
+    int epochs;
+    int64_t batch_size;
+    int64_t max_steps;       /* stop after this many steps (0: no limit)        */
+    uint64_t seed;
+    int threads;             /* 0: all cores                                    */
+    ct_optim_opts optim;
+    char schedule[16];       /* "constant" | "cosine"                           */
+    int warmup_steps;
+    float min_lr;            /* cosine floor                                    */
+    float label_smoothing;
+    int log_every;           /* steps between progress lines when not a TTY     */
+} ct_recipe;
+
+/* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */
+void ct_recipe_default(ct_recipe *r);
+/* Applies a JSON object's keys on top of *r. */
+ct_status ct_recipe_parse_json(ct_context *ctx, const char *json, ct_recipe *r);
+ct_status ct_recipe_load_file(ct_context *ctx, const char *path, ct_recipe *r);
+/* Sets one key from its text form ("optimizer.lr", "0.01"; lists as
+ * "1024,512"). */
+ct_status ct_recipe_set(ct_context *ctx, ct_recipe *r, const char *key, const char *value);
+/* Checks cross-field consistency (e.g. cnn needs channels). */
+ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r);
+/* Writes the recipe as JSON into buf (for logs). */
+int ct_recipe_to_json(const ct_recipe *r, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,315 @@
+/* src/io/recipe.c - recipe keys, JSON parsing (cJSON) and validation. One
+ * table lists every key with its type, range and meaning; JSON files and CLI
+ * flags both go through set_value, so they validate the same way. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "ctrain/recipe.h"
+
+typedef enum { K_INT, K_I64, K_U64, K_F32, K_BOOL, K_STR, K_LIST, K_ENUM_OPT } key_type;
+
+typedef struct {
+    const char *key;
+    key_type type;
+    size_t off;       /* offset into ct_recipe                         */
+    size_t size;      /* string capacity / list count offset           */
+    double lo, hi;    /* inclusive range for numbers / list items      */
+    const char *choices; /* "a|b|c" for strings that are enums        */
+} key_def;
+
+#define OFF(f) offsetof(ct_recipe, f)
+#define SZ(f) sizeof(((ct_recipe *)0)->f)
+
+static const key_def k_keys[] = {
+    {"model", K_STR, OFF(model), SZ(model), 0, 0, "mlp|cnn"},
+    {"hidden", K_LIST, OFF(hidden), OFF(n_hidden), 1, 1 << 20, NULL},
+    {"channels", K_LIST, OFF(channels), OFF(n_channels), 1, 1 << 16, NULL},
+    {"dropout", K_F32, OFF(dropout), 0, 0, 0.999, NULL},
+    {"dataset", K_STR, OFF(dataset), SZ(dataset), 0, 0, "mnist|fashion-mnist"},
+    {"data_dir", K_STR, OFF(data_dir), SZ(data_dir), 0, 0, NULL},
+    {"epochs", K_INT, OFF(epochs), 0, 1, 100000, NULL},
+    {"batch_size", K_I64, OFF(batch_size), 0, 1, 1 << 20, NULL},
+    {"max_steps", K_I64, OFF(max_steps), 0, 0, 1e15, NULL},
+    {"seed", K_U64, OFF(seed), 0, 0, 1.8e19, NULL},
+    {"threads", K_INT, OFF(threads), 0, 0, 1024, NULL},
+    {"optimizer.name", K_ENUM_OPT, OFF(optim.kind), 0, 0, 0, "sgd|adamw"},
+    {"optimizer.lr", K_F32, OFF(optim.lr), 0, 0, 1e3, NULL},
+    {"optimizer.weight_decay", K_F32, OFF(optim.weight_decay), 0, 0, 1e3, NULL},
+    {"optimizer.momentum", K_F32, OFF(optim.momentum), 0, 0, 0.99999, NULL},
+    {"optimizer.dampening", K_F32, OFF(optim.dampening), 0, 0, 1, NULL},
+    {"optimizer.nesterov", K_BOOL, OFF(optim.nesterov), 0, 0, 1, NULL},
+    {"optimizer.beta1", K_F32, OFF(optim.beta1), 0, 0, 0.99999994, NULL},
+    {"optimizer.beta2", K_F32, OFF(optim.beta2), 0, 0, 0.99999994, NULL},
+    {"optimizer.eps", K_F32, OFF(optim.eps), 0, 1e-30, 1, NULL},
+    {"schedule", K_STR, OFF(schedule), SZ(schedule), 0, 0, "constant|cosine"},
+    {"warmup_steps", K_INT, OFF(warmup_steps), 0, 0, 1e9, NULL},
+    {"min_lr", K_F32, OFF(min_lr), 0, 0, 1e3, NULL},
+    {"label_smoothing", K_F32, OFF(label_smoothing), 0, 0, 0.999, NULL},
+    {"log_every", K_INT, OFF(log_every), 0, 1, 1e9, NULL},
+};
+#define N_KEYS (sizeof k_keys / sizeof k_keys[0])
+
+void ct_recipe_default(ct_recipe *r) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->model, sizeof r->model, "mlp");
+    r->n_hidden = 2;
+    r->hidden[0] = r->hidden[1] = 1024;
+    r->n_channels = 2;
+    r->channels[0] = 32;
+    r->channels[1] = 64;
+    snprintf(r->dataset, sizeof r->dataset, "mnist");
+    r->epochs = 10;
+    r->batch_size = 128;
+    ct_optim_opts_default(&r->optim, CT_OPTIM_ADAMW);
+    snprintf(r->schedule, sizeof r->schedule, "cosine");
+    r->log_every = 100;
+}
+
+static const key_def *find_key(const char *key) {
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (!strcmp(k_keys[i].key, key)) return &k_keys[i];
+    return NULL;
+}
+
+static ct_status unknown_key(ct_context *ctx, const char *key) {
+    char list[1024];
+    size_t o = 0;
+    for (size_t i = 0; i < N_KEYS && o < sizeof list; i++)
+        o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", k_keys[i].key);
+    return ct_set_error(ctx, CT_E_CONFIG, "unknown recipe key '%s'; valid keys: %s (see docs/recipes.md)", key, list);
+}
+
+static int in_choices(const char *choices, const char *v) {
+    size_t n = strlen(v);
+    for (const char *c = choices; *c;) {
+        const char *bar = strchr(c, '|');
+        size_t len = bar ? (size_t)(bar - c) : strlen(c);
+        if (len == n && !strncmp(c, v, n)) return 1;
+        if (!bar) break;
+        c = bar + 1;
+    }
+    return 0;
+}
+
+static ct_status set_number(ct_context *ctx, ct_recipe *r, const key_def *k, double v) {
+    char *base = (char *)r + k->off;
+    if (!isfinite(v) || v < k->lo || v > k->hi)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': value %g is out of range [%g, %g]", k->key, v, k->lo,
+                            k->hi);
+    if ((k->type == K_INT || k->type == K_I64 || k->type == K_U64) && v != floor(v))
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': value %g must be an integer", k->key, v);
+    switch (k->type) {
+    case K_INT: *(int *)base = (int)v; break;
+    case K_I64: *(int64_t *)base = (int64_t)v; break;
+    case K_U64: *(uint64_t *)base = (uint64_t)v; break;
+    case K_F32: *(float *)base = (float)v; break;
+    case K_BOOL: *(int *)base = v != 0; break;
+    default: return CT_E_INTERNAL;
+    }
+    return CT_OK;
+}
+
+static ct_status set_string(ct_context *ctx, ct_recipe *r, const key_def *k, const char *v) {
+    if (k->choices && !in_choices(k->choices, v))
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': '%s' is not one of %s", k->key, v, k->choices);
+    if (k->type == K_ENUM_OPT) {
+        ct_optim_kind kind = !strcmp(v, "sgd") ? CT_OPTIM_SGD : CT_OPTIM_ADAMW;
+        float lr = r->optim.lr;
+        int lr_set = r->optim.kind == kind;
+        ct_optim_opts_default(&r->optim, kind); /* the kind's defaults, then keys set after it */
+        if (lr_set) r->optim.lr = lr;
+        return CT_OK;
+    }
+    if (strlen(v) >= k->size)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': value is longer than %zu characters", k->key,
+                            k->size - 1);
+    snprintf((char *)r + k->off, k->size, "%s", v);
+    return CT_OK;
+}
+
+static ct_status set_list(ct_context *ctx, ct_recipe *r, const key_def *k, const double *v, int n) {
+    if (n < 1 || n > CT_RECIPE_MAX_LAYERS)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': needs 1..%d sizes, got %d", k->key,
+                            CT_RECIPE_MAX_LAYERS, n);
+    int64_t *dst = (int64_t *)((char *)r + k->off);
+    for (int i = 0; i < n; i++) {
+        if (!(v[i] >= k->lo && v[i] <= k->hi) || v[i] != floor(v[i]))
+            return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': item %d (%g) must be an integer in [%g, %g]",
+                                k->key, i, v[i], k->lo, k->hi);
+        dst[i] = (int64_t)v[i];
+    }
+    *(int *)((char *)r + k->size) = n;
+    return CT_OK;
+}
+
+ct_status ct_recipe_set(ct_context *ctx, ct_recipe *r, const char *key, const char *value) {
+    if (!r || !key || !value) return CT_E_INVALID_ARG;
+    const key_def *k = find_key(key);
+    if (!k) return unknown_key(ctx, key);
+    if (k->type == K_STR || k->type == K_ENUM_OPT) return set_string(ctx, r, k, value);
+    if (k->type == K_LIST) {
+        double v[CT_RECIPE_MAX_LAYERS + 1];
+        int n = 0;
+        const char *p = value;
+        while (*p && n <= CT_RECIPE_MAX_LAYERS) {
+            char *end;
+            errno = 0;
+            v[n++] = strtod(p, &end);
+            if (end == p || errno)
+                return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': '%s' is not a comma-separated list of sizes",
+                                    key, value);
+            p = end;
+            if (*p == ',') p++;
+            else if (*p) return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': unexpected '%c' in '%s'", key, *p, value);
+        }
+        return set_list(ctx, r, k, v, n);
+    }
+    if (k->type == K_BOOL) {
+        if (!strcmp(value, "true") || !strcmp(value, "1")) return set_number(ctx, r, k, 1);
+        if (!strcmp(value, "false") || !strcmp(value, "0")) return set_number(ctx, r, k, 0);
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': '%s' is not true or false", key, value);
+    }
+    char *end;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (end == value || *end || errno)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': '%s' is not a number", key, value);
+    return set_number(ctx, r, k, v);
+}
+
+static ct_status apply_json(ct_context *ctx, const cJSON *obj, const char *prefix, ct_recipe *r) {
+    /* optimizer.name first so the kind's defaults do not override later keys */
+    for (int pass = 0; pass < 2; pass++) {
+        for (const cJSON *it = obj->child; it; it = it->next) {
+            char key[128];
+            snprintf(key, sizeof key, "%s%s", prefix, it->string ? it->string : "");
+            int is_name = !strcmp(key, "optimizer.name");
+            if ((pass == 0) != is_name && !cJSON_IsObject(it)) continue;
+            if (cJSON_IsObject(it)) {
+                if (pass == 1) continue;
+                if (prefix[0] || strcmp(it->string, "optimizer")) return unknown_key(ctx, key);
+                CT_TRY(apply_json(ctx, it, "optimizer.", r));
+                continue;
+            }
+            const key_def *k = find_key(key);
+            if (!k) return unknown_key(ctx, key);
+            if (k->type == K_STR || k->type == K_ENUM_OPT) {
+                if (!cJSON_IsString(it))
+                    return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s' must be a string", key);
+                CT_TRY(set_string(ctx, r, k, it->valuestring));
+            } else if (k->type == K_LIST) {
+                double v[CT_RECIPE_MAX_LAYERS + 1];
+                int n = 0;
+                if (!cJSON_IsArray(it))
+                    return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s' must be an array of sizes", key);
+                for (const cJSON *e = it->child; e; e = e->next) {
+                    if (!cJSON_IsNumber(e))
+                        return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': item %d is not a number", key, n);
+                    if (n > CT_RECIPE_MAX_LAYERS) { n++; break; }
+                    v[n++] = e->valuedouble;
+                }
+                CT_TRY(set_list(ctx, r, k, v, n));
+            } else if (k->type == K_BOOL) {
+                if (!cJSON_IsBool(it)) return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s' must be true or false", key);
+                CT_TRY(set_number(ctx, r, k, cJSON_IsTrue(it)));
+            } else {
+                if (!cJSON_IsNumber(it)) return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s' must be a number", key);
+                CT_TRY(set_number(ctx, r, k, it->valuedouble));
+            }
+        }
+    }
+    return CT_OK;
+}
+
+ct_status ct_recipe_parse_json(ct_context *ctx, const char *json, ct_recipe *r) {
+    if (!json || !r) return CT_E_INVALID_ARG;
+    const char *endp = NULL;
+    cJSON *root = cJSON_ParseWithOpts(json, &endp, 1);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        int line = 1, col = 1;
+        for (const char *c = json; at && c < at && *c; c++) {
+            if (*c == '\n') { line++; col = 1; }
+            else col++;
+        }
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe is not valid JSON: syntax error at line %d, column %d", line, col);
+    }
+    ct_status s = CT_OK;
+    if (!cJSON_IsObject(root)) s = ct_set_error(ctx, CT_E_CONFIG, "recipe must be a JSON object {...}");
+    else s = apply_json(ctx, root, "", r);
+    cJSON_Delete(root);
+    return s;
+}
+
+ct_status ct_recipe_load_file(ct_context *ctx, const char *path, ct_recipe *r) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return ct_set_error(ctx, CT_E_IO, "cannot open recipe '%s': %s", path, strerror(errno));
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    if (n < 0 || n > (1 << 24) || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return ct_set_error(ctx, CT_E_IO, "cannot read recipe '%s' (not a regular file or larger than 16 MiB)", path);
+    }
+    buf = malloc((size_t)n + 1);
+    if (!buf) {
+        fclose(f);
+        return ct_set_error(ctx, CT_E_OOM, "out of memory reading recipe '%s'", path);
+    }
+    size_t got = fread(buf, 1, (size_t)n, f);
+    fclose(f);
+    buf[got] = 0;
+    ct_status s = ct_recipe_parse_json(ctx, buf, r);
+    free(buf);
+    if (s != CT_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ct_context_last_error(ctx));
+        const char *colon = strstr(msg, ": ");
+        ct_set_error(ctx, s, "%s: %s", path, colon ? colon + 2 : msg);
+    }
+    return s;
+}
+
+ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
+    if (!strcmp(r->model, "mlp") && r->n_hidden < 0) return ct_set_error(ctx, CT_E_CONFIG, "mlp needs 'hidden'");
+    if (!strcmp(r->model, "cnn") && r->n_channels < 1)
+        return ct_set_error(ctx, CT_E_CONFIG, "cnn needs 'channels', e.g. [32, 64]");
+    if (r->optim.kind == CT_OPTIM_SGD && r->optim.nesterov && (r->optim.momentum <= 0 || r->optim.dampening != 0))
+        return ct_set_error(ctx, CT_E_CONFIG, "optimizer.nesterov needs optimizer.momentum > 0 and dampening 0");
+    if (r->min_lr > r->optim.lr)
+        return ct_set_error(ctx, CT_E_CONFIG, "min_lr %g is larger than optimizer.lr %g", (double)r->min_lr,
+                            (double)r->optim.lr);
+    return CT_OK;
+}
+
+static int list_json(char *buf, size_t len, const int64_t *v, int n) {
+    size_t o = 0;
+    o += (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < n && o < len; i++) o += (size_t)snprintf(buf + o, len - o, i ? ", %lld" : "%lld", (long long)v[i]);
+    if (o < len) o += (size_t)snprintf(buf + o, len - o, "]");
+    return (int)o;
+}
+
+int ct_recipe_to_json(const ct_recipe *r, char *buf, size_t len) {
+    char h[160], c[160];
+    list_json(h, sizeof h, r->hidden, r->n_hidden);
+    list_json(c, sizeof c, r->channels, r->n_channels);
+    return snprintf(buf, len,
+                    "{\"model\": \"%s\", \"hidden\": %s, \"channels\": %s, \"dropout\": %g, \"dataset\": \"%s\", "
+                    "\"epochs\": %d, \"batch_size\": %lld, \"seed\": %llu, \"optimizer\": {\"name\": \"%s\", "
+                    "\"lr\": %g, \"weight_decay\": %g, \"momentum\": %g, \"nesterov\": %s, \"beta1\": %g, "
+                    "\"beta2\": %g, \"eps\": %g}, \"schedule\": \"%s\", \"warmup_steps\": %d, \"min_lr\": %g, "
+                    "\"label_smoothing\": %g}",
+                    r->model, h, c, (double)r->dropout, r->dataset, r->epochs, (long long)r->batch_size,
+                    (unsigned long long)r->seed, r->optim.kind == CT_OPTIM_SGD ? "sgd" : "adamw",
+                    (double)r->optim.lr, (double)r->optim.weight_decay, (double)r->optim.momentum,
+                    r->optim.nesterov ? "true" : "false", (double)r->optim.beta1, (double)r->optim.beta2,
+                    (double)r->optim.eps, r->schedule, r->warmup_steps, (double)r->min_lr,
+                    (double)r->label_smoothing);
+}

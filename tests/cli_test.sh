@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# tests/cli_test.sh - the ctrain CLI end to end: --help, a short real run on
+# MNIST, and bad input (missing / truncated / corrupt IDX files, malformed
+# recipe, unknown keys and flags): each must exit non-zero with a clear
+# message and never crash (exit code < 128, no sanitizer report).
+# usage: tests/cli_test.sh path/to/ctrain
+set -u
+CT=${1:-build/ctrain}
+pass=0
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# expect NAME WANT_RC PATTERN -- command...
+expect() {
+  local name=$1 want=$2 pat=$3
+  shift 4
+  local out rc
+  out=$(timeout -k 5 300 "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -eq "$want" ] && printf '%s' "$out" | grep -qiE -- "$pat" && ! printf '%s' "$out" | grep -q "Sanitizer"; then
+    pass=$((pass + 1))
+    echo "  ok   $name"
+  else
+    fail=$((fail + 1))
+    echo "  FAIL $name (rc $rc, want $want, pattern '$pat')"
+    printf '%s\n' "$out" | tail -n 8 | sed 's/^/       /'
+  fi
+}
+
+expect help 0 "usage: ctrain train" -- "$CT" train --help
+expect unknown_command 2 "unknown command" -- "$CT" frobnicate
+expect unknown_flag 2 "unknown option '--epoch'" -- "$CT" train --epoch 3
+expect missing_value 2 "needs a value" -- "$CT" train --lr
+
+printf '{"epochs": 2,\n  "batch_size": }\n' > "$tmp/bad.json"
+expect malformed_recipe 1 "not valid JSON.*line 2" -- "$CT" train --recipe "$tmp/bad.json"
+printf '{"epochs": 2, "learning_rate": 0.1}\n' > "$tmp/unknown.json"
+expect unknown_recipe_key 1 "unknown recipe key 'learning_rate'" -- "$CT" train --recipe "$tmp/unknown.json"
+expect out_of_range 1 "optimizer.lr.*out of range" -- "$CT" train --lr -1
+expect bad_beta 1 "beta1" -- "$CT" train --set optimizer.beta1=1.5
+expect missing_recipe 1 "cannot open recipe" -- "$CT" train --recipe "$tmp/nope.json"
+
+expect missing_data 1 "E70001.*$tmp/empty.*setup.sh" -- "$CT" train --data-dir "$tmp/empty"
+if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
+  mkdir -p "$tmp/trunc" "$tmp/corrupt"
+  for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+    cp data/mnist/$f "$tmp/trunc/" && cp data/mnist/$f "$tmp/corrupt/"
+  done
+  truncate -s 100000 "$tmp/trunc/train-images-idx3-ubyte"
+  printf '\x00\x00\x09\x03' | dd of="$tmp/corrupt/t10k-images-idx3-ubyte" bs=1 count=4 conv=notrunc 2>/dev/null
+  expect truncated_idx 1 "E70002.*truncated" -- "$CT" train --data-dir "$tmp/trunc"
+  expect corrupt_idx 1 "E70002" -- "$CT" train --data-dir "$tmp/corrupt"
+  expect short_real_run 0 "test acc" -- "$CT" train --epochs 1 --max-steps 30 --batch-size 64 --hidden 64 --threads 2
+else
+  echo "  FAIL data/mnist is missing: run scripts/setup.sh"
+  fail=$((fail + 1))
+fi
+echo "cli_test.sh: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

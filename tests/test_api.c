@@ -1,0 +1,277 @@
+/* tests/test_api.c - the API's contract: clear errors for bad model
+ * building (shape mismatch, dtype mismatch, unsupported dtype, bad ids),
+ * memory budget (E60003), status names/codes, and that a training step
+ * after the first allocates nothing (counting allocator). */
+#include "test.h"
+
+static int contains(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
+
+TEST(status_codes_have_names_and_advice) {
+    CHECK(!strcmp(ct_status_code(CT_E_DTYPE), "E40005"));
+    CHECK(!strcmp(ct_status_code(CT_E_UNSUPPORTED), "E50001"));
+    CHECK(!strcmp(ct_status_code(CT_E_OOM), "E60003"));
+    for (int s = 0; s < CT_STATUS_COUNT; s++) {
+        CHECK(ct_status_name((ct_status)s)[0]);
+        CHECK(ct_status_advice((ct_status)s)[0]);
+    }
+    CHECK(!strcmp(ct_status_name((ct_status)999), "CT_E_INTERNAL"));
+}
+
+TEST(shape_mismatch_is_a_clear_error) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_graph *g;
+    CHECK_OK(ctx, ct_graph_create(ctx, &g));
+    ct_node x, w, y;
+    CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){8, 784}, &x));
+    CHECK_OK(ctx, ct_param(g, "fc1.weight", 2, (int64_t[]){128, 700}, CT_INIT_ZEROS, 700, &w));
+    ct_status s = ct_linear(g, x, w, CT_NONE, &y);
+    CHECK(s == CT_E_SHAPE);
+    const char *m = ct_context_last_error(ctx);
+    CHECK_MSG(contains(m, "fc1.weight") && contains(m, "[8, 784]") && contains(m, "in_features"), "%s", m);
+    /* matmul inner dims, conv channels, broadcast */
+    ct_node a, b, c;
+    CHECK_OK(ctx, ct_input(g, "a", CT_F32, 2, (int64_t[]){3, 4}, &a));
+    CHECK_OK(ctx, ct_input(g, "b", CT_F32, 2, (int64_t[]){5, 6}, &b));
+    CHECK(ct_matmul(g, a, b, 0, 0, &c) == CT_E_SHAPE);
+    CHECK(contains(ct_context_last_error(ctx), "inner dimensions"));
+    CHECK(ct_add(g, a, b, &c) == CT_E_SHAPE);
+    CHECK(contains(ct_context_last_error(ctx), "broadcast"));
+    ct_node img, k;
+    CHECK_OK(ctx, ct_input(g, "img", CT_F32, 4, (int64_t[]){2, 3, 8, 8}, &img));
+    CHECK_OK(ctx, ct_param(g, "conv.weight", 4, (int64_t[]){4, 2, 3, 3}, CT_INIT_ZEROS, 1, &k));
+    CHECK(ct_conv2d(g, img, k, CT_NONE, 1, 1, 1, 1, &c) == CT_E_SHAPE);
+    CHECK(ct_conv2d(g, img, k, CT_NONE, 0, 1, 1, 1, &c) == CT_E_INVALID_ARG);
+    CHECK(ct_reshape(g, a, 2, (int64_t[]){5, -1}, &c) == CT_E_SHAPE);
+    CHECK(ct_input(g, "bad", CT_F32, 2, (int64_t[]){0, 3}, &c) == CT_E_SHAPE);
+    CHECK(ct_linear(g, 12345, w, CT_NONE, &y) == CT_E_INVALID_ARG);
+    /* the model builders propagate the same errors */
+    ct_node img1;
+    CHECK_OK(ctx, ct_input(g, "img1", CT_F32, 2, (int64_t[]){2, 10}, &img1));
+    CHECK(ct_model_cnn(g, img1, 1, (int64_t[]){4}, 10, &c) == CT_E_SHAPE);
+    ct_graph_free(g);
+    ct_context_free(ctx);
+}
+
+TEST(dtype_mismatch_is_e40005) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_graph *g;
+    CHECK_OK(ctx, ct_graph_create(ctx, &g));
+    ct_node x, w, y, h, lab, l;
+    CHECK_OK(ctx, ct_input(g, "x_bf16", CT_BF16, 2, (int64_t[]){8, 16}, &x));
+    CHECK_OK(ctx, ct_param(g, "w", 2, (int64_t[]){4, 16}, CT_INIT_ZEROS, 16, &w));
+    CHECK(ct_linear(g, x, w, CT_NONE, &y) == CT_E_DTYPE);
+    const char *m = ct_context_last_error(ctx);
+    CHECK_MSG(contains(m, "E40005") && contains(m, "bf16") && contains(m, "f32") && contains(m, "conversion"), "%s", m);
+    /* a single-input op on bf16: unsupported (E50001) */
+    CHECK(ct_relu(g, x, &y) == CT_E_UNSUPPORTED);
+    CHECK(contains(ct_context_last_error(ctx), "E50001"));
+    /* labels must be integer */
+    CHECK_OK(ctx, ct_input(g, "h", CT_F32, 2, (int64_t[]){8, 4}, &h));
+    CHECK_OK(ctx, ct_input(g, "lab", CT_F32, 1, (int64_t[]){8}, &lab));
+    CHECK(ct_cross_entropy(g, h, lab, 0, -100, &l) == CT_E_DTYPE);
+    ct_graph_free(g);
+    ct_context_free(ctx);
+}
+
+TEST(bad_labels_and_ids_fail_at_run_time_with_a_message) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_graph *g;
+    CHECK_OK(ctx, ct_graph_create(ctx, &g));
+    ct_node x, lab, w, logits, loss;
+    CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){4, 6}, &x));
+    CHECK_OK(ctx, ct_input(g, "lab", CT_I32, 1, (int64_t[]){4}, &lab));
+    CHECK_OK(ctx, ct_param(g, "w", 2, (int64_t[]){3, 6}, CT_INIT_KAIMING_UNIFORM, 6, &w));
+    CHECK_OK(ctx, ct_linear(g, x, w, CT_NONE, &logits));
+    CHECK_OK(ctx, ct_cross_entropy(g, logits, lab, 0, -100, &loss));
+    ct_plan *p;
+    CHECK_OK(ctx, ct_compile(g, loss, 0, NULL, NULL, &p));
+    ct_tensor t;
+    CHECK_OK(ctx, ct_plan_tensor(p, lab, &t));
+    ((int32_t *)t.data)[2] = 7; /* 3 classes */
+    CHECK(ct_plan_forward(p, 1) == CT_E_INVALID_ARG);
+    CHECK_MSG(contains(ct_context_last_error(ctx), "label 7"), "%s", ct_context_last_error(ctx));
+    ct_plan_free(p);
+    ct_graph_free(g);
+    ct_context_free(ctx);
+}
+
+TEST(memory_budget_gives_e60003) {
+    ct_context_opts o;
+    ct_context_opts_default(&o);
+    o.memory_budget = 1 << 20; /* 1 MiB */
+    ct_context *ctx;
+    CHECK(ct_context_create(&o, &ctx) == CT_OK);
+    ct_graph *g;
+    CHECK_OK(ctx, ct_graph_create(ctx, &g));
+    ct_node x, y, logits, loss;
+    CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){256, 784}, &x));
+    CHECK_OK(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){256}, &y));
+    CHECK_OK(ctx, ct_model_mlp(g, x, 1, (int64_t[]){1024}, 10, 0, &logits));
+    CHECK_OK(ctx, ct_cross_entropy(g, logits, y, 0, -100, &loss));
+    ct_plan *p = NULL;
+    ct_status s = ct_compile(g, loss, 0, NULL, NULL, &p);
+    CHECK(s == CT_E_OOM && p == NULL);
+    const char *m = ct_context_last_error(ctx);
+    CHECK_MSG(contains(m, "E60003") && contains(m, "budget") && contains(m, "checkpointing"), "%s", m);
+    ct_mem_stats ms;
+    ct_context_mem_stats(ctx, &ms);
+    CHECK(ms.bytes_in_use == 0); /* the failed compile released everything */
+    ct_graph_free(g);
+    ct_context_free(ctx);
+}
+
+static void train_steps(ct_context *ctx, const char *model, int steps, uint64_t *allocs_after_first) {
+    ct_graph *g;
+    CHECK_OK(ctx, ct_graph_create(ctx, &g));
+    ct_node x, y, logits, loss;
+    int cnn = !strcmp(model, "cnn");
+    if (cnn) CHECK_OK(ctx, ct_input(g, "x", CT_F32, 4, (int64_t[]){8, 1, 12, 12}, &x));
+    else CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){8, 30}, &x));
+    CHECK_OK(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){8}, &y));
+    if (cnn) CHECK_OK(ctx, ct_model_cnn(g, x, 2, (int64_t[]){4, 8}, 10, &logits));
+    else CHECK_OK(ctx, ct_model_mlp(g, x, 2, (int64_t[]){32, 16}, 10, 0.1f, &logits));
+    CHECK_OK(ctx, ct_cross_entropy(g, logits, y, 0.1f, -100, &loss));
+    ct_plan *p;
+    CHECK_OK(ctx, ct_compile(g, loss, 1, &logits, NULL, &p));
+    ct_graph_free(g);
+    ct_optim_opts oo;
+    ct_optim_opts_default(&oo, CT_OPTIM_ADAMW);
+    ct_optimizer *opt;
+    CHECK_OK(ctx, ct_optimizer_create(p, &oo, &opt));
+    ct_tensor tx, ty;
+    ct_plan_tensor(p, x, &tx);
+    ct_plan_tensor(p, y, &ty);
+    test_fill_uniform(tx.data, (size_t)ct_tensor_numel(&tx), 3, -1, 1);
+    for (int i = 0; i < 8; i++) ((int32_t *)ty.data)[i] = i % 10;
+    ct_mem_stats before, after;
+    for (int it = 0; it < steps; it++) {
+        if (it == 1) ct_context_mem_stats(ctx, &before);
+        CHECK_OK(ctx, ct_plan_forward(p, 1));
+        CHECK_OK(ctx, ct_plan_backward(p));
+        CHECK_OK(ctx, ct_optimizer_step(opt, 1e-3f));
+        CHECK_OK(ctx, ct_plan_forward(p, 0)); /* evaluation pass too */
+    }
+    ct_context_mem_stats(ctx, &after);
+    *allocs_after_first = after.n_allocs - before.n_allocs;
+    ct_optimizer_free(opt);
+    ct_plan_free(p);
+}
+
+TEST(training_step_after_first_allocates_nothing) {
+    const char *models[] = {"mlp", "cnn"};
+    for (int m = 0; m < 2; m++)
+        for (int fast = 0; fast < 2; fast++) {
+            ct_context *ctx = fast ? test_ctx(-1, 1) : test_ctx(CT_ISA_REF, 0);
+            uint64_t n = 99;
+            train_steps(ctx, models[m], 4, &n);
+            printf("    %s %s: %llu allocations in steps 2..4\n", models[m], fast ? "fast" : "ref",
+                   (unsigned long long)n);
+            CHECK_MSG(n == 0, "%s: %llu allocations after the first step", models[m], (unsigned long long)n);
+            ct_mem_stats ms;
+            ct_context_mem_stats(ctx, &ms);
+            CHECK_MSG(ms.bytes_in_use == 0, "%zu bytes leaked after freeing the plan", ms.bytes_in_use);
+            ct_context_free(ctx);
+        }
+}
+
+TEST(optimizer_rejects_bad_values) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_graph *g;
+    CHECK_OK(ctx, ct_graph_create(ctx, &g));
+    ct_node x, w, y, l;
+    CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){2, 3}, &x));
+    CHECK_OK(ctx, ct_param(g, "w", 2, (int64_t[]){3, 3}, CT_INIT_ONES, 3, &w));
+    CHECK_OK(ctx, ct_matmul(g, x, w, 0, 0, &y));
+    CHECK_OK(ctx, ct_sum(g, y, 3u, 0, &l));
+    ct_plan *p;
+    CHECK_OK(ctx, ct_compile(g, l, 0, NULL, NULL, &p));
+    ct_optim_opts o;
+    ct_optimizer *opt = NULL;
+    ct_optim_opts_default(&o, CT_OPTIM_ADAMW);
+    o.beta1 = 1.0f;
+    CHECK(ct_optimizer_create(p, &o, &opt) == CT_E_INVALID_ARG && !opt);
+    CHECK(contains(ct_context_last_error(ctx), "betas"));
+    ct_optim_opts_default(&o, CT_OPTIM_SGD);
+    o.lr = -1.0f;
+    CHECK(ct_optimizer_create(p, &o, &opt) == CT_E_INVALID_ARG);
+    CHECK(contains(ct_context_last_error(ctx), "lr"));
+    o.lr = 0.1f;
+    o.nesterov = 1;
+    CHECK(ct_optimizer_create(p, &o, &opt) == CT_E_INVALID_ARG);
+    ct_plan_free(p);
+    ct_graph_free(g);
+    ct_context_free(ctx);
+}
+
+/* The fused SIMD update equals the reference loop (SGD momentum+nesterov+wd, AdamW). */
+TEST(optimizer_fast_matches_reference) {
+    for (int kind = 0; kind < 2; kind++) {
+        ct_context *ctx = test_ctx(-1, 1);
+        ct_graph *g;
+        CHECK_OK(ctx, ct_graph_create(ctx, &g));
+        ct_node x, w, y, l;
+        CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){4, 37}, &x));
+        CHECK_OK(ctx, ct_param(g, "w", 2, (int64_t[]){37, 29}, CT_INIT_KAIMING_UNIFORM, 37, &w));
+        CHECK_OK(ctx, ct_matmul(g, x, w, 0, 0, &y));
+        CHECK_OK(ctx, ct_sum(g, y, 3u, 0, &l));
+        ct_plan *p1, *p2;
+        CHECK_OK(ctx, ct_compile(g, l, 0, NULL, NULL, &p1));
+        CHECK_OK(ctx, ct_compile(g, l, 0, NULL, NULL, &p2));
+        ct_optim_opts o;
+        ct_optim_opts_default(&o, kind ? CT_OPTIM_ADAMW : CT_OPTIM_SGD);
+        o.momentum = kind ? 0 : 0.9f;
+        o.nesterov = !kind;
+        o.weight_decay = 0.05f;
+        ct_optimizer *a, *b;
+        CHECK_OK(ctx, ct_optimizer_create(p1, &o, &a));
+        CHECK_OK(ctx, ct_optimizer_create(p2, &o, &b));
+        float *w1, *g1, *w2, *g2;
+        size_t n;
+        ct_plan_param_arena(p1, &w1, &g1, &n);
+        ct_plan_param_arena(p2, &w2, &g2, &n);
+        for (int it = 0; it < 5; it++) {
+            test_fill_uniform(g1, n, 100 + (unsigned)it, -1, 1);
+            memcpy(g2, g1, n * sizeof *g1);
+            CHECK_OK(ctx, ct_optimizer_step(a, 0.01f));
+            CHECK_OK(ctx, ct_optimizer_step_ref(b, 0.01f));
+        }
+        double e = test_max_rel(w1, w2, n, 1e-3);
+        CHECK_MSG(e < 1e-5, "%s fast vs reference: %g", kind ? "adamw" : "sgd", e);
+        ct_optimizer_free(a);
+        ct_optimizer_free(b);
+        ct_plan_free(p1);
+        ct_plan_free(p2);
+        ct_graph_free(g);
+        ct_context_free(ctx);
+    }
+}
+
+TEST(conversions_round_trip) {
+    /* bf16: round to nearest even, NaN preserved */
+    CHECK(ct_f32_to_bf16(1.0f) == 0x3f80);
+    CHECK(ct_bf16_to_f32(ct_f32_to_bf16(3.140625f)) == 3.140625f);
+    float tie;
+    uint32_t u = 0x3f808000u; /* exactly between 0x3f80 and 0x3f81: even is 0x3f80 */
+    memcpy(&tie, &u, 4);
+    CHECK(ct_f32_to_bf16(tie) == 0x3f80);
+    u = 0x3f818000u;
+    memcpy(&tie, &u, 4);
+    CHECK(ct_f32_to_bf16(tie) == 0x3f82);
+    CHECK(isnan(ct_bf16_to_f32(ct_f32_to_bf16(NAN))));
+    CHECK(isinf(ct_bf16_to_f32(ct_f32_to_bf16(INFINITY))));
+    /* fp16 */
+    CHECK(ct_f32_to_f16(1.0f) == 0x3c00);
+    CHECK(ct_f32_to_f16(65504.0f) == 0x7bff);
+    CHECK(ct_f32_to_f16(70000.0f) == 0x7c00);
+    CHECK(ct_f16_to_f32(0x0001) == 5.9604644775390625e-08f); /* smallest subnormal */
+    CHECK(ct_f32_to_f16(5.9604644775390625e-08f) == 0x0001);
+    CHECK(ct_f32_to_f16(2.98e-08f) == 0x0000);                 /* below half of the smallest: rounds to 0 */
+    CHECK(isnan(ct_f16_to_f32(ct_f32_to_f16(NAN))));
+    for (uint32_t h = 0; h < 0x7c00; h++) /* every finite positive half round-trips */
+        CHECK_MSG(ct_f32_to_f16(ct_f16_to_f32((uint16_t)h)) == h, "half 0x%04x", h);
+}
+
+TEST_MAIN(T(status_codes_have_names_and_advice), T(shape_mismatch_is_a_clear_error), T(dtype_mismatch_is_e40005),
+          T(bad_labels_and_ids_fail_at_run_time_with_a_message), T(memory_budget_gives_e60003),
+          T(training_step_after_first_allocates_nothing), T(optimizer_rejects_bad_values),
+          T(optimizer_fast_matches_reference), T(conversions_round_trip))

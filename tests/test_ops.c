@@ -1,0 +1,315 @@
+/* tests/test_ops.c - every op, generated from one case table:
+ *  1. the backward of every op against 4-point finite differences (reference
+ *     kernels, loss = sum(op(...) * R) for a fixed random R);
+ *  2. every fast path (AVX2, AVX-512 where the CPU has it, oneDNN) against
+ *     the reference kernels: forward output and every gradient;
+ *  3. the fast context really ran a fast kernel for the op's node.
+ * A case builds its op from parameters (so every float input gets a
+ * gradient) and returns the op's output node. */
+#include "test.h"
+
+#define CT_TRY(expr)                      \
+    do {                                  \
+        ct_status s_ = (expr);            \
+        if (s_ != CT_OK) return s_;       \
+    } while (0)
+
+typedef ct_status (*build_fn)(ct_graph *g, ct_node *out);
+
+/* uniform(-1, 1) parameters of a given shape */
+static ct_status P(ct_graph *g, const char *name, int nd, const int64_t *s, ct_node *o) {
+    return ct_param(g, name, nd, s, CT_INIT_KAIMING_UNIFORM, 1, o);
+}
+#define S(...) (int64_t[]){__VA_ARGS__}
+#define ND(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
+
+#define CASE(name, ...)                                    \
+    static ct_status name(ct_graph *g, ct_node *out) {     \
+        ct_node a, b, c, d, e;                             \
+        (void)a; (void)b; (void)c; (void)d; (void)e;       \
+        __VA_ARGS__;                                       \
+        return CT_OK;                                      \
+    }
+
+CASE(c_linear, CT_TRY(P(g, "x", ND(3, 4, 7), &a)); CT_TRY(P(g, "w", ND(5, 7), &b)); CT_TRY(P(g, "b", ND(5), &c));
+     CT_TRY(ct_linear(g, a, b, c, out)))
+CASE(c_linear_nobias, CT_TRY(P(g, "x", ND(6, 9), &a)); CT_TRY(P(g, "w", ND(3, 9), &b)); CT_TRY(ct_linear(g, a, b, CT_NONE, out)))
+CASE(c_matmul_nn, CT_TRY(P(g, "a", ND(5, 7), &a)); CT_TRY(P(g, "b", ND(7, 3), &b)); CT_TRY(ct_matmul(g, a, b, 0, 0, out)))
+CASE(c_matmul_tn, CT_TRY(P(g, "a", ND(7, 5), &a)); CT_TRY(P(g, "b", ND(7, 3), &b)); CT_TRY(ct_matmul(g, a, b, 1, 0, out)))
+CASE(c_matmul_nt, CT_TRY(P(g, "a", ND(5, 7), &a)); CT_TRY(P(g, "b", ND(3, 7), &b)); CT_TRY(ct_matmul(g, a, b, 0, 1, out)))
+CASE(c_matmul_tt, CT_TRY(P(g, "a", ND(7, 5), &a)); CT_TRY(P(g, "b", ND(3, 7), &b)); CT_TRY(ct_matmul(g, a, b, 1, 1, out)))
+CASE(c_matmul_batched, CT_TRY(P(g, "a", ND(2, 3, 4, 5), &a)); CT_TRY(P(g, "b", ND(2, 3, 5, 6), &b));
+     CT_TRY(ct_matmul(g, a, b, 0, 0, out)))
+CASE(c_matmul_bcast, CT_TRY(P(g, "a", ND(3, 4, 5), &a)); CT_TRY(P(g, "b", ND(6, 5), &b)); CT_TRY(ct_matmul(g, a, b, 0, 1, out)))
+CASE(c_matmul_bcast_ta, CT_TRY(P(g, "a", ND(3, 5, 4), &a)); CT_TRY(P(g, "b", ND(5, 6), &b)); CT_TRY(ct_matmul(g, a, b, 1, 0, out)))
+CASE(c_conv, CT_TRY(P(g, "x", ND(2, 3, 7, 6), &a)); CT_TRY(P(g, "w", ND(4, 3, 3, 3), &b)); CT_TRY(P(g, "b", ND(4), &c));
+     CT_TRY(ct_conv2d(g, a, b, c, 1, 1, 1, 1, out)))
+CASE(c_conv_s2_d2_g2, CT_TRY(P(g, "x", ND(2, 4, 9, 8), &a)); CT_TRY(P(g, "w", ND(6, 2, 3, 3), &b));
+     CT_TRY(ct_conv2d(g, a, b, CT_NONE, 2, 2, 2, 2, out)))
+CASE(c_maxpool, CT_TRY(P(g, "x", ND(2, 3, 6, 6), &a)); CT_TRY(ct_maxpool2d(g, a, 2, 2, 0, out)))
+CASE(c_maxpool_pad, CT_TRY(P(g, "x", ND(2, 2, 7, 7), &a)); CT_TRY(ct_maxpool2d(g, a, 3, 2, 1, out)))
+CASE(c_avgpool, CT_TRY(P(g, "x", ND(2, 3, 7, 7), &a)); CT_TRY(ct_avgpool2d(g, a, 3, 2, 1, out)))
+CASE(c_gap, CT_TRY(P(g, "x", ND(2, 3, 5, 4), &a)); CT_TRY(ct_global_avgpool(g, a, out)))
+CASE(c_batchnorm, CT_TRY(P(g, "x", ND(4, 3, 5, 5), &a)); CT_TRY(P(g, "g", ND(3), &b)); CT_TRY(P(g, "b", ND(3), &c));
+     CT_TRY(ct_buffer(g, "rm", ND(3), CT_INIT_ZEROS, &d)); CT_TRY(ct_buffer(g, "rv", ND(3), CT_INIT_ONES, &e));
+     CT_TRY(ct_batchnorm(g, a, b, c, d, e, 0.1f, 1e-5f, out)))
+CASE(c_batchnorm_2d, CT_TRY(P(g, "x", ND(8, 5), &a)); CT_TRY(P(g, "g", ND(5), &b)); CT_TRY(P(g, "b", ND(5), &c));
+     CT_TRY(ct_buffer(g, "rm", ND(5), CT_INIT_ZEROS, &d)); CT_TRY(ct_buffer(g, "rv", ND(5), CT_INIT_ONES, &e));
+     CT_TRY(ct_batchnorm(g, a, b, c, d, e, 0.1f, 1e-5f, out)))
+CASE(c_layernorm, CT_TRY(P(g, "x", ND(3, 4, 9), &a)); CT_TRY(P(g, "g", ND(9), &b)); CT_TRY(P(g, "b", ND(9), &c));
+     CT_TRY(ct_layernorm(g, a, b, c, 1e-5f, out)))
+CASE(c_relu, CT_TRY(P(g, "x", ND(5, 13), &a)); CT_TRY(ct_relu(g, a, out)))
+CASE(c_gelu, CT_TRY(P(g, "x", ND(5, 13), &a)); CT_TRY(ct_gelu(g, a, 0, out)))
+CASE(c_gelu_tanh, CT_TRY(P(g, "x", ND(5, 13), &a)); CT_TRY(ct_gelu(g, a, 1, out)))
+CASE(c_silu, CT_TRY(P(g, "x", ND(5, 13), &a)); CT_TRY(ct_silu(g, a, out)))
+CASE(c_sigmoid, CT_TRY(P(g, "x", ND(5, 13), &a)); CT_TRY(ct_sigmoid(g, a, out)))
+CASE(c_tanh, CT_TRY(P(g, "x", ND(5, 13), &a)); CT_TRY(ct_tanh(g, a, out)))
+CASE(c_scale, CT_TRY(P(g, "x", ND(5, 13), &a)); CT_TRY(ct_scale(g, a, -2.5f, out)))
+CASE(c_add_bias, CT_TRY(P(g, "x", ND(4, 19), &a)); CT_TRY(P(g, "b", ND(19), &b)); CT_TRY(ct_add(g, a, b, out)))
+CASE(c_sub_same, CT_TRY(P(g, "x", ND(4, 19), &a)); CT_TRY(P(g, "y", ND(4, 19), &b)); CT_TRY(ct_sub(g, a, b, out)))
+CASE(c_mul_col, CT_TRY(P(g, "x", ND(4, 3, 5), &a)); CT_TRY(P(g, "y", ND(4, 1, 5), &b)); CT_TRY(ct_mul(g, a, b, out)))
+CASE(c_div, CT_TRY(P(g, "x", ND(3, 7), &a)); CT_TRY(P(g, "y", ND(3, 7), &b)); CT_TRY(ct_scale(g, b, 0.25f, &c));
+     CT_TRY(ct_relu(g, b, &d)); CT_TRY(ct_add(g, d, c, &e)); /* keep |y| away from 0: y' = relu(y) + y/4 + 2 */
+     CT_TRY(ct_param(g, "two", ND(1), CT_INIT_ONES, 1, &d)); CT_TRY(ct_add(g, e, d, &c)); CT_TRY(ct_add(g, c, d, &e));
+     CT_TRY(ct_div(g, a, e, out)))
+CASE(c_sum_rows, CT_TRY(P(g, "x", ND(6, 11), &a)); CT_TRY(ct_sum(g, a, 1u, 0, out)))
+CASE(c_mean_last_keep, CT_TRY(P(g, "x", ND(3, 4, 5), &a)); CT_TRY(ct_mean(g, a, 4u, 1, out)))
+CASE(c_sum_nchw, CT_TRY(P(g, "x", ND(2, 3, 4, 5), &a)); CT_TRY(ct_sum(g, a, 1u | 4u | 8u, 0, out)))
+CASE(c_reshape_transpose, CT_TRY(P(g, "x", ND(2, 3, 4), &a)); CT_TRY(ct_reshape(g, a, ND(6, 4), &b));
+     CT_TRY(ct_transpose(g, b, (int[]){1, 0}, out)))
+CASE(c_transpose3, CT_TRY(P(g, "x", ND(2, 3, 4, 5), &a)); CT_TRY(ct_transpose(g, a, (int[]){2, 0, 3, 1}, out)))
+CASE(c_concat, CT_TRY(P(g, "x", ND(2, 3, 4), &a)); CT_TRY(P(g, "y", ND(2, 1, 4), &b)); CT_TRY(P(g, "z", ND(2, 2, 4), &c));
+     CT_TRY(ct_concat(g, 3, (ct_node[]){a, b, c}, 1, out)))
+CASE(c_slice, CT_TRY(P(g, "x", ND(3, 8, 2), &a)); CT_TRY(ct_slice(g, a, 1, 2, 7, out)))
+CASE(c_flatten, CT_TRY(P(g, "x", ND(2, 3, 2, 2), &a)); CT_TRY(ct_flatten(g, a, &b)); CT_TRY(ct_scale(g, b, 1.5f, out)))
+CASE(c_softmax, CT_TRY(P(g, "x", ND(4, 10), &a)); CT_TRY(ct_softmax(g, a, out)))
+CASE(c_log_softmax, CT_TRY(P(g, "x", ND(4, 10), &a)); CT_TRY(ct_log_softmax(g, a, out)))
+CASE(c_dropout, CT_TRY(P(g, "x", ND(6, 40), &a)); CT_TRY(ct_dropout(g, a, 0.3f, out)))
+CASE(c_embedding, CT_TRY(P(g, "w", ND(11, 6), &a)); CT_TRY(ct_input(g, "ids", CT_I32, 2, S(3, 4), &b));
+     CT_TRY(ct_embedding(g, a, b, out)))
+/* cross entropy is a scalar loss itself: the harness multiplies by R[0] */
+CASE(c_cross_entropy, CT_TRY(P(g, "x", ND(6, 7), &a)); CT_TRY(ct_input(g, "labels", CT_I32, 1, S(6), &b));
+     CT_TRY(ct_cross_entropy(g, a, b, 0.1f, 3, out)))
+
+typedef struct {
+    const char *name;
+    build_fn build;
+    int may_decline; /* the fast path may fall back to reference for this configuration */
+} op_case;
+
+static const op_case k_cases[] = {
+    {"linear", c_linear, 0}, {"linear_nobias", c_linear_nobias, 0}, {"matmul_nn", c_matmul_nn, 0},
+    {"matmul_tn", c_matmul_tn, 0}, {"matmul_nt", c_matmul_nt, 0}, {"matmul_tt", c_matmul_tt, 0},
+    {"matmul_batched", c_matmul_batched, 0}, {"matmul_bcast", c_matmul_bcast, 0},
+    {"matmul_bcast_ta", c_matmul_bcast_ta, 0}, {"conv", c_conv, 0}, {"conv_s2_d2_g2", c_conv_s2_d2_g2, 0},
+    {"maxpool", c_maxpool, 0}, {"maxpool_pad", c_maxpool_pad, 0}, {"avgpool", c_avgpool, 0}, {"gap", c_gap, 0},
+    {"batchnorm", c_batchnorm, 0}, {"batchnorm_2d", c_batchnorm_2d, 0}, {"layernorm", c_layernorm, 0},
+    {"relu", c_relu, 0}, {"gelu", c_gelu, 0}, {"gelu_tanh", c_gelu_tanh, 0}, {"silu", c_silu, 0},
+    {"sigmoid", c_sigmoid, 0}, {"tanh", c_tanh, 0}, {"scale", c_scale, 0}, {"add_bias", c_add_bias, 0},
+    {"sub_same", c_sub_same, 0}, {"mul_col", c_mul_col, 1}, {"div", c_div, 0}, {"sum_rows", c_sum_rows, 0},
+    {"mean_last_keep", c_mean_last_keep, 1}, {"sum_nchw", c_sum_nchw, 0},
+    {"reshape_transpose", c_reshape_transpose, 0}, {"transpose3", c_transpose3, 0}, {"concat", c_concat, 0},
+    {"slice", c_slice, 0}, {"flatten", c_flatten, 0}, {"softmax", c_softmax, 0},
+    {"log_softmax", c_log_softmax, 0}, {"dropout", c_dropout, 0}, {"embedding", c_embedding, 0},
+    {"cross_entropy", c_cross_entropy, 0},
+};
+#define N_CASES (int)(sizeof k_cases / sizeof k_cases[0])
+
+typedef struct {
+    ct_context *ctx;
+    ct_plan *plan;
+    ct_node out, loss, r;
+} harness;
+
+/* loss = sum(out * R) with R a fixed random input (scalars: out * R[0]) */
+static ct_status harness_build(ct_context *ctx, const op_case *c, harness *h) {
+    ct_graph *g;
+    h->ctx = ctx;
+    CT_TRY(ct_graph_create(ctx, &g));
+    ct_status s = c->build(g, &h->out);
+    int nd = 0;
+    int64_t shape[CT_MAX_DIMS];
+    ct_node m;
+    if (s == CT_OK) s = ct_node_shape(g, h->out, &nd, shape);
+    if (s == CT_OK && nd == 0) {
+        nd = 1;
+        shape[0] = 1;
+    }
+    if (s == CT_OK) s = ct_input(g, "R", CT_F32, nd, shape, &h->r);
+    if (s == CT_OK) s = ct_mul(g, h->out, h->r, &m);
+    if (s == CT_OK) s = ct_sum(g, m, (1u << nd) - 1, 0, &h->loss);
+    if (s == CT_OK) s = ct_compile(g, h->loss, 1, &h->out, NULL, &h->plan);
+    if (s == CT_OK) { /* inputs: R, ids and labels */
+        for (int i = 0; i < ct_graph_num_nodes(g); i++) {
+            const char *nm = ct_node_name(g, i);
+            ct_tensor t;
+            if (strcmp(ct_node_op_name(g, i), "input")) continue;
+            if (ct_plan_tensor(h->plan, i, &t) != CT_OK) continue;
+            int64_t n = ct_tensor_numel(&t);
+            if (!strcmp(nm, "R")) test_fill_uniform(t.data, (size_t)n, 9, -1, 1);
+            else if (t.dtype == CT_I32)
+                for (int64_t j = 0; j < n; j++) ((int32_t *)t.data)[j] = (int32_t)((j * 5 + 2) % (strcmp(nm, "ids") ? 7 : 11));
+        }
+    }
+    ct_graph_free(g);
+    return s;
+}
+
+/* Keeps parameters away from kinks (relu/maxpool) and ties. */
+static void spread_params(ct_plan *p) {
+    float *w;
+    size_t n;
+    ct_plan_param_arena(p, &w, NULL, &n);
+    for (size_t i = 0; i < n; i++) {
+        if (w[i] == 1.0f || w[i] == 0.0f) continue; /* ones/zeros init (e.g. 'two') */
+        if (fabsf(w[i]) < 0.05f) w[i] = w[i] < 0 ? -0.05f - 0.01f * (float)(i % 7) : 0.05f + 0.01f * (float)(i % 7);
+        w[i] += 1e-4f * (float)(i % 13);
+    }
+}
+
+static ct_status run(harness *h, float *loss) {
+    CT_TRY(ct_plan_forward(h->plan, 1));
+    CT_TRY(ct_plan_backward(h->plan));
+    return ct_plan_loss(h->plan, loss);
+}
+
+static double loss_at(harness *h) {
+    ct_plan_forward(h->plan, 1);
+    float l;
+    ct_plan_loss(h->plan, &l);
+    return l;
+}
+
+TEST(backward_matches_finite_differences) {
+    for (int ci = 0; ci < N_CASES; ci++) {
+        const op_case *c = &k_cases[ci];
+        ct_context *ctx = test_ctx(CT_ISA_REF, 0);
+        harness h;
+        CHECK_OK(ctx, harness_build(ctx, c, &h));
+        spread_params(h.plan);
+        float l0;
+        CHECK_OK(ctx, run(&h, &l0));
+        double worst = 0;
+        for (int pi = 0; pi < ct_plan_num_params(h.plan); pi++) {
+            ct_tensor val, grad;
+            const char *pname;
+            ct_plan_param_info(h.plan, pi, &pname, &val, &grad);
+            int64_t n = ct_tensor_numel(&val);
+            float *gcopy = malloc((size_t)n * sizeof(float));
+            memcpy(gcopy, grad.data, (size_t)n * sizeof(float));
+            int64_t stride = n > 24 ? n / 24 : 1;
+            for (int64_t i = 0; i < n; i += stride) {
+                float *x = (float *)val.data + i, x0 = *x;
+                const float hstep = 1e-2f;
+                double f[4];
+                const float offs[4] = {2, 1, -1, -2};
+                for (int k = 0; k < 4; k++) {
+                    *x = x0 + offs[k] * hstep;
+                    f[k] = loss_at(&h);
+                }
+                *x = x0;
+                double fd = (-f[0] + 8 * f[1] - 8 * f[2] + f[3]) / (12.0 * hstep);
+                double err = fabs(fd - gcopy[i]) / fmax(fabs(fd), 0.05);
+                if (err > worst) worst = err;
+                if (err > 2e-2) {
+                    fprintf(stderr, "  %s: d/d %s[%lld]: analytic %.6g, finite difference %.6g\n", c->name, pname,
+                            (long long)i, (double)gcopy[i], fd);
+                    free(gcopy);
+                    ct_test_failed_checks++;
+                    ct_plan_free(h.plan);
+                    ct_context_free(ctx);
+                    return;
+                }
+            }
+            free(gcopy);
+        }
+        printf("    fd %-18s worst rel err %.2e\n", c->name, worst);
+        ct_plan_free(h.plan);
+        ct_context_free(ctx);
+    }
+}
+
+static double tensor_rel(const float *a, const float *b, int64_t n) {
+    double md = 0, mb = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > md || d != d) md = d != d ? INFINITY : d;
+        if (fabs(b[i]) > mb) mb = fabs(b[i]);
+    }
+    return md / fmax(mb, 1e-6);
+}
+
+/* Compare a fast context against the reference context for every case. */
+static void compare_fast(int isa, int onednn, const char *label) {
+    ct_context *probe = test_ctx(isa, onednn);
+    int lowered = (isa >= 0 && ct_context_isa(probe) != (ct_isa)isa) || (onednn && !ct_context_use_onednn(probe)) ||
+                  (isa < 0 && ct_context_isa(probe) == CT_ISA_REF && !ct_context_use_onednn(probe));
+    ct_context_free(probe);
+    if (lowered) {
+        printf("    skipped %s: CT_ISA/CT_ONEDNN in the environment lowered the kernels\n", label);
+        return;
+    }
+    for (int ci = 0; ci < N_CASES; ci++) {
+        const op_case *c = &k_cases[ci];
+        ct_context *cr = test_ctx(CT_ISA_REF, 0), *cf = test_ctx(isa, onednn);
+        harness hr, hf;
+        CHECK_OK(cr, harness_build(cr, c, &hr));
+        CHECK_OK(cf, harness_build(cf, c, &hf));
+        spread_params(hr.plan);
+        spread_params(hf.plan);
+        float lr, lf;
+        CHECK_OK(cr, run(&hr, &lr));
+        CHECK_OK(cf, run(&hf, &lf));
+        ct_tensor orr, of;
+        ct_plan_tensor(hr.plan, hr.out, &orr);
+        ct_plan_tensor(hf.plan, hf.out, &of);
+        double worst = tensor_rel(of.data, orr.data, ct_tensor_numel(&orr));
+        CHECK_MSG(worst <= 1e-4, "%s %s: forward output differs from reference by %.3g", label, c->name, worst);
+        for (int pi = 0; pi < ct_plan_num_params(hr.plan); pi++) {
+            ct_tensor gr, gf;
+            const char *pname;
+            ct_plan_param_info(hr.plan, pi, &pname, NULL, &gr);
+            ct_plan_param_info(hf.plan, pi, NULL, NULL, &gf);
+            double e = tensor_rel(gf.data, gr.data, ct_tensor_numel(&gr));
+            CHECK_MSG(e <= 1e-4, "%s %s: gradient of %s differs from reference by %.3g", label, c->name, pname, e);
+            if (e > worst) worst = e;
+        }
+        const char *kn = ct_plan_kernel_name(hf.plan, hf.out);
+        printf("    %-7s %-18s kernel %-7s worst rel err %.2e\n", label, c->name, kn, worst);
+        int is_ref = !strcmp(kn, "ref");
+        int is_view = !strcmp(kn, "none"); /* reshape alias */
+        CHECK_MSG(!is_ref || c->may_decline, "%s %s: the op ran the reference kernel, not a fast path", label, c->name);
+        (void)is_view;
+        ct_plan_free(hr.plan);
+        ct_plan_free(hf.plan);
+        ct_context_free(cr);
+        ct_context_free(cf);
+    }
+}
+
+TEST(avx2_matches_reference) {
+    ct_context *ctx = test_ctx(-1, 0);
+    int ok = ct_context_cpu(ctx)->avx2 && ct_context_cpu(ctx)->fma;
+    ct_context_free(ctx);
+    if (!ok) {
+        printf("    skipped: this CPU has no AVX2/FMA\n");
+        return;
+    }
+    compare_fast(CT_ISA_AVX2, 0, "avx2");
+}
+
+TEST(avx512_matches_reference) {
+    ct_context *ctx = test_ctx(-1, 0);
+    int ok = ct_context_isa(ctx) >= CT_ISA_AVX512;
+    ct_context_free(ctx);
+    if (!ok) {
+        printf("    skipped: this CPU (or CT_ISA) does not allow AVX-512\n");
+        return;
+    }
+    compare_fast(CT_ISA_AVX512, 0, "avx512");
+}
+
+TEST(onednn_matches_reference) { compare_fast(-1, 1, "best"); }
+
+TEST_MAIN(T(backward_matches_finite_differences), T(avx2_matches_reference), T(avx512_matches_reference),
+          T(onednn_matches_reference))

@@ -1,0 +1,32 @@
+/* tools/ctrain.c - the `ctrain` command line: `ctrain train` runs a recipe
+ * (JSON file and/or flags) with a live progress display and a test-set
+ * evaluation. Errors print the library's message and exit non-zero. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ctrain <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  train      train a model from a recipe (ctrain train --help)\n"
+            "  info       show the CPU features and kernels ctrain will use\n"
+            "  help       this message\n"
+            "\n"
+            "environment: CT_ISA=ref|avx2|avx512 lowers the kernel ISA (ref also disables oneDNN),\n"
+            "             CT_ONEDNN=0 disables oneDNN kernels.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "train")) return ct_cli_train(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "info")) return ct_cli_info(argc - 1, argv + 1);
+    fprintf(stderr, "ctrain: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

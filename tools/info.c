@@ -1,0 +1,27 @@
+/* tools/info.c - `ctrain info`: what this CPU supports and which kernels
+ * ctrain will run. */
+#include <stdio.h>
+
+#include "cli.h"
+#include "ctrain/ctrain.h"
+
+int ct_cli_info(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    ct_context *ctx;
+    ct_status s = ct_context_create(NULL, &ctx);
+    if (s != CT_OK) {
+        fprintf(stderr, "ctrain: error: cannot create a context (%s); check CT_ISA\n", ct_status_name(s));
+        return 1;
+    }
+    const ct_cpu_features *f = ct_context_cpu(ctx);
+    printf("threads        %d\n", ct_context_num_threads(ctx));
+    printf("avx2/fma       %d/%d\n", f->avx2, f->fma);
+    printf("avx512 f/bw/dq/vl %d/%d/%d/%d  bf16 %d  fp16 %d\n", f->avx512f, f->avx512bw, f->avx512dq, f->avx512vl,
+           f->avx512_bf16, f->avx512_fp16);
+    printf("amx tile/bf16  %d/%d (os %d, permitted %d)\n", f->amx_tile, f->amx_bf16, f->os_amx, f->amx_permitted);
+    printf("kernel ISA     %s\n", ct_isa_name(ct_context_isa(ctx)));
+    printf("oneDNN         %s\n", ct_context_use_onednn(ctx) ? "on" : "off");
+    ct_context_free(ctx);
+    return 0;
+}

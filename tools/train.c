@@ -1,0 +1,328 @@
+/* tools/train.c - `ctrain train`: recipe + flags -> dataset, model graph,
+ * plan, optimizer; the training loop with a live progress display, LR
+ * schedule, per-epoch test evaluation and a final summary. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "ctrain/ctrain.h"
+
+static void train_usage(FILE *f) {
+    fprintf(f,
+            "usage: ctrain train [--recipe FILE] [options]\n"
+            "\n"
+            "Trains a model on an image dataset and evaluates it on the test split.\n"
+            "The recipe file (JSON) is applied first, then the flags; docs/recipes.md\n"
+            "lists every key. Defaults: MLP 784-1024-1024-10 on MNIST, AdamW, cosine LR.\n"
+            "\n"
+            "options:\n"
+            "  --recipe FILE          JSON recipe (e.g. recipes/mnist_mlp.json)\n"
+            "  --model mlp|cnn        --hidden 1024,1024     --channels 32,64\n"
+            "  --dataset mnist|fashion-mnist                 --data-dir DIR\n"
+            "  --epochs N             --batch-size N         --max-steps N\n"
+            "  --optimizer sgd|adamw  --lr X                 --weight-decay X\n"
+            "  --momentum X           --schedule constant|cosine\n"
+            "  --dropout P            --label-smoothing E    --seed N\n"
+            "  --threads N            --set KEY=VALUE (any recipe key)\n"
+            "  --quiet                only the per-epoch lines and the summary\n"
+            "  -h, --help             this message\n");
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int fail(ct_context *ctx, ct_status s, const char *what) {
+    fprintf(stderr, "ctrain: error: %s\n", ctx ? ct_context_last_error(ctx) : what);
+    if (ctx && !ct_context_last_error(ctx)[0]) fprintf(stderr, "ctrain: error: %s (%s)\n", what, ct_status_name(s));
+    fprintf(stderr, "ctrain: hint: %s\n", ct_status_advice(s));
+    return 1;
+}
+
+/* flag -> recipe key */
+static const char *const k_flags[][2] = {
+    {"--model", "model"}, {"--hidden", "hidden"}, {"--channels", "channels"}, {"--dataset", "dataset"},
+    {"--data-dir", "data_dir"}, {"--epochs", "epochs"}, {"--batch-size", "batch_size"},
+    {"--max-steps", "max_steps"}, {"--optimizer", "optimizer.name"}, {"--lr", "optimizer.lr"},
+    {"--weight-decay", "optimizer.weight_decay"}, {"--momentum", "optimizer.momentum"},
+    {"--schedule", "schedule"}, {"--dropout", "dropout"}, {"--label-smoothing", "label_smoothing"},
+    {"--seed", "seed"}, {"--threads", "threads"},
+};
+
+static float lr_at(const ct_recipe *r, int64_t step, int64_t total) {
+    float lr = r->optim.lr;
+    if (r->warmup_steps > 0 && step < r->warmup_steps) return lr * (float)(step + 1) / (float)r->warmup_steps;
+    if (!strcmp(r->schedule, "cosine") && total > r->warmup_steps) {
+        double t = (double)(step - r->warmup_steps) / (double)(total - r->warmup_steps);
+        return (float)(r->min_lr + 0.5 * (lr - r->min_lr) * (1.0 + cos(M_PI * t)));
+    }
+    return lr;
+}
+
+static int64_t argmax_correct(const float *logits, const int32_t *labels, int64_t n, int64_t c) {
+    int64_t ok = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t best = 0;
+        for (int64_t j = 1; j < c; j++)
+            if (logits[i * c + j] > logits[i * c + best]) best = j;
+        ok += best == labels[i];
+    }
+    return ok;
+}
+
+static void fmt_time(double s, char *buf, size_t len) {
+    if (!(s >= 0) || s > 1e7) s = 0;
+    int t = (int)(s + 0.5);
+    if (t >= 3600) snprintf(buf, len, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(buf, len, "%d:%02d", t / 60, t % 60);
+}
+
+typedef struct {
+    ct_plan *plan;
+    ct_node x, y, logits, loss;
+    int64_t batch, n_classes;
+} model_t;
+
+/* Evaluates on a dataset in eval mode; the last partial batch is padded with
+ * ignored labels (-100) so it does not count. */
+static ct_status evaluate(ct_context *ctx, model_t *m, const ct_dataset *ds, double *loss, double *acc) {
+    ct_loader *ld;
+    ct_status s = ct_loader_create(ctx, ds, m->batch, 0, 0, 0, &ld);
+    if (s != CT_OK) return s;
+    ct_tensor tx, ty, tl;
+    ct_plan_tensor(m->plan, m->x, &tx);
+    ct_plan_tensor(m->plan, m->y, &ty);
+    ct_plan_tensor(m->plan, m->logits, &tl);
+    ct_loader_start_epoch(ld, 0);
+    double tot_loss = 0;
+    int64_t correct = 0, seen = 0, got;
+    while ((s = ct_loader_next(ld, tx.data, ty.data, &got)) == CT_OK && got > 0) {
+        int32_t *lab = ty.data;
+        for (int64_t i = got; i < m->batch; i++) lab[i] = -100;
+        if ((s = ct_plan_forward(m->plan, 0)) != CT_OK) break;
+        float l;
+        ct_plan_loss(m->plan, &l);
+        tot_loss += (double)l * (double)got;
+        correct += argmax_correct(tl.data, lab, got, m->n_classes);
+        seen += got;
+    }
+    ct_loader_free(ld);
+    if (s != CT_OK) return s;
+    *loss = seen ? tot_loss / (double)seen : 0;
+    *acc = seen ? (double)correct / (double)seen : 0;
+    return CT_OK;
+}
+
+static ct_status build_model(ct_context *ctx, const ct_recipe *r, const ct_dataset *ds, model_t *m) {
+    ct_graph *g;
+    ct_status s = ct_graph_create(ctx, &g);
+    if (s != CT_OK) return s;
+    m->batch = r->batch_size;
+    m->n_classes = ds->n_classes;
+    int64_t xs[4] = {r->batch_size, ds->c, ds->h, ds->w};
+    if ((s = ct_input(g, "images", CT_F32, 4, xs, &m->x)) == CT_OK &&
+        (s = ct_input(g, "labels", CT_I32, 1, (int64_t[]){r->batch_size}, &m->y)) == CT_OK) {
+        if (!strcmp(r->model, "mlp")) s = ct_model_mlp(g, m->x, r->n_hidden, r->hidden, ds->n_classes, r->dropout, &m->logits);
+        else s = ct_model_cnn(g, m->x, r->n_channels, r->channels, ds->n_classes, &m->logits);
+    }
+    if (s == CT_OK) s = ct_cross_entropy(g, m->logits, m->y, r->label_smoothing, -100, &m->loss);
+    if (s == CT_OK) s = ct_compile(g, m->loss, 1, &m->logits, NULL, &m->plan);
+    ct_graph_free(g);
+    return s;
+}
+
+int ct_cli_train(int argc, char **argv) {
+    ct_recipe r;
+    ct_recipe_default(&r);
+    int quiet = 0;
+    const char *recipe_path = NULL;
+    /* pass 1: --help, --recipe and --quiet */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            train_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--quiet")) quiet = 1;
+        else if (!strcmp(argv[i], "--recipe")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "ctrain: error: --recipe needs a file name\n");
+                return 2;
+            }
+            recipe_path = argv[++i];
+        }
+    }
+    ct_context *ctx = NULL;
+    ct_context_opts co;
+    ct_context_opts_default(&co);
+    ct_status s = ct_context_create(&co, &ctx);
+    if (s != CT_OK) {
+        fprintf(stderr, "ctrain: error: cannot create a context (%s); check CT_ISA (ref, avx2 or avx512)\n",
+                ct_status_name(s));
+        return 1;
+    }
+    int rc = 1;
+    ct_dataset train = {0}, test = {0};
+    model_t m = {0};
+    ct_optimizer *opt = NULL;
+    ct_loader *ld = NULL;
+    if (recipe_path && (s = ct_recipe_load_file(ctx, recipe_path, &r)) != CT_OK) goto out_err;
+    /* pass 2: --optimizer first (it resets that optimizer's defaults), then the rest in order */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 1; i < argc; i++) {
+            const char *a = argv[i];
+            if (!strcmp(a, "--quiet")) continue;
+            if (!strcmp(a, "--recipe")) { i++; continue; }
+            const char *key = NULL;
+            char kv[512];
+            for (size_t f = 0; f < sizeof k_flags / sizeof k_flags[0]; f++)
+                if (!strcmp(a, k_flags[f][0])) key = k_flags[f][1];
+            if (!key && !strcmp(a, "--set")) key = "";
+            if (!key) {
+                fprintf(stderr, "ctrain: error: unknown option '%s' (see ctrain train --help)\n", a);
+                rc = 2;
+                goto out;
+            }
+            if (i + 1 >= argc) {
+                fprintf(stderr, "ctrain: error: %s needs a value\n", a);
+                rc = 2;
+                goto out;
+            }
+            const char *val = argv[++i];
+            int is_opt = !strcmp(key, "optimizer.name");
+            if ((pass == 0) != is_opt) continue;
+            if (!*key) { /* --set key=value */
+                snprintf(kv, sizeof kv, "%s", val);
+                char *eq = strchr(kv, '=');
+                if (!eq) {
+                    fprintf(stderr, "ctrain: error: --set needs KEY=VALUE, got '%s'\n", val);
+                    rc = 2;
+                    goto out;
+                }
+                *eq = 0;
+                s = ct_recipe_set(ctx, &r, kv, eq + 1);
+            } else {
+                s = ct_recipe_set(ctx, &r, key, val);
+            }
+            if (s != CT_OK) goto out_err;
+        }
+    if ((s = ct_recipe_validate(ctx, &r)) != CT_OK) goto out_err;
+    /* a context with the recipe's seed and threads */
+    ct_context_free(ctx);
+    ctx = NULL;
+    co.seed = r.seed;
+    co.num_threads = r.threads;
+    if ((s = ct_context_create(&co, &ctx)) != CT_OK) {
+        fprintf(stderr, "ctrain: error: cannot create a context (%s)\n", ct_status_name(s));
+        return 1;
+    }
+    char dir[300];
+    if (r.data_dir[0]) snprintf(dir, sizeof dir, "%s", r.data_dir);
+    else snprintf(dir, sizeof dir, "data/%s", r.dataset);
+    const float mean = !strcmp(r.dataset, "mnist") ? 0.1307f : 0.2860f;
+    const float stdv = !strcmp(r.dataset, "mnist") ? 0.3081f : 0.3530f;
+    double t0 = now_s();
+    if ((s = ct_dataset_load_idx(ctx, dir, "train", mean, stdv, &train)) != CT_OK) goto out_data;
+    if ((s = ct_dataset_load_idx(ctx, dir, "t10k", mean, stdv, &test)) != CT_OK) goto out_data;
+    if ((s = build_model(ctx, &r, &train, &m)) != CT_OK) goto out_err;
+    if ((s = ct_optimizer_create(m.plan, &r.optim, &opt)) != CT_OK) goto out_err;
+    if ((s = ct_loader_create(ctx, &train, r.batch_size, 1, 1, r.seed, &ld)) != CT_OK) goto out_err;
+    int64_t per_epoch = ct_loader_num_batches(ld);
+    int64_t total = per_epoch * r.epochs;
+    if (r.max_steps > 0 && r.max_steps < total) total = r.max_steps;
+    ct_plan_stats ps;
+    ct_plan_get_stats(m.plan, &ps);
+    char rj[1024];
+    ct_recipe_to_json(&r, rj, sizeof rj);
+    printf("ctrain train: %s on %s (%lld train / %lld test images, %dx%lldx%lld), %d params, %.1f MiB "
+           "activations\n",
+           r.model, r.dataset, (long long)train.n, (long long)test.n, (int)train.c, (long long)train.h,
+           (long long)train.w, (int)(ps.param_bytes / 4), (double)ps.activation_bytes / 1048576.0);
+    printf("  threads %d, kernels: %s%s, data loaded in %.2f s\n", ct_context_num_threads(ctx),
+           ct_isa_name(ct_context_isa(ctx)), ct_context_use_onednn(ctx) ? " + oneDNN" : "", now_s() - t0);
+    printf("  recipe: %s\n", rj);
+    fflush(stdout);
+    ct_tensor tx, ty, tl;
+    ct_plan_tensor(m.plan, m.x, &tx);
+    ct_plan_tensor(m.plan, m.y, &ty);
+    ct_plan_tensor(m.plan, m.logits, &tl);
+    int tty = isatty(STDOUT_FILENO);
+    int64_t step = 0;
+    double train_start = now_s();
+    double test_loss = 0, test_acc = 0;
+    for (int ep = 0; ep < r.epochs && step < total; ep++) {
+        ct_loader_start_epoch(ld, (uint64_t)ep);
+        double ep_start = now_s(), run_loss = 0;
+        int64_t ep_correct = 0, ep_seen = 0, got, b = 0;
+        while (step < total && (s = ct_loader_next(ld, tx.data, ty.data, &got)) == CT_OK && got > 0) {
+            float lr = lr_at(&r, step, total), loss;
+            if ((s = ct_plan_forward(m.plan, 1)) != CT_OK) goto out_err;
+            ct_plan_loss(m.plan, &loss);
+            if (!isfinite(loss)) {
+                fprintf(stderr, "\nctrain: error: E40020 the loss became %g at step %lld (epoch %d, lr %g); lower "
+                        "optimizer.lr, check the data for NaN/inf\n", (double)loss, (long long)step, ep + 1, (double)lr);
+                rc = 1;
+                goto out;
+            }
+            if ((s = ct_plan_backward(m.plan)) != CT_OK) goto out_err;
+            if ((s = ct_optimizer_step(opt, lr)) != CT_OK) goto out_err;
+            step++;
+            b++;
+            run_loss += loss;
+            ep_correct += argmax_correct(tl.data, ty.data, got, m.n_classes);
+            ep_seen += got;
+            int show = tty ? (b % 5 == 0 || b == per_epoch) : (b % r.log_every == 0);
+            if (!quiet && show) {
+                double el = now_s() - train_start;
+                double sps = (double)(step * r.batch_size) / el;
+                char eta[32];
+                fmt_time(el / (double)step * (double)(total - step), eta, sizeof eta);
+                int bar = (int)(20 * b / per_epoch);
+                char barbuf[24];
+                for (int i = 0; i < 20; i++) barbuf[i] = i < bar ? '#' : '.';
+                barbuf[20] = 0;
+                printf("%sepoch %d/%d [%s] %lld/%lld  loss %.4f  acc %5.2f%%  lr %.2e  %.0f samples/s  ETA %s%s",
+                       tty ? "\r" : "  ", ep + 1, r.epochs, barbuf, (long long)b, (long long)per_epoch,
+                       run_loss / (double)b, 100.0 * (double)ep_correct / (double)ep_seen, (double)lr, sps, eta,
+                       tty ? "   " : "\n");
+                fflush(stdout);
+            }
+        }
+        if (s != CT_OK) goto out_err;
+        if ((s = evaluate(ctx, &m, &test, &test_loss, &test_acc)) != CT_OK) goto out_err;
+        double ep_time = now_s() - ep_start;
+        printf("%sepoch %d/%d  train loss %.4f  train acc %.2f%%  test loss %.4f  test acc %.2f%%  %.1f s  %.0f "
+               "samples/s\n",
+               tty && !quiet ? "\r\033[K" : "", ep + 1, r.epochs, b ? run_loss / (double)b : 0.0,
+               ep_seen ? 100.0 * (double)ep_correct / (double)ep_seen : 0.0, test_loss, 100.0 * test_acc, ep_time,
+               (double)ep_seen / ep_time);
+        fflush(stdout);
+    }
+    double total_time = now_s() - train_start;
+    ct_mem_stats ms;
+    ct_context_mem_stats(ctx, &ms);
+    printf("done: %lld steps in %.1f s, test accuracy %.2f%% (test loss %.4f), peak memory %.1f MiB\n",
+           (long long)step, total_time, 100.0 * test_acc, test_loss, (double)ms.peak_bytes / 1048576.0);
+    rc = 0;
+    goto out;
+out_data:
+    fprintf(stderr, "ctrain: error: %s\n", ct_context_last_error(ctx));
+    fprintf(stderr, "ctrain: hint: run scripts/setup.sh to install the datasets into data/, or pass --data-dir\n");
+    rc = 1;
+    goto out;
+out_err:
+    rc = fail(ctx, s, "training failed");
+out:
+    ct_loader_free(ld);
+    ct_optimizer_free(opt);
+    ct_plan_free(m.plan);
+    ct_dataset_free(ctx, &train);
+    ct_dataset_free(ctx, &test);
+    ct_context_free(ctx);
+    return rc;
+}
