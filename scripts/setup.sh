@@ -2,12 +2,18 @@
 # Installs everything ctrain needs on Debian 12 (as root) and fetches the
 # offline datasets into data/. Safe to run again: each step is skipped when
 # its result is already present.
+#   scripts/setup.sh              build + test dependencies and the datasets
+#   scripts/setup.sh --reference  also PyTorch (Debian python3-torch) and the
+#                                 OpenMP OpenBLAS, for bench/ and for
+#                                 regenerating the golden files
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS="build-essential pkg-config libdnnl-dev libcjson-dev zlib1g-dev \
-      libgomp1 dataset-fashion-mnist python3 python3-torch python3-numpy \
-      libopenblas0-openmp"
+      libgomp1 dataset-fashion-mnist ca-certificates"
+if [ "${1:-}" = "--reference" ]; then
+  PKGS="$PKGS python3 python3-torch python3-numpy libopenblas0-openmp"
+fi
 missing=""
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
