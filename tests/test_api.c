@@ -271,7 +271,61 @@ TEST(conversions_round_trip) {
         CHECK_MSG(ct_f32_to_f16(ct_f16_to_f32((uint16_t)h)) == h, "half 0x%04x", h);
 }
 
-TEST_MAIN(T(status_codes_have_names_and_advice), T(shape_mismatch_is_a_clear_error), T(dtype_mismatch_is_e40005),
+typedef struct {
+    int calls[16];
+    float snapshot[16];
+    int order[16], n;
+} ready_log;
+
+static void on_ready(void *user, int idx, const ct_tensor *grad) {
+    ready_log *l = user;
+    if (idx < 0 || idx >= 16) return;
+    l->calls[idx]++;
+    l->snapshot[idx] = ((const float *)grad->data)[0];
+    l->order[l->n++] = idx;
+}
+
+/* The executor reports each parameter's gradient as soon as it is final,
+ * in backward order (last layer first), and the value it shows is final. */
+TEST(grad_ready_callback_fires_once_per_param_in_backward_order) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_graph *g;
+    CHECK_OK(ctx, ct_graph_create(ctx, &g));
+    ct_node x, y, logits, loss;
+    CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){8, 12}, &x));
+    CHECK_OK(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){8}, &y));
+    CHECK_OK(ctx, ct_model_mlp(g, x, 2, (int64_t[]){16, 16}, 4, 0, &logits));
+    CHECK_OK(ctx, ct_cross_entropy(g, logits, y, 0, -100, &loss));
+    ct_plan *p;
+    CHECK_OK(ctx, ct_compile(g, loss, 0, NULL, NULL, &p));
+    ct_tensor tx, ty;
+    ct_plan_tensor(p, x, &tx);
+    ct_plan_tensor(p, y, &ty);
+    test_fill_uniform(tx.data, 8 * 12, 5, -1, 1);
+    for (int i = 0; i < 8; i++) ((int32_t *)ty.data)[i] = i % 4;
+    ready_log log;
+    memset(&log, 0, sizeof log);
+    ct_plan_set_grad_ready(p, on_ready, &log);
+    CHECK_OK(ctx, ct_plan_forward(p, 1));
+    CHECK_OK(ctx, ct_plan_backward(p));
+    int np = ct_plan_num_params(p);
+    CHECK(np == 6 && log.n == np);
+    for (int i = 0; i < np; i++) {
+        ct_tensor gt;
+        ct_plan_param_info(p, i, NULL, NULL, &gt);
+        CHECK(log.calls[i] == 1);
+        CHECK(log.snapshot[i] == ((float *)gt.data)[0]);
+    }
+    /* fc3 (params 4, 5) is final before fc1 (params 0, 1) */
+    int pos[16];
+    for (int i = 0; i < log.n; i++) pos[log.order[i]] = i;
+    CHECK(pos[4] < pos[0] && pos[5] < pos[1]);
+    ct_plan_free(p);
+    ct_graph_free(g);
+    ct_context_free(ctx);
+}
+
+TEST_MAIN(T(grad_ready_callback_fires_once_per_param_in_backward_order), T(status_codes_have_names_and_advice), T(shape_mismatch_is_a_clear_error), T(dtype_mismatch_is_e40005),
           T(bad_labels_and_ids_fail_at_run_time_with_a_message), T(memory_budget_gives_e60003),
           T(training_step_after_first_allocates_nothing), T(optimizer_rejects_bad_values),
           T(optimizer_fast_matches_reference), T(conversions_round_trip))
