@@ -1,5 +1,82 @@
-/* src/kernels/simd/embedding.c - SIMD kernels (placeholder: declines, so the reference runs). */
+/* src/kernels/simd/embedding.c - SIMD embedding lookup (row gather) and its
+ * gradient (scatter-add into the weight's shape).
+ *
+ * Ids are validated first, in order, with the reference's message for the
+ * first one out of range. The gradient is deterministic and equal to the
+ * reference's bit for bit: threads own disjoint column ranges of the embedding
+ * dim D and each walks all positions in order, so every dW element receives
+ * its additions in the reference's order, without atomics. */
+#include <string.h>
+
 #include "simd.h"
 
-ct_status CT_FN(embedding)(ct_kargs *k) { (void)k; return CT_E_UNSUPPORTED; }
-ct_status CT_FN(embedding_bwd)(ct_kargs *k) { (void)k; return CT_E_UNSUPPORTED; }
+static ct_status em_check_ids(ct_kargs *k, const int32_t *ids, int64_t n, int64_t V) {
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return ct_set_error(k->ctx, CT_E_INVALID_ARG,
+                                "embedding: id %d at position %lld is outside the vocabulary [0, %lld); check the "
+                                "tokenizer or vocab_size",
+                                (int)ids[i], (long long)i, (long long)V);
+    return CT_OK;
+}
+
+static inline int em_threads(const ct_kargs *k, int64_t work) {
+    return work >= 32768 && k->nthreads > 1 ? k->nthreads : 1;
+}
+
+ct_status CT_FN(embedding)(ct_kargs *k) {
+    const float *w = k->in[0].data;
+    const int32_t *ids = k->in[1].data;
+    int64_t V = k->in[0].shape[0], D = k->in[0].shape[1], n = ct_tensor_numel(&k->in[1]);
+    float *y = k->out.data;
+    CT_TRY(em_check_ids(k, ids, n, V));
+    int nt = em_threads(k, n * D);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < n; i++) memcpy(y + i * D, w + (int64_t)ids[i] * D, (size_t)D * sizeof *y);
+    return CT_OK;
+}
+
+/* dw[id, d0:d1] += dy[i, d0:d1] for all positions i in order */
+static void em_scatter_cols(float *dw, const float *dy, const int32_t *ids, int64_t n, int64_t D, int64_t d0,
+                            int64_t d1) {
+    for (int64_t i = 0; i < n; i++) {
+        float *o = dw + (int64_t)ids[i] * D;
+        const float *g = dy + i * D;
+        int64_t d = d0;
+        for (; d + 2 * VW <= d1; d += 2 * VW) {
+            vstore(o + d, vadd(vload(o + d), vload(g + d)));
+            vstore(o + d + VW, vadd(vload(o + d + VW), vload(g + d + VW)));
+        }
+        for (; d + VW <= d1; d += VW) vstore(o + d, vadd(vload(o + d), vload(g + d)));
+        if (d < d1) {
+            int t = (int)(d1 - d);
+            vtail_store(o + d, vadd(vtail_load(o + d, t), vtail_load(g + d, t)), t);
+        }
+    }
+}
+
+/* in: dy, ids -> dW (V, D) */
+ct_status CT_FN(embedding_bwd)(ct_kargs *k) {
+    const float *dy = k->in[0].data;
+    const int32_t *ids = k->in[1].data;
+    int64_t V = k->out.shape[0], D = k->out.shape[1], n = ct_tensor_numel(&k->in[1]);
+    float *dw = k->out.data;
+    CT_TRY(em_check_ids(k, ids, n, V));
+    int nt = em_threads(k, CT_MAX(n, V) * D);
+    /* column ranges: multiples of VW, at most one per thread */
+    int64_t nvec = (D + VW - 1) / VW;
+    int nparts = (int)CT_MIN((int64_t)nt, nvec);
+    if (nparts < 1) nparts = 1;
+#pragma omp parallel num_threads(nt)
+    {
+#pragma omp for schedule(static)
+        for (int64_t v = 0; v < V; v++) memset(dw + v * D, 0, (size_t)D * sizeof *dw);
+        /* implicit barrier: all of dW is zero before any scatter */
+#pragma omp for schedule(static)
+        for (int p = 0; p < nparts; p++) {
+            int64_t d0 = nvec * p / nparts * VW, d1 = CT_MIN(D, nvec * (p + 1) / nparts * VW);
+            em_scatter_cols(dw, dy, ids, n, D, d0, d1);
+        }
+    }
+    return CT_OK;
+}

@@ -1,7 +1,381 @@
-/* src/kernels/simd/pool.c - SIMD kernels (placeholder: declines, so the reference runs). */
+/* src/kernels/simd/pool.c - SIMD max / average pooling and gradients.
+ *
+ * The 2x2 stride-2 unpadded window (the CNN's pooling) is vectorized along
+ * the output row: VW outputs at a time from 2*VW input columns of two input
+ * rows, split into even / odd columns. Other configurations run the
+ * reference's scalar loops in parallel over the N*C planes, so their results
+ * are identical to the reference's.
+ *
+ * Max pooling saves the flat index ih*W+iw of each window's maximum as int32
+ * (aux), as the reference: the first maximum in window order, and the first
+ * NaN if there is one (NaN propagates, as in PyTorch). Average pooling counts
+ * the padding (count_include_pad=True). */
+#include <math.h>
+#include <string.h>
+
 #include "simd.h"
 
-ct_status CT_FN(maxpool2d)(ct_kargs *k) { (void)k; return CT_E_UNSUPPORTED; }
-ct_status CT_FN(maxpool2d_bwd)(ct_kargs *k) { (void)k; return CT_E_UNSUPPORTED; }
-ct_status CT_FN(avgpool2d)(ct_kargs *k) { (void)k; return CT_E_UNSUPPORTED; }
-ct_status CT_FN(avgpool2d_bwd)(ct_kargs *k) { (void)k; return CT_E_UNSUPPORTED; }
+/* ---- ISA-specific helpers: int32 vectors, lane masks, even/odd (de)interleave ------- */
+#if defined(CT_SIMD_AVX512)
+typedef __mmask16 pl_mask;
+static inline vi pl_iload(const int32_t *p) { return _mm512_loadu_si512((const void *)p); }
+static inline void pl_istore(int32_t *p, vi v) { _mm512_storeu_si512((void *)p, v); }
+static inline vi pl_iset1(int32_t x) { return _mm512_set1_epi32(x); }
+static inline vi pl_iadd(vi a, vi b) { return _mm512_add_epi32(a, b); }
+static inline vi pl_lane2(void) { /* 2 * lane */
+    return _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+}
+/* lanes where candidate v replaces best: best is not NaN and (v > best or v is NaN) */
+static inline pl_mask pl_take(vf v, vf best) {
+    return _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(best, best, _CMP_ORD_Q), v, best, _CMP_NLE_UQ);
+}
+static inline vf pl_fsel(pl_mask m, vf a, vf b) { return _mm512_mask_blend_ps(m, a, b); } /* m ? b : a */
+static inline vi pl_isel(pl_mask m, vi a, vi b) { return _mm512_mask_blend_epi32(m, a, b); }
+/* v where a == b, else 0 */
+static inline vf pl_keep_eq(vi a, vi b, vf v) { return _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(a, b), v); }
+/* (lo, hi) = 2*VW consecutive floats -> even-indexed and odd-indexed ones */
+static inline void pl_deint(vf lo, vf hi, vf *ev, vf *od) {
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    *ev = _mm512_permutex2var_ps(lo, ie, hi);
+    *od = _mm512_permutex2var_ps(lo, io, hi);
+}
+/* inverse of pl_deint: (a0 b0 a1 b1 ...) split into two vectors */
+static inline void pl_inter(vf a, vf b, vf *lo, vf *hi) {
+    const __m512i il = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i ih = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    *lo = _mm512_permutex2var_ps(a, il, b);
+    *hi = _mm512_permutex2var_ps(a, ih, b);
+}
+#else
+typedef __m256 pl_mask;
+static inline vi pl_iload(const int32_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline void pl_istore(int32_t *p, vi v) { _mm256_storeu_si256((__m256i *)p, v); }
+static inline vi pl_iset1(int32_t x) { return _mm256_set1_epi32(x); }
+static inline vi pl_iadd(vi a, vi b) { return _mm256_add_epi32(a, b); }
+static inline vi pl_lane2(void) { return _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14); }
+static inline pl_mask pl_take(vf v, vf best) {
+    return _mm256_and_ps(_mm256_cmp_ps(best, best, _CMP_ORD_Q), _mm256_cmp_ps(v, best, _CMP_NLE_UQ));
+}
+static inline vf pl_fsel(pl_mask m, vf a, vf b) { return _mm256_blendv_ps(a, b, m); }
+static inline vi pl_isel(pl_mask m, vi a, vi b) {
+    return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), m));
+}
+static inline vf pl_keep_eq(vi a, vi b, vf v) { return _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a, b)), v); }
+static inline void pl_deint(vf lo, vf hi, vf *ev, vf *od) {
+    /* per 128-bit lane: (lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6), then reorder 64-bit pairs 0 2 1 3 */
+    vf e = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)), o = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
+    *ev = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
+    *od = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+static inline void pl_inter(vf a, vf b, vf *lo, vf *hi) {
+    vf u0 = _mm256_unpacklo_ps(a, b), u1 = _mm256_unpackhi_ps(a, b); /* (a0 b0 a1 b1 | a4 b4 a5 b5), (a2 .. | a6 ..) */
+    *lo = _mm256_permute2f128_ps(u0, u1, 0x20);
+    *hi = _mm256_permute2f128_ps(u0, u1, 0x31);
+}
+#endif
+
+static inline int pl_threads(const ct_kargs *k, int64_t work) {
+    return work >= 16384 && k->nthreads > 1 ? k->nthreads : 1;
+}
+
+typedef struct {
+    int64_t NC, H, W, OH, OW, K, S, P;
+} pl_dims;
+
+/* x is the (N, C, H, W) side, y the pooled side. */
+static pl_dims pl_get(const ct_kargs *k, const ct_tensor *x, const ct_tensor *y) {
+    pl_dims d;
+    d.NC = x->shape[0] * x->shape[1];
+    d.H = x->shape[2];
+    d.W = x->shape[3];
+    d.OH = y->shape[2];
+    d.OW = y->shape[3];
+    d.K = k->node->ia[0];
+    d.S = k->node->ia[1];
+    d.P = k->node->ia[2];
+    return d;
+}
+
+static int pl_is_2x2(const pl_dims *d) {
+    return d->K == 2 && d->S == 2 && d->P == 0 && d->OH == d->H / 2 && d->OW == d->W / 2;
+}
+
+/* Loads the 2*t (t <= VW) input columns of one row that feed t outputs, split
+ * into even / odd columns. */
+static inline void pl_load_pairs(const float *p, int t, vf *ev, vf *od) {
+    vf lo, hi;
+    if (t == VW) {
+        lo = vload(p);
+        hi = vload(p + VW);
+    } else {
+        lo = vtail_load(p, CT_MIN(2 * t, VW));
+        hi = vtail_load(p + VW, CT_MAX(2 * t - VW, 0));
+    }
+    pl_deint(lo, hi, ev, od);
+}
+
+/* ---- max pooling ------------------------------------------------------------------------ */
+
+/* In the 2x2 kernels below, a chunk whose vectors would run past the end of
+ * its row loads / stores full vectors anyway when they stay inside the plane
+ * and the extra lanes land where this thread writes later (rows go in order;
+ * the first dx row of a pair spills only when a row is one chunk, since the
+ * second row's earlier chunks are already written otherwise). This avoids
+ * masked stores (slow on some CPUs) for narrow rows such as 14 -> 7; chunks at
+ * the very end of a plane use masked accesses. */
+static inline void pl_pairs(const float *row, int64_t off, int64_t plane, int t, vf *ev, vf *od) {
+    if (off + 2 * VW <= plane) pl_deint(vload(row), vload(row + VW), ev, od);
+    else pl_load_pairs(row, t, ev, od);
+}
+
+static void maxpool_2x2_plane(const float *x, float *y, int32_t *arg, const pl_dims *d) {
+    const int64_t W = d->W, HW = d->H * d->W, OHW = d->OH * d->OW;
+    const vi lane2 = pl_lane2(), one = pl_iset1(1), wv = pl_iset1((int32_t)W), w1 = pl_iset1((int32_t)W + 1);
+    for (int64_t oh = 0; oh < d->OH; oh++) {
+        int64_t i0 = 2 * oh * W;
+        for (int64_t ow = 0; ow < d->OW; ow += VW) {
+            int t = (int)CT_MIN(VW, d->OW - ow);
+            vf a, b, c, e;
+            pl_pairs(x + i0 + 2 * ow, i0 + 2 * ow, HW, t, &a, &b);
+            pl_pairs(x + i0 + W + 2 * ow, i0 + W + 2 * ow, HW, t, &c, &e);
+            vi ia = pl_iadd(pl_iset1((int32_t)(i0 + 2 * ow)), lane2);
+            /* window order: (0,0) (0,1) (1,0) (1,1), as the reference */
+            vf best = a;
+            vi bi = ia;
+            pl_mask m = pl_take(b, best);
+            best = pl_fsel(m, best, b);
+            bi = pl_isel(m, bi, pl_iadd(ia, one));
+            m = pl_take(c, best);
+            best = pl_fsel(m, best, c);
+            bi = pl_isel(m, bi, pl_iadd(ia, wv));
+            m = pl_take(e, best);
+            best = pl_fsel(m, best, e);
+            bi = pl_isel(m, bi, pl_iadd(ia, w1));
+            int64_t o = oh * d->OW + ow;
+            if (o + VW <= OHW) {
+                vstore(y + o, best);
+                pl_istore(arg + o, bi);
+            } else {
+                int32_t tmp[VW];
+                vtail_store(y + o, best, t);
+                pl_istore(tmp, bi);
+                memcpy(arg + o, tmp, (size_t)t * sizeof *arg);
+            }
+        }
+    }
+}
+
+/* The reference's loops for one plane. */
+static void maxpool_generic_plane(const float *x, float *y, int32_t *arg, const pl_dims *d) {
+    for (int64_t oh = 0; oh < d->OH; oh++)
+        for (int64_t ow = 0; ow < d->OW; ow++) {
+            float best = -INFINITY;
+            int64_t bi = -1;
+            for (int64_t kh = 0; kh < d->K; kh++)
+                for (int64_t kw = 0; kw < d->K; kw++) {
+                    int64_t ih = oh * d->S - d->P + kh, iw = ow * d->S - d->P + kw;
+                    if (ih < 0 || ih >= d->H || iw < 0 || iw >= d->W) continue;
+                    float v = x[ih * d->W + iw];
+                    if (bi >= 0 && isnan(best)) continue;
+                    if (bi < 0 || v > best || isnan(v)) {
+                        best = v;
+                        bi = ih * d->W + iw;
+                    }
+                }
+            y[oh * d->OW + ow] = best;
+            arg[oh * d->OW + ow] = (int32_t)bi;
+        }
+}
+
+ct_status CT_FN(maxpool2d)(ct_kargs *k) {
+    pl_dims d = pl_get(k, &k->in[0], &k->out);
+    const float *x = k->in[0].data;
+    float *y = k->out.data;
+    int32_t *arg = k->aux;
+    int fast = pl_is_2x2(&d);
+    int64_t HW = d.H * d.W, OHW = d.OH * d.OW;
+    int nt = pl_threads(k, d.NC * HW);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t nc = 0; nc < d.NC; nc++) {
+        if (fast) maxpool_2x2_plane(x + nc * HW, y + nc * OHW, arg + nc * OHW, &d);
+        else maxpool_generic_plane(x + nc * HW, y + nc * OHW, arg + nc * OHW, &d);
+    }
+    return CT_OK;
+}
+
+/* Writes dx of one plane for 2x2 stride-2 windows: each input belongs to at
+ * most one window, so dx is dy at the saved argmax and 0 elsewhere (also in
+ * the last row / column when H / W is odd). */
+/* Stores the 2*t floats (lo, hi) of one dx row chunk at offset off of a plane
+ * of HW floats: full vectors when they stay inside the plane and `spill` says
+ * that what lies past the row is written later. */
+static inline void pl_store_row(float *p, int64_t off, int64_t HW, int t, int spill, vf lo, vf hi) {
+    if ((t == VW || spill) && off + 2 * VW <= HW) {
+        vstore(p, lo);
+        vstore(p + VW, hi);
+        return;
+    }
+    int n0 = CT_MIN(2 * t, VW), n1 = CT_MAX(2 * t - VW, 0);
+    vtail_store(p, lo, n0);
+    if (n1) vtail_store(p + VW, hi, n1);
+}
+
+static void maxpool_bwd_2x2_plane(const float *dy, const int32_t *arg, float *dx, const pl_dims *d) {
+    const int64_t W = d->W, HW = d->H * d->W, OHW = d->OH * d->OW;
+    const vi lane2 = pl_lane2(), one = pl_iset1(1), wv = pl_iset1((int32_t)W), w1 = pl_iset1((int32_t)W + 1);
+    for (int64_t oh = 0; oh < d->OH; oh++) {
+        int64_t i0 = 2 * oh * W;
+        for (int64_t ow = 0; ow < d->OW; ow += VW) {
+            int t = (int)CT_MIN(VW, d->OW - ow);
+            int64_t o = oh * d->OW + ow;
+            vf gv;
+            vi av;
+            if (o + VW <= OHW) {
+                gv = vload(dy + o);
+                av = pl_iload(arg + o);
+            } else {
+                int32_t tmp[VW];
+                for (int l = 0; l < VW; l++) tmp[l] = l < t ? arg[o + l] : -1;
+                gv = vtail_load(dy + o, t);
+                av = pl_iload(tmp);
+            }
+            vi ia = pl_iadd(pl_iset1((int32_t)(i0 + 2 * ow)), lane2);
+            /* + 0 turns -0 into +0 as the reference's 0 + dy does */
+            vf a = vadd(pl_keep_eq(av, ia, gv), vzero()), b = vadd(pl_keep_eq(av, pl_iadd(ia, one), gv), vzero());
+            vf c = vadd(pl_keep_eq(av, pl_iadd(ia, wv), gv), vzero()), e = vadd(pl_keep_eq(av, pl_iadd(ia, w1), gv), vzero());
+            vf lo0, hi0, lo1, hi1;
+            pl_inter(a, b, &lo0, &hi0);
+            pl_inter(c, e, &lo1, &hi1);
+            pl_store_row(dx + i0 + 2 * ow, i0 + 2 * ow, HW, t, d->OW <= VW, lo0, hi0);
+            pl_store_row(dx + i0 + W + 2 * ow, i0 + W + 2 * ow, HW, t, 1, lo1, hi1);
+        }
+        if (W & 1) dx[i0 + W - 1] = dx[i0 + 2 * W - 1] = 0;
+    }
+    if (d->H & 1) memset(dx + (d->H - 1) * W, 0, (size_t)W * sizeof *dx);
+}
+
+/* in: dy, fwd -> dx */
+ct_status CT_FN(maxpool2d_bwd)(ct_kargs *k) {
+    pl_dims d = pl_get(k, &k->out, &k->in[0]);
+    const float *dy = k->in[0].data;
+    const int32_t *arg = k->in_aux[1];
+    float *dx = k->out.data;
+    int fast = pl_is_2x2(&d);
+    int64_t HW = d.H * d.W, OHW = d.OH * d.OW;
+    int nt = pl_threads(k, d.NC * HW);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t nc = 0; nc < d.NC; nc++) {
+        if (fast) {
+            maxpool_bwd_2x2_plane(dy + nc * OHW, arg + nc * OHW, dx + nc * HW, &d);
+        } else {
+            /* the reference's scatter-add, plane by plane (same order) */
+            float *p = dx + nc * HW;
+            const float *g = dy + nc * OHW;
+            const int32_t *a = arg + nc * OHW;
+            memset(p, 0, (size_t)HW * sizeof *p);
+            for (int64_t o = 0; o < OHW; o++) p[a[o]] += g[o];
+        }
+    }
+    return CT_OK;
+}
+
+/* ---- average pooling ------------------------------------------------------------------------ */
+
+static void avgpool_2x2_plane(const float *x, float *y, const pl_dims *d) {
+    const int64_t W = d->W, HW = d->H * d->W, OHW = d->OH * d->OW;
+    const vf q = vset1(0.25f);
+    for (int64_t oh = 0; oh < d->OH; oh++) {
+        int64_t i0 = 2 * oh * W;
+        for (int64_t ow = 0; ow < d->OW; ow += VW) {
+            int t = (int)CT_MIN(VW, d->OW - ow);
+            vf a, b, c, e;
+            pl_pairs(x + i0 + 2 * ow, i0 + 2 * ow, HW, t, &a, &b);
+            pl_pairs(x + i0 + W + 2 * ow, i0 + W + 2 * ow, HW, t, &c, &e);
+            vf s = vmul(vadd(vadd(a, b), vadd(c, e)), q);
+            int64_t o = oh * d->OW + ow;
+            if (o + VW <= OHW) vstore(y + o, s);
+            else vtail_store(y + o, s, t);
+        }
+    }
+}
+
+static void avgpool_generic_plane(const float *x, float *y, const pl_dims *d) {
+    for (int64_t oh = 0; oh < d->OH; oh++)
+        for (int64_t ow = 0; ow < d->OW; ow++) {
+            double s = 0;
+            for (int64_t kh = 0; kh < d->K; kh++)
+                for (int64_t kw = 0; kw < d->K; kw++) {
+                    int64_t ih = oh * d->S - d->P + kh, iw = ow * d->S - d->P + kw;
+                    if (ih < 0 || ih >= d->H || iw < 0 || iw >= d->W) continue;
+                    s += x[ih * d->W + iw];
+                }
+            y[oh * d->OW + ow] = (float)(s / (double)(d->K * d->K));
+        }
+}
+
+ct_status CT_FN(avgpool2d)(ct_kargs *k) {
+    pl_dims d = pl_get(k, &k->in[0], &k->out);
+    const float *x = k->in[0].data;
+    float *y = k->out.data;
+    int fast = pl_is_2x2(&d);
+    int64_t HW = d.H * d.W, OHW = d.OH * d.OW;
+    int nt = pl_threads(k, d.NC * HW);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t nc = 0; nc < d.NC; nc++) {
+        if (fast) avgpool_2x2_plane(x + nc * HW, y + nc * OHW, &d);
+        else avgpool_generic_plane(x + nc * HW, y + nc * OHW, &d);
+    }
+    return CT_OK;
+}
+
+static void avgpool_bwd_2x2_plane(const float *dy, float *dx, const pl_dims *d) {
+    const int64_t W = d->W, HW = d->H * d->W, OHW = d->OH * d->OW;
+    const vf q = vset1(0.25f); /* 1.0f / (K*K), exactly as the reference */
+    for (int64_t oh = 0; oh < d->OH; oh++) {
+        int64_t i0 = 2 * oh * W;
+        for (int64_t ow = 0; ow < d->OW; ow += VW) {
+            int t = (int)CT_MIN(VW, d->OW - ow);
+            int64_t o = oh * d->OW + ow;
+            vf g = vmul(o + VW <= OHW ? vload(dy + o) : vtail_load(dy + o, t), q), lo, hi;
+            g = vadd(g, vzero()); /* 0 + g, as the reference (turns -0 into +0) */
+            pl_inter(g, g, &lo, &hi);
+            pl_store_row(dx + i0 + 2 * ow, i0 + 2 * ow, HW, t, d->OW <= VW, lo, hi);
+            pl_store_row(dx + i0 + W + 2 * ow, i0 + W + 2 * ow, HW, t, 1, lo, hi);
+        }
+        if (W & 1) dx[i0 + W - 1] = dx[i0 + 2 * W - 1] = 0;
+    }
+    if (d->H & 1) memset(dx + (d->H - 1) * W, 0, (size_t)W * sizeof *dx);
+}
+
+/* in: dy -> dx */
+ct_status CT_FN(avgpool2d_bwd)(ct_kargs *k) {
+    pl_dims d = pl_get(k, &k->out, &k->in[0]);
+    const float *dy = k->in[0].data;
+    float *dx = k->out.data;
+    int fast = pl_is_2x2(&d);
+    int64_t HW = d.H * d.W, OHW = d.OH * d.OW;
+    float inv = 1.0f / (float)(d.K * d.K);
+    int nt = pl_threads(k, d.NC * HW);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t nc = 0; nc < d.NC; nc++) {
+        if (fast) {
+            avgpool_bwd_2x2_plane(dy + nc * OHW, dx + nc * HW, &d);
+            continue;
+        }
+        float *p = dx + nc * HW;
+        const float *gp = dy + nc * OHW;
+        memset(p, 0, (size_t)HW * sizeof *p);
+        for (int64_t oh = 0; oh < d.OH; oh++)
+            for (int64_t ow = 0; ow < d.OW; ow++) {
+                float g = gp[oh * d.OW + ow] * inv;
+                for (int64_t kh = 0; kh < d.K; kh++)
+                    for (int64_t kw = 0; kw < d.K; kw++) {
+                        int64_t ih = oh * d.S - d.P + kh, iw = ow * d.S - d.P + kw;
+                        if (ih < 0 || ih >= d.H || iw < 0 || iw >= d.W) continue;
+                        p[ih * d.W + iw] += g;
+                    }
+            }
+    }
+    return CT_OK;
+}
