@@ -1,8 +1,344 @@
-/* src/kernels/simd/eltwise.c - SIMD kernels (placeholder: declines, so the reference runs). */
+/* src/kernels/simd/eltwise.c - SIMD elementwise kernels: activations and their
+ * gradients, scale, broadcasting binary ops (same shape, scalar, and any
+ * pattern that coalesces to at most 3 dims: row vector / bias / column /
+ * outer broadcasts; others decline), dropout (mask from ct_dropout_keep).
+ *
+ * Work is split into fixed chunks of EW_CHUNK elements (or rows), so the
+ * results never depend on the thread count. Accuracy vs the reference (which
+ * computes in double): relu, scale, binary and dropout are bit-exact; the
+ * transcendental activations are within ~5e-7 relative (see simd.h). */
+#include <string.h>
+
 #include "simd.h"
 
-ct_status CT_FN(unary)(ct_kargs *k) { (void)k; return CT_E_UNSUPPORTED; }
-ct_status CT_FN(unary_bwd)(ct_kargs *k) { (void)k; return CT_E_UNSUPPORTED; }
-ct_status CT_FN(scale)(ct_kargs *k) { (void)k; return CT_E_UNSUPPORTED; }
-ct_status CT_FN(binary)(ct_kargs *k) { (void)k; return CT_E_UNSUPPORTED; }
-ct_status CT_FN(dropout)(ct_kargs *k) { (void)k; return CT_E_UNSUPPORTED; }
+#define EW_CHUNK 16384 /* elements per parallel work item (a multiple of 16) */
+
+#define K_2_SQRT_2_OVER_PI 1.5957691216057308f /* 2 sqrt(2/pi) */
+#define K_GELU_C 0.044715f
+#define K_INV_SQRT_2PI 0.3989422804014327f
+#define K_SQRT1_2 0.70710678118654752f
+
+/* ---- activations ------------------------------------------------------------------------ */
+
+/* sigmoid(x) and 1 - sigmoid(x), both without cancellation */
+static inline void sigmoid2(vf x, vf *s, vf *sc) {
+    vf a = vabs(x);
+    vf e = vexp(vneg(a));
+    e = vselect_gt(a, vset1(87.3f), vzero(), e);
+    vf r = vdiv(vset1(1.0f), vadd(vset1(1.0f), e)), q = vmul(e, r);
+    *s = vselect_gt(vzero(), x, q, r);
+    *sc = vselect_gt(vzero(), x, r, q);
+}
+
+/* x^2 / 2 as an exact pair hh + ll */
+static inline void half_sq(vf x, vf *hh, vf *ll) {
+    vf h = vmul(x, x);
+    *ll = vmul(vfma(x, x, vneg(h)), vset1(0.5f));
+    *hh = vmul(h, vset1(0.5f));
+}
+
+/* Phi(x) = P(N(0,1) <= x) = erfc(-x/sqrt2)/2, relative error < 6e-7 for all x */
+static inline vf normcdf(vf x, vf hh, vf ll) {
+    vf h = vmul(verfc_sq(vmul(vabs(x), vset1(K_SQRT1_2)), hh, ll), vset1(0.5f));
+    return vselect_gt(vzero(), x, h, vsub(vset1(1.0f), h));
+}
+
+static inline vf f_relu(vf x) { return vmax(x, vzero()); } /* NaN -> 0 and -0 -> +0, as the reference */
+static inline vf f_gelu(vf x) {
+    vf hh, ll;
+    half_sq(x, &hh, &ll);
+    return vmul(x, normcdf(x, hh, ll));
+}
+/* 0.5 x (1 + tanh(u)) == x sigmoid(2u), u = sqrt(2/pi) (x + c x^3) */
+static inline vf gelu_tanh_arg(vf x) {
+    return vmul(x, vfma(vmul(x, x), vset1(K_2_SQRT_2_OVER_PI * K_GELU_C), vset1(K_2_SQRT_2_OVER_PI)));
+}
+static inline vf f_gelu_tanh(vf x) { return vmul(x, vsigmoid(gelu_tanh_arg(x))); }
+static inline vf f_silu(vf x) { return vmul(x, vsigmoid(x)); }
+static inline vf f_sigmoid(vf x) { return vsigmoid(x); }
+static inline vf f_tanh(vf x) { return vtanh(x); }
+
+/* derivatives; v is y for relu/sigmoid/tanh and x for gelu/silu */
+static inline vf d_relu(vf v) { return vselect_gt(v, vzero(), vset1(1.0f), vzero()); }
+static inline vf d_gelu(vf x) {
+    vf hh, ll;
+    half_sq(x, &hh, &ll);
+    vf pdf = vexp(vneg(hh));
+    pdf = vfma(pdf, vneg(ll), pdf);
+    pdf = vselect_gt(vset1(87.3f), hh, vmul(pdf, vset1(K_INV_SQRT_2PI)), vzero());
+    return vfma(x, pdf, normcdf(x, hh, ll));
+}
+/* 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2) with 0.5 (1 + t) = s, 1 - t^2 = 4 s (1 - s) */
+static inline vf d_gelu_tanh(vf x) {
+    vf s, sc, x2 = vmul(x, x);
+    sigmoid2(gelu_tanh_arg(x), &s, &sc);
+    vf g = vfma(x2, vset1(K_2_SQRT_2_OVER_PI * 3.0f * K_GELU_C), vset1(K_2_SQRT_2_OVER_PI));
+    return vfma(vmul(vmul(x, s), sc), g, s);
+}
+static inline vf d_silu(vf x) {
+    vf s, sc;
+    sigmoid2(x, &s, &sc);
+    return vmul(s, vfma(x, sc, vset1(1.0f)));
+}
+static inline vf d_sigmoid(vf v) { return vmul(v, vsub(vset1(1.0f), v)); }
+static inline vf d_tanh(vf v) { return vfma(vneg(v), v, vset1(1.0f)); }
+
+#define DEF_MAP1(name, F)                                                                   \
+    static void name(const float *x, float *y, int64_t n) {                                 \
+        int64_t i = 0;                                                                      \
+        for (; i + VW <= n; i += VW) vstore(y + i, F(vload(x + i)));                        \
+        if (i < n) vtail_store(y + i, F(vtail_load(x + i, (int)(n - i))), (int)(n - i));    \
+    }
+#define DEF_MAP2(name, D)                                                                   \
+    static void name(const float *dy, const float *v, float *dx, int64_t n) {               \
+        int64_t i = 0;                                                                      \
+        for (; i + VW <= n; i += VW) vstore(dx + i, vmul(vload(dy + i), D(vload(v + i))));  \
+        if (i < n) {                                                                        \
+            int r = (int)(n - i);                                                           \
+            vtail_store(dx + i, vmul(vtail_load(dy + i, r), D(vtail_load(v + i, r))), r);  \
+        }                                                                                   \
+    }
+DEF_MAP1(map_relu, f_relu)
+DEF_MAP1(map_gelu, f_gelu)
+DEF_MAP1(map_gelu_tanh, f_gelu_tanh)
+DEF_MAP1(map_silu, f_silu)
+DEF_MAP1(map_sigmoid, f_sigmoid)
+DEF_MAP1(map_tanh, f_tanh)
+DEF_MAP2(map_relu_bwd, d_relu)
+DEF_MAP2(map_gelu_bwd, d_gelu)
+DEF_MAP2(map_gelu_tanh_bwd, d_gelu_tanh)
+DEF_MAP2(map_silu_bwd, d_silu)
+DEF_MAP2(map_sigmoid_bwd, d_sigmoid)
+DEF_MAP2(map_tanh_bwd, d_tanh)
+
+typedef void (*map1_fn)(const float *, float *, int64_t);
+typedef void (*map2_fn)(const float *, const float *, float *, int64_t);
+static const map1_fn k_fwd[CT_UNARY_COUNT] = {map_relu, map_gelu, map_gelu_tanh, map_silu, map_sigmoid, map_tanh};
+static const map2_fn k_bwd[CT_UNARY_COUNT] = {map_relu_bwd, map_gelu_bwd, map_gelu_tanh_bwd,
+                                              map_silu_bwd, map_sigmoid_bwd, map_tanh_bwd};
+
+/* ---- fixed-chunk parallel driver -------------------------------------------------------- */
+
+typedef struct ew_job {
+    const float *a, *b;
+    float *y;
+    map1_fn f1;
+    map2_fn f2;
+    float s;
+    const ct_kargs *k; /* dropout */
+} ew_job;
+
+typedef void (*chunk_fn)(const ew_job *j, int64_t lo, int64_t hi);
+
+static void ew_run(const ct_kargs *k, int64_t n, chunk_fn fn, const ew_job *j) {
+    int64_t nch = (n + EW_CHUNK - 1) / EW_CHUNK;
+    int nt = ct_par_threads(k, n);
+    if (nt > nch) nt = (int)nch;
+    if (nt <= 1) {
+        if (n > 0) fn(j, 0, n);
+        return;
+    }
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t c = 0; c < nch; c++) fn(j, c * EW_CHUNK, CT_MIN(n, (c + 1) * EW_CHUNK));
+}
+
+static void chunk_map1(const ew_job *j, int64_t lo, int64_t hi) { j->f1(j->a + lo, j->y + lo, hi - lo); }
+static void chunk_map2(const ew_job *j, int64_t lo, int64_t hi) { j->f2(j->a + lo, j->b + lo, j->y + lo, hi - lo); }
+
+static void chunk_scale(const ew_job *j, int64_t lo, int64_t hi) {
+    const float *x = j->a;
+    float *y = j->y;
+    vf s = vset1(j->s);
+    int64_t i = lo;
+    for (; i + VW <= hi; i += VW) vstore(y + i, vmul(vload(x + i), s));
+    if (i < hi) vtail_store(y + i, vmul(vtail_load(x + i, (int)(hi - i)), s), (int)(hi - i));
+}
+
+static void chunk_copy(const ew_job *j, int64_t lo, int64_t hi) {
+    memcpy(j->y + lo, j->a + lo, (size_t)(hi - lo) * sizeof(float));
+}
+
+static int f32_all(const ct_kargs *k, int n_in) {
+    if (k->out.dtype != CT_F32) return 0;
+    for (int i = 0; i < n_in; i++)
+        if (k->in[i].dtype != CT_F32) return 0;
+    return 1;
+}
+
+/* ---- unary, unary_bwd, scale -------------------------------------------------------------- */
+
+ct_status CT_FN(unary)(ct_kargs *k) {
+    int kind = (int)k->node->ia[0];
+    if (kind < 0 || kind >= CT_UNARY_COUNT || !f32_all(k, 1)) return CT_E_UNSUPPORTED;
+    ew_job j = {.a = k->in[0].data, .y = k->out.data, .f1 = k_fwd[kind]};
+    ew_run(k, ct_tensor_numel(&k->out), chunk_map1, &j);
+    return CT_OK;
+}
+
+/* in: dy, v (y for relu/sigmoid/tanh, x for gelu/silu: ia[1] = 1 when v is y) */
+ct_status CT_FN(unary_bwd)(ct_kargs *k) {
+    int kind = (int)k->node->ia[0];
+    if (kind < 0 || kind >= CT_UNARY_COUNT || !f32_all(k, 2)) return CT_E_UNSUPPORTED;
+    int from_out = kind == CT_UNARY_RELU || kind == CT_UNARY_SIGMOID || kind == CT_UNARY_TANH;
+    if ((k->node->ia[1] != 0) != from_out) return CT_E_UNSUPPORTED; /* not the autodiff convention */
+    ew_job j = {.a = k->in[0].data, .b = k->in[1].data, .y = k->out.data, .f2 = k_bwd[kind]};
+    ew_run(k, ct_tensor_numel(&k->out), chunk_map2, &j);
+    return CT_OK;
+}
+
+ct_status CT_FN(scale)(ct_kargs *k) {
+    if (!f32_all(k, 1)) return CT_E_UNSUPPORTED;
+    ew_job j = {.a = k->in[0].data, .y = k->out.data, .s = k->node->fa[0]};
+    ew_run(k, ct_tensor_numel(&k->out), chunk_scale, &j);
+    return CT_OK;
+}
+
+/* ---- binary ------------------------------------------------------------------------------- */
+
+/* y[i] = a[i*as] op b[i*bs] for i < n; as, bs in {0, 1}, not both 0 unless n == 1 */
+#define BIN_INNER(VOP, SOP)                                                                 \
+    do {                                                                                    \
+        int64_t i = 0;                                                                      \
+        if (as && bs) {                                                                     \
+            for (; i + 2 * VW <= n; i += 2 * VW) {                                          \
+                vstore(y + i, VOP(vload(a + i), vload(b + i)));                             \
+                vstore(y + i + VW, VOP(vload(a + i + VW), vload(b + i + VW)));              \
+            }                                                                               \
+            for (; i + VW <= n; i += VW) vstore(y + i, VOP(vload(a + i), vload(b + i)));    \
+        } else if (as) {                                                                    \
+            vf vb = vset1(b[0]);                                                            \
+            for (; i + VW <= n; i += VW) vstore(y + i, VOP(vload(a + i), vb));              \
+        } else if (bs) {                                                                    \
+            vf va = vset1(a[0]);                                                            \
+            for (; i + VW <= n; i += VW) vstore(y + i, VOP(va, vload(b + i)));              \
+        }                                                                                   \
+        for (; i < n; i++) y[i] = a[i * as] SOP b[i * bs];                                  \
+    } while (0)
+
+static void bin_inner(int kind, const float *a, int64_t as, const float *b, int64_t bs, float *y, int64_t n) {
+    switch (kind) {
+    case CT_BIN_ADD: BIN_INNER(vadd, +); break;
+    case CT_BIN_SUB: BIN_INNER(vsub, -); break;
+    case CT_BIN_MUL: BIN_INNER(vmul, *); break;
+    default: BIN_INNER(vdiv, /); break;
+    }
+}
+
+/* Output viewed as (D0, D1, L) after dropping size-1 dims and merging
+ * neighbours that are contiguous (or broadcast) in both inputs. */
+typedef struct bin_view {
+    int64_t d0, d1, len, a0, a1, al, b0, b1, bl;
+    int kind;
+    const float *a, *b;
+    float *y;
+} bin_view;
+
+static void bin_rows(const bin_view *v, int64_t item0, int64_t item1, int64_t cpr) {
+    for (int64_t it = item0; it < item1; it++) {
+        int64_t r = it / cpr, c = it % cpr;
+        int64_t i0 = r / v->d1, i1 = r % v->d1;
+        int64_t lo = c * EW_CHUNK, hi = CT_MIN(v->len, lo + EW_CHUNK);
+        const float *a = v->a + i0 * v->a0 + i1 * v->a1 + lo * v->al;
+        const float *b = v->b + i0 * v->b0 + i1 * v->b1 + lo * v->bl;
+        bin_inner(v->kind, a, v->al, b, v->bl, v->y + r * v->len + lo, hi - lo);
+    }
+}
+
+ct_status CT_FN(binary)(ct_kargs *k) {
+    int kind = (int)k->node->ia[0];
+    if (kind < 0 || kind >= CT_BIN_COUNT || !f32_all(k, 2)) return CT_E_UNSUPPORTED;
+    const ct_tensor *O = &k->out;
+    int64_t n = ct_tensor_numel(O);
+    if (n == 0) return CT_OK;
+    int64_t sa[CT_MAX_DIMS], sb[CT_MAX_DIMS], d[CT_MAX_DIMS], ca[CT_MAX_DIMS], cb[CT_MAX_DIMS];
+    ct_bcast_strides(&k->in[0], O, sa);
+    ct_bcast_strides(&k->in[1], O, sb);
+    int m = 0;
+    for (int i = 0; i < O->ndim; i++) {
+        int64_t s = O->shape[i];
+        if (s == 1) continue;
+        if (m > 0 && ca[m - 1] == sa[i] * s && cb[m - 1] == sb[i] * s) {
+            d[m - 1] *= s;
+            ca[m - 1] = sa[i];
+            cb[m - 1] = sb[i];
+        } else {
+            d[m] = s;
+            ca[m] = sa[i];
+            cb[m] = sb[i];
+            m++;
+        }
+    }
+    if (m > 3) return CT_E_UNSUPPORTED; /* e.g. (A,1,B,1) op (1,C,1,D): the reference does it */
+    int64_t D[3] = {1, 1, 1}, A[3] = {0, 0, 0}, B[3] = {0, 0, 0};
+    for (int i = 0; i < m; i++) {
+        D[3 - m + i] = d[i];
+        A[3 - m + i] = ca[i];
+        B[3 - m + i] = cb[i];
+    }
+    if (A[2] > 1 || B[2] > 1) return CT_E_UNSUPPORTED; /* cannot happen for contiguous inputs */
+    bin_view v = {D[0], D[1], D[2], A[0], A[1], A[2], B[0], B[1], B[2], kind, k->in[0].data, k->in[1].data, O->data};
+    int64_t cpr = (v.len + EW_CHUNK - 1) / EW_CHUNK, items = v.d0 * v.d1 * cpr;
+    int nt = ct_par_threads(k, n);
+    if (nt > items) nt = (int)items;
+    if (nt <= 1) {
+        bin_rows(&v, 0, items, cpr);
+        return CT_OK;
+    }
+    /* items of about EW_CHUNK elements each (many short rows are grouped) */
+    int64_t per = CT_MAX(1, EW_CHUNK / CT_MIN(v.len, EW_CHUNK)), groups = (items + per - 1) / per;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t g = 0; g < groups; g++) bin_rows(&v, g * per, CT_MIN(items, (g + 1) * per), cpr);
+    return CT_OK;
+}
+
+/* ---- dropout ------------------------------------------------------------------------------ */
+
+static void chunk_dropout(const ew_job *j, int64_t lo, int64_t hi) {
+    const ct_kargs *k = j->k;
+    const float *x = j->a;
+    float *y = j->y;
+    float p = k->node->fa[0];
+    uint64_t stream = (uint64_t)k->node->ia[0];
+    vf s = vset1(j->s);
+    union {
+        uint32_t u[VW];
+        float f[VW];
+    } m;
+    for (int64_t i = lo; i < hi; i += VW) {
+        int r = (int)CT_MIN((int64_t)VW, hi - i);
+        for (int t = 0; t < r; t++)
+            m.u[t] = ct_dropout_keep(k->seed, stream, k->step, (uint64_t)(i + t), p) ? 0xffffffffu : 0u;
+        if (r == VW) {
+            vstore(y + i, vand(vmul(vload(x + i), s), vload(m.f)));
+        } else {
+            for (int t = r; t < VW; t++) m.u[t] = 0;
+            vtail_store(y + i, vand(vmul(vtail_load(x + i, r), s), vload(m.f)), r);
+        }
+    }
+}
+
+/* Forward (training) and backward both apply the mask for (seed, stream, step);
+ * y = keep ? x * scale : 0 exactly as the reference (dropped NaN/inf give 0). */
+ct_status CT_FN(dropout)(ct_kargs *k) {
+    if (!f32_all(k, 1)) return CT_E_UNSUPPORTED;
+    float p = k->node->fa[0];
+    int64_t n = ct_tensor_numel(&k->out);
+    ew_job j = {.a = k->in[0].data, .y = k->out.data, .k = k};
+    if (!k->training || p == 0.0f) {
+        if (j.y != j.a) ew_run(k, n, chunk_copy, &j);
+        return CT_OK;
+    }
+    j.s = 1.0f / (1.0f - p);
+    /* the RNG dominates: worth threads much earlier than cheap arithmetic */
+    const int64_t ch = EW_CHUNK / 4;
+    int64_t nch = (n + ch - 1) / ch;
+    int nt = n >= 4096 ? k->nthreads : 1;
+    if (nt > nch) nt = (int)nch;
+    if (nt <= 1) {
+        if (n > 0) chunk_dropout(&j, 0, n);
+        return CT_OK;
+    }
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t c = 0; c < nch; c++) chunk_dropout(&j, c * ch, CT_MIN(n, (c + 1) * ch));
+    return CT_OK;
+}
