@@ -44,6 +44,14 @@ static inline int ct_dropout_keep(uint64_t seed, uint64_t stream, uint64_t step,
     return ct_rand_uniform(seed, (stream << 32) ^ step, i) >= p;
 }
 
+/* The same decisions for the 4 elements i..i+3 (i a multiple of 4) from one
+ * Philox call: exactly ct_dropout_keep for each of them. */
+static inline void ct_dropout_keep4(uint64_t seed, uint64_t stream, uint64_t step, uint64_t i, float p, int keep[4]) {
+    uint32_t r[4];
+    ct_philox(seed, (stream << 32) ^ step, i >> 2, r);
+    for (int t = 0; t < 4; t++) keep[t] = (float)(r[t] >> 8) * (1.0f / 16777216.0f) >= p;
+}
+
 /* Row-major strides for an out-of-graph shape. */
 static inline void ct_contig_strides(int ndim, const int64_t *shape, int64_t *strides) {
     int64_t s = 1;

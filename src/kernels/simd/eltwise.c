@@ -306,8 +306,17 @@ static void chunk_dropout(const ew_job *j, int64_t lo, int64_t hi) {
     } m;
     for (int64_t i = lo; i < hi; i += VW) {
         int r = (int)CT_MIN((int64_t)VW, hi - i);
-        for (int t = 0; t < r; t++)
-            m.u[t] = ct_dropout_keep(k->seed, stream, k->step, (uint64_t)(i + t), p) ? 0xffffffffu : 0u;
+        for (int t = 0; t < r;) {
+            uint64_t e = (uint64_t)(i + t);
+            if ((e & 3) == 0 && t + 4 <= r) { /* one Philox call gives 4 decisions */
+                int kp[4];
+                ct_dropout_keep4(k->seed, stream, k->step, e, p, kp);
+                for (int q = 0; q < 4; q++) m.u[t + q] = kp[q] ? 0xffffffffu : 0u;
+                t += 4;
+            } else {
+                m.u[t++] = ct_dropout_keep(k->seed, stream, k->step, e, p) ? 0xffffffffu : 0u;
+            }
+        }
         if (r == VW) {
             vstore(y + i, vand(vmul(vload(x + i), s), vload(m.f)));
         } else {

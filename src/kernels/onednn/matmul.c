@@ -1,0 +1,105 @@
+/* src/kernels/onednn/matmul.c - matmul and linear on oneDNN's matmul
+ * primitive. Transposes are expressed by the strides of the memory
+ * descriptors (no copies). A 2-D B broadcast over A's batch dims is folded
+ * into the rows of one GEMM when A is not transposed (one large GEMM instead
+ * of many small ones); otherwise the batch dims are collapsed into one and a
+ * 2-D B is broadcast with a batch dim of 1. */
+#include <stdio.h>
+
+#include "kernels/onednn/onednn.h"
+
+static ct_status empty(ct_dnnl *c) {
+    return ct_set_error(c->ctx, CT_E_UNSUPPORTED, "oneDNN %s: empty tensor, the next kernel runs instead", c->what);
+}
+
+/* Creates the matmul of (a, b[, bias]) -> dst as the node's primitive; the
+ * tensors are k->in[0], k->in[1], k->in[2] and k->out. b_user is how B lies
+ * in memory when the primitive should read a copy laid out as b (else NULL). */
+static ct_status add_matmul(ct_dnnl *c, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b,
+                            const dnnl_memory_desc_t *b_user, const dnnl_memory_desc_t *bias,
+                            const dnnl_memory_desc_t *dst) {
+    dnnl_matmul_desc_t d;
+    CT_DNNL_TRY(c, dnnl_matmul_desc_init(&d, a, b, bias, dst), "describing the matmul");
+    dnnl_primitive_desc_t pd;
+    CT_TRY(ct_dnnl_pd(c, &pd, &d, NULL, "creating the matmul"));
+    dnnl_memory_t ma, mb, mbias = NULL, mdst;
+    ct_status s = ct_dnnl_user(c, a, 0, &ma);
+    if (s == CT_OK) s = b_user ? ct_dnnl_input(c, b_user, 1, b, &mb) : ct_dnnl_user(c, b, 1, &mb);
+    if (s == CT_OK && bias) s = ct_dnnl_user(c, bias, 2, &mbias);
+    if (s == CT_OK) s = ct_dnnl_user(c, dst, CT_DNNL_OUT, &mdst);
+    if (s == CT_OK) {
+        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mdst}, {DNNL_ARG_BIAS, mbias}};
+        s = ct_dnnl_add(c, pd, bias ? 4 : 3, args);
+    }
+    dnnl_primitive_desc_destroy(pd);
+    return s;
+}
+
+/* oneDNN's AVX2 sgemm reads a non-transposed B in place when M is small, and
+ * a row stride that is a multiple of 256 floats (1 KiB) then maps the rows it
+ * walks onto few cache sets: measured 2x slower (256x1024 * 1024x1024: 13-15
+ * ms vs 6-7.5 ms on one core). Such a B is copied once per call into rows
+ * padded by 16 floats (a reorder, ~K*N*8 bytes of traffic), which pays off
+ * from M = 64 on; at M >= 1024 sgemm packs B itself and the copy is useless. */
+static int pad_b_rows(int tb, int64_t M, int64_t K, int64_t N) {
+    return !tb && N % 256 == 0 && M >= 64 && M < 1024 && K >= 64;
+}
+
+static ct_status build_matmul(ct_kargs *k, ct_dnnl *c) {
+    const ct_tensor *A = &k->in[0], *B = &k->in[1], *C = &k->out;
+    int ta = k->node->ia[0] != 0, tb = k->node->ia[1] != 0;
+    char s1[96], s2[96], s3[96];
+    ct_dnnl_describe(c, ": a %s%s x b %s%s -> %s", ct_shape_str(A->ndim, A->shape, s1, sizeof s1), ta ? "^T" : "",
+                     ct_shape_str(B->ndim, B->shape, s2, sizeof s2), tb ? "^T" : "",
+                     ct_shape_str(C->ndim, C->shape, s3, sizeof s3));
+    int nd = C->ndim;
+    int64_t M = C->shape[nd - 2], N = C->shape[nd - 1], K = A->shape[nd - 1 - ta];
+    int64_t batch = 1;
+    for (int i = 0; i < nd - 2; i++) batch *= C->shape[i];
+    if (!M || !N || !K || !batch) return empty(c);
+    int b_batched = B->ndim > 2;
+    dnnl_memory_desc_t amd, bmd, bpad, cmd;
+    int flat = nd == 2 || (!b_batched && !ta); /* one 2-D GEMM over batch * M rows */
+    int64_t R = flat ? batch * M : M;          /* rows of one GEMM */
+    int pad = pad_b_rows(tb, R, K, N);
+    int64_t ldp = N + 16;
+    if (flat) {
+        /* ta only when nd == 2, then R == M */
+        CT_TRY(ct_dnnl_md(c, &amd, 2, (int64_t[]){R, K}, ta ? (int64_t[]){1, M} : (int64_t[]){K, 1}));
+        CT_TRY(ct_dnnl_md(c, &bmd, 2, (int64_t[]){K, N}, tb ? (int64_t[]){1, K} : (int64_t[]){N, 1}));
+        if (pad) CT_TRY(ct_dnnl_md(c, &bpad, 2, (int64_t[]){K, N}, (int64_t[]){ldp, 1}));
+        CT_TRY(ct_dnnl_md(c, &cmd, 2, (int64_t[]){R, N}, (int64_t[]){N, 1}));
+    } else {
+        int64_t bb = b_batched ? batch : 1;
+        CT_TRY(ct_dnnl_md(c, &amd, 3, (int64_t[]){batch, M, K},
+                          ta ? (int64_t[]){M * K, 1, M} : (int64_t[]){M * K, K, 1}));
+        CT_TRY(ct_dnnl_md(c, &bmd, 3, (int64_t[]){bb, K, N}, tb ? (int64_t[]){K * N, 1, K} : (int64_t[]){K * N, N, 1}));
+        if (pad) CT_TRY(ct_dnnl_md(c, &bpad, 3, (int64_t[]){bb, K, N}, (int64_t[]){K * ldp, ldp, 1}));
+        CT_TRY(ct_dnnl_md(c, &cmd, 3, (int64_t[]){batch, M, N}, (int64_t[]){M * N, N, 1}));
+    }
+    if (pad) ct_dnnl_describe(c, " (B copied into padded rows)");
+    return pad ? add_matmul(c, &amd, &bpad, &bmd, NULL, &cmd) : add_matmul(c, &amd, &bmd, NULL, NULL, &cmd);
+}
+
+/* y (R, O) = x (R, I) * W^T + b: W (O, I) is read as (I, O) with strides
+ * (1, I); the bias is a (1, O) row broadcast over R. */
+static ct_status build_linear(ct_kargs *k, ct_dnnl *c) {
+    const ct_tensor *X = &k->in[0], *W = &k->in[1];
+    int has_bias = k->node->n_in > 2;
+    char s1[96], s2[96], s3[96];
+    ct_dnnl_describe(c, ": x %s, weight %s%s -> %s", ct_shape_str(X->ndim, X->shape, s1, sizeof s1),
+                     ct_shape_str(W->ndim, W->shape, s2, sizeof s2), has_bias ? " with bias" : "",
+                     ct_shape_str(k->out.ndim, k->out.shape, s3, sizeof s3));
+    int64_t O = W->shape[0], I = W->shape[1];
+    int64_t R = O ? ct_tensor_numel(&k->out) / O : 0;
+    if (!O || !I || !R) return empty(c);
+    dnnl_memory_desc_t xmd, wmd, bmd, ymd;
+    CT_TRY(ct_dnnl_md(c, &xmd, 2, (int64_t[]){R, I}, (int64_t[]){I, 1}));
+    CT_TRY(ct_dnnl_md(c, &wmd, 2, (int64_t[]){I, O}, (int64_t[]){1, I}));
+    CT_TRY(ct_dnnl_md(c, &ymd, 2, (int64_t[]){R, O}, (int64_t[]){O, 1}));
+    if (has_bias) CT_TRY(ct_dnnl_md(c, &bmd, 2, (int64_t[]){1, O}, (int64_t[]){O, 1}));
+    return add_matmul(c, &xmd, &wmd, NULL, has_bias ? &bmd : NULL, &ymd);
+}
+
+ct_status ct_k_matmul_onednn(ct_kargs *k) { return ct_dnnl_run(k, build_matmul); }
+ct_status ct_k_linear_onednn(ct_kargs *k) { return ct_dnnl_run(k, build_linear); }

@@ -1,0 +1,107 @@
+/* src/kernels/onednn/onednn.h - private helpers shared by the oneDNN kernels.
+ *
+ * A node's oneDNN state lives in one ct_dnnl (stored in *k->cache): its own
+ * CPU engine and stream, the primitives to run in order (input reorders, the
+ * main primitive, output reorders), the memory objects, and the buffers it
+ * owns (reordered copies, one scratchpad shared by its primitives), all
+ * allocated through ct_alloc on the node's first call. Later calls only point
+ * the user memory objects at the tensors of this call
+ * (dnnl_memory_set_data_handle) and execute: nothing is allocated by ctrain.
+ *
+ * Errors: a oneDNN failure becomes a ct_status with a message naming the op,
+ * the node and the shapes; a configuration oneDNN does not implement gives
+ * CT_E_UNSUPPORTED so the executor falls back to the next kernel. */
+#ifndef CT_KERNELS_ONEDNN_H
+#define CT_KERNELS_ONEDNN_H
+
+#include <dnnl.h>
+
+#include "kernels/kernels.h"
+
+#define CT_DNNL_MAX_STEPS 8
+#define CT_DNNL_MAX_ARGS 8
+#define CT_DNNL_MAX_MEMS 16
+#define CT_DNNL_MAX_BINDS 4
+#define CT_DNNL_MAX_BUFS 8
+
+/* Where a user memory object points on each call: k->in[slot] or k->out. */
+enum { CT_DNNL_OUT = -1 };
+
+typedef struct ct_dnnl_step {
+    dnnl_primitive_t prim;
+    int nargs;
+    dnnl_exec_arg_t args[CT_DNNL_MAX_ARGS];
+    dnnl_memory_desc_t scratch_md; /* what this primitive needs */
+    size_t scratch_bytes;
+} ct_dnnl_step;
+
+typedef struct ct_dnnl {
+    ct_context *ctx;
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    dnnl_primitive_attr_t attr; /* user-managed scratchpad */
+    int nthreads;
+    int ready;                  /* 1 once every primitive is created */
+    int nsteps;
+    ct_dnnl_step steps[CT_DNNL_MAX_STEPS];
+    int nbinds;
+    struct { dnnl_memory_t mem; int slot; } binds[CT_DNNL_MAX_BINDS];
+    int nmems;
+    dnnl_memory_t mems[CT_DNNL_MAX_MEMS]; /* every memory object, destroyed on free */
+    int nbufs;
+    void *bufs[CT_DNNL_MAX_BUFS];         /* ct_alloc'd buffers, freed on free */
+    int npending;                          /* output reorders to add after the main primitive */
+    struct { dnnl_memory_t from, to; } pending[CT_DNNL_MAX_BINDS];
+    char what[320];                        /* "op 'node' shapes" for error messages */
+} ct_dnnl;
+
+/* Builds the primitives of a node into c. c->what holds "op 'node'" on
+ * entry; the builder appends the shapes. */
+typedef ct_status (*ct_dnnl_build_fn)(ct_kargs *k, ct_dnnl *c);
+
+/* Runs the node: on the first call creates *k->cache through `build`, then
+ * binds the tensors of this call and executes. */
+ct_status ct_dnnl_run(ct_kargs *k, ct_dnnl_build_fn build);
+
+/* Appends to c->what (printf-style). */
+void ct_dnnl_describe(ct_dnnl *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Maps a failing oneDNN status to a ct_status with a message on c->ctx. */
+ct_status ct_dnnl_fail(ct_dnnl *c, dnnl_status_t st, const char *doing);
+
+#define CT_DNNL_TRY(c, call, doing)                                    \
+    do {                                                               \
+        dnnl_status_t ct_dnnl_st_ = (call);                            \
+        if (ct_dnnl_st_ != dnnl_success) return ct_dnnl_fail((c), ct_dnnl_st_, (doing)); \
+    } while (0)
+
+/* Plain memory descriptor with explicit strides (elements). */
+ct_status ct_dnnl_md(ct_dnnl *c, dnnl_memory_desc_t *md, int nd, const int64_t *dims, const int64_t *strides);
+/* Memory descriptor from a format tag (may be dnnl_format_tag_any). */
+ct_status ct_dnnl_md_tag(ct_dnnl *c, dnnl_memory_desc_t *md, int nd, const int64_t *dims, dnnl_format_tag_t tag);
+
+/* A memory object that points at k->in[slot] (or k->out) on every call. */
+ct_status ct_dnnl_user(ct_dnnl *c, const dnnl_memory_desc_t *md, int slot, dnnl_memory_t *out);
+/* Input `slot` in layout user_md, as the primitive wants it (want): the user
+ * memory itself when the layouts agree, else an owned buffer filled by a
+ * reorder step added now (call before ct_dnnl_add). */
+ct_status ct_dnnl_input(ct_dnnl *c, const dnnl_memory_desc_t *user_md, int slot, const dnnl_memory_desc_t *want,
+                        dnnl_memory_t *out);
+/* The output, likewise; its reorder back is added right after the next
+ * ct_dnnl_add. */
+ct_status ct_dnnl_output(ct_dnnl *c, const dnnl_memory_desc_t *user_md, const dnnl_memory_desc_t *want,
+                         dnnl_memory_t *out);
+/* Creates the primitive of pd (pd stays owned by the caller) as the next step
+ * with these arguments (the scratchpad is added by the runner). */
+ct_status ct_dnnl_add(ct_dnnl *c, const_dnnl_primitive_desc_t pd, int nargs, const dnnl_exec_arg_t *args);
+/* Creates a primitive descriptor; `doing` names the step for messages. */
+ct_status ct_dnnl_pd(ct_dnnl *c, dnnl_primitive_desc_t *pd, const_dnnl_op_desc_t op, const_dnnl_primitive_desc_t hint,
+                     const char *doing);
+
+/* Layout policy for convolutions (see conv.c). */
+typedef enum { CT_DNNL_LAYOUT_AUTO = 0, CT_DNNL_LAYOUT_PLAIN, CT_DNNL_LAYOUT_BLOCKED } ct_dnnl_layout;
+/* CT_ONEDNN_CONV_LAYOUT=plain|blocked overrides the built-in choice (for
+ * benchmarks); read when a node's primitives are created. */
+ct_dnnl_layout ct_dnnl_layout_override(void);
+
+#endif
