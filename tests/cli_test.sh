@@ -18,7 +18,7 @@ expect() {
   local out rc
   out=$(timeout -k 5 300 "$@" 2>&1)
   rc=$?
-  if [ "$rc" -eq "$want" ] && printf '%s' "$out" | grep -qiE -- "$pat" && ! printf '%s' "$out" | grep -q "Sanitizer"; then
+  if [ "$rc" -eq "$want" ] && printf '%s' "$out" | tr '\n' ' ' | grep -qiE -- "$pat" && ! printf '%s' "$out" | grep -q "Sanitizer"; then
     pass=$((pass + 1))
     echo "  ok   $name"
   else
