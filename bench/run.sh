@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# bench/run.sh - one training step (forward + backward + optimizer update),
+# ctrain vs PyTorch, same workloads, same thread count, alternating rounds.
+#
+#   bench/run.sh                 # 5 rounds x (ctrain, PyTorch) x (mlp, cnn)
+#   bench/run.sh --rounds 3 --steps 5 --workloads mlp
+#   bench/run.sh --tune          # PyTorch variants only (OpenBLAS core type,
+#                                # foreach optimizers, channels_last) to pick its best
+# Options (or the environment variable in brackets):
+#   --rounds N [ROUNDS=5]     --steps N [STEPS=10]     --warmup N [WARMUP=3]
+#   --threads N [THREADS=2]   --workloads "mlp cnn" [WORKLOADS]
+#   --coretype NAME [CORETYPE=Haswell]   OpenBLAS kernel set for PyTorch
+#   --foreach 0|1 [TORCH_FOREACH=0]      --channels-last 0|1 [TORCH_CHANNELS_LAST=0]
+#   --ctrain-budget S [CTRAIN_BUDGET_S=30]  cap on ctrain's timed seconds per round
+#                                           (slow reference kernels: >= 3 steps still run)
+#   --no-perf [PERF=0]       skip the perf-based ctrain per-kernel breakdown
+#   --no-dnnl [DNNL_BREAKDOWN=0]  skip the ONEDNN_VERBOSE per-primitive runs (both frameworks)
+#   --neighbour [NEIGHBOUR=1]  keep a 2-thread ctrain MLP training in the background
+#                            the whole time (a controlled noisy neighbour, like a
+#                            colleague's test run): how both frameworks degrade
+#   --nice N [NICE=0]        run both frameworks under `nice -n N` (negative N needs
+#                            root and takes CPU from everyone else on the machine: off
+#                            by default, mention it when you publish numbers)
+#   BUILD=build-bench         build folder (the library and bench_step go there)
+# Logs of every run: $BUILD/bench/logs/<date>/.
+set -euo pipefail
+SELF=$(readlink -f "$0")
+cd "$(dirname "$SELF")/.."
+
+ROUNDS=${ROUNDS:-5}
+STEPS=${STEPS:-10}
+WARMUP=${WARMUP:-3}
+THREADS=${THREADS:-2}
+WORKLOADS=${WORKLOADS:-"mlp cnn"}
+CORETYPE=${CORETYPE:-Haswell}
+TORCH_FOREACH=${TORCH_FOREACH:-0}
+TORCH_CHANNELS_LAST=${TORCH_CHANNELS_LAST:-0}
+CTRAIN_BUDGET_S=${CTRAIN_BUDGET_S:-30}
+PERF=${PERF:-1}
+NICE=${NICE:-0}
+DNNL_BREAKDOWN=${DNNL_BREAKDOWN:-1}
+NEIGHBOUR=${NEIGHBOUR:-0}
+BUILD=${BUILD:-build-bench}
+TUNE=0
+PY=/usr/bin/python3                        # Debian's python3-torch (not the pyenv python3)
+OB_DIR=/usr/lib/x86_64-linux-gnu/openblas-openmp
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --rounds) ROUNDS=$2; shift ;;
+    --steps) STEPS=$2; shift ;;
+    --warmup) WARMUP=$2; shift ;;
+    --threads) THREADS=$2; shift ;;
+    --workloads) WORKLOADS=$2; shift ;;
+    --coretype) CORETYPE=$2; shift ;;
+    --foreach) TORCH_FOREACH=$2; shift ;;
+    --channels-last) TORCH_CHANNELS_LAST=$2; shift ;;
+    --ctrain-budget) CTRAIN_BUDGET_S=$2; shift ;;
+    --no-perf) PERF=0 ;;
+    --no-dnnl) DNNL_BREAKDOWN=0 ;;
+    --nice) NICE=$2; shift ;;
+    --neighbour) NEIGHBOUR=1 ;;
+    --tune) TUNE=1 ;;
+    -h | --help) sed -n '2,/^# Logs/p' "$SELF"; exit 0 ;;
+    *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 1 ;;
+    esac
+    shift
+done
+
+[ -x "$PY" ] || { echo "run.sh: $PY not found (Debian python3-torch is needed)" >&2; exit 1; }
+[ -e "$OB_DIR/libopenblas.so.0" ] || { echo "run.sh: $OB_DIR/libopenblas.so.0 missing (install libopenblas0-openmp)" >&2; exit 1; }
+
+LOGDIR=$BUILD/bench/logs/$(date +%Y%m%d-%H%M%S)
+mkdir -p "$LOGDIR"
+BIN=$BUILD/bench/bench_step
+
+if [ "$TUNE" = 0 ]; then
+    echo "== building ctrain ($BUILD) and bench_step"
+    make --no-print-directory -C bench BUILD="$BUILD" >"$LOGDIR/build.log" 2>&1 ||
+        { tail -30 "$LOGDIR/build.log"; echo "run.sh: build failed" >&2; exit 1; }
+    grep "bench:" "$LOGDIR/build.log" || true
+fi
+
+export OMP_NUM_THREADS=$THREADS
+# PyTorch: OpenMP OpenBLAS first on the loader path, explicit core type.
+torch_env=(nice -n "$NICE" env "LD_LIBRARY_PATH=$OB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "OMP_NUM_THREADS=$THREADS")
+
+run_ctrain() { # workload round
+    nice -n "$NICE" "$BIN" --workload "$1" --threads "$THREADS" --warmup "$WARMUP" --steps "$STEPS" \
+        --budget-s "$CTRAIN_BUDGET_S" --seed "$2" >"$LOGDIR/$1_ctrain_r$2.log" 2>&1 ||
+        { cat "$LOGDIR/$1_ctrain_r$2.log"; echo "run.sh: ctrain $1 failed" >&2; exit 1; }
+}
+run_torch() { # workload round label [extra env/args...]
+    local wl=$1 r=$2 label=$3 ct=$4; shift 4
+    "${torch_env[@]}" "OPENBLAS_CORETYPE=$ct" "$PY" bench/torch_step.py --workload "$wl" \
+        --threads "$THREADS" --warmup "$WARMUP" --steps "$STEPS" --seed "$r" "$@" \
+        >"$LOGDIR/${wl}_${label}_r$r.log" 2>&1 ||
+        { cat "$LOGDIR/${wl}_${label}_r$r.log"; echo "run.sh: PyTorch $wl failed" >&2; exit 1; }
+}
+
+echo "== environment"
+echo "date:        $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+echo "cpu:         $(lscpu | sed -n 's/^Model name: *//p') (family $(lscpu | sed -n 's/^CPU family: *//p'), model $(lscpu | sed -n 's/^Model: *//p')), $(nproc) cpus online"
+echo "isa flags:   avx2=$(grep -qw avx2 /proc/cpuinfo && echo yes || echo no) fma=$(grep -qw fma /proc/cpuinfo && echo yes || echo no) avx512f=$(grep -qw avx512f /proc/cpuinfo && echo yes || echo no)"
+echo "load:        $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min) at start"
+echo "threads:     $THREADS per framework (ctrain ct_context_opts.num_threads, torch.set_num_threads, OMP_NUM_THREADS)"
+[ "$NICE" != 0 ] && echo "nice:        both frameworks run under nice -n $NICE"
+echo "plan:        $ROUNDS rounds; each round and workload runs ctrain and PyTorch in fresh processes"
+echo "             (order alternates by round), $WARMUP warmup + $STEPS timed steps each"
+
+if [ "$TUNE" = 1 ]; then
+    # label|coretype|args ; all run for each workload in every round
+    variants=("auto||--foreach 0" "Haswell|Haswell|--foreach 0" "Zen|Zen|--foreach 0"
+              "Haswell+foreach|Haswell|--foreach 1")
+    for wl in $WORKLOADS; do [ "$wl" = cnn ] && variants+=("Haswell+channels_last|Haswell|--foreach 0 --channels-last 1"); done
+    for r in $(seq 1 "$ROUNDS"); do
+        for wl in $WORKLOADS; do
+            for v in "${variants[@]}"; do
+                IFS='|' read -r label ct args <<<"$v"
+                [ "$wl" = mlp ] && [[ "$label" == *channels_last* ]] && continue
+                # shellcheck disable=SC2086
+                run_torch "$wl" "$r" "pt-$label" "$ct" $args
+            done
+        done
+        echo "   round $r/$ROUNDS done"
+    done
+    "$PY" bench/report.py tune "$LOGDIR"
+    echo "logs: $LOGDIR"
+    exit 0
+fi
+
+if [ "$NEIGHBOUR" = 1 ]; then
+    "$BIN" --workload mlp --threads "$THREADS" --warmup 0 --steps 1000000 --budget-s 1000000 --quiet \
+        >/dev/null 2>&1 &
+    NB_PID=$!
+    trap 'kill "$NB_PID" 2>/dev/null && wait "$NB_PID" 2>/dev/null; true' EXIT
+    echo "neighbour:   bench_step --workload mlp with $THREADS threads runs in the background (pid $NB_PID)"
+fi
+
+torch_args=(--foreach "$TORCH_FOREACH" --channels-last "$TORCH_CHANNELS_LAST")
+echo "pytorch:     OPENBLAS_CORETYPE=$CORETYPE LD_LIBRARY_PATH=$OB_DIR ${torch_args[*]}"
+for r in $(seq 1 "$ROUNDS"); do
+    for wl in $WORKLOADS; do
+        if [ $((r % 2)) = 1 ]; then
+            run_ctrain "$wl" "$r"; run_torch "$wl" "$r" pytorch "$CORETYPE" "${torch_args[@]}"
+        else
+            run_torch "$wl" "$r" pytorch "$CORETYPE" "${torch_args[@]}"; run_ctrain "$wl" "$r"
+        fi
+    done
+    echo "   round $r/$ROUNDS done (load $(cut -d' ' -f1 /proc/loadavg))"
+done
+echo "load:        $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min) at end"
+
+if [ "$PERF" = 1 ] && command -v perf >/dev/null 2>&1; then
+    for wl in $WORKLOADS; do
+        perf record -q -F 499 -o "$LOGDIR/$wl.perf.data" -- "$BIN" --workload "$wl" --threads "$THREADS" \
+            --warmup 1 --steps "$STEPS" --budget-s "$CTRAIN_BUDGET_S" --quiet >"$LOGDIR/${wl}_perf_run.log" 2>&1 &&
+            perf report -i "$LOGDIR/$wl.perf.data" --stdio --no-children --sort dso,sym -t '|' \
+                >"$LOGDIR/${wl}_perf.txt" 2>/dev/null ||
+            echo "   (perf record failed for $wl: see $LOGDIR/${wl}_perf_run.log)"
+    done
+fi
+
+if [ "$DNNL_BREAKDOWN" = 1 ]; then
+    # oneDNN's own per-primitive timings (both frameworks call the same libdnnl)
+    for wl in $WORKLOADS; do
+        ONEDNN_VERBOSE=1 "$BIN" --workload "$wl" --threads "$THREADS" --warmup 1 --steps 3 \
+            --budget-s "$CTRAIN_BUDGET_S" >"$LOGDIR/${wl}_ctrain_dnnl.txt" 2>&1 || true
+        ONEDNN_VERBOSE=1 "${torch_env[@]}" "OPENBLAS_CORETYPE=$CORETYPE" "$PY" bench/torch_step.py --workload "$wl" \
+            --threads "$THREADS" --warmup 1 --steps 3 "${torch_args[@]}" >"$LOGDIR/${wl}_pytorch_dnnl.txt" 2>&1 || true
+    done
+fi
+
+"$PY" bench/report.py main "$LOGDIR"
+echo "logs: $LOGDIR"
