@@ -325,7 +325,33 @@ TEST(grad_ready_callback_fires_once_per_param_in_backward_order) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(grad_ready_callback_fires_once_per_param_in_backward_order), T(status_codes_have_names_and_advice), T(shape_mismatch_is_a_clear_error), T(dtype_mismatch_is_e40005),
+/* An input declared after the model must not share memory with activations
+ * (regression: the planner once placed inputs at their declaration time). */
+TEST(inputs_declared_late_keep_their_values) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_graph *g;
+    CHECK_OK(ctx, ct_graph_create(ctx, &g));
+    ct_node x, y, logits, loss;
+    CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){8, 16}, &x));
+    CHECK_OK(ctx, ct_model_mlp(g, x, 1, (int64_t[]){32}, 4, 0, &logits));
+    CHECK_OK(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){8}, &y));
+    CHECK_OK(ctx, ct_cross_entropy(g, logits, y, 0, -100, &loss));
+    ct_plan *p;
+    CHECK_OK(ctx, ct_compile(g, loss, 0, NULL, NULL, &p));
+    ct_tensor tx, ty;
+    ct_plan_tensor(p, x, &tx);
+    ct_plan_tensor(p, y, &ty);
+    test_fill_uniform(tx.data, 8 * 16, 4, -1, 1);
+    for (int i = 0; i < 8; i++) ((int32_t *)ty.data)[i] = i % 4;
+    CHECK_OK(ctx, ct_plan_forward(p, 1));
+    CHECK_OK(ctx, ct_plan_backward(p));
+    for (int i = 0; i < 8; i++) CHECK(((int32_t *)ty.data)[i] == i % 4);
+    ct_plan_free(p);
+    ct_graph_free(g);
+    ct_context_free(ctx);
+}
+
+TEST_MAIN(T(inputs_declared_late_keep_their_values), T(grad_ready_callback_fires_once_per_param_in_backward_order), T(status_codes_have_names_and_advice), T(shape_mismatch_is_a_clear_error), T(dtype_mismatch_is_e40005),
           T(bad_labels_and_ids_fail_at_run_time_with_a_message), T(memory_budget_gives_e60003),
           T(training_step_after_first_allocates_nothing), T(optimizer_rejects_bad_values),
           T(optimizer_fast_matches_reference), T(conversions_round_trip))

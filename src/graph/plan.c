@@ -206,15 +206,24 @@ static ct_status pass_plan_memory(ct_plan *p) {
     if (!blocks) return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory planning activations");
     int nb = 0;
     size_t high = 0;
+    /* inputs are written before the step starts, wherever they were declared:
+     * they occupy their memory for the whole step (time 0 to n) */
     for (int i = 0; i < n; i++) {
         const ct_node_def *d = &g->nodes[i];
-        if (!pn[i].live) continue;
+        if (!pn[i].live || d->op != CT_OP_INPUT) continue;
+        pn[i].bytes = ct_align_up((size_t)ct_node_numel(d) * ct_dtype_size(d->dtype), CT_ALIGN);
+        pn[i].arena = CT_ARENA_ACT;
+        pn[i].offset = place(blocks, &nb, 0, pn[i].bytes, n, &high);
+    }
+    for (int i = 0; i < n; i++) {
+        const ct_node_def *d = &g->nodes[i];
+        if (!pn[i].live || d->op == CT_OP_INPUT) continue;
         pn[i].bytes = ct_align_up((size_t)ct_node_numel(d) * ct_dtype_size(d->dtype), CT_ALIGN);
         if (d->op == CT_OP_RESHAPE) {
             pn[i].arena = CT_ARENA_ALIAS;
             continue;
         }
-        int end = d->op == CT_OP_INPUT ? n : pn[i].last_use;
+        int end = pn[i].last_use;
         if (pn[i].arena == CT_ARENA_NONE) {
             pn[i].arena = CT_ARENA_ACT;
             pn[i].offset = place(blocks, &nb, i, pn[i].bytes, end, &high);
