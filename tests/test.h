@@ -67,4 +67,15 @@ ct_context *test_ctx(int isa, int use_onednn); /* isa -1: best */
 double test_max_rel(const float *a, const float *b, size_t n, double floor);
 void test_fill_uniform(float *x, size_t n, unsigned seed, float lo, float hi);
 
+/* A classifier: x -> ct_model_mlp (xshape 2-D) or ct_model_cnn (4-D) ->
+ * cross entropy, compiled with the logits kept; x is filled with U(-1, 1) and
+ * the labels with i % classes. Returns the first failing status (the
+ * context holds the message); m->plan is NULL then. */
+typedef struct {
+    ct_plan *plan;
+    ct_node x, y, logits, loss;
+} test_model;
+ct_status test_model_build(ct_context *ctx, int nd, const int64_t *xshape, int n_layers, const int64_t *sizes,
+                           int64_t classes, float dropout, float smoothing, test_model *m);
+
 #endif

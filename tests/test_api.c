@@ -101,48 +101,28 @@ TEST(memory_budget_gives_e60003) {
     o.memory_budget = 1 << 20; /* 1 MiB */
     ct_context *ctx;
     CHECK(ct_context_create(&o, &ctx) == CT_OK);
-    ct_graph *g;
-    CHECK_OK(ctx, ct_graph_create(ctx, &g));
-    ct_node x, y, logits, loss;
-    CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){256, 784}, &x));
-    CHECK_OK(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){256}, &y));
-    CHECK_OK(ctx, ct_model_mlp(g, x, 1, (int64_t[]){1024}, 10, 0, &logits));
-    CHECK_OK(ctx, ct_cross_entropy(g, logits, y, 0, -100, &loss));
-    ct_plan *p = NULL;
-    ct_status s = ct_compile(g, loss, 0, NULL, NULL, &p);
-    CHECK(s == CT_E_OOM && p == NULL);
+    test_model tm;
+    ct_status s = test_model_build(ctx, 2, (int64_t[]){256, 784}, 1, (int64_t[]){1024}, 10, 0, 0, &tm);
+    CHECK(s == CT_E_OOM && tm.plan == NULL);
     const char *m = ct_context_last_error(ctx);
     CHECK_MSG(contains(m, "E60003") && contains(m, "budget") && contains(m, "checkpointing"), "%s", m);
     ct_mem_stats ms;
     ct_context_mem_stats(ctx, &ms);
     CHECK(ms.bytes_in_use == 0); /* the failed compile released everything */
-    ct_graph_free(g);
     ct_context_free(ctx);
 }
 
 static void train_steps(ct_context *ctx, const char *model, int steps, uint64_t *allocs_after_first) {
-    ct_graph *g;
-    CHECK_OK(ctx, ct_graph_create(ctx, &g));
-    ct_node x, y, logits, loss;
-    int cnn = !strcmp(model, "cnn");
-    if (cnn) CHECK_OK(ctx, ct_input(g, "x", CT_F32, 4, (int64_t[]){8, 1, 12, 12}, &x));
-    else CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){8, 30}, &x));
-    CHECK_OK(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){8}, &y));
-    if (cnn) CHECK_OK(ctx, ct_model_cnn(g, x, 2, (int64_t[]){4, 8}, 10, &logits));
-    else CHECK_OK(ctx, ct_model_mlp(g, x, 2, (int64_t[]){32, 16}, 10, 0.1f, &logits));
-    CHECK_OK(ctx, ct_cross_entropy(g, logits, y, 0.1f, -100, &loss));
-    ct_plan *p;
-    CHECK_OK(ctx, ct_compile(g, loss, 1, &logits, NULL, &p));
-    ct_graph_free(g);
+    test_model tm;
+    if (!strcmp(model, "cnn"))
+        CHECK_OK(ctx, test_model_build(ctx, 4, (int64_t[]){8, 1, 12, 12}, 2, (int64_t[]){4, 8}, 10, 0, 0.1f, &tm));
+    else
+        CHECK_OK(ctx, test_model_build(ctx, 2, (int64_t[]){8, 30}, 2, (int64_t[]){32, 16}, 10, 0.1f, 0.1f, &tm));
+    ct_plan *p = tm.plan;
     ct_optim_opts oo;
     ct_optim_opts_default(&oo, CT_OPTIM_ADAMW);
     ct_optimizer *opt;
     CHECK_OK(ctx, ct_optimizer_create(p, &oo, &opt));
-    ct_tensor tx, ty;
-    ct_plan_tensor(p, x, &tx);
-    ct_plan_tensor(p, y, &ty);
-    test_fill_uniform(tx.data, (size_t)ct_tensor_numel(&tx), 3, -1, 1);
-    for (int i = 0; i < 8; i++) ((int32_t *)ty.data)[i] = i % 10;
     ct_mem_stats before, after;
     for (int it = 0; it < steps; it++) {
         if (it == 1) ct_context_mem_stats(ctx, &before);
@@ -289,20 +269,9 @@ static void on_ready(void *user, int idx, const ct_tensor *grad) {
  * in backward order (last layer first), and the value it shows is final. */
 TEST(grad_ready_callback_fires_once_per_param_in_backward_order) {
     ct_context *ctx = test_ctx(-1, 1);
-    ct_graph *g;
-    CHECK_OK(ctx, ct_graph_create(ctx, &g));
-    ct_node x, y, logits, loss;
-    CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){8, 12}, &x));
-    CHECK_OK(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){8}, &y));
-    CHECK_OK(ctx, ct_model_mlp(g, x, 2, (int64_t[]){16, 16}, 4, 0, &logits));
-    CHECK_OK(ctx, ct_cross_entropy(g, logits, y, 0, -100, &loss));
-    ct_plan *p;
-    CHECK_OK(ctx, ct_compile(g, loss, 0, NULL, NULL, &p));
-    ct_tensor tx, ty;
-    ct_plan_tensor(p, x, &tx);
-    ct_plan_tensor(p, y, &ty);
-    test_fill_uniform(tx.data, 8 * 12, 5, -1, 1);
-    for (int i = 0; i < 8; i++) ((int32_t *)ty.data)[i] = i % 4;
+    test_model tm;
+    CHECK_OK(ctx, test_model_build(ctx, 2, (int64_t[]){8, 12}, 2, (int64_t[]){16, 16}, 4, 0, 0, &tm));
+    ct_plan *p = tm.plan;
     ready_log log;
     memset(&log, 0, sizeof log);
     ct_plan_set_grad_ready(p, on_ready, &log);
@@ -321,7 +290,6 @@ TEST(grad_ready_callback_fires_once_per_param_in_backward_order) {
     for (int i = 0; i < log.n; i++) pos[log.order[i]] = i;
     CHECK(pos[4] < pos[0] && pos[5] < pos[1]);
     ct_plan_free(p);
-    ct_graph_free(g);
     ct_context_free(ctx);
 }
 

@@ -4,20 +4,9 @@
 
 TEST(mlp_loss_decreases) {
     ct_context *ctx = test_ctx(-1, 1);
-    ct_graph *g;
-    CHECK_OK(ctx, ct_graph_create(ctx, &g));
-    ct_node x, y, logits, loss;
-    CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){16, 20}, &x));
-    CHECK_OK(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){16}, &y));
-    CHECK_OK(ctx, ct_model_mlp(g, x, 1, (int64_t[]){32}, 5, 0.0f, &logits));
-    CHECK_OK(ctx, ct_cross_entropy(g, logits, y, 0.0f, -100, &loss));
-    ct_plan *p;
-    CHECK_OK(ctx, ct_compile(g, loss, 1, &logits, NULL, &p));
-    ct_tensor tx, ty;
-    CHECK_OK(ctx, ct_plan_tensor(p, x, &tx));
-    CHECK_OK(ctx, ct_plan_tensor(p, y, &ty));
-    test_fill_uniform(tx.data, 16 * 20, 1, -1, 1);
-    for (int i = 0; i < 16; i++) ((int32_t *)ty.data)[i] = i % 5;
+    test_model tm;
+    CHECK_OK(ctx, test_model_build(ctx, 2, (int64_t[]){16, 20}, 1, (int64_t[]){32}, 5, 0, 0, &tm));
+    ct_plan *p = tm.plan;
     float first = 0, last = 0;
     for (int it = 0; it < 300; it++) {
         CHECK_OK(ctx, ct_plan_forward(p, 1));
@@ -33,7 +22,6 @@ TEST(mlp_loss_decreases) {
     }
     CHECK_MSG(last < 0.5f * first, "loss %g -> %g", first, last);
     ct_plan_free(p);
-    ct_graph_free(g);
     ct_context_free(ctx);
 }
 

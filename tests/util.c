@@ -51,3 +51,26 @@ double test_max_rel(const float *a, const float *b, size_t n, double floor) {
 void test_fill_uniform(float *x, size_t n, unsigned seed, float lo, float hi) {
     for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * ct_rand_uniform(seed, 77, i);
 }
+
+ct_status test_model_build(ct_context *ctx, int nd, const int64_t *xshape, int n_layers, const int64_t *sizes,
+                           int64_t classes, float dropout, float smoothing, test_model *m) {
+    ct_graph *g;
+    memset(m, 0, sizeof *m);
+    ct_status s = ct_graph_create(ctx, &g);
+    if (s != CT_OK) return s;
+    if (s == CT_OK) s = ct_input(g, "x", CT_F32, nd, xshape, &m->x);
+    if (s == CT_OK) s = ct_input(g, "y", CT_I32, 1, xshape, &m->y);
+    if (s == CT_OK)
+        s = nd == 4 ? ct_model_cnn(g, m->x, n_layers, sizes, classes, &m->logits)
+                    : ct_model_mlp(g, m->x, n_layers, sizes, classes, dropout, &m->logits);
+    if (s == CT_OK) s = ct_cross_entropy(g, m->logits, m->y, smoothing, -100, &m->loss);
+    if (s == CT_OK) s = ct_compile(g, m->loss, 1, &m->logits, NULL, &m->plan);
+    ct_graph_free(g);
+    if (s != CT_OK) return s;
+    ct_tensor tx, ty;
+    ct_plan_tensor(m->plan, m->x, &tx);
+    ct_plan_tensor(m->plan, m->y, &ty);
+    test_fill_uniform(tx.data, (size_t)ct_tensor_numel(&tx), 3, -1, 1);
+    for (int64_t i = 0; i < xshape[0]; i++) ((int32_t *)ty.data)[i] = (int32_t)(i % classes);
+    return CT_OK;
+}
