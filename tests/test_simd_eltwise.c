@@ -242,12 +242,12 @@ TEST(unary_matches_ref) {
         printf("    unary %-10s max err %.3g (rel, abs below %g)\n", k_unary_names[kind], worst[kind], ACT_FLOOR);
 }
 
-/* the reference's special values, spelled out: relu maps NaN to 0 (x > 0 ? x : 0) */
+/* the reference's special values, spelled out: relu propagates NaN (as PyTorch) */
 TEST(unary_special_values) {
     setup();
     int64_t n = 8;
     float x[8] = {NAN, INFINITY, -INFINITY, -0.0f, 100.0f, -100.0f, 50.0f, -50.0f}, y[8];
-    const float relu_y[8] = {0, INFINITY, 0, 0, 100, 0, 50, 0};
+    const float relu_y[8] = {NAN, INFINITY, 0, 0, 100, 0, 50, 0};
     const float sig_y[8] = {NAN, 1, 0, 0.5f, 1, 0, 1, 1.92874985e-22f};
     const float tanh_y[8] = {NAN, 1, -1, 0, 1, -1, 1, -1};
     for (int s = 0; s < g_nslots; s++) {

@@ -10,7 +10,7 @@
 
 static double act(int kind, double x) {
     switch (kind) {
-    case CT_UNARY_RELU: return x > 0 ? x : 0;
+    case CT_UNARY_RELU: return x > 0 || isnan(x) ? x : 0; /* NaN propagates, as PyTorch */
     case CT_UNARY_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
     case CT_UNARY_GELU_TANH: return 0.5 * x * (1.0 + tanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x)));
     case CT_UNARY_SILU: return x / (1.0 + exp(-x));

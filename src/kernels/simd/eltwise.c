@@ -43,7 +43,8 @@ static inline vf normcdf(vf x, vf hh, vf ll) {
     return vselect_gt(vzero(), x, h, vsub(vset1(1.0f), h));
 }
 
-static inline vf f_relu(vf x) { return vmax(x, vzero()); } /* NaN -> 0 and -0 -> +0, as the reference */
+/* max(+0, x) keeps a NaN x (the second operand wins when unordered); + 0 turns -0 into +0, as the reference */
+static inline vf f_relu(vf x) { return vadd(vmax(vzero(), x), vzero()); }
 static inline vf f_gelu(vf x) {
     vf hh, ll;
     half_sq(x, &hh, &ll);
