@@ -9,4 +9,5 @@
 #include "data.h"
 #include "models.h"
 #include "recipe.h"
+#include "amp.h"
 #endif

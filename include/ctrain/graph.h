@@ -144,6 +144,8 @@ ct_status ct_plan_backward(ct_plan *p);
 ct_status ct_plan_zero_grads(ct_plan *p);
 /* Step counter used by dropout's RNG stream; the optimizer advances it. */
 void ct_plan_set_step(ct_plan *p, uint64_t step);
+/* Value backward seeds d(loss) with (the loss scale; 1 by default). */
+ct_status ct_plan_set_loss_scale(ct_plan *p, float scale);
 
 /* Called during backward as soon as the gradient of parameter `param_index`
  * (0..n_params-1, arena order) is final. */

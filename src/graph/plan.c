@@ -326,6 +326,7 @@ ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *
     p->g.ctx = ctx;
     p->loss = opts->build_backward ? loss : CT_NONE;
     p->seed = CT_NONE;
+    p->loss_scale = 1.0f;
     ct_status s = CT_OK;
     /* snapshot the graph */
     p->g.nodes = malloc(sizeof(ct_node_def) * (size_t)(src->n ? src->n : 1));
@@ -448,7 +449,7 @@ ct_status ct_plan_backward(ct_plan *p) {
     if (!p) return CT_E_INVALID_ARG;
     if (p->seed == CT_NONE)
         return ct_set_error(p->ctx, CT_E_STATE, "backward: this plan was compiled without a loss (forward only)");
-    *(float *)p->pn[p->seed].data = 1.0f;
+    *(float *)p->pn[p->seed].data = p->loss_scale;
     for (int i = p->n_fwd; i < p->g.n; i++) {
         const ct_node_def *d = &p->g.nodes[i];
         if (!p->pn[i].live || !(d->flags & CT_NODE_BACKWARD) || is_leaf(d->op)) continue;
@@ -468,6 +469,13 @@ ct_status ct_plan_zero_grads(ct_plan *p) {
 }
 
 void ct_plan_set_step(ct_plan *p, uint64_t step) { p->step = step; }
+
+ct_status ct_plan_set_loss_scale(ct_plan *p, float scale) {
+    if (!(scale > 0.0f) || !isfinite(scale))
+        return ct_set_error(p->ctx, CT_E_INVALID_ARG, "loss scale %g must be finite and > 0", (double)scale);
+    p->loss_scale = scale;
+    return CT_OK;
+}
 
 void ct_plan_set_grad_ready(ct_plan *p, ct_grad_ready_fn fn, void *user) {
     p->grad_ready = fn;

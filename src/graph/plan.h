@@ -41,6 +41,7 @@ struct ct_plan {
     void *ws;
     size_t ws_bytes;
     uint64_t step;
+    float loss_scale;    /* backward's seed value                             */
     ct_grad_ready_fn grad_ready;
     void *grad_ready_user;
 };

@@ -1,0 +1,253 @@
+/* tests/test_scaler.c - the loss scaler: an injected inf skips the step with
+ * weights and optimizer state bit-identical, backs off and names the tensor;
+ * growth after growth_interval clean steps; hysteresis; min/max clamps; the
+ * min_scale outcome (error or stop); static scaling; state round trip
+ * resumes the same scale sequence; the loss seed carries the scale. */
+#include "test.h"
+
+static int contains(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
+
+typedef struct {
+    ct_context *ctx;
+    test_model tm;
+    ct_optimizer *opt;
+} rig;
+
+static ct_status rig_make(rig *r) {
+    r->ctx = test_ctx(-1, 1);
+    ct_status s = test_model_build(r->ctx, 2, (int64_t[]){8, 12}, 2, (int64_t[]){16, 16}, 4, 0, 0, &r->tm);
+    if (s != CT_OK) return s;
+    ct_optim_opts o;
+    ct_optim_opts_default(&o, CT_OPTIM_ADAMW);
+    return ct_optimizer_create(r->tm.plan, &o, &r->opt);
+}
+
+static void rig_free(rig *r) {
+    ct_optimizer_free(r->opt);
+    ct_plan_free(r->tm.plan);
+    ct_context_free(r->ctx);
+}
+
+static ct_status fwd_bwd(rig *r, ct_scaler *s) {
+    ct_status st = ct_plan_set_loss_scale(r->tm.plan, ct_scaler_scale(s));
+    if (st == CT_OK) st = ct_plan_forward(r->tm.plan, 1);
+    if (st == CT_OK) st = ct_plan_backward(r->tm.plan);
+    return st;
+}
+
+static int param_index(ct_plan *p, const char *name) {
+    for (int i = 0; i < ct_plan_num_params(p); i++) {
+        const char *n;
+        ct_plan_param_info(p, i, &n, NULL, NULL);
+        if (!strcmp(n, name)) return i;
+    }
+    return -1;
+}
+
+static const ct_scale_record *last_event(ct_scaler *s) {
+    const ct_scale_record *a, *b;
+    int na, nb;
+    ct_scaler_history(s, &a, &na, &b, &nb);
+    if (nb) return &b[nb - 1];
+    return na ? &a[na - 1] : NULL;
+}
+
+TEST(inf_gradient_skips_the_step_and_names_the_tensor) {
+    rig r;
+    CHECK_OK(r.ctx, rig_make(&r));
+    ct_scaler *s;
+    CHECK_OK(r.ctx, ct_scaler_create(r.ctx, NULL, &s));
+    int skipped = -1;
+    CHECK_OK(r.ctx, fwd_bwd(&r, s)); /* one clean step so the optimizer state is non-zero */
+    CHECK_OK(r.ctx, ct_scaler_step(s, r.tm.plan, r.opt, 1e-3f, &skipped));
+    CHECK(skipped == 0);
+    float *w, *st;
+    size_t n, ns;
+    ct_plan_param_arena(r.tm.plan, &w, NULL, &n);
+    ct_optimizer_state(r.opt, &st, &ns);
+    float *w0 = malloc(n * 4), *s0 = malloc(ns * 4);
+    memcpy(w0, w, n * 4);
+    memcpy(s0, st, ns * 4);
+    uint64_t steps0 = ct_optimizer_steps(r.opt);
+    CHECK_OK(r.ctx, fwd_bwd(&r, s));
+    int fc2 = param_index(r.tm.plan, "fc2.weight");
+    ct_tensor g;
+    ct_plan_param_info(r.tm.plan, fc2, NULL, NULL, &g);
+    ((float *)g.data)[5] = INFINITY;
+    CHECK_OK(r.ctx, ct_scaler_step(s, r.tm.plan, r.opt, 1e-3f, &skipped));
+    CHECK(skipped == 1);
+    CHECK(memcmp(w, w0, n * 4) == 0);  /* weights bit-identical */
+    CHECK(memcmp(st, s0, ns * 4) == 0); /* optimizer state bit-identical */
+    CHECK(ct_optimizer_steps(r.opt) == steps0);
+    CHECK(ct_scaler_scale(s) == 32768.0f); /* backed off from 65536 */
+    const ct_scale_record *e = last_event(s);
+    CHECK(e && e->event == CT_SCALE_BACKOFF && e->step == 1 && e->scale == 32768.0f);
+    CHECK_MSG(!strcmp(e->tensor, "fc2.weight"), "history names '%s'", e->tensor);
+    /* NaN in an earlier tensor is named instead */
+    CHECK_OK(r.ctx, fwd_bwd(&r, s));
+    ct_plan_param_info(r.tm.plan, param_index(r.tm.plan, "fc1.bias"), NULL, NULL, &g);
+    ((float *)g.data)[0] = NAN;
+    ct_plan_param_info(r.tm.plan, fc2, NULL, NULL, &g);
+    ((float *)g.data)[0] = -INFINITY;
+    CHECK_OK(r.ctx, ct_scaler_step(s, r.tm.plan, r.opt, 1e-3f, &skipped));
+    CHECK(skipped == 1 && !strcmp(last_event(s)->tensor, "fc1.bias"));
+    free(w0);
+    free(s0);
+    ct_scaler_free(s);
+    rig_free(&r);
+}
+
+TEST(loss_seed_carries_the_scale_and_unscale_restores_gradients) {
+    rig r;
+    CHECK_OK(r.ctx, rig_make(&r));
+    ct_scaler *s;
+    ct_scaler_opts o;
+    ct_scaler_opts_default(&o);
+    o.init_scale = 1024.0f;
+    CHECK_OK(r.ctx, ct_scaler_create(r.ctx, &o, &s));
+    float *g;
+    size_t n;
+    CHECK_OK(r.ctx, ct_plan_set_loss_scale(r.tm.plan, 1.0f));
+    CHECK_OK(r.ctx, ct_plan_forward(r.tm.plan, 1));
+    CHECK_OK(r.ctx, ct_plan_backward(r.tm.plan));
+    ct_plan_param_arena(r.tm.plan, NULL, &g, &n);
+    float *g1 = malloc(n * 4);
+    memcpy(g1, g, n * 4);
+    CHECK_OK(r.ctx, fwd_bwd(&r, s));
+    int found, param;
+    CHECK_OK(r.ctx, ct_scaler_unscale(s, r.tm.plan, &found, &param));
+    CHECK(!found && param == -1);
+    CHECK(test_max_rel(g, g1, n, 1e-6) < 1e-6); /* power-of-two scale: exact up to rounding of tiny values */
+    CHECK(ct_plan_set_loss_scale(r.tm.plan, 0.0f) == CT_E_INVALID_ARG);
+    free(g1);
+    ct_scaler_free(s);
+    rig_free(&r);
+}
+
+/* The scale sequence with no plan: update(found) drives the state machine. */
+TEST(growth_hysteresis_and_clamps) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_scaler_opts o;
+    ct_scaler_opts_default(&o);
+    o.init_scale = 8.0f;
+    o.growth_interval = 3;
+    o.hysteresis = 2;
+    o.min_scale = 2.0f;
+    o.max_scale = 32.0f;
+    o.floor_patience = 3;
+    ct_scaler *s;
+    CHECK_OK(ctx, ct_scaler_create(ctx, &o, &s));
+    /* 3 clean steps grow 8 -> 16, 3 more -> 32, then clamp at max */
+    for (int i = 0; i < 9; i++) CHECK_OK(ctx, ct_scaler_update(s, NULL, 0, -1));
+    CHECK(ct_scaler_scale(s) == 32.0f);
+    /* hysteresis 2: the first overflow only skips, the second backs off */
+    CHECK_OK(ctx, ct_scaler_update(s, NULL, 1, -1));
+    CHECK(ct_scaler_scale(s) == 32.0f && last_event(s)->event == CT_SCALE_SKIP);
+    CHECK_OK(ctx, ct_scaler_update(s, NULL, 1, -1));
+    CHECK(ct_scaler_scale(s) == 16.0f && last_event(s)->event == CT_SCALE_BACKOFF);
+    /* a clean step resets hysteresis: overflow -> skip again */
+    CHECK_OK(ctx, ct_scaler_update(s, NULL, 0, -1));
+    CHECK_OK(ctx, ct_scaler_update(s, NULL, 1, -1));
+    CHECK(ct_scaler_scale(s) == 16.0f);
+    /* an overflow resets the growth tracker */
+    CHECK_OK(ctx, ct_scaler_update(s, NULL, 0, -1));
+    CHECK_OK(ctx, ct_scaler_update(s, NULL, 0, -1));
+    CHECK(ct_scaler_scale(s) == 16.0f);
+    CHECK_OK(ctx, ct_scaler_update(s, NULL, 0, -1));
+    CHECK(ct_scaler_scale(s) == 32.0f && last_event(s)->event == CT_SCALE_GROWTH);
+    /* down to the floor: 32 -> 16 -> 8 -> 4 -> 2, never below */
+    for (int i = 0; i < 8; i++) CHECK_OK(ctx, ct_scaler_update(s, NULL, 1, -1));
+    CHECK(ct_scaler_scale(s) == 2.0f);
+    ct_scaler_state st;
+    ct_scaler_get_state(s, &st);
+    CHECK(st.skipped == 11);
+    /* floor_patience (3) overflows in a row at min_scale, after hysteresis
+     * tolerated the first: an error with advice */
+    ct_status r1 = ct_scaler_update(s, NULL, 1, -1), r2 = ct_scaler_update(s, NULL, 1, -1);
+    ct_status r3 = ct_scaler_update(s, NULL, 1, -1), r4 = ct_scaler_update(s, NULL, 1, -1);
+    CHECK(r1 == CT_OK && r2 == CT_OK && r3 == CT_OK && r4 == CT_E_NONFINITE);
+    CHECK(last_event(s)->event == CT_SCALE_AT_MIN);
+    const char *m = ct_context_last_error(ctx);
+    CHECK_MSG(contains(m, "min_scale") && contains(m, "learning rate") && contains(m, "bf16"), "%s", m);
+    CHECK(ct_scaler_scale(s) == 2.0f);
+    ct_scaler_free(s);
+    /* the stop policy raises a flag instead */
+    o.floor_policy = CT_SCALER_FLOOR_STOP;
+    o.init_scale = 2.0f;
+    o.hysteresis = 1;
+    CHECK_OK(ctx, ct_scaler_create(ctx, &o, &s));
+    for (int i = 0; i < 2; i++) CHECK_OK(ctx, ct_scaler_update(s, NULL, 1, -1));
+    CHECK(!ct_scaler_should_stop(s));
+    CHECK_OK(ctx, ct_scaler_update(s, NULL, 1, -1));
+    CHECK(ct_scaler_should_stop(s));
+    ct_scaler_free(s);
+    ct_context_free(ctx);
+}
+
+TEST(static_scale_never_changes) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_scaler_opts o;
+    ct_scaler_opts_default(&o);
+    o.dynamic = 0;
+    o.init_scale = 1024.0f;
+    o.growth_interval = 1;
+    ct_scaler *s;
+    CHECK_OK(ctx, ct_scaler_create(ctx, &o, &s));
+    for (int i = 0; i < 5; i++) CHECK_OK(ctx, ct_scaler_update(s, NULL, i % 2, -1));
+    CHECK(ct_scaler_scale(s) == 1024.0f && last_event(s)->event == CT_SCALE_SKIP);
+    ct_scaler_free(s);
+    ct_context_free(ctx);
+}
+
+TEST(state_round_trip_resumes_the_same_sequence) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_scaler_opts o;
+    ct_scaler_opts_default(&o);
+    o.growth_interval = 4;
+    o.hysteresis = 2;
+    ct_scaler *a, *b;
+    CHECK_OK(ctx, ct_scaler_create(ctx, &o, &a));
+    const int pattern[] = {0, 0, 1, 0, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0};
+    const int n = (int)(sizeof pattern / sizeof pattern[0]);
+    float seq[64];
+    for (int i = 0; i < n; i++) {
+        if (i == 9) { /* save, then continue in a fresh scaler */
+            ct_scaler_state st;
+            ct_scaler_get_state(a, &st);
+            CHECK_OK(ctx, ct_scaler_create(ctx, &o, &b));
+            CHECK_OK(ctx, ct_scaler_set_state(b, &st));
+        }
+        CHECK_OK(ctx, ct_scaler_update(a, NULL, pattern[i], -1));
+        seq[i] = ct_scaler_scale(a);
+    }
+    for (int i = 9; i < n; i++) {
+        CHECK_OK(ctx, ct_scaler_update(b, NULL, pattern[i], -1));
+        CHECK_MSG(ct_scaler_scale(b) == seq[i], "step %d: %g vs %g", i, (double)ct_scaler_scale(b), (double)seq[i]);
+    }
+    ct_scaler_state bad = {0};
+    CHECK(ct_scaler_set_state(b, &bad) == CT_E_CORRUPT);
+    ct_scaler_free(a);
+    ct_scaler_free(b);
+    ct_context_free(ctx);
+}
+
+TEST(bad_options_are_rejected) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_scaler_opts o;
+    ct_scaler *s = NULL;
+    ct_scaler_opts_default(&o);
+    o.backoff_factor = 1.5f;
+    CHECK(ct_scaler_create(ctx, &o, &s) == CT_E_INVALID_ARG && !s);
+    CHECK(contains(ct_context_last_error(ctx), "backoff_factor"));
+    ct_scaler_opts_default(&o);
+    o.init_scale = 0.5f; /* below min_scale 1 */
+    CHECK(ct_scaler_create(ctx, &o, &s) == CT_E_INVALID_ARG);
+    ct_scaler_opts_default(&o);
+    o.growth_interval = 0;
+    CHECK(ct_scaler_create(ctx, &o, &s) == CT_E_INVALID_ARG);
+    ct_context_free(ctx);
+}
+
+TEST_MAIN(T(inf_gradient_skips_the_step_and_names_the_tensor),
+          T(loss_seed_carries_the_scale_and_unscale_restores_gradients), T(growth_hysteresis_and_clamps),
+          T(static_scale_never_changes), T(state_round_trip_resumes_the_same_sequence), T(bad_options_are_rejected))
