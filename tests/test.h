@@ -67,6 +67,11 @@ ct_context *test_ctx(int isa, int use_onednn); /* isa -1: best */
 double test_max_rel(const float *a, const float *b, size_t n, double floor);
 void test_fill_uniform(float *x, size_t n, unsigned seed, float lo, float hi);
 
+/* The SIMD kernel slots (CT_KERNEL_AVX2, CT_KERNEL_AVX512) this CPU can run,
+ * for tests that call kernels directly; prints which ones are skipped.
+ * Returns how many were written to slots[0..1]. */
+int test_fast_slots(const ct_context *ctx, int slots[2]);
+
 /* A classifier: x -> ct_model_mlp (xshape 2-D) or ct_model_cnn (4-D) ->
  * cross entropy, compiled with the logits kept; x is filled with U(-1, 1) and
  * the labels with i % classes. Returns the first failing status (the

@@ -25,11 +25,7 @@ static double g_sum_to_exact; /* sum_to: fast kernels against exact sums */
 static void setup(void) {
     if (g_ctx) return;
     g_ctx = test_ctx(-1, 0);
-    const ct_cpu_features *f = ct_context_cpu(g_ctx);
-    if (f->avx2 && f->fma && f->os_avx) g_slots[g_nslots++] = CT_KERNEL_AVX2;
-    else printf("  (avx2 kernels skipped: the CPU lacks AVX2/FMA)\n");
-    if (f->avx512f && f->avx512bw && f->avx512dq && f->avx512vl && f->os_avx512) g_slots[g_nslots++] = CT_KERNEL_AVX512;
-    else printf("  (avx512 kernels skipped: the CPU lacks AVX-512)\n");
+    g_nslots = test_fast_slots(g_ctx, g_slots);
 }
 
 static void note(ct_op op, double e) {

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "test.h"
+#include "graph/ir.h"
 
 int ct_test_failed_checks = 0;
 
@@ -73,4 +74,14 @@ ct_status test_model_build(ct_context *ctx, int nd, const int64_t *xshape, int n
     test_fill_uniform(tx.data, (size_t)ct_tensor_numel(&tx), 3, -1, 1);
     for (int64_t i = 0; i < xshape[0]; i++) ((int32_t *)ty.data)[i] = (int32_t)(i % classes);
     return CT_OK;
+}
+
+int test_fast_slots(const ct_context *ctx, int slots[2]) {
+    const ct_cpu_features *f = ct_context_cpu(ctx);
+    int n = 0;
+    if (f->avx2 && f->fma && f->os_avx) slots[n++] = CT_KERNEL_AVX2;
+    else printf("  (avx2 kernels skipped: the CPU lacks AVX2/FMA)\n");
+    if (f->avx512f && f->avx512bw && f->avx512dq && f->avx512vl && f->os_avx512) slots[n++] = CT_KERNEL_AVX512;
+    else printf("  (avx512 kernels skipped: the CPU lacks AVX-512)\n");
+    return n;
 }

@@ -69,8 +69,7 @@ typedef enum ct_unary_kind {
 typedef enum ct_binary_kind { CT_BIN_ADD = 0, CT_BIN_SUB, CT_BIN_MUL, CT_BIN_DIV, CT_BIN_COUNT } ct_binary_kind;
 
 enum {
-    CT_NODE_TRAINING_ONLY = 1, /* e.g. backward nodes */
-    CT_NODE_BACKWARD = 2,
+    CT_NODE_BACKWARD = 2, /* node flag: part of the backward pass */
 };
 
 typedef struct ct_node_def {
