@@ -1,7 +1,16 @@
-/* src/optim/optim.c - SGD (momentum, dampening, nesterov, weight decay) and
- * AdamW (decoupled weight decay, bias correction) exactly as PyTorch defines
- * them, over the plan's flat parameter/gradient arenas. State (momentum
- * buffer, or Adam's m then v) lives in one contiguous arena. */
+/* src/optim/optim.c - SGD (momentum, dampening, nesterov, weight decay),
+ * Adam and AdamW (amsgrad), RMSprop (momentum, centered), Adagrad (lr_decay,
+ * initial accumulator) exactly as PyTorch 1.13 defines them, and LAMB as in
+ * the LAMB paper / NVIDIA Apex FusedLAMB (Adam moments with bias correction,
+ * decoupled weight decay added to the update, per-tensor trust ratio
+ * ||w|| / ||u||), over the plan's flat parameter/gradient arenas. State lives
+ * in one contiguous arena (layout in include/ctrain/optim.h).
+ *
+ * Threads: elementwise optimizers split the arena into per-thread chunks of
+ * multiples of 64 floats. LAMB walks fixed blocks (LAMB_BLOCK floats, never
+ * crossing a tensor boundary) computed at create time; the per-tensor norms
+ * are the sums of the blocks' partial sums in block order, so the result does
+ * not depend on the thread count. A step allocates nothing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +19,8 @@
 #include "ctrain/optim.h"
 #include "optim_kernels.h"
 
+#define LAMB_BLOCK 4096
+
 struct ct_optimizer {
     ct_context *ctx;
     ct_plan *plan;
@@ -17,42 +28,133 @@ struct ct_optimizer {
     float *state;
     size_t n, n_state;
     uint64_t t;
+    /* LAMB: blocks (tensor, begin, length) and their partial sums */
+    int n_tensors, n_blocks;
+    int *blk_tensor;
+    size_t *blk_begin, *blk_len;
+    double *blk_sums;  /* 2 per block: sum p^2, sum u^2 */
+    float *t_scale;    /* per tensor: lr * trust ratio */
 };
 
 void ct_optim_opts_default(ct_optim_opts *o, ct_optim_kind kind) {
     memset(o, 0, sizeof *o);
     o->kind = kind;
-    if (kind == CT_OPTIM_ADAMW) {
+    switch (kind) {
+    case CT_OPTIM_ADAMW:
+    case CT_OPTIM_ADAM:
+    case CT_OPTIM_LAMB:
         o->lr = 1e-3f;
         o->beta1 = 0.9f;
         o->beta2 = 0.999f;
+        o->eps = kind == CT_OPTIM_LAMB ? 1e-6f : 1e-8f;
+        o->weight_decay = kind == CT_OPTIM_ADAM ? 0.0f : 0.01f;
+        break;
+    case CT_OPTIM_RMSPROP:
+        o->lr = 0.01f;
+        o->alpha = 0.99f;
         o->eps = 1e-8f;
-        o->weight_decay = 0.01f;
-    } else {
+        break;
+    case CT_OPTIM_ADAGRAD:
+        o->lr = 0.01f;
+        o->eps = 1e-10f;
+        break;
+    default:
         o->lr = 0.01f;
     }
 }
 
+static const char *kind_name(ct_optim_kind k) {
+    static const char *names[] = {"sgd", "adamw", "adam", "rmsprop", "adagrad", "lamb"};
+    return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "optimizer";
+}
+
 static ct_status validate(ct_context *ctx, const ct_optim_opts *o) {
-    if (o->kind != CT_OPTIM_SGD && o->kind != CT_OPTIM_ADAMW)
-        return ct_set_error(ctx, CT_E_INVALID_ARG, "optimizer: unknown kind %d (sgd or adamw)", (int)o->kind);
+    if ((unsigned)o->kind > (unsigned)CT_OPTIM_LAMB)
+        return ct_set_error(ctx, CT_E_INVALID_ARG,
+                            "optimizer: unknown kind %d (sgd, adamw, adam, rmsprop, adagrad or lamb)", (int)o->kind);
+    const char *k = kind_name(o->kind);
     if (!(o->lr >= 0.0f) || !isfinite(o->lr))
-        return ct_set_error(ctx, CT_E_INVALID_ARG, "optimizer: lr %g must be a finite value >= 0", (double)o->lr);
-    if (!(o->weight_decay >= 0.0f))
-        return ct_set_error(ctx, CT_E_INVALID_ARG, "optimizer: weight_decay %g must be >= 0", (double)o->weight_decay);
-    if (o->kind == CT_OPTIM_SGD) {
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "%s: lr %g must be a finite value >= 0", k, (double)o->lr);
+    if (!(o->weight_decay >= 0.0f) || !isfinite(o->weight_decay))
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "%s: weight_decay %g must be a finite value >= 0", k,
+                            (double)o->weight_decay);
+    switch (o->kind) {
+    case CT_OPTIM_SGD:
         if (!(o->momentum >= 0.0f) || !(o->dampening >= 0.0f && o->dampening <= 1.0f))
             return ct_set_error(ctx, CT_E_INVALID_ARG, "sgd: momentum %g must be >= 0 and dampening %g in [0, 1]",
                                 (double)o->momentum, (double)o->dampening);
         if (o->nesterov && (o->momentum <= 0.0f || o->dampening != 0.0f))
             return ct_set_error(ctx, CT_E_INVALID_ARG, "sgd: nesterov needs momentum > 0 and dampening 0");
-    } else {
+        break;
+    case CT_OPTIM_ADAMW:
+    case CT_OPTIM_ADAM:
+    case CT_OPTIM_LAMB:
         if (!(o->beta1 >= 0.0f && o->beta1 < 1.0f) || !(o->beta2 >= 0.0f && o->beta2 < 1.0f))
-            return ct_set_error(ctx, CT_E_INVALID_ARG, "adamw: betas (%g, %g) must be in [0, 1)", (double)o->beta1,
+            return ct_set_error(ctx, CT_E_INVALID_ARG, "%s: betas (%g, %g) must be in [0, 1)", k, (double)o->beta1,
                                 (double)o->beta2);
-        if (!(o->eps > 0.0f))
-            return ct_set_error(ctx, CT_E_INVALID_ARG, "adamw: eps %g must be > 0", (double)o->eps);
+        break;
+    case CT_OPTIM_RMSPROP:
+        if (!(o->alpha >= 0.0f && o->alpha < 1.0f))
+            return ct_set_error(ctx, CT_E_INVALID_ARG, "rmsprop: alpha %g must be in [0, 1)", (double)o->alpha);
+        if (!(o->momentum >= 0.0f) || !isfinite(o->momentum))
+            return ct_set_error(ctx, CT_E_INVALID_ARG, "rmsprop: momentum %g must be a finite value >= 0",
+                                (double)o->momentum);
+        break;
+    case CT_OPTIM_ADAGRAD:
+        if (!(o->lr_decay >= 0.0f) || !isfinite(o->lr_decay))
+            return ct_set_error(ctx, CT_E_INVALID_ARG, "adagrad: lr_decay %g must be a finite value >= 0",
+                                (double)o->lr_decay);
+        if (!(o->initial_accumulator_value >= 0.0f) || !isfinite(o->initial_accumulator_value))
+            return ct_set_error(ctx, CT_E_INVALID_ARG,
+                                "adagrad: initial_accumulator_value %g must be a finite value >= 0",
+                                (double)o->initial_accumulator_value);
+        break;
     }
+    if (o->kind != CT_OPTIM_SGD && (!(o->eps > 0.0f) || !isfinite(o->eps)))
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "%s: eps %g must be a finite value > 0", k, (double)o->eps);
+    return CT_OK;
+}
+
+static size_t state_blocks(const ct_optim_opts *o) {
+    switch (o->kind) {
+    case CT_OPTIM_SGD: return o->momentum != 0.0f ? 1 : 0;
+    case CT_OPTIM_ADAMW:
+    case CT_OPTIM_ADAM: return o->amsgrad ? 3 : 2;
+    case CT_OPTIM_RMSPROP: return 1 + (o->momentum > 0.0f) + (o->centered != 0);
+    case CT_OPTIM_ADAGRAD: return 1;
+    case CT_OPTIM_LAMB: return 2;
+    }
+    return 0;
+}
+
+static ct_status lamb_setup(ct_optimizer *o) {
+    float *p;
+    ct_plan_param_arena(o->plan, &p, NULL, NULL);
+    int nt = ct_plan_num_params(o->plan), nb = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        nb = 0;
+        for (int i = 0; i < nt; i++) {
+            ct_tensor v;
+            CT_TRY(ct_plan_param_info(o->plan, i, NULL, &v, NULL));
+            size_t off = (size_t)((float *)v.data - p), len = (size_t)ct_tensor_numel(&v);
+            for (size_t b = 0; b < len; b += LAMB_BLOCK, nb++)
+                if (pass) {
+                    o->blk_tensor[nb] = i;
+                    o->blk_begin[nb] = off + b;
+                    o->blk_len[nb] = CT_MIN(len - b, (size_t)LAMB_BLOCK);
+                }
+        }
+        if (!pass) {
+            size_t k = (size_t)(nb ? nb : 1), kt = (size_t)(nt ? nt : 1);
+            CT_TRY(ct_alloc(o->ctx, k * sizeof(int), (void **)&o->blk_tensor));
+            CT_TRY(ct_alloc(o->ctx, k * sizeof(size_t), (void **)&o->blk_begin));
+            CT_TRY(ct_alloc(o->ctx, k * sizeof(size_t), (void **)&o->blk_len));
+            CT_TRY(ct_alloc(o->ctx, 2 * k * sizeof(double), (void **)&o->blk_sums));
+            CT_TRY(ct_alloc(o->ctx, kt * sizeof(float), (void **)&o->t_scale));
+        }
+    }
+    o->n_tensors = nt;
+    o->n_blocks = nb;
     return CT_OK;
 }
 
@@ -67,13 +169,16 @@ ct_status ct_optimizer_create(ct_plan *plan, const ct_optim_opts *opts, ct_optim
     o->plan = plan;
     o->o = *opts;
     ct_plan_param_arena(plan, NULL, NULL, &o->n);
-    o->n_state = opts->kind == CT_OPTIM_ADAMW ? 2 * o->n : (opts->momentum != 0.0f ? o->n : 0);
+    o->n_state = state_blocks(opts) * o->n;
     ct_status s = ct_alloc(ctx, o->n_state * sizeof(float), (void **)&o->state);
+    if (s == CT_OK && opts->kind == CT_OPTIM_LAMB) s = lamb_setup(o);
     if (s != CT_OK) {
-        free(o);
+        ct_optimizer_free(o);
         return s;
     }
     memset(o->state, 0, o->n_state * sizeof(float));
+    if (opts->kind == CT_OPTIM_ADAGRAD)
+        for (size_t i = 0; i < o->n; i++) o->state[i] = opts->initial_accumulator_value;
     *out = o;
     return CT_OK;
 }
@@ -81,6 +186,11 @@ ct_status ct_optimizer_create(ct_plan *plan, const ct_optim_opts *opts, ct_optim
 void ct_optimizer_free(ct_optimizer *o) {
     if (!o) return;
     ct_free(o->ctx, o->state);
+    ct_free(o->ctx, o->blk_tensor);
+    ct_free(o->ctx, o->blk_begin);
+    ct_free(o->ctx, o->blk_len);
+    ct_free(o->ctx, o->blk_sums);
+    ct_free(o->ctx, o->t_scale);
     free(o);
 }
 
@@ -92,13 +202,22 @@ ct_status ct_optimizer_state(ct_optimizer *o, float **state, size_t *n) {
     return CT_OK;
 }
 
-void ct_adamw_ref(float *p, const float *g, float *m, float *v, size_t n, const ct_adamw_hp *hp) {
-    const float decay = 1.0f - hp->lr * hp->weight_decay, step = hp->lr / hp->bc1, rbc2 = 1.0f / sqrtf(hp->bc2);
+/* ---- reference loops ------------------------------------------------------------------- */
+
+void ct_adam_ref(float *p, const float *g, float *m, float *v, float *vmax, size_t n, const ct_adam_hp *hp) {
     for (size_t i = 0; i < n; i++) {
-        m[i] = hp->beta1 * m[i] + (1.0f - hp->beta1) * g[i];
-        v[i] = hp->beta2 * v[i] + (1.0f - hp->beta2) * (g[i] * g[i]);
-        float denom = sqrtf(v[i]) * rbc2 + hp->eps;
-        p[i] = p[i] * decay - step * (m[i] / denom);
+        float pi = p[i], gi = g[i];
+        if (hp->decoupled) pi = pi * hp->decay;
+        else if (hp->weight_decay != 0.0f) gi = gi + hp->weight_decay * pi;
+        m[i] = hp->beta1 * m[i] + (1.0f - hp->beta1) * gi;
+        v[i] = hp->beta2 * v[i] + (1.0f - hp->beta2) * (gi * gi);
+        float vi = v[i];
+        if (hp->amsgrad) {
+            vi = vmax[i] > vi ? vmax[i] : vi;
+            vmax[i] = vi;
+        }
+        float denom = sqrtf(vi) / hp->bc2_sqrt + hp->eps;
+        p[i] = pi - hp->step * (m[i] / denom);
     }
 }
 
@@ -114,8 +233,110 @@ void ct_sgd_ref(float *p, const float *g, float *buf, size_t n, const ct_sgd_hp 
     }
 }
 
-typedef void (*adamw_fn)(float *, const float *, float *, float *, size_t, const ct_adamw_hp *);
-typedef void (*sgd_fn)(float *, const float *, float *, size_t, const ct_sgd_hp *);
+void ct_rmsprop_ref(float *p, const float *g, float *sq, float *buf, float *gavg, size_t n,
+                    const ct_rmsprop_hp *hp) {
+    for (size_t i = 0; i < n; i++) {
+        float pi = p[i];
+        float gi = g[i] + hp->weight_decay * pi;
+        float s = hp->alpha * sq[i] + (1.0f - hp->alpha) * (gi * gi);
+        sq[i] = s;
+        float avg;
+        if (hp->centered) {
+            float ga = hp->alpha * gavg[i] + (1.0f - hp->alpha) * gi;
+            gavg[i] = ga;
+            avg = sqrtf(s - ga * ga);
+        } else {
+            avg = sqrtf(s);
+        }
+        avg = avg + hp->eps;
+        if (hp->momentum > 0.0f) {
+            float b = hp->momentum * buf[i] + gi / avg;
+            buf[i] = b;
+            p[i] = pi - hp->lr * b;
+        } else {
+            p[i] = pi - hp->lr * (gi / avg);
+        }
+    }
+}
+
+void ct_adagrad_ref(float *p, const float *g, float *sum, size_t n, const ct_adagrad_hp *hp) {
+    for (size_t i = 0; i < n; i++) {
+        float pi = p[i];
+        float gi = g[i] + hp->weight_decay * pi;
+        float s = sum[i] + gi * gi;
+        sum[i] = s;
+        float std = sqrtf(s) + hp->eps;
+        p[i] = pi - hp->clr * (gi / std);
+    }
+}
+
+static inline float lamb_u_ref(float pi, float mi, float vi, const ct_lamb_hp *hp) {
+    float denom = sqrtf(vi / hp->bc2) + hp->eps;
+    return hp->weight_decay * pi + (mi / hp->bc1) / denom;
+}
+
+void ct_lamb1_ref(const float *p, const float *g, float *m, float *v, size_t n, const ct_lamb_hp *hp,
+                  double sums[2]) {
+    double pp = 0, uu = 0;
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        m[i] = hp->beta1 * m[i] + (1.0f - hp->beta1) * gi;
+        v[i] = hp->beta2 * v[i] + (1.0f - hp->beta2) * (gi * gi);
+        float u = lamb_u_ref(p[i], m[i], v[i], hp);
+        pp += (double)p[i] * p[i];
+        uu += (double)u * u;
+    }
+    sums[0] += pp;
+    sums[1] += uu;
+}
+
+void ct_lamb2_ref(float *p, const float *m, const float *v, size_t n, const ct_lamb_hp *hp, float scale) {
+    for (size_t i = 0; i < n; i++) p[i] = p[i] - scale * lamb_u_ref(p[i], m[i], v[i], hp);
+}
+
+/* ---- the step -------------------------------------------------------------------------- */
+
+#define PICK(name) (isa >= CT_ISA_AVX512 ? ct_##name##_avx512 : isa >= CT_ISA_AVX2 ? ct_##name##_avx2 : ct_##name##_ref)
+#define FOR_CHUNKS(body)                                                                       \
+    _Pragma("omp parallel for num_threads(nth) schedule(static)") for (int t_ = 0; t_ < nth; t_++) { \
+        size_t b = (size_t)t_ * chunk, e = CT_MIN(n, b + chunk);                               \
+        if (b < e) body;                                                                       \
+    }
+#define AT(ptr) ((ptr) ? (ptr) + b : NULL)
+
+static void lamb_step(ct_optimizer *o, float *p, const float *g, float lr, ct_isa isa, int nth) {
+    const ct_optim_opts *op = &o->o;
+    ct_lamb_hp hp = {op->beta1, op->beta2, op->eps, op->weight_decay,
+                     (float)(1.0 - pow((double)op->beta1, (double)o->t)),
+                     (float)(1.0 - pow((double)op->beta2, (double)o->t))};
+    float *m = o->state, *v = o->state + o->n;
+    void (*f1)(const float *, const float *, float *, float *, size_t, const ct_lamb_hp *, double *) = PICK(lamb1);
+    void (*f2)(float *, const float *, const float *, size_t, const ct_lamb_hp *, float) = PICK(lamb2);
+    int nb = o->n_blocks;
+#pragma omp parallel for num_threads(nth) schedule(static)
+    for (int k = 0; k < nb; k++) {
+        size_t b = o->blk_begin[k];
+        o->blk_sums[2 * k] = o->blk_sums[2 * k + 1] = 0;
+        f1(p + b, g + b, m + b, v + b, o->blk_len[k], &hp, o->blk_sums + 2 * k);
+    }
+    for (int i = 0; i < o->n_tensors; i++) o->t_scale[i] = 0;
+    for (int k = 0; k < nb;) { /* blocks of one tensor are consecutive */
+        int i = o->blk_tensor[k];
+        double pp = 0, uu = 0;
+        for (; k < nb && o->blk_tensor[k] == i; k++) {
+            pp += o->blk_sums[2 * k];
+            uu += o->blk_sums[2 * k + 1];
+        }
+        double wn = sqrt(pp), un = sqrt(uu);
+        double trust = wn > 0 && un > 0 ? wn / un : 1.0;
+        o->t_scale[i] = (float)((double)lr * trust);
+    }
+#pragma omp parallel for num_threads(nth) schedule(static)
+    for (int k = 0; k < nb; k++) {
+        size_t b = o->blk_begin[k];
+        f2(p + b, m + b, v + b, o->blk_len[k], &hp, o->t_scale[o->blk_tensor[k]]);
+    }
+}
 
 static ct_status step(ct_optimizer *o, float lr, int use_ref) {
     if (!(lr >= 0.0f) || !isfinite(lr))
@@ -125,28 +346,50 @@ static ct_status step(ct_optimizer *o, float lr, int use_ref) {
     ct_plan_param_arena(o->plan, &p, &g, &n);
     ct_isa isa = use_ref ? CT_ISA_REF : ct_context_isa(o->ctx);
     int nth = ct_context_num_threads(o->ctx);
+    const ct_optim_opts *op = &o->o;
     o->t++;
     /* chunks are multiples of 64 floats so every thread's slice stays aligned */
     size_t chunk = ct_align_up((n + (size_t)nth - 1) / (size_t)nth, 64);
-    if (o->o.kind == CT_OPTIM_ADAMW) {
-        ct_adamw_hp hp = {lr, o->o.beta1, o->o.beta2, o->o.eps, o->o.weight_decay,
-                          1.0f - powf(o->o.beta1, (float)o->t), 1.0f - powf(o->o.beta2, (float)o->t)};
-        adamw_fn fn = isa >= CT_ISA_AVX512 ? ct_adamw_avx512 : isa >= CT_ISA_AVX2 ? ct_adamw_avx2 : ct_adamw_ref;
-        float *m = o->state, *v = o->state + n;
-#pragma omp parallel for num_threads(nth) schedule(static)
-        for (int t = 0; t < nth; t++) {
-            size_t b = (size_t)t * chunk, e = CT_MIN(n, b + chunk);
-            if (b < e) fn(p + b, g + b, m + b, v + b, e - b, &hp);
-        }
-    } else {
-        ct_sgd_hp hp = {lr, o->o.momentum, o->o.dampening, o->o.weight_decay, o->o.nesterov, o->t == 1};
-        sgd_fn fn = isa >= CT_ISA_AVX512 ? ct_sgd_avx512 : isa >= CT_ISA_AVX2 ? ct_sgd_avx2 : ct_sgd_ref;
-        float *buf = o->n_state ? o->state : NULL;
-#pragma omp parallel for num_threads(nth) schedule(static)
-        for (int t = 0; t < nth; t++) {
-            size_t b = (size_t)t * chunk, e = CT_MIN(n, b + chunk);
-            if (b < e) fn(p + b, g + b, buf ? buf + b : NULL, e - b, &hp);
-        }
+    float *s0 = o->state, *s1 = o->state + n, *s2 = o->state + 2 * n;
+    switch (op->kind) {
+    case CT_OPTIM_ADAMW:
+    case CT_OPTIM_ADAM: {
+        double t = (double)o->t;
+        double bc1 = 1.0 - pow((double)op->beta1, t), bc2 = 1.0 - pow((double)op->beta2, t);
+        int dec = op->kind == CT_OPTIM_ADAMW;
+        ct_adam_hp hp = {lr, op->beta1, op->beta2, op->eps, op->weight_decay, (float)((double)lr / bc1),
+                         (float)sqrt(bc2), (float)(1.0 - (double)lr * (double)op->weight_decay), op->amsgrad != 0,
+                         dec};
+        void (*fn)(float *, const float *, float *, float *, float *, size_t, const ct_adam_hp *) = PICK(adam);
+        float *vm = op->amsgrad ? s2 : NULL;
+        FOR_CHUNKS(fn(p + b, g + b, s0 + b, s1 + b, AT(vm), e - b, &hp))
+        break;
+    }
+    case CT_OPTIM_RMSPROP: {
+        ct_rmsprop_hp hp = {lr, op->alpha, op->eps, op->weight_decay, op->momentum, op->centered != 0};
+        void (*fn)(float *, const float *, float *, float *, float *, size_t, const ct_rmsprop_hp *) = PICK(rmsprop);
+        float *buf = op->momentum > 0.0f ? s1 : NULL;
+        float *gavg = op->centered ? (buf ? s2 : s1) : NULL;
+        FOR_CHUNKS(fn(p + b, g + b, s0 + b, AT(buf), AT(gavg), e - b, &hp))
+        break;
+    }
+    case CT_OPTIM_ADAGRAD: {
+        ct_adagrad_hp hp = {(float)((double)lr / (1.0 + (double)(o->t - 1) * (double)op->lr_decay)), op->eps,
+                            op->weight_decay};
+        void (*fn)(float *, const float *, float *, size_t, const ct_adagrad_hp *) = PICK(adagrad);
+        FOR_CHUNKS(fn(p + b, g + b, s0 + b, e - b, &hp))
+        break;
+    }
+    case CT_OPTIM_LAMB:
+        lamb_step(o, p, g, lr, isa, nth);
+        break;
+    default: {
+        ct_sgd_hp hp = {lr, op->momentum, op->dampening, op->weight_decay, op->nesterov, o->t == 1};
+        void (*fn)(float *, const float *, float *, size_t, const ct_sgd_hp *) = PICK(sgd);
+        float *buf = o->n_state ? s0 : NULL;
+        FOR_CHUNKS(fn(p + b, g + b, AT(buf), e - b, &hp))
+        break;
+    }
     }
     ct_plan_set_step(o->plan, o->t);
     return CT_OK;

@@ -1,0 +1,362 @@
+/* tests/test_optim.c - the optimizers against PyTorch 1.13 (golden file
+ * tests/golden/optim_pytorch.ctg from scripts/make_optim_golden.py), fast vs
+ * reference for every kind, validation messages, and no allocation per step. */
+#include <stdint.h>
+
+#include "test.h"
+
+/* ---- a minimal CTG1 reader (docs/golden-format.md) ------------------------------------- */
+typedef struct {
+    char name[256];
+    uint32_t dtype, ndim;
+    uint64_t dims[6];
+    size_t numel;
+    const void *data;
+} grec;
+typedef struct {
+    unsigned char *buf;
+    int n;
+    grec *r;
+} gfile;
+
+static int gload(gfile *f) {
+    const char *dirs[] = {getenv("CT_GOLDEN_DIR"), "tests/golden", "../../tests/golden"};
+    FILE *fp = NULL;
+    for (int d = 0; d < 3 && !fp; d++) {
+        if (!dirs[d]) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/optim_pytorch.ctg", dirs[d]);
+        fp = fopen(path, "rb");
+        if (d == 0) break; /* only there when set */
+    }
+    if (!fp) return 0;
+    fseek(fp, 0, SEEK_END);
+    long sz = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    f->buf = malloc((size_t)sz);
+    if (fread(f->buf, 1, (size_t)sz, fp) != (size_t)sz) sz = -1;
+    fclose(fp);
+    if (sz < 8 || memcmp(f->buf, "CTG1", 4)) return 0;
+    size_t o = 4, end = (size_t)sz;
+    uint32_t n;
+    memcpy(&n, f->buf + o, 4);
+    o += 4;
+    f->r = calloc(n, sizeof *f->r);
+    for (uint32_t i = 0; i < n; i++) {
+        grec *r = &f->r[i];
+        uint32_t l;
+        if (o + 4 > end) return 0;
+        memcpy(&l, f->buf + o, 4);
+        o += 4;
+        if (l == 0 || l > 255 || o + l + 8 > end) return 0;
+        memcpy(r->name, f->buf + o, l);
+        o += l;
+        memcpy(&r->dtype, f->buf + o, 4);
+        memcpy(&r->ndim, f->buf + o + 4, 4);
+        o += 8;
+        if (r->ndim > 6 || r->dtype > 1 || o + 8 * r->ndim > end) return 0;
+        r->numel = 1;
+        for (uint32_t d = 0; d < r->ndim; d++) {
+            memcpy(&r->dims[d], f->buf + o, 8);
+            o += 8;
+            r->numel *= r->dims[d];
+        }
+        if (o + 4 * r->numel > end) return 0;
+        r->data = f->buf + o;
+        o += 4 * r->numel;
+    }
+    f->n = (int)n;
+    return o == end;
+}
+
+static const grec *gget(const gfile *f, const char *name) {
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->r[i].name, name)) return &f->r[i];
+    return NULL;
+}
+
+/* A plan whose params have the given shapes: loss = sum_i sum(x_i * w_i)
+ * through a matmul (flattened to (1, numel)) so every param gets a gradient. */
+static ct_status build_plan(ct_context *ctx, int np, const int *nd, const int64_t (*shapes)[4], ct_plan **out) {
+    ct_graph *g;
+    ct_status s0 = ct_graph_create(ctx, &g);
+    if (s0 != CT_OK) return s0;
+    ct_node total = 0;
+    ct_status s = CT_OK;
+    for (int i = 0; i < np && s == CT_OK; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", i);
+        int64_t numel = 1;
+        for (int d = 0; d < nd[i]; d++) numel *= shapes[i][d];
+        ct_node w, wf, x, y, l;
+        s = ct_param(g, name, nd[i], shapes[i], CT_INIT_ONES, 1, &w);
+        if (s == CT_OK) s = ct_reshape(g, w, 2, (int64_t[]){numel, 1}, &wf);
+        snprintf(name, sizeof name, "x%d", i);
+        if (s == CT_OK) s = ct_input(g, name, CT_F32, 2, (int64_t[]){1, numel}, &x);
+        if (s == CT_OK) s = ct_matmul(g, x, wf, 0, 0, &y);
+        if (s == CT_OK) s = ct_sum(g, y, 3u, 0, &l);
+        if (s == CT_OK && i) s = ct_add(g, total, l, &l);
+        total = l;
+    }
+    if (s == CT_OK) s = ct_compile(g, total, 0, NULL, NULL, out);
+    ct_graph_free(g);
+    return s;
+}
+
+static void opts_from_golden(const gfile *f, const char *cs, ct_optim_opts *o) {
+    char key[256];
+    snprintf(key, sizeof key, "case.%s.kind", cs);
+    int32_t k32;
+    memcpy(&k32, gget(f, key)->data, 4); /* records are packed: copy, never dereference */
+    ct_optim_kind kind = (ct_optim_kind)k32;
+    snprintf(key, sizeof key, "case.%s.hp", cs);
+    float h[13];
+    memcpy(h, gget(f, key)->data, sizeof h);
+    ct_optim_opts_default(o, kind);
+    o->lr = h[0];
+    o->weight_decay = h[1];
+    o->momentum = h[2];
+    o->dampening = h[3];
+    o->nesterov = h[4] != 0;
+    o->beta1 = h[5];
+    o->beta2 = h[6];
+    o->eps = h[7];
+    o->amsgrad = h[8] != 0;
+    o->alpha = h[9];
+    o->centered = h[10] != 0;
+    o->lr_decay = h[11];
+    o->initial_accumulator_value = h[12];
+}
+
+static const char *CASES[] = {"sgd",     "sgd_momentum", "sgd_nesterov",     "adam",    "adam_amsgrad", "adamw",
+                              "adamw_amsgrad", "rmsprop", "rmsprop_centered", "adagrad", "lamb"};
+#define N_CASES (int)(sizeof CASES / sizeof CASES[0])
+
+TEST(optimizers_match_pytorch) {
+    gfile f = {0};
+    CHECK_MSG(gload(&f), "cannot load or parse optim_pytorch.ctg");
+    int nd[3];
+    int64_t shapes[3][4];
+    for (int i = 0; i < 3; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "param.%d", i);
+        const grec *r = gget(&f, key);
+        CHECK(r && r->dtype == 0);
+        nd[i] = (int)r->ndim;
+        for (int d = 0; d < nd[i]; d++) shapes[i][d] = (int64_t)r->dims[d];
+    }
+    double worst_all = 0;
+    for (int use_ref = 0; use_ref < 2; use_ref++) {
+        ct_context *ctx = test_ctx(-1, 1);
+        ct_plan *plan;
+        CHECK_OK(ctx, build_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &plan));
+        CHECK(ct_plan_num_params(plan) == 3);
+        float *pa, *ga;
+        size_t n;
+        ct_plan_param_arena(plan, &pa, &ga, &n);
+        size_t off[3], len[3];
+        int idx[3]; /* golden index of plan param i (by name w<k>) */
+        for (int i = 0; i < 3; i++) {
+            const char *name;
+            ct_tensor v;
+            CHECK_OK(ctx, ct_plan_param_info(plan, i, &name, &v, NULL));
+            idx[i] = name[1] - '0';
+            off[i] = (size_t)((float *)v.data - pa);
+            len[i] = (size_t)ct_tensor_numel(&v);
+        }
+        for (int c = 0; c < N_CASES; c++) {
+            ct_optim_opts o;
+            opts_from_golden(&f, CASES[c], &o);
+            memset(ga, 0, n * sizeof *ga);
+            for (int i = 0; i < 3; i++) {
+                char key[32];
+                snprintf(key, sizeof key, "param.%d", idx[i]);
+                memcpy(pa + off[i], gget(&f, key)->data, len[i] * sizeof(float));
+            }
+            ct_optimizer *opt;
+            CHECK_OK(ctx, ct_optimizer_create(plan, &o, &opt));
+            double worst = 0;
+            for (int t = 1; t <= 50; t++) {
+                for (int i = 0; i < 3; i++) {
+                    char key[32];
+                    snprintf(key, sizeof key, "grad.%d", idx[i]);
+                    const float *gg = gget(&f, key)->data;
+                    memcpy(ga + off[i], gg + (size_t)(t - 1) * len[i], len[i] * sizeof(float));
+                }
+                CHECK_OK(ctx, use_ref ? ct_optimizer_step_ref(opt, o.lr) : ct_optimizer_step(opt, o.lr));
+                for (int i = 0; i < 3; i++) {
+                    char key[64];
+                    snprintf(key, sizeof key, "case.%s.step%d.%d", CASES[c], t, idx[i]);
+                    const grec *r = gget(&f, key);
+                    if (!r) continue;
+                    float b[4096];
+                    CHECK(r->numel == len[i] && len[i] <= 4096);
+                    memcpy(b, r->data, len[i] * sizeof(float));
+                    double mx = 0, md = 0;
+                    for (size_t k = 0; k < len[i]; k++) {
+                        mx = fmax(mx, fabs((double)b[k]));
+                        double d = fabs((double)pa[off[i] + k] - b[k]);
+                        md = d != d ? INFINITY : fmax(md, d);
+                    }
+                    double e = md / mx;
+                    if (e > worst) worst = e;
+                }
+            }
+            printf("    %-5s %-17s worst rel error vs PyTorch %.3g\n", use_ref ? "ref" : "fast", CASES[c], worst);
+            CHECK_MSG(worst <= 1e-6, "%s (%s): %g", CASES[c], use_ref ? "ref" : "fast", worst);
+            if (worst > worst_all) worst_all = worst;
+            ct_optimizer_free(opt);
+        }
+        ct_plan_free(plan);
+        ct_context_free(ctx);
+    }
+    free(f.r);
+    free(f.buf);
+}
+
+/* Every kind: the fused SIMD update (threads) equals the reference loop. */
+TEST(optimizers_fast_match_reference) {
+    int nd[3] = {2, 1, 4};
+    int64_t shapes[3][4] = {{301, 257}, {37}, {17, 9, 5, 5}};
+    for (int c = 0; c < N_CASES; c++) {
+        ct_context *ctx = test_ctx(-1, 1);
+        ct_plan *p1, *p2;
+        CHECK_OK(ctx, build_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &p1));
+        CHECK_OK(ctx, build_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &p2));
+        static const ct_optim_kind kinds[] = {CT_OPTIM_SGD,    CT_OPTIM_SGD,     CT_OPTIM_SGD,     CT_OPTIM_ADAM,
+                                              CT_OPTIM_ADAM,   CT_OPTIM_ADAMW,   CT_OPTIM_ADAMW,   CT_OPTIM_RMSPROP,
+                                              CT_OPTIM_RMSPROP, CT_OPTIM_ADAGRAD, CT_OPTIM_LAMB};
+        ct_optim_opts o;
+        ct_optim_opts_default(&o, kinds[c]);
+        o.weight_decay = 0.01f;
+        if (c == 1 || c == 8) o.momentum = 0.9f;
+        if (c == 2) o.momentum = 0.9f, o.nesterov = 1;
+        if (c == 4 || c == 6) o.amsgrad = 1;
+        if (c == 8) o.centered = 1;
+        if (c == 9) o.lr_decay = 0.01f, o.initial_accumulator_value = 0.1f;
+        ct_optimizer *a, *b;
+        CHECK_OK(ctx, ct_optimizer_create(p1, &o, &a));
+        CHECK_OK(ctx, ct_optimizer_create(p2, &o, &b));
+        float *w1, *g1, *w2, *g2;
+        size_t n;
+        ct_plan_param_arena(p1, &w1, &g1, &n);
+        ct_plan_param_arena(p2, &w2, &g2, &n);
+        test_fill_uniform(w1, n, 7, -1, 1);
+        memcpy(w2, w1, n * sizeof *w1);
+        for (int it = 0; it < 5; it++) {
+            test_fill_uniform(g1, n, 100 + (unsigned)it, -1, 1);
+            memcpy(g2, g1, n * sizeof *g1);
+            CHECK_OK(ctx, ct_optimizer_step(a, 0.01f));
+            CHECK_OK(ctx, ct_optimizer_step_ref(b, 0.01f));
+        }
+        double md = 0, mx = 0; /* max|a-b| / max|b| over the arena */
+        for (size_t i = 0; i < n; i++) {
+            double d = fabs((double)w1[i] - w2[i]);
+            md = d != d ? INFINITY : fmax(md, d);
+            mx = fmax(mx, fabs((double)w2[i]));
+        }
+        double e = md / mx;
+        printf("    %-17s fast vs reference (n %zu, %d threads): %.3g\n", CASES[c], n, ct_context_num_threads(ctx), e);
+        CHECK_MSG(e < 1e-6, "%s fast vs reference: %g", CASES[c], e);
+        ct_optimizer_free(a);
+        ct_optimizer_free(b);
+        ct_plan_free(p1);
+        ct_plan_free(p2);
+        ct_context_free(ctx);
+    }
+}
+
+static int contains(const char *s, const char *sub) { return s && strstr(s, sub) != NULL; }
+
+TEST(optimizers_validate_with_field_names) {
+    ct_context *ctx = test_ctx(-1, 1);
+    int nd[1] = {2};
+    int64_t shapes[1][4] = {{3, 3}};
+    ct_plan *p;
+    CHECK_OK(ctx, build_plan(ctx, 1, nd, (const int64_t(*)[4])shapes, &p));
+    struct {
+        ct_optim_kind kind;
+        int field;
+        float value;
+        const char *msg;
+    } cases[] = {
+        {CT_OPTIM_RMSPROP, 0, 1.5f, "rmsprop: alpha 1.5 must be in [0, 1)"},
+        {CT_OPTIM_RMSPROP, 1, -0.5f, "rmsprop: momentum"},
+        {CT_OPTIM_RMSPROP, 2, 0.0f, "rmsprop: eps"},
+        {CT_OPTIM_ADAM, 3, 1.0f, "adam: betas"},
+        {CT_OPTIM_ADAM, 4, -1.0f, "adam: weight_decay"},
+        {CT_OPTIM_ADAGRAD, 5, -0.1f, "adagrad: lr_decay"},
+        {CT_OPTIM_ADAGRAD, 6, -1.0f, "adagrad: initial_accumulator_value"},
+        {CT_OPTIM_LAMB, 7, -1.0f, "lamb: lr"},
+        {CT_OPTIM_LAMB, 3, 1.0f, "lamb: betas"},
+        {(ct_optim_kind)42, 7, 0.1f, "unknown kind"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ct_optim_opts o;
+        ct_optim_opts_default(&o, cases[i].kind);
+        float v = cases[i].value;
+        switch (cases[i].field) {
+        case 0: o.alpha = v; break;
+        case 1: o.momentum = v; break;
+        case 2: o.eps = v; break;
+        case 3: o.beta1 = v; break;
+        case 4: o.weight_decay = v; break;
+        case 5: o.lr_decay = v; break;
+        case 6: o.initial_accumulator_value = v; break;
+        case 7: o.lr = v; break;
+        }
+        ct_optimizer *opt = (ct_optimizer *)1;
+        CHECK(ct_optimizer_create(p, &o, &opt) == CT_E_INVALID_ARG && !opt);
+        CHECK_MSG(contains(ct_context_last_error(ctx), cases[i].msg), "want '%s', got '%s'", cases[i].msg,
+                  ct_context_last_error(ctx));
+    }
+    ct_optim_opts o;
+    ct_optim_opts_default(&o, CT_OPTIM_LAMB);
+    CHECK(o.lr == 1e-3f && o.beta1 == 0.9f && o.beta2 == 0.999f && o.eps == 1e-6f && o.weight_decay == 0.01f);
+    ct_optim_opts_default(&o, CT_OPTIM_RMSPROP);
+    CHECK(o.lr == 0.01f && o.alpha == 0.99f && o.eps == 1e-8f && o.momentum == 0 && !o.centered);
+    ct_optim_opts_default(&o, CT_OPTIM_ADAGRAD);
+    CHECK(o.lr == 0.01f && o.eps == 1e-10f && o.lr_decay == 0 && o.initial_accumulator_value == 0);
+    ct_optim_opts_default(&o, CT_OPTIM_ADAM);
+    CHECK(o.lr == 1e-3f && o.weight_decay == 0 && o.eps == 1e-8f && !o.amsgrad);
+    ct_plan_free(p);
+    ct_context_free(ctx);
+}
+
+TEST(optimizer_step_allocates_nothing) {
+    int nd[2] = {2, 1};
+    int64_t shapes[2][4] = {{40, 30}, {30}};
+    for (int c = 0; c < N_CASES; c++) {
+        ct_context *ctx = test_ctx(-1, 1);
+        ct_plan *p;
+        CHECK_OK(ctx, build_plan(ctx, 2, nd, (const int64_t(*)[4])shapes, &p));
+        static const ct_optim_kind kinds[] = {CT_OPTIM_SGD,    CT_OPTIM_SGD,     CT_OPTIM_SGD,     CT_OPTIM_ADAM,
+                                              CT_OPTIM_ADAM,   CT_OPTIM_ADAMW,   CT_OPTIM_ADAMW,   CT_OPTIM_RMSPROP,
+                                              CT_OPTIM_RMSPROP, CT_OPTIM_ADAGRAD, CT_OPTIM_LAMB};
+        ct_optim_opts o;
+        ct_optim_opts_default(&o, kinds[c]);
+        o.momentum = 0.9f;
+        o.amsgrad = 1;
+        o.centered = 1;
+        ct_optimizer *opt;
+        CHECK_OK(ctx, ct_optimizer_create(p, &o, &opt));
+        ct_mem_stats before, after;
+        ct_context_mem_stats(ctx, &before);
+        for (int it = 0; it < 3; it++) {
+            CHECK_OK(ctx, ct_optimizer_step(opt, 1e-3f));
+            CHECK_OK(ctx, ct_optimizer_step_ref(opt, 1e-3f));
+        }
+        ct_context_mem_stats(ctx, &after);
+        CHECK_MSG(after.n_allocs == before.n_allocs, "%s: %llu allocations in steps", CASES[c],
+                  (unsigned long long)(after.n_allocs - before.n_allocs));
+        ct_optimizer_free(opt);
+        ct_plan_free(p);
+        ct_mem_stats end;
+        ct_context_mem_stats(ctx, &end);
+        CHECK_MSG(end.bytes_in_use == 0, "%s: %zu bytes leaked", CASES[c], end.bytes_in_use);
+        ct_context_free(ctx);
+    }
+}
+
+TEST_MAIN(T(optimizers_match_pytorch), T(optimizers_fast_match_reference), T(optimizers_validate_with_field_names),
+          T(optimizer_step_allocates_nothing))
