@@ -25,7 +25,7 @@ static void train_usage(FILE *f) {
             "  --dataset mnist|fashion-mnist                 --data-dir DIR\n"
             "  --epochs N             --batch-size N         --max-steps N\n"
             "  --optimizer sgd|adamw  --lr X                 --weight-decay X\n"
-            "  --momentum X           --schedule constant|cosine\n"
+            "  --momentum X           --schedule NAME (constant|cosine|step|multistep|...)\n"
             "  --dropout P            --label-smoothing E    --seed N\n"
             "  --threads N            --set KEY=VALUE (any recipe key)\n"
             "  --quiet                only the per-epoch lines and the summary\n"
@@ -55,14 +55,49 @@ static const char *const k_flags[][2] = {
     {"--seed", "seed"}, {"--threads", "threads"},
 };
 
-static float lr_at(const ct_recipe *r, int64_t step, int64_t total) {
-    float lr = r->optim.lr;
-    if (r->warmup_steps > 0 && step < r->warmup_steps) return lr * (float)(step + 1) / (float)r->warmup_steps;
-    if (!strcmp(r->schedule, "cosine") && total > r->warmup_steps) {
-        double t = (double)(step - r->warmup_steps) / (double)(total - r->warmup_steps);
-        return (float)(r->min_lr + 0.5 * (lr - r->min_lr) * (1.0 + cos(M_PI * t)));
+/* The recipe's schedule as a library schedule over `total` steps (lengths
+ * left at 0 span the run after warmup). "constant" and "cosine" keep their
+ * historical meaning: warmup ramp lr*(step+1)/warmup_steps (warmup_start_factor
+ * 0), then constant or cosine down to min_lr at the end of the run. */
+static ct_status sched_from_recipe(ct_context *ctx, const ct_recipe *r, int64_t total, ct_schedule **out) {
+    ct_schedule_kind kind;
+    ct_status s = ct_schedule_kind_parse(ctx, r->schedule, &kind);
+    if (s != CT_OK) return s;
+    int64_t w = r->warmup_steps, rest = total - w > 1 ? total - w : 1;
+    if (kind == CT_SCHED_COSINE && total - w < 1) kind = CT_SCHED_CONSTANT;
+    ct_schedule_opts o;
+    ct_schedule_opts_default(&o, kind, r->optim.lr);
+    o.warmup_steps = kind == CT_SCHED_ONE_CYCLE || kind == CT_SCHED_PLATEAU ? 0 : w;
+    if (w > 0 && r->warmup_start_factor == 0) {
+        o.warmup_start_factor = 1.0 / (double)w;
+        o.warmup_iters = w - 1;
+    } else if (w > 0) {
+        o.warmup_start_factor = r->warmup_start_factor;
     }
-    return lr;
+    o.min_lr = r->min_lr;
+    o.gamma = r->gamma;
+    o.step_size = r->step_size;
+    o.n_milestones = r->n_milestones;
+    for (int i = 0; i < r->n_milestones && i < CT_SCHED_MAX_MILESTONES; i++) o.milestones[i] = r->milestones[i];
+    o.t_max = rest;
+    o.t_0 = r->t_0;
+    o.t_mult = r->t_mult;
+    o.start_factor = 1.0;
+    o.end_factor = r->end_factor;
+    o.total_iters = rest;
+    o.power = r->power;
+    o.max_lr = r->optim.lr;
+    o.total_steps = total;
+    o.pct_start = r->pct_start;
+    o.anneal_linear = !strcmp(r->anneal, "linear");
+    o.div_factor = r->div_factor;
+    o.final_div_factor = r->final_div_factor;
+    o.rsqrt_timescale = w;
+    o.factor = r->plateau_factor;
+    o.patience = r->plateau_patience;
+    o.threshold = r->plateau_threshold;
+    o.cooldown = r->plateau_cooldown;
+    return ct_schedule_create(ctx, &o, out);
 }
 
 static int64_t argmax_correct(const float *logits, const int32_t *labels, int64_t n, int64_t c) {
@@ -171,6 +206,7 @@ int ct_cli_train(int argc, char **argv) {
     model_t m = {0};
     ct_optimizer *opt = NULL;
     ct_loader *ld = NULL;
+    ct_schedule *sched = NULL;
     if (recipe_path && (s = ct_recipe_load_file(ctx, recipe_path, &r)) != CT_OK) goto out_err;
     /* pass 2: --optimizer first (it resets that optimizer's defaults), then the rest in order */
     for (int pass = 0; pass < 2; pass++)
@@ -235,6 +271,9 @@ int ct_cli_train(int argc, char **argv) {
     int64_t per_epoch = ct_loader_num_batches(ld);
     int64_t total = per_epoch * r.epochs;
     if (r.max_steps > 0 && r.max_steps < total) total = r.max_steps;
+    if ((s = sched_from_recipe(ctx, &r, total, &sched)) != CT_OK) goto out_err;
+    ct_early_stop es;
+    if ((s = ct_early_stop_init(ctx, &es, r.early_stop_patience, r.early_stop_min_delta, 0)) != CT_OK) goto out_err;
     ct_plan_stats ps;
     ct_plan_get_stats(m.plan, &ps);
     char rj[1024];
@@ -260,7 +299,7 @@ int ct_cli_train(int argc, char **argv) {
         double ep_start = now_s(), run_loss = 0;
         int64_t ep_correct = 0, ep_seen = 0, got, b = 0;
         while (step < total && (s = ct_loader_next(ld, tx.data, ty.data, &got)) == CT_OK && got > 0) {
-            float lr = lr_at(&r, step, total), loss;
+            float lr = ct_schedule_lr(sched, step), loss;
             if ((s = ct_plan_forward(m.plan, 1)) != CT_OK) goto out_err;
             ct_plan_loss(m.plan, &loss);
             if (!isfinite(loss)) {
@@ -301,6 +340,14 @@ int ct_cli_train(int argc, char **argv) {
                tty && !quiet ? "\r\033[K" : "", ep + 1, r.epochs, b ? run_loss / (double)b : 0.0,
                ep_seen ? 100.0 * (double)ep_correct / (double)ep_seen : 0.0, test_loss, 100.0 * test_acc, ep_time,
                (double)ep_seen / ep_time);
+        if (ct_schedule_observe(sched, test_loss))
+            printf("  plateau: test loss did not improve; lr -> %.3g\n", ct_schedule_lr_f64(sched, step));
+        if (r.early_stop_patience > 0 && ct_early_stop_update(&es, test_loss, NULL)) {
+            printf("  early stop: test loss did not improve by %g for %d epochs; best %.4f at epoch %lld\n",
+                   (double)r.early_stop_min_delta, r.early_stop_patience, es.best, (long long)es.best_epoch + 1);
+            fflush(stdout);
+            break;
+        }
         fflush(stdout);
     }
     double total_time = now_s() - train_start;
@@ -318,6 +365,7 @@ out_data:
 out_err:
     rc = fail(ctx, s, "training failed");
 out:
+    ct_schedule_free(sched);
     ct_loader_free(ld);
     ct_optimizer_free(opt);
     ct_plan_free(m.plan);

@@ -10,4 +10,5 @@
 #include "models.h"
 #include "recipe.h"
 #include "amp.h"
+#include "schedule.h"
 #endif

@@ -30,9 +30,26 @@ typedef struct ct_recipe {
     uint64_t seed;
     int threads;             /* 0: all cores                                    */
     ct_optim_opts optim;
-    char schedule[16];       /* "constant" | "cosine"                           */
+    char schedule[16];       /* a ct_schedule_kind name (schedule.h)            */
     int warmup_steps;
     float min_lr;            /* cosine floor                                    */
+    /* schedule parameters (docs/recipes.md; 0 for a length: the whole run) */
+    float warmup_start_factor; /* 0: ramp lr*(step+1)/warmup_steps            */
+    int64_t step_size;
+    float gamma;
+    int n_milestones;
+    int64_t milestones[CT_RECIPE_MAX_LAYERS];
+    int64_t t_0;
+    int t_mult;
+    float power;
+    float end_factor;
+    float pct_start, div_factor, final_div_factor;
+    char anneal[8];          /* "cos" | "linear" (one_cycle)                    */
+    int plateau_patience;
+    float plateau_factor, plateau_threshold;
+    int plateau_cooldown;
+    int early_stop_patience; /* 0: off; per-epoch test loss                     */
+    float early_stop_min_delta;
     float label_smoothing;
     int log_every;           /* steps between progress lines when not a TTY     */
 } ct_recipe;

@@ -47,9 +47,28 @@ static const key_def k_keys[] = {
     {"optimizer.beta1", K_F32, OFF(optim.beta1), 0, 0, 0.99999994, NULL},
     {"optimizer.beta2", K_F32, OFF(optim.beta2), 0, 0, 0.99999994, NULL},
     {"optimizer.eps", K_F32, OFF(optim.eps), 0, 1e-30, 1, NULL},
-    {"schedule", K_STR, OFF(schedule), SZ(schedule), 0, 0, "constant|cosine"},
+    {"schedule", K_STR, OFF(schedule), SZ(schedule), 0, 0,
+     "constant|cosine|step|multistep|exponential|cosine_restarts|linear|polynomial|one_cycle|inverse_sqrt|plateau"},
     {"warmup_steps", K_INT, OFF(warmup_steps), 0, 0, 1e9, NULL},
     {"min_lr", K_F32, OFF(min_lr), 0, 0, 1e3, NULL},
+    {"warmup_start_factor", K_F32, OFF(warmup_start_factor), 0, 0, 1, NULL},
+    {"step_size", K_I64, OFF(step_size), 0, 0, 1e15, NULL},
+    {"gamma", K_F32, OFF(gamma), 0, 1e-30, 1, NULL},
+    {"milestones", K_LIST, OFF(milestones), OFF(n_milestones), 1, 1e15, NULL},
+    {"t_0", K_I64, OFF(t_0), 0, 0, 1e15, NULL},
+    {"t_mult", K_INT, OFF(t_mult), 0, 1, 1000, NULL},
+    {"power", K_F32, OFF(power), 0, 0, 1e3, NULL},
+    {"end_factor", K_F32, OFF(end_factor), 0, 0, 1, NULL},
+    {"pct_start", K_F32, OFF(pct_start), 0, 1e-6, 0.999999, NULL},
+    {"div_factor", K_F32, OFF(div_factor), 0, 1e-6, 1e9, NULL},
+    {"final_div_factor", K_F32, OFF(final_div_factor), 0, 1e-6, 1e12, NULL},
+    {"anneal", K_STR, OFF(anneal), SZ(anneal), 0, 0, "cos|linear"},
+    {"plateau_patience", K_INT, OFF(plateau_patience), 0, 0, 1e9, NULL},
+    {"plateau_factor", K_F32, OFF(plateau_factor), 0, 0, 0.999999, NULL},
+    {"plateau_threshold", K_F32, OFF(plateau_threshold), 0, 0, 1e3, NULL},
+    {"plateau_cooldown", K_INT, OFF(plateau_cooldown), 0, 0, 1e9, NULL},
+    {"early_stop_patience", K_INT, OFF(early_stop_patience), 0, 0, 1e9, NULL},
+    {"early_stop_min_delta", K_F32, OFF(early_stop_min_delta), 0, 0, 1e9, NULL},
     {"label_smoothing", K_F32, OFF(label_smoothing), 0, 0, 0.999, NULL},
     {"log_every", K_INT, OFF(log_every), 0, 1, 1e9, NULL},
 };
@@ -68,6 +87,16 @@ void ct_recipe_default(ct_recipe *r) {
     r->batch_size = 128;
     ct_optim_opts_default(&r->optim, CT_OPTIM_ADAMW);
     snprintf(r->schedule, sizeof r->schedule, "cosine");
+    r->gamma = 0.1f;
+    r->t_mult = 1;
+    r->power = 1.0f;
+    r->pct_start = 0.3f;
+    r->div_factor = 25.0f;
+    r->final_div_factor = 1e4f;
+    snprintf(r->anneal, sizeof r->anneal, "cos");
+    r->plateau_patience = 10;
+    r->plateau_factor = 0.1f;
+    r->plateau_threshold = 1e-4f;
     r->log_every = 100;
 }
 
@@ -285,6 +314,20 @@ ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
     if (r->min_lr > r->optim.lr)
         return ct_set_error(ctx, CT_E_CONFIG, "min_lr %g is larger than optimizer.lr %g", (double)r->min_lr,
                             (double)r->optim.lr);
+    if (!strcmp(r->schedule, "step") && r->step_size < 1)
+        return ct_set_error(ctx, CT_E_CONFIG, "schedule 'step' needs 'step_size' >= 1 (steps between decays)");
+    if (!strcmp(r->schedule, "multistep") && r->n_milestones < 1)
+        return ct_set_error(ctx, CT_E_CONFIG, "schedule 'multistep' needs 'milestones', e.g. [1000, 2000]");
+    if (!strcmp(r->schedule, "multistep"))
+        for (int i = 1; i < r->n_milestones; i++)
+            if (r->milestones[i] <= r->milestones[i - 1])
+                return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'milestones' must be increasing (item %d)", i);
+    if (!strcmp(r->schedule, "cosine_restarts") && r->t_0 < 1)
+        return ct_set_error(ctx, CT_E_CONFIG, "schedule 'cosine_restarts' needs 't_0' >= 1 (steps of the first cycle)");
+    if ((!strcmp(r->schedule, "one_cycle") || !strcmp(r->schedule, "plateau")) && r->warmup_steps > 0)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'warmup_steps' must be 0 with schedule '%s'", r->schedule);
+    if (!strcmp(r->schedule, "inverse_sqrt") && r->warmup_steps < 1)
+        return ct_set_error(ctx, CT_E_CONFIG, "schedule 'inverse_sqrt' needs 'warmup_steps' >= 1");
     return CT_OK;
 }
 
