@@ -24,7 +24,7 @@ static void train_usage(FILE *f) {
             "  --model mlp|cnn        --hidden 1024,1024     --channels 32,64\n"
             "  --dataset mnist|fashion-mnist                 --data-dir DIR\n"
             "  --epochs N             --batch-size N         --max-steps N\n"
-            "  --optimizer sgd|adamw  --lr X                 --weight-decay X\n"
+            "  --optimizer NAME (sgd|adamw|adam|rmsprop|adagrad|lamb)   --lr X   --weight-decay X\n"
             "  --momentum X           --schedule NAME (constant|cosine|step|multistep|...)\n"
             "  --dropout P            --label-smoothing E    --seed N\n"
             "  --threads N            --set KEY=VALUE (any recipe key)\n"

@@ -44,6 +44,10 @@ typedef struct ct_optim_opts {
  *   Adagrad  lr 0.01, lr_decay 0, weight_decay 0, initial_accumulator_value 0, eps 1e-10
  *   LAMB     lr 1e-3, betas (0.9, 0.999), eps 1e-6, weight_decay 0.01 */
 void ct_optim_opts_default(ct_optim_opts *o, ct_optim_kind kind);
+/* "sgd", "adamw", "adam", "rmsprop", "adagrad", "lamb". */
+const char *ct_optim_kind_name(ct_optim_kind kind);
+/* Parses a name as above; returns 0 when unknown. */
+int ct_optim_kind_parse(const char *name, ct_optim_kind *kind);
 
 typedef struct ct_optimizer ct_optimizer;
 ct_status ct_optimizer_create(ct_plan *plan, const ct_optim_opts *opts, ct_optimizer **out);

@@ -38,7 +38,7 @@ static const key_def k_keys[] = {
     {"max_steps", K_I64, OFF(max_steps), 0, 0, 1e15, NULL},
     {"seed", K_U64, OFF(seed), 0, 0, 1.8e19, NULL},
     {"threads", K_INT, OFF(threads), 0, 0, 1024, NULL},
-    {"optimizer.name", K_ENUM_OPT, OFF(optim.kind), 0, 0, 0, "sgd|adamw"},
+    {"optimizer.name", K_ENUM_OPT, OFF(optim.kind), 0, 0, 0, "sgd|adamw|adam|rmsprop|adagrad|lamb"},
     {"optimizer.lr", K_F32, OFF(optim.lr), 0, 0, 1e3, NULL},
     {"optimizer.weight_decay", K_F32, OFF(optim.weight_decay), 0, 0, 1e3, NULL},
     {"optimizer.momentum", K_F32, OFF(optim.momentum), 0, 0, 0.99999, NULL},
@@ -47,6 +47,11 @@ static const key_def k_keys[] = {
     {"optimizer.beta1", K_F32, OFF(optim.beta1), 0, 0, 0.99999994, NULL},
     {"optimizer.beta2", K_F32, OFF(optim.beta2), 0, 0, 0.99999994, NULL},
     {"optimizer.eps", K_F32, OFF(optim.eps), 0, 1e-30, 1, NULL},
+    {"optimizer.amsgrad", K_BOOL, OFF(optim.amsgrad), 0, 0, 1, NULL},
+    {"optimizer.alpha", K_F32, OFF(optim.alpha), 0, 0, 0.99999994, NULL},
+    {"optimizer.centered", K_BOOL, OFF(optim.centered), 0, 0, 1, NULL},
+    {"optimizer.lr_decay", K_F32, OFF(optim.lr_decay), 0, 0, 1e3, NULL},
+    {"optimizer.initial_accumulator_value", K_F32, OFF(optim.initial_accumulator_value), 0, 0, 1e3, NULL},
     {"schedule", K_STR, OFF(schedule), SZ(schedule), 0, 0,
      "constant|cosine|step|multistep|exponential|cosine_restarts|linear|polynomial|one_cycle|inverse_sqrt|plateau"},
     {"warmup_steps", K_INT, OFF(warmup_steps), 0, 0, 1e9, NULL},
@@ -148,7 +153,8 @@ static ct_status set_string(ct_context *ctx, ct_recipe *r, const key_def *k, con
     if (k->choices && !in_choices(k->choices, v))
         return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': '%s' is not one of %s", k->key, v, k->choices);
     if (k->type == K_ENUM_OPT) {
-        ct_optim_kind kind = !strcmp(v, "sgd") ? CT_OPTIM_SGD : CT_OPTIM_ADAMW;
+        ct_optim_kind kind = CT_OPTIM_ADAMW;
+        ct_optim_kind_parse(v, &kind); /* v is one of the choices */
         float lr = r->optim.lr;
         int lr_set = r->optim.kind == kind;
         ct_optim_opts_default(&r->optim, kind); /* the kind's defaults, then keys set after it */
@@ -350,7 +356,7 @@ int ct_recipe_to_json(const ct_recipe *r, char *buf, size_t len) {
                     "\"beta2\": %g, \"eps\": %g}, \"schedule\": \"%s\", \"warmup_steps\": %d, \"min_lr\": %g, "
                     "\"label_smoothing\": %g}",
                     r->model, h, c, (double)r->dropout, r->dataset, r->epochs, (long long)r->batch_size,
-                    (unsigned long long)r->seed, r->optim.kind == CT_OPTIM_SGD ? "sgd" : "adamw",
+                    (unsigned long long)r->seed, ct_optim_kind_name(r->optim.kind),
                     (double)r->optim.lr, (double)r->optim.weight_decay, (double)r->optim.momentum,
                     r->optim.nesterov ? "true" : "false", (double)r->optim.beta1, (double)r->optim.beta2,
                     (double)r->optim.eps, r->schedule, r->warmup_steps, (double)r->min_lr,

@@ -36,6 +36,22 @@ struct ct_optimizer {
     float *t_scale;    /* per tensor: lr * trust ratio */
 };
 
+static const char *const k_kind_names[] = {"sgd", "adamw", "adam", "rmsprop", "adagrad", "lamb"};
+#define N_KINDS (int)(sizeof k_kind_names / sizeof k_kind_names[0])
+
+const char *ct_optim_kind_name(ct_optim_kind kind) {
+    return (int)kind >= 0 && (int)kind < N_KINDS ? k_kind_names[kind] : "invalid";
+}
+
+int ct_optim_kind_parse(const char *name, ct_optim_kind *kind) {
+    for (int i = 0; name && i < N_KINDS; i++)
+        if (!strcmp(name, k_kind_names[i])) {
+            *kind = (ct_optim_kind)i;
+            return 1;
+        }
+    return 0;
+}
+
 void ct_optim_opts_default(ct_optim_opts *o, ct_optim_kind kind) {
     memset(o, 0, sizeof *o);
     o->kind = kind;
