@@ -4,6 +4,7 @@
 #include "status.h"
 #include "context.h"
 #include "tensor.h"
+#include "convert.h"
 #include "graph.h"
 #include "optim.h"
 #include "data.h"
