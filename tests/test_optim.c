@@ -358,5 +358,190 @@ TEST(optimizer_step_allocates_nothing) {
     }
 }
 
+/* ---- parameter groups ------------------------------------------------------------------ */
+
+/* max|a-b| / max|b| over one tensor */
+static double tensor_rel(const float *a, const float *b, size_t n) {
+    double md = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        md = d != d ? INFINITY : fmax(md, d);
+        mx = fmax(mx, fabs((double)b[i]));
+    }
+    return mx > 0 ? md / mx : md;
+}
+
+/* no_decay_bias_norm: the 1-D parameter (w1) is updated exactly as by an
+ * optimizer without weight decay, the others as by one with it (copies of
+ * the same params and grads), for every kind, fast and reference. */
+TEST(param_groups_no_decay_bias_norm) {
+    int nd[3] = {2, 1, 4};
+    int64_t shapes[3][4] = {{301, 257}, {37}, {17, 9, 5, 5}};
+    static const ct_optim_kind kinds[] = {CT_OPTIM_SGD, CT_OPTIM_ADAM, CT_OPTIM_ADAMW, CT_OPTIM_RMSPROP,
+                                          CT_OPTIM_ADAGRAD, CT_OPTIM_LAMB};
+    for (size_t c = 0; c < sizeof kinds / sizeof kinds[0]; c++)
+        for (int use_ref = 0; use_ref < 2; use_ref++) {
+            ct_context *ctx = test_ctx(-1, 1);
+            ct_plan *pl[3]; /* switch + decay, no decay, decay */
+            ct_optimizer *op[3];
+            float *w[3], *g[3];
+            size_t n;
+            for (int k = 0; k < 3; k++) {
+                CHECK_OK(ctx, build_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &pl[k]));
+                ct_optim_opts o;
+                ct_optim_opts_default(&o, kinds[c]);
+                o.momentum = kinds[c] == CT_OPTIM_SGD ? 0.9f : 0.0f;
+                o.weight_decay = k == 1 ? 0.0f : 0.1f;
+                o.no_decay_bias_norm = k == 0;
+                CHECK_OK(ctx, ct_optimizer_create(pl[k], &o, &op[k]));
+                ct_plan_param_arena(pl[k], &w[k], &g[k], &n);
+                test_fill_uniform(w[k], n, 7, -1, 1);
+            }
+            float lrs, wd;
+            CHECK_OK(ctx, ct_optimizer_param_hp(op[0], 1, &lrs, &wd));
+            CHECK(lrs == 1.0f && wd == 0.0f);
+            CHECK_OK(ctx, ct_optimizer_param_hp(op[0], 0, &lrs, &wd));
+            CHECK(lrs == 1.0f && wd == 0.1f);
+            for (int it = 0; it < 5; it++)
+                for (int k = 0; k < 3; k++) {
+                    test_fill_uniform(g[k], n, 100 + (unsigned)it, -1, 1);
+                    CHECK_OK(ctx, use_ref ? ct_optimizer_step_ref(op[k], 0.01f) : ct_optimizer_step(op[k], 0.01f));
+                }
+            double worst = 0, apart = 0;
+            for (int i = 0; i < 3; i++) {
+                ct_tensor v0, vr;
+                const char *name;
+                CHECK_OK(ctx, ct_plan_param_info(pl[0], i, &name, &v0, NULL));
+                int ref = v0.ndim == 1 ? 1 : 2; /* the plan to match */
+                CHECK_OK(ctx, ct_plan_param_info(pl[ref], i, NULL, &vr, NULL));
+                size_t len = (size_t)ct_tensor_numel(&v0);
+                worst = fmax(worst, tensor_rel(v0.data, vr.data, len));
+                ct_tensor vo; /* and it differs from the other plan */
+                CHECK_OK(ctx, ct_plan_param_info(pl[3 - ref], i, NULL, &vo, NULL));
+                apart = fmax(apart, tensor_rel(v0.data, vo.data, len));
+            }
+            CHECK_MSG(worst <= 1e-6, "%s (%s): %g", ct_optim_kind_name(kinds[c]), use_ref ? "ref" : "fast", worst);
+            CHECK_MSG(apart > 1e-5, "%s: weight decay made no difference (%g)", ct_optim_kind_name(kinds[c]), apart);
+            if (!use_ref)
+                printf("    %-8s no_decay_bias_norm vs separate optimizers: %.3g (decay changes %.3g)\n",
+                       ct_optim_kind_name(kinds[c]), worst, apart);
+            for (int k = 0; k < 3; k++) {
+                ct_optimizer_free(op[k]);
+                ct_plan_free(pl[k]);
+            }
+            ct_context_free(ctx);
+        }
+}
+
+/* Prefix groups: per-group lr multiplier and weight decay. SGD against the
+ * closed form; AdamW against separate optimizers with lr * scale. */
+TEST(param_groups_by_prefix) {
+    int nd[3] = {2, 1, 2};
+    int64_t shapes[3][4] = {{40, 30}, {30}, {20, 9}};
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_plan *p;
+    CHECK_OK(ctx, build_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &p));
+    ct_optim_opts o;
+    ct_optim_opts_default(&o, CT_OPTIM_SGD);
+    o.lr = 0.1f;
+    o.weight_decay = 0.01f;
+    ct_optimizer *opt;
+    CHECK_OK(ctx, ct_optimizer_create(p, &o, &opt));
+    ct_mem_stats m0, m1;
+    ct_context_mem_stats(ctx, &m0);
+    CHECK_OK(ctx, ct_optimizer_set_group(opt, "w", 1.0f, 0.02f)); /* all */
+    CHECK_OK(ctx, ct_optimizer_set_group(opt, "w0", 2.0f, -1.0f)); /* keeps 0.02 */
+    CHECK_OK(ctx, ct_optimizer_set_group(opt, "w2", 0.5f, 0.0f));
+    ct_context_mem_stats(ctx, &m1);
+    CHECK(m1.n_allocs == m0.n_allocs);
+    const float want_lr[3] = {2.0f, 1.0f, 0.5f}, want_wd[3] = {0.02f, 0.02f, 0.0f};
+    for (int i = 0; i < 3; i++) {
+        float l, w;
+        const char *name;
+        CHECK_OK(ctx, ct_plan_param_info(p, i, &name, NULL, NULL));
+        CHECK_OK(ctx, ct_optimizer_param_hp(opt, i, &l, &w));
+        int k = name[1] - '0';
+        CHECK_MSG(l == want_lr[k] && w == want_wd[k], "%s: lr_scale %g wd %g", name, (double)l, (double)w);
+    }
+    float *w, *g;
+    size_t n;
+    ct_plan_param_arena(p, &w, &g, &n);
+    test_fill_uniform(w, n, 3, -1, 1);
+    test_fill_uniform(g, n, 4, -1, 1);
+    float *before = malloc(n * sizeof *before);
+    memcpy(before, w, n * sizeof *w);
+    CHECK_OK(ctx, ct_optimizer_step(opt, 0.1f));
+    for (int i = 0; i < 3; i++) {
+        const char *name;
+        ct_tensor v, gt;
+        CHECK_OK(ctx, ct_plan_param_info(p, i, &name, &v, &gt));
+        int k = name[1] - '0';
+        size_t off = (size_t)((float *)v.data - w);
+        const float *gg = gt.data, *pv = v.data;
+        float lr = 0.1f * want_lr[k];
+        for (int64_t j = 0; j < ct_tensor_numel(&v); j++) {
+            float p0 = before[off + (size_t)j];
+            float want = p0 - lr * (gg[j] + want_wd[k] * p0);
+            CHECK_MSG(fabsf(pv[j] - want) <= 1e-6f * fmaxf(fabsf(want), 1.0f), "%s[%lld]: %.9g vs %.9g", name,
+                      (long long)j, (double)pv[j], (double)want);
+        }
+    }
+    /* errors: a typo, bad values */
+    CHECK(ct_optimizer_set_group(opt, "fc.", 1.0f, 0.0f) == CT_E_INVALID_ARG);
+    CHECK_MSG(contains(ct_context_last_error(ctx), "no parameter name starts with 'fc.'"), "%s",
+              ct_context_last_error(ctx));
+    CHECK(ct_optimizer_set_group(opt, "w", -1.0f, 0.0f) == CT_E_INVALID_ARG);
+    CHECK(contains(ct_context_last_error(ctx), "lr_scale"));
+    CHECK(ct_optimizer_set_group(opt, "w", 1.0f, NAN) == CT_E_INVALID_ARG);
+    CHECK(ct_optimizer_param_hp(opt, 3, NULL, NULL) == CT_E_INVALID_ARG);
+    free(before);
+    ct_optimizer_free(opt);
+    ct_plan_free(p);
+
+    /* AdamW: a group with lr_scale 0.5 and wd 0.3 on w0 equals an optimizer
+     * with lr * 0.5 and wd 0.3 (w0), the rest equals the base optimizer. */
+    ct_plan *pa, *pb, *pc;
+    CHECK_OK(ctx, build_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &pa));
+    CHECK_OK(ctx, build_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &pb));
+    CHECK_OK(ctx, build_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &pc));
+    ct_optimizer *oa, *ob, *oc;
+    ct_optim_opts_default(&o, CT_OPTIM_ADAMW);
+    CHECK_OK(ctx, ct_optimizer_create(pa, &o, &oa));
+    CHECK_OK(ctx, ct_optimizer_create(pb, &o, &ob));
+    CHECK_OK(ctx, ct_optimizer_set_group(oa, "w0", 0.5f, 0.3f));
+    o.weight_decay = 0.3f;
+    CHECK_OK(ctx, ct_optimizer_create(pc, &o, &oc));
+    float *wa, *ga, *wb, *gb, *wc, *gc;
+    ct_plan_param_arena(pa, &wa, &ga, &n);
+    ct_plan_param_arena(pb, &wb, &gb, &n);
+    ct_plan_param_arena(pc, &wc, &gc, &n);
+    test_fill_uniform(wa, n, 5, -1, 1);
+    memcpy(wb, wa, n * sizeof *wa);
+    memcpy(wc, wa, n * sizeof *wa);
+    for (int it = 0; it < 4; it++) {
+        test_fill_uniform(ga, n, 60 + (unsigned)it, -1, 1);
+        memcpy(gb, ga, n * sizeof *ga);
+        memcpy(gc, ga, n * sizeof *ga);
+        CHECK_OK(ctx, ct_optimizer_step(oa, 1e-2f));
+        CHECK_OK(ctx, ct_optimizer_step(ob, 1e-2f));
+        CHECK_OK(ctx, ct_optimizer_step(oc, 0.5f * 1e-2f));
+    }
+    for (int i = 0; i < 3; i++) {
+        const char *name;
+        ct_tensor va, vr;
+        CHECK_OK(ctx, ct_plan_param_info(pa, i, &name, &va, NULL));
+        CHECK_OK(ctx, ct_plan_param_info(!strcmp(name, "w0") ? pc : pb, i, NULL, &vr, NULL));
+        double e = tensor_rel(va.data, vr.data, (size_t)ct_tensor_numel(&va));
+        CHECK_MSG(e <= 1e-6, "adamw group %s: %g", name, e);
+    }
+    ct_optimizer_free(oa);
+    ct_optimizer_free(ob);
+    ct_optimizer_free(oc);
+    ct_plan_free(pa);
+    ct_plan_free(pb);
+    ct_plan_free(pc);
+    ct_context_free(ctx);
+}
+
 TEST_MAIN(T(optimizers_match_pytorch), T(optimizers_fast_match_reference), T(optimizers_validate_with_field_names),
-          T(optimizer_step_allocates_nothing))
+          T(optimizer_step_allocates_nothing), T(param_groups_no_decay_bias_norm), T(param_groups_by_prefix))

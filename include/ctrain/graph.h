@@ -117,9 +117,52 @@ const char *ct_node_op_name(const ct_graph *g, ct_node n);
 ct_status ct_node_set_name(ct_graph *g, ct_node n, const char *name);
 
 /* ---- compile and run ----------------------------------------------------- */
+/* Op kinds for ct_compile_opts.recompute_ops (a bitmask). */
+enum {
+    CT_RECOMPUTE_ACTIVATION = 1u << 0, /* relu, gelu, silu, sigmoid, tanh                       */
+    CT_RECOMPUTE_ELTWISE    = 1u << 1, /* scale, add, sub, mul, div                             */
+    CT_RECOMPUTE_DROPOUT    = 1u << 2, /* dropout (the same mask: counter-based RNG)            */
+    CT_RECOMPUTE_NORM       = 1u << 3, /* batchnorm (batch statistics, running stats not
+                                          updated again), layernorm                             */
+    CT_RECOMPUTE_REDUCE     = 1u << 4, /* max/avg pooling, sum, mean (global avgpool)            */
+    CT_RECOMPUTE_SHAPE      = 1u << 5, /* transpose, concat, slice (a reshape follows its input) */
+    CT_RECOMPUTE_SOFTMAX    = 1u << 6, /* softmax, log_softmax, cross_entropy                   */
+    CT_RECOMPUTE_MATMUL     = 1u << 7, /* linear, matmul, conv2d, embedding                     */
+    CT_RECOMPUTE_CHEAP = CT_RECOMPUTE_ACTIVATION | CT_RECOMPUTE_ELTWISE | CT_RECOMPUTE_DROPOUT |
+                         CT_RECOMPUTE_NORM,
+    CT_RECOMPUTE_ALL = 0xff
+};
+
 typedef struct ct_compile_opts {
     int build_backward;   /* 1: autodiff from the loss (default)              */
     int init_params;      /* 1: initialize params/buffers from their ct_init  */
+    /* 1: gradient accumulation over micro-batches. Each final parameter
+     * gradient is computed into activation memory and, right after its node
+     * runs, added into the grad arena (no allocation); ct_plan_zero_grads
+     * starts an accumulation. Scale each micro-batch's loss by 1/N with
+     * ct_plan_set_loss_scale (PyTorch's loss / accumulation_steps). Costs
+     * activation memory for the gradient nodes. Statistics that depend on the
+     * batch (batchnorm's mean/var, and its running stats updated once per
+     * micro-batch) are per micro-batch, as in PyTorch. 0 (default): backward
+     * writes final gradients directly into the grad arena (no extra memory). */
+    int accumulate_grads;
+    /* Activation checkpointing (the "recompute" pass, after autodiff). A
+     * "layer" is a linear/matmul/conv2d node and the forward nodes after it
+     * (in build order) up to the next such node; nodes before the first one
+     * and the last layer (the one computing the loss) are never recomputed.
+     *  - recompute_every = N >= 1: layers are grouped from the first into
+     *    segments of N; only values a segment's forward passes to another
+     *    segment (its boundaries) are kept for backward, the rest is
+     *    recomputed from the boundaries during backward (recompute_ops, if
+     *    set, limits which op kinds are recomputed; the others are kept).
+     *  - recompute_every = 0, recompute_ops != 0 (selective): the outputs of
+     *    the listed op kinds (CT_RECOMPUTE_*, e.g. CT_RECOMPUTE_CHEAP) are
+     *    recomputed from their inputs during backward, in every layer.
+     *  - both 0 (default): everything backward reads is kept.
+     * Gradients, the loss and running statistics are bit for bit those of
+     * the plan without recomputation (same kernels, same inputs). */
+    int recompute_every;
+    uint32_t recompute_ops;
 } ct_compile_opts;
 void ct_compile_opts_default(ct_compile_opts *o);
 
@@ -139,8 +182,9 @@ ct_status ct_plan_loss(ct_plan *p, float *out);
 
 ct_status ct_plan_forward(ct_plan *p, int training);
 /* Runs backward; parameter gradients are written (not accumulated) into the
- * grad arena. */
+ * grad arena, or added to it when compiled with accumulate_grads. */
 ct_status ct_plan_backward(ct_plan *p);
+/* Zeroes the grad arena (with accumulate_grads: starts an accumulation). */
 ct_status ct_plan_zero_grads(ct_plan *p);
 /* Step counter used by dropout's RNG stream; the optimizer advances it. */
 void ct_plan_set_step(ct_plan *p, uint64_t step);
@@ -148,7 +192,9 @@ void ct_plan_set_step(ct_plan *p, uint64_t step);
 ct_status ct_plan_set_loss_scale(ct_plan *p, float scale);
 
 /* Called during backward as soon as the gradient of parameter `param_index`
- * (0..n_params-1, arena order) is final. */
+ * (0..n_params-1, arena order) is final; `grad` views the grad arena. With
+ * accumulate_grads it fires once per micro-batch, after this micro-batch's
+ * gradient has been added (grad then holds the running sum). */
 typedef void (*ct_grad_ready_fn)(void *user, int param_index, const ct_tensor *grad);
 void ct_plan_set_grad_ready(ct_plan *p, ct_grad_ready_fn fn, void *user);
 

@@ -34,6 +34,10 @@ typedef struct ct_optim_opts {
     int centered;         /* RMSprop                                          */
     float lr_decay;       /* Adagrad: clr = lr / (1 + (t-1) * lr_decay)       */
     float initial_accumulator_value; /* Adagrad                               */
+    /* 1: parameters with ndim == 1 (biases, batchnorm/layernorm weights and
+     * biases) get weight_decay 0, whatever their group says; others keep
+     * theirs. The usual "no decay on biases and norm weights" rule. */
+    int no_decay_bias_norm;
 } ct_optim_opts;
 
 /* PyTorch's defaults per kind:
@@ -52,6 +56,19 @@ int ct_optim_kind_parse(const char *name, ct_optim_kind *kind);
 typedef struct ct_optimizer ct_optimizer;
 ct_status ct_optimizer_create(ct_plan *plan, const ct_optim_opts *opts, ct_optimizer **out);
 void ct_optimizer_free(ct_optimizer *opt); /* accepts NULL */
+/* Parameter groups: every parameter whose name starts with name_prefix ("" =
+ * all) gets learning rate lr * lr_scale in ct_optimizer_step and
+ * weight_decay (a value < 0 keeps the one it has). Calls apply in order, a
+ * later one overriding an earlier one for the parameters both match; the
+ * no_decay_bias_norm switch is applied after all of them. Each parameter
+ * starts with lr_scale 1 and opts->weight_decay. Fails with
+ * CT_E_INVALID_ARG when no parameter matches (a typo) or lr_scale is not a
+ * finite value >= 0. May be called between steps; allocates nothing. The
+ * update then runs once per contiguous run of parameters with equal
+ * hyperparameters (one run, the whole arena, when there are no groups). */
+ct_status ct_optimizer_set_group(ct_optimizer *opt, const char *name_prefix, float lr_scale, float weight_decay);
+/* The effective hyperparameters of parameter i (arena order). */
+ct_status ct_optimizer_param_hp(const ct_optimizer *opt, int i, float *lr_scale, float *weight_decay);
 /* One update with learning rate lr (the schedule's value for this step).
  * Allocates nothing. */
 ct_status ct_optimizer_step(ct_optimizer *opt, float lr);
@@ -67,6 +84,39 @@ ct_status ct_optimizer_step_ref(ct_optimizer *opt, float lr);
  *   Adagrad  sum (starts at initial_accumulator_value)
  *   LAMB     exp_avg, exp_avg_sq */
 ct_status ct_optimizer_state(ct_optimizer *opt, float **state, size_t *n);
+
+/* ---- gradient clipping (after unscaling, before the step) -----------------
+ * Per step with a loss scaler:
+ *     ct_scaler_unscale(s, plan, &found, &param);
+ *     if (!found) { ct_clip_grad_norm(plan, 1.0f, 2.0f, &norm); ct_optimizer_step(opt, lr); }
+ *     ct_scaler_update(s, plan, found, param);
+ * With gradient accumulation: clip once, after the last micro-batch.
+ *
+ * ct_clip_grad_norm is torch.nn.utils.clip_grad_norm_ (1.13): the norm of
+ * all gradients together (norm_type 2, INFINITY from <math.h> for the max
+ * norm, or any finite p > 0); clip_coef = max_norm / (total_norm + 1e-6),
+ * and every gradient is multiplied by min(clip_coef, 1) (float arithmetic,
+ * as PyTorch). The sum is reduced in double precision over fixed chunks of
+ * the arena added in chunk order, so the result does not depend on the
+ * thread count. A non-finite total norm is returned (*total_norm inf or
+ * NaN), not an error: the gradients are then multiplied by the non-finite
+ * coefficient exactly as PyTorch does with error_if_nonfinite=False (NaN
+ * makes them NaN; inf makes finite ones 0 and inf ones NaN), so a scaler or
+ * a caller that checks isfinite(*total_norm) should skip the step.
+ * total_norm may be NULL. Allocates nothing. max_norm must be >= 0 (not NaN). */
+ct_status ct_clip_grad_norm(ct_plan *plan, float max_norm, float norm_type, float *total_norm);
+/* The same total norm, gradients untouched (for logging). */
+ct_status ct_grad_norm(ct_plan *plan, float norm_type, float *total_norm);
+/* torch.nn.utils.clip_grad_value_: every gradient clamped to
+ * [-clip_value, clip_value] (NaN stays NaN). clip_value must be >= 0. */
+ct_status ct_clip_grad_value(ct_plan *plan, float clip_value);
+
+/* Resuming (checkpoints): sets the number of steps taken (Adam's bias
+ * correction, Adagrad's lr_decay, SGD's first step) and the plan's dropout
+ * step to `steps`, so the next step continues exactly. */
+ct_status ct_optimizer_set_steps(ct_optimizer *opt, uint64_t steps);
+/* The options the optimizer was created with. */
+ct_status ct_optimizer_get_opts(const ct_optimizer *opt, ct_optim_opts *out);
 
 #ifdef __cplusplus
 }

@@ -70,6 +70,9 @@ typedef enum ct_binary_kind { CT_BIN_ADD = 0, CT_BIN_SUB, CT_BIN_MUL, CT_BIN_DIV
 
 enum {
     CT_NODE_BACKWARD = 2, /* node flag: part of the backward pass */
+    CT_NODE_RECOMPUTE = 4, /* node flag: a copy of a forward node made by the recompute pass
+                              (recompute.c); runs during backward with training-mode
+                              semantics, and batchnorm does not update running stats */
 };
 
 typedef struct ct_node_def {

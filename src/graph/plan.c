@@ -187,8 +187,10 @@ static ct_status pass_plan_memory(ct_plan *p) {
         off += ct_align_up((size_t)ct_node_numel(&g->nodes[q]), CT_ALIGN / sizeof(float));
         if (p->param_grads[i] != CT_NONE) {
             ct_node gq = p->param_grads[i];
-            pn[gq].arena = CT_ARENA_GRAD;
-            pn[gq].offset = pn[q].offset;
+            if (!p->accumulate_grads) { /* accumulate: planned as an activation below */
+                pn[gq].arena = CT_ARENA_GRAD;
+                pn[gq].offset = pn[q].offset;
+            }
             pn[gq].grad_of_param = i;
         }
     }
@@ -297,6 +299,7 @@ static const struct {
     ct_pass_fn fn;
 } k_passes[] = {
     {"autodiff", pass_autodiff},
+    {"recompute", ct_pass_recompute},
     {"liveness", pass_liveness},
     {"select_kernels", pass_select_kernels},
     {"plan_memory", pass_plan_memory},
@@ -306,6 +309,9 @@ static const struct {
 void ct_compile_opts_default(ct_compile_opts *o) {
     o->build_backward = 1;
     o->init_params = 1;
+    o->accumulate_grads = 0;
+    o->recompute_every = 0;
+    o->recompute_ops = 0;
 }
 
 ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *outputs, const ct_compile_opts *opts,
@@ -327,6 +333,9 @@ ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *
     p->loss = opts->build_backward ? loss : CT_NONE;
     p->seed = CT_NONE;
     p->loss_scale = 1.0f;
+    p->accumulate_grads = opts->accumulate_grads != 0;
+    p->recompute_every = opts->recompute_every;
+    p->recompute_ops = opts->recompute_ops;
     ct_status s = CT_OK;
     /* snapshot the graph */
     p->g.nodes = malloc(sizeof(ct_node_def) * (size_t)(src->n ? src->n : 1));
@@ -445,6 +454,17 @@ ct_status ct_plan_forward(ct_plan *p, int training) {
     return CT_OK;
 }
 
+/* accumulate_grads: grad arena slice of param pi += node i's output (the
+ * gradient of this micro-batch). Elementwise, so independent of threads. */
+static void accumulate_grad(ct_plan *p, int i, int pi) {
+    float *dst = p->grad_arena + p->param_off[pi];
+    const float *src = p->pn[i].data;
+    int64_t n = ct_node_numel(&p->g.nodes[i]);
+    int nth = n >= 65536 ? ct_context_num_threads(p->ctx) : 1;
+#pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
+    for (int64_t j = 0; j < n; j++) dst[j] += src[j];
+}
+
 ct_status ct_plan_backward(ct_plan *p) {
     if (!p) return CT_E_INVALID_ARG;
     if (p->seed == CT_NONE)
@@ -455,8 +475,10 @@ ct_status ct_plan_backward(ct_plan *p) {
         if (!p->pn[i].live || !(d->flags & CT_NODE_BACKWARD) || is_leaf(d->op)) continue;
         CT_TRY(run_node(p, i, 1));
         int pi = p->pn[i].grad_of_param;
+        if (pi >= 0 && p->accumulate_grads) accumulate_grad(p, i, pi);
         if (pi >= 0 && p->grad_ready) {
             ct_tensor t = node_tensor(p, i);
+            if (p->accumulate_grads) t.data = p->grad_arena + p->param_off[pi]; /* the running sum */
             p->grad_ready(p->grad_ready_user, pi, &t);
         }
     }

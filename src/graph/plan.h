@@ -42,11 +42,16 @@ struct ct_plan {
     size_t ws_bytes;
     uint64_t step;
     float loss_scale;    /* backward's seed value                             */
+    int accumulate_grads; /* final param grads are activations added into the grad arena */
     ct_grad_ready_fn grad_ready;
     void *grad_ready_user;
+    int recompute_every;     /* ct_compile_opts, read by the recompute pass    */
+    uint32_t recompute_ops;
 };
 
 /* Graph passes run by ct_compile, in order. */
 typedef ct_status (*ct_pass_fn)(ct_plan *p);
+/* recompute.c: activation checkpointing (after autodiff, before liveness). */
+ct_status ct_pass_recompute(ct_plan *p);
 
 #endif

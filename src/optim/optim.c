@@ -10,7 +10,14 @@
  * multiples of 64 floats. LAMB walks fixed blocks (LAMB_BLOCK floats, never
  * crossing a tensor boundary) computed at create time; the per-tensor norms
  * are the sums of the blocks' partial sums in block order, so the result does
- * not depend on the thread count. A step allocates nothing. */
+ * not depend on the thread count. A step allocates nothing.
+ *
+ * Parameter groups: every parameter has an lr multiplier and a weight decay
+ * (ct_optimizer_set_group, the no_decay_bias_norm switch). The arena is cut
+ * into runs of consecutive tensors with equal hyperparameters (tables sized
+ * at create time); the fused update runs once per run. Without groups there
+ * is one run, the whole arena, exactly as before. LAMB reads its blocks'
+ * tensor hyperparameters directly. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +41,14 @@ struct ct_optimizer {
     size_t *blk_begin, *blk_len;
     double *blk_sums;  /* 2 per block: sum p^2, sum u^2 */
     float *t_scale;    /* per tensor: lr * trust ratio */
+    /* parameter groups: per tensor (arena order) and per run */
+    int n_params, n_runs;
+    float *grp_lr, *grp_wd;  /* as set by ct_optimizer_set_group            */
+    float *eff_wd;           /* grp_wd after the no_decay_bias_norm switch  */
+    size_t *t_off;           /* tensor offsets (floats) in the arena        */
+    int *t_ndim;
+    size_t *run_begin, *run_end;
+    float *run_lr, *run_wd;
 };
 
 static const char *const k_kind_names[] = {"sgd", "adamw", "adam", "rmsprop", "adagrad", "lamb"};
@@ -174,6 +189,92 @@ static ct_status lamb_setup(ct_optimizer *o) {
     return CT_OK;
 }
 
+/* Effective weight decay per tensor and the runs of equal hyperparameters
+ * covering [0, n): a run starts at its first tensor's offset (the first at
+ * 0) and ends where the next begins (the last at n), padding included. */
+static void build_runs(ct_optimizer *o) {
+    int np = o->n_params, nr = 0;
+    for (int i = 0; i < np; i++)
+        o->eff_wd[i] = o->o.no_decay_bias_norm && o->t_ndim[i] == 1 ? 0.0f : o->grp_wd[i];
+    for (int i = 0; i < np; i++) {
+        if (nr && o->run_lr[nr - 1] == o->grp_lr[i] && o->run_wd[nr - 1] == o->eff_wd[i]) continue;
+        o->run_begin[nr] = nr ? o->t_off[i] : 0;
+        if (nr) o->run_end[nr - 1] = o->t_off[i];
+        o->run_lr[nr] = o->grp_lr[i];
+        o->run_wd[nr] = o->eff_wd[i];
+        nr++;
+    }
+    if (!nr) { /* no parameters: one empty run */
+        o->run_begin[0] = 0;
+        o->run_lr[0] = 1.0f;
+        o->run_wd[0] = o->o.weight_decay;
+        nr = 1;
+    }
+    o->run_end[nr - 1] = o->n;
+    o->n_runs = nr;
+}
+
+static ct_status groups_setup(ct_optimizer *o) {
+    int np = ct_plan_num_params(o->plan);
+    size_t k = (size_t)np + 1;
+    CT_TRY(ct_alloc(o->ctx, k * sizeof(float), (void **)&o->grp_lr));
+    CT_TRY(ct_alloc(o->ctx, k * sizeof(float), (void **)&o->grp_wd));
+    CT_TRY(ct_alloc(o->ctx, k * sizeof(float), (void **)&o->eff_wd));
+    CT_TRY(ct_alloc(o->ctx, k * sizeof(size_t), (void **)&o->t_off));
+    CT_TRY(ct_alloc(o->ctx, k * sizeof(int), (void **)&o->t_ndim));
+    CT_TRY(ct_alloc(o->ctx, k * sizeof(size_t), (void **)&o->run_begin));
+    CT_TRY(ct_alloc(o->ctx, k * sizeof(size_t), (void **)&o->run_end));
+    CT_TRY(ct_alloc(o->ctx, k * sizeof(float), (void **)&o->run_lr));
+    CT_TRY(ct_alloc(o->ctx, k * sizeof(float), (void **)&o->run_wd));
+    float *pa;
+    ct_plan_param_arena(o->plan, &pa, NULL, NULL);
+    for (int i = 0; i < np; i++) {
+        ct_tensor v;
+        CT_TRY(ct_plan_param_info(o->plan, i, NULL, &v, NULL));
+        o->t_off[i] = (size_t)((float *)v.data - pa);
+        o->t_ndim[i] = v.ndim;
+        o->grp_lr[i] = 1.0f;
+        o->grp_wd[i] = o->o.weight_decay;
+    }
+    o->n_params = np;
+    build_runs(o);
+    return CT_OK;
+}
+
+ct_status ct_optimizer_set_group(ct_optimizer *o, const char *prefix, float lr_scale, float weight_decay) {
+    if (!o || !prefix) return CT_E_INVALID_ARG;
+    const char *k = kind_name(o->o.kind);
+    if (!(lr_scale >= 0.0f) || !isfinite(lr_scale))
+        return ct_set_error(o->ctx, CT_E_INVALID_ARG, "%s: group '%s': lr_scale %g must be a finite value >= 0", k,
+                            prefix, (double)lr_scale);
+    if (weight_decay != weight_decay || weight_decay == INFINITY)
+        return ct_set_error(o->ctx, CT_E_INVALID_ARG,
+                            "%s: group '%s': weight_decay %g must be finite (>= 0, or < 0 to keep the current one)", k,
+                            prefix, (double)weight_decay);
+    size_t pl = strlen(prefix);
+    int hits = 0;
+    for (int i = 0; i < o->n_params; i++) {
+        const char *name = NULL;
+        ct_plan_param_info(o->plan, i, &name, NULL, NULL);
+        if (!name || strncmp(name, prefix, pl)) continue;
+        hits++;
+        o->grp_lr[i] = lr_scale;
+        if (weight_decay >= 0.0f) o->grp_wd[i] = weight_decay;
+    }
+    if (!hits)
+        return ct_set_error(o->ctx, CT_E_INVALID_ARG, "%s: group '%s': no parameter name starts with '%s'", k, prefix,
+                            prefix);
+    build_runs(o);
+    return CT_OK;
+}
+
+ct_status ct_optimizer_param_hp(const ct_optimizer *o, int i, float *lr_scale, float *weight_decay) {
+    if (!o || i < 0 || i >= o->n_params) return CT_E_INVALID_ARG;
+    if (lr_scale) *lr_scale = o->grp_lr[i];
+    if (weight_decay) *weight_decay = o->eff_wd[i];
+    return CT_OK;
+}
+
 ct_status ct_optimizer_create(ct_plan *plan, const ct_optim_opts *opts, ct_optimizer **out) {
     if (!plan || !opts || !out) return CT_E_INVALID_ARG;
     *out = NULL;
@@ -187,6 +288,7 @@ ct_status ct_optimizer_create(ct_plan *plan, const ct_optim_opts *opts, ct_optim
     ct_plan_param_arena(plan, NULL, NULL, &o->n);
     o->n_state = state_blocks(opts) * o->n;
     ct_status s = ct_alloc(ctx, o->n_state * sizeof(float), (void **)&o->state);
+    if (s == CT_OK) s = groups_setup(o);
     if (s == CT_OK && opts->kind == CT_OPTIM_LAMB) s = lamb_setup(o);
     if (s != CT_OK) {
         ct_optimizer_free(o);
@@ -207,6 +309,15 @@ void ct_optimizer_free(ct_optimizer *o) {
     ct_free(o->ctx, o->blk_len);
     ct_free(o->ctx, o->blk_sums);
     ct_free(o->ctx, o->t_scale);
+    ct_free(o->ctx, o->grp_lr);
+    ct_free(o->ctx, o->grp_wd);
+    ct_free(o->ctx, o->eff_wd);
+    ct_free(o->ctx, o->t_off);
+    ct_free(o->ctx, o->t_ndim);
+    ct_free(o->ctx, o->run_begin);
+    ct_free(o->ctx, o->run_end);
+    ct_free(o->ctx, o->run_lr);
+    ct_free(o->ctx, o->run_wd);
     free(o);
 }
 
@@ -332,8 +443,10 @@ static void lamb_step(ct_optimizer *o, float *p, const float *g, float lr, ct_is
 #pragma omp parallel for num_threads(nth) schedule(static)
     for (int k = 0; k < nb; k++) {
         size_t b = o->blk_begin[k];
+        ct_lamb_hp th = hp;
+        th.weight_decay = o->eff_wd[o->blk_tensor[k]];
         o->blk_sums[2 * k] = o->blk_sums[2 * k + 1] = 0;
-        f1(p + b, g + b, m + b, v + b, o->blk_len[k], &hp, o->blk_sums + 2 * k);
+        f1(p + b, g + b, m + b, v + b, o->blk_len[k], &th, o->blk_sums + 2 * k);
     }
     for (int i = 0; i < o->n_tensors; i++) o->t_scale[i] = 0;
     for (int k = 0; k < nb;) { /* blocks of one tensor are consecutive */
@@ -345,12 +458,64 @@ static void lamb_step(ct_optimizer *o, float *p, const float *g, float lr, ct_is
         }
         double wn = sqrt(pp), un = sqrt(uu);
         double trust = wn > 0 && un > 0 ? wn / un : 1.0;
-        o->t_scale[i] = (float)((double)lr * trust);
+        o->t_scale[i] = (float)((double)(lr * o->grp_lr[i]) * trust);
     }
 #pragma omp parallel for num_threads(nth) schedule(static)
     for (int k = 0; k < nb; k++) {
         size_t b = o->blk_begin[k];
-        f2(p + b, m + b, v + b, o->blk_len[k], &hp, o->t_scale[o->blk_tensor[k]]);
+        ct_lamb_hp th = hp;
+        th.weight_decay = o->eff_wd[o->blk_tensor[k]];
+        f2(p + b, m + b, v + b, o->blk_len[k], &th, o->t_scale[o->blk_tensor[k]]);
+    }
+}
+
+/* The elementwise update of one run [rb, rb + n) with learning rate lr and
+ * weight decay wd, split into per-thread chunks of multiples of 64 floats. */
+static void update_run(ct_optimizer *o, float *pa, const float *ga, size_t rb, size_t n, float lr, float wd, ct_isa isa,
+                       int nth) {
+    const ct_optim_opts *op = &o->o;
+    size_t na = o->n;
+    float *p = pa + rb;
+    const float *g = ga + rb;
+    float *s0 = o->state + rb, *s1 = o->state + na + rb, *s2 = o->state + 2 * na + rb;
+    /* chunks are multiples of 64 floats so every thread's slice stays aligned */
+    size_t chunk = ct_align_up((n + (size_t)nth - 1) / (size_t)nth, 64);
+    switch (op->kind) {
+    case CT_OPTIM_ADAMW:
+    case CT_OPTIM_ADAM: {
+        double t = (double)o->t;
+        double bc1 = 1.0 - pow((double)op->beta1, t), bc2 = 1.0 - pow((double)op->beta2, t);
+        int dec = op->kind == CT_OPTIM_ADAMW;
+        ct_adam_hp hp = {lr, op->beta1, op->beta2, op->eps, wd, (float)((double)lr / bc1),
+                         (float)sqrt(bc2), (float)(1.0 - (double)lr * (double)wd), op->amsgrad != 0,
+                         dec};
+        void (*fn)(float *, const float *, float *, float *, float *, size_t, const ct_adam_hp *) = PICK(adam);
+        float *vm = op->amsgrad ? s2 : NULL;
+        FOR_CHUNKS(fn(p + b, g + b, s0 + b, s1 + b, AT(vm), e - b, &hp))
+        break;
+    }
+    case CT_OPTIM_RMSPROP: {
+        ct_rmsprop_hp hp = {lr, op->alpha, op->eps, wd, op->momentum, op->centered != 0};
+        void (*fn)(float *, const float *, float *, float *, float *, size_t, const ct_rmsprop_hp *) = PICK(rmsprop);
+        float *buf = op->momentum > 0.0f ? s1 : NULL;
+        float *gavg = op->centered ? (buf ? s2 : s1) : NULL;
+        FOR_CHUNKS(fn(p + b, g + b, s0 + b, AT(buf), AT(gavg), e - b, &hp))
+        break;
+    }
+    case CT_OPTIM_ADAGRAD: {
+        ct_adagrad_hp hp = {(float)((double)lr / (1.0 + (double)(o->t - 1) * (double)op->lr_decay)), op->eps, wd};
+        void (*fn)(float *, const float *, float *, size_t, const ct_adagrad_hp *) = PICK(adagrad);
+        FOR_CHUNKS(fn(p + b, g + b, s0 + b, e - b, &hp))
+        break;
+    }
+    case CT_OPTIM_LAMB: break; /* lamb_step */
+    default: {
+        ct_sgd_hp hp = {lr, op->momentum, op->dampening, wd, op->nesterov, o->t == 1};
+        void (*fn)(float *, const float *, float *, size_t, const ct_sgd_hp *) = PICK(sgd);
+        float *buf = o->n_state ? s0 : NULL;
+        FOR_CHUNKS(fn(p + b, g + b, AT(buf), e - b, &hp))
+        break;
+    }
     }
 }
 
@@ -362,50 +527,19 @@ static ct_status step(ct_optimizer *o, float lr, int use_ref) {
     ct_plan_param_arena(o->plan, &p, &g, &n);
     ct_isa isa = use_ref ? CT_ISA_REF : ct_context_isa(o->ctx);
     int nth = ct_context_num_threads(o->ctx);
-    const ct_optim_opts *op = &o->o;
     o->t++;
-    /* chunks are multiples of 64 floats so every thread's slice stays aligned */
-    size_t chunk = ct_align_up((n + (size_t)nth - 1) / (size_t)nth, 64);
-    float *s0 = o->state, *s1 = o->state + n, *s2 = o->state + 2 * n;
-    switch (op->kind) {
-    case CT_OPTIM_ADAMW:
-    case CT_OPTIM_ADAM: {
-        double t = (double)o->t;
-        double bc1 = 1.0 - pow((double)op->beta1, t), bc2 = 1.0 - pow((double)op->beta2, t);
-        int dec = op->kind == CT_OPTIM_ADAMW;
-        ct_adam_hp hp = {lr, op->beta1, op->beta2, op->eps, op->weight_decay, (float)((double)lr / bc1),
-                         (float)sqrt(bc2), (float)(1.0 - (double)lr * (double)op->weight_decay), op->amsgrad != 0,
-                         dec};
-        void (*fn)(float *, const float *, float *, float *, float *, size_t, const ct_adam_hp *) = PICK(adam);
-        float *vm = op->amsgrad ? s2 : NULL;
-        FOR_CHUNKS(fn(p + b, g + b, s0 + b, s1 + b, AT(vm), e - b, &hp))
-        break;
-    }
-    case CT_OPTIM_RMSPROP: {
-        ct_rmsprop_hp hp = {lr, op->alpha, op->eps, op->weight_decay, op->momentum, op->centered != 0};
-        void (*fn)(float *, const float *, float *, float *, float *, size_t, const ct_rmsprop_hp *) = PICK(rmsprop);
-        float *buf = op->momentum > 0.0f ? s1 : NULL;
-        float *gavg = op->centered ? (buf ? s2 : s1) : NULL;
-        FOR_CHUNKS(fn(p + b, g + b, s0 + b, AT(buf), AT(gavg), e - b, &hp))
-        break;
-    }
-    case CT_OPTIM_ADAGRAD: {
-        ct_adagrad_hp hp = {(float)((double)lr / (1.0 + (double)(o->t - 1) * (double)op->lr_decay)), op->eps,
-                            op->weight_decay};
-        void (*fn)(float *, const float *, float *, size_t, const ct_adagrad_hp *) = PICK(adagrad);
-        FOR_CHUNKS(fn(p + b, g + b, s0 + b, e - b, &hp))
-        break;
-    }
-    case CT_OPTIM_LAMB:
+    if (o->o.kind == CT_OPTIM_LAMB) {
         lamb_step(o, p, g, lr, isa, nth);
-        break;
-    default: {
-        ct_sgd_hp hp = {lr, op->momentum, op->dampening, op->weight_decay, op->nesterov, o->t == 1};
-        void (*fn)(float *, const float *, float *, size_t, const ct_sgd_hp *) = PICK(sgd);
-        float *buf = o->n_state ? s0 : NULL;
-        FOR_CHUNKS(fn(p + b, g + b, AT(buf), e - b, &hp))
-        break;
-    }
+    } else if (o->n_runs == 1) { /* no groups: the whole arena, all threads */
+        update_run(o, p, g, 0, n, lr * o->run_lr[0], o->run_wd[0], isa, nth);
+    } else {
+        for (int r = 0; r < o->n_runs; r++) {
+            size_t rb = o->run_begin[r], len = o->run_end[r] - rb;
+            /* small runs use fewer threads (the update is elementwise) */
+            size_t want = (len + 16383) / 16384;
+            int nt = want < (size_t)nth ? (int)(want ? want : 1) : nth;
+            update_run(o, p, g, rb, len, lr * o->run_lr[r], o->run_wd[r], isa, nt);
+        }
     }
     ct_plan_set_step(o->plan, o->t);
     return CT_OK;
@@ -413,3 +547,16 @@ static ct_status step(ct_optimizer *o, float lr, int use_ref) {
 
 ct_status ct_optimizer_step(ct_optimizer *o, float lr) { return step(o, lr, 0); }
 ct_status ct_optimizer_step_ref(ct_optimizer *o, float lr) { return step(o, lr, 1); }
+
+ct_status ct_optimizer_set_steps(ct_optimizer *o, uint64_t steps) {
+    if (!o) return CT_E_INVALID_ARG;
+    o->t = steps;
+    ct_plan_set_step(o->plan, steps);
+    return CT_OK;
+}
+
+ct_status ct_optimizer_get_opts(const ct_optimizer *o, ct_optim_opts *out) {
+    if (!o || !out) return CT_E_INVALID_ARG;
+    *out = o->o;
+    return CT_OK;
+}

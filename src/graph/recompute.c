@@ -1,0 +1,282 @@
+/* src/graph/recompute.c - activation checkpointing as a graph pass (runs
+ * after autodiff, before liveness; ct_compile_opts.recompute_every /
+ * recompute_ops).
+ *
+ * Layers: a "layer" is an anchor node (linear, matmul, conv2d) and the
+ * forward nodes after it, in node order, up to the next anchor. Nodes before
+ * the first anchor and the last layer (the one computing the loss: its
+ * backward runs right after forward, recomputing it saves nothing) are never
+ * recomputed. Checkpoint mode groups the other layers from the first into
+ * segments of recompute_every layers; selective mode (recompute_every = 0)
+ * uses one segment per layer.
+ *
+ * The dropped set R: forward nodes of a segment whose op kind is in the mask
+ * (recompute_ops, all kinds when 0), except the loss, the outputs, and in
+ * checkpoint mode the segment boundaries (nodes read by a forward node of
+ * another segment); a reshape (an alias) is in R exactly when its input is.
+ *
+ * Rewiring: every backward node that reads a node v of R reads copy(v)
+ * instead. copy(v) is v's definition with the flags CT_NODE_BACKWARD |
+ * CT_NODE_RECOMPUTE, whose inputs in R are themselves copies; the copies a
+ * backward node needs (with their R ancestors, in forward order) are inserted
+ * just before it, once, and shared by later readers. The node array is
+ * rebuilt with the copies in place and every stored id remapped (seed,
+ * param_grads; forward ids do not move, copies are only inserted among the
+ * backward nodes). The forward originals of R then have forward readers
+ * only, so the liveness-based memory planner frees them during forward.
+ *
+ * Bit-exactness: a copy runs the same op with the same attributes on equal
+ * inputs with the same kernel choice; dropout keeps ia[0] (its RNG stream)
+ * and the step; the executor runs backward nodes in training mode, so a
+ * batchnorm copy uses the batch statistics, and its kernels skip the
+ * running-statistics update for CT_NODE_RECOMPUTE. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+static int is_anchor(ct_op op) { return op == CT_OP_LINEAR || op == CT_OP_MATMUL || op == CT_OP_CONV2D; }
+static int is_leaf(ct_op op) { return op == CT_OP_INPUT || op == CT_OP_PARAM || op == CT_OP_BUFFER; }
+
+/* The CT_RECOMPUTE_* kind of a forward op (0: never recomputed). */
+static uint32_t op_kind(ct_op op) {
+    switch (op) {
+    case CT_OP_UNARY: return CT_RECOMPUTE_ACTIVATION;
+    case CT_OP_SCALE: case CT_OP_BINARY: return CT_RECOMPUTE_ELTWISE;
+    case CT_OP_DROPOUT: return CT_RECOMPUTE_DROPOUT;
+    case CT_OP_BATCHNORM: case CT_OP_LAYERNORM: return CT_RECOMPUTE_NORM;
+    case CT_OP_MAXPOOL2D: case CT_OP_AVGPOOL2D: case CT_OP_SUM: return CT_RECOMPUTE_REDUCE;
+    case CT_OP_TRANSPOSE: case CT_OP_CONCAT: case CT_OP_SLICE: return CT_RECOMPUTE_SHAPE;
+    case CT_OP_SOFTMAX: case CT_OP_LOG_SOFTMAX: case CT_OP_CROSS_ENTROPY: return CT_RECOMPUTE_SOFTMAX;
+    case CT_OP_LINEAR: case CT_OP_MATMUL: case CT_OP_CONV2D: case CT_OP_EMBEDDING: return CT_RECOMPUTE_MATMUL;
+    default: return 0;
+    }
+}
+
+typedef struct {
+    ct_plan *p;
+    const ct_node_def *old;  /* the graph before the pass                */
+    int nf;                  /* forward nodes: [0, nf)                   */
+    const uint8_t *drop;     /* R, over forward ids                      */
+    ct_node *copy;           /* forward id -> id of its copy, or CT_NONE */
+    ct_node_def *out;        /* the new node array                       */
+    int m;                   /* nodes written to out                     */
+    int *stack, *list;       /* scratch, nf each                         */
+    uint8_t *seen;           /* scratch, nf                              */
+} rc_state;
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+static void copy_name(char *dst, const char *src) {
+    static const char suffix[] = ".recompute";
+    size_t keep = strnlen(src, CT_NAME_LEN - 1);
+    if (keep > CT_NAME_LEN - sizeof suffix) keep = CT_NAME_LEN - sizeof suffix;
+    memmove(dst, src, keep);
+    memcpy(dst + keep, suffix, sizeof suffix);
+}
+
+/* Appends copies of v and of its R ancestors that have none yet, in forward
+ * (index) order, so every copy's inputs exist before it. */
+static void emit_copies(rc_state *st, ct_node v) {
+    int sp = 0, nl = 0;
+    st->stack[sp++] = v;
+    st->seen[v] = 1;
+    while (sp) {
+        ct_node u = st->stack[--sp];
+        st->list[nl++] = u;
+        const ct_node_def *d = &st->old[u];
+        for (int j = 0; j < d->n_in; j++) {
+            ct_node w = d->in[j];
+            if (w < st->nf && st->drop[w] && st->copy[w] == CT_NONE && !st->seen[w]) {
+                st->seen[w] = 1;
+                st->stack[sp++] = w;
+            }
+        }
+    }
+    qsort(st->list, (size_t)nl, sizeof *st->list, cmp_int);
+    for (int i = 0; i < nl; i++) {
+        ct_node u = st->list[i];
+        ct_node_def c = st->old[u];
+        for (int j = 0; j < c.n_in; j++)
+            if (st->drop[c.in[j]]) c.in[j] = st->copy[c.in[j]]; /* forward ids do not move */
+        c.flags |= CT_NODE_BACKWARD | CT_NODE_RECOMPUTE;
+        copy_name(c.name, st->old[u].name);
+        st->out[st->m] = c;
+        st->copy[u] = st->m++;
+        st->seen[u] = 0;
+    }
+}
+
+ct_status ct_pass_recompute(ct_plan *p) {
+    int every = p->recompute_every;
+    uint32_t mask = p->recompute_ops;
+    if (every < 0)
+        return ct_set_error(p->ctx, CT_E_INVALID_ARG, "compile: recompute_every %d must be >= 0", every);
+    if (mask & ~(uint32_t)CT_RECOMPUTE_ALL)
+        return ct_set_error(p->ctx, CT_E_INVALID_ARG,
+                            "compile: recompute_ops 0x%x has bits outside CT_RECOMPUTE_ALL (0x%x)", (unsigned)mask,
+                            (unsigned)CT_RECOMPUTE_ALL);
+    if (p->seed == CT_NONE || (every == 0 && mask == 0)) return CT_OK; /* off, or forward only */
+    if (!mask) mask = CT_RECOMPUTE_ALL;
+    int per = every > 0 ? every : 1;
+    ct_graph *g = &p->g;
+    int n = g->n, nf = p->n_fwd;
+    const ct_node_def *old = g->nodes;
+
+    int n_layers = 0;
+    for (int i = 0; i < nf; i++) n_layers += is_anchor(old[i].op);
+    if (n_layers < 2) return CT_OK; /* only the last layer: nothing to recompute */
+
+    int *seg = malloc(sizeof(int) * (size_t)nf);
+    uint8_t *drop = calloc((size_t)nf, 1), *keep = calloc((size_t)nf, 1);
+    if (!seg || !drop || !keep) {
+        free(seg);
+        free(drop);
+        free(keep);
+        return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory in the recompute pass");
+    }
+    /* segments: -1 = never recomputed (leaves, nodes before the first anchor,
+     * the last layer) */
+    for (int i = 0, layer = -1; i < nf; i++) {
+        if (is_anchor(old[i].op)) layer++;
+        seg[i] = is_leaf(old[i].op) || layer < 0 || layer == n_layers - 1 ? -1 : layer / per;
+    }
+    /* kept: the loss, the outputs; in checkpoint mode the boundaries */
+    if (p->loss != CT_NONE) keep[p->loss] = 1;
+    for (int i = 0; i < p->n_outputs; i++) keep[p->outputs[i]] = 1;
+    if (every > 0)
+        for (int i = 0; i < nf; i++) {
+            if (is_leaf(old[i].op)) continue;
+            for (int j = 0; j < old[i].n_in; j++)
+                if (seg[old[i].in[j]] != seg[i]) keep[old[i].in[j]] = 1;
+        }
+    for (int i = 0; i < nf; i++) {
+        if (seg[i] < 0 || keep[i]) continue;
+        if (old[i].op == CT_OP_RESHAPE) drop[i] = drop[old[i].in[0]];
+        else drop[i] = (op_kind(old[i].op) & mask) != 0;
+    }
+    /* a kept alias keeps its storage root; then aliases follow their input */
+    for (int i = nf - 1; i >= 0; i--)
+        if (old[i].op == CT_OP_RESHAPE && !drop[i]) drop[old[i].in[0]] = 0;
+    for (int i = 0; i < nf; i++)
+        if (old[i].op == CT_OP_RESHAPE && drop[i] && !drop[old[i].in[0]]) drop[i] = 0;
+    /* Pay-off per segment: recompute a segment only if the bytes it stops
+     * retaining for backward (dropped values backward reads, with their saved
+     * state) exceed the bytes its copies newly retain (non-dropped inputs of
+     * the needed copies that backward did not read anyway). E.g. a ReLU
+     * recomputed from a linear output that nothing else keeps saves nothing. */
+    uint8_t *rb = calloc((size_t)nf, 1), *need = calloc((size_t)nf, 1), *cost_seen = calloc((size_t)nf, 1);
+    int n_seg = (n_layers - 1 + per - 1) / per;
+    double *saved = calloc((size_t)n_seg + 1, sizeof(double)), *cost = calloc((size_t)n_seg + 1, sizeof(double));
+    if (!rb || !need || !cost_seen || !saved || !cost) {
+        free(rb);
+        free(need);
+        free(cost_seen);
+        free(saved);
+        free(cost);
+        free(seg);
+        free(keep);
+        free(drop);
+        return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory in the recompute pass");
+    }
+    for (int i = nf; i < n; i++) {
+        if (!(old[i].flags & CT_NODE_BACKWARD)) continue;
+        for (int j = 0; j < old[i].n_in; j++)
+            if (old[i].in[j] < nf) rb[old[i].in[j]] = need[old[i].in[j]] = 1;
+    }
+    for (int i = nf - 1; i >= 0; i--) {
+        if (old[i].op == CT_OP_RESHAPE && rb[i]) rb[old[i].in[0]] = 1; /* an alias retains its root */
+        if (!drop[i]) need[i] = 0;
+        if (!need[i]) continue;
+        for (int j = 0; j < old[i].n_in; j++) need[old[i].in[j]] = 1; /* cleared above unless dropped */
+    }
+    for (int i = 0; i < nf; i++) {
+        if (!need[i]) continue;
+        const ct_node_def *d = &old[i];
+        if (rb[i] && d->op != CT_OP_RESHAPE) {
+            const ct_op_info *info = ct_op_table(d->op);
+            saved[seg[i]] += (double)ct_node_numel(d) * (double)ct_dtype_size(d->dtype) +
+                             (double)(info->aux_bytes ? info->aux_bytes(g, d) : 0);
+        }
+        for (int j = 0; j < d->n_in; j++) {
+            ct_node u = d->in[j];
+            while (old[u].op == CT_OP_RESHAPE) u = old[u].in[0];
+            if (drop[u] || rb[u] || keep[u] || is_leaf(old[u].op) || cost_seen[u]) continue;
+            cost_seen[u] = 1;
+            cost[seg[i]] += (double)ct_node_numel(&old[u]) * (double)ct_dtype_size(old[u].dtype);
+        }
+    }
+    for (int i = 0; i < nf; i++)
+        if (drop[i] && !(saved[seg[i]] > cost[seg[i]])) drop[i] = 0;
+    for (int i = 0; i < nf; i++) /* aliases follow their input again */
+        if (old[i].op == CT_OP_RESHAPE && drop[i] && !drop[old[i].in[0]]) drop[i] = 0;
+    free(rb);
+    free(need);
+    free(cost_seen);
+    free(saved);
+    free(cost);
+    free(seg);
+    free(keep);
+
+    int n_drop = 0;
+    for (int i = 0; i < nf; i++) n_drop += drop[i];
+    if (!n_drop) {
+        free(drop);
+        return CT_OK;
+    }
+    rc_state st = {.p = p, .old = old, .nf = nf, .drop = drop};
+    st.copy = malloc(sizeof(ct_node) * (size_t)nf);
+    st.out = malloc(sizeof(ct_node_def) * (size_t)(n + n_drop));
+    st.stack = malloc(sizeof(int) * (size_t)nf);
+    st.list = malloc(sizeof(int) * (size_t)nf);
+    st.seen = calloc((size_t)nf, 1);
+    ct_node *map = malloc(sizeof(ct_node) * (size_t)n);
+    if (!st.copy || !st.out || !st.stack || !st.list || !st.seen || !map) {
+        free(st.copy);
+        free(st.out);
+        free(st.stack);
+        free(st.list);
+        free(st.seen);
+        free(map);
+        free(drop);
+        return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory in the recompute pass");
+    }
+    for (int i = 0; i < nf; i++) st.copy[i] = CT_NONE;
+    for (int i = 0; i < n; i++) {
+        ct_node_def d = old[i];
+        int bwd = i >= nf && (d.flags & CT_NODE_BACKWARD);
+        for (int j = 0; j < d.n_in; j++) {
+            ct_node u = d.in[j];
+            if (bwd && u < nf && drop[u]) {
+                if (st.copy[u] == CT_NONE) emit_copies(&st, u);
+                d.in[j] = st.copy[u];
+            } else {
+                d.in[j] = map[u];
+            }
+        }
+        st.out[st.m] = d;
+        map[i] = st.m++;
+    }
+    free(g->nodes);
+    g->nodes = st.out;
+    g->n = st.m;
+    g->cap = n + n_drop;
+    p->seed = map[p->seed];
+    if (p->loss != CT_NONE) p->loss = map[p->loss];
+    for (int i = 0; i < p->n_outputs; i++) p->outputs[i] = map[p->outputs[i]];
+    for (int i = 0; i < p->n_params; i++) {
+        p->params[i] = map[p->params[i]];
+        if (p->param_grads[i] != CT_NONE) p->param_grads[i] = map[p->param_grads[i]];
+    }
+    free(st.copy);
+    free(st.stack);
+    free(st.list);
+    free(st.seen);
+    free(map);
+    free(drop);
+    return CT_OK;
+}
