@@ -2,6 +2,8 @@
  * plan, optimizer; the training loop with a live progress display, LR
  * schedule, per-epoch test evaluation and a final summary. */
 #include <math.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,10 @@ static void train_usage(FILE *f) {
             "  --momentum X           --schedule NAME (constant|cosine|step|multistep|...)\n"
             "  --dropout P            --label-smoothing E    --seed N\n"
             "  --threads N            --set KEY=VALUE (any recipe key)\n"
+            "  --save-dir DIR         write checkpoints to DIR/step-NNNNNN (DIR/latest names the newest)\n"
+            "  --save-every N         a checkpoint every N steps (0: only at the end)   --keep K (default 3, 0: all)\n"
+            "  --resume DIR           continue a run from DIR (a save dir or a step dir) bit for bit, with the\n"
+            "                         recipe stored in the checkpoint; flags still override its keys\n"
             "  --quiet                only the per-epoch lines and the summary\n"
             "  -h, --help             this message\n");
 }
@@ -53,6 +59,7 @@ static const char *const k_flags[][2] = {
     {"--weight-decay", "optimizer.weight_decay"}, {"--momentum", "optimizer.momentum"},
     {"--schedule", "schedule"}, {"--dropout", "dropout"}, {"--label-smoothing", "label_smoothing"},
     {"--seed", "seed"}, {"--threads", "threads"},
+    {"--save-dir", "save_dir"}, {"--save-every", "save_every"}, {"--keep", "keep_last"},
 };
 
 /* The recipe's schedule as a library schedule over `total` steps (lengths
@@ -172,12 +179,75 @@ static ct_status build_model(ct_context *ctx, const ct_recipe *r, const ct_datas
     return s;
 }
 
+/* ---- checkpoints -------------------------------------------------------------------------- */
+
+/* An error found by the CLI itself, printed like the library's. Returns 1. */
+static int cli_error(ct_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int cli_error(ct_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "ctrain: error: %s %s: ", ct_status_code(s), ct_status_name(s));
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nctrain: hint: %s\n", ct_status_advice(s));
+    return 1;
+}
+
+/* CTRAIN_TEST_CRASH=PHASE:STEP kills the process with SIGKILL at one point
+ * (tests/resume_test.sh): PHASE "step" right after that optimizer step, or a
+ * phase of the save of that step's checkpoint ("written": the temporary
+ * directory is complete, "renamed": in place but `latest` not updated,
+ * "latest": before old checkpoints are deleted). */
+static void crash_point(void *user, const char *phase, int64_t step) {
+    (void)user;
+    const char *e = getenv("CTRAIN_TEST_CRASH");
+    const char *colon = e ? strchr(e, ':') : NULL;
+    if (!colon || (size_t)(colon - e) != strlen(phase) || strncmp(e, phase, strlen(phase))) return;
+    if (strtoll(colon + 1, NULL, 10) != step) return;
+    fflush(stdout);
+    raise(SIGKILL);
+}
+
+static void model_text(const ct_recipe *r, char *buf, size_t len) {
+    int mlp = !strcmp(r->model, "mlp");
+    int n = mlp ? r->n_hidden : r->n_channels;
+    const int64_t *v = mlp ? r->hidden : r->channels;
+    size_t o = (size_t)snprintf(buf, len, "%s %s [", r->model, mlp ? "hidden" : "channels");
+    for (int i = 0; i < n && o < len; i++) o += (size_t)snprintf(buf + o, len - o, i ? ", %lld" : "%lld", (long long)v[i]);
+    if (o < len) snprintf(buf + o, len - o, "] on %s", r->dataset);
+}
+
+/* Writes a checkpoint of the run; st holds the position and progress.
+ * Returns the exit code on failure (the error printed), 0 on success. */
+static int save_checkpoint(ct_context *ctx, const ct_recipe *r, model_t *m, ct_optimizer *opt,
+                           const ct_schedule *sched, const ct_early_stop *es, ct_train_state *st) {
+    st->has_schedule = 1;
+    ct_schedule_get_state(sched, &st->schedule);
+    st->has_early_stop = 1;
+    st->early_stop = *es;
+    int n = ct_recipe_to_json_full(r, st->recipe_json, sizeof st->recipe_json);
+    if (n < 0 || (size_t)n >= sizeof st->recipe_json)
+        return cli_error(CT_E_CONFIG, "checkpoint: the recipe does not fit in %zu bytes of JSON",
+                         sizeof st->recipe_json);
+    ct_checkpoint_opts o;
+    ct_checkpoint_opts_default(&o);
+    o.keep_last = r->keep_last;
+    o.hook = crash_point;
+    ct_status s = ct_checkpoint_save_ex(ctx, r->save_dir, m->plan, opt, st, &o);
+    if (s != CT_OK) return fail(ctx, s, "saving a checkpoint failed");
+    size_t dl = strlen(r->save_dir);
+    printf("  checkpoint: step %lld -> %s%sstep-%06lld%s\n", (long long)st->step, r->save_dir,
+           dl && r->save_dir[dl - 1] == '/' ? "" : "/", (long long)st->step, st->finished ? " (end of run)" : "");
+    fflush(stdout);
+    return 0;
+}
+
 int ct_cli_train(int argc, char **argv) {
     ct_recipe r;
     ct_recipe_default(&r);
     int quiet = 0;
-    const char *recipe_path = NULL;
-    /* pass 1: --help, --recipe and --quiet */
+    const char *recipe_path = NULL, *resume = NULL;
+    /* pass 1: --help, --recipe, --resume and --quiet */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             train_usage(stdout);
@@ -190,6 +260,12 @@ int ct_cli_train(int argc, char **argv) {
                 return 2;
             }
             recipe_path = argv[++i];
+        } else if (!strcmp(argv[i], "--resume")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "ctrain: error: --resume needs a checkpoint directory\n");
+                return 2;
+            }
+            resume = argv[++i];
         }
     }
     ct_context *ctx = NULL;
@@ -207,13 +283,30 @@ int ct_cli_train(int argc, char **argv) {
     ct_optimizer *opt = NULL;
     ct_loader *ld = NULL;
     ct_schedule *sched = NULL;
+    ct_train_state *ckst = calloc(1, sizeof *ckst);
+    ct_recipe ck_recipe;
+    if (!ckst) {
+        fprintf(stderr, "ctrain: error: out of memory\n");
+        ct_context_free(ctx);
+        return 1;
+    }
+    ct_train_state_init(ckst);
+    if (resume) { /* the checkpoint's recipe first: the recipe file and flags apply on top */
+        if ((s = ct_checkpoint_load(ctx, resume, NULL, NULL, ckst)) != CT_OK) goto out_err;
+        if (!ckst->recipe_json[0]) {
+            rc = cli_error(CT_E_CONFIG, "checkpoint '%s' holds no recipe (not written by ctrain train)", ckst->path);
+            goto out;
+        }
+        if ((s = ct_recipe_parse_json(ctx, ckst->recipe_json, &r)) != CT_OK) goto out_err;
+        ck_recipe = r;
+    }
     if (recipe_path && (s = ct_recipe_load_file(ctx, recipe_path, &r)) != CT_OK) goto out_err;
     /* pass 2: --optimizer first (it resets that optimizer's defaults), then the rest in order */
     for (int pass = 0; pass < 2; pass++)
         for (int i = 1; i < argc; i++) {
             const char *a = argv[i];
             if (!strcmp(a, "--quiet")) continue;
-            if (!strcmp(a, "--recipe")) { i++; continue; }
+            if (!strcmp(a, "--recipe") || !strcmp(a, "--resume")) { i++; continue; }
             const char *key = NULL;
             char kv[512];
             for (size_t f = 0; f < sizeof k_flags / sizeof k_flags[0]; f++)
@@ -248,6 +341,18 @@ int ct_cli_train(int argc, char **argv) {
             if (s != CT_OK) goto out_err;
         }
     if ((s = ct_recipe_validate(ctx, &r)) != CT_OK) goto out_err;
+    if (resume) {
+        char was[256], now[256];
+        model_text(&ck_recipe, was, sizeof was);
+        model_text(&r, now, sizeof now);
+        if (strcmp(was, now)) {
+            rc = cli_error(CT_E_CONFIG,
+                           "--resume: this run's model (%s) differs from the checkpoint's (%s); drop the model flags "
+                           "to resume with the recipe stored in %s",
+                           now, was, ckst->path);
+            goto out;
+        }
+    }
     /* a context with the recipe's seed and threads */
     ct_context_free(ctx);
     ctx = NULL;
@@ -274,6 +379,11 @@ int ct_cli_train(int argc, char **argv) {
     if ((s = sched_from_recipe(ctx, &r, total, &sched)) != CT_OK) goto out_err;
     ct_early_stop es;
     if ((s = ct_early_stop_init(ctx, &es, r.early_stop_patience, r.early_stop_min_delta, 0)) != CT_OK) goto out_err;
+    if (resume) {
+        if ((s = ct_checkpoint_load(ctx, resume, m.plan, opt, ckst)) != CT_OK) goto out_err;
+        if (ckst->has_schedule && (s = ct_schedule_set_state(sched, &ckst->schedule)) != CT_OK) goto out_err;
+        if (ckst->has_early_stop) es = ckst->early_stop;
+    }
     ct_plan_stats ps;
     ct_plan_get_stats(m.plan, &ps);
     char rj[1024];
@@ -291,13 +401,32 @@ int ct_cli_train(int argc, char **argv) {
     ct_plan_tensor(m.plan, m.y, &ty);
     ct_plan_tensor(m.plan, m.logits, &tl);
     int tty = isatty(STDOUT_FILENO);
-    int64_t step = 0;
+    int64_t step = 0, step0 = 0;
     double train_start = now_s();
     double test_loss = 0, test_acc = 0;
-    for (int ep = 0; ep < r.epochs && step < total; ep++) {
+    int ep = 0, stopped = 0;
+    if (resume) {
+        step = step0 = ckst->step;
+        ep = (int)ckst->epoch;
+        test_loss = ckst->test_loss;
+        test_acc = ckst->test_acc;
+        stopped = es.stopped;
+        printf("  resumed from %s: step %lld, epoch %d, batch %lld%s\n", ckst->path, (long long)step, ep + 1,
+               (long long)ckst->batch_in_epoch, ckst->finished ? " (the run had ended)" : "");
+        fflush(stdout);
+    }
+    ct_train_state *st = ckst; /* reused for saving */
+    for (; !stopped && ep < r.epochs && step < total; ep++) {
         ct_loader_start_epoch(ld, (uint64_t)ep);
         double ep_start = now_s(), run_loss = 0;
         int64_t ep_correct = 0, ep_seen = 0, got, b = 0;
+        if (resume && step == step0 && ep == (int)ckst->epoch && ckst->batch_in_epoch > 0) {
+            b = ckst->batch_in_epoch; /* mid-epoch: skip what was consumed, restore the running totals */
+            if ((s = ct_loader_skip(ld, b)) != CT_OK) goto out_err;
+            run_loss = ckst->epoch_loss_sum;
+            ep_correct = ckst->epoch_correct;
+            ep_seen = ckst->epoch_seen;
+        }
         while (step < total && (s = ct_loader_next(ld, tx.data, ty.data, &got)) == CT_OK && got > 0) {
             float lr = ct_schedule_lr(sched, step), loss;
             if ((s = ct_plan_forward(m.plan, 1)) != CT_OK) goto out_err;
@@ -315,12 +444,26 @@ int ct_cli_train(int argc, char **argv) {
             run_loss += loss;
             ep_correct += argmax_correct(tl.data, ty.data, got, m.n_classes);
             ep_seen += got;
+            crash_point(NULL, "step", step);
+            if (r.save_dir[0] && r.save_every > 0 && step % r.save_every == 0 && step < total) {
+                if (tty && !quiet) printf("\n");
+                ct_train_state_init(st);
+                st->step = step;
+                st->epoch = ep;
+                st->batch_in_epoch = b;
+                st->epoch_loss_sum = run_loss;
+                st->epoch_correct = ep_correct;
+                st->epoch_seen = ep_seen;
+                st->test_loss = test_loss;
+                st->test_acc = test_acc;
+                if ((rc = save_checkpoint(ctx, &r, &m, opt, sched, &es, st)) != 0) goto out;
+            }
             int show = tty ? (b % 5 == 0 || b == per_epoch) : (b % r.log_every == 0);
             if (!quiet && show) {
                 double el = now_s() - train_start;
-                double sps = (double)(step * r.batch_size) / el;
+                double sps = (double)((step - step0) * r.batch_size) / el;
                 char eta[32];
-                fmt_time(el / (double)step * (double)(total - step), eta, sizeof eta);
+                fmt_time(el / (double)(step - step0) * (double)(total - step), eta, sizeof eta);
                 int bar = (int)(20 * b / per_epoch);
                 char barbuf[24];
                 for (int i = 0; i < 20; i++) barbuf[i] = i < bar ? '#' : '.';
@@ -346,9 +489,19 @@ int ct_cli_train(int argc, char **argv) {
             printf("  early stop: test loss did not improve by %g for %d epochs; best %.4f at epoch %lld\n",
                    (double)r.early_stop_min_delta, r.early_stop_patience, es.best, (long long)es.best_epoch + 1);
             fflush(stdout);
-            break;
+            es.stopped = 1;
+            stopped = 1;
         }
         fflush(stdout);
+    }
+    if (r.save_dir[0] && (!resume || step > step0 || stopped != (int)ckst->early_stop.stopped)) {
+        ct_train_state_init(st);
+        st->step = step;
+        st->epoch = ep; /* the loop's increment ran: the next epoch, from its start */
+        st->test_loss = test_loss;
+        st->test_acc = test_acc;
+        st->finished = 1;
+        if ((rc = save_checkpoint(ctx, &r, &m, opt, sched, &es, st)) != 0) goto out;
     }
     double total_time = now_s() - train_start;
     ct_mem_stats ms;
@@ -365,6 +518,7 @@ out_data:
 out_err:
     rc = fail(ctx, s, "training failed");
 out:
+    free(ckst);
     ct_schedule_free(sched);
     ct_loader_free(ld);
     ct_optimizer_free(opt);

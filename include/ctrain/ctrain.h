@@ -12,4 +12,5 @@
 #include "recipe.h"
 #include "amp.h"
 #include "schedule.h"
+#include "checkpoint.h"
 #endif

@@ -53,6 +53,11 @@ void ct_loader_start_epoch(ct_loader *l, uint64_t epoch);
  * *got is the number of samples copied (0 at end of epoch). */
 ct_status ct_loader_next(ct_loader *l, float *images, int32_t *labels, int64_t *got);
 
+/* Skips the next `batches` batches of the epoch in progress without
+ * copying them (resuming mid-epoch: start_epoch(e) then skip(k) continues
+ * exactly where batch k of epoch e would start). Allocates nothing. */
+ct_status ct_loader_skip(ct_loader *l, int64_t batches);
+
 #ifdef __cplusplus
 }
 #endif

@@ -52,6 +52,10 @@ typedef struct ct_recipe {
     float early_stop_min_delta;
     float label_smoothing;
     int log_every;           /* steps between progress lines when not a TTY     */
+    /* checkpoints (include/ctrain/checkpoint.h) */
+    char save_dir[256];      /* "": no checkpoints                              */
+    int64_t save_every;      /* steps between checkpoints (0: only at the end)  */
+    int keep_last;           /* step directories kept (0: all); default 3       */
 } ct_recipe;
 
 /* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */
@@ -66,6 +70,10 @@ ct_status ct_recipe_set(ct_context *ctx, ct_recipe *r, const char *key, const ch
 ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r);
 /* Writes the recipe as JSON into buf (for logs). */
 int ct_recipe_to_json(const ct_recipe *r, char *buf, size_t len);
+/* Writes every key of the recipe as JSON (checkpoints store it): parsing
+ * it with ct_recipe_parse_json on top of ct_recipe_default gives back the
+ * same recipe. Returns the length needed (like snprintf), or -1 on OOM. */
+int ct_recipe_to_json_full(const ct_recipe *r, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

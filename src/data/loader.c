@@ -123,3 +123,13 @@ ct_status ct_loader_next(ct_loader *l, float *images, int32_t *labels, int64_t *
     *got = b;
     return CT_OK;
 }
+
+ct_status ct_loader_skip(ct_loader *l, int64_t batches) {
+    if (!l) return CT_E_INVALID_ARG;
+    if (batches < 0)
+        return ct_set_error(l->ctx, CT_E_INVALID_ARG, "ct_loader_skip: batches %lld must be >= 0", (long long)batches);
+    int64_t left = (l->n - l->pos) / l->batch; /* full batches left; the partial one counts below */
+    if (batches > left) l->pos = l->n;
+    else l->pos += batches * l->batch;
+    return CT_OK;
+}

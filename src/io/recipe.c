@@ -76,6 +76,9 @@ static const key_def k_keys[] = {
     {"early_stop_min_delta", K_F32, OFF(early_stop_min_delta), 0, 0, 1e9, NULL},
     {"label_smoothing", K_F32, OFF(label_smoothing), 0, 0, 0.999, NULL},
     {"log_every", K_INT, OFF(log_every), 0, 1, 1e9, NULL},
+    {"save_dir", K_STR, OFF(save_dir), SZ(save_dir), 0, 0, NULL},
+    {"save_every", K_I64, OFF(save_every), 0, 0, 1e15, NULL},
+    {"keep_last", K_INT, OFF(keep_last), 0, 0, 1e6, NULL},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
@@ -103,6 +106,7 @@ void ct_recipe_default(ct_recipe *r) {
     r->plateau_factor = 0.1f;
     r->plateau_threshold = 1e-4f;
     r->log_every = 100;
+    r->keep_last = 3;
 }
 
 static const key_def *find_key(const char *key) {
@@ -361,4 +365,84 @@ int ct_recipe_to_json(const ct_recipe *r, char *buf, size_t len) {
                     r->optim.nesterov ? "true" : "false", (double)r->optim.beta1, (double)r->optim.beta2,
                     (double)r->optim.eps, r->schedule, r->warmup_steps, (double)r->min_lr,
                     (double)r->label_smoothing);
+}
+
+/* The shortest decimal that reads back as the same float: JSON numbers are
+ * parsed as doubles and then range-checked, so the double must not be the
+ * float's exact value (0.99999f as a double is above 0.99999). */
+static double float_shortest(float f) {
+    char buf[32];
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
+        if (strtof(buf, NULL) == f) break;
+    }
+    return strtod(buf, NULL);
+}
+
+/* The value of a numeric key as a double. */
+static double key_number(const ct_recipe *r, const key_def *k) {
+    const char *p = (const char *)r + k->off;
+    switch (k->type) {
+    case K_INT:
+    case K_BOOL: return *(const int *)p;
+    case K_I64: return (double)*(const int64_t *)p;
+    case K_U64: return (double)*(const uint64_t *)p;
+    case K_F32: return *(const float *)p;
+    default: return 0;
+    }
+}
+
+int ct_recipe_to_json_full(const ct_recipe *r, char *buf, size_t len) {
+    /* a default the key's range excludes (sgd's eps 0) is left out: parsing
+     * gives it back, as optimizer.name resets the optimizer's defaults */
+    ct_recipe baseline;
+    ct_recipe_default(&baseline);
+    ct_optim_opts_default(&baseline.optim, r->optim.kind);
+    cJSON *root = cJSON_CreateObject(), *optim = NULL;
+    if (!root) return -1;
+    int ok = 1;
+    for (size_t i = 0; i < N_KEYS && ok; i++) {
+        const key_def *k = &k_keys[i];
+        const char *base = (const char *)r + k->off;
+        if (k->type == K_INT || k->type == K_I64 || k->type == K_U64 || k->type == K_F32) {
+            double v = key_number(r, k);
+            if (v == key_number(&baseline, k) && !(v >= k->lo && v <= k->hi)) continue;
+        }
+        cJSON *obj = root;
+        const char *name = k->key;
+        if (!strncmp(name, "optimizer.", 10)) {
+            if (!optim) ok = (optim = cJSON_AddObjectToObject(root, "optimizer")) != NULL;
+            obj = optim;
+            name += 10;
+        }
+        if (!ok) break;
+        cJSON *item = NULL;
+        switch (k->type) {
+        case K_INT: item = cJSON_AddNumberToObject(obj, name, *(const int *)base); break;
+        case K_I64: item = cJSON_AddNumberToObject(obj, name, (double)*(const int64_t *)base); break;
+        case K_U64: item = cJSON_AddNumberToObject(obj, name, (double)*(const uint64_t *)base); break;
+        case K_F32: item = cJSON_AddNumberToObject(obj, name, float_shortest(*(const float *)base)); break;
+        case K_BOOL: item = cJSON_AddBoolToObject(obj, name, *(const int *)base != 0); break;
+        case K_STR: item = cJSON_AddStringToObject(obj, name, base); break;
+        case K_ENUM_OPT: item = cJSON_AddStringToObject(obj, name, ct_optim_kind_name(*(const ct_optim_kind *)base)); break;
+        case K_LIST: {
+            int n = *(const int *)((const char *)r + k->size);
+            const int64_t *v = (const int64_t *)base;
+            if (n < 1) continue; /* unset (a list needs >= 1 item) */
+            item = cJSON_AddArrayToObject(obj, name);
+            for (int j = 0; item && j < n && j < CT_RECIPE_MAX_LAYERS; j++) {
+                cJSON *e = cJSON_CreateNumber((double)v[j]);
+                if (!e || !cJSON_AddItemToArray(item, e)) item = NULL;
+            }
+            break;
+        }
+        }
+        ok = item != NULL;
+    }
+    char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) return -1;
+    int n = snprintf(buf, len, "%s", text);
+    cJSON_free(text);
+    return n;
 }

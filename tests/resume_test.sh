@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# tests/resume_test.sh - a crash that costs nothing: a run killed with
+# SIGKILL at several points (between checkpoints, in the middle of writing
+# one, after an epoch's last step, at a random moment from outside) and
+# resumed with --resume until done ends with the very same weights, bit for
+# bit (cmp of model.safetensors and train_state.safetensors), as the run that
+# was never interrupted. Also: a checkpoint of another model, a truncated, a
+# corrupt and a mixed-up checkpoint give a clear error and a non-zero exit.
+# Uses a 1200-image MNIST subset (18 steps per epoch at batch 64).
+# usage: tests/resume_test.sh path/to/ctrain
+set -u
+CT=${1:-build/ctrain}
+pass=0
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ok() { pass=$((pass + 1)); echo "  ok   $1"; }
+bad() {
+  fail=$((fail + 1))
+  echo "  FAIL $1"
+  [ -n "${2:-}" ] && printf '%s\n' "$2" | tail -n 8 | sed 's/^/       /'
+}
+
+# run OUTFILE -- command... : runs with a time limit, output to OUTFILE, returns the exit code
+run() {
+  local out=$1
+  shift 2
+  ( timeout -k 5 120 "$@" >"$out" 2>&1; exit $? ) 2>/dev/null # no "Killed" notice from the shell
+}
+
+# expect NAME WANT_RC PATTERN -- command...
+expect() {
+  local name=$1 want=$2 pat=$3
+  shift 4
+  local out rc
+  out=$(timeout -k 5 120 "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -eq "$want" ] && printf '%s' "$out" | tr '\n' ' ' | grep -qiE -- "$pat" && ! printf '%s' "$out" | grep -q "Sanitizer"; then
+    ok "$name"
+  else
+    bad "$name (rc $rc, want $want, pattern '$pat')" "$out"
+  fi
+}
+
+if [ ! -f data/mnist/train-images-idx3-ubyte ] || [ ! -f data/mnist/t10k-images-idx3-ubyte ]; then
+  echo "  FAIL data/mnist is missing: run scripts/setup.sh"
+  echo "resume_test.sh: 0 passed, 1 failed"
+  exit 1
+fi
+
+# ---- a small MNIST subset -----------------------------------------------------------------
+be32() { printf '%b' "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 >> 24 & 255)) $(($1 >> 16 & 255)) $(($1 >> 8 & 255)) $(($1 & 255)))"; }
+subset() { # split count
+  local d=$tmp/data
+  mkdir -p "$d"
+  { printf '\x00\x00\x08\x03'; be32 "$2"; be32 28; be32 28; tail -c +17 "data/mnist/$1-images-idx3-ubyte" | head -c $(($2 * 784)); } >"$d/$1-images-idx3-ubyte"
+  { printf '\x00\x00\x08\x01'; be32 "$2"; tail -c +9 "data/mnist/$1-labels-idx1-ubyte" | head -c "$2"; } >"$d/$1-labels-idx1-ubyte"
+}
+subset train 1200
+subset t10k 300
+
+# recipe A: AdamW, cosine with warmup, dropout; 60 steps = 3 epochs + 6 steps
+A=(--data-dir "$tmp/data" --hidden 64 --dropout 0.2 --batch-size 64 --epochs 5 --max-steps 60 --seed 7
+   --threads 2 --optimizer adamw --lr 0.003 --schedule cosine --set warmup_steps=5 --set log_every=5 --save-every 10)
+# recipe B: SGD with momentum, plateau schedule, early stopping state
+B=(--data-dir "$tmp/data" --hidden 32,32 --dropout 0.1 --batch-size 64 --epochs 4 --seed 3 --threads 2
+   --optimizer sgd --lr 0.05 --momentum 0.9 --schedule plateau --set plateau_patience=0 --set plateau_factor=0.5
+   --set early_stop_patience=3 --save-every 7)
+
+same_final() { # NAME REF_DIR DIR STEP
+  local f ok_all=1
+  for f in model.safetensors train_state.safetensors; do
+    if ! cmp -s "$2/step-$4/$f" "$3/step-$4/$f"; then
+      ok_all=0
+      bad "$1: $f differs from the uninterrupted run" "$(cmp "$2/step-$4/$f" "$3/step-$4/$f" 2>&1)"
+    fi
+  done
+  [ "$ok_all" -eq 1 ] && ok "$1: final checkpoint identical to the uninterrupted run (cmp)"
+}
+
+latest_is() { # NAME DIR STEPNAME
+  local got
+  got=$(cat "$2/latest" 2>/dev/null)
+  if [ "$got" = "$3" ]; then ok "$1"; else bad "$1 (latest '$got', want '$3')" "$(ls -la "$2")"; fi
+}
+
+# Every run saves to the same $tmp/run (the recipe stored in train_state holds
+# save_dir): a finished run's directory is moved aside before the next one.
+R=$tmp/run
+
+# ---- uninterrupted reference runs -----------------------------------------------------------
+run "$tmp/refA.log" -- "$CT" train "${A[@]}" --save-dir "$R"
+rc=$?
+mv "$R" "$tmp/refA"
+if [ "$rc" -eq 0 ] && [ -f "$tmp/refA/step-000060/model.safetensors" ] && grep -q "checkpoint: step 60 .*end of run" "$tmp/refA.log"; then
+  ok "reference run A: 60 steps, checkpoints every 10"
+else
+  bad "reference run A (rc $rc)" "$(cat "$tmp/refA.log")"
+fi
+
+# checkpointing does not change the training: other save points, same weights
+run "$tmp/refA2.log" -- "$CT" train "${A[@]}" --save-every 7 --save-dir "$tmp/refA2" --keep 0
+if cmp -s "$tmp/refA/step-000060/model.safetensors" "$tmp/refA2/step-000060/model.safetensors"; then
+  ok "saving checkpoints elsewhere does not change the weights"
+else
+  bad "a run with other checkpoint points ends with other weights" "$(cat "$tmp/refA2.log")"
+fi
+n=$(ls -d "$tmp/refA2"/step-* 2>/dev/null | wc -l)
+[ "$n" -eq 9 ] && ok "keep 0 keeps all 9 checkpoints" || bad "keep 0 kept $n checkpoints, want 9"
+
+# ---- killed at chosen points, resumed until done ------------------------------------------
+D=$R
+run "$tmp/k1.log" -- env CTRAIN_TEST_CRASH=step:25 "$CT" train "${A[@]}" --save-dir "$D"
+rc=$?
+[ "$rc" -eq 137 ] && ok "killed with SIGKILL after step 25" || bad "crash point step:25 (rc $rc)" "$(cat "$tmp/k1.log")"
+latest_is "after the kill latest names step 20" "$D" step-000020
+
+run "$tmp/k2.log" -- env CTRAIN_TEST_CRASH=written:40 "$CT" train --resume "$D"
+rc=$?
+if [ "$rc" -eq 137 ] && grep -q "resumed from .*step-000020: step 20, epoch 2, batch 2" "$tmp/k2.log"; then
+  ok "resumed at step 20 (epoch 2, batch 2), killed while writing checkpoint 40"
+else
+  bad "resume 1 (rc $rc)" "$(cat "$tmp/k2.log")"
+fi
+latest_is "a checkpoint killed before its rename is invisible: latest names step 30" "$D" step-000030
+[ ! -e "$D/step-000040" ] && ok "no step-000040 after the interrupted write" || bad "step-000040 exists"
+
+run "$tmp/k3.log" -- env CTRAIN_TEST_CRASH=renamed:50 "$CT" train --resume "$D"
+rc=$?
+[ "$rc" -eq 137 ] && ok "resumed at step 30, killed after renaming checkpoint 50" || bad "resume 2 (rc $rc)" "$(cat "$tmp/k3.log")"
+latest_is "killed before latest was updated: latest names step 40" "$D" step-000040
+
+run "$tmp/k4.log" -- env CTRAIN_TEST_CRASH=step:54 "$CT" train --resume "$D"
+rc=$?
+[ "$rc" -eq 137 ] && ok "resumed at step 40 (rewrites step 50), killed after the last step of epoch 3" || bad "resume 3 (rc $rc)" "$(cat "$tmp/k4.log")"
+latest_is "latest names step 50" "$D" step-000050
+
+run "$tmp/k5.log" -- "$CT" train --resume "$D"
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q "^done: 60 steps" "$tmp/k5.log"; then ok "resumed to the end"; else bad "resume 4 (rc $rc)" "$(cat "$tmp/k5.log")"; fi
+same_final "kill at chosen points" "$tmp/refA" "$D" 000060
+n=$(ls -d "$D"/step-* "$D"/.tmp-* 2>/dev/null | wc -l)
+[ "$n" -eq 3 ] && ok "keep 3: three checkpoints left, no temporary directories" || bad "$n checkpoint/temporary directories left, want 3" "$(ls -la "$D")"
+# the last epoch line after the resume equals the uninterrupted run's
+e_ref=$(grep '^epoch 4/5' "$tmp/refA.log" | sed 's/ [0-9.]* s .*//')
+if [ -n "$e_ref" ] && [ "$e_ref" = "$(grep '^epoch 4/5' "$tmp/k5.log" | sed 's/ [0-9.]* s .*//')" ]; then
+  ok "the resumed epoch reports the same train loss, accuracy and test results"
+else
+  bad "epoch lines differ" "$(grep '^epoch 4/5' "$tmp/refA.log" "$tmp/k5.log")"
+fi
+expect resume_finished_run 0 "the run had ended.*done: 60 steps" -- "$CT" train --resume "$D"
+mv "$R" "$tmp/killA"
+
+# ---- killed from outside at a moment the script does not choose ---------------------------
+D=$R
+tries=0
+done_ok=0
+resume_args=("${A[@]}" --save-dir "$D")
+while [ $tries -lt 12 ]; do
+  tries=$((tries + 1))
+  ( exec "$CT" train "${resume_args[@]}" >"$tmp/ext$tries.log" 2>&1 ) &
+  pid=$!
+  # wait for a checkpoint line (or the end), then kill -9 at once
+  for _ in $(seq 1 600); do
+    grep -qE "checkpoint: step|^done:" "$tmp/ext$tries.log" 2>/dev/null && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.05
+  done
+  kill -9 $pid 2>/dev/null
+  wait $pid 2>/dev/null
+  if grep -q "^done:" "$tmp/ext$tries.log" && [ -f "$D/step-000060/model.safetensors" ]; then done_ok=1; break; fi
+  [ -f "$D/latest" ] && resume_args=(--resume "$D")
+done
+if [ $done_ok -eq 1 ]; then ok "kill -9 from outside after each checkpoint line: finished after $tries runs"; else bad "external kills: not finished after $tries runs" "$(tail -n 3 "$tmp"/ext*.log)"; fi
+[ $done_ok -eq 1 ] && same_final "kill -9 from outside" "$tmp/refA" "$D" 000060
+mv "$R" "$tmp/extA"
+
+# ---- recipe B: SGD momentum, plateau, early stopping ------------------------------------------
+run "$tmp/refB.log" -- "$CT" train "${B[@]}" --save-dir "$R"
+rc=$?
+mv "$R" "$tmp/refB"
+last=$(cat "$tmp/refB/latest" 2>/dev/null)
+[ "$rc" -eq 0 ] && [ -n "$last" ] && ok "reference run B ($last)" || bad "reference run B (rc $rc)" "$(cat "$tmp/refB.log")"
+D=$R
+run "$tmp/b1.log" -- env CTRAIN_TEST_CRASH=step:20 "$CT" train "${B[@]}" --save-dir "$D"
+run "$tmp/b2.log" -- env CTRAIN_TEST_CRASH=step:40 "$CT" train --resume "$D"
+run "$tmp/b3.log" -- env CTRAIN_TEST_CRASH=latest:63 "$CT" train --resume "$D"
+run "$tmp/b4.log" -- "$CT" train --resume "$D"
+rc=$?
+[ "$rc" -eq 0 ] && ok "run B killed three times and resumed" || bad "run B resume (rc $rc)" "$(cat "$tmp/b4.log")"
+same_final "run B (plateau lr, early stopping state)" "$tmp/refB" "$D" "${last#step-}"
+
+# ---- recipe C: a CNN (batchnorm running statistics are buffers) -----------------------------------
+C=(--model cnn --channels 4,8 --data-dir "$tmp/data" --batch-size 64 --epochs 3 --seed 5 --threads 2 --save-every 10)
+run "$tmp/refC.log" -- "$CT" train "${C[@]}" --save-dir "$R"
+rc=$?
+mv "$R" "$tmp/refC"
+[ "$rc" -eq 0 ] && [ "$(cat "$tmp/refC/latest" 2>/dev/null)" = step-000054 ] && ok "reference run C (CNN, 54 steps)" || bad "reference run C (rc $rc)" "$(cat "$tmp/refC.log")"
+run "$tmp/c1.log" -- env CTRAIN_TEST_CRASH=step:23 "$CT" train "${C[@]}" --save-dir "$R"
+run "$tmp/c2.log" -- "$CT" train --resume "$R"
+rc=$?
+[ "$rc" -eq 0 ] && ok "run C killed at step 23 and resumed" || bad "run C resume (rc $rc)" "$(cat "$tmp/c2.log")"
+same_final "run C (CNN with batchnorm buffers)" "$tmp/refC" "$R" 000054
+mv "$R" "$tmp/killC"
+
+# ---- bad checkpoints ----------------------------------------------------------------------------
+expect other_model 1 "E40010.*hidden \[128\].*differs from the checkpoint.*hidden \[64\]" -- "$CT" train --resume "$tmp/refA" --hidden 128
+expect other_optimizer 1 "E40010.*saved with optimizer 'adamw' but this run uses 'sgd'" -- "$CT" train --resume "$tmp/refA" --optimizer sgd
+mkdir -p "$tmp/trunc" && cp -r "$tmp/refA/step-000040" "$tmp/trunc/"
+truncate -s 5000 "$tmp/trunc/step-000040/model.safetensors"
+expect truncated_checkpoint 1 "E70002.*truncated" -- "$CT" train --resume "$tmp/trunc/step-000040"
+mkdir -p "$tmp/flip" && cp -r "$tmp/refA/step-000040" "$tmp/flip/"
+printf '\x41' | dd of="$tmp/flip/step-000040/train_state.safetensors" bs=1 seek=3000 count=1 conv=notrunc 2>/dev/null
+expect corrupt_checkpoint 1 "E70002.*corrupt" -- "$CT" train --resume "$tmp/flip/step-000040"
+mkdir -p "$tmp/mixed" && cp -r "$tmp/refA/step-000040" "$tmp/mixed/"
+cp "$tmp/refA/step-000050/model.safetensors" "$tmp/mixed/step-000040/"
+expect mixed_checkpoint 1 "E70002.*does not belong" -- "$CT" train --resume "$tmp/mixed/step-000040"
+expect missing_checkpoint 1 "E70001.*no checkpoint" -- "$CT" train --resume "$tmp/nothing"
+expect resume_needs_dir 2 "needs a checkpoint directory" -- "$CT" train --resume
+if grep -l "Sanitizer" "$tmp"/*.log >/dev/null 2>&1; then
+  bad "a sanitizer report in the run logs" "$(grep -h -A5 "Sanitizer" "$tmp"/*.log | head -20)"
+else
+  ok "no sanitizer report in any run"
+fi
+echo "resume_test.sh: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
