@@ -204,6 +204,27 @@ rc=$?
 same_final "run C (CNN with batchnorm buffers)" "$tmp/refC" "$R" 000054
 mv "$R" "$tmp/killC"
 
+# ---- recipe E: gradient accumulation (3 micro-batches a step), clipping, no decay on
+# biases, activation checkpointing: 18 batches an epoch = 6 steps, 3 epochs = 18 steps
+E=(--data-dir "$tmp/data" --hidden 64,32 --dropout 0.2 --batch-size 64 --epochs 3 --seed 11 --threads 2
+   --set accumulate_steps=3 --set clip_grad_norm=0.5 --set optimizer.no_decay_bias_norm=true
+   --set recompute_every=1 --set log_every=2 --save-every 4)
+run "$tmp/refE.log" -- "$CT" train "${E[@]}" --save-dir "$R"
+rc=$?
+mv "$R" "$tmp/refE"
+if [ "$rc" -eq 0 ] && [ "$(cat "$tmp/refE/latest" 2>/dev/null)" = step-000018 ] && grep -q "grad norm" "$tmp/refE.log"; then
+  ok "reference run E (accumulation x3, clipping, recompute: 18 steps, grad norm shown)"
+else
+  bad "reference run E (rc $rc)" "$(cat "$tmp/refE.log")"
+fi
+run "$tmp/e1.log" -- env CTRAIN_TEST_CRASH=step:10 "$CT" train "${E[@]}" --save-dir "$R"
+run "$tmp/e2.log" -- "$CT" train --resume "$R"
+rc=$?
+[ "$rc" -eq 0 ] && grep -q "resumed from .*step-000008" "$tmp/e2.log" && ok "run E killed at step 10, resumed from step 8" ||
+  bad "run E resume (rc $rc)" "$(cat "$tmp/e2.log")"
+same_final "run E (accumulation, clipping, recompute)" "$tmp/refE" "$R" 000018
+mv "$R" "$tmp/killE"
+
 # ---- bad checkpoints ----------------------------------------------------------------------------
 expect other_model 1 "E40010.*hidden \[128\].*differs from the checkpoint.*hidden \[64\]" -- "$CT" train --resume "$tmp/refA" --hidden 128
 expect other_optimizer 1 "E40010.*saved with optimizer 'adamw' but this run uses 'sgd'" -- "$CT" train --resume "$tmp/refA" --optimizer sgd

@@ -174,7 +174,16 @@ static ct_status build_model(ct_context *ctx, const ct_recipe *r, const ct_datas
         else s = ct_model_cnn(g, m->x, r->n_channels, r->channels, ds->n_classes, &m->logits);
     }
     if (s == CT_OK) s = ct_cross_entropy(g, m->logits, m->y, r->label_smoothing, -100, &m->loss);
-    if (s == CT_OK) s = ct_compile(g, m->loss, 1, &m->logits, NULL, &m->plan);
+    ct_compile_opts co;
+    ct_compile_opts_default(&co);
+    co.accumulate_grads = r->accumulate_steps > 1;
+    co.recompute_every = r->recompute_every;
+    co.recompute_ops = !strcmp(r->recompute_ops, "cheap") ? CT_RECOMPUTE_CHEAP
+                       : !strcmp(r->recompute_ops, "all") ? CT_RECOMPUTE_ALL
+                                                          : 0;
+    if (s == CT_OK) s = ct_compile(g, m->loss, 1, &m->logits, &co, &m->plan);
+    /* "loss / accumulation_steps": each micro-batch's gradient is added into the arena */
+    if (s == CT_OK && r->accumulate_steps > 1) s = ct_plan_set_loss_scale(m->plan, 1.0f / (float)r->accumulate_steps);
     ct_graph_free(g);
     return s;
 }
@@ -374,7 +383,15 @@ int ct_cli_train(int argc, char **argv) {
     if ((s = ct_optimizer_create(m.plan, &r.optim, &opt)) != CT_OK) goto out_err;
     if ((s = ct_loader_create(ctx, &train, r.batch_size, 1, 1, r.seed, &ld)) != CT_OK) goto out_err;
     int64_t per_epoch = ct_loader_num_batches(ld);
-    int64_t total = per_epoch * r.epochs;
+    const int accum = r.accumulate_steps;
+    if (per_epoch < accum) {
+        fprintf(stderr, "ctrain: error: E40010 accumulate_steps %d is more than the %lld batches of an epoch; lower "
+                "it or the batch size\n", accum, (long long)per_epoch);
+        rc = 1;
+        goto out;
+    }
+    /* optimizer steps; a partial accumulation at the end of an epoch is dropped */
+    int64_t total = per_epoch / accum * r.epochs;
     if (r.max_steps > 0 && r.max_steps < total) total = r.max_steps;
     if ((s = sched_from_recipe(ctx, &r, total, &sched)) != CT_OK) goto out_err;
     ct_early_stop es;
@@ -427,6 +444,8 @@ int ct_cli_train(int argc, char **argv) {
             ep_correct = ckst->epoch_correct;
             ep_seen = ckst->epoch_seen;
         }
+        int micro = 0;
+        if (accum > 1 && (s = ct_plan_zero_grads(m.plan)) != CT_OK) goto out_err;
         while (step < total && (s = ct_loader_next(ld, tx.data, ty.data, &got)) == CT_OK && got > 0) {
             float lr = ct_schedule_lr(sched, step), loss;
             if ((s = ct_plan_forward(m.plan, 1)) != CT_OK) goto out_err;
@@ -438,12 +457,19 @@ int ct_cli_train(int argc, char **argv) {
                 goto out;
             }
             if ((s = ct_plan_backward(m.plan)) != CT_OK) goto out_err;
-            if ((s = ct_optimizer_step(opt, lr)) != CT_OK) goto out_err;
-            step++;
             b++;
             run_loss += loss;
             ep_correct += argmax_correct(tl.data, ty.data, got, m.n_classes);
             ep_seen += got;
+            if (++micro < accum) continue; /* more micro-batches before this step */
+            micro = 0;
+            float gnorm = 0.0f;
+            if (r.clip_grad_norm > 0.0f && (s = ct_clip_grad_norm(m.plan, r.clip_grad_norm, 2.0f, &gnorm)) != CT_OK)
+                goto out_err;
+            if (r.clip_grad_value > 0.0f && (s = ct_clip_grad_value(m.plan, r.clip_grad_value)) != CT_OK) goto out_err;
+            if ((s = ct_optimizer_step(opt, lr)) != CT_OK) goto out_err;
+            if (accum > 1 && (s = ct_plan_zero_grads(m.plan)) != CT_OK) goto out_err;
+            step++;
             crash_point(NULL, "step", step);
             if (r.save_dir[0] && r.save_every > 0 && step % r.save_every == 0 && step < total) {
                 if (tty && !quiet) printf("\n");
@@ -461,17 +487,19 @@ int ct_cli_train(int argc, char **argv) {
             int show = tty ? (b % 5 == 0 || b == per_epoch) : (b % r.log_every == 0);
             if (!quiet && show) {
                 double el = now_s() - train_start;
-                double sps = (double)((step - step0) * r.batch_size) / el;
+                double sps = (double)((step - step0) * r.batch_size * accum) / el;
                 char eta[32];
                 fmt_time(el / (double)(step - step0) * (double)(total - step), eta, sizeof eta);
                 int bar = (int)(20 * b / per_epoch);
                 char barbuf[24];
                 for (int i = 0; i < 20; i++) barbuf[i] = i < bar ? '#' : '.';
                 barbuf[20] = 0;
-                printf("%sepoch %d/%d [%s] %lld/%lld  loss %.4f  acc %5.2f%%  lr %.2e  %.0f samples/s  ETA %s%s",
+                char normbuf[32] = "";
+                if (r.clip_grad_norm > 0.0f) snprintf(normbuf, sizeof normbuf, "  grad norm %.3g", (double)gnorm);
+                printf("%sepoch %d/%d [%s] %lld/%lld  loss %.4f  acc %5.2f%%  lr %.2e%s  %.0f samples/s  ETA %s%s",
                        tty ? "\r" : "  ", ep + 1, r.epochs, barbuf, (long long)b, (long long)per_epoch,
-                       run_loss / (double)b, 100.0 * (double)ep_correct / (double)ep_seen, (double)lr, sps, eta,
-                       tty ? "   " : "\n");
+                       run_loss / (double)b, 100.0 * (double)ep_correct / (double)ep_seen, (double)lr, normbuf, sps,
+                       eta, tty ? "   " : "\n");
                 fflush(stdout);
             }
         }

@@ -52,6 +52,11 @@ typedef struct ct_recipe {
     float early_stop_min_delta;
     float label_smoothing;
     int log_every;           /* steps between progress lines when not a TTY     */
+    int accumulate_steps;    /* micro-batches per optimizer step (default 1)     */
+    float clip_grad_norm;    /* max global L2 norm of the gradients (0: off)     */
+    float clip_grad_value;   /* clamp every gradient to [-v, v] (0: off)          */
+    int recompute_every;     /* activation checkpointing every N layers (0: off) */
+    char recompute_ops[8];   /* "none" | "cheap" | "all": op kinds recomputed     */
     /* checkpoints (include/ctrain/checkpoint.h) */
     char save_dir[256];      /* "": no checkpoints                              */
     int64_t save_every;      /* steps between checkpoints (0: only at the end)  */

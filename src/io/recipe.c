@@ -76,6 +76,12 @@ static const key_def k_keys[] = {
     {"early_stop_min_delta", K_F32, OFF(early_stop_min_delta), 0, 0, 1e9, NULL},
     {"label_smoothing", K_F32, OFF(label_smoothing), 0, 0, 0.999, NULL},
     {"log_every", K_INT, OFF(log_every), 0, 1, 1e9, NULL},
+    {"accumulate_steps", K_INT, OFF(accumulate_steps), 0, 1, 1e6, NULL},
+    {"clip_grad_norm", K_F32, OFF(clip_grad_norm), 0, 0, 1e9, NULL},
+    {"clip_grad_value", K_F32, OFF(clip_grad_value), 0, 0, 1e9, NULL},
+    {"recompute_every", K_INT, OFF(recompute_every), 0, 0, 1e6, NULL},
+    {"recompute_ops", K_STR, OFF(recompute_ops), SZ(recompute_ops), 0, 0, "none|cheap|all"},
+    {"optimizer.no_decay_bias_norm", K_BOOL, OFF(optim.no_decay_bias_norm), 0, 0, 1, NULL},
     {"save_dir", K_STR, OFF(save_dir), SZ(save_dir), 0, 0, NULL},
     {"save_every", K_I64, OFF(save_every), 0, 0, 1e15, NULL},
     {"keep_last", K_INT, OFF(keep_last), 0, 0, 1e6, NULL},
@@ -106,6 +112,8 @@ void ct_recipe_default(ct_recipe *r) {
     r->plateau_factor = 0.1f;
     r->plateau_threshold = 1e-4f;
     r->log_every = 100;
+    r->accumulate_steps = 1;
+    snprintf(r->recompute_ops, sizeof r->recompute_ops, "none");
     r->keep_last = 3;
 }
 
