@@ -89,8 +89,9 @@ TEST(unknown_keys_and_bad_values_are_named) {
 
 TEST(shipped_recipes_parse) {
     ct_context *ctx = test_ctx(-1, 1);
-    const char *files[] = {"recipes/mnist_mlp.json", "recipes/fashion_cnn.json", "recipes/fashion_cnn_rmsprop.json"};
-    for (int i = 0; i < 3; i++) {
+    const char *files[] = {"recipes/mnist_mlp.json", "recipes/fashion_cnn.json", "recipes/fashion_cnn_rmsprop.json",
+                           "recipes/mnist_mlp_warmup_clip.json", "recipes/mnist_deep_mlp_accum_recompute.json"};
+    for (int i = 0; i < 5; i++) {
         ct_recipe r;
         ct_recipe_default(&r);
         CHECK_OK(ctx, ct_recipe_load_file(ctx, files[i], &r));
