@@ -40,6 +40,10 @@ expect unknown_recipe_key 1 "unknown recipe key 'learning_rate'" -- "$CT" train 
 expect out_of_range 1 "optimizer.lr.*out of range" -- "$CT" train --lr -1
 expect bad_beta 1 "beta1" -- "$CT" train --set optimizer.beta1=1.5
 expect missing_recipe 1 "cannot open recipe" -- "$CT" train --recipe "$tmp/nope.json"
+printf 'not a trace\n' > "$tmp/notjson.json"
+expect doctor_not_json 1 "E70002.*not valid JSON" -- "$CT" doctor "$tmp/notjson.json"
+printf '{"displayTimeUnit": "ms"}\n' > "$tmp/noevents.json"
+expect doctor_no_events 1 "E40010.*traceEvents" -- "$CT" doctor "$tmp/noevents.json"
 
 expect missing_data 1 "E70001.*$tmp/empty.*setup.sh" -- "$CT" train --data-dir "$tmp/empty"
 if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
@@ -52,6 +56,17 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
   expect truncated_idx 1 "E70002.*truncated" -- "$CT" train --data-dir "$tmp/trunc"
   expect corrupt_idx 1 "E70002" -- "$CT" train --data-dir "$tmp/corrupt"
   expect short_real_run 0 "test acc" -- "$CT" train --epochs 1 --max-steps 30 --batch-size 64 --hidden 64 --threads 2
+  # profiler: DIR/trace.json and the doctor's verdict; an unwritable DIR only warns
+  expect profile_run 0 "profile: .*/prof/trace.json.*compute utilization.*memory.*communication.*data stall" -- \
+    "$CT" train --epochs 1 --max-steps 20 --batch-size 64 --hidden 64 --threads 2 --profile "$tmp/prof"
+  expect doctor_trace 0 "compute utilization [0-9.]+%.*data stall" -- "$CT" doctor "$tmp/prof/trace.json"
+  : > "$tmp/afile"
+  expect profile_unwritable 0 "warning: E70001.*$tmp/afile/sub/trace.json.*done: 5 steps" -- \
+    "$CT" train --epochs 1 --max-steps 5 --batch-size 64 --hidden 64 --threads 2 --profile "$tmp/afile/sub"
+  # early stopping on test accuracy (min_delta 0.5 cannot be met): stops after epoch 2 and puts back epoch 1's weights
+  expect early_stop_restore_best 0 "epoch 1/3 .*test acc ([0-9.]+)%.*early stop: test accuracy.*restored the best weights \(epoch 1\).*test acc \1%" -- \
+    "$CT" train --hidden 32 --epochs 3 --threads 2 --quiet --set early_stop_patience=1 --set early_stop_mode=max \
+    --set early_stop_min_delta=0.5 --set early_stop_restore_best=true
 else
   echo "  FAIL data/mnist is missing: run scripts/setup.sh"
   fail=$((fail + 1))

@@ -4,4 +4,8 @@
 #define CT_CLI_H
 int ct_cli_train(int argc, char **argv);
 int ct_cli_info(int argc, char **argv);
+int ct_cli_doctor(int argc, char **argv);
+int ct_cli_report(int argc, char **argv);
+/* tools/report.c: metrics log -> HTML report; 0, or 1 with the error printed */
+int ct_report_html(const char *metrics_path, const char *html_path);
 #endif

@@ -15,6 +15,8 @@ static void usage(FILE *f) {
             "commands:\n"
             "  train      train a model from a recipe (ctrain train --help)\n"
             "  info       show the CPU features and kernels ctrain will use\n"
+            "  doctor     read a profiler trace and give a verdict per KPI (ctrain doctor TRACE)\n"
+            "  report     draw a metrics log as an HTML page (ctrain report --help)\n"
             "  help       this message\n"
             "\n"
             "environment: CT_ISA=ref|avx2|avx512 lowers the kernel ISA (ref also disables oneDNN),\n"
@@ -41,6 +43,8 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "train")) return ct_cli_train(argc - 1, argv + 1);
     if (!strcmp(argv[1], "info")) return ct_cli_info(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "doctor")) return ct_cli_doctor(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "report")) return ct_cli_report(argc - 1, argv + 1);
     fprintf(stderr, "ctrain: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

@@ -12,6 +12,9 @@
 
 #include "cli.h"
 #include "ctrain/ctrain.h"
+#include "ctrain/metrics.h"
+#include <errno.h>
+#include <sys/stat.h>
 
 static void train_usage(FILE *f) {
     fprintf(f,
@@ -34,6 +37,9 @@ static void train_usage(FILE *f) {
             "  --save-every N         a checkpoint every N steps (0: only at the end)   --keep K (default 3, 0: all)\n"
             "  --resume DIR           continue a run from DIR (a save dir or a step dir) bit for bit, with the\n"
             "                         recipe stored in the checkpoint; flags still override its keys\n"
+            "  --metrics FILE         write a JSON-lines metrics log (one line per step and evaluation)\n"
+            "  --profile DIR          profile steps 4-13: write DIR/trace.json (Chrome trace) and print the doctor's verdict\n"
+            "  --report DIR           write DIR/metrics.jsonl and, at the end, DIR/report.html (docs/report.md)\n"
             "  --quiet                only the per-epoch lines and the summary\n"
             "  -h, --help             this message\n");
 }
@@ -60,6 +66,7 @@ static const char *const k_flags[][2] = {
     {"--schedule", "schedule"}, {"--dropout", "dropout"}, {"--label-smoothing", "label_smoothing"},
     {"--seed", "seed"}, {"--threads", "threads"},
     {"--save-dir", "save_dir"}, {"--save-every", "save_every"}, {"--keep", "keep_last"},
+    {"--metrics", "metrics_file"}, {"--profile", "profile_dir"},
 };
 
 /* The recipe's schedule as a library schedule over `total` steps (lengths
@@ -251,11 +258,57 @@ static int save_checkpoint(ct_context *ctx, const ct_recipe *r, model_t *m, ct_o
     return 0;
 }
 
+/* ---- profiler (--profile DIR): a failure only warns, training goes on ---------------------- */
+
+static ct_profiler *profile_start(ct_context *ctx, const char *dir, ct_plan *plan) {
+    ct_profiler_opts po;
+    ct_profiler_opts_default(&po);
+    po.skip_steps = 1;
+    po.warmup_steps = 2;
+    po.record_steps = 10;
+    ct_profiler *p = NULL;
+    if (ct_profiler_create(ctx, &po, &p) != CT_OK || ct_plan_set_profiler(plan, p) != CT_OK) {
+        fprintf(stderr, "ctrain: warning: profiler: %s; training without it\n", ct_context_last_error(ctx));
+        ct_profiler_free(p);
+        return NULL;
+    }
+    mkdir(dir, 0777); /* an existing or unwritable directory is reported when the trace is written */
+    return p;
+}
+
+static void profile_finish(ct_profiler *p, ct_context *ctx, ct_plan *plan, ct_optimizer *opt, size_t budget,
+                           const char *dir) {
+    ct_plan_stats ps;
+    ct_plan_get_stats(plan, &ps);
+    float *ost = NULL;
+    size_t on = 0;
+    if (ct_optimizer_state(opt, &ost, &on) != CT_OK) on = 0;
+    ct_profiler_set_memory(p, &ps, on * sizeof(float), budget);
+    char path[600];
+    snprintf(path, sizeof path, "%s/trace.json", dir);
+    ct_status s = ct_profiler_write(p, path);
+    if (s != CT_OK) {
+        fprintf(stderr, "ctrain: warning: %s %s: %s (training results are unaffected)\n", ct_status_code(s),
+                ct_status_name(s), ct_context_last_error(ctx));
+        return;
+    }
+    printf("profile: %s (%zu events, %llu dropped; open in chrome://tracing or ui.perfetto.dev)\n", path,
+           ct_profiler_num_events(p), (unsigned long long)ct_profiler_dropped(p));
+    ct_doctor_report dr;
+    if (ct_doctor_analyze_file(ctx, path, &dr) == CT_OK) ct_doctor_print(&dr, stdout);
+    else fprintf(stderr, "ctrain: warning: doctor: %s\n", ct_context_last_error(ctx));
+    fflush(stdout);
+}
+
 int ct_cli_train(int argc, char **argv) {
     ct_recipe r;
     ct_recipe_default(&r);
     int quiet = 0;
     const char *recipe_path = NULL, *resume = NULL;
+    const char *report_dir = NULL; /* --report DIR: DIR/metrics.jsonl and DIR/report.html */
+    ct_metrics *mx = NULL;
+    ct_profiler *prof = NULL; /* --profile DIR */
+    char mpath[600];
     /* pass 1: --help, --recipe, --resume and --quiet */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -275,6 +328,12 @@ int ct_cli_train(int argc, char **argv) {
                 return 2;
             }
             resume = argv[++i];
+        } else if (!strcmp(argv[i], "--report")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "ctrain: error: --report needs a directory\n");
+                return 2;
+            }
+            report_dir = argv[++i];
         }
     }
     ct_context *ctx = NULL;
@@ -291,6 +350,8 @@ int ct_cli_train(int argc, char **argv) {
     model_t m = {0};
     ct_optimizer *opt = NULL;
     ct_loader *ld = NULL;
+    float *best_copy = NULL; /* restore-best weights (early stopping) */
+    int have_best = 0;
     ct_schedule *sched = NULL;
     ct_train_state *ckst = calloc(1, sizeof *ckst);
     ct_recipe ck_recipe;
@@ -315,7 +376,7 @@ int ct_cli_train(int argc, char **argv) {
         for (int i = 1; i < argc; i++) {
             const char *a = argv[i];
             if (!strcmp(a, "--quiet")) continue;
-            if (!strcmp(a, "--recipe") || !strcmp(a, "--resume")) { i++; continue; }
+            if (!strcmp(a, "--recipe") || !strcmp(a, "--resume") || !strcmp(a, "--report")) { i++; continue; }
             const char *key = NULL;
             char kv[512];
             for (size_t f = 0; f < sizeof k_flags / sizeof k_flags[0]; f++)
@@ -395,7 +456,21 @@ int ct_cli_train(int argc, char **argv) {
     if (r.max_steps > 0 && r.max_steps < total) total = r.max_steps;
     if ((s = sched_from_recipe(ctx, &r, total, &sched)) != CT_OK) goto out_err;
     ct_early_stop es;
-    if ((s = ct_early_stop_init(ctx, &es, r.early_stop_patience, r.early_stop_min_delta, 0)) != CT_OK) goto out_err;
+    const int es_max = !strcmp(r.early_stop_mode, "max"); /* max: test accuracy; min: test loss */
+    if ((s = ct_early_stop_init(ctx, &es, r.early_stop_patience, r.early_stop_min_delta, es_max)) != CT_OK) goto out_err;
+    /* restore-best keeps one copy of the weights and buffers, made at each new best epoch */
+    float *par_arena, *buf_arena;
+    size_t n_par, n_buf;
+    ct_plan_param_arena(m.plan, &par_arena, NULL, &n_par);
+    ct_plan_buffer_arena(m.plan, &buf_arena, &n_buf);
+    if (r.early_stop_patience > 0 && r.early_stop_restore_best) {
+        best_copy = malloc((n_par + n_buf + 1) * sizeof(float));
+        if (!best_copy) {
+            fprintf(stderr, "ctrain: error: E60003 out of memory keeping a copy of the best weights\n");
+            rc = 1;
+            goto out;
+        }
+    }
     if (resume) {
         if ((s = ct_checkpoint_load(ctx, resume, m.plan, opt, ckst)) != CT_OK) goto out_err;
         if (ckst->has_schedule && (s = ct_schedule_set_state(sched, &ckst->schedule)) != CT_OK) goto out_err;
@@ -413,6 +488,13 @@ int ct_cli_train(int argc, char **argv) {
            ct_isa_name(ct_context_isa(ctx)), ct_context_use_onednn(ctx) ? " + oneDNN" : "", now_s() - t0);
     printf("  recipe: %s\n", rj);
     fflush(stdout);
+    if (report_dir && mkdir(report_dir, 0777) != 0 && errno != EEXIST) {
+        rc = cli_error(CT_E_IO, "--report: cannot create directory '%s': %s", report_dir, strerror(errno));
+        goto out;
+    }
+    snprintf(mpath, sizeof mpath, report_dir ? "%s/metrics.jsonl" : "%s", report_dir ? report_dir : r.metrics_file);
+    if (mpath[0] && (s = ct_metrics_open(ctx, mpath, resume != NULL, rj, &mx)) != CT_OK) goto out_err;
+    if (r.profile_dir[0]) prof = profile_start(ctx, r.profile_dir, m.plan);
     ct_tensor tx, ty, tl;
     ct_plan_tensor(m.plan, m.x, &tx);
     ct_plan_tensor(m.plan, m.y, &ty);
@@ -445,8 +527,12 @@ int ct_cli_train(int argc, char **argv) {
             ep_seen = ckst->epoch_seen;
         }
         int micro = 0;
+        double mk_loss = run_loss; /* running totals at the last step, for the metrics log */
+        int64_t mk_correct = ep_correct, mk_seen = ep_seen;
         if (accum > 1 && (s = ct_plan_zero_grads(m.plan)) != CT_OK) goto out_err;
-        while (step < total && (s = ct_loader_next(ld, tx.data, ty.data, &got)) == CT_OK && got > 0) {
+        double prof_td = 0; /* profiler: when the batch load began */
+        while (step < total && (prof_td = prof ? ct_profiler_now_us() : 0, (s = ct_loader_next(ld, tx.data, ty.data, &got)) == CT_OK) && got > 0) {
+            if (prof) ct_profiler_event(prof, "batch", "data", prof_td, ct_profiler_now_us(), NULL);
             float lr = ct_schedule_lr(sched, step), loss;
             if ((s = ct_plan_forward(m.plan, 1)) != CT_OK) goto out_err;
             ct_plan_loss(m.plan, &loss);
@@ -463,6 +549,7 @@ int ct_cli_train(int argc, char **argv) {
             ep_seen += got;
             if (++micro < accum) continue; /* more micro-batches before this step */
             micro = 0;
+            double prof_to = prof ? ct_profiler_now_us() : 0;
             float gnorm = 0.0f;
             if (r.clip_grad_norm > 0.0f && (s = ct_clip_grad_norm(m.plan, r.clip_grad_norm, 2.0f, &gnorm)) != CT_OK)
                 goto out_err;
@@ -470,6 +557,18 @@ int ct_cli_train(int argc, char **argv) {
             if ((s = ct_optimizer_step(opt, lr)) != CT_OK) goto out_err;
             if (accum > 1 && (s = ct_plan_zero_grads(m.plan)) != CT_OK) goto out_err;
             step++;
+            if (prof) {
+                ct_profiler_event(prof, "optimizer step", "optimizer", prof_to, ct_profiler_now_us(), NULL);
+                ct_profiler_step(prof);
+            }
+            if (mx) {
+                ct_metrics_step ml = {step, ep + 1, (run_loss - mk_loss) / accum,
+                                      (double)(ep_correct - mk_correct) / (double)(ep_seen - mk_seen), lr,
+                                      (double)(ep_seen - mk_seen), r.clip_grad_norm > 0.0f ? gnorm : -1.0, -1.0,
+                                      now_s() - train_start};
+                if ((s = ct_metrics_log_step(mx, &ml)) != CT_OK) goto out_err;
+            }
+            mk_loss = run_loss, mk_correct = ep_correct, mk_seen = ep_seen;
             crash_point(NULL, "step", step);
             if (r.save_dir[0] && r.save_every > 0 && step % r.save_every == 0 && step < total) {
                 if (tty && !quiet) printf("\n");
@@ -504,7 +603,13 @@ int ct_cli_train(int argc, char **argv) {
             }
         }
         if (s != CT_OK) goto out_err;
+        double prof_te = prof ? ct_profiler_now_us() : 0;
+        ct_profiler_set_ops_enabled(prof, 0); /* evaluation: one "eval" event, not part of a step */
         if ((s = evaluate(ctx, &m, &test, &test_loss, &test_acc)) != CT_OK) goto out_err;
+        ct_profiler_set_ops_enabled(prof, 1);
+        if (prof) ct_profiler_event(prof, "evaluate", "eval", prof_te, ct_profiler_now_us(), NULL);
+        if (mx && (s = ct_metrics_log_eval(mx, ep + 1, step, test_loss, test_acc, now_s() - train_start)) != CT_OK)
+            goto out_err;
         double ep_time = now_s() - ep_start;
         printf("%sepoch %d/%d  train loss %.4f  train acc %.2f%%  test loss %.4f  test acc %.2f%%  %.1f s  %.0f "
                "samples/s\n",
@@ -513,14 +618,33 @@ int ct_cli_train(int argc, char **argv) {
                (double)ep_seen / ep_time);
         if (ct_schedule_observe(sched, test_loss))
             printf("  plateau: test loss did not improve; lr -> %.3g\n", ct_schedule_lr_f64(sched, step));
-        if (r.early_stop_patience > 0 && ct_early_stop_update(&es, test_loss, NULL)) {
-            printf("  early stop: test loss did not improve by %g for %d epochs; best %.4f at epoch %lld\n",
-                   (double)r.early_stop_min_delta, r.early_stop_patience, es.best, (long long)es.best_epoch + 1);
+        int is_best = 0;
+        if (r.early_stop_patience > 0 && ct_early_stop_update(&es, es_max ? test_acc : test_loss, &is_best)) {
+            printf("  early stop: test %s did not improve by %g for %d epochs; best %.4f at epoch %lld\n",
+                   es_max ? "accuracy" : "loss", (double)r.early_stop_min_delta, r.early_stop_patience, es.best,
+                   (long long)es.best_epoch + 1);
             fflush(stdout);
             es.stopped = 1;
             stopped = 1;
         }
+        if (is_best && best_copy) {
+            memcpy(best_copy, par_arena, n_par * sizeof(float));
+            memcpy(best_copy + n_par, buf_arena, n_buf * sizeof(float));
+            have_best = 1;
+        }
         fflush(stdout);
+    }
+    if (stopped && best_copy) {
+        if (have_best) {
+            memcpy(par_arena, best_copy, n_par * sizeof(float));
+            memcpy(buf_arena, best_copy + n_par, n_buf * sizeof(float));
+            if ((s = evaluate(ctx, &m, &test, &test_loss, &test_acc)) != CT_OK) goto out_err;
+            printf("  restored the best weights (epoch %lld): test loss %.4f, test acc %.2f%%\n",
+                   (long long)es.best_epoch + 1, test_loss, 100.0 * test_acc);
+        } else {
+            printf("  warning: the best epoch (%lld) came before the resume; its weights were not kept, the final "
+                   "weights stay\n", (long long)es.best_epoch + 1);
+        }
     }
     if (r.save_dir[0] && (!resume || step > step0 || stopped != (int)ckst->early_stop.stopped)) {
         ct_train_state_init(st);
@@ -536,6 +660,19 @@ int ct_cli_train(int argc, char **argv) {
     ct_context_mem_stats(ctx, &ms);
     printf("done: %lld steps in %.1f s, test accuracy %.2f%% (test loss %.4f), peak memory %.1f MiB\n",
            (long long)step, total_time, 100.0 * test_acc, test_loss, (double)ms.peak_bytes / 1048576.0);
+    if (prof) profile_finish(prof, ctx, m.plan, opt, co.memory_budget, r.profile_dir);
+    if (mx) {
+        ct_metrics_log_done(mx, step, total_time, test_loss, test_acc, (double)ms.peak_bytes / 1048576.0);
+        s = ct_metrics_close(mx);
+        mx = NULL;
+        if (s != CT_OK) goto out_err;
+    }
+    if (report_dir) {
+        char hpath[600];
+        snprintf(hpath, sizeof hpath, "%s/report.html", report_dir);
+        if (ct_report_html(mpath, hpath) != 0) goto out;
+        printf("report: %s\n", hpath);
+    }
     rc = 0;
     goto out;
 out_data:
@@ -546,11 +683,14 @@ out_data:
 out_err:
     rc = fail(ctx, s, "training failed");
 out:
+    ct_metrics_close(mx);
+    free(best_copy);
     free(ckst);
     ct_schedule_free(sched);
     ct_loader_free(ld);
     ct_optimizer_free(opt);
     ct_plan_free(m.plan);
+    ct_profiler_free(prof);
     ct_dataset_free(ctx, &train);
     ct_dataset_free(ctx, &test);
     ct_context_free(ctx);

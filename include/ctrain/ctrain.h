@@ -13,4 +13,5 @@
 #include "amp.h"
 #include "schedule.h"
 #include "checkpoint.h"
+#include "profile.h"
 #endif

@@ -50,6 +50,8 @@ typedef struct ct_recipe {
     int plateau_cooldown;
     int early_stop_patience; /* 0: off; per-epoch test loss                     */
     float early_stop_min_delta;
+    char early_stop_mode[4];     /* "min": test loss, "max": test accuracy         */
+    int early_stop_restore_best; /* put back the best epoch's weights at the end  */
     float label_smoothing;
     int log_every;           /* steps between progress lines when not a TTY     */
     int accumulate_steps;    /* micro-batches per optimizer step (default 1)     */
@@ -61,6 +63,8 @@ typedef struct ct_recipe {
     char save_dir[256];      /* "": no checkpoints                              */
     int64_t save_every;      /* steps between checkpoints (0: only at the end)  */
     int keep_last;           /* step directories kept (0: all); default 3       */
+    char metrics_file[256];  /* JSON-lines metrics log (ctrain/metrics.h); "": none */
+    char profile_dir[256];   /* profiler trace DIR/trace.json (ctrain/profile.h); "": off */
 } ct_recipe;
 
 /* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */

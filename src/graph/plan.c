@@ -8,6 +8,7 @@
 
 #include "autodiff.h"
 #include "plan.h"
+#include "prof/prof_internal.h"
 
 /* ---- pass: autodiff ------------------------------------------------------------ */
 
@@ -410,6 +411,7 @@ static ct_tensor node_tensor(const ct_plan *p, ct_node n) {
 static ct_status run_node(ct_plan *p, int i, int training) {
     const ct_node_def *d = &p->g.nodes[i];
     ct_plan_node *pn = &p->pn[i];
+    const double prof_t0 = p->prof && ct_prof_ops_active(p->prof) ? ct_profiler_now_us() : -1.0;
     ct_kargs k;
     k.ctx = p->ctx;
     k.node = d;
@@ -439,6 +441,7 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     }
     if (s != CT_OK && !ct_context_last_error(p->ctx)[0])
         ct_set_error(p->ctx, s, "op '%s' (node '%s') failed", ct_op_table(d->op)->name, d->name);
+    if (prof_t0 >= 0.0 && s == CT_OK) ct_prof_op(p->prof, i, pn->slot, prof_t0);
     return s;
 }
 

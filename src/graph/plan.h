@@ -47,6 +47,7 @@ struct ct_plan {
     void *grad_ready_user;
     int recompute_every;     /* ct_compile_opts, read by the recompute pass    */
     uint32_t recompute_ops;
+    struct ct_profiler *prof; /* per-node timing when attached (src/prof); NULL: off */
 };
 
 /* Graph passes run by ct_compile, in order. */

@@ -74,6 +74,8 @@ static const key_def k_keys[] = {
     {"plateau_cooldown", K_INT, OFF(plateau_cooldown), 0, 0, 1e9, NULL},
     {"early_stop_patience", K_INT, OFF(early_stop_patience), 0, 0, 1e9, NULL},
     {"early_stop_min_delta", K_F32, OFF(early_stop_min_delta), 0, 0, 1e9, NULL},
+    {"early_stop_mode", K_STR, OFF(early_stop_mode), SZ(early_stop_mode), 0, 0, "min|max"},
+    {"early_stop_restore_best", K_BOOL, OFF(early_stop_restore_best), 0, 0, 1, NULL},
     {"label_smoothing", K_F32, OFF(label_smoothing), 0, 0, 0.999, NULL},
     {"log_every", K_INT, OFF(log_every), 0, 1, 1e9, NULL},
     {"accumulate_steps", K_INT, OFF(accumulate_steps), 0, 1, 1e6, NULL},
@@ -85,6 +87,8 @@ static const key_def k_keys[] = {
     {"save_dir", K_STR, OFF(save_dir), SZ(save_dir), 0, 0, NULL},
     {"save_every", K_I64, OFF(save_every), 0, 0, 1e15, NULL},
     {"keep_last", K_INT, OFF(keep_last), 0, 0, 1e6, NULL},
+    {"metrics_file", K_STR, OFF(metrics_file), SZ(metrics_file), 0, 0, NULL},
+    {"profile_dir", K_STR, OFF(profile_dir), SZ(profile_dir), 0, 0, NULL},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
@@ -113,6 +117,7 @@ void ct_recipe_default(ct_recipe *r) {
     r->plateau_threshold = 1e-4f;
     r->log_every = 100;
     r->accumulate_steps = 1;
+    snprintf(r->early_stop_mode, sizeof r->early_stop_mode, "min");
     snprintf(r->recompute_ops, sizeof r->recompute_ops, "none");
     r->keep_last = 3;
 }

@@ -1,0 +1,193 @@
+/* src/prof/doctor.c - reads a Chrome trace written by the profiler (or any
+ * trace with the same categories) and computes the KPIs: compute
+ * utilization (MFU), memory use against the budget, communication share and
+ * data stall (host transfer) share, each with a verdict and advice. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/internal.h"
+#include "ctrain/profile.h"
+
+static double num(const cJSON *o, const char *key, double dflt) {
+    const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+static ct_status analyze(ct_context *ctx, const char *what, const char *json, size_t len, ct_doctor_report *r) {
+    memset(r, 0, sizeof *r);
+    r->utilization = r->memory_share = -1;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
+    if (!root) {
+        size_t at = end && end >= json ? (size_t)(end - json) : 0;
+        size_t last = len;
+        while (last > 0 && (json[last - 1] == ' ' || json[last - 1] == '\n' || json[last - 1] == '\r' ||
+                            json[last - 1] == '\t' || json[last - 1] == 0))
+            last--;
+        size_t i = 0;
+        while (i < last && (json[i] == ' ' || json[i] == '\n' || json[i] == '\r' || json[i] == '\t')) i++;
+        if (last == 0)
+            return ct_set_error(ctx, CT_E_CORRUPT, "doctor: '%s' is empty, not a trace; write one with ctrain train "
+                                "--profile DIR", what);
+        if ((json[i] == '{' || json[i] == '[') && at + 1 >= last)
+            return ct_set_error(ctx, CT_E_CORRUPT, "doctor: '%s' is truncated: the JSON ends at byte %zu before the "
+                                "trace is complete (was the run interrupted while writing?)", what, last);
+        return ct_set_error(ctx, CT_E_CORRUPT, "doctor: '%s' is not valid JSON (error near byte %zu); give a Chrome "
+                            "trace written by ctrain train --profile DIR", what, at);
+    }
+    const cJSON *evs = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "traceEvents") : NULL;
+    if (!cJSON_IsArray(evs)) {
+        cJSON_Delete(root);
+        return ct_set_error(ctx, CT_E_CONFIG, "doctor: '%s' is JSON but has no \"traceEvents\" array: not a Chrome "
+                            "trace (write one with ctrain train --profile DIR)", what);
+    }
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "metadata");
+    double t_min = 1e300, t_max = -1e300, data = 0, comm = 0, flops = 0, step_t = 0;
+    const cJSON *e;
+    /* the steps the trace times: op events of other steps (none from ctrain) do not count */
+    int n_steps = 0, cap = 0;
+    double *step_ids = NULL;
+    cJSON_ArrayForEach(e, evs) {
+        const cJSON *cat = cJSON_GetObjectItemCaseSensitive(e, "cat");
+        if (!cJSON_IsString(cat) || strcmp(cat->valuestring, "step")) continue;
+        if (n_steps == cap) {
+            double *ns = realloc(step_ids, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *ns);
+            if (!ns) break;
+            step_ids = ns;
+        }
+        step_ids[n_steps++] = num(cJSON_GetObjectItemCaseSensitive(e, "args"), "step", -1);
+    }
+    cJSON_ArrayForEach(e, evs) {
+        const cJSON *ph = cJSON_GetObjectItemCaseSensitive(e, "ph");
+        if (!cJSON_IsString(ph) || strcmp(ph->valuestring, "X")) continue;
+        r->events++;
+        double ts = num(e, "ts", 0), dur = num(e, "dur", 0);
+        if (ts < t_min) t_min = ts;
+        if (ts + dur > t_max) t_max = ts + dur;
+        const cJSON *cat = cJSON_GetObjectItemCaseSensitive(e, "cat");
+        const char *c = cJSON_IsString(cat) ? cat->valuestring : "";
+        if (!strcmp(c, "step")) {
+            r->steps++;
+            step_t += dur;
+        } else if (!strcmp(c, "data")) {
+            data += dur;
+        } else if (!strcmp(c, "comm")) {
+            comm += dur;
+        } else if (!strcmp(c, "op")) {
+            const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
+            double st = num(args, "step", -1);
+            int in_step = n_steps == 0 || st < 0;
+            for (int k = 0; !in_step && k < n_steps; k++) in_step = step_ids[k] == st || step_ids[k] < 0;
+            if (in_step) flops += num(args, "flops", 0);
+        }
+    }
+    free(step_ids);
+    if (step_t <= 0 && t_max > t_min) step_t = t_max - t_min; /* no step events: the span of the trace */
+    r->step_time_us = step_t;
+    r->flops = flops;
+    r->dropped = (int64_t)num(md, "dropped_events", 0);
+    r->achieved_flops = step_t > 0 ? flops / (step_t * 1e-6) : 0;
+    r->peak_flops = num(md, "peak_flops", 0);
+    if (r->peak_flops > 0 && step_t > 0 && flops > 0) r->utilization = r->achieved_flops / r->peak_flops;
+    const cJSON *mem = md ? cJSON_GetObjectItemCaseSensitive(md, "memory") : NULL;
+    r->memory_bytes = num(mem, "total_bytes", 0);
+    r->budget_bytes = num(mem, "budget_bytes", 0);
+    if (r->budget_bytes > 0) r->memory_share = r->memory_bytes / r->budget_bytes;
+    r->data_share = step_t > 0 ? data / step_t : 0;
+    r->comm_share = step_t > 0 ? comm / step_t : 0;
+    r->v_compute = r->utilization < 0 ? CT_VERDICT_UNKNOWN : r->utilization >= 0.75 ? CT_VERDICT_OK : CT_VERDICT_WARN;
+    r->v_memory = r->memory_share < 0                                      ? CT_VERDICT_UNKNOWN
+                  : r->memory_share >= 0.70 && r->memory_share <= 0.90 ? CT_VERDICT_OK
+                                                                           : CT_VERDICT_WARN;
+    r->v_comm = step_t <= 0 ? CT_VERDICT_UNKNOWN : r->comm_share <= 0.20 ? CT_VERDICT_OK : CT_VERDICT_WARN;
+    r->v_data = step_t <= 0 ? CT_VERDICT_UNKNOWN : r->data_share < 0.05 ? CT_VERDICT_OK : CT_VERDICT_WARN;
+    cJSON_Delete(root);
+    return CT_OK;
+}
+
+ct_status ct_doctor_analyze_json(ct_context *ctx, const char *json, size_t len, ct_doctor_report *out) {
+    if (!ctx || !json || !out) return CT_E_INVALID_ARG;
+    return analyze(ctx, "<trace>", json, len, out);
+}
+
+ct_status ct_doctor_analyze_file(ct_context *ctx, const char *path, ct_doctor_report *out) {
+    if (!ctx || !path || !out) return CT_E_INVALID_ARG;
+    FILE *f = fopen(path, "rb");
+    if (!f) return ct_set_error(ctx, CT_E_IO, "doctor: cannot open the trace '%s'; check the path", path);
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = malloc(cap);
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *nb = cap > ((size_t)1 << 31) ? NULL : realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (!buf) return ct_set_error(ctx, CT_E_OOM, "doctor: out of memory reading '%s'", path);
+    if (err) {
+        free(buf);
+        return ct_set_error(ctx, CT_E_IO, "doctor: reading the trace '%s' failed", path);
+    }
+    ct_status s = analyze(ctx, path, buf, n, out);
+    free(buf);
+    return s;
+}
+
+static const char *tag(ct_verdict v) { return v == CT_VERDICT_OK ? "[ok]  " : v == CT_VERDICT_WARN ? "[warn]" : "[n/a] "; }
+
+static void human(double v, const char *unit, char *buf, size_t len) {
+    const char *pre[] = {"", "K", "M", "G", "T", "P"};
+    int i = 0;
+    while (v >= 1000 && i < 5) v /= 1000, i++;
+    snprintf(buf, len, "%.3g %s%s", v, pre[i], unit);
+}
+
+void ct_doctor_print(const ct_doctor_report *r, FILE *f) {
+    char a[32], b[32];
+    fprintf(f, "doctor: %d recorded steps, %lld events%s, %.3f ms per step\n", r->steps, (long long)r->events,
+            r->dropped ? " (some dropped: the buffer was full)" : "",
+            r->steps ? r->step_time_us / r->steps / 1000.0 : r->step_time_us / 1000.0);
+    human(r->achieved_flops, "FLOP/s", a, sizeof a);
+    human(r->peak_flops, "FLOP/s", b, sizeof b);
+    if (r->v_compute == CT_VERDICT_UNKNOWN)
+        fprintf(f, "  %s compute utilization: unknown (no peak FLOP/s or no op events in the trace)\n", tag(r->v_compute));
+    else
+        fprintf(f, "  %s compute utilization %.1f%% (%s of %s peak; target >= 75%%)%s\n", tag(r->v_compute),
+                100 * r->utilization, a, b,
+                r->v_compute == CT_VERDICT_OK ? ""
+                : ": raise the batch size (more work per kernel call) or enable pipelining (overlap data loading, "
+                  "optimizer and compute)");
+    if (r->v_memory == CT_VERDICT_UNKNOWN)
+        fprintf(f, "  %s memory %.1f MiB: no memory budget was set, so its use cannot be judged; set one "
+                   "(ct_context_opts.memory_budget) to check the 70-90%% target\n",
+                tag(r->v_memory), r->memory_bytes / 1048576.0);
+    else
+        fprintf(f, "  %s memory %.1f MiB = %.1f%% of the %.1f MiB budget (target 70-90%%)%s\n", tag(r->v_memory),
+                r->memory_bytes / 1048576.0, 100 * r->memory_share, r->budget_bytes / 1048576.0,
+                r->v_memory == CT_VERDICT_OK ? ""
+                : r->memory_share > 0.90 ? ": too close to the budget: look for leaks (bytes in use growing per "
+                                           "step), change the fusion level or enable activation checkpointing "
+                                           "(recompute_every)"
+                                         : ": the budget is under-used: raise the batch size, or change the fusion "
+                                           "level / recompute less to trade memory for speed");
+    fprintf(f, "  %s communication %.1f%% of step time (target <= 20%%)%s\n", tag(r->v_comm), 100 * r->comm_share,
+            r->v_comm == CT_VERDICT_WARN ? ": bucket gradients to overlap allreduce with backward, or compress them "
+                                           "(fp16/bf16, top-k)"
+            : r->comm_share == 0 ? " (no communication events: single process)" : "");
+    fprintf(f, "  %s data stall (host transfer) %.1f%% of step time (target < 5%%)%s\n", tag(r->v_data),
+            100 * r->data_share,
+            r->v_data == CT_VERDICT_WARN ? ": the loader stalls the step: prefetch batches on a background thread, "
+                                           "reuse pinned buffers, or pre-decode the dataset"
+                                         : "");
+}

@@ -1,0 +1,439 @@
+/* src/prof/profiler.c - the step profiler: a preallocated buffer of Chrome
+ * trace "X" events (ops from the executor, caller events), a skip / warmup /
+ * record schedule, per-step metrics (FLOPs, FLOP/s, MFU, data and comm
+ * shares, memory) and an atomic JSON writer. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "graph/plan.h"
+#include "prof_internal.h"
+
+typedef struct {
+    double ts, dur;
+    int32_t node; /* >= 0: an op event of that node */
+    int16_t slot;
+    int32_t step;
+    char name[48];
+    char cat[16];
+    char args[128];
+} prof_event;
+
+typedef struct {
+    char name[CT_NAME_LEN];
+    const char *op, *dtype;
+    char shape[64];
+    double flops, bytes;
+    int backward;
+} node_info;
+
+struct ct_profiler {
+    ct_context *ctx;
+    ct_profiler_opts o;
+    prof_event *ev;
+    size_t n_ev;
+    uint64_t dropped;
+    int64_t step;      /* index of the current step                     */
+    double step_t0;    /* when the current step began                   */
+    int ops_on;
+    ct_plan *plan;
+    node_info *nodes;
+    int n_nodes;
+    double peak;
+    char peak_src[320];
+    int have_mem;
+    ct_plan_stats mem;
+    size_t opt_bytes, budget;
+};
+
+double ct_profiler_now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+void ct_profiler_opts_default(ct_profiler_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->skip_steps = 1;
+    o->warmup_steps = 2;
+    o->record_steps = 5;
+    o->max_events = 65536;
+}
+
+/* Highest "cpu MHz" in /proc/cpuinfo (the current clock the kernel reports), 0 if none. */
+static double cpuinfo_mhz(void) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return 0;
+    char line[256];
+    double best = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "cpu MHz", 7)) continue;
+        const char *c = strchr(line, ':');
+        double v = c ? atof(c + 1) : 0;
+        if (v > best) best = v;
+    }
+    fclose(f);
+    return best;
+}
+
+static void compute_peak(ct_profiler *p) {
+    ct_isa isa = ct_context_isa(p->ctx);
+    int threads = ct_context_num_threads(p->ctx);
+    int lanes = isa == CT_ISA_AVX512 ? 16 : isa == CT_ISA_AVX2 ? 8 : 1;
+    const char *isa_txt = isa == CT_ISA_AVX512 ? "AVX-512 FMA" : isa == CT_ISA_AVX2 ? "AVX2+FMA" : "scalar (ref)";
+    double mhz = cpuinfo_mhz();
+    const char *clk = "/proc/cpuinfo 'cpu MHz' (max over CPUs)";
+    if (mhz <= 0) {
+        mhz = 2000;
+        clk = "an assumed 2000 MHz (/proc/cpuinfo has no 'cpu MHz')";
+    }
+    if (p->o.peak_flops > 0) {
+        p->peak = p->o.peak_flops;
+        snprintf(p->peak_src, sizeof p->peak_src, "given by the caller (ct_profiler_opts.peak_flops)");
+        return;
+    }
+    p->peak = 2.0 * lanes * 2.0 * mhz * 1e6 * threads;
+    snprintf(p->peak_src, sizeof p->peak_src,
+             "%s: 2 FMA units x %d fp32 lanes x 2 flops x %.0f MHz from %s x %d threads (cores used)", isa_txt,
+             lanes, mhz, clk, threads);
+}
+
+ct_status ct_profiler_create(ct_context *ctx, const ct_profiler_opts *opts, ct_profiler **out) {
+    if (!ctx || !out) return CT_E_INVALID_ARG;
+    *out = NULL;
+    ct_profiler_opts o;
+    if (opts) o = *opts;
+    else ct_profiler_opts_default(&o);
+    if (o.skip_steps < 0 || o.warmup_steps < 0 || o.record_steps < 0 || o.max_events < 1 ||
+        o.max_events > ((size_t)1 << 26))
+        return ct_set_error(ctx, CT_E_INVALID_ARG,
+                            "profiler: skip %d, warmup %d, record %d must be >= 0 and max_events %zu in 1..2^26",
+                            o.skip_steps, o.warmup_steps, o.record_steps, o.max_events);
+    ct_profiler *p = calloc(1, sizeof *p);
+    if (!p) return ct_set_error(ctx, CT_E_OOM, "profiler: out of memory");
+    p->ev = malloc(o.max_events * sizeof *p->ev);
+    if (!p->ev) {
+        free(p);
+        return ct_set_error(ctx, CT_E_OOM, "profiler: cannot allocate %zu events (%zu bytes); lower max_events",
+                            o.max_events, o.max_events * sizeof(prof_event));
+    }
+    /* touch every page now: recording then never page-faults (measured: ~5x cheaper events) */
+    memset(p->ev, 0, o.max_events * sizeof *p->ev);
+    p->ctx = ctx;
+    p->o = o;
+    p->ops_on = 1;
+    p->step_t0 = ct_profiler_now_us();
+    compute_peak(p);
+    *out = p;
+    return CT_OK;
+}
+
+void ct_profiler_free(ct_profiler *p) {
+    if (!p) return;
+    free(p->nodes);
+    free(p->ev);
+    free(p);
+}
+
+/* ---- op cost model ---------------------------------------------------------------------------- */
+
+static double numel_of(const ct_node_def *d) { return (double)ct_node_numel(d); }
+
+static double node_flops(const ct_graph *g, const ct_node_def *d) {
+    const ct_node_def *a = d->n_in > 0 ? &g->nodes[d->in[0]] : NULL;
+    const ct_node_def *b = d->n_in > 1 ? &g->nodes[d->in[1]] : NULL;
+    switch (d->op) {
+    case CT_OP_MATMUL: { /* 2*M*N*K per batch: out numel x K */
+        int64_t k = d->ia[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+        return 2.0 * numel_of(d) * (double)k;
+    }
+    case CT_OP_LINEAR: /* 2 * rows * in * out (the bias add is not counted) */
+        return 2.0 * numel_of(d) * (double)a->shape[a->ndim - 1];
+    case CT_OP_CONV2D: /* 2 * out numel * (C/groups * KH * KW) */
+        return 2.0 * numel_of(d) * (double)(b->shape[1] * b->shape[2] * b->shape[3]);
+    case CT_OP_CONV2D_BWD_DATA:   /* in: dy, w: 2 * numel(dy) * C/g*KH*KW */
+    case CT_OP_CONV2D_BWD_WEIGHT: { /* in: dy, x; out = w's shape */
+        const ct_node_def *w = d->op == CT_OP_CONV2D_BWD_DATA ? b : d;
+        return 2.0 * numel_of(a) * (double)(w->shape[1] * w->shape[2] * w->shape[3]);
+    }
+    default:
+        return numel_of(d); /* elementwise-like: one flop per output element */
+    }
+}
+
+static double node_bytes(const ct_graph *g, const ct_node_def *d) {
+    double b = numel_of(d) * (double)ct_dtype_size(d->dtype);
+    for (int j = 0; j < d->n_in; j++) {
+        const ct_node_def *in = &g->nodes[d->in[j]];
+        b += numel_of(in) * (double)ct_dtype_size(in->dtype);
+    }
+    return b;
+}
+
+ct_status ct_plan_set_profiler(ct_plan *plan, ct_profiler *p) {
+    if (!plan) return CT_E_INVALID_ARG;
+    plan->prof = NULL;
+    if (!p) return CT_OK;
+    const ct_graph *g = &plan->g;
+    node_info *ni = calloc((size_t)g->n > 0 ? (size_t)g->n : 1, sizeof *ni);
+    if (!ni) return ct_set_error(plan->ctx, CT_E_OOM, "profiler: out of memory caching %d nodes", g->n);
+    for (int i = 0; i < g->n; i++) {
+        const ct_node_def *d = &g->nodes[i];
+        snprintf(ni[i].name, sizeof ni[i].name, "%s", d->name);
+        ni[i].op = ct_op_table(d->op)->name;
+        ni[i].dtype = ct_dtype_name(d->dtype);
+        ct_shape_str(d->ndim, d->shape, ni[i].shape, sizeof ni[i].shape);
+        ni[i].flops = node_flops(g, d);
+        ni[i].bytes = node_bytes(g, d);
+        ni[i].backward = (d->flags & CT_NODE_BACKWARD) != 0;
+    }
+    free(p->nodes);
+    p->nodes = ni;
+    p->n_nodes = g->n;
+    p->plan = plan;
+    plan->prof = p;
+    return CT_OK;
+}
+
+/* ---- recording ---------------------------------------------------------------------------------- */
+
+int ct_profiler_recording(const ct_profiler *p) {
+    if (!p) return 0;
+    int64_t start = (int64_t)p->o.skip_steps + p->o.warmup_steps;
+    return p->step >= start && (p->o.record_steps == 0 || p->step < start + p->o.record_steps);
+}
+
+int ct_prof_ops_active(const ct_profiler *p) { return p->ops_on && ct_profiler_recording(p); }
+
+static prof_event *push(ct_profiler *p) {
+    if (p->n_ev >= p->o.max_events) {
+        p->dropped++;
+        return NULL;
+    }
+    prof_event *e = &p->ev[p->n_ev++];
+    e->node = -1;
+    e->slot = -1;
+    e->step = (int32_t)p->step; /* op events touch only the first cache line; callers fill the strings */
+    return e;
+}
+
+void ct_prof_op(ct_profiler *p, int node, int slot, double t0_us) {
+    double t1 = ct_profiler_now_us();
+    if (node < 0 || node >= p->n_nodes) return;
+    prof_event *e = push(p);
+    if (!e) return;
+    e->ts = t0_us;
+    e->dur = t1 - t0_us;
+    e->node = node;
+    e->slot = (int16_t)slot;
+}
+
+void ct_profiler_event(ct_profiler *p, const char *name, const char *cat, double t0_us, double t1_us,
+                       const char *args_json) {
+    if (!p || !ct_profiler_recording(p)) return;
+    prof_event *e = push(p);
+    if (!e) return;
+    e->ts = t0_us;
+    e->dur = t1_us > t0_us ? t1_us - t0_us : 0;
+    snprintf(e->name, sizeof e->name, "%s", name ? name : "event");
+    snprintf(e->cat, sizeof e->cat, "%s", cat ? cat : "user");
+    if (args_json && strlen(args_json) < sizeof e->args) snprintf(e->args, sizeof e->args, "%s", args_json);
+    else e->args[0] = 0;
+}
+
+void ct_profiler_step(ct_profiler *p) {
+    if (!p) return;
+    double now = ct_profiler_now_us();
+    if (ct_profiler_recording(p)) {
+        prof_event *e = push(p);
+        if (e) {
+            e->ts = p->step_t0;
+            e->dur = now - p->step_t0;
+            snprintf(e->name, sizeof e->name, "step %lld", (long long)p->step);
+            snprintf(e->cat, sizeof e->cat, "step");
+            snprintf(e->args, sizeof e->args, "{\"step\": %lld}", (long long)p->step);
+        }
+    }
+    p->step++;
+    p->step_t0 = now;
+}
+
+void ct_profiler_set_ops_enabled(ct_profiler *p, int on) {
+    if (!p) return;
+    if (on && !p->ops_on) p->step_t0 = ct_profiler_now_us(); /* paused time is not step time */
+    p->ops_on = on != 0;
+}
+
+void ct_profiler_set_memory(ct_profiler *p, const ct_plan_stats *st, size_t opt_bytes, size_t budget) {
+    if (!p || !st) return;
+    p->have_mem = 1;
+    p->mem = *st;
+    p->opt_bytes = opt_bytes;
+    p->budget = budget;
+}
+
+size_t ct_profiler_num_events(const ct_profiler *p) { return p ? p->n_ev : 0; }
+uint64_t ct_profiler_dropped(const ct_profiler *p) { return p ? p->dropped : 0; }
+
+double ct_profiler_peak_flops(const ct_profiler *p, const char **source) {
+    if (source) *source = p ? p->peak_src : "";
+    return p ? p->peak : 0;
+}
+
+/* ---- writer ----------------------------------------------------------------------------------- */
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+typedef struct {
+    double t0, dur, flops, data, comm;
+    int64_t step;
+    int have;
+} step_acc;
+
+static void write_events(ct_profiler *p, FILE *f, double base, int pid) {
+    fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 1, \"args\": {\"name\": \"ctrain\"}}",
+            pid);
+    for (size_t i = 0; i < p->n_ev; i++) {
+        const prof_event *e = &p->ev[i];
+        fprintf(f, ",\n{\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, ", pid,
+                e->node < 0 && !strcmp(e->cat, "comm") ? 2 : 1, e->ts - base, e->dur);
+        if (e->node >= 0) {
+            const node_info *n = &p->nodes[e->node];
+            fprintf(f, "\"name\": ");
+            json_str(f, n->op);
+            fprintf(f, ", \"cat\": \"op\", \"args\": {\"op\": ");
+            json_str(f, n->op);
+            fprintf(f, ", \"node\": ");
+            json_str(f, n->name);
+            fprintf(f,
+                    ", \"phase\": \"%s\", \"dtype\": \"%s\", \"shape\": \"%s\", \"flops\": %.0f, \"bytes\": %.0f, "
+                    "\"kernel\": \"%s\", \"step\": %d}}",
+                    n->backward ? "backward" : "forward", n->dtype, n->shape, n->flops, n->bytes,
+                    ct_kernel_slot_name(e->slot), e->step);
+        } else {
+            fprintf(f, "\"name\": ");
+            json_str(f, e->name);
+            fprintf(f, ", \"cat\": ");
+            json_str(f, e->cat);
+            fprintf(f, ", \"args\": ");
+            cJSON *a = e->args[0] ? cJSON_Parse(e->args) : NULL;
+            if (a && cJSON_IsObject(a)) fputs(e->args, f);
+            else fprintf(f, "{}");
+            cJSON_Delete(a);
+            fputc('}', f);
+        }
+    }
+}
+
+static void write_metadata(ct_profiler *p, FILE *f) {
+    /* per recorded step: its time and what ran inside it */
+    int64_t first = (int64_t)p->o.skip_steps + p->o.warmup_steps;
+    int64_t nsteps = p->step - first;
+    if (nsteps < 0) nsteps = 0;
+    if (p->o.record_steps > 0 && nsteps > p->o.record_steps) nsteps = p->o.record_steps;
+    step_acc *sa = calloc((size_t)nsteps + 1, sizeof *sa);
+    double tot_t = 0, tot_f = 0, tot_d = 0, tot_c = 0;
+    int n_have = 0;
+    if (sa) {
+        for (size_t i = 0; i < p->n_ev; i++) {
+            const prof_event *e = &p->ev[i];
+            int64_t k = e->step - first;
+            if (k < 0 || k >= nsteps) continue;
+            step_acc *s = &sa[k];
+            if (e->node >= 0) s->flops += p->nodes[e->node].flops;
+            else if (!strcmp(e->cat, "step")) s->dur = e->dur, s->have = 1;
+            else if (!strcmp(e->cat, "data")) s->data += e->dur;
+            else if (!strcmp(e->cat, "comm")) s->comm += e->dur;
+        }
+    }
+    fprintf(f, "\"metadata\": {\n  \"generator\": \"ctrain profiler\",\n");
+    fprintf(f, "  \"schedule\": {\"skip_steps\": %d, \"warmup_steps\": %d, \"record_steps\": %d},\n",
+            p->o.skip_steps, p->o.warmup_steps, p->o.record_steps);
+    fprintf(f, "  \"events\": %zu, \"max_events\": %zu, \"dropped_events\": %llu,\n", p->n_ev, p->o.max_events,
+            (unsigned long long)p->dropped);
+    if (p->dropped)
+        fprintf(f, "  \"dropped_note\": \"the event buffer was full: %llu events were not recorded; raise "
+                   "max_events or record fewer steps\",\n", (unsigned long long)p->dropped);
+    fprintf(f, "  \"isa\": \"%s\", \"onednn\": %s, \"threads\": %d,\n", ct_isa_name(ct_context_isa(p->ctx)),
+            ct_context_use_onednn(p->ctx) ? "true" : "false", ct_context_num_threads(p->ctx));
+    fprintf(f, "  \"peak_flops\": %.6g,\n  \"peak_source\": ", p->peak);
+    json_str(f, p->peak_src);
+    fprintf(f, ",\n  \"steps\": [");
+    for (int64_t k = 0; sa && k < nsteps; k++) {
+        const step_acc *s = &sa[k];
+        if (!s->have) continue;
+        double fs = s->dur > 0 ? s->flops / (s->dur * 1e-6) : 0;
+        fprintf(f, "%s\n    {\"step\": %lld, \"time_us\": %.3f, \"flops\": %.0f, \"flops_per_s\": %.6g, \"mfu\": %.6g, "
+                "\"data_us\": %.3f, \"data_share\": %.6g, \"comm_share\": %.6g}",
+                n_have ? "," : "", (long long)(first + k), s->dur, s->flops, fs, p->peak > 0 ? fs / p->peak : 0,
+                s->data, s->dur > 0 ? s->data / s->dur : 0, s->dur > 0 ? s->comm / s->dur : 0);
+        n_have++;
+        tot_t += s->dur;
+        tot_f += s->flops;
+        tot_d += s->data;
+        tot_c += s->comm;
+    }
+    double ach = tot_t > 0 ? tot_f / (tot_t * 1e-6) : 0;
+    fprintf(f, "\n  ],\n  \"recorded_steps\": %d, \"flops_per_step\": %.0f, \"achieved_flops_per_s\": %.6g, "
+            "\"mfu\": %.6g,\n", n_have, n_have ? tot_f / n_have : 0, ach, p->peak > 0 ? ach / p->peak : 0);
+    fprintf(f, "  \"data_stall_share\": %.6g, \"comm_share\": %.6g,\n", tot_t > 0 ? tot_d / tot_t : 0,
+            tot_t > 0 ? tot_c / tot_t : 0);
+    fprintf(f, "  \"comm_note\": \"communication events (cat comm, one per gradient bucket) have a place in the "
+               "trace but nothing emits them yet (single process): the share is 0\",\n");
+    fprintf(f, "  \"flops_note\": \"estimates: matmul/linear 2*M*N*K (bias not counted), conv 2*out*C/g*KH*KW, "
+               "other ops 1 per output element\",\n");
+    if (p->have_mem) {
+        const ct_plan_stats *m = &p->mem;
+        double total = (double)m->param_bytes + (double)m->grad_bytes + (double)m->buffer_bytes +
+                       (double)p->opt_bytes + (double)m->activation_bytes + (double)m->workspace_bytes;
+        fprintf(f, "  \"memory\": {\"params_bytes\": %zu, \"grads_bytes\": %zu, \"buffers_bytes\": %zu, "
+                "\"optimizer_state_bytes\": %zu, \"activations_bytes\": %zu, \"workspace_bytes\": %zu, "
+                "\"total_bytes\": %.0f, \"budget_bytes\": %zu},\n",
+                m->param_bytes, m->grad_bytes, m->buffer_bytes, p->opt_bytes, m->activation_bytes,
+                m->workspace_bytes, total, p->budget);
+    }
+    fprintf(f, "  \"time_unit\": \"us\"\n}");
+    free(sa);
+}
+
+ct_status ct_profiler_write(ct_profiler *p, const char *path) {
+    if (!p || !path) return CT_E_INVALID_ARG;
+    char tmp[4200];
+    int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    if (n < 0 || (size_t)n >= sizeof tmp)
+        return ct_set_error(p->ctx, CT_E_IO, "profiler: trace path '%s' is too long", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return ct_set_error(p->ctx, CT_E_IO, "profiler: cannot write the trace '%s': %s; check that its directory "
+                            "exists and is writable", path, strerror(errno));
+    double base = p->n_ev ? p->ev[0].ts : 0;
+    for (size_t i = 1; i < p->n_ev; i++)
+        if (p->ev[i].ts < base) base = p->ev[i].ts;
+    fprintf(f, "{\"displayTimeUnit\": \"ms\",\n\"traceEvents\": [\n");
+    write_events(p, f, base, (int)getpid());
+    fprintf(f, "\n],\n");
+    write_metadata(p, f);
+    fprintf(f, "\n}\n");
+    int bad = ferror(f);
+    if (fclose(f) != 0) bad = 1;
+    if (bad || rename(tmp, path) != 0) {
+        int err = errno;
+        unlink(tmp);
+        return ct_set_error(p->ctx, CT_E_IO, "profiler: writing the trace '%s' failed: %s", path, strerror(err));
+    }
+    return CT_OK;
+}

@@ -1,0 +1,286 @@
+/* tests/test_profile.c - the profiler (Chrome trace of a profiled MLP: one
+ * op event per executed node per recorded step, exact linear FLOPs, the
+ * skip/warmup/record schedule, the bounded buffer) and the doctor (each KPI
+ * threshold on synthetic traces, bad traces, unwritable paths). */
+#include <cjson/cJSON.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "graph/plan.h"
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    if (b) b[n] = 0;
+    fclose(f);
+    if (len) *len = (size_t)n;
+    return b;
+}
+
+static int executed_nodes(const ct_plan *p) {
+    int n = 0;
+    for (int i = 0; i < p->g.n; i++) {
+        ct_op op = p->g.nodes[i].op;
+        if (p->pn[i].live && op != CT_OP_INPUT && op != CT_OP_PARAM && op != CT_OP_BUFFER && op != CT_OP_RESHAPE) n++;
+    }
+    return n;
+}
+
+static const char *str_of(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static double num_of(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+TEST(profiled_mlp_trace) {
+    ct_context *ctx = test_ctx(-1, 1);
+    const int64_t B = 16, IN = 20, H = 24, C = 5;
+    test_model m;
+    CHECK_OK(ctx, test_model_build(ctx, 2, (int64_t[]){B, IN}, 1, (int64_t[]){H}, C, 0.0f, 0.0f, &m));
+    ct_profiler_opts po;
+    ct_profiler_opts_default(&po);
+    po.skip_steps = 1;
+    po.warmup_steps = 2;
+    po.record_steps = 2;
+    ct_profiler *prof;
+    CHECK_OK(ctx, ct_profiler_create(ctx, &po, &prof));
+    CHECK_OK(ctx, ct_plan_set_profiler(m.plan, prof));
+    for (int st = 0; st < 7; st++) {
+        double t0 = ct_profiler_now_us();
+        ct_profiler_event(prof, "batch", "data", t0, t0 + 1, "{\"batch\": 1}");
+        CHECK(ct_profiler_recording(prof) == (st == 3 || st == 4));
+        CHECK_OK(ctx, ct_plan_forward(m.plan, 1));
+        CHECK_OK(ctx, ct_plan_backward(m.plan));
+        ct_profiler_event(prof, "optimizer step", "optimizer", ct_profiler_now_us(), ct_profiler_now_us(), NULL);
+        ct_profiler_step(prof);
+    }
+    int per_step = executed_nodes(m.plan);
+    ct_plan_stats ps;
+    ct_plan_get_stats(m.plan, &ps);
+    ct_profiler_set_memory(prof, &ps, 2 * ps.param_bytes, 0);
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/ct_test_profile_%d.json", (int)getpid());
+    CHECK_OK(ctx, ct_profiler_write(prof, path));
+    size_t len;
+    char *txt = slurp(path, &len);
+    CHECK(txt != NULL);
+    cJSON *root = cJSON_Parse(txt);
+    CHECK_MSG(root != NULL, "the trace is not valid JSON");
+    CHECK(!strcmp(str_of(root, "displayTimeUnit"), "ms"));
+    const cJSON *evs = cJSON_GetObjectItemCaseSensitive(root, "traceEvents");
+    CHECK(cJSON_IsArray(evs));
+    int ops[8] = {0}, steps = 0, data = 0, optim = 0, lin_fwd = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, evs) {
+        if (strcmp(str_of(e, "ph"), "X")) continue;
+        CHECK(num_of(e, "ts") >= 0 && num_of(e, "dur") >= 0 && num_of(e, "pid") >= 0);
+        const char *cat = str_of(e, "cat");
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(e, "args");
+        if (!strcmp(cat, "op")) {
+            int sidx = (int)num_of(a, "step");
+            CHECK_MSG(sidx == 3 || sidx == 4, "op event of step %d outside the record window", sidx);
+            ops[sidx]++;
+            CHECK(str_of(a, "kernel")[0] && strcmp(str_of(a, "kernel"), "none"));
+            CHECK(num_of(a, "bytes") > 0 && num_of(a, "flops") > 0);
+            if (!strcmp(str_of(a, "op"), "linear") && !strcmp(str_of(a, "node"), "fc1")) {
+                CHECK(!strcmp(str_of(a, "phase"), "forward"));
+                CHECK(!strcmp(str_of(a, "shape"), "[16, 24]") && !strcmp(str_of(a, "dtype"), "f32"));
+                CHECK_MSG(num_of(a, "flops") == 2.0 * B * IN * H, "fc1 flops %g", num_of(a, "flops"));
+                lin_fwd++;
+            }
+        } else if (!strcmp(cat, "step")) {
+            steps++;
+        } else if (!strcmp(cat, "data")) {
+            CHECK(num_of(a, "batch") == 1);
+            data++;
+        } else if (!strcmp(cat, "optimizer")) {
+            optim++;
+        }
+    }
+    CHECK_MSG(ops[3] == per_step && ops[4] == per_step, "op events %d, %d; %d nodes run per step", ops[3], ops[4],
+              per_step);
+    CHECK(steps == 2 && data == 2 && optim == 2 && lin_fwd == 2);
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "metadata");
+    CHECK(num_of(md, "recorded_steps") == 2 && num_of(md, "dropped_events") == 0);
+    CHECK(num_of(md, "peak_flops") > 0 && num_of(md, "mfu") > 0 && num_of(md, "flops_per_step") > 2.0 * B * IN * H);
+    CHECK(strstr(str_of(md, "peak_source"), "MHz") != NULL);
+    CHECK(num_of(md, "comm_share") == 0 && num_of(md, "data_stall_share") >= 0);
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(md, "memory");
+    CHECK(num_of(mem, "params_bytes") == (double)ps.param_bytes);
+    CHECK(num_of(mem, "optimizer_state_bytes") == 2.0 * (double)ps.param_bytes);
+    cJSON_Delete(root);
+    /* the doctor reads it back */
+    ct_doctor_report dr;
+    CHECK_OK(ctx, ct_doctor_analyze_file(ctx, path, &dr));
+    CHECK(dr.steps == 2 && dr.utilization > 0 && dr.v_memory == CT_VERDICT_UNKNOWN && dr.v_comm == CT_VERDICT_OK);
+    /* truncated on disk */
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    fwrite(txt, 1, len / 2, f);
+    fclose(f);
+    CHECK(ct_doctor_analyze_file(ctx, path, &dr) == CT_E_CORRUPT);
+    CHECK(strstr(ct_context_last_error(ctx), "truncated") && strstr(ct_context_last_error(ctx), path));
+    free(txt);
+    unlink(path);
+    CHECK_OK(ctx, ct_plan_set_profiler(m.plan, NULL));
+    CHECK_OK(ctx, ct_plan_forward(m.plan, 1)); /* detached: nothing recorded */
+    CHECK(ct_profiler_num_events(prof) == (size_t)(2 * per_step + 6));
+    ct_profiler_free(prof);
+    ct_plan_free(m.plan);
+    ct_context_free(ctx);
+}
+
+TEST(bounded_buffer_counts_drops) {
+    ct_context *ctx = test_ctx(-1, 1);
+    test_model m;
+    CHECK_OK(ctx, test_model_build(ctx, 2, (int64_t[]){8, 12}, 1, (int64_t[]){16}, 4, 0.0f, 0.0f, &m));
+    ct_profiler_opts po;
+    ct_profiler_opts_default(&po);
+    po.skip_steps = po.warmup_steps = po.record_steps = 0; /* record everything */
+    po.max_events = 10;
+    ct_profiler *prof;
+    CHECK_OK(ctx, ct_profiler_create(ctx, &po, &prof));
+    CHECK_OK(ctx, ct_plan_set_profiler(m.plan, prof));
+    for (int st = 0; st < 3; st++) {
+        CHECK_OK(ctx, ct_plan_forward(m.plan, 1));
+        CHECK_OK(ctx, ct_plan_backward(m.plan));
+        ct_profiler_step(prof);
+    }
+    int per_step = executed_nodes(m.plan);
+    CHECK(ct_profiler_num_events(prof) == 10);
+    CHECK(ct_profiler_dropped(prof) == (uint64_t)(3 * (per_step + 1) - 10));
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/ct_test_profile_b%d.json", (int)getpid());
+    CHECK_OK(ctx, ct_profiler_write(prof, path));
+    char *txt = slurp(path, NULL);
+    cJSON *root = txt ? cJSON_Parse(txt) : NULL;
+    CHECK(root != NULL);
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "metadata");
+    CHECK(num_of(md, "dropped_events") == (double)ct_profiler_dropped(prof));
+    CHECK(num_of(md, "max_events") == 10 && strstr(str_of(md, "dropped_note"), "max_events"));
+    CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "traceEvents")) == 11); /* + process_name */
+    cJSON_Delete(root);
+    free(txt);
+    unlink(path);
+    /* invalid options */
+    po.max_events = 0;
+    ct_profiler *bad = NULL;
+    CHECK(ct_profiler_create(ctx, &po, &bad) == CT_E_INVALID_ARG && bad == NULL);
+    ct_plan_free(m.plan);
+    ct_profiler_free(prof);
+    ct_context_free(ctx);
+}
+
+TEST(unwritable_dir_is_io_error) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_profiler *prof;
+    CHECK_OK(ctx, ct_profiler_create(ctx, NULL, &prof));
+    const char *path = "/nonexistent-ctrain-dir/sub/trace.json";
+    CHECK(ct_profiler_write(prof, path) == CT_E_IO);
+    CHECK_MSG(strstr(ct_context_last_error(ctx), path) != NULL, "%s", ct_context_last_error(ctx));
+    ct_profiler_free(prof);
+    ct_context_free(ctx);
+}
+
+/* A synthetic trace: one 1000 us step holding an op of `flops`, a data and a
+ * comm event; peak 1e9 FLOP/s (1e6 flops per step = 100%); memory / budget in MiB. */
+static char *synth(double flops, double data_us, double comm_us, double mem, double budget) {
+    char *b = malloc(2048);
+    snprintf(b, 2048,
+             "{\"traceEvents\": ["
+             "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 1, \"tid\": 1},"
+             "{\"ph\": \"X\", \"name\": \"step 0\", \"cat\": \"step\", \"ts\": 0, \"dur\": 1000, \"pid\": 1, \"tid\": 1},"
+             "{\"ph\": \"X\", \"name\": \"batch\", \"cat\": \"data\", \"ts\": 0, \"dur\": %g, \"pid\": 1, \"tid\": 1},"
+             "{\"ph\": \"X\", \"name\": \"linear\", \"cat\": \"op\", \"ts\": 100, \"dur\": 500, \"pid\": 1, \"tid\": 1,"
+             " \"args\": {\"flops\": %g}},"
+             "{\"ph\": \"X\", \"name\": \"bucket 0\", \"cat\": \"comm\", \"ts\": 600, \"dur\": %g, \"pid\": 1, \"tid\": 2}],"
+             "\"displayTimeUnit\": \"ms\", \"metadata\": {\"peak_flops\": 1e9, \"memory\": {\"total_bytes\": %.17g, "
+             "\"budget_bytes\": %.17g}}}",
+             data_us, flops, comm_us, mem * 1048576, budget * 1048576);
+    return b;
+}
+
+static int doctor_on(ct_context *ctx, char *json, ct_doctor_report *r) {
+    ct_status s = ct_doctor_analyze_json(ctx, json, strlen(json), r);
+    free(json);
+    return s == CT_OK;
+}
+
+TEST(doctor_thresholds) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_doctor_report r;
+    CHECK(doctor_on(ctx, synth(0.8e6, 10, 100, 80, 100), &r)); /* healthy */
+    CHECK(r.v_compute == CT_VERDICT_OK && r.v_memory == CT_VERDICT_OK && r.v_comm == CT_VERDICT_OK &&
+          r.v_data == CT_VERDICT_OK);
+    CHECK(fabs(r.utilization - 0.8) < 1e-9 && fabs(r.memory_share - 0.8) < 1e-9);
+    CHECK(fabs(r.comm_share - 0.1) < 1e-9 && fabs(r.data_share - 0.01) < 1e-9 && r.steps == 1 && r.events == 4);
+    CHECK(doctor_on(ctx, synth(0.1e6, 10, 0, 80, 100), &r)); /* low utilization */
+    CHECK(r.v_compute == CT_VERDICT_WARN && r.v_memory == CT_VERDICT_OK && fabs(r.utilization - 0.1) < 1e-9);
+    CHECK(doctor_on(ctx, synth(0.8e6, 10, 0, 95, 100), &r)); /* memory too close to the budget */
+    CHECK(r.v_memory == CT_VERDICT_WARN && r.v_compute == CT_VERDICT_OK);
+    CHECK(doctor_on(ctx, synth(0.8e6, 10, 0, 30, 100), &r)); /* memory under-used */
+    CHECK(r.v_memory == CT_VERDICT_WARN);
+    CHECK(doctor_on(ctx, synth(0.8e6, 10, 0, 30, 0), &r)); /* no budget set */
+    CHECK(r.v_memory == CT_VERDICT_UNKNOWN);
+    CHECK(doctor_on(ctx, synth(0.8e6, 10, 300, 80, 100), &r)); /* communication 30% */
+    CHECK(r.v_comm == CT_VERDICT_WARN && r.v_data == CT_VERDICT_OK && fabs(r.comm_share - 0.3) < 1e-9);
+    CHECK(doctor_on(ctx, synth(0.8e6, 100, 0, 80, 100), &r)); /* data stall 10% */
+    CHECK(r.v_data == CT_VERDICT_WARN && r.v_comm == CT_VERDICT_OK && fabs(r.data_share - 0.1) < 1e-9);
+    /* op events of steps the trace does not time (e.g. an evaluation) are not counted */
+    const char *other = "{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"step\", \"ts\": 0, \"dur\": 1000, "
+                        "\"args\": {\"step\": 3}}, {\"ph\": \"X\", \"cat\": \"op\", \"ts\": 1, \"dur\": 1, "
+                        "\"args\": {\"step\": 3, \"flops\": 5}}, {\"ph\": \"X\", \"cat\": \"op\", \"ts\": 2000, "
+                        "\"dur\": 1, \"args\": {\"step\": 4, \"flops\": 7}}], \"metadata\": {\"peak_flops\": 1e9}}";
+    CHECK_OK(ctx, ct_doctor_analyze_json(ctx, other, strlen(other), &r));
+    CHECK(r.flops == 5 && r.steps == 1 && r.step_time_us == 1000);
+    /* the printed verdicts carry the values and the advice */
+    CHECK(doctor_on(ctx, synth(0.1e6, 100, 300, 95, 100), &r));
+    char buf[4096] = {0};
+    FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+    CHECK(f != NULL);
+    ct_doctor_print(&r, f);
+    fclose(f);
+    CHECK_MSG(strstr(buf, "10.0%") && strstr(buf, "batch size") && strstr(buf, "leaks") && strstr(buf, "bucket") &&
+                  strstr(buf, "prefetch") && strstr(buf, "95.0%") && strstr(buf, "30.0%"),
+              "%s", buf);
+    ct_context_free(ctx);
+}
+
+TEST(doctor_bad_traces) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_doctor_report r;
+    const char *notjson = "this is not a trace\n";
+    CHECK(ct_doctor_analyze_json(ctx, notjson, strlen(notjson), &r) == CT_E_CORRUPT);
+    CHECK(strstr(ct_context_last_error(ctx), "not valid JSON"));
+    const char *trunc = "{\"traceEvents\": [{\"ph\": \"X\", \"ts\": 1, \"dur\"";
+    CHECK(ct_doctor_analyze_json(ctx, trunc, strlen(trunc), &r) == CT_E_CORRUPT);
+    CHECK(strstr(ct_context_last_error(ctx), "truncated"));
+    const char *noev = "{\"displayTimeUnit\": \"ms\", \"events\": []}";
+    CHECK(ct_doctor_analyze_json(ctx, noev, strlen(noev), &r) == CT_E_CONFIG);
+    CHECK(strstr(ct_context_last_error(ctx), "traceEvents"));
+    const char *arr = "[1, 2, 3]";
+    CHECK(ct_doctor_analyze_json(ctx, arr, strlen(arr), &r) == CT_E_CONFIG);
+    CHECK(ct_doctor_analyze_json(ctx, "", 0, &r) == CT_E_CORRUPT);
+    CHECK(ct_doctor_analyze_file(ctx, "/nonexistent-ctrain-dir/trace.json", &r) == CT_E_IO);
+    CHECK(strstr(ct_context_last_error(ctx), "/nonexistent-ctrain-dir/trace.json"));
+    /* an empty but valid trace reads, with unknown KPIs */
+    const char *empty = "{\"traceEvents\": []}";
+    CHECK_OK(ctx, ct_doctor_analyze_json(ctx, empty, strlen(empty), &r));
+    CHECK(r.v_compute == CT_VERDICT_UNKNOWN && r.v_memory == CT_VERDICT_UNKNOWN && r.events == 0);
+    ct_context_free(ctx);
+}
+
+TEST_MAIN(T(profiled_mlp_trace), T(bounded_buffer_counts_drops), T(unwritable_dir_is_io_error), T(doctor_thresholds),
+          T(doctor_bad_traces))

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# tests/test_report.sh - the metrics log and `ctrain report` end to end: a
+# short real MNIST run with --report DIR (2 epochs of 20 steps) must write
+# DIR/metrics.jsonl (one line per step and per evaluation) and a
+# self-contained DIR/report.html with one SVG plot per series; then bad input
+# (missing, empty or malformed logs, unwritable outputs) must exit 1 with a
+# clear message and never crash (exit code < 128, no sanitizer report).
+# usage: tests/test_report.sh path/to/ctrain
+set -u
+CT=${1:-build/ctrain}
+pass=0
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ok() { pass=$((pass + 1)); echo "  ok   $1"; }
+bad() { fail=$((fail + 1)); echo "  FAIL $1"; }
+check() { # NAME CONDITION-COMMAND...
+  local name=$1
+  shift
+  if "$@"; then ok "$name"; else bad "$name"; fi
+}
+# expect NAME WANT_RC PATTERN -- command...
+expect() {
+  local name=$1 want=$2 pat=$3
+  shift 4
+  local out rc
+  out=$(timeout -k 5 300 "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -eq "$want" ] && printf '%s' "$out" | tr '\n' ' ' | grep -qiE -- "$pat" && ! printf '%s' "$out" | grep -q "Sanitizer"; then
+    ok "$name"
+  else
+    bad "$name (rc $rc, want $want, pattern '$pat')"
+    printf '%s\n' "$out" | tail -n 8 | sed 's/^/       /'
+  fi
+}
+count() { grep -o -- "$1" "$2" | wc -l; }
+
+if [ ! -f data/mnist/t10k-images-idx3-ubyte ]; then
+  echo "  FAIL data/mnist is missing: run scripts/setup.sh"
+  echo "test_report.sh: 0 passed, 1 failed"
+  exit 1
+fi
+
+# a real run: 60000 / 3000 = 20 steps per epoch, 2 epochs
+R="$tmp/run"
+expect train_report 0 "report: .*report.html" -- "$CT" train --max-steps 40 --epochs 2 --batch-size 3000 \
+  --hidden 64 --threads 2 --quiet --report "$R"
+M="$R/metrics.jsonl"
+H="$R/report.html"
+check metrics_exists test -s "$M"
+check metrics_steps [ "$(grep -c '"type":"step"' "$M")" -eq 40 ]
+check metrics_evals [ "$(grep -c '"type":"eval"' "$M")" -eq 2 ]
+check metrics_run_line [ "$(head -n 1 "$M" | grep -c '"type":"run","version":1,"recipe":{"model"')" -eq 1 ]
+check metrics_done_line [ "$(tail -n 1 "$M" | grep -c '"type":"done","steps":40')" -eq 1 ]
+check metrics_fields grep -q '"step":40,"epoch":2,"loss":[0-9.e-]*,"acc":[0-9.e-]*,"lr":[0-9.e-]*,"samples_per_s":' "$M"
+check metrics_valid_json python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$M"
+check html_exists test -s "$H"
+# loss, test accuracy, learning rate, throughput (no grad norm, no loss scale)
+check html_4_svgs [ "$(count '<svg' "$H")" -eq 4 ]
+check html_no_loss_scale [ "$(count 'Loss scale' "$H")" -eq 0 ]
+# polylines: train loss, smoothed, test loss | accuracy | lr | throughput raw, smoothed
+check html_7_polylines [ "$(count '<polyline' "$H")" -eq 7 ]
+first_points=$(grep -m1 -o 'points="[^"]*"' "$H" | tr -cd ' ' | wc -c)
+check html_40_loss_points [ "$first_points" -eq 40 ]
+check html_axes_labels grep -q 'class="xl">' "$H"
+check html_titles grep -q 'Test accuracy' "$H"
+check html_recipe_table grep -q 'final test accuracy' "$H"
+check html_self_contained [ "$(grep -ciE '<script|<link|src=|@import|url\(' "$H")" -eq 0 ]
+
+# the subcommand on the same log, default output next to the log
+cp "$M" "$tmp/copy.jsonl"
+expect report_default_out 0 "report: $tmp/report.html" -- "$CT" report "$tmp/copy.jsonl"
+check report_same_plots [ "$(count '<svg' "$tmp/report.html")" -eq 4 ]
+# --metrics FILE with gradient clipping: a grad-norm plot
+expect train_metrics_flag 0 "done" -- "$CT" train --max-steps 5 --epochs 1 --batch-size 64 --hidden 32 --threads 2 \
+  --quiet --metrics "$tmp/clip.jsonl" --set clip_grad_norm=1
+check metrics_grad_norm [ "$(grep -c '"grad_norm":' "$tmp/clip.jsonl")" -eq 5 ]
+expect report_grad_norm 0 "report:" -- "$CT" report "$tmp/clip.jsonl" -o "$tmp/clip.html"
+check html_grad_norm_plot grep -q 'Gradient norm' "$tmp/clip.html"
+# a loss_scale field gives a fifth plot
+sed 's/"time":/"loss_scale":65536,"time":/' "$M" > "$tmp/scale.jsonl"
+expect report_loss_scale 0 "report:" -- "$CT" report "$tmp/scale.jsonl" -o "$tmp/scale.html"
+check html_5_svgs_loss_scale [ "$(count '<svg' "$tmp/scale.html")" -eq 5 ]
+check html_loss_scale_plot grep -q 'Loss scale' "$tmp/scale.html"
+
+# bad input
+expect missing_log 1 "cannot open metrics log.*nope.jsonl" -- "$CT" report "$tmp/nope.jsonl" -o "$tmp/x.html"
+: > "$tmp/empty.jsonl"
+expect empty_log 1 "is empty" -- "$CT" report "$tmp/empty.jsonl" -o "$tmp/x.html"
+{ head -n 3 "$M"; echo '{"type":"step","step":4,"loss":'; tail -n +4 "$M"; } > "$tmp/malformed.jsonl"
+expect malformed_line_skipped 0 "malformed.jsonl:4: not valid JSON; line skipped" -- "$CT" report \
+  "$tmp/malformed.jsonl" -o "$tmp/m.html"
+check malformed_noted grep -q '1 malformed line skipped' "$tmp/m.html"
+printf 'hello\n{"type":"step"}\n' > "$tmp/garbage.jsonl"
+expect garbage_log 1 "garbage.jsonl:1: not valid JSON.*garbage.jsonl:2: unknown type or missing fields.*no step lines" \
+  -- "$CT" report "$tmp/garbage.jsonl" -o "$tmp/x.html"
+expect unwritable_output 1 "cannot write '$tmp/no/such/dir/r.html'" -- "$CT" report "$M" -o "$tmp/no/such/dir/r.html"
+expect report_is_dir 1 "cannot open metrics log|cannot read" -- "$CT" report "$tmp" -o "$tmp/x.html"
+expect report_usage 2 "usage: ctrain report" -- "$CT" report
+expect report_bad_flag 2 "unknown option '--bogus'" -- "$CT" report "$M" --bogus
+expect unwritable_metrics 1 "cannot open metrics log '$tmp/no/such/m.jsonl' for writing" -- "$CT" train --max-steps 2 \
+  --epochs 1 --hidden 16 --quiet --metrics "$tmp/no/such/m.jsonl"
+expect unwritable_report_dir 1 "cannot create directory '$tmp/no/such'" -- "$CT" train --max-steps 2 --epochs 1 \
+  --hidden 16 --quiet --report "$tmp/no/such"
+expect report_needs_dir 2 "--report needs a directory" -- "$CT" train --report
+
+echo "test_report.sh: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

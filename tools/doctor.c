@@ -1,0 +1,39 @@
+/* tools/doctor.c - `ctrain doctor TRACE`: reads a Chrome trace written by
+ * `ctrain train --profile DIR` and prints a verdict per KPI with advice. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ctrain/ctrain.h"
+
+int ct_cli_doctor(int argc, char **argv) {
+    if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        printf("usage: ctrain doctor TRACE\n\nReads a Chrome trace (ctrain train --profile DIR writes DIR/trace.json)\n"
+               "and prints compute utilization, memory use, communication and data-stall shares with advice.\n"
+               "Exit code 0 when the trace could be read, 1 otherwise.\n");
+        return 0;
+    }
+    if (argc != 2) {
+        fprintf(stderr, "usage: ctrain doctor TRACE\n");
+        return 2;
+    }
+    ct_context *ctx = NULL;
+    ct_context_opts co;
+    ct_context_opts_default(&co);
+    co.num_threads = 1;
+    if (ct_context_create(&co, &ctx) != CT_OK) {
+        fprintf(stderr, "ctrain: error: cannot create a context\n");
+        return 1;
+    }
+    ct_doctor_report r;
+    ct_status s = ct_doctor_analyze_file(ctx, argv[1], &r);
+    if (s != CT_OK) {
+        fprintf(stderr, "ctrain: error: %s %s: %s\n", ct_status_code(s), ct_status_name(s), ct_context_last_error(ctx));
+        ct_context_free(ctx);
+        return 1;
+    }
+    printf("trace: %s\n", argv[1]);
+    ct_doctor_print(&r, stdout);
+    ct_context_free(ctx);
+    return 0;
+}
