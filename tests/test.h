@@ -67,6 +67,10 @@ ct_context *test_ctx(int isa, int use_onednn); /* isa -1: best */
 double test_max_rel(const float *a, const float *b, size_t n, double floor);
 void test_fill_uniform(float *x, size_t n, unsigned seed, float lo, float hi);
 
+/* A plan whose params have the given shapes (every param gets a gradient):
+ * loss = sum_i sum(x_i @ reshape(w_i, (numel, 1))). Param i is named w<i>. */
+ct_status test_params_plan(ct_context *ctx, int np, const int *nd, const int64_t (*shapes)[4], ct_plan **out);
+
 /* The SIMD kernel slots (CT_KERNEL_AVX2, CT_KERNEL_AVX512) this CPU can run,
  * for tests that call kernels directly; prints which ones are skipped.
  * Returns how many were written to slots[0..1]. */

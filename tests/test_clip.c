@@ -8,32 +8,6 @@
 
 #include "test.h"
 
-/* A plan whose params have the given shapes (every param gets a gradient):
- * loss = sum_i sum(x_i @ reshape(w_i, (numel, 1))). Param i is named w<i>. */
-static ct_status build_plan(ct_context *ctx, int np, const int *nd, const int64_t (*shapes)[4], ct_plan **out) {
-    ct_graph *g;
-    ct_status s = ct_graph_create(ctx, &g);
-    if (s != CT_OK) return s;
-    ct_node total = 0;
-    for (int i = 0; i < np && s == CT_OK; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "w%d", i);
-        int64_t numel = 1;
-        for (int d = 0; d < nd[i]; d++) numel *= shapes[i][d];
-        ct_node w, wf, x, y, l;
-        s = ct_param(g, name, nd[i], shapes[i], CT_INIT_ONES, 1, &w);
-        if (s == CT_OK) s = ct_reshape(g, w, 2, (int64_t[]){numel, 1}, &wf);
-        snprintf(name, sizeof name, "x%d", i);
-        if (s == CT_OK) s = ct_input(g, name, CT_F32, 2, (int64_t[]){1, numel}, &x);
-        if (s == CT_OK) s = ct_matmul(g, x, wf, 0, 0, &y);
-        if (s == CT_OK) s = ct_sum(g, y, 3u, 0, &l);
-        if (s == CT_OK && i) s = ct_add(g, total, l, &l);
-        total = l;
-    }
-    if (s == CT_OK) s = ct_compile(g, total, 0, NULL, NULL, out);
-    ct_graph_free(g);
-    return s;
-}
 
 /* The gradients the PyTorch script uses: tensor k, element j:
  * (((j * 37 + k * 11) % 101) - 50) / 17 in float32. */
@@ -82,7 +56,7 @@ TEST(clip_grad_norm_matches_pytorch) {
     };
     ct_context *ctx = test_ctx(-1, 1);
     ct_plan *p;
-    CHECK_OK(ctx, build_plan(ctx, 3, ND3, SH3, &p));
+    CHECK_OK(ctx, test_params_plan(ctx, 3, ND3, SH3, &p));
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         fill_pattern(p);
         float tn = -1;
@@ -111,7 +85,7 @@ TEST(clip_grad_norm_matches_pytorch) {
 TEST(clip_grad_norm_nonfinite_is_reported) {
     ct_context *ctx = test_ctx(-1, 1);
     ct_plan *p;
-    CHECK_OK(ctx, build_plan(ctx, 3, ND3, SH3, &p));
+    CHECK_OK(ctx, test_params_plan(ctx, 3, ND3, SH3, &p));
     float *ga;
     size_t n;
     ct_plan_param_arena(p, NULL, &ga, &n);
@@ -163,7 +137,7 @@ TEST(clip_grad_norm_formula_and_thread_independence) {
         ct_context *ctx;
         CHECK(ct_context_create(&co, &ctx) == CT_OK);
         ct_plan *p;
-        CHECK_OK(ctx, build_plan(ctx, 4, nd, (const int64_t(*)[4])sh, &p));
+        CHECK_OK(ctx, test_params_plan(ctx, 4, nd, (const int64_t(*)[4])sh, &p));
         float *ga;
         ct_plan_param_arena(p, NULL, &ga, &n);
         for (int t = 0; t < 3; t++) {
@@ -232,7 +206,7 @@ TEST(clip_grad_norm_formula_and_thread_independence) {
 TEST(clip_checks_arguments_and_allocates_nothing) {
     ct_context *ctx = test_ctx(-1, 1);
     ct_plan *p;
-    CHECK_OK(ctx, build_plan(ctx, 3, ND3, SH3, &p));
+    CHECK_OK(ctx, test_params_plan(ctx, 3, ND3, SH3, &p));
     fill_pattern(p);
     float tn;
     CHECK(ct_clip_grad_norm(p, 1.0f, 0.0f, &tn) == CT_E_INVALID_ARG);

@@ -75,34 +75,6 @@ static const grec *gget(const gfile *f, const char *name) {
     return NULL;
 }
 
-/* A plan whose params have the given shapes: loss = sum_i sum(x_i * w_i)
- * through a matmul (flattened to (1, numel)) so every param gets a gradient. */
-static ct_status build_plan(ct_context *ctx, int np, const int *nd, const int64_t (*shapes)[4], ct_plan **out) {
-    ct_graph *g;
-    ct_status s0 = ct_graph_create(ctx, &g);
-    if (s0 != CT_OK) return s0;
-    ct_node total = 0;
-    ct_status s = CT_OK;
-    for (int i = 0; i < np && s == CT_OK; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "w%d", i);
-        int64_t numel = 1;
-        for (int d = 0; d < nd[i]; d++) numel *= shapes[i][d];
-        ct_node w, wf, x, y, l;
-        s = ct_param(g, name, nd[i], shapes[i], CT_INIT_ONES, 1, &w);
-        if (s == CT_OK) s = ct_reshape(g, w, 2, (int64_t[]){numel, 1}, &wf);
-        snprintf(name, sizeof name, "x%d", i);
-        if (s == CT_OK) s = ct_input(g, name, CT_F32, 2, (int64_t[]){1, numel}, &x);
-        if (s == CT_OK) s = ct_matmul(g, x, wf, 0, 0, &y);
-        if (s == CT_OK) s = ct_sum(g, y, 3u, 0, &l);
-        if (s == CT_OK && i) s = ct_add(g, total, l, &l);
-        total = l;
-    }
-    if (s == CT_OK) s = ct_compile(g, total, 0, NULL, NULL, out);
-    ct_graph_free(g);
-    return s;
-}
-
 static void opts_from_golden(const gfile *f, const char *cs, ct_optim_opts *o) {
     char key[256];
     snprintf(key, sizeof key, "case.%s.kind", cs);
@@ -149,7 +121,7 @@ TEST(optimizers_match_pytorch) {
     for (int use_ref = 0; use_ref < 2; use_ref++) {
         ct_context *ctx = test_ctx(-1, 1);
         ct_plan *plan;
-        CHECK_OK(ctx, build_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &plan));
+        CHECK_OK(ctx, test_params_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &plan));
         CHECK(ct_plan_num_params(plan) == 3);
         float *pa, *ga;
         size_t n;
@@ -221,8 +193,8 @@ TEST(optimizers_fast_match_reference) {
     for (int c = 0; c < N_CASES; c++) {
         ct_context *ctx = test_ctx(-1, 1);
         ct_plan *p1, *p2;
-        CHECK_OK(ctx, build_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &p1));
-        CHECK_OK(ctx, build_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &p2));
+        CHECK_OK(ctx, test_params_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &p1));
+        CHECK_OK(ctx, test_params_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &p2));
         static const ct_optim_kind kinds[] = {CT_OPTIM_SGD,    CT_OPTIM_SGD,     CT_OPTIM_SGD,     CT_OPTIM_ADAM,
                                               CT_OPTIM_ADAM,   CT_OPTIM_ADAMW,   CT_OPTIM_ADAMW,   CT_OPTIM_RMSPROP,
                                               CT_OPTIM_RMSPROP, CT_OPTIM_ADAGRAD, CT_OPTIM_LAMB};
@@ -273,7 +245,7 @@ TEST(optimizers_validate_with_field_names) {
     int nd[1] = {2};
     int64_t shapes[1][4] = {{3, 3}};
     ct_plan *p;
-    CHECK_OK(ctx, build_plan(ctx, 1, nd, (const int64_t(*)[4])shapes, &p));
+    CHECK_OK(ctx, test_params_plan(ctx, 1, nd, (const int64_t(*)[4])shapes, &p));
     struct {
         ct_optim_kind kind;
         int field;
@@ -329,7 +301,7 @@ TEST(optimizer_step_allocates_nothing) {
     for (int c = 0; c < N_CASES; c++) {
         ct_context *ctx = test_ctx(-1, 1);
         ct_plan *p;
-        CHECK_OK(ctx, build_plan(ctx, 2, nd, (const int64_t(*)[4])shapes, &p));
+        CHECK_OK(ctx, test_params_plan(ctx, 2, nd, (const int64_t(*)[4])shapes, &p));
         static const ct_optim_kind kinds[] = {CT_OPTIM_SGD,    CT_OPTIM_SGD,     CT_OPTIM_SGD,     CT_OPTIM_ADAM,
                                               CT_OPTIM_ADAM,   CT_OPTIM_ADAMW,   CT_OPTIM_ADAMW,   CT_OPTIM_RMSPROP,
                                               CT_OPTIM_RMSPROP, CT_OPTIM_ADAGRAD, CT_OPTIM_LAMB};
@@ -387,7 +359,7 @@ TEST(param_groups_no_decay_bias_norm) {
             float *w[3], *g[3];
             size_t n;
             for (int k = 0; k < 3; k++) {
-                CHECK_OK(ctx, build_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &pl[k]));
+                CHECK_OK(ctx, test_params_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &pl[k]));
                 ct_optim_opts o;
                 ct_optim_opts_default(&o, kinds[c]);
                 o.momentum = kinds[c] == CT_OPTIM_SGD ? 0.9f : 0.0f;
@@ -440,7 +412,7 @@ TEST(param_groups_by_prefix) {
     int64_t shapes[3][4] = {{40, 30}, {30}, {20, 9}};
     ct_context *ctx = test_ctx(-1, 1);
     ct_plan *p;
-    CHECK_OK(ctx, build_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &p));
+    CHECK_OK(ctx, test_params_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &p));
     ct_optim_opts o;
     ct_optim_opts_default(&o, CT_OPTIM_SGD);
     o.lr = 0.1f;
@@ -501,9 +473,9 @@ TEST(param_groups_by_prefix) {
     /* AdamW: a group with lr_scale 0.5 and wd 0.3 on w0 equals an optimizer
      * with lr * 0.5 and wd 0.3 (w0), the rest equals the base optimizer. */
     ct_plan *pa, *pb, *pc;
-    CHECK_OK(ctx, build_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &pa));
-    CHECK_OK(ctx, build_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &pb));
-    CHECK_OK(ctx, build_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &pc));
+    CHECK_OK(ctx, test_params_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &pa));
+    CHECK_OK(ctx, test_params_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &pb));
+    CHECK_OK(ctx, test_params_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &pc));
     ct_optimizer *oa, *ob, *oc;
     ct_optim_opts_default(&o, CT_OPTIM_ADAMW);
     CHECK_OK(ctx, ct_optimizer_create(pa, &o, &oa));

@@ -85,3 +85,30 @@ int test_fast_slots(const ct_context *ctx, int slots[2]) {
     else printf("  (avx512 kernels skipped: the CPU lacks AVX-512)\n");
     return n;
 }
+
+/* A plan whose params have the given shapes (every param gets a gradient):
+ * loss = sum_i sum(x_i @ reshape(w_i, (numel, 1))). Param i is named w<i>. */
+ct_status test_params_plan(ct_context *ctx, int np, const int *nd, const int64_t (*shapes)[4], ct_plan **out) {
+    ct_graph *g;
+    ct_status s = ct_graph_create(ctx, &g);
+    if (s != CT_OK) return s;
+    ct_node total = 0;
+    for (int i = 0; i < np && s == CT_OK; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", i);
+        int64_t numel = 1;
+        for (int d = 0; d < nd[i]; d++) numel *= shapes[i][d];
+        ct_node w, wf, x, y, l;
+        s = ct_param(g, name, nd[i], shapes[i], CT_INIT_ONES, 1, &w);
+        if (s == CT_OK) s = ct_reshape(g, w, 2, (int64_t[]){numel, 1}, &wf);
+        snprintf(name, sizeof name, "x%d", i);
+        if (s == CT_OK) s = ct_input(g, name, CT_F32, 2, (int64_t[]){1, numel}, &x);
+        if (s == CT_OK) s = ct_matmul(g, x, wf, 0, 0, &y);
+        if (s == CT_OK) s = ct_sum(g, y, 3u, 0, &l);
+        if (s == CT_OK && i) s = ct_add(g, total, l, &l);
+        total = l;
+    }
+    if (s == CT_OK) s = ct_compile(g, total, 0, NULL, NULL, out);
+    ct_graph_free(g);
+    return s;
+}
