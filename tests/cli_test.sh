@@ -63,6 +63,9 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
   : > "$tmp/afile"
   expect profile_unwritable 0 "warning: E70001.*$tmp/afile/sub/trace.json.*done: 5 steps" -- \
     "$CT" train --epochs 1 --max-steps 5 --batch-size 64 --hidden 64 --threads 2 --profile "$tmp/afile/sub"
+  # anomaly mode: an exploding learning rate makes an op produce inf; the error names it
+  expect anomaly_names_op 1 "E40020.*anomaly: op '[a-z_]+' \(node '[a-z0-9_.]+', (forward|backward)\) produced (inf|NaN).*inputs:" -- \
+    "$CT" train --hidden 64 --optimizer sgd --lr 1000 --epochs 1 --max-steps 50 --quiet --threads 2 --set detect_anomaly=true
   # early stopping on test accuracy (min_delta 0.5 cannot be met): stops after epoch 2 and puts back epoch 1's weights
   expect early_stop_restore_best 0 "epoch 1/3 .*test acc ([0-9.]+)%.*early stop: test accuracy.*restored the best weights \(epoch 1\).*test acc \1%" -- \
     "$CT" train --hidden 32 --epochs 3 --threads 2 --quiet --set early_stop_patience=1 --set early_stop_mode=max \

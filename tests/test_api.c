@@ -319,7 +319,46 @@ TEST(inputs_declared_late_keep_their_values) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(inputs_declared_late_keep_their_values), T(grad_ready_callback_fires_once_per_param_in_backward_order), T(status_codes_have_names_and_advice), T(shape_mismatch_is_a_clear_error), T(dtype_mismatch_is_e40005),
+/* Anomaly mode names the first op that produces NaN/inf, with its inputs'
+ * statistics; without it the NaN silently flows on. */
+TEST(anomaly_mode_names_the_op_that_made_a_nan) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_graph *g;
+    CHECK_OK(ctx, ct_graph_create(ctx, &g));
+    ct_node a, b, c, d, e;
+    CHECK_OK(ctx, ct_input(g, "a", CT_F32, 2, (int64_t[]){3, 7}, &a));
+    CHECK_OK(ctx, ct_input(g, "b", CT_F32, 2, (int64_t[]){3, 7}, &b));
+    CHECK_OK(ctx, ct_scale(g, a, 2.0f, &c));
+    CHECK_OK(ctx, ct_div(g, c, b, &d));
+    CHECK_OK(ctx, ct_node_set_name(g, d, "ratio"));
+    CHECK_OK(ctx, ct_relu(g, d, &e));
+    CHECK_OK(ctx, ct_sum(g, e, 3u, 0, &e));
+    ct_plan *p;
+    CHECK_OK(ctx, ct_compile(g, CT_NONE, 1, &e, NULL, &p));
+    ct_tensor ta, tb, te;
+    ct_plan_tensor(p, a, &ta);
+    ct_plan_tensor(p, b, &tb);
+    ct_plan_tensor(p, e, &te);
+    test_fill_uniform(ta.data, 21, 1, 1, 2);
+    test_fill_uniform(tb.data, 21, 2, 1, 2);
+    ((float *)ta.data)[9] = 0.0f;
+    ((float *)tb.data)[9] = 0.0f; /* 0 / 0 */
+    CHECK_OK(ctx, ct_plan_forward(p, 1));
+    CHECK(isnan(*(float *)te.data)); /* without anomaly mode the NaN reaches the result */
+    ct_plan_set_anomaly(p, 1);
+    CHECK(ct_plan_forward(p, 1) == CT_E_NONFINITE);
+    const char *m = ct_context_last_error(ctx);
+    CHECK_MSG(strstr(m, "'ratio'") && strstr(m, "NaN at element 9") && strstr(m, "forward") &&
+                  strstr(m, "'b' [3, 7]") && strstr(m, "1 zeros"),
+              "%s", m);
+    ct_plan_set_anomaly(p, 0);
+    CHECK_OK(ctx, ct_plan_forward(p, 1));
+    ct_plan_free(p);
+    ct_graph_free(g);
+    ct_context_free(ctx);
+}
+
+TEST_MAIN(T(anomaly_mode_names_the_op_that_made_a_nan), T(inputs_declared_late_keep_their_values), T(grad_ready_callback_fires_once_per_param_in_backward_order), T(status_codes_have_names_and_advice), T(shape_mismatch_is_a_clear_error), T(dtype_mismatch_is_e40005),
           T(bad_labels_and_ids_fail_at_run_time_with_a_message), T(memory_budget_gives_e60003),
           T(training_step_after_first_allocates_nothing), T(optimizer_rejects_bad_values),
           T(optimizer_fast_matches_reference), T(conversions_round_trip))

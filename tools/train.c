@@ -191,6 +191,7 @@ static ct_status build_model(ct_context *ctx, const ct_recipe *r, const ct_datas
     if (s == CT_OK) s = ct_compile(g, m->loss, 1, &m->logits, &co, &m->plan);
     /* "loss / accumulation_steps": each micro-batch's gradient is added into the arena */
     if (s == CT_OK && r->accumulate_steps > 1) s = ct_plan_set_loss_scale(m->plan, 1.0f / (float)r->accumulate_steps);
+    if (s == CT_OK && r->detect_anomaly) ct_plan_set_anomaly(m->plan, 1);
     ct_graph_free(g);
     return s;
 }

@@ -188,6 +188,11 @@ ct_status ct_plan_backward(ct_plan *p);
 ct_status ct_plan_zero_grads(ct_plan *p);
 /* Step counter used by dropout's RNG stream; the optimizer advances it. */
 void ct_plan_set_step(ct_plan *p, uint64_t step);
+/* Anomaly mode: after every op (forward and backward) the output is checked
+ * for NaN/inf; the first op that produces one fails with CT_E_NONFINITE and a
+ * message naming the op and node with statistics of its inputs. Costs one
+ * pass over every output: for debugging. */
+void ct_plan_set_anomaly(ct_plan *p, int on);
 /* Value backward seeds d(loss) with (the loss scale; 1 by default). */
 ct_status ct_plan_set_loss_scale(ct_plan *p, float scale);
 

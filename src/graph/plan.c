@@ -408,6 +408,54 @@ static ct_tensor node_tensor(const ct_plan *p, ct_node n) {
     return ct_tensor_make(p->pn[n].data, d->dtype, d->ndim, d->shape);
 }
 
+/* Anomaly mode: the first node whose f32 output holds NaN/inf is an error
+ * that names the op and gives statistics of its inputs. */
+static int64_t first_nonfinite(const ct_tensor *t) {
+    if (t->dtype != CT_F32) return -1;
+    const float *x = t->data;
+    int64_t n = ct_tensor_numel(t);
+    for (int64_t j = 0; j < n; j++)
+        if (!isfinite(x[j])) return j;
+    return -1;
+}
+
+static ct_status check_anomaly(ct_plan *p, int i) {
+    const ct_node_def *d = &p->g.nodes[i];
+    ct_tensor out = node_tensor(p, i);
+    int64_t bad = first_nonfinite(&out);
+    if (bad < 0) return CT_OK;
+    char msg[768], shape[96];
+    float v = ((const float *)out.data)[bad];
+    int o = snprintf(msg, sizeof msg, "anomaly: op '%s' (node '%s', %s) produced %s at element %lld of %s; inputs:",
+                     ct_op_table(d->op)->name, d->name, (d->flags & CT_NODE_BACKWARD) ? "backward" : "forward",
+                     isnan(v) ? "NaN" : "inf", (long long)bad, ct_shape_str(d->ndim, d->shape, shape, sizeof shape));
+    for (int j = 0; j < d->n_in && o > 0 && (size_t)o < sizeof msg; j++) {
+        ct_tensor t = node_tensor(p, d->in[j]);
+        const ct_node_def *in = &p->g.nodes[d->in[j]];
+        if (t.dtype != CT_F32) {
+            o += snprintf(msg + o, sizeof msg - (size_t)o, " '%s' %s;", in->name, ct_dtype_name(t.dtype));
+            continue;
+        }
+        const float *x = t.data;
+        int64_t n = ct_tensor_numel(&t), nonfinite = 0, zeros = 0;
+        double mn = INFINITY, mx = -INFINITY, sum = 0;
+        for (int64_t e = 0; e < n; e++) {
+            if (!isfinite(x[e])) {
+                nonfinite++;
+                continue;
+            }
+            mn = x[e] < mn ? x[e] : mn;
+            mx = x[e] > mx ? x[e] : mx;
+            sum += x[e];
+            zeros += x[e] == 0.0f;
+        }
+        o += snprintf(msg + o, sizeof msg - (size_t)o, " '%s' %s min %.4g max %.4g mean %.4g, %lld non-finite, %lld zeros;",
+                      in->name, ct_shape_str(in->ndim, in->shape, shape, sizeof shape), mn, mx,
+                      n > nonfinite ? sum / (double)(n - nonfinite) : 0.0, (long long)nonfinite, (long long)zeros);
+    }
+    return ct_set_error(p->ctx, CT_E_NONFINITE, "%s turn anomaly mode off once fixed (it checks every output)", msg);
+}
+
 static ct_status run_node(ct_plan *p, int i, int training) {
     const ct_node_def *d = &p->g.nodes[i];
     ct_plan_node *pn = &p->pn[i];
@@ -442,6 +490,7 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     if (s != CT_OK && !ct_context_last_error(p->ctx)[0])
         ct_set_error(p->ctx, s, "op '%s' (node '%s') failed", ct_op_table(d->op)->name, d->name);
     if (prof_t0 >= 0.0 && s == CT_OK) ct_prof_op(p->prof, i, pn->slot, prof_t0);
+    if (s == CT_OK && p->anomaly) s = check_anomaly(p, i);
     return s;
 }
 
@@ -494,6 +543,8 @@ ct_status ct_plan_zero_grads(ct_plan *p) {
 }
 
 void ct_plan_set_step(ct_plan *p, uint64_t step) { p->step = step; }
+
+void ct_plan_set_anomaly(ct_plan *p, int on) { p->anomaly = on != 0; }
 
 ct_status ct_plan_set_loss_scale(ct_plan *p, float scale) {
     if (!(scale > 0.0f) || !isfinite(scale))

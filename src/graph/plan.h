@@ -42,6 +42,7 @@ struct ct_plan {
     size_t ws_bytes;
     uint64_t step;
     float loss_scale;    /* backward's seed value                             */
+    int anomaly;         /* check every output for NaN/inf (ct_plan_set_anomaly) */
     int accumulate_grads; /* final param grads are activations added into the grad arena */
     ct_grad_ready_fn grad_ready;
     void *grad_ready_user;

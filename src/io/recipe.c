@@ -79,6 +79,7 @@ static const key_def k_keys[] = {
     {"label_smoothing", K_F32, OFF(label_smoothing), 0, 0, 0.999, NULL},
     {"log_every", K_INT, OFF(log_every), 0, 1, 1e9, NULL},
     {"accumulate_steps", K_INT, OFF(accumulate_steps), 0, 1, 1e6, NULL},
+    {"detect_anomaly", K_BOOL, OFF(detect_anomaly), 0, 0, 1, NULL},
     {"clip_grad_norm", K_F32, OFF(clip_grad_norm), 0, 0, 1e9, NULL},
     {"clip_grad_value", K_F32, OFF(clip_grad_value), 0, 0, 1e9, NULL},
     {"recompute_every", K_INT, OFF(recompute_every), 0, 0, 1e6, NULL},
