@@ -6,27 +6,10 @@
 # usage: tests/cli_test.sh path/to/ctrain
 set -u
 CT=${1:-build/ctrain}
-pass=0
-fail=0
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# expect NAME WANT_RC PATTERN -- command...
-expect() {
-  local name=$1 want=$2 pat=$3
-  shift 4
-  local out rc
-  out=$(timeout -k 5 300 "$@" 2>&1)
-  rc=$?
-  if [ "$rc" -eq "$want" ] && printf '%s' "$out" | tr '\n' ' ' | grep -qiE -- "$pat" && ! printf '%s' "$out" | grep -q "Sanitizer"; then
-    pass=$((pass + 1))
-    echo "  ok   $name"
-  else
-    fail=$((fail + 1))
-    echo "  FAIL $name (rc $rc, want $want, pattern '$pat')"
-    printf '%s\n' "$out" | tail -n 8 | sed 's/^/       /'
-  fi
-}
 
 expect help 0 "usage: ctrain train" -- "$CT" train --help
 expect unknown_command 2 "unknown command" -- "$CT" frobnicate
@@ -71,8 +54,6 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
     "$CT" train --hidden 32 --epochs 3 --threads 2 --quiet --set early_stop_patience=1 --set early_stop_mode=max \
     --set early_stop_min_delta=0.5 --set early_stop_restore_best=true
 else
-  echo "  FAIL data/mnist is missing: run scripts/setup.sh"
-  fail=$((fail + 1))
+  bad "data/mnist is missing: run scripts/setup.sh"
 fi
-echo "cli_test.sh: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary cli_test.sh

@@ -10,17 +10,11 @@
 # usage: tests/resume_test.sh path/to/ctrain
 set -u
 CT=${1:-build/ctrain}
-pass=0
-fail=0
+. "$(dirname "$0")/lib.sh"
+EXPECT_TIMEOUT=120
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-ok() { pass=$((pass + 1)); echo "  ok   $1"; }
-bad() {
-  fail=$((fail + 1))
-  echo "  FAIL $1"
-  [ -n "${2:-}" ] && printf '%s\n' "$2" | tail -n 8 | sed 's/^/       /'
-}
 
 # run OUTFILE -- command... : runs with a time limit, output to OUTFILE, returns the exit code
 run() {
@@ -29,19 +23,6 @@ run() {
   ( timeout -k 5 120 "$@" >"$out" 2>&1; exit $? ) 2>/dev/null # no "Killed" notice from the shell
 }
 
-# expect NAME WANT_RC PATTERN -- command...
-expect() {
-  local name=$1 want=$2 pat=$3
-  shift 4
-  local out rc
-  out=$(timeout -k 5 120 "$@" 2>&1)
-  rc=$?
-  if [ "$rc" -eq "$want" ] && printf '%s' "$out" | tr '\n' ' ' | grep -qiE -- "$pat" && ! printf '%s' "$out" | grep -q "Sanitizer"; then
-    ok "$name"
-  else
-    bad "$name (rc $rc, want $want, pattern '$pat')" "$out"
-  fi
-}
 
 if [ ! -f data/mnist/train-images-idx3-ubyte ] || [ ! -f data/mnist/t10k-images-idx3-ubyte ]; then
   echo "  FAIL data/mnist is missing: run scripts/setup.sh"
@@ -244,5 +225,4 @@ if grep -l "Sanitizer" "$tmp"/*.log >/dev/null 2>&1; then
 else
   ok "no sanitizer report in any run"
 fi
-echo "resume_test.sh: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary resume_test.sh

@@ -8,31 +8,14 @@
 # usage: tests/test_report.sh path/to/ctrain
 set -u
 CT=${1:-build/ctrain}
-pass=0
-fail=0
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-ok() { pass=$((pass + 1)); echo "  ok   $1"; }
-bad() { fail=$((fail + 1)); echo "  FAIL $1"; }
 check() { # NAME CONDITION-COMMAND...
   local name=$1
   shift
   if "$@"; then ok "$name"; else bad "$name"; fi
-}
-# expect NAME WANT_RC PATTERN -- command...
-expect() {
-  local name=$1 want=$2 pat=$3
-  shift 4
-  local out rc
-  out=$(timeout -k 5 300 "$@" 2>&1)
-  rc=$?
-  if [ "$rc" -eq "$want" ] && printf '%s' "$out" | tr '\n' ' ' | grep -qiE -- "$pat" && ! printf '%s' "$out" | grep -q "Sanitizer"; then
-    ok "$name"
-  else
-    bad "$name (rc $rc, want $want, pattern '$pat')"
-    printf '%s\n' "$out" | tail -n 8 | sed 's/^/       /'
-  fi
 }
 count() { grep -o -- "$1" "$2" | wc -l; }
 
@@ -105,5 +88,4 @@ expect unwritable_report_dir 1 "cannot create directory '$tmp/no/such'" -- "$CT"
   --hidden 16 --quiet --report "$tmp/no/such"
 expect report_needs_dir 2 "--report needs a directory" -- "$CT" train --report
 
-echo "test_report.sh: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary test_report.sh

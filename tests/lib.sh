@@ -1,0 +1,41 @@
+# tests/lib.sh - helpers shared by the shell test scripts (sourced).
+#   ok NAME                 count a pass
+#   bad NAME [DETAIL]       count a failure, with the tail of DETAIL
+#   expect NAME RC PATTERN -- command...
+#                           run the command (time limit EXPECT_TIMEOUT, default
+#                           300 s); pass when it exits RC, its output (lines
+#                           joined) matches the extended regex PATTERN, and no
+#                           sanitizer reported anything
+#   summary NAME            print "NAME: N passed, N failed"; returns 1 on failure
+pass=0
+fail=0
+
+ok() {
+  pass=$((pass + 1))
+  echo "  ok   $1"
+}
+
+bad() {
+  fail=$((fail + 1))
+  echo "  FAIL $1"
+  [ -n "${2:-}" ] && printf '%s\n' "$2" | tail -n 8 | sed 's/^/       /'
+  return 0
+}
+
+expect() {
+  local name=$1 want=$2 pat=$3
+  shift 4
+  local out rc
+  out=$(timeout -k 5 "${EXPECT_TIMEOUT:-300}" "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -eq "$want" ] && printf '%s' "$out" | tr '\n' ' ' | grep -qiE -- "$pat" && ! printf '%s' "$out" | grep -q "Sanitizer"; then
+    ok "$name"
+  else
+    bad "$name (rc $rc, want $want, pattern '$pat')" "$out"
+  fi
+}
+
+summary() {
+  echo "$1: $pass passed, $fail failed"
+  [ "$fail" -eq 0 ]
+}
