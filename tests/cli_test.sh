@@ -43,6 +43,19 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
   expect profile_run 0 "profile: .*/prof/trace.json.*compute utilization.*memory.*communication.*data stall" -- \
     "$CT" train --epochs 1 --max-steps 20 --batch-size 64 --hidden 64 --threads 2 --profile "$tmp/prof"
   expect doctor_trace 0 "compute utilization [0-9.]+%.*data stall" -- "$CT" doctor "$tmp/prof/trace.json"
+  # the CNN on Fashion-MNIST: a trace of conv/batchnorm/pool ops, bounded in size
+  if [ -f data/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
+    expect profile_fashion_cnn 0 "profile: .*/prof_cnn/trace.json \([0-9]+ events, 0 dropped" -- \
+      "$CT" train --recipe recipes/fashion_cnn.json --epochs 1 --max-steps 15 --threads 2 --quiet --profile "$tmp/prof_cnn"
+    expect doctor_cnn_trace 0 "recorded steps.*compute utilization" -- "$CT" doctor "$tmp/prof_cnn/trace.json"
+    for op in conv2d conv2d_bwd_weight batchnorm maxpool2d_bwd; do
+      grep -q "\"op\": *\"$op\"" "$tmp/prof_cnn/trace.json" && ok "cnn trace has $op events" || bad "cnn trace lacks $op events"
+    done
+    size=$(stat -c %s "$tmp/prof_cnn/trace.json" 2>/dev/null || echo 0)
+    [ "$size" -gt 0 ] && [ "$size" -lt 4000000 ] && ok "cnn trace is bounded ($size bytes)" || bad "cnn trace size $size"
+  else
+    bad "data/fashion-mnist is missing: run scripts/setup.sh"
+  fi
   : > "$tmp/afile"
   expect profile_unwritable 0 "warning: E70001.*$tmp/afile/sub/trace.json.*done: 5 steps" -- \
     "$CT" train --epochs 1 --max-steps 5 --batch-size 64 --hidden 64 --threads 2 --profile "$tmp/afile/sub"
