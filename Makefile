@@ -7,13 +7,13 @@ BUILD   ?= build
 SAN     ?= 0
 OPT     ?= -O2
 CFLAGS_BASE := -std=c11 -g $(OPT) -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wvla \
-               -fopenmp -Iinclude -Isrc -D_DEFAULT_SOURCE -fno-strict-aliasing
+               -fopenmp -pthread -Iinclude -Isrc -D_DEFAULT_SOURCE -fno-strict-aliasing
 ifeq ($(SAN),1)
 CFLAGS_BASE += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LDSAN := -fsanitize=address,undefined
 endif
 CFLAGS  := $(CFLAGS_BASE) $(EXTRA_CFLAGS)
-LDLIBS  := -ldnnl -lcjson -lz -lm -fopenmp $(LDSAN)
+LDLIBS  := -ldnnl -lcjson -lz -lm -fopenmp -pthread $(LDSAN)
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c -DCT_SIMD_AVX2
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c -DCT_SIMD_AVX512

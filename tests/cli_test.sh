@@ -66,6 +66,17 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
   expect early_stop_restore_best 0 "epoch 1/3 .*test acc ([0-9.]+)%.*early stop: test accuracy.*restored the best weights \(epoch 1\).*test acc \1%" -- \
     "$CT" train --hidden 32 --epochs 3 --threads 2 --quiet --set early_stop_patience=1 --set early_stop_mode=max \
     --set early_stop_min_delta=0.5 --set early_stop_restore_best=true
+  # the prefetcher (default prefetch 4) delivers the synchronous loader's batches: the same losses bit for bit
+  pf_run() { "$CT" train --hidden 32 --epochs 1 --max-steps 30 --batch-size 64 --threads 2 --set log_every=10 "$@" 2>&1 |
+    grep -oE "(loss|acc) [0-9.]+%?" | tr '\n' ' '; }
+  a=$(pf_run --set prefetch=0); b=$(pf_run --set prefetch=3 --set prefetch_threads=2)
+  [ -n "$a" ] && [ "$a" = "$b" ] && ok "prefetch on/off: same run" || bad "prefetch changes the run" "$(diff <(echo "$a") <(echo "$b"))"
+  # augmentation: the same run with 1 or 3 prefetch threads, and synchronously (prefetch 0)
+  a=$(pf_run --set augment=true); b=$(pf_run --set augment=true --set prefetch_threads=3)
+  c=$(pf_run --set augment=true --set prefetch=0)
+  [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] && ok "augment: same run for any prefetch threads" ||
+    bad "augment depends on prefetch threads" "$(diff <(echo "$a") <(echo "$b")); $(diff <(echo "$a") <(echo "$c"))"
+  expect prefetch_bad_key 1 "prefetch_threads.*out of range" -- "$CT" train --epochs 1 --set prefetch_threads=0
 else
   bad "data/mnist is missing: run scripts/setup.sh"
 fi

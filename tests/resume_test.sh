@@ -172,6 +172,22 @@ rc=$?
 [ "$rc" -eq 0 ] && ok "run B killed three times and resumed" || bad "run B resume (rc $rc)" "$(cat "$tmp/b4.log")"
 same_final "run B (plateau lr, early stopping state)" "$tmp/refB" "$D" "${last#step-}"
 
+# ---- recipe P: augmentation on 2 prefetch threads, killed mid-epoch (batch 7 of epoch 2) ----------------
+P=(--data-dir "$tmp/data" --hidden 32 --batch-size 64 --epochs 2 --seed 11 --threads 2 --save-every 10
+   --set augment=true --set prefetch=3 --set prefetch_threads=2)
+run "$tmp/refP.log" -- "$CT" train "${P[@]}" --save-dir "$R"
+rc=$?
+mv "$R" "$tmp/refP"
+last=$(cat "$tmp/refP/latest" 2>/dev/null)
+[ "$rc" -eq 0 ] && [ -n "$last" ] && ok "reference run P ($last)" || bad "reference run P (rc $rc)" "$(cat "$tmp/refP.log")"
+D=$R
+run "$tmp/p1.log" -- env CTRAIN_TEST_CRASH=step:25 "$CT" train "${P[@]}" --save-dir "$D"
+run "$tmp/p2.log" -- "$CT" train --resume "$D"
+rc=$?
+[ "$rc" -eq 0 ] && ok "run P (augment, prefetch) killed mid-epoch and resumed" || bad "run P resume (rc $rc)" "$(cat "$tmp/p2.log")"
+same_final "run P (augment, prefetch threads)" "$tmp/refP" "$D" "${last#step-}"
+rm -rf "$tmp/refP" "$D"
+
 # ---- recipe C: a CNN (batchnorm running statistics are buffers) -----------------------------------
 C=(--model cnn --channels 4,8 --data-dir "$tmp/data" --batch-size 64 --epochs 3 --seed 5 --threads 2 --save-every 10)
 run "$tmp/refC.log" -- "$CT" train "${C[@]}" --save-dir "$R"

@@ -351,6 +351,7 @@ int ct_cli_train(int argc, char **argv) {
     model_t m = {0};
     ct_optimizer *opt = NULL;
     ct_loader *ld = NULL;
+    ct_prefetcher *pf = NULL; /* prefetch > 0 or augment: training batches from the prefetcher */
     float *best_copy = NULL; /* restore-best weights (early stopping) */
     int have_best = 0;
     ct_schedule *sched = NULL;
@@ -445,6 +446,15 @@ int ct_cli_train(int argc, char **argv) {
     if ((s = ct_optimizer_create(m.plan, &r.optim, &opt)) != CT_OK) goto out_err;
     if ((s = ct_loader_create(ctx, &train, r.batch_size, 1, 1, r.seed, &ld)) != CT_OK) goto out_err;
     int64_t per_epoch = ct_loader_num_batches(ld);
+    if (r.prefetch > 0 || r.augment) {
+        ct_prefetch_opts po;
+        ct_prefetch_opts_default(&po);
+        po.buffer_size = r.prefetch > 0 ? r.prefetch : 1;
+        po.threads = r.prefetch > 0 ? r.prefetch_threads : 0; /* 0: synchronous */
+        po.augment = r.augment;
+        po.pad_value = -mean / stdv; /* a normalized 0 pixel */
+        if ((s = ct_prefetcher_create(ctx, &train, r.batch_size, 1, 1, r.seed, &po, &pf)) != CT_OK) goto out_err;
+    }
     const int accum = r.accumulate_steps;
     if (per_epoch < accum) {
         fprintf(stderr, "ctrain: error: E40010 accumulate_steps %d is more than the %lld batches of an epoch; lower "
@@ -517,12 +527,16 @@ int ct_cli_train(int argc, char **argv) {
     }
     ct_train_state *st = ckst; /* reused for saving */
     for (; !stopped && ep < r.epochs && step < total; ep++) {
-        ct_loader_start_epoch(ld, (uint64_t)ep);
+        if (pf) {
+            if ((s = ct_prefetcher_start_epoch(pf, (uint64_t)ep)) != CT_OK) goto out_err;
+        } else {
+            ct_loader_start_epoch(ld, (uint64_t)ep);
+        }
         double ep_start = now_s(), run_loss = 0;
         int64_t ep_correct = 0, ep_seen = 0, got, b = 0;
         if (resume && step == step0 && ep == (int)ckst->epoch && ckst->batch_in_epoch > 0) {
             b = ckst->batch_in_epoch; /* mid-epoch: skip what was consumed, restore the running totals */
-            if ((s = ct_loader_skip(ld, b)) != CT_OK) goto out_err;
+            if ((s = pf ? ct_prefetcher_skip(pf, b) : ct_loader_skip(ld, b)) != CT_OK) goto out_err;
             run_loss = ckst->epoch_loss_sum;
             ep_correct = ckst->epoch_correct;
             ep_seen = ckst->epoch_seen;
@@ -532,7 +546,7 @@ int ct_cli_train(int argc, char **argv) {
         int64_t mk_correct = ep_correct, mk_seen = ep_seen;
         if (accum > 1 && (s = ct_plan_zero_grads(m.plan)) != CT_OK) goto out_err;
         double prof_td = 0; /* profiler: when the batch load began */
-        while (step < total && (prof_td = prof ? ct_profiler_now_us() : 0, (s = ct_loader_next(ld, tx.data, ty.data, &got)) == CT_OK) && got > 0) {
+        while (step < total && (prof_td = prof ? ct_profiler_now_us() : 0, (s = pf ? ct_prefetcher_next(pf, tx.data, ty.data, &got) : ct_loader_next(ld, tx.data, ty.data, &got)) == CT_OK) && got > 0) {
             if (prof) ct_profiler_event(prof, "batch", "data", prof_td, ct_profiler_now_us(), NULL);
             float lr = ct_schedule_lr(sched, step), loss;
             if ((s = ct_plan_forward(m.plan, 1)) != CT_OK) goto out_err;
@@ -688,6 +702,7 @@ out:
     free(best_copy);
     free(ckst);
     ct_schedule_free(sched);
+    ct_prefetcher_free(pf);
     ct_loader_free(ld);
     ct_optimizer_free(opt);
     ct_plan_free(m.plan);

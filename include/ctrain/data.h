@@ -58,6 +58,42 @@ ct_status ct_loader_next(ct_loader *l, float *images, int32_t *labels, int64_t *
  * exactly where batch k of epoch e would start). Allocates nothing. */
 ct_status ct_loader_skip(ct_loader *l, int64_t batches);
 
+/* ---- prefetcher (src/data/prefetch.c) -------------------------------------
+ * Background threads (POSIX) fill a ring of `buffer_size` batches while the
+ * caller trains, so loading, normalizing and augmenting never stall compute.
+ * Batch k of epoch e is the loader's batch k (same permutation for the same
+ * (seed, shuffle, drop_last)), augmented with random choices drawn from the
+ * counter RNG keyed by (seed, epoch, position in the epoch): the content of
+ * every batch depends only on (seed, epoch, k), never on the number of
+ * threads or on timing. With augment off the batches equal ct_loader's bit
+ * for bit. Everything is allocated in ct_prefetcher_create; next copies
+ * into the caller's buffers and allocates nothing. */
+typedef struct ct_prefetch_opts {
+    int buffer_size;   /* batches in the ring (default 4, >= 1)                  */
+    int threads;       /* worker threads (default 1); 0: synchronous, next
+                          decodes the batch in the calling thread              */
+    int augment;       /* random crop + horizontal flip (default off)          */
+    int crop_pad;      /* crop padding in pixels when augmenting (default 2)    */
+    int flip;          /* horizontal flip with p = 0.5 when augmenting (default 1) */
+    float pad_value;   /* value of the padding (normalized 0 pixel: -mean/std) */
+} ct_prefetch_opts;
+void ct_prefetch_opts_default(ct_prefetch_opts *o);
+
+typedef struct ct_prefetcher ct_prefetcher;
+/* o NULL: defaults. Starts epoch 0. The dataset must outlive the prefetcher. */
+ct_status ct_prefetcher_create(ct_context *ctx, const ct_dataset *ds, int64_t batch, int shuffle, int drop_last,
+                               uint64_t seed, const ct_prefetch_opts *o, ct_prefetcher **out);
+/* Stops the workers (also mid-epoch) and frees everything. */
+void ct_prefetcher_free(ct_prefetcher *pf);
+int64_t ct_prefetcher_num_batches(const ct_prefetcher *pf);
+/* Starts epoch `epoch`: drops what was prefetched and refills from batch 0. */
+ct_status ct_prefetcher_start_epoch(ct_prefetcher *pf, uint64_t epoch);
+/* Skips the next `batches` batches of the epoch (as ct_loader_skip). */
+ct_status ct_prefetcher_skip(ct_prefetcher *pf, int64_t batches);
+/* Copies the next batch into images (B*C*H*W) and labels (B); blocks only
+ * while that batch is not ready. *got: samples copied (0 at end of epoch). */
+ct_status ct_prefetcher_next(ct_prefetcher *pf, float *images, int32_t *labels, int64_t *got);
+
 #ifdef __cplusplus
 }
 #endif

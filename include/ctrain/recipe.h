@@ -66,6 +66,10 @@ typedef struct ct_recipe {
     int keep_last;           /* step directories kept (0: all); default 3       */
     char metrics_file[256];  /* JSON-lines metrics log (ctrain/metrics.h); "": none */
     char profile_dir[256];   /* profiler trace DIR/trace.json (ctrain/profile.h); "": off */
+    /* data pipeline (ct_prefetcher, ctrain/data.h) */
+    int prefetch;            /* ring of batches loaded ahead (default 4; 0: synchronous loader) */
+    int prefetch_threads;    /* background loading threads (default 1)          */
+    int augment;             /* random crop (pad 2) + horizontal flip of training images */
 } ct_recipe;
 
 /* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */

@@ -10,6 +10,7 @@
 
 #include "core/internal.h"
 #include "ctrain/data.h"
+#include "data/loader_internal.h"
 
 /* Domain tag in the high bits of the Philox stream so the loader's random
  * numbers never coincide with other users of the same seed. */
@@ -123,6 +124,8 @@ ct_status ct_loader_next(ct_loader *l, float *images, int32_t *labels, int64_t *
     *got = b;
     return CT_OK;
 }
+
+const int64_t *ct_loader_perm_(const ct_loader *l) { return l->perm; }
 
 ct_status ct_loader_skip(ct_loader *l, int64_t batches) {
     if (!l) return CT_E_INVALID_ARG;

@@ -90,6 +90,9 @@ static const key_def k_keys[] = {
     {"keep_last", K_INT, OFF(keep_last), 0, 0, 1e6, NULL},
     {"metrics_file", K_STR, OFF(metrics_file), SZ(metrics_file), 0, 0, NULL},
     {"profile_dir", K_STR, OFF(profile_dir), SZ(profile_dir), 0, 0, NULL},
+    {"prefetch", K_INT, OFF(prefetch), 0, 0, 4096, NULL},
+    {"prefetch_threads", K_INT, OFF(prefetch_threads), 0, 1, 256, NULL},
+    {"augment", K_BOOL, OFF(augment), 0, 0, 1, NULL},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
@@ -121,6 +124,8 @@ void ct_recipe_default(ct_recipe *r) {
     snprintf(r->early_stop_mode, sizeof r->early_stop_mode, "min");
     snprintf(r->recompute_ops, sizeof r->recompute_ops, "none");
     r->keep_last = 3;
+    r->prefetch = 4;
+    r->prefetch_threads = 1;
 }
 
 static const key_def *find_key(const char *key) {
