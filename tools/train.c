@@ -489,8 +489,8 @@ int ct_cli_train(int argc, char **argv) {
     }
     ct_plan_stats ps;
     ct_plan_get_stats(m.plan, &ps);
-    char rj[1024];
-    ct_recipe_to_json(&r, rj, sizeof rj);
+    char rj[8192];
+    if (ct_recipe_to_json(&r, rj, sizeof rj) < 0) snprintf(rj, sizeof rj, "(out of memory)");
     printf("ctrain train: %s on %s (%lld train / %lld test images, %dx%lldx%lld), %d params, %.1f MiB "
            "activations\n",
            r.model, r.dataset, (long long)train.n, (long long)test.n, (int)train.c, (long long)train.h,

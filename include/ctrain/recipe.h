@@ -82,7 +82,8 @@ ct_status ct_recipe_load_file(ct_context *ctx, const char *path, ct_recipe *r);
 ct_status ct_recipe_set(ct_context *ctx, ct_recipe *r, const char *key, const char *value);
 /* Checks cross-field consistency (e.g. cnn needs channels). */
 ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r);
-/* Writes the recipe as JSON into buf (for logs). */
+/* Writes the recipe as JSON into buf (for logs): the same as
+ * ct_recipe_to_json_full. */
 int ct_recipe_to_json(const ct_recipe *r, char *buf, size_t len);
 /* Writes every key of the recipe as JSON (checkpoints store it): parsing
  * it with ct_recipe_parse_json on top of ct_recipe_default gives back the

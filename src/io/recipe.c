@@ -360,31 +360,9 @@ ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
     return CT_OK;
 }
 
-static int list_json(char *buf, size_t len, const int64_t *v, int n) {
-    size_t o = 0;
-    o += (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < n && o < len; i++) o += (size_t)snprintf(buf + o, len - o, i ? ", %lld" : "%lld", (long long)v[i]);
-    if (o < len) o += (size_t)snprintf(buf + o, len - o, "]");
-    return (int)o;
-}
-
-int ct_recipe_to_json(const ct_recipe *r, char *buf, size_t len) {
-    char h[160], c[160];
-    list_json(h, sizeof h, r->hidden, r->n_hidden);
-    list_json(c, sizeof c, r->channels, r->n_channels);
-    return snprintf(buf, len,
-                    "{\"model\": \"%s\", \"hidden\": %s, \"channels\": %s, \"dropout\": %g, \"dataset\": \"%s\", "
-                    "\"epochs\": %d, \"batch_size\": %lld, \"seed\": %llu, \"optimizer\": {\"name\": \"%s\", "
-                    "\"lr\": %g, \"weight_decay\": %g, \"momentum\": %g, \"nesterov\": %s, \"beta1\": %g, "
-                    "\"beta2\": %g, \"eps\": %g}, \"schedule\": \"%s\", \"warmup_steps\": %d, \"min_lr\": %g, "
-                    "\"label_smoothing\": %g}",
-                    r->model, h, c, (double)r->dropout, r->dataset, r->epochs, (long long)r->batch_size,
-                    (unsigned long long)r->seed, ct_optim_kind_name(r->optim.kind),
-                    (double)r->optim.lr, (double)r->optim.weight_decay, (double)r->optim.momentum,
-                    r->optim.nesterov ? "true" : "false", (double)r->optim.beta1, (double)r->optim.beta2,
-                    (double)r->optim.eps, r->schedule, r->warmup_steps, (double)r->min_lr,
-                    (double)r->label_smoothing);
-}
+/* The log line and the checkpoint use the same table-driven writer, so the
+ * printed recipe always shows every key. */
+int ct_recipe_to_json(const ct_recipe *r, char *buf, size_t len) { return ct_recipe_to_json_full(r, buf, len); }
 
 /* The shortest decimal that reads back as the same float: JSON numbers are
  * parsed as doubles and then range-checked, so the double must not be the
