@@ -86,5 +86,9 @@ typedef struct {
 } test_model;
 ct_status test_model_build(ct_context *ctx, int nd, const int64_t *xshape, int n_layers, const int64_t *sizes,
                            int64_t classes, float dropout, float smoothing, test_model *m);
+/* The same, compiled with `opts` (NULL: defaults). */
+ct_status test_model_build_opts(ct_context *ctx, int nd, const int64_t *xshape, int n_layers, const int64_t *sizes,
+                                int64_t classes, float dropout, float smoothing, const ct_compile_opts *opts,
+                                test_model *m);
 
 #endif

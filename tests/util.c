@@ -55,6 +55,12 @@ void test_fill_uniform(float *x, size_t n, unsigned seed, float lo, float hi) {
 
 ct_status test_model_build(ct_context *ctx, int nd, const int64_t *xshape, int n_layers, const int64_t *sizes,
                            int64_t classes, float dropout, float smoothing, test_model *m) {
+    return test_model_build_opts(ctx, nd, xshape, n_layers, sizes, classes, dropout, smoothing, NULL, m);
+}
+
+ct_status test_model_build_opts(ct_context *ctx, int nd, const int64_t *xshape, int n_layers, const int64_t *sizes,
+                                int64_t classes, float dropout, float smoothing, const ct_compile_opts *opts,
+                                test_model *m) {
     ct_graph *g;
     memset(m, 0, sizeof *m);
     ct_status s = ct_graph_create(ctx, &g);
@@ -65,7 +71,7 @@ ct_status test_model_build(ct_context *ctx, int nd, const int64_t *xshape, int n
         s = nd == 4 ? ct_model_cnn(g, m->x, n_layers, sizes, classes, &m->logits)
                     : ct_model_mlp(g, m->x, n_layers, sizes, classes, dropout, &m->logits);
     if (s == CT_OK) s = ct_cross_entropy(g, m->logits, m->y, smoothing, -100, &m->loss);
-    if (s == CT_OK) s = ct_compile(g, m->loss, 1, &m->logits, NULL, &m->plan);
+    if (s == CT_OK) s = ct_compile(g, m->loss, 1, &m->logits, opts, &m->plan);
     ct_graph_free(g);
     if (s != CT_OK) return s;
     ct_tensor tx, ty;

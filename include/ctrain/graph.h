@@ -133,7 +133,44 @@ enum {
     CT_RECOMPUTE_ALL = 0xff
 };
 
+/* Mixed precision (ct_compile_opts.precision; docs/mixed-precision.md).
+ *  FP32       everything FP32.
+ *  BF16/FP16  autocast: matmul, linear, conv2d (forward and backward) read
+ *             BF16/FP16 copies of their inputs (one cast per value, not per
+ *             use) and store low-precision outputs; softmax, log_softmax,
+ *             cross_entropy and sum/mean read FP32 casts and store FP32;
+ *             batchnorm/layernorm compute in FP32 and store their input's
+ *             dtype; other ops follow their inputs (FP32 when any float input
+ *             is FP32). Parameters stay FP32 (master weights): their casts
+ *             are refreshed by every forward, and their gradients are FP32.
+ *  *_PURE     every parameter and input is cast to the low dtype at first
+ *             use and every op stores low precision (model.half() with FP32
+ *             master weights); the loss stays FP32.
+ * Kernels without native low-precision I/O run their FP32 math on converted
+ * copies (the executor converts in and out), so the numerics are those of a
+ * low-precision matrix unit with FP32 accumulation. */
+typedef enum ct_precision {
+    CT_PRECISION_FP32 = 0,
+    CT_PRECISION_BF16,
+    CT_PRECISION_FP16,
+    CT_PRECISION_BF16_PURE,
+    CT_PRECISION_FP16_PURE,
+    CT_PRECISION_COUNT
+} ct_precision;
+/* "fp32", "bf16", "fp16", "bf16-pure", "fp16-pure" */
+const char *ct_precision_name(ct_precision p);
+/* Parses a name above; unknown -> CT_E_INVALID_ARG listing the valid ones. */
+ct_status ct_precision_parse(ct_context *ctx, const char *name, ct_precision *out);
+
 typedef struct ct_compile_opts {
+    ct_precision precision; /* CT_PRECISION_FP32 (default)                          */
+    /* Comma-separated layer names or op kinds that stay FP32 under autocast
+     * (their inputs are cast to FP32 and their output is FP32), e.g.
+     * "fc2,maxpool2d". A name matches a node of that name or whose name
+     * starts with it followed by '.'; an op kind matches every node of that
+     * op ("conv2d", "linear", "matmul", "maxpool2d", ...). A token that
+     * matches nothing is an error. NULL/"" : none. */
+    const char *keep_fp32;
     int build_backward;   /* 1: autodiff from the loss (default)              */
     int init_params;      /* 1: initialize params/buffers from their ct_init  */
     /* 1: gradient accumulation over micro-batches. Each final parameter
@@ -214,11 +251,17 @@ ct_status ct_plan_buffer_arena(ct_plan *p, float **buffers, size_t *n);
 
 typedef struct ct_plan_stats {
     size_t param_bytes, grad_bytes, buffer_bytes, activation_bytes, workspace_bytes;
+    size_t cast_bytes; /* mixed precision: FP32 scratch for kernels converting their I/O */
     int n_nodes, n_params;
 } ct_plan_stats;
 void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *out);
 /* Name of the kernel that ran a node's op ("ref", "avx2", "avx512", "onednn"). */
 const char *ct_plan_kernel_name(const ct_plan *p, ct_node n);
+/* The dtype a node's output is stored in by this plan (after autocast);
+ * CT_DTYPE_COUNT for an unknown node. */
+ct_dtype ct_plan_node_dtype(const ct_plan *p, ct_node n);
+/* Number of cast nodes the autocast pass inserted (0 in FP32). */
+int ct_plan_num_casts(const ct_plan *p);
 ct_context *ct_plan_context(const ct_plan *p);
 
 #ifdef __cplusplus

@@ -44,6 +44,11 @@ static ct_status mark(ct_graph *g, ct_node n) {
 
 /* Adds `contrib` to the gradient accumulated for node `n`. */
 static ct_status accumulate(ct_graph *g, ct_node *grads, ct_node n, ct_node contrib) {
+    ct_dtype want = g->nodes[n].dtype;
+    if (g->mixed && g->nodes[contrib].dtype != want) { /* a gradient has its value's dtype */
+        CT_TRY(ct_graph_cast(g, contrib, want, &contrib));
+        CT_TRY(mark(g, contrib));
+    }
     if (grads[n] == CT_NONE) {
         grads[n] = contrib;
         return CT_OK;
@@ -311,6 +316,8 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
         /* the same counter-based mask, regenerated from (seed, stream, step) */
         CT_TRY(bnode(g, CT_OP_DROPOUT, 1, &dy, &D, in[0], &t));
         return accumulate(g, grads, in[0], t);
+    case CT_OP_CAST: /* accumulate casts the gradient back to the input's dtype */
+        return accumulate(g, grads, in[0], dy);
     case CT_OP_EMBEDDING:
         if (needs(req, in[0])) {
             CT_TRY(bnode(g, CT_OP_EMBEDDING_BWD, 2, (ct_node[]){dy, in[1]}, &D, in[0], &t));
@@ -330,7 +337,7 @@ ct_status ct_autodiff(ct_graph *g, ct_node loss, ct_node seed, ct_node *grads, u
     for (int i = 0; i < n_fwd; i++) {
         const ct_node_def *d = &g->nodes[i];
         req[i] = d->op == CT_OP_PARAM;
-        if (d->dtype != CT_F32) continue; /* integer ids/labels carry no gradient */
+        if (!ct_dtype_is_float(d->dtype)) continue; /* integer ids/labels carry no gradient */
         for (int j = 0; j < d->n_in && !req[i]; j++) req[i] = req[d->in[j]];
     }
     for (int i = 0; i < n_fwd; i++) grads[i] = CT_NONE;

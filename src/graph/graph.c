@@ -39,10 +39,57 @@ ct_status ct_graph_push(ct_graph *g, const ct_node_def *def, ct_node *out) {
         g->cap = cap;
     }
     g->nodes[g->n] = *def;
+    if (g->mixed && def->op != CT_OP_CAST && def->n_in > 0) g->nodes[g->n].dtype = ct_graph_infer_dtype(g, def);
     if (!def->name[0]) snprintf(g->nodes[g->n].name, CT_NAME_LEN, "%s_%d", ct_op_table(def->op)->name, g->n);
     if (out) *out = g->n;
     g->n++;
     return CT_OK;
+}
+
+/* Mixed precision: the dtype of a node's stored output. Normalization keeps
+ * its input's dtype (its FP32 gamma/beta/statistics do not promote it);
+ * gradients of parameters and of f32 statistics are FP32; everything else
+ * promotes as PyTorch does: FP32 when any float input is FP32 (or BF16 meets
+ * FP16), else the common low-precision dtype. Integer inputs (labels, ids)
+ * do not count. */
+ct_dtype ct_graph_infer_dtype(const ct_graph *g, const ct_node_def *d) {
+    const ct_node_def *in = g->nodes;
+    switch (d->op) {
+    case CT_OP_BATCHNORM: case CT_OP_LAYERNORM: case CT_OP_EMBEDDING: case CT_OP_SUM_TO: case CT_OP_BROADCAST_TO:
+        return in[d->in[0]].dtype;
+    case CT_OP_BATCHNORM_BWD_DATA: case CT_OP_LAYERNORM_BWD_DATA: case CT_OP_CROSS_ENTROPY_BWD:
+        return in[d->in[1]].dtype;
+    case CT_OP_BATCHNORM_BWD_GAMMA: case CT_OP_LAYERNORM_BWD_GAMMA: case CT_OP_EMBEDDING_BWD:
+    case CT_OP_CROSS_ENTROPY:
+        return CT_F32;
+    default: break;
+    }
+    ct_dtype t = CT_DTYPE_COUNT;
+    for (int i = 0; i < d->n_in; i++) {
+        ct_dtype u = in[d->in[i]].dtype;
+        if (!ct_dtype_is_float(u)) continue;
+        t = t == CT_DTYPE_COUNT || t == u ? u : CT_F32;
+    }
+    return t == CT_DTYPE_COUNT ? d->dtype : t;
+}
+
+ct_status ct_graph_cast(ct_graph *g, ct_node x, ct_dtype dt, ct_node *out) {
+    CT_TRY(ct_graph_check_node(g, x, "cast"));
+    const ct_node_def *X = &g->nodes[x];
+    if (!ct_dtype_is_float(X->dtype) || !ct_dtype_is_float(dt))
+        return ct_set_error(g->ctx, CT_E_DTYPE, "cast: '%s' is %s; only float tensors are cast to %s", X->name,
+                            ct_dtype_name(X->dtype), ct_dtype_name(dt));
+    ct_node_def d;
+    memset(&d, 0, sizeof d);
+    d.op = CT_OP_CAST;
+    d.n_in = 1;
+    d.in[0] = x;
+    d.dtype = dt;
+    d.ndim = X->ndim;
+    memcpy(d.shape, X->shape, sizeof d.shape);
+    d.flags = X->flags & CT_NODE_BACKWARD;
+    snprintf(d.name, CT_NAME_LEN, "%.48s.%s", X->name, ct_dtype_name(dt));
+    return ct_graph_push(g, &d, out);
 }
 
 ct_status ct_graph_check_node(ct_graph *g, ct_node n, const char *op) {
@@ -58,7 +105,7 @@ static char *shp(const ct_node_def *d, char *buf) { return ct_shape_str(d->ndim,
 
 static ct_status check_f32(ct_graph *g, const char *op, ct_node n) {
     const ct_node_def *d = N(g, n);
-    if (d->dtype != CT_F32)
+    if (d->dtype != CT_F32 && !(g->mixed && ct_dtype_is_float(d->dtype)))
         return ct_set_error(g->ctx, d->dtype == CT_BF16 || d->dtype == CT_F16 ? CT_E_UNSUPPORTED : CT_E_DTYPE,
                             "%s: input '%s' has dtype %s but this op needs f32; check the FP16/BF16 "
                             "conversion boundaries (cast to f32 first)",
@@ -67,6 +114,7 @@ static ct_status check_f32(ct_graph *g, const char *op, ct_node n) {
 }
 
 static ct_status check_same_dtype(ct_graph *g, const char *op, ct_node a, ct_node b) {
+    if (g->mixed && ct_dtype_is_float(N(g, a)->dtype) && ct_dtype_is_float(N(g, b)->dtype)) return CT_OK;
     if (N(g, a)->dtype != N(g, b)->dtype)
         return ct_set_error(g->ctx, CT_E_DTYPE,
                             "%s: dtype mismatch, '%s' is %s and '%s' is %s; check the FP16/BF16 conversion "

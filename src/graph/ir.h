@@ -41,6 +41,7 @@ typedef enum ct_op {
     CT_OP_CROSS_ENTROPY, /* in: logits, labels; fa[0]=smoothing ia[0]=ignore_index        */
     CT_OP_DROPOUT,     /* fa[0]=p; ia[0]=RNG stream (the forward node's id)               */
     CT_OP_EMBEDDING,   /* in: weight, ids                                                 */
+    CT_OP_CAST,        /* dtype conversion (autocast pass); out dtype = node dtype         */
     /* backward ops */
     CT_OP_UNARY_BWD,   /* in: dy, x (or y for sigmoid/tanh/relu); ia[0]=kind              */
     CT_OP_BROADCAST_TO,/* in: x, like; out has like's shape; fa[0]=multiplier             */
@@ -95,6 +96,10 @@ struct ct_graph {
     ct_context *ctx;
     ct_node_def *nodes;
     int n, cap;
+    /* Set on a plan's graph by the autocast pass: builders accept BF16/F16
+     * float inputs and infer each node's dtype (ct_graph_infer_dtype). User
+     * graphs are FP32 and keep this 0. */
+    int mixed;
 };
 
 /* Appends a node (copying *def); shape/dtype must be filled. */
@@ -102,6 +107,13 @@ ct_status ct_graph_push(ct_graph *g, const ct_node_def *def, ct_node *out);
 /* Checks that n names an existing node; sets an error naming `op` if not. */
 ct_status ct_graph_check_node(ct_graph *g, ct_node n, const char *op);
 int64_t ct_node_numel(const ct_node_def *d);
+/* Mixed-precision graphs: the dtype a node's output is stored in, from its
+ * inputs (graph.c holds the rule). */
+ct_dtype ct_graph_infer_dtype(const ct_graph *g, const ct_node_def *d);
+/* Appends a CAST of x to dtype dt (mixed graphs only). */
+ct_status ct_graph_cast(ct_graph *g, ct_node x, ct_dtype dt, ct_node *out);
+static inline int ct_dtype_is_float(ct_dtype t) { return t == CT_F32 || t == CT_BF16 || t == CT_F16; }
+static inline int ct_dtype_is_low(ct_dtype t) { return t == CT_BF16 || t == CT_F16; }
 
 /* ---- kernels ------------------------------------------------------------------ */
 
@@ -136,6 +148,14 @@ typedef struct ct_op_info {
     ct_size_fn aux_bytes;
     ct_size_fn ws_bytes;
     ct_cache_free_fn cache_free;
+    /* Bit j set: input j is read only for its saved state (aux) and shape,
+     * never its data (a backward node naming its forward node). The executor
+     * does not convert such inputs in mixed precision. */
+    uint8_t state_inputs;
+    /* 1: the kernels read and write BF16/F16 tensors themselves. Otherwise the
+     * executor hands them FP32 copies of low-precision inputs and converts
+     * their FP32 output back (the math is FP32 either way). */
+    uint8_t lowp_native;
 } ct_op_info;
 
 const ct_op_info *ct_op_table(ct_op op);

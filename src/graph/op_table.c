@@ -30,17 +30,18 @@ static const ct_op_info k_ops[CT_OP_COUNT] = {
     [CT_OP_CROSS_ENTROPY] = {"cross_entropy", {SIMD(cross_entropy)}, 0, 0, 0},
     [CT_OP_DROPOUT] = {"dropout", {SIMD(dropout)}, 0, 0, 0},
     [CT_OP_EMBEDDING] = {"embedding", {SIMD(embedding)}, 0, 0, 0},
+    [CT_OP_CAST] = {"cast", {[CT_KERNEL_REF] = ct_k_cast}, 0, 0, 0, 0, 1},
     [CT_OP_UNARY_BWD] = {"unary_bwd", {SIMD(unary_bwd)}, 0, 0, 0},
     [CT_OP_BROADCAST_TO] = {"broadcast_to", {SIMD(broadcast_to)}, 0, 0, 0},
     [CT_OP_SUM_TO] = {"sum_to", {SIMD(sum_to)}, 0, 0, 0},
-    [CT_OP_CONV2D_BWD_DATA] = {"conv2d_bwd_data", {DNNL(conv2d_bwd_data)}, 0, 0, ct_onednn_cache_free},
-    [CT_OP_CONV2D_BWD_WEIGHT] = {"conv2d_bwd_weight", {DNNL(conv2d_bwd_weight)}, 0, 0, ct_onednn_cache_free},
-    [CT_OP_MAXPOOL2D_BWD] = {"maxpool2d_bwd", {SIMD(maxpool2d_bwd)}, 0, 0, 0},
+    [CT_OP_CONV2D_BWD_DATA] = {"conv2d_bwd_data", {DNNL(conv2d_bwd_data)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0},
+    [CT_OP_CONV2D_BWD_WEIGHT] = {"conv2d_bwd_weight", {DNNL(conv2d_bwd_weight)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0},
+    [CT_OP_MAXPOOL2D_BWD] = {"maxpool2d_bwd", {SIMD(maxpool2d_bwd)}, 0, 0, 0, 1u << 1, 0},
     [CT_OP_AVGPOOL2D_BWD] = {"avgpool2d_bwd", {SIMD(avgpool2d_bwd)}, 0, 0, 0},
-    [CT_OP_BATCHNORM_BWD_DATA] = {"batchnorm_bwd_data", {SIMD(batchnorm_bwd_data)}, 0, 0, 0},
-    [CT_OP_BATCHNORM_BWD_GAMMA] = {"batchnorm_bwd_gamma", {SIMD(batchnorm_bwd_gamma)}, 0, 0, 0},
-    [CT_OP_LAYERNORM_BWD_DATA] = {"layernorm_bwd_data", {SIMD(layernorm_bwd_data)}, 0, 0, 0},
-    [CT_OP_LAYERNORM_BWD_GAMMA] = {"layernorm_bwd_gamma", {SIMD(layernorm_bwd_gamma)}, 0, 0, 0},
+    [CT_OP_BATCHNORM_BWD_DATA] = {"batchnorm_bwd_data", {SIMD(batchnorm_bwd_data)}, 0, 0, 0, 1u << 3, 0},
+    [CT_OP_BATCHNORM_BWD_GAMMA] = {"batchnorm_bwd_gamma", {SIMD(batchnorm_bwd_gamma)}, 0, 0, 0, 1u << 2, 0},
+    [CT_OP_LAYERNORM_BWD_DATA] = {"layernorm_bwd_data", {SIMD(layernorm_bwd_data)}, 0, 0, 0, 1u << 3, 0},
+    [CT_OP_LAYERNORM_BWD_GAMMA] = {"layernorm_bwd_gamma", {SIMD(layernorm_bwd_gamma)}, 0, 0, 0, 1u << 2, 0},
     [CT_OP_SLICE_BWD] = {"slice_bwd", {SIMD(slice_bwd)}, 0, 0, 0},
     [CT_OP_SOFTMAX_BWD] = {"softmax_bwd", {SIMD(softmax_bwd)}, 0, 0, 0},
     [CT_OP_LOG_SOFTMAX_BWD] = {"log_softmax_bwd", {SIMD(log_softmax_bwd)}, 0, 0, 0},
@@ -49,7 +50,7 @@ static const ct_op_info k_ops[CT_OP_COUNT] = {
 };
 
 const ct_op_info *ct_op_table(ct_op op) {
-    static const ct_op_info bad = {"invalid", {0}, 0, 0, 0};
+    static const ct_op_info bad = {"invalid", {0}, 0, 0, 0, 0, 0};
     return (unsigned)op < CT_OP_COUNT ? &k_ops[op] : &bad;
 }
 

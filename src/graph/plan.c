@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "autodiff.h"
+#include "ctrain/convert.h"
 #include "plan.h"
 #include "prof/prof_internal.h"
 
@@ -117,9 +118,19 @@ static ct_status pass_select_kernels(ct_plan *p) {
             return ct_set_error(p->ctx, CT_E_UNSUPPORTED, "compile: no kernel for op '%s' (node '%s')",
                                 ct_op_table(op)->name, g->nodes[i].name);
         const ct_op_info *info = ct_op_table(op);
-        p->pn[i].aux_bytes = info->aux_bytes ? info->aux_bytes(g, &g->nodes[i]) : 0;
-        p->pn[i].ws_bytes = info->ws_bytes ? info->ws_bytes(g, &g->nodes[i]) : 0;
+        const ct_node_def *d = &g->nodes[i];
+        p->pn[i].aux_bytes = info->aux_bytes ? info->aux_bytes(g, d) : 0;
+        p->pn[i].ws_bytes = info->ws_bytes ? info->ws_bytes(g, d) : 0;
         if (p->pn[i].ws_bytes > p->ws_bytes) p->ws_bytes = p->pn[i].ws_bytes;
+        /* kernels without low-precision I/O get FP32 copies (see run_node) */
+        size_t cvt = 0;
+        for (int j = 0; j < d->n_in && !info->lowp_native; j++)
+            if (ct_dtype_is_low(g->nodes[d->in[j]].dtype) && !(info->state_inputs & (1u << j)))
+                cvt += ct_align_up((size_t)ct_node_numel(&g->nodes[d->in[j]]) * sizeof(float), CT_ALIGN);
+        if (!info->lowp_native && ct_dtype_is_low(d->dtype))
+            cvt += ct_align_up((size_t)ct_node_numel(d) * sizeof(float), CT_ALIGN);
+        p->pn[i].cvt_bytes = cvt;
+        if (cvt > p->cvt_bytes) p->cvt_bytes = cvt;
     }
     return CT_OK;
 }
@@ -267,6 +278,7 @@ static ct_status pass_allocate(ct_plan *p) {
     CT_TRY(ct_alloc(p->ctx, bb, (void **)&p->buffer_arena));
     CT_TRY(ct_alloc(p->ctx, p->act_bytes, (void **)&p->act_arena));
     CT_TRY(ct_alloc(p->ctx, p->ws_bytes, &p->ws));
+    if (p->cvt_bytes) CT_TRY(ct_alloc(p->ctx, p->cvt_bytes, &p->cvt_ws));
     memset(p->param_arena, 0, pb);
     memset(p->grad_arena, 0, pb);
     memset(p->buffer_arena, 0, bb);
@@ -293,12 +305,12 @@ static ct_status pass_allocate(ct_plan *p) {
     return CT_OK;
 }
 
-/* The ordered list of graph passes. Later work inserts autocast, fusion,
- * recomputation here. */
+/* The ordered list of graph passes. Later work inserts fusion here. */
 static const struct {
     const char *name;
     ct_pass_fn fn;
 } k_passes[] = {
+    {"autocast", ct_pass_autocast},
     {"autodiff", pass_autodiff},
     {"recompute", ct_pass_recompute},
     {"liveness", pass_liveness},
@@ -308,6 +320,8 @@ static const struct {
 };
 
 void ct_compile_opts_default(ct_compile_opts *o) {
+    o->precision = CT_PRECISION_FP32;
+    o->keep_fp32 = NULL;
     o->build_backward = 1;
     o->init_params = 1;
     o->accumulate_grads = 0;
@@ -337,11 +351,22 @@ ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *
     p->accumulate_grads = opts->accumulate_grads != 0;
     p->recompute_every = opts->recompute_every;
     p->recompute_ops = opts->recompute_ops;
+    p->precision = opts->precision;
+    p->n_user = src->n;
     ct_status s = CT_OK;
+    if ((unsigned)opts->precision >= CT_PRECISION_COUNT)
+        s = ct_set_error(ctx, CT_E_INVALID_ARG, "compile: precision %d is not a ct_precision", (int)opts->precision);
+    if (s == CT_OK && opts->keep_fp32 && opts->keep_fp32[0]) {
+        p->keep_fp32 = malloc(strlen(opts->keep_fp32) + 1);
+        if (!p->keep_fp32) s = ct_set_error(ctx, CT_E_OOM, "compile: out of memory");
+        else strcpy(p->keep_fp32, opts->keep_fp32);
+    }
     /* snapshot the graph */
-    p->g.nodes = malloc(sizeof(ct_node_def) * (size_t)(src->n ? src->n : 1));
-    p->outputs = malloc(sizeof(ct_node) * (size_t)(n_outputs + 1));
-    if (!p->g.nodes || !p->outputs) s = ct_set_error(ctx, CT_E_OOM, "compile: out of memory");
+    if (s == CT_OK) {
+        p->g.nodes = malloc(sizeof(ct_node_def) * (size_t)(src->n ? src->n : 1));
+        p->outputs = malloc(sizeof(ct_node) * (size_t)(n_outputs + 1));
+        if (!p->g.nodes || !p->outputs) s = ct_set_error(ctx, CT_E_OOM, "compile: out of memory");
+    }
     if (s == CT_OK) {
         memcpy(p->g.nodes, src->nodes, sizeof(ct_node_def) * (size_t)src->n);
         p->g.n = p->g.cap = src->n;
@@ -392,6 +417,9 @@ void ct_plan_free(ct_plan *p) {
     ct_free(p->ctx, p->buffer_arena);
     ct_free(p->ctx, p->act_arena);
     ct_free(p->ctx, p->ws);
+    ct_free(p->ctx, p->cvt_ws);
+    free(p->keep_fp32);
+    free(p->user_map);
     free(p->pn);
     free(p->g.nodes);
     free(p->outputs);
@@ -411,12 +439,26 @@ static ct_tensor node_tensor(const ct_plan *p, ct_node n) {
 /* Anomaly mode: the first node whose f32 output holds NaN/inf is an error
  * that names the op and gives statistics of its inputs. */
 static int64_t first_nonfinite(const ct_tensor *t) {
+    int64_t n = ct_tensor_numel(t);
+    if (ct_dtype_is_low(t->dtype)) { /* all-ones exponent: inf or NaN */
+        const uint16_t *h = t->data, e = t->dtype == CT_BF16 ? 0x7f80 : 0x7c00;
+        for (int64_t j = 0; j < n; j++)
+            if ((h[j] & e) == e) return j;
+        return -1;
+    }
     if (t->dtype != CT_F32) return -1;
     const float *x = t->data;
-    int64_t n = ct_tensor_numel(t);
     for (int64_t j = 0; j < n; j++)
         if (!isfinite(x[j])) return j;
     return -1;
+}
+
+static float element_f32(const ct_tensor *t, int64_t j) {
+    switch (t->dtype) {
+    case CT_BF16: return ct_bf16_to_f32(((const uint16_t *)t->data)[j]);
+    case CT_F16: return ct_f16_to_f32(((const uint16_t *)t->data)[j]);
+    default: return ((const float *)t->data)[j];
+    }
 }
 
 static ct_status check_anomaly(ct_plan *p, int i) {
@@ -425,7 +467,7 @@ static ct_status check_anomaly(ct_plan *p, int i) {
     int64_t bad = first_nonfinite(&out);
     if (bad < 0) return CT_OK;
     char msg[768], shape[96];
-    float v = ((const float *)out.data)[bad];
+    float v = element_f32(&out, bad);
     int o = snprintf(msg, sizeof msg, "anomaly: op '%s' (node '%s', %s) produced %s at element %lld of %s; inputs:",
                      ct_op_table(d->op)->name, d->name, (d->flags & CT_NODE_BACKWARD) ? "backward" : "forward",
                      isnan(v) ? "NaN" : "inf", (long long)bad, ct_shape_str(d->ndim, d->shape, shape, sizeof shape));
@@ -477,7 +519,24 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     k.step = p->step;
     k.seed = ct_context_seed(p->ctx);
     k.nthreads = ct_context_num_threads(p->ctx);
-    ct_status s = pn->kernel(&k);
+    ct_tensor stored = k.out;
+    ct_status s = CT_OK;
+    if (pn->cvt_bytes) { /* FP32 copies of low-precision I/O (select_kernels sized them) */
+        char *cur = p->cvt_ws;
+        const uint8_t state = ct_op_table(d->op)->state_inputs;
+        for (int j = 0; j < d->n_in && s == CT_OK; j++) {
+            if (!ct_dtype_is_low(k.in[j].dtype)) continue;
+            ct_tensor f = ct_tensor_make(k.in[j].data, CT_F32, k.in[j].ndim, k.in[j].shape);
+            if (!(state & (1u << j))) { /* state inputs: only aux and shape are read */
+                f.data = cur;
+                cur += ct_align_up((size_t)ct_tensor_numel(&f) * sizeof(float), CT_ALIGN);
+                s = ct_convert(p->ctx, &k.in[j], &f);
+            }
+            k.in[j] = f;
+        }
+        if (ct_dtype_is_low(stored.dtype)) k.out = ct_tensor_make(cur, CT_F32, stored.ndim, stored.shape);
+    }
+    if (s == CT_OK) s = pn->kernel(&k);
     /* A fast kernel may decline a configuration it does not cover: fall back
      * to the next kernel in preference order, once, for good. */
     while (s == CT_E_UNSUPPORTED && pn->slot != CT_KERNEL_REF) {
@@ -487,6 +546,7 @@ static ct_status run_node(ct_plan *p, int i, int training) {
         ct_context_clear_error(p->ctx);
         s = pn->kernel(&k);
     }
+    if (s == CT_OK && k.out.data != stored.data) s = ct_convert(p->ctx, &k.out, &stored);
     if (s != CT_OK && !ct_context_last_error(p->ctx)[0])
         ct_set_error(p->ctx, s, "op '%s' (node '%s') failed", ct_op_table(d->op)->name, d->name);
     if (prof_t0 >= 0.0 && s == CT_OK) ct_prof_op(p->prof, i, pn->slot, prof_t0);
@@ -562,8 +622,10 @@ void ct_plan_set_grad_ready(ct_plan *p, ct_grad_ready_fn fn, void *user) {
 
 ct_status ct_plan_tensor(ct_plan *p, ct_node n, ct_tensor *out) {
     if (!p || !out) return CT_E_INVALID_ARG;
-    if (n < 0 || n >= p->n_fwd)
-        return ct_set_error(p->ctx, CT_E_INVALID_ARG, "plan_tensor: node %d is not in the compiled graph", (int)n);
+    ct_node u = n;
+    n = ct_plan_map(p, n);
+    if (n < 0)
+        return ct_set_error(p->ctx, CT_E_INVALID_ARG, "plan_tensor: node %d is not in the compiled graph", (int)u);
     if (!p->pn[n].live || !p->pn[n].data)
         return ct_set_error(p->ctx, CT_E_STATE,
                             "plan_tensor: node '%s' is not kept by this plan; pass it in `outputs` to ct_compile",
@@ -579,7 +641,7 @@ static int param_index(const ct_plan *p, ct_node n) {
 }
 
 ct_status ct_plan_grad(ct_plan *p, ct_node param, ct_tensor *out) {
-    int i = param_index(p, param);
+    int i = param_index(p, ct_plan_map(p, param));
     if (i < 0) return ct_set_error(p->ctx, CT_E_INVALID_ARG, "plan_grad: node %d is not a parameter", (int)param);
     const ct_node_def *d = &p->g.nodes[param];
     *out = ct_tensor_make(p->grad_arena + p->param_off[i], CT_F32, d->ndim, d->shape);
@@ -622,13 +684,22 @@ void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *o) {
     o->buffer_bytes = p->n_buffer_floats * sizeof(float);
     o->activation_bytes = p->act_bytes;
     o->workspace_bytes = p->ws_bytes;
+    o->cast_bytes = p->cvt_bytes;
     o->n_nodes = p->g.n;
     o->n_params = p->n_params;
 }
 
 const char *ct_plan_kernel_name(const ct_plan *p, ct_node n) {
-    if (n < 0 || n >= p->g.n || p->pn[n].slot < 0) return "none";
+    n = ct_plan_map(p, n);
+    if (n < 0 || p->pn[n].slot < 0) return "none";
     return ct_kernel_slot_name(p->pn[n].slot);
 }
+
+ct_dtype ct_plan_node_dtype(const ct_plan *p, ct_node n) {
+    n = ct_plan_map(p, n);
+    return n < 0 ? CT_DTYPE_COUNT : p->g.nodes[n].dtype;
+}
+
+int ct_plan_num_casts(const ct_plan *p) { return p->n_casts; }
 
 ct_context *ct_plan_context(const ct_plan *p) { return p->ctx; }

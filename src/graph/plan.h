@@ -19,6 +19,7 @@ typedef struct ct_plan_node {
     int last_use;        /* last node index that reads this storage            */
     ct_node root;        /* storage root (self unless an alias)                */
     int grad_of_param;   /* param index whose final gradient this node is, or -1 */
+    size_t cvt_bytes;    /* mixed precision: FP32 scratch for converted I/O (0: none) */
     void *data, *aux, *cache;
 } ct_plan_node;
 
@@ -49,11 +50,28 @@ struct ct_plan {
     int recompute_every;     /* ct_compile_opts, read by the recompute pass    */
     uint32_t recompute_ops;
     struct ct_profiler *prof; /* per-node timing when attached (src/prof); NULL: off */
+    /* mixed precision (autocast.c) */
+    ct_precision precision;
+    char *keep_fp32;         /* owned copy of ct_compile_opts.keep_fp32       */
+    ct_node *user_map;       /* user node id -> plan node id (NULL: identity) */
+    int n_user;              /* nodes in the user's graph                     */
+    int n_casts;
+    void *cvt_ws;            /* FP32 copies for kernels without low-precision I/O */
+    size_t cvt_bytes;
 };
+
+/* A user's node id in the plan's graph (-1 when out of range). */
+static inline ct_node ct_plan_map(const ct_plan *p, ct_node n) {
+    if (n < 0 || n >= p->n_user) return -1;
+    return p->user_map ? p->user_map[n] : n;
+}
 
 /* Graph passes run by ct_compile, in order. */
 typedef ct_status (*ct_pass_fn)(ct_plan *p);
 /* recompute.c: activation checkpointing (after autodiff, before liveness). */
 ct_status ct_pass_recompute(ct_plan *p);
+/* autocast.c: mixed precision (before autodiff): inserts casts per the
+ * precision policy and keep_fp32; rebuilds the forward graph. */
+ct_status ct_pass_autocast(ct_plan *p);
 
 #endif

@@ -43,7 +43,7 @@ static int is_leaf(ct_op op) { return op == CT_OP_INPUT || op == CT_OP_PARAM || 
 static uint32_t op_kind(ct_op op) {
     switch (op) {
     case CT_OP_UNARY: return CT_RECOMPUTE_ACTIVATION;
-    case CT_OP_SCALE: case CT_OP_BINARY: return CT_RECOMPUTE_ELTWISE;
+    case CT_OP_SCALE: case CT_OP_BINARY: case CT_OP_CAST: return CT_RECOMPUTE_ELTWISE;
     case CT_OP_DROPOUT: return CT_RECOMPUTE_DROPOUT;
     case CT_OP_BATCHNORM: case CT_OP_LAYERNORM: return CT_RECOMPUTE_NORM;
     case CT_OP_MAXPOOL2D: case CT_OP_AVGPOOL2D: case CT_OP_SUM: return CT_RECOMPUTE_REDUCE;

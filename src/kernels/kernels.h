@@ -25,6 +25,9 @@
 
 #define CT_DECL_REF(op) ct_status ct_k_##op##_ref(ct_kargs *k);
 #define CT_DECL_SIMD(op) ct_status ct_k_##op##_avx2(ct_kargs *k); ct_status ct_k_##op##_avx512(ct_kargs *k);
+/* dtype conversion (CT_OP_CAST): one kernel for every slot, ct_convert picks the ISA */
+ct_status ct_k_cast(ct_kargs *k);
+
 CT_KERNEL_OPS(CT_DECL_REF)
 CT_KERNEL_OPS(CT_DECL_SIMD)
 
