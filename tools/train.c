@@ -33,6 +33,9 @@ static void train_usage(FILE *f) {
             "  --momentum X           --schedule NAME (constant|cosine|step|multistep|...)\n"
             "  --dropout P            --label-smoothing E    --seed N\n"
             "  --threads N            --set KEY=VALUE (any recipe key)\n"
+            "  --precision P          fp32|bf16|fp16|bf16-pure|fp16-pure (mixed precision; fp16 uses a dynamic\n"
+            "                         loss scaler, see loss_scale.* in docs/recipes.md)\n"
+            "  --keep-fp32 LIST       layer names or op kinds that stay FP32, e.g. fc2,maxpool2d\n"
             "  --save-dir DIR         write checkpoints to DIR/step-NNNNNN (DIR/latest names the newest)\n"
             "  --save-every N         a checkpoint every N steps (0: only at the end)   --keep K (default 3, 0: all)\n"
             "  --resume DIR           continue a run from DIR (a save dir or a step dir) bit for bit, with the\n"
@@ -66,7 +69,8 @@ static const char *const k_flags[][2] = {
     {"--schedule", "schedule"}, {"--dropout", "dropout"}, {"--label-smoothing", "label_smoothing"},
     {"--seed", "seed"}, {"--threads", "threads"},
     {"--save-dir", "save_dir"}, {"--save-every", "save_every"}, {"--keep", "keep_last"},
-    {"--metrics", "metrics_file"}, {"--profile", "profile_dir"},
+    {"--metrics", "metrics_file"}, {"--profile", "profile_dir"}, {"--precision", "precision"},
+    {"--keep-fp32", "keep_fp32"},
 };
 
 /* The recipe's schedule as a library schedule over `total` steps (lengths
@@ -114,6 +118,14 @@ static ct_status sched_from_recipe(ct_context *ctx, const ct_recipe *r, int64_t 
     return ct_schedule_create(ctx, &o, out);
 }
 
+/* Logits as FP32: a low-precision plan stores BF16/FP16 logits, converted
+ * into buf (B*C floats). */
+static const float *logits_f32(ct_context *ctx, const ct_tensor *tl, float *buf) {
+    if (tl->dtype == CT_F32) return tl->data;
+    ct_tensor f = ct_tensor_make(buf, CT_F32, tl->ndim, tl->shape);
+    return ct_convert(ctx, tl, &f) == CT_OK ? buf : tl->data;
+}
+
 static int64_t argmax_correct(const float *logits, const int32_t *labels, int64_t n, int64_t c) {
     int64_t ok = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -136,6 +148,7 @@ typedef struct {
     ct_plan *plan;
     ct_node x, y, logits, loss;
     int64_t batch, n_classes;
+    float *logits_buf; /* FP32 copy of low-precision logits (B*C) */
 } model_t;
 
 /* Evaluates on a dataset in eval mode; the last partial batch is padded with
@@ -158,7 +171,7 @@ static ct_status evaluate(ct_context *ctx, model_t *m, const ct_dataset *ds, dou
         float l;
         ct_plan_loss(m->plan, &l);
         tot_loss += (double)l * (double)got;
-        correct += argmax_correct(tl.data, lab, got, m->n_classes);
+        correct += argmax_correct(logits_f32(ctx, &tl, m->logits_buf), lab, got, m->n_classes);
         seen += got;
     }
     ct_loader_free(ld);
@@ -188,12 +201,42 @@ static ct_status build_model(ct_context *ctx, const ct_recipe *r, const ct_datas
     co.recompute_ops = !strcmp(r->recompute_ops, "cheap") ? CT_RECOMPUTE_CHEAP
                        : !strcmp(r->recompute_ops, "all") ? CT_RECOMPUTE_ALL
                                                           : 0;
+    if (s == CT_OK) s = ct_precision_parse(ctx, r->precision, &co.precision);
+    co.keep_fp32 = r->keep_fp32;
+    if (s == CT_OK && !(m->logits_buf = malloc(sizeof(float) * (size_t)(r->batch_size * ds->n_classes))))
+        s = CT_E_OOM;
     if (s == CT_OK) s = ct_compile(g, m->loss, 1, &m->logits, &co, &m->plan);
     /* "loss / accumulation_steps": each micro-batch's gradient is added into the arena */
     if (s == CT_OK && r->accumulate_steps > 1) s = ct_plan_set_loss_scale(m->plan, 1.0f / (float)r->accumulate_steps);
     if (s == CT_OK && r->detect_anomaly) ct_plan_set_anomaly(m->plan, 1);
     ct_graph_free(g);
     return s;
+}
+
+/* The loss scaler the recipe asks for (NULL: none). auto: dynamic for
+ * fp16, static 1024 for fp16-pure, none for fp32/bf16. */
+static const char *scale_mode(const ct_recipe *r) {
+    if (strcmp(r->scale_mode, "auto")) return r->scale_mode;
+    return !strcmp(r->precision, "fp16") ? "dynamic" : !strcmp(r->precision, "fp16-pure") ? "static" : "off";
+}
+
+static ct_status scaler_from_recipe(ct_context *ctx, const ct_recipe *r, ct_scaler **out) {
+    *out = NULL;
+    const char *mode = scale_mode(r);
+    if (!strcmp(mode, "off")) return CT_OK;
+    ct_scaler_opts o;
+    ct_scaler_opts_default(&o);
+    o.dynamic = !strcmp(mode, "dynamic");
+    o.init_scale = r->scale_init > 0 ? r->scale_init : o.dynamic ? 65536.0f : 1024.0f;
+    o.growth_factor = r->scale_growth_factor;
+    o.backoff_factor = r->scale_backoff_factor;
+    o.growth_interval = r->scale_growth_interval;
+    o.hysteresis = r->scale_hysteresis;
+    o.min_scale = r->scale_min;
+    o.max_scale = r->scale_max > o.init_scale ? r->scale_max : o.init_scale;
+    o.floor_patience = r->scale_floor_patience;
+    o.floor_policy = !strcmp(r->scale_floor, "stop") ? CT_SCALER_FLOOR_STOP : CT_SCALER_FLOOR_ERROR;
+    return ct_scaler_create(ctx, &o, out);
 }
 
 /* ---- checkpoints -------------------------------------------------------------------------- */
@@ -237,7 +280,10 @@ static void model_text(const ct_recipe *r, char *buf, size_t len) {
 /* Writes a checkpoint of the run; st holds the position and progress.
  * Returns the exit code on failure (the error printed), 0 on success. */
 static int save_checkpoint(ct_context *ctx, const ct_recipe *r, model_t *m, ct_optimizer *opt,
-                           const ct_schedule *sched, const ct_early_stop *es, ct_train_state *st) {
+                           const ct_schedule *sched, const ct_early_stop *es, const ct_scaler *scaler,
+                           ct_train_state *st) {
+    st->has_scaler = scaler != NULL;
+    if (scaler) ct_scaler_get_state(scaler, &st->scaler);
     st->has_schedule = 1;
     ct_schedule_get_state(sched, &st->schedule);
     st->has_early_stop = 1;
@@ -350,6 +396,7 @@ int ct_cli_train(int argc, char **argv) {
     ct_dataset train = {0}, test = {0};
     model_t m = {0};
     ct_optimizer *opt = NULL;
+    ct_scaler *scaler = NULL;
     ct_loader *ld = NULL;
     ct_prefetcher *pf = NULL; /* prefetch > 0 or augment: training batches from the prefetcher */
     float *best_copy = NULL; /* restore-best weights (early stopping) */
@@ -444,6 +491,7 @@ int ct_cli_train(int argc, char **argv) {
     if ((s = ct_dataset_load_idx(ctx, dir, "t10k", mean, stdv, &test)) != CT_OK) goto out_data;
     if ((s = build_model(ctx, &r, &train, &m)) != CT_OK) goto out_err;
     if ((s = ct_optimizer_create(m.plan, &r.optim, &opt)) != CT_OK) goto out_err;
+    if ((s = scaler_from_recipe(ctx, &r, &scaler)) != CT_OK) goto out_err;
     if ((s = ct_loader_create(ctx, &train, r.batch_size, 1, 1, r.seed, &ld)) != CT_OK) goto out_err;
     int64_t per_epoch = ct_loader_num_batches(ld);
     if (r.prefetch > 0 || r.augment) {
@@ -486,6 +534,7 @@ int ct_cli_train(int argc, char **argv) {
         if ((s = ct_checkpoint_load(ctx, resume, m.plan, opt, ckst)) != CT_OK) goto out_err;
         if (ckst->has_schedule && (s = ct_schedule_set_state(sched, &ckst->schedule)) != CT_OK) goto out_err;
         if (ckst->has_early_stop) es = ckst->early_stop;
+        if (ckst->has_scaler && scaler && (s = ct_scaler_set_state(scaler, &ckst->scaler)) != CT_OK) goto out_err;
     }
     ct_plan_stats ps;
     ct_plan_get_stats(m.plan, &ps);
@@ -497,6 +546,10 @@ int ct_cli_train(int argc, char **argv) {
            (long long)train.w, (int)(ps.param_bytes / 4), (double)ps.activation_bytes / 1048576.0);
     printf("  threads %d, kernels: %s%s, data loaded in %.2f s\n", ct_context_num_threads(ctx),
            ct_isa_name(ct_context_isa(ctx)), ct_context_use_onednn(ctx) ? " + oneDNN" : "", now_s() - t0);
+    if (strcmp(r.precision, "fp32"))
+        printf("  precision %s: %d casts, loss scaling %s%s%s\n", r.precision, ct_plan_num_casts(m.plan),
+               scale_mode(&r),
+               r.keep_fp32[0] ? ", kept in fp32: " : "", r.keep_fp32);
     printf("  recipe: %s\n", rj);
     fflush(stdout);
     if (report_dir && mkdir(report_dir, 0777) != 0 && errno != EEXIST) {
@@ -546,12 +599,16 @@ int ct_cli_train(int argc, char **argv) {
         int64_t mk_correct = ep_correct, mk_seen = ep_seen;
         if (accum > 1 && (s = ct_plan_zero_grads(m.plan)) != CT_OK) goto out_err;
         double prof_td = 0; /* profiler: when the batch load began */
-        while (step < total && (prof_td = prof ? ct_profiler_now_us() : 0, (s = pf ? ct_prefetcher_next(pf, tx.data, ty.data, &got) : ct_loader_next(ld, tx.data, ty.data, &got)) == CT_OK) && got > 0) {
+        while (!stopped && step < total && (prof_td = prof ? ct_profiler_now_us() : 0, (s = pf ? ct_prefetcher_next(pf, tx.data, ty.data, &got) : ct_loader_next(ld, tx.data, ty.data, &got)) == CT_OK) && got > 0) {
             if (prof) ct_profiler_event(prof, "batch", "data", prof_td, ct_profiler_now_us(), NULL);
             float lr = ct_schedule_lr(sched, step), loss;
+            if (scaler && (s = ct_plan_set_loss_scale(m.plan, ct_scaler_scale(scaler) / (float)accum)) != CT_OK)
+                goto out_err;
             if ((s = ct_plan_forward(m.plan, 1)) != CT_OK) goto out_err;
             ct_plan_loss(m.plan, &loss);
-            if (!isfinite(loss)) {
+            if (!isfinite(loss) && scaler) {
+                loss = 0.0f; /* FP16 overflowed in the forward: the scaler skips this step */
+            } else if (!isfinite(loss)) {
                 fprintf(stderr, "\nctrain: error: E40020 the loss became %g at step %lld (epoch %d, lr %g); lower "
                         "optimizer.lr, check the data for NaN/inf\n", (double)loss, (long long)step, ep + 1, (double)lr);
                 rc = 1;
@@ -560,16 +617,32 @@ int ct_cli_train(int argc, char **argv) {
             if ((s = ct_plan_backward(m.plan)) != CT_OK) goto out_err;
             b++;
             run_loss += loss;
-            ep_correct += argmax_correct(tl.data, ty.data, got, m.n_classes);
+            ep_correct += argmax_correct(logits_f32(ctx, &tl, m.logits_buf), ty.data, got, m.n_classes);
             ep_seen += got;
             if (++micro < accum) continue; /* more micro-batches before this step */
             micro = 0;
             double prof_to = prof ? ct_profiler_now_us() : 0;
             float gnorm = 0.0f;
-            if (r.clip_grad_norm > 0.0f && (s = ct_clip_grad_norm(m.plan, r.clip_grad_norm, 2.0f, &gnorm)) != CT_OK)
-                goto out_err;
-            if (r.clip_grad_value > 0.0f && (s = ct_clip_grad_value(m.plan, r.clip_grad_value)) != CT_OK) goto out_err;
-            if ((s = ct_optimizer_step(opt, lr)) != CT_OK) goto out_err;
+            int overflow = 0, bad_param = -1;
+            /* loss scaling: unscale + inf/NaN check in one pass, then clip and step, or skip */
+            if (scaler && (s = ct_scaler_unscale(scaler, m.plan, &overflow, &bad_param)) != CT_OK) goto out_err;
+            if (!overflow) {
+                if (r.clip_grad_norm > 0.0f &&
+                    (s = ct_clip_grad_norm(m.plan, r.clip_grad_norm, 2.0f, &gnorm)) != CT_OK)
+                    goto out_err;
+                if (r.clip_grad_value > 0.0f && (s = ct_clip_grad_value(m.plan, r.clip_grad_value)) != CT_OK)
+                    goto out_err;
+                if ((s = ct_optimizer_step(opt, lr)) != CT_OK) goto out_err;
+            }
+            if (scaler) {
+                if ((s = ct_scaler_update(scaler, m.plan, overflow, bad_param)) != CT_OK) goto out_err;
+                if (ct_scaler_should_stop(scaler)) {
+                    printf("\n  loss scaler: the scale stayed at loss_scale.min_scale %g for %d overflows in a row; "
+                           "stopping (loss_scale.floor = stop). Check the data and the learning rate, or train "
+                           "in bf16\n", (double)r.scale_min, r.scale_floor_patience);
+                    stopped = 1;
+                }
+            }
             if (accum > 1 && (s = ct_plan_zero_grads(m.plan)) != CT_OK) goto out_err;
             step++;
             if (prof) {
@@ -579,7 +652,8 @@ int ct_cli_train(int argc, char **argv) {
             if (mx) {
                 ct_metrics_step ml = {step, ep + 1, (run_loss - mk_loss) / accum,
                                       (double)(ep_correct - mk_correct) / (double)(ep_seen - mk_seen), lr,
-                                      (double)(ep_seen - mk_seen), r.clip_grad_norm > 0.0f ? gnorm : -1.0, -1.0,
+                                      (double)(ep_seen - mk_seen), r.clip_grad_norm > 0.0f ? gnorm : -1.0,
+                                      scaler ? (double)ct_scaler_scale(scaler) : -1.0,
                                       now_s() - train_start};
                 if ((s = ct_metrics_log_step(mx, &ml)) != CT_OK) goto out_err;
             }
@@ -596,7 +670,7 @@ int ct_cli_train(int argc, char **argv) {
                 st->epoch_seen = ep_seen;
                 st->test_loss = test_loss;
                 st->test_acc = test_acc;
-                if ((rc = save_checkpoint(ctx, &r, &m, opt, sched, &es, st)) != 0) goto out;
+                if ((rc = save_checkpoint(ctx, &r, &m, opt, sched, &es, scaler, st)) != 0) goto out;
             }
             int show = tty ? (b % 5 == 0 || b == per_epoch) : (b % r.log_every == 0);
             if (!quiet && show) {
@@ -610,10 +684,17 @@ int ct_cli_train(int argc, char **argv) {
                 barbuf[20] = 0;
                 char normbuf[32] = "";
                 if (r.clip_grad_norm > 0.0f) snprintf(normbuf, sizeof normbuf, "  grad norm %.3g", (double)gnorm);
-                printf("%sepoch %d/%d [%s] %lld/%lld  loss %.4f  acc %5.2f%%  lr %.2e%s  %.0f samples/s  ETA %s%s",
+                char scalebuf[64] = "";
+                if (scaler) {
+                    ct_scaler_state ss;
+                    ct_scaler_get_state(scaler, &ss);
+                    snprintf(scalebuf, sizeof scalebuf, "  scale %g skipped %llu", (double)ss.scale,
+                             (unsigned long long)ss.skipped);
+                }
+                printf("%sepoch %d/%d [%s] %lld/%lld  loss %.4f  acc %5.2f%%  lr %.2e%s%s  %.0f samples/s  ETA %s%s",
                        tty ? "\r" : "  ", ep + 1, r.epochs, barbuf, (long long)b, (long long)per_epoch,
-                       run_loss / (double)b, 100.0 * (double)ep_correct / (double)ep_seen, (double)lr, normbuf, sps,
-                       eta, tty ? "   " : "\n");
+                       run_loss / (double)b, 100.0 * (double)ep_correct / (double)ep_seen, (double)lr, normbuf,
+                       scalebuf, sps, eta, tty ? "   " : "\n");
                 fflush(stdout);
             }
         }
@@ -668,7 +749,7 @@ int ct_cli_train(int argc, char **argv) {
         st->test_loss = test_loss;
         st->test_acc = test_acc;
         st->finished = 1;
-        if ((rc = save_checkpoint(ctx, &r, &m, opt, sched, &es, st)) != 0) goto out;
+        if ((rc = save_checkpoint(ctx, &r, &m, opt, sched, &es, scaler, st)) != 0) goto out;
     }
     double total_time = now_s() - train_start;
     ct_mem_stats ms;
@@ -704,8 +785,10 @@ out:
     ct_schedule_free(sched);
     ct_prefetcher_free(pf);
     ct_loader_free(ld);
+    ct_scaler_free(scaler);
     ct_optimizer_free(opt);
     ct_plan_free(m.plan);
+    free(m.logits_buf);
     ct_profiler_free(prof);
     ct_dataset_free(ctx, &train);
     ct_dataset_free(ctx, &test);

@@ -70,6 +70,18 @@ typedef struct ct_recipe {
     int prefetch;            /* ring of batches loaded ahead (default 4; 0: synchronous loader) */
     int prefetch_threads;    /* background loading threads (default 1)          */
     int augment;             /* random crop (pad 2) + horizontal flip of training images */
+    /* mixed precision (ct_precision in graph.h, ct_scaler in amp.h) */
+    char precision[12];      /* fp32 | bf16 | fp16 | bf16-pure | fp16-pure     */
+    char keep_fp32[256];     /* comma-separated layer names / op kinds kept FP32 */
+    char scale_mode[8];      /* loss_scale.mode: auto | dynamic | static | off;
+                                auto: dynamic for fp16, static for fp16-pure,
+                                off for bf16/fp32                              */
+    float scale_init;        /* 0: 65536 dynamic, 1024 static                  */
+    float scale_growth_factor, scale_backoff_factor;
+    int scale_growth_interval, scale_hysteresis;
+    float scale_min, scale_max;
+    int scale_floor_patience;
+    char scale_floor[8];     /* error | stop: what repeated overflows at min_scale do */
 } ct_recipe;
 
 /* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */

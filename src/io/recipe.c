@@ -93,6 +93,18 @@ static const key_def k_keys[] = {
     {"prefetch", K_INT, OFF(prefetch), 0, 0, 4096, NULL},
     {"prefetch_threads", K_INT, OFF(prefetch_threads), 0, 1, 256, NULL},
     {"augment", K_BOOL, OFF(augment), 0, 0, 1, NULL},
+    {"precision", K_STR, OFF(precision), SZ(precision), 0, 0, "fp32|bf16|fp16|bf16-pure|fp16-pure"},
+    {"keep_fp32", K_STR, OFF(keep_fp32), SZ(keep_fp32), 0, 0, NULL},
+    {"loss_scale.mode", K_STR, OFF(scale_mode), SZ(scale_mode), 0, 0, "auto|dynamic|static|off"},
+    {"loss_scale.init_scale", K_F32, OFF(scale_init), 0, 0, 3.0e38, NULL},
+    {"loss_scale.growth_factor", K_F32, OFF(scale_growth_factor), 0, 1, 1e6, NULL},
+    {"loss_scale.backoff_factor", K_F32, OFF(scale_backoff_factor), 0, 1e-6, 0.999999, NULL},
+    {"loss_scale.growth_interval", K_INT, OFF(scale_growth_interval), 0, 1, 1e9, NULL},
+    {"loss_scale.hysteresis", K_INT, OFF(scale_hysteresis), 0, 1, 1e6, NULL},
+    {"loss_scale.min_scale", K_F32, OFF(scale_min), 0, 1e-30, 3.0e38, NULL},
+    {"loss_scale.max_scale", K_F32, OFF(scale_max), 0, 1e-30, 3.0e38, NULL},
+    {"loss_scale.floor_patience", K_INT, OFF(scale_floor_patience), 0, 1, 1e9, NULL},
+    {"loss_scale.floor", K_STR, OFF(scale_floor), SZ(scale_floor), 0, 0, "error|stop"},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
@@ -123,6 +135,16 @@ void ct_recipe_default(ct_recipe *r) {
     r->accumulate_steps = 1;
     snprintf(r->early_stop_mode, sizeof r->early_stop_mode, "min");
     snprintf(r->recompute_ops, sizeof r->recompute_ops, "none");
+    snprintf(r->precision, sizeof r->precision, "fp32");
+    snprintf(r->scale_mode, sizeof r->scale_mode, "auto");
+    snprintf(r->scale_floor, sizeof r->scale_floor, "error");
+    r->scale_growth_factor = 2.0f; /* ct_scaler_opts_default's values */
+    r->scale_backoff_factor = 0.5f;
+    r->scale_growth_interval = 2000;
+    r->scale_hysteresis = 1;
+    r->scale_min = 1.0f;
+    r->scale_max = 16777216.0f;
+    r->scale_floor_patience = 10;
     r->keep_last = 3;
     r->prefetch = 4;
     r->prefetch_threads = 1;
@@ -251,8 +273,12 @@ static ct_status apply_json(ct_context *ctx, const cJSON *obj, const char *prefi
             if ((pass == 0) != is_name && !cJSON_IsObject(it)) continue;
             if (cJSON_IsObject(it)) {
                 if (pass == 1) continue;
-                if (prefix[0] || strcmp(it->string, "optimizer")) return unknown_key(ctx, key);
-                CT_TRY(apply_json(ctx, it, "optimizer.", r));
+                /* sections: {"optimizer": {...}}, {"loss_scale": {...}} */
+                if (prefix[0] || (strcmp(it->string, "optimizer") && strcmp(it->string, "loss_scale")))
+                    return unknown_key(ctx, key);
+                char sub[64];
+                snprintf(sub, sizeof sub, "%s.", it->string);
+                CT_TRY(apply_json(ctx, it, sub, r));
                 continue;
             }
             const key_def *k = find_key(key);
@@ -340,6 +366,9 @@ ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
         return ct_set_error(ctx, CT_E_CONFIG, "cnn needs 'channels', e.g. [32, 64]");
     if (r->optim.kind == CT_OPTIM_SGD && r->optim.nesterov && (r->optim.momentum <= 0 || r->optim.dampening != 0))
         return ct_set_error(ctx, CT_E_CONFIG, "optimizer.nesterov needs optimizer.momentum > 0 and dampening 0");
+    if (r->scale_min > r->scale_max)
+        return ct_set_error(ctx, CT_E_CONFIG, "loss_scale.min_scale %g is larger than loss_scale.max_scale %g",
+                            (double)r->scale_min, (double)r->scale_max);
     if (r->min_lr > r->optim.lr)
         return ct_set_error(ctx, CT_E_CONFIG, "min_lr %g is larger than optimizer.lr %g", (double)r->min_lr,
                             (double)r->optim.lr);
@@ -395,7 +424,7 @@ int ct_recipe_to_json_full(const ct_recipe *r, char *buf, size_t len) {
     ct_recipe baseline;
     ct_recipe_default(&baseline);
     ct_optim_opts_default(&baseline.optim, r->optim.kind);
-    cJSON *root = cJSON_CreateObject(), *optim = NULL;
+    cJSON *root = cJSON_CreateObject();
     if (!root) return -1;
     int ok = 1;
     for (size_t i = 0; i < N_KEYS && ok; i++) {
@@ -407,10 +436,13 @@ int ct_recipe_to_json_full(const ct_recipe *r, char *buf, size_t len) {
         }
         cJSON *obj = root;
         const char *name = k->key;
-        if (!strncmp(name, "optimizer.", 10)) {
-            if (!optim) ok = (optim = cJSON_AddObjectToObject(root, "optimizer")) != NULL;
-            obj = optim;
-            name += 10;
+        const char *dot = strchr(name, '.');
+        if (dot) { /* "section.key" nests as {"section": {"key": ...}} */
+            char sec[32];
+            snprintf(sec, sizeof sec, "%.*s", (int)(dot - name), name);
+            obj = cJSON_GetObjectItemCaseSensitive(root, sec);
+            if (!obj) ok = (obj = cJSON_AddObjectToObject(root, sec)) != NULL;
+            name = dot + 1;
         }
         if (!ok) break;
         cJSON *item = NULL;
