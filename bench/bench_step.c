@@ -172,7 +172,7 @@ static void opt_free(bench_opt *b) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: bench_step --workload mlp|cnn [--threads N] [--warmup N] [--steps N]\n"
+            "usage: bench_step --workload mlp|cnn [--precision fp32|bf16|fp16|...] [--threads N] [--warmup N] [--steps N]\n"
             "                  [--optim adamw|sgd] [--seed N] [--budget-s S] [--quiet]\n"
             "  --budget-s S: stop after the timed steps took S seconds (at least 3 steps)\n"
             "  mlp: MLP 784-1024-1024-10, batch 256, cross entropy (default optim adamw)\n"
@@ -181,7 +181,7 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *workload = NULL, *optim = NULL;
+    const char *workload = NULL, *optim = NULL, *precision = "fp32";
     int threads = 2, warmup = 3, steps = 10, quiet = 0;
     double budget_s = 0; /* > 0: stop timing once this much time went into timed steps (min 3 steps) */
     uint64_t seed = 1;
@@ -195,6 +195,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--warmup")) warmup = atoi(v);
         else if (!strcmp(a, "--steps")) steps = atoi(v);
         else if (!strcmp(a, "--optim")) optim = v;
+        else if (!strcmp(a, "--precision")) precision = v;
         else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--budget-s")) budget_s = atof(v);
         else usage();
@@ -235,7 +236,10 @@ int main(int argc, char **argv) {
 
     ct_plan *p;
     double t0 = now_ms();
-    DIE_IF(ctx, ct_compile(g, loss, 0, NULL, NULL, &p));
+    ct_compile_opts copts;
+    ct_compile_opts_default(&copts);
+    DIE_IF(ctx, ct_precision_parse(ctx, precision, &copts.precision));
+    DIE_IF(ctx, ct_compile(g, loss, 0, NULL, &copts, &p));
     double compile_ms = now_ms() - t0;
 
     ct_optim_opts oo;

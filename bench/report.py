@@ -43,7 +43,7 @@ def load(logdir):
     """runs[(workload, label)] -> list of {round, steps:[dict], env:[dict], kernels, result}"""
     runs = defaultdict(list)
     for path in sorted(glob.glob(os.path.join(logdir, "*_r*.log"))):
-        m = re.match(r"(\w+?)_(.+)_r(\d+)\.log$", os.path.basename(path))
+        m = re.match(r"([\w-]+?)_(.+)_r(\d+)\.log$", os.path.basename(path))
         if not m:
             continue
         wl, label, rnd = m.group(1), m.group(2), int(m.group(3))

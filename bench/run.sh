@@ -8,7 +8,8 @@
 #                                # foreach optimizers, channels_last) to pick its best
 # Options (or the environment variable in brackets):
 #   --rounds N [ROUNDS=5]     --steps N [STEPS=10]     --warmup N [WARMUP=3]
-#   --threads N [THREADS=2]   --workloads "mlp cnn" [WORKLOADS]
+#   --threads N [THREADS=2]   --workloads "mlp cnn" [WORKLOADS]; add -bf16 for mixed
+#                             precision: "mlp-bf16 cnn-bf16" (PyTorch: torch.autocast bfloat16)
 #   --coretype NAME [CORETYPE=Haswell]   OpenBLAS kernel set for PyTorch
 #   --foreach 0|1 [TORCH_FOREACH=0]      --channels-last 0|1 [TORCH_CHANNELS_LAST=0]
 #   --ctrain-budget S [CTRAIN_BUDGET_S=30]  cap on ctrain's timed seconds per round
@@ -85,14 +86,19 @@ export OMP_NUM_THREADS=$THREADS
 # PyTorch: OpenMP OpenBLAS first on the loader path, explicit core type.
 torch_env=(nice -n "$NICE" env "LD_LIBRARY_PATH=$OB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "OMP_NUM_THREADS=$THREADS")
 
+# A workload is mlp, cnn, or either with a precision suffix: mlp-bf16, cnn-bf16
+# (ctrain --precision bf16, PyTorch torch.autocast("cpu", dtype=torch.bfloat16)).
+wl_base() { echo "${1%%-*}"; }
+wl_prec() { case "$1" in *-*) echo "${1#*-}" ;; *) echo fp32 ;; esac; }
 run_ctrain() { # workload round
-    nice -n "$NICE" "$BIN" --workload "$1" --threads "$THREADS" --warmup "$WARMUP" --steps "$STEPS" \
+    nice -n "$NICE" "$BIN" --workload "$(wl_base "$1")" --precision "$(wl_prec "$1")" --threads "$THREADS" --warmup "$WARMUP" --steps "$STEPS" \
         --budget-s "$CTRAIN_BUDGET_S" --seed "$2" >"$LOGDIR/$1_ctrain_r$2.log" 2>&1 ||
         { cat "$LOGDIR/$1_ctrain_r$2.log"; echo "run.sh: ctrain $1 failed" >&2; exit 1; }
 }
 run_torch() { # workload round label [extra env/args...]
     local wl=$1 r=$2 label=$3 ct=$4; shift 4
-    "${torch_env[@]}" "OPENBLAS_CORETYPE=$ct" "$PY" bench/torch_step.py --workload "$wl" \
+    "${torch_env[@]}" "OPENBLAS_CORETYPE=$ct" "$PY" bench/torch_step.py --workload "$(wl_base "$wl")" \
+        --precision "$(wl_prec "$wl")" \
         --threads "$THREADS" --warmup "$WARMUP" --steps "$STEPS" --seed "$r" "$@" \
         >"$LOGDIR/${wl}_${label}_r$r.log" 2>&1 ||
         { cat "$LOGDIR/${wl}_${label}_r$r.log"; echo "run.sh: PyTorch $wl failed" >&2; exit 1; }
@@ -153,7 +159,8 @@ echo "load:        $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min) at end"
 
 if [ "$PERF" = 1 ] && command -v perf >/dev/null 2>&1; then
     for wl in $WORKLOADS; do
-        perf record -q -F 499 -o "$LOGDIR/$wl.perf.data" -- "$BIN" --workload "$wl" --threads "$THREADS" \
+        perf record -q -F 499 -o "$LOGDIR/$wl.perf.data" -- "$BIN" --workload "$(wl_base "$wl")" \
+            --precision "$(wl_prec "$wl")" --threads "$THREADS" \
             --warmup 1 --steps "$STEPS" --budget-s "$CTRAIN_BUDGET_S" --quiet >"$LOGDIR/${wl}_perf_run.log" 2>&1 &&
             perf report -i "$LOGDIR/$wl.perf.data" --stdio --no-children --sort dso,sym -t '|' \
                 >"$LOGDIR/${wl}_perf.txt" 2>/dev/null ||
@@ -164,10 +171,10 @@ fi
 if [ "$DNNL_BREAKDOWN" = 1 ]; then
     # oneDNN's own per-primitive timings (both frameworks call the same libdnnl)
     for wl in $WORKLOADS; do
-        ONEDNN_VERBOSE=1 "$BIN" --workload "$wl" --threads "$THREADS" --warmup 1 --steps 3 \
+        ONEDNN_VERBOSE=1 "$BIN" --workload "$(wl_base "$wl")" --precision "$(wl_prec "$wl")" --threads "$THREADS" --warmup 1 --steps 3 \
             --budget-s "$CTRAIN_BUDGET_S" >"$LOGDIR/${wl}_ctrain_dnnl.txt" 2>&1 || true
-        ONEDNN_VERBOSE=1 "${torch_env[@]}" "OPENBLAS_CORETYPE=$CORETYPE" "$PY" bench/torch_step.py --workload "$wl" \
-            --threads "$THREADS" --warmup 1 --steps 3 "${torch_args[@]}" >"$LOGDIR/${wl}_pytorch_dnnl.txt" 2>&1 || true
+        ONEDNN_VERBOSE=1 "${torch_env[@]}" "OPENBLAS_CORETYPE=$CORETYPE" "$PY" bench/torch_step.py --workload "$(wl_base "$wl")" \
+            --precision "$(wl_prec "$wl")" --threads "$THREADS" --warmup 1 --steps 3 "${torch_args[@]}" >"$LOGDIR/${wl}_pytorch_dnnl.txt" 2>&1 || true
     done
 fi
 

@@ -78,6 +78,8 @@ def main():
     ap.add_argument("--foreach", type=int, default=0, help="multi-tensor optimizer path (torch 1.13: opt-in)")
     ap.add_argument("--channels-last", type=int, default=0, help="cnn: NHWC memory format")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: forward under torch.autocast('cpu', dtype=torch.bfloat16)")
     ap.add_argument("--profile", action="store_true", help="print the top ops of one step (torch.profiler)")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args()
@@ -114,7 +116,7 @@ def main():
 
     path, core, cfg, nthr, libs = openblas_info()
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"ENV workload={a.workload} batch={batch} optim={optim} foreach={int(fe)} "
+    print(f"ENV workload={a.workload} precision={a.precision} batch={batch} optim={optim} foreach={int(fe)} "
           f"channels_last={a.channels_last} torch={torch.__version__} threads={torch.get_num_threads()} "
           f"mkldnn_available={int(torch.backends.mkldnn.is_available())} "
           f"mkldnn_enabled={int(torch.backends.mkldnn.enabled)} "
@@ -127,8 +129,9 @@ def main():
     def step():
         c0 = time.process_time()  # CPU time of all threads of this process
         t0 = time.perf_counter()
-        out = model(x)
-        loss = loss_fn(out, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            out = model(x)
+            loss = loss_fn(out, y)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()

@@ -316,7 +316,7 @@ static void bf16_with_recompute_bit_identical(void) {
 }
 
 /* Activation memory of the planned arena, FP32 vs BF16, CNN (reported). */
-static void bf16_halves_planned_activations(void) {
+static void bf16_shrinks_planned_activations(void) {
     ct_context *ctx = test_ctx(-1, 1);
     test_model a, b;
     CHECK_OK(ctx, build(ctx, 1, CT_PRECISION_FP32, NULL, &a));
@@ -324,9 +324,12 @@ static void bf16_halves_planned_activations(void) {
     ct_plan_stats sa, sb;
     ct_plan_get_stats(a.plan, &sa);
     ct_plan_get_stats(b.plan, &sb);
-    printf("    cnn activations: fp32 %zu B, bf16-pure %zu B (+ %zu B conversion scratch)\n", sa.activation_bytes,
-           sb.activation_bytes, sb.cast_bytes);
-    CHECK(sb.activation_bytes < sa.activation_bytes * 7 / 10);
+    printf("    cnn activation arena: fp32 %zu B, bf16-pure %zu B (incl. FP32 conversion copies of up to %zu B)\n",
+           sa.activation_bytes, sb.activation_bytes, sb.cast_bytes);
+    /* stored values are 2 bytes; the FP32 copies for kernels without BF16 I/O
+     * (all but cast on this CPU) are planned in the arena for one node's run */
+    CHECK(sb.activation_bytes < sa.activation_bytes);
+    CHECK(sb.activation_bytes - sb.cast_bytes < sa.activation_bytes * 6 / 10);
     ct_plan_free(a.plan);
     ct_plan_free(b.plan);
     ct_context_free(ctx);
@@ -347,4 +350,4 @@ static void precision_names(void) {
 
 TEST_MAIN(T(autocast_inserts_each_cast_once), T(linear_matches_emulation), T(mlp_bf16_fp16_close_to_fp32),
           T(cnn_bf16_fp16_close_to_fp32), T(keep_fp32_runs_layer_in_fp32), T(fp16_overflow_skips_step),
-          T(bf16_with_recompute_bit_identical), T(bf16_halves_planned_activations), T(precision_names))
+          T(bf16_with_recompute_bit_identical), T(bf16_shrinks_planned_activations), T(precision_names))

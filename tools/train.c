@@ -540,10 +540,12 @@ int ct_cli_train(int argc, char **argv) {
     ct_plan_get_stats(m.plan, &ps);
     char rj[8192];
     if (ct_recipe_to_json(&r, rj, sizeof rj) < 0) snprintf(rj, sizeof rj, "(out of memory)");
+    char cvtbuf[64] = "";
+    if (ps.cast_bytes) snprintf(cvtbuf, sizeof cvtbuf, " (incl. FP32 conversion copies, up to %.1f MiB)", (double)ps.cast_bytes / 1048576.0);
     printf("ctrain train: %s on %s (%lld train / %lld test images, %dx%lldx%lld), %d params, %.1f MiB "
-           "activations\n",
+           "activations%s\n",
            r.model, r.dataset, (long long)train.n, (long long)test.n, (int)train.c, (long long)train.h,
-           (long long)train.w, (int)(ps.param_bytes / 4), (double)ps.activation_bytes / 1048576.0);
+           (long long)train.w, (int)(ps.param_bytes / 4), (double)ps.activation_bytes / 1048576.0, cvtbuf);
     printf("  threads %d, kernels: %s%s, data loaded in %.2f s\n", ct_context_num_threads(ctx),
            ct_isa_name(ct_context_isa(ctx)), ct_context_use_onednn(ctx) ? " + oneDNN" : "", now_s() - t0);
     if (strcmp(r.precision, "fp32"))

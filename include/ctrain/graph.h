@@ -251,7 +251,8 @@ ct_status ct_plan_buffer_arena(ct_plan *p, float **buffers, size_t *n);
 
 typedef struct ct_plan_stats {
     size_t param_bytes, grad_bytes, buffer_bytes, activation_bytes, workspace_bytes;
-    size_t cast_bytes; /* mixed precision: FP32 scratch for kernels converting their I/O */
+    size_t cast_bytes; /* mixed precision: the largest FP32 copy of one node's low-precision
+                          I/O (planned inside activation_bytes, live only while it runs) */
     int n_nodes, n_params;
 } ct_plan_stats;
 void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *out);

@@ -243,6 +243,8 @@ static ct_status pass_plan_memory(ct_plan *p) {
             pn[i].offset = place(blocks, &nb, i, pn[i].bytes, end, &high);
         }
         if (pn[i].aux_bytes) pn[i].aux_offset = place(blocks, &nb, i, ct_align_up(pn[i].aux_bytes, CT_ALIGN), end, &high);
+        /* FP32 copies of low-precision I/O live only while the node runs */
+        if (pn[i].cvt_bytes) pn[i].cvt_offset = place(blocks, &nb, i, pn[i].cvt_bytes, i, &high);
     }
     free(blocks);
     p->act_bytes = high;
@@ -278,7 +280,6 @@ static ct_status pass_allocate(ct_plan *p) {
     CT_TRY(ct_alloc(p->ctx, bb, (void **)&p->buffer_arena));
     CT_TRY(ct_alloc(p->ctx, p->act_bytes, (void **)&p->act_arena));
     CT_TRY(ct_alloc(p->ctx, p->ws_bytes, &p->ws));
-    if (p->cvt_bytes) CT_TRY(ct_alloc(p->ctx, p->cvt_bytes, &p->cvt_ws));
     memset(p->param_arena, 0, pb);
     memset(p->grad_arena, 0, pb);
     memset(p->buffer_arena, 0, bb);
@@ -417,7 +418,6 @@ void ct_plan_free(ct_plan *p) {
     ct_free(p->ctx, p->buffer_arena);
     ct_free(p->ctx, p->act_arena);
     ct_free(p->ctx, p->ws);
-    ct_free(p->ctx, p->cvt_ws);
     free(p->keep_fp32);
     free(p->user_map);
     free(p->pn);
@@ -522,7 +522,7 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     ct_tensor stored = k.out;
     ct_status s = CT_OK;
     if (pn->cvt_bytes) { /* FP32 copies of low-precision I/O (select_kernels sized them) */
-        char *cur = p->cvt_ws;
+        char *cur = p->act_arena + pn->cvt_offset;
         const uint8_t state = ct_op_table(d->op)->state_inputs;
         for (int j = 0; j < d->n_in && s == CT_OK; j++) {
             if (!ct_dtype_is_low(k.in[j].dtype)) continue;

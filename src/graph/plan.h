@@ -19,7 +19,9 @@ typedef struct ct_plan_node {
     int last_use;        /* last node index that reads this storage            */
     ct_node root;        /* storage root (self unless an alias)                */
     int grad_of_param;   /* param index whose final gradient this node is, or -1 */
-    size_t cvt_bytes;    /* mixed precision: FP32 scratch for converted I/O (0: none) */
+    size_t cvt_bytes;    /* mixed precision: FP32 copies of low-precision I/O (0: none),
+                            planned in the activation arena for the node's run only */
+    size_t cvt_offset;
     void *data, *aux, *cache;
 } ct_plan_node;
 
@@ -56,8 +58,7 @@ struct ct_plan {
     ct_node *user_map;       /* user node id -> plan node id (NULL: identity) */
     int n_user;              /* nodes in the user's graph                     */
     int n_casts;
-    void *cvt_ws;            /* FP32 copies for kernels without low-precision I/O */
-    size_t cvt_bytes;
+    size_t cvt_bytes;        /* largest node's FP32 copies (in the activation arena) */
 };
 
 /* A user's node id in the plan's graph (-1 when out of range). */
