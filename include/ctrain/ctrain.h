@@ -14,4 +14,5 @@
 #include "schedule.h"
 #include "checkpoint.h"
 #include "profile.h"
+#include "text.h"
 #endif
