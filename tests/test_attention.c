@@ -252,6 +252,37 @@ TEST(thread_count_invariant) {
     ct_context_free(cn);
 }
 
+/* not a check: forward + backward time of the reference and the SIMD kernels, one thread */
+TEST(timing) {
+    const acase c = {1, 256, 6, 64, 1, 0};
+    const int isas[2] = {CT_ISA_REF, CT_ISA_AVX2};
+    for (int k = 0; k < 2; k++) {
+        ct_context_opts o;
+        ct_context_opts_default(&o);
+        o.isa = isas[k];
+        o.use_onednn = 0;
+        o.num_threads = 1;
+        ct_context *ctx;
+        CHECK(ct_context_create(&o, &ctx) == CT_OK);
+        if (ct_context_isa(ctx) != (ct_isa)isas[k]) {
+            ct_context_free(ctx);
+            continue;
+        }
+        att_h h;
+        CHECK_OK(ctx, att_build(ctx, &c, 0, &h));
+        CHECK_OK(ctx, run(&h)); /* warm-up */
+        double t0 = ct_profiler_now_us() * 1e-3;
+        int reps = k ? 10 : 2;
+        for (int r = 0; r < reps; r++) CHECK_OK(ctx, run(&h));
+        double ms = (ct_profiler_now_us() * 1e-3 - t0) / reps;
+        /* causal: (4 + 10) / 2 * B T^2 D flops */
+        printf("    B 1 T 256 H 6 Dh 64 causal, %s, 1 thread: %.1f ms per forward + backward (%.1f GFLOP/s)\n",
+               ct_plan_kernel_name(h.plan, h.out), ms, 7.0 * 256 * 256 * 384 / (ms * 1e6));
+        ct_plan_free(h.plan);
+        ct_context_free(ctx);
+    }
+}
+
 /* ---- 3. against the composed ops ---------------------------------------------------------------- */
 
 TEST(matches_composed_ops) {
@@ -326,4 +357,4 @@ TEST(bad_inputs) {
 }
 
 TEST_MAIN(T(backward_matches_finite_differences), T(avx2_matches_reference), T(avx512_matches_reference),
-          T(thread_count_invariant), T(matches_composed_ops), T(bad_inputs))
+          T(thread_count_invariant), T(timing), T(matches_composed_ops), T(bad_inputs))

@@ -269,6 +269,54 @@ TEST(gpt_init) {
     ct_context_free(ctx);
 }
 
+/* recompute_every = 1 (attention recomputed in backward) gives bit-identical gradients */
+static ct_status gpt_plan(ct_context *ctx, int recompute, ct_plan **p, ct_node *ids, ct_node *lab) {
+    ct_graph *g;
+    ct_node logits, flat, loss;
+    ct_gpt_config c = {50, 16, 3, 4, 32, 0.1f, 1, 1};
+    ct_status s = ct_graph_create(ctx, &g);
+    if (s != CT_OK) return s;
+    s = ct_input(g, "ids", CT_I32, 2, (int64_t[]){2, 12}, ids);
+    if (s == CT_OK) s = ct_input(g, "labels", CT_I32, 1, (int64_t[]){24}, lab);
+    if (s == CT_OK) s = ct_model_gpt(g, *ids, &c, &logits);
+    if (s == CT_OK) s = ct_reshape(g, logits, 2, (int64_t[]){24, 50}, &flat);
+    if (s == CT_OK) s = ct_cross_entropy(g, flat, *lab, 0.0f, -100, &loss);
+    ct_compile_opts o;
+    ct_compile_opts_default(&o);
+    o.recompute_every = recompute;
+    if (s == CT_OK) s = ct_compile(g, loss, 0, NULL, &o, p);
+    ct_graph_free(g);
+    if (s != CT_OK) return s;
+    ct_tensor t;
+    ct_plan_tensor(*p, *ids, &t);
+    for (int i = 0; i < 24; i++) ((int32_t *)t.data)[i] = (i * 7 + 3) % 50;
+    ct_plan_tensor(*p, *lab, &t);
+    for (int i = 0; i < 24; i++) ((int32_t *)t.data)[i] = (i * 11 + 5) % 50;
+    s = ct_plan_forward(*p, 1);
+    return s == CT_OK ? ct_plan_backward(*p) : s;
+}
+
+TEST(gpt_recompute_bit_exact) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_plan *p0 = NULL, *p1 = NULL;
+    ct_node ids, lab;
+    CHECK_OK(ctx, gpt_plan(ctx, 0, &p0, &ids, &lab));
+    CHECK_OK(ctx, gpt_plan(ctx, 1, &p1, &ids, &lab));
+    float *g0, *g1;
+    size_t n0, n1;
+    CHECK_OK(ctx, ct_plan_param_arena(p0, NULL, &g0, &n0));
+    CHECK_OK(ctx, ct_plan_param_arena(p1, NULL, &g1, &n1));
+    CHECK(n0 == n1 && !memcmp(g0, g1, n0 * sizeof *g0));
+    ct_plan_stats s0, s1;
+    ct_plan_get_stats(p0, &s0);
+    ct_plan_get_stats(p1, &s1);
+    printf("    activations %zu bytes -> %zu with recompute_every=1, gradients identical\n", s0.activation_bytes,
+           s1.activation_bytes);
+    ct_plan_free(p0);
+    ct_plan_free(p1);
+    ct_context_free(ctx);
+}
+
 /* ---- bad inputs ---------------------------------------------------------------------------------- */
 
 static void expect_error(ct_context *ctx, ct_status s, ct_status want, const char *needle) {
@@ -311,4 +359,4 @@ TEST(bad_inputs) {
 }
 
 TEST_MAIN(T(gpt_golden_ref), T(gpt_golden_avx2), T(gpt_golden_default), T(bert_golden_ref), T(bert_golden_avx2),
-          T(bert_golden_default), T(param_counts), T(presets_and_no_bias), T(gpt_init), T(bad_inputs))
+          T(bert_golden_default), T(param_counts), T(presets_and_no_bias), T(gpt_init), T(gpt_recompute_bit_exact), T(bad_inputs))
