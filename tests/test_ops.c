@@ -87,6 +87,11 @@ CASE(c_log_softmax, CT_TRY(P(g, "x", ND(4, 10), &a)); CT_TRY(ct_log_softmax(g, a
 CASE(c_dropout, CT_TRY(P(g, "x", ND(6, 40), &a)); CT_TRY(ct_dropout(g, a, 0.3f, out)))
 CASE(c_embedding, CT_TRY(P(g, "w", ND(11, 6), &a)); CT_TRY(ct_input(g, "ids", CT_I32, 2, S(3, 4), &b));
      CT_TRY(ct_embedding(g, a, b, out)))
+CASE(c_layernorm_nobias, CT_TRY(P(g, "x", ND(3, 4, 9), &a)); CT_TRY(P(g, "g", ND(9), &b));
+     CT_TRY(ct_layernorm(g, a, b, CT_NONE, 1e-5f, out)))
+CASE(c_attention_causal, CT_TRY(P(g, "qkv", ND(2, 5, 24), &a)); CT_TRY(ct_attention(g, a, 2, 1, CT_NONE, out)))
+CASE(c_attention_mask, CT_TRY(P(g, "qkv", ND(2, 5, 18), &a)); CT_TRY(ct_input(g, "key_valid", CT_I32, 2, S(2, 5), &b));
+     CT_TRY(ct_attention(g, a, 3, 0, b, out)))
 /* cross entropy is a scalar loss itself: the harness multiplies by R[0] */
 CASE(c_cross_entropy, CT_TRY(P(g, "x", ND(6, 7), &a)); CT_TRY(ct_input(g, "labels", CT_I32, 1, S(6), &b));
      CT_TRY(ct_cross_entropy(g, a, b, 0.1f, 3, out)))
@@ -117,7 +122,8 @@ static const op_case k_cases[] = {
     {"reshape_transpose", c_reshape_transpose, 0}, {"transpose3", c_transpose3, 0}, {"concat", c_concat, 0},
     {"slice", c_slice, 0}, {"flatten", c_flatten, 0}, {"softmax", c_softmax, 0},
     {"log_softmax", c_log_softmax, 0}, {"dropout", c_dropout, 0}, {"embedding", c_embedding, 0},
-    {"cross_entropy", c_cross_entropy, 0},
+    {"cross_entropy", c_cross_entropy, 0}, {"layernorm_nobias", c_layernorm_nobias, 0},
+    {"attention_causal", c_attention_causal, 0}, {"attention_mask", c_attention_mask, 0},
 };
 #define N_CASES (int)(sizeof k_cases / sizeof k_cases[0])
 

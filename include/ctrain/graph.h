@@ -35,7 +35,7 @@ typedef enum ct_init {
     CT_INIT_ZEROS = 0,
     CT_INIT_ONES,
     CT_INIT_KAIMING_UNIFORM, /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)), PyTorch's default for Linear/Conv */
-    CT_INIT_NORMAL,          /* N(0, 0.02), GPT-style                              */
+    CT_INIT_NORMAL,          /* N(0, 0.02), GPT-style (N(0, std) from ct_param_normal) */
 } ct_init;
 
 ct_status ct_graph_create(ct_context *ctx, ct_graph **out);
@@ -48,6 +48,10 @@ ct_status ct_input(ct_graph *g, const char *name, ct_dtype dt, int ndim,
 /* Trainable FP32 parameter; fan_in is used by CT_INIT_KAIMING_UNIFORM. */
 ct_status ct_param(ct_graph *g, const char *name, int ndim, const int64_t *shape,
                    ct_init init, int64_t fan_in, ct_node *out);
+/* Trainable FP32 parameter initialized from N(0, std), std > 0 (CT_INIT_NORMAL
+ * with another std than 0.02, e.g. GPT-2's scaled residual projections). */
+ct_status ct_param_normal(ct_graph *g, const char *name, int ndim, const int64_t *shape, float std,
+                          ct_node *out);
 /* Non-trainable persistent state (e.g. batchnorm running statistics). */
 ct_status ct_buffer(ct_graph *g, const char *name, int ndim, const int64_t *shape,
                     ct_init init, ct_node *out);
@@ -68,7 +72,7 @@ ct_status ct_global_avgpool(ct_graph *g, ct_node x, ct_node *out);
 /* x (N, C, ...) ; gamma, beta (C) params; running_mean/var (C) buffers. */
 ct_status ct_batchnorm(ct_graph *g, ct_node x, ct_node gamma, ct_node beta, ct_node running_mean,
                        ct_node running_var, float momentum, float eps, ct_node *out);
-/* normalizes the last dim; gamma, beta (D) */
+/* normalizes the last dim; gamma, beta (D); beta may be CT_NONE (no bias) */
 ct_status ct_layernorm(ct_graph *g, ct_node x, ct_node gamma, ct_node beta, float eps, ct_node *out);
 
 ct_status ct_relu(ct_graph *g, ct_node x, ct_node *out);
@@ -107,6 +111,17 @@ ct_status ct_dropout(ct_graph *g, ct_node x, float p, ct_node *out);
 /* weight (V, D) param, ids I32 (...) -> (..., D) */
 ct_status ct_embedding(ct_graph *g, ct_node weight, ct_node ids, ct_node *out);
 
+/* Fused multi-head scaled dot-product attention (nanoGPT's layout).
+ * qkv (B, T, 3*D) is the packed output of one linear layer: q = qkv[..., 0:D],
+ * k = qkv[..., D:2D], v = qkv[..., 2D:3D]; head h uses columns h*Dh..(h+1)*Dh of
+ * each, Dh = D / n_head. out (B, T, D): the heads concatenated,
+ * softmax(q k^T / sqrt(Dh) + mask) v. causal: key j > query i is masked.
+ * key_valid: CT_NONE or I32 (B, T), 0 masks that key for every query
+ * (padding). A query whose keys are all masked gets zeros (and zero
+ * gradients). Saves only the log-sum-exp per (b, h, t) for backward, which
+ * recomputes the probabilities. */
+ct_status ct_attention(ct_graph *g, ct_node qkv, int n_head, int causal, ct_node key_valid, ct_node *out);
+
 /* Introspection */
 int ct_graph_num_nodes(const ct_graph *g);
 ct_status ct_node_shape(const ct_graph *g, ct_node n, int *ndim, int64_t shape[CT_MAX_DIMS]);
@@ -127,7 +142,7 @@ enum {
     CT_RECOMPUTE_REDUCE     = 1u << 4, /* max/avg pooling, sum, mean (global avgpool)            */
     CT_RECOMPUTE_SHAPE      = 1u << 5, /* transpose, concat, slice (a reshape follows its input) */
     CT_RECOMPUTE_SOFTMAX    = 1u << 6, /* softmax, log_softmax, cross_entropy                   */
-    CT_RECOMPUTE_MATMUL     = 1u << 7, /* linear, matmul, conv2d, embedding                     */
+    CT_RECOMPUTE_MATMUL     = 1u << 7, /* linear, matmul, conv2d, embedding, attention          */
     CT_RECOMPUTE_CHEAP = CT_RECOMPUTE_ACTIVATION | CT_RECOMPUTE_ELTWISE | CT_RECOMPUTE_DROPOUT |
                          CT_RECOMPUTE_NORM,
     CT_RECOMPUTE_ALL = 0xff

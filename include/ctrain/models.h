@@ -20,6 +20,71 @@ ct_status ct_model_mlp(ct_graph *g, ct_node x, int n_hidden, const int64_t *hidd
 ct_status ct_model_cnn(ct_graph *g, ct_node x, int n_blocks, const int64_t *channels,
                        int64_t n_classes, ct_node *logits);
 
+/* ---- transformers (src/models/transformer.c) ---------------------------------
+ * Both use ct_attention (fused; no dropout on the attention probabilities)
+ * and GELU MLPs; weights N(0, 0.02), biases 0, LayerNorm 1 / 0. */
+
+/* GPT (nanoGPT's architecture and state_dict names): token + position
+ * embeddings, n_layer pre-LN blocks (ln_1, attn.c_attn -> causal attention ->
+ * attn.c_proj, residual; ln_2, mlp.c_fc (4D) -> GELU -> mlp.c_proj, residual;
+ * dropout after the embeddings and both projections), ln_f, and the LM head
+ * tied to transformer.wte.weight (no separate parameter). Params:
+ * transformer.wte.weight (vocab, D), transformer.wpe.weight (context, D),
+ * transformer.h.{i}.ln_1.weight/.bias, .attn.c_attn.weight/.bias,
+ * .attn.c_proj.weight/.bias, .ln_2..., .mlp.c_fc..., .mlp.c_proj...,
+ * transformer.ln_f.weight/.bias; no biases (LayerNorm without bias) when
+ * bias = 0. c_proj weights are N(0, 0.02 / sqrt(2 n_layer)). LayerNorm eps 1e-5. */
+typedef struct ct_gpt_config {
+    int64_t vocab;    /* token ids in [0, vocab)                    */
+    int64_t context;  /* max sequence length (rows of wpe)          */
+    int n_layer, n_head;
+    int64_t d_model;  /* divisible by n_head                        */
+    float dropout;    /* [0, 1)                                     */
+    int bias;         /* 1: linear and LayerNorm biases             */
+    int gelu_tanh;    /* 1: GELU tanh approximation (GPT-2), 0: exact */
+} ct_gpt_config;
+
+/* "gpt-char-small" (6 layers, d 384, 6 heads, context 256, vocab 65,
+ * dropout 0.2, bias, exact GELU) or "gpt2-124m" (12/12/768, context 1024,
+ * vocab 50257, dropout 0.1, bias, tanh GELU). ctx (may be NULL) receives the
+ * message for an unknown name. */
+ct_status ct_gpt_preset(ct_context *ctx, const char *name, ct_gpt_config *out);
+/* ids I32 (B, T), T <= context -> logits (B, T, vocab). */
+ct_status ct_model_gpt(ct_graph *g, ct_node ids, const ct_gpt_config *cfg, ct_node *logits);
+/* Number of parameters ct_model_gpt creates (lm_head tied: not counted twice). */
+int64_t ct_gpt_num_params(const ct_gpt_config *cfg);
+
+/* BERT encoder with the masked-LM head: word + position + token-type (row 0)
+ * embeddings, LayerNorm, dropout; n_layer post-LN blocks (packed qkv linear ->
+ * attention with the key_valid padding mask -> output dense, dropout,
+ * residual, LayerNorm; intermediate dense d_ff -> exact GELU -> output dense,
+ * dropout, residual, LayerNorm); head: transform dense -> GELU -> LayerNorm
+ * -> decoder tied to the word embeddings + its own bias. Params:
+ * bert.embeddings.{word,position,token_type}_embeddings.weight,
+ * bert.embeddings.LayerNorm.weight/.bias,
+ * bert.encoder.layer.{i}.attention.qkv.weight/.bias (3D, D) (q | k | v rows),
+ * bert.encoder.layer.{i}.attention.output.dense..., .attention.output.LayerNorm...,
+ * .intermediate.dense..., .output.dense..., .output.LayerNorm...,
+ * cls.predictions.transform.dense..., cls.predictions.transform.LayerNorm...,
+ * cls.predictions.bias (vocab). */
+typedef struct ct_bert_config {
+    int64_t vocab;
+    int64_t context;    /* max positions                 */
+    int n_layer, n_head;
+    int64_t d_model, d_ff;
+    int64_t type_vocab; /* token types (2)               */
+    float dropout;
+    float ln_eps;       /* 1e-12                         */
+} ct_bert_config;
+
+/* "bert-base" (12/12/768, d_ff 3072) or "bert-large" (24/16/1024, d_ff 4096):
+ * vocab 30522, 512 positions, 2 token types, dropout 0.1, eps 1e-12. */
+ct_status ct_bert_preset(ct_context *ctx, const char *name, ct_bert_config *out);
+/* ids I32 (B, T); key_valid I32 (B, T) (0: padding) or CT_NONE -> MLM logits (B, T, vocab). */
+ct_status ct_model_bert(ct_graph *g, ct_node ids, ct_node key_valid, const ct_bert_config *cfg,
+                        ct_node *mlm_logits);
+int64_t ct_bert_num_params(const ct_bert_config *cfg);
+
 #ifdef __cplusplus
 }
 #endif

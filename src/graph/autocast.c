@@ -36,7 +36,7 @@ typedef enum { CLS_FOLLOW = 0, CLS_LOW, CLS_F32 } op_class;
 
 static op_class policy(ct_op op) {
     switch (op) {
-    case CT_OP_MATMUL: case CT_OP_LINEAR: case CT_OP_CONV2D:
+    case CT_OP_MATMUL: case CT_OP_LINEAR: case CT_OP_CONV2D: case CT_OP_ATTENTION:
         return CLS_LOW;
     case CT_OP_SOFTMAX: case CT_OP_LOG_SOFTMAX: case CT_OP_CROSS_ENTROPY: case CT_OP_SUM:
         return CLS_F32;

@@ -187,7 +187,7 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
                          (ct_node[]){dy, in[0], n}, &D, in[1], &t));
             CT_TRY(accumulate(g, grads, in[1], t));
         }
-        if (needs(req, in[2])) {
+        if (D.n_in > 2 && needs(req, in[2])) { /* layernorm's bias is optional */
             if (bn) CT_TRY(sum_except(g, dy, 1, &t));
             else CT_TRY(sum_except(g, dy, D.ndim - 1, &t));
             CT_TRY(accumulate(g, grads, in[2], t));
@@ -318,6 +318,12 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
         return accumulate(g, grads, in[0], t);
     case CT_OP_CAST: /* accumulate casts the gradient back to the input's dtype */
         return accumulate(g, grads, in[0], dy);
+    case CT_OP_ATTENTION: {
+        /* one node for d_qkv: recomputes the probabilities from q, k and the saved log-sum-exp */
+        ct_node bin[4] = {dy, in[0], n, D.n_in > 1 ? in[1] : CT_NONE};
+        CT_TRY(bnode(g, CT_OP_ATTENTION_BWD, D.n_in > 1 ? 4 : 3, bin, &D, in[0], &t));
+        return accumulate(g, grads, in[0], t);
+    }
     case CT_OP_EMBEDDING:
         if (needs(req, in[0])) {
             CT_TRY(bnode(g, CT_OP_EMBEDDING_BWD, 2, (ct_node[]){dy, in[1]}, &D, in[0], &t));

@@ -1,5 +1,6 @@
 /* src/graph/graph.c - graph construction: leaves and forward-op builders with
  * shape and dtype checking. Backward nodes are added by autodiff.c. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +173,17 @@ ct_status ct_input(ct_graph *g, const char *name, ct_dtype dt, int ndim, const i
 ct_status ct_param(ct_graph *g, const char *name, int ndim, const int64_t *shape, ct_init init, int64_t fan_in,
                    ct_node *out) {
     return leaf(g, CT_OP_PARAM, name, CT_F32, ndim, shape, init, fan_in, out);
+}
+
+ct_status ct_param_normal(ct_graph *g, const char *name, int ndim, const int64_t *shape, float std,
+                          ct_node *out) {
+    if (!g || !out) return CT_E_INVALID_ARG;
+    if (!(std > 0.0f) || !isfinite(std))
+        return ct_set_error(g->ctx, CT_E_INVALID_ARG, "param '%s': normal init std %g must be > 0", name ? name : "?",
+                            (double)std);
+    CT_TRY(leaf(g, CT_OP_PARAM, name, CT_F32, ndim, shape, CT_INIT_NORMAL, 0, out));
+    g->nodes[*out].fa[0] = std;
+    return CT_OK;
 }
 
 ct_status ct_buffer(ct_graph *g, const char *name, int ndim, const int64_t *shape, ct_init init, ct_node *out) {
@@ -375,10 +387,10 @@ ct_status ct_layernorm(ct_graph *g, ct_node x, ct_node gamma, ct_node beta, floa
     const ct_node_def *X = N(g, x);
     int64_t D = X->shape[X->ndim - 1];
     CT_TRY(check_vec(g, "layernorm", gamma, D, "weight"));
-    CT_TRY(check_vec(g, "layernorm", beta, D, "bias"));
+    if (beta != CT_NONE) CT_TRY(check_vec(g, "layernorm", beta, D, "bias"));
     if (!(eps > 0.f)) return ct_set_error(g->ctx, CT_E_INVALID_ARG, "layernorm: eps %g must be > 0", (double)eps);
     ct_node_def d;
-    def_init(&d, CT_OP_LAYERNORM, 3, (ct_node[]){x, gamma, beta});
+    def_init(&d, CT_OP_LAYERNORM, beta != CT_NONE ? 3 : 2, (ct_node[]){x, gamma, beta});
     def_shape(&d, X->ndim, X->shape);
     d.fa[0] = eps;
     return ct_graph_push(g, &d, out);
@@ -646,6 +658,42 @@ ct_status ct_embedding(ct_graph *g, ct_node weight, ct_node ids, ct_node *out) {
     def_init(&d, CT_OP_EMBEDDING, 2, (ct_node[]){weight, ids});
     def_shape(&d, I->ndim, I->shape);
     d.shape[d.ndim++] = W->shape[1];
+    return ct_graph_push(g, &d, out);
+}
+
+ct_status ct_attention(ct_graph *g, ct_node qkv, int n_head, int causal, ct_node key_valid, ct_node *out) {
+    CHECK_NODES("attention", qkv);
+    CT_TRY(check_f32(g, "attention", qkv));
+    const ct_node_def *X = N(g, qkv);
+    char s1[96], s2[96];
+    if (X->ndim != 3 || X->shape[2] % 3)
+        return ct_set_error(g->ctx, CT_E_SHAPE,
+                            "attention: qkv '%s' %s must be (B, T, 3*D): q, k and v packed along the last dim, so "
+                            "its size must be divisible by 3",
+                            X->name, shp(X, s1));
+    int64_t B = X->shape[0], T = X->shape[1], D = X->shape[2] / 3;
+    if (n_head < 1)
+        return ct_set_error(g->ctx, CT_E_INVALID_ARG, "attention: n_head %d must be >= 1", n_head);
+    if (D % n_head)
+        return ct_set_error(g->ctx, CT_E_SHAPE,
+                            "attention: d_model %lld (qkv '%s' %s) is not divisible by n_head %d", (long long)D,
+                            X->name, shp(X, s1), n_head);
+    ct_node_def d;
+    def_init(&d, CT_OP_ATTENTION, 1, &qkv);
+    if (key_valid != CT_NONE) {
+        CT_TRY(ct_graph_check_node(g, key_valid, "attention"));
+        const ct_node_def *K = N(g, key_valid);
+        if (K->dtype != CT_I32 || K->ndim != 2 || K->shape[0] != B || K->shape[1] != T)
+            return ct_set_error(g->ctx, K->dtype != CT_I32 ? CT_E_DTYPE : CT_E_SHAPE,
+                                "attention: key_valid '%s' is %s %s but must be i32 (B, T) = (%lld, %lld) "
+                                "(nonzero: attend to that key, 0: padding)",
+                                K->name, ct_dtype_name(K->dtype), shp(K, s2), (long long)B, (long long)T);
+        d.in[d.n_in++] = key_valid;
+    }
+    def_shape(&d, 3, (int64_t[]){B, T, D});
+    d.ia[0] = n_head;
+    d.ia[1] = causal ? 1 : 0;
+    d.fa[0] = (float)(1.0 / sqrt((double)(D / n_head)));
     return ct_graph_push(g, &d, out);
 }
 

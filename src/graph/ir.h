@@ -42,6 +42,9 @@ typedef enum ct_op {
     CT_OP_DROPOUT,     /* fa[0]=p; ia[0]=RNG stream (the forward node's id)               */
     CT_OP_EMBEDDING,   /* in: weight, ids                                                 */
     CT_OP_CAST,        /* dtype conversion (autocast pass); out dtype = node dtype         */
+    CT_OP_ATTENTION,   /* in: qkv (B,T,3D)[, key_valid I32 (B,T)]; ia: 0 n_head 1 causal;
+                          fa[0]=scale; aux: log-sum-exp per (b, h, t), -inf for a
+                          query row with every key masked                                 */
     /* backward ops */
     CT_OP_UNARY_BWD,   /* in: dy, x (or y for sigmoid/tanh/relu); ia[0]=kind              */
     CT_OP_BROADCAST_TO,/* in: x, like; out has like's shape; fa[0]=multiplier             */
@@ -59,6 +62,7 @@ typedef enum ct_op {
     CT_OP_LOG_SOFTMAX_BWD, /* in: dy, y                                                   */
     CT_OP_CROSS_ENTROPY_BWD, /* in: dloss, logits, labels; attrs as forward              */
     CT_OP_EMBEDDING_BWD, /* in: dy, ids; out shape = weight's                             */
+    CT_OP_ATTENTION_BWD, /* in: dy, qkv, fwd[, key_valid]; out: d_qkv; attrs as forward     */
     CT_OP_COUNT
 } ct_op;
 

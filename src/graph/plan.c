@@ -253,7 +253,8 @@ static ct_status pass_plan_memory(ct_plan *p) {
 
 /* ---- pass: allocation and parameter initialization ------------------------------------- */
 
-static void init_values(float *x, int64_t numel, ct_init init, int64_t fan_in, uint64_t seed, uint64_t stream) {
+static void init_values(float *x, int64_t numel, ct_init init, int64_t fan_in, float std, uint64_t seed,
+                        uint64_t stream) {
     switch (init) {
     case CT_INIT_ZEROS: memset(x, 0, (size_t)numel * sizeof *x); break;
     case CT_INIT_ONES: for (int64_t i = 0; i < numel; i++) x[i] = 1.0f; break;
@@ -265,7 +266,7 @@ static void init_values(float *x, int64_t numel, ct_init init, int64_t fan_in, u
     case CT_INIT_NORMAL:
         for (int64_t i = 0; i < numel; i++) {
             float u1 = ct_rand_uniform(seed, stream, 2 * (uint64_t)i), u2 = ct_rand_uniform(seed, stream, 2 * (uint64_t)i + 1);
-            x[i] = 0.02f * sqrtf(-2.0f * logf(1.0f - u1)) * cosf(6.2831853f * u2);
+            x[i] = std * sqrtf(-2.0f * logf(1.0f - u1)) * cosf(6.2831853f * u2);
         }
         break;
     }
@@ -299,10 +300,11 @@ static ct_status pass_allocate(ct_plan *p) {
     uint64_t seed = ct_context_seed(p->ctx);
     for (int i = 0; i < p->n_params; i++) {
         const ct_node_def *d = &g->nodes[p->params[i]];
-        init_values(pn[p->params[i]].data, ct_node_numel(d), d->init, d->fan_in, seed, 0x5EED000000ull + (uint64_t)i);
+        init_values(pn[p->params[i]].data, ct_node_numel(d), d->init, d->fan_in, d->fa[0] > 0 ? d->fa[0] : 0.02f, seed,
+                    0x5EED000000ull + (uint64_t)i);
     }
     for (int i = 0; i < g->n; i++)
-        if (g->nodes[i].op == CT_OP_BUFFER) init_values(pn[i].data, ct_node_numel(&g->nodes[i]), g->nodes[i].init, 0, seed, 0);
+        if (g->nodes[i].op == CT_OP_BUFFER) init_values(pn[i].data, ct_node_numel(&g->nodes[i]), g->nodes[i].init, 0, 0.02f, seed, 0);
     return CT_OK;
 }
 

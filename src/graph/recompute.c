@@ -49,7 +49,8 @@ static uint32_t op_kind(ct_op op) {
     case CT_OP_MAXPOOL2D: case CT_OP_AVGPOOL2D: case CT_OP_SUM: return CT_RECOMPUTE_REDUCE;
     case CT_OP_TRANSPOSE: case CT_OP_CONCAT: case CT_OP_SLICE: return CT_RECOMPUTE_SHAPE;
     case CT_OP_SOFTMAX: case CT_OP_LOG_SOFTMAX: case CT_OP_CROSS_ENTROPY: return CT_RECOMPUTE_SOFTMAX;
-    case CT_OP_LINEAR: case CT_OP_MATMUL: case CT_OP_CONV2D: case CT_OP_EMBEDDING: return CT_RECOMPUTE_MATMUL;
+    case CT_OP_LINEAR: case CT_OP_MATMUL: case CT_OP_CONV2D: case CT_OP_EMBEDDING: case CT_OP_ATTENTION:
+        return CT_RECOMPUTE_MATMUL;
     default: return 0;
     }
 }

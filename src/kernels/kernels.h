@@ -21,7 +21,8 @@
     X(sum) X(broadcast_to) X(sum_to)                                                      \
     X(transpose) X(concat) X(slice) X(slice_bwd)                                          \
     X(softmax) X(log_softmax) X(softmax_bwd) X(log_softmax_bwd)                           \
-    X(cross_entropy) X(cross_entropy_bwd) X(embedding) X(embedding_bwd)
+    X(cross_entropy) X(cross_entropy_bwd) X(embedding) X(embedding_bwd)                   \
+    X(attention) X(attention_bwd)
 
 #define CT_DECL_REF(op) ct_status ct_k_##op##_ref(ct_kargs *k);
 #define CT_DECL_SIMD(op) ct_status ct_k_##op##_avx2(ct_kargs *k); ct_status ct_k_##op##_avx512(ct_kargs *k);
@@ -102,5 +103,16 @@ size_t ct_aux_maxpool2d(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_batchnorm(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_layernorm(const ct_graph *g, const ct_node_def *d);
 size_t ct_ws_sum(const ct_graph *g, const ct_node_def *d);
+size_t ct_aux_attention(const ct_graph *g, const ct_node_def *d);
+size_t ct_ws_attention(const ct_graph *g, const ct_node_def *d);
+
+/* Attention scratch: one slice per thread of ct_attention_ws_per_thread(T, Dh)
+ * bytes (64-byte multiple), enough for the reference and the SIMD kernels. */
+static inline size_t ct_attention_ws_per_thread(int64_t T, int64_t Dh) {
+    size_t simd = (size_t)(2 * T * T + 2 * Dh * T + T) * sizeof(float);
+    size_t ref = (size_t)(2 * T * Dh + Dh + T) * sizeof(double);
+    size_t b = simd > ref ? simd : ref;
+    return (b + 63) / 64 * 64;
+}
 
 #endif

@@ -161,6 +161,12 @@ static double node_flops(const ct_graph *g, const ct_node_def *d) {
         const ct_node_def *w = d->op == CT_OP_CONV2D_BWD_DATA ? b : d;
         return 2.0 * numel_of(a) * (double)(w->shape[1] * w->shape[2] * w->shape[3]);
     }
+    case CT_OP_ATTENTION:      /* q k^T and p v: 4*B*T*T*D, half of it when causal */
+    case CT_OP_ATTENTION_BWD: { /* recomputed q k^T, then dV, dP, dQ, dK: 10*B*T*T*D */
+        double T = (double)d->shape[1], D = (double)(d->op == CT_OP_ATTENTION ? d->shape[2] : d->shape[2] / 3);
+        double f = (d->op == CT_OP_ATTENTION ? 4.0 : 10.0) * (double)d->shape[0] * T * T * D;
+        return d->ia[1] ? f / 2 : f;
+    }
     default:
         return numel_of(d); /* elementwise-like: one flop per output element */
     }
@@ -395,7 +401,8 @@ static void write_metadata(ct_profiler *p, FILE *f) {
     fprintf(f, "  \"comm_note\": \"communication events (cat comm, one per gradient bucket) have a place in the "
                "trace but nothing emits them yet (single process): the share is 0\",\n");
     fprintf(f, "  \"flops_note\": \"estimates: matmul/linear 2*M*N*K (bias not counted), conv 2*out*C/g*KH*KW, "
-               "other ops 1 per output element\",\n");
+               "attention 4*B*T*T*D forward and 10*B*T*T*D backward (halved when causal), other ops 1 per output "
+               "element\",\n");
     if (p->have_mem) {
         const ct_plan_stats *m = &p->mem;
         double total = (double)m->param_bytes + (double)m->grad_bytes + (double)m->buffer_bytes +

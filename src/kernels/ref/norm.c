@@ -104,7 +104,7 @@ ct_status ct_k_batchnorm_bwd_gamma_ref(ct_kargs *k) {
 ct_status ct_k_layernorm_ref(ct_kargs *k) {
     const ct_tensor *X = &k->in[0];
     int64_t D = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / D;
-    const float *x = X->data, *gamma = k->in[1].data, *beta = k->in[2].data;
+    const float *x = X->data, *gamma = k->in[1].data, *beta = k->node->n_in > 2 ? k->in[2].data : NULL;
     float *y = k->out.data, *mean = k->aux, *invstd = mean + R;
     double eps = k->node->fa[0];
     for (int64_t r = 0; r < R; r++) {
@@ -116,7 +116,7 @@ ct_status ct_k_layernorm_ref(ct_kargs *k) {
         double is = 1.0 / sqrt(s2 / (double)D + eps);
         mean[r] = (float)mu;
         invstd[r] = (float)is;
-        for (int64_t i = 0; i < D; i++) y[r * D + i] = (float)((xr[i] - mu) * is) * gamma[i] + beta[i];
+        for (int64_t i = 0; i < D; i++) y[r * D + i] = (float)((xr[i] - mu) * is) * gamma[i] + (beta ? beta[i] : 0.0f);
     }
     return CT_OK;
 }

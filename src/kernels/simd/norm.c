@@ -374,7 +374,7 @@ ct_status CT_FN(batchnorm_bwd_gamma)(ct_kargs *k) {
 ct_status CT_FN(layernorm)(ct_kargs *k) {
     const ct_tensor *X = &k->in[0];
     int64_t D = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / D;
-    const float *x = X->data, *gamma = k->in[1].data, *beta = k->in[2].data;
+    const float *x = X->data, *gamma = k->in[1].data, *beta = k->node->n_in > 2 ? k->in[2].data : NULL;
     float *y = k->out.data, *mean = k->aux, *invstd = mean + R;
     double eps = k->node->fa[0];
     int nt = nm_threads(k, R * D);
@@ -394,10 +394,11 @@ ct_status CT_FN(layernorm)(ct_kargs *k) {
         vf vm = vset1(mean[r]), vis = vset1(invstd[r]);
         int64_t i = 0;
         for (; i + VW <= D; i += VW)
-            vstore(yr + i, vfma(vmul(vsub(vload(xr + i), vm), vis), vload(gamma + i), vload(beta + i)));
+            vstore(yr + i, vfma(vmul(vsub(vload(xr + i), vm), vis), vload(gamma + i), beta ? vload(beta + i) : vzero()));
         if (i < D) {
             int t = (int)(D - i);
-            vf v = vfma(vmul(vsub(vtail_load(xr + i, t), vm), vis), vtail_load(gamma + i, t), vtail_load(beta + i, t));
+            vf v = vfma(vmul(vsub(vtail_load(xr + i, t), vm), vis), vtail_load(gamma + i, t),
+                        beta ? vtail_load(beta + i, t) : vzero());
             vtail_store(yr + i, v, t);
         }
     }

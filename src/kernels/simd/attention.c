@@ -1,0 +1,277 @@
+/* src/kernels/simd/attention.c - SIMD fused multi-head attention and its
+ * gradient (the math of src/kernels/ref/attention.c).
+ *
+ * One (batch, head) per task, tasks in parallel; each thread works in its own
+ * slice of the workspace (ct_attention_ws_per_thread): the T x T scores (and
+ * in backward the T x T dP / dS), K^T and V^T gathered head-major, and the
+ * key mask as 0 / -inf per key. Every product is one register-blocked
+ * micro-kernel (MR rows x NV vectors, A broadcast with any strides, B rows
+ * contiguous), so q, v, dy, the output and d_qkv are used in place with
+ * their row strides. With a causal mask the kernels skip the blocks above the
+ * diagonal. A task's results do not depend on the thread that runs it. */
+#include <math.h>
+#include <omp.h>
+
+#include "simd.h"
+
+#define MR 6 /* rows of the micro-kernel               */
+#define NV 2 /* vectors (of VW floats) per row         */
+
+/* which part of K / N a lower-triangular operand lets a row block [i0, i1) skip */
+enum { CM_NONE = 0, CM_N_UPTO, CM_K_UPTO, CM_K_FROM };
+
+/* C[r][0..n) = alpha * sum_{k0 <= kk < k1} A(r, kk) B[kk][0..n),
+ * r < m <= MR, n <= NV*VW; A(r, kk) = a[r*rsa + kk*csa], B row kk at b + kk*ldb. */
+static inline void ukernel(int m, int n, int64_t k0, int64_t k1, const float *a, int64_t rsa, int64_t csa,
+                           const float *b, int64_t ldb, float *c, int64_t ldc, float alpha) {
+    vf acc[MR][NV];
+    const float *ar[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+        ar[r] = a + (r < m ? r : m - 1) * rsa; /* rows past m repeat the last one, never stored */
+        acc[r][0] = acc[r][1] = vzero();
+    }
+    if (n == NV * VW) {
+        for (int64_t kk = k0; kk < k1; kk++) {
+            const float *bk = b + kk * ldb;
+            vf b0 = vload(bk), b1 = vload(bk + VW);
+#pragma GCC unroll 8
+            for (int r = 0; r < MR; r++) {
+                vf x = vset1(ar[r][kk * csa]);
+                acc[r][0] = vfma(x, b0, acc[r][0]);
+                acc[r][1] = vfma(x, b1, acc[r][1]);
+            }
+        }
+    } else if (n > VW) {
+        for (int64_t kk = k0; kk < k1; kk++) {
+            const float *bk = b + kk * ldb;
+            vf b0 = vload(bk), b1 = vtail_load(bk + VW, n - VW);
+#pragma GCC unroll 8
+            for (int r = 0; r < MR; r++) {
+                vf x = vset1(ar[r][kk * csa]);
+                acc[r][0] = vfma(x, b0, acc[r][0]);
+                acc[r][1] = vfma(x, b1, acc[r][1]);
+            }
+        }
+    } else {
+        for (int64_t kk = k0; kk < k1; kk++) {
+            vf b0 = vtail_load(b + kk * ldb, n);
+#pragma GCC unroll 8
+            for (int r = 0; r < MR; r++) acc[r][0] = vfma(vset1(ar[r][kk * csa]), b0, acc[r][0]);
+        }
+    }
+    vf va = vset1(alpha);
+    int n0 = n < VW ? n : VW, n1 = n - n0;
+    for (int r = 0; r < m; r++) {
+        float *cr = c + r * ldc;
+        vf v0 = vmul(acc[r][0], va), v1 = vmul(acc[r][1], va);
+        if (n0 == VW) vstore(cr, v0);
+        else vtail_store(cr, v0, n0);
+        if (n1 == VW) vstore(cr + VW, v1);
+        else if (n1 > 0) vtail_store(cr + VW, v1, n1);
+    }
+}
+
+/* C (M x N) = alpha * A (M x K) B (K x N), A with strides (rsa, csa), B and C
+ * row-major with leading dims ldb, ldc. mode (CM_*): the row block [i0, i1)
+ * computes only columns < i1 (N_UPTO), or sums only k < i1 (K_UPTO) or
+ * k >= i0 (K_FROM): the operand that is zero outside a lower triangle. */
+static void gemm(int64_t M, int64_t N, int64_t K, const float *a, int64_t rsa, int64_t csa, const float *b,
+                 int64_t ldb, float *c, int64_t ldc, float alpha, int mode) {
+    for (int64_t i0 = 0; i0 < M; i0 += MR) {
+        int m = (int)CT_MIN((int64_t)MR, M - i0);
+        int64_t i1 = i0 + m;
+        int64_t nn = mode == CM_N_UPTO ? CT_MIN(N, i1) : N;
+        int64_t k0 = mode == CM_K_FROM ? CT_MIN(i0, K) : 0, k1 = mode == CM_K_UPTO ? CT_MIN(K, i1) : K;
+        for (int64_t j0 = 0; j0 < nn; j0 += NV * VW) {
+            int n = (int)CT_MIN((int64_t)(NV * VW), nn - j0);
+            ukernel(m, n, k0, k1, a + i0 * rsa, rsa, csa, b + j0, ldb, c + i0 * ldc + j0, ldc, alpha);
+        }
+    }
+}
+
+/* ---- per-task setup ------------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t B, T, D, H, Dh;
+    float scale;
+    int causal;
+    const int32_t *kv;
+    const float *qkv;
+    size_t per_thread;
+    int nt;
+} att;
+
+static ct_status att_init(att *a, const ct_kargs *k, const ct_tensor *qkv, int kv_input) {
+    if (qkv->dtype != CT_F32 || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
+    a->B = qkv->shape[0];
+    a->T = qkv->shape[1];
+    a->D = qkv->shape[2] / 3;
+    a->H = k->node->ia[0];
+    a->Dh = a->D / a->H;
+    a->scale = k->node->fa[0];
+    a->causal = (int)k->node->ia[1];
+    a->kv = k->node->n_in > kv_input ? k->in[kv_input].data : NULL;
+    a->qkv = qkv->data;
+    a->per_thread = ct_attention_ws_per_thread(a->T, a->Dh);
+    int64_t tasks = a->B * a->H, nt = a->B * a->T * a->T * a->D >= 32768 ? k->nthreads : 1;
+    if (nt > tasks) nt = tasks;
+    if ((size_t)nt * a->per_thread > k->ws_bytes) nt = (int64_t)(k->ws_bytes / a->per_thread);
+    if (nt < 1) return CT_E_UNSUPPORTED; /* no workspace: the reference's needs are no larger */
+    a->nt = (int)nt;
+    return CT_OK;
+}
+
+/* gathers part (1 k, 2 v) of head h, batch b as (Dh, T) into xt */
+static void gather_t(const att *a, int part, int64_t b, int64_t h, float *xt) {
+    const float *x = a->qkv + b * a->T * 3 * a->D + part * a->D + h * a->Dh;
+    for (int64_t j = 0; j < a->T; j++)
+        for (int64_t d = 0; d < a->Dh; d++) xt[d * a->T + j] = x[j * 3 * a->D + d];
+}
+
+/* kb[j] = 0 for a valid key, -inf for padding */
+static void key_bias(const att *a, int64_t b, float *kb) {
+    for (int64_t j = 0; j < a->T; j++) kb[j] = a->kv && !a->kv[b * a->T + j] ? -INFINITY : 0.0f;
+}
+
+/* the first r lanes of p, the rest `fill` */
+static inline vf load_fill(const float *p, int r, float fill) {
+    float t[VW];
+    for (int i = 0; i < VW; i++) t[i] = i < r ? p[i] : fill;
+    return vload(t);
+}
+
+/* e^(x - c) for x > -inf, else exactly 0 */
+static inline vf exp_masked(vf x, vf c) {
+    return vselect_gt(x, vset1(-INFINITY), vexp(vsub(x, c)), vzero());
+}
+
+static void zero_from(float *p, int64_t from, int64_t T) {
+    for (int64_t j = from; j < T; j++) p[j] = 0.0f;
+}
+
+/* Row i of the scores (s[0..n) valid, n = keys visible to this query) ->
+ * probabilities in place, zeros in [n, T); returns the log-sum-exp (-inf:
+ * every key masked, the row is all zeros). */
+static float softmax_row(float *s, const float *kb, int64_t n, int64_t T) {
+    vf vm = vset1(-INFINITY);
+    int64_t j = 0;
+    for (; j + VW <= n; j += VW) {
+        vf x = vadd(vload(s + j), vload(kb + j));
+        vstore(s + j, x);
+        vm = vmax(vm, x);
+    }
+    int r = (int)(n - j);
+    if (r) {
+        vf x = vadd(load_fill(s + j, r, -INFINITY), load_fill(kb + j, r, 0.0f));
+        vtail_store(s + j, x, r);
+        vm = vmax(vm, x);
+    }
+    float m = vhmax(vm);
+    if (m == -INFINITY) {
+        zero_from(s, 0, T);
+        return -INFINITY;
+    }
+    vf c = vset1(m), sum = vzero();
+    for (j = 0; j + VW <= n; j += VW) {
+        vf e = exp_masked(vload(s + j), c);
+        vstore(s + j, e);
+        sum = vadd(sum, e);
+    }
+    if (r) {
+        vf e = exp_masked(load_fill(s + j, r, -INFINITY), c);
+        vtail_store(s + j, e, r);
+        sum = vadd(sum, e);
+    }
+    float tot = vhsum(sum);
+    vf inv = vset1(1.0f / tot);
+    for (j = 0; j + VW <= n; j += VW) vstore(s + j, vmul(vload(s + j), inv));
+    if (r) vtail_store(s + j, vmul(vtail_load(s + j, r), inv), r);
+    zero_from(s, n, T);
+    return m + logf(tot);
+}
+
+/* in: qkv[, key_valid] -> out (B, T, D); aux: lse (B, H, T) */
+ct_status CT_FN(attention)(ct_kargs *k) {
+    att a;
+    CT_TRY(att_init(&a, k, &k->in[0], 1));
+    const int64_t T = a.T, Dh = a.Dh, D3 = 3 * a.D;
+    float *out = k->out.data, *lse = k->aux;
+#pragma omp parallel for num_threads(a.nt) schedule(dynamic, 1) if (a.nt > 1)
+    for (int64_t bh = 0; bh < a.B * a.H; bh++) {
+        int64_t b = bh / a.H, h = bh % a.H;
+        float *s = (float *)((char *)k->ws + (size_t)omp_get_thread_num() * a.per_thread);
+        float *kt = s + T * T, *kb = kt + Dh * T;
+        const float *q = a.qkv + b * T * D3 + h * Dh, *v = q + 2 * a.D;
+        gather_t(&a, 1, b, h, kt);
+        key_bias(&a, b, kb);
+        gemm(T, T, Dh, q, D3, 1, kt, T, s, T, a.scale, a.causal ? CM_N_UPTO : CM_NONE);
+        for (int64_t i = 0; i < T; i++) lse[bh * T + i] = softmax_row(s + i * T, kb, a.causal ? i + 1 : T, T);
+        gemm(T, Dh, T, s, T, 1, v, D3, out + b * T * a.D + h * Dh, a.D, 1.0f, a.causal ? CM_K_UPTO : CM_NONE);
+    }
+    return CT_OK;
+}
+
+static float dot_row(const float *x, const float *y, int64_t n) {
+    vf s = vzero();
+    int64_t j = 0;
+    for (; j + VW <= n; j += VW) s = vfma(vload(x + j), vload(y + j), s);
+    if (j < n) s = vfma(vtail_load(x + j, (int)(n - j)), vtail_load(y + j, (int)(n - j)), s);
+    return vhsum(s);
+}
+
+/* in: dy (B, T, D), qkv, fwd (out and lse)[, key_valid] -> d_qkv (B, T, 3D) */
+ct_status CT_FN(attention_bwd)(ct_kargs *k) {
+    att a;
+    CT_TRY(att_init(&a, k, &k->in[1], 3));
+    if (k->in[0].dtype != CT_F32) return CT_E_UNSUPPORTED;
+    const int64_t T = a.T, Dh = a.Dh, D = a.D, D3 = 3 * a.D;
+    const float *dy = k->in[0].data, *y = k->in[2].data, *lse = k->in_aux[2];
+    float *dx = k->out.data;
+#pragma omp parallel for num_threads(a.nt) schedule(dynamic, 1) if (a.nt > 1)
+    for (int64_t bh = 0; bh < a.B * a.H; bh++) {
+        int64_t b = bh / a.H, h = bh % a.H;
+        float *p = (float *)((char *)k->ws + (size_t)omp_get_thread_num() * a.per_thread);
+        float *ds = p + T * T, *kt = ds + T * T, *vt = kt + Dh * T, *kb = vt + Dh * T;
+        const float *q = a.qkv + b * T * D3 + h * Dh, *kk = q + D;
+        const float *g = dy + b * T * D + h * Dh, *o = y + b * T * D + h * Dh;
+        float *dq = dx + b * T * D3 + h * Dh, *dk = dq + D, *dv = dq + 2 * D;
+        gather_t(&a, 1, b, h, kt);
+        gather_t(&a, 2, b, h, vt);
+        key_bias(&a, b, kb);
+        /* P = exp(scale q k^T + mask - lse), zero where masked */
+        gemm(T, T, Dh, q, D3, 1, kt, T, p, T, a.scale, a.causal ? CM_N_UPTO : CM_NONE);
+        for (int64_t i = 0; i < T; i++) {
+            float *pr = p + i * T, l = lse[bh * T + i];
+            int64_t n = a.causal ? i + 1 : T, j = 0;
+            if (l == -INFINITY) n = 0;
+            vf vl = vset1(l);
+            for (; j + VW <= n; j += VW) vstore(pr + j, exp_masked(vadd(vload(pr + j), vload(kb + j)), vl));
+            if (j < n) {
+                int r = (int)(n - j);
+                vtail_store(pr + j, exp_masked(vadd(vtail_load(pr + j, r), vtail_load(kb + j, r)), vl), r);
+            }
+            zero_from(pr, n, T);
+        }
+        /* dV = P^T dO */
+        gemm(T, Dh, T, p, 1, T, g, D, dv, D3, 1.0f, a.causal ? CM_K_FROM : CM_NONE);
+        /* dP = dO V^T, then dS = P (dP - rowsum(dO * O)) in place */
+        gemm(T, T, Dh, g, D, 1, vt, T, ds, T, 1.0f, a.causal ? CM_N_UPTO : CM_NONE);
+        for (int64_t i = 0; i < T; i++) {
+            float *dr = ds + i * T;
+            const float *pr = p + i * T;
+            int64_t n = a.causal ? i + 1 : T, j = 0;
+            vf di = vset1(dot_row(g + i * D, o + i * D, Dh));
+            for (; j + VW <= n; j += VW) vstore(dr + j, vmul(vload(pr + j), vsub(vload(dr + j), di)));
+            if (j < n) {
+                int r = (int)(n - j);
+                vtail_store(dr + j, vmul(vtail_load(pr + j, r), vsub(vtail_load(dr + j, r), di)), r);
+            }
+            zero_from(dr, n, T);
+        }
+        /* dQ = scale dS K, dK = scale dS^T Q */
+        gemm(T, Dh, T, ds, T, 1, kk, D3, dq, D3, a.scale, a.causal ? CM_K_UPTO : CM_NONE);
+        gemm(T, Dh, T, ds, 1, T, q, D3, dk, D3, a.scale, a.causal ? CM_K_FROM : CM_NONE);
+    }
+    return CT_OK;
+}

@@ -1,0 +1,236 @@
+/* src/models/transformer.c - GPT (nanoGPT's architecture and parameter
+ * names) and BERT with the masked-LM head, on the fused attention op, plus
+ * their presets and parameter counts. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "ctrain/models.h"
+
+/* ---- building blocks ----------------------------------------------------------------------------- */
+
+typedef struct {
+    ct_graph *g;
+    char prefix[48]; /* "transformer.h.3." */
+} tb;
+
+static const char *nm(const tb *b, char *buf, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static const char *nm(const tb *b, char *buf, const char *fmt, ...) {
+    int o = snprintf(buf, 128, "%s", b->prefix);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + o, (size_t)(128 - o), fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+/* <name>.weight (out, in) ~ N(0, std), <name>.bias (out) = 0 when bias */
+static ct_status linear(tb *b, ct_node x, const char *name, int64_t in, int64_t out, int bias, float std, ct_node *y) {
+    char buf[128];
+    ct_node w, bb = CT_NONE;
+    CT_TRY(ct_param_normal(b->g, nm(b, buf, "%s.weight", name), 2, (int64_t[]){out, in}, std, &w));
+    if (bias) CT_TRY(ct_param(b->g, nm(b, buf, "%s.bias", name), 1, (int64_t[]){out}, CT_INIT_ZEROS, in, &bb));
+    CT_TRY(ct_linear(b->g, x, w, bb, y));
+    return ct_node_set_name(b->g, *y, nm(b, buf, "%s", name));
+}
+
+/* <name>.weight = 1, <name>.bias = 0 (when bias) over the last dim */
+static ct_status layernorm(tb *b, ct_node x, const char *name, int64_t D, int bias, float eps, ct_node *y) {
+    char buf[128];
+    ct_node w, bb = CT_NONE;
+    CT_TRY(ct_param(b->g, nm(b, buf, "%s.weight", name), 1, (int64_t[]){D}, CT_INIT_ONES, D, &w));
+    if (bias) CT_TRY(ct_param(b->g, nm(b, buf, "%s.bias", name), 1, (int64_t[]){D}, CT_INIT_ZEROS, D, &bb));
+    CT_TRY(ct_layernorm(b->g, x, w, bb, eps, y));
+    return ct_node_set_name(b->g, *y, nm(b, buf, "%s", name));
+}
+
+static ct_status dropout(tb *b, ct_node x, float p, ct_node *y) {
+    if (p > 0.0f) return ct_dropout(b->g, x, p, y);
+    *y = x;
+    return CT_OK;
+}
+
+static int64_t lin_params(int64_t in, int64_t out, int bias) { return in * out + (bias ? out : 0); }
+
+/* ids: I32 (B, T) with T <= context; *T_out = T */
+static ct_status check_ids(ct_graph *g, const char *model, ct_node ids, int64_t context, int64_t *T_out) {
+    ct_context *ctx = ct_graph_context(g);
+    int nd;
+    int64_t s[CT_MAX_DIMS];
+    if (ct_node_shape(g, ids, &nd, s) != CT_OK)
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "%s: ids node %d does not exist in this graph", model, (int)ids);
+    char buf[96];
+    if (ct_node_dtype(g, ids) != CT_I32 || nd != 2)
+        return ct_set_error(ctx, ct_node_dtype(g, ids) != CT_I32 ? CT_E_DTYPE : CT_E_SHAPE,
+                            "%s: ids '%s' is %s %s but must be i32 token ids (B, T)", model, ct_node_name(g, ids),
+                            ct_dtype_name(ct_node_dtype(g, ids)), ct_shape_str(nd, s, buf, sizeof buf));
+    if (s[1] > context)
+        return ct_set_error(ctx, CT_E_SHAPE,
+                            "%s: sequence length T=%lld is longer than the model's context %lld (ids '%s' %s); "
+                            "crop the input to at most %lld tokens or use a larger context",
+                            model, (long long)s[1], (long long)context, ct_node_name(g, ids),
+                            ct_shape_str(nd, s, buf, sizeof buf), (long long)context);
+    *T_out = s[1];
+    return CT_OK;
+}
+
+static ct_status check_dims(ct_context *ctx, const char *model, int64_t vocab, int64_t context, int n_layer,
+                            int n_head, int64_t d_model, float dropout_p) {
+    if (vocab < 1 || context < 1 || n_layer < 0 || n_head < 1 || d_model < 1)
+        return ct_set_error(ctx, CT_E_INVALID_ARG,
+                            "%s: vocab %lld, context %lld, n_layer %d, n_head %d, d_model %lld: need vocab, context, "
+                            "n_head, d_model >= 1 and n_layer >= 0",
+                            model, (long long)vocab, (long long)context, n_layer, n_head, (long long)d_model);
+    if (d_model % n_head)
+        return ct_set_error(ctx, CT_E_SHAPE, "%s: d_model %lld is not divisible by n_head %d", model,
+                            (long long)d_model, n_head);
+    if (!(dropout_p >= 0.0f && dropout_p < 1.0f))
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "%s: dropout %g must be in [0, 1)", model, (double)dropout_p);
+    return CT_OK;
+}
+
+/* ---- GPT ------------------------------------------------------------------------------------------ */
+
+ct_status ct_gpt_preset(ct_context *ctx, const char *name, ct_gpt_config *out) {
+    if (!name || !out) return ct_set_error(ctx, CT_E_INVALID_ARG, "gpt preset: name and out must not be NULL");
+    if (!strcmp(name, "gpt-char-small")) {
+        *out = (ct_gpt_config){.vocab = 65, .context = 256, .n_layer = 6, .n_head = 6, .d_model = 384,
+                               .dropout = 0.2f, .bias = 1, .gelu_tanh = 0};
+    } else if (!strcmp(name, "gpt2-124m")) {
+        *out = (ct_gpt_config){.vocab = 50257, .context = 1024, .n_layer = 12, .n_head = 12, .d_model = 768,
+                               .dropout = 0.1f, .bias = 1, .gelu_tanh = 1};
+    } else {
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "gpt preset '%s' is unknown; valid presets: gpt-char-small, gpt2-124m",
+                            name);
+    }
+    return CT_OK;
+}
+
+int64_t ct_gpt_num_params(const ct_gpt_config *c) {
+    int64_t D = c->d_model, b = c->bias ? 1 : 0;
+    int64_t ln = D * (1 + b);
+    int64_t block = 2 * ln + lin_params(D, 3 * D, b) + lin_params(D, D, b) + lin_params(D, 4 * D, b) +
+                    lin_params(4 * D, D, b);
+    return c->vocab * D + c->context * D + c->n_layer * block + ln;
+}
+
+ct_status ct_model_gpt(ct_graph *g, ct_node ids, const ct_gpt_config *c, ct_node *logits) {
+    if (!g || !c || !logits) return CT_E_INVALID_ARG;
+    ct_context *ctx = ct_graph_context(g);
+    CT_TRY(check_dims(ctx, "gpt", c->vocab, c->context, c->n_layer, c->n_head, c->d_model, c->dropout));
+    int64_t T, D = c->d_model;
+    CT_TRY(check_ids(g, "gpt", ids, c->context, &T));
+    const float eps = 1e-5f, std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)(c->n_layer ? c->n_layer : 1));
+    tb b = {g, "transformer."};
+    char buf[128];
+    ct_node wte, wpe, x, pos, h, a;
+    CT_TRY(ct_param_normal(g, "transformer.wte.weight", 2, (int64_t[]){c->vocab, D}, std, &wte));
+    CT_TRY(ct_param_normal(g, "transformer.wpe.weight", 2, (int64_t[]){c->context, D}, std, &wpe));
+    CT_TRY(ct_embedding(g, wte, ids, &x));
+    CT_TRY(ct_node_set_name(g, x, "transformer.wte"));
+    pos = wpe;
+    if (T < c->context) CT_TRY(ct_slice(g, wpe, 0, 0, T, &pos));
+    CT_TRY(ct_add(g, x, pos, &x));
+    CT_TRY(dropout(&b, x, c->dropout, &x));
+    for (int i = 0; i < c->n_layer; i++) {
+        snprintf(b.prefix, sizeof b.prefix, "transformer.h.%d.", i);
+        CT_TRY(layernorm(&b, x, "ln_1", D, c->bias, eps, &h));
+        CT_TRY(linear(&b, h, "attn.c_attn", D, 3 * D, c->bias, std, &h));
+        CT_TRY(ct_attention(g, h, c->n_head, 1, CT_NONE, &a));
+        CT_TRY(ct_node_set_name(g, a, nm(&b, buf, "attn")));
+        CT_TRY(linear(&b, a, "attn.c_proj", D, D, c->bias, proj_std, &a));
+        CT_TRY(dropout(&b, a, c->dropout, &a));
+        CT_TRY(ct_add(g, x, a, &x));
+        CT_TRY(layernorm(&b, x, "ln_2", D, c->bias, eps, &h));
+        CT_TRY(linear(&b, h, "mlp.c_fc", D, 4 * D, c->bias, std, &h));
+        CT_TRY(ct_gelu(g, h, c->gelu_tanh, &h));
+        CT_TRY(linear(&b, h, "mlp.c_proj", 4 * D, D, c->bias, proj_std, &h));
+        CT_TRY(dropout(&b, h, c->dropout, &h));
+        CT_TRY(ct_add(g, x, h, &x));
+    }
+    snprintf(b.prefix, sizeof b.prefix, "transformer.");
+    CT_TRY(layernorm(&b, x, "ln_f", D, c->bias, eps, &x));
+    CT_TRY(ct_matmul(g, x, wte, 0, 1, logits)); /* lm_head tied to wte */
+    return ct_node_set_name(g, *logits, "lm_head");
+}
+
+/* ---- BERT ----------------------------------------------------------------------------------------- */
+
+ct_status ct_bert_preset(ct_context *ctx, const char *name, ct_bert_config *out) {
+    if (!name || !out) return ct_set_error(ctx, CT_E_INVALID_ARG, "bert preset: name and out must not be NULL");
+    *out = (ct_bert_config){.vocab = 30522, .context = 512, .n_layer = 12, .n_head = 12, .d_model = 768,
+                            .d_ff = 3072, .type_vocab = 2, .dropout = 0.1f, .ln_eps = 1e-12f};
+    if (!strcmp(name, "bert-base")) return CT_OK;
+    if (!strcmp(name, "bert-large")) {
+        out->n_layer = 24;
+        out->n_head = 16;
+        out->d_model = 1024;
+        out->d_ff = 4096;
+        return CT_OK;
+    }
+    return ct_set_error(ctx, CT_E_INVALID_ARG, "bert preset '%s' is unknown; valid presets: bert-base, bert-large", name);
+}
+
+int64_t ct_bert_num_params(const ct_bert_config *c) {
+    int64_t D = c->d_model, F = c->d_ff;
+    int64_t block = lin_params(D, 3 * D, 1) + lin_params(D, D, 1) + 2 * D + lin_params(D, F, 1) +
+                    lin_params(F, D, 1) + 2 * D;
+    return (c->vocab + c->context + c->type_vocab) * D + 2 * D + c->n_layer * block + lin_params(D, D, 1) + 2 * D +
+           c->vocab;
+}
+
+ct_status ct_model_bert(ct_graph *g, ct_node ids, ct_node key_valid, const ct_bert_config *c, ct_node *mlm_logits) {
+    if (!g || !c || !mlm_logits) return CT_E_INVALID_ARG;
+    ct_context *ctx = ct_graph_context(g);
+    CT_TRY(check_dims(ctx, "bert", c->vocab, c->context, c->n_layer, c->n_head, c->d_model, c->dropout));
+    if (c->d_ff < 1 || c->type_vocab < 1 || !(c->ln_eps > 0.0f))
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "bert: d_ff %lld, type_vocab %lld, ln_eps %g: need d_ff, type_vocab >= 1 and ln_eps > 0",
+                            (long long)c->d_ff, (long long)c->type_vocab, (double)c->ln_eps);
+    int64_t T, D = c->d_model;
+    CT_TRY(check_ids(g, "bert", ids, c->context, &T));
+    const float std = 0.02f, eps = c->ln_eps;
+    tb b = {g, "bert.embeddings."};
+    char buf[128];
+    ct_node word, pos, type, x, p, t, h, a;
+    CT_TRY(ct_param_normal(g, "bert.embeddings.word_embeddings.weight", 2, (int64_t[]){c->vocab, D}, std, &word));
+    CT_TRY(ct_param_normal(g, "bert.embeddings.position_embeddings.weight", 2, (int64_t[]){c->context, D}, std, &pos));
+    CT_TRY(ct_param_normal(g, "bert.embeddings.token_type_embeddings.weight", 2, (int64_t[]){c->type_vocab, D}, std,
+                           &type));
+    CT_TRY(ct_embedding(g, word, ids, &x));
+    CT_TRY(ct_node_set_name(g, x, "bert.embeddings.word_embeddings"));
+    p = pos;
+    if (T < c->context) CT_TRY(ct_slice(g, pos, 0, 0, T, &p));
+    CT_TRY(ct_add(g, x, p, &x));
+    t = type;
+    if (c->type_vocab > 1) CT_TRY(ct_slice(g, type, 0, 0, 1, &t)); /* every token has type 0 */
+    CT_TRY(ct_add(g, x, t, &x));
+    CT_TRY(layernorm(&b, x, "LayerNorm", D, 1, eps, &x));
+    CT_TRY(dropout(&b, x, c->dropout, &x));
+    for (int i = 0; i < c->n_layer; i++) {
+        snprintf(b.prefix, sizeof b.prefix, "bert.encoder.layer.%d.", i);
+        CT_TRY(linear(&b, x, "attention.qkv", D, 3 * D, 1, std, &h));
+        CT_TRY(ct_attention(g, h, c->n_head, 0, key_valid, &a));
+        CT_TRY(ct_node_set_name(g, a, nm(&b, buf, "attention")));
+        CT_TRY(linear(&b, a, "attention.output.dense", D, D, 1, std, &a));
+        CT_TRY(dropout(&b, a, c->dropout, &a));
+        CT_TRY(ct_add(g, a, x, &a));
+        CT_TRY(layernorm(&b, a, "attention.output.LayerNorm", D, 1, eps, &x));
+        CT_TRY(linear(&b, x, "intermediate.dense", D, c->d_ff, 1, std, &h));
+        CT_TRY(ct_gelu(g, h, 0, &h));
+        CT_TRY(linear(&b, h, "output.dense", c->d_ff, D, 1, std, &h));
+        CT_TRY(dropout(&b, h, c->dropout, &h));
+        CT_TRY(ct_add(g, h, x, &h));
+        CT_TRY(layernorm(&b, h, "output.LayerNorm", D, 1, eps, &x));
+    }
+    snprintf(b.prefix, sizeof b.prefix, "cls.predictions.");
+    ct_node bias;
+    CT_TRY(linear(&b, x, "transform.dense", D, D, 1, std, &h));
+    CT_TRY(ct_gelu(g, h, 0, &h));
+    CT_TRY(layernorm(&b, h, "transform.LayerNorm", D, 1, eps, &h));
+    CT_TRY(ct_matmul(g, h, word, 0, 1, &h)); /* decoder tied to the word embeddings */
+    CT_TRY(ct_node_set_name(g, h, "cls.predictions.decoder"));
+    CT_TRY(ct_param(g, "cls.predictions.bias", 1, (int64_t[]){c->vocab}, CT_INIT_ZEROS, D, &bias));
+    return ct_add(g, h, bias, mlm_logits);
+}

@@ -1,0 +1,58 @@
+/* tests/golden.h - reading CTG1 golden files (docs/golden-format.md) and
+ * comparing plan tensors with their records (tests/golden.c). */
+#ifndef CT_TEST_GOLDEN_H
+#define CT_TEST_GOLDEN_H
+
+#include <stdint.h>
+
+#include "test.h"
+
+#define GOLDEN_TOL 1e-5
+
+enum { GDT_F32 = 0, GDT_I32 = 1, GDT_U8 = 2 };
+
+typedef struct {
+    char *name;
+    uint32_t dtype;
+    int ndim;
+    int64_t dims[CT_MAX_DIMS];
+    int64_t numel;
+    void *data; /* numel elements, native (little-endian) layout */
+} gold_rec;
+
+typedef struct gold_file {
+    int n;
+    gold_rec *recs;
+    struct gold_file *base; /* from meta.base: records not in this file are looked up there */
+} gold_file;
+
+typedef struct {
+    const char *label; /* "mlp/ref" */
+    int failed;
+    double worst;
+    char worst_name[96];
+    char msg[512];
+} run_state;
+
+/* Loads `file` from the golden folder ($CT_GOLDEN_DIR, else tests/golden
+ * next to the sources, else ../../tests/golden from the binary) with its
+ * meta.base chain (depth: 0). NULL with a message in err on failure. */
+gold_file *gold_load(const char *file, char *err, size_t errlen, int depth);
+void gold_free(gold_file *f);
+/* Record by name; the case file first, then its base. */
+const gold_rec *gold_get(const gold_file *f, const char *name);
+/* Number of distinct record names starting with `prefix`. */
+int gold_count(const gold_file *f, const char *prefix);
+/* An i32 record of at most max_n elements into out (n: its count). 0 if absent. */
+int meta_i32(const gold_file *f, const char *name, int32_t *out, int max_n, int *n);
+
+/* Marks the run failed with a message (printed). */
+void run_fail(run_state *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Copies record `name` into plan tensor t (dtype and shape must match). */
+int load_into(run_state *s, const gold_file *f, const char *name, const ct_tensor *t);
+/* max|t - record| / max|record| <= GOLDEN_TOL; prints it, tracks the worst. */
+int compare(run_state *s, const gold_file *f, const char *name, const ct_tensor *t);
+/* Prints the kernel each forward op ran. */
+void print_kernels(run_state *s, ct_graph *g, ct_plan *p);
+
+#endif
