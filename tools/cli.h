@@ -25,6 +25,8 @@ ct_status ct_cli_tokenizer(ct_context *ctx, const ct_recipe *r, const char *text
 
 /* tools/train.c helpers shared with train_text.c */
 double cli_now_s(void);
+/* a library message without its "E40001 CT_E_...: " prefix */
+const char *cli_msg(const char *e);
 int cli_fail(ct_context *ctx, ct_status s, const char *what);
 int cli_error(ct_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 ct_status cli_sched_from_recipe(ct_context *ctx, const ct_recipe *r, int64_t total, ct_schedule **out);

@@ -20,13 +20,15 @@ static void train_usage(FILE *f) {
     fprintf(f,
             "usage: ctrain train [--recipe FILE] [options]\n"
             "\n"
-            "Trains a model on an image dataset and evaluates it on the test split.\n"
+            "Trains a model on an image dataset and evaluates it on the test split, or a\n"
+            "language model (--model gpt|bert, dataset moby-dick; see docs/recipes.md) for\n"
+            "max_steps steps with validation loss / perplexity every eval_every steps.\n"
             "The recipe file (JSON) is applied first, then the flags; docs/recipes.md\n"
             "lists every key. Defaults: MLP 784-1024-1024-10 on MNIST, AdamW, cosine LR.\n"
             "\n"
             "options:\n"
             "  --recipe FILE          JSON recipe (e.g. recipes/mnist_mlp.json)\n"
-            "  --model mlp|cnn        --hidden 1024,1024     --channels 32,64\n"
+            "  --model mlp|cnn|gpt|bert   --hidden 1024,1024     --channels 32,64\n"
             "  --dataset mnist|fashion-mnist                 --data-dir DIR\n"
             "  --epochs N             --batch-size N         --max-steps N\n"
             "  --optimizer NAME (sgd|adamw|adam|rmsprop|adagrad|lamb)   --lr X   --weight-decay X\n"
@@ -51,6 +53,11 @@ double cli_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *cli_msg(const char *e) {
+    const char *c = e[0] == 'E' ? strstr(e, ": ") : NULL;
+    return c && c - e < 40 ? c + 2 : e;
 }
 
 int cli_fail(ct_context *ctx, ct_status s, const char *what) {

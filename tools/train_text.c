@@ -266,7 +266,7 @@ int ct_cli_train_text(const ct_recipe *rin, int quiet, const char *report_dir) {
     m.T = m.bert ? bc.context : gc.context;
     m.mask_id = (int32_t)tv;
     if ((s = ct_text_dataset_from_text(ctx, tok, text, len, r.val_fraction, m.T, &ds)) != CT_OK) {
-        rc = cli_error(s, "%s: %s", path, ct_context_last_error(ctx));
+        rc = cli_error(s, "%s: %s", path, cli_msg(ct_context_last_error(ctx)));
         goto out;
     }
     ct_free(ctx, text);

@@ -85,7 +85,7 @@ static const key_def k_keys[] = {
     {"recompute_every", K_INT, OFF(recompute_every), 0, 0, 1e6, NULL},
     {"recompute_ops", K_STR, OFF(recompute_ops), SZ(recompute_ops), 0, 0, "none|cheap|all"},
     {"optimizer.no_decay_bias_norm", K_BOOL, OFF(optim.no_decay_bias_norm), 0, 0, 1, NULL},
-    {"preset", K_STR, OFF(preset), SZ(preset), 0, 0, "gpt-char-small|gpt2-124m|bert-base|bert-large"},
+    {"preset", K_STR, OFF(preset), SZ(preset), 0, 0, "|gpt-char-small|gpt2-124m|bert-base|bert-large"},
     {"n_layer", K_INT, OFF(n_layer), 0, 0, 1024, NULL},
     {"n_head", K_INT, OFF(n_head), 0, 0, 1024, NULL},
     {"d_model", K_I64, OFF(d_model), 0, 0, 1 << 16, NULL},
