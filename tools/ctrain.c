@@ -14,6 +14,7 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  train      train a model from a recipe (ctrain train --help)\n"
+            "  sample     generate text with a GPT checkpoint (ctrain sample --help)\n"
             "  info       show the CPU features and kernels ctrain will use\n"
             "  doctor     read a profiler trace and give a verdict per KPI (ctrain doctor TRACE)\n"
             "  report     draw a metrics log as an HTML page (ctrain report --help)\n"
@@ -42,6 +43,7 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "train")) return ct_cli_train(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "sample")) return ct_cli_sample(argc - 1, argv + 1);
     if (!strcmp(argv[1], "info")) return ct_cli_info(argc - 1, argv + 1);
     if (!strcmp(argv[1], "doctor")) return ct_cli_doctor(argc - 1, argv + 1);
     if (!strcmp(argv[1], "report")) return ct_cli_report(argc - 1, argv + 1);

@@ -20,13 +20,15 @@ static void train_usage(FILE *f) {
     fprintf(f,
             "usage: ctrain train [--recipe FILE] [options]\n"
             "\n"
-            "Trains a model on an image dataset and evaluates it on the test split.\n"
+            "Trains a model on an image dataset and evaluates it on the test split, or a\n"
+            "language model (--model gpt|bert, dataset moby-dick; see docs/recipes.md) for\n"
+            "max_steps steps with validation loss / perplexity every eval_every steps.\n"
             "The recipe file (JSON) is applied first, then the flags; docs/recipes.md\n"
             "lists every key. Defaults: MLP 784-1024-1024-10 on MNIST, AdamW, cosine LR.\n"
             "\n"
             "options:\n"
             "  --recipe FILE          JSON recipe (e.g. recipes/mnist_mlp.json)\n"
-            "  --model mlp|cnn        --hidden 1024,1024     --channels 32,64\n"
+            "  --model mlp|cnn|gpt|bert   --hidden 1024,1024     --channels 32,64\n"
             "  --dataset mnist|fashion-mnist                 --data-dir DIR\n"
             "  --epochs N             --batch-size N         --max-steps N\n"
             "  --optimizer NAME (sgd|adamw|adam|rmsprop|adagrad|lamb)   --lr X   --weight-decay X\n"
@@ -47,13 +49,18 @@ static void train_usage(FILE *f) {
             "  -h, --help             this message\n");
 }
 
-static double now_s(void) {
+double cli_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int fail(ct_context *ctx, ct_status s, const char *what) {
+const char *cli_msg(const char *e) {
+    const char *c = e[0] == 'E' ? strstr(e, ": ") : NULL;
+    return c && c - e < 40 ? c + 2 : e;
+}
+
+int cli_fail(ct_context *ctx, ct_status s, const char *what) {
     fprintf(stderr, "ctrain: error: %s\n", ctx ? ct_context_last_error(ctx) : what);
     if (ctx && !ct_context_last_error(ctx)[0]) fprintf(stderr, "ctrain: error: %s (%s)\n", what, ct_status_name(s));
     fprintf(stderr, "ctrain: hint: %s\n", ct_status_advice(s));
@@ -77,7 +84,7 @@ static const char *const k_flags[][2] = {
  * left at 0 span the run after warmup). "constant" and "cosine" keep their
  * historical meaning: warmup ramp lr*(step+1)/warmup_steps (warmup_start_factor
  * 0), then constant or cosine down to min_lr at the end of the run. */
-static ct_status sched_from_recipe(ct_context *ctx, const ct_recipe *r, int64_t total, ct_schedule **out) {
+ct_status cli_sched_from_recipe(ct_context *ctx, const ct_recipe *r, int64_t total, ct_schedule **out) {
     ct_schedule_kind kind;
     ct_status s = ct_schedule_kind_parse(ctx, r->schedule, &kind);
     if (s != CT_OK) return s;
@@ -137,7 +144,7 @@ static int64_t argmax_correct(const float *logits, const int32_t *labels, int64_
     return ok;
 }
 
-static void fmt_time(double s, char *buf, size_t len) {
+void cli_fmt_time(double s, char *buf, size_t len) {
     if (!(s >= 0) || s > 1e7) s = 0;
     int t = (int)(s + 0.5);
     if (t >= 3600) snprintf(buf, len, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
@@ -215,14 +222,14 @@ static ct_status build_model(ct_context *ctx, const ct_recipe *r, const ct_datas
 
 /* The loss scaler the recipe asks for (NULL: none). auto: dynamic for
  * fp16, static 1024 for fp16-pure, none for fp32/bf16. */
-static const char *scale_mode(const ct_recipe *r) {
+const char *cli_scale_mode(const ct_recipe *r) {
     if (strcmp(r->scale_mode, "auto")) return r->scale_mode;
     return !strcmp(r->precision, "fp16") ? "dynamic" : !strcmp(r->precision, "fp16-pure") ? "static" : "off";
 }
 
-static ct_status scaler_from_recipe(ct_context *ctx, const ct_recipe *r, ct_scaler **out) {
+ct_status cli_scaler_from_recipe(ct_context *ctx, const ct_recipe *r, ct_scaler **out) {
     *out = NULL;
-    const char *mode = scale_mode(r);
+    const char *mode = cli_scale_mode(r);
     if (!strcmp(mode, "off")) return CT_OK;
     ct_scaler_opts o;
     ct_scaler_opts_default(&o);
@@ -242,8 +249,7 @@ static ct_status scaler_from_recipe(ct_context *ctx, const ct_recipe *r, ct_scal
 /* ---- checkpoints -------------------------------------------------------------------------- */
 
 /* An error found by the CLI itself, printed like the library's. Returns 1. */
-static int cli_error(ct_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int cli_error(ct_status s, const char *fmt, ...) {
+int cli_error(ct_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "ctrain: error: %s %s: ", ct_status_code(s), ct_status_name(s));
@@ -297,7 +303,7 @@ static int save_checkpoint(ct_context *ctx, const ct_recipe *r, model_t *m, ct_o
     o.keep_last = r->keep_last;
     o.hook = crash_point;
     ct_status s = ct_checkpoint_save_ex(ctx, r->save_dir, m->plan, opt, st, &o);
-    if (s != CT_OK) return fail(ctx, s, "saving a checkpoint failed");
+    if (s != CT_OK) return cli_fail(ctx, s, "saving a checkpoint failed");
     size_t dl = strlen(r->save_dir);
     printf("  checkpoint: step %lld -> %s%sstep-%06lld%s\n", (long long)st->step, r->save_dir,
            dl && r->save_dir[dl - 1] == '/' ? "" : "/", (long long)st->step, st->finished ? " (end of run)" : "");
@@ -460,6 +466,14 @@ int ct_cli_train(int argc, char **argv) {
             if (s != CT_OK) goto out_err;
         }
     if ((s = ct_recipe_validate(ctx, &r)) != CT_OK) goto out_err;
+    if (!strcmp(r.model, "gpt") || !strcmp(r.model, "bert")) { /* language models: tools/train_text.c */
+        if (resume) {
+            rc = cli_error(CT_E_CONFIG, "--resume is not supported for model '%s' yet; start a new run", r.model);
+            goto out;
+        }
+        rc = ct_cli_train_text(&r, quiet, report_dir);
+        goto out;
+    }
     if (resume) {
         char was[256], now[256];
         model_text(&ck_recipe, was, sizeof was);
@@ -486,12 +500,12 @@ int ct_cli_train(int argc, char **argv) {
     else snprintf(dir, sizeof dir, "data/%s", r.dataset);
     const float mean = !strcmp(r.dataset, "mnist") ? 0.1307f : 0.2860f;
     const float stdv = !strcmp(r.dataset, "mnist") ? 0.3081f : 0.3530f;
-    double t0 = now_s();
+    double t0 = cli_now_s();
     if ((s = ct_dataset_load_idx(ctx, dir, "train", mean, stdv, &train)) != CT_OK) goto out_data;
     if ((s = ct_dataset_load_idx(ctx, dir, "t10k", mean, stdv, &test)) != CT_OK) goto out_data;
     if ((s = build_model(ctx, &r, &train, &m)) != CT_OK) goto out_err;
     if ((s = ct_optimizer_create(m.plan, &r.optim, &opt)) != CT_OK) goto out_err;
-    if ((s = scaler_from_recipe(ctx, &r, &scaler)) != CT_OK) goto out_err;
+    if ((s = cli_scaler_from_recipe(ctx, &r, &scaler)) != CT_OK) goto out_err;
     if ((s = ct_loader_create(ctx, &train, r.batch_size, 1, 1, r.seed, &ld)) != CT_OK) goto out_err;
     int64_t per_epoch = ct_loader_num_batches(ld);
     if (r.prefetch > 0 || r.augment) {
@@ -513,7 +527,7 @@ int ct_cli_train(int argc, char **argv) {
     /* optimizer steps; a partial accumulation at the end of an epoch is dropped */
     int64_t total = per_epoch / accum * r.epochs;
     if (r.max_steps > 0 && r.max_steps < total) total = r.max_steps;
-    if ((s = sched_from_recipe(ctx, &r, total, &sched)) != CT_OK) goto out_err;
+    if ((s = cli_sched_from_recipe(ctx, &r, total, &sched)) != CT_OK) goto out_err;
     ct_early_stop es;
     const int es_max = !strcmp(r.early_stop_mode, "max"); /* max: test accuracy; min: test loss */
     if ((s = ct_early_stop_init(ctx, &es, r.early_stop_patience, r.early_stop_min_delta, es_max)) != CT_OK) goto out_err;
@@ -547,10 +561,10 @@ int ct_cli_train(int argc, char **argv) {
            r.model, r.dataset, (long long)train.n, (long long)test.n, (int)train.c, (long long)train.h,
            (long long)train.w, (int)(ps.param_bytes / 4), (double)ps.activation_bytes / 1048576.0, cvtbuf);
     printf("  threads %d, kernels: %s%s, data loaded in %.2f s\n", ct_context_num_threads(ctx),
-           ct_isa_name(ct_context_isa(ctx)), ct_context_use_onednn(ctx) ? " + oneDNN" : "", now_s() - t0);
+           ct_isa_name(ct_context_isa(ctx)), ct_context_use_onednn(ctx) ? " + oneDNN" : "", cli_now_s() - t0);
     if (strcmp(r.precision, "fp32"))
         printf("  precision %s: %d casts, loss scaling %s%s%s\n", r.precision, ct_plan_num_casts(m.plan),
-               scale_mode(&r),
+               cli_scale_mode(&r),
                r.keep_fp32[0] ? ", kept in fp32: " : "", r.keep_fp32);
     printf("  recipe: %s\n", rj);
     fflush(stdout);
@@ -567,7 +581,7 @@ int ct_cli_train(int argc, char **argv) {
     ct_plan_tensor(m.plan, m.logits, &tl);
     int tty = isatty(STDOUT_FILENO);
     int64_t step = 0, step0 = 0;
-    double train_start = now_s();
+    double train_start = cli_now_s();
     double test_loss = 0, test_acc = 0;
     int ep = 0, stopped = 0;
     if (resume) {
@@ -587,7 +601,7 @@ int ct_cli_train(int argc, char **argv) {
         } else {
             ct_loader_start_epoch(ld, (uint64_t)ep);
         }
-        double ep_start = now_s(), run_loss = 0;
+        double ep_start = cli_now_s(), run_loss = 0;
         int64_t ep_correct = 0, ep_seen = 0, got, b = 0;
         if (resume && step == step0 && ep == (int)ckst->epoch && ckst->batch_in_epoch > 0) {
             b = ckst->batch_in_epoch; /* mid-epoch: skip what was consumed, restore the running totals */
@@ -656,7 +670,7 @@ int ct_cli_train(int argc, char **argv) {
                                       (double)(ep_correct - mk_correct) / (double)(ep_seen - mk_seen), lr,
                                       (double)(ep_seen - mk_seen), r.clip_grad_norm > 0.0f ? gnorm : -1.0,
                                       scaler ? (double)ct_scaler_scale(scaler) : -1.0,
-                                      now_s() - train_start};
+                                      cli_now_s() - train_start};
                 if ((s = ct_metrics_log_step(mx, &ml)) != CT_OK) goto out_err;
             }
             mk_loss = run_loss, mk_correct = ep_correct, mk_seen = ep_seen;
@@ -676,10 +690,10 @@ int ct_cli_train(int argc, char **argv) {
             }
             int show = tty ? (b % 5 == 0 || b == per_epoch) : (b % r.log_every == 0);
             if (!quiet && show) {
-                double el = now_s() - train_start;
+                double el = cli_now_s() - train_start;
                 double sps = (double)((step - step0) * r.batch_size * accum) / el;
                 char eta[32];
-                fmt_time(el / (double)(step - step0) * (double)(total - step), eta, sizeof eta);
+                cli_fmt_time(el / (double)(step - step0) * (double)(total - step), eta, sizeof eta);
                 int bar = (int)(20 * b / per_epoch);
                 char barbuf[24];
                 for (int i = 0; i < 20; i++) barbuf[i] = i < bar ? '#' : '.';
@@ -706,9 +720,9 @@ int ct_cli_train(int argc, char **argv) {
         if ((s = evaluate(ctx, &m, &test, &test_loss, &test_acc)) != CT_OK) goto out_err;
         ct_profiler_set_ops_enabled(prof, 1);
         if (prof) ct_profiler_event(prof, "evaluate", "eval", prof_te, ct_profiler_now_us(), NULL);
-        if (mx && (s = ct_metrics_log_eval(mx, ep + 1, step, test_loss, test_acc, now_s() - train_start)) != CT_OK)
+        if (mx && (s = ct_metrics_log_eval(mx, ep + 1, step, test_loss, test_acc, cli_now_s() - train_start)) != CT_OK)
             goto out_err;
-        double ep_time = now_s() - ep_start;
+        double ep_time = cli_now_s() - ep_start;
         printf("%sepoch %d/%d  train loss %.4f  train acc %.2f%%  test loss %.4f  test acc %.2f%%  %.1f s  %.0f "
                "samples/s\n",
                tty && !quiet ? "\r\033[K" : "", ep + 1, r.epochs, b ? run_loss / (double)b : 0.0,
@@ -753,7 +767,7 @@ int ct_cli_train(int argc, char **argv) {
         st->finished = 1;
         if ((rc = save_checkpoint(ctx, &r, &m, opt, sched, &es, scaler, st)) != 0) goto out;
     }
-    double total_time = now_s() - train_start;
+    double total_time = cli_now_s() - train_start;
     ct_mem_stats ms;
     ct_context_mem_stats(ctx, &ms);
     printf("done: %lld steps in %.1f s, test accuracy %.2f%% (test loss %.4f), peak memory %.1f MiB\n",
@@ -779,7 +793,7 @@ out_data:
     rc = 1;
     goto out;
 out_err:
-    rc = fail(ctx, s, "training failed");
+    rc = cli_fail(ctx, s, "training failed");
 out:
     ct_metrics_close(mx);
     free(best_copy);

@@ -16,13 +16,13 @@ extern "C" {
 #define CT_RECIPE_MAX_LAYERS 8
 
 typedef struct ct_recipe {
-    char model[16];          /* "mlp" | "cnn"                                   */
+    char model[16];          /* "mlp" | "cnn" | "gpt" | "bert"                  */
     int n_hidden;            /* mlp hidden layer sizes                          */
     int64_t hidden[CT_RECIPE_MAX_LAYERS];
     int n_channels;          /* cnn block channels                              */
     int64_t channels[CT_RECIPE_MAX_LAYERS];
     float dropout;
-    char dataset[32];        /* "mnist" | "fashion-mnist"                        */
+    char dataset[32];        /* "mnist" | "fashion-mnist" | "moby-dick"          */
     char data_dir[256];      /* default: data/<dataset>                         */
     int epochs;
     int64_t batch_size;
@@ -60,6 +60,16 @@ typedef struct ct_recipe {
     float clip_grad_value;   /* clamp every gradient to [-v, v] (0: off)          */
     int recompute_every;     /* activation checkpointing every N layers (0: off) */
     char recompute_ops[8];   /* "none" | "cheap" | "all": op kinds recomputed     */
+    /* language models (model gpt / bert; tools/train_text.c) */
+    char preset[16];         /* gpt-char-small | gpt2-124m | bert-base | bert-large ("": the model's default) */
+    int n_layer, n_head;     /* 0: the preset's                                 */
+    int64_t d_model, context;/* 0: the preset's                                 */
+    char tokenizer[8];       /* char | byte | gpt2                               */
+    char text_file[256];     /* "": data/text/<dataset>.txt                     */
+    char bpe_dir[256];       /* "": data/text/gpt2 (encoder.json, vocab.bpe)    */
+    float val_fraction;      /* last fraction of the tokens for validation      */
+    int64_t eval_every;      /* steps between validation evaluations (0: end only) */
+    int64_t eval_batches;    /* validation batches per evaluation (0: the whole split) */
     /* checkpoints (include/ctrain/checkpoint.h) */
     char save_dir[256];      /* "": no checkpoints                              */
     int64_t save_every;      /* steps between checkpoints (0: only at the end)  */

@@ -27,11 +27,11 @@ typedef struct {
 #define SZ(f) sizeof(((ct_recipe *)0)->f)
 
 static const key_def k_keys[] = {
-    {"model", K_STR, OFF(model), SZ(model), 0, 0, "mlp|cnn"},
+    {"model", K_STR, OFF(model), SZ(model), 0, 0, "mlp|cnn|gpt|bert"},
     {"hidden", K_LIST, OFF(hidden), OFF(n_hidden), 1, 1 << 20, NULL},
     {"channels", K_LIST, OFF(channels), OFF(n_channels), 1, 1 << 16, NULL},
     {"dropout", K_F32, OFF(dropout), 0, 0, 0.999, NULL},
-    {"dataset", K_STR, OFF(dataset), SZ(dataset), 0, 0, "mnist|fashion-mnist"},
+    {"dataset", K_STR, OFF(dataset), SZ(dataset), 0, 0, "mnist|fashion-mnist|moby-dick"},
     {"data_dir", K_STR, OFF(data_dir), SZ(data_dir), 0, 0, NULL},
     {"epochs", K_INT, OFF(epochs), 0, 1, 100000, NULL},
     {"batch_size", K_I64, OFF(batch_size), 0, 1, 1 << 20, NULL},
@@ -85,6 +85,17 @@ static const key_def k_keys[] = {
     {"recompute_every", K_INT, OFF(recompute_every), 0, 0, 1e6, NULL},
     {"recompute_ops", K_STR, OFF(recompute_ops), SZ(recompute_ops), 0, 0, "none|cheap|all"},
     {"optimizer.no_decay_bias_norm", K_BOOL, OFF(optim.no_decay_bias_norm), 0, 0, 1, NULL},
+    {"preset", K_STR, OFF(preset), SZ(preset), 0, 0, "|gpt-char-small|gpt2-124m|bert-base|bert-large"},
+    {"n_layer", K_INT, OFF(n_layer), 0, 0, 1024, NULL},
+    {"n_head", K_INT, OFF(n_head), 0, 0, 1024, NULL},
+    {"d_model", K_I64, OFF(d_model), 0, 0, 1 << 16, NULL},
+    {"context", K_I64, OFF(context), 0, 0, 1 << 20, NULL},
+    {"tokenizer", K_STR, OFF(tokenizer), SZ(tokenizer), 0, 0, "char|byte|gpt2"},
+    {"text_file", K_STR, OFF(text_file), SZ(text_file), 0, 0, NULL},
+    {"bpe_dir", K_STR, OFF(bpe_dir), SZ(bpe_dir), 0, 0, NULL},
+    {"val_fraction", K_F32, OFF(val_fraction), 0, 1e-6, 0.999, NULL},
+    {"eval_every", K_I64, OFF(eval_every), 0, 0, 1e15, NULL},
+    {"eval_batches", K_I64, OFF(eval_batches), 0, 0, 1e15, NULL},
     {"save_dir", K_STR, OFF(save_dir), SZ(save_dir), 0, 0, NULL},
     {"save_every", K_I64, OFF(save_every), 0, 0, 1e15, NULL},
     {"keep_last", K_INT, OFF(keep_last), 0, 0, 1e6, NULL},
@@ -145,6 +156,10 @@ void ct_recipe_default(ct_recipe *r) {
     r->scale_min = 1.0f;
     r->scale_max = 16777216.0f;
     r->scale_floor_patience = 10;
+    snprintf(r->tokenizer, sizeof r->tokenizer, "char");
+    r->val_fraction = 0.1f;
+    r->eval_every = 100;
+    r->eval_batches = 20;
     r->keep_last = 3;
     r->prefetch = 4;
     r->prefetch_threads = 1;
@@ -364,6 +379,15 @@ ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
     if (!strcmp(r->model, "mlp") && r->n_hidden < 0) return ct_set_error(ctx, CT_E_CONFIG, "mlp needs 'hidden'");
     if (!strcmp(r->model, "cnn") && r->n_channels < 1)
         return ct_set_error(ctx, CT_E_CONFIG, "cnn needs 'channels', e.g. [32, 64]");
+    int lm = !strcmp(r->model, "gpt") || !strcmp(r->model, "bert");
+    if (lm && strcmp(r->dataset, "moby-dick") && !r->text_file[0])
+        return ct_set_error(ctx, CT_E_CONFIG, "model '%s' trains on text: set dataset 'moby-dick' or 'text_file'",
+                            r->model);
+    if (!lm && !strcmp(r->dataset, "moby-dick"))
+        return ct_set_error(ctx, CT_E_CONFIG, "dataset 'moby-dick' is text: it needs model 'gpt' or 'bert'");
+    if (lm && r->preset[0] && strncmp(r->preset, r->model, strlen(r->model)))
+        return ct_set_error(ctx, CT_E_CONFIG, "preset '%s' is not a %s preset (gpt-char-small, gpt2-124m | bert-base, "
+                            "bert-large)", r->preset, r->model);
     if (r->optim.kind == CT_OPTIM_SGD && r->optim.nesterov && (r->optim.momentum <= 0 || r->optim.dampening != 0))
         return ct_set_error(ctx, CT_E_CONFIG, "optimizer.nesterov needs optimizer.momentum > 0 and dampening 0");
     if (r->scale_min > r->scale_max)

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# tests/text_cli_test.sh - `ctrain train` with model gpt / bert on a text
+# corpus and `ctrain sample`: tiny happy-path runs, then bad input (a corpus
+# shorter than the context, a context longer than the model's, a malformed
+# BPE file, a prompt byte outside the vocabulary, bad sampling flags): each
+# must exit non-zero with a message naming the problem.
+# usage: tests/text_cli_test.sh path/to/ctrain
+set -u
+CT=${1:-build/ctrain}
+. "$(dirname "$0")/lib.sh"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+TINY=(--model gpt --set dataset=moby-dick --set n_layer=1 --set d_model=32 --set n_head=2 --set context=32
+      --batch-size 4 --max-steps 20 --set eval_every=10 --set eval_batches=4 --threads 2)
+
+expect gpt_tiny_train 0 "val loss [0-9.]+  val ppl.*checkpoint: step 20.*done: 20 steps" -- \
+  "$CT" train "${TINY[@]}" --save-dir "$tmp/gpt" --metrics "$tmp/m.jsonl"
+[ -f "$tmp/gpt/latest" ] && [ -f "$tmp/gpt/step-000020/tokenizer.vocab" ] && ok gpt_vocab_saved || bad gpt_vocab_saved
+grep -q '"type":"eval"' "$tmp/m.jsonl" 2>/dev/null && ok gpt_metrics_eval || bad gpt_metrics_eval
+out=$("$CT" sample --checkpoint "$tmp/gpt" --prompt "Call me" --tokens 50 --seed 3 2>&1)
+rc=$?
+# the prompt, then 50 characters, then a newline
+n=$(printf '%s' "$out" | head -c 100000 | wc -c)
+if [ $rc -eq 0 ] && [ "${out:0:7}" = "Call me" ] && [ "$n" -ge 57 ]; then ok sample_prints; else bad "sample_prints (rc $rc, $n bytes)" "$out"; fi
+out2=$("$CT" sample --checkpoint "$tmp/gpt" --prompt "Call me" --tokens 50 --seed 3 2>&1)
+[ "$out" = "$out2" ] && ok sample_seeded_repeatable || bad sample_seeded_repeatable
+expect gpt_tiny_bf16 0 "precision bf16.*done: 5 steps" -- "$CT" train "${TINY[@]}" --max-steps 5 --precision bf16
+expect bert_tiny_train 0 "val loss [0-9.]+.*done: 6 steps" -- \
+  "$CT" train --model bert --set dataset=moby-dick --set n_layer=1 --set d_model=32 --set n_head=2 --set context=32 \
+  --batch-size 4 --max-steps 6 --set eval_every=3 --set eval_batches=2 --threads 2 --save-dir "$tmp/bert"
+
+# bad input
+printf 'a tiny corpus\n' > "$tmp/tiny.txt"
+expect corpus_shorter_than_context 1 "tiny.txt.*corpus shorter than the context" -- \
+  "$CT" train "${TINY[@]}" --set text_file="$tmp/tiny.txt"
+expect missing_corpus 1 "nope.txt" -- "$CT" train "${TINY[@]}" --set text_file="$tmp/nope.txt"
+expect context_too_long 1 "context.*2048 positions is longer than the model's context \(256" -- \
+  "$CT" train "${TINY[@]}" --set context=2048
+expect head_divides 1 "d_model 32 is not divisible by n_head 3" -- "$CT" train "${TINY[@]}" --set n_head=3
+expect preset_of_other_model 1 "preset 'bert-base' is not a gpt preset" -- "$CT" train "${TINY[@]}" --set preset=bert-base
+mkdir -p "$tmp/bpe"
+cp data/text/gpt2/encoder.json "$tmp/bpe/encoder.json"
+printf '#version: 0.2\n\xc4\xa0 t\nthis line has four\n' > "$tmp/bpe/vocab.bpe"
+expect malformed_bpe 1 "vocab.bpe.*(line|merge)" -- "$CT" train "${TINY[@]}" --set tokenizer=gpt2 --set bpe_dir="$tmp/bpe"
+expect text_model_needs_text 1 "trains on text" -- "$CT" train --model gpt --dataset mnist
+expect prompt_outside_vocab 1 "prompt.*not in the char tokenizer's vocabulary" -- \
+  "$CT" sample --checkpoint "$tmp/gpt" --prompt $'\x01abc'
+expect sample_temperature 1 "temperature must be > 0" -- "$CT" sample --checkpoint "$tmp/gpt" --temperature 0
+expect sample_top_k 1 "top-k must be an integer >= 0" -- "$CT" sample --checkpoint "$tmp/gpt" --top-k -2
+expect sample_missing_checkpoint 1 "no checkpoint at" -- "$CT" sample --checkpoint "$tmp/none"
+expect sample_bert_checkpoint 1 "'bert' model; ctrain sample needs a GPT" -- "$CT" sample --checkpoint "$tmp/bert"
+expect sample_no_checkpoint_flag 2 "--checkpoint DIR is required" -- "$CT" sample --tokens 5
+
+summary text_cli_test
