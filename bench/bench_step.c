@@ -1,14 +1,16 @@
 /* bench/bench_step.c - times one ctrain training step (forward, backward,
  * optimizer update) of a fixed workload through the public API.
  *
- *   bench_step --workload mlp|cnn [--threads 2] [--warmup 3] [--steps 10]
- *              [--optim adamw|sgd] [--seed 1] [--quiet]
+ *   bench_step --workload mlp|cnn|gptchar|gpt2 [--precision fp32|bf16] [--threads 2]
+ *              [--warmup 3] [--steps 10] [--optim adamw|sgd] [--seed 1] [--quiet]
  *
  * Output (machine-readable, one record per line, key=value fields):
  *   ENV   ...                      context: threads, ISA, oneDNN, optimizer impl
  *   KERNELS ...                    which kernel slot ran each forward node (after warmup)
  *   STEP  i=.. fwd_ms=.. bwd_ms=.. opt_ms=.. step_ms=.. loss=..   (timed steps only)
  *   RESULT workload=.. steps=.. step_ms_median=.. fwd_ms_median=.. ...
+ *          plan_mb=.. (param + grad + buffer + activation + workspace + optimizer state,
+ *          from ct_plan_get_stats / ct_optimizer_state) peak_rss_mb=.. (getrusage ru_maxrss)
  * Errors go to stderr and the exit status is non-zero.
  *
  * The optimizer comes from include/ctrain/optim.h. When the library being
@@ -21,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -161,6 +164,26 @@ static void opt_step(ct_context *ctx, bench_opt *b) {
 #endif
 }
 
+/* Bytes of optimizer state (moments) the optimizer keeps. */
+static size_t opt_state_bytes(bench_opt *b) {
+#ifdef CT_BENCH_HAVE_OPTIM
+    float *st = NULL;
+    size_t n = 0;
+    if (ct_optimizer_state(b->opt, &st, &n) != CT_OK) return 0;
+    return n * sizeof(float);
+#else
+    size_t n;
+    ct_plan_param_arena(b->plan, NULL, NULL, &n);
+    return (b->o.kind == CT_OPTIM_ADAMW ? 2 : 1) * n * sizeof(float);
+#endif
+}
+
+static double peak_rss_mb(void) { /* Linux: ru_maxrss in KiB */
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return -1;
+    return ru.ru_maxrss / 1024.0;
+}
+
 static void opt_free(bench_opt *b) {
 #ifdef CT_BENCH_HAVE_OPTIM
     ct_optimizer_free(b->opt);
@@ -172,11 +195,15 @@ static void opt_free(bench_opt *b) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: bench_step --workload mlp|cnn [--precision fp32|bf16|fp16|...] [--threads N] [--warmup N] [--steps N]\n"
+            "usage: bench_step --workload mlp|cnn|gptchar|gpt2 [--precision fp32|bf16|fp16|...] [--threads N] [--warmup N] [--steps N]\n"
             "                  [--optim adamw|sgd] [--seed N] [--budget-s S] [--quiet]\n"
             "  --budget-s S: stop after the timed steps took S seconds (at least 3 steps)\n"
             "  mlp: MLP 784-1024-1024-10, batch 256, cross entropy (default optim adamw)\n"
-            "  cnn: ct_model_cnn channels [32,64] on 1x28x28, batch 128, 10 classes (default optim sgd)\n");
+            "  cnn: ct_model_cnn channels [32,64] on 1x28x28, batch 128, 10 classes (default optim sgd)\n"
+            "  gptchar: ct_gpt_preset gpt-char-small (6/6/384, vocab 65), batch 8, T 256, dropout 0,\n"
+            "           random ids, next-token targets, AdamW lr 1e-3 wd 0.1 (not on 1-D params)\n"
+            "  gpt2: ct_gpt_preset gpt2-124m (12/12/768, vocab 50257, wpe 1024), batch 4, T 64, dropout 0,\n"
+            "        same loss and optimizer as gptchar\n");
     exit(1);
 }
 
@@ -203,8 +230,10 @@ int main(int argc, char **argv) {
     }
     if (!workload || steps < 1 || warmup < 0 || threads < 1) usage();
     int is_mlp = !strcmp(workload, "mlp"), is_cnn = !strcmp(workload, "cnn");
-    if (!is_mlp && !is_cnn) usage();
-    if (!optim) optim = is_mlp ? "adamw" : "sgd";
+    int is_gptchar = !strcmp(workload, "gptchar"), is_gpt2 = !strcmp(workload, "gpt2");
+    int is_gpt = is_gptchar || is_gpt2;
+    if (!is_mlp && !is_cnn && !is_gpt) usage();
+    if (!optim) optim = is_cnn ? "sgd" : "adamw";
     rng_state = seed;
 
     ct_context_opts co;
@@ -217,17 +246,33 @@ int main(int argc, char **argv) {
     ct_graph *g;
     DIE_IF(ctx, ct_graph_create(ctx, &g));
     ct_node x, y, logits, loss;
-    int64_t batch = is_mlp ? 256 : 128, n_classes = 10, x_numel;
+    int64_t batch = is_mlp ? 256 : is_cnn ? 128 : is_gptchar ? 8 : 4, n_classes = 10, x_numel;
+    int64_t seq = is_gptchar ? 256 : 64, n_labels = batch; /* gpt: tokens per row; labels per batch */
+    ct_gpt_config gcfg;
+    memset(&gcfg, 0, sizeof gcfg);
     /* Both inputs are declared before any op: the activation planner (as of
      * this writing) places an input at its node index, so an input declared
      * after the model can share memory with an earlier activation and the
      * labels get overwritten during forward (see bench/README.md). */
-    DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));
-    if (is_mlp) {
+    if (is_gpt) {
+        /* ids (B, T), next-token labels (B*T); logits (B, T, V) -> (B*T, V) for the loss */
+        DIE_IF(ctx, ct_gpt_preset(ctx, is_gptchar ? "gpt-char-small" : "gpt2-124m", &gcfg));
+        gcfg.dropout = 0.0f; /* deterministic work per step */
+        n_classes = gcfg.vocab;
+        n_labels = batch * seq;
+        DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){n_labels}, &y));
+        DIE_IF(ctx, ct_input(g, "x", CT_I32, 2, (int64_t[]){batch, seq}, &x));
+        ct_node l3;
+        DIE_IF(ctx, ct_model_gpt(g, x, &gcfg, &l3));
+        DIE_IF(ctx, ct_reshape(g, l3, 2, (int64_t[]){n_labels, n_classes}, &logits));
+        x_numel = batch * seq;
+    } else if (is_mlp) {
+        DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));
         DIE_IF(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){batch, 784}, &x));
         DIE_IF(ctx, ct_model_mlp(g, x, 2, (int64_t[]){1024, 1024}, n_classes, 0.0f, &logits));
         x_numel = batch * 784;
     } else {
+        DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));
         DIE_IF(ctx, ct_input(g, "x", CT_F32, 4, (int64_t[]){batch, 1, 28, 28}, &x));
         DIE_IF(ctx, ct_model_cnn(g, x, 2, (int64_t[]){32, 64}, n_classes, &logits));
         x_numel = batch * 28 * 28;
@@ -247,6 +292,10 @@ int main(int argc, char **argv) {
         ct_optim_opts_default(&oo, CT_OPTIM_ADAMW);
         oo.lr = 1e-3f;
         oo.weight_decay = 0.01f;
+        if (is_gpt) { /* nanoGPT's configure_optimizers: decay on >= 2-D params only */
+            oo.weight_decay = 0.1f;
+            oo.no_decay_bias_norm = 1;
+        }
     } else if (!strcmp(optim, "sgd")) {
         ct_optim_opts_default(&oo, CT_OPTIM_SGD);
         oo.lr = 1e-3f; /* 1e-2 makes the loss on random data grow fast (both frameworks) */
@@ -261,20 +310,39 @@ int main(int argc, char **argv) {
     ct_tensor tx, ty;
     DIE_IF(ctx, ct_plan_tensor(p, x, &tx));
     DIE_IF(ctx, ct_plan_tensor(p, y, &ty));
-    float *xd = tx.data;
     int32_t *yd = ty.data;
-    for (int64_t i = 0; i < x_numel; i++) xd[i] = 2.0f * unif() - 1.0f;
-    for (int64_t i = 0; i < batch; i++) yd[i] = (int32_t)(splitmix() % (uint64_t)n_classes);
+    if (is_gpt) { /* one random sequence of T+1 tokens per row: ids = [0, T), labels = [1, T] */
+        int32_t *xi = tx.data;
+        for (int64_t b = 0; b < batch; b++) {
+            int32_t prev = (int32_t)(splitmix() % (uint64_t)n_classes);
+            for (int64_t t = 0; t < seq; t++) {
+                int32_t next = (int32_t)(splitmix() % (uint64_t)n_classes);
+                xi[b * seq + t] = prev;
+                yd[b * seq + t] = next;
+                prev = next;
+            }
+        }
+    } else {
+        float *xd = tx.data;
+        for (int64_t i = 0; i < x_numel; i++) xd[i] = 2.0f * unif() - 1.0f;
+        for (int64_t i = 0; i < batch; i++) yd[i] = (int32_t)(splitmix() % (uint64_t)n_classes);
+    }
 
     ct_plan_stats st;
     ct_plan_get_stats(p, &st);
     size_t n_param_floats;
     ct_plan_param_arena(p, NULL, NULL, &n_param_floats);
-    printf("ENV workload=%s batch=%lld optim=%s optim_impl=%s threads=%d isa=%s onednn=%d "
-           "n_params=%zu n_nodes=%d activation_mb=%.1f workspace_mb=%.1f compile_ms=%.1f\n",
-           workload, (long long)batch, optim, opt_impl_name(), ct_context_num_threads(ctx),
+    size_t state_bytes = opt_state_bytes(&opt);
+    size_t plan_bytes = st.param_bytes + st.grad_bytes + st.buffer_bytes + st.activation_bytes + st.workspace_bytes +
+                        state_bytes;
+    printf("ENV workload=%s precision=%s batch=%lld seq=%lld optim=%s optim_impl=%s threads=%d isa=%s onednn=%d "
+           "n_params=%zu n_nodes=%d param_mb=%.1f grad_mb=%.1f buffer_mb=%.1f activation_mb=%.1f workspace_mb=%.1f "
+           "optim_state_mb=%.1f plan_mb=%.1f compile_ms=%.1f\n",
+           workload, precision, (long long)batch, (long long)(is_gpt ? seq : 0), optim, opt_impl_name(), ct_context_num_threads(ctx),
            ct_isa_name(ct_context_isa(ctx)), ct_context_use_onednn(ctx), n_param_floats, st.n_nodes,
-           st.activation_bytes / 1048576.0, st.workspace_bytes / 1048576.0, compile_ms);
+           st.param_bytes / 1048576.0, st.grad_bytes / 1048576.0, st.buffer_bytes / 1048576.0,
+           st.activation_bytes / 1048576.0, st.workspace_bytes / 1048576.0,
+           state_bytes / 1048576.0, plan_bytes / 1048576.0, compile_ms);
     fflush(stdout);
 
     int total = warmup + steps;
@@ -357,9 +425,10 @@ int main(int argc, char **argv) {
     for (int i = warmup; i < total; i++) tmin = ts[i] < tmin ? ts[i] : tmin;
     printf("RESULT workload=%s framework=ctrain steps=%d step_ms_median=%.3f fwd_ms_median=%.3f "
            "bwd_ms_median=%.3f opt_ms_median=%.3f step_ms_min=%.3f cpu_ms_median=%.3f loss_first=%.5f loss_last=%.5f "
-           "steps_total=%d others_cores=%.2f steal_cores=%.2f\n",
+           "steps_total=%d others_cores=%.2f steal_cores=%.2f n_params=%zu plan_mb=%.1f peak_rss_mb=%.1f\n",
            workload, steps, median(ts + warmup, steps), median(tf + warmup, steps), median(tb + warmup, steps),
-           median(to + warmup, steps), tmin, median(tc + warmup, steps), loss0, lossN, total, others, steal);
+           median(to + warmup, steps), tmin, median(tc + warmup, steps), loss0, lossN, total, others, steal,
+           n_param_floats, plan_bytes / 1048576.0, peak_rss_mb());
     free(tf);
     free(tb);
     free(to);

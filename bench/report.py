@@ -20,7 +20,16 @@ from collections import defaultdict
 WORKLOAD_DESC = {
     "mlp": "MLP 784-1024-1024-10, b256, AdamW",
     "cnn": "CNN [32,64] 1x28x28, b128, SGD-m",
+    "gptchar": "GPT gpt-char-small 6/6/384 V65, b8 T256, AdamW",
+    "gpt2": "GPT gpt2-124m 12/12/768 V50257, b4 T64, AdamW",
 }
+
+
+def desc(wl):
+    """Description of a workload label; a precision suffix (mlp-bf16) is appended."""
+    base, _, prec = wl.partition("-")
+    d = WORKLOAD_DESC.get(base, base)
+    return f"{d}, {prec.upper()}" if prec else d
 
 
 QUIET_CORES = 0.3
@@ -162,13 +171,39 @@ def main_report(logdir):
         ct_r = {r["round"]: med([s["step_ms"] for s in r["steps"]]) for r in ct}
         pt_r = {r["round"]: med([s["step_ms"] for s in r["steps"]]) for r in pt}
         paired = med([pt_r[k] / ct_r[k] for k in ct_r if k in pt_r and ct_r[k] > 0])
-        rows.append([f"{wl}: {WORKLOAD_DESC.get(wl, wl)}", fmt(c), fmt(p),
+        rows.append([f"{wl}: {desc(wl)}", fmt(c), fmt(p),
                      f"{ratio:.3f}" if ratio == ratio else "n/a",
                      f"{paired:.3f}" if paired == paired else "n/a", fmt(cmin), fmt(pmin),
                      f"{len(all_steps(ct))}/{len(all_steps(pt))}"])
     print(table(["workload", "ctrain ms/step (median)", "PyTorch ms/step (median)",
                  "ratio PyTorch/ctrain (>1: ctrain faster)", "ratio, median of per-round ratios",
                  "ctrain min", "PyTorch min", "steps ct/pt"], rows))
+
+    print("\n== memory: median over rounds, MiB (plan = ctrain's ct_plan_get_stats param + grad + buffer + activation"
+          " + workspace + optimizer state; PyTorch: parameters + gradients + optimizer state, activations not"
+          " counted; peak RSS = getrusage ru_maxrss of the whole process)")
+    rows = []
+    for wl in wls:
+        ct, pt = runs.get((wl, "ctrain"), []), runs.get((wl, "pytorch"), [])
+
+        def res(recs, key):
+            xs = []
+            for r in recs:
+                try:
+                    xs.append(float((r["result"] or {})[key]))
+                except (KeyError, ValueError):
+                    pass
+            return xs
+
+        if not any(res(ct, "peak_rss_mb") + res(pt, "peak_rss_mb")):
+            continue
+        npc, npp = res(ct, "n_params"), res(pt, "n_params")
+        rows.append([f"{wl}: {desc(wl)}", f"{int(npc[0]):,}" if npc else "n/a", f"{int(npp[0]):,}" if npp else "n/a",
+                     fmt(med(res(ct, "plan_mb"))), fmt(med(res(ct, "peak_rss_mb"))),
+                     fmt(med(res(pt, "plan_mb"))), fmt(med(res(pt, "peak_rss_mb")))])
+    if rows:
+        print(table(["workload", "ctrain params", "PyTorch params", "ctrain plan MiB", "ctrain peak RSS MiB",
+                     "PyTorch params+grads+state MiB", "PyTorch peak RSS MiB"], rows))
 
     print("\n== phases: median ms (forward incl. loss | backward | optimizer update incl. zero_grad for PyTorch)")
     rows = []
@@ -204,7 +239,7 @@ def main_report(logdir):
             cq = [s["step_ms"] for r in ct if test(others(r)) for s in r["steps"]]
             pq = [s["step_ms"] for r in pt if test(others(r)) for s in r["steps"]]
             c, p = med(cq), med(pq)
-            rows.append([f"{wl}: {WORKLOAD_DESC.get(wl, wl)}", cls, fmt(c), fmt(p),
+            rows.append([f"{wl}: {desc(wl)}", cls, fmt(c), fmt(p),
                          f"{p / c:.3f}" if c == c and p == p else "n/a",
                          f"{sum(1 for r in ct if test(others(r)))}/{sum(1 for r in pt if test(others(r)))}"])
     print(table(["workload", "load", "ctrain ms/step (median)", "PyTorch ms/step (median)", "ratio PyTorch/ctrain",
@@ -220,7 +255,7 @@ def main_report(logdir):
         cq = [s["step_ms"] for r in ct if r["round"] in quiet for s in r["steps"]]
         pq = [s["step_ms"] for r in pt if r["round"] in quiet for s in r["steps"]]
         c, p = med(cq), med(pq)
-        rows.append([f"{wl}: {WORKLOAD_DESC.get(wl, wl)}", fmt(c), fmt(p),
+        rows.append([f"{wl}: {desc(wl)}", fmt(c), fmt(p),
                      f"{p / c:.3f}" if c == c and p == p else "n/a",
                      " ".join(f"r{q}" for q in quiet) or "none"])
     print(table(["workload", "ctrain ms/step (median)", "PyTorch ms/step (median)",
@@ -342,7 +377,7 @@ def tune_report(logdir):
                          fmt(med(all_steps(recs, "opt_ms"))),
                          " ".join(fmt(med([s["step_ms"] for s in r["steps"]])) for r in recs)])
         if rows:
-            print(f"\n{wl}: {WORKLOAD_DESC.get(wl, wl)}")
+            print(f"\n{wl}: {desc(wl)}")
             print(table(["variant", "openblas core", "step median", "min", "fwd", "bwd", "opt", "per-round medians"],
                         rows))
 

@@ -8,7 +8,7 @@
 #                                # foreach optimizers, channels_last) to pick its best
 # Options (or the environment variable in brackets):
 #   --rounds N [ROUNDS=5]     --steps N [STEPS=10]     --warmup N [WARMUP=3]
-#   --threads N [THREADS=2]   --workloads "mlp cnn" [WORKLOADS]; add -bf16 for mixed
+#   --threads N [THREADS=2]   --workloads "mlp cnn" [WORKLOADS] (also gptchar, gpt2); add -bf16 for mixed
 #                             precision: "mlp-bf16 cnn-bf16" (PyTorch: torch.autocast bfloat16)
 #   --coretype NAME [CORETYPE=Haswell]   OpenBLAS kernel set for PyTorch
 #   --foreach 0|1 [TORCH_FOREACH=0]      --channels-last 0|1 [TORCH_CHANNELS_LAST=0]

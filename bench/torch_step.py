@@ -2,18 +2,27 @@
 """bench/torch_step.py - times one PyTorch training step (forward, backward,
 optimizer update) of the same workloads as bench_step.c.
 
-  /usr/bin/python3 bench/torch_step.py --workload mlp|cnn [--threads 2]
+  /usr/bin/python3 bench/torch_step.py --workload mlp|cnn|gptchar|gpt2 [--threads 2]
       [--warmup 3] [--steps 10] [--optim adamw|sgd] [--foreach 0|1]
       [--channels-last 0|1] [--profile]
 
 Prints the same records as bench_step: ENV, STEP ..., RESULT ... (key=value).
+gptchar / gpt2: nanoGPT's GPT written out below (torch 1.13 has no
+scaled_dot_product_attention: explicit matmul + causal mask + softmax), sizes
+of ctrain's presets gpt-char-small (batch 8, T 256) and gpt2-124m (batch 4,
+T 64, wpe 1024 rows), dropout 0, tied lm_head, AdamW lr 1e-3, weight decay
+0.1 on >= 2-D parameters only (nanoGPT's configure_optimizers, ctrain's
+no_decay_bias_norm). RESULT adds peak_rss_mb (getrusage ru_maxrss) and
+plan_mb (parameters + gradients + optimizer state; activations not counted).
 Run it through bench/run.sh, which sets LD_LIBRARY_PATH (OpenMP OpenBLAS
 first), OPENBLAS_CORETYPE and OMP_NUM_THREADS before Python starts: BLAS
 settings cannot be changed once torch is imported.
 """
 import argparse
 import ctypes
+import math
 import os
+import resource
 import statistics
 import sys
 import time
@@ -68,9 +77,96 @@ def proc_stat():
         return None
 
 
+# nanoGPT's GPT (model.py, Karpathy), trimmed to what the benchmark needs.
+GPT_PRESETS = {  # vocab, context, n_layer, n_head, d_model, gelu_tanh; batch, seq
+    "gptchar": dict(vocab=65, context=256, n_layer=6, n_head=6, d=384, gelu_tanh=False, batch=8, seq=256),
+    "gpt2": dict(vocab=50257, context=1024, n_layer=12, n_head=12, d=768, gelu_tanh=True, batch=4, seq=64),
+}
+
+
+def build_gpt(nn, torch, c):
+    F = torch.nn.functional
+
+    class CausalSelfAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_attn = nn.Linear(c["d"], 3 * c["d"])
+            self.c_proj = nn.Linear(c["d"], c["d"])
+            self.n_head = c["n_head"]
+            T = c["context"]
+            self.register_buffer("bias", torch.tril(torch.ones(T, T)).view(1, 1, T, T))
+
+        def forward(self, x):
+            B, T, C = x.size()
+            q, k, v = self.c_attn(x).split(C, dim=2)
+            h = self.n_head
+            k = k.view(B, T, h, C // h).transpose(1, 2)
+            q = q.view(B, T, h, C // h).transpose(1, 2)
+            v = v.view(B, T, h, C // h).transpose(1, 2)
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+            att = F.softmax(att, dim=-1)
+            y = att @ v
+            y = y.transpose(1, 2).contiguous().view(B, T, C)
+            return self.c_proj(y)
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_fc = nn.Linear(c["d"], 4 * c["d"])
+            self.gelu = nn.GELU(approximate="tanh" if c["gelu_tanh"] else "none")
+            self.c_proj = nn.Linear(4 * c["d"], c["d"])
+
+        def forward(self, x):
+            return self.c_proj(self.gelu(self.c_fc(x)))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(c["d"])
+            self.attn = CausalSelfAttention()
+            self.ln_2 = nn.LayerNorm(c["d"])
+            self.mlp = MLP()
+
+        def forward(self, x):
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.transformer = nn.ModuleDict(dict(
+                wte=nn.Embedding(c["vocab"], c["d"]), wpe=nn.Embedding(c["context"], c["d"]),
+                h=nn.ModuleList([Block() for _ in range(c["n_layer"])]), ln_f=nn.LayerNorm(c["d"])))
+            self.lm_head = nn.Linear(c["d"], c["vocab"], bias=False)
+            self.transformer.wte.weight = self.lm_head.weight  # weight tying
+            self.apply(self._init_weights)
+            for pn, p in self.named_parameters():
+                if pn.endswith("c_proj.weight"):
+                    torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * c["n_layer"]))
+
+        def _init_weights(self, m):
+            if isinstance(m, nn.Linear):
+                torch.nn.init.normal_(m.weight, mean=0.0, std=0.02)
+                if m.bias is not None:
+                    torch.nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Embedding):
+                torch.nn.init.normal_(m.weight, mean=0.0, std=0.02)
+
+        def forward(self, idx):
+            t = idx.size(1)
+            pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+            x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+            for block in self.transformer.h:
+                x = block(x)
+            return self.lm_head(self.transformer.ln_f(x))
+
+    return GPT()
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--workload", required=True, choices=["mlp", "cnn"])
+    ap.add_argument("--workload", required=True, choices=["mlp", "cnn", "gptchar", "gpt2"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
@@ -89,9 +185,17 @@ def main():
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    optim = a.optim or ("adamw" if a.workload == "mlp" else "sgd")
+    is_gpt = a.workload in GPT_PRESETS
+    optim = a.optim or ("sgd" if a.workload == "cnn" else "adamw")
 
-    if a.workload == "mlp":
+    seq = 0
+    if is_gpt:
+        c = GPT_PRESETS[a.workload]
+        batch, seq = c["batch"], c["seq"]
+        model = build_gpt(nn, torch, c)
+        toks = torch.randint(0, c["vocab"], (batch, seq + 1))  # next-token targets
+        x, y = toks[:, :-1].contiguous(), toks[:, 1:].contiguous()
+    elif a.workload == "mlp":
         batch = 256
         model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
         x = torch.rand(batch, 784) * 2 - 1
@@ -105,18 +209,24 @@ def main():
         if a.channels_last:
             model = model.to(memory_format=torch.channels_last)
             x = x.contiguous(memory_format=torch.channels_last)
-    y = torch.randint(0, 10, (batch,))
+    if not is_gpt:
+        y = torch.randint(0, 10, (batch,))
     model.train()
     loss_fn = nn.CrossEntropyLoss()
     fe = bool(a.foreach)
-    if optim == "adamw":
+    if optim == "adamw" and is_gpt:
+        params = [p for p in model.parameters() if p.requires_grad]
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        opt = torch.optim.AdamW(groups, lr=1e-3, foreach=fe)
+    elif optim == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, foreach=fe)
     else:
         opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, foreach=fe)
 
     path, core, cfg, nthr, libs = openblas_info()
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"ENV workload={a.workload} precision={a.precision} batch={batch} optim={optim} foreach={int(fe)} "
+    print(f"ENV workload={a.workload} precision={a.precision} batch={batch} seq={seq} optim={optim} foreach={int(fe)} "
           f"channels_last={a.channels_last} torch={torch.__version__} threads={torch.get_num_threads()} "
           f"mkldnn_available={int(torch.backends.mkldnn.is_available())} "
           f"mkldnn_enabled={int(torch.backends.mkldnn.enabled)} "
@@ -131,7 +241,9 @@ def main():
         t0 = time.perf_counter()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
             out = model(x)
-            loss = loss_fn(out, y)
+            if is_gpt:
+                out = out.view(-1, out.size(-1))
+            loss = loss_fn(out, y.view(-1))
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -181,11 +293,18 @@ def main():
             step()
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=18))
 
+    # parameters + gradients + optimizer state (activations are freed after backward)
+    pbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    sbytes = sum(t.numel() * t.element_size() for st in opt.state.values() for t in st.values()
+                 if torch.is_tensor(t) and t.dim() > 0)
+    plan_mb = (2 * pbytes + sbytes) / 1048576.0
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(f"RESULT workload={a.workload} framework=pytorch steps={a.steps} "
           f"step_ms_median={statistics.median(ts):.3f} fwd_ms_median={statistics.median(tf):.3f} "
           f"bwd_ms_median={statistics.median(tb):.3f} opt_ms_median={statistics.median(to):.3f} "
           f"step_ms_min={min(ts):.3f} cpu_ms_median={statistics.median(tc):.3f} loss_first={loss_first:.5f} "
-          f"loss_last={loss_last:.5f} steps_total={a.warmup + a.steps + 1} others_cores={others:.2f} steal_cores={steal:.2f}")
+          f"loss_last={loss_last:.5f} steps_total={a.warmup + a.steps + 1} others_cores={others:.2f} steal_cores={steal:.2f} "
+          f"n_params={n_params} plan_mb={plan_mb:.1f} peak_rss_mb={peak_rss_mb:.1f}")
 
 
 if __name__ == "__main__":
