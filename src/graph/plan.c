@@ -253,17 +253,23 @@ static ct_status pass_plan_memory(ct_plan *p) {
 
 /* ---- pass: allocation and parameter initialization ------------------------------------- */
 
+/* Counter-based: element i's value depends only on (seed, stream, i), so the
+ * loops run threaded with the same result (GPT-2's 124M values: seconds
+ * single-threaded). */
 static void init_values(float *x, int64_t numel, ct_init init, int64_t fan_in, float std, uint64_t seed,
-                        uint64_t stream) {
+                        uint64_t stream, int nth) {
+    nth = numel >= (1 << 16) ? nth : 1;
     switch (init) {
     case CT_INIT_ZEROS: memset(x, 0, (size_t)numel * sizeof *x); break;
     case CT_INIT_ONES: for (int64_t i = 0; i < numel; i++) x[i] = 1.0f; break;
     case CT_INIT_KAIMING_UNIFORM: {
         float b = 1.0f / sqrtf((float)(fan_in > 0 ? fan_in : 1));
+#pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
         for (int64_t i = 0; i < numel; i++) x[i] = (2.0f * ct_rand_uniform(seed, stream, (uint64_t)i) - 1.0f) * b;
         break;
     }
     case CT_INIT_NORMAL:
+#pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
         for (int64_t i = 0; i < numel; i++) {
             float u1 = ct_rand_uniform(seed, stream, 2 * (uint64_t)i), u2 = ct_rand_uniform(seed, stream, 2 * (uint64_t)i + 1);
             x[i] = std * sqrtf(-2.0f * logf(1.0f - u1)) * cosf(6.2831853f * u2);
@@ -298,13 +304,15 @@ static ct_status pass_allocate(ct_plan *p) {
     for (int i = 0; i < g->n; i++)
         if (pn[i].arena == CT_ARENA_ALIAS) pn[i].data = pn[pn[i].root].data;
     uint64_t seed = ct_context_seed(p->ctx);
+    const int nth = ct_context_num_threads(p->ctx);
     for (int i = 0; i < p->n_params; i++) {
         const ct_node_def *d = &g->nodes[p->params[i]];
         init_values(pn[p->params[i]].data, ct_node_numel(d), d->init, d->fan_in, d->fa[0] > 0 ? d->fa[0] : 0.02f, seed,
-                    0x5EED000000ull + (uint64_t)i);
+                    0x5EED000000ull + (uint64_t)i, nth);
     }
     for (int i = 0; i < g->n; i++)
-        if (g->nodes[i].op == CT_OP_BUFFER) init_values(pn[i].data, ct_node_numel(&g->nodes[i]), g->nodes[i].init, 0, 0.02f, seed, 0);
+        if (g->nodes[i].op == CT_OP_BUFFER)
+            init_values(pn[i].data, ct_node_numel(&g->nodes[i]), g->nodes[i].init, 0, 0.02f, seed, 0, nth);
     return CT_OK;
 }
 
