@@ -30,6 +30,19 @@ expect bert_tiny_train 0 "val loss [0-9.]+.*done: 6 steps" -- \
   "$CT" train --model bert --set dataset=moby-dick --set n_layer=1 --set d_model=32 --set n_head=2 --set context=32 \
   --batch-size 4 --max-steps 6 --set eval_every=3 --set eval_batches=2 --threads 2 --save-dir "$tmp/bert"
 
+# resume: 20 steps in one go == 10 steps, checkpoint, resume to 20 (dropout on:
+# its mask is keyed by the step, the batches by (seed, step))
+expect gpt_resume_ref 0 "done: 20 steps" -- "$CT" train "${TINY[@]}" --dropout 0.1 --save-dir "$tmp/ra"
+expect gpt_resume_first 0 "checkpoint: step 10" -- "$CT" train "${TINY[@]}" --dropout 0.1 --save-dir "$tmp/rb" \
+  --save-every 10
+expect gpt_resume_continue 0 "resumed from .*step-000010: step 10.*done: 20 steps" -- \
+  "$CT" train --resume "$tmp/rb/step-000010" --save-dir "$tmp/rc"
+if cmp -s "$tmp/ra/step-000020/model.safetensors" "$tmp/rc/step-000020/model.safetensors"; then
+  ok gpt_resume_bit_identical
+else
+  bad gpt_resume_bit_identical "$(ls "$tmp/ra/step-000020" "$tmp/rc/step-000020" 2>&1)"
+fi
+
 # bad input
 printf 'a tiny corpus\n' > "$tmp/tiny.txt"
 expect corpus_shorter_than_context 1 "tiny.txt.*corpus shorter than the context" -- \

@@ -12,7 +12,8 @@ int ct_cli_sample(int argc, char **argv);
 
 /* tools/train_text.c: `ctrain train` for model gpt / bert (the recipe is validated) */
 #include "ctrain/ctrain.h"
-int ct_cli_train_text(const ct_recipe *r, int quiet, const char *report_dir);
+/* resume: a checkpoint (save dir or step dir) to continue from, or NULL. */
+int ct_cli_train_text(const ct_recipe *r, int quiet, const char *report_dir, const char *resume);
 /* GPT / BERT sizes from the recipe (preset + overrides, vocabulary of the
  * tokenizer, +1 for BERT's mask id); errors name the key. */
 ct_status ct_cli_gpt_config(ct_context *ctx, const ct_recipe *r, int64_t tok_vocab, ct_gpt_config *c, char *err,

@@ -467,11 +467,7 @@ int ct_cli_train(int argc, char **argv) {
         }
     if ((s = ct_recipe_validate(ctx, &r)) != CT_OK) goto out_err;
     if (!strcmp(r.model, "gpt") || !strcmp(r.model, "bert")) { /* language models: tools/train_text.c */
-        if (resume) {
-            rc = cli_error(CT_E_CONFIG, "--resume is not supported for model '%s' yet; start a new run", r.model);
-            goto out;
-        }
-        rc = ct_cli_train_text(&r, quiet, report_dir);
+        rc = ct_cli_train_text(&r, quiet, report_dir, resume);
         goto out;
     }
     if (resume) {

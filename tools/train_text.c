@@ -219,7 +219,7 @@ static int save(ct_context *ctx, const ct_recipe *r, const lm_t *m, ct_optimizer
     return rc;
 }
 
-int ct_cli_train_text(const ct_recipe *rin, int quiet, const char *report_dir) {
+int ct_cli_train_text(const ct_recipe *rin, int quiet, const char *report_dir, const char *resume) {
     ct_recipe r = *rin;
     ct_context_opts co;
     ct_context_opts_default(&co);
@@ -278,6 +278,26 @@ int ct_cli_train_text(const ct_recipe *rin, int quiet, const char *report_dir) {
     int64_t total = r.max_steps > 0 ? r.max_steps : (int64_t)r.epochs * (r.eval_every > 0 ? r.eval_every : 100);
     if ((s = cli_sched_from_recipe(ctx, &r, total, &sched)) != CT_OK) goto out_err;
     const int accum = r.accumulate_steps;
+    /* resume: weights, optimizer (and its step, which keys dropout), schedule and
+     * scaler state; batches are keyed by (seed, step), so the run continues exactly */
+    int64_t step0 = 0;
+    double val0 = NAN;
+    if (resume) {
+        ct_train_state *ck = calloc(1, sizeof *ck);
+        if (!ck) {
+            rc = cli_error(CT_E_OOM, "out of memory reading a checkpoint");
+            goto out;
+        }
+        s = ct_checkpoint_load(ctx, resume, m.plan, opt, ck);
+        if (s == CT_OK && ck->has_schedule) s = ct_schedule_set_state(sched, &ck->schedule);
+        if (s == CT_OK && ck->has_scaler && scaler) s = ct_scaler_set_state(scaler, &ck->scaler);
+        step0 = ck->step;
+        val0 = ck->test_loss;
+        if (s == CT_OK) printf("  resumed from %s: step %lld%s\n", ck->path, (long long)step0,
+                               ck->finished ? " (the run had ended)" : "");
+        free(ck);
+        if (s != CT_OK) goto out_err;
+    }
     ct_plan_stats ps;
     ct_plan_get_stats(m.plan, &ps);
     int64_t nparams = m.bert ? ct_bert_num_params(&bc) : ct_gpt_num_params(&gc);
@@ -302,11 +322,11 @@ int ct_cli_train_text(const ct_recipe *rin, int quiet, const char *report_dir) {
         goto out;
     }
     snprintf(mpath, sizeof mpath, report_dir ? "%s/metrics.jsonl" : "%s", report_dir ? report_dir : r.metrics_file);
-    if (mpath[0] && (s = ct_metrics_open(ctx, mpath, 0, rj, &mx)) != CT_OK) goto out_err;
+    if (mpath[0] && (s = ct_metrics_open(ctx, mpath, resume != NULL, rj, &mx)) != CT_OK) goto out_err;
 
     int tty = isatty(STDOUT_FILENO);
-    double start = cli_now_s(), val_loss = NAN, run_loss = 0;
-    int64_t step = 0, since = 0, tokens_per_step = m.B * m.T * accum, windows = 0;
+    double start = cli_now_s(), val_loss = val0, run_loss = 0;
+    int64_t step = step0, since = 0, tokens_per_step = m.B * m.T * accum, windows = 0;
     while (step < total) {
         float lr = ct_schedule_lr(sched, step);
         double step_loss = 0;
@@ -350,12 +370,13 @@ int ct_cli_train_text(const ct_recipe *rin, int quiet, const char *report_dir) {
         }
         if (!quiet && (tty ? 1 : step % r.log_every == 0 || step == total)) {
             char eta[32];
-            cli_fmt_time(el / (double)step * (double)(total - step), eta, sizeof eta);
+            cli_fmt_time(el / (double)(step - step0) * (double)(total - step), eta, sizeof eta);
             char normbuf[32] = "";
             if (r.clip_grad_norm > 0.0f) snprintf(normbuf, sizeof normbuf, "  grad norm %.3g", (double)gnorm);
             printf("%sstep %lld/%lld  loss %.4f  lr %.2e%s  %.0f tok/s  %.0f ms/step  ETA %s%s", tty ? "\r" : "  ",
                    (long long)step, (long long)total, run_loss / (double)since, (double)lr, normbuf,
-                   (double)(step * tokens_per_step) / el, 1e3 * el / (double)step, eta, tty ? "\033[K" : "\n");
+                   (double)((step - step0) * tokens_per_step) / el, 1e3 * el / (double)(step - step0), eta,
+                   tty ? "\033[K" : "\n");
             fflush(stdout);
         }
         if ((r.eval_every > 0 && step % r.eval_every == 0) || step == total) {
@@ -375,13 +396,15 @@ int ct_cli_train_text(const ct_recipe *rin, int quiet, const char *report_dir) {
             (rc = save(ctx, &r, &m, opt, sched, scaler, tok, step, val_loss, 0)) != 0)
             goto out;
     }
-    if (r.save_dir[0] && (rc = save(ctx, &r, &m, opt, sched, scaler, tok, step, val_loss, 1)) != 0) goto out;
+    if (r.save_dir[0] && step > step0 && (rc = save(ctx, &r, &m, opt, sched, scaler, tok, step, val_loss, 1)) != 0)
+        goto out;
     double tt = cli_now_s() - start;
     ct_mem_stats ms;
     ct_context_mem_stats(ctx, &ms);
     printf("done: %lld steps in %.1f s (%.0f ms/step, %.0f tok/s), val loss %.4f (perplexity %.2f), peak memory %.1f "
            "MiB\n",
-           (long long)step, tt, 1e3 * tt / (double)(step ? step : 1), (double)(step * tokens_per_step) / tt, val_loss,
+           (long long)step, tt, 1e3 * tt / (double)(step > step0 ? step - step0 : 1),
+           (double)((step - step0) * tokens_per_step) / tt, val_loss,
            exp(val_loss), (double)ms.peak_bytes / 1048576.0);
     if (mx) {
         ct_metrics_log_done(mx, step, tt, val_loss, 0.0, (double)ms.peak_bytes / 1048576.0);
