@@ -33,5 +33,8 @@ int cli_error(ct_status s, const char *fmt, ...) __attribute__((format(printf, 2
 ct_status cli_sched_from_recipe(ct_context *ctx, const ct_recipe *r, int64_t total, ct_schedule **out);
 void cli_fmt_time(double s, char *buf, size_t len);
 const char *cli_scale_mode(const ct_recipe *r);
+/* The precision line of a run's header (nothing for fp32), with a note when the CPU
+ * has no matrix unit for that dtype. */
+void cli_print_precision(ct_context *ctx, const ct_recipe *r, const ct_plan *plan);
 ct_status cli_scaler_from_recipe(ct_context *ctx, const ct_recipe *r, ct_scaler **out);
 #endif

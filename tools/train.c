@@ -222,6 +222,20 @@ static ct_status build_model(ct_context *ctx, const ct_recipe *r, const ct_datas
 
 /* The loss scaler the recipe asks for (NULL: none). auto: dynamic for
  * fp16, static 1024 for fp16-pure, none for fp32/bf16. */
+void cli_print_precision(ct_context *ctx, const ct_recipe *r, const ct_plan *plan) {
+    if (!strcmp(r->precision, "fp32")) return;
+    printf("  precision %s: %d casts, loss scaling %s%s%s\n", r->precision, ct_plan_num_casts(plan), cli_scale_mode(r),
+           r->keep_fp32[0] ? ", kept in fp32: " : "", r->keep_fp32);
+    const ct_cpu_features *f = ct_context_cpu(ctx);
+    int bf16 = !strncmp(r->precision, "bf16", 4);
+    int hw = bf16 ? (f->amx_bf16 && f->amx_permitted) || (f->avx512_bf16 && f->os_avx512) : f->avx512_fp16 && f->os_avx512;
+    if (!hw)
+        printf("  note: this CPU has no %s matrix unit (%s): %s saves activation memory and gives %s numerics, but "
+               "every op computes in FP32 on converted copies, so steps are slower than fp32\n",
+               bf16 ? "BF16" : "FP16", bf16 ? "AMX-BF16 / AVX512-BF16" : "AVX512-FP16", r->precision,
+               bf16 ? "BF16" : "FP16");
+}
+
 const char *cli_scale_mode(const ct_recipe *r) {
     if (strcmp(r->scale_mode, "auto")) return r->scale_mode;
     return !strcmp(r->precision, "fp16") ? "dynamic" : !strcmp(r->precision, "fp16-pure") ? "static" : "off";
@@ -558,10 +572,7 @@ int ct_cli_train(int argc, char **argv) {
            (long long)train.w, (int)(ps.param_bytes / 4), (double)ps.activation_bytes / 1048576.0, cvtbuf);
     printf("  threads %d, kernels: %s%s, data loaded in %.2f s\n", ct_context_num_threads(ctx),
            ct_isa_name(ct_context_isa(ctx)), ct_context_use_onednn(ctx) ? " + oneDNN" : "", cli_now_s() - t0);
-    if (strcmp(r.precision, "fp32"))
-        printf("  precision %s: %d casts, loss scaling %s%s%s\n", r.precision, ct_plan_num_casts(m.plan),
-               cli_scale_mode(&r),
-               r.keep_fp32[0] ? ", kept in fp32: " : "", r.keep_fp32);
+    cli_print_precision(ctx, &r, m.plan);
     printf("  recipe: %s\n", rj);
     fflush(stdout);
     if (report_dir && mkdir(report_dir, 0777) != 0 && errno != EEXIST) {

@@ -310,9 +310,7 @@ int ct_cli_train_text(const ct_recipe *rin, int quiet, const char *report_dir, c
     printf("  threads %d, kernels: %s%s, data tokenized in %.2f s, %lld steps of %lld x %lld tokens\n",
            ct_context_num_threads(ctx), ct_isa_name(ct_context_isa(ctx)), ct_context_use_onednn(ctx) ? " + oneDNN" : "",
            cli_now_s() - t0, (long long)total, (long long)(m.B * accum), (long long)m.T);
-    if (strcmp(r.precision, "fp32"))
-        printf("  precision %s: %d casts, loss scaling %s%s%s\n", r.precision, ct_plan_num_casts(m.plan),
-               cli_scale_mode(&r), r.keep_fp32[0] ? ", kept in fp32: " : "", r.keep_fp32);
+    cli_print_precision(ctx, &r, m.plan);
     char rj[8192];
     if (ct_recipe_to_json(&r, rj, sizeof rj) < 0) snprintf(rj, sizeof rj, "(out of memory)");
     printf("  recipe: %s\n", rj);
