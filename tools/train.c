@@ -658,7 +658,18 @@ int ct_cli_train(int argc, char **argv) {
                 if ((s = ct_optimizer_step(opt, lr)) != CT_OK) goto out_err;
             }
             if (scaler) {
+                const float scale_before = ct_scaler_scale(scaler);
+                double ts = prof ? ct_profiler_now_us() : 0;
                 if ((s = ct_scaler_update(scaler, m.plan, overflow, bad_param)) != CT_OK) goto out_err;
+                if (prof && (overflow || ct_scaler_scale(scaler) != scale_before)) { /* the scale's story in the trace */
+                    char args[128];
+                    const char *pname = "";
+                    if (bad_param >= 0) ct_plan_param_info(m.plan, bad_param, &pname, NULL, NULL);
+                    snprintf(args, sizeof args, "{\"scale\": %g, \"first_nonfinite\": \"%.60s\"}",
+                             (double)ct_scaler_scale(scaler), pname);
+                    ct_profiler_event(prof, overflow ? "overflow: update skipped" : "loss scale grown", "amp", ts,
+                                      ct_profiler_now_us(), args);
+                }
                 if (ct_scaler_should_stop(scaler)) {
                     printf("\n  loss scaler: the scale stayed at loss_scale.min_scale %g for %d overflows in a row; "
                            "stopping (loss_scale.floor = stop). Check the data and the learning rate, or train "

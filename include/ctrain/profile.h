@@ -19,7 +19,8 @@
  * Events are "X" (complete) events, ts/dur in microseconds. Categories:
  * "op" (one per executed node; args: op, node, phase forward|backward, dtype,
  * shape, flops, bytes, kernel), "step" (one per recorded step, written by
- * ct_profiler_step), "data", "optimizer", "eval" and "comm" (caller events;
+ * ct_profiler_step), "data", "optimizer", "eval", "amp" (the CLI's loss-scaler
+ * events) and "comm" (caller events;
  * "comm" is reserved for gradient-bucket communication, which nothing emits
  * yet). The event buffer is allocated once at create (opts.max_events);
  * when it is full further events are dropped and counted (metadata
