@@ -222,6 +222,21 @@ rc=$?
 same_final "run E (accumulation, clipping, recompute)" "$tmp/refE" "$R" 000018
 mv "$R" "$tmp/killE"
 
+# ---- recipe F: FP16 with the dynamic loss scaler (growth every 4 steps, so the scale moves) -------
+F=(--data-dir "$tmp/data" --hidden 32 --batch-size 64 --epochs 2 --seed 9 --threads 2 --save-every 10
+   --precision fp16 --set loss_scale.growth_interval=4 --set accumulate_steps=2)
+run "$tmp/refF.log" -- "$CT" train "${F[@]}" --save-dir "$R"
+rc=$?
+mv "$R" "$tmp/refF"
+last=$(cat "$tmp/refF/latest" 2>/dev/null)
+[ "$rc" -eq 0 ] && [ -n "$last" ] && ok "reference run F (fp16, $last)" || bad "reference run F (rc $rc)" "$(cat "$tmp/refF.log")"
+run "$tmp/f1.log" -- env CTRAIN_TEST_CRASH=step:13 "$CT" train "${F[@]}" --save-dir "$R"
+run "$tmp/f2.log" -- "$CT" train --resume "$R"
+rc=$?
+[ "$rc" -eq 0 ] && ok "run F (fp16, loss scaler) killed at step 13 and resumed" || bad "run F resume (rc $rc)" "$(cat "$tmp/f2.log")"
+same_final "run F (fp16: scale sequence and skipped steps continue)" "$tmp/refF" "$R" "${last#step-}"
+rm -rf "$tmp/refF" "$R"
+
 # ---- bad checkpoints ----------------------------------------------------------------------------
 expect other_model 1 "E40010.*hidden \[128\].*differs from the checkpoint.*hidden \[64\]" -- "$CT" train --resume "$tmp/refA" --hidden 128
 expect other_optimizer 1 "E40010.*saved with optimizer 'adamw' but this run uses 'sgd'" -- "$CT" train --resume "$tmp/refA" --optimizer sgd
