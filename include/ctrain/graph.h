@@ -271,7 +271,10 @@ typedef struct ct_plan_stats {
     int n_nodes, n_params;
 } ct_plan_stats;
 void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *out);
-/* Name of the kernel that ran a node's op ("ref", "avx2", "avx512", "onednn"). */
+/* Name of the kernel that ran a node's op ("ref", "avx2", "avx512", "onednn").
+ * In an FP32 plan n may also be a backward node's id (ct_graph_num_nodes of
+ * the plan's graph is not exposed: ids past the user's graph count up from
+ * it); with mixed precision only the user's node ids are accepted. */
 const char *ct_plan_kernel_name(const ct_plan *p, ct_node n);
 /* The dtype a node's output is stored in by this plan (after autocast);
  * CT_DTYPE_COUNT for an unknown node. */

@@ -700,8 +700,9 @@ void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *o) {
 }
 
 const char *ct_plan_kernel_name(const ct_plan *p, ct_node n) {
-    n = ct_plan_map(p, n);
-    if (n < 0 || p->pn[n].slot < 0) return "none";
+    /* a user's node id; without autocast any node id (backward nodes too) */
+    n = p->user_map ? ct_plan_map(p, n) : n;
+    if (n < 0 || n >= p->g.n || p->pn[n].slot < 0) return "none";
     return ct_kernel_slot_name(p->pn[n].slot);
 }
 
