@@ -86,6 +86,16 @@ typedef struct {
 } test_model;
 ct_status test_model_build(ct_context *ctx, int nd, const int64_t *xshape, int n_layers, const int64_t *sizes,
                            int64_t classes, float dropout, float smoothing, test_model *m);
+/* A fresh temporary directory /tmp/ct_test_<tag>_XXXXXX (the previous one and,
+ * at exit, the last one are removed with their files; exits on failure),
+ * a path inside it (4 rotating buffers), and a whole-file writer (exits on
+ * failure: test setup, not the code under test). */
+const char *test_tmp_make(const char *tag);
+const char *test_tmp_dir(void);
+const char *test_tmp_path(const char *name);
+void test_tmp_remove(void);
+void test_write_file(const char *path, const void *buf, size_t n);
+
 /* The same, compiled with `opts` (NULL: defaults). */
 ct_status test_model_build_opts(ct_context *ctx, int nd, const int64_t *xshape, int n_layers, const int64_t *sizes,
                                 int64_t classes, float dropout, float smoothing, const ct_compile_opts *opts,

@@ -1,7 +1,6 @@
 /* tests/test_data.c - IDX reading (plain and gzipped), error reporting,
  * dataset normalization, and the seeded batch loader. Small IDX files are
  * written into a fresh directory under /tmp, removed afterwards. */
-#include <dirent.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -14,47 +13,9 @@
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-static char tmpdir_[256];
 
-/* Removes the current temporary directory (also at exit, after a failed CHECK
- * returned from a test early). */
-static void tmp_remove(void) {
-    if (!tmpdir_[0]) return;
-    DIR *d = opendir(tmpdir_);
-    if (d) {
-        struct dirent *e;
-        char p[512];
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(p, sizeof p, "%s/%s", tmpdir_, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(tmpdir_);
-    tmpdir_[0] = 0;
-}
 
-static const char *tmp_make(void) {
-    static int registered = 0;
-    if (!registered) atexit(tmp_remove);
-    registered = 1;
-    tmp_remove();
-    snprintf(tmpdir_, sizeof tmpdir_, "/tmp/ct_test_data_XXXXXX");
-    if (!mkdtemp(tmpdir_)) {
-        perror("mkdtemp");
-        exit(2);
-    }
-    return tmpdir_;
-}
 
-static const char *tmp_path(const char *name) {
-    static char p[4][512];
-    static int k = 0;
-    k = (k + 1) & 3;
-    snprintf(p[k], sizeof p[k], "%s/%s", tmpdir_, name);
-    return p[k];
-}
 
 /* Raw bytes to a file, gzip-compressed when gz. */
 static void write_bytes(const char *path, const void *buf, size_t n, int gz) {
@@ -65,11 +26,7 @@ static void write_bytes(const char *path, const void *buf, size_t n, int gz) {
             exit(2);
         }
     } else {
-        FILE *f = fopen(path, "wb");
-        if (!f || fwrite(buf, 1, n, f) != n || fclose(f) != 0) {
-            fprintf(stderr, "cannot write %s\n", path);
-            exit(2);
-        }
+        test_write_file(path, buf, n);
     }
 }
 
@@ -146,14 +103,14 @@ static int ds_is_empty(const ct_dataset *d) { return d->images == NULL && d->lab
 
 TEST(idx_roundtrip_plain_and_gzip) {
     ct_context *ctx = test_ctx(-1, 1);
-    tmp_make();
+    test_tmp_make("data");
     static const uint32_t dims[4][4] = {{37, 0, 0, 0}, {5, 7, 0, 0}, {3, 4, 5, 0}, {2, 3, 4, 5}};
     for (int gz = 0; gz < 2; gz++)
         for (int nd = 1; nd <= 4; nd++) {
             size_t numel = 1;
             for (int d = 0; d < nd; d++) numel *= dims[nd - 1][d];
             uint8_t *data = pattern(numel, (unsigned)(nd + 10 * gz));
-            const char *p = tmp_path(gz ? "a.gz" : "a");
+            const char *p = test_tmp_path(gz ? "a.gz" : "a");
             write_idx(p, nd, dims[nd - 1], data, gz);
             ct_idx x;
             CHECK_OK(ctx, ct_idx_load(ctx, p, &x));
@@ -175,7 +132,7 @@ TEST(idx_roundtrip_plain_and_gzip) {
         unsigned char *b2 = malloc(n + 7);
         memcpy(b2, b, n);
         memcpy(b2 + n, "garbage", 7);
-        const char *p = tmp_path("trail");
+        const char *p = test_tmp_path("trail");
         write_bytes(p, b2, n + 7, gz);
         ct_idx x;
         CHECK_OK(ctx, ct_idx_load(ctx, p, &x));
@@ -189,7 +146,7 @@ TEST(idx_roundtrip_plain_and_gzip) {
     {
         uint32_t d[2] = {30, 40};
         uint8_t *data = pattern(1200, 4);
-        const char *p = tmp_path("tail.gz");
+        const char *p = test_tmp_path("tail.gz");
         write_idx(p, 2, d, data, 1);
         FILE *f = fopen(p, "ab");
         CHECK(f != NULL);
@@ -201,30 +158,30 @@ TEST(idx_roundtrip_plain_and_gzip) {
         ct_idx_free(ctx, &x);
         free(data);
     }
-    tmp_remove();
+    test_tmp_remove();
     ct_context_free(ctx);
 }
 
 TEST(idx_missing_file_is_io_error) {
     ct_context *ctx = test_ctx(-1, 1);
-    tmp_make();
-    const char *p = tmp_path("does-not-exist-idx1-ubyte");
+    test_tmp_make("data");
+    const char *p = test_tmp_path("does-not-exist-idx1-ubyte");
     CHECK_IDX_FAILS(ctx, p, CT_E_IO);
     CHECK(strstr(ct_context_last_error(ctx), "No such file") != NULL);
     /* a directory is not readable as a file */
-    CHECK_IDX_FAILS(ctx, tmpdir_, CT_E_IO);
-    tmp_remove();
+    CHECK_IDX_FAILS(ctx, test_tmp_dir(), CT_E_IO);
+    test_tmp_remove();
     ct_context_free(ctx);
 }
 
 TEST(idx_truncated_is_corrupt) {
     ct_context *ctx = test_ctx(-1, 1);
-    tmp_make();
+    test_tmp_make("data");
     uint32_t dims[3] = {4, 5, 6};
     uint8_t *data = pattern(120, 9);
     size_t n;
     unsigned char *b = idx_bytes(0x08, 3, dims, data, &n);
-    const char *p = tmp_path("trunc");
+    const char *p = test_tmp_path("trunc");
     /* cut in the data, in the dims, in the magic, and an empty file */
     size_t cuts[] = {n - 1, n - 60, 4 + 12, 4 + 5, 3, 0};
     for (int gz = 0; gz < 2; gz++)
@@ -246,14 +203,14 @@ TEST(idx_truncated_is_corrupt) {
     free(z);
     free(b);
     free(data);
-    tmp_remove();
+    test_tmp_remove();
     ct_context_free(ctx);
 }
 
 TEST(idx_bad_header_is_corrupt) {
     ct_context *ctx = test_ctx(-1, 1);
-    tmp_make();
-    const char *p = tmp_path("bad");
+    test_tmp_make("data");
+    const char *p = test_tmp_path("bad");
     uint8_t data[64] = {0};
     size_t n;
     /* bad magic (first two bytes nonzero) */
@@ -301,18 +258,18 @@ TEST(idx_bad_header_is_corrupt) {
         CHECK(strstr(ct_context_last_error(ctx), "2^31") != NULL);
         free(b);
     }
-    tmp_remove();
+    test_tmp_remove();
     ct_context_free(ctx);
 }
 
 TEST(idx_corrupt_gzip_is_corrupt) {
     ct_context *ctx = test_ctx(-1, 1);
-    tmp_make();
+    test_tmp_make("data");
     uint32_t dims[3] = {20, 16, 16};
     size_t numel = 20 * 16 * 16;
     uint8_t *data = pattern(numel, 21);
     for (size_t i = 0; i < numel; i += 3) data[i] = (uint8_t)(i % 7); /* some structure to compress */
-    const char *p = tmp_path("c.gz");
+    const char *p = test_tmp_path("c.gz");
     write_idx(p, 3, dims, data, 1);
     unsigned char *z;
     size_t zn = read_bytes(p, &z);
@@ -350,7 +307,7 @@ TEST(idx_corrupt_gzip_is_corrupt) {
     CHECK_IDX_FAILS(ctx, p, CT_E_CORRUPT);
     free(z);
     free(data);
-    tmp_remove();
+    test_tmp_remove();
     ct_context_free(ctx);
 }
 
@@ -361,9 +318,9 @@ static void write_split(const char *split, int64_t n_img, int64_t n_lab, uint32_
     char name[128];
     uint32_t di[3] = {(uint32_t)n_img, h, w}, dl[1] = {(uint32_t)n_lab};
     snprintf(name, sizeof name, "%s-images-idx3-ubyte%s", split, img_gz ? ".gz" : "");
-    write_idx(tmp_path(name), 3, di, img, img_gz);
+    write_idx(test_tmp_path(name), 3, di, img, img_gz);
     snprintf(name, sizeof name, "%s-labels-idx1-ubyte%s", split, lab_gz ? ".gz" : "");
-    write_idx(tmp_path(name), 1, dl, lab, lab_gz);
+    write_idx(test_tmp_path(name), 1, dl, lab, lab_gz);
 }
 
 TEST(dataset_load_and_normalize) {
@@ -375,11 +332,11 @@ TEST(dataset_load_and_normalize) {
     uint8_t lab[7] = {3, 0, 6, 1, 6, 2, 0};
     const float mean = 0.1307f, stdv = 0.3081f;
     for (int layout = 0; layout < 4; layout++) {
-        tmp_make();
+        test_tmp_make("data");
         const char *split = layout & 1 ? "t10k" : "train";
         write_split(split, N, N, (uint32_t)H, (uint32_t)W, img, lab, layout >> 1, layout & 1);
         ct_dataset ds;
-        CHECK_OK(ctx, ct_dataset_load_idx(ctx, tmpdir_, split, mean, stdv, &ds));
+        CHECK_OK(ctx, ct_dataset_load_idx(ctx, test_tmp_dir(), split, mean, stdv, &ds));
         CHECK(ds.n == N && ds.c == 1 && ds.h == H && ds.w == W);
         CHECK(ds.n_classes == 7);
         for (int64_t i = 0; i < N; i++) CHECK(ds.labels[i] == lab[i]);
@@ -393,26 +350,26 @@ TEST(dataset_load_and_normalize) {
         ct_dataset_free(ctx, &ds);
         CHECK(ds_is_empty(&ds));
         CHECK(in_use(ctx) == 0);
-        tmp_remove();
+        test_tmp_remove();
     }
     /* mean 0, std 1: plain x/255 */
-    tmp_make();
+    test_tmp_make("data");
     write_split("train", N, N, (uint32_t)H, (uint32_t)W, img, lab, 0, 0);
     ct_dataset ds;
-    CHECK_OK(ctx, ct_dataset_load_idx(ctx, tmpdir_, "train", 0.0f, 1.0f, &ds));
+    CHECK_OK(ctx, ct_dataset_load_idx(ctx, test_tmp_dir(), "train", 0.0f, 1.0f, &ds));
     for (int64_t i = 0; i < N * H * W; i++) CHECK(fabsf(ds.images[i] - img[i] / 255.0f) < 1e-7f);
     ct_dataset_free(ctx, &ds);
     /* plain files are preferred over .gz when both exist */
     uint8_t lab2[7] = {1, 1, 1, 1, 1, 1, 1};
     write_split("train", N, N, (uint32_t)H, (uint32_t)W, img, lab2, 1, 1);
-    CHECK_OK(ctx, ct_dataset_load_idx(ctx, tmpdir_, "train", 0.0f, 1.0f, &ds));
+    CHECK_OK(ctx, ct_dataset_load_idx(ctx, test_tmp_dir(), "train", 0.0f, 1.0f, &ds));
     CHECK(ds.labels[0] == 3 && ds.n_classes == 7);
     ct_dataset_free(ctx, &ds);
     /* bad arguments */
-    CHECK(ct_dataset_load_idx(ctx, tmpdir_, "test", 0.0f, 1.0f, &ds) == CT_E_INVALID_ARG);
-    CHECK(ct_dataset_load_idx(ctx, tmpdir_, "train", 0.0f, 0.0f, &ds) == CT_E_INVALID_ARG);
+    CHECK(ct_dataset_load_idx(ctx, test_tmp_dir(), "test", 0.0f, 1.0f, &ds) == CT_E_INVALID_ARG);
+    CHECK(ct_dataset_load_idx(ctx, test_tmp_dir(), "train", 0.0f, 0.0f, &ds) == CT_E_INVALID_ARG);
     CHECK(ds_is_empty(&ds));
-    tmp_remove();
+    test_tmp_remove();
     CHECK(in_use(ctx) == 0);
     free(img);
     ct_context_free(ctx);
@@ -424,57 +381,57 @@ TEST(dataset_errors) {
     ct_dataset ds;
     ct_status s;
     /* count mismatch: names both files */
-    tmp_make();
+    test_tmp_make("data");
     write_split("train", 5, 6, 2, 2, img, lab, 0, 1);
-    s = ct_dataset_load_idx(ctx, tmpdir_, "train", 0.0f, 1.0f, &ds);
+    s = ct_dataset_load_idx(ctx, test_tmp_dir(), "train", 0.0f, 1.0f, &ds);
     CHECK_MSG(s == CT_E_CORRUPT, "%s", ct_status_name(s));
     const char *msg = ct_context_last_error(ctx);
     CHECK_MSG(strstr(msg, "train-images-idx3-ubyte") && strstr(msg, "train-labels-idx1-ubyte.gz"), "%s", msg);
     CHECK(ds_is_empty(&ds));
     CHECK(in_use(ctx) == 0);
-    tmp_remove();
+    test_tmp_remove();
     /* label out of range */
-    tmp_make();
+    test_tmp_make("data");
     lab[3] = 10;
     write_split("train", 5, 5, 2, 2, img, lab, 0, 0);
-    s = ct_dataset_load_idx(ctx, tmpdir_, "train", 0.0f, 1.0f, &ds);
+    s = ct_dataset_load_idx(ctx, test_tmp_dir(), "train", 0.0f, 1.0f, &ds);
     CHECK_MSG(s == CT_E_CORRUPT, "%s", ct_status_name(s));
     CHECK(strstr(ct_context_last_error(ctx), "label 10") != NULL);
     CHECK(ds_is_empty(&ds));
     CHECK(in_use(ctx) == 0);
-    tmp_remove();
+    test_tmp_remove();
     /* missing files */
-    tmp_make();
-    s = ct_dataset_load_idx(ctx, tmpdir_, "t10k", 0.0f, 1.0f, &ds);
+    test_tmp_make("data");
+    s = ct_dataset_load_idx(ctx, test_tmp_dir(), "t10k", 0.0f, 1.0f, &ds);
     CHECK_MSG(s == CT_E_IO, "%s", ct_status_name(s));
     msg = ct_context_last_error(ctx);
-    CHECK_MSG(strstr(msg, tmpdir_) && strstr(msg, "t10k-images-idx3-ubyte"), "%s", msg);
+    CHECK_MSG(strstr(msg, test_tmp_dir()) && strstr(msg, "t10k-images-idx3-ubyte"), "%s", msg);
     CHECK(ds_is_empty(&ds));
     /* labels missing, images present: images freed again */
     lab[3] = 4;
     write_split("t10k", 5, 5, 2, 2, img, lab, 1, 0);
-    unlink(tmp_path("t10k-labels-idx1-ubyte"));
-    s = ct_dataset_load_idx(ctx, tmpdir_, "t10k", 0.0f, 1.0f, &ds);
+    unlink(test_tmp_path("t10k-labels-idx1-ubyte"));
+    s = ct_dataset_load_idx(ctx, test_tmp_dir(), "t10k", 0.0f, 1.0f, &ds);
     CHECK_MSG(s == CT_E_IO, "%s", ct_status_name(s));
     CHECK(strstr(ct_context_last_error(ctx), "t10k-labels-idx1-ubyte") != NULL);
     CHECK(ds_is_empty(&ds));
     CHECK(in_use(ctx) == 0);
     /* swapped roles: labels file where images are expected */
-    unlink(tmp_path("t10k-images-idx3-ubyte.gz"));
+    unlink(test_tmp_path("t10k-images-idx3-ubyte.gz"));
     uint32_t d1[1] = {5};
-    write_idx(tmp_path("t10k-images-idx3-ubyte"), 1, d1, lab, 0);
-    write_idx(tmp_path("t10k-labels-idx1-ubyte"), 1, d1, lab, 0);
-    s = ct_dataset_load_idx(ctx, tmpdir_, "t10k", 0.0f, 1.0f, &ds);
+    write_idx(test_tmp_path("t10k-images-idx3-ubyte"), 1, d1, lab, 0);
+    write_idx(test_tmp_path("t10k-labels-idx1-ubyte"), 1, d1, lab, 0);
+    s = ct_dataset_load_idx(ctx, test_tmp_dir(), "t10k", 0.0f, 1.0f, &ds);
     CHECK_MSG(s == CT_E_CORRUPT, "%s", ct_status_name(s));
     CHECK(ds_is_empty(&ds));
     CHECK(in_use(ctx) == 0);
     /* a truncated image file inside a dataset */
-    write_bytes(tmp_path("t10k-images-idx3-ubyte"), "\0\0\x08\x03\0\0\0\x05", 8, 0);
-    s = ct_dataset_load_idx(ctx, tmpdir_, "t10k", 0.0f, 1.0f, &ds);
+    write_bytes(test_tmp_path("t10k-images-idx3-ubyte"), "\0\0\x08\x03\0\0\0\x05", 8, 0);
+    s = ct_dataset_load_idx(ctx, test_tmp_dir(), "t10k", 0.0f, 1.0f, &ds);
     CHECK_MSG(s == CT_E_CORRUPT, "%s", ct_status_name(s));
     CHECK(ds_is_empty(&ds));
     CHECK(in_use(ctx) == 0);
-    tmp_remove();
+    test_tmp_remove();
     ct_context_free(ctx);
 }
 
@@ -482,7 +439,7 @@ TEST(dataset_errors) {
  * streaming, and gzip trailer (CRC / length) checks on large direct reads. */
 TEST(large_files_stream_and_verify) {
     ct_context *ctx = test_ctx(-1, 1);
-    tmp_make();
+    test_tmp_make("data");
     const uint32_t N = 3001, H = 21, W = 20; /* 1.26 MB of pixels */
     size_t numel = (size_t)N * H * W;
     uint8_t *img = pattern(numel, 77);
@@ -491,8 +448,8 @@ TEST(large_files_stream_and_verify) {
     for (uint32_t i = 0; i < N; i++) lab[i] = (uint8_t)(i % 10);
     uint32_t di[3] = {N, H, W}, dl[1] = {N};
     for (int gz = 0; gz < 2; gz++) {
-        const char *ip = tmp_path(gz ? "train-images-idx3-ubyte.gz" : "train-images-idx3-ubyte");
-        const char *lp = tmp_path("train-labels-idx1-ubyte");
+        const char *ip = test_tmp_path(gz ? "train-images-idx3-ubyte.gz" : "train-images-idx3-ubyte");
+        const char *lp = test_tmp_path("train-labels-idx1-ubyte");
         write_idx(ip, 3, di, img, gz);
         write_idx(lp, 1, dl, lab, 0);
         ct_idx x;
@@ -500,7 +457,7 @@ TEST(large_files_stream_and_verify) {
         CHECK(x.numel == (int64_t)numel && memcmp(x.data, img, numel) == 0);
         ct_idx_free(ctx, &x);
         ct_dataset ds;
-        CHECK_OK(ctx, ct_dataset_load_idx(ctx, tmpdir_, "train", 0.5f, 0.5f, &ds));
+        CHECK_OK(ctx, ct_dataset_load_idx(ctx, test_tmp_dir(), "train", 0.5f, 0.5f, &ds));
         CHECK(ds.n == N && ds.h == H && ds.w == W && ds.n_classes == 10);
         for (size_t i = 0; i < numel; i++) CHECK(fabsf(ds.images[i] - (img[i] / 255.0f - 0.5f) / 0.5f) < 1e-6f);
         ct_dataset_free(ctx, &ds);
@@ -518,7 +475,7 @@ TEST(large_files_stream_and_verify) {
             write_bytes(ip, c, len, 0);
             free(c);
             CHECK_IDX_FAILS(ctx, ip, CT_E_CORRUPT);
-            ct_status s = ct_dataset_load_idx(ctx, tmpdir_, "train", 0.5f, 0.5f, &ds);
+            ct_status s = ct_dataset_load_idx(ctx, test_tmp_dir(), "train", 0.5f, 0.5f, &ds);
             CHECK_MSG(s == CT_E_CORRUPT, "gz %d case %d: %s", gz, k, ct_status_name(s));
             CHECK(strstr(ct_context_last_error(ctx), ip) != NULL);
             CHECK(ds_is_empty(&ds));
@@ -529,7 +486,7 @@ TEST(large_files_stream_and_verify) {
     }
     free(img);
     free(lab);
-    tmp_remove();
+    test_tmp_remove();
     ct_context_free(ctx);
 }
 

@@ -3,7 +3,6 @@
  * train / validation split, LM windows, evaluation windows and MLM masking.
  * Needs data/text from scripts/setup.sh (fails without it). Run from the
  * repository root. Bad files are written into a fresh folder under /tmp. */
-#include <dirent.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,52 +16,10 @@
 
 /* ---- helpers -------------------------------------------------------------------- */
 
-static char tmpdir_[256];
 
-static void tmp_remove(void) {
-    if (!tmpdir_[0]) return;
-    DIR *d = opendir(tmpdir_);
-    if (d) {
-        struct dirent *e;
-        char p[512];
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(p, sizeof p, "%s/%s", tmpdir_, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(tmpdir_);
-    tmpdir_[0] = 0;
-}
 
-static void tmp_make(void) {
-    static int registered = 0;
-    if (!registered) atexit(tmp_remove);
-    registered = 1;
-    tmp_remove();
-    snprintf(tmpdir_, sizeof tmpdir_, "/tmp/ct_test_text_XXXXXX");
-    if (!mkdtemp(tmpdir_)) {
-        perror("mkdtemp");
-        exit(2);
-    }
-}
 
-static const char *tmp_path(const char *name) {
-    static char p[4][512];
-    static int k = 0;
-    k = (k + 1) & 3;
-    snprintf(p[k], sizeof p[k], "%s/%s", tmpdir_, name);
-    return p[k];
-}
 
-static void write_str(const char *path, const char *s) {
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(s, 1, strlen(s), f) != strlen(s) || fclose(f) != 0) {
-        fprintf(stderr, "cannot write %s\n", path);
-        exit(2);
-    }
-}
 
 static size_t in_use(ct_context *ctx) {
     ct_mem_stats m;
@@ -336,7 +293,7 @@ static void write_encoder(const char *path, const char *extra, int open) {
     for (int b = 0; b < 256; b++)
         o += (size_t)snprintf(buf + o, sizeof buf - o, "%s\"\\u%04x\": %d", b ? ",\n" : "", byte_cp(b), b);
     o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%s\n", extra, open ? "" : "}");
-    write_str(path, buf);
+    test_write_file(path, buf, strlen(buf));
 }
 
 static int has(const char *m, const char *s) { return !s || strstr(m, s) != NULL; }
@@ -356,11 +313,11 @@ static int has(const char *m, const char *s) { return !s || strstr(m, s) != NULL
 
 TEST(gpt2_small_and_bad_files) {
     ct_context *ctx = test_ctx(-1, 1);
-    tmp_make();
-    const char *enc = tmp_path("encoder.json"), *bpe = tmp_path("vocab.bpe");
+    test_tmp_make("text");
+    const char *enc = test_tmp_path("encoder.json"), *bpe = test_tmp_path("vocab.bpe");
     /* a tiny valid pair: "ab" = 256, "abc" = 257; " a" merges are absent */
     write_encoder(enc, ",\n\"ab\": 256,\n\"abc\": 257", 0);
-    write_str(bpe, "#version: 0.2\na b\nab c\n");
+    test_write_file(bpe, "#version: 0.2\na b\nab c\n", strlen("#version: 0.2\na b\nab c\n"));
     ct_tokenizer *t;
     CHECK_OK(ctx, ct_tokenizer_gpt2_load(ctx, enc, bpe, &t));
     CHECK(ct_tokenizer_vocab_size(t) == 258);
@@ -374,11 +331,11 @@ TEST(gpt2_small_and_bad_files) {
 
     /* missing files: CT_E_IO naming the path and scripts/setup.sh */
     CHECK_GPT2_FAILS(ctx, "data/text/gpt2/nope.json", bpe, CT_E_IO, "data/text/gpt2/nope.json", "scripts/setup.sh");
-    CHECK_GPT2_FAILS(ctx, enc, tmp_path("missing.bpe"), CT_E_IO, "missing.bpe", NULL);
+    CHECK_GPT2_FAILS(ctx, enc, test_tmp_path("missing.bpe"), CT_E_IO, "missing.bpe", NULL);
     /* encoder.json: not JSON, not an object, non-integer values, duplicates */
-    write_str(enc, "this is not json");
+    test_write_file(enc, "this is not json", strlen("this is not json"));
     CHECK_GPT2_FAILS(ctx, enc, bpe, CT_E_CORRUPT, "encoder.json line 1", "not a JSON object");
-    write_str(enc, "[1, 2, 3]");
+    test_write_file(enc, "[1, 2, 3]", strlen("[1, 2, 3]"));
     CHECK_GPT2_FAILS(ctx, enc, bpe, CT_E_CORRUPT, "line 1", "not a JSON object");
     write_encoder(enc, ",\n\"ab\": \"x\"", 0);
     CHECK_GPT2_FAILS(ctx, enc, bpe, CT_E_CORRUPT, "line 258", "\"ab\" is not an integer");
@@ -398,19 +355,19 @@ TEST(gpt2_small_and_bad_files) {
     CHECK_GPT2_FAILS(ctx, enc, bpe, CT_E_CORRUPT, "line 259", "expected ',' or '}'");
     write_encoder(enc, ",\n\"ab\": 256}\n{", 1);
     CHECK_GPT2_FAILS(ctx, enc, bpe, CT_E_CORRUPT, "line 259", "after the end");
-    write_str(enc, "{\"a\": 0}");
+    test_write_file(enc, "{\"a\": 0}", strlen("{\"a\": 0}"));
     CHECK_GPT2_FAILS(ctx, enc, bpe, CT_E_CORRUPT, "no token for the byte 0x00", NULL);
     /* vocab.bpe: wrong field counts, unknown symbols, merged symbol unknown */
     write_encoder(enc, ",\n\"ab\": 256,\n\"abc\": 257", 0);
-    write_str(bpe, "#version: 0.2\na b\nab c d\n");
+    test_write_file(bpe, "#version: 0.2\na b\nab c d\n", strlen("#version: 0.2\na b\nab c d\n"));
     CHECK_GPT2_FAILS(ctx, enc, bpe, CT_E_CORRUPT, "vocab.bpe line 3", "exactly two symbols");
-    write_str(bpe, "#version: 0.2\na b\nabc\n");
+    test_write_file(bpe, "#version: 0.2\na b\nabc\n", strlen("#version: 0.2\na b\nabc\n"));
     CHECK_GPT2_FAILS(ctx, enc, bpe, CT_E_CORRUPT, "vocab.bpe line 3", "has 1");
-    write_str(bpe, "#version: 0.2\na b\n\nab c\n");
+    test_write_file(bpe, "#version: 0.2\na b\n\nab c\n", strlen("#version: 0.2\na b\n\nab c\n"));
     CHECK_GPT2_FAILS(ctx, enc, bpe, CT_E_CORRUPT, "vocab.bpe line 3", "has 0");
-    write_str(bpe, "#version: 0.2\na b\nabcd c\n");
+    test_write_file(bpe, "#version: 0.2\na b\nabcd c\n", strlen("#version: 0.2\na b\nabcd c\n"));
     CHECK_GPT2_FAILS(ctx, enc, bpe, CT_E_CORRUPT, "vocab.bpe line 3", "\"abcd\" is not a token");
-    write_str(bpe, "#version: 0.2\nb c\n");
+    test_write_file(bpe, "#version: 0.2\nb c\n", strlen("#version: 0.2\nb c\n"));
     CHECK_GPT2_FAILS(ctx, enc, bpe, CT_E_CORRUPT, "vocab.bpe line 2", "merged symbol \"bc\"");
     ct_context_free(ctx);
 }

@@ -1,4 +1,7 @@
 /* tests/util.c - the test runner and helpers shared by the test binaries. */
+#include <dirent.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <stdlib.h>
 
 #include "test.h"
@@ -117,4 +120,56 @@ ct_status test_params_plan(ct_context *ctx, int np, const int *nd, const int64_t
     if (s == CT_OK) s = ct_compile(g, total, 0, NULL, NULL, out);
     ct_graph_free(g);
     return s;
+}
+
+/* ---- temporary directory ---------------------------------------------------------- */
+
+static char tmpdir_[256];
+
+void test_tmp_remove(void) {
+    if (!tmpdir_[0]) return;
+    DIR *d = opendir(tmpdir_);
+    if (d) {
+        struct dirent *e;
+        char p[512];
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            snprintf(p, sizeof p, "%s/%s", tmpdir_, e->d_name);
+            unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(tmpdir_);
+    tmpdir_[0] = 0;
+}
+
+const char *test_tmp_make(const char *tag) {
+    static int registered = 0;
+    if (!registered) atexit(test_tmp_remove);
+    registered = 1;
+    test_tmp_remove();
+    snprintf(tmpdir_, sizeof tmpdir_, "/tmp/ct_test_%s_XXXXXX", tag);
+    if (!mkdtemp(tmpdir_)) {
+        perror("mkdtemp");
+        exit(2);
+    }
+    return tmpdir_;
+}
+
+const char *test_tmp_dir(void) { return tmpdir_; }
+
+const char *test_tmp_path(const char *name) {
+    static char p[4][512];
+    static int k = 0;
+    k = (k + 1) & 3;
+    snprintf(p[k], sizeof p[k], "%s/%s", tmpdir_, name);
+    return p[k];
+}
+
+void test_write_file(const char *path, const void *buf, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(buf, 1, n, f) != n || fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(2);
+    }
 }
