@@ -330,3 +330,11 @@ int meta_i32(const gold_file *f, const char *name, int32_t *out, int max_n, int 
     if (n) *n = (int)r->numel;
     return 1;
 }
+
+void run_end(const run_state *s, const char *file, int line) {
+    if (s->completed) printf("  [%s] worst %.2e (%s)\n", s->label, s->worst, s->worst_name);
+    if (s->failed) {
+        fprintf(stderr, "  CHECK failed %s:%d: golden %s: %s\n", file, line, s->label, s->msg);
+        ct_test_failed_checks++;
+    }
+}

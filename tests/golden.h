@@ -32,6 +32,7 @@ typedef struct {
     double worst;
     char worst_name[96];
     char msg[512];
+    int completed;     /* the run reached its end (the worst error is meaningful) */
 } run_state;
 
 /* Loads `file` from the golden folder ($CT_GOLDEN_DIR, else tests/golden
@@ -54,5 +55,8 @@ int load_into(run_state *s, const gold_file *f, const char *name, const ct_tenso
 int compare(run_state *s, const gold_file *f, const char *name, const ct_tensor *t);
 /* Prints the kernel each forward op ran. */
 void print_kernels(run_state *s, ct_graph *g, ct_plan *p);
+/* Ends a golden run: prints the worst error when it completed, and counts a
+ * failed check (naming file:line and the first problem) when anything failed. */
+void run_end(const run_state *s, const char *file, int line);
 
 #endif

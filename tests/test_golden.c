@@ -23,7 +23,7 @@
 static void run_golden(const char *file, int is_cnn, const char *ctx_name, int isa, int use_onednn) {
     char label[64], err[512] = "", name[160];
     snprintf(label, sizeof label, "%.*s/%s", (int)(strchr(file, '.') - file), file, ctx_name);
-    run_state s = {label, 0, 0.0, "", ""};
+    run_state s = {label, 0, 0.0, "", "", 0};
     ct_context *ctx = NULL;
     ct_graph *g = NULL;
     ct_plan *p = NULL;
@@ -133,12 +133,9 @@ static void run_golden(const char *file, int is_cnn, const char *ctx_name, int i
         compare(&s, f, name, &v);
     }
 #undef TRY
-    printf("  [%s] worst %.2e (%s)\n", s.label, s.worst, s.worst_name);
+    s.completed = 1;
 done:
-    if (s.failed) {
-        fprintf(stderr, "  CHECK failed %s:%d: golden %s: %s\n", __FILE__, __LINE__, s.label, s.msg);
-        ct_test_failed_checks++;
-    }
+    run_end(&s, __FILE__, __LINE__);
     ct_plan_free(p);
     ct_graph_free(g);
     ct_context_free(ctx);
