@@ -338,3 +338,14 @@ void run_end(const run_state *s, const char *file, int line) {
         ct_test_failed_checks++;
     }
 }
+
+gold_file *run_begin(run_state *s, char label[64], const char *file, const char *ctx_name) {
+    char err[512] = "";
+    const char *dot = strchr(file, '.');
+    snprintf(label, 64, "%.*s/%s", dot ? (int)(dot - file) : (int)strlen(file), file, ctx_name);
+    memset(s, 0, sizeof *s);
+    s->label = label;
+    gold_file *f = gold_load(file, err, sizeof err, 0);
+    if (!f) run_fail(s, "%s", err);
+    return f;
+}

@@ -55,6 +55,9 @@ int load_into(run_state *s, const gold_file *f, const char *name, const ct_tenso
 int compare(run_state *s, const gold_file *f, const char *name, const ct_tensor *t);
 /* Prints the kernel each forward op ran. */
 void print_kernels(run_state *s, ct_graph *g, ct_plan *p);
+/* Starts a golden run: s->label = "<file stem>/<ctx_name>" (written to label),
+ * loads `file`; NULL (with the run failed) when it cannot. */
+gold_file *run_begin(run_state *s, char label[64], const char *file, const char *ctx_name);
 /* Ends a golden run: prints the worst error when it completed, and counts a
  * failed check (naming file:line and the first problem) when anything failed. */
 void run_end(const run_state *s, const char *file, int line);

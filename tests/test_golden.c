@@ -21,17 +21,13 @@
 
 /* Runs one golden case (file) under one context. */
 static void run_golden(const char *file, int is_cnn, const char *ctx_name, int isa, int use_onednn) {
-    char label[64], err[512] = "", name[160];
-    snprintf(label, sizeof label, "%.*s/%s", (int)(strchr(file, '.') - file), file, ctx_name);
-    run_state s = {label, 0, 0.0, "", "", 0};
+    char label[64], name[160];
+    run_state s;
     ct_context *ctx = NULL;
     ct_graph *g = NULL;
     ct_plan *p = NULL;
-    gold_file *f = gold_load(file, err, sizeof err, 0);
-    if (!f) {
-        run_fail(&s, "%s", err);
-        goto done;
-    }
+    gold_file *f = run_begin(&s, label, file, ctx_name);
+    if (!f) goto done;
     ctx = test_ctx(isa, use_onednn);
 
     /* configuration from the file */

@@ -39,17 +39,13 @@ static double norm_rel(const gold_rec *r, const ct_tensor *t) {
 }
 
 static void run_tf(const char *file, int bert, const char *ctx_name, int isa, int use_onednn, int bf16) {
-    char label[64], err[512] = "", name[160];
-    snprintf(label, sizeof label, "%.*s/%s", (int)(strchr(file, '.') - file), file, ctx_name);
-    run_state s = {label, 0, 0.0, "", "", 0};
+    char label[64], name[160];
+    run_state s;
     ct_context *ctx = NULL;
     ct_graph *g = NULL;
     ct_plan *p = NULL;
-    gold_file *f = gold_load(file, err, sizeof err, 0);
-    if (!f) {
-        run_fail(&s, "%s", err);
-        goto done;
-    }
+    gold_file *f = run_begin(&s, label, file, ctx_name);
+    if (!f) goto done;
     ctx = test_ctx(isa, use_onednn);
     const gold_rec *ids_rec = gold_get(f, "ids"), *eps_rec = gold_get(f, "meta.ln_eps");
     int64_t V, C, L, H, D, FF = 0, TV = 0, bias = 1, tanh_ = 0, ignore;
