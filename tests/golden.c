@@ -123,8 +123,8 @@ gold_file *gold_load(const char *file, char *err, size_t errlen, int depth) {
     }
     fp = golden_open(file, path, sizeof path);
     if (!fp) {
-        gold_err(err, errlen, "cannot open golden file %s (run /usr/bin/python3 scripts/make_golden.py, or set "
-                 "CT_GOLDEN_DIR)", path);
+        gold_err(err, errlen, "cannot open golden file %s (regenerate with /usr/bin/python3 scripts/make_golden.py "
+                 "or scripts/make_transformer_golden.py, or set CT_GOLDEN_DIR)", path);
         goto done;
     }
     if (fseek(fp, 0, SEEK_END) != 0) {
