@@ -125,13 +125,17 @@ TEST(profiled_mlp_trace) {
     ct_doctor_report dr;
     CHECK_OK(ctx, ct_doctor_analyze_file(ctx, path, &dr));
     CHECK(dr.steps == 2 && dr.utilization > 0 && dr.v_memory == CT_VERDICT_UNKNOWN && dr.v_comm == CT_VERDICT_OK);
-    /* truncated on disk */
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    fwrite(txt, 1, len / 2, f);
-    fclose(f);
-    CHECK(ct_doctor_analyze_file(ctx, path, &dr) == CT_E_CORRUPT);
-    CHECK(strstr(ct_context_last_error(ctx), "truncated") && strstr(ct_context_last_error(ctx), path));
+    /* truncated on disk, wherever the cut falls (inside a string, a number, between tokens) */
+    for (int c = 1; c < 64; c++) {
+        size_t cut = len * (size_t)c / 64 + (size_t)c % 7;
+        FILE *f = fopen(path, "wb");
+        CHECK(f != NULL);
+        fwrite(txt, 1, cut, f);
+        fclose(f);
+        CHECK(ct_doctor_analyze_file(ctx, path, &dr) == CT_E_CORRUPT);
+        CHECK_MSG(strstr(ct_context_last_error(ctx), "truncated") && strstr(ct_context_last_error(ctx), path),
+                  "cut at %zu of %zu: %s", cut, len, ct_context_last_error(ctx));
+    }
     free(txt);
     unlink(path);
     CHECK_OK(ctx, ct_plan_set_profiler(m.plan, NULL));

@@ -32,7 +32,20 @@ static ct_status analyze(ct_context *ctx, const char *what, const char *json, si
         if (last == 0)
             return ct_set_error(ctx, CT_E_CORRUPT, "doctor: '%s' is empty, not a trace; write one with ctrain train "
                                 "--profile DIR", what);
-        if ((json[i] == '{' || json[i] == '[') && at + 1 >= last)
+        /* cut short: the parser stopped at the end, or inside the last token (cJSON
+         * reports a cut string, number or literal at its start): nothing but that
+         * token follows the error, no closing bracket */
+        int cut = at + 1 >= last;
+        if (!cut && at < last && last - at <= 4096) {
+            cut = 1;
+            /* a string cut short (cJSON points at or just after its opening quote): no closing quote */
+            if (json[at] == '"' || (at > 0 && json[at - 1] == '"')) {
+                for (size_t k = json[at] == '"' ? at + 1 : at; cut && k < last; k++) cut = !(json[k] == '"' && json[k - 1] != '\\');
+            } else { /* a number or literal cut short */
+                for (size_t k = at; cut && k < last; k++) cut = !strchr("}],\"", json[k]);
+            }
+        }
+        if ((json[i] == '{' || json[i] == '[') && cut)
             return ct_set_error(ctx, CT_E_CORRUPT, "doctor: '%s' is truncated: the JSON ends at byte %zu before the "
                                 "trace is complete (was the run interrupted while writing?)", what, last);
         return ct_set_error(ctx, CT_E_CORRUPT, "doctor: '%s' is not valid JSON (error near byte %zu); give a Chrome "
