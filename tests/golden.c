@@ -349,3 +349,42 @@ gold_file *run_begin(run_state *s, char label[64], const char *file, const char 
     if (!f) run_fail(s, "%s", err);
     return f;
 }
+
+int load_params(run_state *s, const gold_file *f, ct_plan *p) {
+    char name[160];
+    int np = ct_plan_num_params(p);
+    if (np != gold_count(f, "param.")) {
+        run_fail(s, "ctrain has %d parameters, the golden file %d", np, gold_count(f, "param."));
+        return 0;
+    }
+    for (int i = 0; i < np; i++) {
+        const char *pname;
+        ct_tensor v;
+        ct_status st = ct_plan_param_info(p, i, &pname, &v, NULL);
+        if (st != CT_OK) {
+            run_fail(s, "ct_plan_param_info(%d) -> %s", i, ct_status_name(st));
+            return 0;
+        }
+        snprintf(name, sizeof name, "param.%s", pname);
+        if (!load_into(s, f, name, &v)) return 0;
+    }
+    return 1;
+}
+
+int compare_grads(run_state *s, const gold_file *f, ct_plan *p) {
+    char name[160];
+    int np = ct_plan_num_params(p);
+    if (np != gold_count(f, "grad.")) run_fail(s, "ctrain has %d gradients, the golden file %d", np, gold_count(f, "grad."));
+    for (int i = 0; i < np; i++) {
+        const char *pname;
+        ct_tensor gr;
+        ct_status st = ct_plan_param_info(p, i, &pname, NULL, &gr);
+        if (st != CT_OK) {
+            run_fail(s, "ct_plan_param_info(%d) -> %s", i, ct_status_name(st));
+            return 0;
+        }
+        snprintf(name, sizeof name, "grad.%s", pname);
+        compare(s, f, name, &gr);
+    }
+    return 1;
+}

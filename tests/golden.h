@@ -55,6 +55,12 @@ int load_into(run_state *s, const gold_file *f, const char *name, const ct_tenso
 int compare(run_state *s, const gold_file *f, const char *name, const ct_tensor *t);
 /* Prints the kernel each forward op ran. */
 void print_kernels(run_state *s, ct_graph *g, ct_plan *p);
+/* Loads every parameter of the plan from "param.<name>" (the counts must
+ * match); 0 with the run failed otherwise. */
+int load_params(run_state *s, const gold_file *f, ct_plan *p);
+/* Compares every parameter gradient with "grad.<name>" (counts must match);
+ * 0 only when the plan cannot be read. */
+int compare_grads(run_state *s, const gold_file *f, ct_plan *p);
 /* Starts a golden run: s->label = "<file stem>/<ctx_name>" (written to label),
  * loads `file`; NULL (with the run failed) when it cannot. */
 gold_file *run_begin(run_state *s, char label[64], const char *file, const char *ctx_name);

@@ -64,18 +64,7 @@ static void run_golden(const char *file, int is_cnn, const char *ctx_name, int i
     TRY(ct_compile(g, loss, 1, &logits, NULL, &p));
 
     /* parameters by name, buffers by graph node name, the batch */
-    int np = ct_plan_num_params(p);
-    if (np != gold_count(f, "param.")) {
-        run_fail(&s, "ctrain has %d parameters, the golden file %d", np, gold_count(f, "param."));
-        goto done;
-    }
-    for (int i = 0; i < np; i++) {
-        const char *pname;
-        ct_tensor v;
-        TRY(ct_plan_param_info(p, i, &pname, &v, NULL));
-        snprintf(name, sizeof name, "param.%s", pname);
-        if (!load_into(&s, f, name, &v)) goto done;
-    }
+    if (!load_params(&s, f, p)) goto done;
     int nbuf = 0;
     for (int n = 0; n < ct_graph_num_nodes(g); n++) {
         if (strcmp(ct_node_op_name(g, n), "buffer")) continue;
@@ -111,14 +100,7 @@ static void run_golden(const char *file, int is_cnn, const char *ctx_name, int i
     compare(&s, f, "loss", &tl);
     TRY(ct_plan_tensor(p, logits, &tlog));
     compare(&s, f, "logits", &tlog);
-    if (np != gold_count(f, "grad.")) run_fail(&s, "ctrain has %d gradients, the golden file %d", np, gold_count(f, "grad."));
-    for (int i = 0; i < np; i++) {
-        const char *pname;
-        ct_tensor gr;
-        TRY(ct_plan_param_info(p, i, &pname, NULL, &gr));
-        snprintf(name, sizeof name, "grad.%s", pname);
-        compare(&s, f, name, &gr);
-    }
+    if (!compare_grads(&s, f, p)) goto done;
     if (nbuf != gold_count(f, "buffer_after."))
         run_fail(&s, "ctrain has %d buffers, the golden file %d updated ones", nbuf, gold_count(f, "buffer_after."));
     for (int n = 0; n < ct_graph_num_nodes(g); n++) {

@@ -88,17 +88,7 @@ static void run_tf(const char *file, int bert, const char *ctx_name, int isa, in
     TRY(ct_compile(g, loss, 1, &logits, &co, &p));
 
     int np = ct_plan_num_params(p);
-    if (np != gold_count(f, "param.")) {
-        run_fail(&s, "ctrain has %d parameters, the golden file %d", np, gold_count(f, "param."));
-        goto done;
-    }
-    for (int i = 0; i < np; i++) {
-        const char *pname;
-        ct_tensor v;
-        TRY(ct_plan_param_info(p, i, &pname, &v, NULL));
-        snprintf(name, sizeof name, "param.%s", pname);
-        if (!load_into(&s, f, name, &v)) goto done;
-    }
+    if (!load_params(&s, f, p)) goto done;
     ct_tensor t;
     TRY(ct_plan_tensor(p, ids, &t));
     if (!load_into(&s, f, "ids", &t)) goto done;
@@ -153,14 +143,7 @@ static void run_tf(const char *file, int bert, const char *ctx_name, int isa, in
     compare(&s, f, "loss", &tl);
     TRY(ct_plan_tensor(p, logits, &t));
     compare(&s, f, "logits", &t);
-    if (np != gold_count(f, "grad.")) run_fail(&s, "ctrain has %d gradients, the golden file %d", np, gold_count(f, "grad."));
-    for (int i = 0; i < np; i++) {
-        const char *pname;
-        ct_tensor gr;
-        TRY(ct_plan_param_info(p, i, &pname, NULL, &gr));
-        snprintf(name, sizeof name, "grad.%s", pname);
-        compare(&s, f, name, &gr);
-    }
+    if (!compare_grads(&s, f, p)) goto done;
 #undef TRY
     s.completed = 1;
 done:
