@@ -30,6 +30,11 @@ expect bert_tiny_train 0 "val loss [0-9.]+.*done: 6 steps" -- \
   "$CT" train --model bert --set dataset=moby-dick --set n_layer=1 --set d_model=32 --set n_head=2 --set context=32 \
   --batch-size 4 --max-steps 6 --set eval_every=3 --set eval_batches=2 --threads 2 --save-dir "$tmp/bert"
 
+# fp16 with a scale so large every step overflows: loss_scale.floor=stop ends the run cleanly
+expect gpt_fp16_floor_stop 0 "loss scaler: the scale stayed at loss_scale.min_scale.*stopping.*val loss [0-9.]+.*done: [0-9]+ steps" -- \
+  "$CT" train "${TINY[@]}" --precision fp16 --set loss_scale.init_scale=1e30 --set loss_scale.max_scale=1e30 \
+  --set loss_scale.min_scale=1e29 --set loss_scale.floor=stop --set loss_scale.floor_patience=3
+
 # resume: 20 steps in one go == 10 steps, checkpoint, resume to 20 (dropout on:
 # its mask is keyed by the step, the batches by (seed, step))
 expect gpt_resume_ref 0 "done: 20 steps" -- "$CT" train "${TINY[@]}" --dropout 0.1 --save-dir "$tmp/ra"

@@ -33,6 +33,14 @@ int cli_error(ct_status s, const char *fmt, ...) __attribute__((format(printf, 2
 ct_status cli_sched_from_recipe(ct_context *ctx, const ct_recipe *r, int64_t total, ct_schedule **out);
 void cli_fmt_time(double s, char *buf, size_t len);
 const char *cli_scale_mode(const ct_recipe *r);
+/* One optimizer step with what the recipe asks around it: with a loss scaler,
+ * unscale + inf/NaN check, then (all finite) clipping and the step, else the
+ * step is skipped; then the scaler's update, traced in prof's "amp" category
+ * (prof may be NULL). *gnorm: the norm before clipping (0 when not clipping).
+ * *stop is set to 1 (with a message) when the scaler asks to stop
+ * (loss_scale.floor = stop). */
+ct_status cli_optimizer_step(const ct_recipe *r, ct_plan *plan, ct_optimizer *opt, ct_scaler *scaler,
+                             ct_profiler *prof, float lr, float *gnorm, int *stop);
 /* The precision line of a run's header (nothing for fp32), with a note when the CPU
  * has no matrix unit for that dtype. */
 void cli_print_precision(ct_context *ctx, const ct_recipe *r, const ct_plan *plan);

@@ -260,6 +260,42 @@ ct_status cli_scaler_from_recipe(ct_context *ctx, const ct_recipe *r, ct_scaler 
     return ct_scaler_create(ctx, &o, out);
 }
 
+/* See cli.h. */
+ct_status cli_optimizer_step(const ct_recipe *r, ct_plan *plan, ct_optimizer *opt, ct_scaler *scaler,
+                             ct_profiler *prof, float lr, float *gnorm, int *stop) {
+    ct_status s;
+    int overflow = 0, bad_param = -1;
+    *gnorm = 0.0f;
+    /* loss scaling: unscale + inf/NaN check in one pass, then clip and step, or skip */
+    if (scaler && (s = ct_scaler_unscale(scaler, plan, &overflow, &bad_param)) != CT_OK) return s;
+    if (!overflow) {
+        if (r->clip_grad_norm > 0.0f && (s = ct_clip_grad_norm(plan, r->clip_grad_norm, 2.0f, gnorm)) != CT_OK)
+            return s;
+        if (r->clip_grad_value > 0.0f && (s = ct_clip_grad_value(plan, r->clip_grad_value)) != CT_OK) return s;
+        if ((s = ct_optimizer_step(opt, lr)) != CT_OK) return s;
+    }
+    if (!scaler) return CT_OK;
+    const float scale_before = ct_scaler_scale(scaler);
+    double ts = prof ? ct_profiler_now_us() : 0;
+    if ((s = ct_scaler_update(scaler, plan, overflow, bad_param)) != CT_OK) return s;
+    if (prof && (overflow || ct_scaler_scale(scaler) != scale_before)) { /* the scale's story in the trace */
+        char args[128];
+        const char *pname = "";
+        if (bad_param >= 0) ct_plan_param_info(plan, bad_param, &pname, NULL, NULL);
+        snprintf(args, sizeof args, "{\"scale\": %g, \"first_nonfinite\": \"%.60s\"}", (double)ct_scaler_scale(scaler),
+                 pname);
+        ct_profiler_event(prof, overflow ? "overflow: update skipped" : "loss scale grown", "amp", ts,
+                          ct_profiler_now_us(), args);
+    }
+    if (ct_scaler_should_stop(scaler)) {
+        printf("\n  loss scaler: the scale stayed at loss_scale.min_scale %g for %d overflows in a row; stopping "
+               "(loss_scale.floor = stop). Check the data and the learning rate, or train in bf16\n",
+               (double)r->scale_min, r->scale_floor_patience);
+        *stop = 1;
+    }
+    return CT_OK;
+}
+
 /* ---- checkpoints -------------------------------------------------------------------------- */
 
 /* An error found by the CLI itself, printed like the library's. Returns 1. */
@@ -646,37 +682,7 @@ int ct_cli_train(int argc, char **argv) {
             micro = 0;
             double prof_to = prof ? ct_profiler_now_us() : 0;
             float gnorm = 0.0f;
-            int overflow = 0, bad_param = -1;
-            /* loss scaling: unscale + inf/NaN check in one pass, then clip and step, or skip */
-            if (scaler && (s = ct_scaler_unscale(scaler, m.plan, &overflow, &bad_param)) != CT_OK) goto out_err;
-            if (!overflow) {
-                if (r.clip_grad_norm > 0.0f &&
-                    (s = ct_clip_grad_norm(m.plan, r.clip_grad_norm, 2.0f, &gnorm)) != CT_OK)
-                    goto out_err;
-                if (r.clip_grad_value > 0.0f && (s = ct_clip_grad_value(m.plan, r.clip_grad_value)) != CT_OK)
-                    goto out_err;
-                if ((s = ct_optimizer_step(opt, lr)) != CT_OK) goto out_err;
-            }
-            if (scaler) {
-                const float scale_before = ct_scaler_scale(scaler);
-                double ts = prof ? ct_profiler_now_us() : 0;
-                if ((s = ct_scaler_update(scaler, m.plan, overflow, bad_param)) != CT_OK) goto out_err;
-                if (prof && (overflow || ct_scaler_scale(scaler) != scale_before)) { /* the scale's story in the trace */
-                    char args[128];
-                    const char *pname = "";
-                    if (bad_param >= 0) ct_plan_param_info(m.plan, bad_param, &pname, NULL, NULL);
-                    snprintf(args, sizeof args, "{\"scale\": %g, \"first_nonfinite\": \"%.60s\"}",
-                             (double)ct_scaler_scale(scaler), pname);
-                    ct_profiler_event(prof, overflow ? "overflow: update skipped" : "loss scale grown", "amp", ts,
-                                      ct_profiler_now_us(), args);
-                }
-                if (ct_scaler_should_stop(scaler)) {
-                    printf("\n  loss scaler: the scale stayed at loss_scale.min_scale %g for %d overflows in a row; "
-                           "stopping (loss_scale.floor = stop). Check the data and the learning rate, or train "
-                           "in bf16\n", (double)r.scale_min, r.scale_floor_patience);
-                    stopped = 1;
-                }
-            }
+            if ((s = cli_optimizer_step(&r, m.plan, opt, scaler, prof, lr, &gnorm, &stopped)) != CT_OK) goto out_err;
             if (accum > 1 && (s = ct_plan_zero_grads(m.plan)) != CT_OK) goto out_err;
             step++;
             if (prof) {

@@ -325,10 +325,10 @@ int ct_cli_train_text(const ct_recipe *rin, int quiet, const char *report_dir, c
     int tty = isatty(STDOUT_FILENO);
     double start = cli_now_s(), val_loss = val0, run_loss = 0;
     int64_t step = step0, since = 0, tokens_per_step = m.B * m.T * accum, windows = 0;
-    while (step < total) {
+    int stopped = 0; /* the loss scaler's floor policy "stop" */
+    while (!stopped && step < total) {
         float lr = ct_schedule_lr(sched, step);
         double step_loss = 0;
-        int overflow = 0, bad_param = -1;
         float gnorm = 0.0f;
         if (accum > 1 && (s = ct_plan_zero_grads(m.plan)) != CT_OK) goto out_err;
         if (scaler && (s = ct_plan_set_loss_scale(m.plan, ct_scaler_scale(scaler) / (float)accum)) != CT_OK)
@@ -348,14 +348,7 @@ int ct_cli_train_text(const ct_recipe *rin, int quiet, const char *report_dir, c
             step_loss += isfinite(loss) ? loss : 0.0f;
         }
         step_loss /= accum;
-        if (scaler && (s = ct_scaler_unscale(scaler, m.plan, &overflow, &bad_param)) != CT_OK) goto out_err;
-        if (!overflow) {
-            if (r.clip_grad_norm > 0.0f && (s = ct_clip_grad_norm(m.plan, r.clip_grad_norm, 2.0f, &gnorm)) != CT_OK)
-                goto out_err;
-            if (r.clip_grad_value > 0.0f && (s = ct_clip_grad_value(m.plan, r.clip_grad_value)) != CT_OK) goto out_err;
-            if ((s = ct_optimizer_step(opt, lr)) != CT_OK) goto out_err;
-        }
-        if (scaler && (s = ct_scaler_update(scaler, m.plan, overflow, bad_param)) != CT_OK) goto out_err;
+        if ((s = cli_optimizer_step(&r, m.plan, opt, scaler, NULL, lr, &gnorm, &stopped)) != CT_OK) goto out_err;
         step++;
         since++;
         run_loss += step_loss;
@@ -377,7 +370,7 @@ int ct_cli_train_text(const ct_recipe *rin, int quiet, const char *report_dir, c
                    tty ? "\033[K" : "\n");
             fflush(stdout);
         }
-        if ((r.eval_every > 0 && step % r.eval_every == 0) || step == total) {
+        if ((r.eval_every > 0 && step % r.eval_every == 0) || step == total || stopped) {
             double te = cli_now_s();
             if ((s = evaluate(&r, &m, &ds, &val_loss, &windows)) != CT_OK) goto out_err;
             printf("%sstep %lld/%lld  train loss %.4f  val loss %.4f  val ppl %.2f  (%lld windows, %.1f s)\n",
