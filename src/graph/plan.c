@@ -107,6 +107,12 @@ static int pick_kernel(ct_plan *p, int i, int after) {
     return 0;
 }
 
+/* Mixed precision: a kernel without low-precision I/O reads an FP32 copy of
+ * a BF16/FP16 input j, unless it reads only that input's saved state. */
+static int copies_input(const ct_op_info *info, int j) {
+    return !info->lowp_native && !(info->state_inputs & (1u << j));
+}
+
 static ct_status pass_select_kernels(ct_plan *p) {
     ct_graph *g = &p->g;
     for (int i = 0; i < g->n; i++) {
@@ -122,13 +128,17 @@ static ct_status pass_select_kernels(ct_plan *p) {
         p->pn[i].aux_bytes = info->aux_bytes ? info->aux_bytes(g, d) : 0;
         p->pn[i].ws_bytes = info->ws_bytes ? info->ws_bytes(g, d) : 0;
         if (p->pn[i].ws_bytes > p->ws_bytes) p->ws_bytes = p->pn[i].ws_bytes;
-        /* kernels without low-precision I/O get FP32 copies (see run_node) */
+        /* kernels without low-precision I/O get FP32 views and copies (see run_node) */
         size_t cvt = 0;
-        for (int j = 0; j < d->n_in && !info->lowp_native; j++)
-            if (ct_dtype_is_low(g->nodes[d->in[j]].dtype) && !(info->state_inputs & (1u << j)))
-                cvt += ct_align_up((size_t)ct_node_numel(&g->nodes[d->in[j]]) * sizeof(float), CT_ALIGN);
-        if (!info->lowp_native && ct_dtype_is_low(d->dtype))
-            cvt += ct_align_up((size_t)ct_node_numel(d) * sizeof(float), CT_ALIGN);
+        int low = !info->lowp_native && ct_dtype_is_low(d->dtype);
+        if (low) cvt += ct_align_up((size_t)ct_node_numel(d) * sizeof(float), CT_ALIGN);
+        for (int j = 0; j < d->n_in && !info->lowp_native; j++) {
+            const ct_node_def *in = &g->nodes[d->in[j]];
+            if (!ct_dtype_is_low(in->dtype)) continue;
+            low = 1;
+            if (copies_input(info, j)) cvt += ct_align_up((size_t)ct_node_numel(in) * sizeof(float), CT_ALIGN);
+        }
+        p->pn[i].lowp_io = (uint8_t)low;
         p->pn[i].cvt_bytes = cvt;
         if (cvt > p->cvt_bytes) p->cvt_bytes = cvt;
     }
@@ -531,13 +541,13 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     k.nthreads = ct_context_num_threads(p->ctx);
     ct_tensor stored = k.out;
     ct_status s = CT_OK;
-    if (pn->cvt_bytes) { /* FP32 copies of low-precision I/O (select_kernels sized them) */
+    if (pn->lowp_io) { /* FP32 views and copies of low-precision I/O (select_kernels sized them) */
         char *cur = p->act_arena + pn->cvt_offset;
-        const uint8_t state = ct_op_table(d->op)->state_inputs;
+        const ct_op_info *info = ct_op_table(d->op);
         for (int j = 0; j < d->n_in && s == CT_OK; j++) {
             if (!ct_dtype_is_low(k.in[j].dtype)) continue;
             ct_tensor f = ct_tensor_make(k.in[j].data, CT_F32, k.in[j].ndim, k.in[j].shape);
-            if (!(state & (1u << j))) { /* state inputs: only aux and shape are read */
+            if (copies_input(info, j)) { /* state inputs: only aux and shape are read */
                 f.data = cur;
                 cur += ct_align_up((size_t)ct_tensor_numel(&f) * sizeof(float), CT_ALIGN);
                 s = ct_convert(p->ctx, &k.in[j], &f);

@@ -22,6 +22,7 @@ typedef struct ct_plan_node {
     size_t cvt_bytes;    /* mixed precision: FP32 copies of low-precision I/O (0: none),
                             planned in the activation arena for the node's run only */
     size_t cvt_offset;
+    uint8_t lowp_io;     /* 1: the kernel gets FP32 views of low-precision I/O    */
     void *data, *aux, *cache;
 } ct_plan_node;
 
