@@ -53,27 +53,30 @@ static int token_matches(const ct_node_def *d, const char *tok, size_t len) {
     return !strncmp(d->name, tok, len) && (d->name[len] == '\0' || d->name[len] == '.');
 }
 
+/* The next token of a keep_fp32 list (separated by commas and/or spaces):
+ * its start, and its length in *len; NULL at the end. */
+static const char *next_token(const char *t, size_t *len) {
+    if (!t) return NULL;
+    t += strspn(t, ", ");
+    *len = strcspn(t, ", ");
+    return *len ? t : NULL;
+}
+
+static int is_leaf(ct_op op) { return op == CT_OP_INPUT || op == CT_OP_PARAM || op == CT_OP_BUFFER; }
+
 static int kept_fp32(const char *keep, const ct_node_def *d) {
-    for (const char *t = keep; t && *t;) {
-        while (*t == ',' || *t == ' ') t++;
-        size_t len = strcspn(t, ", ");
-        if (len && token_matches(d, t, len)) return 1;
-        t += len;
-    }
+    size_t len;
+    for (const char *t = next_token(keep, &len); t; t = next_token(t + len, &len))
+        if (token_matches(d, t, len)) return 1;
     return 0;
 }
 
 /* Every token must match some op node: a typo would silently keep nothing. */
 static ct_status check_keep_tokens(ct_plan *p, const ct_graph *g) {
-    for (const char *t = p->keep_fp32; t && *t;) {
-        while (*t == ',' || *t == ' ') t++;
-        size_t len = strcspn(t, ", ");
-        if (!len) break;
+    size_t len;
+    for (const char *t = next_token(p->keep_fp32, &len); t; t = next_token(t + len, &len)) {
         int hit = 0;
-        for (int i = 0; i < g->n && !hit; i++) {
-            const ct_node_def *d = &g->nodes[i];
-            hit = d->op != CT_OP_INPUT && d->op != CT_OP_PARAM && d->op != CT_OP_BUFFER && token_matches(d, t, len);
-        }
+        for (int i = 0; i < g->n && !hit; i++) hit = !is_leaf(g->nodes[i].op) && token_matches(&g->nodes[i], t, len);
         if (!hit) {
             char names[256] = "";
             size_t o = 0;
@@ -87,7 +90,6 @@ static ct_status check_keep_tokens(ct_plan *p, const ct_graph *g) {
                                 "kinds: linear, conv2d, matmul, batchnorm, maxpool2d, ...)",
                                 (int)len, t, names);
         }
-        t += len;
     }
     return CT_OK;
 }
@@ -111,8 +113,7 @@ ct_status ct_pass_autocast(ct_plan *p) {
     ct_status s = CT_OK;
     for (int i = 0; i < n && s == CT_OK; i++) {
         ct_node_def d = old->nodes[i];
-        const int leaf = d.op == CT_OP_INPUT || d.op == CT_OP_PARAM || d.op == CT_OP_BUFFER;
-        if (!leaf) {
+        if (!is_leaf(d.op)) {
             op_class cls = kept_fp32(p->keep_fp32, &d) ? CLS_F32 : policy(d.op);
             for (int j = 0; j < d.n_in && s == CT_OK; j++) {
                 ct_node src = d.in[j];
