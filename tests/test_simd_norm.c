@@ -92,6 +92,30 @@ static size_t numel(int nd, const int64_t *s) {
     for (int i = 0; i < nd; i++) n *= (size_t)s[i];
     return n;
 }
+/* dgamma = sum over many terms dy * xhat, which cancel: the result can be ~1
+ * while the terms' magnitudes add to thousands, so an error relative to the
+ * result measures the data, not the kernel (a float-accumulating kernel is off
+ * by ~1e-5 relative on such a channel while its error is 2e-9 of the terms).
+ * This measures each output's error against the sum of its terms' magnitudes,
+ * the condition of the sum: |dg_s - dg_r| / sum |dy * xhat|. Element (r, c) of
+ * a (R, C) view contributes to output c; batchnorm views x as (N, C, S) with
+ * statistics per c, layernorm as (R, D) with statistics per row r. The limit
+ * used, 5e-7, is a few float roundings (2^-24 = 6e-8) of that magnitude. */
+static double gamma_err(const float *dg_s, const float *dg_r, const float *x, const float *dy, const float *aux,
+                        int64_t N, int64_t C, int64_t S, int per_row) {
+    double m = 0;
+    for (int64_t c = 0; c < C; c++) {
+        double mag = 0;
+        for (int64_t b = 0; b < N; b++)
+            for (int64_t i = 0; i < S; i++) {
+                int64_t o = (b * C + c) * S + i, st = per_row ? b : c, R = per_row ? N : C;
+                mag += fabs((double)dy[o] * ((double)x[o] - aux[st]) * aux[R + st]);
+            }
+        double e = fabs((double)dg_s[c] - dg_r[c]) / fmax(mag, 1e-30);
+        if (!(e <= m)) m = e != e ? INFINITY : e;
+    }
+    return m;
+}
 /* 0 when a and b hold the same floats (NaN == NaN, -0 != +0 does not matter) */
 static size_t fdiff_count(const float *a, const float *b, size_t n) {
     size_t bad = 0;
@@ -167,10 +191,11 @@ static void bn_case(int ndim, const int64_t *shape, int training, float lo, floa
         bg.k.out.data = dg_s;
         CHECK_OK(g_ctx, krun(&bd, slot));
         CHECK_OK(g_ctx, krun(&bg, slot));
-        double edx = max_rel(dx_s, dx_r, n, 1.0), edg = max_rel(dg_s, dg_r, (size_t)C, 1.0);
+        double edx = max_rel(dx_s, dx_r, n, 1.0);
+        double edg = gamma_err(dg_s, dg_r, x, dy, aux_r, shape[0], C, (int64_t)(n / (size_t)shape[0] / (size_t)C), 0);
         note(CT_OP_BATCHNORM_BWD_DATA, edx);
         note(CT_OP_BATCHNORM_BWD_GAMMA, edg);
-        CHECK_MSG(edx < 1e-5 && edg < 1e-5, "%s batchnorm bwd err dx %g dgamma %g", ct_kernel_slot_name(slot), edx, edg);
+        CHECK_MSG(edx < 1e-5 && edg < 5e-7, "%s batchnorm bwd err dx %g dgamma %g", ct_kernel_slot_name(slot), edx, edg);
     }
     free(x); free(gamma); free(beta); free(rm0); free(rv0); free(dy); free(y_r); free(y_s); free(aux_r); free(aux_s);
     free(rm_r); free(rv_r); free(rm_s); free(rv_s); free(dx_r); free(dx_s); free(dg_r); free(dg_s);
@@ -240,10 +265,10 @@ static void ln_case(int ndim, const int64_t *shape, float lo, float hi) {
         bg.k.out.data = dg_s;
         CHECK_OK(g_ctx, krun(&bd, slot));
         CHECK_OK(g_ctx, krun(&bg, slot));
-        double edx = max_rel(dx_s, dx_r, n, 1.0), edg = max_rel(dg_s, dg_r, (size_t)D, 1.0);
+        double edx = max_rel(dx_s, dx_r, n, 1.0), edg = gamma_err(dg_s, dg_r, x, dy, aux_r, (int64_t)R, D, 1, 1);
         note(CT_OP_LAYERNORM_BWD_DATA, edx);
         note(CT_OP_LAYERNORM_BWD_GAMMA, edg);
-        CHECK_MSG(edx < 1e-5 && edg < 1e-5, "%s layernorm bwd err dx %g dgamma %g", ct_kernel_slot_name(slot), edx, edg);
+        CHECK_MSG(edx < 1e-5 && edg < 5e-7, "%s layernorm bwd err dx %g dgamma %g", ct_kernel_slot_name(slot), edx, edg);
         /* the thread count does not change the result */
         float *dg_1 = fbuf((size_t)D);
         bg.k.out.data = dg_1;
@@ -575,7 +600,7 @@ TEST(embedding_large_threads) {
 TEST(report_max_errors) {
     setup();
     printf("  max rel err vs ref: batchnorm %.2g bn_bwd_data %.2g bn_bwd_gamma %.2g layernorm %.2g ln_bwd_data %.2g "
-           "ln_bwd_gamma %.2g avgpool %.2g; values differing: maxpool %g maxpool_bwd %g avgpool_bwd %g "
+           "ln_bwd_gamma %.2g (the gamma errors relative to sum |dy*xhat|) avgpool %.2g; values differing: maxpool %g maxpool_bwd %g avgpool_bwd %g "
            "embedding_bwd %g\n",
            g_worst[CT_OP_BATCHNORM], g_worst[CT_OP_BATCHNORM_BWD_DATA], g_worst[CT_OP_BATCHNORM_BWD_GAMMA],
            g_worst[CT_OP_LAYERNORM], g_worst[CT_OP_LAYERNORM_BWD_DATA], g_worst[CT_OP_LAYERNORM_BWD_GAMMA],
