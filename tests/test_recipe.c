@@ -14,10 +14,15 @@ TEST(parses_a_full_recipe) {
                      " \"optimizer\": {\"name\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9, \"nesterov\": true},\n"
                      " \"schedule\": \"constant\", \"label_smoothing\": 0.1}";
     CHECK_OK(ctx, ct_recipe_parse_json(ctx, js, &r));
-    CHECK(!strcmp(r.model, "cnn") && r.n_channels == 3 && r.channels[2] == 64);
-    CHECK(!strcmp(r.dataset, "fashion-mnist") && r.epochs == 3 && r.batch_size == 64 && r.seed == 7);
+    CHECK(r.model == CT_MODEL_CNN && r.n_channels == 3 && r.channels[2] == 64);
+    CHECK(r.dataset == CT_DATASET_FASHION_MNIST && r.epochs == 3 && r.batch_size == 64 && r.seed == 7);
     CHECK(r.optim.kind == CT_OPTIM_SGD && fabsf(r.optim.lr - 0.05f) < 1e-9f && r.optim.nesterov);
     CHECK(fabsf(r.optim.momentum - 0.9f) < 1e-7f && fabsf(r.dropout - 0.25f) < 1e-7f);
+    CHECK(r.schedule == CT_SCHED_CONSTANT);
+    /* the CNN builder has no dropout: the key is rejected by name, not ignored */
+    CHECK(ct_recipe_validate(ctx, &r) == CT_E_CONFIG);
+    CHECK(contains(ct_context_last_error(ctx), "'dropout' does not apply to model 'cnn'"));
+    r.dropout = 0;
     CHECK_OK(ctx, ct_recipe_validate(ctx, &r));
     /* the same keys through the flag path */
     CHECK_OK(ctx, ct_recipe_set(ctx, &r, "hidden", "512,256"));
@@ -100,5 +105,131 @@ TEST(shipped_recipes_parse) {
     ct_context_free(ctx);
 }
 
+
+/* Enum keys are parsed once; the choices of keys backed by a library enum
+ * follow that enum's order. */
+TEST(enum_keys_match_library_enums) {
+    for (int k = 0; k < CT_SCHED_COUNT; k++)
+        CHECK_MSG(!strcmp(ct_recipe_enum_name("schedule", k), ct_schedule_kind_name((ct_schedule_kind)k)),
+                  "schedule %d: recipe '%s' vs library '%s'", k, ct_recipe_enum_name("schedule", k),
+                  ct_schedule_kind_name((ct_schedule_kind)k));
+    for (int p = 0; p < CT_PRECISION_COUNT; p++)
+        CHECK(!strcmp(ct_recipe_enum_name("precision", p), ct_precision_name((ct_precision)p)));
+    CHECK(!strcmp(ct_recipe_enum_name("model", CT_MODEL_BERT), "bert"));
+    CHECK(!strcmp(ct_recipe_enum_name("dataset", CT_DATASET_MOBY_DICK), "moby-dick"));
+    CHECK(!strcmp(ct_recipe_enum_name("loss_scale.mode", CT_SCALE_STATIC), "static"));
+    CHECK(!strcmp(ct_recipe_enum_name("model", 99), "?") && !strcmp(ct_recipe_enum_name("nope", 0), "?"));
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_recipe r, r2;
+    ct_recipe_default(&r);
+    CHECK_OK(ctx, ct_recipe_set(ctx, &r, "schedule", "inverse_sqrt"));
+    CHECK_OK(ctx, ct_recipe_set(ctx, &r, "precision", "fp16-pure"));
+    CHECK_OK(ctx, ct_recipe_set(ctx, &r, "recompute_ops", "cheap"));
+    CHECK(r.schedule == CT_SCHED_INV_SQRT && r.precision == CT_PRECISION_FP16_PURE && r.recompute_ops == CT_RECOMPUTE_OPS_CHEAP);
+    char buf[8192];
+    CHECK(ct_recipe_to_json_full(&r, buf, sizeof buf) > 0);
+    CHECK(contains(buf, "\"schedule\":\"inverse_sqrt\"") && contains(buf, "\"precision\":\"fp16-pure\""));
+    ct_recipe_default(&r2);
+    CHECK_OK(ctx, ct_recipe_parse_json(ctx, buf, &r2));
+    CHECK(r2.schedule == r.schedule && r2.precision == r.precision && r2.recompute_ops == r.recompute_ops);
+    CHECK(ct_recipe_set(ctx, &r, "schedule", "cosin") == CT_E_CONFIG && contains(ct_context_last_error(ctx), "'cosin' is not one of"));
+    ct_context_free(ctx);
+}
+
+/* Every key's bounds and metadata can be queried (as ZSTD_cParam_getBounds). */
+TEST(key_table_is_queryable) {
+    double lo = -1, hi = -1;
+    CHECK(ct_recipe_key_bounds("optimizer.lr", &lo, &hi) == CT_OK && lo == 0 && hi == 1e3);
+    CHECK(ct_recipe_key_bounds("batch_size", &lo, &hi) == CT_OK && lo == 1 && hi == (double)(1 << 20));
+    CHECK(ct_recipe_key_bounds("schedule", &lo, &hi) == CT_E_INVALID_ARG);
+    CHECK(ct_recipe_key_bounds("no_such_key", &lo, &hi) == CT_E_INVALID_ARG);
+    int n = ct_recipe_num_keys();
+    CHECK(n > 80 && ct_recipe_key_at(n) == NULL && ct_recipe_key_at(-1) == NULL);
+    for (int i = 0; i < n; i++) { /* every key has a help line and its info finds itself */
+        const ct_recipe_key_info *k = ct_recipe_key_at(i);
+        CHECK_MSG(k && k->help && k->help[0] && ct_recipe_key_find(k->key) == k, "key %d", i);
+        CHECK_MSG(k->models != 0, "key '%s' applies to no model", k->key);
+    }
+    const ct_recipe_key_info *k = ct_recipe_key_find("tokenizer");
+    CHECK(k && k->type == CT_KEY_ENUM && !strcmp(k->choices, "char|byte|gpt2"));
+    CHECK(k->models == ((1u << CT_MODEL_GPT) | (1u << CT_MODEL_BERT)));
+    CHECK(!strcmp(ct_recipe_key_find("optimizer.lr")->flag, "--lr"));
+    ct_recipe r;
+    ct_recipe_default(&r);
+    char v[64];
+    CHECK(ct_recipe_get(&r, "hidden", v, sizeof v) > 0 && !strcmp(v, "1024,1024"));
+    CHECK(ct_recipe_get(&r, "schedule", v, sizeof v) > 0 && !strcmp(v, "cosine"));
+    CHECK(ct_recipe_is_set(&r, "schedule") == 0 && ct_recipe_is_set(&r, "nope") == -1);
+    r.schedule = CT_SCHED_STEP;
+    CHECK(ct_recipe_is_set(&r, "schedule") == 1);
+}
+
+/* A key that cannot apply to the chosen model is an error naming it. */
+TEST(keys_that_do_not_apply_are_rejected) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_recipe r;
+    ct_recipe_default(&r);
+    CHECK_OK(ctx, ct_recipe_set(ctx, &r, "tokenizer", "byte"));
+    CHECK(ct_recipe_validate(ctx, &r) == CT_E_CONFIG);
+    CHECK(contains(ct_context_last_error(ctx), "'tokenizer' does not apply to model 'mlp' (it applies to gpt, bert)"));
+    ct_recipe_default(&r);
+    CHECK_OK(ctx, ct_recipe_parse_json(ctx, "{\"model\": \"gpt\", \"dataset\": \"moby-dick\", \"augment\": true}", &r));
+    CHECK(ct_recipe_validate(ctx, &r) == CT_E_CONFIG && contains(ct_context_last_error(ctx), "'augment'"));
+    ct_recipe_default(&r);
+    CHECK_OK(ctx, ct_recipe_parse_json(ctx, "{\"model\": \"gpt\", \"dataset\": \"moby-dick\", \"prefetch\": 8}", &r));
+    CHECK(ct_recipe_validate(ctx, &r) == CT_E_CONFIG && contains(ct_context_last_error(ctx), "'prefetch'"));
+    ct_recipe_default(&r);
+    CHECK_OK(ctx, ct_recipe_parse_json(ctx, "{\"model\": \"gpt\", \"dataset\": \"moby-dick\", \"early_stop_mode\": \"max\"}", &r));
+    CHECK(ct_recipe_validate(ctx, &r) == CT_E_CONFIG && contains(ct_context_last_error(ctx), "early_stop_mode"));
+    /* the same key at its default value changes nothing and is accepted */
+    ct_recipe_default(&r);
+    CHECK_OK(ctx, ct_recipe_parse_json(ctx, "{\"model\": \"gpt\", \"dataset\": \"moby-dick\", \"prefetch\": 4, "
+                                            "\"early_stop_patience\": 2, \"schedule\": \"plateau\"}", &r));
+    CHECK_OK(ctx, ct_recipe_validate(ctx, &r));
+    /* a checkpoint's full recipe (every key written) validates for its model */
+    char buf[8192];
+    CHECK(ct_recipe_to_json_full(&r, buf, sizeof buf) > 0);
+    ct_recipe r2;
+    ct_recipe_default(&r2);
+    CHECK_OK(ctx, ct_recipe_parse_json(ctx, buf, &r2));
+    CHECK_OK(ctx, ct_recipe_validate(ctx, &r2));
+    ct_context_free(ctx);
+}
+
+/* memory_budget takes bytes or a size with a unit; lr_scaling follows its formulas. */
+TEST(memory_budget_and_lr_scaling) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_recipe r;
+    ct_recipe_default(&r);
+    CHECK_OK(ctx, ct_recipe_set(ctx, &r, "memory_budget", "8G"));
+    CHECK(r.memory_budget == 8LL << 30);
+    CHECK_OK(ctx, ct_recipe_set(ctx, &r, "memory_budget", "1.5M"));
+    CHECK(r.memory_budget == 1572864);
+    CHECK_OK(ctx, ct_recipe_parse_json(ctx, "{\"memory_budget\": \"512MiB\"}", &r));
+    CHECK(r.memory_budget == 512LL << 20);
+    CHECK_OK(ctx, ct_recipe_parse_json(ctx, "{\"memory_budget\": 1000000}", &r));
+    CHECK(r.memory_budget == 1000000);
+    CHECK(ct_recipe_set(ctx, &r, "memory_budget", "8X") == CT_E_CONFIG && contains(ct_context_last_error(ctx), "not a size"));
+    CHECK(ct_recipe_set(ctx, &r, "memory_budget", "-1G") == CT_E_CONFIG);
+    ct_recipe_default(&r);
+    r.optim.lr = 0.1f;
+    r.batch_size = 512;
+    r.lr_base_batch = 256;
+    CHECK(fabs(ct_train_scaled_lr(&r) - 0.1f) < 1e-9); /* none */
+    r.lr_scaling = CT_LR_SCALING_LINEAR;
+    CHECK(fabs(ct_train_scaled_lr(&r) - 0.2 * (double)0.1f / 0.1) < 1e-7);
+    r.lr_scaling = CT_LR_SCALING_SQRT;
+    CHECK(fabs(ct_train_scaled_lr(&r) - (double)0.1f * sqrt(2.0)) < 1e-7);
+    r.lr_scaling = CT_LR_SCALING_LINEAR_THEN_SQRT; /* Bs = 8 x 256: 512 is linear */
+    CHECK(fabs(ct_train_scaled_lr(&r) - (double)0.1f * 2) < 1e-7);
+    r.batch_size = 256;
+    r.accumulate_steps = 32; /* global 8192 = 4 x Bs: 8 x sqrt(4) */
+    CHECK(fabs(ct_train_scaled_lr(&r) - (double)0.1f * 16) < 1e-6);
+    r.lr_sqrt_from_batch = 128;
+    CHECK(ct_recipe_validate(ctx, &r) == CT_E_CONFIG && contains(ct_context_last_error(ctx), "lr_sqrt_from_batch"));
+    ct_context_free(ctx);
+}
+
 TEST_MAIN(T(parses_a_full_recipe), T(malformed_json_names_line_and_column), T(unknown_keys_and_bad_values_are_named),
-          T(shipped_recipes_parse))
+          T(shipped_recipes_parse), T(enum_keys_match_library_enums), T(key_table_is_queryable),
+          T(keys_that_do_not_apply_are_rejected), T(memory_budget_and_lr_scaling))

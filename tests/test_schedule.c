@@ -260,6 +260,26 @@ TEST(early_stopping_on_a_fixed_sequence) {
     ct_context_free(ctx);
 }
 
+/* warmup_start_factor 0 means the same in ct_schedule_opts as in a recipe:
+ * the ramp base_lr * (t + 1) / W, i.e. LinearLR(1/W, total_iters = W - 1). */
+TEST(warmup_start_factor_zero_is_the_ramp) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_schedule_opts o, o2;
+    ct_schedule_opts_default(&o, CT_SCHED_COSINE, 0.1);
+    CHECK(o.warmup_start_factor == 0); /* the default, as a recipe's */
+    o.warmup_steps = 8, o.t_max = 100;
+    o2 = o;
+    o2.warmup_start_factor = 1.0 / 8, o2.warmup_iters = 7;
+    ct_schedule *a = NULL, *b = NULL;
+    CHECK_OK(ctx, ct_schedule_create(ctx, &o, &a));
+    CHECK_OK(ctx, ct_schedule_create(ctx, &o2, &b));
+    for (int64_t t = 0; t < 20; t++) CHECK_MSG(ct_schedule_lr_f64(a, t) == ct_schedule_lr_f64(b, t), "step %lld", (long long)t);
+    CHECK(fabs(ct_schedule_lr_f64(a, 0) - 0.1 / 8) < 1e-15 && fabs(ct_schedule_lr_f64(a, 7) - 0.1) < 1e-15);
+    ct_schedule_free(a);
+    ct_schedule_free(b);
+    ct_context_free(ctx);
+}
+
 TEST(batch_size_scaling_rule) {
     CHECK(fabs(ct_lr_scale_for_batch(0.1, 1024, 256, 0) - 0.4) < 1e-15);
     CHECK(fabs(ct_lr_scale_for_batch(0.1, 1024, 256, 1) - 0.2) < 1e-15);
@@ -308,7 +328,7 @@ TEST(bad_parameters_name_the_field) {
     CHECK(bad(ctx, &o, "rsqrt_timescale"));
     ct_schedule_opts_default(&o, CT_SCHED_PLATEAU, 0.1), o.factor = 1.0;
     CHECK(bad(ctx, &o, "factor"));
-    ct_schedule_opts_default(&o, CT_SCHED_CONSTANT, 0.1), o.warmup_steps = 5, o.warmup_start_factor = 0;
+    ct_schedule_opts_default(&o, CT_SCHED_CONSTANT, 0.1), o.warmup_steps = 5, o.warmup_start_factor = 1.5;
     CHECK(bad(ctx, &o, "warmup_start_factor"));
     ct_schedule_opts_default(&o, CT_SCHED_CONSTANT, NAN);
     CHECK(bad(ctx, &o, "base_lr"));
@@ -328,7 +348,7 @@ TEST(recipe_schedule_keys) {
     ct_recipe_default(&r);
     CHECK_OK(ctx, ct_recipe_parse_json(ctx, "{\"schedule\": \"multistep\", \"milestones\": [100, 300], "
                                             "\"gamma\": 0.5, \"warmup_steps\": 10, \"warmup_start_factor\": 0.1}", &r));
-    CHECK(!strcmp(r.schedule, "multistep") && r.n_milestones == 2 && r.milestones[1] == 300);
+    CHECK(r.schedule == CT_SCHED_MULTISTEP && r.n_milestones == 2 && r.milestones[1] == 300);
     CHECK(fabsf(r.gamma - 0.5f) < 1e-7f && fabsf(r.warmup_start_factor - 0.1f) < 1e-7f);
     CHECK_OK(ctx, ct_recipe_validate(ctx, &r));
     CHECK_OK(ctx, ct_recipe_set(ctx, &r, "schedule", "step"));
@@ -348,5 +368,6 @@ TEST_MAIN({"step_schedules_match_pytorch", step_schedules_match_pytorch},
           {"state_round_trip_resumes_step_schedules", state_round_trip_resumes_step_schedules},
           {"early_stopping_on_a_fixed_sequence", early_stopping_on_a_fixed_sequence},
           {"batch_size_scaling_rule", batch_size_scaling_rule},
+          {"warmup_start_factor_zero_is_the_ramp", warmup_start_factor_zero_is_the_ramp},
           {"bad_parameters_name_the_field", bad_parameters_name_the_field},
           {"recipe_schedule_keys", recipe_schedule_keys})

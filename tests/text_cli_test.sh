@@ -48,6 +48,34 @@ else
   bad gpt_resume_bit_identical "$(ls "$tmp/ra/step-000020" "$tmp/rc/step-000020" 2>&1)"
 fi
 
+# one trainer for every model: the profiler, early stopping and the plateau schedule work for GPT too
+expect gpt_profile 0 "profile: .*/gprof/trace.json.*compute utilization.*done: 6 steps" -- \
+  "$CT" train "${TINY[@]}" --max-steps 6 --set eval_every=3 --profile "$tmp/gprof"
+[ -s "$tmp/gprof/trace.json" ] && grep -q '"op": *"attention"' "$tmp/gprof/trace.json" && ok gpt_trace_has_attention ||
+  bad gpt_trace_has_attention
+# min_delta 100 cannot be met: the second evaluation (step 20 of 40) stops the run
+expect gpt_early_stop 0 "step 20/40 .*val loss.*early stop: val loss did not improve by 100 for 1 evaluations.*restored the best weights \(evaluation 1\).*done: 20 steps" -- \
+  "$CT" train "${TINY[@]}" --max-steps 40 --set early_stop_patience=1 --set early_stop_min_delta=100 --set early_stop_restore_best=true
+expect gpt_plateau 0 "plateau: val loss did not improve; lr -> 0.0005.*done: 20 steps" -- \
+  "$CT" train "${TINY[@]}" --schedule plateau --set plateau_patience=0 --set plateau_factor=0.5 --set plateau_threshold=10
+expect key_not_for_gpt 1 "E40010.*recipe key 'augment' does not apply to model 'gpt' \(it applies to mlp, cnn\)" -- \
+  "$CT" train "${TINY[@]}" --set augment=true
+expect key_not_for_mlp 1 "E40010.*recipe key 'tokenizer' does not apply to model 'mlp'" -- "$CT" train --set tokenizer=byte
+
+# memory_budget: too small -> E60003 with numbers and advice; the advised batch size then fits
+MB=(--model gpt --set dataset=moby-dick --set n_layer=2 --set d_model=64 --set n_head=2 --set context=64
+    --batch-size 64 --max-steps 2 --set eval_every=2 --set eval_batches=1 --threads 2 --set memory_budget=40M)
+out=$(timeout -k 5 300 "$CT" train "${MB[@]}" 2>&1)
+rc=$?
+adv=$(printf '%s' "$out" | grep -oE 'batch_size=[0-9]+ saves [0-9.]+ MiB \(fits\)' | head -n 1)
+if [ $rc -eq 1 ] && printf '%s' "$out" | grep -qE 'E60003.*memory_budget 40.0 MiB is too small: the plan needs [0-9.]+ MiB.*activations and workspace [0-9.]+' && [ -n "$adv" ]; then
+  ok memory_budget_advice
+else
+  bad "memory_budget_advice (rc $rc)" "$out"
+fi
+b=$(printf '%s' "$adv" | sed -E 's/batch_size=([0-9]+).*/\1/')
+expect memory_budget_advice_fits 0 "done: 2 steps" -- "$CT" train "${MB[@]}" --batch-size "${b:-0}"
+
 # bad input
 printf 'a tiny corpus\n' > "$tmp/tiny.txt"
 expect corpus_shorter_than_context 1 "tiny.txt.*corpus shorter than the context" -- \

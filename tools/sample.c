@@ -134,26 +134,22 @@ int ct_cli_sample(int argc, char **argv) {
         goto out;
     }
     if ((s = ct_recipe_parse_json(ctx, st->recipe_json, &r)) != CT_OK) goto out_err;
-    if (strcmp(r.model, "gpt")) {
+    if (r.model != CT_MODEL_GPT) {
         rc = cli_error(CT_E_CONFIG, "checkpoint '%s' is a '%s' model; ctrain sample needs a GPT (model gpt)", st->path,
-                       r.model);
+                       ct_recipe_enum_name("model", (int)r.model));
         goto out;
     }
-    if (!strcmp(r.tokenizer, "char")) {
+    if (r.tokenizer == CT_TOKENIZER_CHAR) {
         char vpath[4200];
         size_t vlen = 0;
-        snprintf(vpath, sizeof vpath, "%s/%s", st->path, CT_CLI_VOCAB_FILE);
+        snprintf(vpath, sizeof vpath, "%s/%s", st->path, CT_TRAIN_VOCAB_FILE);
         if ((s = ct_text_read_file(ctx, vpath, &vocab, &vlen)) != CT_OK) goto out_err;
         if ((s = ct_tokenizer_char_from_vocab(ctx, vocab, vlen, &tok)) != CT_OK) goto out_err;
-    } else if ((s = ct_cli_tokenizer(ctx, &r, NULL, 0, &tok)) != CT_OK) {
+    } else if ((s = ct_train_tokenizer(ctx, &r, NULL, 0, &tok)) != CT_OK) {
         goto out_err;
     }
     ct_gpt_config gc;
-    char err[512];
-    if ((s = ct_cli_gpt_config(ctx, &r, ct_tokenizer_vocab_size(tok), &gc, err, sizeof err)) != CT_OK) {
-        rc = cli_error(s, "%s", err);
-        goto out;
-    }
+    if ((s = ct_train_gpt_config(ctx, &r, ct_tokenizer_vocab_size(tok), &gc)) != CT_OK) goto out_err;
     gc.dropout = 0.0f;
     const int64_t C = gc.context, V = gc.vocab;
     /* prompt -> ids (a byte outside the char vocabulary is reported here) */

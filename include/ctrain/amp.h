@@ -42,6 +42,14 @@ typedef struct ct_scaler_opts {
 
 void ct_scaler_opts_default(ct_scaler_opts *o);
 
+/* The precision -> loss-scaling policy (a recipe's loss_scale.mode "auto"):
+ * fp16 needs a dynamic scale (PyTorch's GradScaler), fp16-pure a static one
+ * (1024, as the seeds), bf16 and fp32 none (BF16 has FP32's range). */
+typedef enum ct_amp_scaling { CT_AMP_SCALING_NONE = 0, CT_AMP_SCALING_DYNAMIC, CT_AMP_SCALING_STATIC } ct_amp_scaling;
+ct_amp_scaling ct_amp_default_scaling(ct_precision p);
+/* "off", "dynamic", "static" */
+const char *ct_amp_scaling_name(ct_amp_scaling s);
+
 typedef enum ct_scale_event {
     CT_SCALE_SKIP = 1,      /* overflow tolerated by hysteresis: update skipped, scale kept */
     CT_SCALE_BACKOFF,       /* overflow: update skipped, scale multiplied by backoff_factor */

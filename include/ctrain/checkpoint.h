@@ -69,9 +69,19 @@ void ct_train_state_init(ct_train_state *st);
  * "latest": `latest` updated, old ones not yet deleted). */
 typedef void (*ct_checkpoint_hook)(void *user, const char *phase, int64_t step);
 
+/* A file written into the step directory with the checkpoint (committed
+ * atomically with it), e.g. a tokenizer's vocabulary. */
+typedef struct ct_checkpoint_file {
+    const char *name;        /* a plain file name (no '/', not starting with '.')      */
+    const void *data;
+    size_t size;
+} ct_checkpoint_file;
+
 typedef struct ct_checkpoint_opts {
     int keep_last;           /* step directories to keep (0: all); default 3           */
     int fsync;               /* 1 (default): fsync files and directories               */
+    const ct_checkpoint_file *files; /* extra files of the step directory (may be NULL) */
+    int n_files;
     ct_checkpoint_hook hook;
     void *hook_user;
 } ct_checkpoint_opts;

@@ -15,4 +15,5 @@
 #include "checkpoint.h"
 #include "profile.h"
 #include "text.h"
+#include "train.h"
 #endif

@@ -215,6 +215,11 @@ typedef struct ct_compile_opts {
      * the plan without recomputation (same kernels, same inputs). */
     int recompute_every;
     uint32_t recompute_ops;
+    /* 1: run every pass but the allocation: the plan reports its memory
+     * (ct_plan_get_stats) without taking it, and cannot run (forward and
+     * backward return CT_E_STATE). For sizing a configuration before paying
+     * for it (memory_budget advice). Default 0. */
+    int plan_only;
 } ct_compile_opts;
 void ct_compile_opts_default(ct_compile_opts *o);
 

@@ -7,7 +7,9 @@
 #define CTRAIN_RECIPE_H
 
 #include "context.h"
+#include "graph.h"
 #include "optim.h"
+#include "schedule.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -15,14 +17,38 @@ extern "C" {
 
 #define CT_RECIPE_MAX_LAYERS 8
 
+/* Enumerated keys are parsed once into these enums; ct_recipe_enum_name
+ * gives the text form back. */
+typedef enum ct_model_kind { CT_MODEL_MLP = 0, CT_MODEL_CNN, CT_MODEL_GPT, CT_MODEL_BERT, CT_MODEL_COUNT } ct_model_kind;
+typedef enum ct_dataset_kind {
+    CT_DATASET_MNIST = 0,
+    CT_DATASET_FASHION_MNIST,
+    CT_DATASET_MOBY_DICK,
+    CT_DATASET_COUNT
+} ct_dataset_kind;
+typedef enum ct_recompute_kinds { CT_RECOMPUTE_OPS_NONE = 0, CT_RECOMPUTE_OPS_CHEAP, CT_RECOMPUTE_OPS_ALL } ct_recompute_kinds;
+typedef enum ct_early_stop_mode { CT_EARLY_STOP_MIN = 0, CT_EARLY_STOP_MAX } ct_early_stop_mode;
+typedef enum ct_anneal { CT_ANNEAL_COS = 0, CT_ANNEAL_LINEAR } ct_anneal;
+typedef enum ct_tokenizer_choice { CT_TOKENIZER_CHAR = 0, CT_TOKENIZER_BYTE, CT_TOKENIZER_GPT2 } ct_tokenizer_choice;
+/* loss_scale.mode; AUTO resolves by precision (ct_amp_scale_mode in amp.h) */
+typedef enum ct_scale_mode { CT_SCALE_AUTO = 0, CT_SCALE_DYNAMIC, CT_SCALE_STATIC, CT_SCALE_OFF } ct_scale_mode;
+typedef enum ct_scale_floor { CT_SCALE_FLOOR_ERROR = 0, CT_SCALE_FLOOR_STOP } ct_scale_floor;
+/* lr_scaling: the learning rate for the global batch B = batch_size x
+ * accumulate_steps, from optimizer.lr tuned at lr_base_batch B0:
+ *   linear            lr x B/B0
+ *   sqrt              lr x sqrt(B/B0)
+ *   linear_then_sqrt  lr x B/B0 up to lr_sqrt_from_batch Bs, then
+ *                     lr x Bs/B0 x sqrt(B/Bs) (continuous at Bs) */
+typedef enum ct_lr_scaling { CT_LR_SCALING_NONE = 0, CT_LR_SCALING_LINEAR, CT_LR_SCALING_SQRT, CT_LR_SCALING_LINEAR_THEN_SQRT } ct_lr_scaling;
+
 typedef struct ct_recipe {
-    char model[16];          /* "mlp" | "cnn" | "gpt" | "bert"                  */
+    ct_model_kind model;
     int n_hidden;            /* mlp hidden layer sizes                          */
     int64_t hidden[CT_RECIPE_MAX_LAYERS];
     int n_channels;          /* cnn block channels                              */
     int64_t channels[CT_RECIPE_MAX_LAYERS];
     float dropout;
-    char dataset[32];        /* "mnist" | "fashion-mnist" | "moby-dick"          */
+    ct_dataset_kind dataset;
     char data_dir[256];      /* default: data/<dataset>                         */
     int epochs;
     int64_t batch_size;
@@ -30,7 +56,7 @@ typedef struct ct_recipe {
     uint64_t seed;
     int threads;             /* 0: all cores                                    */
     ct_optim_opts optim;
-    char schedule[16];       /* a ct_schedule_kind name (schedule.h)            */
+    ct_schedule_kind schedule;
     int warmup_steps;
     float min_lr;            /* cosine floor                                    */
     /* schedule parameters (docs/recipes.md; 0 for a length: the whole run) */
@@ -44,13 +70,13 @@ typedef struct ct_recipe {
     float power;
     float end_factor;
     float pct_start, div_factor, final_div_factor;
-    char anneal[8];          /* "cos" | "linear" (one_cycle)                    */
+    ct_anneal anneal;        /* one_cycle                                       */
     int plateau_patience;
     float plateau_factor, plateau_threshold;
     int plateau_cooldown;
     int early_stop_patience; /* 0: off; per-epoch test loss                     */
     float early_stop_min_delta;
-    char early_stop_mode[4];     /* "min": test loss, "max": test accuracy         */
+    ct_early_stop_mode early_stop_mode; /* MIN: test loss, MAX: test accuracy */
     int early_stop_restore_best; /* put back the best epoch's weights at the end  */
     float label_smoothing;
     int log_every;           /* steps between progress lines when not a TTY     */
@@ -59,12 +85,12 @@ typedef struct ct_recipe {
     float clip_grad_norm;    /* max global L2 norm of the gradients (0: off)     */
     float clip_grad_value;   /* clamp every gradient to [-v, v] (0: off)          */
     int recompute_every;     /* activation checkpointing every N layers (0: off) */
-    char recompute_ops[8];   /* "none" | "cheap" | "all": op kinds recomputed     */
+    ct_recompute_kinds recompute_ops; /* op kinds recomputed                 */
     /* language models (model gpt / bert; tools/train_text.c) */
     char preset[16];         /* gpt-char-small | gpt2-124m | bert-base | bert-large ("": the model's default) */
     int n_layer, n_head;     /* 0: the preset's                                 */
     int64_t d_model, context;/* 0: the preset's                                 */
-    char tokenizer[8];       /* char | byte | gpt2                               */
+    ct_tokenizer_choice tokenizer;
     char text_file[256];     /* "": data/text/<dataset>.txt                     */
     char bpe_dir[256];       /* "": data/text/gpt2 (encoder.json, vocab.bpe)    */
     float val_fraction;      /* last fraction of the tokens for validation      */
@@ -81,17 +107,23 @@ typedef struct ct_recipe {
     int prefetch_threads;    /* background loading threads (default 1)          */
     int augment;             /* random crop (pad 2) + horizontal flip of training images */
     /* mixed precision (ct_precision in graph.h, ct_scaler in amp.h) */
-    char precision[12];      /* fp32 | bf16 | fp16 | bf16-pure | fp16-pure     */
+    ct_precision precision;
     char keep_fp32[256];     /* comma-separated layer names / op kinds kept FP32 */
-    char scale_mode[8];      /* loss_scale.mode: auto | dynamic | static | off;
-                                auto: dynamic for fp16, static for fp16-pure,
-                                off for bf16/fp32                              */
+    ct_scale_mode scale_mode; /* loss_scale.mode; AUTO: dynamic for fp16, static
+                                 for fp16-pure, off for bf16/fp32              */
     float scale_init;        /* 0: 65536 dynamic, 1024 static                  */
     float scale_growth_factor, scale_backoff_factor;
     int scale_growth_interval, scale_hysteresis;
     float scale_min, scale_max;
     int scale_floor_patience;
-    char scale_floor[8];     /* error | stop: what repeated overflows at min_scale do */
+    ct_scale_floor scale_floor; /* what repeated overflows at min_scale do   */
+    /* memory and batch (the seeds' knobs) */
+    int64_t memory_budget;   /* bytes the plan may use (0: no limit); "8G" in a recipe */
+    int bn_stats_once;       /* accumulation: update batchnorm running stats on
+                                the last micro-batch of a step only            */
+    ct_lr_scaling lr_scaling;
+    int64_t lr_base_batch;   /* B0: the batch optimizer.lr was tuned for        */
+    int64_t lr_sqrt_from_batch; /* Bs for linear_then_sqrt (0: 8 x B0)          */
 } ct_recipe;
 
 /* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */
@@ -102,8 +134,54 @@ ct_status ct_recipe_load_file(ct_context *ctx, const char *path, ct_recipe *r);
 /* Sets one key from its text form ("optimizer.lr", "0.01"; lists as
  * "1024,512"). */
 ct_status ct_recipe_set(ct_context *ctx, ct_recipe *r, const char *key, const char *value);
-/* Checks cross-field consistency (e.g. cnn needs channels). */
+/* Checks cross-field consistency (e.g. cnn needs channels) and that every
+ * key set away from its default applies to the recipe's model: a key that
+ * cannot (e.g. 'tokenizer' for an MLP, 'augment' for GPT) is a CT_E_CONFIG
+ * error naming the key and the models it applies to. */
 ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r);
+
+/* ---- the key table, queryable (as zstd's ZSTD_cParam_getBounds) ---------- */
+typedef enum ct_recipe_key_type {
+    CT_KEY_INT = 0, /* integer (int or int64)                         */
+    CT_KEY_UINT,    /* unsigned 64-bit integer (seed)                 */
+    CT_KEY_FLOAT,
+    CT_KEY_BOOL,
+    CT_KEY_STRING,  /* free text (paths, names)                       */
+    CT_KEY_ENUM,    /* one of `choices`                               */
+    CT_KEY_LIST,    /* up to CT_RECIPE_MAX_LAYERS integers            */
+    CT_KEY_BYTES,   /* a size: a number of bytes or "512M", "8G"      */
+} ct_recipe_key_type;
+
+/* Models a key applies to: bit (1 << ct_model_kind). */
+#define CT_KEY_MODELS_ALL ((1u << CT_MODEL_COUNT) - 1)
+
+typedef struct ct_recipe_key_info {
+    const char *key;     /* "optimizer.lr"                                         */
+    ct_recipe_key_type type;
+    double lo, hi;       /* inclusive bounds of numbers and list items             */
+    const char *choices; /* CT_KEY_ENUM: "a|b|c" in enum order; else NULL          */
+    unsigned models;     /* models it applies to (bits 1 << ct_model_kind)         */
+    const char *flag;    /* its `ctrain train` flag ("--lr"), or NULL              */
+    const char *help;    /* one line: what it does                                 */
+} ct_recipe_key_info;
+
+/* Number of keys, and key i (0 <= i < count) or NULL. */
+int ct_recipe_num_keys(void);
+const ct_recipe_key_info *ct_recipe_key_at(int i);
+/* The key named `key`, or NULL. */
+const ct_recipe_key_info *ct_recipe_key_find(const char *key);
+/* A numeric key's bounds; CT_E_INVALID_ARG for an unknown or non-numeric key. */
+ct_status ct_recipe_key_bounds(const char *key, double *lo, double *hi);
+/* The text of an enum key's value ("cosine" for schedule CT_SCHED_COSINE), or "?". */
+const char *ct_recipe_enum_name(const char *key, int value);
+/* Writes the current value of a key as text (lists as "1024,512"); returns
+ * the length needed, like snprintf, or -1 for an unknown key. */
+int ct_recipe_get(const ct_recipe *r, const char *key, char *buf, size_t len);
+/* 1 when the key's value in r differs from the default recipe's (with the
+ * optimizer's own defaults), 0 when equal, -1 for an unknown key. */
+int ct_recipe_is_set(const ct_recipe *r, const char *key);
+/* The models mask as text ("mlp, cnn"). */
+void ct_recipe_models_text(unsigned models, char *buf, size_t len);
 /* Writes the recipe as JSON into buf (for logs): the same as
  * ct_recipe_to_json_full. */
 int ct_recipe_to_json(const ct_recipe *r, char *buf, size_t len);

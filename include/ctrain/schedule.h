@@ -15,8 +15,9 @@
  *                      (f = warmup_start_factor, I = warmup_iters, where
  *                      warmup_iters < 0 means warmup_steps; I = 0 gives 1)
  *   t >= warmup_steps: decay(t - warmup_steps)  (the decay starts afresh)
- * warmup_iters = warmup_steps - 1 with f = 1/warmup_steps gives the ramp
- * base_lr * (t + 1) / warmup_steps that reaches base_lr on the last warmup step.
+ * f = 0 (the default, the same as a recipe's warmup_start_factor 0) is the
+ * ramp base_lr * (t + 1) / warmup_steps that reaches base_lr on the last
+ * warmup step (f = 1/warmup_steps, I = warmup_steps - 1).
  *
  * INV_SQRT is not in PyTorch; this is the fairseq / T5 definition on the
  * GLOBAL step t (not shifted by the warmup):
@@ -60,7 +61,10 @@ typedef struct ct_schedule_opts {
     double base_lr;              /* the optimizer's lr (ONE_CYCLE: ignored)         */
     /* warmup (not with ONE_CYCLE / PLATEAU) */
     int64_t warmup_steps;        /* 0: none                                         */
-    double warmup_start_factor;  /* in (0, 1]; default 1/3 (LinearLR's default)     */
+    double warmup_start_factor;  /* in [0, 1]; 0 (default, as in a recipe): the ramp
+                                    base_lr * (t + 1) / warmup_steps that reaches
+                                    base_lr on the last warmup step (warmup_iters
+                                    is then ignored); f > 0: LinearLR(f, I)        */
     int64_t warmup_iters;        /* LinearLR total_iters; < 0: warmup_steps         */
     /* STEP / MULTISTEP / EXPONENTIAL */
     int64_t step_size;

@@ -348,6 +348,7 @@ void ct_compile_opts_default(ct_compile_opts *o) {
     o->accumulate_grads = 0;
     o->recompute_every = 0;
     o->recompute_ops = 0;
+    o->plan_only = 0;
 }
 
 ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *outputs, const ct_compile_opts *opts,
@@ -372,6 +373,7 @@ ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *
     p->accumulate_grads = opts->accumulate_grads != 0;
     p->recompute_every = opts->recompute_every;
     p->recompute_ops = opts->recompute_ops;
+    p->plan_only = opts->plan_only;
     p->precision = opts->precision;
     p->n_user = src->n;
     ct_status s = CT_OK;
@@ -414,6 +416,7 @@ ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *
             p->pn = calloc((size_t)p->g.n, sizeof *p->pn);
             if (!p->pn) s = ct_set_error(ctx, CT_E_OOM, "compile: out of memory");
         }
+        if (p->plan_only && k_passes[i].fn == pass_allocate) break;
         if (s == CT_OK) s = k_passes[i].fn(p);
     }
     if (s == CT_OK && !opts->init_params) memset(p->param_arena, 0, p->n_param_floats * sizeof(float));
@@ -578,6 +581,7 @@ static int is_leaf(ct_op op) { return op == CT_OP_INPUT || op == CT_OP_PARAM || 
 
 ct_status ct_plan_forward(ct_plan *p, int training) {
     if (!p) return CT_E_INVALID_ARG;
+    if (p->plan_only) return ct_set_error(p->ctx, CT_E_STATE, "this plan was compiled with plan_only: it has no memory to run in");
     for (int i = 0; i < p->g.n; i++) {
         const ct_node_def *d = &p->g.nodes[i];
         if (!p->pn[i].live || (d->flags & CT_NODE_BACKWARD) || is_leaf(d->op)) continue;
@@ -599,6 +603,7 @@ static void accumulate_grad(ct_plan *p, int i, int pi) {
 
 ct_status ct_plan_backward(ct_plan *p) {
     if (!p) return CT_E_INVALID_ARG;
+    if (p->plan_only) return ct_set_error(p->ctx, CT_E_STATE, "this plan was compiled with plan_only: it has no memory to run in");
     if (p->seed == CT_NONE)
         return ct_set_error(p->ctx, CT_E_STATE, "backward: this plan was compiled without a loss (forward only)");
     *(float *)p->pn[p->seed].data = p->loss_scale;

@@ -52,6 +52,7 @@ struct ct_plan {
     void *grad_ready_user;
     int recompute_every;     /* ct_compile_opts, read by the recompute pass    */
     uint32_t recompute_ops;
+    int plan_only; /* compiled without allocation (ct_compile_opts.plan_only) */
     struct ct_profiler *prof; /* per-node timing when attached (src/prof); NULL: off */
     /* mixed precision (autocast.c) */
     ct_precision precision;

@@ -964,6 +964,24 @@ ct_status ct_checkpoint_save(ct_context *ctx, const char *dir, ct_plan *plan, ct
     return ct_checkpoint_save_ex(ctx, dir, plan, opt, st, &o);
 }
 
+/* An extra file of the step directory (o->files), written before the
+ * directory is renamed into place, so it is committed with the rest. */
+static ct_status write_extra_file(ct_context *ctx, const char *dir, const ct_checkpoint_file *f, int do_fsync) {
+    if (!f->name || !f->name[0] || f->name[0] == '.' || strchr(f->name, '/') || !strcmp(f->name, MODEL_FILE) ||
+        !strcmp(f->name, STATE_FILE) || (f->size && !f->data))
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "checkpoint: extra file name '%s' is not a plain new file name",
+                            f->name ? f->name : "(null)");
+    char p[PATH_MAX];
+    join_path(p, sizeof p, dir, f->name);
+    FILE *fp = fopen(p, "wb");
+    int ok = fp && (f->size == 0 || fwrite(f->data, 1, f->size, fp) == f->size) && fflush(fp) == 0 &&
+             (!do_fsync || fsync(fileno(fp)) == 0);
+    int e = errno;
+    if (fp && fclose(fp) != 0 && ok) ok = 0, e = errno;
+    if (!ok) return ct_set_error(ctx, CT_E_IO, "cannot write '%s': %s", p, strerror(e));
+    return CT_OK;
+}
+
 ct_status ct_checkpoint_save_ex(ct_context *ctx, const char *dir, ct_plan *plan, ct_optimizer *opt,
                                 const ct_train_state *st, const ct_checkpoint_opts *o) {
     if (!dir || !plan || !st)
@@ -1005,6 +1023,7 @@ ct_status ct_checkpoint_save_ex(ct_context *ctx, const char *dir, ct_plan *plan,
     free(mt);
     free(ot);
     free(m);
+    for (int i = 0; s == CT_OK && i < o->n_files; i++) s = write_extra_file(ctx, tmp, &o->files[i], o->fsync);
     if (s == CT_OK && o->fsync) s = fsync_dir(ctx, tmp);
     if (s != CT_OK) {
         remove_dir(tmp);

@@ -3,6 +3,7 @@
  * flags both go through set_value, so they validate the same way. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <pthread.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -12,143 +13,209 @@
 #include "core/internal.h"
 #include "ctrain/recipe.h"
 
-typedef enum { K_INT, K_I64, K_U64, K_F32, K_BOOL, K_STR, K_LIST, K_ENUM_OPT } key_type;
+typedef enum { K_INT, K_I64, K_U64, K_F32, K_BOOL, K_STR, K_LIST, K_ENUM, K_ENUM_OPT, K_BYTES } key_type;
 
 typedef struct {
     const char *key;
     key_type type;
-    size_t off;       /* offset into ct_recipe                         */
-    size_t size;      /* string capacity / list count offset           */
-    double lo, hi;    /* inclusive range for numbers / list items      */
-    const char *choices; /* "a|b|c" for strings that are enums        */
+    size_t off;          /* offset into ct_recipe                                  */
+    size_t size;         /* string capacity / list count offset                    */
+    double lo, hi;       /* inclusive range for numbers / list items               */
+    const char *choices; /* K_ENUM: "a|b|c" in the enum's order (value = index)     */
+    unsigned models;     /* models the key applies to                              */
+    const char *flag;    /* the `ctrain train` flag, or NULL (--set KEY=VALUE)      */
+    const char *help;
 } key_def;
 
 #define OFF(f) offsetof(ct_recipe, f)
 #define SZ(f) sizeof(((ct_recipe *)0)->f)
+#define M_ALL CT_KEY_MODELS_ALL
+#define M_MLP (1u << CT_MODEL_MLP)
+#define M_CNN (1u << CT_MODEL_CNN)
+#define M_IMG (M_MLP | M_CNN)
+#define M_LM ((1u << CT_MODEL_GPT) | (1u << CT_MODEL_BERT))
+#define M_DROP (M_MLP | M_LM)
+/* enum keys whose values are library enums: the choices follow their order
+ * (tests/test_recipe.c checks them against ct_schedule_kind_name and
+ * ct_precision_name) */
+#define SCHEDULES "constant|step|multistep|exponential|cosine|cosine_restarts|linear|polynomial|one_cycle|inverse_sqrt|plateau"
+#define PRECISIONS "fp32|bf16|fp16|bf16-pure|fp16-pure"
 
+/* The one table of recipe keys: parsing, validation, --help and the key
+ * list in docs/recipes.md (`ctrain train --help-keys markdown`) come from it. */
 static const key_def k_keys[] = {
-    {"model", K_STR, OFF(model), SZ(model), 0, 0, "mlp|cnn|gpt|bert"},
-    {"hidden", K_LIST, OFF(hidden), OFF(n_hidden), 1, 1 << 20, NULL},
-    {"channels", K_LIST, OFF(channels), OFF(n_channels), 1, 1 << 16, NULL},
-    {"dropout", K_F32, OFF(dropout), 0, 0, 0.999, NULL},
-    {"dataset", K_STR, OFF(dataset), SZ(dataset), 0, 0, "mnist|fashion-mnist|moby-dick"},
-    {"data_dir", K_STR, OFF(data_dir), SZ(data_dir), 0, 0, NULL},
-    {"epochs", K_INT, OFF(epochs), 0, 1, 100000, NULL},
-    {"batch_size", K_I64, OFF(batch_size), 0, 1, 1 << 20, NULL},
-    {"max_steps", K_I64, OFF(max_steps), 0, 0, 1e15, NULL},
-    {"seed", K_U64, OFF(seed), 0, 0, 1.8e19, NULL},
-    {"threads", K_INT, OFF(threads), 0, 0, 1024, NULL},
-    {"optimizer.name", K_ENUM_OPT, OFF(optim.kind), 0, 0, 0, "sgd|adamw|adam|rmsprop|adagrad|lamb"},
-    {"optimizer.lr", K_F32, OFF(optim.lr), 0, 0, 1e3, NULL},
-    {"optimizer.weight_decay", K_F32, OFF(optim.weight_decay), 0, 0, 1e3, NULL},
-    {"optimizer.momentum", K_F32, OFF(optim.momentum), 0, 0, 0.99999, NULL},
-    {"optimizer.dampening", K_F32, OFF(optim.dampening), 0, 0, 1, NULL},
-    {"optimizer.nesterov", K_BOOL, OFF(optim.nesterov), 0, 0, 1, NULL},
-    {"optimizer.beta1", K_F32, OFF(optim.beta1), 0, 0, 0.99999994, NULL},
-    {"optimizer.beta2", K_F32, OFF(optim.beta2), 0, 0, 0.99999994, NULL},
-    {"optimizer.eps", K_F32, OFF(optim.eps), 0, 1e-30, 1, NULL},
-    {"optimizer.amsgrad", K_BOOL, OFF(optim.amsgrad), 0, 0, 1, NULL},
-    {"optimizer.alpha", K_F32, OFF(optim.alpha), 0, 0, 0.99999994, NULL},
-    {"optimizer.centered", K_BOOL, OFF(optim.centered), 0, 0, 1, NULL},
-    {"optimizer.lr_decay", K_F32, OFF(optim.lr_decay), 0, 0, 1e3, NULL},
-    {"optimizer.initial_accumulator_value", K_F32, OFF(optim.initial_accumulator_value), 0, 0, 1e3, NULL},
-    {"schedule", K_STR, OFF(schedule), SZ(schedule), 0, 0,
-     "constant|cosine|step|multistep|exponential|cosine_restarts|linear|polynomial|one_cycle|inverse_sqrt|plateau"},
-    {"warmup_steps", K_INT, OFF(warmup_steps), 0, 0, 1e9, NULL},
-    {"min_lr", K_F32, OFF(min_lr), 0, 0, 1e3, NULL},
-    {"warmup_start_factor", K_F32, OFF(warmup_start_factor), 0, 0, 1, NULL},
-    {"step_size", K_I64, OFF(step_size), 0, 0, 1e15, NULL},
-    {"gamma", K_F32, OFF(gamma), 0, 1e-30, 1, NULL},
-    {"milestones", K_LIST, OFF(milestones), OFF(n_milestones), 1, 1e15, NULL},
-    {"t_0", K_I64, OFF(t_0), 0, 0, 1e15, NULL},
-    {"t_mult", K_INT, OFF(t_mult), 0, 1, 1000, NULL},
-    {"power", K_F32, OFF(power), 0, 0, 1e3, NULL},
-    {"end_factor", K_F32, OFF(end_factor), 0, 0, 1, NULL},
-    {"pct_start", K_F32, OFF(pct_start), 0, 1e-6, 0.999999, NULL},
-    {"div_factor", K_F32, OFF(div_factor), 0, 1e-6, 1e9, NULL},
-    {"final_div_factor", K_F32, OFF(final_div_factor), 0, 1e-6, 1e12, NULL},
-    {"anneal", K_STR, OFF(anneal), SZ(anneal), 0, 0, "cos|linear"},
-    {"plateau_patience", K_INT, OFF(plateau_patience), 0, 0, 1e9, NULL},
-    {"plateau_factor", K_F32, OFF(plateau_factor), 0, 0, 0.999999, NULL},
-    {"plateau_threshold", K_F32, OFF(plateau_threshold), 0, 0, 1e3, NULL},
-    {"plateau_cooldown", K_INT, OFF(plateau_cooldown), 0, 0, 1e9, NULL},
-    {"early_stop_patience", K_INT, OFF(early_stop_patience), 0, 0, 1e9, NULL},
-    {"early_stop_min_delta", K_F32, OFF(early_stop_min_delta), 0, 0, 1e9, NULL},
-    {"early_stop_mode", K_STR, OFF(early_stop_mode), SZ(early_stop_mode), 0, 0, "min|max"},
-    {"early_stop_restore_best", K_BOOL, OFF(early_stop_restore_best), 0, 0, 1, NULL},
-    {"label_smoothing", K_F32, OFF(label_smoothing), 0, 0, 0.999, NULL},
-    {"log_every", K_INT, OFF(log_every), 0, 1, 1e9, NULL},
-    {"accumulate_steps", K_INT, OFF(accumulate_steps), 0, 1, 1e6, NULL},
-    {"detect_anomaly", K_BOOL, OFF(detect_anomaly), 0, 0, 1, NULL},
-    {"clip_grad_norm", K_F32, OFF(clip_grad_norm), 0, 0, 1e9, NULL},
-    {"clip_grad_value", K_F32, OFF(clip_grad_value), 0, 0, 1e9, NULL},
-    {"recompute_every", K_INT, OFF(recompute_every), 0, 0, 1e6, NULL},
-    {"recompute_ops", K_STR, OFF(recompute_ops), SZ(recompute_ops), 0, 0, "none|cheap|all"},
-    {"optimizer.no_decay_bias_norm", K_BOOL, OFF(optim.no_decay_bias_norm), 0, 0, 1, NULL},
-    {"preset", K_STR, OFF(preset), SZ(preset), 0, 0, "|gpt-char-small|gpt2-124m|bert-base|bert-large"},
-    {"n_layer", K_INT, OFF(n_layer), 0, 0, 1024, NULL},
-    {"n_head", K_INT, OFF(n_head), 0, 0, 1024, NULL},
-    {"d_model", K_I64, OFF(d_model), 0, 0, 1 << 16, NULL},
-    {"context", K_I64, OFF(context), 0, 0, 1 << 20, NULL},
-    {"tokenizer", K_STR, OFF(tokenizer), SZ(tokenizer), 0, 0, "char|byte|gpt2"},
-    {"text_file", K_STR, OFF(text_file), SZ(text_file), 0, 0, NULL},
-    {"bpe_dir", K_STR, OFF(bpe_dir), SZ(bpe_dir), 0, 0, NULL},
-    {"val_fraction", K_F32, OFF(val_fraction), 0, 1e-6, 0.999, NULL},
-    {"eval_every", K_I64, OFF(eval_every), 0, 0, 1e15, NULL},
-    {"eval_batches", K_I64, OFF(eval_batches), 0, 0, 1e15, NULL},
-    {"save_dir", K_STR, OFF(save_dir), SZ(save_dir), 0, 0, NULL},
-    {"save_every", K_I64, OFF(save_every), 0, 0, 1e15, NULL},
-    {"keep_last", K_INT, OFF(keep_last), 0, 0, 1e6, NULL},
-    {"metrics_file", K_STR, OFF(metrics_file), SZ(metrics_file), 0, 0, NULL},
-    {"profile_dir", K_STR, OFF(profile_dir), SZ(profile_dir), 0, 0, NULL},
-    {"prefetch", K_INT, OFF(prefetch), 0, 0, 4096, NULL},
-    {"prefetch_threads", K_INT, OFF(prefetch_threads), 0, 1, 256, NULL},
-    {"augment", K_BOOL, OFF(augment), 0, 0, 1, NULL},
-    {"precision", K_STR, OFF(precision), SZ(precision), 0, 0, "fp32|bf16|fp16|bf16-pure|fp16-pure"},
-    {"keep_fp32", K_STR, OFF(keep_fp32), SZ(keep_fp32), 0, 0, NULL},
-    {"loss_scale.mode", K_STR, OFF(scale_mode), SZ(scale_mode), 0, 0, "auto|dynamic|static|off"},
-    {"loss_scale.init_scale", K_F32, OFF(scale_init), 0, 0, 3.0e38, NULL},
-    {"loss_scale.growth_factor", K_F32, OFF(scale_growth_factor), 0, 1, 1e6, NULL},
-    {"loss_scale.backoff_factor", K_F32, OFF(scale_backoff_factor), 0, 1e-6, 0.999999, NULL},
-    {"loss_scale.growth_interval", K_INT, OFF(scale_growth_interval), 0, 1, 1e9, NULL},
-    {"loss_scale.hysteresis", K_INT, OFF(scale_hysteresis), 0, 1, 1e6, NULL},
-    {"loss_scale.min_scale", K_F32, OFF(scale_min), 0, 1e-30, 3.0e38, NULL},
-    {"loss_scale.max_scale", K_F32, OFF(scale_max), 0, 1e-30, 3.0e38, NULL},
-    {"loss_scale.floor_patience", K_INT, OFF(scale_floor_patience), 0, 1, 1e9, NULL},
-    {"loss_scale.floor", K_STR, OFF(scale_floor), SZ(scale_floor), 0, 0, "error|stop"},
+    {"model", K_ENUM, OFF(model), 0, 0, 0, "mlp|cnn|gpt|bert", M_ALL, "--model",
+     "the model: mlp and cnn train on images, gpt and bert on text"},
+    {"hidden", K_LIST, OFF(hidden), OFF(n_hidden), 1, 1 << 20, NULL, M_MLP, "--hidden", "MLP hidden layer sizes, e.g. 1024,1024"},
+    {"channels", K_LIST, OFF(channels), OFF(n_channels), 1, 1 << 16, NULL, M_CNN, "--channels",
+     "CNN conv block channels, e.g. 32,64 (conv3x3-batchnorm-relu-maxpool per block)"},
+    {"dropout", K_F32, OFF(dropout), 0, 0, 0.999, NULL, M_DROP, "--dropout",
+     "dropout probability (MLP hidden layers; GPT/BERT: replaces the preset's)"},
+    {"dataset", K_ENUM, OFF(dataset), 0, 0, 0, "mnist|fashion-mnist|moby-dick", M_ALL, "--dataset",
+     "images: mnist, fashion-mnist (IDX files); text: moby-dick (data/text/moby-dick.txt)"},
+    {"data_dir", K_STR, OFF(data_dir), SZ(data_dir), 0, 0, NULL, M_IMG, "--data-dir",
+     "folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (default data/<dataset>)"},
+    {"epochs", K_INT, OFF(epochs), 0, 1, 100000, NULL, M_ALL, "--epochs",
+     "passes over the training images; text: without max_steps the run is epochs x eval_every steps"},
+    {"batch_size", K_I64, OFF(batch_size), 0, 1, 1 << 20, NULL, M_ALL, "--batch-size", "samples (sequences) per micro-batch"},
+    {"max_steps", K_I64, OFF(max_steps), 0, 0, 1e15, NULL, M_ALL, "--max-steps", "stop after this many optimizer steps (0: no limit)"},
+    {"seed", K_U64, OFF(seed), 0, 0, 1.8e19, NULL, M_ALL, "--seed", "parameter init, shuffling, dropout and batch sampling"},
+    {"threads", K_INT, OFF(threads), 0, 0, 1024, NULL, M_ALL, "--threads", "compute threads (0: all cores)"},
+    {"optimizer.name", K_ENUM_OPT, OFF(optim.kind), 0, 0, 0, "sgd|adamw|adam|rmsprop|adagrad|lamb", M_ALL, "--optimizer",
+     "the optimizer (PyTorch 1.13 semantics); resets the other optimizer keys to its defaults, so it applies first"},
+    {"optimizer.lr", K_F32, OFF(optim.lr), 0, 0, 1e3, NULL, M_ALL, "--lr", "the base learning rate (peak of the schedule)"},
+    {"optimizer.weight_decay", K_F32, OFF(optim.weight_decay), 0, 0, 1e3, NULL, M_ALL, "--weight-decay",
+     "weight decay (decoupled for adamw/lamb, L2 in the gradient for the others)"},
+    {"optimizer.momentum", K_F32, OFF(optim.momentum), 0, 0, 0.99999, NULL, M_ALL, "--momentum", "sgd / rmsprop momentum"},
+    {"optimizer.dampening", K_F32, OFF(optim.dampening), 0, 0, 1, NULL, M_ALL, NULL, "sgd dampening"},
+    {"optimizer.nesterov", K_BOOL, OFF(optim.nesterov), 0, 0, 1, NULL, M_ALL, NULL, "sgd Nesterov momentum (needs momentum > 0, dampening 0)"},
+    {"optimizer.beta1", K_F32, OFF(optim.beta1), 0, 0, 0.99999994, NULL, M_ALL, NULL, "adam/adamw/lamb first-moment decay"},
+    {"optimizer.beta2", K_F32, OFF(optim.beta2), 0, 0, 0.99999994, NULL, M_ALL, NULL, "adam/adamw/lamb second-moment decay"},
+    {"optimizer.eps", K_F32, OFF(optim.eps), 0, 1e-30, 1, NULL, M_ALL, NULL, "denominator epsilon"},
+    {"optimizer.amsgrad", K_BOOL, OFF(optim.amsgrad), 0, 0, 1, NULL, M_ALL, NULL, "adam/adamw AMSGrad"},
+    {"optimizer.alpha", K_F32, OFF(optim.alpha), 0, 0, 0.99999994, NULL, M_ALL, NULL, "rmsprop smoothing constant"},
+    {"optimizer.centered", K_BOOL, OFF(optim.centered), 0, 0, 1, NULL, M_ALL, NULL, "centered rmsprop"},
+    {"optimizer.lr_decay", K_F32, OFF(optim.lr_decay), 0, 0, 1e3, NULL, M_ALL, NULL, "adagrad lr decay"},
+    {"optimizer.initial_accumulator_value", K_F32, OFF(optim.initial_accumulator_value), 0, 0, 1e3, NULL, M_ALL, NULL,
+     "adagrad initial accumulator"},
+    {"schedule", K_ENUM, OFF(schedule), 0, 0, 0, SCHEDULES, M_ALL, "--schedule",
+     "the LR schedule (PyTorch's schedulers value for value; see below)"},
+    {"warmup_steps", K_INT, OFF(warmup_steps), 0, 0, 1e9, NULL, M_ALL, NULL,
+     "linear warmup steps, then the schedule starts afresh; not with one_cycle/plateau; required by inverse_sqrt"},
+    {"min_lr", K_F32, OFF(min_lr), 0, 0, 1e3, NULL, M_ALL, NULL, "floor of cosine, cosine_restarts (eta_min) and plateau; <= optimizer.lr"},
+    {"warmup_start_factor", K_F32, OFF(warmup_start_factor), 0, 0, 1, NULL, M_ALL, NULL,
+     "0: ramp lr*(step+1)/warmup_steps (reaches lr on the last warmup step); in (0, 1]: PyTorch LinearLR(start_factor, total_iters=warmup_steps)"},
+    {"step_size", K_I64, OFF(step_size), 0, 0, 1e15, NULL, M_ALL, NULL, "step: steps between decays (required)"},
+    {"gamma", K_F32, OFF(gamma), 0, 1e-30, 1, NULL, M_ALL, NULL, "step, multistep, exponential: decay factor"},
+    {"milestones", K_LIST, OFF(milestones), OFF(n_milestones), 1, 1e15, NULL, M_ALL, NULL,
+     "multistep: increasing step numbers (after warmup)"},
+    {"t_0", K_I64, OFF(t_0), 0, 0, 1e15, NULL, M_ALL, NULL, "cosine_restarts: first cycle length (required)"},
+    {"t_mult", K_INT, OFF(t_mult), 0, 1, 1000, NULL, M_ALL, NULL, "cosine_restarts: cycle growth"},
+    {"power", K_F32, OFF(power), 0, 0, 1e3, NULL, M_ALL, NULL, "polynomial: lr*(1 - t/T)^power over the run after warmup"},
+    {"end_factor", K_F32, OFF(end_factor), 0, 0, 1, NULL, M_ALL, NULL, "linear: lr falls to lr*end_factor over the run after warmup"},
+    {"pct_start", K_F32, OFF(pct_start), 0, 1e-6, 0.999999, NULL, M_ALL, NULL, "one_cycle: fraction of the run rising"},
+    {"div_factor", K_F32, OFF(div_factor), 0, 1e-6, 1e9, NULL, M_ALL, NULL, "one_cycle: initial lr = lr / div_factor"},
+    {"final_div_factor", K_F32, OFF(final_div_factor), 0, 1e-6, 1e12, NULL, M_ALL, NULL,
+     "one_cycle: final lr = initial lr / final_div_factor"},
+    {"anneal", K_ENUM, OFF(anneal), 0, 0, 0, "cos|linear", M_ALL, NULL, "one_cycle: annealing shape"},
+    {"plateau_patience", K_INT, OFF(plateau_patience), 0, 0, 1e9, NULL, M_ALL, NULL,
+     "plateau: evaluations without improvement before the lr drops"},
+    {"plateau_factor", K_F32, OFF(plateau_factor), 0, 0, 0.999999, NULL, M_ALL, NULL, "plateau: lr multiplier"},
+    {"plateau_threshold", K_F32, OFF(plateau_threshold), 0, 0, 1e3, NULL, M_ALL, NULL, "plateau: relative improvement threshold"},
+    {"plateau_cooldown", K_INT, OFF(plateau_cooldown), 0, 0, 1e9, NULL, M_ALL, NULL, "plateau: evaluations to wait after a drop"},
+    {"early_stop_patience", K_INT, OFF(early_stop_patience), 0, 0, 1e9, NULL, M_ALL, NULL,
+     "stop after this many evaluations without the watched metric improving by min_delta (0: off)"},
+    {"early_stop_min_delta", K_F32, OFF(early_stop_min_delta), 0, 0, 1e9, NULL, M_ALL, NULL, "the improvement that counts"},
+    {"early_stop_mode", K_ENUM, OFF(early_stop_mode), 0, 0, 0, "min|max", M_ALL, NULL,
+     "min: watch the evaluation loss; max: watch the test accuracy (image models)"},
+    {"early_stop_restore_best", K_BOOL, OFF(early_stop_restore_best), 0, 0, 1, NULL, M_ALL, NULL,
+     "at an early stop, put back the weights and buffers of the best evaluation (one copy kept in memory)"},
+    {"label_smoothing", K_F32, OFF(label_smoothing), 0, 0, 0.999, NULL, M_ALL, "--label-smoothing",
+     "cross-entropy label smoothing"},
+    {"log_every", K_INT, OFF(log_every), 0, 1, 1e9, NULL, M_ALL, NULL, "progress line every N steps when stdout is not a terminal"},
+    {"accumulate_steps", K_INT, OFF(accumulate_steps), 0, 1, 1e6, NULL, M_ALL, NULL,
+     "micro-batches per optimizer step; each micro-batch's loss is scaled by 1/N"},
+    {"detect_anomaly", K_BOOL, OFF(detect_anomaly), 0, 0, 1, NULL, M_ALL, NULL,
+     "stop at the first op whose output holds NaN/inf, naming it (slow; for debugging)"},
+    {"clip_grad_norm", K_F32, OFF(clip_grad_norm), 0, 0, 1e9, NULL, M_ALL, NULL, "clip by global L2 norm before the step (0: off)"},
+    {"clip_grad_value", K_F32, OFF(clip_grad_value), 0, 0, 1e9, NULL, M_ALL, NULL, "clamp every gradient to [-v, v] (0: off)"},
+    {"recompute_every", K_INT, OFF(recompute_every), 0, 0, 1e6, NULL, M_ALL, NULL,
+     "activation checkpointing: keep every N-th layer's boundary, recompute the rest in backward (0: off)"},
+    {"recompute_ops", K_ENUM, OFF(recompute_ops), 0, 0, 0, "none|cheap|all", M_ALL, NULL,
+     "op kinds recomputed (cheap: activations, elementwise, dropout, norms); alone: selective recomputation per layer"},
+    {"optimizer.no_decay_bias_norm", K_BOOL, OFF(optim.no_decay_bias_norm), 0, 0, 1, NULL, M_ALL, NULL,
+     "no weight decay on 1-D parameters (biases, norm weights)"},
+    {"preset", K_STR, OFF(preset), SZ(preset), 0, 0, "|gpt-char-small|gpt2-124m|bert-base|bert-large", M_LM, NULL,
+     "model size preset (gpt: gpt-char-small, bert: bert-base when empty)"},
+    {"n_layer", K_INT, OFF(n_layer), 0, 0, 1024, NULL, M_LM, NULL, "transformer blocks (0: the preset's)"},
+    {"n_head", K_INT, OFF(n_head), 0, 0, 1024, NULL, M_LM, NULL, "attention heads (0: the preset's)"},
+    {"d_model", K_I64, OFF(d_model), 0, 0, 1 << 16, NULL, M_LM, NULL, "model width (0: the preset's)"},
+    {"context", K_I64, OFF(context), 0, 0, 1 << 20, NULL, M_LM, NULL, "sequence length (0: the preset's; at most the preset's)"},
+    {"tokenizer", K_ENUM, OFF(tokenizer), 0, 0, 0, "char|byte|gpt2", M_LM, NULL,
+     "char (the corpus's bytes), byte (256) or gpt2 (BPE from bpe_dir)"},
+    {"text_file", K_STR, OFF(text_file), SZ(text_file), 0, 0, NULL, M_LM, NULL, "a custom corpus (default data/text/<dataset>.txt)"},
+    {"bpe_dir", K_STR, OFF(bpe_dir), SZ(bpe_dir), 0, 0, NULL, M_LM, NULL, "folder with encoder.json and vocab.bpe (default data/text/gpt2)"},
+    {"val_fraction", K_F32, OFF(val_fraction), 0, 1e-6, 0.999, NULL, M_LM, NULL, "the last fraction of the tokens is the validation split"},
+    {"eval_every", K_I64, OFF(eval_every), 0, 0, 1e15, NULL, M_LM, NULL,
+     "steps between validation evaluations (0: only at the end); image models evaluate every epoch"},
+    {"eval_batches", K_I64, OFF(eval_batches), 0, 0, 1e15, NULL, M_LM, NULL,
+     "validation batches per evaluation (GPT 0: the whole split; BERT 0: 20)"},
+    {"save_dir", K_STR, OFF(save_dir), SZ(save_dir), 0, 0, NULL, M_ALL, "--save-dir",
+     "write checkpoints to <save_dir>/step-NNNNNN/ (<save_dir>/latest names the newest); always one at the end"},
+    {"save_every", K_I64, OFF(save_every), 0, 0, 1e15, NULL, M_ALL, "--save-every", "steps between checkpoints (0: only at the end)"},
+    {"keep_last", K_INT, OFF(keep_last), 0, 0, 1e6, NULL, M_ALL, "--keep", "step directories kept (0: all)"},
+    {"metrics_file", K_STR, OFF(metrics_file), SZ(metrics_file), 0, 0, NULL, M_ALL, "--metrics",
+     "JSON-lines metrics log: one line per step, evaluation and loss-scale event"},
+    {"profile_dir", K_STR, OFF(profile_dir), SZ(profile_dir), 0, 0, NULL, M_ALL, "--profile",
+     "profile steps 4-13: write DIR/trace.json (Chrome trace) and print the doctor's verdict"},
+    {"prefetch", K_INT, OFF(prefetch), 0, 0, 4096, NULL, M_IMG, NULL,
+     "image batches loaded ahead by background threads (0: synchronous); the same batches bit for bit"},
+    {"prefetch_threads", K_INT, OFF(prefetch_threads), 0, 1, 256, NULL, M_IMG, NULL,
+     "prefetch worker threads; the batches do not depend on it"},
+    {"augment", K_BOOL, OFF(augment), 0, 0, 1, NULL, M_IMG, NULL,
+     "random crop (pad 2) + horizontal flip of training images, keyed by (seed, epoch, index)"},
+    {"precision", K_ENUM, OFF(precision), 0, 0, 0, PRECISIONS, M_ALL, "--precision",
+     "fp32, bf16/fp16 (autocast, FP32 master weights), bf16-pure/fp16-pure (every op stores low precision)"},
+    {"keep_fp32", K_STR, OFF(keep_fp32), SZ(keep_fp32), 0, 0, NULL, M_ALL, "--keep-fp32",
+     "comma-separated layer names or op kinds that stay FP32 under autocast"},
+    {"loss_scale.mode", K_ENUM, OFF(scale_mode), 0, 0, 0, "auto|dynamic|static|off", M_ALL, NULL,
+     "auto: dynamic for fp16, static for fp16-pure, off otherwise"},
+    {"loss_scale.init_scale", K_F32, OFF(scale_init), 0, 0, 3.0e38, NULL, M_ALL, NULL, "first scale (0: 65536 dynamic, 1024 static)"},
+    {"loss_scale.growth_factor", K_F32, OFF(scale_growth_factor), 0, 1, 1e6, NULL, M_ALL, NULL,
+     "scale multiplier after growth_interval clean steps"},
+    {"loss_scale.backoff_factor", K_F32, OFF(scale_backoff_factor), 0, 1e-6, 0.999999, NULL, M_ALL, NULL, "scale multiplier on overflow"},
+    {"loss_scale.growth_interval", K_INT, OFF(scale_growth_interval), 0, 1, 1e9, NULL, M_ALL, NULL,
+     "clean (overflow-free) steps before growing"},
+    {"loss_scale.hysteresis", K_INT, OFF(scale_hysteresis), 0, 1, 1e6, NULL, M_ALL, NULL,
+     "overflows in a row tolerated before backing off"},
+    {"loss_scale.min_scale", K_F32, OFF(scale_min), 0, 1e-30, 3.0e38, NULL, M_ALL, NULL, "lower clamp of the dynamic scale"},
+    {"loss_scale.max_scale", K_F32, OFF(scale_max), 0, 1e-30, 3.0e38, NULL, M_ALL, NULL, "upper clamp of the dynamic scale"},
+    {"loss_scale.floor_patience", K_INT, OFF(scale_floor_patience), 0, 1, 1e9, NULL, M_ALL, NULL,
+     "overflows in a row at min_scale before loss_scale.floor applies"},
+    {"loss_scale.floor", K_ENUM, OFF(scale_floor), 0, 0, 0, "error|stop", M_ALL, NULL,
+     "error: the run fails with advice; stop: it stops cleanly (checkpoint written)"},
+    {"memory_budget", K_BYTES, OFF(memory_budget), 0, 0, 9.2e18, NULL, M_ALL, "--memory-budget",
+     "bytes the run may allocate, e.g. \"8G\" (0: no limit); a plan that does not fit fails with E60003 and advice"},
+    {"bn_stats_once", K_BOOL, OFF(bn_stats_once), 0, 0, 1, NULL, M_CNN, NULL,
+     "with accumulate_steps > 1: update batchnorm running statistics on the last micro-batch of a step only"},
+    {"lr_scaling", K_ENUM, OFF(lr_scaling), 0, 0, 0, "none|linear|sqrt|linear_then_sqrt", M_ALL, NULL,
+     "scale optimizer.lr by the global batch (batch_size x accumulate_steps) over lr_base_batch"},
+    {"lr_base_batch", K_I64, OFF(lr_base_batch), 0, 1, 1 << 30, NULL, M_ALL, NULL, "the batch optimizer.lr was tuned for"},
+    {"lr_sqrt_from_batch", K_I64, OFF(lr_sqrt_from_batch), 0, 0, 1 << 30, NULL, M_ALL, NULL,
+     "linear_then_sqrt: linear up to this batch, sqrt beyond (0: 8 x lr_base_batch)"},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
 void ct_recipe_default(ct_recipe *r) {
     memset(r, 0, sizeof *r);
-    snprintf(r->model, sizeof r->model, "mlp");
+    r->model = CT_MODEL_MLP;
     r->n_hidden = 2;
     r->hidden[0] = r->hidden[1] = 1024;
     r->n_channels = 2;
     r->channels[0] = 32;
     r->channels[1] = 64;
-    snprintf(r->dataset, sizeof r->dataset, "mnist");
+    r->dataset = CT_DATASET_MNIST;
     r->epochs = 10;
     r->batch_size = 128;
     ct_optim_opts_default(&r->optim, CT_OPTIM_ADAMW);
-    snprintf(r->schedule, sizeof r->schedule, "cosine");
+    r->schedule = CT_SCHED_COSINE;
     r->gamma = 0.1f;
     r->t_mult = 1;
     r->power = 1.0f;
     r->pct_start = 0.3f;
     r->div_factor = 25.0f;
     r->final_div_factor = 1e4f;
-    snprintf(r->anneal, sizeof r->anneal, "cos");
+    r->anneal = CT_ANNEAL_COS;
     r->plateau_patience = 10;
     r->plateau_factor = 0.1f;
     r->plateau_threshold = 1e-4f;
     r->log_every = 100;
     r->accumulate_steps = 1;
-    snprintf(r->early_stop_mode, sizeof r->early_stop_mode, "min");
-    snprintf(r->recompute_ops, sizeof r->recompute_ops, "none");
-    snprintf(r->precision, sizeof r->precision, "fp32");
-    snprintf(r->scale_mode, sizeof r->scale_mode, "auto");
-    snprintf(r->scale_floor, sizeof r->scale_floor, "error");
+    r->early_stop_mode = CT_EARLY_STOP_MIN;
+    r->recompute_ops = CT_RECOMPUTE_OPS_NONE;
+    r->precision = CT_PRECISION_FP32;
+    r->scale_mode = CT_SCALE_AUTO;
+    r->scale_floor = CT_SCALE_FLOOR_ERROR;
     r->scale_growth_factor = 2.0f; /* ct_scaler_opts_default's values */
     r->scale_backoff_factor = 0.5f;
     r->scale_growth_interval = 2000;
@@ -156,13 +223,15 @@ void ct_recipe_default(ct_recipe *r) {
     r->scale_min = 1.0f;
     r->scale_max = 16777216.0f;
     r->scale_floor_patience = 10;
-    snprintf(r->tokenizer, sizeof r->tokenizer, "char");
+    r->tokenizer = CT_TOKENIZER_CHAR;
     r->val_fraction = 0.1f;
     r->eval_every = 100;
     r->eval_batches = 20;
     r->keep_last = 3;
     r->prefetch = 4;
     r->prefetch_threads = 1;
+    r->lr_scaling = CT_LR_SCALING_NONE;
+    r->lr_base_batch = 256;
 }
 
 static const key_def *find_key(const char *key) {
@@ -179,16 +248,54 @@ static ct_status unknown_key(ct_context *ctx, const char *key) {
     return ct_set_error(ctx, CT_E_CONFIG, "unknown recipe key '%s'; valid keys: %s (see docs/recipes.md)", key, list);
 }
 
-static int in_choices(const char *choices, const char *v) {
+/* The index of v in "a|b|c" (an empty choice matches ""), or -1. */
+static int choice_index(const char *choices, const char *v) {
     size_t n = strlen(v);
-    for (const char *c = choices; *c;) {
+    int i = 0;
+    for (const char *c = choices;; i++) {
         const char *bar = strchr(c, '|');
         size_t len = bar ? (size_t)(bar - c) : strlen(c);
-        if (len == n && !strncmp(c, v, n)) return 1;
-        if (!bar) break;
+        if (len == n && !strncmp(c, v, n)) return i;
+        if (!bar) return -1;
         c = bar + 1;
     }
-    return 0;
+}
+static int in_choices(const char *choices, const char *v) { return choice_index(choices, v) >= 0; }
+
+/* Choice i of "a|b|c" into buf ("?" when out of range). */
+static const char *choice_at(const char *choices, int i, char *buf, size_t len) {
+    const char *c = choices;
+    for (int j = 0; c && j < i; j++) {
+        c = strchr(c, '|');
+        if (c) c++;
+    }
+    if (!c || i < 0) return snprintf(buf, len, "?"), buf;
+    const char *bar = strchr(c, '|');
+    snprintf(buf, len, "%.*s", (int)(bar ? (size_t)(bar - c) : strlen(c)), c);
+    return buf;
+}
+
+/* "8G", "512M", "64K", "1.5G" or a plain number of bytes; -1 when malformed. */
+static double parse_bytes(const char *v) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || errno || !(x >= 0)) return -1;
+    double mul = 1;
+    if (*end) {
+        switch (*end) {
+        case 'k': case 'K': mul = 1024.0; break;
+        case 'm': case 'M': mul = 1048576.0; break;
+        case 'g': case 'G': mul = 1073741824.0; break;
+        case 't': case 'T': mul = 1099511627776.0; break;
+        default: return -1;
+        }
+        end++;
+        if (*end == 'i') end++;
+        if (*end == 'B' || *end == 'b') end++;
+        if (*end) return -1;
+    }
+    return floor(x * mul);
 }
 
 static ct_status set_number(ct_context *ctx, ct_recipe *r, const key_def *k, double v) {
@@ -196,7 +303,7 @@ static ct_status set_number(ct_context *ctx, ct_recipe *r, const key_def *k, dou
     if (!isfinite(v) || v < k->lo || v > k->hi)
         return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': value %g is out of range [%g, %g]", k->key, v, k->lo,
                             k->hi);
-    if ((k->type == K_INT || k->type == K_I64 || k->type == K_U64) && v != floor(v))
+    if ((k->type == K_INT || k->type == K_I64 || k->type == K_U64 || k->type == K_BYTES) && v != floor(v))
         return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': value %g must be an integer", k->key, v);
     switch (k->type) {
     case K_INT: *(int *)base = (int)v; break;
@@ -204,14 +311,26 @@ static ct_status set_number(ct_context *ctx, ct_recipe *r, const key_def *k, dou
     case K_U64: *(uint64_t *)base = (uint64_t)v; break;
     case K_F32: *(float *)base = (float)v; break;
     case K_BOOL: *(int *)base = v != 0; break;
+    case K_BYTES: *(int64_t *)base = (int64_t)v; break;
     default: return CT_E_INTERNAL;
     }
     return CT_OK;
 }
 
 static ct_status set_string(ct_context *ctx, ct_recipe *r, const key_def *k, const char *v) {
+    if (k->type == K_BYTES) {
+        double b = parse_bytes(v);
+        if (b < 0)
+            return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': '%s' is not a size (bytes, or e.g. 512M, 8G)",
+                                k->key, v);
+        return set_number(ctx, r, k, b);
+    }
     if (k->choices && !in_choices(k->choices, v))
         return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': '%s' is not one of %s", k->key, v, k->choices);
+    if (k->type == K_ENUM) {
+        *(int *)((char *)r + k->off) = choice_index(k->choices, v);
+        return CT_OK;
+    }
     if (k->type == K_ENUM_OPT) {
         ct_optim_kind kind = CT_OPTIM_ADAMW;
         ct_optim_kind_parse(v, &kind); /* v is one of the choices */
@@ -247,7 +366,8 @@ ct_status ct_recipe_set(ct_context *ctx, ct_recipe *r, const char *key, const ch
     if (!r || !key || !value) return CT_E_INVALID_ARG;
     const key_def *k = find_key(key);
     if (!k) return unknown_key(ctx, key);
-    if (k->type == K_STR || k->type == K_ENUM_OPT) return set_string(ctx, r, k, value);
+    if (k->type == K_STR || k->type == K_ENUM_OPT || k->type == K_ENUM || k->type == K_BYTES)
+        return set_string(ctx, r, k, value);
     if (k->type == K_LIST) {
         double v[CT_RECIPE_MAX_LAYERS + 1];
         int n = 0;
@@ -298,7 +418,9 @@ static ct_status apply_json(ct_context *ctx, const cJSON *obj, const char *prefi
             }
             const key_def *k = find_key(key);
             if (!k) return unknown_key(ctx, key);
-            if (k->type == K_STR || k->type == K_ENUM_OPT) {
+            if (k->type == K_BYTES && cJSON_IsNumber(it)) {
+                CT_TRY(set_number(ctx, r, k, it->valuedouble));
+            } else if (k->type == K_STR || k->type == K_ENUM_OPT || k->type == K_ENUM || k->type == K_BYTES) {
                 if (!cJSON_IsString(it))
                     return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s' must be a string", key);
                 CT_TRY(set_string(ctx, r, k, it->valuestring));
@@ -375,19 +497,66 @@ ct_status ct_recipe_load_file(ct_context *ctx, const char *path, ct_recipe *r) {
     return s;
 }
 
+static const char *const k_model_names[CT_MODEL_COUNT] = {"mlp", "cnn", "gpt", "bert"};
+
+void ct_recipe_models_text(unsigned models, char *buf, size_t len) {
+    size_t o = 0;
+    if (len) buf[0] = 0;
+    for (int m = 0; m < CT_MODEL_COUNT; m++)
+        if (models & (1u << m) && o < len) o += (size_t)snprintf(buf + o, len - o, "%s%s", o ? ", " : "", k_model_names[m]);
+}
+
+/* The recipe's value of key k equals the baseline's (ct_recipe_default with
+ * the optimizer's own defaults). */
+static int key_is_default(const ct_recipe *r, const key_def *k) {
+    ct_recipe base;
+    ct_recipe_default(&base);
+    ct_optim_opts_default(&base.optim, r->optim.kind);
+    const char *a = (const char *)r + k->off, *b = (const char *)&base + k->off;
+    switch (k->type) {
+    case K_INT: case K_BOOL: case K_ENUM: return *(const int *)a == *(const int *)b;
+    case K_ENUM_OPT: return 1; /* every model takes an optimizer */
+    case K_I64: case K_BYTES: return *(const int64_t *)a == *(const int64_t *)b;
+    case K_U64: return *(const uint64_t *)a == *(const uint64_t *)b;
+    case K_F32: return *(const float *)a == *(const float *)b;
+    case K_STR: return !strcmp(a, b);
+    case K_LIST: {
+        int na = *(const int *)((const char *)r + k->size), nb = *(const int *)((const char *)&base + k->size);
+        return na == nb && !memcmp(a, b, sizeof(int64_t) * (size_t)(na > 0 ? na : 0));
+    }
+    }
+    return 1;
+}
+
 ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
-    if (!strcmp(r->model, "mlp") && r->n_hidden < 0) return ct_set_error(ctx, CT_E_CONFIG, "mlp needs 'hidden'");
-    if (!strcmp(r->model, "cnn") && r->n_channels < 1)
+    if ((unsigned)r->model >= CT_MODEL_COUNT) return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'model': not a model");
+    const char *model = k_model_names[r->model];
+    /* a key set away from its default must apply to the model: never silently ignored */
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const key_def *k = &k_keys[i];
+        if (k->models & (1u << r->model) || key_is_default(r, k)) continue;
+        char ms[64];
+        ct_recipe_models_text(k->models, ms, sizeof ms);
+        return ct_set_error(ctx, CT_E_CONFIG,
+                            "recipe key '%s' does not apply to model '%s' (it applies to %s); remove it or pick one "
+                            "of those models",
+                            k->key, model, ms);
+    }
+    if (r->model == CT_MODEL_MLP && r->n_hidden < 0) return ct_set_error(ctx, CT_E_CONFIG, "mlp needs 'hidden'");
+    if (r->model == CT_MODEL_CNN && r->n_channels < 1)
         return ct_set_error(ctx, CT_E_CONFIG, "cnn needs 'channels', e.g. [32, 64]");
-    int lm = !strcmp(r->model, "gpt") || !strcmp(r->model, "bert");
-    if (lm && strcmp(r->dataset, "moby-dick") && !r->text_file[0])
+    int lm = r->model == CT_MODEL_GPT || r->model == CT_MODEL_BERT;
+    if (lm && r->dataset != CT_DATASET_MOBY_DICK && !r->text_file[0])
         return ct_set_error(ctx, CT_E_CONFIG, "model '%s' trains on text: set dataset 'moby-dick' or 'text_file'",
-                            r->model);
-    if (!lm && !strcmp(r->dataset, "moby-dick"))
+                            model);
+    if (!lm && r->dataset == CT_DATASET_MOBY_DICK)
         return ct_set_error(ctx, CT_E_CONFIG, "dataset 'moby-dick' is text: it needs model 'gpt' or 'bert'");
-    if (lm && r->preset[0] && strncmp(r->preset, r->model, strlen(r->model)))
+    if (lm && r->preset[0] && strncmp(r->preset, model, strlen(model)))
         return ct_set_error(ctx, CT_E_CONFIG, "preset '%s' is not a %s preset (gpt-char-small, gpt2-124m | bert-base, "
-                            "bert-large)", r->preset, r->model);
+                            "bert-large)", r->preset, model);
+    if (lm && r->early_stop_mode == CT_EARLY_STOP_MAX)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'early_stop_mode': 'max' watches the test accuracy, which "
+                            "model '%s' does not measure; use 'min' (the validation loss)", model);
     if (r->optim.kind == CT_OPTIM_SGD && r->optim.nesterov && (r->optim.momentum <= 0 || r->optim.dampening != 0))
         return ct_set_error(ctx, CT_E_CONFIG, "optimizer.nesterov needs optimizer.momentum > 0 and dampening 0");
     if (r->scale_min > r->scale_max)
@@ -396,21 +565,121 @@ ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
     if (r->min_lr > r->optim.lr)
         return ct_set_error(ctx, CT_E_CONFIG, "min_lr %g is larger than optimizer.lr %g", (double)r->min_lr,
                             (double)r->optim.lr);
-    if (!strcmp(r->schedule, "step") && r->step_size < 1)
+    if (r->schedule == CT_SCHED_STEP && r->step_size < 1)
         return ct_set_error(ctx, CT_E_CONFIG, "schedule 'step' needs 'step_size' >= 1 (steps between decays)");
-    if (!strcmp(r->schedule, "multistep") && r->n_milestones < 1)
+    if (r->schedule == CT_SCHED_MULTISTEP && r->n_milestones < 1)
         return ct_set_error(ctx, CT_E_CONFIG, "schedule 'multistep' needs 'milestones', e.g. [1000, 2000]");
-    if (!strcmp(r->schedule, "multistep"))
+    if (r->schedule == CT_SCHED_MULTISTEP)
         for (int i = 1; i < r->n_milestones; i++)
             if (r->milestones[i] <= r->milestones[i - 1])
                 return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'milestones' must be increasing (item %d)", i);
-    if (!strcmp(r->schedule, "cosine_restarts") && r->t_0 < 1)
+    if (r->schedule == CT_SCHED_COSINE_RESTARTS && r->t_0 < 1)
         return ct_set_error(ctx, CT_E_CONFIG, "schedule 'cosine_restarts' needs 't_0' >= 1 (steps of the first cycle)");
-    if ((!strcmp(r->schedule, "one_cycle") || !strcmp(r->schedule, "plateau")) && r->warmup_steps > 0)
-        return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'warmup_steps' must be 0 with schedule '%s'", r->schedule);
-    if (!strcmp(r->schedule, "inverse_sqrt") && r->warmup_steps < 1)
+    if ((r->schedule == CT_SCHED_ONE_CYCLE || r->schedule == CT_SCHED_PLATEAU) && r->warmup_steps > 0)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'warmup_steps' must be 0 with schedule '%s'",
+                            ct_recipe_enum_name("schedule", (int)r->schedule));
+    if (r->schedule == CT_SCHED_INV_SQRT && r->warmup_steps < 1)
         return ct_set_error(ctx, CT_E_CONFIG, "schedule 'inverse_sqrt' needs 'warmup_steps' >= 1");
+    if (r->bn_stats_once && r->accumulate_steps < 2)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'bn_stats_once' needs accumulate_steps >= 2 (it keeps the "
+                            "batchnorm running statistics of all but the last micro-batch of a step)");
+    if (r->lr_scaling == CT_LR_SCALING_LINEAR_THEN_SQRT && r->lr_sqrt_from_batch &&
+        r->lr_sqrt_from_batch < r->lr_base_batch)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'lr_sqrt_from_batch' (%lld) must be >= lr_base_batch (%lld)",
+                            (long long)r->lr_sqrt_from_batch, (long long)r->lr_base_batch);
     return CT_OK;
+}
+
+/* ---- the key table, queryable ------------------------------------------------------------ */
+
+static ct_recipe_key_info k_info[sizeof k_keys / sizeof k_keys[0]];
+static pthread_once_t k_info_once = PTHREAD_ONCE_INIT;
+
+static void build_info(void) {
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const key_def *k = &k_keys[i];
+        ct_recipe_key_info *o = &k_info[i];
+        o->key = k->key;
+        o->lo = k->lo;
+        o->hi = k->hi;
+        o->choices = k->type == K_ENUM || k->type == K_ENUM_OPT || (k->type == K_STR && k->choices) ? k->choices : NULL;
+        o->models = k->models;
+        o->flag = k->flag;
+        o->help = k->help;
+        switch (k->type) {
+        case K_INT: case K_I64: o->type = CT_KEY_INT; break;
+        case K_U64: o->type = CT_KEY_UINT; break;
+        case K_F32: o->type = CT_KEY_FLOAT; break;
+        case K_BOOL: o->type = CT_KEY_BOOL; break;
+        case K_STR: o->type = k->choices ? CT_KEY_ENUM : CT_KEY_STRING; break;
+        case K_ENUM: case K_ENUM_OPT: o->type = CT_KEY_ENUM; break;
+        case K_LIST: o->type = CT_KEY_LIST; break;
+        case K_BYTES: o->type = CT_KEY_BYTES; break;
+        }
+    }
+}
+
+int ct_recipe_num_keys(void) { return (int)N_KEYS; }
+
+const ct_recipe_key_info *ct_recipe_key_at(int i) {
+    if (i < 0 || (size_t)i >= N_KEYS) return NULL;
+    pthread_once(&k_info_once, build_info);
+    return &k_info[i];
+}
+
+const ct_recipe_key_info *ct_recipe_key_find(const char *key) {
+    const key_def *k = key ? find_key(key) : NULL;
+    return k ? ct_recipe_key_at((int)(k - k_keys)) : NULL;
+}
+
+ct_status ct_recipe_key_bounds(const char *key, double *lo, double *hi) {
+    const key_def *k = key ? find_key(key) : NULL;
+    if (!k || k->type == K_STR || k->type == K_ENUM || k->type == K_ENUM_OPT) return CT_E_INVALID_ARG;
+    if (lo) *lo = k->lo;
+    if (hi) *hi = k->hi;
+    return CT_OK;
+}
+
+const char *ct_recipe_enum_name(const char *key, int value) {
+    static _Thread_local char buf[4][32];
+    static _Thread_local int slot;
+    const key_def *k = key ? find_key(key) : NULL;
+    if (!k || !k->choices) return "?";
+    if (k->type == K_ENUM_OPT) return ct_optim_kind_name((ct_optim_kind)value);
+    slot = (slot + 1) % 4;
+    return choice_at(k->choices, value, buf[slot], sizeof buf[slot]);
+}
+
+int ct_recipe_is_set(const ct_recipe *r, const char *key) {
+    const key_def *k = key ? find_key(key) : NULL;
+    if (!k || !r) return -1;
+    return !key_is_default(r, k);
+}
+
+int ct_recipe_get(const ct_recipe *r, const char *key, char *buf, size_t len) {
+    const key_def *k = key ? find_key(key) : NULL;
+    if (!k || !r) return -1;
+    const char *p = (const char *)r + k->off;
+    char tmp[32];
+    switch (k->type) {
+    case K_INT: case K_BOOL: return k->type == K_BOOL ? snprintf(buf, len, "%s", *(const int *)p ? "true" : "false")
+                                                       : snprintf(buf, len, "%d", *(const int *)p);
+    case K_I64: case K_BYTES: return snprintf(buf, len, "%lld", (long long)*(const int64_t *)p);
+    case K_U64: return snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)p);
+    case K_F32: return snprintf(buf, len, "%.9g", (double)*(const float *)p);
+    case K_STR: return snprintf(buf, len, "%s", p);
+    case K_ENUM: return snprintf(buf, len, "%s", choice_at(k->choices, *(const int *)p, tmp, sizeof tmp));
+    case K_ENUM_OPT: return snprintf(buf, len, "%s", ct_optim_kind_name(*(const ct_optim_kind *)p));
+    case K_LIST: {
+        int n = *(const int *)((const char *)r + k->size), o = 0;
+        if (len) buf[0] = 0;
+        for (int j = 0; j < n && j < CT_RECIPE_MAX_LAYERS; j++)
+            o += snprintf(buf + ((size_t)o < len ? (size_t)o : len), (size_t)o < len ? len - (size_t)o : 0,
+                          j ? ",%lld" : "%lld", (long long)((const int64_t *)p)[j]);
+        return o;
+    }
+    }
+    return -1;
 }
 
 /* The log line and the checkpoint use the same table-driven writer, so the
@@ -438,6 +707,7 @@ static double key_number(const ct_recipe *r, const key_def *k) {
     case K_I64: return (double)*(const int64_t *)p;
     case K_U64: return (double)*(const uint64_t *)p;
     case K_F32: return *(const float *)p;
+    case K_BYTES: return (double)*(const int64_t *)p;
     default: return 0;
     }
 }
@@ -454,7 +724,7 @@ int ct_recipe_to_json_full(const ct_recipe *r, char *buf, size_t len) {
     for (size_t i = 0; i < N_KEYS && ok; i++) {
         const key_def *k = &k_keys[i];
         const char *base = (const char *)r + k->off;
-        if (k->type == K_INT || k->type == K_I64 || k->type == K_U64 || k->type == K_F32) {
+        if (k->type == K_INT || k->type == K_I64 || k->type == K_U64 || k->type == K_F32 || k->type == K_BYTES) {
             double v = key_number(r, k);
             if (v == key_number(&baseline, k) && !(v >= k->lo && v <= k->hi)) continue;
         }
@@ -477,6 +747,12 @@ int ct_recipe_to_json_full(const ct_recipe *r, char *buf, size_t len) {
         case K_F32: item = cJSON_AddNumberToObject(obj, name, float_shortest(*(const float *)base)); break;
         case K_BOOL: item = cJSON_AddBoolToObject(obj, name, *(const int *)base != 0); break;
         case K_STR: item = cJSON_AddStringToObject(obj, name, base); break;
+        case K_BYTES: item = cJSON_AddNumberToObject(obj, name, (double)*(const int64_t *)base); break;
+        case K_ENUM: {
+            char tmp[32];
+            item = cJSON_AddStringToObject(obj, name, choice_at(k->choices, *(const int *)base, tmp, sizeof tmp));
+            break;
+        }
         case K_ENUM_OPT: item = cJSON_AddStringToObject(obj, name, ct_optim_kind_name(*(const ct_optim_kind *)base)); break;
         case K_LIST: {
             int n = *(const int *)((const char *)r + k->size);

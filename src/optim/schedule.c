@@ -39,7 +39,7 @@ void ct_schedule_opts_default(ct_schedule_opts *o, ct_schedule_kind kind, double
     memset(o, 0, sizeof *o);
     o->kind = kind;
     o->base_lr = base_lr;
-    o->warmup_start_factor = 1.0 / 3.0;
+    o->warmup_start_factor = 0.0; /* the ramp base_lr * (t + 1) / warmup_steps, as a recipe's default */
     o->warmup_iters = -1;
     o->step_size = 1;
     o->gamma = 0.1;
@@ -73,8 +73,8 @@ static ct_status validate(ct_context *ctx, const ct_schedule_opts *o) {
     if (o->warmup_steps > 0) {
         if (o->kind == CT_SCHED_ONE_CYCLE || o->kind == CT_SCHED_PLATEAU)
             return BAD("warmup_steps", "must be 0: %s has its own warm-up / is metric driven", k_names[o->kind]);
-        if (!(o->warmup_start_factor > 0 && o->warmup_start_factor <= 1))
-            return BAD("warmup_start_factor", "must be in (0, 1] (got %g)", o->warmup_start_factor);
+        if (!(o->warmup_start_factor >= 0 && o->warmup_start_factor <= 1))
+            return BAD("warmup_start_factor", "must be in [0, 1] (got %g)", o->warmup_start_factor);
     }
     if (!(isfinite(o->min_lr) && o->min_lr >= 0)) return BAD("min_lr", "must be finite and >= 0 (got %g)", o->min_lr);
     switch (o->kind) {
@@ -236,6 +236,10 @@ double ct_schedule_lr_f64(const ct_schedule *s, int64_t t) {
 warm : {
     int64_t it = o->warmup_iters < 0 ? o->warmup_steps : o->warmup_iters;
     double f = o->warmup_start_factor;
+    if (f == 0) { /* the ramp base_lr * (t + 1) / warmup_steps: LinearLR(1/W, total_iters = W - 1) */
+        f = 1.0 / (double)o->warmup_steps;
+        it = o->warmup_steps - 1;
+    }
     if (it == 0) return o->base_lr;
     return o->base_lr * (f + (1.0 - f) * (double)CT_MIN(t, it) / (double)it);
 }

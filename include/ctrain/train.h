@@ -1,0 +1,131 @@
+/* ctrain/train.h - the training loop, once, for every model.
+ *
+ * ct_train runs a recipe (recipe.h) to the end: it builds the model of a
+ * task, compiles the plan, and repeats the step (micro-batches with gradient
+ * accumulation, the loss scaler's unscale + overflow check, clipping, the
+ * optimizer, the schedule), evaluates on the task's cadence (every epoch of
+ * images; every eval_every steps of text), applies the plateau schedule and
+ * early stopping (with restore-best), writes checkpoints and resumes from them
+ * bit for bit, logs metrics (metrics.h), profiles (profile.h) and shows a
+ * progress display. The CLI's `ctrain train` is a thin wrapper around it.
+ *
+ *   ct_recipe r; ct_recipe_default(&r); r.model = CT_MODEL_GPT; ...
+ *   ct_context *ctx; ct_train_context_create(&r, &ctx);
+ *   ct_train_opts o; ct_train_opts_default(&o);
+ *   ct_train_result res;
+ *   if (ct_train(ctx, &r, &o, &res) != CT_OK) puts(ct_context_last_error(ctx));
+ *
+ * A task is what differs between models: the data, the graph, a batch, an
+ * evaluation. ct_task_create gives the built-in one for the recipe's model
+ * (images: mlp, cnn; text: gpt, bert); a program can pass its own. */
+#ifndef CTRAIN_TRAIN_H
+#define CTRAIN_TRAIN_H
+
+#include <stdio.h>
+
+#include "checkpoint.h"
+#include "graph.h"
+#include "recipe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ct_task ct_task;
+
+/* The evaluation a task reports. */
+typedef struct ct_task_eval {
+    double loss;       /* mean loss over the evaluated samples / tokens          */
+    double accuracy;   /* in [0, 1]; meaningful when the task has_accuracy       */
+    char detail[96];   /* extra text for the display ("val ppl 4.20  (64 windows)") */
+} ct_task_eval;
+
+struct ct_task {
+    const char *name;        /* "image", "gpt", "bert"                                  */
+    int epochs_from_data;    /* 1: an epoch is a pass over the training data (next_batch
+                                reports its end); 0: an epoch is eval_every steps        */
+    int has_accuracy;        /* the task counts correct predictions (early_stop_mode max) */
+    const char *eval_split;  /* "test" / "val": names the evaluation in the display     */
+    const char *unit;        /* what a batch row is: "samples" / "tokens" (per second)  */
+    int64_t unit_per_row;    /* units per batch row (1 for images, T for text)          */
+    void *impl;
+    /* Builds the inputs, the model and its loss into g for a batch of
+     * r->batch_size rows; keep[0..*n_keep) are outputs to keep (logits). Called
+     * again with other batch sizes when advising on memory_budget. */
+    ct_status (*build)(ct_task *t, ct_graph *g, const ct_recipe *r, ct_node *loss, int *n_keep, ct_node *keep);
+    /* After compile: the plan the batches go to. */
+    ct_status (*bind)(ct_task *t, ct_plan *p);
+    /* epochs_from_data: micro-batches per epoch. */
+    int64_t (*batches_per_epoch)(ct_task *t);
+    /* Starts an epoch, skipping its first `skip` micro-batches (resume). */
+    ct_status (*start_epoch)(ct_task *t, int64_t epoch, int64_t skip);
+    /* Writes micro-batch `micro` of optimizer step `step` into the plan's
+     * inputs; *rows 0: the epoch's data is exhausted. */
+    ct_status (*next_batch)(ct_task *t, int64_t step, int micro, int64_t *rows);
+    /* After a training forward: correct predictions among the batch's rows. */
+    int64_t (*batch_correct)(ct_task *t, int64_t rows);
+    /* Evaluation in eval mode on the held-out split. */
+    ct_status (*evaluate)(ct_task *t, ct_task_eval *out);
+    /* One line describing the data and the model for the run's header. */
+    void (*describe)(ct_task *t, const ct_plan_stats *ps, char *buf, size_t len);
+    /* Extra files written into every checkpoint's step directory before it is
+     * committed (e.g. GPT's tokenizer.vocab); may be NULL. */
+    ct_status (*checkpoint_files)(ct_task *t, ct_checkpoint_file *files, int *n, int max);
+    void (*free)(ct_task *t);
+};
+
+/* The built-in task of r->model: loads its data (IDX images; a text corpus
+ * and its tokenizer). */
+ct_status ct_task_create(ct_context *ctx, const ct_recipe *r, ct_task **out);
+void ct_task_free(ct_task *t); /* accepts NULL */
+
+/* A context with the recipe's seed, threads and memory_budget. */
+ct_status ct_train_context_create(const ct_recipe *r, ct_context **out);
+
+/* Called after each optimizer step (tests use it to crash at a step). */
+typedef void (*ct_train_step_hook)(void *user, int64_t step);
+
+typedef struct ct_train_opts {
+    FILE *out;               /* progress display and run summary (stdout); NULL: silent */
+    int quiet;               /* only the evaluation lines and the summary               */
+    const char *resume;      /* a checkpoint (save dir or step dir) to continue, or NULL */
+    const char *metrics_path;/* overrides r->metrics_file when set                       */
+    ct_task *task;           /* NULL: ct_task_create for the recipe                       */
+    ct_train_step_hook step_hook;
+    ct_checkpoint_hook checkpoint_hook;
+    void *hook_user;
+} ct_train_opts;
+void ct_train_opts_default(ct_train_opts *o);
+
+typedef struct ct_train_result {
+    int64_t steps;           /* optimizer steps completed                               */
+    double seconds;
+    double eval_loss, eval_accuracy; /* the last evaluation                             */
+    int stopped_early;       /* early stopping (or the loss scaler's floor = stop)      */
+    size_t peak_bytes;       /* peak of the context allocator                           */
+} ct_train_result;
+
+/* Runs the recipe. Errors are returned with the context's message: a bad
+ * recipe (E40010), data (E70001/E70002), a loss that became NaN/inf (E40020),
+ * a plan over memory_budget (E60003, with advice naming the recompute_every,
+ * batch_size or precision that fits and the bytes each saves), ... */
+ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, ct_train_result *res);
+
+/* The learning rate the recipe's lr_scaling gives for its global batch. */
+double ct_train_scaled_lr(const ct_recipe *r);
+
+/* The recipe's schedule over `total` optimizer steps. */
+ct_status ct_train_schedule(ct_context *ctx, const ct_recipe *r, int64_t total, ct_schedule **out);
+
+/* GPT / BERT sizes from the recipe (preset + overrides; the vocabulary of
+ * the tokenizer, +1 for BERT's mask id); errors name the key. */
+ct_status ct_train_gpt_config(ct_context *ctx, const ct_recipe *r, int64_t tok_vocab, ct_gpt_config *c);
+ct_status ct_train_bert_config(ct_context *ctx, const ct_recipe *r, int64_t tok_vocab, ct_bert_config *c);
+/* The recipe's tokenizer (char: fitted on text). */
+ct_status ct_train_tokenizer(ct_context *ctx, const ct_recipe *r, const char *text, size_t len, ct_tokenizer **out);
+#define CT_TRAIN_VOCAB_FILE "tokenizer.vocab"
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,271 @@
+/* src/train/task_text.c - the language-model tasks: a text corpus, its
+ * tokenizer and train / validation split; GPT with next-token cross entropy
+ * or BERT with the masked-LM loss; training batches keyed by (seed, step,
+ * micro-batch) so a resumed run continues exactly; validation loss (and
+ * perplexity) every eval_every steps. The char tokenizer's vocabulary goes
+ * into every checkpoint (tokenizer.vocab) for `ctrain sample`. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "train_internal.h"
+
+ct_status ct_train_gpt_config(ct_context *ctx, const ct_recipe *r, int64_t tok_vocab, ct_gpt_config *c) {
+    const char *preset = r->preset[0] ? r->preset : "gpt-char-small";
+    CT_TRY(ct_gpt_preset(ctx, preset, c));
+    if (r->context > c->context)
+        return ct_set_error(ctx, CT_E_CONFIG,
+                            "recipe key 'context': %lld positions is longer than the model's context (%lld, preset %s)",
+                            (long long)r->context, (long long)c->context, preset);
+    if (r->n_layer) c->n_layer = r->n_layer;
+    if (r->n_head) c->n_head = r->n_head;
+    if (r->d_model) c->d_model = r->d_model;
+    if (r->context) c->context = r->context;
+    if (c->d_model % c->n_head)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe keys 'd_model' / 'n_head': d_model %lld is not divisible by n_head %d",
+                            (long long)c->d_model, c->n_head);
+    c->vocab = tok_vocab;
+    c->dropout = r->dropout;
+    return CT_OK;
+}
+
+ct_status ct_train_bert_config(ct_context *ctx, const ct_recipe *r, int64_t tok_vocab, ct_bert_config *c) {
+    const char *preset = r->preset[0] ? r->preset : "bert-base";
+    CT_TRY(ct_bert_preset(ctx, preset, c));
+    if (r->context > c->context)
+        return ct_set_error(ctx, CT_E_CONFIG,
+                            "recipe key 'context': %lld positions is longer than the model's context (%lld, preset %s)",
+                            (long long)r->context, (long long)c->context, preset);
+    if (r->n_layer) c->n_layer = r->n_layer;
+    if (r->n_head) c->n_head = r->n_head;
+    if (r->d_model) {
+        c->d_ff = c->d_ff / c->d_model * r->d_model; /* keep the preset's ratio (4x) */
+        c->d_model = r->d_model;
+    }
+    if (r->context) c->context = r->context;
+    if (c->d_model % c->n_head)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe keys 'd_model' / 'n_head': d_model %lld is not divisible by n_head %d",
+                            (long long)c->d_model, c->n_head);
+    c->vocab = tok_vocab + 1; /* + the mask id */
+    c->dropout = r->dropout;
+    return CT_OK;
+}
+
+ct_status ct_train_tokenizer(ct_context *ctx, const ct_recipe *r, const char *text, size_t len, ct_tokenizer **out) {
+    if (r->tokenizer == CT_TOKENIZER_BYTE) return ct_tokenizer_byte(ctx, out);
+    if (r->tokenizer == CT_TOKENIZER_GPT2) {
+        char enc[300], bpe[300];
+        const char *dir = r->bpe_dir[0] ? r->bpe_dir : "data/text/gpt2";
+        snprintf(enc, sizeof enc, "%s/encoder.json", dir);
+        snprintf(bpe, sizeof bpe, "%s/vocab.bpe", dir);
+        return ct_tokenizer_gpt2_load(ctx, enc, bpe, out);
+    }
+    return ct_tokenizer_char_fit(ctx, text, len, out);
+}
+
+typedef struct {
+    ct_context *ctx;
+    ct_recipe r;
+    int bert;
+    char path[300];
+    ct_tokenizer *tok;
+    ct_text_dataset ds;
+    ct_gpt_config gc;
+    ct_bert_config bc;
+    int64_t T;
+    int32_t mask_id;
+    ct_plan *plan;
+    ct_node ids, labels, kv;
+    ct_tensor ti, tl, tk;
+    int64_t B;
+    uint8_t vocab[256]; /* char tokenizer: id -> byte, for checkpoints */
+    size_t n_vocab;
+} text_task;
+
+static ct_status txt_build(ct_task *t, ct_graph *g, const ct_recipe *r, ct_node *loss, int *n_keep, ct_node *keep) {
+    text_task *tt = t->impl;
+    (void)keep;
+    int64_t B = r->batch_size, T = tt->T;
+    ct_node logits;
+    tt->kv = CT_NONE;
+    CT_TRY(ct_input(g, "ids", CT_I32, 2, (int64_t[]){B, T}, &tt->ids));
+    CT_TRY(ct_input(g, "labels", CT_I32, 2, (int64_t[]){B, T}, &tt->labels));
+    if (tt->bert) CT_TRY(ct_input(g, "key_valid", CT_I32, 2, (int64_t[]){B, T}, &tt->kv));
+    if (tt->bert) CT_TRY(ct_model_bert(g, tt->ids, tt->kv, &tt->bc, &logits));
+    else CT_TRY(ct_model_gpt(g, tt->ids, &tt->gc, &logits));
+    int64_t V = tt->bert ? tt->bc.vocab : tt->gc.vocab;
+    ct_node flat, lab1;
+    CT_TRY(ct_reshape(g, logits, 2, (int64_t[]){B * T, V}, &flat));
+    CT_TRY(ct_reshape(g, tt->labels, 1, (int64_t[]){B * T}, &lab1));
+    CT_TRY(ct_cross_entropy(g, flat, lab1, r->label_smoothing, CT_TEXT_IGNORE_LABEL, loss));
+    *n_keep = 0;
+    return CT_OK;
+}
+
+static ct_status txt_bind(ct_task *t, ct_plan *p) {
+    text_task *tt = t->impl;
+    tt->plan = p;
+    CT_TRY(ct_plan_tensor(p, tt->ids, &tt->ti));
+    CT_TRY(ct_plan_tensor(p, tt->labels, &tt->tl));
+    if (tt->bert) CT_TRY(ct_plan_tensor(p, tt->kv, &tt->tk));
+    tt->B = tt->ti.shape[0];
+    return CT_OK;
+}
+
+static ct_status txt_start_epoch(ct_task *t, int64_t epoch, int64_t skip) {
+    (void)t, (void)epoch, (void)skip; /* batches are keyed by the step */
+    return CT_OK;
+}
+
+/* The batch of (seed, key) from a split. */
+static ct_status fill(text_task *tt, ct_text_split split, uint64_t seed, uint64_t key) {
+    if (!tt->bert) return ct_text_lm_batch(&tt->ds, split, tt->B, tt->T, seed, key, tt->ti.data, tt->tl.data);
+    return ct_text_mlm_batch(&tt->ds, split, tt->B, tt->T, tt->mask_id, seed, key, tt->ti.data, tt->tl.data,
+                             tt->tk.data);
+}
+
+static ct_status txt_next(ct_task *t, int64_t step, int micro, int64_t *rows) {
+    text_task *tt = t->impl;
+    CT_TRY(fill(tt, CT_SPLIT_TRAIN, tt->r.seed, (uint64_t)(step * tt->r.accumulate_steps + micro)));
+    *rows = tt->B;
+    return CT_OK;
+}
+
+/* Validation loss (mean over predicted tokens). GPT: the sequential windows
+ * of the validation split, the first eval_batches * B of them (0: all).
+ * BERT: eval_batches (0: 20) masked batches of a fixed seed, the same at
+ * every evaluation. */
+static ct_status txt_evaluate(ct_task *t, ct_task_eval *out) {
+    text_task *tt = t->impl;
+    const ct_recipe *r = &tt->r;
+    double tot = 0, w = 0;
+    int64_t windows = 0, B = tt->B, T = tt->T;
+    if (tt->bert) {
+        int64_t nb = r->eval_batches > 0 ? r->eval_batches : 20;
+        for (int64_t b = 0; b < nb; b++) {
+            CT_TRY(fill(tt, CT_SPLIT_VAL, r->seed ^ 0x5eed5eedULL, (uint64_t)b));
+            const int32_t *lab = tt->tl.data;
+            int64_t n = 0;
+            for (int64_t i = 0; i < B * T; i++) n += lab[i] != CT_TEXT_IGNORE_LABEL;
+            if (!n) continue;
+            CT_TRY(ct_plan_forward(tt->plan, 0));
+            float l;
+            ct_plan_loss(tt->plan, &l);
+            tot += (double)l * (double)n;
+            w += (double)n;
+            windows += B;
+        }
+    } else {
+        int64_t nw = ct_text_eval_windows(&tt->ds, CT_SPLIT_VAL, T);
+        if (r->eval_batches > 0 && r->eval_batches * B < nw) nw = r->eval_batches * B;
+        for (int64_t first = 0; first < nw; first += B) {
+            int64_t got = 0, want = nw - first < B ? nw - first : B;
+            CT_TRY(ct_text_eval_batch(&tt->ds, CT_SPLIT_VAL, T, first, want, tt->ti.data, tt->tl.data, &got));
+            if (got <= 0) break;
+            int32_t *lab = tt->tl.data, *ids = tt->ti.data;
+            for (int64_t i = got * T; i < B * T; i++) lab[i] = CT_TEXT_IGNORE_LABEL, ids[i] = 0;
+            CT_TRY(ct_plan_forward(tt->plan, 0));
+            float l;
+            ct_plan_loss(tt->plan, &l);
+            tot += (double)l * (double)(got * T);
+            w += (double)(got * T);
+            windows += got;
+        }
+    }
+    out->loss = w > 0 ? tot / w : 0;
+    out->accuracy = 0;
+    snprintf(out->detail, sizeof out->detail, "val ppl %.2f  (%lld windows", exp(out->loss), (long long)windows);
+    return CT_OK;
+}
+
+static void txt_describe(ct_task *t, const ct_plan_stats *ps, char *buf, size_t len) {
+    text_task *tt = t->impl;
+    int64_t nparams = tt->bert ? ct_bert_num_params(&tt->bc) : ct_gpt_num_params(&tt->gc);
+    snprintf(buf, len,
+             "%s (%d layers, %d heads, d_model %lld, context %lld, vocab %lld) on %s: %lld train / %lld val tokens (%s "
+             "tokenizer), %.2fM params, %.1f MiB activations",
+             tt->bert ? "bert" : "gpt", tt->bert ? tt->bc.n_layer : tt->gc.n_layer,
+             tt->bert ? tt->bc.n_head : tt->gc.n_head, (long long)(tt->bert ? tt->bc.d_model : tt->gc.d_model),
+             (long long)tt->T, (long long)(tt->bert ? tt->bc.vocab : tt->gc.vocab), tt->path, (long long)tt->ds.n_train,
+             (long long)tt->ds.n_val, ct_recipe_enum_name("tokenizer", (int)tt->r.tokenizer), (double)nparams / 1e6,
+             (double)ps->activation_bytes / 1048576.0);
+}
+
+static ct_status txt_files(ct_task *t, ct_checkpoint_file *files, int *n, int max) {
+    text_task *tt = t->impl;
+    *n = 0;
+    if (ct_tokenizer_kind_of(tt->tok) != CT_TOK_CHAR || max < 1) return CT_OK;
+    files[0].name = CT_TRAIN_VOCAB_FILE;
+    files[0].data = tt->vocab;
+    files[0].size = tt->n_vocab;
+    *n = 1;
+    return CT_OK;
+}
+
+static void txt_free(ct_task *t) {
+    text_task *tt = t->impl;
+    ct_text_dataset_free(&tt->ds);
+    ct_tokenizer_free(tt->tok);
+    free(tt);
+    free(t);
+}
+
+ct_status ct_task_text_create(ct_context *ctx, const ct_recipe *r, ct_task **out) {
+    *out = NULL;
+    ct_task *t = calloc(1, sizeof *t);
+    text_task *tt = calloc(1, sizeof *tt);
+    if (!t || !tt) {
+        free(t);
+        free(tt);
+        return ct_set_error(ctx, CT_E_OOM, "out of memory creating the text task");
+    }
+    tt->ctx = ctx;
+    tt->r = *r;
+    tt->bert = r->model == CT_MODEL_BERT;
+    t->impl = tt;
+    t->name = tt->bert ? "bert" : "gpt";
+    t->epochs_from_data = 0;
+    t->has_accuracy = 0;
+    t->eval_split = "val";
+    t->unit = "tok";
+    t->build = txt_build;
+    t->bind = txt_bind;
+    t->start_epoch = txt_start_epoch;
+    t->next_batch = txt_next;
+    t->evaluate = txt_evaluate;
+    t->describe = txt_describe;
+    t->checkpoint_files = txt_files;
+    t->free = txt_free;
+    if (r->text_file[0]) snprintf(tt->path, sizeof tt->path, "%s", r->text_file);
+    else snprintf(tt->path, sizeof tt->path, "data/text/%s.txt", ct_recipe_enum_name("dataset", (int)r->dataset));
+    char *text = NULL;
+    size_t len = 0;
+    ct_status s = ct_text_read_file(ctx, tt->path, &text, &len);
+    if (s == CT_OK && len == 0) s = ct_set_error(ctx, CT_E_INVALID_ARG, "corpus '%s' is empty", tt->path);
+    if (s == CT_OK) s = ct_train_tokenizer(ctx, r, text, len, &tt->tok);
+    int64_t tv = s == CT_OK ? ct_tokenizer_vocab_size(tt->tok) : 0;
+    if (s == CT_OK) s = tt->bert ? ct_train_bert_config(ctx, r, tv, &tt->bc) : ct_train_gpt_config(ctx, r, tv, &tt->gc);
+    if (s == CT_OK) {
+        tt->T = tt->bert ? tt->bc.context : tt->gc.context;
+        tt->mask_id = (int32_t)tv;
+        t->unit_per_row = tt->T;
+        s = ct_text_dataset_from_text(ctx, tt->tok, text, len, r->val_fraction, tt->T, &tt->ds);
+        if (s != CT_OK) { /* name the corpus */
+            char msg[900];
+            snprintf(msg, sizeof msg, "%s", ct_context_last_error(ctx));
+            const char *c = strstr(msg, ": ");
+            ct_set_error(ctx, s, "%s: %s", tt->path, c && c - msg < 40 ? c + 2 : msg);
+        }
+    }
+    if (s == CT_OK && ct_tokenizer_kind_of(tt->tok) == CT_TOK_CHAR)
+        s = ct_tokenizer_char_vocab(tt->tok, tt->vocab, sizeof tt->vocab, &tt->n_vocab);
+    if (text) ct_free(ctx, text);
+    if (s != CT_OK) {
+        txt_free(t);
+        return s;
+    }
+    *out = t;
+    return CT_OK;
+}

@@ -1,0 +1,763 @@
+/* src/train/trainer.c - the one training loop (train.h): plan, optimizer,
+ * loss scaler, schedule, then epochs of steps, each step a few named parts:
+ *   next batch -> forward -> backward (x accumulate_steps)
+ *   -> optimizer step (unscale + overflow check, clip, step or skip, scale update)
+ *   -> metrics, checkpoint, progress
+ * and at each epoch's end: evaluate -> plateau -> early stopping. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "ctrain/metrics.h"
+#include "train_internal.h"
+
+void ct_train_opts_default(ct_train_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->out = stdout;
+}
+
+ct_status ct_train_context_create(const ct_recipe *r, ct_context **out) {
+    ct_context_opts co;
+    ct_context_opts_default(&co);
+    co.seed = r->seed;
+    co.num_threads = r->threads;
+    co.memory_budget = (size_t)r->memory_budget;
+    return ct_context_create(&co, out);
+}
+
+ct_status ct_task_create(ct_context *ctx, const ct_recipe *r, ct_task **out) {
+    if (!r || !out) return CT_E_INVALID_ARG;
+    CT_TRY(ct_recipe_validate(ctx, r));
+    if (r->model == CT_MODEL_GPT || r->model == CT_MODEL_BERT) return ct_task_text_create(ctx, r, out);
+    return ct_task_image_create(ctx, r, out);
+}
+
+void ct_task_free(ct_task *t) {
+    if (t && t->free) t->free(t);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void fmt_time(double s, char *buf, size_t len) {
+    if (!(s >= 0) || s > 1e7) s = 0;
+    int t = (int)(s + 0.5);
+    if (t >= 3600) snprintf(buf, len, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(buf, len, "%d:%02d", t / 60, t % 60);
+}
+
+double ct_train_scaled_lr(const ct_recipe *r) {
+    double lr = r->optim.lr;
+    int64_t b = r->batch_size * r->accumulate_steps, b0 = r->lr_base_batch;
+    switch (r->lr_scaling) {
+    case CT_LR_SCALING_LINEAR: return ct_lr_scale_for_batch(lr, b, b0, 0);
+    case CT_LR_SCALING_SQRT: return ct_lr_scale_for_batch(lr, b, b0, 1);
+    case CT_LR_SCALING_LINEAR_THEN_SQRT: {
+        int64_t bs = r->lr_sqrt_from_batch > 0 ? r->lr_sqrt_from_batch : 8 * b0;
+        if (b <= bs) return ct_lr_scale_for_batch(lr, b, b0, 0);
+        return ct_lr_scale_for_batch(ct_lr_scale_for_batch(lr, bs, b0, 0), b, bs, 1);
+    }
+    default: return lr;
+    }
+}
+
+/* The recipe's schedule over `total` steps (lengths left at 0 span the run
+ * after warmup; "cosine" decays to min_lr at the end of the run). */
+ct_status ct_train_schedule(ct_context *ctx, const ct_recipe *r, int64_t total, ct_schedule **out) {
+    ct_schedule_kind kind = r->schedule;
+    int64_t w = r->warmup_steps, rest = total - w > 1 ? total - w : 1;
+    if (kind == CT_SCHED_COSINE && total - w < 1) kind = CT_SCHED_CONSTANT;
+    double lr = ct_train_scaled_lr(r);
+    ct_schedule_opts o;
+    ct_schedule_opts_default(&o, kind, lr);
+    o.warmup_steps = kind == CT_SCHED_ONE_CYCLE || kind == CT_SCHED_PLATEAU ? 0 : w;
+    o.warmup_start_factor = r->warmup_start_factor; /* 0: the ramp lr*(t+1)/W, in both */
+    o.min_lr = r->min_lr;
+    o.gamma = r->gamma;
+    o.step_size = r->step_size;
+    o.n_milestones = r->n_milestones;
+    for (int i = 0; i < r->n_milestones && i < CT_SCHED_MAX_MILESTONES; i++) o.milestones[i] = r->milestones[i];
+    o.t_max = rest;
+    o.t_0 = r->t_0;
+    o.t_mult = r->t_mult;
+    o.start_factor = 1.0;
+    o.end_factor = r->end_factor;
+    o.total_iters = rest;
+    o.power = r->power;
+    o.max_lr = lr;
+    o.total_steps = total;
+    o.pct_start = r->pct_start;
+    o.anneal_linear = r->anneal == CT_ANNEAL_LINEAR;
+    o.div_factor = r->div_factor;
+    o.final_div_factor = r->final_div_factor;
+    o.rsqrt_timescale = w;
+    o.factor = r->plateau_factor;
+    o.patience = r->plateau_patience;
+    o.threshold = r->plateau_threshold;
+    o.cooldown = r->plateau_cooldown;
+    return ct_schedule_create(ctx, &o, out);
+}
+
+/* ---- plan and memory budget ---------------------------------------------------------------- */
+
+static void compile_opts(const ct_recipe *r, ct_compile_opts *co) {
+    ct_compile_opts_default(co);
+    co->accumulate_grads = r->accumulate_steps > 1;
+    co->recompute_every = r->recompute_every;
+    co->recompute_ops = r->recompute_ops == CT_RECOMPUTE_OPS_CHEAP ? CT_RECOMPUTE_CHEAP
+                        : r->recompute_ops == CT_RECOMPUTE_OPS_ALL ? CT_RECOMPUTE_ALL
+                                                                   : 0;
+    co->precision = r->precision;
+    co->keep_fp32 = r->keep_fp32;
+}
+
+/* Builds the task's graph for r and compiles it (plan_only: sizes only). */
+static ct_status build_plan(ct_context *ctx, ct_task *t, const ct_recipe *r, int plan_only, ct_plan **out) {
+    ct_graph *g;
+    CT_TRY(ct_graph_create(ctx, &g));
+    ct_node loss = CT_NONE, keep[8];
+    int n_keep = 0;
+    ct_status s = t->build(t, g, r, &loss, &n_keep, keep);
+    ct_compile_opts co;
+    compile_opts(r, &co);
+    co.plan_only = plan_only;
+    if (s == CT_OK) s = ct_compile(g, loss, n_keep, keep, &co, out);
+    ct_graph_free(g);
+    return s;
+}
+
+/* Floats of optimizer state per parameter (optim.h's state layout). */
+static int optim_state_per_param(const ct_optim_opts *o) {
+    switch (o->kind) {
+    case CT_OPTIM_SGD: return o->momentum != 0;
+    case CT_OPTIM_ADAM: case CT_OPTIM_ADAMW: return 2 + (o->amsgrad != 0);
+    case CT_OPTIM_RMSPROP: return 1 + (o->momentum > 0) + (o->centered != 0);
+    case CT_OPTIM_ADAGRAD: return 1;
+    case CT_OPTIM_LAMB: return 2;
+    default: return 2;
+    }
+}
+
+/* Bytes the run's plan and optimizer take for recipe r (a plan_only compile). */
+static ct_status plan_bytes(ct_context *ctx, ct_task *t, const ct_recipe *r, double *bytes, double *act) {
+    ct_plan *p = NULL;
+    CT_TRY(build_plan(ctx, t, r, 1, &p));
+    ct_plan_stats ps;
+    ct_plan_get_stats(p, &ps);
+    ct_plan_free(p);
+    *act = (double)ps.activation_bytes + (double)ps.workspace_bytes;
+    *bytes = (double)ps.param_bytes * (1.0 + optim_state_per_param(&r->optim)) + (double)ps.grad_bytes +
+             (double)ps.buffer_bytes + *act;
+    return CT_OK;
+}
+
+/* Runs recipe r for real under the context's budget: plan, optimizer, one
+ * training forward + backward and one eval forward (kernels allocate their
+ * layout buffers on first use, which no plan statistic shows). 1 when it
+ * all fits. The caller's run is failing anyway: the batch it reads is lost. */
+static int trial_fits(ct_context *ctx, ct_task *t, const ct_recipe *r) {
+    ct_plan *p = NULL;
+    ct_optimizer *opt = NULL;
+    int64_t rows = 0;
+    ct_status s = build_plan(ctx, t, r, 0, &p);
+    if (s == CT_OK) s = ct_optimizer_create(p, &r->optim, &opt);
+    if (s == CT_OK) s = t->bind(t, p);
+    if (s == CT_OK) s = t->start_epoch(t, 0, 0);
+    if (s == CT_OK) s = t->next_batch(t, 0, 0, &rows);
+    if (s == CT_OK) s = ct_plan_forward(p, 1);
+    if (s == CT_OK) s = ct_plan_backward(p);
+    if (s == CT_OK) s = ct_plan_forward(p, 0);
+    ct_optimizer_free(opt);
+    ct_plan_free(p);
+    ct_context_clear_error(ctx);
+    return s == CT_OK;
+}
+
+#define MIB(x) ((x) / 1048576.0)
+
+/* The run did not fit in memory_budget: E60003 naming what the run needs
+ * and, for each way out, the bytes it saves (plan statistics) and whether
+ * the run then fits (tried for real: a plan, one step). */
+static ct_status budget_advice(ct_context *ctx, ct_task *t, const ct_recipe *r, size_t base_bytes) {
+    const double budget = (double)r->memory_budget, base = (double)base_bytes;
+    double need, act;
+    ct_context_clear_error(ctx);
+    if (plan_bytes(ctx, t, r, &need, &act) != CT_OK) return CT_E_OOM;
+    char adv[1400];
+    size_t o = 0;
+#define ADV(...) (o += (size_t)snprintf(adv + (o < sizeof adv ? o : sizeof adv), o < sizeof adv ? sizeof adv - o : 0, __VA_ARGS__))
+    /* activation checkpointing: the smallest plan over recompute_every = 1..4 */
+    if (r->recompute_every == 0) {
+        double best = need;
+        int best_n = 0;
+        for (int n = 1; n <= 4; n++) {
+            ct_recipe v = *r;
+            v.recompute_every = n;
+            double b, a;
+            if (plan_bytes(ctx, t, &v, &b, &a) == CT_OK && b < best) best = b, best_n = n;
+        }
+        if (best_n) {
+            ct_recipe v = *r;
+            v.recompute_every = best_n;
+            ADV("%srecompute_every=%d saves %.1f MiB (%s)", o ? "; " : ": ", best_n, MIB(need - best),
+                base + best <= budget && trial_fits(ctx, t, &v) ? "fits" : "not enough alone");
+        }
+    }
+    /* a smaller batch: the largest power-of-two fraction that fits */
+    for (int64_t b = r->batch_size / 2; b >= 1; b /= 2) {
+        ct_recipe v = *r;
+        v.batch_size = b;
+        double nb, a;
+        if (plan_bytes(ctx, t, &v, &nb, &a) != CT_OK) break;
+        int fits = base + nb <= budget && trial_fits(ctx, t, &v);
+        if (fits || b == 1) {
+            ADV("%sbatch_size=%lld saves %.1f MiB (%s)", o ? "; " : ": ", (long long)b, MIB(need - nb),
+                fits ? "fits" : "not enough alone");
+            break;
+        }
+    }
+    if (r->precision == CT_PRECISION_FP32) {
+        ct_recipe v = *r;
+        v.precision = CT_PRECISION_BF16;
+        double nb, a;
+        if (plan_bytes(ctx, t, &v, &nb, &a) == CT_OK && nb < need)
+            ADV("%sprecision=bf16 saves %.1f MiB (%s)", o ? "; " : ": ", MIB(need - nb),
+                base + nb <= budget && trial_fits(ctx, t, &v) ? "fits" : "not enough alone");
+    }
+#undef ADV
+    ct_context_clear_error(ctx);
+    return ct_set_error(ctx, CT_E_OOM,
+                        "memory_budget %.1f MiB is too small: the plan needs %.1f MiB (data and buffers %.1f, model, "
+                        "gradients and optimizer state %.1f, activations and workspace %.1f), and the kernels' "
+                        "buffers allocated on first use come on top%s%s",
+                        MIB(budget), MIB(base + need), MIB(base), MIB(need - act), MIB(act),
+                        o ? ". Options" : "; nothing smaller fits: raise memory_budget", adv);
+}
+
+/* ---- the run -------------------------------------------------------------------------------- */
+
+typedef struct {
+    ct_context *ctx;
+    const ct_recipe *r;
+    const ct_train_opts *o;
+    FILE *out;
+    ct_task *task;
+    ct_plan *plan;
+    ct_optimizer *opt;
+    ct_scaler *scaler;
+    ct_schedule *sched;
+    ct_metrics *mx;
+    ct_profiler *prof;
+    ct_early_stop es;
+    ct_train_state *st;
+    float *best; /* restore-best copy of params + buffers */
+    int have_best;
+    float *par, *buf;
+    size_t n_par, n_buf;
+    int accum;
+    int64_t total, per_epoch, steps_per_epoch;
+    double start;
+} run_t;
+
+static void say(run_t *R, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(run_t *R, const char *fmt, ...) {
+    if (!R->out) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(R->out, fmt, ap);
+    va_end(ap);
+    fflush(R->out);
+}
+
+static ct_status make_scaler(run_t *R) {
+    const ct_recipe *r = R->r;
+    ct_amp_scaling mode = r->scale_mode == CT_SCALE_AUTO      ? ct_amp_default_scaling(r->precision)
+                          : r->scale_mode == CT_SCALE_DYNAMIC ? CT_AMP_SCALING_DYNAMIC
+                          : r->scale_mode == CT_SCALE_STATIC  ? CT_AMP_SCALING_STATIC
+                                                              : CT_AMP_SCALING_NONE;
+    if (mode == CT_AMP_SCALING_NONE) return CT_OK;
+    ct_scaler_opts o;
+    ct_scaler_opts_default(&o);
+    o.dynamic = mode == CT_AMP_SCALING_DYNAMIC;
+    o.init_scale = r->scale_init > 0 ? r->scale_init : o.dynamic ? 65536.0f : 1024.0f;
+    o.growth_factor = r->scale_growth_factor;
+    o.backoff_factor = r->scale_backoff_factor;
+    o.growth_interval = r->scale_growth_interval;
+    o.hysteresis = r->scale_hysteresis;
+    o.min_scale = r->scale_min;
+    o.max_scale = r->scale_max > o.init_scale ? r->scale_max : o.init_scale;
+    o.floor_patience = r->scale_floor_patience;
+    o.floor_policy = r->scale_floor == CT_SCALE_FLOOR_STOP ? CT_SCALER_FLOOR_STOP : CT_SCALER_FLOOR_ERROR;
+    return ct_scaler_create(R->ctx, &o, &R->scaler);
+}
+
+static void print_precision(run_t *R) {
+    const ct_recipe *r = R->r;
+    if (r->precision == CT_PRECISION_FP32) return;
+    const char *pn = ct_precision_name(r->precision);
+    ct_amp_scaling mode = r->scale_mode == CT_SCALE_AUTO ? ct_amp_default_scaling(r->precision)
+                          : r->scale_mode == CT_SCALE_DYNAMIC ? CT_AMP_SCALING_DYNAMIC
+                          : r->scale_mode == CT_SCALE_STATIC  ? CT_AMP_SCALING_STATIC
+                                                              : CT_AMP_SCALING_NONE;
+    say(R, "  precision %s: %d casts, loss scaling %s%s%s\n", pn, ct_plan_num_casts(R->plan), ct_amp_scaling_name(mode),
+        r->keep_fp32[0] ? ", kept in fp32: " : "", r->keep_fp32);
+    const ct_cpu_features *f = ct_context_cpu(R->ctx);
+    int bf16 = r->precision == CT_PRECISION_BF16 || r->precision == CT_PRECISION_BF16_PURE;
+    int hw = bf16 ? (f->amx_bf16 && f->amx_permitted) || (f->avx512_bf16 && f->os_avx512) : f->avx512_fp16 && f->os_avx512;
+    if (!hw)
+        say(R,
+            "  note: this CPU has no %s matrix unit (%s): %s saves activation memory and gives %s numerics, but "
+            "every op computes in FP32 on converted copies, so steps are slower than fp32\n",
+            bf16 ? "BF16" : "FP16", bf16 ? "AMX-BF16 / AVX512-BF16" : "AVX512-FP16", pn, bf16 ? "BF16" : "FP16");
+}
+
+/* ---- profiler (profile_dir): a failure only warns, training goes on ------------------------- */
+
+static void profile_start(run_t *R) {
+    ct_profiler_opts po;
+    ct_profiler_opts_default(&po);
+    po.skip_steps = 1;
+    po.warmup_steps = 2;
+    po.record_steps = 10;
+    if (ct_profiler_create(R->ctx, &po, &R->prof) != CT_OK || ct_plan_set_profiler(R->plan, R->prof) != CT_OK) {
+        say(R, "warning: profiler: %s; training without it\n", ct_context_last_error(R->ctx));
+        ct_profiler_free(R->prof);
+        R->prof = NULL;
+        return;
+    }
+    mkdir(R->r->profile_dir, 0777); /* an existing or unwritable directory is reported when the trace is written */
+}
+
+static void profile_finish(run_t *R) {
+    if (!R->prof) return;
+    ct_plan_stats ps;
+    ct_plan_get_stats(R->plan, &ps);
+    float *ost = NULL;
+    size_t on = 0;
+    if (ct_optimizer_state(R->opt, &ost, &on) != CT_OK) on = 0;
+    ct_profiler_set_memory(R->prof, &ps, on * sizeof(float), (size_t)R->r->memory_budget);
+    char path[600];
+    snprintf(path, sizeof path, "%s/trace.json", R->r->profile_dir);
+    ct_status s = ct_profiler_write(R->prof, path);
+    if (s != CT_OK) {
+        (void)s;
+        say(R, "warning: %s (training results are unaffected)\n", ct_context_last_error(R->ctx));
+        return;
+    }
+    say(R, "profile: %s (%zu events, %llu dropped; open in chrome://tracing or ui.perfetto.dev)\n", path,
+        ct_profiler_num_events(R->prof), (unsigned long long)ct_profiler_dropped(R->prof));
+    ct_doctor_report dr;
+    if (ct_doctor_analyze_file(R->ctx, path, &dr) == CT_OK) {
+        if (R->out) ct_doctor_print(&dr, R->out);
+    } else {
+        say(R, "warning: doctor: %s\n", ct_context_last_error(R->ctx));
+    }
+}
+
+/* ---- checkpoints --------------------------------------------------------------------------- */
+
+static ct_status save(run_t *R, int64_t step, int64_t ep, int64_t b, double run_loss, int64_t correct, int64_t seen,
+                      const ct_task_eval *ev, int finished) {
+    ct_train_state *st = R->st;
+    ct_train_state_init(st);
+    st->step = step;
+    st->epoch = ep;
+    st->batch_in_epoch = b;
+    st->epoch_loss_sum = run_loss;
+    st->epoch_correct = correct;
+    st->epoch_seen = seen;
+    st->test_loss = ev->loss;
+    st->test_acc = ev->accuracy;
+    st->finished = finished;
+    st->has_scaler = R->scaler != NULL;
+    if (R->scaler) ct_scaler_get_state(R->scaler, &st->scaler);
+    st->has_schedule = 1;
+    ct_schedule_get_state(R->sched, &st->schedule);
+    st->has_early_stop = 1;
+    st->early_stop = R->es;
+    int n = ct_recipe_to_json_full(R->r, st->recipe_json, sizeof st->recipe_json);
+    if (n < 0 || (size_t)n >= sizeof st->recipe_json)
+        return ct_set_error(R->ctx, CT_E_CONFIG, "checkpoint: the recipe does not fit in %zu bytes of JSON",
+                            sizeof st->recipe_json);
+    ct_checkpoint_file files[4];
+    int nf = 0;
+    if (R->task->checkpoint_files) CT_TRY(R->task->checkpoint_files(R->task, files, &nf, 4));
+    ct_checkpoint_opts o;
+    ct_checkpoint_opts_default(&o);
+    o.keep_last = R->r->keep_last;
+    o.hook = R->o->checkpoint_hook;
+    o.hook_user = R->o->hook_user;
+    o.files = files;
+    o.n_files = nf;
+    CT_TRY(ct_checkpoint_save_ex(R->ctx, R->r->save_dir, R->plan, R->opt, st, &o));
+    size_t dl = strlen(R->r->save_dir);
+    say(R, "  checkpoint: step %lld -> %s%sstep-%06lld%s\n", (long long)step, R->r->save_dir,
+        dl && R->r->save_dir[dl - 1] == '/' ? "" : "/", (long long)step, finished ? " (end of run)" : "");
+    return CT_OK;
+}
+
+/* ---- one optimizer step -------------------------------------------------------------------- */
+
+/* With a loss scaler: unscale + inf/NaN check in one pass, then (all
+ * finite) clipping and the step, else the step is skipped; then the
+ * scaler's update, traced in the profiler's "amp" category. */
+static ct_status optimizer_step(run_t *R, float lr, float *gnorm, int *stop) {
+    const ct_recipe *r = R->r;
+    int overflow = 0, bad_param = -1;
+    *gnorm = 0.0f;
+    if (R->scaler) CT_TRY(ct_scaler_unscale(R->scaler, R->plan, &overflow, &bad_param));
+    if (!overflow) {
+        if (r->clip_grad_norm > 0.0f) CT_TRY(ct_clip_grad_norm(R->plan, r->clip_grad_norm, 2.0f, gnorm));
+        if (r->clip_grad_value > 0.0f) CT_TRY(ct_clip_grad_value(R->plan, r->clip_grad_value));
+        CT_TRY(ct_optimizer_step(R->opt, lr));
+    }
+    if (!R->scaler) return CT_OK;
+    const float before = ct_scaler_scale(R->scaler);
+    double ts = R->prof ? ct_profiler_now_us() : 0;
+    CT_TRY(ct_scaler_update(R->scaler, R->plan, overflow, bad_param));
+    if (R->prof && (overflow || ct_scaler_scale(R->scaler) != before)) {
+        char args[128];
+        const char *pname = "";
+        if (bad_param >= 0) ct_plan_param_info(R->plan, bad_param, &pname, NULL, NULL);
+        snprintf(args, sizeof args, "{\"scale\": %g, \"first_nonfinite\": \"%.60s\"}", (double)ct_scaler_scale(R->scaler),
+                 pname);
+        ct_profiler_event(R->prof, overflow ? "overflow: update skipped" : "loss scale grown", "amp", ts,
+                          ct_profiler_now_us(), args);
+    }
+    if (ct_scaler_should_stop(R->scaler)) {
+        say(R, "\n  loss scaler: the scale stayed at loss_scale.min_scale %g for %d overflows in a row; stopping "
+            "(loss_scale.floor = stop). Check the data and the learning rate, or train in bf16\n",
+            (double)r->scale_min, r->scale_floor_patience);
+        *stop = 1;
+    }
+    return CT_OK;
+}
+
+/* ---- the loop ------------------------------------------------------------------------------ */
+
+static ct_status setup(run_t *R, ct_train_result *res) {
+    ct_context *ctx = R->ctx;
+    const ct_recipe *r = R->r;
+    R->accum = r->accumulate_steps;
+    ct_mem_stats ms0;
+    ct_context_mem_stats(ctx, &ms0);
+    /* with a memory budget, one trial step first: an E60003 then comes with advice, not mid-run */
+    ct_status s = r->memory_budget > 0 && !trial_fits(ctx, R->task, r) ? CT_E_OOM : CT_OK;
+    if (s == CT_OK) s = build_plan(ctx, R->task, r, 0, &R->plan);
+    if (s == CT_OK) s = ct_optimizer_create(R->plan, &r->optim, &R->opt);
+    if (s == CT_E_OOM && r->memory_budget > 0) {
+        ct_optimizer_free(R->opt);
+        ct_plan_free(R->plan);
+        R->opt = NULL;
+        R->plan = NULL;
+        return budget_advice(ctx, R->task, r, ms0.bytes_in_use);
+    }
+    CT_TRY(s);
+    CT_TRY(R->task->bind(R->task, R->plan));
+    /* "loss / accumulation_steps": each micro-batch's gradient is added into the arena */
+    if (R->accum > 1) CT_TRY(ct_plan_set_loss_scale(R->plan, 1.0f / (float)R->accum));
+    if (r->detect_anomaly) ct_plan_set_anomaly(R->plan, 1);
+    CT_TRY(make_scaler(R));
+    if (R->task->epochs_from_data) {
+        R->per_epoch = R->task->batches_per_epoch(R->task);
+        if (R->per_epoch < R->accum)
+            return ct_set_error(ctx, CT_E_CONFIG,
+                                "accumulate_steps %d is more than the %lld batches of an epoch; lower it or the batch "
+                                "size",
+                                R->accum, (long long)R->per_epoch);
+        /* optimizer steps; a partial accumulation at the end of an epoch is dropped */
+        R->total = R->per_epoch / R->accum * r->epochs;
+        if (r->max_steps > 0 && r->max_steps < R->total) R->total = r->max_steps;
+    } else {
+        /* no epochs in the data: max_steps steps; without it epochs x eval_every (an "epoch" = one eval interval) */
+        R->total = r->max_steps > 0 ? r->max_steps : (int64_t)r->epochs * (r->eval_every > 0 ? r->eval_every : 100);
+        R->steps_per_epoch = r->eval_every > 0 ? r->eval_every : R->total;
+    }
+    CT_TRY(ct_train_schedule(ctx, r, R->total, &R->sched));
+    CT_TRY(ct_early_stop_init(ctx, &R->es, r->early_stop_patience, r->early_stop_min_delta,
+                              r->early_stop_mode == CT_EARLY_STOP_MAX));
+    ct_plan_param_arena(R->plan, &R->par, NULL, &R->n_par);
+    ct_plan_buffer_arena(R->plan, &R->buf, &R->n_buf);
+    if (r->early_stop_patience > 0 && r->early_stop_restore_best &&
+        !(R->best = malloc((R->n_par + R->n_buf + 1) * sizeof(float))))
+        return ct_set_error(ctx, CT_E_OOM, "out of memory keeping a copy of the best weights (early_stop_restore_best)");
+    if (!(R->st = calloc(1, sizeof *R->st))) return ct_set_error(ctx, CT_E_OOM, "out of memory");
+    ct_train_state_init(R->st);
+    (void)res;
+    return CT_OK;
+}
+
+static ct_status run_loop(run_t *R, ct_train_result *res) {
+    ct_context *ctx = R->ctx;
+    const ct_recipe *r = R->r;
+    ct_task *t = R->task;
+    ct_status s;
+    const int data_epochs = t->epochs_from_data, quiet = R->o->quiet;
+    const int tty = R->out && isatty(fileno(R->out));
+    int64_t step = 0, step0 = 0, ep = 0;
+    ct_task_eval ev = {.loss = 0};
+    int stopped = 0, resumed = 0;
+    ct_train_state *ck = R->st;
+    int64_t ck_batch = 0, ck_ep = 0;
+    double ck_loss = 0;
+    int64_t ck_correct = 0, ck_seen = 0;
+    int ck_stopped = 0;
+    if (R->o->resume) {
+        CT_TRY(ct_checkpoint_load(ctx, R->o->resume, R->plan, R->opt, ck));
+        if (ck->has_schedule) CT_TRY(ct_schedule_set_state(R->sched, &ck->schedule));
+        if (ck->has_early_stop) R->es = ck->early_stop;
+        if (ck->has_scaler && R->scaler) CT_TRY(ct_scaler_set_state(R->scaler, &ck->scaler));
+        resumed = 1;
+        step = step0 = ck->step;
+        ep = data_epochs ? ck->epoch : step / R->steps_per_epoch;
+        ck_ep = ep;
+        ck_batch = ck->batch_in_epoch;
+        ck_loss = ck->epoch_loss_sum, ck_correct = ck->epoch_correct, ck_seen = ck->epoch_seen;
+        ev.loss = ck->test_loss;
+        ev.accuracy = ck->test_acc;
+        stopped = ck_stopped = R->es.stopped;
+    }
+    /* header */
+    ct_plan_stats ps;
+    ct_plan_get_stats(R->plan, &ps);
+    char line[1024], rj[8192];
+    t->describe(t, &ps, line, sizeof line);
+    say(R, "ctrain train: %s\n", line);
+    say(R, "  threads %d, kernels: %s%s, %lld steps of %lld x %lld rows%s\n", ct_context_num_threads(ctx),
+        ct_isa_name(ct_context_isa(ctx)), ct_context_use_onednn(ctx) ? " + oneDNN" : "", (long long)R->total,
+        (long long)r->batch_size, (long long)R->accum, data_epochs ? "" : " (tokens: x context)");
+    if (r->lr_scaling != CT_LR_SCALING_NONE)
+        say(R, "  lr_scaling %s: global batch %lld, base %lld: lr %g -> %g\n",
+            ct_recipe_enum_name("lr_scaling", (int)r->lr_scaling), (long long)(r->batch_size * R->accum),
+            (long long)r->lr_base_batch, (double)r->optim.lr, ct_train_scaled_lr(r));
+    print_precision(R);
+    if (ct_recipe_to_json(r, rj, sizeof rj) < 0) snprintf(rj, sizeof rj, "(out of memory)");
+    say(R, "  recipe: %s\n", rj);
+    if (resumed) {
+        if (data_epochs)
+            say(R, "  resumed from %s: step %lld, epoch %lld, batch %lld%s\n", ck->path, (long long)step,
+                (long long)ep + 1, (long long)ck_batch, ck->finished ? " (the run had ended)" : "");
+        else
+            say(R, "  resumed from %s: step %lld%s\n", ck->path, (long long)step, ck->finished ? " (the run had ended)" : "");
+    }
+    const char *mpath = R->o->metrics_path ? R->o->metrics_path : r->metrics_file;
+    if (mpath && mpath[0]) CT_TRY(ct_metrics_open(ctx, mpath, resumed, rj, &R->mx));
+    if (r->profile_dir[0]) profile_start(R);
+    R->start = now_s();
+    const int64_t rows_per_step = r->batch_size * R->accum;
+    for (; !stopped && step < R->total && (!data_epochs || ep < r->epochs); ep++) {
+        const int64_t ep_end = data_epochs ? R->total : CT_MIN(R->total, (ep + 1) * R->steps_per_epoch);
+        int64_t b = 0, correct = 0, seen = 0;
+        double run_loss = 0, ep_start = now_s();
+        if (resumed && step == step0 && ep == ck_ep && (ck_batch > 0 || !data_epochs)) {
+            b = ck_batch; /* mid-epoch: skip what was consumed, restore the running totals */
+            run_loss = ck_loss, correct = ck_correct, seen = ck_seen;
+        }
+        CT_TRY(t->start_epoch(t, ep, data_epochs ? b : 0));
+        int micro = 0;
+        double mk_loss = run_loss; /* running totals at the last step, for the metrics log */
+        int64_t mk_correct = correct, mk_seen = seen;
+        if (R->accum > 1) CT_TRY(ct_plan_zero_grads(R->plan));
+        while (!stopped && step < ep_end) {
+            /* next batch */
+            double td = R->prof ? ct_profiler_now_us() : 0;
+            int64_t rows = 0;
+            CT_TRY(t->next_batch(t, step, micro, &rows));
+            if (rows == 0) break; /* the epoch's data is exhausted */
+            if (R->prof) ct_profiler_event(R->prof, "batch", "data", td, ct_profiler_now_us(), NULL);
+            float lr = ct_schedule_lr(R->sched, step), loss;
+            if (R->scaler) CT_TRY(ct_plan_set_loss_scale(R->plan, ct_scaler_scale(R->scaler) / (float)R->accum));
+            /* forward, backward */
+            CT_TRY(ct_plan_forward(R->plan, 1));
+            ct_plan_loss(R->plan, &loss);
+            if (!isfinite(loss) && R->scaler) {
+                loss = 0.0f; /* FP16 overflowed in the forward: the scaler skips this step */
+            } else if (!isfinite(loss)) {
+                return ct_set_error(ctx, CT_E_NONFINITE,
+                                    "the loss became %g at step %lld (epoch %lld, lr %g); lower optimizer.lr, check "
+                                    "the data for NaN/inf (detect_anomaly: true names the first op)",
+                                    (double)loss, (long long)step, (long long)ep + 1, (double)lr);
+            }
+            CT_TRY(ct_plan_backward(R->plan));
+            b++;
+            run_loss += loss;
+            if (t->has_accuracy) correct += t->batch_correct(t, rows);
+            seen += rows;
+            if (++micro < R->accum) continue; /* more micro-batches before this step */
+            micro = 0;
+            /* optimizer step */
+            double to = R->prof ? ct_profiler_now_us() : 0;
+            float gnorm = 0.0f;
+            CT_TRY(optimizer_step(R, lr, &gnorm, &stopped));
+            if (R->accum > 1) CT_TRY(ct_plan_zero_grads(R->plan));
+            step++;
+            if (R->prof) {
+                ct_profiler_event(R->prof, "optimizer step", "optimizer", to, ct_profiler_now_us(), NULL);
+                ct_profiler_step(R->prof);
+            }
+            /* metrics */
+            if (R->mx) {
+                ct_metrics_step ml = {step, (int)ep + 1, (run_loss - mk_loss) / R->accum,
+                                      seen > mk_seen ? (double)(correct - mk_correct) / (double)(seen - mk_seen) : 0.0,
+                                      lr, (double)(seen - mk_seen), r->clip_grad_norm > 0.0f ? gnorm : -1.0,
+                                      R->scaler ? (double)ct_scaler_scale(R->scaler) : -1.0, now_s() - R->start};
+                CT_TRY(ct_metrics_log_step(R->mx, &ml));
+            }
+            mk_loss = run_loss, mk_correct = correct, mk_seen = seen;
+            if (R->o->step_hook) R->o->step_hook(R->o->hook_user, step);
+            /* checkpoint */
+            if (r->save_dir[0] && r->save_every > 0 && step % r->save_every == 0 && step < R->total) {
+                if (tty && !quiet) say(R, "\n");
+                CT_TRY(save(R, step, ep, b, run_loss, correct, seen, &ev, 0));
+            }
+            /* progress */
+            int show = data_epochs ? (tty ? (b % 5 == 0 || b == R->per_epoch) : (b % r->log_every == 0))
+                                   : (tty ? 1 : (step % r->log_every == 0 || step == R->total));
+            if (!quiet && show) {
+                double el = now_s() - R->start;
+                char eta[32], head[96], acc[32] = "", nb[32] = "", sb[64] = "";
+                fmt_time(el / (double)(step - step0) * (double)(R->total - step), eta, sizeof eta);
+                if (data_epochs) {
+                    int bar = (int)(20 * b / R->per_epoch);
+                    char bb[24];
+                    for (int i = 0; i < 20; i++) bb[i] = i < bar ? '#' : '.';
+                    bb[20] = 0;
+                    snprintf(head, sizeof head, "epoch %lld/%d [%s] %lld/%lld", (long long)ep + 1, r->epochs, bb,
+                             (long long)b, (long long)R->per_epoch);
+                } else {
+                    snprintf(head, sizeof head, "step %lld/%lld", (long long)step, (long long)R->total);
+                }
+                if (t->has_accuracy) snprintf(acc, sizeof acc, "  acc %5.2f%%", 100.0 * (double)correct / (double)seen);
+                if (r->clip_grad_norm > 0.0f) snprintf(nb, sizeof nb, "  grad norm %.3g", (double)gnorm);
+                if (R->scaler) {
+                    ct_scaler_state ss;
+                    ct_scaler_get_state(R->scaler, &ss);
+                    snprintf(sb, sizeof sb, "  scale %g skipped %llu", (double)ss.scale, (unsigned long long)ss.skipped);
+                }
+                say(R, "%s%s  loss %.4f%s  lr %.2e%s%s  %.0f %s/s  %.0f ms/step  ETA %s%s", tty ? "\r" : "  ", head,
+                    run_loss / (double)b, acc, (double)lr, nb, sb,
+                    (double)((step - step0) * rows_per_step * t->unit_per_row) / el, t->unit,
+                    1e3 * el / (double)(step - step0), eta, tty ? "\033[K" : "\n");
+            }
+        }
+        /* evaluate */
+        double te = now_s(), pe = R->prof ? ct_profiler_now_us() : 0;
+        ct_profiler_set_ops_enabled(R->prof, 0); /* evaluation: one "eval" event, not part of a step */
+        CT_TRY(t->evaluate(t, &ev));
+        ct_profiler_set_ops_enabled(R->prof, 1);
+        if (R->prof) ct_profiler_event(R->prof, "evaluate", "eval", pe, ct_profiler_now_us(), NULL);
+        if (R->mx) CT_TRY(ct_metrics_log_eval(R->mx, (int)ep + 1, step, ev.loss, ev.accuracy, now_s() - R->start));
+        char head[64], tacc[40] = "", eacc[40] = "", tail[160];
+        if (data_epochs) snprintf(head, sizeof head, "epoch %lld/%d", (long long)ep + 1, r->epochs);
+        else snprintf(head, sizeof head, "step %lld/%lld", (long long)step, (long long)R->total);
+        if (t->has_accuracy) {
+            snprintf(tacc, sizeof tacc, "  train acc %.2f%%", seen ? 100.0 * (double)correct / (double)seen : 0.0);
+            snprintf(eacc, sizeof eacc, "  %s acc %.2f%%", t->eval_split, 100.0 * ev.accuracy);
+        }
+        double ep_time = now_s() - ep_start;
+        if (ev.detail[0]) snprintf(tail, sizeof tail, "  %s, %.1f s)", ev.detail, now_s() - te);
+        else snprintf(tail, sizeof tail, "  %.1f s  %.0f %s/s", ep_time, (double)(seen * t->unit_per_row) / ep_time, t->unit);
+        say(R, "%s%s  train loss %.4f%s  %s loss %.4f%s%s\n", tty && !quiet ? "\r\033[K" : "", head,
+            b ? run_loss / (double)b : 0.0, tacc, t->eval_split, ev.loss, eacc, tail);
+        /* plateau, early stopping */
+        if (ct_schedule_observe(R->sched, ev.loss))
+            say(R, "  plateau: %s loss did not improve; lr -> %.3g\n", t->eval_split, ct_schedule_lr_f64(R->sched, step));
+        int is_best = 0;
+        const int es_max = r->early_stop_mode == CT_EARLY_STOP_MAX;
+        if (r->early_stop_patience > 0 && ct_early_stop_update(&R->es, es_max ? ev.accuracy : ev.loss, &is_best)) {
+            say(R, "  early stop: %s %s did not improve by %g for %d %s; best %.4f at %s %lld\n", t->eval_split,
+                es_max ? "accuracy" : "loss", (double)r->early_stop_min_delta, r->early_stop_patience,
+                data_epochs ? "epochs" : "evaluations", R->es.best, data_epochs ? "epoch" : "evaluation",
+                (long long)R->es.best_epoch + 1);
+            R->es.stopped = 1;
+            stopped = 1;
+            res->stopped_early = 1;
+        }
+        if (is_best && R->best) {
+            memcpy(R->best, R->par, R->n_par * sizeof(float));
+            memcpy(R->best + R->n_par, R->buf, R->n_buf * sizeof(float));
+            R->have_best = 1;
+        }
+    }
+    if (stopped && R->best) {
+        if (R->have_best) {
+            memcpy(R->par, R->best, R->n_par * sizeof(float));
+            memcpy(R->buf, R->best + R->n_par, R->n_buf * sizeof(float));
+            CT_TRY(t->evaluate(t, &ev));
+            if (t->has_accuracy)
+                say(R, "  restored the best weights (%s %lld): %s loss %.4f, %s acc %.2f%%\n",
+                    data_epochs ? "epoch" : "evaluation", (long long)R->es.best_epoch + 1, t->eval_split, ev.loss,
+                    t->eval_split, 100.0 * ev.accuracy);
+            else
+                say(R, "  restored the best weights (%s %lld): %s loss %.4f\n", data_epochs ? "epoch" : "evaluation",
+                    (long long)R->es.best_epoch + 1, t->eval_split, ev.loss);
+        } else {
+            say(R, "  warning: the best evaluation (%lld) came before the resume; its weights were not kept, the final "
+                "weights stay\n", (long long)R->es.best_epoch + 1);
+        }
+    }
+    if (r->save_dir[0] && (!resumed || step > step0 || stopped != ck_stopped))
+        CT_TRY(save(R, step, data_epochs ? ep : step / (R->steps_per_epoch ? R->steps_per_epoch : 1), 0, 0, 0, 0, &ev, 1));
+    double tt = now_s() - R->start;
+    profile_finish(R);
+    ct_mem_stats ms;
+    ct_context_mem_stats(ctx, &ms);
+    char accs[48] = "";
+    if (t->has_accuracy) snprintf(accs, sizeof accs, ", %s accuracy %.2f%%", t->eval_split, 100.0 * ev.accuracy);
+    say(R, "done: %lld steps in %.1f s (%.0f ms/step, %.0f %s/s), %s loss %.4f%s, peak memory %.1f MiB\n",
+        (long long)step, tt, 1e3 * tt / (double)(step > step0 ? step - step0 : 1),
+        (double)((step - step0) * rows_per_step * t->unit_per_row) / (tt > 0 ? tt : 1), t->unit, t->eval_split, ev.loss,
+        accs, (double)ms.peak_bytes / 1048576.0);
+    if (R->mx) {
+        ct_metrics_log_done(R->mx, step, tt, ev.loss, ev.accuracy, (double)ms.peak_bytes / 1048576.0);
+        s = ct_metrics_close(R->mx);
+        R->mx = NULL;
+        CT_TRY(s);
+    }
+    res->steps = step;
+    res->seconds = tt;
+    res->eval_loss = ev.loss;
+    res->eval_accuracy = ev.accuracy;
+    res->peak_bytes = ms.peak_bytes;
+    res->stopped_early |= stopped;
+    return CT_OK;
+}
+
+ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, ct_train_result *res) {
+    if (!ctx || !r) return CT_E_INVALID_ARG;
+    ct_train_opts def;
+    if (!o) {
+        ct_train_opts_default(&def);
+        o = &def;
+    }
+    ct_train_result dummy;
+    if (!res) res = &dummy;
+    memset(res, 0, sizeof *res);
+    CT_TRY(ct_recipe_validate(ctx, r));
+    run_t R = {.ctx = ctx, .r = r, .o = o, .out = o->out};
+    ct_status s = CT_OK;
+    R.task = o->task;
+    if (!R.task) s = ct_task_create(ctx, r, &R.task);
+    if (s == CT_OK) s = setup(&R, res);
+    if (s == CT_OK) s = run_loop(&R, res);
+    if (R.mx) ct_metrics_close(R.mx);
+    if (R.prof) ct_plan_set_profiler(R.plan, NULL);
+    ct_profiler_free(R.prof);
+    free(R.best);
+    free(R.st);
+    ct_schedule_free(R.sched);
+    ct_scaler_free(R.scaler);
+    ct_optimizer_free(R.opt);
+    ct_plan_free(R.plan);
+    if (!o->task) ct_task_free(R.task);
+    return s;
+}
