@@ -11,7 +11,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 
-expect help 0 "usage: ctrain train" -- "$CT" train --help
+expect help 0 "usage: ctrain train.*optimizer.lr .*\[--lr\].*memory_budget" -- "$CT" train --help
+# the key table of docs/recipes.md is generated from the library's table: it cannot drift
+gen=$("$CT" train --help-keys markdown 2>&1)
+doc=$(sed -n '/<!-- keys:begin/,/<!-- keys:end/p' docs/recipes.md | sed '1d;$d')
+[ -n "$gen" ] && [ "$gen" = "$doc" ] && ok docs_key_table_generated ||
+  bad "docs/recipes.md's key table differs from 'ctrain train --help-keys markdown' (regenerate it)" "$(diff <(echo "$gen") <(echo "$doc") | head -5)"
 expect unknown_command 2 "unknown command" -- "$CT" frobnicate
 expect unknown_flag 2 "unknown option '--epoch'" -- "$CT" train --epoch 3
 expect missing_value 2 "needs a value" -- "$CT" train --lr
