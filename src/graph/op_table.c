@@ -1,6 +1,7 @@
 /* src/graph/op_table.c - the op table: name, kernels per slot, and the sizes
  * of saved state for every op. Adding an op = one row here, its builder in
  * graph.c, its rule in autodiff.c, its kernels in src/kernels/. */
+#include "graph/ir.h"
 #include "kernels/kernels.h"
 
 #define SIMD(op) [CT_KERNEL_REF] = ct_k_##op##_ref, [CT_KERNEL_AVX2] = ct_k_##op##_avx2, [CT_KERNEL_AVX512] = ct_k_##op##_avx512

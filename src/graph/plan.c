@@ -525,6 +525,7 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     ct_kargs k;
     k.ctx = p->ctx;
     k.node = d;
+    k.op_name = ct_op_table(d->op)->name;
     k.id = i;
     k.out = node_tensor(p, i);
     for (int j = 0; j < d->n_in; j++) {

@@ -10,7 +10,7 @@
 #ifndef CT_KERNELS_H
 #define CT_KERNELS_H
 
-#include "graph/ir.h"
+#include "core/ir_types.h"
 
 #define CT_KERNEL_OPS(X)                                                                  \
     X(matmul) X(linear) X(conv2d) X(conv2d_bwd_data) X(conv2d_bwd_weight)                 \
@@ -97,14 +97,6 @@ static inline int64_t ct_bcast_offset(int64_t i, const ct_tensor *out, const int
     }
     return off;
 }
-
-/* Size helpers used by the op table. */
-size_t ct_aux_maxpool2d(const ct_graph *g, const ct_node_def *d);
-size_t ct_aux_batchnorm(const ct_graph *g, const ct_node_def *d);
-size_t ct_aux_layernorm(const ct_graph *g, const ct_node_def *d);
-size_t ct_ws_sum(const ct_graph *g, const ct_node_def *d);
-size_t ct_aux_attention(const ct_graph *g, const ct_node_def *d);
-size_t ct_ws_attention(const ct_graph *g, const ct_node_def *d);
 
 /* Attention scratch: one slice per thread of ct_attention_ws_per_thread(T, Dh)
  * bytes (64-byte multiple), enough for the reference and the SIMD kernels. */
