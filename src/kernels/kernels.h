@@ -40,13 +40,14 @@ ct_status ct_k_conv2d_bwd_data_onednn(ct_kargs *k);
 ct_status ct_k_conv2d_bwd_weight_onednn(ct_kargs *k);
 void ct_onednn_cache_free(void *cache);
 
-/* Bulk dtype conversions (src/kernels/simd/convert.c; dispatch in
- * src/core/convert.c). Bit-identical to the scalar functions of tensor.h. */
+/* Bulk dtype conversions: ref/convert.c and simd/convert.c, dispatch in
+ * kernels/convert.c. Bit-identical to the scalar functions of tensor.h. */
 #define CT_DECL_CVT(isa)                                                          \
     void ct_cvt_f32_to_bf16_##isa(const float *src, uint16_t *dst, size_t n);    \
     void ct_cvt_bf16_to_f32_##isa(const uint16_t *src, float *dst, size_t n);    \
     void ct_cvt_f32_to_f16_##isa(const float *src, uint16_t *dst, size_t n);     \
     void ct_cvt_f16_to_f32_##isa(const uint16_t *src, float *dst, size_t n);
+CT_DECL_CVT(ref)
 CT_DECL_CVT(avx2)
 CT_DECL_CVT(avx512)
 
