@@ -70,6 +70,9 @@ static inline ct_node ct_plan_map(const ct_plan *p, ct_node n) {
 
 /* Graph passes run by ct_compile, in order. */
 typedef ct_status (*ct_pass_fn)(ct_plan *p);
+/* planner.c: memory planning (after kernel selection): arena, offset and
+ * bytes of every live node, act_bytes. */
+ct_status ct_pass_plan_memory(ct_plan *p);
 /* recompute.c: activation checkpointing (after autodiff, before liveness). */
 ct_status ct_pass_recompute(ct_plan *p);
 /* autocast.c: mixed precision (before autodiff): inserts casts per the
