@@ -24,6 +24,11 @@ int64_t ct_node_numel(const ct_node_def *d);
 /* Mixed-precision graphs: the dtype a node's output is stored in, from its
  * inputs (graph.c holds the rule). */
 ct_dtype ct_graph_infer_dtype(const ct_graph *g, const ct_node_def *d);
+/* Cost model (cost.c): estimated FLOPs of a node (matmul/linear 2*M*N*K,
+ * conv 2*out*C/g*KH*KW, attention 4*B*T*T*D fwd / 10*B*T*T*D bwd, halved when
+ * causal, other ops 1 per output element) and bytes of its output + inputs. */
+double ct_node_flops(const ct_graph *g, const ct_node_def *d);
+double ct_node_bytes(const ct_graph *g, const ct_node_def *d);
 /* Appends a CAST of x to dtype dt (mixed graphs only). */
 ct_status ct_graph_cast(ct_graph *g, ct_node x, ct_dtype dt, ct_node *out);
 

@@ -9,7 +9,6 @@
 #include "autodiff.h"
 #include "ctrain/convert.h"
 #include "plan.h"
-#include "prof/prof_internal.h"
 
 /* ---- pass: autodiff ------------------------------------------------------------ */
 
@@ -402,10 +401,31 @@ static ct_status check_anomaly(ct_plan *p, int i) {
     return ct_set_error(p->ctx, CT_E_NONFINITE, "%s turn anomaly mode off once fixed (it checks every output)", msg);
 }
 
+/* Node event for the hook (ct_plan_set_node_hook). */
+static void node_event(const ct_plan *p, int i, ct_node_event_kind kind, ct_status s, ct_node_event *ev) {
+    const ct_node_def *d = &p->g.nodes[i];
+    if (kind == CT_NODE_BEGIN) {
+        ev->node = i;
+        ev->backward = (d->flags & CT_NODE_BACKWARD) != 0;
+        ev->op = ct_op_table(d->op)->name;
+        ev->name = d->name;
+        ev->dtype = d->dtype;
+        ev->ndim = d->ndim;
+        ev->shape = d->shape;
+        ev->flops = ct_node_flops(&p->g, d);
+        ev->bytes = ct_node_bytes(&p->g, d);
+    }
+    ev->kind = kind;
+    ev->kernel = ct_kernel_slot_name(p->pn[i].slot);
+    ev->status = s;
+    p->node_hook(p->node_hook_user, ev);
+}
+
 static ct_status run_node(ct_plan *p, int i, int training) {
     const ct_node_def *d = &p->g.nodes[i];
     ct_plan_node *pn = &p->pn[i];
-    const double prof_t0 = p->prof && ct_prof_ops_active(p->prof) ? ct_profiler_now_us() : -1.0;
+    ct_node_event ev;
+    if (p->node_hook) node_event(p, i, CT_NODE_BEGIN, CT_OK, &ev);
     ct_kargs k;
     k.ctx = p->ctx;
     k.node = d;
@@ -454,7 +474,7 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     if (s == CT_OK && k.out.data != stored.data) s = ct_convert(p->ctx, &k.out, &stored);
     if (s != CT_OK && !ct_context_last_error(p->ctx)[0])
         ct_set_error(p->ctx, s, "op '%s' (node '%s') failed", ct_op_table(d->op)->name, d->name);
-    if (prof_t0 >= 0.0 && s == CT_OK) ct_prof_op(p->prof, i, pn->slot, prof_t0);
+    if (p->node_hook) node_event(p, i, CT_NODE_END, s, &ev);
     if (s == CT_OK && p->anomaly) s = check_anomaly(p, i);
     return s;
 }
@@ -521,6 +541,11 @@ ct_status ct_plan_set_loss_scale(ct_plan *p, float scale) {
 void ct_plan_set_grad_ready(ct_plan *p, ct_grad_ready_fn fn, void *user) {
     p->grad_ready = fn;
     p->grad_ready_user = user;
+}
+
+void ct_plan_set_node_hook(ct_plan *p, ct_node_hook_fn fn, void *user) {
+    p->node_hook = fn;
+    p->node_hook_user = fn ? user : NULL;
 }
 
 /* ---- accessors ---------------------------------------------------------------------------------- */

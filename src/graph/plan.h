@@ -52,7 +52,8 @@ struct ct_plan {
     void *grad_ready_user;
     int recompute_every;     /* ct_compile_opts, read by the recompute pass    */
     uint32_t recompute_ops;
-    struct ct_profiler *prof; /* per-node timing when attached (src/prof); NULL: off */
+    ct_node_hook_fn node_hook; /* per-node events (ct_plan_set_node_hook); NULL: off */
+    void *node_hook_user;
     /* mixed precision (autocast.c) */
     ct_precision precision;
     char *keep_fp32;         /* owned copy of ct_compile_opts.keep_fp32       */
