@@ -1,7 +1,8 @@
 /* tests/test_profile.c - the profiler (Chrome trace of a profiled MLP: one
  * op event per executed node per recorded step, exact linear FLOPs, the
- * skip/warmup/record schedule, the bounded buffer, the node hook under it) and the doctor (each KPI
- * threshold on synthetic traces, bad traces, unwritable paths). */
+ * skip/warmup/record schedule, the bounded buffer, the node hook under it)
+ * and the doctor (each KPI threshold on synthetic traces, bad traces,
+ * unwritable paths). */
 #include <cjson/cJSON.h>
 #include <unistd.h>
 
