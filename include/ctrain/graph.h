@@ -288,8 +288,11 @@ ct_status ct_plan_param_info(const ct_plan *p, int i, const char **name, ct_tens
                              ct_tensor *grad);
 /* Whole arenas as flat FP32 vectors (params and grads share one layout). */
 ct_status ct_plan_param_arena(ct_plan *p, float **params, float **grads, size_t *n);
-/* Buffers (non-trainable state) arena. */
+/* Buffers (non-trainable state, e.g. batchnorm running stats) arena. */
 ct_status ct_plan_buffer_arena(ct_plan *p, float **buffers, size_t *n);
+/* Buffers in arena order: name and a view of the value (either may be NULL). */
+int ct_plan_num_buffers(const ct_plan *p);
+ct_status ct_plan_buffer_info(const ct_plan *p, int i, const char **name, ct_tensor *value);
 
 typedef struct ct_plan_stats {
     size_t param_bytes, grad_bytes, buffer_bytes, activation_bytes, workspace_bytes;

@@ -608,6 +608,24 @@ ct_status ct_plan_buffer_arena(ct_plan *p, float **buffers, size_t *n) {
     return CT_OK;
 }
 
+/* Buffers are placed in node order (planner.c). */
+int ct_plan_num_buffers(const ct_plan *p) {
+    int n = 0;
+    for (int i = 0; i < p->g.n; i++) n += p->g.nodes[i].op == CT_OP_BUFFER;
+    return n;
+}
+
+ct_status ct_plan_buffer_info(const ct_plan *p, int i, const char **name, ct_tensor *value) {
+    for (int j = 0, k = 0; j < p->g.n; j++) {
+        const ct_node_def *d = &p->g.nodes[j];
+        if (d->op != CT_OP_BUFFER || k++ != i) continue;
+        if (name) *name = d->name;
+        if (value) *value = node_tensor(p, j);
+        return CT_OK;
+    }
+    return CT_E_INVALID_ARG;
+}
+
 void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *o) {
     memset(o, 0, sizeof *o);
     o->param_bytes = o->grad_bytes = p->n_param_floats * sizeof(float);
