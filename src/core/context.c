@@ -46,7 +46,8 @@ void ct_context_clear_error(ct_context *ctx) { if (ctx) ctx->err[0] = 0; }
 #define XFEATURE_XTILEDATA 18
 
 const char *ct_isa_name(ct_isa isa) {
-    static const char *n[CT_ISA_COUNT] = {"ref", "avx2", "avx512"};
+    static const char *n[] = {"ref", "avx2", "avx512"};
+    _Static_assert(sizeof n / sizeof n[0] == CT_ISA_COUNT, "one name per ct_isa");
     return (unsigned)isa < CT_ISA_COUNT ? n[isa] : "invalid";
 }
 

@@ -85,7 +85,8 @@ static int slot_allowed(const ct_context *ctx, int slot) {
     }
 }
 
-static const int k_slot_order[CT_KERNEL_SLOTS] = {CT_KERNEL_ONEDNN, CT_KERNEL_AVX512, CT_KERNEL_AVX2, CT_KERNEL_REF};
+static const int k_slot_order[] = {CT_KERNEL_ONEDNN, CT_KERNEL_AVX512, CT_KERNEL_AVX2, CT_KERNEL_REF};
+_Static_assert(sizeof k_slot_order / sizeof k_slot_order[0] == CT_KERNEL_SLOTS, "every kernel slot has a place in the order");
 
 /* Picks the best allowed kernel for node i strictly after `after` in the
  * preference order (-1: from the top). Returns 0 when none is left. */
