@@ -302,7 +302,7 @@ TEST(doctor_thresholds) {
     CHECK(f != NULL);
     ct_doctor_print(&r, f);
     fclose(f);
-    CHECK_MSG(strstr(buf, "10.0%") && strstr(buf, "batch size") && strstr(buf, "leaks") && strstr(buf, "bucket") &&
+    CHECK_MSG(strstr(buf, "10.0%") && strstr(buf, "batch size") && strstr(buf, "leaks") && strstr(buf, "grad_ready") &&
                   strstr(buf, "prefetch") && strstr(buf, "95.0%") && strstr(buf, "30.0%"),
               "%s", buf);
     ct_context_free(ctx);
