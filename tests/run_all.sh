@@ -2,7 +2,8 @@
 # tests/run_all.sh - the whole suite: every test binary in the normal build
 # and in the ASan+UBSan build, the CLI tests in both, and the end-to-end
 # tests again with the ISA forced lower (CT_ISA=avx2 without oneDNN, and
-# CT_ISA=ref) so the fallback kernels run on this machine too.
+# CT_ISA=ref) so the fallback kernels run on this machine too. The layer
+# check (tests/check_layers.sh: includes point down only) runs first.
 # Prints per-suite results and a final "N passed, N failed" line.
 set -u
 cd "$(dirname "$0")/.."
@@ -33,6 +34,8 @@ run_suite() { # label, command...
 echo "== building (normal and sanitizer builds)"
 make -j"$JOBS" BUILD=build >/dev/null || { echo "build failed"; make BUILD=build 2>&1 | tail -30; echo "0 passed, 1 failed"; exit 1; }
 make -j"$JOBS" BUILD=build-asan SAN=1 OPT=-O1 >/dev/null || { echo "sanitizer build failed"; echo "0 passed, 1 failed"; exit 1; }
+
+run_suite "layers" bash tests/check_layers.sh
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -13,7 +13,10 @@ TEST(status_codes_have_names_and_advice) {
     for (int s = 0; s < CT_STATUS_COUNT; s++) {
         CHECK(ct_status_name((ct_status)s)[0]);
         CHECK(ct_status_advice((ct_status)s)[0]);
+        /* advice names only options that exist (no fusion levels, no gradient buckets yet) */
+        CHECK(!strstr(ct_status_advice((ct_status)s), "fusion") && !strstr(ct_status_advice((ct_status)s), "bucket"));
     }
+    CHECK(strstr(ct_status_advice(CT_E_UNSUPPORTED), "keep_fp32") != NULL);
     CHECK(!strcmp(ct_status_name((ct_status)999), "CT_E_INTERNAL"));
 }
 

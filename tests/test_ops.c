@@ -3,16 +3,25 @@
  *     kernels, loss = sum(op(...) * R) for a fixed random R);
  *  2. every fast path (AVX2, AVX-512 where the CPU has it, oneDNN) against
  *     the reference kernels: forward output and every gradient;
- *  3. the fast context really ran a fast kernel for the op's node.
+ *  3. the fast context really ran a fast kernel for the op's node;
+ *  4. coverage: every op of the op table (forward and backward) runs in the
+ *     compiled plan of some case, so a new op fails here until it has a case.
+ *     Backward ops are covered through their forward op's case (its finite
+ *     difference check runs them); exempt are the leaves (input, param,
+ *     buffer) and cast, which only the autocast pass inserts (test_amp.c and
+ *     test_convert.c cover it).
  * A case builds its op from parameters (so every float input gets a
  * gradient) and returns the op's output node. */
 #include "test.h"
+#include "graph/plan.h" /* the ops of a compiled plan's nodes, for the coverage check */
 
+#ifndef CT_TRY /* core/internal.h (through graph/plan.h) has the same one */
 #define CT_TRY(expr)                      \
     do {                                  \
         ct_status s_ = (expr);            \
         if (s_ != CT_OK) return s_;       \
     } while (0)
+#endif
 
 typedef ct_status (*build_fn)(ct_graph *g, ct_node *out);
 
@@ -326,5 +335,35 @@ TEST(avx512_matches_reference) {
 
 TEST(onednn_matches_reference) { compare_fast(-1, 1, "best"); }
 
-TEST_MAIN(T(backward_matches_finite_differences), T(avx2_matches_reference), T(avx512_matches_reference),
+/* Ops no case needs to produce (see the header). */
+static int exempt_op(ct_op op) {
+    return op == CT_OP_INPUT || op == CT_OP_PARAM || op == CT_OP_BUFFER || op == CT_OP_CAST;
+}
+
+TEST(every_op_has_a_case) {
+    ct_context *ctx = test_ctx(CT_ISA_REF, 0);
+    int seen[CT_OP_COUNT] = {0};
+    for (int ci = 0; ci < N_CASES; ci++) {
+        harness h;
+        CHECK_OK(ctx, harness_build(ctx, &k_cases[ci], &h));
+        if (!h.plan) continue;
+        for (int i = 0; i < h.plan->g.n; i++)
+            if (h.plan->pn[i].live) seen[h.plan->g.nodes[i].op] = 1;
+        ct_plan_free(h.plan);
+    }
+    for (int op = 0; op < CT_OP_COUNT; op++) {
+        const char *name = ct_op_table((ct_op)op)->name;
+        if (!name || !strcmp(name, "invalid")) {
+            fprintf(stderr, "  op %d has no row in the op table (src/graph/op_table.c)\n", op);
+            CHECK(0);
+            continue;
+        }
+        if (exempt_op((ct_op)op) || seen[op]) continue;
+        fprintf(stderr, "  op '%s' (%d) runs in no case: add one to k_cases in tests/test_ops.c\n", name, op);
+        CHECK(0);
+    }
+    ct_context_free(ctx);
+}
+
+TEST_MAIN(T(every_op_has_a_case), T(backward_matches_finite_differences), T(avx2_matches_reference), T(avx512_matches_reference),
           T(onednn_matches_reference))

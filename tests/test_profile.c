@@ -1,7 +1,8 @@
 /* tests/test_profile.c - the profiler (Chrome trace of a profiled MLP: one
  * op event per executed node per recorded step, exact linear FLOPs, the
- * skip/warmup/record schedule, the bounded buffer) and the doctor (each KPI
- * threshold on synthetic traces, bad traces, unwritable paths). */
+ * skip/warmup/record schedule, the bounded buffer, the node hook under it)
+ * and the doctor (each KPI threshold on synthetic traces, bad traces,
+ * unwritable paths). */
 #include <cjson/cJSON.h>
 #include <unistd.h>
 
@@ -146,6 +147,51 @@ TEST(profiled_mlp_trace) {
     ct_context_free(ctx);
 }
 
+/* The generic node hook the profiler is built on: BEGIN/END pairs for every
+ * executed node, in order, with the kernel that ran and the cost model. */
+typedef struct {
+    int begins, ends, open, bad_order, backward, linear;
+    double linear_flops;
+} hook_log;
+
+static void log_node(void *user, const ct_node_event *ev) {
+    hook_log *l = user;
+    if (ev->kind == CT_NODE_BEGIN) {
+        l->bad_order += l->open != -1;
+        l->open = ev->node;
+        l->begins++;
+        return;
+    }
+    l->bad_order += l->open != ev->node || ev->status != CT_OK || !ev->kernel || !strcmp(ev->kernel, "none");
+    l->open = -1;
+    l->ends++;
+    l->backward += ev->backward;
+    if (!strcmp(ev->op, "linear") && ev->ndim == 2) {
+        l->linear++;
+        l->linear_flops += ev->flops;
+    }
+}
+
+TEST(node_hook_events) {
+    ct_context *ctx = test_ctx(-1, 1);
+    const int64_t B = 8, IN = 6, H = 4, C = 3;
+    test_model m;
+    CHECK_OK(ctx, test_model_build(ctx, 2, (int64_t[]){B, IN}, 1, (int64_t[]){H}, C, 0.0f, 0.0f, &m));
+    hook_log l = {0};
+    l.open = -1;
+    ct_plan_set_node_hook(m.plan, log_node, &l);
+    CHECK_OK(ctx, ct_plan_forward(m.plan, 1));
+    CHECK_OK(ctx, ct_plan_backward(m.plan));
+    CHECK(l.begins == executed_nodes(m.plan) && l.ends == l.begins);
+    CHECK(l.bad_order == 0 && l.backward > 0);
+    CHECK(l.linear == 2 && l.linear_flops == 2.0 * B * (IN * H + H * C));
+    ct_plan_set_node_hook(m.plan, NULL, NULL);
+    CHECK_OK(ctx, ct_plan_forward(m.plan, 1));
+    CHECK(l.ends == l.begins && l.begins == executed_nodes(m.plan));
+    ct_plan_free(m.plan);
+    ct_context_free(ctx);
+}
+
 TEST(bounded_buffer_counts_drops) {
     ct_context *ctx = test_ctx(-1, 1);
     test_model m;
@@ -256,7 +302,7 @@ TEST(doctor_thresholds) {
     CHECK(f != NULL);
     ct_doctor_print(&r, f);
     fclose(f);
-    CHECK_MSG(strstr(buf, "10.0%") && strstr(buf, "batch size") && strstr(buf, "leaks") && strstr(buf, "bucket") &&
+    CHECK_MSG(strstr(buf, "10.0%") && strstr(buf, "batch size") && strstr(buf, "leaks") && strstr(buf, "grad_ready") &&
                   strstr(buf, "prefetch") && strstr(buf, "95.0%") && strstr(buf, "30.0%"),
               "%s", buf);
     ct_context_free(ctx);
@@ -286,5 +332,5 @@ TEST(doctor_bad_traces) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(profiled_mlp_trace), T(bounded_buffer_counts_drops), T(unwritable_dir_is_io_error), T(doctor_thresholds),
+TEST_MAIN(T(profiled_mlp_trace), T(node_hook_events), T(bounded_buffer_counts_drops), T(unwritable_dir_is_io_error), T(doctor_thresholds),
           T(doctor_bad_traces))

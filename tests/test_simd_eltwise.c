@@ -11,6 +11,7 @@
  * it, else it is reported as skipped. Worst errors per op are printed. */
 #include <stdint.h>
 
+#include "graph/ir.h"
 #include "kernels/kernels.h"
 #include "test.h"
 

@@ -6,6 +6,7 @@
  * CPU has it, else it is reported as skipped. */
 #include <stdint.h>
 
+#include "graph/ir.h"
 #include "kernels/kernels.h"
 #include "test.h"
 

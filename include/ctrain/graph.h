@@ -260,14 +260,44 @@ ct_status ct_plan_set_loss_scale(ct_plan *p, float scale);
 typedef void (*ct_grad_ready_fn)(void *user, int param_index, const ct_tensor *grad);
 void ct_plan_set_grad_ready(ct_plan *p, ct_grad_ready_fn fn, void *user);
 
+/* Per-node events from the executor (for profilers and tracers; the
+ * profiler of ctrain/profile.h attaches through this hook). While a hook is
+ * set, every executed node of forward and backward calls fn twice: kind
+ * CT_NODE_BEGIN right before its kernel runs and CT_NODE_END right after
+ * (also when it failed: `status`). `ev` and its strings are valid during the
+ * call only. One hook per plan; fn NULL removes it. Costs two calls per node. */
+typedef enum ct_node_event_kind { CT_NODE_BEGIN = 0, CT_NODE_END } ct_node_event_kind;
+typedef struct ct_node_event {
+    ct_node_event_kind kind;
+    int node;             /* plan node id, 0..ct_plan_stats.n_nodes-1               */
+    int backward;         /* 1: a node of the backward pass                         */
+    const char *op;       /* op name: "linear", "conv2d_bwd_data", ...              */
+    const char *name;     /* node name                                              */
+    const char *kernel;   /* "ref", "avx2", "avx512", "onednn": at END the kernel
+                             that ran (after any fallback), at BEGIN the chosen one */
+    ct_dtype dtype;       /* output dtype and shape                                 */
+    int ndim;
+    const int64_t *shape;
+    double flops;         /* estimate: matmul/linear 2*M*N*K, conv 2*out*C/g*KH*KW,
+                             attention 4*B*T*T*D fwd / 10*B*T*T*D bwd (halved when
+                             causal), other ops 1 per output element            */
+    double bytes;         /* output + input bytes as stored                         */
+    ct_status status;     /* END: the node's result (CT_OK at BEGIN)                */
+} ct_node_event;
+typedef void (*ct_node_hook_fn)(void *user, const ct_node_event *ev);
+void ct_plan_set_node_hook(ct_plan *p, ct_node_hook_fn fn, void *user);
+
 /* Parameters in arena order. */
 int ct_plan_num_params(const ct_plan *p);
 ct_status ct_plan_param_info(const ct_plan *p, int i, const char **name, ct_tensor *value,
                              ct_tensor *grad);
 /* Whole arenas as flat FP32 vectors (params and grads share one layout). */
 ct_status ct_plan_param_arena(ct_plan *p, float **params, float **grads, size_t *n);
-/* Buffers (non-trainable state) arena. */
+/* Buffers (non-trainable state, e.g. batchnorm running stats) arena. */
 ct_status ct_plan_buffer_arena(ct_plan *p, float **buffers, size_t *n);
+/* Buffers in arena order: name and a view of the value (either may be NULL). */
+int ct_plan_num_buffers(const ct_plan *p);
+ct_status ct_plan_buffer_info(const ct_plan *p, int i, const char **name, ct_tensor *value);
 
 typedef struct ct_plan_stats {
     size_t param_bytes, grad_bytes, buffer_bytes, activation_bytes, workspace_bytes;

@@ -1,7 +1,6 @@
 /* src/core/context.c - the context: threads, RNG seed, CPU features, the
  * counting allocator with its memory budget, and the last error message. */
 #define _GNU_SOURCE
-#include <cpuid.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,55 +42,12 @@ void ct_context_clear_error(ct_context *ctx) { if (ctx) ctx->err[0] = 0; }
 
 /* ---- CPU features ------------------------------------------------------------ */
 
-static uint64_t xgetbv0(void) {
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return ((uint64_t)hi << 32) | lo;
-}
-
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
-static void detect_cpu(ct_cpu_features *f) {
-    memset(f, 0, sizeof *f);
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
-    int osxsave = (c >> 27) & 1;
-    f->fma = (c >> 12) & 1;
-    f->f16c = (c >> 29) & 1;
-    int avx = (c >> 28) & 1;
-    uint64_t xcr0 = osxsave ? xgetbv0() : 0;
-    f->os_avx = avx && (xcr0 & 0x6) == 0x6;
-    f->os_avx512 = f->os_avx && (xcr0 & 0xe0) == 0xe0;
-    f->os_amx = (xcr0 & 0x60000) == 0x60000;
-    if (__get_cpuid_max(0, NULL) >= 7) {
-        __cpuid_count(7, 0, a, b, c, d);
-        f->avx2 = (b >> 5) & 1;
-        f->avx512f = (b >> 16) & 1;
-        f->avx512dq = (b >> 17) & 1;
-        f->avx512bw = (b >> 30) & 1;
-        f->avx512vl = (b >> 31) & 1;
-        f->avx512_fp16 = (d >> 23) & 1;
-        f->amx_bf16 = (d >> 22) & 1;
-        f->amx_tile = (d >> 24) & 1;
-        f->amx_int8 = (d >> 25) & 1;
-        __cpuid_count(7, 1, a, b, c, d);
-        f->avx512_bf16 = (a >> 5) & 1;
-    }
-    if (!f->os_avx) f->avx2 = f->fma = 0;
-    if (!f->os_avx512) f->avx512f = f->avx512bw = f->avx512dq = f->avx512vl = f->avx512_bf16 = f->avx512_fp16 = 0;
-    if (f->amx_tile && f->os_amx)
-        f->amx_permitted = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-}
-
-static ct_isa best_isa(const ct_cpu_features *f) {
-    if (f->avx512f && f->avx512bw && f->avx512dq && f->avx512vl) return CT_ISA_AVX512;
-    if (f->avx2 && f->fma) return CT_ISA_AVX2;
-    return CT_ISA_REF;
-}
-
 const char *ct_isa_name(ct_isa isa) {
-    static const char *n[CT_ISA_COUNT] = {"ref", "avx2", "avx512"};
+    static const char *n[] = {"ref", "avx2", "avx512"};
+    _Static_assert(sizeof n / sizeof n[0] == CT_ISA_COUNT, "one name per ct_isa");
     return (unsigned)isa < CT_ISA_COUNT ? n[isa] : "invalid";
 }
 
@@ -165,8 +121,11 @@ ct_status ct_context_create(const ct_context_opts *opts, ct_context **out) {
     ctx->budget = opts->memory_budget;
     if (opts->allocator) ctx->alloc = *opts->allocator;
     else ctx->alloc = (ct_allocator){default_alloc, default_free, NULL};
-    detect_cpu(&ctx->cpu);
-    ct_isa isa = best_isa(&ctx->cpu);
+    ctx->cpu = *ct_cpu_probe();
+    /* AMX tiles need the kernel's permission, asked once per context */
+    if (ctx->cpu.amx_tile && ctx->cpu.os_amx)
+        ctx->cpu.amx_permitted = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    ct_isa isa = ct_cpu_best_isa(&ctx->cpu);
     if (opts->isa >= 0 && (ct_isa)opts->isa < isa) isa = (ct_isa)opts->isa;
     ctx->use_onednn = opts->use_onednn;
     const char *env = getenv("CT_ISA");

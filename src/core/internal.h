@@ -14,6 +14,12 @@
 ct_status ct_set_error(ct_context *ctx, ct_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The CPU's features (cpuid + XGETBV; cpu.c, the one probe), detected once
+ * per process. amx_permitted is 0 here: a context asks for it. */
+const ct_cpu_features *ct_cpu_probe(void);
+/* The best ISA these features run (AVX-512: F, BW, DQ, VL; AVX2: AVX2 + FMA). */
+ct_isa ct_cpu_best_isa(const ct_cpu_features *f);
+
 /* Propagate a failing status. */
 #define CT_TRY(expr)                                \
     do {                                            \

@@ -5,14 +5,15 @@ typedef struct {
     const char *name, *code, *advice;
 } status_info;
 
-static const status_info k_info[CT_STATUS_COUNT] = {
+static const status_info k_info[] = {
     [CT_OK] = {"CT_OK", "E00000", "no error"},
     [CT_E_INVALID_ARG] = {"CT_E_INVALID_ARG", "E40001", "check the argument's documented range"},
     [CT_E_SHAPE] = {"CT_E_SHAPE", "E40003", "check the layer sizes where the model is built"},
     [CT_E_DTYPE] = {"CT_E_DTYPE", "E40005",
                     "check the FP16/BF16 conversion boundaries: both operands need the same dtype"},
     [CT_E_UNSUPPORTED] = {"CT_E_UNSUPPORTED", "E50001",
-                          "this op is not supported for this dtype/ISA: use FP32, or another fusion level"},
+                          "this op is not supported for this dtype/ISA: train in FP32 (precision fp32), keep that layer "
+                          "or op kind in FP32 (keep_fp32), or lower the ISA (CT_ISA=avx2 or ref)"},
     [CT_E_OOM] = {"CT_E_OOM", "E60003",
                   "out of memory: lower the batch size, raise the memory budget, or enable activation "
                   "checkpointing"},
@@ -23,6 +24,8 @@ static const status_info k_info[CT_STATUS_COUNT] = {
     [CT_E_STATE] = {"CT_E_STATE", "E40030", "call the functions in the documented order"},
     [CT_E_INTERNAL] = {"CT_E_INTERNAL", "E90001", "this is a bug in ctrain: please report it"},
 };
+
+_Static_assert(sizeof k_info / sizeof k_info[0] == CT_STATUS_COUNT, "k_info needs one row per ct_status");
 
 static const status_info *info(ct_status s) {
     if ((unsigned)s >= CT_STATUS_COUNT) return &k_info[CT_E_INTERNAL];

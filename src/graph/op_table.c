@@ -1,12 +1,15 @@
 /* src/graph/op_table.c - the op table: name, kernels per slot, and the sizes
  * of saved state for every op. Adding an op = one row here, its builder in
  * graph.c, its rule in autodiff.c, its kernels in src/kernels/. */
+#include "graph/ir.h"
 #include "kernels/kernels.h"
 
 #define SIMD(op) [CT_KERNEL_REF] = ct_k_##op##_ref, [CT_KERNEL_AVX2] = ct_k_##op##_avx2, [CT_KERNEL_AVX512] = ct_k_##op##_avx512
 #define DNNL(op) [CT_KERNEL_REF] = ct_k_##op##_ref, [CT_KERNEL_ONEDNN] = ct_k_##op##_onednn
 
-static const ct_op_info k_ops[CT_OP_COUNT] = {
+/* Unsized, so that a missing last row is caught by the assert below (a row
+ * missing in the middle is caught by tests/test_ops.c: every op has a name). */
+static const ct_op_info k_ops[] = {
     [CT_OP_INPUT] = {"input", {0}, 0, 0, 0},
     [CT_OP_PARAM] = {"param", {0}, 0, 0, 0},
     [CT_OP_BUFFER] = {"buffer", {0}, 0, 0, 0},
@@ -51,13 +54,16 @@ static const ct_op_info k_ops[CT_OP_COUNT] = {
     [CT_OP_ATTENTION_BWD] = {"attention_bwd", {SIMD(attention_bwd)}, 0, ct_ws_attention, 0},
 };
 
+_Static_assert(sizeof k_ops / sizeof k_ops[0] == CT_OP_COUNT, "k_ops needs one row per ct_op: add the new op's row");
+
 const ct_op_info *ct_op_table(ct_op op) {
     static const ct_op_info bad = {"invalid", {0}, 0, 0, 0, 0, 0};
     return (unsigned)op < CT_OP_COUNT ? &k_ops[op] : &bad;
 }
 
 const char *ct_kernel_slot_name(int slot) {
-    static const char *n[CT_KERNEL_SLOTS] = {"ref", "avx2", "avx512", "onednn"};
+    static const char *n[] = {"ref", "avx2", "avx512", "onednn"};
+    _Static_assert(sizeof n / sizeof n[0] == CT_KERNEL_SLOTS, "one name per kernel slot");
     return slot >= 0 && slot < CT_KERNEL_SLOTS ? n[slot] : "none";
 }
 

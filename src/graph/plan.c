@@ -1,6 +1,6 @@
 /* src/graph/plan.c - ct_compile (autodiff and the ordered list of graph
- * passes: liveness, kernel selection, memory planning, allocation) and the
- * executor that runs the plan's forward and backward. */
+ * passes: liveness, kernel selection, memory planning (planner.c),
+ * allocation) and the executor that runs the plan's forward and backward. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +9,6 @@
 #include "autodiff.h"
 #include "ctrain/convert.h"
 #include "plan.h"
-#include "prof/prof_internal.h"
 
 /* ---- pass: autodiff ------------------------------------------------------------ */
 
@@ -86,7 +85,8 @@ static int slot_allowed(const ct_context *ctx, int slot) {
     }
 }
 
-static const int k_slot_order[CT_KERNEL_SLOTS] = {CT_KERNEL_ONEDNN, CT_KERNEL_AVX512, CT_KERNEL_AVX2, CT_KERNEL_REF};
+static const int k_slot_order[] = {CT_KERNEL_ONEDNN, CT_KERNEL_AVX512, CT_KERNEL_AVX2, CT_KERNEL_REF};
+_Static_assert(sizeof k_slot_order / sizeof k_slot_order[0] == CT_KERNEL_SLOTS, "every kernel slot has a place in the order");
 
 /* Picks the best allowed kernel for node i strictly after `after` in the
  * preference order (-1: from the top). Returns 0 when none is left. */
@@ -142,122 +142,6 @@ static ct_status pass_select_kernels(ct_plan *p) {
         p->pn[i].cvt_bytes = cvt;
         if (cvt > p->cvt_bytes) p->cvt_bytes = cvt;
     }
-    return CT_OK;
-}
-
-/* ---- pass: memory planning ------------------------------------------------------------ */
-
-typedef struct {
-    size_t off, size;
-    int end;
-} block;
-
-/* First-fit placement of [size] bytes among live blocks; frees blocks whose
- * lifetime ended before `now`. */
-static size_t place(block *blocks, int *nb, int now, size_t size, int end, size_t *high) {
-    int w = 0;
-    for (int i = 0; i < *nb; i++)
-        if (blocks[i].end >= now) blocks[w++] = blocks[i];
-    *nb = w;
-    /* blocks sorted by offset: scan gaps */
-    size_t cand = 0;
-    for (int i = 0; i < *nb; i++) {
-        if (blocks[i].off >= cand + size) break;
-        if (blocks[i].off + blocks[i].size > cand) cand = blocks[i].off + blocks[i].size;
-    }
-    int pos = 0;
-    while (pos < *nb && blocks[pos].off < cand) pos++;
-    memmove(&blocks[pos + 1], &blocks[pos], (size_t)(*nb - pos) * sizeof *blocks);
-    blocks[pos] = (block){cand, size, end};
-    (*nb)++;
-    if (cand + size > *high) *high = cand + size;
-    return cand;
-}
-
-static ct_status pass_plan_memory(ct_plan *p) {
-    ct_graph *g = &p->g;
-    ct_plan_node *pn = p->pn;
-    int n = g->n;
-    /* storage roots and last uses */
-    for (int i = 0; i < n; i++) {
-        pn[i].root = g->nodes[i].op == CT_OP_RESHAPE ? pn[g->nodes[i].in[0]].root : i;
-        pn[i].last_use = i;
-        pn[i].grad_of_param = -1;
-    }
-    for (int i = 0; i < n; i++) {
-        if (!pn[i].live) continue;
-        const ct_node_def *d = &g->nodes[i];
-        for (int j = 0; j < d->n_in; j++) {
-            ct_node r = pn[d->in[j]].root;
-            if (pn[r].last_use < i) pn[r].last_use = i;
-            if (pn[d->in[j]].last_use < i) pn[d->in[j]].last_use = i;
-        }
-    }
-    for (int i = 0; i < n; i++) { /* an alias keeps its root alive */
-        ct_node r = pn[i].root;
-        if (pn[i].live && pn[r].last_use < pn[i].last_use) pn[r].last_use = pn[i].last_use;
-    }
-    if (p->loss != CT_NONE) pn[pn[p->loss].root].last_use = n;
-    for (int i = 0; i < p->n_outputs; i++) pn[pn[p->outputs[i]].root].last_use = n;
-    /* parameters and their gradients */
-    size_t off = 0;
-    for (int i = 0; i < p->n_params; i++) {
-        ct_node q = p->params[i];
-        p->param_off[i] = off;
-        pn[q].arena = CT_ARENA_PARAM;
-        pn[q].offset = off * sizeof(float);
-        off += ct_align_up((size_t)ct_node_numel(&g->nodes[q]), CT_ALIGN / sizeof(float));
-        if (p->param_grads[i] != CT_NONE) {
-            ct_node gq = p->param_grads[i];
-            if (!p->accumulate_grads) { /* accumulate: planned as an activation below */
-                pn[gq].arena = CT_ARENA_GRAD;
-                pn[gq].offset = pn[q].offset;
-            }
-            pn[gq].grad_of_param = i;
-        }
-    }
-    p->n_param_floats = off;
-    off = 0;
-    for (int i = 0; i < n; i++) {
-        if (g->nodes[i].op != CT_OP_BUFFER) continue;
-        pn[i].arena = CT_ARENA_BUFFER;
-        pn[i].offset = off * sizeof(float);
-        off += ct_align_up((size_t)ct_node_numel(&g->nodes[i]), CT_ALIGN / sizeof(float));
-    }
-    p->n_buffer_floats = off;
-    /* activations: inputs live for the whole step, the rest by lifetime */
-    block *blocks = malloc(sizeof(block) * (size_t)(2 * n + 2));
-    if (!blocks) return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory planning activations");
-    int nb = 0;
-    size_t high = 0;
-    /* inputs are written before the step starts, wherever they were declared:
-     * they occupy their memory for the whole step (time 0 to n) */
-    for (int i = 0; i < n; i++) {
-        const ct_node_def *d = &g->nodes[i];
-        if (!pn[i].live || d->op != CT_OP_INPUT) continue;
-        pn[i].bytes = ct_align_up((size_t)ct_node_numel(d) * ct_dtype_size(d->dtype), CT_ALIGN);
-        pn[i].arena = CT_ARENA_ACT;
-        pn[i].offset = place(blocks, &nb, 0, pn[i].bytes, n, &high);
-    }
-    for (int i = 0; i < n; i++) {
-        const ct_node_def *d = &g->nodes[i];
-        if (!pn[i].live || d->op == CT_OP_INPUT) continue;
-        pn[i].bytes = ct_align_up((size_t)ct_node_numel(d) * ct_dtype_size(d->dtype), CT_ALIGN);
-        if (d->op == CT_OP_RESHAPE) {
-            pn[i].arena = CT_ARENA_ALIAS;
-            continue;
-        }
-        int end = pn[i].last_use;
-        if (pn[i].arena == CT_ARENA_NONE) {
-            pn[i].arena = CT_ARENA_ACT;
-            pn[i].offset = place(blocks, &nb, i, pn[i].bytes, end, &high);
-        }
-        if (pn[i].aux_bytes) pn[i].aux_offset = place(blocks, &nb, i, ct_align_up(pn[i].aux_bytes, CT_ALIGN), end, &high);
-        /* FP32 copies of low-precision I/O live only while the node runs */
-        if (pn[i].cvt_bytes) pn[i].cvt_offset = place(blocks, &nb, i, pn[i].cvt_bytes, i, &high);
-    }
-    free(blocks);
-    p->act_bytes = high;
     return CT_OK;
 }
 
@@ -336,7 +220,7 @@ static const struct {
     {"recompute", ct_pass_recompute},
     {"liveness", pass_liveness},
     {"select_kernels", pass_select_kernels},
-    {"plan_memory", pass_plan_memory},
+    {"plan_memory", ct_pass_plan_memory},
     {"allocate", pass_allocate},
 };
 
@@ -521,13 +405,35 @@ static ct_status check_anomaly(ct_plan *p, int i) {
     return ct_set_error(p->ctx, CT_E_NONFINITE, "%s turn anomaly mode off once fixed (it checks every output)", msg);
 }
 
+/* Node event for the hook (ct_plan_set_node_hook). */
+static void node_event(const ct_plan *p, int i, ct_node_event_kind kind, ct_status s, ct_node_event *ev) {
+    const ct_node_def *d = &p->g.nodes[i];
+    if (kind == CT_NODE_BEGIN) {
+        ev->node = i;
+        ev->backward = (d->flags & CT_NODE_BACKWARD) != 0;
+        ev->op = ct_op_table(d->op)->name;
+        ev->name = d->name;
+        ev->dtype = d->dtype;
+        ev->ndim = d->ndim;
+        ev->shape = d->shape;
+        ev->flops = ct_node_flops(&p->g, d);
+        ev->bytes = ct_node_bytes(&p->g, d);
+    }
+    ev->kind = kind;
+    ev->kernel = ct_kernel_slot_name(p->pn[i].slot);
+    ev->status = s;
+    p->node_hook(p->node_hook_user, ev);
+}
+
 static ct_status run_node(ct_plan *p, int i, int training) {
     const ct_node_def *d = &p->g.nodes[i];
     ct_plan_node *pn = &p->pn[i];
-    const double prof_t0 = p->prof && ct_prof_ops_active(p->prof) ? ct_profiler_now_us() : -1.0;
+    ct_node_event ev;
+    if (p->node_hook) node_event(p, i, CT_NODE_BEGIN, CT_OK, &ev);
     ct_kargs k;
     k.ctx = p->ctx;
     k.node = d;
+    k.op_name = ct_op_table(d->op)->name;
     k.id = i;
     k.out = node_tensor(p, i);
     for (int j = 0; j < d->n_in; j++) {
@@ -572,7 +478,7 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     if (s == CT_OK && k.out.data != stored.data) s = ct_convert(p->ctx, &k.out, &stored);
     if (s != CT_OK && !ct_context_last_error(p->ctx)[0])
         ct_set_error(p->ctx, s, "op '%s' (node '%s') failed", ct_op_table(d->op)->name, d->name);
-    if (prof_t0 >= 0.0 && s == CT_OK) ct_prof_op(p->prof, i, pn->slot, prof_t0);
+    if (p->node_hook) node_event(p, i, CT_NODE_END, s, &ev);
     if (s == CT_OK && p->anomaly) s = check_anomaly(p, i);
     return s;
 }
@@ -643,6 +549,11 @@ void ct_plan_set_grad_ready(ct_plan *p, ct_grad_ready_fn fn, void *user) {
     p->grad_ready_user = user;
 }
 
+void ct_plan_set_node_hook(ct_plan *p, ct_node_hook_fn fn, void *user) {
+    p->node_hook = fn;
+    p->node_hook_user = fn ? user : NULL;
+}
+
 /* ---- accessors ---------------------------------------------------------------------------------- */
 
 ct_status ct_plan_tensor(ct_plan *p, ct_node n, ct_tensor *out) {
@@ -701,6 +612,24 @@ ct_status ct_plan_buffer_arena(ct_plan *p, float **buffers, size_t *n) {
     if (buffers) *buffers = p->buffer_arena;
     if (n) *n = p->n_buffer_floats;
     return CT_OK;
+}
+
+/* Buffers are placed in node order (planner.c). */
+int ct_plan_num_buffers(const ct_plan *p) {
+    int n = 0;
+    for (int i = 0; i < p->g.n; i++) n += p->g.nodes[i].op == CT_OP_BUFFER;
+    return n;
+}
+
+ct_status ct_plan_buffer_info(const ct_plan *p, int i, const char **name, ct_tensor *value) {
+    for (int j = 0, k = 0; j < p->g.n; j++) {
+        const ct_node_def *d = &p->g.nodes[j];
+        if (d->op != CT_OP_BUFFER || k++ != i) continue;
+        if (name) *name = d->name;
+        if (value) *value = node_tensor(p, j);
+        return CT_OK;
+    }
+    return CT_E_INVALID_ARG;
 }
 
 void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *o) {

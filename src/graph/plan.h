@@ -53,7 +53,8 @@ struct ct_plan {
     int recompute_every;     /* ct_compile_opts, read by the recompute pass    */
     uint32_t recompute_ops;
     int plan_only; /* compiled without allocation (ct_compile_opts.plan_only) */
-    struct ct_profiler *prof; /* per-node timing when attached (src/prof); NULL: off */
+    ct_node_hook_fn node_hook; /* per-node events (ct_plan_set_node_hook); NULL: off */
+    void *node_hook_user;
     /* mixed precision (autocast.c) */
     ct_precision precision;
     char *keep_fp32;         /* owned copy of ct_compile_opts.keep_fp32       */
@@ -71,6 +72,9 @@ static inline ct_node ct_plan_map(const ct_plan *p, ct_node n) {
 
 /* Graph passes run by ct_compile, in order. */
 typedef ct_status (*ct_pass_fn)(ct_plan *p);
+/* planner.c: memory planning (after kernel selection): arena, offset and
+ * bytes of every live node, act_bytes. */
+ct_status ct_pass_plan_memory(ct_plan *p);
 /* recompute.c: activation checkpointing (after autodiff, before liveness). */
 ct_status ct_pass_recompute(ct_plan *p);
 /* autocast.c: mixed precision (before autodiff): inserts casts per the

@@ -10,7 +10,7 @@
 #ifndef CT_KERNELS_H
 #define CT_KERNELS_H
 
-#include "graph/ir.h"
+#include "core/ir_types.h"
 
 #define CT_KERNEL_OPS(X)                                                                  \
     X(matmul) X(linear) X(conv2d) X(conv2d_bwd_data) X(conv2d_bwd_weight)                 \
@@ -40,13 +40,14 @@ ct_status ct_k_conv2d_bwd_data_onednn(ct_kargs *k);
 ct_status ct_k_conv2d_bwd_weight_onednn(ct_kargs *k);
 void ct_onednn_cache_free(void *cache);
 
-/* Bulk dtype conversions (src/kernels/simd/convert.c; dispatch in
- * src/core/convert.c). Bit-identical to the scalar functions of tensor.h. */
+/* Bulk dtype conversions: ref/convert.c and simd/convert.c, dispatch in
+ * kernels/convert.c. Bit-identical to the scalar functions of tensor.h. */
 #define CT_DECL_CVT(isa)                                                          \
     void ct_cvt_f32_to_bf16_##isa(const float *src, uint16_t *dst, size_t n);    \
     void ct_cvt_bf16_to_f32_##isa(const uint16_t *src, float *dst, size_t n);    \
     void ct_cvt_f32_to_f16_##isa(const float *src, uint16_t *dst, size_t n);     \
     void ct_cvt_f16_to_f32_##isa(const uint16_t *src, float *dst, size_t n);
+CT_DECL_CVT(ref)
 CT_DECL_CVT(avx2)
 CT_DECL_CVT(avx512)
 
@@ -97,14 +98,6 @@ static inline int64_t ct_bcast_offset(int64_t i, const ct_tensor *out, const int
     }
     return off;
 }
-
-/* Size helpers used by the op table. */
-size_t ct_aux_maxpool2d(const ct_graph *g, const ct_node_def *d);
-size_t ct_aux_batchnorm(const ct_graph *g, const ct_node_def *d);
-size_t ct_aux_layernorm(const ct_graph *g, const ct_node_def *d);
-size_t ct_ws_sum(const ct_graph *g, const ct_node_def *d);
-size_t ct_aux_attention(const ct_graph *g, const ct_node_def *d);
-size_t ct_ws_attention(const ct_graph *g, const ct_node_def *d);
 
 /* Attention scratch: one slice per thread of ct_attention_ws_per_thread(T, Dh)
  * bytes (64-byte multiple), enough for the reference and the SIMD kernels. */

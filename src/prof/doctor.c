@@ -179,8 +179,8 @@ void ct_doctor_print(const ct_doctor_report *r, FILE *f) {
         fprintf(f, "  %s compute utilization %.1f%% (%s of %s peak; target >= 75%%)%s\n", tag(r->v_compute),
                 100 * r->utilization, a, b,
                 r->v_compute == CT_VERDICT_OK ? ""
-                : ": raise the batch size (more work per kernel call) or enable pipelining (overlap data loading, "
-                  "optimizer and compute)");
+                : ": raise the batch size (more work per kernel call), use every core (threads), or load "
+                  "batches ahead (prefetch)");
     if (r->v_memory == CT_VERDICT_UNKNOWN)
         fprintf(f, "  %s memory %.1f MiB: no memory budget was set, so its use cannot be judged; set one "
                    "(ct_context_opts.memory_budget) to check the 70-90%% target\n",
@@ -190,17 +190,17 @@ void ct_doctor_print(const ct_doctor_report *r, FILE *f) {
                 r->memory_bytes / 1048576.0, 100 * r->memory_share, r->budget_bytes / 1048576.0,
                 r->v_memory == CT_VERDICT_OK ? ""
                 : r->memory_share > 0.90 ? ": too close to the budget: look for leaks (bytes in use growing per "
-                                           "step), change the fusion level or enable activation checkpointing "
-                                           "(recompute_every)"
-                                         : ": the budget is under-used: raise the batch size, or change the fusion "
-                                           "level / recompute less to trade memory for speed");
+                                           "step), enable activation checkpointing (recompute_every), train in "
+                                           "bf16 (precision bf16) or use a smaller batch_size"
+                                         : ": the budget is under-used: raise the batch size, or recompute less "
+                                           "(recompute_every 0) to trade memory for speed");
     fprintf(f, "  %s communication %.1f%% of step time (target <= 20%%)%s\n", tag(r->v_comm), 100 * r->comm_share,
-            r->v_comm == CT_VERDICT_WARN ? ": bucket gradients to overlap allreduce with backward, or compress them "
-                                           "(fp16/bf16, top-k)"
+            r->v_comm == CT_VERDICT_WARN ? ": start each gradient's communication as soon as it is final "
+                                           "(ct_plan_set_grad_ready) to overlap it with backward"
             : r->comm_share == 0 ? " (no communication events: single process)" : "");
     fprintf(f, "  %s data stall (host transfer) %.1f%% of step time (target < 5%%)%s\n", tag(r->v_data),
             100 * r->data_share,
-            r->v_data == CT_VERDICT_WARN ? ": the loader stalls the step: prefetch batches on a background thread, "
-                                           "reuse pinned buffers, or pre-decode the dataset"
+            r->v_data == CT_VERDICT_WARN ? ": the loader stalls the step: load batches ahead on background "
+                                           "threads (raise prefetch and prefetch_threads)"
                                          : "");
 }

@@ -11,13 +11,13 @@
 
 #include <cjson/cJSON.h>
 
-#include "graph/plan.h"
+#include "core/internal.h"
 #include "prof_internal.h"
 
 typedef struct {
     double ts, dur;
     int32_t node; /* >= 0: an op event of that node */
-    int16_t slot;
+    const char *kernel; /* op events: the kernel that ran (a static string) */
     int32_t step;
     char name[48];
     char cat[16];
@@ -25,11 +25,12 @@ typedef struct {
 } prof_event;
 
 typedef struct {
-    char name[CT_NAME_LEN];
-    const char *op, *dtype;
+    char name[64];
+    const char *op, *dtype; /* static strings */
     char shape[64];
     double flops, bytes;
     int backward;
+    int have;               /* filled from the node's first END event */
 } node_info;
 
 struct ct_profiler {
@@ -41,7 +42,7 @@ struct ct_profiler {
     int64_t step;      /* index of the current step                     */
     double step_t0;    /* when the current step began                   */
     int ops_on;
-    ct_plan *plan;
+    double op_t0;      /* BEGIN time of the running node, -1: not recorded */
     node_info *nodes;
     int n_nodes;
     double peak;
@@ -140,69 +141,45 @@ void ct_profiler_free(ct_profiler *p) {
     free(p);
 }
 
-/* ---- op cost model ---------------------------------------------------------------------------- */
+/* ---- the plan's node events ------------------------------------------------------------------ */
 
-static double numel_of(const ct_node_def *d) { return (double)ct_node_numel(d); }
-
-static double node_flops(const ct_graph *g, const ct_node_def *d) {
-    const ct_node_def *a = d->n_in > 0 ? &g->nodes[d->in[0]] : NULL;
-    const ct_node_def *b = d->n_in > 1 ? &g->nodes[d->in[1]] : NULL;
-    switch (d->op) {
-    case CT_OP_MATMUL: { /* 2*M*N*K per batch: out numel x K */
-        int64_t k = d->ia[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
-        return 2.0 * numel_of(d) * (double)k;
+/* The node hook (ct_plan_set_node_hook): BEGIN takes the time when ops are
+ * recorded, END caches the node's description once and records the event. */
+static void on_node(void *user, const ct_node_event *ev) {
+    ct_profiler *p = user;
+    if (ev->kind == CT_NODE_BEGIN) {
+        p->op_t0 = ct_prof_ops_active(p) ? ct_profiler_now_us() : -1.0;
+        return;
     }
-    case CT_OP_LINEAR: /* 2 * rows * in * out (the bias add is not counted) */
-        return 2.0 * numel_of(d) * (double)a->shape[a->ndim - 1];
-    case CT_OP_CONV2D: /* 2 * out numel * (C/groups * KH * KW) */
-        return 2.0 * numel_of(d) * (double)(b->shape[1] * b->shape[2] * b->shape[3]);
-    case CT_OP_CONV2D_BWD_DATA:   /* in: dy, w: 2 * numel(dy) * C/g*KH*KW */
-    case CT_OP_CONV2D_BWD_WEIGHT: { /* in: dy, x; out = w's shape */
-        const ct_node_def *w = d->op == CT_OP_CONV2D_BWD_DATA ? b : d;
-        return 2.0 * numel_of(a) * (double)(w->shape[1] * w->shape[2] * w->shape[3]);
-    }
-    case CT_OP_ATTENTION:      /* q k^T and p v: 4*B*T*T*D, half of it when causal */
-    case CT_OP_ATTENTION_BWD: { /* recomputed q k^T, then dV, dP, dQ, dK: 10*B*T*T*D */
-        double T = (double)d->shape[1], D = (double)(d->op == CT_OP_ATTENTION ? d->shape[2] : d->shape[2] / 3);
-        double f = (d->op == CT_OP_ATTENTION ? 4.0 : 10.0) * (double)d->shape[0] * T * T * D;
-        return d->ia[1] ? f / 2 : f;
-    }
-    default:
-        return numel_of(d); /* elementwise-like: one flop per output element */
-    }
-}
-
-static double node_bytes(const ct_graph *g, const ct_node_def *d) {
-    double b = numel_of(d) * (double)ct_dtype_size(d->dtype);
-    for (int j = 0; j < d->n_in; j++) {
-        const ct_node_def *in = &g->nodes[d->in[j]];
-        b += numel_of(in) * (double)ct_dtype_size(in->dtype);
-    }
-    return b;
+    double t0 = p->op_t0;
+    p->op_t0 = -1.0;
+    if (ev->node < 0 || ev->node >= p->n_nodes) return;
+    if (t0 >= 0.0 && ev->status == CT_OK) ct_prof_op(p, ev->node, ev->kernel, t0);
+    node_info *n = &p->nodes[ev->node];
+    if (n->have) return;
+    snprintf(n->name, sizeof n->name, "%s", ev->name);
+    n->op = ev->op;
+    n->dtype = ct_dtype_name(ev->dtype);
+    ct_shape_str(ev->ndim, ev->shape, n->shape, sizeof n->shape);
+    n->flops = ev->flops;
+    n->bytes = ev->bytes;
+    n->backward = ev->backward;
+    n->have = 1;
 }
 
 ct_status ct_plan_set_profiler(ct_plan *plan, ct_profiler *p) {
     if (!plan) return CT_E_INVALID_ARG;
-    plan->prof = NULL;
+    ct_plan_set_node_hook(plan, NULL, NULL);
     if (!p) return CT_OK;
-    const ct_graph *g = &plan->g;
-    node_info *ni = calloc((size_t)g->n > 0 ? (size_t)g->n : 1, sizeof *ni);
-    if (!ni) return ct_set_error(plan->ctx, CT_E_OOM, "profiler: out of memory caching %d nodes", g->n);
-    for (int i = 0; i < g->n; i++) {
-        const ct_node_def *d = &g->nodes[i];
-        snprintf(ni[i].name, sizeof ni[i].name, "%s", d->name);
-        ni[i].op = ct_op_table(d->op)->name;
-        ni[i].dtype = ct_dtype_name(d->dtype);
-        ct_shape_str(d->ndim, d->shape, ni[i].shape, sizeof ni[i].shape);
-        ni[i].flops = node_flops(g, d);
-        ni[i].bytes = node_bytes(g, d);
-        ni[i].backward = (d->flags & CT_NODE_BACKWARD) != 0;
-    }
+    ct_plan_stats st;
+    ct_plan_get_stats(plan, &st);
+    node_info *ni = calloc(st.n_nodes > 0 ? (size_t)st.n_nodes : 1, sizeof *ni);
+    if (!ni) return ct_set_error(p->ctx, CT_E_OOM, "profiler: out of memory caching %d nodes", st.n_nodes);
     free(p->nodes);
     p->nodes = ni;
-    p->n_nodes = g->n;
-    p->plan = plan;
-    plan->prof = p;
+    p->n_nodes = st.n_nodes;
+    p->op_t0 = -1.0;
+    ct_plan_set_node_hook(plan, on_node, p);
     return CT_OK;
 }
 
@@ -223,12 +200,12 @@ static prof_event *push(ct_profiler *p) {
     }
     prof_event *e = &p->ev[p->n_ev++];
     e->node = -1;
-    e->slot = -1;
+    e->kernel = NULL;
     e->step = (int32_t)p->step; /* op events touch only the first cache line; callers fill the strings */
     return e;
 }
 
-void ct_prof_op(ct_profiler *p, int node, int slot, double t0_us) {
+void ct_prof_op(ct_profiler *p, int node, const char *kernel, double t0_us) {
     double t1 = ct_profiler_now_us();
     if (node < 0 || node >= p->n_nodes) return;
     prof_event *e = push(p);
@@ -236,7 +213,7 @@ void ct_prof_op(ct_profiler *p, int node, int slot, double t0_us) {
     e->ts = t0_us;
     e->dur = t1 - t0_us;
     e->node = node;
-    e->slot = (int16_t)slot;
+    e->kernel = kernel;
 }
 
 void ct_profiler_event(ct_profiler *p, const char *name, const char *cat, double t0_us, double t1_us,
@@ -329,7 +306,7 @@ static void write_events(ct_profiler *p, FILE *f, double base, int pid) {
                     ", \"phase\": \"%s\", \"dtype\": \"%s\", \"shape\": \"%s\", \"flops\": %.0f, \"bytes\": %.0f, "
                     "\"kernel\": \"%s\", \"step\": %d}}",
                     n->backward ? "backward" : "forward", n->dtype, n->shape, n->flops, n->bytes,
-                    ct_kernel_slot_name(e->slot), e->step);
+                    e->kernel ? e->kernel : "none", e->step);
         } else {
             fprintf(f, "\"name\": ");
             json_str(f, e->name);

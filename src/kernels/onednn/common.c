@@ -210,12 +210,15 @@ static ct_status attach_scratchpad(ct_dnnl *c) {
     return CT_OK;
 }
 
+/* The op's name for messages (the executor passes it in ct_kargs). */
+static const char *op_name(const ct_kargs *k) { return k->op_name ? k->op_name : "op"; }
+
 static ct_status create(ct_kargs *k, ct_dnnl_build_fn build, int nthreads, ct_dnnl **out) {
     ct_dnnl *c;
     ct_status s = ct_alloc(k->ctx, sizeof *c, (void **)&c);
     if (s != CT_OK) {
         char what[320], sh[96];
-        int o = snprintf(what, sizeof what, "%s '%s' (", ct_op_table(k->node->op)->name, k->node->name);
+        int o = snprintf(what, sizeof what, "%s '%s' (", op_name(k), k->node->name);
         for (int i = 0; i < k->node->n_in && o > 0 && (size_t)o < sizeof what; i++)
             o += snprintf(what + o, sizeof what - (size_t)o, "%s%s", i ? ", " : "",
                           ct_shape_str(k->in[i].ndim, k->in[i].shape, sh, sizeof sh));
@@ -226,7 +229,7 @@ static ct_status create(ct_kargs *k, ct_dnnl_build_fn build, int nthreads, ct_dn
     memset(c, 0, sizeof *c);
     c->ctx = k->ctx;
     c->nthreads = nthreads;
-    snprintf(c->what, sizeof c->what, "%s '%s'", ct_op_table(k->node->op)->name, k->node->name);
+    snprintf(c->what, sizeof c->what, "%s '%s'", op_name(k), k->node->name);
     dnnl_status_t st = dnnl_engine_create(&c->engine, dnnl_cpu, 0);
     if (st != dnnl_success) {
         c->engine = NULL;
@@ -270,7 +273,7 @@ static ct_status execute(ct_kargs *k, ct_dnnl *c) {
 
 ct_status ct_dnnl_run(ct_kargs *k, ct_dnnl_build_fn build) {
     if (!k->cache)
-        return ct_set_error(k->ctx, CT_E_INTERNAL, "oneDNN %s '%s': no cache slot", ct_op_table(k->node->op)->name,
+        return ct_set_error(k->ctx, CT_E_INTERNAL, "oneDNN %s '%s': no cache slot", op_name(k),
                             k->node->name);
     ct_dnnl *c = *k->cache;
     /* oneDNN's OpenMP runtime uses omp_get_max_threads(), both when it plans a

@@ -1,7 +1,7 @@
 /* src/kernels/simd/convert.c - SIMD bodies of the bulk f32 <-> bf16 / f16
  * conversions (include/ctrain/convert.h), compiled once for AVX2(+F16C) and
- * once for AVX-512; the dispatch and the reference loops are in
- * src/core/convert.c. Each result equals the scalar conversion of tensor.h
+ * once for AVX-512; the reference loops are in src/kernels/ref/convert.c,
+ * the dispatch in src/kernels/convert.c. Each result equals the scalar conversion of tensor.h
  * bit for bit:
  *   f32 -> bf16: integer rounding u + 0x7fff + lsb, >> 16; NaN lanes take
  *                (u >> 16) | 0x40 (quiet, sign and top payload kept).
@@ -27,7 +27,7 @@
 #define CVT_FN(name) ct_cvt_##name##_avx2
 #endif
 
-/* Declared again in src/core/convert.c (the dispatch). */
+/* Declared again in kernels/kernels.h (CT_DECL_CVT; dispatch in src/kernels/convert.c). */
 void CVT_FN(f32_to_bf16)(const float *src, uint16_t *dst, size_t n);
 void CVT_FN(bf16_to_f32)(const uint16_t *src, float *dst, size_t n);
 void CVT_FN(f32_to_f16)(const float *src, uint16_t *dst, size_t n);

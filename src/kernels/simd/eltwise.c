@@ -114,9 +114,12 @@ DEF_MAP2(map_tanh_bwd, d_tanh)
 
 typedef void (*map1_fn)(const float *, float *, int64_t);
 typedef void (*map2_fn)(const float *, const float *, float *, int64_t);
-static const map1_fn k_fwd[CT_UNARY_COUNT] = {map_relu, map_gelu, map_gelu_tanh, map_silu, map_sigmoid, map_tanh};
-static const map2_fn k_bwd[CT_UNARY_COUNT] = {map_relu_bwd, map_gelu_bwd, map_gelu_tanh_bwd,
-                                              map_silu_bwd, map_sigmoid_bwd, map_tanh_bwd};
+/* indexed by ct_unary_kind */
+static const map1_fn k_fwd[] = {map_relu, map_gelu, map_gelu_tanh, map_silu, map_sigmoid, map_tanh};
+static const map2_fn k_bwd[] = {map_relu_bwd, map_gelu_bwd, map_gelu_tanh_bwd,
+                                map_silu_bwd, map_sigmoid_bwd, map_tanh_bwd};
+_Static_assert(sizeof k_fwd / sizeof k_fwd[0] == CT_UNARY_COUNT, "k_fwd needs one map per ct_unary_kind");
+_Static_assert(sizeof k_bwd / sizeof k_bwd[0] == CT_UNARY_COUNT, "k_bwd needs one map per ct_unary_kind");
 
 /* ---- fixed-chunk parallel driver -------------------------------------------------------- */
 

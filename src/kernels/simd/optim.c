@@ -1,10 +1,10 @@
 /* src/kernels/simd/optim.c - SIMD bodies of the optimizer updates (SGD,
  * Adam/AdamW with amsgrad, RMSprop, Adagrad, LAMB), the same arithmetic in
- * the same order as the reference loops in src/optim/optim.c (fused
+ * the same order as the reference loops in src/kernels/ref/optim.c (fused
  * multiply-adds aside); the tails (< VW elements) run the reference. */
 #include <math.h>
 
-#include "optim/optim_kernels.h"
+#include "kernels/optim_kernels.h"
 #include "simd.h"
 
 #if defined(CT_SIMD_AVX512)

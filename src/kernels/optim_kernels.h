@@ -1,6 +1,7 @@
-/* src/optim/optim_kernels.h - the fused update loops of the optimizers over
- * flat arenas: a reference (optim.c) and a SIMD body compiled per ISA
- * (src/kernels/simd/optim.c), with the same arithmetic in the same order.
+/* src/kernels/optim_kernels.h - the fused update loops of the optimizers over
+ * flat arenas: a reference (src/kernels/ref/optim.c) and a SIMD body compiled
+ * per ISA (src/kernels/simd/optim.c), with the same arithmetic in the same
+ * order; the optimizers (src/optim/optim.c) pick one per step.
  * All operate on n elements from the given pointers so callers can split the
  * arena across threads. */
 #ifndef CT_OPTIM_KERNELS_H

@@ -1,24 +1,19 @@
-/* src/core/convert.c - bulk f32 <-> bf16 / f16 conversions: the reference
- * loops (the scalar functions of tensor.h), the per-ISA dispatch of the
- * SIMD bodies (src/kernels/simd/convert.c) and ct_convert on tensors. */
+/* src/kernels/convert.c - bulk f32 <-> bf16 / f16 conversions
+ * (include/ctrain/convert.h): the per-ISA dispatch between the reference
+ * loops (src/kernels/ref/convert.c) and the SIMD bodies
+ * (src/kernels/simd/convert.c), and ct_convert on tensors. */
 #include <string.h>
 
 #include "core/internal.h"
 #include "ctrain/convert.h"
 #include "kernels/kernels.h"
 
-/* The SIMD bodies (src/kernels/simd/convert.c, one per ISA). */
-/* per-ISA bodies: declared in kernels/kernels.h */
-
 /* ---- ISA ------------------------------------------------------------------------------------ */
 
-/* What the CPU (and OS) can run; libgcc's feature bits include the XGETBV check. */
+/* What the CPU (and OS) can run (core's probe); the SIMD bodies also need F16C. */
 static ct_isa cpu_isa(void) {
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-        return CT_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return CT_ISA_AVX2;
-    return CT_ISA_REF;
+    const ct_cpu_features *f = ct_cpu_probe();
+    return f->f16c ? ct_cpu_best_isa(f) : CT_ISA_REF;
 }
 
 ct_isa ct_convert_isa(ct_isa isa) {
@@ -33,8 +28,7 @@ void ct_f32_to_bf16_n(const float *src, uint16_t *dst, size_t n, ct_isa isa) {
     switch (ct_convert_isa(isa)) {
     case CT_ISA_AVX512: ct_cvt_f32_to_bf16_avx512(src, dst, n); return;
     case CT_ISA_AVX2: ct_cvt_f32_to_bf16_avx2(src, dst, n); return;
-    default:
-        for (size_t i = 0; i < n; i++) dst[i] = ct_f32_to_bf16(src[i]);
+    default: ct_cvt_f32_to_bf16_ref(src, dst, n);
     }
 }
 
@@ -42,8 +36,7 @@ void ct_bf16_to_f32_n(const uint16_t *src, float *dst, size_t n, ct_isa isa) {
     switch (ct_convert_isa(isa)) {
     case CT_ISA_AVX512: ct_cvt_bf16_to_f32_avx512(src, dst, n); return;
     case CT_ISA_AVX2: ct_cvt_bf16_to_f32_avx2(src, dst, n); return;
-    default:
-        for (size_t i = 0; i < n; i++) dst[i] = ct_bf16_to_f32(src[i]);
+    default: ct_cvt_bf16_to_f32_ref(src, dst, n);
     }
 }
 
@@ -51,8 +44,7 @@ void ct_f32_to_f16_n(const float *src, uint16_t *dst, size_t n, ct_isa isa) {
     switch (ct_convert_isa(isa)) {
     case CT_ISA_AVX512: ct_cvt_f32_to_f16_avx512(src, dst, n); return;
     case CT_ISA_AVX2: ct_cvt_f32_to_f16_avx2(src, dst, n); return;
-    default:
-        for (size_t i = 0; i < n; i++) dst[i] = ct_f32_to_f16(src[i]);
+    default: ct_cvt_f32_to_f16_ref(src, dst, n);
     }
 }
 
@@ -60,8 +52,7 @@ void ct_f16_to_f32_n(const uint16_t *src, float *dst, size_t n, ct_isa isa) {
     switch (ct_convert_isa(isa)) {
     case CT_ISA_AVX512: ct_cvt_f16_to_f32_avx512(src, dst, n); return;
     case CT_ISA_AVX2: ct_cvt_f16_to_f32_avx2(src, dst, n); return;
-    default:
-        for (size_t i = 0; i < n; i++) dst[i] = ct_f16_to_f32(src[i]);
+    default: ct_cvt_f16_to_f32_ref(src, dst, n);
     }
 }
 

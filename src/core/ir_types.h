@@ -1,0 +1,126 @@
+/* src/core/ir_types.h - the IR types every layer above core shares: the op
+ * enum with each op's inputs and attributes, the node definition, and the
+ * kernel calling convention (ct_kargs). Kernels (src/kernels/) include only
+ * this; the graph (src/graph/ir.h) adds the graph, builders and op table.
+ *
+ * Every node has exactly one output. Ops with several gradients get one
+ * backward node per gradient. A backward node may name its forward node as an
+ * input to read that node's saved state (aux). Internal to the library. */
+#ifndef CT_CORE_IR_TYPES_H
+#define CT_CORE_IR_TYPES_H
+
+#include <stdint.h>
+
+#include "ctrain/graph.h"
+#include "core/internal.h"
+
+#define CT_MAX_INPUTS 8
+#define CT_NAME_LEN 64
+
+typedef enum ct_op {
+    CT_OP_INPUT = 0,
+    CT_OP_PARAM,
+    CT_OP_BUFFER,
+    /* forward ops */
+    CT_OP_MATMUL,      /* ia[0]=trans_a ia[1]=trans_b                                    */
+    CT_OP_LINEAR,      /* in: x, w[, b]                                                  */
+    CT_OP_CONV2D,      /* in: x, w[, b]; ia: 0 stride 1 pad 2 dilation 3 groups            */
+    CT_OP_MAXPOOL2D,   /* ia: 0 kernel 1 stride 2 pad; aux: argmax indices (int32)        */
+    CT_OP_AVGPOOL2D,   /* ia: 0 kernel 1 stride 2 pad (count_include_pad=True)            */
+    CT_OP_BATCHNORM,   /* in: x, gamma, beta, rmean, rvar; fa: 0 momentum 1 eps;
+                          aux: mean[C], invstd[C] of the batch (training)                 */
+    CT_OP_LAYERNORM,   /* in: x, gamma, beta; fa[0]=eps; aux: mean[R], invstd[R]          */
+    CT_OP_UNARY,       /* ia[0]=ct_unary_kind                                            */
+    CT_OP_SCALE,       /* fa[0]=s                                                         */
+    CT_OP_BINARY,      /* ia[0]=ct_binary_kind; broadcasting                              */
+    CT_OP_SUM,         /* ia[0]=axes mask ia[1]=keepdim; fa[0]=multiplier (1 or 1/n)      */
+    CT_OP_RESHAPE,     /* aliases its input's memory                                      */
+    CT_OP_TRANSPOSE,   /* ia[0..ndim-1]=perm                                              */
+    CT_OP_CONCAT,      /* ia[0]=axis                                                      */
+    CT_OP_SLICE,       /* ia: 0 axis 1 start 2 end                                        */
+    CT_OP_SOFTMAX,
+    CT_OP_LOG_SOFTMAX,
+    CT_OP_CROSS_ENTROPY, /* in: logits, labels; fa[0]=smoothing ia[0]=ignore_index        */
+    CT_OP_DROPOUT,     /* fa[0]=p; ia[0]=RNG stream (the forward node's id)               */
+    CT_OP_EMBEDDING,   /* in: weight, ids                                                 */
+    CT_OP_CAST,        /* dtype conversion (autocast pass); out dtype = node dtype         */
+    CT_OP_ATTENTION,   /* in: qkv (B,T,3D)[, key_valid I32 (B,T)]; ia: 0 n_head 1 causal;
+                          fa[0]=scale; aux: log-sum-exp per (b, h, t), -inf for a
+                          query row with every key masked                                 */
+    /* backward ops */
+    CT_OP_UNARY_BWD,   /* in: dy, x (or y for sigmoid/tanh/relu); ia[0]=kind              */
+    CT_OP_BROADCAST_TO,/* in: x, like; out has like's shape; fa[0]=multiplier             */
+    CT_OP_SUM_TO,      /* in: x; out shape given; sums broadcast dims                     */
+    CT_OP_CONV2D_BWD_DATA,   /* in: dy, w, fwd; attrs as CONV2D                           */
+    CT_OP_CONV2D_BWD_WEIGHT, /* in: dy, x, fwd                                            */
+    CT_OP_MAXPOOL2D_BWD,     /* in: dy, fwd                                               */
+    CT_OP_AVGPOOL2D_BWD,     /* in: dy; out shape = x's                                   */
+    CT_OP_BATCHNORM_BWD_DATA,  /* in: dy, x, gamma, fwd                                   */
+    CT_OP_BATCHNORM_BWD_GAMMA, /* in: dy, x, fwd                                          */
+    CT_OP_LAYERNORM_BWD_DATA,  /* in: dy, x, gamma, fwd                                   */
+    CT_OP_LAYERNORM_BWD_GAMMA, /* in: dy, x, fwd                                          */
+    CT_OP_SLICE_BWD,   /* in: dy; out shape = x's; zero padding                           */
+    CT_OP_SOFTMAX_BWD, /* in: dy, y                                                       */
+    CT_OP_LOG_SOFTMAX_BWD, /* in: dy, y                                                   */
+    CT_OP_CROSS_ENTROPY_BWD, /* in: dloss, logits, labels; attrs as forward              */
+    CT_OP_EMBEDDING_BWD, /* in: dy, ids; out shape = weight's                             */
+    CT_OP_ATTENTION_BWD, /* in: dy, qkv, fwd[, key_valid]; out: d_qkv; attrs as forward     */
+    CT_OP_COUNT
+} ct_op;
+
+typedef enum ct_unary_kind {
+    CT_UNARY_RELU = 0, CT_UNARY_GELU, CT_UNARY_GELU_TANH, CT_UNARY_SILU, CT_UNARY_SIGMOID,
+    CT_UNARY_TANH, CT_UNARY_COUNT
+} ct_unary_kind;
+
+typedef enum ct_binary_kind { CT_BIN_ADD = 0, CT_BIN_SUB, CT_BIN_MUL, CT_BIN_DIV, CT_BIN_COUNT } ct_binary_kind;
+
+enum {
+    CT_NODE_BACKWARD = 2, /* node flag: part of the backward pass */
+    CT_NODE_RECOMPUTE = 4, /* node flag: a copy of a forward node made by the recompute pass
+                              (recompute.c); runs during backward with training-mode
+                              semantics, and batchnorm does not update running stats */
+};
+
+typedef struct ct_node_def {
+    ct_op op;
+    int n_in;
+    ct_node in[CT_MAX_INPUTS];
+    ct_dtype dtype;
+    int ndim;
+    int64_t shape[CT_MAX_DIMS];
+    int64_t ia[8];
+    float fa[4];
+    char name[CT_NAME_LEN];
+    uint32_t flags;
+    /* leaves */
+    ct_init init;
+    int64_t fan_in;
+} ct_node_def;
+
+static inline int ct_dtype_is_float(ct_dtype t) { return t == CT_F32 || t == CT_BF16 || t == CT_F16; }
+static inline int ct_dtype_is_low(ct_dtype t) { return t == CT_BF16 || t == CT_F16; }
+
+/* ---- kernel calling convention ------------------------------------------------ */
+
+typedef struct ct_kargs {
+    ct_context *ctx;
+    const ct_node_def *node;
+    const char *op_name;                /* the op's name, for messages (may be NULL) */
+    ct_node id;
+    ct_tensor out;
+    ct_tensor in[CT_MAX_INPUTS];
+    void *aux;                          /* this node's saved state               */
+    void *in_aux[CT_MAX_INPUTS];        /* inputs' saved state (backward reads)   */
+    void *ws;                           /* scratch, ws_bytes, valid for this call */
+    size_t ws_bytes;
+    void **cache;                       /* per-node persistent slot (oneDNN)     */
+    int training;
+    uint64_t step;                      /* RNG counter base for dropout          */
+    uint64_t seed;
+    int nthreads;
+} ct_kargs;
+
+typedef ct_status (*ct_kernel_fn)(ct_kargs *k);
+
+#endif

@@ -1,0 +1,127 @@
+/* src/graph/planner.c - the memory planner (the "plan_memory" pass of
+ * ct_compile): storage roots and last uses of every live node, parameter
+ * and gradient offsets (shared layout, 64-byte aligned per tensor), buffer
+ * offsets, and a first-fit lifetime placement of activations, saved state
+ * (aux) and the FP32 copies of low-precision I/O in one activation arena.
+ * Inputs occupy their memory for the whole step; reshapes alias their input.
+ * Reads the kernel choice (aux/ws/cvt sizes) of pass_select_kernels; the
+ * allocation pass then points every node into the arenas. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+typedef struct {
+    size_t off, size;
+    int end;
+} block;
+
+/* First-fit placement of [size] bytes among live blocks; frees blocks whose
+ * lifetime ended before `now`. */
+static size_t place(block *blocks, int *nb, int now, size_t size, int end, size_t *high) {
+    int w = 0;
+    for (int i = 0; i < *nb; i++)
+        if (blocks[i].end >= now) blocks[w++] = blocks[i];
+    *nb = w;
+    /* blocks sorted by offset: scan gaps */
+    size_t cand = 0;
+    for (int i = 0; i < *nb; i++) {
+        if (blocks[i].off >= cand + size) break;
+        if (blocks[i].off + blocks[i].size > cand) cand = blocks[i].off + blocks[i].size;
+    }
+    int pos = 0;
+    while (pos < *nb && blocks[pos].off < cand) pos++;
+    memmove(&blocks[pos + 1], &blocks[pos], (size_t)(*nb - pos) * sizeof *blocks);
+    blocks[pos] = (block){cand, size, end};
+    (*nb)++;
+    if (cand + size > *high) *high = cand + size;
+    return cand;
+}
+
+ct_status ct_pass_plan_memory(ct_plan *p) {
+    ct_graph *g = &p->g;
+    ct_plan_node *pn = p->pn;
+    int n = g->n;
+    /* storage roots and last uses */
+    for (int i = 0; i < n; i++) {
+        pn[i].root = g->nodes[i].op == CT_OP_RESHAPE ? pn[g->nodes[i].in[0]].root : i;
+        pn[i].last_use = i;
+        pn[i].grad_of_param = -1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!pn[i].live) continue;
+        const ct_node_def *d = &g->nodes[i];
+        for (int j = 0; j < d->n_in; j++) {
+            ct_node r = pn[d->in[j]].root;
+            if (pn[r].last_use < i) pn[r].last_use = i;
+            if (pn[d->in[j]].last_use < i) pn[d->in[j]].last_use = i;
+        }
+    }
+    for (int i = 0; i < n; i++) { /* an alias keeps its root alive */
+        ct_node r = pn[i].root;
+        if (pn[i].live && pn[r].last_use < pn[i].last_use) pn[r].last_use = pn[i].last_use;
+    }
+    if (p->loss != CT_NONE) pn[pn[p->loss].root].last_use = n;
+    for (int i = 0; i < p->n_outputs; i++) pn[pn[p->outputs[i]].root].last_use = n;
+    /* parameters and their gradients */
+    size_t off = 0;
+    for (int i = 0; i < p->n_params; i++) {
+        ct_node q = p->params[i];
+        p->param_off[i] = off;
+        pn[q].arena = CT_ARENA_PARAM;
+        pn[q].offset = off * sizeof(float);
+        off += ct_align_up((size_t)ct_node_numel(&g->nodes[q]), CT_ALIGN / sizeof(float));
+        if (p->param_grads[i] != CT_NONE) {
+            ct_node gq = p->param_grads[i];
+            if (!p->accumulate_grads) { /* accumulate: planned as an activation below */
+                pn[gq].arena = CT_ARENA_GRAD;
+                pn[gq].offset = pn[q].offset;
+            }
+            pn[gq].grad_of_param = i;
+        }
+    }
+    p->n_param_floats = off;
+    off = 0;
+    for (int i = 0; i < n; i++) {
+        if (g->nodes[i].op != CT_OP_BUFFER) continue;
+        pn[i].arena = CT_ARENA_BUFFER;
+        pn[i].offset = off * sizeof(float);
+        off += ct_align_up((size_t)ct_node_numel(&g->nodes[i]), CT_ALIGN / sizeof(float));
+    }
+    p->n_buffer_floats = off;
+    /* activations: inputs live for the whole step, the rest by lifetime */
+    block *blocks = malloc(sizeof(block) * (size_t)(2 * n + 2));
+    if (!blocks) return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory planning activations");
+    int nb = 0;
+    size_t high = 0;
+    /* inputs are written before the step starts, wherever they were declared:
+     * they occupy their memory for the whole step (time 0 to n) */
+    for (int i = 0; i < n; i++) {
+        const ct_node_def *d = &g->nodes[i];
+        if (!pn[i].live || d->op != CT_OP_INPUT) continue;
+        pn[i].bytes = ct_align_up((size_t)ct_node_numel(d) * ct_dtype_size(d->dtype), CT_ALIGN);
+        pn[i].arena = CT_ARENA_ACT;
+        pn[i].offset = place(blocks, &nb, 0, pn[i].bytes, n, &high);
+    }
+    for (int i = 0; i < n; i++) {
+        const ct_node_def *d = &g->nodes[i];
+        if (!pn[i].live || d->op == CT_OP_INPUT) continue;
+        pn[i].bytes = ct_align_up((size_t)ct_node_numel(d) * ct_dtype_size(d->dtype), CT_ALIGN);
+        if (d->op == CT_OP_RESHAPE) {
+            pn[i].arena = CT_ARENA_ALIAS;
+            continue;
+        }
+        int end = pn[i].last_use;
+        if (pn[i].arena == CT_ARENA_NONE) {
+            pn[i].arena = CT_ARENA_ACT;
+            pn[i].offset = place(blocks, &nb, i, pn[i].bytes, end, &high);
+        }
+        if (pn[i].aux_bytes) pn[i].aux_offset = place(blocks, &nb, i, ct_align_up(pn[i].aux_bytes, CT_ALIGN), end, &high);
+        /* FP32 copies of low-precision I/O live only while the node runs */
+        if (pn[i].cvt_bytes) pn[i].cvt_offset = place(blocks, &nb, i, pn[i].cvt_bytes, i, &high);
+    }
+    free(blocks);
+    p->act_bytes = high;
+    return CT_OK;
+}
+

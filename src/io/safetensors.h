@@ -1,0 +1,64 @@
+/* src/io/safetensors.h - reading and writing safetensors files (F32
+ * tensors, string metadata, ctrain's CRC32 in __metadata__.ctrain_crc32):
+ * src/io/safetensors.c. Used by the weights and checkpoint code
+ * (checkpoint.c); docs/checkpoint-format.md describes the files. Internal. */
+#ifndef CT_IO_SAFETENSORS_H
+#define CT_IO_SAFETENSORS_H
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#include "core/internal.h"
+
+/* A tensor to write, or to find in a file (name, shape) and copy into (data). */
+typedef struct {
+    char name[128];      /* a node name (< 64 chars), maybe with a prefix such as "optimizer.exp_avg." */
+    int ndim;
+    int64_t shape[CT_MAX_DIMS];
+    float *data;
+    size_t numel;
+} ct_st_tensor;
+
+
+
+/* String metadata to write (at most 64 short values and one long one). */
+typedef struct {
+    const char *key[64];
+    char val[64][64];
+    const char *long_key; /* one long value (the recipe) */
+    const char *long_val;
+    int n;
+} ct_st_meta;
+
+/* Sets key (a string that outlives m) to a formatted value. */
+void ct_st_meta_set(ct_st_meta *m, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Writes a complete safetensors file to `path` (which must not be visible
+ * to readers yet: a temporary name), fsync'd when do_fsync; `shown` names the
+ * file in messages. *crc_out (may be NULL): the file's CRC. */
+ct_status ct_st_write(ct_context *ctx, const char *path, const char *shown, const ct_st_tensor *t, int n,
+                      const ct_st_meta *m, int do_fsync, uint32_t *crc_out);
+
+/* A file read whole into memory and checked. */
+typedef struct {
+    unsigned char *buf;
+    size_t size, data_off, data_size;
+    cJSON *header, *meta;
+    int n_tensors;
+    uint32_t crc;
+    int has_crc;
+} ct_st_file;
+
+/* Reads and checks a whole safetensors file (size, header, every entry,
+ * offsets covering the data exactly, the CRC). require_crc: the file must
+ * carry ctrain's checksum (checkpoints); otherwise it is checked if present. */
+ct_status ct_st_read(ct_context *ctx, const char *path, int require_crc, ct_st_file *f);
+void ct_st_close(ct_st_file *f);
+/* Matches the file's tensors against `want` (same names, same shapes, no
+ * others); src[i] is where want[i]'s data starts in the file. */
+ct_status ct_st_match(ct_context *ctx, const char *shown, const ct_st_file *f, const ct_st_tensor *want, int n,
+                      const unsigned char **src);
+/* A string of __metadata__, NULL when absent. */
+const char *ct_st_meta_str(const ct_st_file *f, const char *key);
+
+#endif
