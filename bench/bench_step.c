@@ -269,7 +269,7 @@ int main(int argc, char **argv) {
     } else if (is_mlp) {
         DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));
         DIE_IF(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){batch, 784}, &x));
-        DIE_IF(ctx, ct_model_mlp(g, x, 2, (int64_t[]){1024, 1024}, n_classes, 0.0f, &logits));
+        DIE_IF(ctx, ct_model_mlp(g, x, 2, (int64_t[]){1024, 1024}, n_classes, CT_ACT_RELU, 0.0f, &logits));
         x_numel = batch * 784;
     } else {
         DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));

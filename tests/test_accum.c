@@ -36,7 +36,7 @@ static ct_status net_build(ct_context *ctx, int cnn, int64_t batch, int accumula
     if (s == CT_OK) s = ct_input(g, "y", CT_I32, 1, &batch, &m->y);
     if (s == CT_OK) {
         if (cnn) s = ct_model_cnn(g, m->x, 2, (int64_t[]){4, 8}, CLASSES, &m->logits);
-        else s = ct_model_mlp(g, m->x, 2, (int64_t[]){32, 16}, CLASSES, 0.0f, &m->logits);
+        else s = ct_model_mlp(g, m->x, 2, (int64_t[]){32, 16}, CLASSES, CT_ACT_RELU, 0.0f, &m->logits);
     }
     if (s == CT_OK) s = ct_cross_entropy(g, m->logits, m->y, 0.0f, -100, &m->loss);
     ct_compile_opts o;

@@ -301,7 +301,7 @@ TEST(inputs_declared_late_keep_their_values) {
     CHECK_OK(ctx, ct_graph_create(ctx, &g));
     ct_node x, y, logits, loss;
     CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){8, 16}, &x));
-    CHECK_OK(ctx, ct_model_mlp(g, x, 1, (int64_t[]){32}, 4, 0, &logits));
+    CHECK_OK(ctx, ct_model_mlp(g, x, 1, (int64_t[]){32}, 4, CT_ACT_RELU, 0, &logits));
     CHECK_OK(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){8}, &y));
     CHECK_OK(ctx, ct_cross_entropy(g, logits, y, 0, -100, &loss));
     ct_plan *p;

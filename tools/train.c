@@ -197,7 +197,7 @@ static ct_status build_model(ct_context *ctx, const ct_recipe *r, const ct_datas
     int64_t xs[4] = {r->batch_size, ds->c, ds->h, ds->w};
     if ((s = ct_input(g, "images", CT_F32, 4, xs, &m->x)) == CT_OK &&
         (s = ct_input(g, "labels", CT_I32, 1, (int64_t[]){r->batch_size}, &m->y)) == CT_OK) {
-        if (!strcmp(r->model, "mlp")) s = ct_model_mlp(g, m->x, r->n_hidden, r->hidden, ds->n_classes, r->dropout, &m->logits);
+        if (!strcmp(r->model, "mlp")) s = ct_model_mlp(g, m->x, r->n_hidden, r->hidden, ds->n_classes, CT_ACT_RELU, r->dropout, &m->logits);
         else s = ct_model_cnn(g, m->x, r->n_channels, r->channels, ds->n_classes, &m->logits);
     }
     if (s == CT_OK) s = ct_cross_entropy(g, m->logits, m->y, r->label_smoothing, -100, &m->loss);

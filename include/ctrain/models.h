@@ -8,10 +8,31 @@
 extern "C" {
 #endif
 
-/* MLP: x (B, in) -> hidden layers with ReLU -> logits (B, n_classes).
- * Params named fc{i}.weight / fc{i}.bias in PyTorch layout. */
+/* Elementwise activations a builder can be told to use (each is one op of
+ * graph.h: ct_relu, ct_gelu(x, 0), ct_gelu(x, 1), ct_silu, ct_tanh).
+ * CT_ACT_RELU is 0, so a zeroed option picks ReLU. */
+typedef enum ct_activation {
+    CT_ACT_RELU = 0,
+    CT_ACT_GELU,      /* exact (erf) GELU, PyTorch's nn.GELU()                */
+    CT_ACT_GELU_TANH, /* tanh approximation, nn.GELU(approximate='tanh')      */
+    CT_ACT_SILU,
+    CT_ACT_TANH,
+    CT_ACT_COUNT
+} ct_activation;
+/* "relu", "gelu", "gelu-tanh", "silu", "tanh"; "invalid" for others. */
+const char *ct_activation_name(ct_activation a);
+/* Parses a name above; unknown -> CT_E_INVALID_ARG listing the valid ones
+ * (ctx may be NULL). */
+ct_status ct_activation_parse(ct_context *ctx, const char *name, ct_activation *out);
+/* out = act(x), through the op the activation names. */
+ct_status ct_activation_apply(ct_graph *g, ct_node x, ct_activation act, ct_node *out);
+
+/* MLP: x (B, in) (other ranks are flattened from dim 1) -> hidden layers
+ * linear -> act (-> dropout when dropout > 0) -> logits (B, n_classes).
+ * act = CT_ACT_RELU is the classic ReLU MLP. Params named fc{i}.weight /
+ * fc{i}.bias in PyTorch layout. */
 ct_status ct_model_mlp(ct_graph *g, ct_node x, int n_hidden, const int64_t *hidden,
-                       int64_t n_classes, float dropout, ct_node *logits);
+                       int64_t n_classes, ct_activation act, float dropout, ct_node *logits);
 
 /* Small CNN: blocks of conv3x3(pad 1)-batchnorm-relu-maxpool2, then
  * flatten and linear. x (B, C, H, W). Params conv{i}.weight, bn{i}.weight,
