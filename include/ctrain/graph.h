@@ -259,6 +259,17 @@ void ct_plan_set_grad_ready(ct_plan *p, ct_grad_ready_fn fn, void *user);
 int ct_plan_num_params(const ct_plan *p);
 ct_status ct_plan_param_info(const ct_plan *p, int i, const char **name, ct_tensor *value,
                              ct_tensor *grad);
+/* Buffers (non-trainable state: batchnorm running_mean / running_var) in
+ * arena order (the order ct_buffer declared them); `value` views the buffer
+ * arena (FP32), writable. Any out-pointer may be NULL. i out of range ->
+ * CT_E_INVALID_ARG. */
+int ct_plan_num_buffers(const ct_plan *p);
+ct_status ct_plan_buffer_info(const ct_plan *p, int i, const char **name, ct_tensor *value);
+/* Index (for ct_plan_param_info / ct_plan_buffer_info) of the parameter or
+ * buffer with this exact name, e.g. "bn1.running_mean"; no such name ->
+ * CT_E_INVALID_ARG naming it (*index untouched). */
+ct_status ct_plan_find_param(const ct_plan *p, const char *name, int *index);
+ct_status ct_plan_find_buffer(const ct_plan *p, const char *name, int *index);
 /* Whole arenas as flat FP32 vectors (params and grads share one layout). */
 ct_status ct_plan_param_arena(ct_plan *p, float **params, float **grads, size_t *n);
 /* Buffers (non-trainable state) arena. */
