@@ -195,7 +195,8 @@ typedef struct ct_compile_opts {
      * ct_plan_set_loss_scale (PyTorch's loss / accumulation_steps). Costs
      * activation memory for the gradient nodes. Statistics that depend on the
      * batch (batchnorm's mean/var, and its running stats updated once per
-     * micro-batch) are per micro-batch, as in PyTorch. 0 (default): backward
+     * micro-batch) are per micro-batch, as in PyTorch; to move the running
+     * stats once per step, see ct_plan_set_update_running_stats. 0 (default): backward
      * writes final gradients directly into the grad arena (no extra memory). */
     int accumulate_grads;
     /* Activation checkpointing (the "recompute" pass, after autodiff). A
@@ -240,6 +241,16 @@ ct_status ct_plan_backward(ct_plan *p);
 ct_status ct_plan_zero_grads(ct_plan *p);
 /* Step counter used by dropout's RNG stream; the optimizer advances it. */
 void ct_plan_set_step(ct_plan *p, uint64_t step);
+/* Batchnorm running statistics (default on). Off: a training-mode forward
+ * still normalizes with the batch's statistics (outputs and gradients are
+ * unchanged) but leaves running_mean / running_var bit for bit untouched,
+ * in every kernel. With gradient accumulation, turn it on for one
+ * micro-batch of each step only, so the running stats move once per
+ * optimizer step. Eval-mode forwards never update them either way.
+ * ct_plan_update_running_stats reads the switch (1 for plans without
+ * batchnorm). */
+void ct_plan_set_update_running_stats(ct_plan *p, int on);
+int ct_plan_update_running_stats(const ct_plan *p);
 /* Anomaly mode: after every op (forward and backward) the output is checked
  * for NaN/inf; the first op that produces one fails with CT_E_NONFINITE and a
  * message naming the op and node with statistics of its inputs. Costs one

@@ -624,6 +624,22 @@ ct_status ct_plan_zero_grads(ct_plan *p) {
 
 void ct_plan_set_step(ct_plan *p, uint64_t step) { p->step = step; }
 
+void ct_plan_set_update_running_stats(ct_plan *p, int on) {
+    if (!p) return;
+    for (int i = 0; i < p->g.n; i++) {
+        ct_node_def *d = &p->g.nodes[i];
+        if (d->op != CT_OP_BATCHNORM) continue;
+        if (on) d->flags &= ~(uint32_t)CT_NODE_KEEP_STATS;
+        else d->flags |= CT_NODE_KEEP_STATS;
+    }
+}
+
+int ct_plan_update_running_stats(const ct_plan *p) {
+    for (int i = 0; p && i < p->g.n; i++)
+        if (p->g.nodes[i].op == CT_OP_BATCHNORM) return !(p->g.nodes[i].flags & CT_NODE_KEEP_STATS);
+    return 1;
+}
+
 void ct_plan_set_anomaly(ct_plan *p, int on) { p->anomaly = on != 0; }
 
 ct_status ct_plan_set_loss_scale(ct_plan *p, float scale) {
