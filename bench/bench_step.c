@@ -132,7 +132,7 @@ static void opt_create(ct_context *ctx, ct_plan *p, const ct_optim_opts *o, benc
 
 static void opt_step(ct_context *ctx, bench_opt *b) {
 #ifdef CT_BENCH_HAVE_OPTIM
-    DIE_IF(ctx, ct_optimizer_step(b->opt, b->o.lr));
+    DIE_IF(ctx, ct_optimizer_step(b->opt)); /* at o.lr */
 #else
     (void)ctx;
     float *w, *g;

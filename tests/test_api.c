@@ -128,7 +128,8 @@ static void train_steps(ct_context *ctx, const char *model, int steps, uint64_t 
         if (it == 1) ct_context_mem_stats(ctx, &before);
         CHECK_OK(ctx, ct_plan_forward(p, 1));
         CHECK_OK(ctx, ct_plan_backward(p));
-        CHECK_OK(ctx, ct_optimizer_step(opt, 1e-3f));
+        CHECK_OK(ctx, ct_optimizer_set_lr(opt, 1e-3f));
+        CHECK_OK(ctx, ct_optimizer_step(opt));
         CHECK_OK(ctx, ct_plan_forward(p, 0)); /* evaluation pass too */
     }
     ct_context_mem_stats(ctx, &after);
@@ -212,8 +213,10 @@ TEST(optimizer_fast_matches_reference) {
         for (int it = 0; it < 5; it++) {
             test_fill_uniform(g1, n, 100 + (unsigned)it, -1, 1);
             memcpy(g2, g1, n * sizeof *g1);
-            CHECK_OK(ctx, ct_optimizer_step(a, 0.01f));
-            CHECK_OK(ctx, ct_optimizer_step_ref(b, 0.01f));
+            CHECK_OK(ctx, ct_optimizer_set_lr(a, 0.01f));
+            CHECK_OK(ctx, ct_optimizer_step(a));
+            CHECK_OK(ctx, ct_optimizer_set_lr(b, 0.01f));
+            CHECK_OK(ctx, ct_optimizer_step_ref(b));
         }
         double e = test_max_rel(w1, w2, n, 1e-3);
         CHECK_MSG(e < 1e-5, "%s fast vs reference: %g", kind ? "adamw" : "sgd", e);

@@ -272,7 +272,7 @@ ct_status cli_optimizer_step(const ct_recipe *r, ct_plan *plan, ct_optimizer *op
         if (r->clip_grad_norm > 0.0f && (s = ct_clip_grad_norm(plan, r->clip_grad_norm, 2.0f, gnorm)) != CT_OK)
             return s;
         if (r->clip_grad_value > 0.0f && (s = ct_clip_grad_value(plan, r->clip_grad_value)) != CT_OK) return s;
-        if ((s = ct_optimizer_step(opt, lr)) != CT_OK) return s;
+        if ((s = ct_optimizer_set_lr(opt, lr)) != CT_OK || (s = ct_optimizer_step(opt)) != CT_OK) return s;
     }
     if (!scaler) return CT_OK;
     const float scale_before = ct_scaler_scale(scaler);
