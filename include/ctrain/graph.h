@@ -4,14 +4,26 @@
  * Values in a graph are named by ct_node ids (int32). Every builder checks
  * shapes and dtypes and returns CT_E_SHAPE / CT_E_DTYPE with a message.
  *
- *   ct_graph *g; ct_graph_create(ctx, &g);
- *   ct_node x, w, y, loss;
+ * Example (compiled and run, verbatim, by tests/test_header_example.c, which
+ * also checks that this text equals its copy; statuses unchecked for brevity:
+ * every call returns a ct_status and ctx holds the message):
+ *
+ *   ct_graph *g;  ct_graph_create(ctx, &g);
+ *   ct_node x, y, w, b, logits, loss;
  *   ct_input(g, "x", CT_F32, 2, (int64_t[]){64, 784}, &x);
+ *   ct_input(g, "y", CT_I32, 1, (int64_t[]){64}, &y);
  *   ct_param(g, "fc.weight", 2, (int64_t[]){10, 784}, CT_INIT_KAIMING_UNIFORM, 784, &w);
- *   ct_linear(g, x, w, CT_NONE, &y);
- *   ...
- *   ct_plan *p; ct_compile(g, loss, NULL, &p);
- *   ct_plan_forward(p, 1); ct_plan_backward(p);
+ *   ct_param(g, "fc.bias", 1, (int64_t[]){10}, CT_INIT_KAIMING_UNIFORM, 784, &b);
+ *   ct_linear(g, x, w, b, &logits);
+ *   ct_cross_entropy(g, logits, y, 0.0f, -100, &loss);
+ *   ct_plan *p;  ct_compile(g, loss, 1, &logits, NULL, &p);
+ *   ct_graph_free(g);                 // the plan holds its own snapshot
+ *   ct_tensor tx, ty;                 // inputs: write here before forward
+ *   ct_plan_tensor(p, x, &tx);  ct_plan_tensor(p, y, &ty);
+ *   for (int i = 0; i < 64; i++) ((int32_t *)ty.data)[i] = i % 10;
+ *   ct_plan_forward(p, 1);  ct_plan_backward(p);
+ *   float l;  ct_plan_loss(p, &l);
+ *   ct_plan_free(p);
  */
 #ifndef CTRAIN_GRAPH_H
 #define CTRAIN_GRAPH_H
