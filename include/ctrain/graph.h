@@ -115,7 +115,11 @@ ct_status ct_slice(ct_graph *g, ct_node x, int axis, int64_t start, int64_t end,
 /* Over the last dim. */
 ct_status ct_softmax(ct_graph *g, ct_node x, ct_node *out);
 ct_status ct_log_softmax(ct_graph *g, ct_node x, ct_node *out);
-/* logits (N, C), labels I32 (N) -> scalar mean loss over non-ignored rows. */
+/* logits (..., C) with the classes on the last axis ((N, C), (B, T, V), ...),
+ * labels I32 of the leading shape (...) -> scalar mean over every position
+ * whose label is not ignore_index (PyTorch's reduction='mean'; 0 when all
+ * are ignored). The same as reshaping to (N, C) / (N) first, bit for bit.
+ * label_smoothing in [0, 1). A label outside [0, C) fails at run time. */
 ct_status ct_cross_entropy(ct_graph *g, ct_node logits, ct_node labels, float label_smoothing,
                            int ignore_index, ct_node *out);
 /* Inverted dropout, active only when the plan runs in training mode. */
