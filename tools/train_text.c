@@ -89,7 +89,7 @@ static ct_status build_lm(ct_context *ctx, const ct_recipe *r, const ct_gpt_conf
     s = ct_input(g, "ids", CT_I32, 2, (int64_t[]){B, T}, &m->ids);
     if (s == CT_OK) s = ct_input(g, "labels", CT_I32, 2, (int64_t[]){B, T}, &m->labels);
     if (s == CT_OK && m->bert) s = ct_input(g, "key_valid", CT_I32, 2, (int64_t[]){B, T}, &m->kv);
-    if (s == CT_OK) s = m->bert ? ct_model_bert(g, m->ids, m->kv, bc, &logits) : ct_model_gpt(g, m->ids, gc, &logits);
+    if (s == CT_OK) s = m->bert ? ct_model_bert(g, m->ids, m->kv, CT_NONE, CT_NONE, bc, &logits) : ct_model_gpt(g, m->ids, gc, &logits);
     if (s == CT_OK) s = ct_reshape(g, logits, 2, (int64_t[]){B * T, V}, &flat);
     if (s == CT_OK) s = ct_reshape(g, m->labels, 1, (int64_t[]){B * T}, &lab1);
     if (s == CT_OK) s = ct_cross_entropy(g, flat, lab1, r->label_smoothing, CT_TEXT_IGNORE_LABEL, &m->loss);
