@@ -132,7 +132,7 @@ static void opt_create(ct_context *ctx, ct_plan *p, const ct_optim_opts *o, benc
 
 static void opt_step(ct_context *ctx, bench_opt *b) {
 #ifdef CT_BENCH_HAVE_OPTIM
-    DIE_IF(ctx, ct_optimizer_step(b->opt, b->o.lr));
+    DIE_IF(ctx, ct_optimizer_step(b->opt)); /* at o.lr */
 #else
     (void)ctx;
     float *w, *g;
@@ -269,7 +269,7 @@ int main(int argc, char **argv) {
     } else if (is_mlp) {
         DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));
         DIE_IF(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){batch, 784}, &x));
-        DIE_IF(ctx, ct_model_mlp(g, x, 2, (int64_t[]){1024, 1024}, n_classes, 0.0f, &logits));
+        DIE_IF(ctx, ct_model_mlp(g, x, 2, (int64_t[]){1024, 1024}, n_classes, CT_ACT_RELU, 0.0f, &logits));
         x_numel = batch * 784;
     } else {
         DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));

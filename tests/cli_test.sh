@@ -81,6 +81,14 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
   c=$(pf_run --set augment=true --set prefetch=0)
   [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] && ok "augment: same run for any prefetch threads" ||
     bad "augment depends on prefetch threads" "$(diff <(echo "$a") <(echo "$b")); $(diff <(echo "$a") <(echo "$c"))"
+  # the seeds' knobs: MLP activation, batchnorm stats once per accumulated step, lr scaling by batch
+  expect mlp_gelu 0 "test acc.*done: 10 steps" -- "$CT" train --hidden 32 --epochs 1 --max-steps 10 --threads 2 --quiet --set activation=gelu
+  expect bn_stats_once 0 "test acc.*done: 6 steps" -- "$CT" train --model cnn --channels 4,8 --dataset fashion-mnist \
+    --epochs 1 --max-steps 6 --batch-size 32 --threads 2 --quiet --set accumulate_steps=2 --set bn_stats_once=true
+  expect bn_stats_once_needs_accum 1 "E40010.*bn_stats_once.*accumulate_steps" -- "$CT" train --model cnn --set bn_stats_once=true
+  expect lr_scaling_header 0 "lr_scaling linear_then_sqrt: global batch 4096, base 256: lr 0.001 -> 0.00565685" -- \
+    "$CT" train --hidden 32 --epochs 1 --max-steps 1 --batch-size 1024 --threads 2 --quiet --set accumulate_steps=4 \
+    --set lr_scaling=linear_then_sqrt --set lr_sqrt_from_batch=512
   expect prefetch_bad_key 1 "prefetch_threads.*out of range" -- "$CT" train --epochs 1 --set prefetch_threads=0
 else
   bad "data/mnist is missing: run scripts/setup.sh"

@@ -36,7 +36,7 @@ static ct_status net_build(ct_context *ctx, int cnn, int64_t batch, int accumula
     if (s == CT_OK) s = ct_input(g, "y", CT_I32, 1, &batch, &m->y);
     if (s == CT_OK) {
         if (cnn) s = ct_model_cnn(g, m->x, 2, (int64_t[]){4, 8}, CLASSES, &m->logits);
-        else s = ct_model_mlp(g, m->x, 2, (int64_t[]){32, 16}, CLASSES, 0.0f, &m->logits);
+        else s = ct_model_mlp(g, m->x, 2, (int64_t[]){32, 16}, CLASSES, CT_ACT_RELU, 0.0f, &m->logits);
     }
     if (s == CT_OK) s = ct_cross_entropy(g, m->logits, m->y, 0.0f, -100, &m->loss);
     ct_compile_opts o;
@@ -128,8 +128,10 @@ TEST(mlp_4x8_accumulated_equals_batch_32) {
             CHECK_OK(ctx, accum_step(&acc, x, y, 4, IN, &la));
             double eg = grads_rel(acc.plan, big.plan, 0);
             CHECK_MSG(fabs((double)la - lb) <= 1e-6 * fabs((double)lb), "loss %.9g vs %.9g", (double)la, (double)lb);
-            CHECK_OK(ctx, ct_optimizer_step(ob, 1e-2f));
-            CHECK_OK(ctx, ct_optimizer_step(oa, 1e-2f));
+            CHECK_OK(ctx, ct_optimizer_set_lr(ob, 1e-2f));
+            CHECK_OK(ctx, ct_optimizer_step(ob));
+            CHECK_OK(ctx, ct_optimizer_set_lr(oa, 1e-2f));
+            CHECK_OK(ctx, ct_optimizer_step(oa));
             double ep = grads_rel(acc.plan, big.plan, 1);
             worst_g = fmax(worst_g, eg);
             worst_p = fmax(worst_p, ep);
@@ -270,7 +272,8 @@ TEST(accumulated_step_allocates_nothing) {
         for (int step = 0; step < 3; step++) {
             CHECK_OK(ctx, accum_step(&m, x, y, 4, row, &l));
             CHECK_OK(ctx, ct_clip_grad_norm(m.plan, 1.0f, 2.0f, &norm));
-            CHECK_OK(ctx, ct_optimizer_step(opt, 1e-3f));
+            CHECK_OK(ctx, ct_optimizer_set_lr(opt, 1e-3f));
+            CHECK_OK(ctx, ct_optimizer_step(opt));
         }
         ct_context_mem_stats(ctx, &after);
         CHECK_MSG(after.n_allocs == before.n_allocs, "%s: %llu allocations in 3 steps", cnn ? "cnn" : "mlp",

@@ -131,7 +131,8 @@ static void train_steps(ct_context *ctx, const char *model, int steps, uint64_t 
         if (it == 1) ct_context_mem_stats(ctx, &before);
         CHECK_OK(ctx, ct_plan_forward(p, 1));
         CHECK_OK(ctx, ct_plan_backward(p));
-        CHECK_OK(ctx, ct_optimizer_step(opt, 1e-3f));
+        CHECK_OK(ctx, ct_optimizer_set_lr(opt, 1e-3f));
+        CHECK_OK(ctx, ct_optimizer_step(opt));
         CHECK_OK(ctx, ct_plan_forward(p, 0)); /* evaluation pass too */
     }
     ct_context_mem_stats(ctx, &after);
@@ -215,8 +216,10 @@ TEST(optimizer_fast_matches_reference) {
         for (int it = 0; it < 5; it++) {
             test_fill_uniform(g1, n, 100 + (unsigned)it, -1, 1);
             memcpy(g2, g1, n * sizeof *g1);
-            CHECK_OK(ctx, ct_optimizer_step(a, 0.01f));
-            CHECK_OK(ctx, ct_optimizer_step_ref(b, 0.01f));
+            CHECK_OK(ctx, ct_optimizer_set_lr(a, 0.01f));
+            CHECK_OK(ctx, ct_optimizer_step(a));
+            CHECK_OK(ctx, ct_optimizer_set_lr(b, 0.01f));
+            CHECK_OK(ctx, ct_optimizer_step_ref(b));
         }
         double e = test_max_rel(w1, w2, n, 1e-3);
         CHECK_MSG(e < 1e-5, "%s fast vs reference: %g", kind ? "adamw" : "sgd", e);
@@ -304,7 +307,7 @@ TEST(inputs_declared_late_keep_their_values) {
     CHECK_OK(ctx, ct_graph_create(ctx, &g));
     ct_node x, y, logits, loss;
     CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){8, 16}, &x));
-    CHECK_OK(ctx, ct_model_mlp(g, x, 1, (int64_t[]){32}, 4, 0, &logits));
+    CHECK_OK(ctx, ct_model_mlp(g, x, 1, (int64_t[]){32}, 4, CT_ACT_RELU, 0, &logits));
     CHECK_OK(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){8}, &y));
     CHECK_OK(ctx, ct_cross_entropy(g, logits, y, 0, -100, &loss));
     ct_plan *p;

@@ -102,7 +102,8 @@ static ct_status rig_steps(rig *r, int n) {
     for (int i = 0; i < n; i++) {
         ct_status s = ct_plan_forward(r->m.plan, 1);
         if (s == CT_OK) s = ct_plan_backward(r->m.plan);
-        if (s == CT_OK) s = ct_optimizer_step(r->opt, 0.05f);
+        if (s == CT_OK) s = ct_optimizer_set_lr(r->opt, 0.05f);
+        if (s == CT_OK) s = ct_optimizer_step(r->opt);
         if (s != CT_OK) return s;
     }
     return CT_OK;

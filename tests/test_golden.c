@@ -59,7 +59,7 @@ static void run_golden(const char *file, int is_cnn, const char *ctx_name, int i
     TRY(ct_input(g, "x", CT_F32, in_rec->ndim, in_rec->dims, &x));
     TRY(ct_input(g, "y", CT_I32, lab_rec->ndim, lab_rec->dims, &y));
     if (is_cnn) TRY(ct_model_cnn(g, x, narch, arch64, ncls, &logits));
-    else TRY(ct_model_mlp(g, x, narch, arch64, ncls, 0.0f, &logits));
+    else TRY(ct_model_mlp(g, x, narch, arch64, ncls, CT_ACT_RELU, 0.0f, &logits));
     TRY(ct_cross_entropy(g, logits, y, smoothing, ignore, &loss));
     TRY(ct_compile(g, loss, 1, &logits, NULL, &p));
 

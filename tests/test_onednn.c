@@ -411,7 +411,7 @@ static ct_status build_mlp(ct_graph *g, const void *vc, built *b) {
     ct_node x, y, logits;
     CT_TRY(ct_input(g, "x", CT_F32, 2, (int64_t[]){32, 50}, &x));
     CT_TRY(ct_input(g, "y", CT_I32, 1, (int64_t[]){32}, &y));
-    CT_TRY(ct_model_mlp(g, x, 2, (int64_t[]){40, 24}, 10, 0.0f, &logits));
+    CT_TRY(ct_model_mlp(g, x, 2, (int64_t[]){40, 24}, 10, CT_ACT_RELU, 0.0f, &logits));
     CT_TRY(ct_cross_entropy(g, logits, y, 0.0f, -100, &b->loss));
     b->inputs[b->n_inputs++] = x;
     b->labels = y;

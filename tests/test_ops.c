@@ -104,6 +104,9 @@ CASE(c_attention_mask, CT_TRY(P(g, "qkv", ND(2, 5, 18), &a)); CT_TRY(ct_input(g,
 /* cross entropy is a scalar loss itself: the harness multiplies by R[0] */
 CASE(c_cross_entropy, CT_TRY(P(g, "x", ND(6, 7), &a)); CT_TRY(ct_input(g, "labels", CT_I32, 1, S(6), &b));
      CT_TRY(ct_cross_entropy(g, a, b, 0.1f, 3, out)))
+/* N-D logits (B, T, V), classes last, labels (B, T) */
+CASE(c_cross_entropy_3d, CT_TRY(P(g, "x", ND(2, 3, 7), &a)); CT_TRY(ct_input(g, "labels", CT_I32, 2, S(2, 3), &b));
+     CT_TRY(ct_cross_entropy(g, a, b, 0.1f, 3, out)))
 
 typedef struct {
     const char *name;
@@ -131,7 +134,7 @@ static const op_case k_cases[] = {
     {"reshape_transpose", c_reshape_transpose, 0}, {"transpose3", c_transpose3, 0}, {"concat", c_concat, 0},
     {"slice", c_slice, 0}, {"flatten", c_flatten, 0}, {"softmax", c_softmax, 0},
     {"log_softmax", c_log_softmax, 0}, {"dropout", c_dropout, 0}, {"embedding", c_embedding, 0},
-    {"cross_entropy", c_cross_entropy, 0}, {"layernorm_nobias", c_layernorm_nobias, 0},
+    {"cross_entropy", c_cross_entropy, 0}, {"cross_entropy_3d", c_cross_entropy_3d, 0}, {"layernorm_nobias", c_layernorm_nobias, 0},
     {"attention_causal", c_attention_causal, 0}, {"attention_mask", c_attention_mask, 0},
 };
 #define N_CASES (int)(sizeof k_cases / sizeof k_cases[0])
@@ -365,5 +368,77 @@ TEST(every_op_has_a_case) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(every_op_has_a_case), T(backward_matches_finite_differences), T(avx2_matches_reference), T(avx512_matches_reference),
+/* cross_entropy on (B, T, V) logits equals the same values reshaped to
+ * (B*T, V) / (B*T), bit for bit: loss and gradient, in every kernel slot. */
+static ct_status ce_plan(ct_context *ctx, int flat, ct_plan **p, ct_node *logits, ct_node *labels) {
+    ct_graph *g;
+    CT_TRY(ct_graph_create(ctx, &g));
+    ct_node x, loss, l2 = CT_NONE, y2 = CT_NONE;
+    ct_status s = P(g, "logits", ND(3, 5, 37), &x);
+    if (s == CT_OK) s = ct_input(g, "labels", CT_I32, 2, S(3, 5), labels);
+    if (s == CT_OK && flat) s = ct_reshape(g, x, ND(15, 37), &l2);
+    if (s == CT_OK && flat) s = ct_reshape(g, *labels, ND(15), &y2);
+    if (s == CT_OK) s = flat ? ct_cross_entropy(g, l2, y2, 0.05f, 4, &loss) : ct_cross_entropy(g, x, *labels, 0.05f, 4, &loss);
+    if (s == CT_OK) s = ct_compile(g, loss, 0, NULL, NULL, p);
+    *logits = x;
+    ct_graph_free(g);
+    return s;
+}
+
+static void ce_nd_vs_flat(int isa, int onednn, const char *label) {
+    ct_context *ctx = test_ctx(isa, onednn);
+    ct_plan *pn, *pf;
+    ct_node xn, yn, xf, yf;
+    CHECK_OK(ctx, ce_plan(ctx, 0, &pn, &xn, &yn));
+    CHECK_OK(ctx, ce_plan(ctx, 1, &pf, &xf, &yf));
+    ct_tensor t;
+    ct_plan *ps[2] = {pn, pf};
+    ct_node ys[2] = {yn, yf};
+    for (int k = 0; k < 2; k++) {
+        float *w;
+        size_t n;
+        ct_plan_param_arena(ps[k], &w, NULL, &n);
+        test_fill_uniform(w, n, 21, -4, 4);
+        CHECK_OK(ctx, ct_plan_tensor(ps[k], ys[k], &t));
+        for (int i = 0; i < 15; i++) ((int32_t *)t.data)[i] = (i * 11 + 3) % 37; /* 4 is ignore_index: hit once */
+        CHECK_OK(ctx, ct_plan_forward(ps[k], 1));
+        CHECK_OK(ctx, ct_plan_backward(ps[k]));
+    }
+    float ln, lf;
+    CHECK_OK(ctx, ct_plan_loss(pn, &ln));
+    CHECK_OK(ctx, ct_plan_loss(pf, &lf));
+    CHECK_MSG(!memcmp(&ln, &lf, sizeof ln), "%s: loss (B,T,V) %.9g != (B*T,V) %.9g", label, (double)ln, (double)lf);
+    ct_tensor gn, gf;
+    CHECK_OK(ctx, ct_plan_grad(pn, xn, &gn));
+    CHECK_OK(ctx, ct_plan_grad(pf, xf, &gf));
+    CHECK_MSG(!memcmp(gn.data, gf.data, ct_tensor_nbytes(&gn)), "%s: gradients differ", label);
+    printf("    %-7s (3, 5, 37) == (15, 37) bit for bit, loss %.6f\n", label, (double)ln);
+    ct_plan_free(pn);
+    ct_plan_free(pf);
+    ct_context_free(ctx);
+}
+
+TEST(cross_entropy_nd_equals_flattened_bit_for_bit) {
+    ce_nd_vs_flat(CT_ISA_REF, 0, "ref");
+    ct_context *probe = test_ctx(-1, 0);
+    int isa = ct_context_isa(probe);
+    ct_context_free(probe);
+    if (isa >= CT_ISA_AVX2) ce_nd_vs_flat(CT_ISA_AVX2, 0, "avx2");
+    if (isa >= CT_ISA_AVX512) ce_nd_vs_flat(CT_ISA_AVX512, 0, "avx512");
+    /* shape errors name both operands */
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_graph *g;
+    CHECK_OK(ctx, ct_graph_create(ctx, &g));
+    ct_node x, y, l;
+    CHECK_OK(ctx, ct_input(g, "x", CT_F32, 3, S(2, 3, 4), &x));
+    CHECK_OK(ctx, ct_input(g, "y", CT_I32, 2, S(3, 2), &y));
+    CHECK(ct_cross_entropy(g, x, y, 0, -100, &l) == CT_E_SHAPE);
+    CHECK(strstr(ct_context_last_error(ctx), "(..., C)"));
+    CHECK_OK(ctx, ct_input(g, "y1", CT_I32, 1, S(6), &y));
+    CHECK(ct_cross_entropy(g, x, y, 0, -100, &l) == CT_E_SHAPE);
+    ct_graph_free(g);
+    ct_context_free(ctx);
+}
+
+TEST_MAIN(T(every_op_has_a_case), T(cross_entropy_nd_equals_flattened_bit_for_bit), T(backward_matches_finite_differences), T(avx2_matches_reference), T(avx512_matches_reference),
           T(onednn_matches_reference))

@@ -155,7 +155,7 @@ TEST(optimizers_match_pytorch) {
                     const float *gg = gget(&f, key)->data;
                     memcpy(ga + off[i], gg + (size_t)(t - 1) * len[i], len[i] * sizeof(float));
                 }
-                CHECK_OK(ctx, use_ref ? ct_optimizer_step_ref(opt, o.lr) : ct_optimizer_step(opt, o.lr));
+                CHECK_OK(ctx, use_ref ? ct_optimizer_step_ref(opt) : ct_optimizer_step(opt)); /* at opts.lr */
                 for (int i = 0; i < 3; i++) {
                     char key[64];
                     snprintf(key, sizeof key, "case.%s.step%d.%d", CASES[c], t, idx[i]);
@@ -218,8 +218,10 @@ TEST(optimizers_fast_match_reference) {
         for (int it = 0; it < 5; it++) {
             test_fill_uniform(g1, n, 100 + (unsigned)it, -1, 1);
             memcpy(g2, g1, n * sizeof *g1);
-            CHECK_OK(ctx, ct_optimizer_step(a, 0.01f));
-            CHECK_OK(ctx, ct_optimizer_step_ref(b, 0.01f));
+            CHECK_OK(ctx, ct_optimizer_set_lr(a, 0.01f));
+            CHECK_OK(ctx, ct_optimizer_step(a));
+            CHECK_OK(ctx, ct_optimizer_set_lr(b, 0.01f));
+            CHECK_OK(ctx, ct_optimizer_step_ref(b));
         }
         double md = 0, mx = 0; /* max|a-b| / max|b| over the arena */
         for (size_t i = 0; i < n; i++) {
@@ -315,8 +317,9 @@ TEST(optimizer_step_allocates_nothing) {
         ct_mem_stats before, after;
         ct_context_mem_stats(ctx, &before);
         for (int it = 0; it < 3; it++) {
-            CHECK_OK(ctx, ct_optimizer_step(opt, 1e-3f));
-            CHECK_OK(ctx, ct_optimizer_step_ref(opt, 1e-3f));
+            CHECK_OK(ctx, ct_optimizer_set_lr(opt, 1e-3f));
+            CHECK_OK(ctx, ct_optimizer_step(opt));
+            CHECK_OK(ctx, ct_optimizer_step_ref(opt));
         }
         ct_context_mem_stats(ctx, &after);
         CHECK_MSG(after.n_allocs == before.n_allocs, "%s: %llu allocations in steps", CASES[c],
@@ -377,7 +380,8 @@ TEST(param_groups_no_decay_bias_norm) {
             for (int it = 0; it < 5; it++)
                 for (int k = 0; k < 3; k++) {
                     test_fill_uniform(g[k], n, 100 + (unsigned)it, -1, 1);
-                    CHECK_OK(ctx, use_ref ? ct_optimizer_step_ref(op[k], 0.01f) : ct_optimizer_step(op[k], 0.01f));
+                    CHECK_OK(ctx, ct_optimizer_set_lr(op[k], 0.01f));
+                    CHECK_OK(ctx, use_ref ? ct_optimizer_step_ref(op[k]) : ct_optimizer_step(op[k]));
                 }
             double worst = 0, apart = 0;
             for (int i = 0; i < 3; i++) {
@@ -442,7 +446,8 @@ TEST(param_groups_by_prefix) {
     test_fill_uniform(g, n, 4, -1, 1);
     float *before = malloc(n * sizeof *before);
     memcpy(before, w, n * sizeof *w);
-    CHECK_OK(ctx, ct_optimizer_step(opt, 0.1f));
+    CHECK_OK(ctx, ct_optimizer_set_lr(opt, 0.1f));
+    CHECK_OK(ctx, ct_optimizer_step(opt));
     for (int i = 0; i < 3; i++) {
         const char *name;
         ct_tensor v, gt;
@@ -494,9 +499,12 @@ TEST(param_groups_by_prefix) {
         test_fill_uniform(ga, n, 60 + (unsigned)it, -1, 1);
         memcpy(gb, ga, n * sizeof *ga);
         memcpy(gc, ga, n * sizeof *ga);
-        CHECK_OK(ctx, ct_optimizer_step(oa, 1e-2f));
-        CHECK_OK(ctx, ct_optimizer_step(ob, 1e-2f));
-        CHECK_OK(ctx, ct_optimizer_step(oc, 0.5f * 1e-2f));
+        CHECK_OK(ctx, ct_optimizer_set_lr(oa, 1e-2f));
+        CHECK_OK(ctx, ct_optimizer_step(oa));
+        CHECK_OK(ctx, ct_optimizer_set_lr(ob, 1e-2f));
+        CHECK_OK(ctx, ct_optimizer_step(ob));
+        CHECK_OK(ctx, ct_optimizer_set_lr(oc, 0.5f * 1e-2f));
+        CHECK_OK(ctx, ct_optimizer_step(oc));
     }
     for (int i = 0; i < 3; i++) {
         const char *name;
@@ -515,5 +523,60 @@ TEST(param_groups_by_prefix) {
     ct_context_free(ctx);
 }
 
+/* The optimizer owns its learning rate: it starts at opts.lr, set_lr
+ * changes it (bad values rejected, rate unchanged), step uses it. SGD
+ * without momentum: p -= lr * g exactly. */
+TEST(optimizer_owns_its_learning_rate) {
+    int nd[1] = {1};
+    int64_t shapes[1][4] = {{37}};
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_plan *p;
+    CHECK_OK(ctx, test_params_plan(ctx, 1, nd, (const int64_t(*)[4])shapes, &p));
+    ct_optim_opts o;
+    ct_optim_opts_default(&o, CT_OPTIM_SGD);
+    o.lr = 0.25f;
+    ct_optimizer *opt;
+    CHECK_OK(ctx, ct_optimizer_create(p, &o, &opt));
+    CHECK(ct_optimizer_lr(opt) == 0.25f);
+    float *w, *g;
+    size_t n;
+    ct_plan_param_arena(p, &w, &g, &n);
+    test_fill_uniform(w, n, 7, -1, 1);
+    test_fill_uniform(g, n, 8, -1, 1);
+    float *before = malloc(n * sizeof *before);
+    memcpy(before, w, n * sizeof *w);
+    CHECK_OK(ctx, ct_optimizer_step(opt)); /* at opts.lr */
+    int ok = 1;
+    for (size_t i = 0; i < 37; i++) ok &= w[i] == before[i] - 0.25f * g[i];
+    CHECK(ok);
+    CHECK_OK(ctx, ct_optimizer_set_lr(opt, 0.125f));
+    CHECK(ct_optimizer_lr(opt) == 0.125f);
+    ct_optim_opts got;
+    CHECK_OK(ctx, ct_optimizer_get_opts(opt, &got));
+    CHECK(got.lr == 0.125f && got.kind == CT_OPTIM_SGD);
+    memcpy(before, w, n * sizeof *w);
+    CHECK_OK(ctx, ct_optimizer_step_ref(opt));
+    for (size_t i = 0; i < 37; i++) ok &= w[i] == before[i] - 0.125f * g[i];
+    CHECK(ok);
+    /* bad rates are rejected with a message and leave the rate as it was */
+    CHECK(ct_optimizer_set_lr(opt, -1.0f) == CT_E_INVALID_ARG);
+    CHECK(strstr(ct_context_last_error(ctx), "lr"));
+    CHECK(ct_optimizer_set_lr(opt, NAN) == CT_E_INVALID_ARG);
+    CHECK(ct_optimizer_set_lr(opt, INFINITY) == CT_E_INVALID_ARG);
+    CHECK(ct_optimizer_lr(opt) == 0.125f);
+    /* lr 0: a step that changes nothing (SGD without weight decay) */
+    CHECK_OK(ctx, ct_optimizer_set_lr(opt, 0.0f));
+    memcpy(before, w, n * sizeof *w);
+    CHECK_OK(ctx, ct_optimizer_step(opt));
+    CHECK(!memcmp(before, w, 37 * sizeof *w));
+    CHECK(ct_optimizer_steps(opt) == 3);
+    CHECK(ct_optimizer_step(NULL) == CT_E_INVALID_ARG && ct_optimizer_set_lr(NULL, 1.0f) == CT_E_INVALID_ARG);
+    free(before);
+    ct_optimizer_free(opt);
+    ct_plan_free(p);
+    ct_context_free(ctx);
+}
+
 TEST_MAIN(T(optimizers_match_pytorch), T(optimizers_fast_match_reference), T(optimizers_validate_with_field_names),
-          T(optimizer_step_allocates_nothing), T(param_groups_no_decay_bias_norm), T(param_groups_by_prefix))
+          T(optimizer_step_allocates_nothing), T(param_groups_no_decay_bias_norm), T(param_groups_by_prefix),
+          T(optimizer_owns_its_learning_rate))

@@ -115,6 +115,8 @@ TEST(enum_keys_match_library_enums) {
                   ct_schedule_kind_name((ct_schedule_kind)k));
     for (int p = 0; p < CT_PRECISION_COUNT; p++)
         CHECK(!strcmp(ct_recipe_enum_name("precision", p), ct_precision_name((ct_precision)p)));
+    for (int a = 0; a < CT_ACT_COUNT; a++)
+        CHECK(!strcmp(ct_recipe_enum_name("activation", a), ct_activation_name((ct_activation)a)));
     CHECK(!strcmp(ct_recipe_enum_name("model", CT_MODEL_BERT), "bert"));
     CHECK(!strcmp(ct_recipe_enum_name("dataset", CT_DATASET_MOBY_DICK), "moby-dick"));
     CHECK(!strcmp(ct_recipe_enum_name("loss_scale.mode", CT_SCALE_STATIC), "static"));

@@ -47,7 +47,7 @@ static ct_status build(ct_context *ctx, int cnn, int64_t batch, int64_t in, int 
     if (s == CT_OK) s = ct_input(g, "y", CT_I32, 1, xs, &m->y);
     if (s == CT_OK)
         s = cnn ? ct_model_cnn(g, m->x, n_layers, sizes, 10, &m->logits)
-                : ct_model_mlp(g, m->x, n_layers, sizes, 10, dropout, &m->logits);
+                : ct_model_mlp(g, m->x, n_layers, sizes, 10, CT_ACT_RELU, dropout, &m->logits);
     if (s == CT_OK) s = ct_cross_entropy(g, m->logits, m->y, 0.1f, -100, &m->loss);
     ct_compile_opts o;
     ct_compile_opts_default(&o);
@@ -178,7 +178,7 @@ TEST(recompute_options) {
     ct_node x, y, logits, loss;
     CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){4, 6}, &x));
     CHECK_OK(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){4}, &y));
-    CHECK_OK(ctx, ct_model_mlp(g, x, 2, (int64_t[]){8, 8}, 3, 0.1f, &logits));
+    CHECK_OK(ctx, ct_model_mlp(g, x, 2, (int64_t[]){8, 8}, 3, CT_ACT_RELU, 0.1f, &logits));
     CHECK_OK(ctx, ct_cross_entropy(g, logits, y, 0, -100, &loss));
     ct_plan *p = NULL;
     o.recompute_every = -1;

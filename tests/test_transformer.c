@@ -74,7 +74,7 @@ static void run_tf(const char *file, int bert, const char *ctx_name, int isa, in
     if (bert) {
         TRY(ct_input(g, "key_valid", CT_I32, 2, (int64_t[]){B, T}, &kv));
         ct_bert_config c = {V, C, (int)L, (int)H, D, FF, TV, 0.0f, *(const float *)eps_rec->data};
-        TRY(ct_model_bert(g, ids, kv, &c, &logits));
+        TRY(ct_model_bert(g, ids, kv, CT_NONE, CT_NONE, &c, &logits));
     } else {
         ct_gpt_config c = {V, C, (int)L, (int)H, D, 0.0f, (int)bias, (int)tanh_};
         TRY(ct_model_gpt(g, ids, &c, &logits));
@@ -208,7 +208,7 @@ TEST(param_counts) {
             ct_bert_config c;
             CHECK_OK(ctx, ct_bert_preset(ctx, k[i].preset, &c));
             CHECK_OK(ctx, ct_input(g, "key_valid", CT_I32, 2, (int64_t[]){2, 16}, &kv));
-            CHECK_OK(ctx, ct_model_bert(g, ids, kv, &c, &out));
+            CHECK_OK(ctx, ct_model_bert(g, ids, kv, CT_NONE, CT_NONE, &c, &out));
             counted = ct_bert_num_params(&c);
             CHECK(has_param(g, "bert.encoder.layer.0.attention.qkv.weight") && has_param(g, "cls.predictions.bias") &&
                   has_param(g, "cls.predictions.transform.LayerNorm.weight"));
@@ -378,12 +378,123 @@ TEST(bad_inputs) {
     ct_bert_config bc;
     expect_error(ctx, ct_bert_preset(ctx, "bert-huge", &bc), CT_E_INVALID_ARG, "valid presets: bert-base, bert-large");
     bc = (ct_bert_config){71, 40, 2, 4, 48, 96, 2, 0.0f, 1e-12f};
-    expect_error(ctx, ct_model_bert(g, ids, kv_bad, &bc, &out), CT_E_SHAPE, "key_valid 'kv_bad'");
+    expect_error(ctx, ct_model_bert(g, ids, kv_bad, CT_NONE, CT_NONE, &bc, &out), CT_E_SHAPE, "key_valid 'kv_bad'");
     bc.context = 7;
-    expect_error(ctx, ct_model_bert(g, ids, CT_NONE, &bc, &out), CT_E_SHAPE, "T=8 is longer than the model's context 7");
+    expect_error(ctx, ct_model_bert(g, ids, CT_NONE, CT_NONE, CT_NONE, &bc, &out), CT_E_SHAPE, "T=8 is longer than the model's context 7");
     ct_graph_free(g);
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(gpt_golden_ref), T(gpt_golden_avx2), T(gpt_golden_default), T(bert_golden_ref), T(bert_golden_avx2),
+/* BERT's optional token_type_ids / position_ids: explicit zeros and
+ * arange(T) give the CT_NONE logits bit for bit (and the same gradients up
+ * to summation order: the tables' gradients come from embedding_bwd instead
+ * of a broadcast sum), and another token type changes the output. */
+typedef struct {
+    ct_plan *plan;
+    ct_node ids, tt, pos, logits;
+} bert_rig;
+
+static ct_status bert_rig_build(ct_context *ctx, int with_tt, int pos_kind, bert_rig *r) {
+    /* pos_kind: 0 none, 1 (B, T), 2 (T) */
+    ct_graph *g;
+    ct_status s = ct_graph_create(ctx, &g);
+    if (s != CT_OK) return s;
+    const ct_bert_config bc = {53, 12, 2, 2, 16, 32, 2, 0.0f, 1e-12f};
+    ct_node y, loss;
+    r->tt = r->pos = CT_NONE;
+    s = ct_input(g, "ids", CT_I32, 2, (int64_t[]){2, 9}, &r->ids);
+    if (s == CT_OK && with_tt) s = ct_input(g, "token_type_ids", CT_I32, 2, (int64_t[]){2, 9}, &r->tt);
+    if (s == CT_OK && pos_kind == 1) s = ct_input(g, "position_ids", CT_I32, 2, (int64_t[]){2, 9}, &r->pos);
+    if (s == CT_OK && pos_kind == 2) s = ct_input(g, "position_ids", CT_I32, 1, (int64_t[]){9}, &r->pos);
+    if (s == CT_OK) s = ct_input(g, "y", CT_I32, 2, (int64_t[]){2, 9}, &y);
+    if (s == CT_OK) s = ct_model_bert(g, r->ids, CT_NONE, r->tt, r->pos, &bc, &r->logits);
+    if (s == CT_OK) s = ct_cross_entropy(g, r->logits, y, 0.0f, -100, &loss);
+    if (s == CT_OK) s = ct_compile(g, loss, 1, &r->logits, NULL, &r->plan);
+    if (s == CT_OK) {
+        ct_tensor t;
+        ct_plan_tensor(r->plan, r->ids, &t);
+        for (int i = 0; i < 18; i++) ((int32_t *)t.data)[i] = (i * 7 + 1) % 53;
+        ct_plan_tensor(r->plan, y, &t);
+        for (int i = 0; i < 18; i++) ((int32_t *)t.data)[i] = (i * 5 + 2) % 53;
+        if (r->pos != CT_NONE) {
+            ct_plan_tensor(r->plan, r->pos, &t);
+            for (int64_t i = 0; i < ct_tensor_numel(&t); i++) ((int32_t *)t.data)[i] = (int32_t)(i % 9);
+        }
+        /* token types: zeros (the plan's inputs start zeroed; written anyway) */
+        if (r->tt != CT_NONE) {
+            ct_plan_tensor(r->plan, r->tt, &t);
+            memset(t.data, 0, ct_tensor_nbytes(&t));
+        }
+    }
+    ct_graph_free(g);
+    return s;
+}
+
+TEST(bert_token_type_and_position_ids) {
+    ct_context *ctx = test_ctx(-1, 1);
+    bert_rig base, rigs[3];
+    CHECK_OK(ctx, bert_rig_build(ctx, 0, 0, &base));
+    CHECK_OK(ctx, bert_rig_build(ctx, 1, 0, &rigs[0]));
+    CHECK_OK(ctx, bert_rig_build(ctx, 1, 1, &rigs[1]));
+    CHECK_OK(ctx, bert_rig_build(ctx, 0, 2, &rigs[2]));
+    float *w0;
+    size_t n0;
+    CHECK_OK(ctx, ct_plan_param_arena(base.plan, &w0, NULL, &n0));
+    CHECK_OK(ctx, ct_plan_forward(base.plan, 1));
+    CHECK_OK(ctx, ct_plan_backward(base.plan));
+    ct_tensor l0;
+    CHECK_OK(ctx, ct_plan_tensor(base.plan, base.logits, &l0));
+    float *g0;
+    CHECK_OK(ctx, ct_plan_param_arena(base.plan, NULL, &g0, NULL));
+    for (int k = 0; k < 3; k++) {
+        float *w, *gr;
+        size_t n;
+        CHECK_OK(ctx, ct_plan_param_arena(rigs[k].plan, &w, &gr, &n));
+        CHECK(n == n0 && ct_plan_num_params(rigs[k].plan) == ct_plan_num_params(base.plan));
+        memcpy(w, w0, n * sizeof(float));
+        CHECK_OK(ctx, ct_plan_forward(rigs[k].plan, 1));
+        CHECK_OK(ctx, ct_plan_backward(rigs[k].plan));
+        ct_tensor l;
+        CHECK_OK(ctx, ct_plan_tensor(rigs[k].plan, rigs[k].logits, &l));
+        CHECK_MSG(!memcmp(l.data, l0.data, ct_tensor_nbytes(&l0)), "variant %d: logits differ from CT_NONE's", k);
+        double e = test_max_rel(gr, g0, n, 1e-3);
+        CHECK_MSG(e < 1e-4, "variant %d: gradients differ by %.3g", k, e);
+    }
+    /* token type 1 for one token changes that token's logits (and only
+     * through attention the others') */
+    ct_tensor t, l;
+    CHECK_OK(ctx, ct_plan_tensor(rigs[0].plan, rigs[0].tt, &t));
+    ((int32_t *)t.data)[4] = 1;
+    CHECK_OK(ctx, ct_plan_forward(rigs[0].plan, 0));
+    CHECK_OK(ctx, ct_plan_tensor(rigs[0].plan, rigs[0].logits, &l));
+    CHECK(memcmp((float *)l.data + 4 * 53, (float *)l0.data + 4 * 53, 53 * sizeof(float)) != 0);
+    /* a shifted position changes the output too */
+    CHECK_OK(ctx, ct_plan_tensor(rigs[2].plan, rigs[2].pos, &t));
+    ((int32_t *)t.data)[0] = 11;
+    CHECK_OK(ctx, ct_plan_forward(rigs[2].plan, 0));
+    CHECK_OK(ctx, ct_plan_tensor(rigs[2].plan, rigs[2].logits, &l));
+    CHECK(memcmp(l.data, l0.data, 53 * sizeof(float)) != 0);
+    /* out of range ids fail at run time with a message */
+    ((int32_t *)t.data)[0] = 12;
+    CHECK(ct_plan_forward(rigs[2].plan, 0) != CT_OK);
+    CHECK(ct_context_last_error(ctx)[0]);
+    ct_plan_free(base.plan);
+    for (int k = 0; k < 3; k++) ct_plan_free(rigs[k].plan);
+    /* shape / dtype errors */
+    ct_graph *g;
+    CHECK_OK(ctx, ct_graph_create(ctx, &g));
+    ct_node ids, tt_bad, pos_bad, pos_f, out;
+    CHECK_OK(ctx, ct_input(g, "ids", CT_I32, 2, (int64_t[]){2, 9}, &ids));
+    CHECK_OK(ctx, ct_input(g, "tt_bad", CT_I32, 1, (int64_t[]){9}, &tt_bad));
+    CHECK_OK(ctx, ct_input(g, "pos_bad", CT_I32, 2, (int64_t[]){2, 8}, &pos_bad));
+    CHECK_OK(ctx, ct_input(g, "pos_f", CT_F32, 2, (int64_t[]){2, 9}, &pos_f));
+    const ct_bert_config bc = {53, 12, 2, 2, 16, 32, 2, 0.0f, 1e-12f};
+    expect_error(ctx, ct_model_bert(g, ids, CT_NONE, tt_bad, CT_NONE, &bc, &out), CT_E_SHAPE, "token_type_ids 'tt_bad'");
+    expect_error(ctx, ct_model_bert(g, ids, CT_NONE, CT_NONE, pos_bad, &bc, &out), CT_E_SHAPE, "position_ids 'pos_bad'");
+    expect_error(ctx, ct_model_bert(g, ids, CT_NONE, CT_NONE, pos_f, &bc, &out), CT_E_DTYPE, "position_ids 'pos_f'");
+    ct_graph_free(g);
+    ct_context_free(ctx);
+}
+
+TEST_MAIN(T(bert_token_type_and_position_ids), T(gpt_golden_ref), T(gpt_golden_avx2), T(gpt_golden_default), T(bert_golden_ref), T(bert_golden_avx2),
           T(bert_golden_default), T(gpt_golden_bf16), T(bert_golden_bf16), T(param_counts), T(presets_and_no_bias), T(gpt_init), T(gpt_recompute_bit_exact), T(bad_inputs))

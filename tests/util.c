@@ -72,7 +72,7 @@ ct_status test_model_build_opts(ct_context *ctx, int nd, const int64_t *xshape, 
     if (s == CT_OK) s = ct_input(g, "y", CT_I32, 1, xshape, &m->y);
     if (s == CT_OK)
         s = nd == 4 ? ct_model_cnn(g, m->x, n_layers, sizes, classes, &m->logits)
-                    : ct_model_mlp(g, m->x, n_layers, sizes, classes, dropout, &m->logits);
+                    : ct_model_mlp(g, m->x, n_layers, sizes, classes, CT_ACT_RELU, dropout, &m->logits);
     if (s == CT_OK) s = ct_cross_entropy(g, m->logits, m->y, smoothing, -100, &m->loss);
     if (s == CT_OK) s = ct_compile(g, m->loss, 1, &m->logits, opts, &m->plan);
     ct_graph_free(g);

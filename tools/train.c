@@ -108,7 +108,7 @@ static void crash_at_step(void *user, int64_t step) { crash_point(user, "step", 
 
 /* The keys that define a model's weights: a resumed run must keep them. */
 static void model_text(const ct_recipe *r, char *buf, size_t len) {
-    static const char *const keys[] = {"model", "hidden", "channels", "dataset", "preset", "n_layer", "n_head",
+    static const char *const keys[] = {"model", "hidden", "activation", "channels", "dataset", "preset", "n_layer", "n_head",
                                        "d_model", "context", "tokenizer"};
     size_t o = 0;
     buf[0] = 0;

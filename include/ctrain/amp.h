@@ -9,7 +9,7 @@
  *
  * Per step:  ct_plan_set_loss_scale(plan, ct_scaler_scale(s));
  *            forward; backward;
- *            ct_scaler_step(s, plan, opt, lr, &skipped);   (unscale + inf/NaN
+ *            ct_scaler_step(s, plan, opt, &skipped);        (unscale + inf/NaN
  *            check in one pass over the gradient arena; skip or step; update)
  */
 #ifndef CTRAIN_AMP_H
@@ -87,9 +87,10 @@ ct_status ct_scaler_unscale(ct_scaler *s, ct_plan *plan, int *found, int *param)
 /* Updates the scale for a step that had (found != 0) or had not an
  * overflow, and records the event with the name of parameter `param`. */
 ct_status ct_scaler_update(ct_scaler *s, ct_plan *plan, int found, int param);
-/* unscale; if finite, ct_optimizer_step(opt, lr), else skip it (weights and
- * optimizer state untouched); update. *skipped tells which happened. */
-ct_status ct_scaler_step(ct_scaler *s, ct_plan *plan, ct_optimizer *opt, float lr, int *skipped);
+/* unscale; if finite, ct_optimizer_step(opt) (with the optimizer's current
+ * lr, see ct_optimizer_set_lr), else skip it (weights and optimizer state
+ * untouched); update. *skipped tells which happened. */
+ct_status ct_scaler_step(ct_scaler *s, ct_plan *plan, ct_optimizer *opt, int *skipped);
 
 int ct_scaler_should_stop(const ct_scaler *s);
 /* The most recent events, oldest first (a ring of the last 1024). */

@@ -4,14 +4,26 @@
  * Values in a graph are named by ct_node ids (int32). Every builder checks
  * shapes and dtypes and returns CT_E_SHAPE / CT_E_DTYPE with a message.
  *
- *   ct_graph *g; ct_graph_create(ctx, &g);
- *   ct_node x, w, y, loss;
+ * Example (compiled and run, verbatim, by tests/test_header_example.c, which
+ * also checks that this text equals its copy; statuses unchecked for brevity:
+ * every call returns a ct_status and ctx holds the message):
+ *
+ *   ct_graph *g;  ct_graph_create(ctx, &g);
+ *   ct_node x, y, w, b, logits, loss;
  *   ct_input(g, "x", CT_F32, 2, (int64_t[]){64, 784}, &x);
+ *   ct_input(g, "y", CT_I32, 1, (int64_t[]){64}, &y);
  *   ct_param(g, "fc.weight", 2, (int64_t[]){10, 784}, CT_INIT_KAIMING_UNIFORM, 784, &w);
- *   ct_linear(g, x, w, CT_NONE, &y);
- *   ...
- *   ct_plan *p; ct_compile(g, loss, NULL, &p);
- *   ct_plan_forward(p, 1); ct_plan_backward(p);
+ *   ct_param(g, "fc.bias", 1, (int64_t[]){10}, CT_INIT_KAIMING_UNIFORM, 784, &b);
+ *   ct_linear(g, x, w, b, &logits);
+ *   ct_cross_entropy(g, logits, y, 0.0f, -100, &loss);
+ *   ct_plan *p;  ct_compile(g, loss, 1, &logits, NULL, &p);
+ *   ct_graph_free(g);                 // the plan holds its own snapshot
+ *   ct_tensor tx, ty;                 // inputs: write here before forward
+ *   ct_plan_tensor(p, x, &tx);  ct_plan_tensor(p, y, &ty);
+ *   for (int i = 0; i < 64; i++) ((int32_t *)ty.data)[i] = i % 10;
+ *   ct_plan_forward(p, 1);  ct_plan_backward(p);
+ *   float l;  ct_plan_loss(p, &l);
+ *   ct_plan_free(p);
  */
 #ifndef CTRAIN_GRAPH_H
 #define CTRAIN_GRAPH_H
@@ -103,7 +115,11 @@ ct_status ct_slice(ct_graph *g, ct_node x, int axis, int64_t start, int64_t end,
 /* Over the last dim. */
 ct_status ct_softmax(ct_graph *g, ct_node x, ct_node *out);
 ct_status ct_log_softmax(ct_graph *g, ct_node x, ct_node *out);
-/* logits (N, C), labels I32 (N) -> scalar mean loss over non-ignored rows. */
+/* logits (..., C) with the classes on the last axis ((N, C), (B, T, V), ...),
+ * labels I32 of the leading shape (...) -> scalar mean over every position
+ * whose label is not ignore_index (PyTorch's reduction='mean'; 0 when all
+ * are ignored). The same as reshaping to (N, C) / (N) first, bit for bit.
+ * label_smoothing in [0, 1). A label outside [0, C) fails at run time. */
 ct_status ct_cross_entropy(ct_graph *g, ct_node logits, ct_node labels, float label_smoothing,
                            int ignore_index, ct_node *out);
 /* Inverted dropout, active only when the plan runs in training mode. */
@@ -195,7 +211,8 @@ typedef struct ct_compile_opts {
      * ct_plan_set_loss_scale (PyTorch's loss / accumulation_steps). Costs
      * activation memory for the gradient nodes. Statistics that depend on the
      * batch (batchnorm's mean/var, and its running stats updated once per
-     * micro-batch) are per micro-batch, as in PyTorch. 0 (default): backward
+     * micro-batch) are per micro-batch, as in PyTorch; to move the running
+     * stats once per step, see ct_plan_set_update_running_stats. 0 (default): backward
      * writes final gradients directly into the grad arena (no extra memory). */
     int accumulate_grads;
     /* Activation checkpointing (the "recompute" pass, after autodiff). A
@@ -245,6 +262,16 @@ ct_status ct_plan_backward(ct_plan *p);
 ct_status ct_plan_zero_grads(ct_plan *p);
 /* Step counter used by dropout's RNG stream; the optimizer advances it. */
 void ct_plan_set_step(ct_plan *p, uint64_t step);
+/* Batchnorm running statistics (default on). Off: a training-mode forward
+ * still normalizes with the batch's statistics (outputs and gradients are
+ * unchanged) but leaves running_mean / running_var bit for bit untouched,
+ * in every kernel. With gradient accumulation, turn it on for one
+ * micro-batch of each step only, so the running stats move once per
+ * optimizer step. Eval-mode forwards never update them either way.
+ * ct_plan_update_running_stats reads the switch (1 for plans without
+ * batchnorm). */
+void ct_plan_set_update_running_stats(ct_plan *p, int on);
+int ct_plan_update_running_stats(const ct_plan *p);
 /* Anomaly mode: after every op (forward and backward) the output is checked
  * for NaN/inf; the first op that produces one fails with CT_E_NONFINITE and a
  * message naming the op and node with statistics of its inputs. Costs one
@@ -291,13 +318,21 @@ void ct_plan_set_node_hook(ct_plan *p, ct_node_hook_fn fn, void *user);
 int ct_plan_num_params(const ct_plan *p);
 ct_status ct_plan_param_info(const ct_plan *p, int i, const char **name, ct_tensor *value,
                              ct_tensor *grad);
+/* Buffers (non-trainable state: batchnorm running_mean / running_var) in
+ * arena order (the order ct_buffer declared them); `value` views the buffer
+ * arena (FP32), writable. Any out-pointer may be NULL. i out of range ->
+ * CT_E_INVALID_ARG. */
+int ct_plan_num_buffers(const ct_plan *p);
+ct_status ct_plan_buffer_info(const ct_plan *p, int i, const char **name, ct_tensor *value);
+/* Index (for ct_plan_param_info / ct_plan_buffer_info) of the parameter or
+ * buffer with this exact name, e.g. "bn1.running_mean"; no such name ->
+ * CT_E_INVALID_ARG naming it (*index untouched). */
+ct_status ct_plan_find_param(const ct_plan *p, const char *name, int *index);
+ct_status ct_plan_find_buffer(const ct_plan *p, const char *name, int *index);
 /* Whole arenas as flat FP32 vectors (params and grads share one layout). */
 ct_status ct_plan_param_arena(ct_plan *p, float **params, float **grads, size_t *n);
 /* Buffers (non-trainable state, e.g. batchnorm running stats) arena. */
 ct_status ct_plan_buffer_arena(ct_plan *p, float **buffers, size_t *n);
-/* Buffers in arena order: name and a view of the value (either may be NULL). */
-int ct_plan_num_buffers(const ct_plan *p);
-ct_status ct_plan_buffer_info(const ct_plan *p, int i, const char **name, ct_tensor *value);
 
 typedef struct ct_plan_stats {
     size_t param_bytes, grad_bytes, buffer_bytes, activation_bytes, workspace_bytes;

@@ -8,10 +8,31 @@
 extern "C" {
 #endif
 
-/* MLP: x (B, in) -> hidden layers with ReLU -> logits (B, n_classes).
- * Params named fc{i}.weight / fc{i}.bias in PyTorch layout. */
+/* Elementwise activations a builder can be told to use (each is one op of
+ * graph.h: ct_relu, ct_gelu(x, 0), ct_gelu(x, 1), ct_silu, ct_tanh).
+ * CT_ACT_RELU is 0, so a zeroed option picks ReLU. */
+typedef enum ct_activation {
+    CT_ACT_RELU = 0,
+    CT_ACT_GELU,      /* exact (erf) GELU, PyTorch's nn.GELU()                */
+    CT_ACT_GELU_TANH, /* tanh approximation, nn.GELU(approximate='tanh')      */
+    CT_ACT_SILU,
+    CT_ACT_TANH,
+    CT_ACT_COUNT
+} ct_activation;
+/* "relu", "gelu", "gelu-tanh", "silu", "tanh"; "invalid" for others. */
+const char *ct_activation_name(ct_activation a);
+/* Parses a name above; unknown -> CT_E_INVALID_ARG listing the valid ones
+ * (ctx may be NULL). */
+ct_status ct_activation_parse(ct_context *ctx, const char *name, ct_activation *out);
+/* out = act(x), through the op the activation names. */
+ct_status ct_activation_apply(ct_graph *g, ct_node x, ct_activation act, ct_node *out);
+
+/* MLP: x (B, in) (other ranks are flattened from dim 1) -> hidden layers
+ * linear -> act (-> dropout when dropout > 0) -> logits (B, n_classes).
+ * act = CT_ACT_RELU is the classic ReLU MLP. Params named fc{i}.weight /
+ * fc{i}.bias in PyTorch layout. */
 ct_status ct_model_mlp(ct_graph *g, ct_node x, int n_hidden, const int64_t *hidden,
-                       int64_t n_classes, float dropout, ct_node *logits);
+                       int64_t n_classes, ct_activation act, float dropout, ct_node *logits);
 
 /* Small CNN: blocks of conv3x3(pad 1)-batchnorm-relu-maxpool2, then
  * flatten and linear. x (B, C, H, W). Params conv{i}.weight, bn{i}.weight,
@@ -54,7 +75,7 @@ ct_status ct_model_gpt(ct_graph *g, ct_node ids, const ct_gpt_config *cfg, ct_no
 /* Number of parameters ct_model_gpt creates (lm_head tied: not counted twice). */
 int64_t ct_gpt_num_params(const ct_gpt_config *cfg);
 
-/* BERT encoder with the masked-LM head: word + position + token-type (row 0)
+/* BERT encoder with the masked-LM head: word + position + token-type
  * embeddings, LayerNorm, dropout; n_layer post-LN blocks (packed qkv linear ->
  * attention with the key_valid padding mask -> output dense, dropout,
  * residual, LayerNorm; intermediate dense d_ff -> exact GELU -> output dense,
@@ -80,9 +101,18 @@ typedef struct ct_bert_config {
 /* "bert-base" (12/12/768, d_ff 3072) or "bert-large" (24/16/1024, d_ff 4096):
  * vocab 30522, 512 positions, 2 token types, dropout 0.1, eps 1e-12. */
 ct_status ct_bert_preset(ct_context *ctx, const char *name, ct_bert_config *out);
-/* ids I32 (B, T); key_valid I32 (B, T) (0: padding) or CT_NONE -> MLM logits (B, T, vocab). */
-ct_status ct_model_bert(ct_graph *g, ct_node ids, ct_node key_valid, const ct_bert_config *cfg,
-                        ct_node *mlm_logits);
+/* ids I32 (B, T) -> MLM logits (B, T, vocab), Hugging Face's
+ * BertForMaskedLM(input_ids, attention_mask, token_type_ids, position_ids):
+ *  key_valid       I32 (B, T) (0: padding key) or CT_NONE (no padding);
+ *  token_type_ids  I32 (B, T) in [0, type_vocab), or CT_NONE: every token
+ *                  has type 0;
+ *  position_ids    I32 (B, T), (1, T) or (T) in [0, context), or CT_NONE:
+ *                  positions 0..T-1.
+ * Passing zeros / arange(T) gives the same logits as CT_NONE bit for bit (the
+ * CT_NONE forms slice the tables instead of looking rows up). Ids out of
+ * range fail at run time with a message. */
+ct_status ct_model_bert(ct_graph *g, ct_node ids, ct_node key_valid, ct_node token_type_ids,
+                        ct_node position_ids, const ct_bert_config *cfg, ct_node *mlm_logits);
 int64_t ct_bert_num_params(const ct_bert_config *cfg);
 
 #ifdef __cplusplus

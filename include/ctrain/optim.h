@@ -21,7 +21,7 @@ typedef enum ct_optim_kind {
 
 typedef struct ct_optim_opts {
     ct_optim_kind kind;
-    float lr;
+    float lr;             /* the optimizer's initial learning rate (see ct_optimizer_set_lr) */
     float weight_decay;   /* SGD, Adam, RMSprop, Adagrad: L2 added to the gradient;
                              AdamW: decoupled (p *= 1 - lr*wd); LAMB: added to the update */
     float momentum;       /* SGD, RMSprop                                     */
@@ -56,8 +56,17 @@ int ct_optim_kind_parse(const char *name, ct_optim_kind *kind);
 typedef struct ct_optimizer ct_optimizer;
 ct_status ct_optimizer_create(ct_plan *plan, const ct_optim_opts *opts, ct_optimizer **out);
 void ct_optimizer_free(ct_optimizer *opt); /* accepts NULL */
+/* Learning rate: the optimizer owns it, as PyTorch's param_groups[...]["lr"]
+ * does. It starts at opts->lr; ct_optimizer_set_lr changes it (e.g. to a
+ * schedule's value before each step: ct_optimizer_set_lr(opt,
+ * (float)ct_schedule_lr(sched, t)); ct_optimizer_step(opt)) and
+ * ct_optimizer_lr reads it. set_lr fails with CT_E_INVALID_ARG, leaving the
+ * rate unchanged, unless lr is finite and >= 0. ct_optimizer_get_opts
+ * reports the current rate in .lr. */
+ct_status ct_optimizer_set_lr(ct_optimizer *opt, float lr);
+float ct_optimizer_lr(const ct_optimizer *opt);
 /* Parameter groups: every parameter whose name starts with name_prefix ("" =
- * all) gets learning rate lr * lr_scale in ct_optimizer_step and
+ * all) gets learning rate lr * lr_scale (lr: the optimizer's current rate) in ct_optimizer_step and
  * weight_decay (a value < 0 keeps the one it has). Calls apply in order, a
  * later one overriding an earlier one for the parameters both match; the
  * no_decay_bias_norm switch is applied after all of them. Each parameter
@@ -69,12 +78,12 @@ void ct_optimizer_free(ct_optimizer *opt); /* accepts NULL */
 ct_status ct_optimizer_set_group(ct_optimizer *opt, const char *name_prefix, float lr_scale, float weight_decay);
 /* The effective hyperparameters of parameter i (arena order). */
 ct_status ct_optimizer_param_hp(const ct_optimizer *opt, int i, float *lr_scale, float *weight_decay);
-/* One update with learning rate lr (the schedule's value for this step).
+/* One update with the optimizer's current learning rate (ct_optimizer_lr).
  * Allocates nothing. */
-ct_status ct_optimizer_step(ct_optimizer *opt, float lr);
+ct_status ct_optimizer_step(ct_optimizer *opt);
 uint64_t ct_optimizer_steps(const ct_optimizer *opt);
 /* Reference (plain C) update, used by tests against the fast path. */
-ct_status ct_optimizer_step_ref(ct_optimizer *opt, float lr);
+ct_status ct_optimizer_step_ref(ct_optimizer *opt);
 /* State arena: consecutive blocks of n floats each (n = the param arena's
  * size, same layout as the param arena), in this order:
  *   SGD      momentum_buffer (only when momentum != 0; else no state)
@@ -88,7 +97,7 @@ ct_status ct_optimizer_state(ct_optimizer *opt, float **state, size_t *n);
 /* ---- gradient clipping (after unscaling, before the step) -----------------
  * Per step with a loss scaler:
  *     ct_scaler_unscale(s, plan, &found, &param);
- *     if (!found) { ct_clip_grad_norm(plan, 1.0f, 2.0f, &norm); ct_optimizer_step(opt, lr); }
+ *     if (!found) { ct_clip_grad_norm(plan, 1.0f, 2.0f, &norm); ct_optimizer_step(opt); }
  *     ct_scaler_update(s, plan, found, param);
  * With gradient accumulation: clip once, after the last micro-batch.
  *
@@ -115,7 +124,7 @@ ct_status ct_clip_grad_value(ct_plan *plan, float clip_value);
  * correction, Adagrad's lr_decay, SGD's first step) and the plan's dropout
  * step to `steps`, so the next step continues exactly. */
 ct_status ct_optimizer_set_steps(ct_optimizer *opt, uint64_t steps);
-/* The options the optimizer was created with. */
+/* The options the optimizer was created with, .lr being the current rate. */
 ct_status ct_optimizer_get_opts(const ct_optimizer *opt, ct_optim_opts *out);
 
 #ifdef __cplusplus

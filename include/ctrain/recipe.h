@@ -8,6 +8,7 @@
 
 #include "context.h"
 #include "graph.h"
+#include "models.h"
 #include "optim.h"
 #include "schedule.h"
 
@@ -44,6 +45,7 @@ typedef enum ct_lr_scaling { CT_LR_SCALING_NONE = 0, CT_LR_SCALING_LINEAR, CT_LR
 typedef struct ct_recipe {
     ct_model_kind model;
     int n_hidden;            /* mlp hidden layer sizes                          */
+    ct_activation activation;/* mlp hidden activation (models.h)                */
     int64_t hidden[CT_RECIPE_MAX_LAYERS];
     int n_channels;          /* cnn block channels                              */
     int64_t channels[CT_RECIPE_MAX_LAYERS];

@@ -193,11 +193,11 @@ ct_status ct_scaler_update(ct_scaler *s, ct_plan *plan, int found, int param) {
     return ret;
 }
 
-ct_status ct_scaler_step(ct_scaler *s, ct_plan *plan, ct_optimizer *opt, float lr, int *skipped) {
+ct_status ct_scaler_step(ct_scaler *s, ct_plan *plan, ct_optimizer *opt, int *skipped) {
     if (!s || !plan || !opt) return CT_E_INVALID_ARG;
     int found, param;
     CT_TRY(ct_scaler_unscale(s, plan, &found, &param));
-    if (!found) CT_TRY(ct_optimizer_step(opt, lr));
+    if (!found) CT_TRY(ct_optimizer_step(opt));
     if (skipped) *skipped = found;
     CT_TRY(ct_scaler_update(s, plan, found, param));
     return ct_plan_set_loss_scale(plan, s->st.scale);

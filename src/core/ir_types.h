@@ -80,6 +80,9 @@ enum {
     CT_NODE_RECOMPUTE = 4, /* node flag: a copy of a forward node made by the recompute pass
                               (recompute.c); runs during backward with training-mode
                               semantics, and batchnorm does not update running stats */
+    CT_NODE_KEEP_STATS = 8, /* node flag (batchnorm): a training-mode forward uses batch
+                               statistics but leaves the running stats untouched
+                               (ct_plan_set_update_running_stats(p, 0)) */
 };
 
 typedef struct ct_node_def {
@@ -120,6 +123,12 @@ typedef struct ct_kargs {
     uint64_t seed;
     int nthreads;
 } ct_kargs;
+
+/* Batchnorm kernels: 1 when this call updates the running statistics
+ * (training mode, not a recompute copy, not switched off on the plan). */
+static inline int ct_bn_updates_running_stats(const ct_kargs *k) {
+    return k->training && !(k->node->flags & (CT_NODE_RECOMPUTE | CT_NODE_KEEP_STATS));
+}
 
 typedef ct_status (*ct_kernel_fn)(ct_kargs *k);
 

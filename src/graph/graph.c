@@ -617,8 +617,12 @@ ct_status ct_cross_entropy(ct_graph *g, ct_node logits, ct_node labels, float sm
     if (Y->dtype != CT_I32)
         return ct_set_error(g->ctx, CT_E_DTYPE, "cross_entropy: labels '%s' must be i32 class indices, got %s",
                             Y->name, ct_dtype_name(Y->dtype));
-    if (L->ndim != 2 || Y->ndim != 1 || Y->shape[0] != L->shape[0])
-        return ct_set_error(g->ctx, CT_E_SHAPE, "cross_entropy: logits '%s' %s must be (N, C) and labels '%s' %s (N)",
+    int lead_ok = L->ndim >= 2 && Y->ndim == L->ndim - 1;
+    for (int i = 0; lead_ok && i < Y->ndim; i++) lead_ok = Y->shape[i] == L->shape[i];
+    if (!lead_ok)
+        return ct_set_error(g->ctx, CT_E_SHAPE,
+                            "cross_entropy: logits '%s' %s must be (..., C) (classes last, e.g. (N, C) or (B, T, V)) "
+                            "and labels '%s' %s their leading dims (...)",
                             L->name, shp(L, s1), Y->name, shp(Y, s2));
     if (!(smoothing >= 0.f && smoothing < 1.f))
         return ct_set_error(g->ctx, CT_E_INVALID_ARG, "cross_entropy: label_smoothing %g must be in [0, 1)",

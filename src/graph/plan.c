@@ -535,6 +535,22 @@ ct_status ct_plan_zero_grads(ct_plan *p) {
 
 void ct_plan_set_step(ct_plan *p, uint64_t step) { p->step = step; }
 
+void ct_plan_set_update_running_stats(ct_plan *p, int on) {
+    if (!p) return;
+    for (int i = 0; i < p->g.n; i++) {
+        ct_node_def *d = &p->g.nodes[i];
+        if (d->op != CT_OP_BATCHNORM) continue;
+        if (on) d->flags &= ~(uint32_t)CT_NODE_KEEP_STATS;
+        else d->flags |= CT_NODE_KEEP_STATS;
+    }
+}
+
+int ct_plan_update_running_stats(const ct_plan *p) {
+    for (int i = 0; p && i < p->g.n; i++)
+        if (p->g.nodes[i].op == CT_OP_BATCHNORM) return !(p->g.nodes[i].flags & CT_NODE_KEEP_STATS);
+    return 1;
+}
+
 void ct_plan_set_anomaly(ct_plan *p, int on) { p->anomaly = on != 0; }
 
 ct_status ct_plan_set_loss_scale(ct_plan *p, float scale) {
@@ -601,6 +617,54 @@ ct_status ct_plan_param_info(const ct_plan *p, int i, const char **name, ct_tens
     return CT_OK;
 }
 
+/* Buffers are the CT_OP_BUFFER nodes in node order, which is their arena
+ * order (the memory pass places them so). */
+static ct_node buffer_node(const ct_plan *p, int i) {
+    for (int n = 0, k = 0; n < p->g.n; n++)
+        if (p->g.nodes[n].op == CT_OP_BUFFER && k++ == i) return n;
+    return CT_NONE;
+}
+
+int ct_plan_num_buffers(const ct_plan *p) {
+    int k = 0;
+    for (int n = 0; n < p->g.n; n++) k += p->g.nodes[n].op == CT_OP_BUFFER;
+    return k;
+}
+
+ct_status ct_plan_buffer_info(const ct_plan *p, int i, const char **name, ct_tensor *value) {
+    ct_node n = i >= 0 ? buffer_node(p, i) : CT_NONE;
+    if (n == CT_NONE)
+        return ct_set_error(p->ctx, CT_E_INVALID_ARG, "plan_buffer_info: index %d is not in [0, %d)", i,
+                            ct_plan_num_buffers(p));
+    const ct_node_def *d = &p->g.nodes[n];
+    if (name) *name = d->name;
+    if (value) *value = ct_tensor_make(p->pn[n].data, CT_F32, d->ndim, d->shape);
+    return CT_OK;
+}
+
+ct_status ct_plan_find_param(const ct_plan *p, const char *name, int *index) {
+    for (int i = 0; name && i < p->n_params; i++)
+        if (!strcmp(p->g.nodes[p->params[i]].name, name)) {
+            if (index) *index = i;
+            return CT_OK;
+        }
+    return ct_set_error(p->ctx, CT_E_INVALID_ARG, "plan_find_param: no parameter named '%s' in this plan",
+                        name ? name : "(null)");
+}
+
+ct_status ct_plan_find_buffer(const ct_plan *p, const char *name, int *index) {
+    for (int n = 0, k = 0; name && n < p->g.n; n++) {
+        if (p->g.nodes[n].op != CT_OP_BUFFER) continue;
+        if (!strcmp(p->g.nodes[n].name, name)) {
+            if (index) *index = k;
+            return CT_OK;
+        }
+        k++;
+    }
+    return ct_set_error(p->ctx, CT_E_INVALID_ARG, "plan_find_buffer: no buffer named '%s' in this plan",
+                        name ? name : "(null)");
+}
+
 ct_status ct_plan_param_arena(ct_plan *p, float **params, float **grads, size_t *n) {
     if (params) *params = p->param_arena;
     if (grads) *grads = p->grad_arena;
@@ -612,24 +676,6 @@ ct_status ct_plan_buffer_arena(ct_plan *p, float **buffers, size_t *n) {
     if (buffers) *buffers = p->buffer_arena;
     if (n) *n = p->n_buffer_floats;
     return CT_OK;
-}
-
-/* Buffers are placed in node order (planner.c). */
-int ct_plan_num_buffers(const ct_plan *p) {
-    int n = 0;
-    for (int i = 0; i < p->g.n; i++) n += p->g.nodes[i].op == CT_OP_BUFFER;
-    return n;
-}
-
-ct_status ct_plan_buffer_info(const ct_plan *p, int i, const char **name, ct_tensor *value) {
-    for (int j = 0, k = 0; j < p->g.n; j++) {
-        const ct_node_def *d = &p->g.nodes[j];
-        if (d->op != CT_OP_BUFFER || k++ != i) continue;
-        if (name) *name = d->name;
-        if (value) *value = node_tensor(p, j);
-        return CT_OK;
-    }
-    return CT_E_INVALID_ARG;
 }
 
 void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *o) {

@@ -47,6 +47,8 @@ static const key_def k_keys[] = {
     {"model", K_ENUM, OFF(model), 0, 0, 0, "mlp|cnn|gpt|bert", M_ALL, "--model",
      "the model: mlp and cnn train on images, gpt and bert on text"},
     {"hidden", K_LIST, OFF(hidden), OFF(n_hidden), 1, 1 << 20, NULL, M_MLP, "--hidden", "MLP hidden layer sizes, e.g. 1024,1024"},
+    {"activation", K_ENUM, OFF(activation), 0, 0, 0, "relu|gelu|gelu-tanh|silu|tanh", M_MLP, NULL,
+     "MLP hidden activation (gelu: exact erf GELU, gelu-tanh: its tanh approximation)"},
     {"channels", K_LIST, OFF(channels), OFF(n_channels), 1, 1 << 16, NULL, M_CNN, "--channels",
      "CNN conv block channels, e.g. 32,64 (conv3x3-batchnorm-relu-maxpool per block)"},
     {"dropout", K_F32, OFF(dropout), 0, 0, 0.999, NULL, M_DROP, "--dropout",

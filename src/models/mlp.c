@@ -1,15 +1,50 @@
-/* src/models/mlp.c - multi-layer perceptron: linear + ReLU (+ dropout)
- * hidden layers, then a linear classifier. PyTorch nn.Linear layout/init. */
+/* src/models/mlp.c - multi-layer perceptron: linear + activation (ReLU,
+ * GELU, GELU-tanh, SiLU or tanh) (+ dropout) hidden layers, then a linear
+ * classifier. PyTorch nn.Linear layout/init. Also the ct_activation helpers
+ * (name, parse, apply). */
 #include <stdio.h>
+#include <string.h>
 
 #include "core/internal.h"
 #include "ctrain/models.h"
 
+static const char *const k_act_names[CT_ACT_COUNT] = {"relu", "gelu", "gelu-tanh", "silu", "tanh"};
+
+const char *ct_activation_name(ct_activation a) {
+    return (unsigned)a < CT_ACT_COUNT ? k_act_names[a] : "invalid";
+}
+
+ct_status ct_activation_parse(ct_context *ctx, const char *name, ct_activation *out) {
+    for (int i = 0; name && i < CT_ACT_COUNT; i++)
+        if (!strcmp(name, k_act_names[i])) {
+            if (out) *out = (ct_activation)i;
+            return CT_OK;
+        }
+    return ct_set_error(ctx, CT_E_INVALID_ARG, "unknown activation '%s' (valid: relu, gelu, gelu-tanh, silu, tanh)",
+                        name ? name : "(null)");
+}
+
+ct_status ct_activation_apply(ct_graph *g, ct_node x, ct_activation act, ct_node *out) {
+    switch (act) {
+    case CT_ACT_RELU: return ct_relu(g, x, out);
+    case CT_ACT_GELU: return ct_gelu(g, x, 0, out);
+    case CT_ACT_GELU_TANH: return ct_gelu(g, x, 1, out);
+    case CT_ACT_SILU: return ct_silu(g, x, out);
+    case CT_ACT_TANH: return ct_tanh(g, x, out);
+    default: break;
+    }
+    return ct_set_error(ct_graph_context(g), CT_E_INVALID_ARG,
+                        "activation %d is not a ct_activation (CT_ACT_RELU .. CT_ACT_TANH)", (int)act);
+}
+
 ct_status ct_model_mlp(ct_graph *g, ct_node x, int n_hidden, const int64_t *hidden, int64_t n_classes,
-                       float dropout, ct_node *logits) {
+                       ct_activation act, float dropout, ct_node *logits) {
     ct_context *ctx = ct_graph_context(g);
     if (n_hidden < 0 || (n_hidden && !hidden) || n_classes < 1 || !logits)
         return ct_set_error(ctx, CT_E_INVALID_ARG, "mlp: need n_hidden >= 0 layer sizes and n_classes >= 1");
+    if ((unsigned)act >= CT_ACT_COUNT)
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "mlp: activation %d is not a ct_activation (CT_ACT_RELU .. CT_ACT_TANH)",
+                            (int)act);
     int nd;
     int64_t shape[CT_MAX_DIMS];
     CT_TRY(ct_node_shape(g, x, &nd, shape));
@@ -29,7 +64,7 @@ ct_status ct_model_mlp(ct_graph *g, ct_node x, int n_hidden, const int64_t *hidd
         snprintf(name, sizeof name, "fc%d", i + 1);
         CT_TRY(ct_node_set_name(g, y, name));
         if (i < n_hidden) {
-            CT_TRY(ct_relu(g, y, &y));
+            CT_TRY(ct_activation_apply(g, y, act, &y));
             if (dropout > 0.0f) CT_TRY(ct_dropout(g, y, dropout, &y));
         }
         x = y;

@@ -181,7 +181,31 @@ int64_t ct_bert_num_params(const ct_bert_config *c) {
            c->vocab;
 }
 
-ct_status ct_model_bert(ct_graph *g, ct_node ids, ct_node key_valid, const ct_bert_config *c, ct_node *mlm_logits) {
+/* An optional I32 id input of BERT (token_type_ids, position_ids): CT_NONE,
+ * or (B, T) like ids; position_ids may also be (1, T) or (T) (shared by the
+ * batch). */
+static ct_status check_opt_ids(ct_graph *g, const char *what, ct_node n, ct_node ids, int allow_shared) {
+    if (n == CT_NONE) return CT_OK;
+    ct_context *ctx = ct_graph_context(g);
+    int nd, ndi;
+    int64_t s[CT_MAX_DIMS], si[CT_MAX_DIMS];
+    if (ct_node_shape(g, n, &nd, s) != CT_OK)
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "bert: %s node %d does not exist in this graph", what, (int)n);
+    CT_TRY(ct_node_shape(g, ids, &ndi, si));
+    char b1[96], b2[96];
+    int ok = (nd == 2 && s[0] == si[0] && s[1] == si[1]) ||
+             (allow_shared && ((nd == 2 && s[0] == 1 && s[1] == si[1]) || (nd == 1 && s[0] == si[1])));
+    if (ct_node_dtype(g, n) != CT_I32 || !ok)
+        return ct_set_error(ctx, ct_node_dtype(g, n) != CT_I32 ? CT_E_DTYPE : CT_E_SHAPE,
+                            "bert: %s '%s' is %s %s but must be i32 %s like ids '%s' %s", what, ct_node_name(g, n),
+                            ct_dtype_name(ct_node_dtype(g, n)), ct_shape_str(nd, s, b1, sizeof b1),
+                            allow_shared ? "(B, T), (1, T) or (T)" : "(B, T)", ct_node_name(g, ids),
+                            ct_shape_str(ndi, si, b2, sizeof b2));
+    return CT_OK;
+}
+
+ct_status ct_model_bert(ct_graph *g, ct_node ids, ct_node key_valid, ct_node token_type_ids, ct_node position_ids,
+                        const ct_bert_config *c, ct_node *mlm_logits) {
     if (!g || !c || !mlm_logits) return CT_E_INVALID_ARG;
     ct_context *ctx = ct_graph_context(g);
     CT_TRY(check_dims(ctx, "bert", c->vocab, c->context, c->n_layer, c->n_head, c->d_model, c->dropout));
@@ -190,6 +214,8 @@ ct_status ct_model_bert(ct_graph *g, ct_node ids, ct_node key_valid, const ct_be
                             (long long)c->d_ff, (long long)c->type_vocab, (double)c->ln_eps);
     int64_t T, D = c->d_model;
     CT_TRY(check_ids(g, "bert", ids, c->context, &T));
+    CT_TRY(check_opt_ids(g, "token_type_ids", token_type_ids, ids, 0));
+    CT_TRY(check_opt_ids(g, "position_ids", position_ids, ids, 1));
     const float std = 0.02f, eps = c->ln_eps;
     tb b = {g, "bert.embeddings."};
     char buf[128];
@@ -201,10 +227,12 @@ ct_status ct_model_bert(ct_graph *g, ct_node ids, ct_node key_valid, const ct_be
     CT_TRY(ct_embedding(g, word, ids, &x));
     CT_TRY(ct_node_set_name(g, x, "bert.embeddings.word_embeddings"));
     p = pos;
-    if (T < c->context) CT_TRY(ct_slice(g, pos, 0, 0, T, &p));
+    if (position_ids != CT_NONE) CT_TRY(ct_embedding(g, pos, position_ids, &p)); /* rows looked up */
+    else if (T < c->context) CT_TRY(ct_slice(g, pos, 0, 0, T, &p));             /* positions 0..T-1 */
     CT_TRY(ct_add(g, x, p, &x));
     t = type;
-    if (c->type_vocab > 1) CT_TRY(ct_slice(g, type, 0, 0, 1, &t)); /* every token has type 0 */
+    if (token_type_ids != CT_NONE) CT_TRY(ct_embedding(g, type, token_type_ids, &t));
+    else if (c->type_vocab > 1) CT_TRY(ct_slice(g, type, 0, 0, 1, &t)); /* every token has type 0 */
     CT_TRY(ct_add(g, x, t, &x));
     CT_TRY(layernorm(&b, x, "LayerNorm", D, 1, eps, &x));
     CT_TRY(dropout(&b, x, c->dropout, &x));

@@ -427,9 +427,11 @@ static void update_run(ct_optimizer *o, float *pa, const float *ga, size_t rb, s
     }
 }
 
-static ct_status step(ct_optimizer *o, float lr, int use_ref) {
-    if (!(lr >= 0.0f) || !isfinite(lr))
-        return ct_set_error(o->ctx, CT_E_INVALID_ARG, "optimizer step: lr %g must be finite and >= 0", (double)lr);
+/* One update with the optimizer's current learning rate (o->o.lr, from
+ * opts.lr, changed by ct_optimizer_set_lr; always finite and >= 0). */
+static ct_status step(ct_optimizer *o, int use_ref) {
+    if (!o) return CT_E_INVALID_ARG;
+    const float lr = o->o.lr;
     float *p, *g;
     size_t n;
     ct_plan_param_arena(o->plan, &p, &g, &n);
@@ -453,8 +455,19 @@ static ct_status step(ct_optimizer *o, float lr, int use_ref) {
     return CT_OK;
 }
 
-ct_status ct_optimizer_step(ct_optimizer *o, float lr) { return step(o, lr, 0); }
-ct_status ct_optimizer_step_ref(ct_optimizer *o, float lr) { return step(o, lr, 1); }
+ct_status ct_optimizer_step(ct_optimizer *o) { return step(o, 0); }
+ct_status ct_optimizer_step_ref(ct_optimizer *o) { return step(o, 1); }
+
+ct_status ct_optimizer_set_lr(ct_optimizer *o, float lr) {
+    if (!o) return CT_E_INVALID_ARG;
+    if (!(lr >= 0.0f) || !isfinite(lr))
+        return ct_set_error(o->ctx, CT_E_INVALID_ARG, "%s: lr %g must be a finite value >= 0 (the lr is unchanged)",
+                            ct_optim_kind_name(o->o.kind), (double)lr);
+    o->o.lr = lr;
+    return CT_OK;
+}
+
+float ct_optimizer_lr(const ct_optimizer *o) { return o ? o->o.lr : 0.0f; }
 
 ct_status ct_optimizer_set_steps(ct_optimizer *o, uint64_t steps) {
     if (!o) return CT_E_INVALID_ARG;

@@ -48,7 +48,7 @@ static ct_status img_build(ct_task *t, ct_graph *g, const ct_recipe *r, ct_node 
     ct_node x, y, logits;
     CT_TRY(ct_input(g, "images", CT_F32, 4, xs, &x));
     CT_TRY(ct_input(g, "labels", CT_I32, 1, (int64_t[]){r->batch_size}, &y));
-    if (r->model == CT_MODEL_MLP) CT_TRY(ct_model_mlp(g, x, r->n_hidden, r->hidden, ds->n_classes, r->dropout, &logits));
+    if (r->model == CT_MODEL_MLP) CT_TRY(ct_model_mlp(g, x, r->n_hidden, r->hidden, ds->n_classes, r->activation, r->dropout, &logits));
     else CT_TRY(ct_model_cnn(g, x, r->n_channels, r->channels, ds->n_classes, &logits));
     CT_TRY(ct_cross_entropy(g, logits, y, r->label_smoothing, -100, loss));
     it->x = x, it->y = y, it->logits = logits;

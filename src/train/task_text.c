@@ -93,7 +93,7 @@ static ct_status txt_build(ct_task *t, ct_graph *g, const ct_recipe *r, ct_node 
     CT_TRY(ct_input(g, "ids", CT_I32, 2, (int64_t[]){B, T}, &tt->ids));
     CT_TRY(ct_input(g, "labels", CT_I32, 2, (int64_t[]){B, T}, &tt->labels));
     if (tt->bert) CT_TRY(ct_input(g, "key_valid", CT_I32, 2, (int64_t[]){B, T}, &tt->kv));
-    if (tt->bert) CT_TRY(ct_model_bert(g, tt->ids, tt->kv, &tt->bc, &logits));
+    if (tt->bert) CT_TRY(ct_model_bert(g, tt->ids, tt->kv, CT_NONE, CT_NONE, &tt->bc, &logits));
     else CT_TRY(ct_model_gpt(g, tt->ids, &tt->gc, &logits));
     int64_t V = tt->bert ? tt->bc.vocab : tt->gc.vocab;
     ct_node flat, lab1;

@@ -418,7 +418,8 @@ static ct_status optimizer_step(run_t *R, float lr, float *gnorm, int *stop) {
     if (!overflow) {
         if (r->clip_grad_norm > 0.0f) CT_TRY(ct_clip_grad_norm(R->plan, r->clip_grad_norm, 2.0f, gnorm));
         if (r->clip_grad_value > 0.0f) CT_TRY(ct_clip_grad_value(R->plan, r->clip_grad_value));
-        CT_TRY(ct_optimizer_step(R->opt, lr));
+        CT_TRY(ct_optimizer_set_lr(R->opt, lr));
+        CT_TRY(ct_optimizer_step(R->opt));
     }
     if (!R->scaler) return CT_OK;
     const float before = ct_scaler_scale(R->scaler);
@@ -576,7 +577,8 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
             if (R->prof) ct_profiler_event(R->prof, "batch", "data", td, ct_profiler_now_us(), NULL);
             float lr = ct_schedule_lr(R->sched, step), loss;
             if (R->scaler) CT_TRY(ct_plan_set_loss_scale(R->plan, ct_scaler_scale(R->scaler) / (float)R->accum));
-            /* forward, backward */
+            /* forward, backward (bn_stats_once: running statistics from the step's last micro-batch only) */
+            if (r->bn_stats_once) ct_plan_set_update_running_stats(R->plan, micro == R->accum - 1);
             CT_TRY(ct_plan_forward(R->plan, 1));
             ct_plan_loss(R->plan, &loss);
             if (!isfinite(loss) && R->scaler) {

@@ -36,7 +36,7 @@ ct_status ct_k_batchnorm_ref(ct_kargs *k) {
                 }
             var = s2 / (double)M;
             double unbiased = M > 1 ? s2 / (double)(M - 1) : var;
-            if (!(k->node->flags & CT_NODE_RECOMPUTE)) { /* a recompute copy: updated once already */
+            if (ct_bn_updates_running_stats(k)) { /* not a recompute copy (updated once already) nor kept */
                 rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * mu);
                 rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * unbiased);
             }

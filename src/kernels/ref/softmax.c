@@ -76,7 +76,8 @@ static ct_status check_label(ct_kargs *k, int32_t t, int64_t C, int64_t r) {
 ct_status ct_k_cross_entropy_ref(ct_kargs *k) {
     const float *x = k->in[0].data;
     const int32_t *t = k->in[1].data;
-    int64_t R = k->in[0].shape[0], C = k->in[0].shape[1];
+    /* logits (..., C): rows are every position of the leading dims */
+    int64_t C = k->in[0].shape[k->in[0].ndim - 1], R = ct_tensor_numel(&k->in[0]) / C;
     double eps = k->node->fa[0], total = 0;
     int64_t count = 0;
     for (int64_t r = 0; r < R; r++) {
@@ -97,7 +98,7 @@ ct_status ct_k_cross_entropy_bwd_ref(ct_kargs *k) {
     float g = *(const float *)k->in[0].data;
     const float *x = k->in[1].data;
     const int32_t *t = k->in[2].data;
-    int64_t R = k->in[1].shape[0], C = k->in[1].shape[1];
+    int64_t C = k->in[1].shape[k->in[1].ndim - 1], R = ct_tensor_numel(&k->in[1]) / C;
     double eps = k->node->fa[0];
     float *dx = k->out.data;
     int64_t count = 0;

@@ -153,7 +153,7 @@ static void bn_dims(const ct_tensor *x, int64_t *N, int64_t *C, int64_t *S) {
 static void bn_finish(ct_kargs *k, int64_t c, double mu, double var, double unbiased, float *rmean, float *rvar,
                       float *mean, float *invstd) {
     float mom = k->node->fa[0], eps = k->node->fa[1];
-    if (k->training && !(k->node->flags & CT_NODE_RECOMPUTE)) { /* a recompute copy: updated once already */
+    if (ct_bn_updates_running_stats(k)) { /* not a recompute copy (updated once already) nor kept */
         rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * mu);
         rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * unbiased);
     }

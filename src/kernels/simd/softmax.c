@@ -252,9 +252,11 @@ static ct_status ce_labels(ct_kargs *k, const int32_t *t, int64_t R, int64_t C, 
     return CT_OK;
 }
 
+/* logits (..., C) as R = numel / C rows, labels (...) R ids */
 static int ce_shapes_ok(const ct_tensor *logits, const ct_tensor *labels) {
-    return logits->dtype == CT_F32 && logits->ndim == 2 && labels->dtype == CT_I32 &&
-           ct_tensor_numel(labels) == logits->shape[0] && logits->shape[1] > 0;
+    return logits->dtype == CT_F32 && logits->ndim >= 1 && labels->dtype == CT_I32 &&
+           logits->shape[logits->ndim - 1] > 0 &&
+           ct_tensor_numel(labels) * logits->shape[logits->ndim - 1] == ct_tensor_numel(logits);
 }
 
 ct_status CT_FN(cross_entropy)(ct_kargs *k) {
@@ -262,7 +264,7 @@ ct_status CT_FN(cross_entropy)(ct_kargs *k) {
     if (!ce_shapes_ok(X, &k->in[1]) || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
     const float *x = X->data;
     const int32_t *t = k->in[1].data;
-    int64_t R = X->shape[0], C = X->shape[1], count;
+    int64_t C = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / C, count;
     CT_TRY(ce_labels(k, t, R, C, &count));
     double eps = k->node->fa[0], part[CE_BLOCKS];
     int64_t nb = CT_MIN((int64_t)CE_BLOCKS, R);
@@ -293,7 +295,7 @@ ct_status CT_FN(cross_entropy_bwd)(ct_kargs *k) {
     float g = *(const float *)k->in[0].data;
     const float *x = X->data;
     const int32_t *t = k->in[2].data;
-    int64_t R = X->shape[0], C = X->shape[1], count;
+    int64_t C = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / C, count;
     CT_TRY(ce_labels(k, t, R, C, &count));
     double eps = k->node->fa[0];
     double scale = count ? g / (double)count : 0.0;
