@@ -456,7 +456,9 @@ static ct_status st_read(ct_context *ctx, const char *path, int require_crc, st_
             left -= c;
         }
         memcpy(hp, saved, 8);
-        crc_state = !*endp && crc == want ? 1 : -1;
+        int lower = 1; /* as written: "%08lx"; an upper-case digit would parse to the same value */
+        for (int k = 0; k < 8; k++) lower &= (hex[k] >= '0' && hex[k] <= '9') || (hex[k] >= 'a' && hex[k] <= 'f');
+        crc_state = !*endp && lower && crc == want ? 1 : -1;
     }
     uint64_t max_end = 0;
     ct_status s = CT_OK;
