@@ -152,13 +152,69 @@ static void fill_state(ct_train_state *st) {
     st->early_stop.wait = 1;
     st->early_stop.epoch = 2;
     st->has_scaler = 1;
-    st->scaler = (ct_scaler_state){32768.0f, 17, 1, 0, 3, 1};
+    ct_scaler_state *c = &st->scaler; /* field by field: the padding stays zero for memcmp */
+    c->scale = 32768.0f;
+    c->growth_tracker = 17;
+    c->hysteresis_left = 1;
+    c->step = 3;
+    c->skipped = 1;
+    c->backoffs = 1;
+    c->events = 2;
+    c->n_history = 2;
+    c->history[0].step = c->history[1].step = 1;
+    c->history[0].event = CT_SCALE_OVERFLOW;
+    c->history[0].scale = 65536.0f;
+    c->history[1].event = CT_SCALE_BACKOFF;
+    c->history[1].scale = 32768.0f;
+    c->history[0].param = c->history[1].param = 2;
+    snprintf(c->history[0].tensor, sizeof c->history[0].tensor, "fc2.weight \"quoted\"");
+    snprintf(c->history[1].tensor, sizeof c->history[1].tensor, "fc2.weight \"quoted\"");
     st->epoch_loss_sum = 2.0 / 3.0;
     st->epoch_correct = 11;
     st->epoch_seen = 16;
     st->test_loss = 0.1;
     st->test_acc = 0.9;
     snprintf(st->recipe_json, sizeof st->recipe_json, "{\"model\": \"mlp\", \"note\": \"quote \\\" and \\\\\"}");
+}
+
+/* Scaler updates [from, to): every other one overflows (overflow + backoff),
+ * the others grow (growth_interval 1), naming the plan's parameters in turn. */
+static ct_status drive_scaler(ct_scaler *s, ct_plan *plan, int from, int to) {
+    for (int i = from; i < to; i++) {
+        ct_status st = ct_scaler_update(s, plan, i % 2 == 0, i % 2 == 0 ? (i / 2) % ct_plan_num_params(plan) : -1);
+        if (st != CT_OK) return st;
+    }
+    return CT_OK;
+}
+
+/* The loss-scale history and totals through a checkpoint: a full ring
+ * round-trips bit for bit and the resumed scaler continues it identically. */
+static void scaler_history_roundtrip(rig *a, const char *dir) {
+    ct_scaler_opts so;
+    ct_scaler_opts_default(&so);
+    so.init_scale = 1024.0f;
+    so.growth_interval = 1;
+    ct_scaler *sa, *sb;
+    CHECK_OK(a->ctx, ct_scaler_create(a->ctx, &so, &sa));
+    CHECK_OK(a->ctx, ct_scaler_create(a->ctx, &so, &sb));
+    CHECK_OK(a->ctx, drive_scaler(sa, a->m.plan, 0, 200)); /* 300 events: the ring is full */
+    ct_train_state *st = malloc(sizeof *st), *got = malloc(sizeof *got);
+    fill_state(st);
+    ct_scaler_get_state(sa, &st->scaler);
+    CHECK(st->scaler.n_history == CT_SCALER_HISTORY && st->scaler.events == 300 && st->scaler.history[1].tensor[0]);
+    CHECK_OK(a->ctx, ct_checkpoint_save(a->ctx, dir, a->m.plan, a->opt, st, 2));
+    CHECK_OK(a->ctx, ct_checkpoint_load(a->ctx, dir, NULL, NULL, got));
+    CHECK(got->has_scaler && !memcmp(&got->scaler, &st->scaler, sizeof st->scaler));
+    CHECK_OK(a->ctx, ct_scaler_set_state(sb, &got->scaler));
+    CHECK_OK(a->ctx, drive_scaler(sa, a->m.plan, 200, 260));
+    CHECK_OK(a->ctx, drive_scaler(sb, a->m.plan, 200, 260));
+    ct_scaler_get_state(sa, &st->scaler);
+    ct_scaler_get_state(sb, &got->scaler);
+    CHECK(!memcmp(&got->scaler, &st->scaler, sizeof st->scaler) && st->scaler.events == 390);
+    free(st);
+    free(got);
+    ct_scaler_free(sa);
+    ct_scaler_free(sb);
 }
 
 static void roundtrip(int cnn, ct_optim_kind kind, float momentum) {
@@ -193,6 +249,8 @@ static void roundtrip(int cnn, ct_optim_kind kind, float momentum) {
     ct_train_state meta;
     CHECK_OK(b.ctx, ct_checkpoint_load(b.ctx, dir, NULL, NULL, &meta));
     CHECK(meta.step == 3 && !strcmp(meta.recipe_json, st.recipe_json));
+    snprintf(dir, sizeof dir, "%s/rt_scaler_%d_%d", tmpdir(), cnn, (int)kind);
+    scaler_history_roundtrip(&a, dir);
     rig_free(&a);
     rig_free(&b);
 }
@@ -240,7 +298,7 @@ TEST(flipped_bytes_are_corrupt) {
             write_all(p, mod, n);
             free(mod);
             ct_status s = ct_checkpoint_load(b.ctx, sd, b.m.plan, b.opt, NULL);
-            CHECK_MSG(s == CT_E_CORRUPT, "%s byte %zu: %s", files[fi], i, ct_context_last_error(b.ctx));
+            CHECK_MSG(s == CT_E_CORRUPT, "%s byte %zu: %d %s", files[fi], i, (int)s, ct_context_last_error(b.ctx));
             tried++;
         }
         CHECK(rig_same(&b, &c)); /* nothing was written into the plan */

@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "amp/scaler_internal.h"
 #include "core/internal.h"
 #include "ctrain/checkpoint.h"
 #include "graph/plan.h"
@@ -220,9 +221,9 @@ static ct_status optim_tensors(ct_context *ctx, ct_plan *p, ct_optimizer *opt, s
 typedef struct {
     const char *key[64];
     char val[64][64];
-    const char *long_key; /* one long value (the recipe) */
-    const char *long_val;
-    int n;
+    const char *long_key[2]; /* long values (the recipe, the loss-scale history) */
+    const char *long_val[2];
+    int n, n_long;
 } meta_kv;
 
 static void meta_set(meta_kv *m, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -242,7 +243,8 @@ static ct_status st_write(ct_context *ctx, const char *path, const char *shown, 
     cJSON *root = cJSON_CreateObject(), *meta = root ? cJSON_AddObjectToObject(root, "__metadata__") : NULL;
     int ok = meta && cJSON_AddStringToObject(meta, "ctrain_crc32", "00000000");
     for (int i = 0; ok && m && i < m->n; i++) ok = cJSON_AddStringToObject(meta, m->key[i], m->val[i]) != NULL;
-    if (ok && m && m->long_key) ok = cJSON_AddStringToObject(meta, m->long_key, m->long_val) != NULL;
+    for (int i = 0; ok && m && i < m->n_long; i++)
+        ok = cJSON_AddStringToObject(meta, m->long_key[i], m->long_val[i]) != NULL;
     size_t off = 0;
     for (int i = 0; ok && i < n; i++) {
         cJSON *e = cJSON_AddObjectToObject(root, t[i].name);
@@ -643,8 +645,9 @@ static int parse_step_name(const char *name, int64_t *step) {
     return 1;
 }
 
+/* history: ct_scaler_history_to_json of st->scaler when has_scaler. */
 static void fill_state_meta(meta_kv *m, const ct_train_state *st, const ct_optim_opts *oo, uint64_t opt_steps,
-                            uint32_t model_crc, int n_model) {
+                            uint32_t model_crc, int n_model, const char *history) {
     char list[128];
     meta_set(m, "format", "pt");
     meta_set(m, "ctrain_format", "train_state");
@@ -691,10 +694,15 @@ static void fill_state_meta(meta_kv *m, const ct_train_state *st, const ct_optim
         meta_set(m, "scaler.min_hits", "%d", (int)c->min_hits);
         meta_set(m, "scaler.step", "%llu", (unsigned long long)c->step);
         meta_set(m, "scaler.skipped", "%llu", (unsigned long long)c->skipped);
+        meta_set(m, "scaler.backoffs", "%llu", (unsigned long long)c->backoffs);
+        meta_set(m, "scaler.growths", "%llu", (unsigned long long)c->growths);
+        meta_set(m, "scaler.events", "%llu", (unsigned long long)c->events);
+        m->long_key[m->n_long] = "scaler.history";
+        m->long_val[m->n_long++] = history;
     }
     if (st->recipe_json[0]) {
-        m->long_key = "recipe";
-        m->long_val = st->recipe_json;
+        m->long_key[m->n_long] = "recipe";
+        m->long_val[m->n_long++] = st->recipe_json;
     }
 }
 
@@ -795,6 +803,15 @@ static ct_status parse_state_meta(ct_context *ctx, const char *path, const st_fi
         c->min_hits = (int32_t)rd_i64(&r, "scaler.min_hits");
         c->step = rd_u64(&r, "scaler.step");
         c->skipped = rd_u64(&r, "scaler.skipped");
+        if (meta_str(f, "scaler.events")) {
+            c->backoffs = rd_u64(&r, "scaler.backoffs");
+            c->growths = rd_u64(&r, "scaler.growths");
+            c->events = rd_u64(&r, "scaler.events");
+            const char *h = rd_str(&r, "scaler.history");
+            if (r.s == CT_OK) r.s = ct_scaler_history_from_json(ctx, path, h, c);
+        } else { /* written before the history was kept: only the overflows are known */
+            c->events = c->skipped;
+        }
     }
     const char *rj = meta_str(f, "recipe");
     if (rj) {
@@ -986,7 +1003,8 @@ ct_status ct_checkpoint_save_ex(ct_context *ctx, const char *dir, ct_plan *plan,
     uint32_t mcrc = 0;
     ct_optim_opts oo;
     meta_kv *m = calloc(1, sizeof *m);
-    ct_status s = m ? CT_OK : ct_set_error(ctx, CT_E_OOM, "checkpoint: out of memory");
+    char *history = st->has_scaler ? ct_scaler_history_to_json(&st->scaler) : NULL;
+    ct_status s = m && (history || !st->has_scaler) ? CT_OK : ct_set_error(ctx, CT_E_OOM, "checkpoint: out of memory");
     if (s == CT_OK) s = model_tensors(ctx, plan, &mt, &mn);
     if (s == CT_OK && opt) s = optim_tensors(ctx, plan, opt, &ot, &on);
     if (s == CT_OK) {
@@ -1000,13 +1018,15 @@ ct_status ct_checkpoint_save_ex(ct_context *ctx, const char *dir, ct_plan *plan,
     }
     if (s == CT_OK) {
         if (opt) ct_optimizer_get_opts(opt, &oo);
-        fill_state_meta(m, st, opt ? &oo : NULL, opt ? ct_optimizer_steps(opt) : (uint64_t)st->step, mcrc, mn);
+        fill_state_meta(m, st, opt ? &oo : NULL, opt ? ct_optimizer_steps(opt) : (uint64_t)st->step, mcrc, mn,
+                        history);
         join_path(p, sizeof p, tmp, STATE_FILE);
         s = st_write(ctx, p, p, ot, on, m, o->fsync, NULL);
     }
     free(mt);
     free(ot);
     free(m);
+    free(history);
     if (s == CT_OK && o->fsync) s = fsync_dir(ctx, tmp);
     if (s != CT_OK) {
         remove_dir(tmp);
