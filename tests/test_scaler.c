@@ -3,8 +3,11 @@
  * growth after growth_interval clean steps; hysteresis; min/max clamps; the
  * min_scale outcome (error or stop); static scaling; state round trip
  * resumes the same scale sequence and history; the history of a scripted
- * sequence event by event; a full ring keeps exact totals; the loss seed
- * carries the scale. */
+ * sequence event by event; a full ring keeps exact totals; events as
+ * metrics-log lines; the loss seed carries the scale. */
+#include <unistd.h>
+
+#include "ctrain/metrics.h"
 #include "test.h"
 
 static int contains(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
@@ -363,6 +366,52 @@ TEST(ring_overflow_keeps_exact_totals) {
     ct_context_free(ctx);
 }
 
+/* ct_metrics_log_scaler_event: one "amp" JSON line per event, step 1-based. */
+TEST(events_as_metrics_lines) {
+    rig r;
+    CHECK_OK(r.ctx, rig_make(&r));
+    ct_scaler_opts o;
+    ct_scaler_opts_default(&o);
+    o.init_scale = 8.0f;
+    o.growth_interval = 1;
+    ct_scaler *s;
+    CHECK_OK(r.ctx, ct_scaler_create(r.ctx, &o, &s));
+    char path[] = "/tmp/ct_scaler_metrics_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    ct_metrics *mx;
+    CHECK_OK(r.ctx, ct_metrics_open(r.ctx, path, 0, NULL, &mx));
+    const int script[] = {0, 1}; /* step 1: growth; step 2: overflow + backoff in fc1.bias */
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(r.ctx, ct_scaler_update(s, r.tm.plan, script[i], script[i] ? param_index(r.tm.plan, "fc1.bias") : -1));
+        const ct_scale_record *ev;
+        int n;
+        ct_scaler_last_events(s, &ev, &n);
+        for (int k = 0; k < n; k++) CHECK_OK(r.ctx, ct_metrics_log_scaler_event(mx, &ev[k]));
+    }
+    CHECK_OK(r.ctx, ct_metrics_close(mx));
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    char line[512];
+    const char *want[] = {NULL, /* the run line */
+                          "{\"type\":\"amp\",\"step\":1,\"event\":\"growth\",\"scale\":16}",
+                          "{\"type\":\"amp\",\"step\":2,\"event\":\"overflow\",\"scale\":16,\"first_nonfinite\":\"fc1.bias\"}",
+                          "{\"type\":\"amp\",\"step\":2,\"event\":\"backoff\",\"scale\":8,\"first_nonfinite\":\"fc1.bias\"}"};
+    int n = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        if (n > 0 && n < 4) CHECK_MSG(!strcmp(line, want[n]), "line %d: %s", n + 1, line);
+        n++;
+    }
+    CHECK(n == 4);
+    if (f) fclose(f);
+    unlink(path);
+    CHECK(ct_metrics_log_scaler_event(NULL, NULL) == CT_E_INVALID_ARG);
+    ct_scaler_free(s);
+    rig_free(&r);
+}
+
 TEST(bad_options_are_rejected) {
     ct_context *ctx = test_ctx(-1, 1);
     ct_scaler_opts o;
@@ -383,4 +432,5 @@ TEST(bad_options_are_rejected) {
 TEST_MAIN(T(inf_gradient_skips_the_step_and_names_the_tensor),
           T(loss_seed_carries_the_scale_and_unscale_restores_gradients), T(growth_hysteresis_and_clamps),
           T(static_scale_never_changes), T(state_round_trip_resumes_the_same_sequence),
-          T(history_of_a_scripted_sequence), T(ring_overflow_keeps_exact_totals), T(bad_options_are_rejected))
+          T(history_of_a_scripted_sequence), T(ring_overflow_keeps_exact_totals),
+          T(events_as_metrics_lines), T(bad_options_are_rejected))
