@@ -4,7 +4,9 @@
  * byte and every truncation of a file is CT_E_CORRUPT without a crash and
  * leaves the plan untouched; a checkpoint of another model or optimizer is
  * CT_E_CONFIG naming the tensor; keep_last; atomic `latest`; the recipe's
- * JSON round trip; the loader's skip; the PyTorch reader
+ * JSON round trip; the loader's skip; the loss-scale history (a full ring
+ * round trip, the resumed scaler continuing it, a train state from before
+ * the history still loading); the PyTorch reader
  * (scripts/load_safetensors.py, skipped without python3-torch unless
  * CT_REQUIRE_TORCH=1). */
 #include <dirent.h>
@@ -13,6 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
+
+#include <cjson/cJSON.h>
 
 #include "test.h"
 
@@ -312,6 +316,58 @@ TEST(flipped_bytes_are_corrupt) {
     rig_free(&a);
     rig_free(&b);
     rig_free(&c);
+}
+
+/* A train state written before the loss-scale history was kept (no
+ * scaler.backoffs/growths/events/history keys) still loads: an empty
+ * history, events = skipped, and the scaler accepts it. */
+TEST(train_state_without_scaler_history_loads) {
+    rig a;
+    char sd[600], p[700];
+    CHECK(small_ckpt(&a, "oldscaler", sd, sizeof sd));
+    path_in(p, sizeof p, sd, "train_state.safetensors");
+    size_t n;
+    unsigned char *buf = read_all(p, &n);
+    CHECK(buf && n > 8);
+    uint64_t hl;
+    memcpy(&hl, buf, 8);
+    char *hdr = malloc(hl + 1);
+    memcpy(hdr, buf + 8, hl);
+    hdr[hl] = 0;
+    cJSON *root = cJSON_Parse(hdr), *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+    CHECK(meta && cJSON_GetObjectItemCaseSensitive(meta, "scaler.history"));
+    const char *drop[] = {"scaler.backoffs", "scaler.growths", "scaler.events", "scaler.history"};
+    for (int i = 0; i < 4; i++) cJSON_DeleteItemFromObjectCaseSensitive(meta, drop[i]);
+    cJSON_ReplaceItemInObjectCaseSensitive(meta, "ctrain_crc32", cJSON_CreateString("00000000"));
+    char *js = cJSON_PrintUnformatted(root);
+    size_t jl = strlen(js), nhl = (jl + 8 + 7) / 8 * 8 - 8, data = n - 8 - (size_t)hl;
+    unsigned char *out = malloc(8 + nhl + data);
+    uint64_t nhl64 = nhl;
+    memcpy(out, &nhl64, 8);
+    memcpy(out + 8, js, jl);
+    memset(out + 8 + jl, ' ', nhl - jl);
+    memcpy(out + 8 + nhl, buf + 8 + hl, data);
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08lx", (unsigned long)crc32(0L, out, (uInt)(8 + nhl + data)));
+    char *at = strstr((char *)out + 8, "\"ctrain_crc32\":\"00000000\"");
+    CHECK(at != NULL);
+    if (at) memcpy(at + strlen("\"ctrain_crc32\":\""), hex, 8);
+    write_all(p, out, 8 + nhl + data);
+    ct_train_state *got = malloc(sizeof *got);
+    CHECK_OK(a.ctx, ct_checkpoint_load(a.ctx, sd, a.m.plan, a.opt, got));
+    CHECK(got->has_scaler && got->scaler.scale == 32768.0f && got->scaler.skipped == 1 && got->scaler.events == 1 &&
+          got->scaler.backoffs == 0 && got->scaler.growths == 0 && got->scaler.n_history == 0);
+    ct_scaler *sc;
+    CHECK_OK(a.ctx, ct_scaler_create(a.ctx, NULL, &sc));
+    CHECK_OK(a.ctx, ct_scaler_set_state(sc, &got->scaler));
+    ct_scaler_free(sc);
+    free(got);
+    cJSON_free(js);
+    cJSON_Delete(root);
+    free(hdr);
+    free(out);
+    free(buf);
+    rig_free(&a);
 }
 
 /* Every prefix of either file: CT_E_CORRUPT with a message, no crash. */
@@ -669,7 +725,7 @@ static void pytorch_check(int cnn) {
 TEST(pytorch_reader_mlp) { pytorch_check(0); }
 TEST(pytorch_reader_cnn_buffers) { pytorch_check(1); }
 
-TEST_MAIN(T(roundtrip_mlp_adamw_dropout), T(roundtrip_cnn_sgd_momentum_buffers), T(roundtrip_mlp_rmsprop),
+TEST_MAIN(T(train_state_without_scaler_history_loads), T(roundtrip_mlp_adamw_dropout), T(roundtrip_cnn_sgd_momentum_buffers), T(roundtrip_mlp_rmsprop),
           T(roundtrip_cnn_lamb), T(flipped_bytes_are_corrupt), T(truncated_files_are_corrupt),
           T(other_model_is_config_error), T(keep_last_and_latest), T(recipe_json_full_round_trip),
           T(loader_skip_resumes_mid_epoch), T(weights_file_round_trip), T(pytorch_reader_mlp),
