@@ -4,7 +4,9 @@
  * byte and every truncation of a file is CT_E_CORRUPT without a crash and
  * leaves the plan untouched; a checkpoint of another model or optimizer is
  * CT_E_CONFIG naming the tensor; keep_last; atomic `latest`; the recipe's
- * JSON round trip; the loader's skip; the PyTorch reader
+ * JSON round trip; the loader's skip; the loss-scale history (a full ring
+ * round trip, the resumed scaler continuing it, a train state from before
+ * the history still loading); the PyTorch reader
  * (scripts/load_safetensors.py, skipped without python3-torch unless
  * CT_REQUIRE_TORCH=1). */
 #include <dirent.h>
@@ -13,6 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
+
+#include <cjson/cJSON.h>
 
 #include "test.h"
 
@@ -153,13 +157,69 @@ static void fill_state(ct_train_state *st) {
     st->early_stop.wait = 1;
     st->early_stop.epoch = 2;
     st->has_scaler = 1;
-    st->scaler = (ct_scaler_state){32768.0f, 17, 1, 0, 3, 1};
+    ct_scaler_state *c = &st->scaler; /* field by field: the padding stays zero for memcmp */
+    c->scale = 32768.0f;
+    c->growth_tracker = 17;
+    c->hysteresis_left = 1;
+    c->step = 3;
+    c->skipped = 1;
+    c->backoffs = 1;
+    c->events = 2;
+    c->n_history = 2;
+    c->history[0].step = c->history[1].step = 1;
+    c->history[0].event = CT_SCALE_OVERFLOW;
+    c->history[0].scale = 65536.0f;
+    c->history[1].event = CT_SCALE_BACKOFF;
+    c->history[1].scale = 32768.0f;
+    c->history[0].param = c->history[1].param = 2;
+    snprintf(c->history[0].tensor, sizeof c->history[0].tensor, "fc2.weight \"quoted\"");
+    snprintf(c->history[1].tensor, sizeof c->history[1].tensor, "fc2.weight \"quoted\"");
     st->epoch_loss_sum = 2.0 / 3.0;
     st->epoch_correct = 11;
     st->epoch_seen = 16;
     st->test_loss = 0.1;
     st->test_acc = 0.9;
     snprintf(st->recipe_json, sizeof st->recipe_json, "{\"model\": \"mlp\", \"note\": \"quote \\\" and \\\\\"}");
+}
+
+/* Scaler updates [from, to): every other one overflows (overflow + backoff),
+ * the others grow (growth_interval 1), naming the plan's parameters in turn. */
+static ct_status drive_scaler(ct_scaler *s, ct_plan *plan, int from, int to) {
+    for (int i = from; i < to; i++) {
+        ct_status st = ct_scaler_update(s, plan, i % 2 == 0, i % 2 == 0 ? (i / 2) % ct_plan_num_params(plan) : -1);
+        if (st != CT_OK) return st;
+    }
+    return CT_OK;
+}
+
+/* The loss-scale history and totals through a checkpoint: a full ring
+ * round-trips bit for bit and the resumed scaler continues it identically. */
+static void scaler_history_roundtrip(rig *a, const char *dir) {
+    ct_scaler_opts so;
+    ct_scaler_opts_default(&so);
+    so.init_scale = 1024.0f;
+    so.growth_interval = 1;
+    ct_scaler *sa, *sb;
+    CHECK_OK(a->ctx, ct_scaler_create(a->ctx, &so, &sa));
+    CHECK_OK(a->ctx, ct_scaler_create(a->ctx, &so, &sb));
+    CHECK_OK(a->ctx, drive_scaler(sa, a->m.plan, 0, 200)); /* 300 events: the ring is full */
+    ct_train_state *st = malloc(sizeof *st), *got = malloc(sizeof *got);
+    fill_state(st);
+    ct_scaler_get_state(sa, &st->scaler);
+    CHECK(st->scaler.n_history == CT_SCALER_HISTORY && st->scaler.events == 300 && st->scaler.history[1].tensor[0]);
+    CHECK_OK(a->ctx, ct_checkpoint_save(a->ctx, dir, a->m.plan, a->opt, st, 2));
+    CHECK_OK(a->ctx, ct_checkpoint_load(a->ctx, dir, NULL, NULL, got));
+    CHECK(got->has_scaler && !memcmp(&got->scaler, &st->scaler, sizeof st->scaler));
+    CHECK_OK(a->ctx, ct_scaler_set_state(sb, &got->scaler));
+    CHECK_OK(a->ctx, drive_scaler(sa, a->m.plan, 200, 260));
+    CHECK_OK(a->ctx, drive_scaler(sb, a->m.plan, 200, 260));
+    ct_scaler_get_state(sa, &st->scaler);
+    ct_scaler_get_state(sb, &got->scaler);
+    CHECK(!memcmp(&got->scaler, &st->scaler, sizeof st->scaler) && st->scaler.events == 390);
+    free(st);
+    free(got);
+    ct_scaler_free(sa);
+    ct_scaler_free(sb);
 }
 
 static void roundtrip(int cnn, ct_optim_kind kind, float momentum) {
@@ -194,6 +254,8 @@ static void roundtrip(int cnn, ct_optim_kind kind, float momentum) {
     ct_train_state meta;
     CHECK_OK(b.ctx, ct_checkpoint_load(b.ctx, dir, NULL, NULL, &meta));
     CHECK(meta.step == 3 && !strcmp(meta.recipe_json, st.recipe_json));
+    snprintf(dir, sizeof dir, "%s/rt_scaler_%d_%d", tmpdir(), cnn, (int)kind);
+    scaler_history_roundtrip(&a, dir);
     rig_free(&a);
     rig_free(&b);
 }
@@ -241,7 +303,7 @@ TEST(flipped_bytes_are_corrupt) {
             write_all(p, mod, n);
             free(mod);
             ct_status s = ct_checkpoint_load(b.ctx, sd, b.m.plan, b.opt, NULL);
-            CHECK_MSG(s == CT_E_CORRUPT, "%s byte %zu: %s", files[fi], i, ct_context_last_error(b.ctx));
+            CHECK_MSG(s == CT_E_CORRUPT, "%s byte %zu: %d %s", files[fi], i, (int)s, ct_context_last_error(b.ctx));
             tried++;
         }
         CHECK(rig_same(&b, &c)); /* nothing was written into the plan */
@@ -255,6 +317,58 @@ TEST(flipped_bytes_are_corrupt) {
     rig_free(&a);
     rig_free(&b);
     rig_free(&c);
+}
+
+/* A train state written before the loss-scale history was kept (no
+ * scaler.backoffs/growths/events/history keys) still loads: an empty
+ * history, events = skipped, and the scaler accepts it. */
+TEST(train_state_without_scaler_history_loads) {
+    rig a;
+    char sd[600], p[700];
+    CHECK(small_ckpt(&a, "oldscaler", sd, sizeof sd));
+    path_in(p, sizeof p, sd, "train_state.safetensors");
+    size_t n;
+    unsigned char *buf = read_all(p, &n);
+    CHECK(buf && n > 8);
+    uint64_t hl;
+    memcpy(&hl, buf, 8);
+    char *hdr = malloc(hl + 1);
+    memcpy(hdr, buf + 8, hl);
+    hdr[hl] = 0;
+    cJSON *root = cJSON_Parse(hdr), *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+    CHECK(meta && cJSON_GetObjectItemCaseSensitive(meta, "scaler.history"));
+    const char *drop[] = {"scaler.backoffs", "scaler.growths", "scaler.events", "scaler.history"};
+    for (int i = 0; i < 4; i++) cJSON_DeleteItemFromObjectCaseSensitive(meta, drop[i]);
+    cJSON_ReplaceItemInObjectCaseSensitive(meta, "ctrain_crc32", cJSON_CreateString("00000000"));
+    char *js = cJSON_PrintUnformatted(root);
+    size_t jl = strlen(js), nhl = (jl + 8 + 7) / 8 * 8 - 8, data = n - 8 - (size_t)hl;
+    unsigned char *out = malloc(8 + nhl + data);
+    uint64_t nhl64 = nhl;
+    memcpy(out, &nhl64, 8);
+    memcpy(out + 8, js, jl);
+    memset(out + 8 + jl, ' ', nhl - jl);
+    memcpy(out + 8 + nhl, buf + 8 + hl, data);
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08lx", (unsigned long)crc32(0L, out, (uInt)(8 + nhl + data)));
+    char *at = strstr((char *)out + 8, "\"ctrain_crc32\":\"00000000\"");
+    CHECK(at != NULL);
+    if (at) memcpy(at + strlen("\"ctrain_crc32\":\""), hex, 8);
+    write_all(p, out, 8 + nhl + data);
+    ct_train_state *got = malloc(sizeof *got);
+    CHECK_OK(a.ctx, ct_checkpoint_load(a.ctx, sd, a.m.plan, a.opt, got));
+    CHECK(got->has_scaler && got->scaler.scale == 32768.0f && got->scaler.skipped == 1 && got->scaler.events == 1 &&
+          got->scaler.backoffs == 0 && got->scaler.growths == 0 && got->scaler.n_history == 0);
+    ct_scaler *sc;
+    CHECK_OK(a.ctx, ct_scaler_create(a.ctx, NULL, &sc));
+    CHECK_OK(a.ctx, ct_scaler_set_state(sc, &got->scaler));
+    ct_scaler_free(sc);
+    free(got);
+    cJSON_free(js);
+    cJSON_Delete(root);
+    free(hdr);
+    free(out);
+    free(buf);
+    rig_free(&a);
 }
 
 /* Every prefix of either file: CT_E_CORRUPT with a message, no crash. */
@@ -612,7 +726,7 @@ static void pytorch_check(int cnn) {
 TEST(pytorch_reader_mlp) { pytorch_check(0); }
 TEST(pytorch_reader_cnn_buffers) { pytorch_check(1); }
 
-TEST_MAIN(T(roundtrip_mlp_adamw_dropout), T(roundtrip_cnn_sgd_momentum_buffers), T(roundtrip_mlp_rmsprop),
+TEST_MAIN(T(train_state_without_scaler_history_loads), T(roundtrip_mlp_adamw_dropout), T(roundtrip_cnn_sgd_momentum_buffers), T(roundtrip_mlp_rmsprop),
           T(roundtrip_cnn_lamb), T(flipped_bytes_are_corrupt), T(truncated_files_are_corrupt),
           T(other_model_is_config_error), T(keep_last_and_latest), T(recipe_json_full_round_trip),
           T(loader_skip_resumes_mid_epoch), T(weights_file_round_trip), T(pytorch_reader_mlp),

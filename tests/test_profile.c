@@ -308,6 +308,78 @@ TEST(doctor_thresholds) {
     ct_context_free(ctx);
 }
 
+/* A trace of n_steps step events plus the amp events in `amp` (JSON
+ * objects, comma-separated), as the trainer writes them. */
+static char *amp_trace(int n_steps, const char *amp) {
+    size_t cap = 256 + (size_t)n_steps * 96 + strlen(amp);
+    char *b = malloc(cap);
+    size_t o = (size_t)snprintf(b, cap, "{\"traceEvents\": [");
+    for (int i = 0; i < n_steps; i++)
+        o += (size_t)snprintf(b + o, cap - o, "%s{\"name\": \"step\", \"ph\": \"X\", \"cat\": \"step\", \"ts\": %d, "
+                              "\"dur\": 1000, \"args\": {\"step\": %d}}", i ? ", " : "", i * 1000, i);
+    snprintf(b + o, cap - o, "%s%s]}", amp[0] && n_steps ? ", " : "", amp);
+    return b;
+}
+
+#define AMP_EV(name, scale, bad)                                                                                      \
+    "{\"name\": \"" name "\", \"ph\": \"X\", \"cat\": \"amp\", \"ts\": 1, \"dur\": 1, \"args\": {\"scale\": " scale ", " \
+    "\"first_nonfinite\": \"" bad "\"}}"
+
+/* The doctor's loss-scale story from a hand-written trace. */
+TEST(doctor_loss_scale_summary) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_doctor_report r;
+    /* the trainer's events: growth; overflow that backs off (the scale went down); overflow tolerated by
+     * hysteresis (the scale kept); growth */
+    char *t = amp_trace(20, AMP_EV("loss scale grown", "131072", "") ", " AMP_EV("overflow: update skipped", "65536",
+                                                                                  "fc2.weight") ", "
+                            AMP_EV("overflow: update skipped", "65536", "fc1.bias") ", "
+                            AMP_EV("loss scale grown", "131072", ""));
+    CHECK_OK(ctx, ct_doctor_analyze_json(ctx, t, strlen(t), &r));
+    free(t);
+    CHECK(r.steps == 20 && r.amp.events == 4);
+    CHECK_MSG(r.amp.overflows == 2 && r.amp.backoffs == 1 && r.amp.growths == 2 && r.amp.final_scale == 131072,
+              "%lld overflows %lld backoffs %lld growths, scale %g", (long long)r.amp.overflows,
+              (long long)r.amp.backoffs, (long long)r.amp.growths, r.amp.final_scale);
+    CHECK(!strcmp(r.amp.first_nonfinite, "fc2.weight"));
+    CHECK(r.v_amp == CT_VERDICT_WARN); /* 2 of 20 steps overflowed: 10% */
+    char buf[4096] = {0};
+    FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+    CHECK(f != NULL);
+    ct_doctor_print(&r, f);
+    fclose(f);
+    CHECK_MSG(strstr(buf, "[warn] loss scale: 2 overflows (updates skipped), 1 backoff, 2 growths in 20 recorded steps") &&
+                  strstr(buf, "final scale 131072") && strstr(buf, "first non-finite tensor 'fc2.weight'") &&
+                  strstr(buf, "keep_fp32"),
+              "%s", buf);
+    /* explicit args.event, one event per scaler record: counted as said; one overflow in 40 steps is fine */
+    t = amp_trace(40, "{\"name\": \"amp\", \"ph\": \"X\", \"cat\": \"amp\", \"ts\": 1, \"dur\": 1, \"args\": "
+                      "{\"event\": \"overflow\", \"scale\": 1024, \"first_nonfinite\": \"emb.weight\"}}, "
+                      "{\"name\": \"amp\", \"ph\": \"X\", \"cat\": \"amp\", \"ts\": 1, \"dur\": 1, \"args\": "
+                      "{\"event\": \"backoff\", \"scale\": 512, \"first_nonfinite\": \"emb.weight\"}}");
+    CHECK_OK(ctx, ct_doctor_analyze_json(ctx, t, strlen(t), &r));
+    free(t);
+    CHECK(r.amp.overflows == 1 && r.amp.backoffs == 1 && r.amp.growths == 0 && r.amp.final_scale == 512);
+    CHECK(!strcmp(r.amp.first_nonfinite, "emb.weight") && r.v_amp == CT_VERDICT_OK);
+    /* at the floor: a warning whatever the share */
+    t = amp_trace(100, AMP_EV("overflow: update skipped", "1", "fc1.weight"));
+    CHECK_OK(ctx, ct_doctor_analyze_json(ctx, t, strlen(t), &r));
+    free(t);
+    CHECK(r.amp.overflows == 1 && r.amp.backoffs == 0 && r.v_amp == CT_VERDICT_WARN);
+    /* no amp events: unknown, and said so */
+    t = amp_trace(5, "");
+    CHECK_OK(ctx, ct_doctor_analyze_json(ctx, t, strlen(t), &r));
+    free(t);
+    CHECK(r.v_amp == CT_VERDICT_UNKNOWN && r.amp.events == 0 && r.amp.final_scale == -1 && !r.amp.first_nonfinite[0]);
+    memset(buf, 0, sizeof buf);
+    f = fmemopen(buf, sizeof buf - 1, "w");
+    CHECK(f != NULL);
+    ct_doctor_print(&r, f);
+    fclose(f);
+    CHECK_MSG(strstr(buf, "[n/a]  loss scale: no amp events"), "%s", buf);
+    ct_context_free(ctx);
+}
+
 TEST(doctor_bad_traces) {
     ct_context *ctx = test_ctx(-1, 1);
     ct_doctor_report r;
@@ -333,4 +405,4 @@ TEST(doctor_bad_traces) {
 }
 
 TEST_MAIN(T(profiled_mlp_trace), T(node_hook_events), T(bounded_buffer_counts_drops), T(unwritable_dir_is_io_error), T(doctor_thresholds),
-          T(doctor_bad_traces))
+          T(doctor_loss_scale_summary), T(doctor_bad_traces))

@@ -4,7 +4,8 @@
 # DIR/metrics.jsonl (one line per step and per evaluation) and a
 # self-contained DIR/report.html with one SVG plot per series; then bad input
 # (missing, empty or malformed logs, unwritable outputs) must exit 1 with a
-# clear message and never crash (exit code < 128, no sanitizer report).
+# clear message and never crash (exit code < 128, no sanitizer report);
+# loss-scaler "amp" lines are read without complaint.
 # usage: tests/test_report.sh path/to/ctrain
 set -u
 CT=${1:-build/ctrain}
@@ -66,6 +67,14 @@ sed 's/"time":/"loss_scale":65536,"time":/' "$M" > "$tmp/scale.jsonl"
 expect report_loss_scale 0 "report:" -- "$CT" report "$tmp/scale.jsonl" -o "$tmp/scale.html"
 check html_5_svgs_loss_scale [ "$(count '<svg' "$tmp/scale.html")" -eq 5 ]
 check html_loss_scale_plot grep -q 'Loss scale' "$tmp/scale.html"
+# loss-scaler events ("amp" lines) are not malformed lines
+{ head -n 3 "$M"
+  echo '{"type":"amp","step":3,"event":"overflow","scale":65536,"first_nonfinite":"fc1.weight"}'
+  echo '{"type":"amp","step":3,"event":"backoff","scale":32768,"first_nonfinite":"fc1.weight"}'
+  tail -n +4 "$M"; } > "$tmp/amp.jsonl"
+"$CT" report "$tmp/amp.jsonl" -o "$tmp/amp.html" > "$tmp/amp.out" 2>&1
+check report_amp_lines [ $? -eq 0 ]
+check amp_lines_not_skipped bash -c '! grep -q "skipped" "$0" "$1"' "$tmp/amp.out" "$tmp/amp.html"
 
 # bad input
 expect missing_log 1 "cannot open metrics log.*nope.jsonl" -- "$CT" report "$tmp/nope.jsonl" -o "$tmp/x.html"

@@ -1,5 +1,6 @@
 /* tools/doctor.c - `ctrain doctor TRACE`: reads a Chrome trace written by
- * `ctrain train --profile DIR` and prints a verdict per KPI with advice. */
+ * `ctrain train --profile DIR` and prints a verdict per KPI with advice
+ * (the loss scale's among them). */
 #include <stdio.h>
 #include <string.h>
 
@@ -9,7 +10,8 @@
 int ct_cli_doctor(int argc, char **argv) {
     if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
         printf("usage: ctrain doctor TRACE\n\nReads a Chrome trace (ctrain train --profile DIR writes DIR/trace.json)\n"
-               "and prints compute utilization, memory use, communication and data-stall shares with advice.\n"
+               "and prints compute utilization, memory use, communication and data-stall shares and the\n"
+               "loss-scale story (overflows, backoffs, growths, final scale, first non-finite tensor) with advice.\n"
                "Exit code 0 when the trace could be read, 1 otherwise.\n");
         return 0;
     }

@@ -112,6 +112,8 @@ static int read_log(const char *path, run_log *L) {
                 free(L->recipe);
                 L->recipe = cJSON_Print(r);
             }
+        } else if (!strcmp(t, "amp")) {
+            /* a loss-scaler event: the loss-scale plot is drawn from the step lines */
         } else if (!strcmp(t, "done")) {
             L->has_done = 1;
             if (!num(o, "time", &L->time_s)) L->time_s = NAN;

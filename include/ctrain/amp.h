@@ -11,6 +11,8 @@
  *            forward; backward;
  *            ct_scaler_step(s, plan, opt, &skipped);        (unscale + inf/NaN
  *            check in one pass over the gradient arena; skip or step; update)
+ *            ct_scaler_last_events(s, &ev, &n);             (this step's events,
+ *            for ct_metrics_log_scaler_event)
  */
 #ifndef CTRAIN_AMP_H
 #define CTRAIN_AMP_H
@@ -50,28 +52,55 @@ ct_amp_scaling ct_amp_default_scaling(ct_precision p);
 /* "off", "dynamic", "static" */
 const char *ct_amp_scaling_name(ct_amp_scaling s);
 
+/* The loss-scale history (like PyTorch GradScaler's scale_history): every
+ * overflow, backoff and growth, newest last. An overflowing step records
+ * CT_SCALE_OVERFLOW, followed by CT_SCALE_BACKOFF when the scale was
+ * lowered in the same update (not when hysteresis tolerated the overflow,
+ * nor at min_scale, nor for a static scaler). */
 typedef enum ct_scale_event {
-    CT_SCALE_SKIP = 1,      /* overflow tolerated by hysteresis: update skipped, scale kept */
-    CT_SCALE_BACKOFF,       /* overflow: update skipped, scale multiplied by backoff_factor */
-    CT_SCALE_AT_MIN,        /* overflow at min_scale: update skipped, scale cannot go lower */
-    CT_SCALE_GROWTH,        /* growth_interval clean steps: scale multiplied by growth_factor */
+    CT_SCALE_OVERFLOW = 1,  /* gradients held inf/NaN: the update was skipped, scale unchanged */
+    CT_SCALE_BACKOFF,       /* the scale was multiplied by backoff_factor (after an overflow) */
+    CT_SCALE_GROWTH,        /* growth_interval clean steps: scale multiplied by growth_factor  */
 } ct_scale_event;
 
+/* "overflow", "backoff", "growth" ("?" for other values). */
+const char *ct_scale_event_name(ct_scale_event e);
+
 typedef struct ct_scale_record {
-    uint64_t step;          /* optimizer step index (0-based) when it happened          */
+    uint64_t step;          /* 0-based index of the ct_scaler_update that recorded it: the
+                               optimizer step index when the scaler is updated once per
+                               step from step 0 (as the CLI does); restored by set_state  */
     float scale;            /* the scale after the event                                */
     ct_scale_event event;
-    char tensor[64];        /* first parameter whose gradient held inf/NaN ("" for growth) */
+    int32_t param;          /* index (plan order) of the first parameter whose gradient
+                               held inf/NaN; -1 for growth or when unknown               */
+    char tensor[64];        /* its name ("" for growth or when unknown)                  */
 } ct_scale_record;
 
-/* Everything needed to resume the exact scale sequence. */
+/* Events kept: the ring drops the oldest beyond this many. */
+#define CT_SCALER_HISTORY 256
+
+/* Counts over the whole run. They stay exact when the ring drops old
+ * events and are saved in checkpoints with the rest of the state. */
+typedef struct ct_scaler_totals {
+    uint64_t overflows;     /* steps whose gradients held inf/NaN (each update skipped)  */
+    uint64_t backoffs;      /* times the scale was lowered                               */
+    uint64_t growths;       /* times the scale was raised                                */
+    uint64_t events;        /* events recorded; events - (events in the ring) were dropped */
+} ct_scaler_totals;
+
+/* Everything needed to resume the exact scale sequence and its history
+ * (ct_scaler_get_state / ct_scaler_set_state; checkpoints store it). */
 typedef struct ct_scaler_state {
     float scale;
     int32_t growth_tracker; /* clean steps since the last growth or overflow */
     int32_t hysteresis_left;
     int32_t min_hits;       /* overflows in a row at min_scale */
-    uint64_t step;
-    uint64_t skipped;       /* total skipped updates */
+    uint64_t step;          /* ct_scaler_update calls so far */
+    uint64_t skipped;       /* total skipped updates (= overflows) */
+    uint64_t backoffs, growths, events; /* the other totals (ct_scaler_totals) */
+    int32_t n_history;      /* events in history[] (<= CT_SCALER_HISTORY)    */
+    ct_scale_record history[CT_SCALER_HISTORY]; /* oldest first                */
 } ct_scaler_state;
 
 typedef struct ct_scaler ct_scaler;
@@ -93,9 +122,18 @@ ct_status ct_scaler_update(ct_scaler *s, ct_plan *plan, int found, int param);
 ct_status ct_scaler_step(ct_scaler *s, ct_plan *plan, ct_optimizer *opt, int *skipped);
 
 int ct_scaler_should_stop(const ct_scaler *s);
-/* The most recent events, oldest first (a ring of the last 1024). */
-int ct_scaler_history(const ct_scaler *s, const ct_scale_record **first, int *n_first, const ct_scale_record **second,
-                      int *n_second);
+/* The history, oldest first: *events points to *n records (at most
+ * CT_SCALER_HISTORY: the most recent ones), valid until the next
+ * ct_scaler_update, ct_scaler_set_state or ct_scaler_free. */
+void ct_scaler_history(const ct_scaler *s, const ct_scale_record **events, int *n);
+/* The events the most recent ct_scaler_update recorded (n 0, 1, or 2:
+ * overflow then backoff), e.g. to log each with ct_metrics_log_scaler_event.
+ * n is 0 before the first update and after ct_scaler_set_state. */
+void ct_scaler_last_events(const ct_scaler *s, const ct_scale_record **events, int *n);
+/* Exact totals over the run (also across checkpoint resume). */
+void ct_scaler_get_totals(const ct_scaler *s, ct_scaler_totals *out);
+/* The state includes the history and totals (about 23 KiB). set_state
+ * returns CT_E_CORRUPT, changing nothing, for an inconsistent state. */
 void ct_scaler_get_state(const ct_scaler *s, ct_scaler_state *out);
 ct_status ct_scaler_set_state(ct_scaler *s, const ct_scaler_state *in);
 

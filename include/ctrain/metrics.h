@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "amp.h"
 #include "context.h"
 
 #ifdef __cplusplus
@@ -42,6 +43,11 @@ ct_status ct_metrics_log_step(ct_metrics *m, const ct_metrics_step *s);
  * "test_acc":..,"time":..} and flushes. */
 ct_status ct_metrics_log_eval(ct_metrics *m, int epoch, int64_t step, double test_loss, double test_acc,
                               double time_s);
+/* Writes an "amp" line for one loss-scaler event (ct_scaler_last_events):
+ * {"type":"amp","step":..,"event":"overflow"|"backoff"|"growth","scale":..
+ * [,"first_nonfinite":"<tensor>"]}; step is 1-based like step lines
+ * (e->step + 1), first_nonfinite only when the event names a tensor. */
+ct_status ct_metrics_log_scaler_event(ct_metrics *m, const ct_scale_record *e);
 /* Writes a "done" line with the run's totals and flushes. */
 ct_status ct_metrics_log_done(ct_metrics *m, int64_t steps, double time_s, double test_loss, double test_acc,
                               double peak_mib);

@@ -84,6 +84,21 @@ ct_status ct_profiler_write(ct_profiler *p, const char *path);
 /* ---- doctor ---------------------------------------------------------------- */
 typedef enum ct_verdict { CT_VERDICT_OK = 0, CT_VERDICT_WARN, CT_VERDICT_UNKNOWN } ct_verdict;
 
+/* The loss-scale story of the recorded steps, from the trace's "amp"
+ * events. An event's args.event ("overflow", "backoff" or "growth", as
+ * ct_scale_event_name) says what it is; without it the name decides: one
+ * starting with "overflow" is an overflow, and also a backoff when its
+ * args.scale is below the scale of the amp event before it (so the first
+ * one in the trace is not known to be a backoff); one containing "grow" is
+ * a growth, "backoff" a backoff. */
+typedef struct ct_doctor_amp {
+    int64_t events;             /* amp events read                                  */
+    int64_t overflows;          /* updates skipped: gradients held inf/NaN          */
+    int64_t backoffs, growths;  /* scale lowered / raised                           */
+    double final_scale;         /* args.scale of the last amp event; -1 unknown     */
+    char first_nonfinite[64];   /* args.first_nonfinite of the first overflow naming one */
+} ct_doctor_amp;
+
 typedef struct ct_doctor_report {
     int steps;                 /* "step" events                                   */
     int64_t events, dropped;
@@ -96,10 +111,14 @@ typedef struct ct_doctor_report {
     double memory_share;       /* memory / budget, -1 unknown                     */
     double comm_share, data_share;
     ct_verdict v_compute, v_memory, v_comm, v_data;
+    ct_doctor_amp amp;
+    ct_verdict v_amp;          /* unknown: no amp events (no loss scaling, or none recorded) */
 } ct_doctor_report;
 
 /* Thresholds: utilization >= 75%, memory 70-90% of the budget,
- * communication <= 20%, data stall (host transfer) < 5% of step time. */
+ * communication <= 20%, data stall (host transfer) < 5% of step time,
+ * loss-scale overflows in at most 5% of the recorded steps and a final
+ * scale above 1. */
 ct_status ct_doctor_analyze_json(ct_context *ctx, const char *json, size_t len, ct_doctor_report *out);
 /* CT_E_IO (cannot read), CT_E_CORRUPT (not JSON / truncated), CT_E_CONFIG (no traceEvents). */
 ct_status ct_doctor_analyze_file(ct_context *ctx, const char *path, ct_doctor_report *out);

@@ -1,24 +1,25 @@
 /* src/amp/scaler.c - dynamic/static loss scaler: fused unscale + inf/NaN
  * check over the flat gradient arena, skip-or-step, scale update with
  * growth, backoff, hysteresis and clamps, an event history naming the first
- * non-finite tensor, and a configurable outcome at min_scale. */
+ * non-finite tensor (the last CT_SCALER_HISTORY events, kept oldest first
+ * inside the state so checkpoints carry it, plus exact totals), and a
+ * configurable outcome at min_scale. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/internal.h"
+#include "amp/scaler_internal.h"
 #include "ctrain/amp.h"
-
-#define HISTORY 1024
 
 struct ct_scaler {
     ct_context *ctx;
     ct_scaler_opts o;
-    ct_scaler_state st;
+    ct_scaler_state st; /* st.history: the ring, kept linear (oldest first) */
     int stop;
-    ct_scale_record hist[HISTORY];
-    int hist_head, hist_n; /* ring: next slot, count */
+    int last_n;         /* events recorded by the last update               */
 };
 
 void ct_scaler_opts_default(ct_scaler_opts *o) {
@@ -131,33 +132,45 @@ ct_status ct_scaler_unscale(ct_scaler *s, ct_plan *plan, int *found, int *param)
 
 /* ---- scale update ------------------------------------------------------------------ */
 
+/* Appends an event; a full ring drops its oldest (events are rare: at most
+ * two per step, so moving 22 KiB then costs nothing next to the step). */
 static void record(ct_scaler *s, ct_plan *plan, ct_scale_event ev, int param) {
-    ct_scale_record *r = &s->hist[s->hist_head];
-    r->step = s->st.step;
-    r->scale = s->st.scale;
+    ct_scaler_state *st = &s->st;
+    if (st->n_history == CT_SCALER_HISTORY) {
+        memmove(st->history, st->history + 1, (CT_SCALER_HISTORY - 1) * sizeof st->history[0]);
+        st->n_history--;
+    }
+    ct_scale_record *r = &st->history[st->n_history++];
+    memset(r, 0, sizeof *r); /* no stale bytes: states compare with memcmp */
+    r->step = st->step;
+    r->scale = st->scale;
     r->event = ev;
-    r->tensor[0] = 0;
+    r->param = -1;
     const char *name = NULL;
-    if (plan && param >= 0 && ct_plan_param_info(plan, param, &name, NULL, NULL) == CT_OK && name)
-        snprintf(r->tensor, sizeof r->tensor, "%s", name);
-    s->hist_head = (s->hist_head + 1) % HISTORY;
-    if (s->hist_n < HISTORY) s->hist_n++;
+    if (plan && param >= 0 && ct_plan_param_info(plan, param, &name, NULL, NULL) == CT_OK) {
+        r->param = param;
+        if (name) snprintf(r->tensor, sizeof r->tensor, "%s", name);
+    }
+    st->events++;
+    if (ev == CT_SCALE_BACKOFF) st->backoffs++;
+    if (ev == CT_SCALE_GROWTH) st->growths++;
+    s->last_n++;
 }
 
 ct_status ct_scaler_update(ct_scaler *s, ct_plan *plan, int found, int param) {
     ct_scaler_state *st = &s->st;
     ct_status ret = CT_OK;
+    s->last_n = 0;
     if (found) {
         st->skipped++;
         st->growth_tracker = 0;
+        record(s, plan, CT_SCALE_OVERFLOW, param);
         if (!s->o.dynamic) {
-            record(s, plan, CT_SCALE_SKIP, param);
+            /* static scaling: the scale never moves */
         } else if (st->hysteresis_left > 1) {
             st->hysteresis_left--;
-            record(s, plan, CT_SCALE_SKIP, param);
         } else if (st->scale <= s->o.min_scale) {
             st->min_hits++;
-            record(s, plan, CT_SCALE_AT_MIN, param);
             if (st->min_hits >= s->o.floor_patience) {
                 const char *name = "";
                 if (plan && param >= 0) ct_plan_param_info(plan, param, &name, NULL, NULL);
@@ -203,26 +216,125 @@ ct_status ct_scaler_step(ct_scaler *s, ct_plan *plan, ct_optimizer *opt, int *sk
     return ct_plan_set_loss_scale(plan, s->st.scale);
 }
 
-int ct_scaler_history(const ct_scaler *s, const ct_scale_record **first, int *n_first, const ct_scale_record **second,
-                      int *n_second) {
-    int start = (s->hist_head - s->hist_n + HISTORY) % HISTORY;
-    int n1 = CT_MIN(s->hist_n, HISTORY - start);
-    *first = &s->hist[start];
-    *n_first = n1;
-    *second = s->hist;
-    *n_second = s->hist_n - n1;
-    return s->hist_n;
+const char *ct_scale_event_name(ct_scale_event e) {
+    return e == CT_SCALE_OVERFLOW ? "overflow" : e == CT_SCALE_BACKOFF ? "backoff" : e == CT_SCALE_GROWTH ? "growth" : "?";
+}
+
+void ct_scaler_history(const ct_scaler *s, const ct_scale_record **events, int *n) {
+    *events = s->st.history;
+    *n = s->st.n_history;
+}
+
+void ct_scaler_last_events(const ct_scaler *s, const ct_scale_record **events, int *n) {
+    *n = CT_MIN(s->last_n, s->st.n_history);
+    *events = s->st.history + s->st.n_history - *n;
+}
+
+void ct_scaler_get_totals(const ct_scaler *s, ct_scaler_totals *out) {
+    out->overflows = s->st.skipped;
+    out->backoffs = s->st.backoffs;
+    out->growths = s->st.growths;
+    out->events = s->st.events;
 }
 
 void ct_scaler_get_state(const ct_scaler *s, ct_scaler_state *out) { *out = s->st; }
 
+/* Why a state cannot be one this scaler wrote, or NULL. */
+static const char *state_problem(const ct_scaler_state *in) {
+    if (!(in->scale > 0.0f) || !isfinite(in->scale)) return "scale is not finite and > 0";
+    if (in->hysteresis_left < 1 || in->growth_tracker < 0 || in->min_hits < 0) return "negative counters";
+    if (in->n_history < 0 || in->n_history > CT_SCALER_HISTORY) return "history length out of range";
+    if ((uint64_t)in->n_history > in->events || in->backoffs > in->skipped || in->skipped > in->step ||
+        in->growths > in->step || in->events != in->skipped + in->backoffs + in->growths)
+        return "totals do not add up";
+    for (int i = 0; i < in->n_history; i++) {
+        const ct_scale_record *r = &in->history[i];
+        if (r->event < CT_SCALE_OVERFLOW || r->event > CT_SCALE_GROWTH || !(r->scale > 0.0f) || !isfinite(r->scale) ||
+            r->param < -1 || r->step >= in->step || (i && r->step < in->history[i - 1].step) ||
+            !memchr(r->tensor, 0, sizeof r->tensor))
+            return "a history event is malformed";
+    }
+    return NULL;
+}
+
 ct_status ct_scaler_set_state(ct_scaler *s, const ct_scaler_state *in) {
-    if (!(in->scale > 0.0f) || !isfinite(in->scale) || in->hysteresis_left < 1 || in->growth_tracker < 0 ||
-        in->min_hits < 0)
+    const char *why = state_problem(in);
+    if (why)
         return ct_set_error(s->ctx, CT_E_CORRUPT,
-                            "loss scaler state is invalid (scale %g, hysteresis_left %d): the checkpoint is corrupt",
-                            (double)in->scale, in->hysteresis_left);
+                            "loss scaler state is invalid (%s; scale %g, hysteresis_left %d): the checkpoint is corrupt",
+                            why, (double)in->scale, in->hysteresis_left);
     s->st = *in;
     s->stop = 0;
+    s->last_n = 0;
+    return CT_OK;
+}
+
+/* ---- the history as text (checkpoints) ----------------------------------------------------- */
+
+char *ct_scaler_history_to_json(const ct_scaler_state *st) {
+    cJSON *arr = cJSON_CreateArray();
+    int ok = arr != NULL;
+    for (int i = 0; ok && i < st->n_history && i < CT_SCALER_HISTORY; i++) {
+        const ct_scale_record *r = &st->history[i];
+        char scale[32];
+        snprintf(scale, sizeof scale, "%a", (double)r->scale);
+        cJSON *e = cJSON_CreateArray();
+        ok = e && cJSON_AddItemToArray(arr, e);
+        if (!ok) {
+            cJSON_Delete(e);
+            break;
+        }
+        ok = cJSON_AddItemToArray(e, cJSON_CreateNumber((double)r->step)) &&
+             cJSON_AddItemToArray(e, cJSON_CreateString(ct_scale_event_name(r->event))) &&
+             cJSON_AddItemToArray(e, cJSON_CreateString(scale)) &&
+             cJSON_AddItemToArray(e, cJSON_CreateNumber((double)r->param)) &&
+             cJSON_AddItemToArray(e, cJSON_CreateString(r->tensor));
+    }
+    char *out = ok ? cJSON_PrintUnformatted(arr) : NULL;
+    cJSON_Delete(arr);
+    if (!out) return NULL;
+    char *copy = strdup(out); /* the caller frees with free(), cJSON may use another allocator */
+    cJSON_free(out);
+    return copy;
+}
+
+ct_status ct_scaler_history_from_json(ct_context *ctx, const char *what, const char *json, ct_scaler_state *st) {
+    cJSON *arr = cJSON_Parse(json);
+    int n = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : -1;
+    int bad = n < 0 || n > CT_SCALER_HISTORY;
+    const cJSON *e;
+    int i = 0;
+    cJSON_ArrayForEach(e, arr) {
+        if (bad) break;
+        const cJSON *f[5];
+        for (int k = 0; k < 5; k++) f[k] = cJSON_GetArrayItem(e, k);
+        bad = !cJSON_IsArray(e) || cJSON_GetArraySize(e) != 5 || !cJSON_IsNumber(f[0]) || !cJSON_IsString(f[1]) ||
+              !cJSON_IsString(f[2]) || !cJSON_IsNumber(f[3]) || !cJSON_IsString(f[4]);
+        if (bad) break;
+        ct_scale_record *r = &st->history[i];
+        memset(r, 0, sizeof *r);
+        double step = f[0]->valuedouble, param = f[3]->valuedouble;
+        char *end;
+        double scale = strtod(f[2]->valuestring, &end);
+        r->event = !strcmp(f[1]->valuestring, "overflow") ? CT_SCALE_OVERFLOW
+                   : !strcmp(f[1]->valuestring, "backoff") ? CT_SCALE_BACKOFF
+                   : !strcmp(f[1]->valuestring, "growth")  ? CT_SCALE_GROWTH
+                                                           : (ct_scale_event)0;
+        bad = !(step >= 0 && step < 9007199254740992.0 && step == floor(step)) || !(param >= -1 && param < 1e9) ||
+              param != floor(param) || !f[2]->valuestring[0] || *end || !r->event ||
+              strlen(f[4]->valuestring) >= sizeof r->tensor;
+        if (bad) break;
+        r->step = (uint64_t)step;
+        r->scale = (float)scale;
+        r->param = (int32_t)param;
+        snprintf(r->tensor, sizeof r->tensor, "%s", f[4]->valuestring);
+        i++;
+    }
+    cJSON_Delete(arr);
+    if (bad)
+        return ct_set_error(ctx, CT_E_CORRUPT,
+                            "'%s': the loss-scale history (metadata 'scaler.history') is malformed: the file is corrupt",
+                            what);
+    st->n_history = i;
     return CT_OK;
 }

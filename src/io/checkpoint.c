@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "amp/scaler_internal.h"
 #include "core/internal.h"
 #include "ctrain/checkpoint.h"
 #include "io/safetensors.h"
@@ -291,8 +292,9 @@ static int parse_step_name(const char *name, int64_t *step) {
     return 1;
 }
 
+/* history: ct_scaler_history_to_json of st->scaler when has_scaler. */
 static void fill_state_meta(ct_st_meta *m, const ct_train_state *st, const ct_optim_opts *oo, uint64_t opt_steps,
-                            uint32_t model_crc, int n_model) {
+                            uint32_t model_crc, int n_model, const char *history) {
     char list[128];
     ct_st_meta_set(m, "format", "pt");
     ct_st_meta_set(m, "ctrain_format", "train_state");
@@ -339,10 +341,15 @@ static void fill_state_meta(ct_st_meta *m, const ct_train_state *st, const ct_op
         ct_st_meta_set(m, "scaler.min_hits", "%d", (int)c->min_hits);
         ct_st_meta_set(m, "scaler.step", "%llu", (unsigned long long)c->step);
         ct_st_meta_set(m, "scaler.skipped", "%llu", (unsigned long long)c->skipped);
+        ct_st_meta_set(m, "scaler.backoffs", "%llu", (unsigned long long)c->backoffs);
+        ct_st_meta_set(m, "scaler.growths", "%llu", (unsigned long long)c->growths);
+        ct_st_meta_set(m, "scaler.events", "%llu", (unsigned long long)c->events);
+        m->long_key[m->n_long] = "scaler.history";
+        m->long_val[m->n_long++] = history;
     }
     if (st->recipe_json[0]) {
-        m->long_key = "recipe";
-        m->long_val = st->recipe_json;
+        m->long_key[m->n_long] = "recipe";
+        m->long_val[m->n_long++] = st->recipe_json;
     }
 }
 
@@ -443,6 +450,15 @@ static ct_status parse_state_meta(ct_context *ctx, const char *path, const ct_st
         c->min_hits = (int32_t)rd_i64(&r, "scaler.min_hits");
         c->step = rd_u64(&r, "scaler.step");
         c->skipped = rd_u64(&r, "scaler.skipped");
+        if (ct_st_meta_str(f, "scaler.events")) {
+            c->backoffs = rd_u64(&r, "scaler.backoffs");
+            c->growths = rd_u64(&r, "scaler.growths");
+            c->events = rd_u64(&r, "scaler.events");
+            const char *h = rd_str(&r, "scaler.history");
+            if (r.s == CT_OK) r.s = ct_scaler_history_from_json(ctx, path, h, c);
+        } else { /* written before the history was kept: only the overflows are known */
+            c->events = c->skipped;
+        }
     }
     const char *rj = ct_st_meta_str(f, "recipe");
     if (rj) {
@@ -651,7 +667,8 @@ ct_status ct_checkpoint_save_ex(ct_context *ctx, const char *dir, ct_plan *plan,
     uint32_t mcrc = 0;
     ct_optim_opts oo;
     ct_st_meta *m = calloc(1, sizeof *m);
-    ct_status s = m ? CT_OK : ct_set_error(ctx, CT_E_OOM, "checkpoint: out of memory");
+    char *history = st->has_scaler ? ct_scaler_history_to_json(&st->scaler) : NULL;
+    ct_status s = m && (history || !st->has_scaler) ? CT_OK : ct_set_error(ctx, CT_E_OOM, "checkpoint: out of memory");
     if (s == CT_OK) s = model_tensors(ctx, plan, &mt, &mn);
     if (s == CT_OK && opt) s = optim_tensors(ctx, plan, opt, &ot, &on);
     if (s == CT_OK) {
@@ -665,7 +682,8 @@ ct_status ct_checkpoint_save_ex(ct_context *ctx, const char *dir, ct_plan *plan,
     }
     if (s == CT_OK) {
         if (opt) ct_optimizer_get_opts(opt, &oo);
-        fill_state_meta(m, st, opt ? &oo : NULL, opt ? ct_optimizer_steps(opt) : (uint64_t)st->step, mcrc, mn);
+        fill_state_meta(m, st, opt ? &oo : NULL, opt ? ct_optimizer_steps(opt) : (uint64_t)st->step, mcrc, mn,
+                        history);
         join_path(p, sizeof p, tmp, STATE_FILE);
         s = ct_st_write(ctx, p, p, ot, on, m, o->fsync, NULL);
     }
@@ -673,6 +691,7 @@ ct_status ct_checkpoint_save_ex(ct_context *ctx, const char *dir, ct_plan *plan,
     free(ot);
     free(m);
     for (int i = 0; s == CT_OK && i < o->n_files; i++) s = write_extra_file(ctx, tmp, &o->files[i], o->fsync);
+    free(history);
     if (s == CT_OK && o->fsync) s = fsync_dir(ctx, tmp);
     if (s != CT_OK) {
         remove_dir(tmp);

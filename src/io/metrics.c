@@ -102,6 +102,31 @@ ct_status ct_metrics_log_eval(ct_metrics *m, int epoch, int64_t step, double tes
     return flush(m);
 }
 
+/* s as a JSON string: quotes, backslashes and control characters escaped */
+static void put_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+        else if (*c < 0x20) fprintf(f, "\\u%04x", *c);
+        else fputc(*c, f);
+    }
+    fputc('"', f);
+}
+
+ct_status ct_metrics_log_scaler_event(ct_metrics *m, const ct_scale_record *e) {
+    if (!m || !e) return CT_E_INVALID_ARG;
+    fprintf(m->f, "{\"type\":\"amp\",\"step\":%llu,\"event\":\"%s\"", (unsigned long long)e->step + 1,
+            ct_scale_event_name(e->event));
+    put_num(m->f, "scale", e->scale);
+    if (e->tensor[0] && memchr(e->tensor, 0, sizeof e->tensor)) {
+        fputs(",\"first_nonfinite\":", m->f);
+        put_str(m->f, e->tensor);
+    }
+    fputs("}\n", m->f);
+    if (mono_s() - m->last_flush >= FLUSH_S) return flush(m);
+    return check(m);
+}
+
 ct_status ct_metrics_log_done(ct_metrics *m, int64_t steps, double time_s, double test_loss, double test_acc,
                               double peak_mib) {
     if (!m) return CT_E_INVALID_ARG;

@@ -54,7 +54,8 @@ ct_status ct_st_write(ct_context *ctx, const char *path, const char *shown, cons
     cJSON *root = cJSON_CreateObject(), *meta = root ? cJSON_AddObjectToObject(root, "__metadata__") : NULL;
     int ok = meta && cJSON_AddStringToObject(meta, "ctrain_crc32", "00000000");
     for (int i = 0; ok && m && i < m->n; i++) ok = cJSON_AddStringToObject(meta, m->key[i], m->val[i]) != NULL;
-    if (ok && m && m->long_key) ok = cJSON_AddStringToObject(meta, m->long_key, m->long_val) != NULL;
+    for (int i = 0; ok && m && i < m->n_long; i++)
+        ok = cJSON_AddStringToObject(meta, m->long_key[i], m->long_val[i]) != NULL;
     size_t off = 0;
     for (int i = 0; ok && i < n; i++) {
         cJSON *e = cJSON_AddObjectToObject(root, t[i].name);
@@ -259,7 +260,9 @@ ct_status ct_st_read(ct_context *ctx, const char *path, int require_crc, ct_st_f
             left -= c;
         }
         memcpy(hp, saved, 8);
-        crc_state = !*endp && crc == want ? 1 : -1;
+        int lower = 1; /* as written: "%08lx"; an upper-case digit would parse to the same value */
+        for (int k = 0; k < 8; k++) lower &= (hex[k] >= '0' && hex[k] <= '9') || (hex[k] >= 'a' && hex[k] <= 'f');
+        crc_state = !*endp && lower && crc == want ? 1 : -1;
     }
     uint64_t max_end = 0;
     ct_status s = CT_OK;

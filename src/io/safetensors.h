@@ -25,9 +25,9 @@ typedef struct {
 typedef struct {
     const char *key[64];
     char val[64][64];
-    const char *long_key; /* one long value (the recipe) */
-    const char *long_val;
-    int n;
+    const char *long_key[2]; /* long values (the recipe, the loss-scale history) */
+    const char *long_val[2];
+    int n, n_long;
 } ct_st_meta;
 
 /* Sets key (a string that outlives m) to a formatted value. */

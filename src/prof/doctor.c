@@ -1,7 +1,9 @@
 /* src/prof/doctor.c - reads a Chrome trace written by the profiler (or any
  * trace with the same categories) and computes the KPIs: compute
  * utilization (MFU), memory use against the budget, communication share and
- * data stall (host transfer) share, each with a verdict and advice. */
+ * data stall (host transfer) share, each with a verdict and advice; and the
+ * loss-scale story (overflows, backoffs, growths, final scale, the first
+ * non-finite tensor) from the "amp" events. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +18,40 @@ static double num(const cJSON *o, const char *key, double dflt) {
     return cJSON_IsNumber(v) ? v->valuedouble : dflt;
 }
 
+static const char *str(const cJSON *o, const char *key) {
+    const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* One "amp" event into the loss-scale summary (profile.h says how it is read). */
+static void amp_event(ct_doctor_amp *a, const cJSON *e) {
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
+    const char *name = str(e, "name"), *ev = str(args, "event"), *bad = str(args, "first_nonfinite");
+    double scale = num(args, "scale", -1);
+    int overflow = 0, backoff = 0, growth = 0;
+    if (ev) {
+        overflow = !strcmp(ev, "overflow");
+        backoff = !strcmp(ev, "backoff");
+        growth = !strcmp(ev, "growth");
+    } else if (name) {
+        overflow = !strncmp(name, "overflow", 8);
+        backoff = strstr(name, "backoff") != NULL ||
+                  (overflow && scale > 0 && a->final_scale > 0 && scale < a->final_scale);
+        growth = !overflow && strstr(name, "grow") != NULL;
+    }
+    a->events++;
+    a->overflows += overflow;
+    a->backoffs += backoff;
+    a->growths += growth;
+    if (overflow && bad && bad[0] && !a->first_nonfinite[0])
+        snprintf(a->first_nonfinite, sizeof a->first_nonfinite, "%s", bad);
+    if (scale > 0) a->final_scale = scale;
+}
+
 static ct_status analyze(ct_context *ctx, const char *what, const char *json, size_t len, ct_doctor_report *r) {
     memset(r, 0, sizeof *r);
     r->utilization = r->memory_share = -1;
+    r->amp.final_scale = -1;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
     if (!root) {
@@ -89,6 +122,8 @@ static ct_status analyze(ct_context *ctx, const char *what, const char *json, si
             data += dur;
         } else if (!strcmp(c, "comm")) {
             comm += dur;
+        } else if (!strcmp(c, "amp")) {
+            amp_event(&r->amp, e);
         } else if (!strcmp(c, "op")) {
             const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
             double st = num(args, "step", -1);
@@ -117,6 +152,9 @@ static ct_status analyze(ct_context *ctx, const char *what, const char *json, si
                                                                            : CT_VERDICT_WARN;
     r->v_comm = step_t <= 0 ? CT_VERDICT_UNKNOWN : r->comm_share <= 0.20 ? CT_VERDICT_OK : CT_VERDICT_WARN;
     r->v_data = step_t <= 0 ? CT_VERDICT_UNKNOWN : r->data_share < 0.05 ? CT_VERDICT_OK : CT_VERDICT_WARN;
+    const ct_doctor_amp *a = &r->amp;
+    int amp_bad = (double)a->overflows > 0.05 * r->steps || (a->final_scale >= 0 && a->final_scale <= 1);
+    r->v_amp = !a->events ? CT_VERDICT_UNKNOWN : a->overflows > 0 && amp_bad ? CT_VERDICT_WARN : CT_VERDICT_OK;
     cJSON_Delete(root);
     return CT_OK;
 }
@@ -203,4 +241,22 @@ void ct_doctor_print(const ct_doctor_report *r, FILE *f) {
             r->v_data == CT_VERDICT_WARN ? ": the loader stalls the step: load batches ahead on background "
                                            "threads (raise prefetch and prefetch_threads)"
                                          : "");
+    const ct_doctor_amp *m = &r->amp;
+    if (r->v_amp == CT_VERDICT_UNKNOWN) {
+        fprintf(f, "  %s loss scale: no amp events in the trace (no loss scaling, or no overflow or growth in the "
+                   "recorded steps)\n",
+                tag(r->v_amp));
+        return;
+    }
+    char scale[32] = "unknown", bad[96] = "";
+    if (m->final_scale >= 0) snprintf(scale, sizeof scale, "%g", m->final_scale);
+    if (m->first_nonfinite[0]) snprintf(bad, sizeof bad, "; first non-finite tensor '%s'", m->first_nonfinite);
+    fprintf(f, "  %s loss scale: %lld overflow%s (update%s skipped), %lld backoff%s, %lld growth%s in %d recorded steps "
+               "(target: overflows in <= 5%%); final scale %s%s%s\n",
+            tag(r->v_amp), (long long)m->overflows, m->overflows == 1 ? "" : "s", m->overflows == 1 ? "" : "s",
+            (long long)m->backoffs, m->backoffs == 1 ? "" : "s", (long long)m->growths, m->growths == 1 ? "" : "s",
+            r->steps, scale, bad,
+            r->v_amp == CT_VERDICT_OK ? ""
+            : ": gradients keep overflowing: keep the layer of the first non-finite tensor in FP32 (keep_fp32), "
+              "lower the learning rate, check the data for NaN/inf, or train in bf16");
 }

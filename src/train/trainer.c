@@ -422,17 +422,21 @@ static ct_status optimizer_step(run_t *R, float lr, float *gnorm, int *stop) {
         CT_TRY(ct_optimizer_step(R->opt));
     }
     if (!R->scaler) return CT_OK;
-    const float before = ct_scaler_scale(R->scaler);
     double ts = R->prof ? ct_profiler_now_us() : 0;
     CT_TRY(ct_scaler_update(R->scaler, R->plan, overflow, bad_param));
-    if (R->prof && (overflow || ct_scaler_scale(R->scaler) != before)) {
-        char args[128];
-        const char *pname = "";
-        if (bad_param >= 0) ct_plan_param_info(R->plan, bad_param, &pname, NULL, NULL);
-        snprintf(args, sizeof args, "{\"scale\": %g, \"first_nonfinite\": \"%.60s\"}", (double)ct_scaler_scale(R->scaler),
-                 pname);
-        ct_profiler_event(R->prof, overflow ? "overflow: update skipped" : "loss scale grown", "amp", ts,
-                          ct_profiler_now_us(), args);
+    /* the loss-scale history: each event in the metrics log and in the trace's "amp" category */
+    const ct_scale_record *ev = NULL;
+    int n_ev = 0;
+    ct_scaler_last_events(R->scaler, &ev, &n_ev);
+    for (int i = 0; i < n_ev; i++) {
+        if (R->mx) CT_TRY(ct_metrics_log_scaler_event(R->mx, &ev[i]));
+        if (!R->prof) continue;
+        char args[192];
+        snprintf(args, sizeof args, "{\"event\": \"%s\", \"scale\": %g, \"first_nonfinite\": \"%.60s\"}",
+                 ct_scale_event_name(ev[i].event), (double)ev[i].scale, ev[i].tensor);
+        ct_profiler_event(R->prof, ev[i].event == CT_SCALE_GROWTH ? "loss scale grown" : ev[i].event == CT_SCALE_BACKOFF
+                                       ? "loss scale backoff" : "overflow: update skipped",
+                          "amp", ts, ct_profiler_now_us(), args);
     }
     if (ct_scaler_should_stop(R->scaler)) {
         say(R, "\n  loss scaler: the scale stayed at loss_scale.min_scale %g for %d overflows in a row; stopping "
