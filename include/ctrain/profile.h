@@ -54,8 +54,10 @@ ct_status ct_profiler_create(ct_context *ctx, const ct_profiler_opts *opts, ct_p
 void ct_profiler_free(ct_profiler *p);
 
 /* Attaches (NULL: detaches) a profiler: every executed node of forward and
- * backward becomes an "op" event while the profiler records. Caches node
- * information once (the only allocation). One plan per profiler. */
+ * backward becomes an "op" event while the profiler records. Allocates a
+ * per-node cache once; node information is filled from the first run. One
+ * plan per profiler. It attaches through the plan's node hook
+ * (ct_plan_set_node_hook), replacing any other hook. */
 ct_status ct_plan_set_profiler(ct_plan *plan, ct_profiler *p);
 
 /* Monotonic clock in microseconds (the trace's time base). */
