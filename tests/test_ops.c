@@ -58,6 +58,21 @@ CASE(c_conv_s2_d2_g2, CT_TRY(P(g, "x", ND(2, 4, 9, 8), &a)); CT_TRY(P(g, "w", ND
 CASE(c_maxpool, CT_TRY(P(g, "x", ND(2, 3, 6, 6), &a)); CT_TRY(ct_maxpool2d(g, a, 2, 2, 0, out)))
 CASE(c_maxpool_pad, CT_TRY(P(g, "x", ND(2, 2, 7, 7), &a)); CT_TRY(ct_maxpool2d(g, a, 3, 2, 1, out)))
 CASE(c_avgpool, CT_TRY(P(g, "x", ND(2, 3, 7, 7), &a)); CT_TRY(ct_avgpool2d(g, a, 3, 2, 1, out)))
+/* per-axis kernel / stride / padding / dilation, ceil_mode (last windows run
+ * past the padding), count_include_pad on and off */
+static ct_status pool_ex(ct_graph *g, int avg, const int k[8], int ceil_mode, int include_pad, ct_node x, ct_node *out) {
+    ct_pool2d_opts o;
+    ct_pool2d_opts_default(&o, 1);
+    o.kernel_h = k[0]; o.kernel_w = k[1]; o.stride_h = k[2]; o.stride_w = k[3];
+    o.pad_h = k[4]; o.pad_w = k[5]; o.dilation_h = k[6]; o.dilation_w = k[7];
+    o.ceil_mode = ceil_mode;
+    o.count_include_pad = include_pad;
+    return avg ? ct_avgpool2d_ex(g, x, &o, out) : ct_maxpool2d_ex(g, x, &o, out);
+}
+CASE(c_maxpool_ex, CT_TRY(P(g, "x", ND(2, 2, 7, 8), &a)); CT_TRY(pool_ex(g, 0, (int[]){3, 2, 2, 1, 1, 0, 1, 2}, 1, 1, a, out)))
+CASE(c_maxpool_ceil, CT_TRY(P(g, "x", ND(2, 3, 6, 6), &a)); CT_TRY(pool_ex(g, 0, (int[]){3, 3, 2, 2, 1, 1, 1, 1}, 1, 1, a, out)))
+CASE(c_avgpool_ceil, CT_TRY(P(g, "x", ND(2, 2, 6, 7), &a)); CT_TRY(pool_ex(g, 1, (int[]){3, 3, 2, 2, 1, 1, 1, 1}, 1, 1, a, out)))
+CASE(c_avgpool_ex_nopad, CT_TRY(P(g, "x", ND(2, 2, 7, 9), &a)); CT_TRY(pool_ex(g, 1, (int[]){2, 3, 2, 2, 1, 1, 2, 1}, 1, 0, a, out)))
 CASE(c_gap, CT_TRY(P(g, "x", ND(2, 3, 5, 4), &a)); CT_TRY(ct_global_avgpool(g, a, out)))
 CASE(c_batchnorm, CT_TRY(P(g, "x", ND(4, 3, 5, 5), &a)); CT_TRY(P(g, "g", ND(3), &b)); CT_TRY(P(g, "b", ND(3), &c));
      CT_TRY(ct_buffer(g, "rm", ND(3), CT_INIT_ZEROS, &d)); CT_TRY(ct_buffer(g, "rv", ND(3), CT_INIT_ONES, &e));
@@ -126,6 +141,8 @@ static const op_case k_cases[] = {
     {"matmul_batched", c_matmul_batched, 0}, {"matmul_bcast", c_matmul_bcast, 0},
     {"matmul_bcast_ta", c_matmul_bcast_ta, 0}, {"conv", c_conv, 0}, {"conv_s2_d2_g2", c_conv_s2_d2_g2, 0},
     {"maxpool", c_maxpool, 0}, {"maxpool_pad", c_maxpool_pad, 0}, {"avgpool", c_avgpool, 0}, {"gap", c_gap, 0},
+    {"maxpool_ex", c_maxpool_ex, 0}, {"maxpool_ceil", c_maxpool_ceil, 0}, {"avgpool_ceil", c_avgpool_ceil, 0},
+    {"avgpool_ex_nopad", c_avgpool_ex_nopad, 0},
     {"batchnorm", c_batchnorm, 0}, {"batchnorm_2d", c_batchnorm_2d, 0}, {"layernorm", c_layernorm, 0},
     {"relu", c_relu, 0}, {"gelu", c_gelu, 0}, {"gelu_tanh", c_gelu_tanh, 0}, {"silu", c_silu, 0},
     {"sigmoid", c_sigmoid, 0}, {"tanh", c_tanh, 0}, {"scale", c_scale, 0}, {"add_bias", c_add_bias, 0},

@@ -298,6 +298,16 @@ TEST(layernorm_large_threads) {
 
 static int64_t pool_out(int64_t n, int k, int s, int p) { return (n + 2 * p - k) / s + 1; }
 
+/* square window attributes in the pool nodes' layout (src/graph/ir.h):
+ * ia kh kw sh sw ph pw dh dw, fa[0] count_include_pad */
+static void pool_attrs(ct_node_def *nd, int K, int S, int P) {
+    nd->ia[0] = nd->ia[1] = K;
+    nd->ia[2] = nd->ia[3] = S;
+    nd->ia[4] = nd->ia[5] = P;
+    nd->ia[6] = nd->ia[7] = 1;
+    nd->fa[0] = 1.0f;
+}
+
 /* maxpool and avgpool forward + backward for one configuration. Inputs are
  * quantized (ties) and, with `special`, hold NaN and -inf. */
 static void pool_case(int64_t N, int64_t C, int64_t H, int64_t W, int K, int S, int P, int special) {
@@ -323,7 +333,7 @@ static void pool_case(int64_t N, int64_t C, int64_t H, int64_t W, int K, int S, 
         kcall f, b;
         kinit(&f, avg ? CT_OP_AVGPOOL2D : CT_OP_MAXPOOL2D, CT_F32, 4, ys, y_r);
         kin(&f, avg ? xa : xq, CT_F32, 4, xs);
-        f.nd.ia[0] = K; f.nd.ia[1] = S; f.nd.ia[2] = P;
+        pool_attrs(&f.nd, K, S, P);
         f.k.aux = avg ? NULL : a_r;
         kinit(&b, avg ? CT_OP_AVGPOOL2D_BWD : CT_OP_MAXPOOL2D_BWD, CT_F32, 4, xs, dx_r);
         kin(&b, dy, CT_F32, 4, ys);
@@ -331,7 +341,7 @@ static void pool_case(int64_t N, int64_t C, int64_t H, int64_t W, int K, int S, 
             kin(&b, y_r, CT_F32, 4, ys);
             b.k.in_aux[1] = a_r;
         }
-        b.nd.ia[0] = K; b.nd.ia[1] = S; b.nd.ia[2] = P;
+        pool_attrs(&b.nd, K, S, P);
         CHECK_OK(g_ctx, krun(&f, CT_KERNEL_REF));
         CHECK_OK(g_ctx, krun(&b, CT_KERNEL_REF));
         for (int si = 0; si < g_nslots; si++) {

@@ -77,6 +77,39 @@ ct_status ct_linear(ct_graph *g, ct_node x, ct_node w, ct_node b, ct_node *out);
 /* x (N, C, H, W), w (OC, C/groups, KH, KW), b (OC) or CT_NONE. */
 ct_status ct_conv2d(ct_graph *g, ct_node x, ct_node w, ct_node b, int stride, int pad,
                     int dilation, int groups, ct_node *out);
+/* 2-D max / average pooling, x (N, C, H, W) -> (N, C, OH, OW), PyTorch's
+ * MaxPool2d / AvgPool2d semantics per axis (H shown; W alike):
+ *  - window oh reads rows oh*stride - pad + i*dilation, i < kernel; taps in
+ *    the padding are skipped (max never sees them; avg adds nothing);
+ *  - OH = floor((H + 2*pad - dilation*(kernel-1) - 1) / stride) + 1, or with
+ *    ceil_mode the ceiling, minus one if that last window would start at or
+ *    past H + pad (the last window must start inside the input or the left
+ *    padding); OH must be >= 1;
+ *  - pad must be <= (dilation*(kernel-1)+1) / 2 (half the effective kernel,
+ *    i.e. kernel/2 without dilation), else CT_E_INVALID_ARG;
+ *  - max: NaN propagates; the gradient goes to the first maximum of each
+ *    window in row-major window order (ties: the first);
+ *  - avg: count_include_pad (PyTorch's default, 1) divides by the taps that
+ *    lie inside the padded input (kernel_h*kernel_w, fewer only for a
+ *    ceil_mode window running past the padding, as PyTorch); 0 divides by
+ *    the taps inside the input. Dilation is accepted for avg too (PyTorch's
+ *    AvgPool2d has none): the divisor counts taps, not the span.
+ * ct_pool2d_opts_default(o, k): k x k, stride = kernel, no padding, dilation
+ * 1, floor mode, count_include_pad 1. stride 0 means "= kernel" (PyTorch's
+ * stride=None). */
+typedef struct ct_pool2d_opts {
+    int kernel_h, kernel_w;
+    int stride_h, stride_w;     /* 0: the kernel size                 */
+    int pad_h, pad_w;
+    int dilation_h, dilation_w; /* >= 1                               */
+    int ceil_mode;              /* 0: floor (default), 1: ceil        */
+    int count_include_pad;      /* avg only; 1 (default) or 0         */
+} ct_pool2d_opts;
+void ct_pool2d_opts_default(ct_pool2d_opts *o, int kernel);
+ct_status ct_maxpool2d_ex(ct_graph *g, ct_node x, const ct_pool2d_opts *o, ct_node *out);
+ct_status ct_avgpool2d_ex(ct_graph *g, ct_node x, const ct_pool2d_opts *o, ct_node *out);
+/* Square windows, floor mode, no dilation, avg counting padding:
+ * ct_*pool2d_ex with kernel, stride (>= 1) and pad on both axes. */
 ct_status ct_maxpool2d(ct_graph *g, ct_node x, int kernel, int stride, int pad, ct_node *out);
 ct_status ct_avgpool2d(ct_graph *g, ct_node x, int kernel, int stride, int pad, ct_node *out);
 /* (N, C, H, W) -> (N, C) */

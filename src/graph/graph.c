@@ -304,32 +304,84 @@ ct_status ct_conv2d(ct_graph *g, ct_node x, ct_node w, ct_node b, int stride, in
     return ct_graph_push(g, &d, out);
 }
 
-static ct_status pool(ct_graph *g, ct_op op, const char *name, ct_node x, int k, int s, int p, ct_node *out) {
+void ct_pool2d_opts_default(ct_pool2d_opts *o, int kernel) {
+    memset(o, 0, sizeof *o);
+    o->kernel_h = o->kernel_w = kernel;
+    o->dilation_h = o->dilation_w = 1;
+    o->count_include_pad = 1;
+}
+
+/* PyTorch's pooling_output_shape: floor or ceil of the window count; in
+ * ceil mode the last window must start inside the input or the left padding. */
+static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t dil, int ceil_mode) {
+    int64_t num = in + 2 * p - dil * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+    int64_t out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
+    if (ceil_mode && (out - 1) * s >= in + p) out--;
+    return out;
+}
+
+static ct_status pool(ct_graph *g, ct_op op, const char *name, ct_node x, const ct_pool2d_opts *o, ct_node *out) {
     CHECK_NODES(name, x);
     CT_TRY(check_f32(g, name, x));
+    if (!o) return ct_set_error(g->ctx, CT_E_INVALID_ARG, "%s: options must not be NULL", name);
     const ct_node_def *X = N(g, x);
     char s1[96];
     if (X->ndim != 4)
         return ct_set_error(g->ctx, CT_E_SHAPE, "%s: input '%s' %s must be (N, C, H, W)", name, X->name, shp(X, s1));
-    if (k < 1 || s < 1 || p < 0 || p > k / 2)
+    const int kh = o->kernel_h, kw = o->kernel_w;
+    const int sh = o->stride_h ? o->stride_h : kh, sw = o->stride_w ? o->stride_w : kw; /* 0: the kernel */
+    const int ph = o->pad_h, pw = o->pad_w, dh = o->dilation_h, dw = o->dilation_w;
+    if (kh < 1 || kw < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1 || ph < 0 || pw < 0)
         return ct_set_error(g->ctx, CT_E_INVALID_ARG,
-                            "%s: kernel %d stride %d padding %d: need kernel>=1, stride>=1, 0<=padding<=kernel/2",
-                            name, k, s, p);
-    int64_t oh = conv_out(X->shape[2], k, s, p, 1), ow = conv_out(X->shape[3], k, s, p, 1);
+                            "%s: kernel %dx%d stride %dx%d padding %dx%d dilation %dx%d: need kernel, stride, "
+                            "dilation >= 1 and padding >= 0",
+                            name, kh, kw, sh, sw, ph, pw, dh, dw);
+    /* PyTorch: padding at most half the effective kernel (dilation*(k-1)+1) */
+    const int eh = dh * (kh - 1) + 1, ew = dw * (kw - 1) + 1;
+    if (ph > eh / 2 || pw > ew / 2)
+        return ct_set_error(g->ctx, CT_E_INVALID_ARG,
+                            "%s: padding %dx%d must be at most half the effective kernel %dx%d (dilation*(kernel-1)+1)",
+                            name, ph, pw, eh, ew);
+    int64_t oh = pool_out(X->shape[2], kh, sh, ph, dh, o->ceil_mode != 0);
+    int64_t ow = pool_out(X->shape[3], kw, sw, pw, dw, o->ceil_mode != 0);
     if (oh < 1 || ow < 1)
-        return ct_set_error(g->ctx, CT_E_SHAPE, "%s: kernel %d larger than input %s", name, k, shp(X, s1));
+        return ct_set_error(g->ctx, CT_E_SHAPE, "%s: effective kernel %dx%d is larger than the padded input %s", name,
+                            eh, ew, shp(X, s1));
     ct_node_def d;
     def_init(&d, op, 1, &x);
     def_shape(&d, 4, (int64_t[]){X->shape[0], X->shape[1], oh, ow});
-    d.ia[0] = k; d.ia[1] = s; d.ia[2] = p;
+    d.ia[0] = kh; d.ia[1] = kw; d.ia[2] = sh; d.ia[3] = sw;
+    d.ia[4] = ph; d.ia[5] = pw; d.ia[6] = dh; d.ia[7] = dw;
+    d.fa[0] = o->count_include_pad ? 1.0f : 0.0f;
     return ct_graph_push(g, &d, out);
 }
 
+ct_status ct_maxpool2d_ex(ct_graph *g, ct_node x, const ct_pool2d_opts *o, ct_node *out) {
+    return pool(g, CT_OP_MAXPOOL2D, "maxpool2d", x, o, out);
+}
+ct_status ct_avgpool2d_ex(ct_graph *g, ct_node x, const ct_pool2d_opts *o, ct_node *out) {
+    return pool(g, CT_OP_AVGPOOL2D, "avgpool2d", x, o, out);
+}
+
+/* Square windows: kernel, stride, padding on both axes (stride 0 is an
+ * error here, as before; use the _ex form for stride = kernel). */
+static ct_status pool_square(ct_graph *g, ct_op op, const char *name, ct_node x, int k, int s, int p, ct_node *out) {
+    if (s < 1)
+        return ct_set_error(g->ctx, CT_E_INVALID_ARG,
+                            "%s: kernel %d stride %d padding %d: need kernel>=1, stride>=1, 0<=padding<=kernel/2", name,
+                            k, s, p);
+    ct_pool2d_opts o;
+    ct_pool2d_opts_default(&o, k);
+    o.stride_h = o.stride_w = s;
+    o.pad_h = o.pad_w = p;
+    return pool(g, op, name, x, &o, out);
+}
+
 ct_status ct_maxpool2d(ct_graph *g, ct_node x, int kernel, int stride, int pad, ct_node *out) {
-    return pool(g, CT_OP_MAXPOOL2D, "maxpool2d", x, kernel, stride, pad, out);
+    return pool_square(g, CT_OP_MAXPOOL2D, "maxpool2d", x, kernel, stride, pad, out);
 }
 ct_status ct_avgpool2d(ct_graph *g, ct_node x, int kernel, int stride, int pad, ct_node *out) {
-    return pool(g, CT_OP_AVGPOOL2D, "avgpool2d", x, kernel, stride, pad, out);
+    return pool_square(g, CT_OP_AVGPOOL2D, "avgpool2d", x, kernel, stride, pad, out);
 }
 
 ct_status ct_global_avgpool(ct_graph *g, ct_node x, ct_node *out) {

@@ -2,18 +2,20 @@
  *
  * The 2x2 stride-2 unpadded window (the CNN's pooling) is vectorized along
  * the output row: VW outputs at a time from 2*VW input columns of two input
- * rows, split into even / odd columns. Other configurations run the
- * reference's scalar loops in parallel over the N*C planes, so their results
- * are identical to the reference's.
+ * rows, split into even / odd columns. Other configurations (per-axis
+ * kernel, stride, padding, dilation, ceil_mode, count_include_pad) run the
+ * reference's scalar loops (kernels/pool_plane.h) in parallel over the N*C
+ * planes, so their results are identical to the reference's.
  *
  * Max pooling saves the flat index ih*W+iw of each window's maximum as int32
  * (aux), as the reference: the first maximum in window order, and the first
- * NaN if there is one (NaN propagates, as in PyTorch). Average pooling counts
- * the padding (count_include_pad=True). */
+ * NaN if there is one (NaN propagates, as in PyTorch). The 2x2 windows hold
+ * no padding, so the average's divisor is 4 whatever count_include_pad says. */
 #include <math.h>
 #include <string.h>
 
 #include "simd.h"
+#include "kernels/pool_plane.h"
 
 /* ---- ISA-specific helpers: int32 vectors, lane masks, even/odd (de)interleave ------- */
 #if defined(CT_SIMD_AVX512)
@@ -79,26 +81,13 @@ static inline int pl_threads(const ct_kargs *k, int64_t work) {
     return work >= 16384 && k->nthreads > 1 ? k->nthreads : 1;
 }
 
-typedef struct {
-    int64_t NC, H, W, OH, OW, K, S, P;
-} pl_dims;
+typedef ct_pool_dims pl_dims;
 
-/* x is the (N, C, H, W) side, y the pooled side. */
-static pl_dims pl_get(const ct_kargs *k, const ct_tensor *x, const ct_tensor *y) {
-    pl_dims d;
-    d.NC = x->shape[0] * x->shape[1];
-    d.H = x->shape[2];
-    d.W = x->shape[3];
-    d.OH = y->shape[2];
-    d.OW = y->shape[3];
-    d.K = k->node->ia[0];
-    d.S = k->node->ia[1];
-    d.P = k->node->ia[2];
-    return d;
-}
+static pl_dims pl_get(const ct_kargs *k, const ct_tensor *x, const ct_tensor *y) { return ct_pool_get(k->node, x, y); }
 
 static int pl_is_2x2(const pl_dims *d) {
-    return d->K == 2 && d->S == 2 && d->P == 0 && d->OH == d->H / 2 && d->OW == d->W / 2;
+    return d->KH == 2 && d->KW == 2 && d->SH == 2 && d->SW == 2 && d->PH == 0 && d->PW == 0 && d->DH == 1 &&
+           d->DW == 1 && d->OH == d->H / 2 && d->OW == d->W / 2;
 }
 
 /* Loads the 2*t (t <= VW) input columns of one row that feed t outputs, split
@@ -166,28 +155,6 @@ static void maxpool_2x2_plane(const float *x, float *y, int32_t *arg, const pl_d
     }
 }
 
-/* The reference's loops for one plane. */
-static void maxpool_generic_plane(const float *x, float *y, int32_t *arg, const pl_dims *d) {
-    for (int64_t oh = 0; oh < d->OH; oh++)
-        for (int64_t ow = 0; ow < d->OW; ow++) {
-            float best = -INFINITY;
-            int64_t bi = -1;
-            for (int64_t kh = 0; kh < d->K; kh++)
-                for (int64_t kw = 0; kw < d->K; kw++) {
-                    int64_t ih = oh * d->S - d->P + kh, iw = ow * d->S - d->P + kw;
-                    if (ih < 0 || ih >= d->H || iw < 0 || iw >= d->W) continue;
-                    float v = x[ih * d->W + iw];
-                    if (bi >= 0 && isnan(best)) continue;
-                    if (bi < 0 || v > best || isnan(v)) {
-                        best = v;
-                        bi = ih * d->W + iw;
-                    }
-                }
-            y[oh * d->OW + ow] = best;
-            arg[oh * d->OW + ow] = (int32_t)bi;
-        }
-}
-
 ct_status CT_FN(maxpool2d)(ct_kargs *k) {
     pl_dims d = pl_get(k, &k->in[0], &k->out);
     const float *x = k->in[0].data;
@@ -199,7 +166,7 @@ ct_status CT_FN(maxpool2d)(ct_kargs *k) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t nc = 0; nc < d.NC; nc++) {
         if (fast) maxpool_2x2_plane(x + nc * HW, y + nc * OHW, arg + nc * OHW, &d);
-        else maxpool_generic_plane(x + nc * HW, y + nc * OHW, arg + nc * OHW, &d);
+        else ct_maxpool_plane(x + nc * HW, y + nc * OHW, arg + nc * OHW, &d);
     }
     return CT_OK;
 }
@@ -269,12 +236,7 @@ ct_status CT_FN(maxpool2d_bwd)(ct_kargs *k) {
         if (fast) {
             maxpool_bwd_2x2_plane(dy + nc * OHW, arg + nc * OHW, dx + nc * HW, &d);
         } else {
-            /* the reference's scatter-add, plane by plane (same order) */
-            float *p = dx + nc * HW;
-            const float *g = dy + nc * OHW;
-            const int32_t *a = arg + nc * OHW;
-            memset(p, 0, (size_t)HW * sizeof *p);
-            for (int64_t o = 0; o < OHW; o++) p[a[o]] += g[o];
+            ct_maxpool_bwd_plane(dy + nc * OHW, arg + nc * OHW, dx + nc * HW, &d); /* the reference's scatter-add */
         }
     }
     return CT_OK;
@@ -300,20 +262,6 @@ static void avgpool_2x2_plane(const float *x, float *y, const pl_dims *d) {
     }
 }
 
-static void avgpool_generic_plane(const float *x, float *y, const pl_dims *d) {
-    for (int64_t oh = 0; oh < d->OH; oh++)
-        for (int64_t ow = 0; ow < d->OW; ow++) {
-            double s = 0;
-            for (int64_t kh = 0; kh < d->K; kh++)
-                for (int64_t kw = 0; kw < d->K; kw++) {
-                    int64_t ih = oh * d->S - d->P + kh, iw = ow * d->S - d->P + kw;
-                    if (ih < 0 || ih >= d->H || iw < 0 || iw >= d->W) continue;
-                    s += x[ih * d->W + iw];
-                }
-            y[oh * d->OW + ow] = (float)(s / (double)(d->K * d->K));
-        }
-}
-
 ct_status CT_FN(avgpool2d)(ct_kargs *k) {
     pl_dims d = pl_get(k, &k->in[0], &k->out);
     const float *x = k->in[0].data;
@@ -324,14 +272,14 @@ ct_status CT_FN(avgpool2d)(ct_kargs *k) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t nc = 0; nc < d.NC; nc++) {
         if (fast) avgpool_2x2_plane(x + nc * HW, y + nc * OHW, &d);
-        else avgpool_generic_plane(x + nc * HW, y + nc * OHW, &d);
+        else ct_avgpool_plane(x + nc * HW, y + nc * OHW, &d);
     }
     return CT_OK;
 }
 
 static void avgpool_bwd_2x2_plane(const float *dy, float *dx, const pl_dims *d) {
     const int64_t W = d->W, HW = d->H * d->W, OHW = d->OH * d->OW;
-    const vf q = vset1(0.25f); /* 1.0f / (K*K), exactly as the reference */
+    const vf q = vset1(0.25f); /* 1.0f / 4, exactly as the reference */
     for (int64_t oh = 0; oh < d->OH; oh++) {
         int64_t i0 = 2 * oh * W;
         for (int64_t ow = 0; ow < d->OW; ow += VW) {
@@ -355,7 +303,6 @@ ct_status CT_FN(avgpool2d_bwd)(ct_kargs *k) {
     float *dx = k->out.data;
     int fast = pl_is_2x2(&d);
     int64_t HW = d.H * d.W, OHW = d.OH * d.OW;
-    float inv = 1.0f / (float)(d.K * d.K);
     int nt = pl_threads(k, d.NC * HW);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t nc = 0; nc < d.NC; nc++) {
@@ -363,19 +310,7 @@ ct_status CT_FN(avgpool2d_bwd)(ct_kargs *k) {
             avgpool_bwd_2x2_plane(dy + nc * OHW, dx + nc * HW, &d);
             continue;
         }
-        float *p = dx + nc * HW;
-        const float *gp = dy + nc * OHW;
-        memset(p, 0, (size_t)HW * sizeof *p);
-        for (int64_t oh = 0; oh < d.OH; oh++)
-            for (int64_t ow = 0; ow < d.OW; ow++) {
-                float g = gp[oh * d.OW + ow] * inv;
-                for (int64_t kh = 0; kh < d.K; kh++)
-                    for (int64_t kw = 0; kw < d.K; kw++) {
-                        int64_t ih = oh * d.S - d.P + kh, iw = ow * d.S - d.P + kw;
-                        if (ih < 0 || ih >= d.H || iw < 0 || iw >= d.W) continue;
-                        p[ih * d.W + iw] += g;
-                    }
-            }
+        ct_avgpool_bwd_plane(dy + nc * OHW, dx + nc * HW, &d);
     }
     return CT_OK;
 }
