@@ -95,6 +95,12 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
   expect lr_scaling_header 0 "lr_scaling linear_then_sqrt: global batch 4096, base 256: lr 0.001 -> 0.00565685" -- \
     "$CT" train --hidden 32 --epochs 1 --max-steps 1 --batch-size 1024 --threads 2 --quiet --set accumulate_steps=4 \
     --set lr_scaling=linear_then_sqrt --set lr_sqrt_from_batch=512
+  # memory_budget's first step on the run's own plan (kernels' first use) leaves the run as it was:
+  # same losses and accuracies, batchnorm running stats (test loss) and accumulation included
+  mb_run() { "$CT" train --model cnn --channels 4,8 --dataset fashion-mnist --epochs 1 --max-steps 12 --batch-size 32 \
+    --threads 2 --set accumulate_steps=2 --set log_every=2 "$@" 2>&1 | grep -oE "(loss|acc) [0-9.]+%?" | tr '\n' ' '; }
+  a=$(mb_run); b=$(mb_run --set memory_budget=4G)
+  [ -n "$a" ] && [ "$a" = "$b" ] && ok "memory_budget: same run" || bad "memory_budget changes the run" "$(diff <(echo "$a") <(echo "$b"))"
   expect prefetch_bad_key 1 "prefetch_threads.*out of range" -- "$CT" train --epochs 1 --set prefetch_threads=0
 else
   bad "data/mnist is missing: run scripts/setup.sh"

@@ -13,7 +13,6 @@ int ct_cli_sample(int argc, char **argv);
 #include "ctrain/ctrain.h"
 
 /* tools/train.c helpers shared with the other subcommands */
-double cli_now_s(void);
 /* a library message without its "E40001 CT_E_...: " prefix */
 const char *cli_msg(const char *e);
 int cli_fail(ct_context *ctx, ct_status s, const char *what);

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "cli.h"
 #include "ctrain/ctrain.h"
@@ -59,12 +58,6 @@ static void train_usage(FILE *f) {
             "\n"
             "recipe keys (docs/recipes.md; [--flag] where a key has its own flag):\n");
     print_keys(f, 0);
-}
-
-double cli_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 const char *cli_msg(const char *e) {

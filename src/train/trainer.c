@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/internal.h"
@@ -31,22 +30,23 @@ ct_status ct_train_context_create(const ct_recipe *r, ct_context **out) {
     return ct_context_create(&co, out);
 }
 
+/* The built-in task of a validated recipe. */
+static ct_status task_for(ct_context *ctx, const ct_recipe *r, ct_task **out) {
+    if (r->model == CT_MODEL_GPT || r->model == CT_MODEL_BERT) return ct_task_text_create(ctx, r, out);
+    return ct_task_image_create(ctx, r, out);
+}
+
 ct_status ct_task_create(ct_context *ctx, const ct_recipe *r, ct_task **out) {
     if (!r || !out) return CT_E_INVALID_ARG;
     CT_TRY(ct_recipe_validate(ctx, r));
-    if (r->model == CT_MODEL_GPT || r->model == CT_MODEL_BERT) return ct_task_text_create(ctx, r, out);
-    return ct_task_image_create(ctx, r, out);
+    return task_for(ctx, r, out);
 }
 
 void ct_task_free(ct_task *t) {
     if (t && t->free) t->free(t);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double now_s(void) { return 1e-6 * ct_profiler_now_us(); }
 
 static void fmt_time(double s, char *buf, size_t len) {
     if (!(s >= 0) || s > 1e7) s = 0;
@@ -160,22 +160,33 @@ static ct_status plan_bytes(ct_context *ctx, ct_task *t, const ct_recipe *r, dou
     return CT_OK;
 }
 
-/* Runs recipe r for real under the context's budget: plan, optimizer, one
- * training forward + backward and one eval forward (kernels allocate their
- * layout buffers on first use, which no plan statistic shows). 1 when it
- * all fits. The caller's run is failing anyway: the batch it reads is lost. */
-static int trial_fits(ct_context *ctx, ct_task *t, const ct_recipe *r) {
-    ct_plan *p = NULL;
-    ct_optimizer *opt = NULL;
+/* One training forward + backward and one eval forward of the task's first
+ * batch on plan p, with the running statistics left alone: kernels allocate
+ * their layout buffers on first use, which no plan statistic shows. Weights,
+ * buffers and the optimizer are untouched; the gradient arena is overwritten
+ * (or, accumulating, zeroed by the loop before its first step), and the
+ * loop restarts the epoch, so the run is the same as without it. */
+static ct_status first_use(ct_task *t, ct_plan *p) {
     int64_t rows = 0;
-    ct_status s = build_plan(ctx, t, r, 0, &p);
-    if (s == CT_OK) s = ct_optimizer_create(p, &r->optim, &opt);
-    if (s == CT_OK) s = t->bind(t, p);
-    if (s == CT_OK) s = t->start_epoch(t, 0, 0);
+    ct_status s = t->start_epoch(t, 0, 0);
     if (s == CT_OK) s = t->next_batch(t, 0, 0, &rows);
+    ct_plan_set_update_running_stats(p, 0);
     if (s == CT_OK) s = ct_plan_forward(p, 1);
     if (s == CT_OK) s = ct_plan_backward(p);
     if (s == CT_OK) s = ct_plan_forward(p, 0);
+    ct_plan_set_update_running_stats(p, 1);
+    return s;
+}
+
+/* Recipe r for real under the context's budget: plan, optimizer, first_use.
+ * 1 when it all fits. */
+static int trial_fits(ct_context *ctx, ct_task *t, const ct_recipe *r) {
+    ct_plan *p = NULL;
+    ct_optimizer *opt = NULL;
+    ct_status s = build_plan(ctx, t, r, 0, &p);
+    if (s == CT_OK) s = ct_optimizer_create(p, &r->optim, &opt);
+    if (s == CT_OK) s = t->bind(t, p);
+    if (s == CT_OK) s = first_use(t, p);
     ct_optimizer_free(opt);
     ct_plan_free(p);
     ct_context_clear_error(ctx);
@@ -278,12 +289,19 @@ static void say(run_t *R, const char *fmt, ...) {
     fflush(R->out);
 }
 
+/* The loss scaling the recipe asks for: loss_scale.mode, auto resolved by precision (amp/). */
+static ct_amp_scaling recipe_scaling(const ct_recipe *r) {
+    switch (r->scale_mode) {
+    case CT_SCALE_AUTO: return ct_amp_default_scaling(r->precision);
+    case CT_SCALE_DYNAMIC: return CT_AMP_SCALING_DYNAMIC;
+    case CT_SCALE_STATIC: return CT_AMP_SCALING_STATIC;
+    default: return CT_AMP_SCALING_NONE;
+    }
+}
+
 static ct_status make_scaler(run_t *R) {
     const ct_recipe *r = R->r;
-    ct_amp_scaling mode = r->scale_mode == CT_SCALE_AUTO      ? ct_amp_default_scaling(r->precision)
-                          : r->scale_mode == CT_SCALE_DYNAMIC ? CT_AMP_SCALING_DYNAMIC
-                          : r->scale_mode == CT_SCALE_STATIC  ? CT_AMP_SCALING_STATIC
-                                                              : CT_AMP_SCALING_NONE;
+    ct_amp_scaling mode = recipe_scaling(r);
     if (mode == CT_AMP_SCALING_NONE) return CT_OK;
     ct_scaler_opts o;
     ct_scaler_opts_default(&o);
@@ -304,11 +322,8 @@ static void print_precision(run_t *R) {
     const ct_recipe *r = R->r;
     if (r->precision == CT_PRECISION_FP32) return;
     const char *pn = ct_precision_name(r->precision);
-    ct_amp_scaling mode = r->scale_mode == CT_SCALE_AUTO ? ct_amp_default_scaling(r->precision)
-                          : r->scale_mode == CT_SCALE_DYNAMIC ? CT_AMP_SCALING_DYNAMIC
-                          : r->scale_mode == CT_SCALE_STATIC  ? CT_AMP_SCALING_STATIC
-                                                              : CT_AMP_SCALING_NONE;
-    say(R, "  precision %s: %d casts, loss scaling %s%s%s\n", pn, ct_plan_num_casts(R->plan), ct_amp_scaling_name(mode),
+    say(R, "  precision %s: %d casts, loss scaling %s%s%s\n", pn, ct_plan_num_casts(R->plan),
+        ct_amp_scaling_name(recipe_scaling(r)),
         r->keep_fp32[0] ? ", kept in fp32: " : "", r->keep_fp32);
     const ct_cpu_features *f = ct_context_cpu(R->ctx);
     int bf16 = r->precision == CT_PRECISION_BF16 || r->precision == CT_PRECISION_BF16_PURE;
@@ -347,9 +362,7 @@ static void profile_finish(run_t *R) {
     ct_profiler_set_memory(R->prof, &ps, on * sizeof(float), (size_t)R->r->memory_budget);
     char path[600];
     snprintf(path, sizeof path, "%s/trace.json", R->r->profile_dir);
-    ct_status s = ct_profiler_write(R->prof, path);
-    if (s != CT_OK) {
-        (void)s;
+    if (ct_profiler_write(R->prof, path) != CT_OK) {
         say(R, "warning: %s (training results are unaffected)\n", ct_context_last_error(R->ctx));
         return;
     }
@@ -455,10 +468,11 @@ static ct_status setup(run_t *R, ct_train_result *res) {
     R->accum = r->accumulate_steps;
     ct_mem_stats ms0;
     ct_context_mem_stats(ctx, &ms0);
-    /* with a memory budget, one trial step first: an E60003 then comes with advice, not mid-run */
-    ct_status s = r->memory_budget > 0 && !trial_fits(ctx, R->task, r) ? CT_E_OOM : CT_OK;
-    if (s == CT_OK) s = build_plan(ctx, R->task, r, 0, &R->plan);
+    ct_status s = build_plan(ctx, R->task, r, 0, &R->plan);
     if (s == CT_OK) s = ct_optimizer_create(R->plan, &r->optim, &R->opt);
+    if (s == CT_OK) s = R->task->bind(R->task, R->plan);
+    /* with a memory budget, the kernels' first use now: an E60003 then comes with advice, not mid-run */
+    if (s == CT_OK && r->memory_budget > 0) s = first_use(R->task, R->plan);
     if (s == CT_E_OOM && r->memory_budget > 0) {
         ct_optimizer_free(R->opt);
         ct_plan_free(R->plan);
@@ -467,7 +481,6 @@ static ct_status setup(run_t *R, ct_train_result *res) {
         return budget_advice(ctx, R->task, r, ms0.bytes_in_use);
     }
     CT_TRY(s);
-    CT_TRY(R->task->bind(R->task, R->plan));
     /* "loss / accumulation_steps": each micro-batch's gradient is added into the arena */
     if (R->accum > 1) CT_TRY(ct_plan_set_loss_scale(R->plan, 1.0f / (float)R->accum));
     if (r->detect_anomaly) ct_plan_set_anomaly(R->plan, 1);
@@ -752,7 +765,7 @@ ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, 
     run_t R = {.ctx = ctx, .r = r, .o = o, .out = o->out};
     ct_status s = CT_OK;
     R.task = o->task;
-    if (!R.task) s = ct_task_create(ctx, r, &R.task);
+    if (!R.task) s = task_for(ctx, r, &R.task);
     if (s == CT_OK) s = setup(&R, res);
     if (s == CT_OK) s = run_loop(&R, res);
     if (R.mx) ct_metrics_close(R.mx);
