@@ -37,6 +37,14 @@ ct_status ct_set_error(ct_context *ctx, ct_status s, const char *fmt, ...) {
     return s;
 }
 
+ct_status ct_wrap_error(ct_context *ctx, ct_status s, const char *prefix, const char *suffix) {
+    if (!ctx) return s;
+    char msg[sizeof ctx->err];
+    snprintf(msg, sizeof msg, "%s", ctx->err);
+    const char *c = strstr(msg, ": "); /* after the code set by ct_set_error */
+    return ct_set_error(ctx, s, "%s%s%s", prefix ? prefix : "", c && c - msg < 40 ? c + 2 : msg, suffix ? suffix : "");
+}
+
 const char *ct_context_last_error(const ct_context *ctx) { return ctx ? ctx->err : "no context"; }
 void ct_context_clear_error(ct_context *ctx) { if (ctx) ctx->err[0] = 0; }
 

@@ -13,6 +13,10 @@
  * should name the problem and say what to do. */
 ct_status ct_set_error(ct_context *ctx, ct_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Re-records the context's last message as `prefix` + that message (without
+ * its "E70001 CT_E_IO: " code) + `suffix`, with status s, and returns s: a
+ * caller adds what it knows (the file, the fix) to a callee's error. */
+ct_status ct_wrap_error(ct_context *ctx, ct_status s, const char *prefix, const char *suffix);
 
 /* The CPU's features (cpuid + XGETBV; cpu.c, the one probe), detected once
  * per process. amx_permitted is 0 here: a context asks for it. */

@@ -491,10 +491,9 @@ ct_status ct_recipe_load_file(ct_context *ctx, const char *path, ct_recipe *r) {
     ct_status s = ct_recipe_parse_json(ctx, buf, r);
     free(buf);
     if (s != CT_OK) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", ct_context_last_error(ctx));
-        const char *colon = strstr(msg, ": ");
-        ct_set_error(ctx, s, "%s: %s", path, colon ? colon + 2 : msg);
+        char prefix[600];
+        snprintf(prefix, sizeof prefix, "%s: ", path);
+        ct_wrap_error(ctx, s, prefix, NULL);
     }
     return s;
 }

@@ -187,13 +187,8 @@ ct_status ct_task_image_create(ct_context *ctx, const ct_recipe *r, ct_task **ou
     const float stdv = r->dataset == CT_DATASET_MNIST ? 0.3081f : 0.3530f;
     ct_status s = ct_dataset_load_idx(ctx, dir, "train", mean, stdv, &it->train);
     if (s == CT_OK) s = ct_dataset_load_idx(ctx, dir, "t10k", mean, stdv, &it->test);
-    if (s == CT_E_IO || s == CT_E_CORRUPT) { /* name the fix: the data comes from scripts/setup.sh */
-        char msg[900];
-        snprintf(msg, sizeof msg, "%s", ct_context_last_error(ctx));
-        const char *c = strstr(msg, ": ");
-        ct_set_error(ctx, s, "%s; run scripts/setup.sh to install the datasets into data/, or set data_dir",
-                     c && c - msg < 40 ? c + 2 : msg);
-    }
+    if (s == CT_E_IO || s == CT_E_CORRUPT) /* name the fix: the data comes from scripts/setup.sh */
+        ct_wrap_error(ctx, s, NULL, "; run scripts/setup.sh to install the datasets into data/, or set data_dir");
     if (s == CT_OK) s = ct_loader_create(ctx, &it->train, r->batch_size, 1, 1, r->seed, &it->ld);
     if (s == CT_OK && (r->prefetch > 0 || r->augment)) {
         ct_prefetch_opts po;

@@ -253,10 +253,9 @@ ct_status ct_task_text_create(ct_context *ctx, const ct_recipe *r, ct_task **out
         t->unit_per_row = tt->T;
         s = ct_text_dataset_from_text(ctx, tt->tok, text, len, r->val_fraction, tt->T, &tt->ds);
         if (s != CT_OK) { /* name the corpus */
-            char msg[900];
-            snprintf(msg, sizeof msg, "%s", ct_context_last_error(ctx));
-            const char *c = strstr(msg, ": ");
-            ct_set_error(ctx, s, "%s: %s", tt->path, c && c - msg < 40 ? c + 2 : msg);
+            char prefix[320];
+            snprintf(prefix, sizeof prefix, "%s: ", tt->path);
+            ct_wrap_error(ctx, s, prefix, NULL);
         }
     }
     if (s == CT_OK && ct_tokenizer_kind_of(tt->tok) == CT_TOK_CHAR)
