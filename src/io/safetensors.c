@@ -279,12 +279,8 @@ ct_status ct_st_read(ct_context *ctx, const char *path, int require_crc, ct_st_f
         s = ct_set_error(ctx, CT_E_CORRUPT, "'%s': the header describes %llu data bytes but the file holds %zu: %s", path,
                          (unsigned long long)max_end, f->data_size,
                          max_end > f->data_size ? "the file is truncated" : "the file is corrupt");
-    if (s != CT_OK && s != CT_E_CORRUPT && crc_state != 1) { /* e.g. a damaged dtype: still corruption */
-        char msg[1024];
-        const char *m = ct_context_last_error(ctx), *colon = strstr(m, ": ");
-        snprintf(msg, sizeof msg, "%s", colon ? colon + 2 : m);
-        s = ct_set_error(ctx, CT_E_CORRUPT, "%s (the file is damaged)", msg);
-    }
+    if (s != CT_OK && s != CT_E_CORRUPT && crc_state != 1) /* e.g. a damaged dtype: still corruption */
+        s = ct_wrap_error(ctx, CT_E_CORRUPT, NULL, " (the file is damaged)");
     if (s == CT_OK && crc_state < 0)
         s = ct_set_error(ctx, CT_E_CORRUPT,
                          "'%s' is corrupt: its CRC32 is %08lx but the file records %s; restore it from a copy or use "
