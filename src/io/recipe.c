@@ -264,19 +264,6 @@ static int choice_index(const char *choices, const char *v) {
 }
 static int in_choices(const char *choices, const char *v) { return choice_index(choices, v) >= 0; }
 
-/* Choice i of "a|b|c" into buf ("?" when out of range). */
-static const char *choice_at(const char *choices, int i, char *buf, size_t len) {
-    const char *c = choices;
-    for (int j = 0; c && j < i; j++) {
-        c = strchr(c, '|');
-        if (c) c++;
-    }
-    if (!c || i < 0) return snprintf(buf, len, "?"), buf;
-    const char *bar = strchr(c, '|');
-    snprintf(buf, len, "%.*s", (int)(bar ? (size_t)(bar - c) : strlen(c)), c);
-    return buf;
-}
-
 /* "8G", "512M", "64K", "1.5G" or a plain number of bytes; -1 when malformed. */
 static double parse_bytes(const char *v) {
     char *end;
@@ -507,13 +494,16 @@ void ct_recipe_models_text(unsigned models, char *buf, size_t len) {
         if (models & (1u << m) && o < len) o += (size_t)snprintf(buf + o, len - o, "%s%s", o ? ", " : "", k_model_names[m]);
 }
 
-/* The recipe's value of key k equals the baseline's (ct_recipe_default with
- * the optimizer's own defaults). */
-static int key_is_default(const ct_recipe *r, const key_def *k) {
-    ct_recipe base;
-    ct_recipe_default(&base);
-    ct_optim_opts_default(&base.optim, r->optim.kind);
-    const char *a = (const char *)r + k->off, *b = (const char *)&base + k->off;
+/* What r's keys are compared with: ct_recipe_default with the optimizer's
+ * own defaults (optimizer.name resets them). */
+static void baseline(const ct_recipe *r, ct_recipe *base) {
+    ct_recipe_default(base);
+    ct_optim_opts_default(&base->optim, r->optim.kind);
+}
+
+/* The recipe's value of key k equals the baseline's. */
+static int key_is_default(const ct_recipe *r, const ct_recipe *base, const key_def *k) {
+    const char *a = (const char *)r + k->off, *b = (const char *)base + k->off;
     switch (k->type) {
     case K_INT: case K_BOOL: case K_ENUM: return *(const int *)a == *(const int *)b;
     case K_ENUM_OPT: return 1; /* every model takes an optimizer */
@@ -522,7 +512,7 @@ static int key_is_default(const ct_recipe *r, const key_def *k) {
     case K_F32: return *(const float *)a == *(const float *)b;
     case K_STR: return !strcmp(a, b);
     case K_LIST: {
-        int na = *(const int *)((const char *)r + k->size), nb = *(const int *)((const char *)&base + k->size);
+        int na = *(const int *)((const char *)r + k->size), nb = *(const int *)((const char *)base + k->size);
         return na == nb && !memcmp(a, b, sizeof(int64_t) * (size_t)(na > 0 ? na : 0));
     }
     }
@@ -533,9 +523,11 @@ ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
     if ((unsigned)r->model >= CT_MODEL_COUNT) return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'model': not a model");
     const char *model = k_model_names[r->model];
     /* a key set away from its default must apply to the model: never silently ignored */
+    ct_recipe base;
+    baseline(r, &base);
     for (size_t i = 0; i < N_KEYS; i++) {
         const key_def *k = &k_keys[i];
-        if (k->models & (1u << r->model) || key_is_default(r, k)) continue;
+        if (k->models & (1u << r->model) || key_is_default(r, &base, k)) continue;
         char ms[64];
         ct_recipe_models_text(k->models, ms, sizeof ms);
         return ct_set_error(ctx, CT_E_CONFIG,
@@ -594,12 +586,25 @@ ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
 /* ---- the key table, queryable ------------------------------------------------------------ */
 
 static ct_recipe_key_info k_info[sizeof k_keys / sizeof k_keys[0]];
+/* the choices of each key split once: k_choice[key][value] is the value's name */
+#define MAX_CHOICES 16
+static char k_choice_buf[sizeof k_keys / sizeof k_keys[0]][192];
+static const char *k_choice[sizeof k_keys / sizeof k_keys[0]][MAX_CHOICES];
+static int k_n_choice[sizeof k_keys / sizeof k_keys[0]];
 static pthread_once_t k_info_once = PTHREAD_ONCE_INIT;
 
 static void build_info(void) {
     for (size_t i = 0; i < N_KEYS; i++) {
         const key_def *k = &k_keys[i];
         ct_recipe_key_info *o = &k_info[i];
+        if (k->choices) {
+            char *c = k_choice_buf[i];
+            snprintf(c, sizeof k_choice_buf[i], "%s", k->choices);
+            for (k_n_choice[i] = 1, k_choice[i][0] = c; (c = strchr(c, '|')) && k_n_choice[i] < MAX_CHOICES; c++) {
+                *c = 0;
+                k_choice[i][k_n_choice[i]++] = c + 1;
+            }
+        }
         o->key = k->key;
         o->lo = k->lo;
         o->hi = k->hi;
@@ -641,27 +646,31 @@ ct_status ct_recipe_key_bounds(const char *key, double *lo, double *hi) {
     return CT_OK;
 }
 
+/* The name of value v of enum key k ("?" when out of range). */
+static const char *enum_name(const key_def *k, int v) {
+    if (k->type == K_ENUM_OPT) return ct_optim_kind_name((ct_optim_kind)v);
+    pthread_once(&k_info_once, build_info);
+    size_t i = (size_t)(k - k_keys);
+    return k->choices && v >= 0 && v < k_n_choice[i] ? k_choice[i][v] : "?";
+}
+
 const char *ct_recipe_enum_name(const char *key, int value) {
-    static _Thread_local char buf[4][32];
-    static _Thread_local int slot;
     const key_def *k = key ? find_key(key) : NULL;
-    if (!k || !k->choices) return "?";
-    if (k->type == K_ENUM_OPT) return ct_optim_kind_name((ct_optim_kind)value);
-    slot = (slot + 1) % 4;
-    return choice_at(k->choices, value, buf[slot], sizeof buf[slot]);
+    return k && k->choices ? enum_name(k, value) : "?";
 }
 
 int ct_recipe_is_set(const ct_recipe *r, const char *key) {
     const key_def *k = key ? find_key(key) : NULL;
     if (!k || !r) return -1;
-    return !key_is_default(r, k);
+    ct_recipe base;
+    baseline(r, &base);
+    return !key_is_default(r, &base, k);
 }
 
 int ct_recipe_get(const ct_recipe *r, const char *key, char *buf, size_t len) {
     const key_def *k = key ? find_key(key) : NULL;
     if (!k || !r) return -1;
     const char *p = (const char *)r + k->off;
-    char tmp[32];
     switch (k->type) {
     case K_INT: case K_BOOL: return k->type == K_BOOL ? snprintf(buf, len, "%s", *(const int *)p ? "true" : "false")
                                                        : snprintf(buf, len, "%d", *(const int *)p);
@@ -669,8 +678,7 @@ int ct_recipe_get(const ct_recipe *r, const char *key, char *buf, size_t len) {
     case K_U64: return snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)p);
     case K_F32: return snprintf(buf, len, "%.9g", (double)*(const float *)p);
     case K_STR: return snprintf(buf, len, "%s", p);
-    case K_ENUM: return snprintf(buf, len, "%s", choice_at(k->choices, *(const int *)p, tmp, sizeof tmp));
-    case K_ENUM_OPT: return snprintf(buf, len, "%s", ct_optim_kind_name(*(const ct_optim_kind *)p));
+    case K_ENUM: case K_ENUM_OPT: return snprintf(buf, len, "%s", enum_name(k, *(const int *)p));
     case K_LIST: {
         int n = *(const int *)((const char *)r + k->size), o = 0;
         if (len) buf[0] = 0;
@@ -716,9 +724,8 @@ static double key_number(const ct_recipe *r, const key_def *k) {
 int ct_recipe_to_json_full(const ct_recipe *r, char *buf, size_t len) {
     /* a default the key's range excludes (sgd's eps 0) is left out: parsing
      * gives it back, as optimizer.name resets the optimizer's defaults */
-    ct_recipe baseline;
-    ct_recipe_default(&baseline);
-    ct_optim_opts_default(&baseline.optim, r->optim.kind);
+    ct_recipe def;
+    baseline(r, &def);
     cJSON *root = cJSON_CreateObject();
     if (!root) return -1;
     int ok = 1;
@@ -727,7 +734,7 @@ int ct_recipe_to_json_full(const ct_recipe *r, char *buf, size_t len) {
         const char *base = (const char *)r + k->off;
         if (k->type == K_INT || k->type == K_I64 || k->type == K_U64 || k->type == K_F32 || k->type == K_BYTES) {
             double v = key_number(r, k);
-            if (v == key_number(&baseline, k) && !(v >= k->lo && v <= k->hi)) continue;
+            if (v == key_number(&def, k) && !(v >= k->lo && v <= k->hi)) continue;
         }
         cJSON *obj = root;
         const char *name = k->key;
@@ -749,12 +756,8 @@ int ct_recipe_to_json_full(const ct_recipe *r, char *buf, size_t len) {
         case K_BOOL: item = cJSON_AddBoolToObject(obj, name, *(const int *)base != 0); break;
         case K_STR: item = cJSON_AddStringToObject(obj, name, base); break;
         case K_BYTES: item = cJSON_AddNumberToObject(obj, name, (double)*(const int64_t *)base); break;
-        case K_ENUM: {
-            char tmp[32];
-            item = cJSON_AddStringToObject(obj, name, choice_at(k->choices, *(const int *)base, tmp, sizeof tmp));
-            break;
-        }
-        case K_ENUM_OPT: item = cJSON_AddStringToObject(obj, name, ct_optim_kind_name(*(const ct_optim_kind *)base)); break;
+
+        case K_ENUM: case K_ENUM_OPT: item = cJSON_AddStringToObject(obj, name, enum_name(k, *(const int *)base)); break;
         case K_LIST: {
             int n = *(const int *)((const char *)r + k->size);
             const int64_t *v = (const int64_t *)base;
