@@ -12,20 +12,32 @@
 #include "core/internal.h"
 #include "train_internal.h"
 
+/* The recipe's size overrides on a preset's (n_layer, n_head, d_model,
+ * context; 0 keeps the preset's), checked as the keys that set them. BERT
+ * keeps the preset's d_ff / d_model ratio (d_ff NULL for GPT). */
+static ct_status apply_sizes(ct_context *ctx, const ct_recipe *r, const char *preset, int *n_layer, int *n_head,
+                             int64_t *d_model, int64_t *context, int64_t *d_ff) {
+    if (r->context > *context)
+        return ct_set_error(ctx, CT_E_CONFIG,
+                            "recipe key 'context': %lld positions is longer than the model's context (%lld, preset %s)",
+                            (long long)r->context, (long long)*context, preset);
+    if (r->n_layer) *n_layer = r->n_layer;
+    if (r->n_head) *n_head = r->n_head;
+    if (r->d_model) {
+        if (d_ff) *d_ff = *d_ff / *d_model * r->d_model; /* keep the preset's ratio (4x) */
+        *d_model = r->d_model;
+    }
+    if (r->context) *context = r->context;
+    if (*d_model % *n_head)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe keys 'd_model' / 'n_head': d_model %lld is not divisible by n_head %d",
+                            (long long)*d_model, *n_head);
+    return CT_OK;
+}
+
 ct_status ct_train_gpt_config(ct_context *ctx, const ct_recipe *r, int64_t tok_vocab, ct_gpt_config *c) {
     const char *preset = r->preset[0] ? r->preset : "gpt-char-small";
     CT_TRY(ct_gpt_preset(ctx, preset, c));
-    if (r->context > c->context)
-        return ct_set_error(ctx, CT_E_CONFIG,
-                            "recipe key 'context': %lld positions is longer than the model's context (%lld, preset %s)",
-                            (long long)r->context, (long long)c->context, preset);
-    if (r->n_layer) c->n_layer = r->n_layer;
-    if (r->n_head) c->n_head = r->n_head;
-    if (r->d_model) c->d_model = r->d_model;
-    if (r->context) c->context = r->context;
-    if (c->d_model % c->n_head)
-        return ct_set_error(ctx, CT_E_CONFIG, "recipe keys 'd_model' / 'n_head': d_model %lld is not divisible by n_head %d",
-                            (long long)c->d_model, c->n_head);
+    CT_TRY(apply_sizes(ctx, r, preset, &c->n_layer, &c->n_head, &c->d_model, &c->context, NULL));
     c->vocab = tok_vocab;
     c->dropout = r->dropout;
     return CT_OK;
@@ -34,20 +46,7 @@ ct_status ct_train_gpt_config(ct_context *ctx, const ct_recipe *r, int64_t tok_v
 ct_status ct_train_bert_config(ct_context *ctx, const ct_recipe *r, int64_t tok_vocab, ct_bert_config *c) {
     const char *preset = r->preset[0] ? r->preset : "bert-base";
     CT_TRY(ct_bert_preset(ctx, preset, c));
-    if (r->context > c->context)
-        return ct_set_error(ctx, CT_E_CONFIG,
-                            "recipe key 'context': %lld positions is longer than the model's context (%lld, preset %s)",
-                            (long long)r->context, (long long)c->context, preset);
-    if (r->n_layer) c->n_layer = r->n_layer;
-    if (r->n_head) c->n_head = r->n_head;
-    if (r->d_model) {
-        c->d_ff = c->d_ff / c->d_model * r->d_model; /* keep the preset's ratio (4x) */
-        c->d_model = r->d_model;
-    }
-    if (r->context) c->context = r->context;
-    if (c->d_model % c->n_head)
-        return ct_set_error(ctx, CT_E_CONFIG, "recipe keys 'd_model' / 'n_head': d_model %lld is not divisible by n_head %d",
-                            (long long)c->d_model, c->n_head);
+    CT_TRY(apply_sizes(ctx, r, preset, &c->n_layer, &c->n_head, &c->d_model, &c->context, &c->d_ff));
     c->vocab = tok_vocab + 1; /* + the mask id */
     c->dropout = r->dropout;
     return CT_OK;
