@@ -89,12 +89,23 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
     bad "augment depends on prefetch threads" "$(diff <(echo "$a") <(echo "$b")); $(diff <(echo "$a") <(echo "$c"))"
   # the seeds' knobs: MLP activation, batchnorm stats once per accumulated step, lr scaling by batch
   expect mlp_gelu 0 "test acc.*done: 10 steps" -- "$CT" train --hidden 32 --epochs 1 --max-steps 10 --threads 2 --quiet --set activation=gelu
-  expect bn_stats_once 0 "test acc.*done: 6 steps" -- "$CT" train --model cnn --channels 4,8 --dataset fashion-mnist \
-    --epochs 1 --max-steps 6 --batch-size 32 --threads 2 --quiet --set accumulate_steps=2 --set bn_stats_once=true
+  act_loss() { "$CT" train --hidden 32 --epochs 1 --max-steps 10 --threads 2 --quiet "$@" 2>&1 | grep -oE "test loss [0-9.]+" | head -n 1; }
+  a=$(act_loss); b=$(act_loss --set activation=gelu)
+  [ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ] && ok "activation gelu trains another model than relu" || bad "activation ignored ($a / $b)"
+  # bn_stats_once: the same training (batch statistics) but other running statistics, so another test loss
+  bn_run() { "$CT" train --model cnn --channels 4,8 --dataset fashion-mnist --epochs 1 --max-steps 6 --batch-size 32 \
+    --threads 2 --quiet --set accumulate_steps=2 "$@" 2>&1 | grep -oE "(train|test) loss [0-9.]+" | tr '\n' ' '; }
+  a=$(bn_run); b=$(bn_run --set bn_stats_once=true)
+  if [ "${a%% test*}" = "${b%% test*}" ] && [ -n "${a#*test}" ] && [ "${a#*test}" != "${b#*test}" ]; then
+    ok "bn_stats_once: same training, other running statistics"
+  else
+    bad "bn_stats_once ($a / $b)"
+  fi
   expect bn_stats_once_needs_accum 1 "E40010.*bn_stats_once.*accumulate_steps" -- "$CT" train --model cnn --set bn_stats_once=true
-  expect lr_scaling_header 0 "lr_scaling linear_then_sqrt: global batch 4096, base 256: lr 0.001 -> 0.00565685" -- \
-    "$CT" train --hidden 32 --epochs 1 --max-steps 1 --batch-size 1024 --threads 2 --quiet --set accumulate_steps=4 \
-    --set lr_scaling=linear_then_sqrt --set lr_sqrt_from_batch=512
+  # lr_scaling: the header and the rate the first step ran with (0.001 x 512/256 x sqrt(4096/512))
+  expect lr_scaling 0 "lr_scaling linear_then_sqrt: global batch 4096, base 256: lr 0.001 -> 0.00565685.*lr 5.66e-03" -- \
+    "$CT" train --hidden 32 --epochs 1 --max-steps 1 --batch-size 1024 --threads 2 --set accumulate_steps=4 \
+    --set lr_scaling=linear_then_sqrt --set lr_sqrt_from_batch=512 --set log_every=1
   # memory_budget's first step on the run's own plan (kernels' first use) leaves the run as it was:
   # same losses and accuracies, batchnorm running stats (test loss) and accumulation included
   mb_run() { "$CT" train --model cnn --channels 4,8 --dataset fashion-mnist --epochs 1 --max-steps 12 --batch-size 32 \
