@@ -52,6 +52,26 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
   expect profile_fp16_overflows 0 "loss scale: 10 overflows \(updates skipped\), 10 backoffs, 0 growths in 10 recorded steps.*first non-finite tensor 'fc1.weight'" -- \
     "$CT" train --epochs 1 --max-steps 16 --batch-size 64 --hidden 64 --threads 2 --precision fp16 \
     --set loss_scale.init_scale=1e30 --set loss_scale.max_scale=1e30 --profile "$tmp/prof16"
+  # a run that trains nothing does not pass quietly: most steps skipped warns, all of them is an error
+  # naming the tensor; gradients underflowed to zero by a tiny scale; a diverging loss (finite, huge)
+  expect fp16_most_steps_skipped_warns 0 "loss scaler: 16 of 16 steps skipped.*first in 'fc1.weight'.*warning: the loss scaler skipped most steps \(16 of 16\)" -- \
+    "$CT" train --epochs 1 --max-steps 16 --batch-size 64 --hidden 64 --threads 2 --precision fp16 --quiet \
+    --set loss_scale.init_scale=1e30 --set loss_scale.max_scale=1e30
+  expect fp16_static_scale_all_overflow 1 "12 of 12 steps skipped.*E40020.*every one of the 12 steps overflowed.*nothing was trained.*'fc1.weight'.*lower loss_scale.init_scale" -- \
+    "$CT" train --epochs 1 --max-steps 12 --batch-size 64 --hidden 64 --threads 2 --precision fp16 --quiet \
+    --set loss_scale.mode=static --set loss_scale.init_scale=1e30 --set loss_scale.max_scale=1e30
+  expect fp16_gradients_underflow 1 "E40010.*gradients were all exactly zero in every step that ran \(12 of 12\).*raise loss_scale.init_scale" -- \
+    "$CT" train --epochs 1 --max-steps 12 --batch-size 64 --hidden 64 --threads 2 --precision fp16 --quiet \
+    --set loss_scale.mode=static --set loss_scale.init_scale=1e-9 --set loss_scale.min_scale=1e-9
+  expect diverged_run 1 "E40020.*the loss [0-9.e+]+ at step 3 .*more than divergence_factor 10000 times the run's first loss 2\.[0-9]+: training diverged" -- \
+    "$CT" train --epochs 1 --max-steps 30 --batch-size 64 --hidden 64 --threads 2 --quiet --optimizer sgd --lr 30
+  out=$(timeout -k 5 120 "$CT" train --epochs 1 --max-steps 30 --batch-size 64 --hidden 64 --threads 2 --quiet --precision fp16 2>&1)
+  rc=$?
+  if [ "$rc" -eq 0 ] && printf '%s' "$out" | grep -q "^done: 30 steps" && ! printf '%s' "$out" | grep -qiE "warning|skipped|diverged"; then
+    ok "healthy fp16 run: no warning"
+  else
+    bad "healthy fp16 run (rc $rc) warned or failed" "$out"
+  fi
   expect doctor_loss_scale 0 "\[warn\] loss scale: 10 overflows.*keep_fp32" -- "$CT" doctor "$tmp/prof16/trace.json"
   expect doctor_no_amp 0 "\[n/a\]  loss scale: no amp events" -- "$CT" doctor "$tmp/prof/trace.json"
   # the CNN on Fashion-MNIST: a trace of conv/batchnorm/pool ops, bounded in size
@@ -72,7 +92,7 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
     "$CT" train --epochs 1 --max-steps 5 --batch-size 64 --hidden 64 --threads 2 --profile "$tmp/afile/sub"
   # anomaly mode: an exploding learning rate makes an op produce inf; the error names it
   expect anomaly_names_op 1 "E40020.*anomaly: op '[a-z_]+' \(node '[a-z0-9_.]+', (forward|backward)\) produced (inf|NaN).*inputs:" -- \
-    "$CT" train --hidden 64 --optimizer sgd --lr 1000 --epochs 1 --max-steps 50 --quiet --threads 2 --set detect_anomaly=true
+    "$CT" train --hidden 64 --optimizer sgd --lr 1000 --epochs 1 --max-steps 50 --quiet --threads 2 --set detect_anomaly=true --set divergence_factor=0
   # early stopping on test accuracy (min_delta 0.5 cannot be met): stops after epoch 2 and puts back epoch 1's weights
   expect early_stop_restore_best 0 "epoch 1/3 .*test acc ([0-9.]+)%.*early stop: test accuracy.*restored the best weights \(epoch 1\).*test acc \1%" -- \
     "$CT" train --hidden 32 --epochs 3 --threads 2 --quiet --set early_stop_patience=1 --set early_stop_mode=max \

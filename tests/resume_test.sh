@@ -237,6 +237,45 @@ rc=$?
 same_final "run F (fp16: scale sequence and skipped steps continue)" "$tmp/refF" "$R" "${last#step-}"
 rm -rf "$tmp/refF" "$R"
 
+# ---- a checkpoint is data, not instructions ------------------------------------------------------
+# A checkpoint whose stored recipe names other paths (save_dir, metrics_file, profile_dir: here a
+# "victim" directory with a shell rc file), resumed from a copy, touches nothing outside the
+# directory given on the command line: checkpoints continue in the copy, no log is appended,
+# no trace written, nothing of the original pruned.
+V=$tmp/victim
+mkdir -p "$V"
+run "$tmp/v1.log" -- "$CT" train "${A[@]}" --max-steps 30 --keep 0 --save-dir "$V/save" --metrics "$V/rc.sh" --profile "$V/prof"
+rc=$?
+[ "$rc" -eq 0 ] && [ -f "$V/save/step-000030/model.safetensors" ] && [ -s "$V/rc.sh" ] && ok "victim run: checkpoints, metrics and trace written" ||
+  bad "victim run (rc $rc)" "$(cat "$tmp/v1.log")"
+cp -r "$V/save" "$tmp/given"
+snap() { (cd "$V" && find . -printf '%p %y %s %T@\n' | sort && find . -type f -exec md5sum {} + | sort); }
+before=$(snap)
+run "$tmp/v2.log" -- "$CT" train --resume "$tmp/given/step-000010" --max-steps 40
+rc=$?
+run "$tmp/v3.log" -- "$CT" train --resume "$tmp/given" --max-steps 50
+rc3=$?
+after=$(snap)
+if [ "$rc" -eq 0 ] && [ "$rc3" -eq 0 ]; then ok "resumed a copied checkpoint twice (from a step dir, then the save dir)"; else
+  bad "resume of the copy (rc $rc, $rc3)" "$(cat "$tmp/v2.log" "$tmp/v3.log")"; fi
+[ "$before" = "$after" ] && ok "nothing in the directories the checkpoint names was written, appended or pruned" ||
+  bad "the resume touched paths stored in the checkpoint" "$(diff <(echo "$before") <(echo "$after"))"
+latest_is "checkpoints continued in the copy (latest step 50)" "$tmp/given" step-000050
+n=$(ls -d "$tmp/given"/step-* 2>/dev/null | wc -l)
+[ "$n" -eq 5 ] && ok "the copy holds steps 10..50 (keep 0 from the stored recipe still applies)" || bad "$n step dirs in the copy, want 5" "$(ls -la "$tmp/given")"
+if grep -q "save_dir '$V/save', which is not used" "$tmp/v2.log" && grep -q "metrics_file '$V/rc.sh', which is not used" "$tmp/v2.log" &&
+   grep -q "profile_dir '$V/prof', which is not used" "$tmp/v2.log"; then
+  ok "the resume says which stored paths it did not follow"
+else
+  bad "no note about the stored paths" "$(cat "$tmp/v2.log")"
+fi
+# the command line may still name paths
+run "$tmp/v4.log" -- "$CT" train --resume "$tmp/given" --max-steps 60 --save-dir "$tmp/elsewhere" --metrics "$tmp/m.jsonl"
+rc=$?
+[ "$rc" -eq 0 ] && [ -f "$tmp/elsewhere/step-000060/model.safetensors" ] && [ -s "$tmp/m.jsonl" ] && ok "--save-dir and --metrics on the command line apply to a resume" ||
+  bad "command-line paths on resume (rc $rc)" "$(cat "$tmp/v4.log"; ls -la "$tmp/elsewhere")"
+rm -rf "$V" "$tmp/given" "$tmp/elsewhere"
+
 # ---- bad checkpoints ----------------------------------------------------------------------------
 expect other_model 1 "E40010.*hidden 128.*differs from the checkpoint.*hidden 64" -- "$CT" train --resume "$tmp/refA" --hidden 128
 expect other_optimizer 1 "E40010.*saved with optimizer 'adamw' but this run uses 'sgd'" -- "$CT" train --resume "$tmp/refA" --optimizer sgd

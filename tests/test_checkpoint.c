@@ -535,6 +535,113 @@ TEST(keep_last_and_latest) {
     rig_free(&a);
 }
 
+/* Pruning deletes only what a save made: a symlinked step directory, a
+ * symlinked leftover and a link inside a real step directory are never
+ * followed, a step directory without a train state (not ctrain's) stays. */
+TEST(prune_never_follows_links) {
+    rig a;
+    CHECK_OK(a.ctx, rig_make(&a, 0, 5, CT_OPTIM_SGD, 0));
+    char dir[512], victim[512], p[700], q[700];
+    snprintf(dir, sizeof dir, "%s/links", tmpdir());
+    snprintf(victim, sizeof victim, "%s/victim", tmpdir());
+    mkdir(dir, 0777);
+    mkdir(victim, 0777);
+    const char *vfiles[] = {"train_state.safetensors", "model.safetensors", "precious.txt"};
+    for (int i = 0; i < 3; i++) {
+        path_in(p, sizeof p, victim, vfiles[i]);
+        write_all(p, (const unsigned char *)"keep me\n", 8);
+    }
+    ct_train_state st;
+    ct_train_state_init(&st);
+    st.step = 2;
+    CHECK_OK(a.ctx, ct_checkpoint_save(a.ctx, dir, a.m.plan, a.opt, &st, 0));
+    path_in(p, sizeof p, dir, "step-000002/link-to-victim"); /* a link inside a real step directory */
+    path_in(q, sizeof q, victim, "precious.txt");
+    CHECK(symlink(q, p) == 0);
+    path_in(p, sizeof p, dir, "step-000001"); /* a step directory that is a link */
+    CHECK(symlink(victim, p) == 0);
+    path_in(p, sizeof p, dir, ".tmp-planted"); /* a "leftover" that is a link */
+    CHECK(symlink(victim, p) == 0);
+    path_in(p, sizeof p, dir, "step-000003"); /* not a checkpoint: no train state */
+    mkdir(p, 0777);
+    path_in(p, sizeof p, dir, "step-000003/notes.txt");
+    write_all(p, (const unsigned char *)"mine\n", 5);
+    for (int s = 4; s <= 6; s++) {
+        st.step = s;
+        CHECK_OK(a.ctx, ct_checkpoint_save(a.ctx, dir, a.m.plan, a.opt, &st, 1));
+    }
+    for (int i = 0; i < 3; i++) {
+        path_in(p, sizeof p, victim, vfiles[i]);
+        CHECK(exists(p));
+    }
+    path_in(p, sizeof p, dir, "step-000003/notes.txt");
+    CHECK(exists(p));
+    path_in(p, sizeof p, dir, "step-000002/train_state.safetensors"); /* its own files went, the link stayed */
+    CHECK(!exists(p));
+    path_in(p, sizeof p, dir, "step-000005");
+    CHECK(!exists(p));
+    path_in(p, sizeof p, dir, "step-000006");
+    CHECK(exists(p));
+    /* a save over a step directory that is a link replaces the link, not what it points to */
+    path_in(p, sizeof p, dir, "step-000007");
+    CHECK(symlink(victim, p) == 0);
+    st.step = 7;
+    CHECK_OK(a.ctx, ct_checkpoint_save(a.ctx, dir, a.m.plan, a.opt, &st, 1));
+    struct stat sb;
+    CHECK(lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode));
+    for (int i = 0; i < 3; i++) {
+        path_in(q, sizeof q, victim, vfiles[i]);
+        CHECK(exists(q));
+    }
+    rig_free(&a);
+}
+
+/* Saving a step again (a run resumed from an earlier checkpoint reaches it
+ * once more) swaps the new directory in: at the moment the old one is set
+ * aside, `latest` still names a complete, loadable checkpoint. */
+typedef struct {
+    ct_context *ctx;
+    const char *dir;
+    int replaced, loaded;
+} replace_ctx;
+
+static void replace_hook(void *user, const char *phase, int64_t step) {
+    replace_ctx *h = user;
+    if (strcmp(phase, "replaced")) return;
+    h->replaced++;
+    ct_train_state got;
+    if (ct_checkpoint_load(h->ctx, h->dir, NULL, NULL, &got) == CT_OK && got.step == step) h->loaded++;
+}
+
+TEST(replacing_a_step_never_leaves_latest_dangling) {
+    rig a;
+    CHECK_OK(a.ctx, rig_make(&a, 0, 5, CT_OPTIM_SGD, 0));
+    char dir[512], latest[64];
+    snprintf(dir, sizeof dir, "%s/replace", tmpdir());
+    ct_train_state st;
+    ct_train_state_init(&st);
+    st.step = 3;
+    CHECK_OK(a.ctx, ct_checkpoint_save(a.ctx, dir, a.m.plan, a.opt, &st, 0));
+    replace_ctx h = {a.ctx, dir, 0, 0};
+    ct_checkpoint_opts o;
+    ct_checkpoint_opts_default(&o);
+    o.hook = replace_hook;
+    o.hook_user = &h;
+    CHECK_OK(a.ctx, rig_steps(&a, 1));
+    CHECK_OK(a.ctx, ct_checkpoint_save_ex(a.ctx, dir, a.m.plan, a.opt, &st, &o));
+    CHECK(h.replaced == 1 && h.loaded == 1);
+    CHECK(count_steps(dir) == 1); /* the old copy is gone, no leftover */
+    read_latest(dir, latest, sizeof latest);
+    CHECK(!strcmp(latest, "step-000003\n"));
+    /* and what is there now is the new one */
+    rig b;
+    CHECK_OK(b.ctx, rig_make(&b, 0, 5, CT_OPTIM_SGD, 0));
+    CHECK_OK(b.ctx, ct_checkpoint_load(b.ctx, dir, b.m.plan, b.opt, NULL));
+    CHECK(rig_same(&a, &b));
+    rig_free(&b);
+    rig_free(&a);
+}
+
 TEST(recipe_json_full_round_trip) {
     ct_context *ctx = test_ctx(-1, 1);
     ct_recipe r, back;
@@ -728,6 +835,7 @@ TEST(pytorch_reader_cnn_buffers) { pytorch_check(1); }
 
 TEST_MAIN(T(train_state_without_scaler_history_loads), T(roundtrip_mlp_adamw_dropout), T(roundtrip_cnn_sgd_momentum_buffers), T(roundtrip_mlp_rmsprop),
           T(roundtrip_cnn_lamb), T(flipped_bytes_are_corrupt), T(truncated_files_are_corrupt),
-          T(other_model_is_config_error), T(keep_last_and_latest), T(recipe_json_full_round_trip),
+          T(other_model_is_config_error), T(keep_last_and_latest), T(prune_never_follows_links),
+          T(replacing_a_step_never_leaves_latest_dangling), T(recipe_json_full_round_trip),
           T(loader_skip_resumes_mid_epoch), T(weights_file_round_trip), T(pytorch_reader_mlp),
           T(pytorch_reader_cnn_buffers))

@@ -50,7 +50,9 @@ static void train_usage(FILE *f) {
             "  --recipe FILE          JSON recipe (e.g. recipes/mnist_mlp.json)\n"
             "  --set KEY=VALUE        any recipe key (below)\n"
             "  --resume DIR           continue a run from DIR (a save dir or a step dir) bit for bit, with the\n"
-            "                         recipe stored in the checkpoint; the recipe file and flags override its keys\n"
+            "                         recipe stored in the checkpoint; the recipe file and flags override its keys.\n"
+            "                         Checkpoints continue in DIR (a step dir: its parent); the stored save_dir,\n"
+            "                         metrics_file and profile_dir are not followed\n"
             "  --report DIR           write DIR/metrics.jsonl and, at the end, DIR/report.html (docs/report.md)\n"
             "  --quiet                only the evaluation lines and the summary\n"
             "  --help-keys markdown   the key table of docs/recipes.md\n"
@@ -155,22 +157,9 @@ int ct_cli_train(int argc, char **argv) {
         return 1;
     }
     int rc = 1;
-    ct_recipe ck_recipe;
-    ct_train_state *ck = calloc(1, sizeof *ck);
-    if (!ck) {
-        ct_context_free(ctx);
-        return cli_error(CT_E_OOM, "out of memory");
-    }
-    ct_train_state_init(ck);
-    if (resume) { /* the checkpoint's recipe first: the recipe file and flags apply on top */
-        if ((s = ct_checkpoint_load(ctx, resume, NULL, NULL, ck)) != CT_OK) goto out_err;
-        if (!ck->recipe_json[0]) {
-            rc = cli_error(CT_E_CONFIG, "checkpoint '%s' holds no recipe (not written by ctrain train)", ck->path);
-            goto out;
-        }
-        if ((s = ct_recipe_parse_json(ctx, ck->recipe_json, &r)) != CT_OK) goto out_err;
-        ck_recipe = r;
-    }
+    ct_recipe ck_recipe; /* the recipe the checkpoint stores (its paths are not used) */
+    /* the checkpoint's recipe first, without the paths it names; the recipe file and flags apply on top */
+    if (resume && (s = ct_train_resume_recipe(ctx, resume, &r, &ck_recipe)) != CT_OK) goto out_err;
     if (recipe_path && (s = ct_recipe_load_file(ctx, recipe_path, &r)) != CT_OK) goto out_err;
     /* pass 2: --optimizer first (it resets that optimizer's defaults), then the rest in order */
     for (int pass = 0; pass < 2; pass++)
@@ -223,16 +212,25 @@ int ct_cli_train(int argc, char **argv) {
             rc = cli_error(CT_E_CONFIG,
                            "--resume: this run's model (%s) differs from the checkpoint's (%s); drop the model flags "
                            "to resume with the recipe stored in %s",
-                           now, was, ck->path);
+                           now, was, resume);
             goto out;
         }
+        /* paths stored in a checkpoint are informational: say which ones this run does not follow */
+        if (strcmp(ck_recipe.save_dir, r.save_dir))
+            fprintf(stderr, "ctrain: note: checkpoints go to '%s'; the checkpoint names save_dir '%s', which is not "
+                    "used (paths stored in a checkpoint are never followed)\n", r.save_dir, ck_recipe.save_dir);
+        if (ck_recipe.metrics_file[0] && !r.metrics_file[0] && !report_dir)
+            fprintf(stderr, "ctrain: note: the checkpoint names metrics_file '%s', which is not used; pass --metrics "
+                    "FILE to continue a metrics log\n", ck_recipe.metrics_file);
+        if (ck_recipe.profile_dir[0] && !r.profile_dir[0])
+            fprintf(stderr, "ctrain: note: the checkpoint names profile_dir '%s', which is not used; pass --profile "
+                    "DIR to profile this run\n", ck_recipe.profile_dir);
     }
     /* a context with the recipe's seed, threads and memory budget */
     ct_context_free(ctx);
     ctx = NULL;
     if ((s = ct_train_context_create(&r, &ctx)) != CT_OK) {
         fprintf(stderr, "ctrain: error: cannot create a context (%s)\n", ct_status_name(s));
-        free(ck);
         return 1;
     }
     char mpath[600] = "";
@@ -268,7 +266,6 @@ int ct_cli_train(int argc, char **argv) {
 out_err:
     rc = cli_fail(ctx, s, "training failed");
 out:
-    free(ck);
     ct_context_free(ctx);
     return rc;
 }

@@ -65,7 +65,8 @@ typedef struct ct_train_state {
 void ct_train_state_init(ct_train_state *st);
 
 /* Test hook: called at points of a save ("written": the temporary directory
- * is complete; "renamed": it is in place but `latest` not yet updated;
+ * is complete; "replaced": a step saved again was swapped in, the old copy
+ * not yet deleted; "renamed": it is in place but `latest` not yet updated;
  * "latest": `latest` updated, old ones not yet deleted). */
 typedef void (*ct_checkpoint_hook)(void *user, const char *phase, int64_t step);
 
@@ -88,7 +89,14 @@ typedef struct ct_checkpoint_opts {
 void ct_checkpoint_opts_default(ct_checkpoint_opts *o);
 
 /* Saves <dir>/step-%06lld (st->step) and updates <dir>/latest. `dir` is
- * created when missing. opt may be NULL (weights and metadata only). */
+ * created when missing. opt may be NULL (weights and metadata only).
+ * Pruning (keep_last, and step directories after st->step, left by a run
+ * resumed from an earlier step) deletes only step directories that hold a
+ * train state and the temporary directories of interrupted saves: only the
+ * regular files directly inside them, never through a symbolic link. A step
+ * saved again replaces the old one with one atomic rename (Linux
+ * RENAME_EXCHANGE; a filesystem without it gives an error rather than a
+ * moment where `latest` names a missing directory). */
 ct_status ct_checkpoint_save(ct_context *ctx, const char *dir, ct_plan *plan, ct_optimizer *opt,
                              const ct_train_state *st, int keep_last);
 ct_status ct_checkpoint_save_ex(ct_context *ctx, const char *dir, ct_plan *plan, ct_optimizer *opt,

@@ -84,6 +84,7 @@ typedef struct ct_recipe {
     int log_every;           /* steps between progress lines when not a TTY     */
     int accumulate_steps;    /* micro-batches per optimizer step (default 1)     */
     int detect_anomaly;      /* fail at the first op producing NaN/inf (slow)    */
+    float divergence_factor; /* stop when a loss exceeds this x the first (0: off) */
     float clip_grad_norm;    /* max global L2 norm of the gradients (0: off)     */
     float clip_grad_value;   /* clamp every gradient to [-v, v] (0: off)          */
     int recompute_every;     /* activation checkpointing every N layers (0: off) */

@@ -82,6 +82,18 @@ void ct_task_free(ct_task *t); /* accepts NULL */
 /* A context with the recipe's seed, threads and memory_budget. */
 ct_status ct_train_context_create(const ct_recipe *r, ct_context **out);
 
+/* The recipe to resume the checkpoint `resume` (a save dir or a step dir)
+ * with. A checkpoint is data, not instructions: its CRC is no signature, so
+ * the paths its stored recipe names for writing (save_dir, metrics_file,
+ * profile_dir) are never used. They are cleared, and save_dir becomes the
+ * directory being resumed (`resume` itself, or a step dir's parent), so a
+ * copied save directory continues in the copy. The caller applies its own
+ * settings on top (a recipe file, flags), which may name other paths.
+ * `stored` (may be NULL) receives the recipe as the checkpoint holds it, to
+ * tell the user what was ignored. The data paths (data_dir, text_file,
+ * bpe_dir) are kept: they are only read, and resuming needs the same data. */
+ct_status ct_train_resume_recipe(ct_context *ctx, const char *resume, ct_recipe *r, ct_recipe *stored);
+
 /* Called after each optimizer step (tests use it to crash at a step). */
 typedef void (*ct_train_step_hook)(void *user, int64_t step);
 
@@ -103,10 +115,16 @@ typedef struct ct_train_result {
     double eval_loss, eval_accuracy; /* the last evaluation                             */
     int stopped_early;       /* early stopping (or the loss scaler's floor = stop)      */
     size_t peak_bytes;       /* peak of the context allocator                           */
+    int64_t skipped_steps;   /* this run's updates skipped by the loss scaler (overflow) */
+    int64_t zero_grad_steps; /* this run's steps whose gradients were all exactly zero   */
 } ct_train_result;
 
 /* Runs the recipe. Errors are returned with the context's message: a bad
- * recipe (E40010), data (E70001/E70002), a loss that became NaN/inf (E40020),
+ * recipe (E40010), data (E70001/E70002), a loss that became NaN/inf or
+ * diverged (more than divergence_factor x the run's first loss) (E40020), a
+ * run that trained nothing because every step overflowed (FP16 loss scale
+ * too high) or had all-zero gradients (underflow) (E40020, after the final
+ * checkpoint is saved; most steps affected is a warning in the summary),
  * a plan over memory_budget (E60003, with advice naming the recompute_every,
  * batch_size or precision that fits and the bytes each saves), ... */
 ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, ct_train_result *res);

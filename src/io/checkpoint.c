@@ -6,7 +6,16 @@
  * Files go to a temporary name, are fsync'd and renamed into place; the
  * directory is fsync'd after each rename. A file is read and checked whole
  * before anything is copied into the plan or optimizer, so a failed load
- * leaves them untouched. */
+ * leaves them untouched.
+ *
+ * Deleting is the dangerous part of a checkpoint writer, so it trusts
+ * nothing: it removes only `step-NNNNNN` directories that hold a train state
+ * and `.tmp-*` leftovers of its own saves, only the regular files directly
+ * inside them, and never follows a symbolic link (every name is opened
+ * relative to its parent with O_NOFOLLOW). A step saved again is swapped in
+ * with one atomic rename (RENAME_EXCHANGE), so `latest` never names a
+ * missing directory. */
+#define _GNU_SOURCE /* renameat2 */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -75,20 +84,43 @@ static ct_status make_dirs(ct_context *ctx, const char *dir) {
     return CT_OK;
 }
 
-/* rm -r of a checkpoint step / temporary directory (one level of files). */
-static void remove_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        char p[PATH_MAX];
-        while ((e = readdir(d)) != NULL) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            join_path(p, sizeof p, dir, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
+/* Deletes directory `name` of the directory open as `pfd` if it is a real
+ * directory (not a link): the regular files directly inside it, then the
+ * directory itself. Links and anything else inside are left (and with them
+ * the directory). With `need_state`, only a directory holding a train state
+ * file (one ctrain wrote) is touched. */
+static void remove_dir_at(int pfd, const char *name, int need_state) {
+    int fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    struct stat sb;
+    if (need_state && (fstatat(fd, STATE_FILE, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))) {
+        close(fd);
+        return;
     }
-    rmdir(dir);
+    DIR *d = fdopendir(fd); /* owns fd from here */
+    if (!d) {
+        close(fd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (fstatat(fd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode)) unlinkat(fd, e->d_name, 0);
+    }
+    closedir(d);
+    unlinkat(pfd, name, AT_REMOVEDIR); /* fails, harmlessly, if something was left inside */
+}
+
+/* remove_dir_at for a path: a temporary directory of this save. */
+static void remove_dir(const char *path) {
+    char parent[PATH_MAX];
+    dir_of(path, parent, sizeof parent);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pfd < 0) return;
+    remove_dir_at(pfd, base, 0);
+    close(pfd);
 }
 
 /* ---- the tensors of a plan and an optimizer --------------------------------------------- */
@@ -581,20 +613,29 @@ ct_status ct_checkpoint_load(ct_context *ctx, const char *path, ct_plan *plan, c
 
 /* Deletes leftovers of interrupted saves and all but the newest keep_last
  * step directories up to `step`; step directories after `step` belong to a
- * run that was resumed from an earlier checkpoint and are deleted too. */
+ * run that was resumed from an earlier checkpoint and are deleted too. Only
+ * what remove_dir_at allows: real directories ctrain wrote, their regular
+ * files, no link followed. */
 static void prune(const char *dir, int64_t step, int keep_last) {
-    DIR *d = opendir(dir);
-    if (!d) return;
+    int pfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pfd < 0) return;
+    int lfd = dup(pfd);
+    DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
+    if (!d) {
+        if (lfd >= 0) close(lfd);
+        close(pfd);
+        return;
+    }
     int64_t *steps = NULL;
     size_t n = 0, cap = 0;
     struct dirent *e;
-    char p[PATH_MAX];
+    struct stat sb;
     while ((e = readdir(d)) != NULL) {
         int64_t s;
         if (!strncmp(e->d_name, ".tmp-", 5)) {
-            join_path(p, sizeof p, dir, e->d_name);
-            remove_dir(p);
-            unlink(p);
+            if (fstatat(pfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) continue;
+            if (S_ISDIR(sb.st_mode)) remove_dir_at(pfd, e->d_name, 0);
+            else if (S_ISREG(sb.st_mode)) unlinkat(pfd, e->d_name, 0); /* a `latest` being written */
             continue;
         }
         if (!parse_step_name(e->d_name, &s)) continue;
@@ -614,10 +655,10 @@ static void prune(const char *dir, int64_t step, int keep_last) {
         if (steps[i] > step || (keep_last > 0 && newer >= (size_t)keep_last)) {
             char name[48];
             snprintf(name, sizeof name, "step-%06lld", (long long)steps[i]);
-            join_path(p, sizeof p, dir, name);
-            remove_dir(p);
+            remove_dir_at(pfd, name, 1);
         }
     }
+    close(pfd);
     free(steps);
 }
 
@@ -701,17 +742,22 @@ ct_status ct_checkpoint_save_ex(ct_context *ctx, const char *dir, ct_plan *plan,
     snprintf(name, sizeof name, "step-%06lld", (long long)st->step);
     join_path(final, sizeof final, dir, name);
     struct stat sb;
-    if (stat(final, &sb) == 0) { /* the same step saved again (e.g. after a resume): move the old one aside */
-        char old[PATH_MAX];
-        join_path(old, sizeof old, dir, ".tmp-XXXXXX");
-        if (!mkdtemp(old) || rename(final, old) != 0) {
-            s = ct_set_error(ctx, CT_E_IO, "cannot replace '%s': %s", final, strerror(errno));
+    if (lstat(final, &sb) == 0) {
+        /* the same step saved again (e.g. after a resume): swap the new directory in with one atomic
+         * rename, so `latest` (which may name this step) never names a missing directory */
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0) {
+            int e = errno;
             remove_dir(tmp);
-            return s;
+            if (e == EINVAL || e == ENOSYS)
+                return ct_set_error(ctx, CT_E_IO,
+                                    "cannot replace '%s' atomically: this filesystem has no RENAME_EXCHANGE; "
+                                    "delete that step directory or save to another directory",
+                                    final);
+            return ct_set_error(ctx, CT_E_IO, "cannot replace '%s': %s", final, strerror(e));
         }
-        remove_dir(old);
-    }
-    if (rename(tmp, final) != 0) {
+        if (o->hook) o->hook(o->hook_user, "replaced", st->step);
+        remove_dir(tmp); /* the old one, now under the temporary name */
+    } else if (rename(tmp, final) != 0) {
         s = ct_set_error(ctx, CT_E_IO, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
         remove_dir(tmp);
         return s;

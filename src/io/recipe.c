@@ -119,6 +119,8 @@ static const key_def k_keys[] = {
      "micro-batches per optimizer step; each micro-batch's loss is scaled by 1/N"},
     {"detect_anomaly", K_BOOL, OFF(detect_anomaly), 0, 0, 1, NULL, M_ALL, NULL,
      "stop at the first op whose output holds NaN/inf, naming it (slow; for debugging)"},
+    {"divergence_factor", K_F32, OFF(divergence_factor), 0, 0, 1e30, NULL, M_ALL, NULL,
+     "stop with an error when a batch's loss exceeds this many times the run's first loss (and 1): the run diverged (0: off)"},
     {"clip_grad_norm", K_F32, OFF(clip_grad_norm), 0, 0, 1e9, NULL, M_ALL, NULL, "clip by global L2 norm before the step (0: off)"},
     {"clip_grad_value", K_F32, OFF(clip_grad_value), 0, 0, 1e9, NULL, M_ALL, NULL, "clamp every gradient to [-v, v] (0: off)"},
     {"recompute_every", K_INT, OFF(recompute_every), 0, 0, 1e6, NULL, M_ALL, NULL,
@@ -213,6 +215,7 @@ void ct_recipe_default(ct_recipe *r) {
     r->plateau_threshold = 1e-4f;
     r->log_every = 100;
     r->accumulate_steps = 1;
+    r->divergence_factor = 1e4f;
     r->early_stop_mode = CT_EARLY_STOP_MIN;
     r->recompute_ops = CT_RECOMPUTE_OPS_NONE;
     r->precision = CT_PRECISION_FP32;

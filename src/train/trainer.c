@@ -30,6 +30,43 @@ ct_status ct_train_context_create(const ct_recipe *r, ct_context **out) {
     return ct_context_create(&co, out);
 }
 
+ct_status ct_train_resume_recipe(ct_context *ctx, const char *resume, ct_recipe *r, ct_recipe *stored) {
+    if (!resume || !r) return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_train_resume_recipe: resume and r must not be NULL");
+    ct_train_state *ck = malloc(sizeof *ck);
+    if (!ck) return ct_set_error(ctx, CT_E_OOM, "out of memory");
+    ct_train_state_init(ck);
+    ct_status s = ct_checkpoint_load(ctx, resume, NULL, NULL, ck);
+    if (s == CT_OK && !ck->recipe_json[0])
+        s = ct_set_error(ctx, CT_E_CONFIG, "checkpoint '%s' holds no recipe (not written by ctrain train)", ck->path);
+    ct_recipe got;
+    if (s == CT_OK) s = ct_recipe_parse_json(ctx, ck->recipe_json, &got);
+    if (s == CT_OK) {
+        if (stored) *stored = got;
+        /* the directory being resumed: `resume` if it is a save dir (it has `latest`), else the step dir's parent */
+        char dir[sizeof got.save_dir];
+        int w = snprintf(dir, sizeof dir, "%s", resume);
+        size_t n = w > 0 ? strlen(dir) : 0;
+        while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
+        if (w < 0 || (size_t)w >= sizeof dir)
+            s = ct_set_error(ctx, CT_E_INVALID_ARG, "--resume: the path '%s' is too long (at most %zu bytes)", resume,
+                             sizeof dir - 1);
+        else if (!strcmp(ck->path, resume)) { /* a step directory */
+            char *slash = strrchr(dir, '/');
+            if (!slash) snprintf(dir, sizeof dir, ".");
+            else if (slash == dir) dir[1] = 0;
+            else *slash = 0;
+        }
+        if (s == CT_OK) {
+            *r = got;
+            memcpy(r->save_dir, dir, sizeof r->save_dir);
+            r->metrics_file[0] = 0;
+            r->profile_dir[0] = 0;
+        }
+    }
+    free(ck);
+    return s;
+}
+
 /* The built-in task of a validated recipe. */
 static ct_status task_for(ct_context *ctx, const ct_recipe *r, ct_task **out) {
     if (r->model == CT_MODEL_GPT || r->model == CT_MODEL_BERT) return ct_task_text_create(ctx, r, out);
@@ -277,6 +314,14 @@ typedef struct {
     int accum;
     int64_t total, per_epoch, steps_per_epoch;
     double start;
+    /* what went wrong quietly, reported at the end (report_health) */
+    float *grads;
+    size_t n_grads;
+    uint64_t skipped0;          /* the scaler's skipped total when this run started */
+    int64_t zero_grad_steps;    /* steps whose gradients were all exactly zero      */
+    int64_t first_overflow_step;
+    char first_overflow[64];    /* the first tensor an overflowing step named       */
+    double first_loss;          /* the run's first loss (divergence_factor); <0: none yet */
 } run_t;
 
 static void say(run_t *R, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -429,6 +474,11 @@ static ct_status optimizer_step(run_t *R, float lr, float *gnorm, int *stop) {
     *gnorm = 0.0f;
     if (R->scaler) CT_TRY(ct_scaler_unscale(R->scaler, R->plan, &overflow, &bad_param));
     if (!overflow) {
+        /* all-zero gradients train nothing (an FP16 scale so small they underflow, or a dead model): counted
+         * and reported at the end; the scan stops at the first nonzero value, so it costs nothing normally */
+        size_t i = 0;
+        while (i < R->n_grads && R->grads[i] == 0.0f) i++;
+        if (i == R->n_grads) R->zero_grad_steps++;
         if (r->clip_grad_norm > 0.0f) CT_TRY(ct_clip_grad_norm(R->plan, r->clip_grad_norm, 2.0f, gnorm));
         if (r->clip_grad_value > 0.0f) CT_TRY(ct_clip_grad_value(R->plan, r->clip_grad_value));
         CT_TRY(ct_optimizer_set_lr(R->opt, lr));
@@ -442,6 +492,10 @@ static ct_status optimizer_step(run_t *R, float lr, float *gnorm, int *stop) {
     int n_ev = 0;
     ct_scaler_last_events(R->scaler, &ev, &n_ev);
     for (int i = 0; i < n_ev; i++) {
+        if (ev[i].event == CT_SCALE_OVERFLOW && R->first_overflow_step < 0) {
+            R->first_overflow_step = ev[i].step;
+            snprintf(R->first_overflow, sizeof R->first_overflow, "%s", ev[i].tensor[0] ? ev[i].tensor : "?");
+        }
         if (R->mx) CT_TRY(ct_metrics_log_scaler_event(R->mx, &ev[i]));
         if (!R->prof) continue;
         char args[192];
@@ -457,6 +511,62 @@ static ct_status optimizer_step(run_t *R, float lr, float *gnorm, int *stop) {
             (double)r->scale_min, r->scale_floor_patience);
         *stop = 1;
     }
+    return CT_OK;
+}
+
+/* ---- what went wrong quietly ------------------------------------------------------------------ */
+
+/* After the run (its checkpoint saved): steps the loss scaler skipped and
+ * steps whose gradients were all zero. Some are normal (a dynamic scale
+ * finding its level); most of the steps is a warning; all of them means
+ * nothing was trained, an error (a static scale that always overflows needs
+ * 2 steps to tell, a dynamic one 17: enough halvings to go from the default
+ * 65536 to 1). */
+static ct_status report_health(run_t *R, ct_train_result *res, int64_t n) {
+    int64_t skipped = 0;
+    if (R->scaler) {
+        ct_scaler_totals tot;
+        ct_scaler_get_totals(R->scaler, &tot);
+        skipped = (int64_t)(tot.overflows - R->skipped0);
+    }
+    res->skipped_steps = skipped;
+    res->zero_grad_steps = R->zero_grad_steps;
+    if (n <= 0) return CT_OK;
+    const int dynamic = recipe_scaling(R->r) == CT_AMP_SCALING_DYNAMIC;
+    char scale[48] = "";
+    if (R->scaler) snprintf(scale, sizeof scale, "%g", (double)ct_scaler_scale(R->scaler));
+    if (skipped > 0)
+        say(R, "  loss scaler: %lld of %lld steps skipped (inf/NaN gradients; the first in '%s' at step %lld)\n",
+            (long long)skipped, (long long)n, R->first_overflow, (long long)R->first_overflow_step + 1);
+    if (skipped == n && n >= (dynamic ? 17 : 2))
+        return ct_set_error(R->ctx, CT_E_NONFINITE,
+                            "every one of the %lld steps overflowed and was skipped: nothing was trained (first "
+                            "non-finite gradient in '%s'); %s",
+                            (long long)n, R->first_overflow,
+                            dynamic ? "check the data and optimizer.lr (the scale went down to its minimum without "
+                                      "helping), or train in bf16"
+                                    : "the static loss scale is too high: lower loss_scale.init_scale or use "
+                                      "loss_scale.mode: dynamic");
+    if (2 * skipped > n)
+        say(R, "  warning: the loss scaler skipped most steps (%lld of %lld): only %lld updated the weights; %s%s%s\n",
+            (long long)skipped, (long long)n, (long long)(n - skipped),
+            dynamic ? "the dynamic scale (now " : "lower loss_scale.init_scale or use loss_scale.mode: dynamic",
+            dynamic ? scale : "",
+            dynamic ? ") may still be coming down from a high loss_scale.init_scale; otherwise check optimizer.lr "
+                      "and the data for inf/NaN" : "");
+    if (R->zero_grad_steps == 0) return CT_OK;
+    const char *why = R->scaler ? "the loss scale is so small that the FP16 gradients underflow: raise loss_scale.init_scale "
+                                  "or use loss_scale.mode: dynamic"
+                                : "the loss does not depend on the weights (dead activations, a frozen model or a "
+                                  "constant loss)";
+    if (R->zero_grad_steps == n - skipped && n >= 2)
+        return ct_set_error(R->ctx, CT_E_CONFIG,
+                            "the gradients were all exactly zero in every step that ran (%lld of %lld): nothing was "
+                            "trained; %s%s%s",
+                            (long long)R->zero_grad_steps, (long long)n, why, R->scaler ? ", scale now " : "", scale);
+    if (2 * R->zero_grad_steps > n)
+        say(R, "  warning: the gradients were all exactly zero in %lld of %lld steps; %s\n",
+            (long long)R->zero_grad_steps, (long long)n, why);
     return CT_OK;
 }
 
@@ -503,7 +613,10 @@ static ct_status setup(run_t *R, ct_train_result *res) {
     CT_TRY(ct_train_schedule(ctx, r, R->total, &R->sched));
     CT_TRY(ct_early_stop_init(ctx, &R->es, r->early_stop_patience, r->early_stop_min_delta,
                               r->early_stop_mode == CT_EARLY_STOP_MAX));
-    ct_plan_param_arena(R->plan, &R->par, NULL, &R->n_par);
+    ct_plan_param_arena(R->plan, &R->par, &R->grads, &R->n_par);
+    R->n_grads = R->n_par;
+    R->first_overflow_step = -1;
+    R->first_loss = -1.0;
     ct_plan_buffer_arena(R->plan, &R->buf, &R->n_buf);
     if (r->early_stop_patience > 0 && r->early_stop_restore_best &&
         !(R->best = malloc((R->n_par + R->n_buf + 1) * sizeof(float))))
@@ -543,6 +656,11 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
         ev.loss = ck->test_loss;
         ev.accuracy = ck->test_acc;
         stopped = ck_stopped = R->es.stopped;
+    }
+    if (R->scaler) {
+        ct_scaler_totals tot;
+        ct_scaler_get_totals(R->scaler, &tot);
+        R->skipped0 = tot.overflows;
     }
     /* header */
     ct_plan_stats ps;
@@ -604,8 +722,17 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
                 return ct_set_error(ctx, CT_E_NONFINITE,
                                     "the loss became %g at step %lld (epoch %lld, lr %g); lower optimizer.lr, check "
                                     "the data for NaN/inf (detect_anomaly: true names the first op)",
-                                    (double)loss, (long long)step, (long long)ep + 1, (double)lr);
+                                    (double)loss, (long long)step + 1, (long long)ep + 1, (double)lr);
             }
+            if (R->first_loss < 0.0 && isfinite(loss) && loss > 0.0f) R->first_loss = loss;
+            if (r->divergence_factor > 0.0f && R->first_loss > 0.0 &&
+                (double)loss > (double)r->divergence_factor * fmax(R->first_loss, 1.0))
+                return ct_set_error(ctx, CT_E_NONFINITE,
+                                    "the loss %g at step %lld (epoch %lld, lr %g) is more than divergence_factor %g "
+                                    "times the run's first loss %g: training diverged; lower optimizer.lr or add "
+                                    "warmup (divergence_factor: 0 turns this check off)",
+                                    (double)loss, (long long)step + 1, (long long)ep + 1, (double)lr,
+                                    (double)r->divergence_factor, R->first_loss);
             CT_TRY(ct_plan_backward(R->plan));
             b++;
             run_loss += loss;
@@ -748,7 +875,7 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
     res->eval_accuracy = ev.accuracy;
     res->peak_bytes = ms.peak_bytes;
     res->stopped_early |= stopped;
-    return CT_OK;
+    return report_health(R, res, step - step0);
 }
 
 ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, ct_train_result *res) {
