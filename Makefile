@@ -7,7 +7,8 @@ BUILD   ?= build
 SAN     ?= 0
 OPT     ?= -O2
 CFLAGS_BASE := -std=c11 -g $(OPT) -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wvla \
-               -fopenmp -pthread -Iinclude -Isrc -D_DEFAULT_SOURCE -fno-strict-aliasing
+               -fopenmp -pthread -Iinclude -Isrc -D_DEFAULT_SOURCE -fno-strict-aliasing \
+               -fPIC -fno-semantic-interposition
 ifeq ($(SAN),1)
 CFLAGS_BASE += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LDSAN := -fsanitize=address,undefined
@@ -54,6 +55,65 @@ $(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(BUILD)/libctrain.a $(HDRS)
 
 test: all
 	bash tests/run_all.sh
+
+# ---- packaging (docs/abi.md): shared library, pkg-config file, man page --------
+# `make install PREFIX=/usr/local DESTDIR=` and `make uninstall` (same variables).
+# The shared library exports exactly the functions declared in include/ctrain/
+# (a version script generated from the headers); the installed `ctrain` is the
+# tested build/ctrain, linked against libctrain.a (docs/abi.md says why).
+VERSION      := 0.1.0
+SOVERSION    := 0
+PREFIX       ?= /usr/local
+BINDIR       ?= $(PREFIX)/bin
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+MANDIR       ?= $(PREFIX)/share/man
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+SONAME       := libctrain.so.$(SOVERSION)
+SHLIB        := $(BUILD)/libctrain.so.$(VERSION)
+PUBLIC_HDRS  := $(sort $(wildcard include/ctrain/*.h))
+INSTALLED    := $(BINDIR)/ctrain $(LIBDIR)/libctrain.a $(LIBDIR)/libctrain.so.$(VERSION) \
+                $(LIBDIR)/$(SONAME) $(LIBDIR)/libctrain.so $(PKGCONFIGDIR)/ctrain.pc \
+                $(MANDIR)/man1/ctrain.1 $(PUBLIC_HDRS:include/%=$(INCLUDEDIR)/%)
+
+all: $(SHLIB) $(BUILD)/ctrain.1
+
+$(BUILD)/ctrain.map: $(PUBLIC_HDRS) scripts/make_symbols.sh
+	@mkdir -p $(dir $@)
+	@echo "  GEN $@"; scripts/make_symbols.sh "$(CC)" > $@.tmp && mv $@.tmp $@
+
+$(SHLIB): $(LIB_OBJ) $(BUILD)/ctrain.map
+	@echo "  LD $@"; $(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=$(BUILD)/ctrain.map \
+	  -Wl,--no-undefined-version -Wl,--no-undefined -o $@ $(LIB_OBJ) $(LDLIBS)
+	@ln -sf libctrain.so.$(VERSION) $(BUILD)/$(SONAME) && ln -sf $(SONAME) $(BUILD)/libctrain.so
+
+$(BUILD)/ctrain.1: $(BUILD)/ctrain scripts/make_man.sh
+	@echo "  GEN $@"; scripts/make_man.sh $(BUILD)/ctrain $(VERSION) > $@.tmp && mv $@.tmp $@
+
+# ${prefix}-relative paths in the .pc file when the directory is under PREFIX
+pcdir = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+
+install: $(BUILD)/libctrain.a $(SHLIB) $(BUILD)/ctrain $(BUILD)/ctrain.1
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) \
+	  $(DESTDIR)$(INCLUDEDIR)/ctrain $(DESTDIR)$(MANDIR)/man1
+	install -m 755 $(BUILD)/ctrain $(DESTDIR)$(BINDIR)/ctrain
+	install -m 644 $(BUILD)/libctrain.a $(DESTDIR)$(LIBDIR)/libctrain.a
+	install -m 755 $(SHLIB) $(DESTDIR)$(LIBDIR)/libctrain.so.$(VERSION)
+	ln -sf libctrain.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libctrain.so
+	install -m 644 $(PUBLIC_HDRS) $(DESTDIR)$(INCLUDEDIR)/ctrain/
+	install -m 644 $(BUILD)/ctrain.1 $(DESTDIR)$(MANDIR)/man1/ctrain.1
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(call pcdir,$(LIBDIR))|' \
+	  -e 's|@INCLUDEDIR@|$(call pcdir,$(INCLUDEDIR))|' -e 's|@VERSION@|$(VERSION)|' \
+	  scripts/ctrain.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/ctrain.pc
+	@echo "installed into $(DESTDIR)$(PREFIX); run ldconfig if $(LIBDIR) is a system library folder"
+
+# removes exactly the files install wrote (INSTALLED), and include/ctrain/ when empty
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	rmdir $(DESTDIR)$(INCLUDEDIR)/ctrain 2>/dev/null || true
+
+.PHONY: install uninstall
 
 clean:
 	rm -rf build build-asan

@@ -46,6 +46,7 @@ run_suite "cli" tests/cli_test.sh build/ctrain
 run_suite "text cli" tests/text_cli_test.sh build/ctrain
 run_suite "report" tests/test_report.sh build/ctrain
 run_suite "resume" tests/resume_test.sh build/ctrain
+run_suite "install" bash tests/install_test.sh
 for t in build-asan/tests/test_*; do
   run_suite "asan $(basename "$t")" "$t"
 done

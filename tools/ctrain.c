@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli.h"
 
@@ -20,24 +19,23 @@ static void usage(FILE *f) {
             "  report     draw a metrics log as an HTML page (ctrain report --help)\n"
             "  help       this message\n"
             "\n"
-            "environment: CT_ISA=ref|avx2|avx512 lowers the kernel ISA (ref also disables oneDNN),\n"
-            "             CT_ONEDNN=0 disables oneDNN kernels.\n");
-}
-
-/* OpenMP threads that wait at a barrier spin for a long time by default
- * (GOMP_SPINCOUNT 300000). On a machine shared with other jobs that makes a
- * step 5x slower (measured: 50 MLP steps 15.7 s vs 3.3 s beside a 2-thread
- * neighbour) for no gain when quiet. libgomp reads the setting only at
- * start-up, so ctrain re-executes itself once with a short spin unless the
- * user chose a policy. */
-static void bound_openmp_spin(char **argv) {
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-    if (setenv("GOMP_SPINCOUNT", "10000", 1) != 0) return;
-    execv("/proc/self/exe", argv); /* returns only on failure: run as is */
+            "environment:\n"
+            "  CT_ISA=ref|avx2|avx512       lowers the kernel ISA (ref also disables oneDNN)\n"
+            "  CT_ONEDNN=0                  disables oneDNN kernels\n"
+            "  GOMP_SPINCOUNT, OMP_WAIT_POLICY\n"
+            "                               OpenMP waiting; when neither is set, ctrain re-executes itself\n"
+            "                               once with GOMP_SPINCOUNT=10000 (idle threads sleep sooner, which\n"
+            "                               is much faster on cores shared with other jobs)\n"
+            "\n"
+            "exit status: 0 success, 1 error (the message says what to do), 2 usage error.\n");
 }
 
 int main(int argc, char **argv) {
-    bound_openmp_spin(argv);
+    /* libgomp's default spin-wait makes steps up to 5x slower on shared cores;
+     * it reads the setting only at start-up, so this re-executes ctrain once
+     * with GOMP_SPINCOUNT=10000 unless the user chose a policy (context.h).
+     * On failure ctrain runs as is. */
+    ct_openmp_limit_spin(argv);
     if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

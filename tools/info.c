@@ -1,13 +1,22 @@
 /* tools/info.c - `ctrain info`: what this CPU supports and which kernels
  * ctrain will run. */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli.h"
 #include "ctrain/ctrain.h"
 
 int ct_cli_info(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
+    if (argc > 1) {
+        int help = !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h");
+        fprintf(help ? stdout : stderr,
+                "%susage: ctrain info\n\n"
+                "Shows what this CPU supports (AVX2, FMA, AVX-512, AMX and whether the OS enables\n"
+                "them), the number of compute threads, the kernel ISA ctrain will use (after CT_ISA)\n"
+                "and whether oneDNN kernels are on (CT_ONEDNN).\n",
+                help ? "" : "ctrain: info takes no arguments\n\n");
+        return help ? 0 : 2;
+    }
     ct_context *ctx;
     ct_status s = ct_context_create(NULL, &ctx);
     if (s != CT_OK) {

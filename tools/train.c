@@ -34,7 +34,7 @@ static void print_keys(FILE *f, int markdown) {
             fprintf(f, "| `%s` | %s | %s | %s | %s | %s | %s |\n", k->key, tn[k->type], dv[0] ? dv : "\"\"", range, models,
                     k->flag ? k->flag : "", k->help);
         else
-            fprintf(f, "  %-34s %s%s%s%s\n", k->key, k->help, k->flag ? " [" : "", k->flag ? k->flag : "", k->flag ? "]" : "");
+            fprintf(f, "  %-34s  %s%s%s%s\n", k->key, k->help, k->flag ? " [" : "", k->flag ? k->flag : "", k->flag ? "]" : "");
     }
 }
 

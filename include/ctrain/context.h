@@ -49,8 +49,41 @@ typedef struct ct_context_opts {
 
 /* Fills opts with defaults (all threads, seed 0, no budget, best ISA). */
 void ct_context_opts_default(ct_context_opts *opts);
+/* Creates a context. It does not (cannot) change how OpenMP threads wait:
+ * see ct_openmp_limit_spin below, which a program calls first thing in main
+ * to get the `ctrain` CLI's short spin. */
 ct_status ct_context_create(const ct_context_opts *opts, ct_context **out);
 void ct_context_free(ct_context *ctx); /* accepts NULL */
+
+/* OpenMP spin-waiting. ctrain and oneDNN run on GNU OpenMP (libgomp), whose
+ * idle threads spin GOMP_SPINCOUNT = 300000 times at a barrier before they
+ * sleep. On cores shared with other jobs that makes a training step up to 5x
+ * slower (50 MLP steps: 15.7 s against 3.3 s with GOMP_SPINCOUNT=10000 beside
+ * a 2-thread neighbour). libgomp reads GOMP_SPINCOUNT and OMP_WAIT_POLICY
+ * once, in its constructor, when the program is loaded, before main and
+ * before any ctrain code: a setenv() afterwards (by ct_context_create or by
+ * the program) has no effect on the running process (measured, docs/abi.md).
+ * So the library cannot shorten the spin of the process it is loaded in; the
+ * one way is to start the process with the variable set, in its environment
+ * or with this call, which does what `ctrain` does:
+ *
+ *   int main(int argc, char **argv) {
+ *       ct_openmp_limit_spin(argv);   // first, before any thread starts
+ *       ...
+ *
+ * When neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set (to anything), it
+ * sets GOMP_SPINCOUNT=10000 and re-executes the program (/proc/self/exe)
+ * with the same argv and environment: on success it does not return, and in
+ * the new process the variable is set, so the call returns CT_OK at once.
+ * When either variable is already set it returns CT_OK and does nothing (set
+ * one to choose another policy, e.g. OMP_WAIT_POLICY=active on dedicated
+ * cores). Errors (the program then simply runs with libgomp's defaults):
+ * CT_E_INVALID_ARG (argv NULL or empty), CT_E_OOM (setenv failed), CT_E_IO
+ * (the re-execution failed; GOMP_SPINCOUNT is unset again). No context
+ * exists yet, so there is no message. For programs, not libraries: it
+ * replaces the process, so call it before any other work (threads, files,
+ * output). */
+ct_status ct_openmp_limit_spin(char *const *argv);
 
 /* Last error message set on this context ("" when none). */
 const char *ct_context_last_error(const ct_context *ctx);

@@ -15,5 +15,6 @@
 #include "checkpoint.h"
 #include "profile.h"
 #include "text.h"
+#include "metrics.h"
 #include "train.h"
 #endif

@@ -26,6 +26,7 @@
 #include "checkpoint.h"
 #include "graph.h"
 #include "recipe.h"
+#include "text.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -157,6 +157,17 @@ ct_status ct_context_create(const ct_context_opts *opts, ct_context **out) {
 
 void ct_context_free(ct_context *ctx) { free(ctx); }
 
+/* libgomp reads the variable only when it is loaded (before main), so the
+ * process is started again with it set (context.h says why and measures). */
+ct_status ct_openmp_limit_spin(char *const *argv) {
+    if (!argv || !argv[0]) return CT_E_INVALID_ARG;
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return CT_OK;
+    if (setenv("GOMP_SPINCOUNT", "10000", 1) != 0) return CT_E_OOM;
+    execv("/proc/self/exe", argv); /* returns only on failure */
+    unsetenv("GOMP_SPINCOUNT");
+    return CT_E_IO;
+}
+
 int ct_context_num_threads(const ct_context *ctx) { return ctx->num_threads; }
 uint64_t ct_context_seed(const ct_context *ctx) { return ctx->seed; }
 const ct_cpu_features *ct_context_cpu(const ct_context *ctx) { return &ctx->cpu; }
