@@ -642,6 +642,48 @@ TEST(replacing_a_step_never_leaves_latest_dangling) {
     rig_free(&a);
 }
 
+/* An extra file (a tokenizer's vocabulary) is checked like the tensors: a
+ * changed byte, a truncation or a missing file is CT_E_CORRUPT naming it. */
+TEST(extra_files_are_checked) {
+    rig a;
+    CHECK_OK(a.ctx, rig_make(&a, 0, 5, CT_OPTIM_SGD, 0));
+    char dir[512], p[700];
+    snprintf(dir, sizeof dir, "%s/extra", tmpdir());
+    const char vocab[] = "a\nb\nc\nthe vocabulary\n";
+    ct_checkpoint_file f = {"tokenizer.vocab", vocab, sizeof vocab - 1};
+    ct_checkpoint_opts o;
+    ct_checkpoint_opts_default(&o);
+    o.files = &f;
+    o.n_files = 1;
+    ct_train_state st;
+    ct_train_state_init(&st);
+    st.step = 1;
+    CHECK_OK(a.ctx, ct_checkpoint_save_ex(a.ctx, dir, a.m.plan, a.opt, &st, &o));
+    CHECK_OK(a.ctx, ct_checkpoint_load(a.ctx, dir, NULL, NULL, NULL));
+    path_in(p, sizeof p, dir, "step-000001/tokenizer.vocab");
+    for (size_t i = 0; i < sizeof vocab - 1; i++) { /* every byte changed */
+        unsigned char bad[sizeof vocab];
+        memcpy(bad, vocab, sizeof vocab);
+        bad[i] ^= 0x20;
+        write_all(p, bad, sizeof vocab - 1);
+        ct_status s = ct_checkpoint_load(a.ctx, dir, NULL, NULL, NULL);
+        CHECK_MSG(s == CT_E_CORRUPT && strstr(ct_context_last_error(a.ctx), "tokenizer.vocab"), "byte %zu: %s", i,
+                  ct_context_last_error(a.ctx));
+    }
+    write_all(p, (const unsigned char *)vocab, sizeof vocab - 2); /* truncated */
+    CHECK(ct_checkpoint_load(a.ctx, dir, NULL, NULL, NULL) == CT_E_CORRUPT);
+    unlink(p);
+    CHECK(ct_checkpoint_load(a.ctx, dir, NULL, NULL, NULL) == CT_E_CORRUPT);
+    CHECK(strstr(ct_context_last_error(a.ctx), "missing"));
+    write_all(p, (const unsigned char *)vocab, sizeof vocab - 1); /* put back: loads again */
+    CHECK_OK(a.ctx, ct_checkpoint_load(a.ctx, dir, a.m.plan, a.opt, NULL));
+    /* names that do not fit the metadata are refused before anything is written */
+    ct_checkpoint_file longname = {"a-file-name-much-longer-than-forty-bytes-in-all.txt", vocab, 4};
+    o.files = &longname;
+    CHECK(ct_checkpoint_save_ex(a.ctx, dir, a.m.plan, a.opt, &st, &o) == CT_E_INVALID_ARG);
+    rig_free(&a);
+}
+
 TEST(recipe_json_full_round_trip) {
     ct_context *ctx = test_ctx(-1, 1);
     ct_recipe r, back;
@@ -836,6 +878,6 @@ TEST(pytorch_reader_cnn_buffers) { pytorch_check(1); }
 TEST_MAIN(T(train_state_without_scaler_history_loads), T(roundtrip_mlp_adamw_dropout), T(roundtrip_cnn_sgd_momentum_buffers), T(roundtrip_mlp_rmsprop),
           T(roundtrip_cnn_lamb), T(flipped_bytes_are_corrupt), T(truncated_files_are_corrupt),
           T(other_model_is_config_error), T(keep_last_and_latest), T(prune_never_follows_links),
-          T(replacing_a_step_never_leaves_latest_dangling), T(recipe_json_full_round_trip),
+          T(replacing_a_step_never_leaves_latest_dangling), T(extra_files_are_checked), T(recipe_json_full_round_trip),
           T(loader_skip_resumes_mid_epoch), T(weights_file_round_trip), T(pytorch_reader_mlp),
           T(pytorch_reader_cnn_buffers))

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "amp/scaler_internal.h"
 #include "core/internal.h"
@@ -35,6 +36,8 @@
 #define MODEL_FILE "model.safetensors"
 #define STATE_FILE "train_state.safetensors"
 #define FORMAT_VERSION "1"
+#define MAX_FILES 8       /* extra files of a step directory (ct_checkpoint_opts.files) */
+#define MAX_FILE_NAME 40  /* their names fit a metadata value with size and CRC */
 
 /* ---- small helpers ------------------------------------------------------------------- */
 
@@ -504,6 +507,51 @@ static ct_status parse_state_meta(ct_context *ctx, const char *path, const ct_st
     return r.s;
 }
 
+/* The extra files the train state lists ("files", "file.N" = "size crc32
+ * name"): each must be there with that size and CRC. A train state from
+ * before the list checks nothing. */
+static ct_status check_extra_files(ct_context *ctx, const char *dir, const char *sp, const ct_st_file *sf) {
+    const char *nf = ct_st_meta_str(sf, "files");
+    if (!nf) return CT_OK;
+    char *end;
+    long n = strtol(nf, &end, 10);
+    if (*end || end == nf || n < 0 || n > MAX_FILES)
+        return ct_set_error(ctx, CT_E_CORRUPT, "'%s': metadata 'files' is '%.20s': the file is corrupt", sp, nf);
+    for (long i = 0; i < n; i++) {
+        char key[16], name[MAX_FILE_NAME + 8], p[PATH_MAX];
+        snprintf(key, sizeof key, "file.%ld", i);
+        const char *v = ct_st_meta_str(sf, key);
+        unsigned long long size = 0;
+        unsigned long want = 0;
+        int used = 0;
+        if (!v || sscanf(v, "%llu %8lx %47s%n", &size, &want, name, &used) != 3 || v[used] || name[0] == '.' ||
+            strchr(name, '/'))
+            return ct_set_error(ctx, CT_E_CORRUPT, "'%s': metadata '%s' is damaged: the file is corrupt", sp, key);
+        join_path(p, sizeof p, dir, name);
+        FILE *f = fopen(p, "rb");
+        if (!f)
+            return ct_set_error(ctx, CT_E_CORRUPT, "'%s' is missing (the train state lists it): the checkpoint is "
+                                "incomplete; use another checkpoint", p);
+        unsigned char buf[1 << 14];
+        uLong c = crc32(0L, Z_NULL, 0);
+        unsigned long long got = 0;
+        size_t r;
+        while ((r = fread(buf, 1, sizeof buf, f)) > 0) {
+            c = crc32(c, buf, (uInt)r);
+            got += r;
+        }
+        int err = ferror(f);
+        fclose(f);
+        if (err) return ct_set_error(ctx, CT_E_IO, "cannot read '%s': %s", p, strerror(errno));
+        if (got != size || c != want)
+            return ct_set_error(ctx, CT_E_CORRUPT,
+                                "'%s' is damaged: %llu bytes with CRC32 %08lx, the train state records %llu bytes "
+                                "with CRC32 %08lx; use another checkpoint",
+                                p, got, (unsigned long)c, size, want);
+    }
+    return CT_OK;
+}
+
 ct_status ct_checkpoint_resolve(ct_context *ctx, const char *path, char *out, size_t len) {
     if (!path || !out) return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_checkpoint_resolve: path must not be NULL");
     char p[PATH_MAX];
@@ -552,6 +600,7 @@ ct_status ct_checkpoint_load(ct_context *ctx, const char *path, ct_plan *plan, c
     int mn = 0, on = 0;
     ct_status s = ct_st_read(ctx, sp, 1, &sf);
     if (s == CT_OK) s = parse_state_meta(ctx, sp, &sf, st);
+    if (s == CT_OK) s = check_extra_files(ctx, dir, sp, &sf);
     if (s == CT_OK && plan) {
         uint32_t mcrc = 0;
         s = load_model_file(ctx, mp, plan, 1, &mcrc, &mf, &mt, &msrc, &mn);
@@ -699,8 +748,14 @@ ct_status ct_checkpoint_save_ex(ct_context *ctx, const char *dir, ct_plan *plan,
         o = &def;
     }
     if (strlen(dir) > PATH_MAX - 64) return ct_set_error(ctx, CT_E_INVALID_ARG, "checkpoint directory name is too long");
+    if (o->n_files < 0 || o->n_files > MAX_FILES)
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "checkpoint: %d extra files; at most %d", o->n_files, MAX_FILES);
+    for (int i = 0; i < o->n_files; i++)
+        if (!o->files[i].name || strlen(o->files[i].name) > MAX_FILE_NAME)
+            return ct_set_error(ctx, CT_E_INVALID_ARG, "checkpoint: extra file name '%s' is longer than %d bytes",
+                                o->files[i].name ? o->files[i].name : "(null)", MAX_FILE_NAME);
     CT_TRY(make_dirs(ctx, dir));
-    char tmp[PATH_MAX], final[PATH_MAX], p[PATH_MAX], name[48];
+    char tmp[PATH_MAX], final[PATH_MAX], p[PATH_MAX], name[48], fkeys[MAX_FILES][16];
     join_path(tmp, sizeof tmp, dir, ".tmp-XXXXXX");
     if (!mkdtemp(tmp)) return ct_set_error(ctx, CT_E_IO, "cannot create a directory in '%s': %s", dir, strerror(errno));
     ct_st_tensor *mt = NULL, *ot = NULL;
@@ -725,6 +780,15 @@ ct_status ct_checkpoint_save_ex(ct_context *ctx, const char *dir, ct_plan *plan,
         if (opt) ct_optimizer_get_opts(opt, &oo);
         fill_state_meta(m, st, opt ? &oo : NULL, opt ? ct_optimizer_steps(opt) : (uint64_t)st->step, mcrc, mn,
                         history);
+        /* the extra files' sizes and CRCs: a load checks them like the tensors */
+        ct_st_meta_set(m, "files", "%d", o->n_files);
+        for (int i = 0; i < o->n_files; i++) {
+            snprintf(fkeys[i], sizeof fkeys[i], "file.%d", i);
+            uLong c = crc32(0L, Z_NULL, 0);
+            for (size_t off = 0; off < o->files[i].size; off += 1u << 30)
+                c = crc32(c, (const Bytef *)o->files[i].data + off, (uInt)CT_MIN(o->files[i].size - off, (size_t)1 << 30));
+            ct_st_meta_set(m, fkeys[i], "%zu %08lx %s", o->files[i].size, (unsigned long)c, o->files[i].name);
+        }
         join_path(p, sizeof p, tmp, STATE_FILE);
         s = ct_st_write(ctx, p, p, ot, on, m, o->fsync, NULL);
     }
