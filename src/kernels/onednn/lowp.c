@@ -63,7 +63,7 @@ ct_status ct_context_lowp_native(ct_context *ctx, ct_dtype dt, int *native, char
         return ct_set_error(ctx, CT_E_INVALID_ARG, "lowp_native: %s is not a low-precision dtype (bf16 or f16)",
                             ct_dtype_name(dt));
     int force = -1;
-    const char *env = getenv("CT_BF16_NATIVE");
+    const char *env = dt == CT_BF16 ? getenv("CT_BF16_NATIVE") : NULL;
     if (env && *env) {
         if (!strcmp(env, "0")) force = 0;
         else if (!strcmp(env, "1")) force = 1;
