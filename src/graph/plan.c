@@ -504,7 +504,13 @@ static ct_status lowp_fallback(ct_plan *p, int i, const ct_kargs *raw, ct_kargs 
         ct_free(p->ctx, p->cvt_spill);
         p->cvt_spill = NULL;
         p->cvt_spill_bytes = 0;
-        CT_TRY(ct_alloc(p->ctx, need, &p->cvt_spill));
+        ct_status s = ct_alloc(p->ctx, need, &p->cvt_spill);
+        if (s != CT_OK) {
+            char prefix[160];
+            snprintf(prefix, sizeof prefix, "op '%s' (node '%s'): FP32 copies after oneDNN declined BF16: ",
+                     info->name, d->name);
+            return ct_wrap_error(p->ctx, s, prefix, "");
+        }
         p->cvt_spill_bytes = need;
     }
     pn->lowp_native = 0;
