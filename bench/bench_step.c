@@ -337,12 +337,19 @@ int main(int argc, char **argv) {
                         state_bytes;
     printf("ENV workload=%s precision=%s batch=%lld seq=%lld optim=%s optim_impl=%s threads=%d isa=%s onednn=%d "
            "n_params=%zu n_nodes=%d param_mb=%.1f grad_mb=%.1f buffer_mb=%.1f activation_mb=%.1f workspace_mb=%.1f "
-           "optim_state_mb=%.1f plan_mb=%.1f compile_ms=%.1f\n",
+           "optim_state_mb=%.1f plan_mb=%.1f compile_ms=%.1f lowp_native_nodes=%d lowp_copied_nodes=%d\n",
            workload, precision, (long long)batch, (long long)(is_gpt ? seq : 0), optim, opt_impl_name(), ct_context_num_threads(ctx),
            ct_isa_name(ct_context_isa(ctx)), ct_context_use_onednn(ctx), n_param_floats, st.n_nodes,
            st.param_bytes / 1048576.0, st.grad_bytes / 1048576.0, st.buffer_bytes / 1048576.0,
            st.activation_bytes / 1048576.0, st.workspace_bytes / 1048576.0,
-           state_bytes / 1048576.0, plan_bytes / 1048576.0, compile_ms);
+           state_bytes / 1048576.0, plan_bytes / 1048576.0, compile_ms, st.n_lowp_native, st.n_lowp_copied);
+    if (copts.precision != CT_PRECISION_FP32) { /* how BF16/FP16 matmul/conv run here, and why */
+        char how[384];
+        int native;
+        ct_dtype low = copts.precision == CT_PRECISION_FP16 || copts.precision == CT_PRECISION_FP16_PURE ? CT_F16 : CT_BF16;
+        DIE_IF(ctx, ct_context_lowp_native(ctx, low, &native, how, sizeof how));
+        printf("LOWP %s matmul/conv: %s\n", ct_dtype_name(low), how);
+    }
     fflush(stdout);
 
     int total = warmup + steps;
@@ -389,8 +396,12 @@ int main(int argc, char **argv) {
             for (int n = 0; n < n_graph && len < (int)sizeof buf - 64; n++) {
                 const char *k = ct_plan_kernel_name(p, n);
                 if (!strcmp(k, "none")) continue;
+                /* with BF16: "onednn-bf16" (reads BF16 itself) or "convert+onednn-f32" (FP32 copies) */
+                char desc[48];
+                snprintf(desc, sizeof desc, "%s", ct_plan_kernel_desc(p, n));
+                for (char *q = desc; *q; q++) *q = *q == ' ' ? '-' : *q;
                 len += snprintf(buf + len, sizeof buf - (size_t)len, " %s:%s=%s", ct_node_name(g, n),
-                                ct_node_op_name(g, n), k);
+                                ct_node_op_name(g, n), desc);
             }
             int cnt[5] = {0};
             const char *names[5] = {"ref", "avx2", "avx512", "onednn", "none"};
@@ -399,8 +410,11 @@ int main(int argc, char **argv) {
                 for (int j = 0; j < 5; j++)
                     if (!strcmp(k, names[j])) cnt[j]++;
             }
-            snprintf(buf + len, sizeof buf - (size_t)len, " | backward_nodes ref=%d avx2=%d avx512=%d onednn=%d",
-                     cnt[0], cnt[1], cnt[2], cnt[3]);
+            ct_plan_stats now;
+            ct_plan_get_stats(p, &now); /* after the first run: fallbacks counted */
+            snprintf(buf + len, sizeof buf - (size_t)len,
+                     " | backward_nodes ref=%d avx2=%d avx512=%d onednn=%d | low-precision I/O: native=%d copied=%d",
+                     cnt[0], cnt[1], cnt[2], cnt[3], now.n_lowp_native, now.n_lowp_copied);
             printf("%s\n", buf);
         }
         if (it >= warmup && !quiet)

@@ -25,11 +25,17 @@ WORKLOAD_DESC = {
 }
 
 
+PREC_DESC = {
+    "bf16native": "BF16, native (CT_BF16_NATIVE=1)",
+    "bf16copies": "BF16, FP32 copies (CT_BF16_NATIVE=0)",
+}
+
+
 def desc(wl):
     """Description of a workload label; a precision suffix (mlp-bf16) is appended."""
     base, _, prec = wl.partition("-")
     d = WORKLOAD_DESC.get(base, base)
-    return f"{d}, {prec.upper()}" if prec else d
+    return f"{d}, {PREC_DESC.get(prec, prec.upper())}" if prec else d
 
 
 QUIET_CORES = 0.3

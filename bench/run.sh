@@ -9,7 +9,11 @@
 # Options (or the environment variable in brackets):
 #   --rounds N [ROUNDS=5]     --steps N [STEPS=10]     --warmup N [WARMUP=3]
 #   --threads N [THREADS=2]   --workloads "mlp cnn" [WORKLOADS] (also gptchar, gpt2); add -bf16 for mixed
-#                             precision: "mlp-bf16 cnn-bf16" (PyTorch: torch.autocast bfloat16)
+#                             precision: "mlp-bf16 cnn-bf16" (PyTorch: torch.autocast bfloat16);
+#                             -bf16native / -bf16copies: ctrain's BF16 with CT_BF16_NATIVE=1 / =0
+#                             (matmul/linear/conv on oneDNN's BF16 primitives, or on FP32 copies)
+#   --bf16-compare            WORKLOADS="mlp mlp-bf16copies mlp-bf16native cnn cnn-bf16copies cnn-bf16native":
+#                             FP32 vs BF16 on FP32 copies vs native BF16 (the AMX / AVX512-BF16 check)
 #   --coretype NAME [CORETYPE=Haswell]   OpenBLAS kernel set for PyTorch
 #   --foreach 0|1 [TORCH_FOREACH=0]      --channels-last 0|1 [TORCH_CHANNELS_LAST=0]
 #   --ctrain-budget S [CTRAIN_BUDGET_S=30]  cap on ctrain's timed seconds per round
@@ -53,6 +57,7 @@ while [ $# -gt 0 ]; do
     --warmup) WARMUP=$2; shift ;;
     --threads) THREADS=$2; shift ;;
     --workloads) WORKLOADS=$2; shift ;;
+    --bf16-compare) WORKLOADS="mlp mlp-bf16copies mlp-bf16native cnn cnn-bf16copies cnn-bf16native" ;;
     --coretype) CORETYPE=$2; shift ;;
     --foreach) TORCH_FOREACH=$2; shift ;;
     --channels-last) TORCH_CHANNELS_LAST=$2; shift ;;
@@ -88,10 +93,20 @@ torch_env=(nice -n "$NICE" env "LD_LIBRARY_PATH=$OB_DIR${LD_LIBRARY_PATH:+:$LD_L
 
 # A workload is mlp, cnn, or either with a precision suffix: mlp-bf16, cnn-bf16
 # (ctrain --precision bf16, PyTorch torch.autocast("cpu", dtype=torch.bfloat16)).
+# -bf16native / -bf16copies are -bf16 with ctrain's CT_BF16_NATIVE=1 / =0
+# (docs/mixed-precision.md); PyTorch runs its bf16 autocast for both.
 wl_base() { echo "${1%%-*}"; }
-wl_prec() { case "$1" in *-*) echo "${1#*-}" ;; *) echo fp32 ;; esac; }
+wl_suffix() { case "$1" in *-*) echo "${1#*-}" ;; *) echo fp32 ;; esac; }
+wl_prec() { case "$(wl_suffix "$1")" in bf16native | bf16copies) echo bf16 ;; *) wl_suffix "$1" ;; esac; }
+wl_env() { # what ctrain's environment adds for a workload (env arguments, no spaces; may be none)
+    case "$(wl_suffix "$1")" in
+    bf16native) echo CT_BF16_NATIVE=1 ;;
+    bf16copies) echo CT_BF16_NATIVE=0 ;;
+    esac
+}
+# shellcheck disable=SC2046 # wl_env's words are split on purpose
 run_ctrain() { # workload round
-    nice -n "$NICE" "$BIN" --workload "$(wl_base "$1")" --precision "$(wl_prec "$1")" --threads "$THREADS" --warmup "$WARMUP" --steps "$STEPS" \
+    nice -n "$NICE" env $(wl_env "$1") "$BIN" --workload "$(wl_base "$1")" --precision "$(wl_prec "$1")" --threads "$THREADS" --warmup "$WARMUP" --steps "$STEPS" \
         --budget-s "$CTRAIN_BUDGET_S" --seed "$2" >"$LOGDIR/$1_ctrain_r$2.log" 2>&1 ||
         { cat "$LOGDIR/$1_ctrain_r$2.log"; echo "run.sh: ctrain $1 failed" >&2; exit 1; }
 }
@@ -157,9 +172,10 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 echo "load:        $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min) at end"
 
+# shellcheck disable=SC2046 # wl_env's words are split on purpose
 if [ "$PERF" = 1 ] && command -v perf >/dev/null 2>&1; then
     for wl in $WORKLOADS; do
-        perf record -q -F 499 -o "$LOGDIR/$wl.perf.data" -- "$BIN" --workload "$(wl_base "$wl")" \
+        perf record -q -F 499 -o "$LOGDIR/$wl.perf.data" -- env $(wl_env "$wl") "$BIN" --workload "$(wl_base "$wl")" \
             --precision "$(wl_prec "$wl")" --threads "$THREADS" \
             --warmup 1 --steps "$STEPS" --budget-s "$CTRAIN_BUDGET_S" --quiet >"$LOGDIR/${wl}_perf_run.log" 2>&1 &&
             perf report -i "$LOGDIR/$wl.perf.data" --stdio --no-children --sort dso,sym -t '|' \
@@ -168,10 +184,11 @@ if [ "$PERF" = 1 ] && command -v perf >/dev/null 2>&1; then
     done
 fi
 
+# shellcheck disable=SC2046 # wl_env's words are split on purpose
 if [ "$DNNL_BREAKDOWN" = 1 ]; then
     # oneDNN's own per-primitive timings (both frameworks call the same libdnnl)
     for wl in $WORKLOADS; do
-        ONEDNN_VERBOSE=1 "$BIN" --workload "$(wl_base "$wl")" --precision "$(wl_prec "$wl")" --threads "$THREADS" --warmup 1 --steps 3 \
+        ONEDNN_VERBOSE=1 env $(wl_env "$wl") "$BIN" --workload "$(wl_base "$wl")" --precision "$(wl_prec "$wl")" --threads "$THREADS" --warmup 1 --steps 3 \
             --budget-s "$CTRAIN_BUDGET_S" >"$LOGDIR/${wl}_ctrain_dnnl.txt" 2>&1 || true
         ONEDNN_VERBOSE=1 "${torch_env[@]}" "OPENBLAS_CORETYPE=$CORETYPE" "$PY" bench/torch_step.py --workload "$(wl_base "$wl")" \
             --precision "$(wl_prec "$wl")" --threads "$THREADS" --warmup 1 --steps 3 "${torch_args[@]}" >"$LOGDIR/${wl}_pytorch_dnnl.txt" 2>&1 || true

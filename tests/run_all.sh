@@ -2,7 +2,8 @@
 # tests/run_all.sh - the whole suite: every test binary in the normal build
 # and in the ASan+UBSan build, the CLI tests in both, and the end-to-end
 # tests again with the ISA forced lower (CT_ISA=avx2 without oneDNN, and
-# CT_ISA=ref) so the fallback kernels run on this machine too. The layer
+# CT_ISA=ref) so the fallback kernels run on this machine too, and the
+# native-BF16 test with oneDNN held below AVX-512 (its fallback). The layer
 # check (tests/check_layers.sh: includes point down only) runs first.
 # Prints per-suite results and a final "N passed, N failed" line.
 set -u
@@ -57,10 +58,12 @@ run_suite "asan resume" tests/resume_test.sh build-asan/ctrain
 # fallbacks: the same end-to-end checks with lower ISAs
 for isa in avx2 ref; do
   onednn=1; [ "$isa" = avx2 ] && onednn=0
-  for t in test_golden test_smoke test_api; do
+  for t in test_golden test_smoke test_api test_bf16_native; do
     [ -x build/tests/$t ] && run_suite "CT_ISA=$isa CT_ONEDNN=$onednn $t" env CT_ISA=$isa CT_ONEDNN=$onednn build/tests/$t
   done
 done
+# native BF16 where oneDNN has no BF16 primitive: every node falls back to FP32 copies
+run_suite "ONEDNN_MAX_CPU_ISA=AVX2 test_bf16_native" env ONEDNN_MAX_CPU_ISA=AVX2 build/tests/test_bf16_native
 
 echo
 if [ ${#failed_suites[@]} -gt 0 ]; then echo "failed suites: ${failed_suites[*]}"; fi

@@ -109,7 +109,8 @@ static void linear_matches_emulation(void) {
             CHECK_MSG(worst <= 1.0, "%s %s: worst %.2f ulp from the emulation", f16 ? "fp16" : "bf16",
                       onednn ? "onednn" : "ref", worst);
             /* backward of loss = sum(y): dy = 1 (FP32, cast to the low dtype),
-             * dW[j,k] = round(sum_i round(x[i,k])), db[j] = round(7), FP32 master grads */
+             * dW[j,k] = sum_i round(x[i,k]) (FP16: rounded to FP16 before the FP32
+             * master grad; BF16: stored as FP32 by the GEMM), db[j] = 7 */
             CHECK_OK(ctx, ct_plan_backward(p));
             ct_tensor gw, gb;
             CHECK_OK(ctx, ct_plan_param_info(p, 0, NULL, NULL, &gw));

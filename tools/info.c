@@ -1,5 +1,7 @@
 /* tools/info.c - `ctrain info`: what this CPU supports and which kernels
- * ctrain will run. */
+ * ctrain will run, including whether BF16/FP16 matmul, linear and conv2d
+ * read low precision themselves (through which oneDNN ISA and
+ * implementation) or compute on FP32 copies. */
 #include <stdio.h>
 #include <string.h>
 
@@ -31,6 +33,19 @@ int ct_cli_info(int argc, char **argv) {
     printf("amx tile/bf16  %d/%d (os %d, permitted %d)\n", f->amx_tile, f->amx_bf16, f->os_amx, f->amx_permitted);
     printf("kernel ISA     %s\n", ct_isa_name(ct_context_isa(ctx)));
     printf("oneDNN         %s\n", ct_context_use_onednn(ctx) ? "on" : "off");
+    /* mixed precision: do matmul/linear/conv2d read BF16/FP16 themselves? */
+    int rc = 0;
+    for (int i = 0; i < 2; i++) {
+        ct_dtype dt = i ? CT_F16 : CT_BF16;
+        int native;
+        char how[384];
+        if (ct_context_lowp_native(ctx, dt, &native, how, sizeof how) != CT_OK) {
+            printf("%-4s matmul/conv ? (%s)\n", ct_dtype_name(dt), ct_context_last_error(ctx));
+            rc = 1;
+            continue;
+        }
+        printf("%-4s matmul/conv %s\n", ct_dtype_name(dt), how);
+    }
     ct_context_free(ctx);
-    return 0;
+    return rc;
 }

@@ -210,9 +210,14 @@ enum {
  *  *_PURE     every parameter and input is cast to the low dtype at first
  *             use and every op stores low precision (model.half() with FP32
  *             master weights); the loss stays FP32.
- * Kernels without native low-precision I/O run their FP32 math on converted
- * copies (the executor converts in and out), so the numerics are those of a
- * low-precision matrix unit with FP32 accumulation. */
+ * matmul, linear and conv2d (forward and backward) read and write BF16
+ * themselves through oneDNN where ct_context_lowp_native says so; other
+ * kernels, and these elsewhere, run their FP32 math on converted copies (the
+ * executor converts in and out). Either way the numerics are those of a
+ * low-precision matrix unit with FP32 accumulation. The gradient of a
+ * parameter's BF16 copy is FP32: the weight-gradient GEMMs and bias sums
+ * write it straight into the FP32 gradient arena (FP16 keeps the FP16 round
+ * trip, so the loss scaler sees what FP16 holds). */
 typedef enum ct_precision {
     CT_PRECISION_FP32 = 0,
     CT_PRECISION_BF16,
@@ -225,6 +230,22 @@ typedef enum ct_precision {
 const char *ct_precision_name(ct_precision p);
 /* Parses a name above; unknown -> CT_E_INVALID_ARG listing the valid ones. */
 ct_status ct_precision_parse(ct_context *ctx, const char *name, ct_precision *out);
+/* Whether plans of this context run matmul, linear and conv2d (forward,
+ * backward data, backward weights) on oneDNN primitives that read and write
+ * dt (CT_BF16 or CT_F16) themselves, accumulating in FP32 (*native = 1), or
+ * on FP32 copies of their low-precision I/O (0). BF16 is native by default
+ * where oneDNN runs it in hardware (AVX512-BF16 or AMX, within
+ * ONEDNN_MAX_CPU_ISA) and the context allows AVX-512 and oneDNN (CT_ISA,
+ * CT_ONEDNN, ct_context_opts). The environment variable CT_BF16_NATIVE=1
+ * forces it wherever the context allows (on AVX-512 without AVX512-BF16
+ * oneDNN emulates BF16: slow, for testing; below AVX-512 oneDNN has no BF16
+ * primitive and each node falls back to FP32 copies at its first run);
+ * CT_BF16_NATIVE=0 turns it off. FP16 is never native (oneDNN 2.6 has no
+ * FP16 matmul or convolution on CPUs). `how` (may be NULL) receives one line:
+ * why, oneDNN's ISA and the implementation it picks for a dt matmul.
+ * CT_E_CONFIG when CT_BF16_NATIVE is set to something else than 0 or 1 (also
+ * from ct_compile of a BF16 plan). */
+ct_status ct_context_lowp_native(ct_context *ctx, ct_dtype dt, int *native, char *how, size_t how_len);
 
 typedef struct ct_compile_opts {
     ct_precision precision; /* CT_PRECISION_FP32 (default)                          */
@@ -335,6 +356,8 @@ typedef struct ct_node_event {
     const char *name;     /* node name                                              */
     const char *kernel;   /* "ref", "avx2", "avx512", "onednn": at END the kernel
                              that ran (after any fallback), at BEGIN the chosen one */
+    const char *kernel_desc; /* the kernel with its low-precision I/O, as
+                             ct_plan_kernel_desc: "onednn bf16", "convert+onednn f32" */
     ct_dtype dtype;       /* output dtype and shape                                 */
     int ndim;
     const int64_t *shape;
@@ -372,6 +395,11 @@ typedef struct ct_plan_stats {
     size_t cast_bytes; /* mixed precision: the largest FP32 copy of one node's low-precision
                           I/O (planned inside activation_bytes, live only while it runs) */
     int n_nodes, n_params;
+    /* mixed precision: nodes whose kernel reads and writes BF16/FP16 itself
+     * (matmul, linear, conv2d and their backward on oneDNN; casts not
+     * counted), and nodes given FP32 copies of low-precision I/O. A native
+     * node that oneDNN declines counts as copied from its first run on. */
+    int n_lowp_native, n_lowp_copied;
 } ct_plan_stats;
 void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *out);
 /* Name of the kernel that ran a node's op ("ref", "avx2", "avx512", "onednn").
@@ -379,6 +407,11 @@ void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *out);
  * the plan's graph is not exposed: ids past the user's graph count up from
  * it); with mixed precision only the user's node ids are accepted. */
 const char *ct_plan_kernel_name(const ct_plan *p, ct_node n);
+/* The same kernel with how it meets low-precision I/O: "onednn bf16" (it
+ * reads and writes BF16 itself), "convert+onednn f32" (the executor hands it
+ * FP32 copies and converts its output back), or the plain kernel name when
+ * the node has no low-precision I/O (or is a cast). Static strings. */
+const char *ct_plan_kernel_desc(const ct_plan *p, ct_node n);
 /* The dtype a node's output is stored in by this plan (after autocast);
  * CT_DTYPE_COUNT for an unknown node. */
 ct_dtype ct_plan_node_dtype(const ct_plan *p, ct_node n);

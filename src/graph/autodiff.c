@@ -42,12 +42,55 @@ static ct_status mark(ct_graph *g, ct_node n) {
     return CT_OK;
 }
 
-/* Adds `contrib` to the gradient accumulated for node `n`. */
-static ct_status accumulate(ct_graph *g, ct_node *grads, ct_node n, ct_node contrib) {
-    ct_dtype want = g->nodes[n].dtype;
+/* The dtype of node n's gradient: its value's dtype, except for the BF16
+ * copy of an FP32 parameter, whose gradient is FP32: it only feeds the
+ * master gradient, and a BF16 round trip would cost 16 bits of mantissa and
+ * a pass. (FP16 copies keep the FP16 round trip: the loss scaler's overflow
+ * check is meant to see what FP16 holds.) */
+static ct_dtype grad_dtype(const ct_graph *g, ct_node n) {
+    const ct_node_def *d = &g->nodes[n];
+    if (d->op == CT_OP_CAST && d->dtype == CT_BF16 && g->nodes[d->in[0]].op == CT_OP_PARAM &&
+        g->nodes[d->in[0]].dtype == CT_F32)
+        return CT_F32;
+    return d->dtype;
+}
+
+/* Ops whose kernels accumulate in FP32 and can store that as FP32 whatever
+ * their inputs' dtype (matmul and the conv2d backward ops on oneDNN's BF16
+ * primitives, the rest on FP32 copies). */
+static int stores_f32(ct_op op) {
+    return op == CT_OP_MATMUL || op == CT_OP_CONV2D_BWD_WEIGHT || op == CT_OP_CONV2D_BWD_DATA || op == CT_OP_SUM ||
+           op == CT_OP_SCALE || op == CT_OP_SUM_TO;
+}
+
+/* x is a backward GEMM whose result reaches the gradient of `target` only
+ * through a transpose or a batch sum: when that gradient is an FP32 master
+ * gradient (grad_dtype), x is stored as FP32 from the start too. */
+static void store_for_grad(ct_graph *g, ct_node target, ct_node x) {
+    if (g->mixed && grad_dtype(g, target) == CT_F32 && g->nodes[target].dtype != CT_F32) g->nodes[x].dtype = CT_F32;
+}
+
+/* 1: a node from `from` on reads x. */
+static int read_after(const ct_graph *g, ct_node from, ct_node x) {
+    for (int i = from; i < g->n; i++)
+        for (int j = 0; j < g->nodes[i].n_in; j++)
+            if (g->nodes[i].in[j] == x) return 1;
+    return 0;
+}
+
+/* Adds `contrib` to the gradient accumulated for node `n`. Nodes from
+ * `fresh` on were created by the calling rule: one of those that no other
+ * node reads yet is this contribution only, so its dtype may still change. */
+static ct_status accumulate(ct_graph *g, ct_node *grads, ct_node fresh, ct_node n, ct_node contrib) {
+    ct_dtype want = grad_dtype(g, n);
     if (g->mixed && g->nodes[contrib].dtype != want) { /* a gradient has its value's dtype */
-        CT_TRY(ct_graph_cast(g, contrib, want, &contrib));
-        CT_TRY(mark(g, contrib));
+        ct_node_def *c = &g->nodes[contrib];
+        if (want != g->nodes[n].dtype && contrib >= fresh && stores_f32(c->op) && !read_after(g, fresh, contrib)) {
+            c->dtype = want; /* a master gradient: stored as FP32 from the start */
+        } else {
+            CT_TRY(ct_graph_cast(g, contrib, want, &contrib));
+            CT_TRY(mark(g, contrib));
+        }
     }
     if (grads[n] == CT_NONE) {
         grads[n] = contrib;
@@ -89,6 +132,7 @@ static int needs(const uint8_t *req, ct_node n) { return req[n] != 0; }
 static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const uint8_t *req) {
     /* Copy: pushing nodes may reallocate g->nodes. */
     const ct_node_def D = g->nodes[n];
+    const ct_node fresh = g->n; /* nodes this rule creates */
     const ct_node *in = D.in;
     ct_node t, u, v;
     switch (D.op) {
@@ -106,10 +150,11 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
                 for (int i = 0; i < nd; i++) perm[i] = i;
                 perm[nd - 2] = nd - 1; perm[nd - 1] = nd - 2;
                 CT_TRY(bmatmul(g, dy, b, 0, !tb, &u));
+                store_for_grad(g, a, u);
                 CT_TRY(ct_transpose(g, u, perm, &t));
                 CT_TRY(mark(g, t));
             }
-            CT_TRY(accumulate(g, grads, a, t));
+            CT_TRY(accumulate(g, grads, fresh, a, t));
         }
         if (needs(req, b)) {
             if (b2d && !ta) {
@@ -124,6 +169,7 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
                 for (int i = 0; i < nd - 2; i++) mask |= 1u << i;
                 if (!tb) CT_TRY(bmatmul(g, a, dy, !ta, 0, &u));
                 else CT_TRY(bmatmul(g, dy, a, 1, ta, &u));
+                store_for_grad(g, b, u);
                 CT_TRY(ct_sum(g, u, mask, 0, &t));
                 CT_TRY(mark(g, t));
             } else if (!tb) {
@@ -131,7 +177,7 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
             } else {
                 CT_TRY(bmatmul(g, dy, a, 1, ta, &t));
             }
-            CT_TRY(accumulate(g, grads, b, t));
+            CT_TRY(accumulate(g, grads, fresh, b, t));
         }
         return CT_OK;
     }
@@ -140,57 +186,57 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
         int64_t O = g->nodes[w].shape[0], I = g->nodes[w].shape[1];
         if (needs(req, x)) {
             CT_TRY(bmatmul(g, dy, w, 0, 0, &t));
-            CT_TRY(accumulate(g, grads, x, t));
+            CT_TRY(accumulate(g, grads, fresh, x, t));
         }
         if (needs(req, w)) {
             CT_TRY(breshape(g, dy, 2, (int64_t[]){-1, O}, &u));
             CT_TRY(breshape(g, x, 2, (int64_t[]){-1, I}, &v));
             CT_TRY(bmatmul(g, u, v, 1, 0, &t));
-            CT_TRY(accumulate(g, grads, w, t));
+            CT_TRY(accumulate(g, grads, fresh, w, t));
         }
         if (D.n_in > 2 && needs(req, in[2])) {
             CT_TRY(sum_except(g, dy, D.ndim - 1, &t));
-            CT_TRY(accumulate(g, grads, in[2], t));
+            CT_TRY(accumulate(g, grads, fresh, in[2], t));
         }
         return CT_OK;
     }
     case CT_OP_CONV2D:
         if (needs(req, in[0])) {
             CT_TRY(bnode(g, CT_OP_CONV2D_BWD_DATA, 2, (ct_node[]){dy, in[1]}, &D, in[0], &t));
-            CT_TRY(accumulate(g, grads, in[0], t));
+            CT_TRY(accumulate(g, grads, fresh, in[0], t));
         }
         if (needs(req, in[1])) {
             CT_TRY(bnode(g, CT_OP_CONV2D_BWD_WEIGHT, 2, (ct_node[]){dy, in[0]}, &D, in[1], &t));
-            CT_TRY(accumulate(g, grads, in[1], t));
+            CT_TRY(accumulate(g, grads, fresh, in[1], t));
         }
         if (D.n_in > 2 && needs(req, in[2])) {
             CT_TRY(sum_except(g, dy, 1, &t));
-            CT_TRY(accumulate(g, grads, in[2], t));
+            CT_TRY(accumulate(g, grads, fresh, in[2], t));
         }
         return CT_OK;
     case CT_OP_MAXPOOL2D:
         CT_TRY(bnode(g, CT_OP_MAXPOOL2D_BWD, 2, (ct_node[]){dy, n}, &D, in[0], &t));
-        return accumulate(g, grads, in[0], t);
+        return accumulate(g, grads, fresh, in[0], t);
     case CT_OP_AVGPOOL2D:
         CT_TRY(bnode(g, CT_OP_AVGPOOL2D_BWD, 1, &dy, &D, in[0], &t));
-        return accumulate(g, grads, in[0], t);
+        return accumulate(g, grads, fresh, in[0], t);
     case CT_OP_BATCHNORM:
     case CT_OP_LAYERNORM: {
         int bn = D.op == CT_OP_BATCHNORM;
         if (needs(req, in[0])) {
             CT_TRY(bnode(g, bn ? CT_OP_BATCHNORM_BWD_DATA : CT_OP_LAYERNORM_BWD_DATA, 4,
                          (ct_node[]){dy, in[0], in[1], n}, &D, in[0], &t));
-            CT_TRY(accumulate(g, grads, in[0], t));
+            CT_TRY(accumulate(g, grads, fresh, in[0], t));
         }
         if (needs(req, in[1])) {
             CT_TRY(bnode(g, bn ? CT_OP_BATCHNORM_BWD_GAMMA : CT_OP_LAYERNORM_BWD_GAMMA, 3,
                          (ct_node[]){dy, in[0], n}, &D, in[1], &t));
-            CT_TRY(accumulate(g, grads, in[1], t));
+            CT_TRY(accumulate(g, grads, fresh, in[1], t));
         }
         if (D.n_in > 2 && needs(req, in[2])) { /* layernorm's bias is optional */
             if (bn) CT_TRY(sum_except(g, dy, 1, &t));
             else CT_TRY(sum_except(g, dy, D.ndim - 1, &t));
-            CT_TRY(accumulate(g, grads, in[2], t));
+            CT_TRY(accumulate(g, grads, fresh, in[2], t));
         }
         return CT_OK;
     }
@@ -201,12 +247,12 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
         ct_node_def A = D;
         A.ia[1] = from_out;
         CT_TRY(bnode(g, CT_OP_UNARY_BWD, 2, (ct_node[]){dy, from_out ? n : in[0]}, &A, in[0], &t));
-        return accumulate(g, grads, in[0], t);
+        return accumulate(g, grads, fresh, in[0], t);
     }
     case CT_OP_SCALE:
         CT_TRY(ct_scale(g, dy, D.fa[0], &t));
         CT_TRY(mark(g, t));
-        return accumulate(g, grads, in[0], t);
+        return accumulate(g, grads, fresh, in[0], t);
     case CT_OP_BINARY: {
         ct_node a = in[0], b = in[1];
         switch ((ct_binary_kind)D.ia[0]) {
@@ -214,7 +260,7 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
         case CT_BIN_SUB:
             if (needs(req, a)) {
                 CT_TRY(sum_to(g, dy, a, &t));
-                CT_TRY(accumulate(g, grads, a, t));
+                CT_TRY(accumulate(g, grads, fresh, a, t));
             }
             if (needs(req, b)) {
                 u = dy;
@@ -223,7 +269,7 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
                     CT_TRY(mark(g, u));
                 }
                 CT_TRY(sum_to(g, u, b, &t));
-                CT_TRY(accumulate(g, grads, b, t));
+                CT_TRY(accumulate(g, grads, fresh, b, t));
             }
             return CT_OK;
         case CT_BIN_MUL:
@@ -231,13 +277,13 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
                 CT_TRY(ct_mul(g, dy, b, &u));
                 CT_TRY(mark(g, u));
                 CT_TRY(sum_to(g, u, a, &t));
-                CT_TRY(accumulate(g, grads, a, t));
+                CT_TRY(accumulate(g, grads, fresh, a, t));
             }
             if (needs(req, b)) {
                 CT_TRY(ct_mul(g, dy, a, &u));
                 CT_TRY(mark(g, u));
                 CT_TRY(sum_to(g, u, b, &t));
-                CT_TRY(accumulate(g, grads, b, t));
+                CT_TRY(accumulate(g, grads, fresh, b, t));
             }
             return CT_OK;
         case CT_BIN_DIV:
@@ -245,7 +291,7 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
                 CT_TRY(ct_div(g, dy, b, &u));
                 CT_TRY(mark(g, u));
                 CT_TRY(sum_to(g, u, a, &t));
-                CT_TRY(accumulate(g, grads, a, t));
+                CT_TRY(accumulate(g, grads, fresh, a, t));
             }
             if (needs(req, b)) { /* d(a/b)/db = -y/b */
                 CT_TRY(ct_mul(g, dy, n, &u));
@@ -255,7 +301,7 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
                 CT_TRY(ct_scale(g, v, -1.0f, &u));
                 CT_TRY(mark(g, u));
                 CT_TRY(sum_to(g, u, b, &t));
-                CT_TRY(accumulate(g, grads, b, t));
+                CT_TRY(accumulate(g, grads, fresh, b, t));
             }
             return CT_OK;
         default:
@@ -271,21 +317,21 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
         u = dy;
         if (!D.ia[1]) CT_TRY(breshape(g, dy, X->ndim, ks, &u));
         CT_TRY(bnode(g, CT_OP_BROADCAST_TO, 1, &u, &D, in[0], &t));
-        return accumulate(g, grads, in[0], t);
+        return accumulate(g, grads, fresh, in[0], t);
     }
     case CT_OP_RESHAPE: {
         const ct_node_def *X = &g->nodes[in[0]];
         int64_t s[CT_MAX_DIMS];
         memcpy(s, X->shape, sizeof s);
         CT_TRY(breshape(g, dy, X->ndim, s, &t));
-        return accumulate(g, grads, in[0], t);
+        return accumulate(g, grads, fresh, in[0], t);
     }
     case CT_OP_TRANSPOSE: {
         int inv[CT_MAX_DIMS];
         for (int i = 0; i < D.ndim; i++) inv[D.ia[i]] = i;
         CT_TRY(ct_transpose(g, dy, inv, &t));
         CT_TRY(mark(g, t));
-        return accumulate(g, grads, in[0], t);
+        return accumulate(g, grads, fresh, in[0], t);
     }
     case CT_OP_CONCAT: {
         int axis = (int)D.ia[0];
@@ -295,7 +341,7 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
             if (needs(req, in[i])) {
                 CT_TRY(ct_slice(g, dy, axis, off, off + len, &t));
                 CT_TRY(mark(g, t));
-                CT_TRY(accumulate(g, grads, in[i], t));
+                CT_TRY(accumulate(g, grads, fresh, in[i], t));
             }
             off += len;
         }
@@ -303,31 +349,31 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
     }
     case CT_OP_SLICE:
         CT_TRY(bnode(g, CT_OP_SLICE_BWD, 1, &dy, &D, in[0], &t));
-        return accumulate(g, grads, in[0], t);
+        return accumulate(g, grads, fresh, in[0], t);
     case CT_OP_SOFTMAX:
     case CT_OP_LOG_SOFTMAX:
         CT_TRY(bnode(g, D.op == CT_OP_SOFTMAX ? CT_OP_SOFTMAX_BWD : CT_OP_LOG_SOFTMAX_BWD, 2, (ct_node[]){dy, n},
                      &D, in[0], &t));
-        return accumulate(g, grads, in[0], t);
+        return accumulate(g, grads, fresh, in[0], t);
     case CT_OP_CROSS_ENTROPY:
         CT_TRY(bnode(g, CT_OP_CROSS_ENTROPY_BWD, 3, (ct_node[]){dy, in[0], in[1]}, &D, in[0], &t));
-        return accumulate(g, grads, in[0], t);
+        return accumulate(g, grads, fresh, in[0], t);
     case CT_OP_DROPOUT:
         /* the same counter-based mask, regenerated from (seed, stream, step) */
         CT_TRY(bnode(g, CT_OP_DROPOUT, 1, &dy, &D, in[0], &t));
-        return accumulate(g, grads, in[0], t);
+        return accumulate(g, grads, fresh, in[0], t);
     case CT_OP_CAST: /* accumulate casts the gradient back to the input's dtype */
-        return accumulate(g, grads, in[0], dy);
+        return accumulate(g, grads, fresh, in[0], dy);
     case CT_OP_ATTENTION: {
         /* one node for d_qkv: recomputes the probabilities from q, k and the saved log-sum-exp */
         ct_node bin[4] = {dy, in[0], n, D.n_in > 1 ? in[1] : CT_NONE};
         CT_TRY(bnode(g, CT_OP_ATTENTION_BWD, D.n_in > 1 ? 4 : 3, bin, &D, in[0], &t));
-        return accumulate(g, grads, in[0], t);
+        return accumulate(g, grads, fresh, in[0], t);
     }
     case CT_OP_EMBEDDING:
         if (needs(req, in[0])) {
             CT_TRY(bnode(g, CT_OP_EMBEDDING_BWD, 2, (ct_node[]){dy, in[1]}, &D, in[0], &t));
-            CT_TRY(accumulate(g, grads, in[0], t));
+            CT_TRY(accumulate(g, grads, fresh, in[0], t));
         }
         return CT_OK;
     default:

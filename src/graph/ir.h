@@ -55,10 +55,19 @@ typedef struct ct_op_info {
      * executor hands them FP32 copies of low-precision inputs and converts
      * their FP32 output back (the math is FP32 either way). */
     uint8_t lowp_native;
+    /* 1: the oneDNN kernel reads BF16 inputs and writes a BF16 or FP32 output
+     * itself. Kernel selection uses that for a node on the oneDNN slot whose
+     * data inputs are all BF16 when ct_context_lowp_native says so (the
+     * node's pn.lowp_native); otherwise the node gets FP32 copies. */
+    uint8_t onednn_bf16;
 } ct_op_info;
 
 const ct_op_info *ct_op_table(ct_op op);
 const char *ct_kernel_slot_name(int slot);
+/* How a node's kernel meets low-precision I/O. */
+typedef enum { CT_LOWP_NONE = 0, CT_LOWP_NATIVE_BF16, CT_LOWP_COPIED } ct_lowp_mode;
+/* "onednn" (NONE), "onednn bf16" (NATIVE_BF16), "convert+onednn f32" (COPIED), ... */
+const char *ct_kernel_slot_desc(int slot, ct_lowp_mode mode);
 
 /* Size helpers of the op table (op_table.c). */
 size_t ct_aux_maxpool2d(const ct_graph *g, const ct_node_def *d);

@@ -13,9 +13,9 @@ static const ct_op_info k_ops[] = {
     [CT_OP_INPUT] = {"input", {0}, 0, 0, 0},
     [CT_OP_PARAM] = {"param", {0}, 0, 0, 0},
     [CT_OP_BUFFER] = {"buffer", {0}, 0, 0, 0},
-    [CT_OP_MATMUL] = {"matmul", {DNNL(matmul)}, 0, 0, ct_onednn_cache_free},
-    [CT_OP_LINEAR] = {"linear", {DNNL(linear)}, 0, 0, ct_onednn_cache_free},
-    [CT_OP_CONV2D] = {"conv2d", {DNNL(conv2d)}, 0, 0, ct_onednn_cache_free},
+    [CT_OP_MATMUL] = {"matmul", {DNNL(matmul)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
+    [CT_OP_LINEAR] = {"linear", {DNNL(linear)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
+    [CT_OP_CONV2D] = {"conv2d", {DNNL(conv2d)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
     [CT_OP_MAXPOOL2D] = {"maxpool2d", {SIMD(maxpool2d)}, ct_aux_maxpool2d, 0, 0},
     [CT_OP_AVGPOOL2D] = {"avgpool2d", {SIMD(avgpool2d)}, 0, 0, 0},
     [CT_OP_BATCHNORM] = {"batchnorm", {SIMD(batchnorm)}, ct_aux_batchnorm, 0, 0},
@@ -38,8 +38,8 @@ static const ct_op_info k_ops[] = {
     [CT_OP_UNARY_BWD] = {"unary_bwd", {SIMD(unary_bwd)}, 0, 0, 0},
     [CT_OP_BROADCAST_TO] = {"broadcast_to", {SIMD(broadcast_to)}, 0, 0, 0},
     [CT_OP_SUM_TO] = {"sum_to", {SIMD(sum_to)}, 0, 0, 0},
-    [CT_OP_CONV2D_BWD_DATA] = {"conv2d_bwd_data", {DNNL(conv2d_bwd_data)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0},
-    [CT_OP_CONV2D_BWD_WEIGHT] = {"conv2d_bwd_weight", {DNNL(conv2d_bwd_weight)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0},
+    [CT_OP_CONV2D_BWD_DATA] = {"conv2d_bwd_data", {DNNL(conv2d_bwd_data)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0, 1},
+    [CT_OP_CONV2D_BWD_WEIGHT] = {"conv2d_bwd_weight", {DNNL(conv2d_bwd_weight)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0, 1},
     [CT_OP_MAXPOOL2D_BWD] = {"maxpool2d_bwd", {SIMD(maxpool2d_bwd)}, 0, 0, 0, 1u << 1, 0},
     [CT_OP_AVGPOOL2D_BWD] = {"avgpool2d_bwd", {SIMD(avgpool2d_bwd)}, 0, 0, 0},
     [CT_OP_BATCHNORM_BWD_DATA] = {"batchnorm_bwd_data", {SIMD(batchnorm_bwd_data)}, 0, 0, 0, 1u << 3, 0},
@@ -57,7 +57,7 @@ static const ct_op_info k_ops[] = {
 _Static_assert(sizeof k_ops / sizeof k_ops[0] == CT_OP_COUNT, "k_ops needs one row per ct_op: add the new op's row");
 
 const ct_op_info *ct_op_table(ct_op op) {
-    static const ct_op_info bad = {"invalid", {0}, 0, 0, 0, 0, 0};
+    static const ct_op_info bad = {"invalid", {0}, 0, 0, 0, 0, 0, 0};
     return (unsigned)op < CT_OP_COUNT ? &k_ops[op] : &bad;
 }
 
@@ -65,6 +65,19 @@ const char *ct_kernel_slot_name(int slot) {
     static const char *n[] = {"ref", "avx2", "avx512", "onednn"};
     _Static_assert(sizeof n / sizeof n[0] == CT_KERNEL_SLOTS, "one name per kernel slot");
     return slot >= 0 && slot < CT_KERNEL_SLOTS ? n[slot] : "none";
+}
+
+const char *ct_kernel_slot_desc(int slot, ct_lowp_mode mode) {
+    static const char *native[] = {"ref bf16", "avx2 bf16", "avx512 bf16", "onednn bf16"};
+    static const char *copied[] = {"convert+ref f32", "convert+avx2 f32", "convert+avx512 f32", "convert+onednn f32"};
+    _Static_assert(sizeof native / sizeof native[0] == CT_KERNEL_SLOTS, "one native name per kernel slot");
+    _Static_assert(sizeof copied / sizeof copied[0] == CT_KERNEL_SLOTS, "one copied name per kernel slot");
+    if (slot < 0 || slot >= CT_KERNEL_SLOTS) return "none";
+    switch (mode) {
+    case CT_LOWP_NATIVE_BF16: return native[slot];
+    case CT_LOWP_COPIED: return copied[slot];
+    default: return ct_kernel_slot_name(slot);
+    }
 }
 
 size_t ct_aux_maxpool2d(const ct_graph *g, const ct_node_def *d) {

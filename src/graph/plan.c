@@ -113,8 +113,45 @@ static int copies_input(const ct_op_info *info, int j) {
     return !info->lowp_native && !(info->state_inputs & (1u << j));
 }
 
+/* Bytes of the FP32 copies node d needs when its kernel gets FP32 views of
+ * its low-precision I/O; *low: whether it has any. */
+static size_t cvt_bytes_of(const ct_graph *g, const ct_node_def *d, int *low) {
+    const ct_op_info *info = ct_op_table(d->op);
+    size_t cvt = 0;
+    *low = 0;
+    if (info->lowp_native) return 0;
+    if (ct_dtype_is_low(d->dtype)) {
+        *low = 1;
+        cvt += ct_align_up((size_t)ct_node_numel(d) * sizeof(float), CT_ALIGN);
+    }
+    for (int j = 0; j < d->n_in; j++) {
+        const ct_node_def *in = &g->nodes[d->in[j]];
+        if (!ct_dtype_is_low(in->dtype)) continue;
+        *low = 1;
+        if (copies_input(info, j)) cvt += ct_align_up((size_t)ct_node_numel(in) * sizeof(float), CT_ALIGN);
+    }
+    return cvt;
+}
+
+/* Node i can run on oneDNN's BF16 primitives: its op's oneDNN kernel reads
+ * BF16 (ct_op_info.onednn_bf16), that kernel was picked, every data input
+ * is BF16 and the output BF16 or FP32 (a weight gradient). */
+static int bf16_native_ok(const ct_plan *p, int i) {
+    const ct_node_def *d = &p->g.nodes[i];
+    const ct_op_info *info = ct_op_table(d->op);
+    if (!info->onednn_bf16 || p->pn[i].slot != CT_KERNEL_ONEDNN) return 0;
+    if (d->dtype != CT_BF16 && d->dtype != CT_F32) return 0;
+    for (int j = 0; j < d->n_in; j++)
+        if (!(info->state_inputs & (1u << j)) && p->g.nodes[d->in[j]].dtype != CT_BF16) return 0;
+    return 1;
+}
+
 static ct_status pass_select_kernels(ct_plan *p) {
     ct_graph *g = &p->g;
+    /* BF16 plans: do matmul/linear/conv run natively in this context? */
+    int bf16_native = 0;
+    if (p->precision == CT_PRECISION_BF16 || p->precision == CT_PRECISION_BF16_PURE)
+        CT_TRY(ct_context_lowp_native(p->ctx, CT_BF16, &bf16_native, NULL, 0));
     for (int i = 0; i < g->n; i++) {
         ct_op op = g->nodes[i].op;
         p->pn[i].slot = -1;
@@ -129,14 +166,12 @@ static ct_status pass_select_kernels(ct_plan *p) {
         p->pn[i].ws_bytes = info->ws_bytes ? info->ws_bytes(g, d) : 0;
         if (p->pn[i].ws_bytes > p->ws_bytes) p->ws_bytes = p->pn[i].ws_bytes;
         /* kernels without low-precision I/O get FP32 views and copies (see run_node) */
-        size_t cvt = 0;
-        int low = !info->lowp_native && ct_dtype_is_low(d->dtype);
-        if (low) cvt += ct_align_up((size_t)ct_node_numel(d) * sizeof(float), CT_ALIGN);
-        for (int j = 0; j < d->n_in && !info->lowp_native; j++) {
-            const ct_node_def *in = &g->nodes[d->in[j]];
-            if (!ct_dtype_is_low(in->dtype)) continue;
-            low = 1;
-            if (copies_input(info, j)) cvt += ct_align_up((size_t)ct_node_numel(in) * sizeof(float), CT_ALIGN);
+        int low;
+        size_t cvt = cvt_bytes_of(g, d, &low);
+        p->pn[i].lowp_native = (uint8_t)(low && bf16_native && bf16_native_ok(p, i));
+        if (p->pn[i].lowp_native) { /* the kernel reads and writes BF16 itself */
+            cvt = 0;
+            low = 0;
         }
         p->pn[i].lowp_io = (uint8_t)low;
         p->pn[i].cvt_bytes = cvt;
@@ -325,6 +360,7 @@ void ct_plan_free(ct_plan *p) {
     ct_free(p->ctx, p->buffer_arena);
     ct_free(p->ctx, p->act_arena);
     ct_free(p->ctx, p->ws);
+    ct_free(p->ctx, p->cvt_spill);
     free(p->keep_fp32);
     free(p->user_map);
     free(p->pn);
@@ -405,6 +441,11 @@ static ct_status check_anomaly(ct_plan *p, int i) {
     return ct_set_error(p->ctx, CT_E_NONFINITE, "%s turn anomaly mode off once fixed (it checks every output)", msg);
 }
 
+static const char *kernel_desc(const ct_plan *p, int i) {
+    const ct_plan_node *pn = &p->pn[i];
+    return ct_kernel_slot_desc(pn->slot, pn->lowp_native ? CT_LOWP_NATIVE_BF16 : pn->lowp_io ? CT_LOWP_COPIED : CT_LOWP_NONE);
+}
+
 /* Node event for the hook (ct_plan_set_node_hook). */
 static void node_event(const ct_plan *p, int i, ct_node_event_kind kind, ct_status s, ct_node_event *ev) {
     const ct_node_def *d = &p->g.nodes[i];
@@ -421,8 +462,64 @@ static void node_event(const ct_plan *p, int i, ct_node_event_kind kind, ct_stat
     }
     ev->kind = kind;
     ev->kernel = ct_kernel_slot_name(p->pn[i].slot);
+    ev->kernel_desc = kernel_desc(p, i);
     ev->status = s;
     p->node_hook(p->node_hook_user, ev);
+}
+
+/* Points node d's low-precision I/O in k at FP32 views: copies of the inputs
+ * it reads in `buf` (sized by cvt_bytes_of), and the output (converted back
+ * by run_node). */
+static ct_status lowp_to_f32(ct_plan *p, const ct_node_def *d, ct_kargs *k, char *buf) {
+    const ct_op_info *info = ct_op_table(d->op);
+    ct_status s = CT_OK;
+    for (int j = 0; j < d->n_in && s == CT_OK; j++) {
+        if (!ct_dtype_is_low(k->in[j].dtype)) continue;
+        ct_tensor f = ct_tensor_make(k->in[j].data, CT_F32, k->in[j].ndim, k->in[j].shape);
+        if (copies_input(info, j)) { /* state inputs: only aux and shape are read */
+            f.data = buf;
+            buf += ct_align_up((size_t)ct_tensor_numel(&f) * sizeof(float), CT_ALIGN);
+            s = ct_convert(p->ctx, &k->in[j], &f);
+        }
+        k->in[j] = f;
+    }
+    if (ct_dtype_is_low(k->out.dtype)) k->out = ct_tensor_make(buf, CT_F32, k->out.ndim, k->out.shape);
+    return s;
+}
+
+/* oneDNN declined the BF16 primitive of native node i (no BF16 kernel for
+ * this ISA or configuration): from now on the node gets FP32 copies, kept in
+ * the plan's spill buffer (allocated here, on the node's first run, grown to
+ * the largest such node; the activation arena has no room planned for
+ * them). k is reset to the node's own tensors and then pointed at copies. */
+static ct_status lowp_fallback(ct_plan *p, int i, const ct_kargs *raw, ct_kargs *k) {
+    const ct_node_def *d = &p->g.nodes[i];
+    ct_plan_node *pn = &p->pn[i];
+    const ct_op_info *info = ct_op_table(d->op);
+    if (pn->cache && info->cache_free) info->cache_free(pn->cache);
+    pn->cache = NULL;
+    int low;
+    size_t need = cvt_bytes_of(&p->g, d, &low);
+    if (need > p->cvt_spill_bytes) {
+        ct_free(p->ctx, p->cvt_spill);
+        p->cvt_spill = NULL;
+        p->cvt_spill_bytes = 0;
+        ct_status s = ct_alloc(p->ctx, need, &p->cvt_spill);
+        if (s != CT_OK) {
+            char prefix[160];
+            snprintf(prefix, sizeof prefix, "op '%s' (node '%s'): FP32 copies after oneDNN declined BF16: ",
+                     info->name, d->name);
+            return ct_wrap_error(p->ctx, s, prefix, "");
+        }
+        p->cvt_spill_bytes = need;
+    }
+    pn->lowp_native = 0;
+    pn->lowp_io = (uint8_t)low;
+    pn->cvt_spill = 1;
+    pn->cvt_bytes = need;
+    ct_context_clear_error(p->ctx);
+    *k = *raw;
+    return lowp_to_f32(p, d, k, p->cvt_spill);
 }
 
 static ct_status run_node(ct_plan *p, int i, int training) {
@@ -448,24 +545,16 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     k.step = p->step;
     k.seed = ct_context_seed(p->ctx);
     k.nthreads = ct_context_num_threads(p->ctx);
-    ct_tensor stored = k.out;
+    ct_kargs raw = k; /* the node's own tensors */
     ct_status s = CT_OK;
-    if (pn->lowp_io) { /* FP32 views and copies of low-precision I/O (select_kernels sized them) */
-        char *cur = p->act_arena + pn->cvt_offset;
-        const ct_op_info *info = ct_op_table(d->op);
-        for (int j = 0; j < d->n_in && s == CT_OK; j++) {
-            if (!ct_dtype_is_low(k.in[j].dtype)) continue;
-            ct_tensor f = ct_tensor_make(k.in[j].data, CT_F32, k.in[j].ndim, k.in[j].shape);
-            if (copies_input(info, j)) { /* state inputs: only aux and shape are read */
-                f.data = cur;
-                cur += ct_align_up((size_t)ct_tensor_numel(&f) * sizeof(float), CT_ALIGN);
-                s = ct_convert(p->ctx, &k.in[j], &f);
-            }
-            k.in[j] = f;
-        }
-        if (ct_dtype_is_low(stored.dtype)) k.out = ct_tensor_make(cur, CT_F32, stored.ndim, stored.shape);
-    }
+    if (pn->lowp_io) /* FP32 views and copies of low-precision I/O (select_kernels sized them) */
+        s = lowp_to_f32(p, d, &k, pn->cvt_spill ? (char *)p->cvt_spill : p->act_arena + pn->cvt_offset);
     if (s == CT_OK) s = pn->kernel(&k);
+    /* oneDNN has no BF16 primitive for a native node: FP32 copies, same kernel first */
+    if (s == CT_E_UNSUPPORTED && pn->lowp_native) {
+        s = lowp_fallback(p, i, &raw, &k);
+        if (s == CT_OK) s = pn->kernel(&k);
+    }
     /* A fast kernel may decline a configuration it does not cover: fall back
      * to the next kernel in preference order, once, for good. */
     while (s == CT_E_UNSUPPORTED && pn->slot != CT_KERNEL_REF) {
@@ -475,7 +564,7 @@ static ct_status run_node(ct_plan *p, int i, int training) {
         ct_context_clear_error(p->ctx);
         s = pn->kernel(&k);
     }
-    if (s == CT_OK && k.out.data != stored.data) s = ct_convert(p->ctx, &k.out, &stored);
+    if (s == CT_OK && k.out.data != raw.out.data) s = ct_convert(p->ctx, &k.out, &raw.out);
     if (s != CT_OK && !ct_context_last_error(p->ctx)[0])
         ct_set_error(p->ctx, s, "op '%s' (node '%s') failed", ct_op_table(d->op)->name, d->name);
     if (p->node_hook) node_event(p, i, CT_NODE_END, s, &ev);
@@ -687,6 +776,10 @@ void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *o) {
     o->cast_bytes = p->cvt_bytes;
     o->n_nodes = p->g.n;
     o->n_params = p->n_params;
+    for (int i = 0; p->pn && i < p->g.n; i++) {
+        o->n_lowp_native += p->pn[i].lowp_native;
+        o->n_lowp_copied += p->pn[i].lowp_io;
+    }
 }
 
 const char *ct_plan_kernel_name(const ct_plan *p, ct_node n) {
@@ -694,6 +787,12 @@ const char *ct_plan_kernel_name(const ct_plan *p, ct_node n) {
     n = p->user_map ? ct_plan_map(p, n) : n;
     if (n < 0 || n >= p->g.n || p->pn[n].slot < 0) return "none";
     return ct_kernel_slot_name(p->pn[n].slot);
+}
+
+const char *ct_plan_kernel_desc(const ct_plan *p, ct_node n) {
+    n = p->user_map ? ct_plan_map(p, n) : n;
+    if (n < 0 || n >= p->g.n || p->pn[n].slot < 0) return "none";
+    return kernel_desc(p, n);
 }
 
 ct_dtype ct_plan_node_dtype(const ct_plan *p, ct_node n) {

@@ -23,6 +23,9 @@ typedef struct ct_plan_node {
                             planned in the activation arena for the node's run only */
     size_t cvt_offset;
     uint8_t lowp_io;     /* 1: the kernel gets FP32 views of low-precision I/O    */
+    uint8_t lowp_native; /* 1: the oneDNN kernel reads/writes BF16 itself (select_kernels);
+                            cleared for good if oneDNN declines (then lowp_io, cvt_spill) */
+    uint8_t cvt_spill;   /* 1: the FP32 copies live in p->cvt_spill, not the arena */
     void *data, *aux, *cache;
 } ct_plan_node;
 
@@ -62,6 +65,11 @@ struct ct_plan {
     int n_user;              /* nodes in the user's graph                     */
     int n_casts;
     size_t cvt_bytes;        /* largest node's FP32 copies (in the activation arena) */
+    /* FP32 copies of native nodes that oneDNN declined at their first run
+     * (not planned: allocated then, shared, grown to the largest, freed with
+     * the plan) */
+    void *cvt_spill;
+    size_t cvt_spill_bytes;
 };
 
 /* A user's node id in the plan's graph (-1 when out of range). */

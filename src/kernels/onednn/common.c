@@ -38,14 +38,48 @@ void ct_dnnl_describe(ct_dnnl *c, const char *fmt, ...) {
     va_end(ap);
 }
 
-ct_status ct_dnnl_md(ct_dnnl *c, dnnl_memory_desc_t *md, int nd, const int64_t *dims, const int64_t *strides) {
-    CT_DNNL_TRY(c, dnnl_memory_desc_init_by_strides(md, nd, dims, dnnl_f32, strides), "describing a tensor");
+/* oneDNN's data type of a float dtype; dnnl_data_type_undef otherwise. */
+static dnnl_data_type_t dnnl_dt(ct_dtype dt) {
+    switch (dt) {
+    case CT_F32: return dnnl_f32;
+    case CT_BF16: return dnnl_bf16;
+    case CT_F16: return dnnl_f16;
+    default: return dnnl_data_type_undef;
+    }
+}
+
+static ct_status check_dt(ct_dnnl *c, ct_dtype dt) {
+    if (dnnl_dt(dt) != dnnl_data_type_undef) return CT_OK;
+    return ct_set_error(c->ctx, CT_E_UNSUPPORTED, "oneDNN %s: a tensor has dtype %s, the next kernel runs instead",
+                        c->what, ct_dtype_name(dt));
+}
+
+ct_status ct_dnnl_md(ct_dnnl *c, dnnl_memory_desc_t *md, int nd, const int64_t *dims, const int64_t *strides,
+                     ct_dtype dt) {
+    CT_TRY(check_dt(c, dt));
+    CT_DNNL_TRY(c, dnnl_memory_desc_init_by_strides(md, nd, dims, dnnl_dt(dt), strides), "describing a tensor");
     return CT_OK;
 }
 
-ct_status ct_dnnl_md_tag(ct_dnnl *c, dnnl_memory_desc_t *md, int nd, const int64_t *dims, dnnl_format_tag_t tag) {
-    CT_DNNL_TRY(c, dnnl_memory_desc_init_by_tag(md, nd, dims, dnnl_f32, tag), "describing a tensor");
+ct_status ct_dnnl_md_tag(ct_dnnl *c, dnnl_memory_desc_t *md, int nd, const int64_t *dims, dnnl_format_tag_t tag,
+                         ct_dtype dt) {
+    CT_TRY(check_dt(c, dt));
+    CT_DNNL_TRY(c, dnnl_memory_desc_init_by_tag(md, nd, dims, dnnl_dt(dt), tag), "describing a tensor");
     return CT_OK;
+}
+
+const char *ct_dnnl_dtypes_str(int n, const ct_dtype *dts, ct_dtype out, char *buf, size_t len) {
+    int all_f32 = out == CT_F32;
+    for (int i = 0; i < n; i++) all_f32 &= dts[i] == CT_F32;
+    if (all_f32 || !len) {
+        if (len) buf[0] = 0;
+        return buf;
+    }
+    int o = snprintf(buf, len, " (");
+    for (int i = 0; i < n && o > 0 && (size_t)o < len; i++)
+        o += snprintf(buf + o, len - (size_t)o, "%s%s", i ? " x " : "", ct_dtype_name(dts[i]));
+    if (o > 0 && (size_t)o < len) snprintf(buf + o, len - (size_t)o, " -> %s)", ct_dtype_name(out));
+    return buf;
 }
 
 /* Re-words a failed ct_alloc's message to name the node. */

@@ -10,7 +10,12 @@
  * lets oneDNN pick its layouts (format_tag_any, typically nChw8c / OIhw8i8o
  * on AVX2) and reorders the inputs in and the output back on every call,
  * through buffers owned by the node (allocated on the first call). See
- * conv_layout() for the choice. */
+ * conv_layout() for the choice.
+ *
+ * Dtypes are the tensors' own: f32, or bf16 (the plan's native BF16 path),
+ * with an f32 weight gradient from bf16 dy and x (written straight into the
+ * FP32 gradient arena). The forward descriptor that hints the backward ones
+ * is described in the backward's compute dtype (its weights' or x's). */
 #include <stdio.h>
 
 #include "kernels/onednn/onednn.h"
@@ -39,19 +44,24 @@ static ct_dnnl_layout conv_layout(conv_kind kind, const conv_geo *g) {
 static ct_status build_conv(ct_kargs *k, ct_dnnl *c, conv_kind kind) {
     const ct_node_def *nd = k->node;
     /* x, w, y shapes: forward (x, w) -> y; bwd data (dy, w) -> dx; bwd weight (dy, x) -> dw */
-    const int64_t *xs, *ws, *ys;
+    const ct_tensor *xt, *wt, *yt;
     switch (kind) {
-    case CONV_FWD: xs = k->in[0].shape; ws = k->in[1].shape; ys = k->out.shape; break;
-    case CONV_BWD_DATA: xs = k->out.shape; ws = k->in[1].shape; ys = k->in[0].shape; break;
-    default: xs = k->in[1].shape; ws = k->out.shape; ys = k->in[0].shape; break;
+    case CONV_FWD: xt = &k->in[0]; wt = &k->in[1]; yt = &k->out; break;
+    case CONV_BWD_DATA: xt = &k->out; wt = &k->in[1]; yt = &k->in[0]; break;
+    default: xt = &k->in[1]; wt = &k->out; yt = &k->in[0]; break;
     }
+    const int64_t *xs = xt->shape, *ws = wt->shape, *ys = yt->shape;
+    /* the tensors' dtypes, and the dtype the (hint) forward computes in */
+    const ct_dtype xdt = xt->dtype, wdt = wt->dtype, ydt = yt->dtype, cdt = k->in[kind == CONV_FWD ? 0 : 1].dtype;
     conv_geo g = {xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], ys[2], ys[3], nd->ia[0], nd->ia[1], nd->ia[2], nd->ia[3]};
     int has_bias = kind == CONV_FWD && nd->n_in > 2;
-    char s1[96], s2[96], s3[96];
-    ct_dnnl_describe(c, ": x %s, weight %s, y %s (stride %lld, padding %lld, dilation %lld, groups %lld%s)",
+    const ct_dtype bdt = has_bias ? k->in[2].dtype : CT_F32;
+    char s1[96], s2[96], s3[96], s4[64];
+    ct_dnnl_describe(c, ": x %s, weight %s, y %s (stride %lld, padding %lld, dilation %lld, groups %lld%s)%s",
                      ct_shape_str(4, xs, s1, sizeof s1), ct_shape_str(4, ws, s2, sizeof s2),
                      ct_shape_str(4, ys, s3, sizeof s3), (long long)g.s, (long long)g.p, (long long)g.d,
-                     (long long)g.G, has_bias ? ", bias" : "");
+                     (long long)g.G, has_bias ? ", bias" : "",
+                     ct_dnnl_dtypes_str(2, (ct_dtype[]){k->in[0].dtype, k->in[1].dtype}, k->out.dtype, s4, sizeof s4));
     if (!g.N || !g.C || !g.OC || !g.H || !g.W || !g.OH || !g.OW || g.G < 1 || g.C % g.G || g.OC % g.G)
         return ct_set_error(c->ctx, CT_E_UNSUPPORTED, "oneDNN %s: empty or inconsistent shapes", c->what);
 
@@ -64,14 +74,19 @@ static ct_status build_conv(ct_kargs *k, ct_dnnl *c, conv_kind kind) {
     int wn = g.G > 1 ? 5 : 4;
     const int64_t *wdims = g.G > 1 ? wd : wd + 1;
     dnnl_format_tag_t wtag = g.G > 1 ? dnnl_goihw : dnnl_oihw;
-    dnnl_memory_desc_t ux, uw, uy, ub, ax, aw, ay;
-    CT_TRY(ct_dnnl_md_tag(c, &ux, 4, xd, dnnl_nchw));
-    CT_TRY(ct_dnnl_md_tag(c, &uw, wn, wdims, wtag));
-    CT_TRY(ct_dnnl_md_tag(c, &uy, 4, yd, dnnl_nchw));
-    CT_TRY(ct_dnnl_md_tag(c, &ub, 1, bd, dnnl_x));
-    CT_TRY(ct_dnnl_md_tag(c, &ax, 4, xd, blocked ? dnnl_format_tag_any : dnnl_nchw));
-    CT_TRY(ct_dnnl_md_tag(c, &aw, wn, wdims, blocked ? dnnl_format_tag_any : wtag));
-    CT_TRY(ct_dnnl_md_tag(c, &ay, 4, yd, blocked ? dnnl_format_tag_any : dnnl_nchw));
+    dnnl_format_tag_t atag = blocked ? dnnl_format_tag_any : dnnl_nchw, awtag = blocked ? dnnl_format_tag_any : wtag;
+    dnnl_memory_desc_t ux, uw, uy, ub, ax, aw, ay, hx, hw, hy;
+    CT_TRY(ct_dnnl_md_tag(c, &ux, 4, xd, dnnl_nchw, xdt));
+    CT_TRY(ct_dnnl_md_tag(c, &uw, wn, wdims, wtag, wdt));
+    CT_TRY(ct_dnnl_md_tag(c, &uy, 4, yd, dnnl_nchw, ydt));
+    CT_TRY(ct_dnnl_md_tag(c, &ub, 1, bd, dnnl_x, bdt));
+    CT_TRY(ct_dnnl_md_tag(c, &ax, 4, xd, atag, xdt));
+    CT_TRY(ct_dnnl_md_tag(c, &aw, wn, wdims, awtag, wdt));
+    CT_TRY(ct_dnnl_md_tag(c, &ay, 4, yd, atag, ydt));
+    /* the forward: the node itself, or the hint of a backward one in its compute dtype */
+    CT_TRY(ct_dnnl_md_tag(c, &hx, 4, xd, atag, kind == CONV_FWD ? xdt : cdt));
+    CT_TRY(ct_dnnl_md_tag(c, &hw, wn, wdims, awtag, kind == CONV_FWD ? wdt : cdt));
+    CT_TRY(ct_dnnl_md_tag(c, &hy, 4, yd, atag, kind == CONV_FWD ? ydt : cdt));
 
     /* spatial parameters (dnnl_dims_t: oneDNN's array type) */
     dnnl_dims_t strides = {g.s, g.s}, dil = {g.d - 1, g.d - 1}, pl = {g.p, g.p};
@@ -81,8 +96,8 @@ static ct_status build_conv(ct_kargs *k, ct_dnnl *c, conv_kind kind) {
     /* The forward primitive descriptor (also the hint for the backward ones). */
     dnnl_convolution_desc_t fd, bdesc;
     CT_DNNL_TRY(c,
-                dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &ax,
-                                                           &aw, has_bias ? &ub : NULL, &ay, strides, dil, pl, pr),
+                dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &hx,
+                                                           &hw, has_bias ? &ub : NULL, &hy, strides, dil, pl, pr),
                 "describing the convolution");
     dnnl_primitive_desc_t fpd, pd = NULL;
     CT_TRY(ct_dnnl_pd(c, &fpd, &fd, NULL, "creating the forward convolution"));

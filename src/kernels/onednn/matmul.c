@@ -3,7 +3,13 @@
  * descriptors (no copies). A 2-D B broadcast over A's batch dims is folded
  * into the rows of one GEMM when A is not transposed (one large GEMM instead
  * of many small ones); otherwise the batch dims are collapsed into one and a
- * 2-D B is broadcast with a batch dim of 1. */
+ * 2-D B is broadcast with a batch dim of 1.
+ *
+ * Dtypes are the tensors' own: f32, or bf16 inputs (the plan's native BF16
+ * path) with a bf16 or f32 output (weight gradients go to the FP32 gradient
+ * arena as they are accumulated). B is read in its plain layout; oneDNN's
+ * BF16 GEMMs (gemm:jit emulated on AVX-512, brgemm on AVX512-BF16 / AMX)
+ * pack it into their own blocks (scratchpad) on every call. */
 #include <stdio.h>
 
 #include "kernels/onednn/onednn.h"
@@ -41,17 +47,19 @@ static ct_status add_matmul(ct_dnnl *c, const dnnl_memory_desc_t *a, const dnnl_
  * ms vs 6-7.5 ms on one core). Such a B is copied once per call into rows
  * padded by 16 floats (a reorder, ~K*N*8 bytes of traffic), which pays off
  * from M = 64 on; at M >= 1024 sgemm packs B itself and the copy is useless. */
-static int pad_b_rows(int tb, int64_t M, int64_t K, int64_t N) {
-    return !tb && N % 256 == 0 && M >= 64 && M < 1024 && K >= 64;
+static int pad_b_rows(int tb, int64_t M, int64_t K, int64_t N, ct_dtype bdt) {
+    return bdt == CT_F32 && !tb && N % 256 == 0 && M >= 64 && M < 1024 && K >= 64;
 }
 
 static ct_status build_matmul(ct_kargs *k, ct_dnnl *c) {
     const ct_tensor *A = &k->in[0], *B = &k->in[1], *C = &k->out;
     int ta = k->node->ia[0] != 0, tb = k->node->ia[1] != 0;
-    char s1[96], s2[96], s3[96];
-    ct_dnnl_describe(c, ": a %s%s x b %s%s -> %s", ct_shape_str(A->ndim, A->shape, s1, sizeof s1), ta ? "^T" : "",
+    const ct_dtype adt = A->dtype, bdt = B->dtype, cdt = C->dtype;
+    char s1[96], s2[96], s3[96], s4[64];
+    ct_dnnl_describe(c, ": a %s%s x b %s%s -> %s%s", ct_shape_str(A->ndim, A->shape, s1, sizeof s1), ta ? "^T" : "",
                      ct_shape_str(B->ndim, B->shape, s2, sizeof s2), tb ? "^T" : "",
-                     ct_shape_str(C->ndim, C->shape, s3, sizeof s3));
+                     ct_shape_str(C->ndim, C->shape, s3, sizeof s3),
+                     ct_dnnl_dtypes_str(2, (ct_dtype[]){adt, bdt}, cdt, s4, sizeof s4));
     int nd = C->ndim;
     int64_t M = C->shape[nd - 2], N = C->shape[nd - 1], K = A->shape[nd - 1 - ta];
     int64_t batch = 1;
@@ -61,21 +69,22 @@ static ct_status build_matmul(ct_kargs *k, ct_dnnl *c) {
     dnnl_memory_desc_t amd, bmd, bpad, cmd;
     int flat = nd == 2 || (!b_batched && !ta); /* one 2-D GEMM over batch * M rows */
     int64_t R = flat ? batch * M : M;          /* rows of one GEMM */
-    int pad = pad_b_rows(tb, R, K, N);
+    int pad = pad_b_rows(tb, R, K, N, bdt);
     int64_t ldp = N + 16;
     if (flat) {
         /* ta only when nd == 2, then R == M */
-        CT_TRY(ct_dnnl_md(c, &amd, 2, (int64_t[]){R, K}, ta ? (int64_t[]){1, M} : (int64_t[]){K, 1}));
-        CT_TRY(ct_dnnl_md(c, &bmd, 2, (int64_t[]){K, N}, tb ? (int64_t[]){1, K} : (int64_t[]){N, 1}));
-        if (pad) CT_TRY(ct_dnnl_md(c, &bpad, 2, (int64_t[]){K, N}, (int64_t[]){ldp, 1}));
-        CT_TRY(ct_dnnl_md(c, &cmd, 2, (int64_t[]){R, N}, (int64_t[]){N, 1}));
+        CT_TRY(ct_dnnl_md(c, &amd, 2, (int64_t[]){R, K}, ta ? (int64_t[]){1, M} : (int64_t[]){K, 1}, adt));
+        CT_TRY(ct_dnnl_md(c, &bmd, 2, (int64_t[]){K, N}, tb ? (int64_t[]){1, K} : (int64_t[]){N, 1}, bdt));
+        if (pad) CT_TRY(ct_dnnl_md(c, &bpad, 2, (int64_t[]){K, N}, (int64_t[]){ldp, 1}, bdt));
+        CT_TRY(ct_dnnl_md(c, &cmd, 2, (int64_t[]){R, N}, (int64_t[]){N, 1}, cdt));
     } else {
         int64_t bb = b_batched ? batch : 1;
         CT_TRY(ct_dnnl_md(c, &amd, 3, (int64_t[]){batch, M, K},
-                          ta ? (int64_t[]){M * K, 1, M} : (int64_t[]){M * K, K, 1}));
-        CT_TRY(ct_dnnl_md(c, &bmd, 3, (int64_t[]){bb, K, N}, tb ? (int64_t[]){K * N, 1, K} : (int64_t[]){K * N, N, 1}));
-        if (pad) CT_TRY(ct_dnnl_md(c, &bpad, 3, (int64_t[]){bb, K, N}, (int64_t[]){K * ldp, ldp, 1}));
-        CT_TRY(ct_dnnl_md(c, &cmd, 3, (int64_t[]){batch, M, N}, (int64_t[]){M * N, N, 1}));
+                          ta ? (int64_t[]){M * K, 1, M} : (int64_t[]){M * K, K, 1}, adt));
+        CT_TRY(ct_dnnl_md(c, &bmd, 3, (int64_t[]){bb, K, N},
+                          tb ? (int64_t[]){K * N, 1, K} : (int64_t[]){K * N, N, 1}, bdt));
+        if (pad) CT_TRY(ct_dnnl_md(c, &bpad, 3, (int64_t[]){bb, K, N}, (int64_t[]){K * ldp, ldp, 1}, bdt));
+        CT_TRY(ct_dnnl_md(c, &cmd, 3, (int64_t[]){batch, M, N}, (int64_t[]){M * N, N, 1}, cdt));
     }
     if (pad) ct_dnnl_describe(c, " (B copied into padded rows)");
     return pad ? add_matmul(c, &amd, &bpad, &bmd, NULL, &cmd) : add_matmul(c, &amd, &bmd, NULL, NULL, &cmd);
@@ -86,18 +95,20 @@ static ct_status build_matmul(ct_kargs *k, ct_dnnl *c) {
 static ct_status build_linear(ct_kargs *k, ct_dnnl *c) {
     const ct_tensor *X = &k->in[0], *W = &k->in[1];
     int has_bias = k->node->n_in > 2;
-    char s1[96], s2[96], s3[96];
-    ct_dnnl_describe(c, ": x %s, weight %s%s -> %s", ct_shape_str(X->ndim, X->shape, s1, sizeof s1),
+    const ct_dtype xdt = X->dtype, wdt = W->dtype, ydt = k->out.dtype, bdt = has_bias ? k->in[2].dtype : CT_F32;
+    char s1[96], s2[96], s3[96], s4[64];
+    ct_dnnl_describe(c, ": x %s, weight %s%s -> %s%s", ct_shape_str(X->ndim, X->shape, s1, sizeof s1),
                      ct_shape_str(W->ndim, W->shape, s2, sizeof s2), has_bias ? " with bias" : "",
-                     ct_shape_str(k->out.ndim, k->out.shape, s3, sizeof s3));
+                     ct_shape_str(k->out.ndim, k->out.shape, s3, sizeof s3),
+                     ct_dnnl_dtypes_str(3, (ct_dtype[]){xdt, wdt, bdt}, ydt, s4, sizeof s4));
     int64_t O = W->shape[0], I = W->shape[1];
     int64_t R = O ? ct_tensor_numel(&k->out) / O : 0;
     if (!O || !I || !R) return empty(c);
     dnnl_memory_desc_t xmd, wmd, bmd, ymd;
-    CT_TRY(ct_dnnl_md(c, &xmd, 2, (int64_t[]){R, I}, (int64_t[]){I, 1}));
-    CT_TRY(ct_dnnl_md(c, &wmd, 2, (int64_t[]){I, O}, (int64_t[]){1, I}));
-    CT_TRY(ct_dnnl_md(c, &ymd, 2, (int64_t[]){R, O}, (int64_t[]){O, 1}));
-    if (has_bias) CT_TRY(ct_dnnl_md(c, &bmd, 2, (int64_t[]){1, O}, (int64_t[]){O, 1}));
+    CT_TRY(ct_dnnl_md(c, &xmd, 2, (int64_t[]){R, I}, (int64_t[]){I, 1}, xdt));
+    CT_TRY(ct_dnnl_md(c, &wmd, 2, (int64_t[]){I, O}, (int64_t[]){1, I}, wdt));
+    CT_TRY(ct_dnnl_md(c, &ymd, 2, (int64_t[]){R, O}, (int64_t[]){O, 1}, ydt));
+    if (has_bias) CT_TRY(ct_dnnl_md(c, &bmd, 2, (int64_t[]){1, O}, (int64_t[]){O, 1}, bdt));
     return add_matmul(c, &xmd, &wmd, NULL, has_bias ? &bmd : NULL, &ymd);
 }
 

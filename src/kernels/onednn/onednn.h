@@ -8,6 +8,10 @@
  * the user memory objects at the tensors of this call
  * (dnnl_memory_set_data_handle) and execute: nothing is allocated by ctrain.
  *
+ * Tensors are f32, or bf16 where the plan hands a node its BF16 tensors
+ * (ct_context_lowp_native, lowp.c): oneDNN accumulates in f32 either way, and
+ * an f32 output of bf16 inputs (a weight gradient) is written as f32.
+ *
  * Errors: a oneDNN failure becomes a ct_status with a message naming the op,
  * the node and the shapes; a configuration oneDNN does not implement gives
  * CT_E_UNSUPPORTED so the executor falls back to the next kernel. */
@@ -75,10 +79,15 @@ ct_status ct_dnnl_fail(ct_dnnl *c, dnnl_status_t st, const char *doing);
         if (ct_dnnl_st_ != dnnl_success) return ct_dnnl_fail((c), ct_dnnl_st_, (doing)); \
     } while (0)
 
-/* Plain memory descriptor with explicit strides (elements). */
-ct_status ct_dnnl_md(ct_dnnl *c, dnnl_memory_desc_t *md, int nd, const int64_t *dims, const int64_t *strides);
+/* Plain memory descriptor of dtype dt (f32, bf16, f16) with explicit strides
+ * (elements). */
+ct_status ct_dnnl_md(ct_dnnl *c, dnnl_memory_desc_t *md, int nd, const int64_t *dims, const int64_t *strides,
+                     ct_dtype dt);
 /* Memory descriptor from a format tag (may be dnnl_format_tag_any). */
-ct_status ct_dnnl_md_tag(ct_dnnl *c, dnnl_memory_desc_t *md, int nd, const int64_t *dims, dnnl_format_tag_t tag);
+ct_status ct_dnnl_md_tag(ct_dnnl *c, dnnl_memory_desc_t *md, int nd, const int64_t *dims, dnnl_format_tag_t tag,
+                         ct_dtype dt);
+/* " (bf16 x bf16 -> f32)" for messages when some tensor is not f32, else "". */
+const char *ct_dnnl_dtypes_str(int n, const ct_dtype *dts, ct_dtype out, char *buf, size_t len);
 
 /* A memory object that points at k->in[slot] (or k->out) on every call. */
 ct_status ct_dnnl_user(ct_dnnl *c, const dnnl_memory_desc_t *md, int slot, dnnl_memory_t *out);

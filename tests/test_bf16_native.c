@@ -1,0 +1,637 @@
+/* tests/test_bf16_native.c - matmul, linear and conv2d reading and writing
+ * BF16 through oneDNN's bf16 primitives (the "native" path of
+ * ct_context_lowp_native) against the conversion path (FP32 copies of the
+ * same BF16 values, FP32 math: the FP32 reference on BF16-rounded inputs).
+ *
+ * Every case builds one graph, compiles it twice in BF16 with
+ * CT_BF16_NATIVE=1 and =0 (the variable is read by ct_compile), gives both
+ * plans the same parameters and inputs and runs forward + backward. The
+ * operands of the op under test are parameters, so autodiff runs the
+ * backward-data and backward-weights kernels too; the loss is sum(y * r)
+ * with a random r. Checked:
+ *  - what ran: through the node hook, every matmul / linear / conv2d node,
+ *    forward and backward, reports "onednn bf16" (or, where the context
+ *    allows no native path, the plans are the same), and parameter
+ *    gradients come out of their GEMM / convolution as FP32 (no backward
+ *    cast to FP32: no BF16 round trip of master gradients);
+ *  - the numbers: the BF16 output within one BF16 ulp per element (FP32
+ *    accumulation in another order can round the other way), the loss and
+ *    every gradient within 1e-2 of the largest (one BF16 ulp of the stored
+ *    intermediates; from identical BF16 operands the weight gradients agree
+ *    far closer);
+ *  - later steps allocate nothing and repeat the first bit for bit;
+ *  - whole models (an MLP, a tiny CNN) trained a few steps with native on
+ *    and off give close losses; recompute and gradient accumulation leave a
+ *    native plan bit-identical; the CNN's activation arena shrinks.
+ *
+ * Where CT_BF16_NATIVE=1 cannot apply (CT_ISA below avx512, CT_ONEDNN=0),
+ * both plans must be identical, bit for bit. Where oneDNN has no BF16
+ * primitive (ONEDNN_MAX_CPU_ISA below AVX512_CORE), every native node must
+ * fall back to FP32 copies at its first run, again bit for bit. On this
+ * project's machine (AVX-512 without AVX512-BF16) oneDNN emulates BF16, so
+ * the native path runs (slowly): shapes are small. */
+#include <dnnl.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "test.h"
+#include "ctrain/optim.h"
+
+#define TRY(expr)                              \
+    do {                                       \
+        ct_status try_s_ = (expr);             \
+        if (try_s_ != CT_OK) return try_s_;    \
+    } while (0)
+
+/* What CT_BF16_NATIVE=1 gives in a default context here. */
+typedef enum { MODE_COPIES = 0, MODE_NATIVE, MODE_FALLBACK } native_mode;
+static const char *k_mode_name[] = {"no native path in this context: both plans must be identical",
+                                    "oneDNN runs the BF16 primitives",
+                                    "oneDNN has no BF16 primitive: native nodes fall back to FP32 copies"};
+
+static native_mode g_mode_cache = (native_mode)-1;
+
+static native_mode expected_mode(ct_context *ctx) {
+    if ((int)g_mode_cache >= 0) return g_mode_cache;
+    setenv("CT_BF16_NATIVE", "1", 1);
+    int native = 0;
+    char how[256];
+    native_mode m = MODE_COPIES;
+    if (ct_context_lowp_native(ctx, CT_BF16, &native, how, sizeof how) == CT_OK && native) {
+        unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), core = (unsigned)dnnl_cpu_isa_avx512_core;
+        m = (isa & core) == core ? MODE_NATIVE : MODE_FALLBACK;
+    }
+    unsetenv("CT_BF16_NATIVE");
+    printf("  CT_BF16_NATIVE=1: %s\n    (%s)\n", k_mode_name[m], how);
+    g_mode_cache = m;
+    return m;
+}
+
+static int is_gemm_op(const char *op) {
+    return !strcmp(op, "matmul") || !strcmp(op, "linear") || !strcmp(op, "conv2d") ||
+           !strcmp(op, "conv2d_bwd_data") || !strcmp(op, "conv2d_bwd_weight");
+}
+
+/* The node hook's record of one step: what every GEMM-like node ran as. */
+typedef struct {
+    int n_gemm, n_bad, n_f32_grads, n_bwd_cast_f32;
+    char bad[160];
+    const char *want; /* the kernel_desc every GEMM-like node must report */
+} ran_log;
+
+static void on_node(void *user, const ct_node_event *ev) {
+    ran_log *l = user;
+    if (ev->kind != CT_NODE_END) return;
+    if (ev->backward && !strcmp(ev->op, "cast") && ev->dtype == CT_F32) l->n_bwd_cast_f32++;
+    if (!is_gemm_op(ev->op)) return;
+    l->n_gemm++;
+    if (ev->backward && ev->dtype == CT_F32) l->n_f32_grads++;
+    if (strcmp(ev->kernel_desc, l->want) && !l->n_bad++)
+        snprintf(l->bad, sizeof l->bad, "%s '%s' ran as '%s', not '%s'", ev->op, ev->name, ev->kernel_desc, l->want);
+}
+
+/* ---- one op: native vs copies ------------------------------------------------------------------ */
+
+typedef struct {
+    ct_node loss, out, r;
+    int expect_gemm;  /* GEMM-like nodes per step (forward and backward) */
+    int expect_grads; /* of them, parameter gradients (FP32 outputs) */
+} built;
+
+typedef ct_status (*builder)(ct_graph *g, const void *cfg, built *b);
+
+static ct_status compile_bf16(ct_graph *g, const built *b, int native, ct_plan **out) {
+    setenv("CT_BF16_NATIVE", native ? "1" : "0", 1);
+    ct_compile_opts o;
+    ct_compile_opts_default(&o);
+    o.precision = CT_PRECISION_BF16;
+    return ct_compile(g, b->loss, 1, &b->out, &o, out);
+}
+
+static int step(ct_plan *p) {
+    if (ct_plan_forward(p, 1) == CT_OK && ct_plan_backward(p) == CT_OK) return 0;
+    fprintf(stderr, "    step failed: %s\n", ct_context_last_error(ct_plan_context(p)));
+    return 1;
+}
+
+static float bf(uint16_t h) { return ct_bf16_to_f32(h); }
+
+/* Largest distance in BF16 ulps (of the larger magnitude) between two BF16 tensors. */
+static double worst_ulps(const uint16_t *a, const uint16_t *b, size_t n) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = bf(a[i]), y = bf(b[i]), m = fmax(fabs(x), fabs(y));
+        if (x == y) continue;
+        if (!isfinite(x) || !isfinite(y)) return INFINITY;
+        double e = fabs(x - y) / ldexp(1.0, ilogb(m) - 7);
+        worst = e > worst ? e : worst;
+    }
+    return worst;
+}
+
+/* max|a-b| / max|b| */
+static double rel_to_max(const float *a, const float *b, size_t n) {
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        md = d > md || d != d ? (d != d ? INFINITY : d) : md;
+        mb = fmax(mb, fabs((double)b[i]));
+    }
+    return mb > 0 ? md / mb : md;
+}
+
+/* Returns the number of failures; prints them under `label`. */
+static int compare(builder fn, const void *cfg, const char *label) {
+    int fails = 0;
+    ct_context *ctx = test_ctx(-1, 1);
+    native_mode mode = expected_mode(ctx);
+    ct_graph *g = NULL;
+    ct_plan *pn = NULL, *pc = NULL;
+    built b;
+    memset(&b, 0, sizeof b);
+    ct_status s = ct_graph_create(ctx, &g);
+    if (s == CT_OK) s = fn(g, cfg, &b);
+    if (s == CT_OK) s = compile_bf16(g, &b, 1, &pn);
+    if (s == CT_OK) s = compile_bf16(g, &b, 0, &pc);
+    unsetenv("CT_BF16_NATIVE");
+    if (s != CT_OK) {
+        fprintf(stderr, "    %s: building/compiling failed: %s\n", label, ct_context_last_error(ctx));
+        fails++;
+        goto done;
+    }
+    /* the same parameters and inputs */
+    float *w[2];
+    size_t n[2];
+    ct_plan_param_arena(pn, &w[0], NULL, &n[0]);
+    ct_plan_param_arena(pc, &w[1], NULL, &n[1]);
+    test_fill_uniform(w[0], n[0], 11, -1, 1);
+    memcpy(w[1], w[0], n[0] * sizeof(float));
+    ct_tensor r0, r1;
+    ct_plan_tensor(pn, b.r, &r0);
+    ct_plan_tensor(pc, b.r, &r1);
+    test_fill_uniform(r0.data, (size_t)ct_tensor_numel(&r0), 5, -1, 1);
+    memcpy(r1.data, r0.data, (size_t)ct_tensor_numel(&r0) * sizeof(float));
+    ct_plan_stats st;
+    ct_plan_get_stats(pn, &st);
+    if ((mode == MODE_COPIES) != (st.n_lowp_native == 0)) {
+        fprintf(stderr, "    %s: %d nodes planned native, expected %s\n", label, st.n_lowp_native,
+                mode == MODE_COPIES ? "none" : "some");
+        fails++;
+    }
+    /* step 1, watched */
+    ran_log log = {0};
+    log.want = mode == MODE_NATIVE ? "onednn bf16" : "convert+onednn f32";
+    if (!ct_context_use_onednn(ctx)) log.want = "convert+ref f32";
+    ct_plan_set_node_hook(pn, on_node, &log);
+    if (step(pc) || step(pn)) {
+        fails++;
+        goto done;
+    }
+    ct_plan_set_node_hook(pn, NULL, NULL);
+    if (log.n_bad) {
+        fprintf(stderr, "    %s: %d nodes ran otherwise: %s\n", label, log.n_bad, log.bad);
+        fails++;
+    }
+    if (log.n_gemm != b.expect_gemm) {
+        fprintf(stderr, "    %s: %d matmul/linear/conv nodes ran, expected %d\n", label, log.n_gemm, b.expect_gemm);
+        fails++;
+    }
+    if (log.n_f32_grads != b.expect_grads || log.n_bwd_cast_f32) {
+        fprintf(stderr, "    %s: %d FP32 gradients from GEMMs/convolutions (want %d), %d backward casts to f32 "
+                "(want 0: master gradients are written as FP32)\n", label, log.n_f32_grads, b.expect_grads,
+                log.n_bwd_cast_f32);
+        fails++;
+    }
+    int np = ct_plan_num_params(pn);
+    ct_plan_get_stats(pn, &st);
+    if ((mode == MODE_NATIVE) != (st.n_lowp_native > 0)) {
+        fprintf(stderr, "    %s: %d native nodes after a step in mode '%s'\n", label, st.n_lowp_native,
+                k_mode_name[mode]);
+        fails++;
+    }
+    /* the numbers */
+    ct_tensor y0, y1;
+    ct_plan_tensor(pn, b.out, &y0);
+    ct_plan_tensor(pc, b.out, &y1);
+    size_t ny = (size_t)ct_tensor_numel(&y0);
+    double exact_tol = mode == MODE_NATIVE ? 1.0 : 0.0; /* otherwise the same kernels on the same values */
+    double e = worst_ulps(y0.data, y1.data, ny);
+    if (!(e <= exact_tol)) {
+        fprintf(stderr, "    %s: output %.3g BF16 ulps from the conversion path\n", label, e);
+        fails++;
+    }
+    float l0, l1;
+    ct_plan_loss(pn, &l0);
+    ct_plan_loss(pc, &l1);
+    double scale = 0; /* the loss is a sum of terms of both signs */
+    for (size_t i = 0; i < ny; i++) scale += fabs(bf(((uint16_t *)y1.data)[i]) * ((float *)r1.data)[i]);
+    e = fabs((double)l0 - l1) / fmax(scale, 1e-6);
+    if (!(e <= (mode == MODE_NATIVE ? 1.0 / 128 : 0.0))) {
+        fprintf(stderr, "    %s: loss %.9g vs %.9g (relative to sum |y r|: %.3g)\n", label, l0, l1, e);
+        fails++;
+    }
+    for (int i = 0; i < np; i++) {
+        const char *name;
+        ct_tensor g0, g1;
+        ct_plan_param_info(pn, i, &name, NULL, &g0);
+        ct_plan_param_info(pc, i, NULL, NULL, &g1);
+        e = rel_to_max(g0.data, g1.data, (size_t)ct_tensor_numel(&g0));
+        if (!(e <= (mode == MODE_NATIVE ? 1e-2 : 0.0))) {
+            fprintf(stderr, "    %s: gradient of '%s' off by %.3g of its largest\n", label, name, e);
+            fails++;
+        }
+    }
+    /* later steps: no allocation, the same results */
+    uint16_t *first = malloc(ny * sizeof *first);
+    ct_mem_stats m1, m2;
+    if (!first) {
+        fails++;
+        goto done;
+    }
+    memcpy(first, y0.data, ny * sizeof *first);
+    ct_context_mem_stats(ctx, &m1);
+    if (step(pn) || step(pn)) fails++;
+    ct_context_mem_stats(ctx, &m2);
+    if (m2.n_allocs != m1.n_allocs) {
+        fprintf(stderr, "    %s: a step after the first allocated (%llu -> %llu allocations)\n", label,
+                (unsigned long long)m1.n_allocs, (unsigned long long)m2.n_allocs);
+        fails++;
+    }
+    if (memcmp(first, y0.data, ny * sizeof *first)) {
+        fprintf(stderr, "    %s: a later step's output differs from the first\n", label);
+        fails++;
+    }
+    free(first);
+done:
+    ct_plan_free(pn);
+    ct_plan_free(pc);
+    ct_graph_free(g);
+    ct_mem_stats m;
+    ct_context_mem_stats(ctx, &m);
+    if (m.bytes_in_use != 0) {
+        fprintf(stderr, "    %s: %zu bytes not returned after freeing the plans\n", label, m.bytes_in_use);
+        fails++;
+    }
+    ct_context_free(ctx);
+    return fails;
+}
+
+/* loss = sum(y * r), r a random FP32 input of y's shape */
+static ct_status weighted_sum(ct_graph *g, ct_node y, built *b) {
+    int nd;
+    int64_t shape[CT_MAX_DIMS];
+    TRY(ct_node_shape(g, y, &nd, shape));
+    ct_node t;
+    TRY(ct_input(g, "r", CT_F32, nd, shape, &b->r));
+    TRY(ct_mul(g, y, b->r, &t));
+    TRY(ct_sum(g, t, (1u << nd) - 1, 0, &b->loss));
+    b->out = y;
+    return CT_OK;
+}
+
+/* ---- matmul ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    int nd_a, nd_b;   /* a: nd_a dims, b: 2 or nd_a dims */
+    int64_t batch[2]; /* leading dims of a (and of a batched b) */
+    int64_t M, K, N;
+    int ta, tb;
+} mm_cfg;
+
+static ct_status build_mm(ct_graph *g, const void *vc, built *b) {
+    const mm_cfg *c = vc;
+    int64_t as[4], bs[4];
+    int nb = c->nd_a - 2;
+    for (int i = 0; i < nb; i++) as[i] = bs[i] = c->batch[i];
+    as[nb] = c->ta ? c->K : c->M;
+    as[nb + 1] = c->ta ? c->M : c->K;
+    int bo = c->nd_b > 2 ? nb : 0;
+    bs[bo] = c->tb ? c->N : c->K;
+    bs[bo + 1] = c->tb ? c->K : c->N;
+    ct_node a, bb, y;
+    TRY(ct_param(g, "a", c->nd_a, as, CT_INIT_ZEROS, 1, &a));
+    TRY(ct_param(g, "b", c->nd_b, bs, CT_INIT_ZEROS, 1, &bb));
+    TRY(ct_matmul(g, a, bb, c->ta, c->tb, &y));
+    b->expect_gemm = 3; /* forward, and one matmul per gradient */
+    b->expect_grads = 2;
+    return weighted_sum(g, y, b);
+}
+
+static int mm_sweep(int nd_a, int nd_b, int64_t M, int64_t K, int64_t N) {
+    int fails = 0;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            mm_cfg c = {nd_a, nd_b, {3, 2}, M, K, N, ta, tb};
+            char label[160];
+            snprintf(label, sizeof label, "matmul a%dd b%dd M=%lld K=%lld N=%lld ta=%d tb=%d", nd_a, nd_b,
+                     (long long)M, (long long)K, (long long)N, ta, tb);
+            fails += compare(build_mm, &c, label);
+        }
+    return fails;
+}
+
+TEST(matmul_2d_all_transposes) {
+    CHECK(mm_sweep(2, 2, 13, 7, 9) == 0);
+    CHECK(mm_sweep(2, 2, 1, 33, 5) == 0);
+    CHECK(mm_sweep(2, 2, 40, 48, 24) == 0);
+}
+
+TEST(matmul_batched) {
+    CHECK(mm_sweep(3, 2, 5, 7, 6) == 0); /* 2-D b broadcast over the batch */
+    CHECK(mm_sweep(4, 2, 5, 11, 3) == 0);
+    CHECK(mm_sweep(3, 3, 5, 7, 6) == 0); /* batched b */
+    CHECK(mm_sweep(4, 4, 9, 3, 10) == 0);
+}
+
+/* ---- linear ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    int nd;
+    int64_t lead[2];
+    int64_t I, O;
+    int bias;
+} lin_cfg;
+
+static ct_status build_linear(ct_graph *g, const void *vc, built *b) {
+    const lin_cfg *c = vc;
+    int64_t xs[3];
+    for (int i = 0; i < c->nd - 1; i++) xs[i] = c->lead[i];
+    xs[c->nd - 1] = c->I;
+    ct_node x, w, bias = CT_NONE, y;
+    TRY(ct_param(g, "x", c->nd, xs, CT_INIT_ZEROS, 1, &x));
+    TRY(ct_param(g, "w", 2, (int64_t[]){c->O, c->I}, CT_INIT_ZEROS, 1, &w));
+    if (c->bias) TRY(ct_param(g, "bias", 1, (int64_t[]){c->O}, CT_INIT_ZEROS, 1, &bias));
+    TRY(ct_linear(g, x, w, bias, &y));
+    b->expect_gemm = 3; /* linear, dx and dW matmuls */
+    b->expect_grads = 2;
+    return weighted_sum(g, y, b);
+}
+
+TEST(linear_bias_and_3d) {
+    const lin_cfg cs[] = {
+        {2, {10}, 13, 11, 0}, {2, {10}, 13, 11, 1}, {3, {2, 5}, 13, 7, 0}, {3, {3, 5}, 9, 17, 1}, {2, {1}, 4, 3, 1},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        char label[128];
+        snprintf(label, sizeof label, "linear x%dd I=%lld O=%lld bias=%d", cs[i].nd, (long long)cs[i].I,
+                 (long long)cs[i].O, cs[i].bias);
+        CHECK_MSG(compare(build_linear, &cs[i], label) == 0, "%s", label);
+    }
+}
+
+/* ---- conv2d ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    int64_t N, C, H, W, OC, KH, KW;
+    int stride, pad, dil, groups, bias;
+} conv_cfg;
+
+static ct_status build_conv(ct_graph *g, const void *vc, built *b) {
+    const conv_cfg *c = vc;
+    ct_node x, w, bias = CT_NONE, y;
+    TRY(ct_param(g, "x", 4, (int64_t[]){c->N, c->C, c->H, c->W}, CT_INIT_ZEROS, 1, &x));
+    TRY(ct_param(g, "w", 4, (int64_t[]){c->OC, c->C / c->groups, c->KH, c->KW}, CT_INIT_ZEROS, 1, &w));
+    if (c->bias) TRY(ct_param(g, "bias", 1, (int64_t[]){c->OC}, CT_INIT_ZEROS, 1, &bias));
+    TRY(ct_conv2d(g, x, w, bias, c->stride, c->pad, c->dil, c->groups, &y));
+    b->expect_gemm = 3; /* forward, backward data, backward weights */
+    b->expect_grads = 2;
+    return weighted_sum(g, y, b);
+}
+
+TEST(conv2d_stride_padding_groups) {
+    const conv_cfg cs[] = {
+        {2, 3, 9, 9, 4, 3, 3, 1, 1, 1, 1, 1},   /* 3 channels: blocked layouts              */
+        {2, 1, 11, 13, 5, 3, 3, 1, 1, 1, 1, 0}, /* one input channel: plain layouts         */
+        {2, 4, 9, 7, 8, 3, 3, 2, 1, 1, 2, 1},   /* stride 2, groups 2                        */
+        {2, 8, 8, 8, 8, 3, 3, 1, 1, 1, 8, 1},   /* depthwise                                 */
+        {2, 4, 9, 9, 6, 3, 3, 1, 2, 2, 2, 0},   /* dilation 2, padding 2, groups             */
+        {2, 6, 7, 7, 4, 1, 1, 1, 0, 1, 1, 1},   /* 1x1                                       */
+        {2, 3, 9, 9, 5, 3, 3, 3, 1, 1, 1, 1},   /* stride 3 drops a remainder                */
+        {1, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1}, /* channels a multiple of 16 (BF16 blocking) */
+    };
+    int fails = 0;
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        const conv_cfg *c = &cs[i];
+        char label[200];
+        snprintf(label, sizeof label,
+                 "conv2d x[%lld,%lld,%lld,%lld] oc=%lld k=%lldx%lld stride=%d pad=%d dil=%d groups=%d bias=%d",
+                 (long long)c->N, (long long)c->C, (long long)c->H, (long long)c->W, (long long)c->OC,
+                 (long long)c->KH, (long long)c->KW, c->stride, c->pad, c->dil, c->groups, c->bias);
+        fails += compare(build_conv, c, label);
+    }
+    CHECK_MSG(fails == 0, "%d failures", fails);
+}
+
+/* ---- whole models ------------------------------------------------------------------------------ */
+
+typedef struct {
+    int cnn;
+    int recompute_every, accumulate_grads;
+} model_cfg;
+
+static ct_status build_model(ct_context *ctx, const model_cfg *mc, int native, int64_t batch, test_model *m) {
+    setenv("CT_BF16_NATIVE", native ? "1" : "0", 1);
+    ct_compile_opts o;
+    ct_compile_opts_default(&o);
+    o.precision = CT_PRECISION_BF16;
+    o.recompute_every = mc->recompute_every;
+    o.accumulate_grads = mc->accumulate_grads;
+    ct_status s = mc->cnn ? test_model_build_opts(ctx, 4, (int64_t[]){batch, 1, 12, 12}, 2, (int64_t[]){8, 16}, 10,
+                                                  0.0f, 0.0f, &o, m)
+                          : test_model_build_opts(ctx, 2, (int64_t[]){batch, 50}, 2, (int64_t[]){40, 24}, 10, 0.0f,
+                                                  0.0f, &o, m);
+    unsetenv("CT_BF16_NATIVE");
+    return s;
+}
+
+/* Trains n steps (SGD with momentum) from the same weights; losses[i] per step. */
+static int train(ct_plan *p, int n, float *losses) {
+    ct_context *ctx = ct_plan_context(p);
+    ct_optim_opts oo;
+    ct_optim_opts_default(&oo, CT_OPTIM_SGD);
+    oo.lr = 0.05f;
+    oo.momentum = 0.9f;
+    ct_optimizer *opt;
+    if (ct_optimizer_create(p, &oo, &opt) != CT_OK) return 1;
+    int bad = 0;
+    for (int i = 0; i < n && !bad; i++) {
+        bad = step(p) || ct_plan_loss(p, &losses[i]) != CT_OK || ct_optimizer_step(opt) != CT_OK;
+    }
+    if (bad) fprintf(stderr, "    training failed: %s\n", ct_context_last_error(ctx));
+    ct_optimizer_free(opt);
+    return bad;
+}
+
+static void model_native_vs_copies(int cnn) {
+    ct_context *ctx = test_ctx(-1, 1);
+    native_mode mode = expected_mode(ctx);
+    model_cfg mc = {cnn, 0, 0};
+    test_model a, c;
+    CHECK_OK(ctx, build_model(ctx, &mc, 1, 16, &a));
+    CHECK_OK(ctx, build_model(ctx, &mc, 0, 16, &c));
+    float *wa, *wc;
+    size_t n;
+    ct_plan_param_arena(a.plan, &wa, NULL, &n);
+    ct_plan_param_arena(c.plan, &wc, NULL, NULL);
+    memcpy(wa, wc, n * sizeof(float));
+    enum { STEPS = 6 };
+    float la[STEPS], lc[STEPS];
+    CHECK(train(a.plan, STEPS, la) == 0);
+    CHECK(train(c.plan, STEPS, lc) == 0);
+    double worst = 0;
+    for (int i = 0; i < STEPS; i++) worst = fmax(worst, fabs((double)la[i] - lc[i]) / fabs((double)lc[i]));
+    ct_plan_stats sa, sc;
+    ct_plan_get_stats(a.plan, &sa);
+    ct_plan_get_stats(c.plan, &sc);
+    printf("    %s bf16, %d steps: loss %.6f -> %.6f native (%d nodes native, %d copied), %.6f -> %.6f copies "
+           "(%d copied); worst relative difference %.3g\n",
+           cnn ? "cnn" : "mlp", STEPS, (double)la[0], (double)la[STEPS - 1], sa.n_lowp_native, sa.n_lowp_copied,
+           (double)lc[0], (double)lc[STEPS - 1], sc.n_lowp_copied, worst);
+    CHECK(sc.n_lowp_native == 0);
+    /* another summation order rounds some BF16 values the other way; training
+     * amplifies that a little (7.5e-4 here for the CNN after 6 steps) */
+    CHECK_MSG(worst <= (mode == MODE_NATIVE ? 5e-3 : 0.0), "losses differ by %.3g", worst);
+    CHECK_MSG(lc[STEPS - 1] < lc[0], "the model did not train (%g -> %g)", (double)lc[0], (double)lc[STEPS - 1]);
+    if (mode == MODE_NATIVE) {
+        /* every matmul/linear/conv node, forward and backward, is native */
+        CHECK(sa.n_lowp_native >= (cnn ? 3 + 2 + 3 : 3 + 3 + 2));
+        CHECK(sa.n_lowp_copied < sc.n_lowp_copied);
+    } else {
+        CHECK(sa.n_lowp_native == 0);
+    }
+    ct_plan_free(a.plan);
+    ct_plan_free(c.plan);
+    ct_context_free(ctx);
+}
+
+TEST(mlp_trains_close_to_copies) { model_native_vs_copies(0); }
+TEST(cnn_trains_close_to_copies) { model_native_vs_copies(1); }
+
+/* A native plan with recompute, or with gradient accumulation (one
+ * micro-batch), gives the plain native plan's loss and gradients bit for
+ * bit: the same kernels on the same values. */
+TEST(native_with_recompute_and_accumulation_bit_identical) {
+    ct_context *ctx = test_ctx(-1, 1);
+    expected_mode(ctx);
+    for (int cnn = 0; cnn < 2; cnn++) {
+        const model_cfg base = {cnn, 0, 0}, rc = {cnn, 1, 0}, acc = {cnn, 0, 1};
+        const model_cfg *other[2] = {&rc, &acc};
+        test_model a;
+        CHECK_OK(ctx, build_model(ctx, &base, 1, 8, &a));
+        CHECK(step(a.plan) == 0);
+        for (int k = 0; k < 2; k++) {
+            test_model b;
+            CHECK_OK(ctx, build_model(ctx, other[k], 1, 8, &b));
+            float *wa, *wb, *ga, *gb;
+            size_t n;
+            ct_plan_param_arena(a.plan, &wa, &ga, &n);
+            ct_plan_param_arena(b.plan, &wb, &gb, NULL);
+            memcpy(wb, wa, n * sizeof(float));
+            CHECK_OK(ctx, ct_plan_zero_grads(b.plan));
+            CHECK(step(b.plan) == 0);
+            float la, lb;
+            CHECK_OK(ctx, ct_plan_loss(a.plan, &la));
+            CHECK_OK(ctx, ct_plan_loss(b.plan, &lb));
+            CHECK_MSG(la == lb && !memcmp(ga, gb, n * sizeof(float)), "%s with %s: loss %.9g vs %.9g or gradients differ",
+                      cnn ? "cnn" : "mlp", k ? "accumulate_grads" : "recompute_every 1", (double)lb, (double)la);
+            ct_plan_free(b.plan);
+        }
+        ct_plan_free(a.plan);
+    }
+    ct_context_free(ctx);
+}
+
+/* The activation arena of the Fashion-MNIST recipe's CNN (batch 128,
+ * 1x28x28, channels 32, 64), compiled only: FP32, BF16 with FP32 copies,
+ * BF16 native. The native plan keeps no FP32 copies of GEMM/conv I/O. */
+TEST(cnn_activation_arena) {
+    ct_context *ctx = test_ctx(-1, 1);
+    native_mode mode = expected_mode(ctx);
+    static const int64_t xs[4] = {128, 1, 28, 28}, ch[2] = {32, 64};
+    size_t act[3], cast[3];
+    int nat[3];
+    for (int v = 0; v < 3; v++) {
+        ct_compile_opts o;
+        ct_compile_opts_default(&o);
+        o.plan_only = 1;
+        o.precision = v ? CT_PRECISION_BF16 : CT_PRECISION_FP32;
+        setenv("CT_BF16_NATIVE", v == 2 ? "1" : "0", 1);
+        ct_plan *p;
+        ct_graph *g;
+        ct_node x, y, logits, loss;
+        CHECK_OK(ctx, ct_graph_create(ctx, &g));
+        CHECK_OK(ctx, ct_input(g, "x", CT_F32, 4, xs, &x));
+        CHECK_OK(ctx, ct_input(g, "y", CT_I32, 1, xs, &y));
+        CHECK_OK(ctx, ct_model_cnn(g, x, 2, ch, 10, &logits));
+        CHECK_OK(ctx, ct_cross_entropy(g, logits, y, 0.0f, -100, &loss));
+        CHECK_OK(ctx, ct_compile(g, loss, 1, &logits, &o, &p));
+        ct_graph_free(g);
+        ct_plan_stats st;
+        ct_plan_get_stats(p, &st);
+        act[v] = st.activation_bytes;
+        cast[v] = st.cast_bytes;
+        nat[v] = st.n_lowp_native;
+        ct_plan_free(p);
+    }
+    unsetenv("CT_BF16_NATIVE");
+    printf("    cnn b128 activation arena: fp32 %.2f MB, bf16 with FP32 copies %.2f MB (largest copy %.2f MB), "
+           "bf16 native %.2f MB (largest copy %.2f MB, %d native nodes)\n",
+           act[0] / 1e6, act[1] / 1e6, cast[1] / 1e6, act[2] / 1e6, cast[2] / 1e6, nat[2]);
+    CHECK(act[1] < act[0]);
+    if (mode == MODE_COPIES) {
+        CHECK(act[2] == act[1] && nat[2] == 0);
+    } else {
+        CHECK(nat[2] > 0);
+        CHECK(act[2] <= act[1]);
+    }
+    ct_context_free(ctx);
+}
+
+/* The override is read by ct_compile and by ct_context_lowp_native: a bad
+ * value is an error naming it; FP16 and FP32 are never native. */
+TEST(override_and_queries) {
+    ct_context *ctx = test_ctx(-1, 1);
+    native_mode mode = expected_mode(ctx);
+    int native = -1;
+    char how[256];
+    setenv("CT_BF16_NATIVE", "yes", 1);
+    CHECK(ct_context_lowp_native(ctx, CT_BF16, &native, how, sizeof how) == CT_E_CONFIG);
+    CHECK(strstr(ct_context_last_error(ctx), "CT_BF16_NATIVE='yes'") != NULL);
+    test_model m;
+    ct_compile_opts o;
+    ct_compile_opts_default(&o);
+    o.precision = CT_PRECISION_BF16;
+    CHECK(test_model_build_opts(ctx, 2, (int64_t[]){4, 6}, 1, (int64_t[]){5}, 3, 0.0f, 0.0f, &o, &m) == CT_E_CONFIG);
+    CHECK(m.plan == NULL);
+    o.precision = CT_PRECISION_FP32; /* FP32 plans do not ask */
+    CHECK_OK(ctx, test_model_build_opts(ctx, 2, (int64_t[]){4, 6}, 1, (int64_t[]){5}, 3, 0.0f, 0.0f, &o, &m));
+    ct_plan_free(m.plan);
+    /* FP16: FP32 copies whatever the override says */
+    setenv("CT_BF16_NATIVE", "1", 1);
+    CHECK_OK(ctx, ct_context_lowp_native(ctx, CT_F16, &native, how, sizeof how));
+    CHECK(native == 0 && strstr(how, "FP16") != NULL);
+    o.precision = CT_PRECISION_FP16;
+    CHECK_OK(ctx, test_model_build_opts(ctx, 2, (int64_t[]){4, 6}, 1, (int64_t[]){5}, 3, 0.0f, 0.0f, &o, &m));
+    ct_plan_stats st;
+    ct_plan_get_stats(m.plan, &st);
+    CHECK(st.n_lowp_native == 0 && st.n_lowp_copied > 0);
+    ct_plan_free(m.plan);
+    /* BF16 with the override: the line names oneDNN's ISA */
+    CHECK_OK(ctx, ct_context_lowp_native(ctx, CT_BF16, &native, how, sizeof how));
+    CHECK(native == (mode != MODE_COPIES) && strstr(how, "oneDNN ISA") != NULL);
+    setenv("CT_BF16_NATIVE", "0", 1);
+    CHECK_OK(ctx, ct_context_lowp_native(ctx, CT_BF16, &native, how, sizeof how));
+    CHECK(native == 0);
+    unsetenv("CT_BF16_NATIVE");
+    CHECK(ct_context_lowp_native(ctx, CT_F32, &native, NULL, 0) == CT_E_INVALID_ARG);
+    /* without the override: native only where oneDNN has BF16 in hardware */
+    CHECK_OK(ctx, ct_context_lowp_native(ctx, CT_BF16, &native, how, sizeof how));
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), want = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+    CHECK(native == ((isa & want) == want && mode != MODE_COPIES));
+    printf("    default here: %s\n", how);
+    ct_context_free(ctx);
+}
+
+TEST_MAIN(T(matmul_2d_all_transposes), T(matmul_batched), T(linear_bias_and_3d), T(conv2d_stride_padding_groups),
+          T(mlp_trains_close_to_copies), T(cnn_trains_close_to_copies),
+          T(native_with_recompute_and_accumulation_bit_identical), T(cnn_activation_arena), T(override_and_queries))
