@@ -3,7 +3,8 @@
 # and in the ASan+UBSan build, the CLI tests in both, and the end-to-end
 # tests again with the ISA forced lower (CT_ISA=avx2 without oneDNN, and
 # CT_ISA=ref) so the fallback kernels run on this machine too. The layer
-# check (tests/check_layers.sh: includes point down only) runs first.
+# check (tests/check_layers.sh: includes point down only) and gcc's static
+# analyzer (tests/lint_test.sh: make lint-gcc, docs/lint.md) run first.
 # Prints per-suite results and a final "N passed, N failed" line.
 #
 # Sanitizer reports fail the suite whoever printed them: every ASan, LSan and
@@ -55,6 +56,7 @@ make -j"$JOBS" BUILD=build >/dev/null || { echo "build failed"; make BUILD=build
 make -j"$JOBS" BUILD=build-asan SAN=1 OPT=-O1 >/dev/null || { echo "sanitizer build failed"; echo "0 passed, 1 failed"; exit 1; }
 
 run_suite "layers" bash tests/check_layers.sh
+run_suite "lint" bash tests/lint_test.sh
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:log_path=$san_dir/report
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$san_dir/report
