@@ -5,7 +5,10 @@
 #                           run the command (time limit EXPECT_TIMEOUT, default
 #                           300 s); pass when it exits RC, its output (lines
 #                           joined) matches the extended regex PATTERN, and no
-#                           sanitizer reported anything
+#                           sanitizer reported anything (under tests/run_all.sh
+#                           the reports go to files that run_all.sh checks
+#                           after each suite, so they fail it even from a run
+#                           whose output a script does not look at)
 #   summary NAME            print "NAME: N passed, N failed"; returns 1 on failure
 pass=0
 fail=0

@@ -4,19 +4,31 @@
 # tests again with the ISA forced lower (CT_ISA=avx2 without oneDNN, and
 # CT_ISA=ref) so the fallback kernels run on this machine too, and the
 # native-BF16 test with oneDNN held below AVX-512 (its fallback). The layer
-# check (tests/check_layers.sh: includes point down only) runs first.
+# check (tests/check_layers.sh: includes point down only) and gcc's static
+# analyzer (tests/lint_test.sh: make lint-gcc, docs/lint.md) run first.
 # Prints per-suite results and a final "N passed, N failed" line.
+#
+# Sanitizer reports fail the suite whoever printed them: every ASan, LSan and
+# UBSan report goes to a file (log_path) instead of stderr, so a report from
+# a process whose output a test script never looks at (a ctrain run in a
+# pipe, a leak at exit of a run that otherwise passed) is still seen; after
+# each suite every report file counts as one failure and is printed.
+# CT_SUITES=REGEX runs only the suites whose label matches (e.g. 'asan cli').
 set -u
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-2}
 total_pass=0
 total_fail=0
 failed_suites=()
+san_dir=$(mktemp -d)
+trap 'rm -rf "$san_dir"' EXIT
 
 run_suite() { # label, command...
   local label=$1
   shift
+  if [ -n "${CT_SUITES:-}" ] && ! [[ $label =~ $CT_SUITES ]]; then return 0; fi
   echo "== $label"
+  rm -f "$san_dir"/report.*
   local out rc
   out=$("$@" 2>&1)
   rc=$?
@@ -27,6 +39,14 @@ run_suite() { # label, command...
   f=$(printf '%s' "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
   [ -n "$line" ] || { p=0; f=1; }
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+  local r n=0
+  for r in "$san_dir"/report.*; do
+    [ -s "$r" ] || continue
+    n=$((n + 1))
+    echo "   FAIL sanitizer report from process ${r##*.} (not necessarily in the output above):"
+    head -n 40 "$r" | sed 's/^/       /'
+  done
+  f=$((f + n))
   total_pass=$((total_pass + p))
   total_fail=$((total_fail + f))
   [ "$f" -eq 0 ] || failed_suites+=("$label")
@@ -37,9 +57,10 @@ make -j"$JOBS" BUILD=build >/dev/null || { echo "build failed"; make BUILD=build
 make -j"$JOBS" BUILD=build-asan SAN=1 OPT=-O1 >/dev/null || { echo "sanitizer build failed"; echo "0 passed, 1 failed"; exit 1; }
 
 run_suite "layers" bash tests/check_layers.sh
+run_suite "lint" bash tests/lint_test.sh
 
-export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
-export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:log_path=$san_dir/report
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$san_dir/report
 for t in build/tests/test_*; do
   run_suite "$(basename "$t")" "$t"
 done
@@ -48,6 +69,7 @@ run_suite "text cli" tests/text_cli_test.sh build/ctrain
 run_suite "report" tests/test_report.sh build/ctrain
 run_suite "resume" tests/resume_test.sh build/ctrain
 run_suite "install" bash tests/install_test.sh
+run_suite "fault" tests/fault_test.sh build/ctrain
 for t in build-asan/tests/test_*; do
   run_suite "asan $(basename "$t")" "$t"
 done
@@ -55,6 +77,7 @@ run_suite "asan cli" tests/cli_test.sh build-asan/ctrain
 run_suite "asan text cli" tests/text_cli_test.sh build-asan/ctrain
 run_suite "asan report" tests/test_report.sh build-asan/ctrain
 run_suite "asan resume" tests/resume_test.sh build-asan/ctrain
+run_suite "asan fault" tests/fault_test.sh build-asan/ctrain
 # fallbacks: the same end-to-end checks with lower ISAs
 for isa in avx2 ref; do
   onednn=1; [ "$isa" = avx2 ] && onednn=0

@@ -84,7 +84,7 @@ static int read_log(const char *path, run_log *L) {
         if (k == len) continue; /* blank line */
         cJSON *o = cJSON_Parse(line);
         const cJSON *type = o ? cJSON_GetObjectItemCaseSensitive(o, "type") : NULL;
-        const char *t = cJSON_IsString(type) ? type->valuestring : "";
+        const char *t = type && cJSON_IsString(type) ? type->valuestring : "";
         double step = 0, x = 0, y = 0, e = 0;
         int ok = 1;
         if (!strcmp(t, "step")) {
@@ -229,14 +229,15 @@ static void plot(FILE *o, const char *title, const char *xlabel, const char *yla
     fputs("</text>\n", o);
     fprintf(o, "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" class=\"bg\"/>\n", ML, MT, W, H);
     char buf[48];
-    for (double v = y0; v <= y1 + ys * 1e-6; v += ys) {
+    /* ticks: a float step (nice_step, > 0) over a finite range, with a tolerance for rounding */
+    for (double v = y0; v <= y1 + ys * 1e-6; v += ys) { /* NOLINT(clang-analyzer-security.FloatLoopCounter) */
         double yy = SY(v);
         fmt_tick(buf, sizeof buf, fabs(v) < ys * 1e-9 ? 0 : v, ys);
         fprintf(o, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" class=\"g\"/>"
                    "<text x=\"%d\" y=\"%.1f\" class=\"yl\">%s</text>\n",
                 ML, yy, ML + W, yy, ML - 6, yy + 4, buf);
     }
-    for (double v = ceil(x0 / xs - 1e-9) * xs; v <= x1 + xs * 1e-6; v += xs) {
+    for (double v = ceil(x0 / xs - 1e-9) * xs; v <= x1 + xs * 1e-6; v += xs) { /* NOLINT(clang-analyzer-security.FloatLoopCounter) */
         double xx = SX(v);
         fmt_tick(buf, sizeof buf, v, xs);
         fprintf(o, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.0f\" class=\"g\"/>"
@@ -342,6 +343,7 @@ static const char k_css[] =
     ".warn{color:#9a6700}\n";
 
 static int write_html(const run_log *L, const char *in_path, const char *out_path) {
+    if (L->v[S_STEP].n == 0) return 1; /* read_log refuses such a log (with a message) */
     FILE *o = fopen(out_path, "w");
     if (!o) {
         fprintf(stderr, "ctrain report: error: cannot write '%s': %s\n", out_path, strerror(errno));

@@ -24,7 +24,7 @@ struct ct_context {
 
 /* ---- errors ---------------------------------------------------------------- */
 
-ct_status ct_set_error(ct_context *ctx, ct_status s, const char *fmt, ...) {
+ct_status (ct_set_error)(ct_context *ctx, ct_status s, const char *fmt, ...) {
     if (!ctx) return s;
     int o = snprintf(ctx->err, sizeof ctx->err, "%s %s: ", ct_status_code(s), ct_status_name(s));
     if (o < 0) o = 0;
@@ -37,7 +37,7 @@ ct_status ct_set_error(ct_context *ctx, ct_status s, const char *fmt, ...) {
     return s;
 }
 
-ct_status ct_wrap_error(ct_context *ctx, ct_status s, const char *prefix, const char *suffix) {
+ct_status (ct_wrap_error)(ct_context *ctx, ct_status s, const char *prefix, const char *suffix) {
     if (!ctx) return s;
     char msg[sizeof ctx->err];
     snprintf(msg, sizeof msg, "%s", ctx->err);

@@ -17,6 +17,14 @@ ct_status ct_set_error(ct_context *ctx, ct_status s, const char *fmt, ...)
  * its "E70001 CT_E_IO: " code) + `suffix`, with status s, and returns s: a
  * caller adds what it knows (the file, the fix) to a callee's error. */
 ct_status ct_wrap_error(ct_context *ctx, ct_status s, const char *prefix, const char *suffix);
+/* Both return their `s`; the macros say so where the call is, so that the
+ * static analyzers (make lint) see that an error path never returns CT_OK
+ * and leaves its out-parameters unset only then (they do not see into
+ * context.c). `s` is evaluated once. */
+#define ct_set_error(ctx, s, ...) \
+    __extension__({ const ct_status ct_se_s_ = (s); (ct_set_error)((ctx), ct_se_s_, __VA_ARGS__); ct_se_s_; })
+#define ct_wrap_error(ctx, s, prefix, suffix) \
+    __extension__({ const ct_status ct_we_s_ = (s); (ct_wrap_error)((ctx), ct_we_s_, (prefix), (suffix)); ct_we_s_; })
 
 /* The CPU's features (cpuid + XGETBV; cpu.c, the one probe), detected once
  * per process. amx_permitted is 0 here: a context asks for it. */

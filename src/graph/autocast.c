@@ -102,7 +102,7 @@ ct_status ct_pass_autocast(ct_plan *p) {
     const ct_dtype low = p->precision == CT_PRECISION_BF16 || p->precision == CT_PRECISION_BF16_PURE ? CT_BF16 : CT_F16;
     const int n = old->n;
     ct_graph ng = {.ctx = p->ctx, .mixed = 1};
-    ct_node *map = malloc(sizeof(ct_node) * (size_t)(n ? n : 1));
+    ct_node *map = calloc((size_t)(n ? n : 1), sizeof(ct_node));
     ct_node *memo = malloc(sizeof(ct_node) * 2 * (size_t)(n ? n : 1)); /* [old id][0: low, 1: f32] */
     if (!map || !memo) {
         free(map);
@@ -156,6 +156,7 @@ ct_status ct_pass_autocast(ct_plan *p) {
     for (int i = 0; i < p->n_outputs; i++) p->outputs[i] = map[p->outputs[i]];
     if (p->loss != CT_NONE) {
         p->loss = map[p->loss];
+        /* NOLINTNEXTLINE(clang-analyzer-core.NullDereference): ng holds every node (ct_graph_push, graph.c) */
         if (ng.nodes[p->loss].dtype != CT_F32) { /* autodiff needs an FP32 scalar loss */
             ct_node c;
             CT_TRY(ct_graph_cast(&p->g, p->loss, CT_F32, &c));

@@ -8,6 +8,8 @@ static double numel_of(const ct_node_def *d) { return (double)ct_node_numel(d); 
 double ct_node_flops(const ct_graph *g, const ct_node_def *d) {
     const ct_node_def *a = d->n_in > 0 ? &g->nodes[d->in[0]] : NULL;
     const ct_node_def *b = d->n_in > 1 ? &g->nodes[d->in[1]] : NULL;
+    /* the graph's builders give every op below its inputs; a node without them counts as elementwise */
+    if (!a || (!b && (d->op == CT_OP_CONV2D || d->op == CT_OP_CONV2D_BWD_DATA))) return numel_of(d);
     switch (d->op) {
     case CT_OP_MATMUL: { /* 2*M*N*K per batch: out numel x K */
         int64_t k = d->ia[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];

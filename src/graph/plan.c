@@ -332,13 +332,14 @@ ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *
     }
     for (size_t i = 0; s == CT_OK && i < sizeof k_passes / sizeof k_passes[0]; i++) {
         if (k_passes[i].fn == pass_liveness) { /* node count is final after autodiff */
-            p->pn = calloc((size_t)p->g.n, sizeof *p->pn);
+            p->pn = calloc((size_t)(p->g.n ? p->g.n : 1), sizeof *p->pn); /* calloc(0) may be NULL */
             if (!p->pn) s = ct_set_error(ctx, CT_E_OOM, "compile: out of memory");
         }
         if (p->plan_only && k_passes[i].fn == pass_allocate) break;
         if (s == CT_OK) s = k_passes[i].fn(p);
     }
-    if (s == CT_OK && !opts->init_params) memset(p->param_arena, 0, p->n_param_floats * sizeof(float));
+    if (s == CT_OK && !opts->init_params && p->n_param_floats) /* no params: no arena */
+        memset(p->param_arena, 0, p->n_param_floats * sizeof(float));
     if (s != CT_OK) {
         ct_plan_free(p);
         return s;

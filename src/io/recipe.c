@@ -255,6 +255,7 @@ static ct_status unknown_key(ct_context *ctx, const char *key) {
 
 /* The index of v in "a|b|c" (an empty choice matches ""), or -1. */
 static int choice_index(const char *choices, const char *v) {
+    if (!choices) return -1;
     size_t n = strlen(v);
     int i = 0;
     for (const char *c = choices;; i++) {
@@ -401,7 +402,7 @@ static ct_status apply_json(ct_context *ctx, const cJSON *obj, const char *prefi
             if (cJSON_IsObject(it)) {
                 if (pass == 1) continue;
                 /* sections: {"optimizer": {...}}, {"loss_scale": {...}} */
-                if (prefix[0] || (strcmp(it->string, "optimizer") && strcmp(it->string, "loss_scale")))
+                if (prefix[0] || (strcmp(key, "optimizer") && strcmp(key, "loss_scale"))) /* key == it->string here */
                     return unknown_key(ctx, key);
                 char sub[64];
                 snprintf(sub, sizeof sub, "%s.", it->string);

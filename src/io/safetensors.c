@@ -345,5 +345,5 @@ ct_status ct_st_match(ct_context *ctx, const char *shown, const ct_st_file *f, c
 
 const char *ct_st_meta_str(const ct_st_file *f, const char *key) {
     const cJSON *it = f->meta ? cJSON_GetObjectItemCaseSensitive(f->meta, key) : NULL;
-    return cJSON_IsString(it) ? it->valuestring : NULL;
+    return it && cJSON_IsString(it) ? it->valuestring : NULL;
 }

@@ -79,7 +79,7 @@ static inline void ct_contig_strides(int ndim, const int64_t *shape, int64_t *st
 /* Strides of `in` aligned to `out`'s dims for NumPy broadcasting: 0 where
  * `in` has size 1 (or lacks the dim). */
 static inline void ct_bcast_strides(const ct_tensor *in, const ct_tensor *out, int64_t *st) {
-    int64_t cs[CT_MAX_DIMS];
+    int64_t cs[CT_MAX_DIMS] = {0};
     ct_contig_strides(in->ndim, in->shape, cs);
     int off = out->ndim - in->ndim;
     for (int i = 0; i < out->ndim; i++) {
@@ -94,7 +94,7 @@ static inline int64_t ct_bcast_offset(int64_t i, const ct_tensor *out, const int
     for (int d = out->ndim - 1; d >= 0; d--) {
         int64_t q = i % out->shape[d];
         i /= out->shape[d];
-        off += q * st[d];
+        off += q * st[d]; /* NOLINT(clang-analyzer-core.UndefinedBinaryOperatorResult): d < ndim <= CT_MAX_DIMS */
     }
     return off;
 }

@@ -15,12 +15,12 @@
 
 static double num(const cJSON *o, const char *key, double dflt) {
     const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
-    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+    return v && cJSON_IsNumber(v) ? v->valuedouble : dflt;
 }
 
 static const char *str(const cJSON *o, const char *key) {
     const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
-    return cJSON_IsString(v) ? v->valuestring : NULL;
+    return v && cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
 /* One "amp" event into the loss-scale summary (profile.h says how it is read). */

@@ -9,7 +9,7 @@ ct_status ct_k_transpose_ref(ct_kargs *k) {
     const ct_tensor *X = &k->in[0];
     int nd = X->ndim;
     size_t es = ct_dtype_size(X->dtype);
-    int64_t xs[CT_MAX_DIMS], st[CT_MAX_DIMS];
+    int64_t xs[CT_MAX_DIMS] = {0}, st[CT_MAX_DIMS];
     ct_contig_strides(nd, X->shape, xs);
     for (int i = 0; i < nd; i++) st[i] = xs[k->node->ia[i]]; /* out dim i walks x dim perm[i] */
     int64_t n = ct_tensor_numel(X);
@@ -18,7 +18,7 @@ ct_status ct_k_transpose_ref(ct_kargs *k) {
     for (int64_t i = 0; i < n; i++) {
         int64_t r = i, off = 0;
         for (int d = nd - 1; d >= 0; d--) {
-            off += (r % k->out.shape[d]) * st[d];
+            off += (r % k->out.shape[d]) * st[d]; /* NOLINT(clang-analyzer-core.UndefinedBinaryOperatorResult): d < nd <= CT_MAX_DIMS */
             r /= k->out.shape[d];
         }
         memcpy(y + (size_t)i * es, x + (size_t)off * es, es);

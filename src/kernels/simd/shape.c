@@ -35,7 +35,7 @@ typedef struct {
 static void sh_canon(const ct_kargs *k, sh_perm *p) {
     const ct_tensor *X = &k->in[0];
     int nd = X->ndim;
-    int64_t xs[CT_MAX_DIMS];
+    int64_t xs[CT_MAX_DIMS] = {0};
     ct_contig_strides(nd, X->shape, xs);
     p->nd = 0;
     for (int i = 0; i < nd; i++) {
@@ -158,7 +158,7 @@ ct_status CT_FN(transpose)(ct_kargs *k) {
     /* A = the output dim reading the input's contiguous dim, L = the output's
      * contiguous dim (input stride p.ist[L]). Tiles of (A, L). */
     int A = 0;
-    while (p.ist[A] != 1) A++;
+    while (A < L && p.ist[A] != 1) A++; /* some dim reads the input's contiguous one; L's does not */
     int64_t nA = p.shape[A], nL = p.shape[L], sA = ost[A], sL = p.ist[L];
     int64_t outer = n / (nA * nL), tilesA = (nA + SH_TILE - 1) / SH_TILE;
     int od[CT_MAX_DIMS], no = 0; /* the other dims */
