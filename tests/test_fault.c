@@ -37,6 +37,7 @@ typedef struct {
     int64_t unchanged_at; /* 1-based step after which the weights were unchanged; -1 */
     int64_t n_unchanged;
     int nonfinite_params; /* evaluate found a non-finite weight                      */
+    double eval_loss;     /* what evaluate reports                                    */
 } syn_task;
 
 static ct_status syn_build(ct_task *t, ct_graph *g, const ct_recipe *r, ct_node *loss, int *n_keep, ct_node *keep) {
@@ -103,7 +104,7 @@ static ct_status syn_evaluate(ct_task *t, ct_task_eval *out) {
     size_t n;
     ct_plan_param_arena(st->plan, &par, NULL, &n);
     for (size_t i = 0; i < n; i++) st->nonfinite_params |= !isfinite(par[i]);
-    out->loss = 0.0;
+    out->loss = st->eval_loss;
     out->accuracy = 0.0;
     out->detail[0] = 0;
     return CT_OK;
@@ -163,6 +164,8 @@ static void syn_fini(syn *s) {
 /* Runs the task with the recipe "batch_size 8, threads 1" plus `sets`
  * ("key=value" strings, NULL-terminated). Returns ct_train's status; the
  * message is copied to msg. */
+static FILE *g_out; /* the run's progress display and summary (NULL: silent) */
+
 static ct_status run(syn *s, const char *const *sets, const char *metrics, ct_train_result *res, char *msg,
                      size_t msg_len) {
     ct_recipe r;
@@ -188,7 +191,7 @@ static ct_status run(syn *s, const char *const *sets, const char *metrics, ct_tr
     if ((st = ct_train_context_create(&r, &ctx)) != CT_OK) return st;
     ct_train_opts o;
     ct_train_opts_default(&o);
-    o.out = NULL;
+    o.out = g_out;
     o.task = &s->t;
     o.step_hook = syn_step_hook;
     o.hook_user = &s->t;
@@ -225,11 +228,10 @@ static int64_t last_logged_step(const char *path) {
     return last;
 }
 
-/* NaN in the batch of the 5th step (0-based 4), FP32: the run stops there.
- * KNOWN BUG (src/train/trainer.c, the lead's file): the message counts the
- * step from 0 ("at step 4") while the display, the metrics log and the
- * checkpoints count from 1; the failing step is step 5. */
-TEST(nan_in_data_fp32_stops_naming_the_step__KNOWN_BUG_trainer_step_off_by_one) {
+/* NaN in the batch of the 5th step (0-based 4), FP32: the run stops there,
+ * and the message names step 5, counting from 1 as the display, the metrics
+ * log and the checkpoints do. */
+TEST(nan_in_data_fp32_stops_naming_the_step) {
     syn s;
     syn_init(&s, 4);
     ct_train_result res;
@@ -280,13 +282,41 @@ TEST(nan_in_data_fp16_scaler_skips_that_step) {
     CHECK_MSG(overflows == 1, "%d overflow events in %s", overflows, mp);
     CHECK(count_lines(mp, "\"type\":\"amp\",\"step\":5,\"event\":\"overflow\"", "\"first_nonfinite\":\"fc1.weight\"") == 1);
     CHECK(count_lines(mp, "\"type\":\"amp\",\"step\":5,\"event\":\"backoff\"", NULL) == 1);
+    CHECK_MSG(res.skipped_steps == 1 && res.zero_grad_steps == 0, "skipped %lld, zero-gradient steps %lld",
+              (long long)res.skipped_steps, (long long)res.zero_grad_steps);
+}
+
+/* The summary reports what went wrong quietly: the step skipped (naming the
+ * tensor) and an evaluation loss that is not finite. */
+TEST(summary_reports_skips_and_a_nonfinite_eval) {
+    syn s;
+    syn_init(&s, 4);
+    s.st.eval_loss = NAN;
+    ct_train_result res;
+    char msg[1024], text[8192] = "";
+    g_out = tmpfile();
+    CHECK(g_out != NULL);
+    ct_status st = run(&s, (const char *const[]){"epochs=1", "precision=fp16", NULL}, NULL, &res, msg, sizeof msg);
+    if (g_out) {
+        rewind(g_out);
+        size_t n = fread(text, 1, sizeof text - 1, g_out);
+        text[n] = 0;
+        fclose(g_out);
+        g_out = NULL;
+    }
+    syn_fini(&s);
+    CHECK_MSG(st == CT_OK, "%s: %s", ct_status_name(st), msg);
+    CHECK_MSG(strstr(text, "loss scaler: 1 of 12 steps skipped (inf/NaN gradients; the first in 'fc1.weight' at step 5)"),
+              "%s", text);
+    CHECK_MSG(strstr(text, "warning: the last evaluation's loss is nan"), "%s", text);
+    CHECK_MSG(!strstr(text, "most steps"), "%s", text);
 }
 
 /* A learning rate that makes FP32 training blow up: the run stops with
  * CT_E_NONFINITE before its end, and the message names the step whose loss
- * was not finite: the one after the last step the metrics log recorded
- * (same KNOWN BUG as above: it names that last completed step instead). */
-TEST(huge_lr_fp32_stops_naming_the_step__KNOWN_BUG_trainer_step_off_by_one) {
+ * was not finite or diverged (divergence_factor): the one after the last step
+ * the metrics log recorded. */
+TEST(huge_lr_fp32_stops_naming_the_step) {
     test_tmp_make("fault");
     const char *mp = test_tmp_path("metrics.jsonl");
     syn s;
@@ -308,6 +338,7 @@ TEST(huge_lr_fp32_stops_naming_the_step__KNOWN_BUG_trainer_step_off_by_one) {
               (long long)last + 1, msg);
 }
 
-TEST_MAIN(T(nan_in_data_fp32_stops_naming_the_step__KNOWN_BUG_trainer_step_off_by_one),
+TEST_MAIN(T(nan_in_data_fp32_stops_naming_the_step),
           T(nan_in_data_anomaly_mode_names_the_op), T(nan_in_data_fp16_scaler_skips_that_step),
-          T(huge_lr_fp32_stops_naming_the_step__KNOWN_BUG_trainer_step_off_by_one))
+          T(summary_reports_skips_and_a_nonfinite_eval),
+          T(huge_lr_fp32_stops_naming_the_step))

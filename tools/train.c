@@ -167,7 +167,7 @@ int ct_cli_train(int argc, char **argv) {
             const char *a = argv[i];
             if (!strcmp(a, "--quiet")) continue;
             if (!strcmp(a, "--recipe") || !strcmp(a, "--resume") || !strcmp(a, "--report")) {
-                i++;
+                if (i + 1 < argc) i++; /* pass 1 checked the value is there */
                 continue;
             }
             const char *key = NULL;

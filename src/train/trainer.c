@@ -531,6 +531,10 @@ static ct_status report_health(run_t *R, ct_train_result *res, int64_t n) {
     }
     res->skipped_steps = skipped;
     res->zero_grad_steps = R->zero_grad_steps;
+    if (!isfinite(res->eval_loss))
+        say(R, "  warning: the last evaluation's loss is %g: the model's output is not finite on the %s data%s\n",
+            res->eval_loss, R->task->eval_split,
+            R->scaler ? " (in FP16 the forward may overflow: keep_fp32 for the layer, or train in bf16)" : "");
     if (n <= 0) return CT_OK;
     const int dynamic = recipe_scaling(R->r) == CT_AMP_SCALING_DYNAMIC;
     char scale[48] = "";
