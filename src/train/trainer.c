@@ -38,7 +38,8 @@ ct_status ct_train_resume_recipe(ct_context *ctx, const char *resume, ct_recipe 
     ct_status s = ct_checkpoint_load(ctx, resume, NULL, NULL, ck);
     if (s == CT_OK && !ck->recipe_json[0])
         s = ct_set_error(ctx, CT_E_CONFIG, "checkpoint '%s' holds no recipe (not written by ctrain train)", ck->path);
-    ct_recipe got;
+    ct_recipe got; /* the stored JSON on top of the defaults: a key it leaves out (an empty list) is the default */
+    ct_recipe_default(&got);
     if (s == CT_OK) s = ct_recipe_parse_json(ctx, ck->recipe_json, &got);
     if (s == CT_OK) {
         if (stored) *stored = got;
