@@ -16,4 +16,5 @@
 #include "profile.h"
 #include "text.h"
 #include "train.h"
+#include "dist.h"
 #endif
