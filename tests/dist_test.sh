@@ -59,15 +59,8 @@ clean() {
 }
 
 # ---- a small MNIST subset ------------------------------------------------------------------------
-be32() { printf '%b' "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 >> 24 & 255)) $(($1 >> 16 & 255)) $(($1 >> 8 & 255)) $(($1 & 255)))"; }
-subset() { # split count
-  local d=$tmp/data
-  mkdir -p "$d"
-  { printf '\x00\x00\x08\x03'; be32 "$2"; be32 28; be32 28; tail -c +17 "data/mnist/$1-images-idx3-ubyte" | head -c $(($2 * 784)); } >"$d/$1-images-idx3-ubyte"
-  { printf '\x00\x00\x08\x01'; be32 "$2"; tail -c +9 "data/mnist/$1-labels-idx1-ubyte" | head -c "$2"; } >"$d/$1-labels-idx1-ubyte"
-}
-subset train 640
-subset t10k 200
+mnist_subset "$tmp/data" train 640
+mnist_subset "$tmp/data" t10k 200
 
 # ---- the communicator ------------------------------------------------------------------------------
 for n in 2 4; do

@@ -202,72 +202,69 @@ static void tiny_dataset(ct_dataset *ds, int64_t n) {
     }
 }
 
+/* The loader and the prefetcher behind one "next batch" call. */
+typedef ct_status (*next_fn)(void *src, float *x, int32_t *y, int64_t *got);
+static ct_status loader_next(void *l, float *x, int32_t *y, int64_t *got) { return ct_loader_next(l, x, y, got); }
+static ct_status prefetcher_next(void *p, float *x, int32_t *y, int64_t *got) { return ct_prefetcher_next(p, x, y, got); }
+
+enum { SH_B = 12, SH_W = 4, SH_b = SH_B / SH_W, SH_PX = 16 };
+/* Reads `full` and its SH_W shards to the epoch's end: 1 when every batch is
+ * its shards put together (each shard SH_b rows, all ending together). */
+static int shards_match(next_fn next, void *full, void *const *parts) {
+    float whole[SH_B * SH_PX], joined[SH_B * SH_PX];
+    int32_t wl[SH_B], jl[SH_B];
+    for (int64_t batch = 0;; batch++) {
+        int64_t got = 0, g = 0;
+        if (next(full, whole, wl, &got) != CT_OK) return 0;
+        for (int k = 0; k < SH_W; k++)
+            if (next(parts[k], joined + k * SH_b * SH_PX, jl + k * SH_b, &g) != CT_OK || g != (got ? SH_b : 0)) return 0;
+        if (!got) return 1;
+        if (memcmp(whole, joined, sizeof whole) || memcmp(wl, jl, sizeof wl)) {
+            fprintf(stderr, "  batch %lld differs from its shards put together\n", (long long)batch);
+            return 0;
+        }
+    }
+}
+
 /* Shards of 4 ranks put together are the whole batches, for the loader and
  * the prefetcher (augmenting: the crops and flips too), including after a skip. */
 TEST(shards_make_the_whole_batch) {
     ct_dataset ds;
     tiny_dataset(&ds, 100);
-    enum { B = 12, W = 4, b = B / W };
-    float whole[B * 16], part[B * 16], shard[b * 16];
-    int32_t wl[B], pl[B], sl[b];
-    ct_loader *full = NULL, *ld[W] = {0};
-    CHECK_OK(g_ctx, ct_loader_create(g_ctx, &ds, B, 1, 1, 7, &full));
-    int ok = 1;
-    for (int k = 0; k < W && ok; k++)
-        ok = ct_loader_create(g_ctx, &ds, B, 1, 1, 7, &ld[k]) == CT_OK && ct_loader_set_shard(ld[k], k * b, b) == CT_OK;
-    CHECK(ct_loader_set_shard(full, 10, 3) == CT_E_INVALID_ARG); /* rows beyond the batch */
+    ct_loader *full = NULL, *ld[SH_W] = {0};
+    int ok = ct_loader_create(g_ctx, &ds, SH_B, 1, 1, 7, &full) == CT_OK;
+    for (int k = 0; k < SH_W && ok; k++)
+        ok = ct_loader_create(g_ctx, &ds, SH_B, 1, 1, 7, &ld[k]) == CT_OK && ct_loader_set_shard(ld[k], k * SH_b, SH_b) == CT_OK;
+    int bad_rejected = ok && ct_loader_set_shard(full, 10, 3) == CT_E_INVALID_ARG; /* rows beyond the batch */
     for (int ep = 0; ep < 2 && ok; ep++) {
         ct_loader_start_epoch(full, (uint64_t)ep);
-        for (int k = 0; k < W; k++) ct_loader_start_epoch(ld[k], (uint64_t)ep);
+        for (int k = 0; k < SH_W; k++) ct_loader_start_epoch(ld[k], (uint64_t)ep);
         if (ep == 1) { /* resume-style skip */
             ok = ct_loader_skip(full, 2) == CT_OK;
-            for (int k = 0; k < W; k++) ok = ok && ct_loader_skip(ld[k], 2) == CT_OK;
+            for (int k = 0; k < SH_W; k++) ok = ok && ct_loader_skip(ld[k], 2) == CT_OK;
         }
-        for (;;) {
-            int64_t got = 0, g = 0;
-            ct_loader_next(full, whole, wl, &got);
-            for (int k = 0; k < W; k++) {
-                ct_loader_next(ld[k], shard, sl, &g);
-                if (g != (got ? b : 0)) ok = 0;
-                memcpy(part + k * b * 16, shard, sizeof shard);
-                memcpy(pl + k * b, sl, sizeof sl);
-            }
-            if (!got || !ok) break;
-            ok = !memcmp(whole, part, sizeof whole) && !memcmp(wl, pl, sizeof wl);
-        }
+        ok = ok && shards_match(loader_next, full, (void *const *)ld);
     }
     ct_loader_free(full);
-    for (int k = 0; k < W; k++) ct_loader_free(ld[k]);
+    for (int k = 0; k < SH_W; k++) ct_loader_free(ld[k]);
     /* the prefetcher, augmenting, threaded */
     ct_prefetch_opts po;
     ct_prefetch_opts_default(&po);
     po.augment = 1;
     po.crop_pad = 1;
-    ct_prefetcher *pfull = NULL, *pf[W] = {0};
-    ok = ok && ct_prefetcher_create(g_ctx, &ds, B, 1, 1, 9, &po, &pfull) == CT_OK;
-    for (int k = 0; k < W && ok; k++) {
-        po.shard_offset = k * b;
-        po.shard_rows = b;
-        ok = ct_prefetcher_create(g_ctx, &ds, B, 1, 1, 9, &po, &pf[k]) == CT_OK;
+    ct_prefetcher *pfull = NULL, *pf[SH_W] = {0};
+    ok = ok && ct_prefetcher_create(g_ctx, &ds, SH_B, 1, 1, 9, &po, &pfull) == CT_OK;
+    for (int k = 0; k < SH_W && ok; k++) {
+        po.shard_offset = k * SH_b;
+        po.shard_rows = SH_b;
+        ok = ct_prefetcher_create(g_ctx, &ds, SH_B, 1, 1, 9, &po, &pf[k]) == CT_OK;
     }
+    ok = ok && shards_match(prefetcher_next, pfull, (void *const *)pf);
     po.shard_offset = 11, po.shard_rows = 2;
     ct_prefetcher *badpf = NULL;
-    int bad_rejected = ct_prefetcher_create(g_ctx, &ds, B, 1, 1, 9, &po, &badpf) == CT_E_INVALID_ARG;
-    for (int64_t batch = 0; ok; batch++) {
-        int64_t got = 0, g = 0;
-        ct_prefetcher_next(pfull, whole, wl, &got);
-        for (int k = 0; k < W; k++) {
-            ct_prefetcher_next(pf[k], shard, sl, &g);
-            if (g != (got ? b : 0)) ok = 0;
-            memcpy(part + k * b * 16, shard, sizeof shard);
-            memcpy(pl + k * b, sl, sizeof sl);
-        }
-        if (!got || !ok) break;
-        ok = !memcmp(whole, part, sizeof whole) && !memcmp(wl, pl, sizeof wl);
-        if (!ok) fprintf(stderr, "  prefetcher batch %lld differs from its shards\n", (long long)batch);
-    }
+    bad_rejected = bad_rejected && ct_prefetcher_create(g_ctx, &ds, SH_B, 1, 1, 9, &po, &badpf) == CT_E_INVALID_ARG;
     ct_prefetcher_free(pfull);
-    for (int k = 0; k < W; k++) ct_prefetcher_free(pf[k]);
+    for (int k = 0; k < SH_W; k++) ct_prefetcher_free(pf[k]);
     ct_prefetcher_free(badpf);
     free(ds.images);
     free(ds.labels);

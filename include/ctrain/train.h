@@ -76,7 +76,8 @@ struct ct_task {
      * committed (e.g. GPT's tokenizer.vocab); may be NULL. */
     ct_status (*checkpoint_files)(ct_task *t, ct_checkpoint_file *files, int *n, int max);
     /* Data parallel (may be NULL: the task trains in one process only).
-     * Called once, before build, on rank `rank` of `size`: from then on
+     * Called once by ct_train, before build, on rank `rank` of `size` (the
+     * batch size divides by size, checked by ct_train): from then on
      * next_batch writes only this rank's rows [rank*b, (rank+1)*b) of every
      * global batch of r->batch_size rows (b = batch_size / size; build is
      * called with batch_size b), and evaluate covers this rank's part of the
