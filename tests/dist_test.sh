@@ -155,6 +155,13 @@ else
   bad "fp16 loss scaler (rc $rc): '$k2' vs '$k1'" "$(tail -5 "$tmp/fp2.log")"
 fi
 
+# threads 0 (the default): this host's cores shared among its ranks
+cores=$(getconf _NPROCESSORS_ONLN); want=$((cores / 2)); [ "$want" -ge 1 ] || want=1
+mrun "$tmp/thr.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${A[@]}" --threads 0 --max-steps 2
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q "^  threads $want," "$tmp/thr.log"; then ok "threads 0 at np 2 on $cores cores: $want per rank"
+else bad "threads 0 at np 2 (rc $rc, want $want per rank)" "$(grep -E "threads|error" "$tmp/thr.log")"; fi
+
 # ---- errors ------------------------------------------------------------------------------------------
 start=$(date +%s)
 mrun "$tmp/div.log" 60 -- "${MPI[@]}" -np 4 "$CT" train "${A[@]}" --batch-size 30
