@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/run_all.sh - the whole suite: every test binary in the normal build
-# and in the ASan+UBSan build, the CLI tests in both, and the end-to-end
+# and in the ASan+UBSan build, the CLI tests in both (data parallel over MPI,
+# tests/dist_test.sh, included: a SKIP line without mpirun), and the end-to-end
 # tests again with the ISA forced lower (CT_ISA=avx2 without oneDNN, and
 # CT_ISA=ref) so the fallback kernels run on this machine too. The layer
 # check (tests/check_layers.sh: includes point down only) runs first.
