@@ -13,8 +13,11 @@ ifeq ($(SAN),1)
 CFLAGS_BASE += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LDSAN := -fsanitize=address,undefined
 endif
-CFLAGS  := $(CFLAGS_BASE) $(EXTRA_CFLAGS)
-LDLIBS  := -ldnnl -lcjson -lz -lm -fopenmp -pthread $(LDSAN)
+# Open MPI (src/dist/): the library and the CLI still run as one process without mpirun
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c)
+MPI_LIBS   := $(shell pkg-config --libs ompi-c)
+CFLAGS  := $(CFLAGS_BASE) $(MPI_CFLAGS) $(EXTRA_CFLAGS)
+LDLIBS  := -ldnnl -lcjson -lz -lm $(MPI_LIBS) -fopenmp -pthread $(LDSAN)
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c -DCT_SIMD_AVX2
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c -DCT_SIMD_AVX512

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS="build-essential pkg-config libdnnl-dev libcjson-dev zlib1g-dev \
-      libgomp1 groff-base dataset-fashion-mnist ca-certificates"
+      libgomp1 groff-base libopenmpi-dev openmpi-bin dataset-fashion-mnist ca-certificates"
 if [ "${1:-}" = "--reference" ]; then
   PKGS="$PKGS python3 python3-torch python3-numpy libopenblas0-openmp"
 fi

@@ -10,6 +10,9 @@
 #                           after each suite, so they fail it even from a run
 #                           whose output a script does not look at)
 #   summary NAME            print "NAME: N passed, N failed"; returns 1 on failure
+#   mnist_subset DIR SPLIT COUNT
+#                           the first COUNT images and labels of data/mnist's SPLIT
+#                           ("train" / "t10k") as IDX files in DIR
 pass=0
 fail=0
 
@@ -36,6 +39,13 @@ expect() {
   else
     bad "$name (rc $rc, want $want, pattern '$pat')" "$out"
   fi
+}
+
+be32() { printf '%b' "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 >> 24 & 255)) $(($1 >> 16 & 255)) $(($1 >> 8 & 255)) $(($1 & 255)))"; }
+mnist_subset() {
+  mkdir -p "$1"
+  { printf '\x00\x00\x08\x03'; be32 "$3"; be32 28; be32 28; tail -c +17 "data/mnist/$2-images-idx3-ubyte" | head -c $(($3 * 784)); } >"$1/$2-images-idx3-ubyte"
+  { printf '\x00\x00\x08\x01'; be32 "$3"; tail -c +9 "data/mnist/$2-labels-idx1-ubyte" | head -c "$3"; } >"$1/$2-labels-idx1-ubyte"
 }
 
 summary() {

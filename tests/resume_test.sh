@@ -31,15 +31,8 @@ if [ ! -f data/mnist/train-images-idx3-ubyte ] || [ ! -f data/mnist/t10k-images-
 fi
 
 # ---- a small MNIST subset -----------------------------------------------------------------
-be32() { printf '%b' "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 >> 24 & 255)) $(($1 >> 16 & 255)) $(($1 >> 8 & 255)) $(($1 & 255)))"; }
-subset() { # split count
-  local d=$tmp/data
-  mkdir -p "$d"
-  { printf '\x00\x00\x08\x03'; be32 "$2"; be32 28; be32 28; tail -c +17 "data/mnist/$1-images-idx3-ubyte" | head -c $(($2 * 784)); } >"$d/$1-images-idx3-ubyte"
-  { printf '\x00\x00\x08\x01'; be32 "$2"; tail -c +9 "data/mnist/$1-labels-idx1-ubyte" | head -c "$2"; } >"$d/$1-labels-idx1-ubyte"
-}
-subset train 1200
-subset t10k 300
+mnist_subset "$tmp/data" train 1200
+mnist_subset "$tmp/data" t10k 300
 
 # recipe A: AdamW, cosine with warmup, dropout; 60 steps = 3 epochs + 6 steps
 A=(--data-dir "$tmp/data" --hidden 64 --dropout 0.2 --batch-size 64 --epochs 5 --max-steps 60 --seed 7

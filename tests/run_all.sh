@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/run_all.sh - the whole suite: every test binary in the normal build
-# and in the ASan+UBSan build, the CLI tests in both, and the end-to-end
+# and in the ASan+UBSan build, the CLI tests in both (data parallel over MPI,
+# tests/dist_test.sh, included: a SKIP line without mpirun), and the end-to-end
 # tests again with the ISA forced lower (CT_ISA=avx2 without oneDNN, and
 # CT_ISA=ref) so the fallback kernels run on this machine too, and the
 # native-BF16 test with oneDNN held below AVX-512 (its fallback). The layer
@@ -70,6 +71,7 @@ run_suite "report" tests/test_report.sh build/ctrain
 run_suite "resume" tests/resume_test.sh build/ctrain
 run_suite "install" bash tests/install_test.sh
 run_suite "fault" tests/fault_test.sh build/ctrain
+run_suite "dist" tests/dist_test.sh build/ctrain
 for t in build-asan/tests/test_*; do
   run_suite "asan $(basename "$t")" "$t"
 done
@@ -78,6 +80,7 @@ run_suite "asan text cli" tests/text_cli_test.sh build-asan/ctrain
 run_suite "asan report" tests/test_report.sh build-asan/ctrain
 run_suite "asan resume" tests/resume_test.sh build-asan/ctrain
 run_suite "asan fault" tests/fault_test.sh build-asan/ctrain
+run_suite "asan dist" tests/dist_test.sh build-asan/ctrain
 # fallbacks: the same end-to-end checks with lower ISAs
 for isa in avx2 ref; do
   onednn=1; [ "$isa" = avx2 ] && onednn=0

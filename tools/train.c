@@ -1,8 +1,11 @@
 /* tools/train.c - `ctrain train`: argument handling around the library's
  * one training loop (ct_train, include/ctrain/train.h):
- *   recipe <- [checkpoint's recipe] <- --recipe FILE <- flags
- *   validate -> context -> ct_train -> [report]
- * The flags and the key list of --help come from the recipe key table. */
+ *   world -> recipe <- [checkpoint's recipe] <- --recipe FILE <- flags
+ *   validate -> context -> ct_train -> [report] -> world freed
+ * The flags and the key list of --help come from the recipe key table.
+ * Started by mpirun / srun, every process runs this with its rank of the
+ * world (include/ctrain/dist.h) and ct_train trains data parallel; a rank
+ * that fails ends the whole job (ct_comm_abort) so no rank waits forever. */
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -10,9 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "ctrain/ctrain.h"
+
+#define CT_CLI_MAX(a, b) ((a) > (b) ? (a) : (b))
 
 /* Prints the recipe keys: "text" for --help, "markdown" for the table in docs/recipes.md. */
 static void print_keys(FILE *f, int markdown) {
@@ -157,6 +163,10 @@ int ct_cli_train(int argc, char **argv) {
         return 1;
     }
     int rc = 1;
+    /* the processes of the job: one without a launcher (no MPI call), else every rank mpirun / srun started */
+    ct_comm *world = NULL;
+    if ((s = ct_comm_world_create(ctx, &world)) != CT_OK) goto out_err;
+    const int rank = ct_comm_rank(world), n_ranks = ct_comm_size(world);
     ct_recipe ck_recipe; /* the recipe the checkpoint stores (its paths are not used) */
     /* the checkpoint's recipe first, without the paths it names; the recipe file and flags apply on top */
     if (resume && (s = ct_train_resume_recipe(ctx, resume, &r, &ck_recipe)) != CT_OK) goto out_err;
@@ -215,7 +225,9 @@ int ct_cli_train(int argc, char **argv) {
                            now, was, resume);
             goto out;
         }
-        /* paths stored in a checkpoint are informational: say which ones this run does not follow */
+    }
+    if (resume && rank == 0) {
+        /* paths stored in a checkpoint are informational: say which ones this run does not follow (rank 0 says it) */
         if (strcmp(ck_recipe.save_dir, r.save_dir))
             fprintf(stderr, "ctrain: note: checkpoints go to '%s'; the checkpoint names save_dir '%s', which is not "
                     "used (paths stored in a checkpoint are never followed)\n", r.save_dir, ck_recipe.save_dir);
@@ -226,13 +238,22 @@ int ct_cli_train(int argc, char **argv) {
             fprintf(stderr, "ctrain: note: the checkpoint names profile_dir '%s', which is not used; pass --profile "
                     "DIR to profile this run\n", ck_recipe.profile_dir);
     }
-    /* a context with the recipe's seed, threads and memory budget */
+    /* a context with the recipe's seed, threads and memory budget. Data parallel: threads 0 (all cores) shares
+     * this host's cores among its ranks, and ranks > 0 draw their own dropout masks (a seed of their own: rank 0
+     * keeps the recipe's, and its initial weights go to every rank) */
+    ct_recipe cr = r;
+    if (n_ranks > 1) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        if (cr.threads == 0) cr.threads = (int)CT_CLI_MAX(1, cores / ct_comm_local_size(world));
+        if (rank > 0) cr.seed = r.seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)rank);
+    }
     ct_context_free(ctx);
     ctx = NULL;
-    if ((s = ct_train_context_create(&r, &ctx)) != CT_OK) {
+    if ((s = ct_train_context_create(&cr, &ctx)) != CT_OK) {
         fprintf(stderr, "ctrain: error: cannot create a context (%s)\n", ct_status_name(s));
-        return 1;
+        goto out;
     }
+    ct_comm_set_context(world, ctx);
     char mpath[600] = "";
     if (report_dir) {
         if (mkdir(report_dir, 0777) != 0 && errno != EEXIST) {
@@ -243,6 +264,7 @@ int ct_cli_train(int argc, char **argv) {
     }
     ct_train_opts to;
     ct_train_opts_default(&to);
+    to.comm = world;
     to.out = stdout;
     to.quiet = quiet;
     to.resume = resume;
@@ -255,7 +277,7 @@ int ct_cli_train(int argc, char **argv) {
         fprintf(stderr, "\n");
         goto out_err;
     }
-    if (report_dir) {
+    if (report_dir && rank == 0) {
         char hpath[700];
         snprintf(hpath, sizeof hpath, "%s/report.html", report_dir);
         if (ct_report_html(mpath, hpath) != 0) goto out;
@@ -264,8 +286,13 @@ int ct_cli_train(int argc, char **argv) {
     rc = 0;
     goto out;
 out_err:
+    if (ct_comm_size(world) > 1)
+        fprintf(stderr, "ctrain: rank %d of %d failed:\n", ct_comm_rank(world), ct_comm_size(world));
     rc = cli_fail(ctx, s, "training failed");
 out:
+    /* a failed rank ends the job: the others may wait for it in a collective */
+    if (rc != 0 && ct_comm_size(world) > 1) ct_comm_abort(world, rc);
+    ct_comm_free(world);
     ct_context_free(ctx);
     return rc;
 }

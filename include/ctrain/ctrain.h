@@ -17,4 +17,5 @@
 #include "text.h"
 #include "metrics.h"
 #include "train.h"
+#include "dist.h"
 #endif

@@ -58,6 +58,14 @@ ct_status ct_loader_next(ct_loader *l, float *images, int32_t *labels, int64_t *
  * exactly where batch k of epoch e would start). Allocates nothing. */
 ct_status ct_loader_skip(ct_loader *l, int64_t batches);
 
+/* Data parallel: from now on ct_loader_next copies only the rows
+ * [offset, offset + rows) of each batch (clipped to a short last batch) to
+ * the start of the caller's buffers, and *got counts them; the order, the
+ * batches, num_batches and skip stay those of the whole batch, so rank k of
+ * n (offset k * batch / n, rows batch / n) reads its slice of the very
+ * batches one process would. rows 0: the whole batch again. */
+ct_status ct_loader_set_shard(ct_loader *l, int64_t offset, int64_t rows);
+
 /* ---- prefetcher (src/data/prefetch.c) -------------------------------------
  * Background threads (POSIX) fill a ring of `buffer_size` batches while the
  * caller trains, so loading, normalizing and augmenting never stall compute.
@@ -76,6 +84,9 @@ typedef struct ct_prefetch_opts {
     int crop_pad;      /* crop padding in pixels when augmenting (default 2)    */
     int flip;          /* horizontal flip with p = 0.5 when augmenting (default 1) */
     float pad_value;   /* value of the padding (normalized 0 pixel: -mean/std) */
+    int64_t shard_offset, shard_rows; /* rows 0 (default): whole batches; else only the rows
+                          [offset, offset + rows) of each batch, as ct_loader_set_shard;
+                          the augmentation stays keyed by the row's place in the epoch */
 } ct_prefetch_opts;
 void ct_prefetch_opts_default(ct_prefetch_opts *o);
 

@@ -24,6 +24,8 @@ typedef enum ct_status {
     CT_E_NONFINITE,    /* E40020 NaN or inf found in data or results          */
     CT_E_STATE,        /* E40030 call made in the wrong state (e.g. no plan)  */
     CT_E_INTERNAL,     /* E90001 a bug in ctrain; please report it            */
+    CT_E_DIST,         /* E80001 the ranks of a distributed job disagree or a
+                          collective failed (a rank died, MPI error)          */
     CT_STATUS_COUNT
 } ct_status;
 

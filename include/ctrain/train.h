@@ -24,6 +24,7 @@
 #include <stdio.h>
 
 #include "checkpoint.h"
+#include "dist.h"
 #include "graph.h"
 #include "recipe.h"
 #include "text.h"
@@ -39,6 +40,9 @@ typedef struct ct_task_eval {
     double loss;       /* mean loss over the evaluated samples / tokens          */
     double accuracy;   /* in [0, 1]; meaningful when the task has_accuracy       */
     char detail[96];   /* extra text for the display ("val ppl 4.20  (64 windows)") */
+    double count;      /* samples / tokens the means cover: each rank's weight when
+                          data parallel ranks combine their parts of the evaluation */
+    double rows;       /* rows evaluated (images, windows); summed over the ranks */
 } ct_task_eval;
 
 struct ct_task {
@@ -72,6 +76,17 @@ struct ct_task {
     /* Extra files written into every checkpoint's step directory before it is
      * committed (e.g. GPT's tokenizer.vocab); may be NULL. */
     ct_status (*checkpoint_files)(ct_task *t, ct_checkpoint_file *files, int *n, int max);
+    /* Data parallel (may be NULL: the task trains in one process only).
+     * Called once by ct_train, before build, on rank `rank` of `size` (the
+     * batch size divides by size, checked by ct_train): from then on
+     * next_batch writes only this rank's rows [rank*b, (rank+1)*b) of every
+     * global batch of r->batch_size rows (b = batch_size / size; build is
+     * called with batch_size b), and evaluate covers this rank's part of the
+     * held-out split and sets count (the trainer combines the parts). */
+    ct_status (*shard)(ct_task *t, int rank, int size);
+    /* Writes ev->detail from ev's loss, accuracy and rows; data parallel: called
+     * again after the ranks' parts are combined. May be NULL (no detail). */
+    void (*eval_detail)(ct_task *t, ct_task_eval *ev);
     void (*free)(ct_task *t);
 };
 
@@ -107,6 +122,14 @@ typedef struct ct_train_opts {
     ct_train_step_hook step_hook;
     ct_checkpoint_hook checkpoint_hook;
     void *hook_user;
+    /* NULL or a world of one process: train alone. Else data parallel over
+     * the communicator's ranks (docs/distributed.md): every rank calls
+     * ct_train with the same recipe; r->batch_size is the global batch and
+     * must divide by the world size; rank 0 alone writes `out`, the metrics
+     * log, the profile and the checkpoints. The task (o->task or the built-in
+     * one) must have a shard function. ct_train records the communicator's
+     * errors on ctx (ct_comm_set_context). */
+    ct_comm *comm;
 } ct_train_opts;
 void ct_train_opts_default(ct_train_opts *o);
 
@@ -118,6 +141,8 @@ typedef struct ct_train_result {
     size_t peak_bytes;       /* peak of the context allocator                           */
     int64_t skipped_steps;   /* this run's updates skipped by the loss scaler (overflow) */
     int64_t zero_grad_steps; /* this run's steps whose gradients were all exactly zero   */
+    int64_t grad_allreduces; /* data parallel: allreduces of the gradient arena (one per step) */
+    double comm_seconds;     /* data parallel: seconds inside the communicator's calls    */
 } ct_train_result;
 
 /* Runs the recipe. Errors are returned with the context's message: a bad

@@ -23,6 +23,9 @@ static const status_info k_info[] = {
     [CT_E_NONFINITE] = {"CT_E_NONFINITE", "E40020", "NaN/inf found: check the data, lower the learning rate"},
     [CT_E_STATE] = {"CT_E_STATE", "E40030", "call the functions in the documented order"},
     [CT_E_INTERNAL] = {"CT_E_INTERNAL", "E90001", "this is a bug in ctrain: please report it"},
+    [CT_E_DIST] = {"CT_E_DIST", "E80001",
+                   "a distributed run failed: check that every rank runs the same recipe and that no rank died "
+                   "(the launcher names it); see docs/distributed.md"},
 };
 
 _Static_assert(sizeof k_info / sizeof k_info[0] == CT_STATUS_COUNT, "k_info needs one row per ct_status");

@@ -23,6 +23,7 @@ struct ct_loader {
     int shuffle, drop_last;
     uint64_t seed, epoch;
     int64_t pos;
+    int64_t shard_off, shard_rows; /* rows 0: whole batches */
     int64_t *perm;
 };
 
@@ -108,24 +109,38 @@ ct_status ct_loader_next(ct_loader *l, float *images, int32_t *labels, int64_t *
     int64_t left = l->n - l->pos;
     if (left <= 0 || (l->drop_last && left < l->batch)) return CT_OK; /* end of epoch */
     int64_t b = CT_MIN(l->batch, left);
+    /* this shard's rows [lo, hi) of the batch (all of it without a shard) */
+    int64_t lo = l->shard_rows ? CT_MIN(l->shard_off, b) : 0, hi = l->shard_rows ? CT_MIN(lo + l->shard_rows, b) : b;
     const ct_dataset *ds = l->ds;
-    const int64_t *p = l->perm + l->pos;
+    const int64_t *p = l->perm + l->pos + lo;
     size_t sz = (size_t)l->sample;
     if (!l->shuffle) {
-        memcpy(images, ds->images + (size_t)l->pos * sz, (size_t)b * sz * sizeof(float));
-        memcpy(labels, ds->labels + l->pos, (size_t)b * sizeof(int32_t));
+        memcpy(images, ds->images + (size_t)(l->pos + lo) * sz, (size_t)(hi - lo) * sz * sizeof(float));
+        memcpy(labels, ds->labels + l->pos + lo, (size_t)(hi - lo) * sizeof(int32_t));
     } else {
-        for (int64_t i = 0; i < b; i++) {
+        for (int64_t i = 0; i < hi - lo; i++) {
             memcpy(images + (size_t)i * sz, ds->images + (size_t)p[i] * sz, sz * sizeof(float));
             labels[i] = ds->labels[p[i]];
         }
     }
     l->pos += b;
-    *got = b;
+    *got = hi - lo;
     return CT_OK;
 }
 
 const int64_t *ct_loader_perm_(const ct_loader *l) { return l->perm; }
+
+ct_status ct_loader_set_shard(ct_loader *l, int64_t offset, int64_t rows) {
+    if (!l) return CT_E_INVALID_ARG;
+    if (offset < 0 || rows < 0 || offset + rows > l->batch || (rows == 0 && offset != 0))
+        return ct_set_error(l->ctx, CT_E_INVALID_ARG,
+                            "ct_loader_set_shard: rows [%lld, %lld) are not inside a batch of %lld (rows 0 with "
+                            "offset 0: whole batches)",
+                            (long long)offset, (long long)(offset + rows), (long long)l->batch);
+    l->shard_off = offset;
+    l->shard_rows = rows;
+    return CT_OK;
+}
 
 ct_status ct_loader_skip(ct_loader *l, int64_t batches) {
     if (!l) return CT_E_INVALID_ARG;

@@ -59,6 +59,11 @@ void ct_prefetch_opts_default(ct_prefetch_opts *o) {
 static int64_t fill_batch(const ct_prefetcher *pf, int64_t k, float *images, int32_t *labels) {
     const ct_dataset *ds = pf->ds;
     int64_t start = k * pf->batch, b = CT_MIN(pf->batch, ds->n - start);
+    if (pf->o.shard_rows) { /* this shard's rows of the batch; positions stay the epoch's */
+        int64_t lo = CT_MIN(pf->o.shard_offset, b);
+        b = CT_MIN(lo + pf->o.shard_rows, b) - lo;
+        start += lo;
+    }
     const int64_t *p = ct_loader_perm_(pf->ld) + start;
     size_t sz = (size_t)pf->sample;
     const int64_t C = ds->c, H = ds->h, W = ds->w;
@@ -177,6 +182,13 @@ ct_status ct_prefetcher_create(ct_context *ctx, const ct_dataset *ds, int64_t ba
                             opts.threads);
     if (opts.augment && (opts.crop_pad < 0 || opts.crop_pad > 64))
         return ct_set_error(ctx, CT_E_INVALID_ARG, "prefetch crop_pad %d must be in [0, 64]", opts.crop_pad);
+    if (opts.shard_offset < 0 || opts.shard_rows < 0 || opts.shard_offset + opts.shard_rows > batch ||
+        (opts.shard_rows == 0 && opts.shard_offset != 0))
+        return ct_set_error(ctx, CT_E_INVALID_ARG,
+                            "prefetch shard rows [%lld, %lld) are not inside a batch of %lld (shard_rows 0 with "
+                            "shard_offset 0: whole batches)",
+                            (long long)opts.shard_offset, (long long)(opts.shard_offset + opts.shard_rows),
+                            (long long)batch);
     ct_loader *ld = NULL;
     CT_TRY(ct_loader_create(ctx, ds, batch, shuffle, drop_last, seed, &ld));
     void *mem = NULL;
@@ -196,6 +208,7 @@ ct_status ct_prefetcher_create(ct_context *ctx, const ct_dataset *ds, int64_t ba
     pf->seed = seed;
     pf->nb = ct_loader_num_batches(ld);
     const int R = opts.buffer_size;
+    const int64_t rows = opts.shard_rows ? opts.shard_rows : batch; /* rows a slot holds */
     void *p = NULL;
     if ((s = ct_alloc(ctx, (size_t)R * sizeof(pf_slot), &p)) != CT_OK) goto fail;
     pf->slots = p;
@@ -203,9 +216,9 @@ ct_status ct_prefetcher_create(ct_context *ctx, const ct_dataset *ds, int64_t ba
     if (opts.threads > 0) /* synchronous mode fills the caller's buffers directly */
         for (int i = 0; i < R; i++) {
             pf->slots[i].batch = -1;
-            if ((s = ct_alloc(ctx, (size_t)batch * (size_t)pf->sample * sizeof(float), &p)) != CT_OK) goto fail;
+            if ((s = ct_alloc(ctx, (size_t)rows * (size_t)pf->sample * sizeof(float), &p)) != CT_OK) goto fail;
             pf->slots[i].images = p;
-            if ((s = ct_alloc(ctx, (size_t)batch * sizeof(int32_t), &p)) != CT_OK) goto fail;
+            if ((s = ct_alloc(ctx, (size_t)rows * sizeof(int32_t), &p)) != CT_OK) goto fail;
             pf->slots[i].labels = p;
         }
     if ((s = ct_alloc(ctx, (size_t)CT_MAX(opts.threads, 1) * sizeof(pthread_t), &p)) != CT_OK) goto fail;

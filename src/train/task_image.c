@@ -1,7 +1,9 @@
 /* src/train/task_image.c - the image task: IDX datasets (MNIST,
  * Fashion-MNIST) through the loader or the background prefetcher, an MLP or
  * a CNN with cross entropy, training accuracy from the logits, and test
- * loss / accuracy evaluated on the t10k split every epoch. */
+ * loss / accuracy evaluated on the t10k split every epoch. Data parallel
+ * (shard): the loader / prefetcher hand this rank its rows of every global
+ * batch, and the evaluation covers every size-th test batch. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,8 @@ typedef struct {
     ct_tensor tx, ty, tl;
     float *logits_buf; /* FP32 copy of low-precision logits (B*C) */
     size_t logits_cap;
+    int rank, size;    /* data parallel: this rank's share of batches and evaluation */
+    float mean, stdv;  /* the normalization (the prefetcher pads with a normalized 0) */
 } image_task;
 
 /* Logits as FP32: a low-precision plan stores BF16/FP16 logits, converted into buf. */
@@ -101,8 +105,9 @@ static int64_t img_correct(ct_task *t, int64_t rows) {
     return argmax_correct(logits_f32(it), it->ty.data, rows, it->train.n_classes);
 }
 
-/* The test split in eval mode; the last partial batch is padded with
- * ignored labels (-100) so it does not count. */
+/* The test split in eval mode, in batches of the plan's size (data
+ * parallel: batch k on rank k % size); the last partial batch is padded
+ * with ignored labels (-100) so it does not count. */
 static ct_status img_evaluate(ct_task *t, ct_task_eval *out) {
     image_task *it = t->impl;
     int64_t B = it->tx.shape[0];
@@ -111,8 +116,14 @@ static ct_status img_evaluate(ct_task *t, ct_task_eval *out) {
     ct_loader_start_epoch(ld, 0);
     double tot_loss = 0;
     int64_t correct = 0, seen = 0, got;
-    ct_status s;
-    while ((s = ct_loader_next(ld, it->tx.data, it->ty.data, &got)) == CT_OK && got > 0) {
+    ct_status s = CT_OK;
+    const int64_t nb = ct_loader_num_batches(ld);
+    for (int64_t k = 0; k < nb; k++) {
+        if (k % it->size != it->rank) { /* data parallel: test batch k is rank k % size's */
+            if ((s = ct_loader_skip(ld, 1)) != CT_OK) break;
+            continue;
+        }
+        if ((s = ct_loader_next(ld, it->tx.data, it->ty.data, &got)) != CT_OK || got == 0) break;
         int32_t *lab = it->ty.data;
         for (int64_t i = got; i < B; i++) lab[i] = -100;
         if ((s = ct_plan_forward(it->plan, 0)) != CT_OK) break;
@@ -126,8 +137,36 @@ static ct_status img_evaluate(ct_task *t, ct_task_eval *out) {
     if (s != CT_OK) return s;
     out->loss = seen ? tot_loss / (double)seen : 0;
     out->accuracy = seen ? (double)correct / (double)seen : 0;
+    out->count = (double)seen;
+    out->rows = (double)seen;
     out->detail[0] = 0;
     return CT_OK;
+}
+
+/* The training batches through the prefetcher (prefetch > 0 or augment),
+ * with rows [off, off + rows) of each batch (rows 0: all). */
+static ct_status make_prefetcher(image_task *it, int64_t off, int64_t rows) {
+    const ct_recipe *r = &it->r;
+    ct_prefetch_opts po;
+    ct_prefetch_opts_default(&po);
+    po.buffer_size = r->prefetch > 0 ? r->prefetch : 1;
+    po.threads = r->prefetch > 0 ? r->prefetch_threads : 0; /* 0: synchronous */
+    po.augment = r->augment;
+    po.pad_value = -it->mean / it->stdv; /* a normalized 0 pixel */
+    po.shard_offset = off;
+    po.shard_rows = rows;
+    ct_prefetcher_free(it->pf);
+    it->pf = NULL;
+    return ct_prefetcher_create(it->ctx, &it->train, r->batch_size, 1, 1, r->seed, &po, &it->pf);
+}
+
+static ct_status img_shard(ct_task *t, int rank, int size) {
+    image_task *it = t->impl;
+    const int64_t b = it->r.batch_size / size; /* the trainer checked that it divides */
+    it->rank = rank;
+    it->size = size;
+    CT_TRY(ct_loader_set_shard(it->ld, size > 1 ? rank * b : 0, size > 1 ? b : 0));
+    return it->pf ? make_prefetcher(it, size > 1 ? rank * b : 0, size > 1 ? b : 0) : CT_OK;
 }
 
 static void img_describe(ct_task *t, const ct_plan_stats *ps, char *buf, size_t len) {
@@ -178,27 +217,24 @@ ct_status ct_task_image_create(ct_context *ctx, const ct_recipe *r, ct_task **ou
     t->batch_correct = img_correct;
     t->evaluate = img_evaluate;
     t->describe = img_describe;
+    t->shard = img_shard;
     t->free = img_free;
+    it->rank = 0;
+    it->size = 1;
     char dir[300];
     const char *ds = ct_recipe_enum_name("dataset", (int)r->dataset);
     if (r->data_dir[0]) snprintf(dir, sizeof dir, "%s", r->data_dir);
     else snprintf(dir, sizeof dir, "data/%s", ds);
     const float mean = r->dataset == CT_DATASET_MNIST ? 0.1307f : 0.2860f;
     const float stdv = r->dataset == CT_DATASET_MNIST ? 0.3081f : 0.3530f;
+    it->mean = mean;
+    it->stdv = stdv;
     ct_status s = ct_dataset_load_idx(ctx, dir, "train", mean, stdv, &it->train);
     if (s == CT_OK) s = ct_dataset_load_idx(ctx, dir, "t10k", mean, stdv, &it->test);
     if (s == CT_E_IO || s == CT_E_CORRUPT) /* name the fix: the data comes from scripts/setup.sh */
         ct_wrap_error(ctx, s, NULL, "; run scripts/setup.sh to install the datasets into data/, or set data_dir");
     if (s == CT_OK) s = ct_loader_create(ctx, &it->train, r->batch_size, 1, 1, r->seed, &it->ld);
-    if (s == CT_OK && (r->prefetch > 0 || r->augment)) {
-        ct_prefetch_opts po;
-        ct_prefetch_opts_default(&po);
-        po.buffer_size = r->prefetch > 0 ? r->prefetch : 1;
-        po.threads = r->prefetch > 0 ? r->prefetch_threads : 0; /* 0: synchronous */
-        po.augment = r->augment;
-        po.pad_value = -mean / stdv; /* a normalized 0 pixel */
-        s = ct_prefetcher_create(ctx, &it->train, r->batch_size, 1, 1, r->seed, &po, &it->pf);
-    }
+    if (s == CT_OK && (r->prefetch > 0 || r->augment)) s = make_prefetcher(it, 0, 0);
     if (s != CT_OK) {
         img_free(t);
         return s;

@@ -3,7 +3,9 @@
  * or BERT with the masked-LM loss; training batches keyed by (seed, step,
  * micro-batch) so a resumed run continues exactly; validation loss (and
  * perplexity) every eval_every steps. The char tokenizer's vocabulary goes
- * into every checkpoint (tokenizer.vocab) for `ctrain sample`. */
+ * into every checkpoint (tokenizer.vocab) for `ctrain sample`. Data
+ * parallel (shard): each rank cuts its rows out of the global batch and
+ * evaluates its part of the validation windows. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +83,8 @@ typedef struct {
     int64_t B;
     uint8_t vocab[256]; /* char tokenizer: id -> byte, for checkpoints */
     size_t n_vocab;
+    int rank, size;     /* data parallel: this rank's rows of every batch, its part of the evaluation */
+    int32_t *g;         /* data parallel: one global batch (size * B rows): ids | labels | key_valid */
 } text_task;
 
 static ct_status txt_build(ct_task *t, ct_graph *g, const ct_recipe *r, ct_node *loss, int *n_keep, ct_node *keep) {
@@ -118,11 +122,20 @@ static ct_status txt_start_epoch(ct_task *t, int64_t epoch, int64_t skip) {
     return CT_OK;
 }
 
-/* The batch of (seed, key) from a split. */
+/* The batch of (seed, key) from a split: of B rows, or data parallel this
+ * rank's B rows of the global batch of size * B rows (made whole, then cut). */
 static ct_status fill(text_task *tt, ct_text_split split, uint64_t seed, uint64_t key) {
-    if (!tt->bert) return ct_text_lm_batch(&tt->ds, split, tt->B, tt->T, seed, key, tt->ti.data, tt->tl.data);
-    return ct_text_mlm_batch(&tt->ds, split, tt->B, tt->T, tt->mask_id, seed, key, tt->ti.data, tt->tl.data,
-                             tt->tk.data);
+    const int64_t B = tt->B, T = tt->T, Bg = B * tt->size;
+    int32_t *ids = tt->ti.data, *lab = tt->tl.data, *kv = tt->bert ? tt->tk.data : NULL;
+    if (tt->size > 1) ids = tt->g, lab = tt->g + Bg * T, kv = tt->bert ? tt->g + 2 * Bg * T : NULL;
+    if (!tt->bert) CT_TRY(ct_text_lm_batch(&tt->ds, split, Bg, T, seed, key, ids, lab));
+    else CT_TRY(ct_text_mlm_batch(&tt->ds, split, Bg, T, tt->mask_id, seed, key, ids, lab, kv));
+    if (tt->size == 1) return CT_OK;
+    const size_t off = (size_t)(tt->rank * B * T), n = (size_t)(B * T) * sizeof(int32_t);
+    memcpy(tt->ti.data, ids + off, n);
+    memcpy(tt->tl.data, lab + off, n);
+    if (tt->bert) memcpy(tt->tk.data, kv + off, n);
+    return CT_OK;
 }
 
 static ct_status txt_next(ct_task *t, int64_t step, int micro, int64_t *rows) {
@@ -135,7 +148,9 @@ static ct_status txt_next(ct_task *t, int64_t step, int micro, int64_t *rows) {
 /* Validation loss (mean over predicted tokens). GPT: the sequential windows
  * of the validation split, the first eval_batches * B of them (0: all).
  * BERT: eval_batches (0: 20) masked batches of a fixed seed, the same at
- * every evaluation. */
+ * every evaluation. Data parallel (B = the global batch / size): GPT's
+ * windows in runs of B, run j on rank j % size (the first eval_batches x
+ * the global batch of them); BERT: this rank's rows of each global batch. */
 static ct_status txt_evaluate(ct_task *t, ct_task_eval *out) {
     text_task *tt = t->impl;
     const ct_recipe *r = &tt->r;
@@ -158,8 +173,9 @@ static ct_status txt_evaluate(ct_task *t, ct_task_eval *out) {
         }
     } else {
         int64_t nw = ct_text_eval_windows(&tt->ds, CT_SPLIT_VAL, T);
-        if (r->eval_batches > 0 && r->eval_batches * B < nw) nw = r->eval_batches * B;
+        if (r->eval_batches > 0 && r->eval_batches * B * tt->size < nw) nw = r->eval_batches * B * tt->size;
         for (int64_t first = 0; first < nw; first += B) {
+            if (first / B % tt->size != tt->rank) continue;
             int64_t got = 0, want = nw - first < B ? nw - first : B;
             CT_TRY(ct_text_eval_batch(&tt->ds, CT_SPLIT_VAL, T, first, want, tt->ti.data, tt->tl.data, &got));
             if (got <= 0) break;
@@ -175,7 +191,28 @@ static ct_status txt_evaluate(ct_task *t, ct_task_eval *out) {
     }
     out->loss = w > 0 ? tot / w : 0;
     out->accuracy = 0;
-    snprintf(out->detail, sizeof out->detail, "val ppl %.2f  (%lld windows", exp(out->loss), (long long)windows);
+    out->count = w;
+    out->rows = (double)windows;
+    t->eval_detail(t, out);
+    return CT_OK;
+}
+
+/* "val ppl" of the (combined) evaluation. */
+static void txt_eval_detail(ct_task *t, ct_task_eval *ev) {
+    (void)t;
+    snprintf(ev->detail, sizeof ev->detail, "val ppl %.2f  (%lld windows", exp(ev->loss), (long long)ev->rows);
+}
+
+static ct_status txt_shard(ct_task *t, int rank, int size) {
+    text_task *tt = t->impl;
+    const int64_t Bg = tt->r.batch_size; /* divides by size: the trainer checked */
+    tt->rank = rank;
+    tt->size = size;
+    free(tt->g);
+    tt->g = NULL;
+    if (size > 1 && !(tt->g = malloc((size_t)(3 * Bg * tt->T) * sizeof(int32_t))))
+        return ct_set_error(tt->ctx, CT_E_OOM, "out of memory for a global batch of %lld x %lld tokens",
+                            (long long)Bg, (long long)tt->T);
     return CT_OK;
 }
 
@@ -205,6 +242,7 @@ static ct_status txt_files(ct_task *t, ct_checkpoint_file *files, int *n, int ma
 
 static void txt_free(ct_task *t) {
     text_task *tt = t->impl;
+    free(tt->g);
     ct_text_dataset_free(&tt->ds);
     ct_tokenizer_free(tt->tok);
     free(tt);
@@ -236,7 +274,11 @@ ct_status ct_task_text_create(ct_context *ctx, const ct_recipe *r, ct_task **out
     t->evaluate = txt_evaluate;
     t->describe = txt_describe;
     t->checkpoint_files = txt_files;
+    t->shard = txt_shard;
+    t->eval_detail = txt_eval_detail;
     t->free = txt_free;
+    tt->rank = 0;
+    tt->size = 1;
     if (r->text_file[0]) snprintf(tt->path, sizeof tt->path, "%s", r->text_file);
     else snprintf(tt->path, sizeof tt->path, "data/text/%s.txt", ct_recipe_enum_name("dataset", (int)r->dataset));
     char *text = NULL;

@@ -1,4 +1,5 @@
-/* src/train/train_internal.h - the built-in tasks (task_image.c, task_text.c). */
+/* src/train/train_internal.h - the built-in tasks (task_image.c, task_text.c)
+ * and the trainer's data parallel parts (data_parallel.c). */
 #ifndef CT_TRAIN_INTERNAL_H
 #define CT_TRAIN_INTERNAL_H
 #include "ctrain/ctrain.h"
@@ -6,4 +7,25 @@
 
 ct_status ct_task_image_create(ct_context *ctx, const ct_recipe *r, ct_task **out);
 ct_status ct_task_text_create(ct_context *ctx, const ct_recipe *r, ct_task **out);
+
+/* Data parallel over c (one rank: no-ops). Before the plan: checks the task
+ * and the batch, gives the task its share (ct_task.shard) and *local = r
+ * with batch_size / world; c's errors go to ctx from then on. */
+ct_status ct_dp_setup(ct_context *ctx, ct_comm *c, ct_task *t, const ct_recipe *r, ct_recipe *local);
+/* The ranks run the same recipe and built the same plan (CT_E_DIST naming the ranks). */
+ct_status ct_dp_agree(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, ct_task *t);
+/* Rank 0's parameters (unless buffers_only) and buffers to every rank. */
+ct_status ct_dp_broadcast_state(ct_comm *c, ct_plan *p, int buffers_only);
+/* The parameters and buffers are the same bits on every rank ("when": "at step 20"). */
+ct_status ct_dp_same_weights(ct_context *ctx, ct_comm *c, ct_plan *p, const char *when);
+/* The gradient arena summed over the ranks (one allreduce; the loss
+ * gradient of each rank was scaled by 1 / world: the sum is the mean). */
+ct_status ct_dp_reduce_grads(ct_comm *c, ct_plan *p);
+/* A step's summed micro-batch mean losses (-> the ranks' mean), correct predictions and rows (-> sums). */
+ct_status ct_dp_reduce_step(ct_comm *c, double *loss, double *correct, double *rows);
+/* The ranks' parts of an evaluation, weighted by their counts (rows summed; t->eval_detail again). */
+ct_status ct_dp_reduce_eval(ct_comm *c, ct_task *t, ct_task_eval *ev);
+/* After rank 0 wrote a checkpoint with status s (the others pass CT_OK):
+ * every rank waits for it and returns rank 0's status. */
+ct_status ct_dp_after_save(ct_context *ctx, ct_comm *c, ct_status s);
 #endif

@@ -3,7 +3,11 @@
  *   next batch -> forward -> backward (x accumulate_steps)
  *   -> optimizer step (unscale + overflow check, clip, step or skip, scale update)
  *   -> metrics, checkpoint, progress
- * and at each epoch's end: evaluate -> plateau -> early stopping. */
+ * and at each epoch's end: evaluate -> plateau -> early stopping.
+ * Data parallel (ct_train_opts.comm), the parts in data_parallel.c: each
+ * rank builds the plan for its share of the batch, the gradients are reduced
+ * at the optimizer step, statistics and evaluations are combined, rank 0
+ * prints and saves. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,7 +42,8 @@ ct_status ct_train_resume_recipe(ct_context *ctx, const char *resume, ct_recipe 
     ct_status s = ct_checkpoint_load(ctx, resume, NULL, NULL, ck);
     if (s == CT_OK && !ck->recipe_json[0])
         s = ct_set_error(ctx, CT_E_CONFIG, "checkpoint '%s' holds no recipe (not written by ctrain train)", ck->path);
-    ct_recipe got;
+    ct_recipe got; /* the stored JSON on top of the defaults: a key it leaves out (an empty list) is the default */
+    ct_recipe_default(&got);
     if (s == CT_OK) s = ct_recipe_parse_json(ctx, ck->recipe_json, &got);
     if (s == CT_OK) {
         if (stored) *stored = got;
@@ -235,7 +240,7 @@ static int trial_fits(ct_context *ctx, ct_task *t, const ct_recipe *r) {
 /* The run did not fit in memory_budget: E60003 naming what the run needs
  * and, for each way out, the bytes it saves (plan statistics) and whether
  * the run then fits (tried for real: a plan, one step). */
-static ct_status budget_advice(ct_context *ctx, ct_task *t, const ct_recipe *r, size_t base_bytes) {
+static ct_status budget_advice(ct_context *ctx, ct_task *t, const ct_recipe *r, size_t base_bytes, int world) {
     const double budget = (double)r->memory_budget, base = (double)base_bytes;
     double need, act;
     ct_context_clear_error(ctx);
@@ -260,7 +265,8 @@ static ct_status budget_advice(ct_context *ctx, ct_task *t, const ct_recipe *r, 
                 base + best <= budget && trial_fits(ctx, t, &v) ? "fits" : "not enough alone");
         }
     }
-    /* a smaller batch: the largest power-of-two fraction that fits */
+    /* a smaller batch: the largest power-of-two fraction that fits (data parallel: r is one rank's share, the
+     * advice names the global batch) */
     for (int64_t b = r->batch_size / 2; b >= 1; b /= 2) {
         ct_recipe v = *r;
         v.batch_size = b;
@@ -268,7 +274,7 @@ static ct_status budget_advice(ct_context *ctx, ct_task *t, const ct_recipe *r, 
         if (plan_bytes(ctx, t, &v, &nb, &a) != CT_OK) break;
         int fits = base + nb <= budget && trial_fits(ctx, t, &v);
         if (fits || b == 1) {
-            ADV("%sbatch_size=%lld saves %.1f MiB (%s)", o ? "; " : ": ", (long long)b, MIB(need - nb),
+            ADV("%sbatch_size=%lld saves %.1f MiB (%s)", o ? "; " : ": ", (long long)b * world, MIB(need - nb),
                 fits ? "fits" : "not enough alone");
             break;
         }
@@ -322,7 +328,20 @@ typedef struct {
     int64_t first_overflow_step;
     char first_overflow[64];    /* the first tensor an overflowing step named       */
     double first_loss;          /* the run's first loss (divergence_factor); <0: none yet */
+    /* data parallel (docs/distributed.md) */
+    ct_comm *comm;              /* NULL: one process                                  */
+    int rank, world;
+    ct_recipe local;            /* the recipe of this rank's plan: batch_size / world  */
+    int64_t grad_reduces;       /* allreduces of the gradient arena                   */
 } run_t;
+
+/* What the micro-batches of one optimizer step saw: summed over them here,
+ * then over the ranks (step_stats). */
+typedef struct {
+    double loss;     /* sum of the micro-batches' mean losses */
+    double correct, rows;
+    int n;           /* micro-batches                         */
+} step_acc;
 
 static void say(run_t *R, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(run_t *R, const char *fmt, ...) {
@@ -463,6 +482,55 @@ static ct_status save(run_t *R, int64_t step, int64_t ep, int64_t b, double run_
     return CT_OK;
 }
 
+/* save() on rank 0 only; data parallel: first rank 0's buffers to all and a check that the weights are the
+ * same on every rank, then the others wait for rank 0 and share its status. */
+static ct_status checkpoint(run_t *R, int64_t step, int64_t ep, int64_t b, double run_loss, int64_t correct,
+                            int64_t seen, const ct_task_eval *ev, int finished) {
+    if (R->world > 1) {
+        char when[64];
+        snprintf(when, sizeof when, "at step %lld", (long long)step);
+        CT_TRY(ct_dp_broadcast_state(R->comm, R->plan, 1));
+        CT_TRY(ct_dp_same_weights(R->ctx, R->comm, R->plan, when));
+    }
+    ct_status s = R->rank == 0 ? save(R, step, ep, b, run_loss, correct, seen, ev, finished) : CT_OK;
+    return ct_dp_after_save(R->ctx, R->comm, s);
+}
+
+/* The task's evaluation; data parallel: on rank 0's buffers, each rank its part, combined. */
+static ct_status evaluate(run_t *R, ct_task_eval *ev) {
+    CT_TRY(ct_dp_broadcast_state(R->comm, R->plan, 1));
+    CT_TRY(R->task->evaluate(R->task, ev));
+    return ct_dp_reduce_eval(R->comm, R->task, ev);
+}
+
+/* The step's statistics, summed over its micro-batches and (data parallel) the ranks, added to the epoch's
+ * running totals, then checked: a loss that is not finite (without a loss scaler, which zeroes an overflowed
+ * forward's loss and skips the step) or that diverged ends the run. */
+static ct_status step_stats(run_t *R, step_acc *a, int64_t step, int64_t ep, float lr, double *run_loss,
+                            int64_t *correct, int64_t *seen) {
+    CT_TRY(ct_dp_reduce_step(R->comm, &a->loss, &a->correct, &a->rows));
+    const double loss = a->n ? a->loss / a->n : 0.0;
+    *run_loss += a->loss;
+    *correct += (int64_t)a->correct;
+    *seen += (int64_t)a->rows;
+    memset(a, 0, sizeof *a);
+    const ct_recipe *r = R->r;
+    if (!isfinite(loss))
+        return ct_set_error(R->ctx, CT_E_NONFINITE,
+                            "the loss became %g at step %lld (epoch %lld, lr %g); lower optimizer.lr, check the data "
+                            "for NaN/inf (detect_anomaly: true names the first op)",
+                            loss, (long long)step + 1, (long long)ep + 1, (double)lr);
+    if (R->first_loss < 0.0 && loss > 0.0) R->first_loss = loss;
+    if (r->divergence_factor > 0.0f && R->first_loss > 0.0 && loss > (double)r->divergence_factor * fmax(R->first_loss, 1.0))
+        return ct_set_error(R->ctx, CT_E_NONFINITE,
+                            "the loss %g at step %lld (epoch %lld, lr %g) is more than divergence_factor %g times the "
+                            "run's first loss %g: training diverged; lower optimizer.lr or add warmup "
+                            "(divergence_factor: 0 turns this check off)",
+                            loss, (long long)step + 1, (long long)ep + 1, (double)lr, (double)r->divergence_factor,
+                            R->first_loss);
+    return CT_OK;
+}
+
 /* ---- one optimizer step -------------------------------------------------------------------- */
 
 /* With a loss scaler: unscale + inf/NaN check in one pass, then (all
@@ -472,6 +540,14 @@ static ct_status optimizer_step(run_t *R, float lr, float *gnorm, int *stop) {
     const ct_recipe *r = R->r;
     int overflow = 0, bad_param = -1;
     *gnorm = 0.0f;
+    if (R->world > 1) {
+        /* data parallel: the mean gradient of the global batch on every rank, the same bits everywhere, so the
+         * overflow check, the clipping norm and the step below agree across ranks without more messages */
+        double ta = R->prof ? ct_profiler_now_us() : 0;
+        CT_TRY(ct_dp_reduce_grads(R->comm, R->plan));
+        R->grad_reduces++;
+        if (R->prof) ct_profiler_event(R->prof, "allreduce gradients", "comm", ta, ct_profiler_now_us(), NULL);
+    }
     if (R->scaler) CT_TRY(ct_scaler_unscale(R->scaler, R->plan, &overflow, &bad_param));
     if (!overflow) {
         /* all-zero gradients train nothing (an FP16 scale so small they underflow, or a dead model): counted
@@ -582,7 +658,7 @@ static ct_status setup(run_t *R, ct_train_result *res) {
     R->accum = r->accumulate_steps;
     ct_mem_stats ms0;
     ct_context_mem_stats(ctx, &ms0);
-    ct_status s = build_plan(ctx, R->task, r, 0, &R->plan);
+    ct_status s = build_plan(ctx, R->task, &R->local, 0, &R->plan);
     if (s == CT_OK) s = ct_optimizer_create(R->plan, &r->optim, &R->opt);
     if (s == CT_OK) s = R->task->bind(R->task, R->plan);
     /* with a memory budget, the kernels' first use now: an E60003 then comes with advice, not mid-run */
@@ -592,11 +668,13 @@ static ct_status setup(run_t *R, ct_train_result *res) {
         ct_plan_free(R->plan);
         R->opt = NULL;
         R->plan = NULL;
-        return budget_advice(ctx, R->task, r, ms0.bytes_in_use);
+        return budget_advice(ctx, R->task, &R->local, ms0.bytes_in_use, R->world);
     }
     CT_TRY(s);
-    /* "loss / accumulation_steps": each micro-batch's gradient is added into the arena */
-    if (R->accum > 1) CT_TRY(ct_plan_set_loss_scale(R->plan, 1.0f / (float)R->accum));
+    /* "loss / accumulation_steps": each micro-batch's gradient is added into the arena. Data parallel also
+     * divides by the world size (each rank's rows are that share of the global batch) and the allreduce sums:
+     * the gradients have the magnitudes of one process, so FP16 overflows at the same loss scale */
+    if (R->accum > 1 || R->world > 1) CT_TRY(ct_plan_set_loss_scale(R->plan, 1.0f / (float)(R->accum * R->world)));
     if (r->detect_anomaly) ct_plan_set_anomaly(R->plan, 1);
     CT_TRY(make_scaler(R));
     if (R->task->epochs_from_data) {
@@ -628,7 +706,7 @@ static ct_status setup(run_t *R, ct_train_result *res) {
     if (!(R->st = calloc(1, sizeof *R->st))) return ct_set_error(ctx, CT_E_OOM, "out of memory");
     ct_train_state_init(R->st);
     (void)res;
-    return CT_OK;
+    return ct_dp_agree(ctx, R->comm, r, R->plan, R->task);
 }
 
 static ct_status run_loop(run_t *R, ct_train_result *res) {
@@ -637,7 +715,8 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
     ct_task *t = R->task;
     ct_status s;
     const int data_epochs = t->epochs_from_data, quiet = R->o->quiet;
-    const int tty = R->out && isatty(fileno(R->out));
+    /* mpirun gives its ranks a pseudo-terminal whatever the user's output is: data parallel prints lines */
+    const int tty = R->out && isatty(fileno(R->out)) && R->world == 1;
     int64_t step = 0, step0 = 0, ep = 0;
     ct_task_eval ev = {.loss = 0};
     int stopped = 0, resumed = 0;
@@ -661,6 +740,9 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
         ev.accuracy = ck->test_acc;
         stopped = ck_stopped = R->es.stopped;
     }
+    /* data parallel: every rank starts from rank 0's weights (the same seed, or the same checkpoint, gave them
+     * already: this makes sure) */
+    CT_TRY(ct_dp_broadcast_state(R->comm, R->plan, 0));
     if (R->scaler) {
         ct_scaler_totals tot;
         ct_scaler_get_totals(R->scaler, &tot);
@@ -675,6 +757,10 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
     say(R, "  threads %d, kernels: %s%s, %lld steps of %lld x %lld rows%s\n", ct_context_num_threads(ctx),
         ct_isa_name(ct_context_isa(ctx)), ct_context_use_onednn(ctx) ? " + oneDNN" : "", (long long)R->total,
         (long long)r->batch_size, (long long)R->accum, data_epochs ? "" : " (tokens: x context)");
+    if (R->world > 1)
+        say(R, "  data parallel: %d ranks x %lld rows (global batch %lld), gradients averaged by one allreduce of "
+            "%.2f MiB per step\n", R->world, (long long)R->local.batch_size, (long long)r->batch_size,
+            (double)R->n_grads * sizeof(float) / 1048576.0);
     if (r->lr_scaling != CT_LR_SCALING_NONE)
         say(R, "  lr_scaling %s: global batch %lld, base %lld: lr %g -> %g\n",
             ct_recipe_enum_name("lr_scaling", (int)r->lr_scaling), (long long)(r->batch_size * R->accum),
@@ -690,9 +776,11 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
             say(R, "  resumed from %s: step %lld%s\n", ck->path, (long long)step, ck->finished ? " (the run had ended)" : "");
     }
     const char *mpath = R->o->metrics_path ? R->o->metrics_path : r->metrics_file;
-    if (mpath && mpath[0]) CT_TRY(ct_metrics_open(ctx, mpath, resumed, rj, &R->mx));
-    if (r->profile_dir[0]) profile_start(R);
+    if (mpath && mpath[0] && R->rank == 0) CT_TRY(ct_metrics_open(ctx, mpath, resumed, rj, &R->mx));
+    if (r->profile_dir[0] && R->rank == 0) profile_start(R);
     R->start = now_s();
+    ct_comm_stats cs0;
+    ct_comm_get_stats(R->comm, &cs0);
     const int64_t rows_per_step = r->batch_size * R->accum;
     for (; !stopped && step < R->total && (!data_epochs || ep < r->epochs); ep++) {
         const int64_t ep_end = data_epochs ? R->total : CT_MIN(R->total, (ep + 1) * R->steps_per_epoch);
@@ -704,6 +792,7 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
         }
         CT_TRY(t->start_epoch(t, ep, data_epochs ? b : 0));
         int micro = 0;
+        step_acc sa = {0};
         double mk_loss = run_loss; /* running totals at the last step, for the metrics log */
         int64_t mk_correct = correct, mk_seen = seen;
         if (R->accum > 1) CT_TRY(ct_plan_zero_grads(R->plan));
@@ -715,35 +804,23 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
             if (rows == 0) break; /* the epoch's data is exhausted */
             if (R->prof) ct_profiler_event(R->prof, "batch", "data", td, ct_profiler_now_us(), NULL);
             float lr = ct_schedule_lr(R->sched, step), loss;
-            if (R->scaler) CT_TRY(ct_plan_set_loss_scale(R->plan, ct_scaler_scale(R->scaler) / (float)R->accum));
+            if (R->scaler)
+                CT_TRY(ct_plan_set_loss_scale(R->plan, ct_scaler_scale(R->scaler) / (float)(R->accum * R->world)));
             /* forward, backward (bn_stats_once: running statistics from the step's last micro-batch only) */
             if (r->bn_stats_once) ct_plan_set_update_running_stats(R->plan, micro == R->accum - 1);
             CT_TRY(ct_plan_forward(R->plan, 1));
             ct_plan_loss(R->plan, &loss);
-            if (!isfinite(loss) && R->scaler) {
-                loss = 0.0f; /* FP16 overflowed in the forward: the scaler skips this step */
-            } else if (!isfinite(loss)) {
-                return ct_set_error(ctx, CT_E_NONFINITE,
-                                    "the loss became %g at step %lld (epoch %lld, lr %g); lower optimizer.lr, check "
-                                    "the data for NaN/inf (detect_anomaly: true names the first op)",
-                                    (double)loss, (long long)step + 1, (long long)ep + 1, (double)lr);
-            }
-            if (R->first_loss < 0.0 && isfinite(loss) && loss > 0.0f) R->first_loss = loss;
-            if (r->divergence_factor > 0.0f && R->first_loss > 0.0 &&
-                (double)loss > (double)r->divergence_factor * fmax(R->first_loss, 1.0))
-                return ct_set_error(ctx, CT_E_NONFINITE,
-                                    "the loss %g at step %lld (epoch %lld, lr %g) is more than divergence_factor %g "
-                                    "times the run's first loss %g: training diverged; lower optimizer.lr or add "
-                                    "warmup (divergence_factor: 0 turns this check off)",
-                                    (double)loss, (long long)step + 1, (long long)ep + 1, (double)lr,
-                                    (double)r->divergence_factor, R->first_loss);
+            if (!isfinite(loss) && R->scaler) loss = 0.0f; /* FP16 overflowed in the forward: the scaler skips this step */
             CT_TRY(ct_plan_backward(R->plan));
             b++;
-            run_loss += loss;
-            if (t->has_accuracy) correct += t->batch_correct(t, rows);
-            seen += rows;
-            if (++micro < R->accum) continue; /* more micro-batches before this step */
+            sa.loss += loss;
+            if (t->has_accuracy) sa.correct += (double)t->batch_correct(t, rows);
+            sa.rows += (double)rows;
+            sa.n++;
+            /* more micro-batches before this step: nothing is sent (data parallel) until the last one */
+            if (++micro < R->accum) continue;
             micro = 0;
+            CT_TRY(step_stats(R, &sa, step, ep, lr, &run_loss, &correct, &seen));
             /* optimizer step */
             double to = R->prof ? ct_profiler_now_us() : 0;
             float gnorm = 0.0f;
@@ -767,7 +844,7 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
             /* checkpoint */
             if (r->save_dir[0] && r->save_every > 0 && step % r->save_every == 0 && step < R->total) {
                 if (tty && !quiet) say(R, "\n");
-                CT_TRY(save(R, step, ep, b, run_loss, correct, seen, &ev, 0));
+                CT_TRY(checkpoint(R, step, ep, b, run_loss, correct, seen, &ev, 0));
             }
             /* progress */
             int show = data_epochs ? (tty ? (b % 5 == 0 || b == R->per_epoch) : (b % r->log_every == 0))
@@ -799,10 +876,12 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
                     1e3 * el / (double)(step - step0), eta, tty ? "\033[K" : "\n");
             }
         }
+        /* the micro-batches of an unfinished accumulation at the epoch's end count in its totals */
+        if (sa.n) CT_TRY(step_stats(R, &sa, step, ep, ct_schedule_lr(R->sched, step), &run_loss, &correct, &seen));
         /* evaluate */
         double te = now_s(), pe = R->prof ? ct_profiler_now_us() : 0;
         ct_profiler_set_ops_enabled(R->prof, 0); /* evaluation: one "eval" event, not part of a step */
-        CT_TRY(t->evaluate(t, &ev));
+        CT_TRY(evaluate(R, &ev));
         ct_profiler_set_ops_enabled(R->prof, 1);
         if (R->prof) ct_profiler_event(R->prof, "evaluate", "eval", pe, ct_profiler_now_us(), NULL);
         if (R->mx) CT_TRY(ct_metrics_log_eval(R->mx, (int)ep + 1, step, ev.loss, ev.accuracy, now_s() - R->start));
@@ -842,7 +921,7 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
         if (R->have_best) {
             memcpy(R->par, R->best, R->n_par * sizeof(float));
             memcpy(R->buf, R->best + R->n_par, R->n_buf * sizeof(float));
-            CT_TRY(t->evaluate(t, &ev));
+            CT_TRY(evaluate(R, &ev));
             if (t->has_accuracy)
                 say(R, "  restored the best weights (%s %lld): %s loss %.4f, %s acc %.2f%%\n",
                     data_epochs ? "epoch" : "evaluation", (long long)R->es.best_epoch + 1, t->eval_split, ev.loss,
@@ -856,7 +935,9 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
         }
     }
     if (r->save_dir[0] && (!resumed || step > step0 || stopped != ck_stopped))
-        CT_TRY(save(R, step, data_epochs ? ep : step / (R->steps_per_epoch ? R->steps_per_epoch : 1), 0, 0, 0, 0, &ev, 1));
+        CT_TRY(checkpoint(R, step, data_epochs ? ep : step / (R->steps_per_epoch ? R->steps_per_epoch : 1), 0, 0, 0, 0,
+                          &ev, 1));
+    CT_TRY(ct_dp_same_weights(ctx, R->comm, R->plan, "at the end of the run"));
     double tt = now_s() - R->start;
     profile_finish(R);
     ct_mem_stats ms;
@@ -867,6 +948,21 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
         (long long)step, tt, 1e3 * tt / (double)(step > step0 ? step - step0 : 1),
         (double)((step - step0) * rows_per_step * t->unit_per_row) / (tt > 0 ? tt : 1), t->unit, t->eval_split, ev.loss,
         accs, (double)ms.peak_bytes / 1048576.0);
+    if (R->world > 1) {
+        ct_comm_stats cs;
+        ct_comm_get_stats(R->comm, &cs);
+        res->comm_seconds = cs.seconds - cs0.seconds;
+        say(R, "communication (rank 0): %lld gradient allreduces (one per optimizer step), %llu collectives in all "
+            "(%llu allreduce, %llu broadcast, %llu allgather, %llu barrier; %.2f MiB), %.2f s of the training inside "
+            "them (%.1f%%)\n",
+            (long long)R->grad_reduces, (unsigned long long)(cs.allreduce_calls + cs.broadcast_calls +
+                                                              cs.allgather_calls + cs.barrier_calls),
+            (unsigned long long)cs.allreduce_calls, (unsigned long long)cs.broadcast_calls,
+            (unsigned long long)cs.allgather_calls, (unsigned long long)cs.barrier_calls,
+            (double)(cs.allreduce_bytes + cs.broadcast_bytes + cs.allgather_bytes) / 1048576.0, res->comm_seconds,
+            tt > 0 ? 100.0 * res->comm_seconds / tt : 0.0);
+    }
+    res->grad_allreduces = R->grad_reduces;
     if (R->mx) {
         ct_metrics_log_done(R->mx, step, tt, ev.loss, ev.accuracy, (double)ms.peak_bytes / 1048576.0);
         s = ct_metrics_close(R->mx);
@@ -895,8 +991,13 @@ ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, 
     CT_TRY(ct_recipe_validate(ctx, r));
     run_t R = {.ctx = ctx, .r = r, .o = o, .out = o->out};
     ct_status s = CT_OK;
+    R.comm = o->comm;
+    R.rank = ct_comm_rank(o->comm);
+    R.world = ct_comm_size(o->comm);
+    if (R.rank != 0) R.out = NULL; /* rank 0 alone shows the run */
     R.task = o->task;
     if (!R.task) s = task_for(ctx, r, &R.task);
+    if (s == CT_OK) s = ct_dp_setup(ctx, R.comm, R.task, r, &R.local);
     if (s == CT_OK) s = setup(&R, res);
     if (s == CT_OK) s = run_loop(&R, res);
     if (R.mx) ct_metrics_close(R.mx);

@@ -1,0 +1,136 @@
+/* ctrain/dist.h - the communicator: the processes of one training job (the
+ * "world"), each with a rank in [0, size), and the collectives data parallel
+ * training needs (src/dist/comm.c, over MPI).
+ *
+ * A program that is started by an MPI launcher (mpirun / mpiexec, Slurm's
+ * srun, any PMIx or PMI launcher: ct_comm_launched) gets a world of all the
+ * launched processes; MPI is initialized by ct_comm_world_create unless the
+ * program already did it. A program started any other way gets a world of
+ * one process that makes no MPI call at all, so the same binary trains on
+ * one process or many:
+ *
+ *   ct_comm *w;
+ *   if (ct_comm_world_create(ctx, &w) != CT_OK) ...      // one per process
+ *   float *g; size_t n; ct_plan_param_arena(plan, NULL, &g, &n);
+ *   ct_comm_allreduce_f32(w, g, n, CT_REDUCE_AVG);        // every rank, same n
+ *   if (ct_comm_rank(w) == 0) ... write the checkpoint ...
+ *   ct_comm_barrier(w);
+ *   ct_comm_free(w);                                       // finalizes MPI if it started it
+ *
+ * Collectives must be called by every rank of the world in the same order
+ * with the same sizes. Any MPI failure (a rank that died, a broken network)
+ * is returned as CT_E_DIST with MPI's message, never an abort: the
+ * communicator sets MPI_ERRORS_RETURN. A program whose rank failed while the
+ * other ranks may be waiting in a collective ends the job with
+ * ct_comm_abort. Results of a reduction are the same bits on every rank.
+ *
+ * Nonblocking: ct_comm_iallreduce_f32 starts a reduction of a contiguous
+ * range (a bucket of the gradient arena) into a request created beforehand
+ * (a training step allocates nothing); ct_comm_test / ct_comm_wait finish it.
+ * Open MPI progresses a nonblocking collective only inside MPI calls, so the
+ * caller must test it from time to time (or wait). Calls are serialized: MPI
+ * is initialized with MPI_THREAD_SERIALIZED, so two threads must never call
+ * the communicator at the same time. */
+#ifndef CTRAIN_DIST_H
+#define CTRAIN_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "context.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ct_comm ct_comm;
+
+typedef enum ct_reduce_op {
+    CT_REDUCE_SUM = 0,
+    CT_REDUCE_AVG,  /* the sum divided by the world size */
+    CT_REDUCE_MAX,
+    CT_REDUCE_MIN,
+    CT_REDUCE_COUNT
+} ct_reduce_op;
+
+/* 1 when the environment says an MPI launcher started this process:
+ * OMPI_COMM_WORLD_SIZE (Open MPI's mpirun), PMIX_RANK, PMI_RANK / PMI_SIZE
+ * (MPICH, Intel MPI, srun --mpi=pmi2), or a Slurm job step of more than one
+ * task (SLURM_STEP_ID with SLURM_STEP_NUM_TASKS or SLURM_NTASKS > 1). */
+int ct_comm_launched(void);
+
+/* The world communicator. Launched (ct_comm_launched): initializes MPI with
+ * MPI_THREAD_SERIALIZED if nobody did yet, and works on a duplicate of
+ * MPI_COMM_WORLD with MPI_ERRORS_RETURN; otherwise a world of size 1 and no
+ * MPI call. Errors (CT_E_DIST: MPI could not start, or was finalized
+ * already) are recorded on ctx, as are the errors of every later call (see
+ * ct_comm_set_context). */
+ct_status ct_comm_world_create(ct_context *ctx, ct_comm **out);
+/* Frees the communicator; finalizes MPI when ct_comm_world_create initialized
+ * it (MPI cannot be initialized again in this process). Accepts NULL. Every
+ * rank calls it: MPI_Finalize waits for the others. */
+void ct_comm_free(ct_comm *c);
+/* Ends every process of the job with exit code `code` (MPI_Abort): for a
+ * rank that failed while others may wait in a collective for it. A world of
+ * one process, or NULL: returns, and the caller exits as usual. */
+void ct_comm_abort(ct_comm *c, int code);
+/* The context whose last error records the communicator's failures from now
+ * on (the one given to ct_comm_world_create until then); must outlive its use. */
+void ct_comm_set_context(ct_comm *c, ct_context *ctx);
+
+int ct_comm_rank(const ct_comm *c);       /* 0 for NULL                           */
+int ct_comm_size(const ct_comm *c);       /* 1 for NULL                           */
+int ct_comm_local_rank(const ct_comm *c); /* rank among this host's processes     */
+int ct_comm_local_size(const ct_comm *c); /* processes of the job on this host    */
+int ct_comm_uses_mpi(const ct_comm *c);   /* 1 when launched (even a world of 1)   */
+
+/* In place, every rank: x (n) <- op over the ranks' x. */
+ct_status ct_comm_allreduce_f32(ct_comm *c, float *x, size_t n, ct_reduce_op op);
+ct_status ct_comm_allreduce_f64(ct_comm *c, double *x, size_t n, ct_reduce_op op);
+/* buf (bytes) <- root's buf on every rank. */
+ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int root);
+/* Returns when every rank has called it. A rank that waits sleeps between
+ * polls (after a short spin) instead of taking a core from the ranks still
+ * working: use it to wait for rank 0's checkpoint or evaluation. */
+ct_status ct_comm_barrier(ct_comm *c);
+/* recv (size * bytes) <- every rank's send (bytes), in rank order. */
+ct_status ct_comm_allgather(ct_comm *c, const void *send, size_t bytes, void *recv);
+
+/* 64-bit FNV-1a of data, continuing from h (start with CT_HASH64_INIT). */
+#define CT_HASH64_INIT 0xcbf29ce484222325ull
+uint64_t ct_hash64(const void *data, size_t len, uint64_t h);
+/* Every rank passes its hash of `what` (e.g. "the recipe"); when they are not
+ * all equal to rank 0's, every rank returns CT_E_DIST naming `what`, the
+ * ranks that differ and `advice` (NULL: run the same recipe on every rank):
+ * an allgather, so every rank sees all the hashes and fails alike. */
+ct_status ct_comm_agree(ct_comm *c, const char *what, uint64_t hash, const char *advice);
+
+/* ---- nonblocking ---------------------------------------------------------------- */
+typedef struct ct_comm_request ct_comm_request;
+ct_status ct_comm_request_create(ct_comm *c, ct_comm_request **out);
+void ct_comm_request_free(ct_comm_request *r); /* accepts NULL; the request must not be active */
+/* Starts reducing x (n floats, at most INT_MAX) in place; x must stay
+ * untouched until the request completes. CT_REDUCE_AVG divides when it
+ * completes (in ct_comm_test / ct_comm_wait). The request must be idle. */
+ct_status ct_comm_iallreduce_f32(ct_comm *c, float *x, size_t n, ct_reduce_op op, ct_comm_request *r);
+/* *done <- 1 when the request completed (it is idle again); drives progress. */
+ct_status ct_comm_test(ct_comm_request *r, int *done);
+/* Completes the request (returns at once when it is idle). */
+ct_status ct_comm_wait(ct_comm_request *r);
+
+/* What went over the communicator since it was created: calls and bytes
+ * per kind (an allreduce counts its buffer's bytes once), and the seconds
+ * spent inside its calls. */
+typedef struct ct_comm_stats {
+    uint64_t allreduce_calls, allreduce_bytes;
+    uint64_t broadcast_calls, broadcast_bytes;
+    uint64_t allgather_calls, allgather_bytes;
+    uint64_t barrier_calls;
+    double seconds;
+} ct_comm_stats;
+void ct_comm_get_stats(const ct_comm *c, ct_comm_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

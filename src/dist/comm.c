@@ -1,0 +1,402 @@
+/* src/dist/comm.c - the communicator of dist.h over MPI (Open MPI 4.1 here).
+ *
+ * A world of one process (not launched by an MPI launcher) makes no MPI
+ * call: every collective is a local no-op (an average divides by 1, an
+ * allgather copies). A launched world works on its own duplicate of
+ * MPI_COMM_WORLD; MPI_ERRORS_RETURN is set on both, so a failure (a rank
+ * that died, a network error) comes back here and becomes CT_E_DIST with
+ * MPI's message instead of MPI's default abort. Large buffers go in pieces
+ * of at most INT_MAX elements (MPI counts are int). The barrier is an
+ * MPI_Ibarrier polled with growing sleeps, so ranks waiting for rank 0's
+ * checkpoint leave the cores to it. Every call adds to ct_comm_stats. */
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/internal.h"
+#include "ctrain/dist.h"
+
+struct ct_comm {
+    ct_context *ctx;    /* error messages                                       */
+    int mpi;            /* launched: MPI calls go to `comm`                     */
+    int owns_mpi;       /* ct_comm_world_create initialized MPI: finalize it    */
+    MPI_Comm comm;      /* duplicate of MPI_COMM_WORLD                          */
+    int rank, size, local_rank, local_size;
+    ct_comm_stats st;
+};
+
+struct ct_comm_request {
+    ct_comm *c;
+    MPI_Request req;
+    int active;
+    float *x; /* CT_REDUCE_AVG: divided on completion */
+    size_t n;
+    int avg;
+    double t0;
+};
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int env_int(const char *name, long *v) {
+    const char *e = getenv(name);
+    if (!e || !*e) return 0;
+    char *end;
+    long x = strtol(e, &end, 10);
+    if (*end) return 0;
+    *v = x;
+    return 1;
+}
+
+int ct_comm_launched(void) {
+    long v;
+    if (env_int("OMPI_COMM_WORLD_SIZE", &v) || env_int("PMIX_RANK", &v) || env_int("PMI_RANK", &v) ||
+        env_int("PMI_SIZE", &v))
+        return 1;
+    if (getenv("SLURM_STEP_ID") &&
+        ((env_int("SLURM_STEP_NUM_TASKS", &v) && v > 1) || (env_int("SLURM_NTASKS", &v) && v > 1)))
+        return 1;
+    return 0;
+}
+
+/* CT_E_DIST naming the MPI call, the rank and MPI's message. */
+static ct_status mpi_fail(ct_comm *c, int err, const char *what) {
+    char msg[MPI_MAX_ERROR_STRING + 1] = "";
+    int len = 0;
+    if (MPI_Error_string(err, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error %d", err);
+    msg[MPI_MAX_ERROR_STRING] = 0;
+    return ct_set_error(c ? c->ctx : NULL, CT_E_DIST,
+                        "%s failed on rank %d of %d: %s; another rank may have died or the network failed (see the "
+                        "launcher's messages, docs/distributed.md)",
+                        what, c ? c->rank : 0, c ? c->size : 1, msg[0] ? msg : "no message from MPI");
+}
+
+ct_status ct_comm_world_create(ct_context *ctx, ct_comm **out) {
+    if (!out) return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_comm_world_create: out must not be NULL");
+    *out = NULL;
+    ct_comm *c = calloc(1, sizeof *c);
+    if (!c) return ct_set_error(ctx, CT_E_OOM, "out of memory creating the communicator");
+    c->ctx = ctx;
+    c->rank = c->local_rank = 0;
+    c->size = c->local_size = 1;
+    c->comm = MPI_COMM_NULL;
+    if (!ct_comm_launched()) {
+        *out = c;
+        return CT_OK;
+    }
+    int init = 0, fin = 0, err;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (fin) {
+        free(c);
+        return ct_set_error(ctx, CT_E_DIST,
+                            "MPI was finalized already in this process: create the world communicator once per "
+                            "process and free it at the end");
+    }
+    if (!init) {
+        int provided = 0;
+        if ((err = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided)) != MPI_SUCCESS) {
+            free(c);
+            return ct_set_error(ctx, CT_E_DIST,
+                                "MPI_Init_thread failed (error %d): the process looks launched by mpirun/srun (%s) "
+                                "but MPI cannot start; check the launcher and the Open MPI installation",
+                                err, getenv("OMPI_COMM_WORLD_SIZE") ? "OMPI_COMM_WORLD_SIZE is set" : "PMI/Slurm variables are set");
+        }
+        c->owns_mpi = 1;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    c->mpi = 1;
+    ct_status s = CT_OK;
+    if ((err = MPI_Comm_dup(MPI_COMM_WORLD, &c->comm)) != MPI_SUCCESS) s = mpi_fail(c, err, "MPI_Comm_dup");
+    if (s == CT_OK) MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+    if (s == CT_OK && (err = MPI_Comm_rank(c->comm, &c->rank)) != MPI_SUCCESS) s = mpi_fail(c, err, "MPI_Comm_rank");
+    if (s == CT_OK && (err = MPI_Comm_size(c->comm, &c->size)) != MPI_SUCCESS) s = mpi_fail(c, err, "MPI_Comm_size");
+    MPI_Comm local = MPI_COMM_NULL;
+    if (s == CT_OK && (err = MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &local)) !=
+                          MPI_SUCCESS)
+        s = mpi_fail(c, err, "MPI_Comm_split_type (the ranks of this host)");
+    if (s == CT_OK) {
+        MPI_Comm_rank(local, &c->local_rank);
+        MPI_Comm_size(local, &c->local_size);
+        MPI_Comm_free(&local);
+    }
+    if (s != CT_OK) {
+        ct_comm_free(c);
+        return s;
+    }
+    *out = c;
+    return CT_OK;
+}
+
+void ct_comm_free(ct_comm *c) {
+    if (!c) return;
+    if (c->mpi) {
+        int fin = 0;
+        MPI_Finalized(&fin);
+        if (!fin) {
+            if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
+            if (c->owns_mpi) MPI_Finalize();
+        }
+    }
+    free(c);
+}
+
+void ct_comm_abort(ct_comm *c, int code) {
+    if (!c || !c->mpi) return;
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(c->comm != MPI_COMM_NULL ? c->comm : MPI_COMM_WORLD, code);
+}
+
+void ct_comm_set_context(ct_comm *c, ct_context *ctx) {
+    if (c) c->ctx = ctx;
+}
+
+int ct_comm_rank(const ct_comm *c) { return c ? c->rank : 0; }
+int ct_comm_size(const ct_comm *c) { return c ? c->size : 1; }
+int ct_comm_local_rank(const ct_comm *c) { return c ? c->local_rank : 0; }
+int ct_comm_local_size(const ct_comm *c) { return c ? c->local_size : 1; }
+int ct_comm_uses_mpi(const ct_comm *c) { return c ? c->mpi : 0; }
+
+void ct_comm_get_stats(const ct_comm *c, ct_comm_stats *out) {
+    if (!out) return;
+    if (c) *out = c->st;
+    else memset(out, 0, sizeof *out);
+}
+
+static MPI_Op mpi_op(ct_reduce_op op) {
+    switch (op) {
+    case CT_REDUCE_MAX: return MPI_MAX;
+    case CT_REDUCE_MIN: return MPI_MIN;
+    default: return MPI_SUM;
+    }
+}
+
+static ct_status check_op(ct_comm *c, ct_reduce_op op, const void *x, size_t n, const char *fn) {
+    if (!c) return CT_E_INVALID_ARG;
+    if ((unsigned)op >= CT_REDUCE_COUNT)
+        return ct_set_error(c->ctx, CT_E_INVALID_ARG, "%s: reduce op %d is not a ct_reduce_op", fn, (int)op);
+    if (!x && n) return ct_set_error(c->ctx, CT_E_INVALID_ARG, "%s: x must not be NULL", fn);
+    return CT_OK;
+}
+
+/* In pieces of at most INT_MAX elements. */
+static ct_status allreduce(ct_comm *c, void *x, size_t n, size_t esize, MPI_Datatype t, ct_reduce_op op,
+                           const char *what) {
+    c->st.allreduce_calls++;
+    c->st.allreduce_bytes += n * esize;
+    if (!c->mpi || n == 0) return CT_OK;
+    double t0 = now();
+    for (size_t off = 0; off < n;) {
+        int k = (int)CT_MIN(n - off, (size_t)INT_MAX);
+        int err = MPI_Allreduce(MPI_IN_PLACE, (char *)x + off * esize, k, t, mpi_op(op), c->comm);
+        if (err != MPI_SUCCESS) return mpi_fail(c, err, what);
+        off += (size_t)k;
+    }
+    c->st.seconds += now() - t0;
+    return CT_OK;
+}
+
+ct_status ct_comm_allreduce_f32(ct_comm *c, float *x, size_t n, ct_reduce_op op) {
+    CT_TRY(check_op(c, op, x, n, "ct_comm_allreduce_f32"));
+    CT_TRY(allreduce(c, x, n, sizeof(float), MPI_FLOAT, op, "MPI_Allreduce (float)"));
+    if (op == CT_REDUCE_AVG && c->size > 1) {
+        const float d = (float)c->size;
+        for (size_t i = 0; i < n; i++) x[i] /= d;
+    }
+    return CT_OK;
+}
+
+ct_status ct_comm_allreduce_f64(ct_comm *c, double *x, size_t n, ct_reduce_op op) {
+    CT_TRY(check_op(c, op, x, n, "ct_comm_allreduce_f64"));
+    CT_TRY(allreduce(c, x, n, sizeof(double), MPI_DOUBLE, op, "MPI_Allreduce (double)"));
+    if (op == CT_REDUCE_AVG && c->size > 1)
+        for (size_t i = 0; i < n; i++) x[i] /= (double)c->size;
+    return CT_OK;
+}
+
+ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int root) {
+    if (!c) return CT_E_INVALID_ARG;
+    if (root < 0 || root >= c->size)
+        return ct_set_error(c->ctx, CT_E_INVALID_ARG, "ct_comm_broadcast: root %d is not a rank of the %d", root, c->size);
+    if (!buf && bytes) return ct_set_error(c->ctx, CT_E_INVALID_ARG, "ct_comm_broadcast: buf must not be NULL");
+    c->st.broadcast_calls++;
+    c->st.broadcast_bytes += bytes;
+    if (!c->mpi || bytes == 0) return CT_OK;
+    double t0 = now();
+    for (size_t off = 0; off < bytes;) {
+        int k = (int)CT_MIN(bytes - off, (size_t)INT_MAX);
+        int err = MPI_Bcast((char *)buf + off, k, MPI_BYTE, root, c->comm);
+        if (err != MPI_SUCCESS) return mpi_fail(c, err, "MPI_Bcast");
+        off += (size_t)k;
+    }
+    c->st.seconds += now() - t0;
+    return CT_OK;
+}
+
+/* Polls r until it completes: spins ~50 us, then sleeps 10 us, doubling up to 1 ms between polls. */
+static int wait_polite(MPI_Request *r) {
+    int done = 0, err;
+    double t0 = now();
+    long sleep_ns = 10000;
+    while (!done) {
+        if ((err = MPI_Test(r, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return err;
+        if (done || now() - t0 < 50e-6) continue;
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        if (sleep_ns < 1000000) sleep_ns *= 2;
+    }
+    return MPI_SUCCESS;
+}
+
+ct_status ct_comm_barrier(ct_comm *c) {
+    if (!c) return CT_E_INVALID_ARG;
+    c->st.barrier_calls++;
+    if (!c->mpi || c->size == 1) return CT_OK;
+    double t0 = now();
+    MPI_Request r;
+    int err = MPI_Ibarrier(c->comm, &r);
+    if (err == MPI_SUCCESS) err = wait_polite(&r);
+    if (err != MPI_SUCCESS) return mpi_fail(c, err, "MPI_Ibarrier");
+    c->st.seconds += now() - t0;
+    return CT_OK;
+}
+
+ct_status ct_comm_allgather(ct_comm *c, const void *send, size_t bytes, void *recv) {
+    if (!c) return CT_E_INVALID_ARG;
+    if ((!send || !recv) && bytes)
+        return ct_set_error(c->ctx, CT_E_INVALID_ARG, "ct_comm_allgather: send and recv must not be NULL");
+    if (bytes > (size_t)INT_MAX)
+        return ct_set_error(c->ctx, CT_E_INVALID_ARG, "ct_comm_allgather: %zu bytes per rank is more than INT_MAX",
+                            bytes);
+    c->st.allgather_calls++;
+    c->st.allgather_bytes += bytes * (size_t)c->size;
+    if (!c->mpi) {
+        if (bytes) memmove(recv, send, bytes);
+        return CT_OK;
+    }
+    double t0 = now();
+    int err = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->comm);
+    if (err != MPI_SUCCESS) return mpi_fail(c, err, "MPI_Allgather");
+    c->st.seconds += now() - t0;
+    return CT_OK;
+}
+
+uint64_t ct_hash64(const void *data, size_t len, uint64_t h) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+ct_status ct_comm_agree(ct_comm *c, const char *what, uint64_t hash, const char *advice) {
+    if (!c) return CT_E_INVALID_ARG;
+    if (c->size == 1) return CT_OK;
+    uint64_t *all = calloc((size_t)c->size, sizeof *all);
+    if (!all) return ct_set_error(c->ctx, CT_E_OOM, "out of memory comparing %s across ranks", what);
+    ct_status s = ct_comm_allgather(c, &hash, sizeof hash, all);
+    if (s == CT_OK) {
+        char ranks[256] = "";
+        size_t o = 0;
+        int n_diff = 0, first = 0;
+        for (int i = 1; i < c->size; i++) {
+            if (all[i] == all[0]) continue;
+            if (!n_diff) first = i;
+            if (n_diff < 16 && o < sizeof ranks)
+                o += (size_t)snprintf(ranks + o, sizeof ranks - o, "%s%d", n_diff ? ", " : "", i);
+            n_diff++;
+        }
+        if (n_diff > 16 && o < sizeof ranks) snprintf(ranks + o, sizeof ranks - o, " and %d more", n_diff - 16);
+        if (n_diff)
+            s = ct_set_error(c->ctx, CT_E_DIST,
+                             "%s differs between the ranks: rank%s %s %s from rank 0's (hash %016llx on rank %d, "
+                             "%016llx on rank 0); %s",
+                             what, n_diff > 1 ? "s" : "", ranks, n_diff > 1 ? "differ" : "differs",
+                             (unsigned long long)all[first], first, (unsigned long long)all[0],
+                             advice ? advice : "every rank must run the same recipe with the same flags and data");
+    }
+    free(all);
+    return s;
+}
+
+/* ---- nonblocking ---------------------------------------------------------------------------- */
+
+ct_status ct_comm_request_create(ct_comm *c, ct_comm_request **out) {
+    if (!c || !out) return ct_set_error(c ? c->ctx : NULL, CT_E_INVALID_ARG, "ct_comm_request_create: NULL argument");
+    ct_comm_request *r = calloc(1, sizeof *r);
+    if (!r) return ct_set_error(c->ctx, CT_E_OOM, "out of memory creating a communication request");
+    r->c = c;
+    r->req = MPI_REQUEST_NULL;
+    *out = r;
+    return CT_OK;
+}
+
+void ct_comm_request_free(ct_comm_request *r) { free(r); }
+
+static void finish(ct_comm_request *r) {
+    if (r->avg && r->c->size > 1) {
+        const float d = (float)r->c->size;
+        for (size_t i = 0; i < r->n; i++) r->x[i] /= d;
+    }
+    r->active = 0;
+    r->c->st.seconds += now() - r->t0;
+}
+
+ct_status ct_comm_iallreduce_f32(ct_comm *c, float *x, size_t n, ct_reduce_op op, ct_comm_request *r) {
+    CT_TRY(check_op(c, op, x, n, "ct_comm_iallreduce_f32"));
+    if (!r || r->c != c)
+        return ct_set_error(c->ctx, CT_E_INVALID_ARG, "ct_comm_iallreduce_f32: the request is NULL or of another communicator");
+    if (r->active)
+        return ct_set_error(c->ctx, CT_E_STATE, "ct_comm_iallreduce_f32: the request is still active; wait for it first");
+    if (n > (size_t)INT_MAX)
+        return ct_set_error(c->ctx, CT_E_INVALID_ARG, "ct_comm_iallreduce_f32: %zu floats is more than INT_MAX; split "
+                            "the range into buckets", n);
+    c->st.allreduce_calls++;
+    c->st.allreduce_bytes += n * sizeof(float);
+    r->x = x, r->n = n, r->avg = op == CT_REDUCE_AVG, r->t0 = now();
+    r->active = 1;
+    if (!c->mpi || n == 0) {
+        finish(r);
+        return CT_OK;
+    }
+    int err = MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, mpi_op(op), c->comm, &r->req);
+    if (err != MPI_SUCCESS) {
+        r->active = 0;
+        return mpi_fail(c, err, "MPI_Iallreduce");
+    }
+    return CT_OK;
+}
+
+ct_status ct_comm_test(ct_comm_request *r, int *done) {
+    if (!r || !done) return CT_E_INVALID_ARG;
+    *done = 1;
+    if (!r->active) return CT_OK;
+    int flag = 0, err = MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
+    if (err != MPI_SUCCESS) {
+        r->active = 0;
+        return mpi_fail(r->c, err, "MPI_Test (nonblocking allreduce)");
+    }
+    *done = flag;
+    if (flag) finish(r);
+    return CT_OK;
+}
+
+ct_status ct_comm_wait(ct_comm_request *r) {
+    if (!r) return CT_E_INVALID_ARG;
+    if (!r->active) return CT_OK;
+    int err = MPI_Wait(&r->req, MPI_STATUS_IGNORE);
+    if (err != MPI_SUCCESS) {
+        r->active = 0;
+        return mpi_fail(r->c, err, "MPI_Wait (nonblocking allreduce)");
+    }
+    finish(r);
+    return CT_OK;
+}

@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# tests/dist_test.sh - data parallel over MPI (docs/distributed.md). Every
+# mpirun runs under `timeout -k`, on a 640-image MNIST subset with a small
+# MLP (no dropout), 2 epochs of global batch 32 = 40 steps:
+#   - the communicator's collectives on 2 and 4 ranks (tests/test_dist);
+#   - 2 and 4 ranks (4 oversubscribed) end with the weights of one process
+#     on the same global batch, within FP32 reduction tolerance (test_dist
+#     maxdiff), and show the same global loss / accuracy; rank 0 alone prints
+#     and writes the metrics log;
+#   - accumulation (2 micro-batches) equals the same, with one gradient
+#     allreduce per optimizer step and no more collectives than without it;
+#   - clipping uses the global norm; the FP16 loss scaler skips the same
+#     steps as one process (the ranks agree: the weights are checked equal);
+#   - a batch that does not divide, ranks with different recipes, a killed
+#     rank: a clear error and a non-zero exit, the killed rank within 30 s;
+#   - a run killed and resumed at the same world size ends bit for bit as the
+#     uninterrupted one (MLP, and a CNN with batchnorm buffers); resumed at
+#     another world size it ends within tolerance;
+#   - a small GPT (the text task) equals one process too; a small BERT
+#     validates the same windows, its loss close to one process's.
+# Skipped (a SKIP line, counted neither pass nor fail) only without mpirun.
+# usage: tests/dist_test.sh path/to/ctrain [path/to/test_dist]
+set -u
+CT=${1:-build/ctrain}
+TD=${2:-$(dirname "$CT")/tests/test_dist}
+. "$(dirname "$0")/lib.sh"
+
+if ! command -v mpirun >/dev/null 2>&1; then
+  echo "  SKIP mpirun is not installed (scripts/setup.sh installs openmpi-bin libopenmpi-dev): no data parallel tests"
+  echo "dist_test.sh: 0 passed, 0 failed"
+  exit 0
+fi
+if [ ! -f data/mnist/train-images-idx3-ubyte ] || [ ! -f data/mnist/t10k-images-idx3-ubyte ]; then
+  echo "  FAIL data/mnist is missing: run scripts/setup.sh"
+  echo "dist_test.sh: 0 passed, 1 failed"
+  exit 1
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 # 4 ranks on fewer cores
+# the sanitizer build: leaks inside Open MPI's own libraries are not ctrain's (tests/lsan_mpi.supp; a full
+# unwind reaches their frames)
+export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_mpi.supp:fast_unwind_on_malloc=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+MPI=(mpirun --bind-to none)
+
+# mrun LOG SECS -- command...: runs with a time limit, output to LOG, returns the exit code
+mrun() {
+  local log=$1 secs=$2
+  shift 3
+  ( timeout -k 5 "$secs" "$@" >"$log" 2>&1; exit $? ) 2>/dev/null
+}
+# clean NAME LOG: no sanitizer report in LOG
+clean() {
+  if grep -q "Sanitizer" "$2"; then bad "$1: sanitizer report" "$(grep -A8 Sanitizer "$2" | head -20)"; return 1; fi
+  return 0
+}
+
+# ---- a small MNIST subset ------------------------------------------------------------------------
+mnist_subset "$tmp/data" train 640
+mnist_subset "$tmp/data" t10k 200
+
+# ---- the communicator ------------------------------------------------------------------------------
+for n in 2 4; do
+  mrun "$tmp/coll$n.log" 60 -- "${MPI[@]}" -np $n "$TD"
+  rc=$?
+  good=$(grep -c "test_dist.c: [0-9]* passed, 0 failed" "$tmp/coll$n.log")
+  if [ "$rc" -eq 0 ] && [ "$good" -eq "$n" ] && clean "collectives np $n" "$tmp/coll$n.log"; then
+    ok "the communicator's tests pass on each of $n ranks"
+  else
+    bad "collectives on $n ranks (rc $rc, $good ranks passed)" "$(grep -vE '^  ok' "$tmp/coll$n.log")"
+  fi
+done
+
+# ---- data parallel equals one process ---------------------------------------------------------------
+A=(--data-dir "$tmp/data" --hidden 32 --batch-size 32 --epochs 2 --seed 5 --threads 1 --optimizer adamw --lr 0.003
+   --set log_every=10)
+TOL=1e-5
+# within NAME DIR_A DIR_B TOL [STEP]: the weights of two runs' checkpoints (step 40) differ by at most TOL
+within() {
+  local out m
+  out=$("$TD" maxdiff "$2/step-${5:-000040}/model.safetensors" "$3/step-${5:-000040}/model.safetensors" 2>&1)
+  m=$(printf '%s' "$out" | sed -nE 's/^max abs diff ([^ ]+) over.*/\1/p')
+  if [ -n "$m" ] && awk -v m="$m" -v t="$4" 'BEGIN { exit !(m <= t) }'; then
+    ok "$1 (max abs diff $m <= $4)"
+  else
+    bad "$1 (max abs diff '${m:-?}', tolerance $4)" "$out"
+  fi
+}
+# losses LOG: the last epoch line's train loss, train acc, test loss, test acc
+losses() { grep -E "^epoch 2/2  train loss" "$1" | tail -1 | sed -E 's/.*train loss ([0-9.]+)  train acc ([0-9.]+)%  test loss ([0-9.]+)  test acc ([0-9.]+)%.*/\1 \2 \3 \4/'; }
+
+mrun "$tmp/one.log" 120 -- "$CT" train "${A[@]}" --save-dir "$tmp/one"
+[ $? -eq 0 ] && ok "reference: one process, 40 steps" || bad "reference run" "$(cat "$tmp/one.log")"
+
+for n in 2 4; do
+  mrun "$tmp/dp$n.log" 120 -- "${MPI[@]}" -np $n "$CT" train "${A[@]}" --save-dir "$tmp/dp$n" --report "$tmp/rep$n"
+  rc=$?
+  if [ "$rc" -eq 0 ] && grep -q "data parallel: $n ranks x $((32 / n)) rows (global batch 32)" "$tmp/dp$n.log" &&
+     clean "np $n" "$tmp/dp$n.log"; then
+    ok "np $n trains; the header shows $n ranks x $((32 / n)) rows per rank"
+  else
+    bad "np $n run (rc $rc)" "$(cat "$tmp/dp$n.log")"
+  fi
+  within "np $n ends with the weights of one process" "$tmp/one" "$tmp/dp$n" $TOL
+  l1=$(losses "$tmp/one.log") ln=$(losses "$tmp/dp$n.log")
+  if [ -n "$l1" ] && [ -n "$ln" ] && awk -v a="$l1" -v b="$ln" 'BEGIN { n = split(a, x, " "); split(b, y, " ");
+       for (i = 1; i <= n; i++) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 0.011) exit 1 } exit n != 4 }'; then
+    ok "np $n shows the global train / test loss and accuracy of one process ($ln)"
+  else
+    bad "np $n shows other losses than one process: '$ln' vs '$l1'"
+  fi
+  nd=$(grep -c "^done:" "$tmp/dp$n.log")
+  ns=$(grep -c '"type":"step"' "$tmp/rep$n/metrics.jsonl" 2>/dev/null)
+  if [ "$nd" -eq 1 ] && [ "${ns:-0}" -eq 40 ] && [ -f "$tmp/rep$n/report.html" ]; then
+    ok "np $n: rank 0 alone prints the summary and writes the metrics log (40 steps) and the report"
+  else
+    bad "np $n: $nd summaries, ${ns:-no} metric steps (want 1 and 40)" "$(ls -la "$tmp/rep$n" 2>&1)"
+  fi
+done
+
+# accumulation: 2 micro-batches of 16 (8 per rank) per step; one gradient allreduce per step, no more traffic
+mrun "$tmp/acc.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${A[@]}" --batch-size 16 --set accumulate_steps=2 --save-dir "$tmp/acc"
+rc=$?
+c_plain=$(sed -nE 's/.*gradient allreduces.*, ([0-9]+) collectives in all.*/\1/p' "$tmp/dp2.log")
+c_acc=$(sed -nE 's/.*gradient allreduces.*, ([0-9]+) collectives in all.*/\1/p' "$tmp/acc.log")
+if [ "$rc" -eq 0 ] && grep -q "communication (rank 0): 40 gradient allreduces" "$tmp/acc.log" && [ -n "$c_acc" ] &&
+   [ "$c_acc" = "$c_plain" ]; then
+  ok "accumulation: 80 micro-batches, 40 gradient allreduces, $c_acc collectives as without accumulation"
+else
+  bad "accumulation (rc $rc, collectives '$c_acc' vs '$c_plain')" "$(cat "$tmp/acc.log")"
+fi
+within "np 2 with 2 micro-batches ends with the weights of one process" "$tmp/one" "$tmp/acc" $TOL
+
+# clipping: the global norm (the same clipped step as one process)
+mrun "$tmp/clip1.log" 120 -- "$CT" train "${A[@]}" --set clip_grad_norm=0.5 --save-dir "$tmp/clip1"
+mrun "$tmp/clip2.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${A[@]}" --set clip_grad_norm=0.5 --save-dir "$tmp/clip2"
+rc=$?
+g1=$(grep -oE "grad norm [0-9.e+-]+" "$tmp/clip1.log" | tail -1) g2=$(grep -oE "grad norm [0-9.e+-]+" "$tmp/clip2.log" | tail -1)
+if [ "$rc" -eq 0 ] && [ -n "$g1" ] && [ "$g1" = "$g2" ]; then ok "clipping: np 2 shows one process's gradient norm ($g2)"
+else bad "clipping (rc $rc): '$g2' vs '$g1'" "$(tail -5 "$tmp/clip2.log")"; fi
+within "clipping: np 2 ends with the weights of one process" "$tmp/clip1" "$tmp/clip2" $TOL
+
+# FP16 with a dynamic loss scale that starts far too high: the same steps overflow and are skipped
+F=(--precision fp16 --set loss_scale.init_scale=1e9)
+mrun "$tmp/fp1.log" 120 -- "$CT" train "${A[@]}" "${F[@]}" --save-dir "$tmp/fp1"
+mrun "$tmp/fp2.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${A[@]}" "${F[@]}" --save-dir "$tmp/fp2"
+rc=$?
+k1=$(grep -oE "loss scaler: [0-9]+ of 40 steps skipped" "$tmp/fp1.log") k2=$(grep -oE "loss scaler: [0-9]+ of 40 steps skipped" "$tmp/fp2.log")
+if [ "$rc" -eq 0 ] && [ -n "$k1" ] && [ "$k1" = "$k2" ]; then
+  ok "fp16: the ranks skip the steps one process skips ($k2) and end with the same weights on every rank"
+else
+  bad "fp16 loss scaler (rc $rc): '$k2' vs '$k1'" "$(tail -5 "$tmp/fp2.log")"
+fi
+
+# threads 0 (the default): this host's cores shared among its ranks
+cores=$(getconf _NPROCESSORS_ONLN); want=$((cores / 2)); [ "$want" -ge 1 ] || want=1
+mrun "$tmp/thr.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${A[@]}" --threads 0 --max-steps 2
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q "^  threads $want," "$tmp/thr.log"; then ok "threads 0 at np 2 on $cores cores: $want per rank"
+else bad "threads 0 at np 2 (rc $rc, want $want per rank)" "$(grep -E "threads|error" "$tmp/thr.log")"; fi
+
+# ---- errors ------------------------------------------------------------------------------------------
+start=$(date +%s)
+mrun "$tmp/div.log" 60 -- "${MPI[@]}" -np 4 "$CT" train "${A[@]}" --batch-size 30
+rc=$?
+if [ "$rc" -ne 0 ] && grep -q "E40010.*batch_size 30 does not divide by the 4 ranks" "$tmp/div.log" && [ $(($(date +%s) - start)) -lt 30 ]; then
+  ok "batch 30 on 4 ranks: a clear error, exit $rc"
+else
+  bad "batch that does not divide (rc $rc)" "$(cat "$tmp/div.log")"
+fi
+
+mrun "$tmp/mis.log" 60 -- "${MPI[@]}" -np 1 "$CT" train "${A[@]}" : -np 1 "$CT" train "${A[@]}" --lr 0.004
+rc=$?
+if [ "$rc" -ne 0 ] && grep -q "E80001.*the recipe differs between the ranks: rank 1 differs from rank 0's" "$tmp/mis.log"; then
+  ok "another lr on rank 1: 'the recipe differs between the ranks: rank 1', exit $rc"
+else
+  bad "different recipes (rc $rc)" "$(cat "$tmp/mis.log")"
+fi
+
+start=$(date +%s)
+mrun "$tmp/kill.log" 60 -- "${MPI[@]}" -np 1 "$CT" train "${A[@]}" --epochs 100 : \
+  -np 1 env CTRAIN_TEST_CRASH=step:30 "$CT" train "${A[@]}" --epochs 100
+rc=$?
+el=$(($(date +%s) - start))
+if [ "$rc" -ne 0 ] && [ "$el" -lt 30 ] && grep -qE "rank 1 .*(signal 9|Killed)" "$tmp/kill.log"; then
+  ok "rank 1 killed (SIGKILL) at step 30: the job ends in ${el} s, exit $rc, naming rank 1"
+else
+  bad "killed rank (rc $rc after $el s)" "$(cat "$tmp/kill.log")"
+fi
+
+# a small GPT on Moby-Dick: the text task's shards and its split validation
+G=(--model gpt --set dataset=moby-dick --set n_layer=1 --set d_model=32 --set n_head=2 --set context=16 --dropout 0
+   --batch-size 8 --max-steps 6 --set eval_every=3 --set eval_batches=2 --seed 2 --threads 1 --save-every 0)
+mrun "$tmp/gpt1.log" 120 -- "$CT" train "${G[@]}" --save-dir "$tmp/gpt1"
+mrun "$tmp/gpt2.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${G[@]}" --save-dir "$tmp/gpt2"
+rc=$?
+v1=$(grep -oE "val loss [0-9.]+  val ppl [0-9.]+  \([0-9]+ windows" "$tmp/gpt1.log" | tr '\n' ' ')
+v2=$(grep -oE "val loss [0-9.]+  val ppl [0-9.]+  \([0-9]+ windows" "$tmp/gpt2.log" | tr '\n' ' ')
+if [ "$rc" -eq 0 ] && [ -n "$v1" ] && [ "$v1" = "$v2" ]; then
+  ok "gpt at np 2: the validations of one process ($v2)"
+else
+  bad "gpt at np 2 (rc $rc): '$v2' vs '$v1'" "$(tail -5 "$tmp/gpt2.log")"
+fi
+within "gpt at np 2 ends with the weights of one process" "$tmp/gpt1" "$tmp/gpt2" $TOL 000006
+# BERT: each rank's loss is the mean over its masked tokens (as DDP), so only close to one process's; the
+# validation covers the same windows
+mrun "$tmp/bert1.log" 120 -- "$CT" train "${G[@]/gpt/bert}"
+mrun "$tmp/bert2.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${G[@]/gpt/bert}"
+rc=$?
+w1=$(grep -oE "val loss [0-9.]+  val ppl [0-9.]+  \([0-9]+ windows" "$tmp/bert1.log" | tail -1)
+w2=$(grep -oE "val loss [0-9.]+  val ppl [0-9.]+  \([0-9]+ windows" "$tmp/bert2.log" | tail -1)
+if [ "$rc" -eq 0 ] && [ -n "$w1" ] && [ "${w1##*(}" = "${w2##*(}" ] &&
+   awk -v a="${w1#val loss }" -v b="${w2#val loss }" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 0.01 * a) }'; then
+  ok "bert at np 2: the validation of one process's windows within 1% ($w2 vs $w1)"
+else
+  bad "bert at np 2 (rc $rc): '$w2' vs '$w1'" "$(tail -5 "$tmp/bert2.log")"
+fi
+
+# ---- killed and resumed -------------------------------------------------------------------------------
+# np 2 uninterrupted vs killed after step 25 (checkpoint 20) and resumed at np 2. Both save to $tmp/r (the
+# recipe in train_state holds save_dir): the uninterrupted run's directory is moved aside.
+mrun "$tmp/r_ref.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${A[@]}" --save-every 10 --save-dir "$tmp/r"
+mv "$tmp/r" "$tmp/r_ref"
+mrun "$tmp/r_k.log" 120 -- env CTRAIN_TEST_CRASH=step:25 "${MPI[@]}" -np 2 "$CT" train "${A[@]}" --save-every 10 --save-dir "$tmp/r"
+rc=$?
+[ "$rc" -ne 0 ] && [ "$(cat "$tmp/r/latest" 2>/dev/null)" = step-000020 ] && ok "np 2 killed after step 25: latest checkpoint step 20" ||
+  bad "kill at step 25 (rc $rc)" "$(tail -5 "$tmp/r_k.log")"
+cp -r "$tmp/r" "$tmp/r4"
+mrun "$tmp/r_res.log" 120 -- "${MPI[@]}" -np 2 "$CT" train --resume "$tmp/r"
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q "resumed from .*step-000020: step 20" "$tmp/r_res.log" &&
+   cmp -s "$tmp/r_ref/step-000040/model.safetensors" "$tmp/r/step-000040/model.safetensors" &&
+   cmp -s "$tmp/r_ref/step-000040/train_state.safetensors" "$tmp/r/step-000040/train_state.safetensors"; then
+  ok "resumed at np 2: the final checkpoint is the uninterrupted run's, bit for bit"
+else
+  bad "resume at np 2 (rc $rc)" "$(tail -5 "$tmp/r_res.log"; cmp "$tmp/r_ref/step-000040/model.safetensors" "$tmp/r/step-000040/model.safetensors" 2>&1)"
+fi
+mrun "$tmp/r4_res.log" 120 -- "${MPI[@]}" -np 4 "$CT" train --resume "$tmp/r4"
+rc=$?
+[ "$rc" -eq 0 ] && grep -q "data parallel: 4 ranks x 8 rows" "$tmp/r4_res.log" && ok "a checkpoint of np 2 resumes at np 4" ||
+  bad "resume at np 4 (rc $rc)" "$(tail -5 "$tmp/r4_res.log")"
+within "resumed at np 4: the weights of the uninterrupted np 2 run" "$tmp/r_ref" "$tmp/r4" $TOL
+
+# a CNN: batchnorm's running statistics (buffers) are rank 0's at every checkpoint and evaluation
+C=(--model cnn --channels 4 --data-dir "$tmp/data" --batch-size 32 --epochs 1 --max-steps 12 --seed 3 --threads 1
+   --save-every 5)
+mrun "$tmp/c_ref.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${C[@]}" --save-dir "$tmp/c"
+rc1=$?
+mv "$tmp/c" "$tmp/c_ref"
+mrun "$tmp/c_k.log" 120 -- env CTRAIN_TEST_CRASH=step:7 "${MPI[@]}" -np 2 "$CT" train "${C[@]}" --save-dir "$tmp/c"
+mrun "$tmp/c_res.log" 120 -- "${MPI[@]}" -np 2 "$CT" train --resume "$tmp/c"
+rc2=$?
+if [ "$rc1" -eq 0 ] && [ "$rc2" -eq 0 ] && grep -q "resumed from .*step-000005" "$tmp/c_res.log" &&
+   cmp -s "$tmp/c_ref/step-000012/model.safetensors" "$tmp/c/step-000012/model.safetensors" &&
+   cmp -s "$tmp/c_ref/step-000012/train_state.safetensors" "$tmp/c/step-000012/train_state.safetensors"; then
+  ok "cnn with batchnorm at np 2: killed, resumed, the final checkpoint (weights, buffers, state) bit for bit"
+else
+  bad "cnn resume at np 2 (rc $rc1 / $rc2)" "$(tail -5 "$tmp/c_ref.log" "$tmp/c_res.log")"
+fi
+
+summary "dist_test.sh"
