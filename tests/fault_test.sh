@@ -151,6 +151,10 @@ for ((i = 0; i < kills && !finished; i++)); do
       ;;
   esac
   log=$tmp/kill$i.log
+  # a step directory an earlier killed run already renamed into place (before `latest` moved) is
+  # saved again by the resumed run: a kill before the new one's rename must leave the old one as it was
+  pre_at=
+  [ "$kind" = written ] && pre_at=$(md5sum "$R/step-$(printf %06d "$at")/train_state.safetensors" 2>/dev/null | cut -d' ' -f1)
   if [ "$kind" = wall ]; then
     ( exec "$CT" train "${args[@]}" >"$log" 2>&1 ) &
     pid=$!
@@ -173,7 +177,8 @@ for ((i = 0; i < kills && !finished; i++)); do
   # a kill inside a checkpoint's writes leaves at most an invisible .tmp- directory
   if compgen -G "$R/.tmp-*" >/dev/null; then partial=$((partial + 1)); fi
   if [ "$kind" = written ] && [ "$rc" -eq 137 ]; then
-    if compgen -G "$R/.tmp-*/train_state.safetensors" >/dev/null && [ ! -e "$R/step-$(printf %06d "$at")" ] &&
+    now_at=$(md5sum "$R/step-$(printf %06d "$at")/train_state.safetensors" 2>/dev/null | cut -d' ' -f1)
+    if compgen -G "$R/.tmp-*/train_state.safetensors" >/dev/null && [ "$now_at" = "$pre_at" ] &&
       [ "$(cat "$R/latest" 2>/dev/null)" != "step-$(printf %06d "$at")" ]; then
       ok "killed after writing checkpoint $at, before its rename: only a .tmp- directory holds it"
     else

@@ -566,6 +566,8 @@ TEST(prune_never_follows_links) {
     mkdir(p, 0777);
     path_in(p, sizeof p, dir, "step-000003/notes.txt");
     write_all(p, (const unsigned char *)"mine\n", 5);
+    path_in(p, sizeof p, dir, "step-000000"); /* emptied by a deletion killed before its rmdir */
+    mkdir(p, 0777);
     for (int s = 4; s <= 6; s++) {
         st.step = s;
         CHECK_OK(a.ctx, ct_checkpoint_save(a.ctx, dir, a.m.plan, a.opt, &st, 1));
@@ -579,6 +581,8 @@ TEST(prune_never_follows_links) {
     path_in(p, sizeof p, dir, "step-000002/train_state.safetensors"); /* its own files went, the link stayed */
     CHECK(!exists(p));
     path_in(p, sizeof p, dir, "step-000005");
+    CHECK(!exists(p));
+    path_in(p, sizeof p, dir, "step-000000");
     CHECK(!exists(p));
     path_in(p, sizeof p, dir, "step-000006");
     CHECK(exists(p));

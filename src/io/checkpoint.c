@@ -88,16 +88,18 @@ static ct_status make_dirs(ct_context *ctx, const char *dir) {
 }
 
 /* Deletes directory `name` of the directory open as `pfd` if it is a real
- * directory (not a link): the regular files directly inside it, then the
- * directory itself. Links and anything else inside are left (and with them
- * the directory). With `need_state`, only a directory holding a train state
- * file (one ctrain wrote) is touched. */
+ * directory (not a link): the regular files directly inside it, the train
+ * state last, then the directory itself. Links and anything else inside are
+ * left (and with them the directory). With `need_state`, only a directory
+ * holding a train state file (one ctrain wrote) is emptied; an empty one
+ * (a deletion killed after its last file) is removed too. */
 static void remove_dir_at(int pfd, const char *name, int need_state) {
     int fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return;
     struct stat sb;
     if (need_state && (fstatat(fd, STATE_FILE, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))) {
         close(fd);
+        unlinkat(pfd, name, AT_REMOVEDIR); /* only if empty */
         return;
     }
     DIR *d = fdopendir(fd); /* owns fd from here */
@@ -106,10 +108,17 @@ static void remove_dir_at(int pfd, const char *name, int need_state) {
         return;
     }
     struct dirent *e;
+    int state = 0;
     while ((e = readdir(d)) != NULL) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (!strcmp(e->d_name, STATE_FILE)) {
+            state = 1; /* last: a deletion killed half way leaves a directory the next prune still recognizes */
+            continue;
+        }
         if (fstatat(fd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode)) unlinkat(fd, e->d_name, 0);
     }
+    if (state && fstatat(fd, STATE_FILE, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode))
+        unlinkat(fd, STATE_FILE, 0);
     closedir(d);
     unlinkat(pfd, name, AT_REMOVEDIR); /* fails, harmlessly, if something was left inside */
 }
