@@ -59,3 +59,5 @@ clean:
 	rm -rf build build-asan
 
 .PHONY: all test clean
+
+include tests/fuzz/fuzz.mk

@@ -46,6 +46,7 @@ run_suite "cli" tests/cli_test.sh build/ctrain
 run_suite "text cli" tests/text_cli_test.sh build/ctrain
 run_suite "report" tests/test_report.sh build/ctrain
 run_suite "resume" tests/resume_test.sh build/ctrain
+run_suite "fuzz replay" bash tests/fuzz/replay.sh build
 for t in build-asan/tests/test_*; do
   run_suite "asan $(basename "$t")" "$t"
 done
@@ -53,6 +54,7 @@ run_suite "asan cli" tests/cli_test.sh build-asan/ctrain
 run_suite "asan text cli" tests/text_cli_test.sh build-asan/ctrain
 run_suite "asan report" tests/test_report.sh build-asan/ctrain
 run_suite "asan resume" tests/resume_test.sh build-asan/ctrain
+run_suite "asan fuzz replay" bash tests/fuzz/replay.sh build-asan
 # fallbacks: the same end-to-end checks with lower ISAs
 for isa in avx2 ref; do
   onednn=1; [ "$isa" = avx2 ] && onednn=0
