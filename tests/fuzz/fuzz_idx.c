@@ -18,7 +18,8 @@
 static unsigned char *gzip(const uint8_t *data, size_t size, size_t *out_size) {
     z_stream z;
     memset(&z, 0, sizeof z);
-    if (deflateInit2(&z, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) return NULL;
+    /* a small window and memory level: the allocations stay small (ASan maps big ones afresh) */
+    if (deflateInit2(&z, 1, Z_DEFLATED, 9 + 16, 1, Z_DEFAULT_STRATEGY) != Z_OK) return NULL;
     uLong cap = deflateBound(&z, (uLong)size) + 32;
     unsigned char *out = malloc(cap);
     if (out) {
