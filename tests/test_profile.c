@@ -404,5 +404,24 @@ TEST(doctor_bad_traces) {
     ct_context_free(ctx);
 }
 
+/* Counts in the trace's metadata are doubles in JSON: one past the int64
+ * range saturates and a negative one reads as 0 (the plain cast this
+ * replaced was undefined: on x86 1e300 came out as INT64_MIN). */
+TEST(doctor_huge_counts) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_doctor_report r;
+    const struct { const char *v; int64_t want; } cases[] = {
+        {"1e300", INT64_MAX}, {"9.3e18", INT64_MAX}, {"1e999", INT64_MAX}, {"-1e300", 0}, {"-5", 0}, {"3", 3},
+        {"9.2e18", (int64_t)9.2e18},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char t[256];
+        snprintf(t, sizeof t, "{\"traceEvents\": [], \"metadata\": {\"dropped_events\": %s}}", cases[i].v);
+        CHECK_OK(ctx, ct_doctor_analyze_json(ctx, t, strlen(t), &r));
+        CHECK_MSG(r.dropped == cases[i].want, "dropped_events %s read as %lld", cases[i].v, (long long)r.dropped);
+    }
+    ct_context_free(ctx);
+}
+
 TEST_MAIN(T(profiled_mlp_trace), T(node_hook_events), T(bounded_buffer_counts_drops), T(unwritable_dir_is_io_error), T(doctor_thresholds),
-          T(doctor_loss_scale_summary), T(doctor_bad_traces))
+          T(doctor_loss_scale_summary), T(doctor_bad_traces), T(doctor_huge_counts))

@@ -5,7 +5,8 @@
 # self-contained DIR/report.html with one SVG plot per series; then bad input
 # (missing, empty or malformed logs, unwritable outputs) must exit 1 with a
 # clear message and never crash (exit code < 128, no sanitizer report);
-# loss-scaler "amp" lines are read without complaint.
+# loss-scaler "amp" lines are read without complaint; absurd numbers (steps
+# past 2^53, losses near DBL_MAX) finish quickly with a small, finite page.
 # usage: tests/test_report.sh path/to/ctrain
 set -u
 CT=${1:-build/ctrain}
@@ -96,5 +97,37 @@ expect unwritable_metrics 1 "cannot open metrics log '$tmp/no/such/m.jsonl' for 
 expect unwritable_report_dir 1 "cannot create directory '$tmp/no/such'" -- "$CT" train --max-steps 2 --epochs 1 \
   --hidden 16 --quiet --report "$tmp/no/such"
 expect report_needs_dir 2 "--report needs a directory" -- "$CT" train --report
+
+# absurd numbers must neither hang nor fill the disk (the tick loops of an
+# axis once stopped advancing for steps >= 2^53 and for losses near DBL_MAX,
+# and wrote HTML forever): each run is capped at 20 s and 4 MiB of output
+capped=(bash -c 'ulimit -f 4096; exec "$0" "$@"')
+sane_html() { # FILE: small, finite coordinates, distinct tick labels on each axis
+  [ "$(stat -c %s "$1")" -lt 100000 ] && ! grep -qiE 'nan|inf' "$1" &&
+    [ -z "$(grep -o '<svg\|class="[xy]l">[^<]*' "$1" | awk '/<svg/ { n++; next } { print n, $0 }' | sort | uniq -d)" ]
+}
+printf '{"type":"step","step":1e74,"loss":2}\n' > "$tmp/bigstep.jsonl"
+EXPECT_TIMEOUT=20 expect huge_step_skipped 1 'bigstep.jsonl:1: "step" is 1e\+74, out of range.*holds no step lines' \
+  -- "${capped[@]}" "$CT" report "$tmp/bigstep.jsonl" -o "$tmp/bigstep.html"
+check huge_step_no_html test ! -e "$tmp/bigstep.html"
+{ printf '{"type":"step","step":1,"loss":2}\n{"type":"step","step":2,"loss":1}\n'
+  printf '{"type":"eval","epoch":1e300,"step":2,"test_loss":1,"test_acc":0.5}\n'
+  printf '{"type":"eval","epoch":1,"step":-1e20,"test_loss":1,"test_acc":0.5}\n'; } > "$tmp/bigeval.jsonl"
+EXPECT_TIMEOUT=20 expect huge_eval_skipped 0 ':3: "epoch" is 1e\+300, out of range.*:4: "step" is -1e\+20, out of range' \
+  -- "${capped[@]}" "$CT" report "$tmp/bigeval.jsonl" -o "$tmp/bigeval.html"
+check huge_eval_noted grep -q '2 malformed lines skipped' "$tmp/bigeval.html"
+printf '{"type":"step","step":1,"loss":1.7976931348623157e308}\n' > "$tmp/maxloss.jsonl"
+EXPECT_TIMEOUT=20 expect max_loss_drawn 0 "report:" -- "${capped[@]}" "$CT" report "$tmp/maxloss.jsonl" -o "$tmp/maxloss.html"
+check max_loss_sane sane_html "$tmp/maxloss.html"
+check max_loss_points [ "$(count '<circle' "$tmp/maxloss.html")" -eq 2 ] # the loss and its smoothed value
+printf '{"type":"step","step":1,"loss":1.7e308,"lr":1e-300}\n{"type":"step","step":2,"loss":-1.7e308,"lr":1.7e308}\n' \
+  > "$tmp/spread.jsonl"
+EXPECT_TIMEOUT=20 expect huge_range_drawn 0 "report:" -- "${capped[@]}" "$CT" report "$tmp/spread.jsonl" -o "$tmp/spread.html"
+check huge_range_sane sane_html "$tmp/spread.html"
+check huge_range_2_plots [ "$(count '<svg' "$tmp/spread.html")" -eq 2 ]
+printf '{"type":"step","step":9007199254740988,"loss":1}\n{"type":"step","step":9007199254740992,"loss":2}\n' \
+  > "$tmp/near53.jsonl"
+EXPECT_TIMEOUT=20 expect steps_near_2p53_drawn 0 "report:" -- "${capped[@]}" "$CT" report "$tmp/near53.jsonl" -o "$tmp/near53.html"
+check steps_near_2p53_sane sane_html "$tmp/near53.html"
 
 summary test_report.sh

@@ -13,6 +13,16 @@
 #include <string.h>
 
 #include "cli.h"
+#include "report.h"
+
+/* Steps and epochs (the x axes) are integers that a double holds exactly:
+ * a larger |value| is not a step number and its line is skipped. */
+#define X_LIMIT 9007199254740992.0 /* 2^53 */
+/* Plotted values are clamped to +-AXIS_LIMIT for the axes (a point further
+ * out is drawn on the edge): differences and the widening of a flat range
+ * then stay finite. */
+#define AXIS_LIMIT 1e300
+#define MAX_TICKS 64
 
 typedef struct {
     double *v;
@@ -33,17 +43,20 @@ static int vec_push(vec *a, double x) {
 
 enum { S_STEP, S_LOSS, S_LR, S_SPS, S_GNORM, S_GSTEP, S_SCALE, S_SSTEP, S_EEPOCH, S_ESTEP, S_ELOSS, S_EACC, NVEC };
 
-typedef struct {
+struct ct_report_log {
     vec v[NVEC];
     char *recipe;           /* pretty-printed JSON, or NULL */
     double time_s, peak_mib, last_time;
     int has_done, max_epoch;
     long bad_lines;
-} run_log;
+};
+typedef struct ct_report_log run_log;
 
-static void log_free(run_log *L) {
+void ct_report_log_free(ct_report_log *L) {
+    if (!L) return;
     for (int i = 0; i < NVEC; i++) free(L->v[i].v);
     free(L->recipe);
+    free(L);
 }
 
 static int num(const cJSON *o, const char *k, double *out) {
@@ -53,13 +66,12 @@ static int num(const cJSON *o, const char *k, double *out) {
     return 1;
 }
 
-/* Reads the log. Returns 0, or 1 with the error printed. */
-static int read_log(const char *path, run_log *L) {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "ctrain report: error: cannot open metrics log '%s': %s\n", path, strerror(errno));
-        return 1;
-    }
+/* 1 when x is usable as a step or epoch number (the x axes). */
+static int x_ok(double x) { return fabs(x) <= X_LIMIT; }
+
+/* Reads the log from f (named path in messages, printed to err). Returns 0,
+ * or 1 with the error printed. */
+static int read_log(FILE *f, const char *path, run_log *L, FILE *err) {
     size_t cap = 4096, len = 0;
     char *line = malloc(cap);
     long lineno = 0;
@@ -87,8 +99,10 @@ static int read_log(const char *path, run_log *L) {
         const char *t = type && cJSON_IsString(type) ? type->valuestring : "";
         double step = 0, x = 0, y = 0, e = 0;
         int ok = 1;
+        const char *range = NULL; /* a field out of range: why the line is skipped */
         if (!strcmp(t, "step")) {
             ok = num(o, "step", &step) && num(o, "loss", &x);
+            if (ok && !x_ok(step)) ok = 0, range = "step", y = step;
             if (ok) {
                 oom |= vec_push(&L->v[S_STEP], step) | vec_push(&L->v[S_LOSS], x);
                 oom |= vec_push(&L->v[S_LR], num(o, "lr", &y) ? y : NAN);
@@ -100,8 +114,10 @@ static int read_log(const char *path, run_log *L) {
             }
         } else if (!strcmp(t, "eval")) {
             ok = num(o, "epoch", &e) && num(o, "test_loss", &x) && num(o, "test_acc", &y);
+            if (!num(o, "step", &step)) step = NAN;
+            if (ok && !x_ok(e)) ok = 0, range = "epoch", y = e;
+            else if (ok && !isnan(step) && !x_ok(step)) ok = 0, range = "step", y = step;
             if (ok) {
-                if (!num(o, "step", &step)) step = NAN;
                 oom |= vec_push(&L->v[S_EEPOCH], e) | vec_push(&L->v[S_ESTEP], step);
                 oom |= vec_push(&L->v[S_ELOSS], x) | vec_push(&L->v[S_EACC], y);
                 if (e > L->max_epoch && e < 1e9) L->max_epoch = (int)e;
@@ -123,30 +139,48 @@ static int read_log(const char *path, run_log *L) {
         }
         if (!ok) {
             L->bad_lines++;
-            fprintf(stderr, "ctrain report: warning: %s:%ld: %s; line skipped\n", path, lineno,
-                    !o ? "not valid JSON" : !*t ? "no \"type\" field" : "unknown type or missing fields");
+            if (range)
+                fprintf(err, "ctrain report: warning: %s:%ld: \"%s\" is %g, out of range (|%s| <= 2^53); line skipped\n",
+                        path, lineno, range, y, range);
+            else
+                fprintf(err, "ctrain report: warning: %s:%ld: %s; line skipped\n", path, lineno,
+                        !o ? "not valid JSON" : !*t ? "no \"type\" field" : "unknown type or missing fields");
         }
         cJSON_Delete(o);
     }
     int rerr = ferror(f);
-    fclose(f);
     free(line);
     if (oom) {
-        fprintf(stderr, "ctrain report: error: out of memory reading '%s'\n", path);
+        fprintf(err, "ctrain report: error: out of memory reading '%s'\n", path);
         rc = 1;
     } else if (rerr) {
-        fprintf(stderr, "ctrain report: error: cannot read '%s'\n", path);
+        fprintf(err, "ctrain report: error: cannot read '%s'\n", path);
         rc = 1;
     } else if (lineno == 0) {
-        fprintf(stderr, "ctrain report: error: metrics log '%s' is empty (was the run started with --metrics?)\n",
+        fprintf(err, "ctrain report: error: metrics log '%s' is empty (was the run started with --metrics?)\n",
                 path);
         rc = 1;
     } else if (L->v[S_STEP].n == 0) {
-        fprintf(stderr, "ctrain report: error: metrics log '%s' holds no step lines (%ld lines, %ld malformed)\n",
+        fprintf(err, "ctrain report: error: metrics log '%s' holds no step lines (%ld lines, %ld malformed)\n",
                 path, lineno, L->bad_lines);
         rc = 1;
     }
     return rc;
+}
+
+int ct_report_read(FILE *in, const char *name, FILE *err, ct_report_log **out) {
+    *out = NULL;
+    run_log *L = calloc(1, sizeof *L);
+    if (!L) {
+        fprintf(err, "ctrain report: error: out of memory reading '%s'\n", name);
+        return 1;
+    }
+    if (read_log(in, name, L, err)) {
+        ct_report_log_free(L);
+        return 1;
+    }
+    *out = L;
+    return 0;
 }
 
 /* ---- SVG plots -------------------------------------------------------------------------------- */
@@ -172,12 +206,27 @@ static double nice_step(double range, int target) {
     return (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * mag;
 }
 
+static double clamp_axis(double v) { return v < -AXIS_LIMIT ? -AXIS_LIMIT : v > AXIS_LIMIT ? AXIS_LIMIT : v; }
+
+/* The number of ticks k * step, k = k0, k0 + 1, ..., up to `last` (a
+ * multiple of step, give or take rounding); 0 when that is not a small
+ * finite number, so a tick loop always ends. */
+static int tick_count(double k0, double last, double step) {
+    double n = floor(last / step + 1e-6) - k0 + 1;
+    return n >= 1 && n <= MAX_TICKS ? (int)n : 0;
+}
+
 static void fmt_tick(char *buf, size_t len, double v, double step) {
     if (v == 0) snprintf(buf, len, "0");
-    else if (fabs(v) >= 1e5 || fabs(v) < 1e-3) snprintf(buf, len, "%.2g", v);
-    else {
-        int dec = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
-        snprintf(buf, len, "%.*f", dec > 6 ? 6 : dec, v);
+    else if (fabs(v) >= 1e5 || fabs(v) < 1e-3) {
+        /* two significant digits, more where ticks would print alike (1.05e+06 beside 1.1e+06) */
+        double d = ceil(log10(fabs(v) / step)) + 1;
+        int sig = d > 2 && d <= 17 ? (int)d : d > 17 ? 17 : 2;
+        snprintf(buf, len, "%.*g", sig, v);
+    } else {
+        double d = step >= 1 ? 0 : ceil(-log10(step) - 1e-9);
+        int dec = d >= 0 && d <= 6 ? (int)d : 6;
+        snprintf(buf, len, "%.*f", dec, v);
     }
 }
 
@@ -208,18 +257,29 @@ static void plot(FILE *o, const char *title, const char *xlabel, const char *yla
     if (!(x0 <= x1)) return; /* nothing to draw */
     if (y0_zero && y0 > 0) y0 = 0;
     if (isfinite(ycap) && ycap > y0 && y1 > ycap) y1 = ycap;
-    if (x1 - x0 < 1e-12) x0 -= 1, x1 += 1;
+    x0 = clamp_axis(x0), x1 = clamp_axis(x1), y0 = clamp_axis(y0), y1 = clamp_axis(y1);
+    /* a flat range is widened, relative to the values' size: a tick step
+     * below the spacing of doubles there would not advance */
+    double xm = fmax(fabs(x0), fabs(x1));
+    if (x1 - x0 < fmax(1e-12, 1e-12 * xm)) {
+        double d = fmax(1, 1e-9 * xm);
+        x0 -= d, x1 += d;
+    }
     if (y1 - y0 < 1e-12 * fmax(1, fabs(y1))) {
         double d = fabs(y1) > 0 ? fabs(y1) * 0.1 : 1;
         y0 -= d, y1 += d;
     }
     double ys = nice_step(y1 - y0, 5);
-    y0 = floor(y0 / ys + 1e-9) * ys, y1 = ceil(y1 / ys - 1e-9) * ys;
+    double yk0 = floor(y0 / ys + 1e-9);
+    y0 = yk0 * ys, y1 = ceil(y1 / ys - 1e-9) * ys;
+    int ny = tick_count(yk0, y1, ys);
     double xs = nice_step(x1 - x0, 6);
     if (integer_x && xs < 1) xs = 1;
+    double xk0 = ceil(x0 / xs - 1e-9);
+    int nx = tick_count(xk0, x1, xs);
     const double W = PW - ML - MR, H = PH - MT - MB;
-#define SX(v) (ML + ((v) - x0) / (x1 - x0) * W)
-#define SY(v) (MT + (1 - (fmin(v, y1) - y0) / (y1 - y0)) * H)
+#define SX(v) (ML + (clamp_axis(v) - x0) / (x1 - x0) * W)
+#define SY(v) (MT + (1 - (fmax(fmin(v, y1), y0) - y0) / (y1 - y0)) * H)
     fprintf(o, "<figure><svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" "
                "role=\"img\" aria-label=\"",
             PW, PH, PW, PH);
@@ -229,16 +289,15 @@ static void plot(FILE *o, const char *title, const char *xlabel, const char *yla
     fputs("</text>\n", o);
     fprintf(o, "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" class=\"bg\"/>\n", ML, MT, W, H);
     char buf[48];
-    /* ticks: a float step (nice_step, > 0) over a finite range, with a tolerance for rounding */
-    for (double v = y0; v <= y1 + ys * 1e-6; v += ys) { /* NOLINT(clang-analyzer-security.FloatLoopCounter) */
-        double yy = SY(v);
+    for (int i = 0; i < ny; i++) {
+        double v = (yk0 + i) * ys, yy = SY(v);
         fmt_tick(buf, sizeof buf, fabs(v) < ys * 1e-9 ? 0 : v, ys);
         fprintf(o, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" class=\"g\"/>"
                    "<text x=\"%d\" y=\"%.1f\" class=\"yl\">%s</text>\n",
                 ML, yy, ML + W, yy, ML - 6, yy + 4, buf);
     }
-    for (double v = ceil(x0 / xs - 1e-9) * xs; v <= x1 + xs * 1e-6; v += xs) { /* NOLINT(clang-analyzer-security.FloatLoopCounter) */
-        double xx = SX(v);
+    for (int i = 0; i < nx; i++) {
+        double v = (xk0 + i) * xs, xx = SX(v);
         fmt_tick(buf, sizeof buf, v, xs);
         fprintf(o, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.0f\" class=\"g\"/>"
                    "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" class=\"ax\"/>"
@@ -342,13 +401,7 @@ static const char k_css[] =
     "svg .al{font-size:12px;fill:#1f2328;text-anchor:middle}svg .lg{font-size:12px;fill:#1f2328;text-anchor:end}\n"
     ".warn{color:#9a6700}\n";
 
-static int write_html(const run_log *L, const char *in_path, const char *out_path) {
-    if (L->v[S_STEP].n == 0) return 1; /* read_log refuses such a log (with a message) */
-    FILE *o = fopen(out_path, "w");
-    if (!o) {
-        fprintf(stderr, "ctrain report: error: cannot write '%s': %s\n", out_path, strerror(errno));
-        return 1;
-    }
+int ct_report_write(const ct_report_log *L, const char *in_path, FILE *o, FILE *err) {
     size_t n = L->v[S_STEP].n;
     double *sm = malloc((n ? n : 1) * sizeof *sm), *sps_sm = malloc((n ? n : 1) * sizeof *sps_sm);
     double *tmp = malloc((n ? n : 1) * sizeof *tmp), *acc_pct = NULL;
@@ -356,8 +409,7 @@ static int write_html(const run_log *L, const char *in_path, const char *out_pat
     if (ne) acc_pct = malloc(ne * sizeof *acc_pct);
     if (!sm || !sps_sm || !tmp || (ne && !acc_pct)) {
         free(sm), free(sps_sm), free(tmp), free(acc_pct);
-        fclose(o);
-        fprintf(stderr, "ctrain report: error: out of memory\n");
+        fprintf(err, "ctrain report: error: out of memory\n");
         return 1;
     }
     const double *step = L->v[S_STEP].v;
@@ -432,20 +484,32 @@ static int write_html(const run_log *L, const char *in_path, const char *out_pat
     }
     fputs("</div>\n<p class=\"sub\">Generated by <code>ctrain report</code>.</p>\n</main></body></html>\n", o);
     free(sm), free(sps_sm), free(tmp), free(acc_pct);
-    int werr = ferror(o);
-    if (fclose(o) != 0 || werr) {
-        fprintf(stderr, "ctrain report: error: writing '%s' failed: %s\n", out_path, strerror(errno));
-        return 1;
-    }
-    return 0;
+    return ferror(o) ? 1 : 0;
 }
 
 int ct_report_html(const char *metrics_path, const char *html_path) {
-    run_log L;
-    memset(&L, 0, sizeof L);
-    int rc = read_log(metrics_path, &L);
-    if (!rc) rc = write_html(&L, metrics_path, html_path);
-    log_free(&L);
+    FILE *f = fopen(metrics_path, "r");
+    if (!f) {
+        fprintf(stderr, "ctrain report: error: cannot open metrics log '%s': %s\n", metrics_path, strerror(errno));
+        return 1;
+    }
+    ct_report_log *L = NULL;
+    int rc = ct_report_read(f, metrics_path, stderr, &L);
+    fclose(f);
+    if (rc) return rc;
+    FILE *o = fopen(html_path, "w");
+    if (!o) {
+        fprintf(stderr, "ctrain report: error: cannot write '%s': %s\n", html_path, strerror(errno));
+        ct_report_log_free(L);
+        return 1;
+    }
+    rc = ct_report_write(L, metrics_path, o, stderr);
+    int werr = ferror(o);
+    if (fclose(o) != 0 || werr) {
+        fprintf(stderr, "ctrain report: error: writing '%s' failed: %s\n", html_path, strerror(errno));
+        rc = 1;
+    }
+    ct_report_log_free(L);
     return rc;
 }
 

@@ -23,6 +23,13 @@ static const char *str(const cJSON *o, const char *key) {
     return v && cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+/* A count read from the trace as an int64: negative (or NaN) is 0, and one
+ * at or past 2^63 saturates (a cast of such a double is undefined). */
+static int64_t count_of(double v) {
+    if (!(v > 0)) return 0;
+    return v < 9223372036854775808.0 ? (int64_t)v : INT64_MAX;
+}
+
 /* One "amp" event into the loss-scale summary (profile.h says how it is read). */
 static void amp_event(ct_doctor_amp *a, const cJSON *e) {
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
@@ -136,7 +143,7 @@ static ct_status analyze(ct_context *ctx, const char *what, const char *json, si
     if (step_t <= 0 && t_max > t_min) step_t = t_max - t_min; /* no step events: the span of the trace */
     r->step_time_us = step_t;
     r->flops = flops;
-    r->dropped = (int64_t)num(md, "dropped_events", 0);
+    r->dropped = count_of(num(md, "dropped_events", 0));
     r->achieved_flops = step_t > 0 ? flops / (step_t * 1e-6) : 0;
     r->peak_flops = num(md, "peak_flops", 0);
     if (r->peak_flops > 0 && step_t > 0 && flops > 0) r->utilization = r->achieved_flops / r->peak_flops;
