@@ -101,4 +101,31 @@ ct_status test_model_build_opts(ct_context *ctx, int nd, const int64_t *xshape, 
                                 int64_t classes, float dropout, float smoothing, const ct_compile_opts *opts,
                                 test_model *m);
 
+/* One op with its operands as parameters (zeros; the caller fills them), for
+ * tests that compare kernels on matmul / linear / conv2d configurations
+ * (test_onednn, test_bf16_native): *y is the op's output. */
+typedef struct {
+    int nd_a, nd_b;   /* a: nd_a dims, b: 2 or nd_a dims */
+    int64_t batch[2]; /* leading dims of a (and of a batched b) */
+    int64_t M, K, N;
+    int ta, tb;
+} test_mm_cfg;
+typedef struct {
+    int nd;
+    int64_t lead[2];
+    int64_t I, O;
+    int bias;
+} test_lin_cfg;
+typedef struct {
+    int64_t N, C, H, W, OC, KH, KW;
+    int stride, pad, dil, groups, bias;
+} test_conv_cfg;
+ct_status test_mm_op(ct_graph *g, const test_mm_cfg *c, ct_node *y);
+ct_status test_linear_op(ct_graph *g, const test_lin_cfg *c, ct_node *y);
+ct_status test_conv_op(ct_graph *g, const test_conv_cfg *c, ct_node *y);
+/* "conv2d x[N,C,H,W] oc=.. k=..x.. stride=.. pad=.. dil=.. groups=.. bias=.." */
+void test_conv_label(const test_conv_cfg *c, char *buf, size_t len);
+/* loss = sum(y * r), r a new FP32 input "r" of y's shape (so dy = r) */
+ct_status test_weighted_sum(ct_graph *g, ct_node y, ct_node *r, ct_node *loss);
+
 #endif

@@ -278,40 +278,18 @@ done:
 
 /* loss = sum(y * r), r a random FP32 input of y's shape */
 static ct_status weighted_sum(ct_graph *g, ct_node y, built *b) {
-    int nd;
-    int64_t shape[CT_MAX_DIMS];
-    TRY(ct_node_shape(g, y, &nd, shape));
-    ct_node t;
-    TRY(ct_input(g, "r", CT_F32, nd, shape, &b->r));
-    TRY(ct_mul(g, y, b->r, &t));
-    TRY(ct_sum(g, t, (1u << nd) - 1, 0, &b->loss));
+    TRY(test_weighted_sum(g, y, &b->r, &b->loss));
     b->out = y;
     return CT_OK;
 }
 
 /* ---- matmul ------------------------------------------------------------------------------------ */
 
-typedef struct {
-    int nd_a, nd_b;   /* a: nd_a dims, b: 2 or nd_a dims */
-    int64_t batch[2]; /* leading dims of a (and of a batched b) */
-    int64_t M, K, N;
-    int ta, tb;
-} mm_cfg;
+typedef test_mm_cfg mm_cfg;
 
 static ct_status build_mm(ct_graph *g, const void *vc, built *b) {
-    const mm_cfg *c = vc;
-    int64_t as[4], bs[4];
-    int nb = c->nd_a - 2;
-    for (int i = 0; i < nb; i++) as[i] = bs[i] = c->batch[i];
-    as[nb] = c->ta ? c->K : c->M;
-    as[nb + 1] = c->ta ? c->M : c->K;
-    int bo = c->nd_b > 2 ? nb : 0;
-    bs[bo] = c->tb ? c->N : c->K;
-    bs[bo + 1] = c->tb ? c->K : c->N;
-    ct_node a, bb, y;
-    TRY(ct_param(g, "a", c->nd_a, as, CT_INIT_ZEROS, 1, &a));
-    TRY(ct_param(g, "b", c->nd_b, bs, CT_INIT_ZEROS, 1, &bb));
-    TRY(ct_matmul(g, a, bb, c->ta, c->tb, &y));
+    ct_node y;
+    TRY(test_mm_op(g, vc, &y));
     b->expect_gemm = 3; /* forward, and one matmul per gradient */
     b->expect_grads = 2;
     return weighted_sum(g, y, b);
@@ -345,23 +323,11 @@ TEST(matmul_batched) {
 
 /* ---- linear ------------------------------------------------------------------------------------ */
 
-typedef struct {
-    int nd;
-    int64_t lead[2];
-    int64_t I, O;
-    int bias;
-} lin_cfg;
+typedef test_lin_cfg lin_cfg;
 
 static ct_status build_linear(ct_graph *g, const void *vc, built *b) {
-    const lin_cfg *c = vc;
-    int64_t xs[3];
-    for (int i = 0; i < c->nd - 1; i++) xs[i] = c->lead[i];
-    xs[c->nd - 1] = c->I;
-    ct_node x, w, bias = CT_NONE, y;
-    TRY(ct_param(g, "x", c->nd, xs, CT_INIT_ZEROS, 1, &x));
-    TRY(ct_param(g, "w", 2, (int64_t[]){c->O, c->I}, CT_INIT_ZEROS, 1, &w));
-    if (c->bias) TRY(ct_param(g, "bias", 1, (int64_t[]){c->O}, CT_INIT_ZEROS, 1, &bias));
-    TRY(ct_linear(g, x, w, bias, &y));
+    ct_node y;
+    TRY(test_linear_op(g, vc, &y));
     b->expect_gemm = 3; /* linear, dx and dW matmuls */
     b->expect_grads = 2;
     return weighted_sum(g, y, b);
@@ -381,18 +347,11 @@ TEST(linear_bias_and_3d) {
 
 /* ---- conv2d ------------------------------------------------------------------------------------ */
 
-typedef struct {
-    int64_t N, C, H, W, OC, KH, KW;
-    int stride, pad, dil, groups, bias;
-} conv_cfg;
+typedef test_conv_cfg conv_cfg;
 
 static ct_status build_conv(ct_graph *g, const void *vc, built *b) {
-    const conv_cfg *c = vc;
-    ct_node x, w, bias = CT_NONE, y;
-    TRY(ct_param(g, "x", 4, (int64_t[]){c->N, c->C, c->H, c->W}, CT_INIT_ZEROS, 1, &x));
-    TRY(ct_param(g, "w", 4, (int64_t[]){c->OC, c->C / c->groups, c->KH, c->KW}, CT_INIT_ZEROS, 1, &w));
-    if (c->bias) TRY(ct_param(g, "bias", 1, (int64_t[]){c->OC}, CT_INIT_ZEROS, 1, &bias));
-    TRY(ct_conv2d(g, x, w, bias, c->stride, c->pad, c->dil, c->groups, &y));
+    ct_node y;
+    TRY(test_conv_op(g, vc, &y));
     b->expect_gemm = 3; /* forward, backward data, backward weights */
     b->expect_grads = 2;
     return weighted_sum(g, y, b);
@@ -413,10 +372,7 @@ TEST(conv2d_stride_padding_groups) {
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         const conv_cfg *c = &cs[i];
         char label[200];
-        snprintf(label, sizeof label,
-                 "conv2d x[%lld,%lld,%lld,%lld] oc=%lld k=%lldx%lld stride=%d pad=%d dil=%d groups=%d bias=%d",
-                 (long long)c->N, (long long)c->C, (long long)c->H, (long long)c->W, (long long)c->OC,
-                 (long long)c->KH, (long long)c->KW, c->stride, c->pad, c->dil, c->groups, c->bias);
+        test_conv_label(c, label, sizeof label);
         fails += compare(build_conv, c, label);
     }
     CHECK_MSG(fails == 0, "%d failures", fails);

@@ -173,3 +173,55 @@ void test_write_file(const char *path, const void *buf, size_t n) {
         exit(2);
     }
 }
+
+/* ---- single-op cases (test_onednn, test_bf16_native) ------------------------------------- */
+
+ct_status test_mm_op(ct_graph *g, const test_mm_cfg *c, ct_node *y) {
+    int64_t as[4], bs[4];
+    int nb = c->nd_a - 2;
+    for (int i = 0; i < nb; i++) as[i] = bs[i] = c->batch[i];
+    as[nb] = c->ta ? c->K : c->M;
+    as[nb + 1] = c->ta ? c->M : c->K;
+    int bo = c->nd_b > 2 ? nb : 0;
+    bs[bo] = c->tb ? c->N : c->K;
+    bs[bo + 1] = c->tb ? c->K : c->N;
+    ct_node a, b;
+    CT_TRY(ct_param(g, "a", c->nd_a, as, CT_INIT_ZEROS, 1, &a));
+    CT_TRY(ct_param(g, "b", c->nd_b, bs, CT_INIT_ZEROS, 1, &b));
+    return ct_matmul(g, a, b, c->ta, c->tb, y);
+}
+
+ct_status test_linear_op(ct_graph *g, const test_lin_cfg *c, ct_node *y) {
+    int64_t xs[3];
+    for (int i = 0; i < c->nd - 1; i++) xs[i] = c->lead[i];
+    xs[c->nd - 1] = c->I;
+    ct_node x, w, bias = CT_NONE;
+    CT_TRY(ct_param(g, "x", c->nd, xs, CT_INIT_ZEROS, 1, &x));
+    CT_TRY(ct_param(g, "w", 2, (int64_t[]){c->O, c->I}, CT_INIT_ZEROS, 1, &w));
+    if (c->bias) CT_TRY(ct_param(g, "bias", 1, (int64_t[]){c->O}, CT_INIT_ZEROS, 1, &bias));
+    return ct_linear(g, x, w, bias, y);
+}
+
+ct_status test_conv_op(ct_graph *g, const test_conv_cfg *c, ct_node *y) {
+    ct_node x, w, bias = CT_NONE;
+    CT_TRY(ct_param(g, "x", 4, (int64_t[]){c->N, c->C, c->H, c->W}, CT_INIT_ZEROS, 1, &x));
+    CT_TRY(ct_param(g, "w", 4, (int64_t[]){c->OC, c->C / c->groups, c->KH, c->KW}, CT_INIT_ZEROS, 1, &w));
+    if (c->bias) CT_TRY(ct_param(g, "bias", 1, (int64_t[]){c->OC}, CT_INIT_ZEROS, 1, &bias));
+    return ct_conv2d(g, x, w, bias, c->stride, c->pad, c->dil, c->groups, y);
+}
+
+void test_conv_label(const test_conv_cfg *c, char *buf, size_t len) {
+    snprintf(buf, len, "conv2d x[%lld,%lld,%lld,%lld] oc=%lld k=%lldx%lld stride=%d pad=%d dil=%d groups=%d bias=%d",
+             (long long)c->N, (long long)c->C, (long long)c->H, (long long)c->W, (long long)c->OC, (long long)c->KH,
+             (long long)c->KW, c->stride, c->pad, c->dil, c->groups, c->bias);
+}
+
+ct_status test_weighted_sum(ct_graph *g, ct_node y, ct_node *r, ct_node *loss) {
+    int nd;
+    int64_t shape[CT_MAX_DIMS];
+    CT_TRY(ct_node_shape(g, y, &nd, shape));
+    ct_node t;
+    CT_TRY(ct_input(g, "r", CT_F32, nd, shape, r));
+    CT_TRY(ct_mul(g, y, *r, &t));
+    return ct_sum(g, t, (1u << nd) - 1, 0, loss);
+}

@@ -527,7 +527,7 @@ static ct_status check_extra_files(ct_context *ctx, const char *dir, const char 
     if (*end || end == nf || n < 0 || n > MAX_FILES)
         return ct_set_error(ctx, CT_E_CORRUPT, "'%s': metadata 'files' is '%.20s': the file is corrupt", sp, nf);
     for (long i = 0; i < n; i++) {
-        char key[16], name[MAX_FILE_NAME + 8], p[PATH_MAX];
+        char key[32], name[MAX_FILE_NAME + 8], p[PATH_MAX];
         snprintf(key, sizeof key, "file.%ld", i);
         const char *v = ct_st_meta_str(sf, key);
         unsigned long long size = 0;
@@ -764,7 +764,7 @@ ct_status ct_checkpoint_save_ex(ct_context *ctx, const char *dir, ct_plan *plan,
             return ct_set_error(ctx, CT_E_INVALID_ARG, "checkpoint: extra file name '%s' is longer than %d bytes",
                                 o->files[i].name ? o->files[i].name : "(null)", MAX_FILE_NAME);
     CT_TRY(make_dirs(ctx, dir));
-    char tmp[PATH_MAX], final[PATH_MAX], p[PATH_MAX], name[48], fkeys[MAX_FILES][16];
+    char tmp[PATH_MAX], final[PATH_MAX], p[PATH_MAX], name[48], fkeys[MAX_FILES][24];
     join_path(tmp, sizeof tmp, dir, ".tmp-XXXXXX");
     if (!mkdtemp(tmp)) return ct_set_error(ctx, CT_E_IO, "cannot create a directory in '%s': %s", dir, strerror(errno));
     ct_st_tensor *mt = NULL, *ot = NULL;
