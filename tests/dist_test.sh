@@ -42,7 +42,7 @@ trap 'rm -rf "$tmp"' EXIT
 export OMPI_MCA_rmaps_base_oversubscribe=1 # 4 ranks on fewer cores
 # the sanitizer build: leaks inside Open MPI's own libraries are not ctrain's (tests/lsan_mpi.supp; a full
 # unwind reaches their frames)
-export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_mpi.supp:fast_unwind_on_malloc=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
 MPI=(mpirun --bind-to none)
 
