@@ -31,7 +31,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) \
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_COMMON := $(filter-out tests/test_%.c,$(wildcard tests/*.c))
-HDRS := $(shell find include src tests -name '*.h')
+HDRS := $(shell find include src tests tools -name '*.h')
 
 all: $(BUILD)/libctrain.a $(BUILD)/ctrain $(TEST_BIN)
 
