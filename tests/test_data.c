@@ -191,6 +191,26 @@ TEST(idx_truncated_is_corrupt) {
             CHECK_IDX_FAILS(ctx, p, CT_E_CORRUPT);
             CHECK(strstr(ct_context_last_error(ctx), "truncated") != NULL);
         }
+    /* a plain file whose header promises 1 GiB: truncated, found before the data is allocated (a 1 MiB
+     * budget would turn an allocation into CT_E_OOM) */
+    {
+        ct_context_opts co;
+        ct_context_opts_default(&co);
+        co.memory_budget = (size_t)1 << 20;
+        ct_context *small = NULL;
+        CHECK(ct_context_create(&co, &small) == CT_OK);
+        uint32_t big[3] = {1024, 1024, 1024};
+        size_t bn;
+        unsigned char *bb = idx_bytes(0x08, 3, big, NULL, &bn); /* the 16-byte header only */
+        unsigned char file[28] = {0};                           /* and 12 data bytes: 28 bytes in all */
+        memcpy(file, bb, bn);
+        write_bytes(p, file, sizeof file, 0);
+        CHECK_IDX_FAILS(small, p, CT_E_CORRUPT);
+        CHECK_MSG(strstr(ct_context_last_error(small), "promises 1073741824 data bytes but only 12"), "%s",
+                  ct_context_last_error(small));
+        free(bb);
+        ct_context_free(small);
+    }
     /* a gzip file cut short in its compressed stream */
     write_bytes(p, b, n, 1);
     unsigned char *z;

@@ -193,7 +193,8 @@ static ct_status idx_open(ct_context *ctx, const char *path, idx_file *f) {
         return ct_set_error(ctx, CT_E_IO, "cannot open %s: %s; check the path and the data directory", path,
                             strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    int have_st = fstat(fd, &st) == 0;
+    if (have_st && S_ISDIR(st.st_mode)) {
         close(fd);
         return ct_set_error(ctx, CT_E_IO, "cannot read %s: it is a directory; pass the path of an IDX file",
                             path);
@@ -205,6 +206,15 @@ static ct_status idx_open(ct_context *ctx, const char *path, idx_file *f) {
     }
     gzbuffer(f->gz, IDX_GZ_BUFFER);
     ct_status s = idx_header(ctx, f);
+    /* a plain file must hold what its header promises: checked before anything is allocated for it (a
+     * 28-byte file must not cost a 1 GiB allocation first) */
+    uint64_t hdr_bytes = 4 + (uint64_t)4 * (uint64_t)f->ndim;
+    if (s == CT_OK && have_st && S_ISREG(st.st_mode) && gzdirect(f->gz) &&
+        (uint64_t)st.st_size < hdr_bytes + f->numel)
+        s = ct_set_error(ctx, CT_E_CORRUPT,
+                         "%s is truncated: the header promises %llu data bytes but only %llu are present; "
+                         "download the file again",
+                         path, (unsigned long long)f->numel, (unsigned long long)((uint64_t)st.st_size - hdr_bytes));
     if (s != CT_OK) {
         gzclose(f->gz); /* also closes fd */
         f->gz = NULL;
