@@ -101,7 +101,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             path = fuzz_write(0, "fuzz-idx.gz", gz, gz_size);
             free(gz);
             ct_status sb = load(path, &b);
-            FUZZ_CHECK(sa == sb, "plain and gzipped: the same status");
+            /* a plain file too short for its header is E70002 before any allocation; the gzipped one can
+             * only find out by reading, so a header over the fuzz context's budget is E60003 there */
+            FUZZ_CHECK(sa == sb || (sa == CT_E_CORRUPT && sb == CT_E_OOM), "plain and gzipped: the same status");
             if (sa == CT_OK && sb == CT_OK) {
                 FUZZ_CHECK(a.ndim == b.ndim && !memcmp(a.shape, b.shape, sizeof a.shape) && a.numel == b.numel &&
                                !memcmp(a.data, b.data, (size_t)a.numel),
