@@ -403,6 +403,10 @@ static const char k_css[] =
 
 int ct_report_write(const ct_report_log *L, const char *in_path, FILE *o, FILE *err) {
     size_t n = L->v[S_STEP].n;
+    if (n == 0) { /* the reader refuses such a log; a caller that did not ask it gets the same answer */
+        fprintf(err, "ctrain report: error: %s has no step lines: nothing to plot\n", in_path);
+        return 1;
+    }
     double *sm = malloc((n ? n : 1) * sizeof *sm), *sps_sm = malloc((n ? n : 1) * sizeof *sps_sm);
     double *tmp = malloc((n ? n : 1) * sizeof *tmp), *acc_pct = NULL;
     size_t ne = L->v[S_EEPOCH].n;

@@ -175,7 +175,7 @@ int ct_cli_train(int argc, char **argv) {
     for (int pass = 0; pass < 2; pass++)
         for (int i = 1; i < argc; i++) {
             const char *a = argv[i];
-            if (!strcmp(a, "--quiet")) continue;
+            if (!a || !strcmp(a, "--quiet")) continue; /* argv[i < argc] is never NULL; the analyzer cannot know */
             if (!strcmp(a, "--recipe") || !strcmp(a, "--resume") || !strcmp(a, "--report")) {
                 if (i + 1 < argc) i++; /* pass 1 checked the value is there */
                 continue;
