@@ -111,6 +111,9 @@ ct_status ct_checkpoint_load(ct_context *ctx, const char *path, ct_plan *plan, c
 
 /* The step directory `path` resolves to (as ct_checkpoint_load does). */
 ct_status ct_checkpoint_resolve(ct_context *ctx, const char *path, char *out, size_t len);
+/* The save directory `path` belongs to: `path` itself when it is a save dir
+ * (it has `latest`), a step dir's parent otherwise. */
+ct_status ct_checkpoint_save_dir(ct_context *ctx, const char *path, char *out, size_t len);
 
 /* Weights alone: a safetensors file with every parameter and buffer,
  * written atomically (tmp file, fsync, rename, fsync of the directory). */

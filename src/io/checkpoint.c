@@ -593,6 +593,26 @@ ct_status ct_checkpoint_resolve(ct_context *ctx, const char *path, char *out, si
     return ct_set_error(ctx, CT_E_IO, "no checkpoint in '%s': it holds neither 'latest' nor '%s'", path, STATE_FILE);
 }
 
+ct_status ct_checkpoint_save_dir(ct_context *ctx, const char *path, char *out, size_t len) {
+    if (!path || !out || !len) return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_checkpoint_save_dir: NULL argument");
+    char step[PATH_MAX], p[PATH_MAX];
+    CT_TRY(ct_checkpoint_resolve(ctx, path, step, sizeof step));
+    int w = snprintf(p, sizeof p, "%s", path);
+    size_t n = w > 0 ? strlen(p) : 0;
+    while (n > 1 && p[n - 1] == '/') p[--n] = 0;
+    if (!strcmp(step, path)) { /* a step directory: its parent */
+        char parent[PATH_MAX];
+        dir_of(p, parent, sizeof parent);
+        w = snprintf(out, len, "%s", parent);
+    } else {
+        w = snprintf(out, len, "%s", p);
+    }
+    if (w < 0 || (size_t)w >= len)
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "'%s': the save directory's path is too long (at most %zu bytes)",
+                            path, len - 1);
+    return CT_OK;
+}
+
 ct_status ct_checkpoint_load(ct_context *ctx, const char *path, ct_plan *plan, ct_optimizer *opt,
                              ct_train_state *st_out) {
     if (!path) return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_checkpoint_load: path must not be NULL");

@@ -47,20 +47,9 @@ ct_status ct_train_resume_recipe(ct_context *ctx, const char *resume, ct_recipe 
     if (s == CT_OK) s = ct_recipe_parse_json(ctx, ck->recipe_json, &got);
     if (s == CT_OK) {
         if (stored) *stored = got;
-        /* the directory being resumed: `resume` if it is a save dir (it has `latest`), else the step dir's parent */
+        /* the directory being resumed: `resume` if it is a save dir, else the step dir's parent */
         char dir[sizeof got.save_dir];
-        int w = snprintf(dir, sizeof dir, "%s", resume);
-        size_t n = w > 0 ? strlen(dir) : 0;
-        while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
-        if (w < 0 || (size_t)w >= sizeof dir)
-            s = ct_set_error(ctx, CT_E_INVALID_ARG, "--resume: the path '%s' is too long (at most %zu bytes)", resume,
-                             sizeof dir - 1);
-        else if (!strcmp(ck->path, resume)) { /* a step directory */
-            char *slash = strrchr(dir, '/');
-            if (!slash) snprintf(dir, sizeof dir, ".");
-            else if (slash == dir) dir[1] = 0;
-            else *slash = 0;
-        }
+        s = ct_checkpoint_save_dir(ctx, resume, dir, sizeof dir);
         if (s == CT_OK) {
             *r = got;
             memcpy(r->save_dir, dir, sizeof r->save_dir);
@@ -321,8 +310,7 @@ typedef struct {
     int64_t total, per_epoch, steps_per_epoch;
     double start;
     /* what went wrong quietly, reported at the end (report_health) */
-    float *grads;
-    size_t n_grads;
+    float *grads; /* the gradient arena: n_par floats */
     uint64_t skipped0;          /* the scaler's skipped total when this run started */
     int64_t zero_grad_steps;    /* steps whose gradients were all exactly zero      */
     int64_t first_overflow_step;
@@ -553,8 +541,8 @@ static ct_status optimizer_step(run_t *R, float lr, float *gnorm, int *stop) {
         /* all-zero gradients train nothing (an FP16 scale so small they underflow, or a dead model): counted
          * and reported at the end; the scan stops at the first nonzero value, so it costs nothing normally */
         size_t i = 0;
-        while (i < R->n_grads && R->grads[i] == 0.0f) i++;
-        if (i == R->n_grads) R->zero_grad_steps++;
+        while (i < R->n_par && R->grads[i] == 0.0f) i++;
+        if (i == R->n_par) R->zero_grad_steps++;
         if (r->clip_grad_norm > 0.0f) CT_TRY(ct_clip_grad_norm(R->plan, r->clip_grad_norm, 2.0f, gnorm));
         if (r->clip_grad_value > 0.0f) CT_TRY(ct_clip_grad_value(R->plan, r->clip_grad_value));
         CT_TRY(ct_optimizer_set_lr(R->opt, lr));
@@ -696,7 +684,6 @@ static ct_status setup(run_t *R, ct_train_result *res) {
     CT_TRY(ct_early_stop_init(ctx, &R->es, r->early_stop_patience, r->early_stop_min_delta,
                               r->early_stop_mode == CT_EARLY_STOP_MAX));
     ct_plan_param_arena(R->plan, &R->par, &R->grads, &R->n_par);
-    R->n_grads = R->n_par;
     R->first_overflow_step = -1;
     R->first_loss = -1.0;
     ct_plan_buffer_arena(R->plan, &R->buf, &R->n_buf);
@@ -760,7 +747,7 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
     if (R->world > 1)
         say(R, "  data parallel: %d ranks x %lld rows (global batch %lld), gradients averaged by one allreduce of "
             "%.2f MiB per step\n", R->world, (long long)R->local.batch_size, (long long)r->batch_size,
-            (double)R->n_grads * sizeof(float) / 1048576.0);
+            (double)R->n_par * sizeof(float) / 1048576.0);
     if (r->lr_scaling != CT_LR_SCALING_NONE)
         say(R, "  lr_scaling %s: global batch %lld, base %lld: lr %g -> %g\n",
             ct_recipe_enum_name("lr_scaling", (int)r->lr_scaling), (long long)(r->batch_size * R->accum),
