@@ -127,8 +127,44 @@ typedef struct ct_comm_stats {
     uint64_t allgather_calls, allgather_bytes;
     uint64_t barrier_calls;
     double seconds;
+    uint64_t reduce_scatter_calls, reduce_scatter_bytes; /* ZeRO (zero.c): bytes of the whole buffer */
 } ct_comm_stats;
 void ct_comm_get_stats(const ct_comm *c, ct_comm_stats *out);
+
+/* ---- deterministic and sharded collectives (src/dist/zero.c) -------------------------------------
+ * For the deterministic mode and ZeRO (docs/distributed.md). */
+
+/* In place, every rank: x (n) <- the sum over the ranks, added in a fixed
+ * binary tree: rank r's value is leaf r, pairs (2i, 2i+1) first, then pairs
+ * of pairs, and so on (recursive doubling; each addition is lower + higher,
+ * which IEEE makes the same bits on both partners). A caller that has summed
+ * its own 2^k leaves in the same pairwise tree gets the sum of 2^k x size
+ * leaves in one tree shape whatever the world size: the same bits at 1, 2 or
+ * 4 ranks. The world size must be a power of two (CT_E_CONFIG otherwise).
+ * tmp: n floats of scratch. */
+ct_status ct_comm_tree_allreduce_f32(ct_comm *c, float *x, size_t n, float *tmp);
+
+typedef enum ct_rs_algo {
+    CT_RS_AUTO = 0, /* MPI below ct_comm_ring_threshold_bytes, the ring from there */
+    CT_RS_MPI,      /* MPI_Reduce_scatter (in place)                                */
+    CT_RS_RING,     /* a ring of size - 1 MPI_Sendrecv steps (zero.c)               */
+} ct_rs_algo;
+/* Sum-reduce-scatter in place: x holds sum(counts) floats on every rank
+ * (counts[0..size) the segments, in rank order); afterwards rank r's
+ * segment of x (at offset counts[0] + ... + counts[r-1]) holds the sum of
+ * every rank's segment r. The rest of x is undefined afterwards. tmp: at
+ * least max(counts) floats (the ring's receive buffer; may be NULL for
+ * CT_RS_MPI). Segments of at most INT_MAX floats. */
+ct_status ct_comm_reduce_scatter_f32(ct_comm *c, float *x, const size_t *counts, ct_rs_algo algo, float *tmp);
+/* In place: every rank's segment of x (counts as above) to every rank. */
+ct_status ct_comm_allgatherv_f32(ct_comm *c, float *x, const size_t *counts);
+/* Rank root's recv (sum(counts) floats; NULL elsewhere) <- every rank's send
+ * (counts[rank] floats), in rank order. */
+ct_status ct_comm_gatherv_f32(ct_comm *c, const float *send, const size_t *counts, float *recv, int root);
+/* The buffer size (bytes, the whole buffer) from which CT_RS_AUTO takes the
+ * ring: measured on this project's machine (docs/distributed.md, "ZeRO");
+ * the environment variable CT_RS_RING_FROM (bytes) overrides it. */
+size_t ct_comm_ring_threshold_bytes(void);
 
 #ifdef __cplusplus
 }

@@ -94,6 +94,19 @@ ct_status ct_optimizer_step_ref(ct_optimizer *opt);
  *   LAMB     exp_avg, exp_avg_sq */
 ct_status ct_optimizer_state(ct_optimizer *opt, float **state, size_t *n);
 
+/* ZeRO (sharded optimizer state; docs/distributed.md): from now on the
+ * state covers only the arena range [begin, end) (each state block above
+ * holds end - begin floats instead of n) and ct_optimizer_step updates only
+ * the parameters in that range (the gradients elsewhere are not read). The
+ * part of the old state inside the new range is kept, the rest starts as at
+ * creation; [0, n) makes the optimizer whole again (a rank gathering the
+ * shards for a checkpoint). ct_optimizer_state then returns the shard's
+ * state. LAMB cannot be sharded (its trust ratios need the whole update):
+ * CT_E_CONFIG. Allocates the new state, frees the old. */
+ct_status ct_optimizer_set_shard(ct_optimizer *opt, size_t begin, size_t end);
+/* The range the state covers ([0, n) unless sharded). */
+void ct_optimizer_shard(const ct_optimizer *opt, size_t *begin, size_t *end);
+
 /* ---- gradient clipping (after unscaling, before the step) -----------------
  * Per step with a loss scaler:
  *     ct_scaler_unscale(s, plan, &found, &param);

@@ -18,6 +18,7 @@
 
 #include "core/internal.h"
 #include "ctrain/dist.h"
+#include "comm_internal.h"
 
 struct ct_comm {
     ct_context *ctx;    /* error messages                                       */
@@ -401,3 +402,9 @@ ct_status ct_comm_wait(ct_comm_request *r) {
     finish(r);
     return CT_OK;
 }
+
+/* ---- for the other collectives of src/dist/ (zero.c; comm_internal.h) ---------------------------- */
+MPI_Comm ct_comm_mpi_handle(ct_comm *c) { return c && c->mpi ? c->comm : MPI_COMM_NULL; }
+ct_context *ct_comm_context(ct_comm *c) { return c ? c->ctx : NULL; }
+ct_comm_stats *ct_comm_stats_mut(ct_comm *c) { return c ? &c->st : NULL; }
+ct_status ct_comm_mpi_fail(ct_comm *c, int err, const char *what) { return mpi_fail(c, err, what); }

@@ -34,6 +34,9 @@ struct ct_optimizer {
     ct_optim_opts o;
     float *state;
     size_t n, n_state;
+    /* ZeRO (ct_optimizer_set_shard): the state covers [sh_begin, sh_end) of the arena only; the whole arena
+     * ([0, n)) otherwise. Each state block holds sh_end - sh_begin floats. */
+    size_t sh_begin, sh_end;
     uint64_t t;
     /* LAMB: blocks (tensor, begin, length) and their partial sums */
     int n_tensors, n_blocks;
@@ -287,6 +290,8 @@ ct_status ct_optimizer_create(ct_plan *plan, const ct_optim_opts *opts, ct_optim
     o->o = *opts;
     ct_plan_param_arena(plan, NULL, NULL, &o->n);
     o->n_state = state_blocks(opts) * o->n;
+    o->sh_begin = 0;
+    o->sh_end = o->n;
     ct_status s = ct_alloc(ctx, o->n_state * sizeof(float), (void **)&o->state);
     if (s == CT_OK) s = groups_setup(o);
     if (s == CT_OK && opts->kind == CT_OPTIM_LAMB) s = lamb_setup(o);
@@ -382,10 +387,10 @@ static void lamb_step(ct_optimizer *o, float *p, const float *g, float lr, ct_is
 static void update_run(ct_optimizer *o, float *pa, const float *ga, size_t rb, size_t n, float lr, float wd, ct_isa isa,
                        int nth) {
     const ct_optim_opts *op = &o->o;
-    size_t na = o->n;
+    size_t na = o->sh_end - o->sh_begin, sb = rb - o->sh_begin; /* state blocks cover the shard */
     float *p = pa + rb;
     const float *g = ga + rb;
-    float *s0 = o->state + rb, *s1 = o->state + na + rb, *s2 = o->state + 2 * na + rb;
+    float *s0 = o->state + sb, *s1 = o->state + na + sb, *s2 = o->state + 2 * na + sb;
     /* chunks are multiples of 64 floats so every thread's slice stays aligned */
     size_t chunk = ct_align_up((n + (size_t)nth - 1) / (size_t)nth, 64);
     switch (op->kind) {
@@ -440,11 +445,13 @@ static ct_status step(ct_optimizer *o, int use_ref) {
     o->t++;
     if (o->o.kind == CT_OPTIM_LAMB) {
         lamb_step(o, p, g, lr, isa, nth);
-    } else if (o->n_runs == 1) { /* no groups: the whole arena, all threads */
-        update_run(o, p, g, 0, n, lr * o->run_lr[0], o->run_wd[0], isa, nth);
+    } else if (o->n_runs == 1) { /* no groups: the whole arena (or the shard), all threads */
+        update_run(o, p, g, o->sh_begin, o->sh_end - o->sh_begin, lr * o->run_lr[0], o->run_wd[0], isa, nth);
     } else {
         for (int r = 0; r < o->n_runs; r++) {
-            size_t rb = o->run_begin[r], len = o->run_end[r] - rb;
+            size_t rb = CT_MAX(o->run_begin[r], o->sh_begin), re = CT_MIN(o->run_end[r], o->sh_end);
+            if (rb >= re) continue; /* outside this rank's shard */
+            size_t len = re - rb;
             /* small runs use fewer threads (the update is elementwise) */
             size_t want = (len + 16383) / 16384;
             int nt = want < (size_t)nth ? (int)(want ? want : 1) : nth;
@@ -480,4 +487,35 @@ ct_status ct_optimizer_get_opts(const ct_optimizer *o, ct_optim_opts *out) {
     if (!o || !out) return CT_E_INVALID_ARG;
     *out = o->o;
     return CT_OK;
+}
+
+ct_status ct_optimizer_set_shard(ct_optimizer *o, size_t begin, size_t end) {
+    if (!o) return CT_E_INVALID_ARG;
+    if (begin > end || end > o->n)
+        return ct_set_error(o->ctx, CT_E_INVALID_ARG, "%s: shard [%zu, %zu) is not inside the %zu-float arena",
+                            ct_optim_kind_name(o->o.kind), begin, end, o->n);
+    if (o->o.kind == CT_OPTIM_LAMB && (begin != 0 || end != o->n))
+        return ct_set_error(o->ctx, CT_E_CONFIG,
+                            "lamb cannot shard its state (ZeRO): its trust ratio needs every parameter's whole "
+                            "update; use zero_stage 0 with lamb, or adamw");
+    const size_t nb = state_blocks(&o->o), len = end - begin, old_len = o->sh_end - o->sh_begin;
+    float *ns = NULL;
+    CT_TRY(ct_alloc(o->ctx, CT_MAX(nb * len, (size_t)1) * sizeof(float), (void **)&ns));
+    const float init = o->o.kind == CT_OPTIM_ADAGRAD ? o->o.initial_accumulator_value : 0.0f;
+    for (size_t b = 0; b < nb; b++) /* what the old state holds of the new range is kept, the rest starts fresh */
+        for (size_t i = 0; i < len; i++) {
+            size_t a = begin + i;
+            ns[b * len + i] = a >= o->sh_begin && a < o->sh_end ? o->state[b * old_len + (a - o->sh_begin)] : init;
+        }
+    ct_free(o->ctx, o->state);
+    o->state = ns;
+    o->sh_begin = begin;
+    o->sh_end = end;
+    o->n_state = nb * len;
+    return CT_OK;
+}
+
+void ct_optimizer_shard(const ct_optimizer *o, size_t *begin, size_t *end) {
+    if (begin) *begin = o ? o->sh_begin : 0;
+    if (end) *end = o ? o->sh_end : 0;
 }
