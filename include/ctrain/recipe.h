@@ -127,6 +127,10 @@ typedef struct ct_recipe {
     ct_lr_scaling lr_scaling;
     int64_t lr_base_batch;   /* B0: the batch optimizer.lr was tuned for        */
     int64_t lr_sqrt_from_batch; /* Bs for linear_then_sqrt (0: 8 x B0)          */
+    /* data parallel (docs/distributed.md) */
+    int zero_stage;          /* 0: DDP; 1: optimizer state sharded; 2: + gradients */
+    int deterministic;       /* bit-identical results at any world size          */
+    int deterministic_chunks;/* K: chunks of every global batch (default 4)       */
 } ct_recipe;
 
 /* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */

@@ -88,6 +88,16 @@ struct ct_task {
      * again after the ranks' parts are combined. May be NULL (no detail). */
     void (*eval_detail)(ct_task *t, ct_task_eval *ev);
     void (*free)(ct_task *t);
+    /* The deterministic mode (recipe key deterministic; may be NULL: the
+     * task does not support it). Called once by ct_train after shard and
+     * before build, with n >= 1: build is then called with batch_size
+     * b / n (b = this rank's rows of a global batch), and next_batch's
+     * micro-batch m (0 <= m < n) of a step writes the m-th of n equal
+     * slices of this rank's rows of the step's global batch (reading the
+     * global batch at m == 0); batches_per_epoch and start_epoch's skip
+     * still count global batches. evaluate covers the whole held-out split
+     * on every rank from then on (count as in one process). */
+    ct_status (*chunk)(ct_task *t, int n);
 };
 
 /* The built-in task of r->model: loads its data (IDX images; a text corpus

@@ -187,6 +187,14 @@ static const key_def k_keys[] = {
     {"lr_base_batch", K_I64, OFF(lr_base_batch), 0, 1, 1 << 30, NULL, M_ALL, NULL, "the batch optimizer.lr was tuned for"},
     {"lr_sqrt_from_batch", K_I64, OFF(lr_sqrt_from_batch), 0, 0, 1 << 30, NULL, M_ALL, NULL,
      "linear_then_sqrt: linear up to this batch, sqrt beyond (0: 8 x lr_base_batch)"},
+    {"zero_stage", K_INT, OFF(zero_stage), 0, 0, 2, NULL, M_ALL, NULL,
+     "data parallel: 0 every rank keeps the whole optimizer state; 1 each rank keeps and updates its shard "
+     "(reduce-scatter + allgather); 2 also releases the gradients outside its shard between steps"},
+    {"deterministic", K_BOOL, OFF(deterministic), 0, 0, 1, NULL, M_IMG, NULL,
+     "bit-identical weights and losses at 1, 2, 4, ... ranks: batches cut into deterministic_chunks chunks whose "
+     "gradients are added in one fixed tree"},
+    {"deterministic_chunks", K_INT, OFF(deterministic_chunks), 0, 1, 1024, NULL, M_IMG, NULL,
+     "deterministic: chunks per global batch (a power of two; the world size must divide it)"},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
@@ -215,6 +223,7 @@ void ct_recipe_default(ct_recipe *r) {
     r->plateau_threshold = 1e-4f;
     r->log_every = 100;
     r->accumulate_steps = 1;
+    r->deterministic_chunks = 4;
     r->divergence_factor = 1e4f;
     r->early_stop_mode = CT_EARLY_STOP_MIN;
     r->recompute_ops = CT_RECOMPUTE_OPS_NONE;

@@ -24,6 +24,12 @@ typedef struct {
     size_t logits_cap;
     int rank, size;    /* data parallel: this rank's share of batches and evaluation */
     float mean, stdv;  /* the normalization (the prefetcher pads with a normalized 0) */
+    /* deterministic mode (img_chunk): this rank's rows of a global batch read into stage_x / stage_y, then
+     * handed to the plan in `chunks` slices; the evaluation covers the whole test split on every rank */
+    int chunks;
+    float *stage_x;
+    int32_t *stage_y;
+    int64_t stage_rows;
 } image_task;
 
 /* Logits as FP32: a low-precision plan stores BF16/FP16 logits, converted into buf. */
@@ -95,7 +101,22 @@ static ct_status img_start_epoch(ct_task *t, int64_t epoch, int64_t skip) {
 
 static ct_status img_next(ct_task *t, int64_t step, int micro, int64_t *rows) {
     image_task *it = t->impl;
-    (void)step, (void)micro;
+    (void)step;
+    if (it->chunks > 1) { /* deterministic: slice `micro` of this rank's rows, read at micro 0 */
+        if (micro == 0) {
+            CT_TRY(it->pf ? ct_prefetcher_next(it->pf, it->stage_x, it->stage_y, &it->stage_rows)
+                          : ct_loader_next(it->ld, it->stage_x, it->stage_y, &it->stage_rows));
+        }
+        const int64_t b = it->tx.shape[0], lo = CT_MIN((int64_t)micro * b, it->stage_rows);
+        const int64_t n = CT_MIN(b, it->stage_rows - lo);
+        const size_t px = (size_t)(ct_tensor_numel(&it->tx) / b);
+        if (n > 0) {
+            memcpy(it->tx.data, it->stage_x + (size_t)lo * px, (size_t)n * px * sizeof(float));
+            memcpy(it->ty.data, it->stage_y + lo, (size_t)n * sizeof(int32_t));
+        }
+        *rows = n > 0 ? n : 0;
+        return CT_OK;
+    }
     return it->pf ? ct_prefetcher_next(it->pf, it->tx.data, it->ty.data, rows)
                   : ct_loader_next(it->ld, it->tx.data, it->ty.data, rows);
 }
@@ -119,7 +140,7 @@ static ct_status img_evaluate(ct_task *t, ct_task_eval *out) {
     ct_status s = CT_OK;
     const int64_t nb = ct_loader_num_batches(ld);
     for (int64_t k = 0; k < nb; k++) {
-        if (k % it->size != it->rank) { /* data parallel: test batch k is rank k % size's */
+        if (!it->chunks && k % it->size != it->rank) { /* data parallel: test batch k is rank k % size's */
             if ((s = ct_loader_skip(ld, 1)) != CT_OK) break;
             continue;
         }
@@ -169,6 +190,24 @@ static ct_status img_shard(ct_task *t, int rank, int size) {
     return it->pf ? make_prefetcher(it, size > 1 ? rank * b : 0, size > 1 ? b : 0) : CT_OK;
 }
 
+static ct_status img_chunk(ct_task *t, int n) {
+    image_task *it = t->impl;
+    const int64_t rows = it->r.batch_size / it->size; /* this rank's rows of a global batch */
+    const size_t px = (size_t)(it->train.c * it->train.h * it->train.w);
+    if (n < 1 || rows % n)
+        return ct_set_error(it->ctx, CT_E_CONFIG, "deterministic: %lld rows per rank do not cut into %d chunks",
+                            (long long)rows, n);
+    it->chunks = n;
+    free(it->stage_x);
+    free(it->stage_y);
+    it->stage_x = malloc((size_t)rows * px * sizeof(float));
+    it->stage_y = malloc((size_t)rows * sizeof(int32_t));
+    if (!it->stage_x || !it->stage_y)
+        return ct_set_error(it->ctx, CT_E_OOM, "out of memory for the deterministic mode's batch (%lld rows)",
+                            (long long)rows);
+    return CT_OK;
+}
+
 static void img_describe(ct_task *t, const ct_plan_stats *ps, char *buf, size_t len) {
     image_task *it = t->impl;
     char cvt[64] = "";
@@ -187,6 +226,8 @@ static void img_free(ct_task *t) {
     ct_dataset_free(it->ctx, &it->train);
     ct_dataset_free(it->ctx, &it->test);
     free(it->logits_buf);
+    free(it->stage_x);
+    free(it->stage_y);
     free(it);
     free(t);
 }
@@ -218,6 +259,7 @@ ct_status ct_task_image_create(ct_context *ctx, const ct_recipe *r, ct_task **ou
     t->evaluate = img_evaluate;
     t->describe = img_describe;
     t->shard = img_shard;
+    t->chunk = img_chunk;
     t->free = img_free;
     it->rank = 0;
     it->size = 1;

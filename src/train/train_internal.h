@@ -28,4 +28,34 @@ ct_status ct_dp_reduce_eval(ct_comm *c, ct_task *t, ct_task_eval *ev);
 /* After rank 0 wrote a checkpoint with status s (the others pass CT_OK):
  * every rank waits for it and returns rank 0's status. */
 ct_status ct_dp_after_save(ct_context *ctx, ct_comm *c, ct_status s);
+
+/* ZeRO and the deterministic mode (zero.c; docs/distributed.md). ct_zero_create
+ * gives NULL for zero_stage 0 without deterministic. */
+typedef struct ct_zero ct_zero;
+/* The recipe's zero_stage / deterministic keys against the world and the task. */
+ct_status ct_zero_check(ct_context *ctx, const ct_recipe *r, ct_task *t, int world);
+ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, ct_optimizer *opt,
+                         ct_zero **out);
+void ct_zero_free(ct_zero *z);
+int ct_zero_stage(const ct_zero *z);         /* 0 for NULL */
+int ct_zero_deterministic(const ct_zero *z); /* 0 for NULL */
+int ct_zero_local_chunks(const ct_zero *z);  /* deterministic: K / world micro-batches per step; else 1 */
+/* The optimizer's state becomes this rank's shard (after a resume has loaded the whole state). */
+ct_status ct_zero_shard(ct_zero *z);
+/* Reduce-scatter of the gradients; the arena outside this rank's segment zeroed (stage 2: released). */
+ct_status ct_zero_reduce_grads(ct_zero *z);
+/* The loss scaler's overflow: any rank's. */
+ct_status ct_zero_agree_overflow(ct_zero *z, int *overflow);
+/* Clipping by the global norm over the ranks' segments (ct_clip_grad_norm's arithmetic). */
+ct_status ct_zero_clip_grad_norm(ct_zero *z, float max_norm, float *total);
+/* Every rank's updated parameters to every rank. */
+ct_status ct_zero_allgather_params(ct_zero *z);
+/* whole 1: rank 0's optimizer gathers the whole state (for a checkpoint); whole 0: a shard again. */
+ct_status ct_zero_gather_state(ct_zero *z, int whole);
+/* Bytes per rank between steps: gradients resident (stage 2: the segment) and the optimizer state. */
+void ct_zero_memory(const ct_zero *z, size_t n_par, size_t state_floats, double *grads_between, double *state);
+/* Deterministic: after chunk `micro`'s backward (its mean loss), into the pairwise tree. */
+ct_status ct_zero_det_push(ct_zero *z, int micro, double loss);
+/* Deterministic: after the last chunk: the tree over the ranks; *loss the global batch's mean loss. */
+ct_status ct_zero_det_reduce(ct_zero *z, double *loss);
 #endif

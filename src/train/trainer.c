@@ -321,6 +321,9 @@ typedef struct {
     int rank, world;
     ct_recipe local;            /* the recipe of this rank's plan: batch_size / world  */
     int64_t grad_reduces;       /* allreduces of the gradient arena                   */
+    ct_zero *zero;              /* zero_stage > 0 or deterministic (zero.c); else NULL */
+    int micro_n;                /* micro-batches per step: accum, or (deterministic) this rank's chunks */
+    int grad_div;               /* the loss gradient's divisor: accum x world, or (deterministic) the chunks */
 } run_t;
 
 /* What the micro-batches of one optimizer step saw: summed over them here,
@@ -480,14 +483,18 @@ static ct_status checkpoint(run_t *R, int64_t step, int64_t ep, int64_t b, doubl
         CT_TRY(ct_dp_broadcast_state(R->comm, R->plan, 1));
         CT_TRY(ct_dp_same_weights(R->ctx, R->comm, R->plan, when));
     }
+    CT_TRY(ct_zero_gather_state(R->zero, 1)); /* ZeRO: rank 0 holds the whole optimizer state to write it */
     ct_status s = R->rank == 0 ? save(R, step, ep, b, run_loss, correct, seen, ev, finished) : CT_OK;
-    return ct_dp_after_save(R->ctx, R->comm, s);
+    s = ct_dp_after_save(R->ctx, R->comm, s);
+    CT_TRY(s);
+    return ct_zero_gather_state(R->zero, 0);
 }
 
 /* The task's evaluation; data parallel: on rank 0's buffers, each rank its part, combined. */
 static ct_status evaluate(run_t *R, ct_task_eval *ev) {
     CT_TRY(ct_dp_broadcast_state(R->comm, R->plan, 1));
     CT_TRY(R->task->evaluate(R->task, ev));
+    if (ct_zero_deterministic(R->zero)) return CT_OK; /* every rank evaluated the whole split */
     return ct_dp_reduce_eval(R->comm, R->task, ev);
 }
 
@@ -496,7 +503,16 @@ static ct_status evaluate(run_t *R, ct_task_eval *ev) {
  * forward's loss and skips the step) or that diverged ends the run. */
 static ct_status step_stats(run_t *R, step_acc *a, int64_t step, int64_t ep, float lr, double *run_loss,
                             int64_t *correct, int64_t *seen) {
-    CT_TRY(ct_dp_reduce_step(R->comm, &a->loss, &a->correct, &a->rows));
+    if (ct_zero_deterministic(R->zero) && a->n) {
+        /* the chunk losses summed in chunk order (the same double at any world size), as one mean per step */
+        double cr[2] = {a->correct, a->rows};
+        CT_TRY(ct_comm_allreduce_f64(R->comm, cr, 2, CT_REDUCE_SUM)); /* integers: exact in any order */
+        a->correct = cr[0], a->rows = cr[1];
+        CT_TRY(ct_zero_det_reduce(R->zero, &a->loss));
+        a->n = 1;
+    } else {
+        CT_TRY(ct_dp_reduce_step(R->comm, &a->loss, &a->correct, &a->rows));
+    }
     const double loss = a->n ? a->loss / a->n : 0.0;
     *run_loss += a->loss;
     *correct += (int64_t)a->correct;
@@ -528,7 +544,13 @@ static ct_status optimizer_step(run_t *R, float lr, float *gnorm, int *stop) {
     const ct_recipe *r = R->r;
     int overflow = 0, bad_param = -1;
     *gnorm = 0.0f;
-    if (R->world > 1) {
+    const int zero = ct_zero_stage(R->zero) > 0;
+    if (zero) { /* ZeRO: each rank reduces, checks, clips and updates its segment; then the allgather */
+        double ta = R->prof ? ct_profiler_now_us() : 0;
+        CT_TRY(ct_zero_reduce_grads(R->zero));
+        R->grad_reduces++;
+        if (R->prof) ct_profiler_event(R->prof, "reduce-scatter gradients", "comm", ta, ct_profiler_now_us(), NULL);
+    } else if (R->world > 1 && !ct_zero_deterministic(R->zero)) {
         /* data parallel: the mean gradient of the global batch on every rank, the same bits everywhere, so the
          * overflow check, the clipping norm and the step below agree across ranks without more messages */
         double ta = R->prof ? ct_profiler_now_us() : 0;
@@ -537,16 +559,25 @@ static ct_status optimizer_step(run_t *R, float lr, float *gnorm, int *stop) {
         if (R->prof) ct_profiler_event(R->prof, "allreduce gradients", "comm", ta, ct_profiler_now_us(), NULL);
     }
     if (R->scaler) CT_TRY(ct_scaler_unscale(R->scaler, R->plan, &overflow, &bad_param));
+    if (zero && R->scaler) CT_TRY(ct_zero_agree_overflow(R->zero, &overflow)); /* an overflow on any rank's segment */
     if (!overflow) {
         /* all-zero gradients train nothing (an FP16 scale so small they underflow, or a dead model): counted
          * and reported at the end; the scan stops at the first nonzero value, so it costs nothing normally */
         size_t i = 0;
         while (i < R->n_par && R->grads[i] == 0.0f) i++;
         if (i == R->n_par) R->zero_grad_steps++;
-        if (r->clip_grad_norm > 0.0f) CT_TRY(ct_clip_grad_norm(R->plan, r->clip_grad_norm, 2.0f, gnorm));
+        if (r->clip_grad_norm > 0.0f) {
+            if (zero) CT_TRY(ct_zero_clip_grad_norm(R->zero, r->clip_grad_norm, gnorm)); /* the norm over all segments */
+            else CT_TRY(ct_clip_grad_norm(R->plan, r->clip_grad_norm, 2.0f, gnorm));
+        }
         if (r->clip_grad_value > 0.0f) CT_TRY(ct_clip_grad_value(R->plan, r->clip_grad_value));
         CT_TRY(ct_optimizer_set_lr(R->opt, lr));
         CT_TRY(ct_optimizer_step(R->opt));
+        if (zero) {
+            double tg = R->prof ? ct_profiler_now_us() : 0;
+            CT_TRY(ct_zero_allgather_params(R->zero));
+            if (R->prof) ct_profiler_event(R->prof, "allgather parameters", "comm", tg, ct_profiler_now_us(), NULL);
+        }
     }
     if (!R->scaler) return CT_OK;
     double ts = R->prof ? ct_profiler_now_us() : 0;
@@ -648,6 +679,7 @@ static ct_status setup(run_t *R, ct_train_result *res) {
     ct_context_mem_stats(ctx, &ms0);
     ct_status s = build_plan(ctx, R->task, &R->local, 0, &R->plan);
     if (s == CT_OK) s = ct_optimizer_create(R->plan, &r->optim, &R->opt);
+    if (s == CT_OK) s = ct_zero_create(ctx, R->comm, r, R->plan, R->opt, &R->zero);
     if (s == CT_OK) s = R->task->bind(R->task, R->plan);
     /* with a memory budget, the kernels' first use now: an E60003 then comes with advice, not mid-run */
     if (s == CT_OK && r->memory_budget > 0) s = first_use(R->task, R->plan);
@@ -662,7 +694,9 @@ static ct_status setup(run_t *R, ct_train_result *res) {
     /* "loss / accumulation_steps": each micro-batch's gradient is added into the arena. Data parallel also
      * divides by the world size (each rank's rows are that share of the global batch) and the allreduce sums:
      * the gradients have the magnitudes of one process, so FP16 overflows at the same loss scale */
-    if (R->accum > 1 || R->world > 1) CT_TRY(ct_plan_set_loss_scale(R->plan, 1.0f / (float)(R->accum * R->world)));
+    R->micro_n = ct_zero_deterministic(R->zero) ? ct_zero_local_chunks(R->zero) : R->accum;
+    R->grad_div = ct_zero_deterministic(R->zero) ? r->deterministic_chunks : R->accum * R->world;
+    if (R->grad_div > 1) CT_TRY(ct_plan_set_loss_scale(R->plan, 1.0f / (float)R->grad_div));
     if (r->detect_anomaly) ct_plan_set_anomaly(R->plan, 1);
     CT_TRY(make_scaler(R));
     if (R->task->epochs_from_data) {
@@ -730,6 +764,7 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
     /* data parallel: every rank starts from rank 0's weights (the same seed, or the same checkpoint, gave them
      * already: this makes sure) */
     CT_TRY(ct_dp_broadcast_state(R->comm, R->plan, 0));
+    CT_TRY(ct_zero_shard(R->zero)); /* ZeRO: the whole state (perhaps resumed) becomes this rank's shard */
     if (R->scaler) {
         ct_scaler_totals tot;
         ct_scaler_get_totals(R->scaler, &tot);
@@ -745,9 +780,29 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
         ct_isa_name(ct_context_isa(ctx)), ct_context_use_onednn(ctx) ? " + oneDNN" : "", (long long)R->total,
         (long long)r->batch_size, (long long)R->accum, data_epochs ? "" : " (tokens: x context)");
     if (R->world > 1)
-        say(R, "  data parallel: %d ranks x %lld rows (global batch %lld), gradients averaged by one allreduce of "
-            "%.2f MiB per step\n", R->world, (long long)R->local.batch_size, (long long)r->batch_size,
+        say(R, "  data parallel: %d ranks x %lld rows (global batch %lld), gradients averaged by %s of "
+            "%.2f MiB per step\n", R->world, (long long)(r->batch_size / R->world), (long long)r->batch_size,
+            ct_zero_stage(R->zero) > 0 ? "one reduce-scatter" : ct_zero_deterministic(R->zero)
+                                             ? "one fixed-tree allreduce" : "one allreduce",
             (double)R->n_par * sizeof(float) / 1048576.0);
+    if (ct_zero_stage(R->zero) > 0) {
+        float *ost = NULL;
+        size_t on = 0;
+        double gb, sb;
+        ct_optimizer_state(R->opt, &ost, &on);
+        ct_zero_memory(R->zero, R->n_par, on, &gb, &sb);
+        say(R, "  zero_stage %d: per rank %.2f MiB parameters, %.2f MiB optimizer state (1/%d of %.2f MiB), %.2f MiB "
+            "gradients between steps%s; reduce-scatter + allgather per step\n", ct_zero_stage(R->zero),
+            (double)R->n_par * sizeof(float) / 1048576.0, sb / 1048576.0, R->world,
+            (double)optim_state_per_param(&r->optim) * (double)R->n_par * sizeof(float) / 1048576.0, gb / 1048576.0,
+            ct_zero_stage(R->zero) == 2 ? " (the rest released after the reduce-scatter; the whole gradient exists "
+                                          "from backward to the reduce-scatter)" : "");
+    }
+    if (r->deterministic)
+        say(R, "  deterministic: %d chunks of %lld rows per global batch, %d on each rank, gradients added in one "
+            "fixed tree (bit-identical at any power-of-two world size dividing %d with the same threads per rank)\n",
+            r->deterministic_chunks, (long long)R->local.batch_size, ct_zero_local_chunks(R->zero),
+            r->deterministic_chunks);
     if (r->lr_scaling != CT_LR_SCALING_NONE)
         say(R, "  lr_scaling %s: global batch %lld, base %lld: lr %g -> %g\n",
             ct_recipe_enum_name("lr_scaling", (int)r->lr_scaling), (long long)(r->batch_size * R->accum),
@@ -792,20 +847,23 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
             if (R->prof) ct_profiler_event(R->prof, "batch", "data", td, ct_profiler_now_us(), NULL);
             float lr = ct_schedule_lr(R->sched, step), loss;
             if (R->scaler)
-                CT_TRY(ct_plan_set_loss_scale(R->plan, ct_scaler_scale(R->scaler) / (float)(R->accum * R->world)));
-            /* forward, backward (bn_stats_once: running statistics from the step's last micro-batch only) */
+                CT_TRY(ct_plan_set_loss_scale(R->plan, ct_scaler_scale(R->scaler) / (float)R->grad_div));
+            /* forward, backward (bn_stats_once: running statistics from the step's last micro-batch only;
+             * deterministic: from the global batch's first chunk only, which is rank 0's at any world size) */
             if (r->bn_stats_once) ct_plan_set_update_running_stats(R->plan, micro == R->accum - 1);
+            if (r->deterministic) ct_plan_set_update_running_stats(R->plan, R->rank == 0 && micro == 0);
             CT_TRY(ct_plan_forward(R->plan, 1));
             ct_plan_loss(R->plan, &loss);
             if (!isfinite(loss) && R->scaler) loss = 0.0f; /* FP16 overflowed in the forward: the scaler skips this step */
             CT_TRY(ct_plan_backward(R->plan));
-            b++;
+            b += !r->deterministic || micro == 0; /* deterministic: the chunks are one global batch */
+            if (r->deterministic) CT_TRY(ct_zero_det_push(R->zero, micro, loss));
             sa.loss += loss;
             if (t->has_accuracy) sa.correct += (double)t->batch_correct(t, rows);
             sa.rows += (double)rows;
             sa.n++;
             /* more micro-batches before this step: nothing is sent (data parallel) until the last one */
-            if (++micro < R->accum) continue;
+            if (++micro < R->micro_n) continue;
             micro = 0;
             CT_TRY(step_stats(R, &sa, step, ep, lr, &run_loss, &correct, &seen));
             /* optimizer step */
@@ -985,6 +1043,11 @@ ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, 
     R.task = o->task;
     if (!R.task) s = task_for(ctx, r, &R.task);
     if (s == CT_OK) s = ct_dp_setup(ctx, R.comm, R.task, r, &R.local);
+    if (s == CT_OK) s = ct_zero_check(ctx, r, R.task, R.world);
+    if (s == CT_OK && r->deterministic) { /* the plan is built for one chunk; this rank reads K / N of them */
+        R.local.batch_size = r->batch_size / r->deterministic_chunks;
+        s = R.task->chunk(R.task, r->deterministic_chunks / R.world);
+    }
     if (s == CT_OK) s = setup(&R, res);
     if (s == CT_OK) s = run_loop(&R, res);
     if (R.mx) ct_metrics_close(R.mx);
@@ -994,6 +1057,7 @@ ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, 
     free(R.st);
     ct_schedule_free(R.sched);
     ct_scaler_free(R.scaler);
+    ct_zero_free(R.zero);
     ct_optimizer_free(R.opt);
     ct_plan_free(R.plan);
     if (!o->task) ct_task_free(R.task);

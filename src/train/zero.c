@@ -1,0 +1,290 @@
+/* src/train/zero.c - ZeRO stages 1 and 2 and the deterministic mode, the
+ * trainer's parts (docs/distributed.md):
+ *
+ * ZeRO (zero_stage 1 | 2): the gradient arena is cut into one segment per
+ * rank (multiples of 64 floats, the last one shorter); after backward the
+ * gradients are reduce-scattered (each rank gets the sum of its segment), the
+ * rest of the arena is zeroed, the optimizer (its state allocated for the
+ * segment only: ct_optimizer_set_shard) updates this rank's parameters, and
+ * an allgather gives every rank every parameter again. The loss scaler's
+ * overflow flag and the clipping norm are combined over the ranks. Stage 2
+ * also hands the pages of the gradient arena outside this rank's segment back
+ * to the operating system after the reduce-scatter (madvise MADV_DONTNEED;
+ * they read as zeros and come back when backward writes them): between
+ * steps the full gradient is not resident. The planner allocates the
+ * gradient arena as one block for backward, so at the end of backward the
+ * full gradient is still there: stage 2 lowers the memory between steps, not
+ * the peak (that needs the reduce-scatter per bucket during backward).
+ * Checkpoints stay whole: rank 0 gathers the state shards before writing.
+ *
+ * Deterministic mode: every global batch is cut into K chunks; the plan is
+ * built for one chunk; rank r computes chunks [r*K/N, (r+1)*K/N), keeps
+ * their gradients apart and adds them in a pairwise tree, and the ranks add
+ * their subtrees with ct_comm_tree_allreduce_f32: the same binary tree of
+ * additions whatever N, so the same bits. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "train_internal.h"
+
+struct ct_zero {
+    ct_context *ctx;
+    ct_comm *c;
+    ct_plan *plan;
+    ct_optimizer *opt;
+    int stage, rank, world;
+    size_t n;              /* floats in the parameter / gradient arena           */
+    size_t *counts, *offs; /* each rank's segment                                  */
+    float *tmp;            /* the ring's receive buffer (the largest segment)      */
+    int madvise_ok;        /* stage 2: released pages read back as zeros            */
+    /* deterministic mode */
+    int chunks, local;     /* K, and K / N chunks on this rank                     */
+    float *level[8];       /* the pairwise tree's pending left subtrees           */
+    double *losses;        /* this rank's chunk losses, then all K in chunk order  */
+};
+
+static int is_pow2(int x) { return x > 0 && !(x & (x - 1)); }
+
+ct_status ct_zero_check(ct_context *ctx, const ct_recipe *r, ct_task *t, int world) {
+    if (r->zero_stage > 0 && r->deterministic)
+        return ct_set_error(ctx, CT_E_CONFIG,
+                            "zero_stage %d and deterministic: true do not go together yet: the deterministic mode "
+                            "reduces whole gradients in a fixed tree; use zero_stage 0 with it",
+                            r->zero_stage);
+    if (r->zero_stage > 0 && r->optim.kind == CT_OPTIM_LAMB)
+        return ct_set_error(ctx, CT_E_CONFIG,
+                            "zero_stage %d cannot shard lamb's state (its trust ratio needs each parameter's whole "
+                            "update); use zero_stage 0 with lamb, or adamw",
+                            r->zero_stage);
+    if (!r->deterministic) return CT_OK;
+    const int K = r->deterministic_chunks;
+    if (!is_pow2(world) || K % world || !is_pow2(K / world) || K / world > 128)
+        return ct_set_error(ctx, CT_E_CONFIG,
+                            "deterministic: true with deterministic_chunks %d needs a power-of-two number of ranks that "
+                            "divides it (1, 2, 4, ... up to %d), not %d ranks",
+                            K, K, world);
+    if (r->batch_size % K)
+        return ct_set_error(ctx, CT_E_CONFIG,
+                            "deterministic: true cuts every batch into deterministic_chunks %d chunks: batch_size %lld "
+                            "does not divide by it; use a multiple of %d",
+                            K, (long long)r->batch_size, K);
+    if (r->accumulate_steps > 1)
+        return ct_set_error(ctx, CT_E_CONFIG,
+                            "deterministic: true does not support accumulate_steps > 1 yet: raise batch_size instead "
+                            "(the chunks are the micro-batches)");
+    if (r->dropout > 0.0f)
+        return ct_set_error(ctx, CT_E_CONFIG,
+                            "deterministic: true does not support dropout yet (its masks are drawn per rank and step, "
+                            "not per sample); set dropout 0");
+    if (!t->chunk)
+        return ct_set_error(ctx, CT_E_CONFIG,
+                            "deterministic: true is not supported by the %s task yet (it has no ct_task.chunk); the "
+                            "image models (mlp, cnn) support it",
+                            t->name ? t->name : "custom");
+    return CT_OK;
+}
+
+ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, ct_optimizer *opt,
+                         ct_zero **out) {
+    *out = NULL;
+    if (r->zero_stage == 0 && !r->deterministic) return CT_OK;
+    ct_zero *z = calloc(1, sizeof *z);
+    if (!z) return ct_set_error(ctx, CT_E_OOM, "out of memory");
+    z->ctx = ctx, z->c = c, z->plan = p, z->opt = opt;
+    z->stage = r->zero_stage;
+    z->rank = ct_comm_rank(c);
+    z->world = ct_comm_size(c);
+    CT_TRY(ct_plan_param_arena(p, NULL, NULL, &z->n));
+    z->counts = calloc((size_t)z->world, sizeof(size_t));
+    z->offs = calloc((size_t)z->world + 1, sizeof(size_t));
+    ct_status s = z->counts && z->offs ? CT_OK : ct_set_error(ctx, CT_E_OOM, "out of memory");
+    if (s == CT_OK && z->stage > 0) {
+        size_t per = ct_align_up((z->n + (size_t)z->world - 1) / (size_t)z->world, 64), mx = 0;
+        for (int k = 0; k < z->world; k++) {
+            z->offs[k] = CT_MIN((size_t)k * per, z->n);
+            z->counts[k] = CT_MIN(per, z->n - z->offs[k]);
+            mx = CT_MAX(mx, z->counts[k]);
+        }
+        z->offs[z->world] = z->n;
+        z->madvise_ok = z->stage == 2;
+        if (z->world > 1 && !(z->tmp = malloc(CT_MAX(mx, (size_t)1) * sizeof(float))))
+            s = ct_set_error(ctx, CT_E_OOM, "out of memory for the reduce-scatter buffer (%zu floats)", mx);
+    }
+    if (s == CT_OK && r->deterministic) {
+        z->chunks = r->deterministic_chunks;
+        z->local = z->chunks / z->world;
+        int levels = 0;
+        while ((1 << levels) < z->local) levels++;
+        for (int l = 0; l < levels && s == CT_OK; l++)
+            if (!(z->level[l] = malloc(CT_MAX(z->n, (size_t)1) * sizeof(float))))
+                s = ct_set_error(ctx, CT_E_OOM, "deterministic: out of memory for the chunk gradients (%zu floats)",
+                                 z->n);
+        if (s == CT_OK && z->world > 1 && !(z->tmp = malloc(CT_MAX(z->n, (size_t)1) * sizeof(float))))
+            s = ct_set_error(ctx, CT_E_OOM, "deterministic: out of memory for the tree allreduce (%zu floats)", z->n);
+        if (s == CT_OK && !(z->losses = calloc((size_t)z->chunks, sizeof(double))))
+            s = ct_set_error(ctx, CT_E_OOM, "out of memory");
+    }
+    if (s != CT_OK) {
+        ct_zero_free(z);
+        return s;
+    }
+    *out = z;
+    return CT_OK;
+}
+
+void ct_zero_free(ct_zero *z) {
+    if (!z) return;
+    free(z->counts);
+    free(z->offs);
+    free(z->tmp);
+    for (int l = 0; l < 8; l++) free(z->level[l]);
+    free(z->losses);
+    free(z);
+}
+
+int ct_zero_stage(const ct_zero *z) { return z ? z->stage : 0; }
+int ct_zero_deterministic(const ct_zero *z) { return z && z->chunks > 0; }
+int ct_zero_local_chunks(const ct_zero *z) { return z && z->chunks ? z->local : 1; }
+
+ct_status ct_zero_shard(ct_zero *z) {
+    if (!z || z->stage == 0) return CT_OK;
+    return ct_optimizer_set_shard(z->opt, z->offs[z->rank], z->offs[z->rank] + z->counts[z->rank]);
+}
+
+/* Stage 2: the whole pages of g[b, e) back to the system, the partial ones zeroed. */
+static void release(ct_zero *z, float *g, size_t b, size_t e) {
+    if (b >= e) return;
+    char *lo = (char *)(g + b), *hi = (char *)(g + e);
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    char *a = (char *)(((uintptr_t)lo + pg - 1) / pg * pg), *d = (char *)((uintptr_t)hi / pg * pg);
+    if (z->madvise_ok && a < d && madvise(a, (size_t)(d - a), MADV_DONTNEED) == 0 && *(volatile float *)a == 0.0f &&
+        *(volatile float *)(d - sizeof(float)) == 0.0f) {
+        memset(lo, 0, (size_t)(a - lo));
+        memset(d, 0, (size_t)(hi - d));
+        return;
+    }
+    memset(lo, 0, (size_t)(hi - lo)); /* small, or the memory does not give zeros back: plain zeros */
+}
+
+ct_status ct_zero_reduce_grads(ct_zero *z) {
+    float *g;
+    size_t n;
+    CT_TRY(ct_plan_param_arena(z->plan, NULL, &g, &n));
+    CT_TRY(ct_comm_reduce_scatter_f32(z->c, g, z->counts, CT_RS_AUTO, z->tmp));
+    if (z->world == 1) return CT_OK;
+    const size_t b = z->offs[z->rank], e = b + z->counts[z->rank];
+    if (z->stage == 2) {
+        release(z, g, 0, b);
+        release(z, g, e, n);
+    } else {
+        memset(g, 0, b * sizeof(float));
+        memset(g + e, 0, (n - e) * sizeof(float));
+    }
+    return CT_OK;
+}
+
+ct_status ct_zero_agree_overflow(ct_zero *z, int *overflow) {
+    if (z->world == 1) return CT_OK;
+    double f = *overflow ? 1.0 : 0.0;
+    CT_TRY(ct_comm_allreduce_f64(z->c, &f, 1, CT_REDUCE_MAX));
+    *overflow = f > 0.0;
+    return CT_OK;
+}
+
+ct_status ct_zero_clip_grad_norm(ct_zero *z, float max_norm, float *total) {
+    float *g;
+    CT_TRY(ct_plan_param_arena(z->plan, NULL, &g, NULL));
+    const size_t b = z->offs[z->rank], e = b + z->counts[z->rank];
+    double ss = 0.0;
+    for (size_t i = b; i < e; i++) ss += (double)g[i] * (double)g[i];
+    CT_TRY(ct_comm_allreduce_f64(z->c, &ss, 1, CT_REDUCE_SUM));
+    /* as ct_clip_grad_norm (PyTorch): clip_coef = max_norm / (total_norm + 1e-6), at most 1, in float */
+    const float tn = (float)sqrt(ss), coef = max_norm / (tn + 1e-6f), cl = coef > 1.0f ? 1.0f : coef;
+    if (cl != 1.0f)
+        for (size_t i = b; i < e; i++) g[i] *= cl;
+    *total = tn;
+    return CT_OK;
+}
+
+ct_status ct_zero_allgather_params(ct_zero *z) {
+    float *p;
+    CT_TRY(ct_plan_param_arena(z->plan, &p, NULL, NULL));
+    return ct_comm_allgatherv_f32(z->c, p, z->counts);
+}
+
+/* Checkpoint: whole = 1 gathers every block of the optimizer state into rank 0's optimizer (made whole);
+ * whole = 0 makes rank 0 a shard again. The other ranks keep their shards. */
+ct_status ct_zero_gather_state(ct_zero *z, int whole) {
+    if (!z || z->stage == 0 || z->world == 1) return CT_OK;
+    if (!whole) return z->rank == 0 ? ct_zero_shard(z) : CT_OK;
+    float *mine, *all = NULL;
+    size_t nmine;
+    CT_TRY(ct_optimizer_state(z->opt, &mine, &nmine));
+    const size_t len = z->counts[z->rank], blocks = len ? nmine / len : 0;
+    size_t nb = blocks;
+    /* every rank knows the block count from its own shard (every shard is non-empty unless n < 64 x world) */
+    double bd = (double)nb;
+    CT_TRY(ct_comm_allreduce_f64(z->c, &bd, 1, CT_REDUCE_MAX));
+    nb = (size_t)bd;
+    if (nb == 0) return CT_OK;
+    float *copy = malloc(CT_MAX(nmine, (size_t)1) * sizeof(float));
+    if (!copy) return ct_set_error(z->ctx, CT_E_OOM, "out of memory gathering the optimizer state");
+    memcpy(copy, mine, nmine * sizeof(float));
+    ct_status s = CT_OK;
+    if (z->rank == 0) {
+        s = ct_optimizer_set_shard(z->opt, 0, z->n);
+        size_t na = 0;
+        if (s == CT_OK) s = ct_optimizer_state(z->opt, &all, &na);
+    }
+    for (size_t k = 0; k < nb && s == CT_OK; k++)
+        s = ct_comm_gatherv_f32(z->c, copy + k * len, z->counts, z->rank == 0 ? all + k * z->n : NULL, 0);
+    free(copy);
+    return s;
+}
+
+void ct_zero_memory(const ct_zero *z, size_t n_par, size_t state_floats, double *grads_between, double *state) {
+    const double full = (double)n_par * sizeof(float);
+    *state = (double)state_floats * sizeof(float);
+    *grads_between = z && z->stage == 2 && z->world > 1 ? (double)z->counts[z->rank] * sizeof(float) : full;
+}
+
+/* ---- deterministic mode ------------------------------------------------------------------------ */
+
+ct_status ct_zero_det_push(ct_zero *z, int micro, double loss) {
+    float *g;
+    size_t n;
+    CT_TRY(ct_plan_param_arena(z->plan, NULL, &g, &n));
+    z->losses[micro] = loss;
+    int i = micro, l = 0;
+    for (; i & 1; i >>= 1, l++) { /* a completed pair: the left subtree (lower chunks) + this one */
+        const float *left = z->level[l];
+        for (size_t k = 0; k < n; k++) g[k] = left[k] + g[k];
+    }
+    if (micro < z->local - 1) memcpy(z->level[l], g, n * sizeof(float));
+    return CT_OK;
+}
+
+ct_status ct_zero_det_reduce(ct_zero *z, double *loss) {
+    float *g;
+    size_t n;
+    CT_TRY(ct_plan_param_arena(z->plan, NULL, &g, &n));
+    CT_TRY(ct_comm_tree_allreduce_f32(z->c, g, n, z->tmp));
+    /* the chunk losses in chunk order, summed in that order: the same double at any world size */
+    if (z->world > 1) {
+        double *mine = malloc((size_t)z->local * sizeof(double));
+        if (!mine) return ct_set_error(z->ctx, CT_E_OOM, "out of memory");
+        memcpy(mine, z->losses, (size_t)z->local * sizeof(double));
+        ct_status s = ct_comm_allgather(z->c, mine, (size_t)z->local * sizeof(double), z->losses);
+        free(mine);
+        CT_TRY(s);
+    }
+    double sum = 0.0;
+    for (int k = 0; k < z->chunks; k++) sum += z->losses[k];
+    *loss = sum / z->chunks;
+    return CT_OK;
+}
