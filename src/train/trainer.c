@@ -509,6 +509,7 @@ static ct_status step_stats(run_t *R, step_acc *a, int64_t step, int64_t ep, flo
         CT_TRY(ct_comm_allreduce_f64(R->comm, cr, 2, CT_REDUCE_SUM)); /* integers: exact in any order */
         a->correct = cr[0], a->rows = cr[1];
         CT_TRY(ct_zero_det_reduce(R->zero, &a->loss));
+        R->grad_reduces++;
         a->n = 1;
     } else {
         CT_TRY(ct_dp_reduce_step(R->comm, &a->loss, &a->correct, &a->rows));
@@ -997,15 +998,20 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
         ct_comm_stats cs;
         ct_comm_get_stats(R->comm, &cs);
         res->comm_seconds = cs.seconds - cs0.seconds;
-        say(R, "communication (rank 0): %lld gradient allreduces (one per optimizer step), %llu collectives in all "
-            "(%llu allreduce, %llu broadcast, %llu allgather, %llu barrier; %.2f MiB), %.2f s of the training inside "
+        char rs[48] = "";
+        if (cs.reduce_scatter_calls)
+            snprintf(rs, sizeof rs, ", %llu reduce-scatter", (unsigned long long)cs.reduce_scatter_calls);
+        say(R, "communication (rank 0): %lld gradient %s (one per optimizer step), %llu collectives in all "
+            "(%llu allreduce, %llu broadcast, %llu allgather, %llu barrier%s; %.2f MiB), %.2f s of the training inside "
             "them (%.1f%%)\n",
-            (long long)R->grad_reduces, (unsigned long long)(cs.allreduce_calls + cs.broadcast_calls +
-                                                              cs.allgather_calls + cs.barrier_calls),
+            (long long)R->grad_reduces, ct_zero_stage(R->zero) > 0 ? "reduce-scatters" : "allreduces",
+            (unsigned long long)(cs.allreduce_calls + cs.broadcast_calls + cs.allgather_calls + cs.barrier_calls +
+                                 cs.reduce_scatter_calls),
             (unsigned long long)cs.allreduce_calls, (unsigned long long)cs.broadcast_calls,
-            (unsigned long long)cs.allgather_calls, (unsigned long long)cs.barrier_calls,
-            (double)(cs.allreduce_bytes + cs.broadcast_bytes + cs.allgather_bytes) / 1048576.0, res->comm_seconds,
-            tt > 0 ? 100.0 * res->comm_seconds / tt : 0.0);
+            (unsigned long long)cs.allgather_calls, (unsigned long long)cs.barrier_calls, rs,
+            (double)(cs.allreduce_bytes + cs.broadcast_bytes + cs.allgather_bytes + cs.reduce_scatter_bytes) /
+                1048576.0,
+            res->comm_seconds, tt > 0 ? 100.0 * res->comm_seconds / tt : 0.0);
     }
     res->grad_allreduces = R->grad_reduces;
     if (R->mx) {

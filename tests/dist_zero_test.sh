@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# tests/dist_zero_test.sh - ZeRO and the deterministic mode (docs/distributed.md).
+# Every mpirun runs under `timeout -k`, on a 640-image MNIST subset:
+#   - the collectives of src/dist/zero.c and the sharded optimizer on 2 and 4
+#     ranks (tests/test_dist_zero);
+#   - zero_stage 1 and 2 end with the weights of zero_stage 0 (DDP) within FP32
+#     tolerance at 2 and 4 ranks for AdamW and SGD with momentum; stage 2 is
+#     stage 1 bit for bit; the header reports the memory per rank; clipping by
+#     the global norm over the shards shows DDP's norm and ends with its weights;
+#   - a ZeRO checkpoint holds the whole optimizer state (rank 0 gathered it): the
+#     same state as DDP's checkpoint, and it resumes at another world size;
+#   - deterministic: true: the MLP and a CNN with batchnorm end bit for bit the
+#     same (model.safetensors compared byte for byte) at 1, 2 and 4 ranks, with
+#     the same losses printed; a run killed and resumed at another world size
+#     (2 -> 1, 1 -> 2, 4 -> 2) ends bit for bit as the uninterrupted one;
+#   - the errors: a world size that does not divide deterministic_chunks, lamb
+#     with zero_stage.
+# Skipped (a SKIP line, counted neither pass nor fail) only without mpirun.
+# usage: tests/dist_zero_test.sh path/to/ctrain [path/to/test_dist_zero]
+set -u
+CT=${1:-build/ctrain}
+TZ=${2:-$(dirname "$CT")/tests/test_dist_zero}
+TD=$(dirname "$TZ")/test_dist
+. "$(dirname "$0")/lib.sh"
+
+if ! command -v mpirun >/dev/null 2>&1; then
+  echo "  SKIP mpirun is not installed (scripts/setup.sh installs openmpi-bin libopenmpi-dev): no ZeRO tests"
+  echo "dist_zero_test.sh: 0 passed, 0 failed"
+  exit 0
+fi
+if [ ! -f data/mnist/train-images-idx3-ubyte ] || [ ! -f data/mnist/t10k-images-idx3-ubyte ]; then
+  echo "  FAIL data/mnist is missing: run scripts/setup.sh"
+  echo "dist_zero_test.sh: 0 passed, 1 failed"
+  exit 1
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+MPI=(mpirun --bind-to none)
+
+mrun() {
+  local log=$1 secs=$2
+  shift 3
+  ( timeout -k 5 "$secs" "$@" >"$log" 2>&1; exit $? ) 2>/dev/null
+}
+clean() {
+  if grep -q "Sanitizer" "$2"; then bad "$1: sanitizer report" "$(grep -A8 Sanitizer "$2" | head -20)"; return 1; fi
+  return 0
+}
+# run NAME NP LOG -- ctrain args...: NP 1 is one process without mpirun
+run() {
+  local name=$1 np=$2 log=$3
+  shift 4
+  if [ "$np" = 1 ]; then mrun "$log" 120 -- "$CT" train "$@"; else mrun "$log" 120 -- "${MPI[@]}" -np "$np" "$CT" train "$@"; fi
+  local rc=$?
+  if [ "$rc" -ne 0 ] || ! clean "$name" "$log"; then bad "$name (rc $rc)" "$(tail -6 "$log")"; return 1; fi
+  return 0
+}
+# within NAME FILE_A FILE_B TOL: the tensors of two safetensors files differ by at most TOL
+within() {
+  local out m
+  out=$("$TD" maxdiff "$2" "$3" 2>&1)
+  m=$(printf '%s' "$out" | sed -nE 's/^max abs diff ([^ ]+) over.*/\1/p')
+  if [ -n "$m" ] && awk -v m="$m" -v t="$4" 'BEGIN { exit !(m <= t) }'; then
+    ok "$1 (max abs diff $m <= $4)"
+  else
+    bad "$1 (max abs diff '${m:-?}', tolerance $4)" "$out"
+  fi
+}
+same() { # NAME FILE_A FILE_B: byte for byte
+  if cmp -s "$2" "$3"; then ok "$1"; else bad "$1" "$(cmp "$2" "$3" 2>&1)"; fi
+}
+lastline() { grep -E "^epoch [0-9]+/[0-9]+  train loss" "$1" | tail -1 | sed -E 's/  [0-9.]+ s .*//'; }
+
+mnist_subset "$tmp/data" train 640
+mnist_subset "$tmp/data" t10k 200
+
+# ---- the collectives ---------------------------------------------------------------------------------
+for n in 2 4; do
+  mrun "$tmp/coll$n.log" 60 -- "${MPI[@]}" -np $n "$TZ"
+  rc=$?
+  good=$(grep -c "test_dist_zero.c: [0-9]* passed, 0 failed" "$tmp/coll$n.log")
+  if [ "$rc" -eq 0 ] && [ "$good" -eq "$n" ] && clean "collectives np $n" "$tmp/coll$n.log"; then
+    ok "tree allreduce, reduce-scatter (MPI and ring), allgatherv, gatherv, optimizer shards: pass on each of $n ranks"
+  else
+    bad "zero collectives on $n ranks (rc $rc, $good ranks passed)" "$(grep -vE '^  ok' "$tmp/coll$n.log")"
+  fi
+done
+
+# ---- ZeRO equals DDP -------------------------------------------------------------------------------------
+A=(--data-dir "$tmp/data" --hidden 32 --batch-size 32 --epochs 2 --seed 5 --threads 1 --set log_every=10)
+TOL=1e-5
+M=step-000040/model.safetensors
+for opt in adamw sgd; do
+  O=(--optimizer "$opt" --lr 0.003)
+  [ "$opt" = sgd ] && O=(--optimizer sgd --lr 0.05 --momentum 0.9)
+  for n in 2 4; do
+    run "$opt np $n zero_stage 0" $n "$tmp/$opt$n-0.log" -- "${A[@]}" "${O[@]}" --save-dir "$tmp/$opt$n-0" || continue
+    for st in 1 2; do
+      run "$opt np $n zero_stage $st" $n "$tmp/$opt$n-$st.log" -- "${A[@]}" "${O[@]}" --set zero_stage=$st \
+        --save-dir "$tmp/$opt$n-$st" || continue
+      within "$opt np $n: zero_stage $st ends with DDP's weights" "$tmp/$opt$n-0/$M" "$tmp/$opt$n-$st/$M" $TOL
+    done
+    same "$opt np $n: zero_stage 2 is zero_stage 1 bit for bit" "$tmp/$opt$n-1/$M" "$tmp/$opt$n-2/$M"
+  done
+done
+# the header: memory per rank (AdamW: 2 state floats per parameter, 25450 parameters, 4 ranks)
+if grep -qE "zero_stage 2: per rank 0.10 MiB parameters, 0.05 MiB optimizer state \(1/4 of 0.19 MiB\), 0.02 MiB gradients between steps" "$tmp/adamw4-2.log" &&
+   grep -qE "zero_stage 1: per rank .* 0.10 MiB gradients between steps" "$tmp/adamw4-1.log" &&
+   grep -qE "communication \(rank 0\): 40 gradient reduce-scatters .*40 reduce-scatter" "$tmp/adamw4-1.log"; then
+  ok "the header reports the memory per rank (state 1/4, stage 2's gradients 1/4) and the summary 40 reduce-scatters"
+else
+  bad "zero header / summary" "$(grep -E "zero_stage|communication" "$tmp/adamw4-2.log" "$tmp/adamw4-1.log")"
+fi
+
+# clipping: the global norm over the shards
+CL=(--optimizer adamw --lr 0.003 --set clip_grad_norm=0.5)
+run "clip np 4 zero_stage 0" 4 "$tmp/cl0.log" -- "${A[@]}" "${CL[@]}" --save-dir "$tmp/cl0" &&
+  run "clip np 4 zero_stage 1" 4 "$tmp/cl1.log" -- "${A[@]}" "${CL[@]}" --set zero_stage=1 --save-dir "$tmp/cl1" && {
+  n0=$(grep -oE "grad norm [0-9.e+-]+" "$tmp/cl0.log" | tr '\n' ' ')
+  n1=$(grep -oE "grad norm [0-9.e+-]+" "$tmp/cl1.log" | tr '\n' ' ')
+  if [ -n "$n0" ] && [ "$n0" = "$n1" ] && awk -v a="${n0#grad norm }" 'BEGIN { exit !(a + 0 > 0.5) }'; then
+    ok "clip_grad_norm 0.5 at np 4: zero_stage 1 shows DDP's global norms ($n1), which clip"
+  else
+    bad "clip norms: zero '$n1' vs DDP '$n0'"
+  fi
+  within "clip np 4: zero_stage 1 ends with DDP's weights" "$tmp/cl0/$M" "$tmp/cl1/$M" $TOL
+}
+
+# ---- ZeRO checkpoints are whole, and resume at another world size ------------------------------------------
+S=step-000020/train_state.safetensors
+run "adamw np 2 zero_stage 1, checkpoints" 2 "$tmp/zc1.log" -- "${A[@]}" --optimizer adamw --lr 0.003 --set zero_stage=1 \
+  --save-every 20 --save-dir "$tmp/zc1" &&
+  run "adamw np 2 zero_stage 0, checkpoints" 2 "$tmp/zc0.log" -- "${A[@]}" --optimizer adamw --lr 0.003 \
+    --save-every 20 --save-dir "$tmp/zc0" && {
+  within "the zero_stage 1 checkpoint holds DDP's whole optimizer state (gathered by rank 0)" "$tmp/zc0/$S" "$tmp/zc1/$S" $TOL
+  rm -rf "$tmp/zc1/step-000040"
+  echo step-000020 >"$tmp/zc1/latest"
+  cp -r "$tmp/zc1" "$tmp/zc1b"
+  run "zero_stage 1 np 2 checkpoint resumed at np 4 (zero_stage 1)" 4 "$tmp/zr4.log" -- --resume "$tmp/zc1" &&
+    within "a zero_stage 1 checkpoint of np 2 resumes at np 4 and ends with the uninterrupted run's weights" \
+      "$tmp/zc0/$M" "$tmp/zc1/$M" $TOL
+  run "zero_stage 1 np 2 checkpoint resumed in one process" 1 "$tmp/zr1.log" -- --resume "$tmp/zc1b" &&
+    within "... and in one process" "$tmp/zc0/$M" "$tmp/zc1b/$M" $TOL
+}
+
+# ---- deterministic: bit-identical at 1, 2, 4 ranks ------------------------------------------------------------
+D=("${A[@]}" --optimizer adamw --lr 0.003 --set deterministic=true)
+C=(--model cnn --channels 4 --data-dir "$tmp/data" --batch-size 32 --epochs 1 --max-steps 12 --seed 3 --threads 1
+   --set deterministic=true --set log_every=4)
+for n in 1 2 4; do
+  run "deterministic mlp np $n" $n "$tmp/dm$n.log" -- "${D[@]}" --save-dir "$tmp/dm$n"
+  run "deterministic cnn np $n" $n "$tmp/dc$n.log" -- "${C[@]}" --save-dir "$tmp/dc$n"
+done
+for n in 2 4; do
+  same "deterministic mlp: np $n ends with one process's weights bit for bit" "$tmp/dm1/$M" "$tmp/dm$n/$M"
+  same "deterministic cnn (batchnorm): np $n ends with one process's weights and buffers bit for bit" \
+    "$tmp/dc1/step-000012/model.safetensors" "$tmp/dc$n/step-000012/model.safetensors"
+  l1=$(lastline "$tmp/dm1.log") ln=$(lastline "$tmp/dm$n.log")
+  [ -n "$l1" ] && [ "$l1" = "$ln" ] && ok "deterministic mlp np $n prints one process's losses ($ln)" ||
+    bad "deterministic losses np $n: '$ln' vs '$l1'"
+done
+grep -q "deterministic: 4 chunks of 8 rows per global batch, 2 on each rank" "$tmp/dm2.log" &&
+  ok "the header names the chunks" || bad "deterministic header" "$(grep determ "$tmp/dm2.log")"
+# the default reduction is not world-size independent: one process (a 32-row batch in one matmul) ends with
+# other bits than 2 ranks, so the equalities above are the deterministic mode's doing
+run "default np 1" 1 "$tmp/nd1.log" -- "${A[@]}" --optimizer adamw --lr 0.003 --save-dir "$tmp/nd1" &&
+  run "default np 2" 2 "$tmp/nd2.log" -- "${A[@]}" --optimizer adamw --lr 0.003 --save-dir "$tmp/nd2" && {
+  if cmp -s "$tmp/nd1/$M" "$tmp/nd2/$M"; then bad "default np 1 and np 2 are the same bits: the check is void"
+  else ok "without deterministic, np 1 and np 2 differ in the last bits (the mode is what makes them equal)"; fi; }
+
+# killed after step 25 (checkpoint 20) at one world size, resumed at another: bit for bit the uninterrupted run
+for pair in "2 1" "1 2" "4 2"; do
+  set -- $pair
+  from=$1 to=$2 d="$tmp/dk$1$2"
+  if [ "$from" = 1 ]; then
+    mrun "$d.k.log" 120 -- env CTRAIN_TEST_CRASH=step:25 "$CT" train "${D[@]}" --save-every 10 --save-dir "$d"
+  else
+    mrun "$d.k.log" 120 -- env CTRAIN_TEST_CRASH=step:25 "${MPI[@]}" -np "$from" "$CT" train "${D[@]}" --save-every 10 --save-dir "$d"
+  fi
+  if [ "$(cat "$d/latest" 2>/dev/null)" != step-000020 ]; then
+    bad "deterministic np $from killed after step 25: no checkpoint 20" "$(tail -5 "$d.k.log")"
+    continue
+  fi
+  run "deterministic resume $from -> $to" "$to" "$d.r.log" -- --resume "$d" &&
+    same "deterministic: saved at np $from, resumed at np $to: the uninterrupted run's weights bit for bit" \
+      "$tmp/dm1/$M" "$d/$M"
+done
+
+# ---- errors ------------------------------------------------------------------------------------------------
+mrun "$tmp/e1.log" 60 -- "${MPI[@]}" -np 2 "$CT" train "${D[@]}" --set deterministic_chunks=3
+grep -q "deterministic_chunks 3 needs a power-of-two number of ranks that divides it" "$tmp/e1.log" &&
+  ok "deterministic_chunks 3 at np 2: a clear error" || bad "deterministic_chunks 3" "$(tail -3 "$tmp/e1.log")"
+mrun "$tmp/e2.log" 60 -- "$CT" train "${A[@]}" --optimizer lamb --set zero_stage=1
+rc=$?
+[ "$rc" -ne 0 ] && grep -q "zero_stage 1 cannot shard lamb's state" "$tmp/e2.log" && ok "lamb with zero_stage 1: a clear error" ||
+  bad "lamb with zero_stage (rc $rc)" "$(tail -3 "$tmp/e2.log")"
+
+summary "dist_zero_test.sh"
