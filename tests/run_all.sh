@@ -72,6 +72,7 @@ run_suite "resume" tests/resume_test.sh build/ctrain
 run_suite "install" bash tests/install_test.sh
 run_suite "fault" tests/fault_test.sh build/ctrain
 run_suite "dist" tests/dist_test.sh build/ctrain
+run_suite "dist zero" tests/dist_zero_test.sh build/ctrain
 run_suite "fuzz replay" bash tests/fuzz/replay.sh build
 for t in build-asan/tests/test_*; do
   run_suite "asan $(basename "$t")" "$t"
@@ -82,6 +83,7 @@ run_suite "asan report" tests/test_report.sh build-asan/ctrain
 run_suite "asan resume" tests/resume_test.sh build-asan/ctrain
 run_suite "asan fault" tests/fault_test.sh build-asan/ctrain
 run_suite "asan dist" tests/dist_test.sh build-asan/ctrain
+run_suite "asan dist zero" tests/dist_zero_test.sh build-asan/ctrain
 run_suite "asan fuzz replay" bash tests/fuzz/replay.sh build-asan
 # fallbacks: the same end-to-end checks with lower ISAs
 for isa in avx2 ref; do
