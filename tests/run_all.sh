@@ -73,6 +73,7 @@ run_suite "install" bash tests/install_test.sh
 run_suite "fault" tests/fault_test.sh build/ctrain
 run_suite "dist" tests/dist_test.sh build/ctrain
 run_suite "dist zero" tests/dist_zero_test.sh build/ctrain
+run_suite "netns" tests/netns_test.sh build/ctrain
 run_suite "fuzz replay" bash tests/fuzz/replay.sh build
 for t in build-asan/tests/test_*; do
   run_suite "asan $(basename "$t")" "$t"
