@@ -137,8 +137,12 @@ TEST(sharded_optimizer_equals_whole) {
         /* three shards over the arena, boundaries inside tensors */
         size_t cut[4] = {0, 64 * 300, 64 * 1100, n};
         for (int k = 0; k < 3; k++) {
-            CHECK_OK(ctx, ct_optimizer_create(p2, &o, &sh[k]));
-            CHECK_OK(ctx, ct_optimizer_set_shard(sh[k], cut[k], cut[k + 1]));
+            if (k == 0) { /* created as a shard, or cut afterwards: the same */
+                CHECK_OK(ctx, ct_optimizer_create_shard(p2, &o, cut[0], cut[1], &sh[k]));
+            } else {
+                CHECK_OK(ctx, ct_optimizer_create(p2, &o, &sh[k]));
+                CHECK_OK(ctx, ct_optimizer_set_shard(sh[k], cut[k], cut[k + 1]));
+            }
             size_t b, e, ns;
             float *st;
             ct_optimizer_shard(sh[k], &b, &e);
@@ -187,12 +191,14 @@ TEST(sharded_optimizer_equals_whole) {
     ct_optim_opts_default(&o, CT_OPTIM_LAMB);
     ct_optimizer *l;
     CHECK_OK(ctx, ct_optimizer_create(p, &o, &l));
+    ct_optimizer *l2 = NULL;
+    ct_status s2 = ct_optimizer_create_shard(p, &o, 64, 128, &l2);
     ct_status s = ct_optimizer_set_shard(l, 0, 64);
     int named = strstr(ct_context_last_error(ctx), "lamb") != NULL;
     ct_optimizer_free(l);
     ct_plan_free(p);
     ct_context_free(ctx);
-    CHECK(s == CT_E_CONFIG && named);
+    CHECK(s == CT_E_CONFIG && named && s2 == CT_E_CONFIG && !l2);
 }
 
 /* ---- bench: MPI_Reduce_scatter_block against the ring ------------------------------------------- */

@@ -104,6 +104,10 @@ ct_status ct_optimizer_state(ct_optimizer *opt, float **state, size_t *n);
  * state. LAMB cannot be sharded (its trust ratios need the whole update):
  * CT_E_CONFIG. Allocates the new state, frees the old. */
 ct_status ct_optimizer_set_shard(ct_optimizer *opt, size_t begin, size_t end);
+/* ct_optimizer_create with the state of [begin, end) only from the start
+ * (as ct_optimizer_set_shard, without ever allocating the whole state). */
+ct_status ct_optimizer_create_shard(ct_plan *plan, const ct_optim_opts *opts, size_t begin, size_t end,
+                                    ct_optimizer **out);
 /* The range the state covers ([0, n) unless sharded). */
 void ct_optimizer_shard(const ct_optimizer *opt, size_t *begin, size_t *end);
 

@@ -279,6 +279,11 @@ ct_status ct_optimizer_param_hp(const ct_optimizer *o, int i, float *lr_scale, f
 }
 
 ct_status ct_optimizer_create(ct_plan *plan, const ct_optim_opts *opts, ct_optimizer **out) {
+    return ct_optimizer_create_shard(plan, opts, 0, SIZE_MAX, out);
+}
+
+ct_status ct_optimizer_create_shard(ct_plan *plan, const ct_optim_opts *opts, size_t begin, size_t end,
+                                    ct_optimizer **out) {
     if (!plan || !opts || !out) return CT_E_INVALID_ARG;
     *out = NULL;
     ct_context *ctx = ct_plan_context(plan);
@@ -289,9 +294,20 @@ ct_status ct_optimizer_create(ct_plan *plan, const ct_optim_opts *opts, ct_optim
     o->plan = plan;
     o->o = *opts;
     ct_plan_param_arena(plan, NULL, NULL, &o->n);
-    o->n_state = state_blocks(opts) * o->n;
     o->sh_begin = 0;
     o->sh_end = o->n;
+    if (end != SIZE_MAX || begin != 0) { /* ZeRO: the state of [begin, end) only */
+        const size_t n = o->n;
+        if (begin > end || end > n || (opts->kind == CT_OPTIM_LAMB && (begin || end != n))) {
+            free(o);
+            return ct_set_error(ctx, opts->kind == CT_OPTIM_LAMB ? CT_E_CONFIG : CT_E_INVALID_ARG,
+                                "%s: shard [%zu, %zu) of the %zu-float arena: %s", kind_name(opts->kind), begin, end,
+                                n, opts->kind == CT_OPTIM_LAMB ? "lamb cannot shard its state (ZeRO)" : "out of range");
+        }
+        o->sh_begin = begin;
+        o->sh_end = end;
+    }
+    o->n_state = state_blocks(opts) * (o->sh_end - o->sh_begin);
     ct_status s = ct_alloc(ctx, o->n_state * sizeof(float), (void **)&o->state);
     if (s == CT_OK) s = groups_setup(o);
     if (s == CT_OK && opts->kind == CT_OPTIM_LAMB) s = lamb_setup(o);
@@ -301,7 +317,7 @@ ct_status ct_optimizer_create(ct_plan *plan, const ct_optim_opts *opts, ct_optim
     }
     memset(o->state, 0, o->n_state * sizeof(float));
     if (opts->kind == CT_OPTIM_ADAGRAD)
-        for (size_t i = 0; i < o->n; i++) o->state[i] = opts->initial_accumulator_value;
+        for (size_t i = 0; i < o->sh_end - o->sh_begin; i++) o->state[i] = opts->initial_accumulator_value;
     *out = o;
     return CT_OK;
 }

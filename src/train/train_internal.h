@@ -34,8 +34,10 @@ ct_status ct_dp_after_save(ct_context *ctx, ct_comm *c, ct_status s);
 typedef struct ct_zero ct_zero;
 /* The recipe's zero_stage / deterministic keys against the world and the task. */
 ct_status ct_zero_check(ct_context *ctx, const ct_recipe *r, ct_task *t, int world);
-ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, ct_optimizer *opt,
-                         ct_zero **out);
+ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, ct_zero **out);
+/* The run's optimizer: with ZeRO the state of this rank's shard only, unless `whole` (a resume loads the whole
+ * state first; ct_zero_shard then cuts it). z may be NULL (a whole optimizer). */
+ct_status ct_zero_optimizer_create(ct_zero *z, ct_plan *p, const ct_optim_opts *o, int whole, ct_optimizer **out);
 void ct_zero_free(ct_zero *z);
 int ct_zero_stage(const ct_zero *z);         /* 0 for NULL */
 int ct_zero_deterministic(const ct_zero *z); /* 0 for NULL */

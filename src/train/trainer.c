@@ -679,8 +679,8 @@ static ct_status setup(run_t *R, ct_train_result *res) {
     ct_mem_stats ms0;
     ct_context_mem_stats(ctx, &ms0);
     ct_status s = build_plan(ctx, R->task, &R->local, 0, &R->plan);
-    if (s == CT_OK) s = ct_optimizer_create(R->plan, &r->optim, &R->opt);
-    if (s == CT_OK) s = ct_zero_create(ctx, R->comm, r, R->plan, R->opt, &R->zero);
+    if (s == CT_OK) s = ct_zero_create(ctx, R->comm, r, R->plan, &R->zero);
+    if (s == CT_OK) s = ct_zero_optimizer_create(R->zero, R->plan, &r->optim, R->o->resume != NULL, &R->opt);
     if (s == CT_OK) s = R->task->bind(R->task, R->plan);
     /* with a memory budget, the kernels' first use now: an E60003 then comes with advice, not mid-run */
     if (s == CT_OK && r->memory_budget > 0) s = first_use(R->task, R->plan);

@@ -89,13 +89,12 @@ ct_status ct_zero_check(ct_context *ctx, const ct_recipe *r, ct_task *t, int wor
     return CT_OK;
 }
 
-ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, ct_optimizer *opt,
-                         ct_zero **out) {
+ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, ct_zero **out) {
     *out = NULL;
     if (r->zero_stage == 0 && !r->deterministic) return CT_OK;
     ct_zero *z = calloc(1, sizeof *z);
     if (!z) return ct_set_error(ctx, CT_E_OOM, "out of memory");
-    z->ctx = ctx, z->c = c, z->plan = p, z->opt = opt;
+    z->ctx = ctx, z->c = c, z->plan = p;
     z->stage = r->zero_stage;
     z->rank = ct_comm_rank(c);
     z->world = ct_comm_size(c);
@@ -137,6 +136,13 @@ ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_pla
     return CT_OK;
 }
 
+ct_status ct_zero_optimizer_create(ct_zero *z, ct_plan *p, const ct_optim_opts *o, int whole, ct_optimizer **out) {
+    if (!z || z->stage == 0 || whole) CT_TRY(ct_optimizer_create(p, o, out));
+    else CT_TRY(ct_optimizer_create_shard(p, o, z->offs[z->rank], z->offs[z->rank] + z->counts[z->rank], out));
+    if (z) z->opt = *out;
+    return CT_OK;
+}
+
 void ct_zero_free(ct_zero *z) {
     if (!z) return;
     free(z->counts);
@@ -153,6 +159,9 @@ int ct_zero_local_chunks(const ct_zero *z) { return z && z->chunks ? z->local : 
 
 ct_status ct_zero_shard(ct_zero *z) {
     if (!z || z->stage == 0) return CT_OK;
+    size_t b, e;
+    ct_optimizer_shard(z->opt, &b, &e);
+    if (b == z->offs[z->rank] && e == b + z->counts[z->rank]) return CT_OK; /* created as the shard */
     return ct_optimizer_set_shard(z->opt, z->offs[z->rank], z->offs[z->rank] + z->counts[z->rank]);
 }
 
