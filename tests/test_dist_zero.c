@@ -5,7 +5,7 @@
  *   mpirun -np N test_dist_zero     the same tests on N ranks (tests/dist_zero_test.sh)
  *   mpirun -np N test_dist_zero bench [REPS]
  *                                   MPI_Reduce_scatter_block against the ring
- *                                   reduce-scatter for 1..64 MB buffers: a
+ *                                   reduce-scatter for 256 KB..64 MB buffers: a
  *                                   markdown table on rank 0 (docs/distributed.md) */
 #include <limits.h>
 #include <math.h>
@@ -215,13 +215,13 @@ static int bench(int reps) {
         return 2;
     }
     MPI_Comm m = MPI_COMM_WORLD;
-    const int mbs[] = {1, 2, 4, 8, 16, 32, 64};
+    const int kbs[] = {256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536};
     if (rank == 0) {
         printf("| buffer | MPI_Reduce_scatter_block | ring (zero.c) | faster |\n|---:|---:|---:|---|\n");
         fflush(stdout);
     }
-    for (int k = 0; k < 7; k++) {
-        size_t total = (size_t)mbs[k] * 1048576 / sizeof(float), per = total / (size_t)S;
+    for (int k = 0; k < 9; k++) {
+        size_t total = (size_t)kbs[k] * 1024 / sizeof(float), per = total / (size_t)S;
         total = per * (size_t)S;
         float *x = malloc(total * sizeof *x), *tmp = malloc(per * sizeof *tmp), *out = malloc(per * sizeof *out);
         size_t *counts = malloc((size_t)S * sizeof *counts);
@@ -241,7 +241,9 @@ static int bench(int reps) {
             }
         }
         if (rank == 0) {
-            printf("| %d MB | %.2f ms (%.2f GB/s) | %.2f ms (%.2f GB/s) | %s |\n", mbs[k], 1e3 * best[0],
+            if (kbs[k] < 1024) printf("| %d KB ", kbs[k]);
+            else printf("| %d MB ", kbs[k] / 1024);
+            printf("| %.2f ms (%.2f GB/s) | %.2f ms (%.2f GB/s) | %s |\n", 1e3 * best[0],
                    (double)total * 4 / best[0] / 1e9, 1e3 * best[1], (double)total * 4 / best[1] / 1e9,
                    best[1] < best[0] ? "ring" : "MPI");
             fflush(stdout);
