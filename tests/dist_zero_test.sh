@@ -14,7 +14,8 @@
 #     the same losses printed; a run killed and resumed at another world size
 #     (2 -> 1, 1 -> 2, 4 -> 2) ends bit for bit as the uninterrupted one;
 #   - the errors: a world size that does not divide deterministic_chunks, lamb
-#     with zero_stage.
+#     with zero_stage; a rank killed in a ZeRO run ends the job within 30 s,
+#     mpirun naming the rank.
 # Skipped (a SKIP line, counted neither pass nor fail) only without mpirun.
 # usage: tests/dist_zero_test.sh path/to/ctrain [path/to/test_dist_zero]
 set -u
@@ -199,5 +200,17 @@ mrun "$tmp/e2.log" 60 -- "$CT" train "${A[@]}" --optimizer lamb --set zero_stage
 rc=$?
 [ "$rc" -ne 0 ] && grep -q "zero_stage 1 cannot shard lamb's state" "$tmp/e2.log" && ok "lamb with zero_stage 1: a clear error" ||
   bad "lamb with zero_stage (rc $rc)" "$(tail -3 "$tmp/e2.log")"
+
+# a rank killed in a ZeRO run (between reduce-scatters and allgathers): the job ends, naming it
+start=$(date +%s)
+mrun "$tmp/kill.log" 60 -- "${MPI[@]}" -np 1 "$CT" train "${A[@]}" --set zero_stage=2 --epochs 100 : \
+  -np 1 env CTRAIN_TEST_CRASH=step:30 "$CT" train "${A[@]}" --set zero_stage=2 --epochs 100
+rc=$?
+el=$(($(date +%s) - start))
+if [ "$rc" -ne 0 ] && [ "$el" -lt 30 ] && grep -qE "rank 1 .*(signal 9|Killed)" "$tmp/kill.log"; then
+  ok "zero_stage 2: rank 1 killed (SIGKILL) at step 30: the job ends in ${el} s, exit $rc, naming rank 1"
+else
+  bad "killed rank under ZeRO (rc $rc after $el s)" "$(cat "$tmp/kill.log")"
+fi
 
 summary "dist_zero_test.sh"
