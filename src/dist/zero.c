@@ -19,7 +19,7 @@
 #include "core/internal.h"
 
 /* The ring from this many bytes (ct_comm_ring_threshold_bytes): see docs/distributed.md, "ZeRO". */
-#define CT_RS_RING_FROM_DEFAULT SIZE_MAX
+#define CT_RS_RING_FROM_DEFAULT ((size_t)1 << 20)
 
 static double now(void) {
     struct timespec ts;
