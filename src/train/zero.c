@@ -98,10 +98,10 @@ ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_pla
     z->stage = r->zero_stage;
     z->rank = ct_comm_rank(c);
     z->world = ct_comm_size(c);
-    CT_TRY(ct_plan_param_arena(p, NULL, NULL, &z->n));
+    ct_status s = ct_plan_param_arena(p, NULL, NULL, &z->n);
     z->counts = calloc((size_t)z->world, sizeof(size_t));
     z->offs = calloc((size_t)z->world + 1, sizeof(size_t));
-    ct_status s = z->counts && z->offs ? CT_OK : ct_set_error(ctx, CT_E_OOM, "out of memory");
+    if (s == CT_OK && (!z->counts || !z->offs)) s = ct_set_error(ctx, CT_E_OOM, "out of memory");
     if (s == CT_OK && z->stage > 0) {
         size_t per = ct_align_up((z->n + (size_t)z->world - 1) / (size_t)z->world, 64), mx = 0;
         for (int k = 0; k < z->world; k++) {
@@ -123,6 +123,8 @@ ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_pla
             if (!(z->level[l] = malloc(CT_MAX(z->n, (size_t)1) * sizeof(float))))
                 s = ct_set_error(ctx, CT_E_OOM, "deterministic: out of memory for the chunk gradients (%zu floats)",
                                  z->n);
+        free(z->tmp); /* (ZeRO's, were both on: ct_zero_check refuses that) */
+        z->tmp = NULL;
         if (s == CT_OK && z->world > 1 && !(z->tmp = malloc(CT_MAX(z->n, (size_t)1) * sizeof(float))))
             s = ct_set_error(ctx, CT_E_OOM, "deterministic: out of memory for the tree allreduce (%zu floats)", z->n);
         if (s == CT_OK && !(z->losses = calloc((size_t)z->chunks, sizeof(double))))
