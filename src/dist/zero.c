@@ -195,7 +195,7 @@ ct_status ct_comm_gatherv_f32(ct_comm *c, const float *send, const size_t *count
     st->allgather_calls++;
     st->allgather_bytes += total * sizeof(float);
     if (size == 1) {
-        if (counts[0] && recv != send) memmove(recv, send, counts[0] * sizeof(float));
+        if (counts[0] && recv && send && recv != send) memmove(recv, send, counts[0] * sizeof(float));
         return CT_OK;
     }
     if (total > (size_t)INT_MAX)
