@@ -7,7 +7,9 @@
  * world (include/ctrain/dist.h) and ct_train trains data parallel; a rank
  * that fails ends the whole job (ct_comm_abort) so no rank waits forever. */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,7 +107,47 @@ static void crash_point(void *user, const char *phase, int64_t step) {
     fflush(stdout);
     raise(SIGKILL);
 }
-static void crash_at_step(void *user, int64_t step) { crash_point(user, "step", step); }
+/* CTRAIN_TEST_CRASH=stop:STEP stops the process (SIGSTOP) after that step: a rank that hangs (tests/dist_zero_test.sh) */
+static void crash_at_step(void *user, int64_t step) {
+    crash_point(user, "step", step);
+    const char *e = getenv("CTRAIN_TEST_CRASH");
+    if (e && !strncmp(e, "stop:", 5) && strtoll(e + 5, NULL, 10) == step) {
+        fflush(stdout);
+        raise(SIGSTOP);
+    }
+}
+
+/* comm_timeout: a thread that ends this process when it has been inside one call of the communicator for
+ * longer (another rank hangs: stopped, deadlocked, its host unreachable); mpirun / srun then end the job. The
+ * library never exits; the CLI may. */
+typedef struct {
+    ct_comm *c;
+    double timeout;
+    atomic_int stop;
+    pthread_t th;
+    int running;
+} watchdog;
+
+static void *watchdog_main(void *arg) {
+    watchdog *w = arg;
+    while (!atomic_load(&w->stop)) {
+        struct timespec ts = {0, 200000000};
+        nanosleep(&ts, NULL);
+        double sec = 0;
+        const char *what = NULL;
+        if (ct_comm_busy(w->c, &sec, &what) && sec > w->timeout) {
+            fprintf(stderr,
+                    "\nctrain: error: E80001 CT_E_DIST: rank %d of %d has waited %.0f s in %s for the other ranks "
+                    "(comm_timeout %g s): another rank hangs (stopped, deadlocked, or its host unreachable); ending "
+                    "the job. Raise comm_timeout if a rank is legitimately that slow (a checkpoint on a slow disk)\n",
+                    ct_comm_rank(w->c), ct_comm_size(w->c), sec, what ? what : "a collective", w->timeout);
+            fflush(stderr);
+            fflush(stdout);
+            _exit(3);
+        }
+    }
+    return NULL;
+}
 
 /* The keys that define a model's weights: a resumed run must keep them. */
 static void model_text(const ct_recipe *r, char *buf, size_t len) {
@@ -272,7 +314,15 @@ int ct_cli_train(int argc, char **argv) {
     to.step_hook = crash_at_step;
     to.checkpoint_hook = crash_point;
     ct_train_result res;
-    if ((s = ct_train(ctx, &r, &to, &res)) != CT_OK) {
+    watchdog wd = {.c = world, .timeout = r.comm_timeout};
+    atomic_init(&wd.stop, 0);
+    if (n_ranks > 1 && r.comm_timeout > 0) wd.running = pthread_create(&wd.th, NULL, watchdog_main, &wd) == 0;
+    s = ct_train(ctx, &r, &to, &res);
+    if (wd.running) {
+        atomic_store(&wd.stop, 1);
+        pthread_join(wd.th, NULL);
+    }
+    if (s != CT_OK) {
         fflush(stdout);
         fprintf(stderr, "\n");
         goto out_err;

@@ -131,6 +131,16 @@ typedef struct ct_comm_stats {
 } ct_comm_stats;
 void ct_comm_get_stats(const ct_comm *c, ct_comm_stats *out);
 
+/* ---- watchdog ---------------------------------------------------------------------------------
+ * 1 while this process is inside a blocking call of the communicator (a
+ * collective, a barrier, a wait), with the seconds since it entered and the
+ * MPI call's name; 0 otherwise. Safe to call from another thread (a watchdog:
+ * a call that never returns means another rank hangs). ct_comm_enter /
+ * ct_comm_leave mark such a call (for collectives written outside comm.c). */
+int ct_comm_busy(ct_comm *c, double *seconds, const char **what);
+void ct_comm_enter(ct_comm *c, const char *what);
+void ct_comm_leave(ct_comm *c);
+
 /* ---- deterministic and sharded collectives (src/dist/zero.c) -------------------------------------
  * For the deterministic mode and ZeRO (docs/distributed.md). */
 

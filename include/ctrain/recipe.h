@@ -131,6 +131,7 @@ typedef struct ct_recipe {
     int zero_stage;          /* 0: DDP; 1: optimizer state sharded; 2: + gradients */
     int deterministic;       /* bit-identical results at any world size          */
     int deterministic_chunks;/* K: chunks of every global batch (default 4)       */
+    float comm_timeout;      /* CLI: seconds a rank may wait in one collective (0: forever) */
 } ct_recipe;
 
 /* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */

@@ -11,6 +11,7 @@
  * checkpoint leave the cores to it. Every call adds to ct_comm_stats. */
 #include <limits.h>
 #include <mpi.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,9 @@ struct ct_comm {
     MPI_Comm comm;      /* duplicate of MPI_COMM_WORLD                          */
     int rank, size, local_rank, local_size;
     ct_comm_stats st;
+    /* the blocking call in progress (ct_comm_busy, for a watchdog thread): since when (monotonic ns; 0: none) */
+    atomic_llong busy_ns;
+    _Atomic(const char *) busy_what;
 };
 
 struct ct_comm_request {
@@ -66,8 +70,31 @@ int ct_comm_launched(void) {
     return 0;
 }
 
+void ct_comm_enter(ct_comm *c, const char *what) {
+    if (!c) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    atomic_store(&c->busy_what, what);
+    atomic_store(&c->busy_ns, (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+}
+
+void ct_comm_leave(ct_comm *c) {
+    if (c) atomic_store(&c->busy_ns, 0LL);
+}
+
+int ct_comm_busy(ct_comm *c, double *seconds, const char **what) {
+    long long t = c ? atomic_load(&c->busy_ns) : 0;
+    if (!t) return 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    if (seconds) *seconds = 1e-9 * (double)((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec - t);
+    if (what) *what = atomic_load(&c->busy_what);
+    return 1;
+}
+
 /* CT_E_DIST naming the MPI call, the rank and MPI's message. */
 static ct_status mpi_fail(ct_comm *c, int err, const char *what) {
+    ct_comm_leave(c);
     char msg[MPI_MAX_ERROR_STRING + 1] = "";
     int len = 0;
     if (MPI_Error_string(err, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error %d", err);
@@ -194,12 +221,14 @@ static ct_status allreduce(ct_comm *c, void *x, size_t n, size_t esize, MPI_Data
     c->st.allreduce_bytes += n * esize;
     if (!c->mpi || n == 0) return CT_OK;
     double t0 = now();
+    ct_comm_enter(c, what);
     for (size_t off = 0; off < n;) {
         int k = (int)CT_MIN(n - off, (size_t)INT_MAX);
         int err = MPI_Allreduce(MPI_IN_PLACE, (char *)x + off * esize, k, t, mpi_op(op), c->comm);
         if (err != MPI_SUCCESS) return mpi_fail(c, err, what);
         off += (size_t)k;
     }
+    ct_comm_leave(c);
     c->st.seconds += now() - t0;
     return CT_OK;
 }
@@ -231,12 +260,14 @@ ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int root) {
     c->st.broadcast_bytes += bytes;
     if (!c->mpi || bytes == 0) return CT_OK;
     double t0 = now();
+    ct_comm_enter(c, "MPI_Bcast");
     for (size_t off = 0; off < bytes;) {
         int k = (int)CT_MIN(bytes - off, (size_t)INT_MAX);
         int err = MPI_Bcast((char *)buf + off, k, MPI_BYTE, root, c->comm);
         if (err != MPI_SUCCESS) return mpi_fail(c, err, "MPI_Bcast");
         off += (size_t)k;
     }
+    ct_comm_leave(c);
     c->st.seconds += now() - t0;
     return CT_OK;
 }
@@ -262,9 +293,11 @@ ct_status ct_comm_barrier(ct_comm *c) {
     if (!c->mpi || c->size == 1) return CT_OK;
     double t0 = now();
     MPI_Request r;
+    ct_comm_enter(c, "MPI_Ibarrier");
     int err = MPI_Ibarrier(c->comm, &r);
     if (err == MPI_SUCCESS) err = wait_polite(&r);
     if (err != MPI_SUCCESS) return mpi_fail(c, err, "MPI_Ibarrier");
+    ct_comm_leave(c);
     c->st.seconds += now() - t0;
     return CT_OK;
 }
@@ -283,8 +316,10 @@ ct_status ct_comm_allgather(ct_comm *c, const void *send, size_t bytes, void *re
         return CT_OK;
     }
     double t0 = now();
+    ct_comm_enter(c, "MPI_Allgather");
     int err = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->comm);
     if (err != MPI_SUCCESS) return mpi_fail(c, err, "MPI_Allgather");
+    ct_comm_leave(c);
     c->st.seconds += now() - t0;
     return CT_OK;
 }
@@ -394,11 +429,13 @@ ct_status ct_comm_test(ct_comm_request *r, int *done) {
 ct_status ct_comm_wait(ct_comm_request *r) {
     if (!r) return CT_E_INVALID_ARG;
     if (!r->active) return CT_OK;
+    ct_comm_enter(r->c, "MPI_Wait (nonblocking allreduce)");
     int err = MPI_Wait(&r->req, MPI_STATUS_IGNORE); /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker): started in ct_comm_iallreduce_f32 */
     if (err != MPI_SUCCESS) {
         r->active = 0;
         return mpi_fail(r->c, err, "MPI_Wait (nonblocking allreduce)");
     }
+    ct_comm_leave(r->c);
     finish(r);
     return CT_OK;
 }

@@ -56,6 +56,7 @@ ct_status ct_comm_tree_allreduce_f32(ct_comm *c, float *x, size_t n, float *tmp)
     st->allreduce_bytes += n * sizeof(float);
     if (size == 1 || n == 0) return CT_OK;
     double t0 = now();
+    ct_comm_enter(c, "MPI_Sendrecv (deterministic tree allreduce)");
     for (int mask = 1; mask < size; mask <<= 1) {
         const int peer = rank ^ mask;
         CT_TRY(sendrecv(c, x, n, peer, tmp, n, peer, "MPI_Sendrecv (deterministic tree allreduce)"));
@@ -64,6 +65,7 @@ ct_status ct_comm_tree_allreduce_f32(ct_comm *c, float *x, size_t n, float *tmp)
         else
             for (size_t i = 0; i < n; i++) x[i] = tmp[i] + x[i];
     }
+    ct_comm_leave(c);
     st->seconds += now() - t0;
     return CT_OK;
 }
@@ -131,6 +133,7 @@ ct_status ct_comm_reduce_scatter_f32(ct_comm *c, float *x, const size_t *counts,
     off[0] = 0;
     for (int r = 0; r < size; r++) off[r + 1] = off[r] + counts[r];
     ct_status s = CT_OK;
+    ct_comm_enter(c, algo == CT_RS_RING ? "MPI_Sendrecv (ring reduce-scatter)" : "MPI_Reduce_scatter");
     if (algo == CT_RS_RING) {
         /* step k: send segment (rank - k - 1) to the right, receive segment (rank - k - 2) from the left and add
          * it to ours; after size - 1 steps segment `rank` holds every rank's contribution */
@@ -155,6 +158,7 @@ ct_status ct_comm_reduce_scatter_f32(ct_comm *c, float *x, const size_t *counts,
         free(dsp);
     }
     free(off);
+    ct_comm_leave(c);
     st->seconds += now() - t0;
     return s;
 }
@@ -172,12 +176,14 @@ ct_status ct_comm_allgatherv_f32(ct_comm *c, float *x, const size_t *counts) {
     double t0 = now();
     int *cnt = NULL, *dsp = NULL;
     ct_status s = int_counts(c, counts, &cnt, &dsp);
+    ct_comm_enter(c, "MPI_Allgatherv");
     if (s == CT_OK) {
         int err = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, cnt, dsp, MPI_FLOAT, ct_comm_mpi_handle(c));
         if (err != MPI_SUCCESS) s = ct_comm_mpi_fail(c, err, "MPI_Allgatherv");
     }
     free(cnt);
     free(dsp);
+    ct_comm_leave(c);
     st->seconds += now() - t0;
     return s;
 }
@@ -204,12 +210,14 @@ ct_status ct_comm_gatherv_f32(ct_comm *c, const float *send, const size_t *count
     double t0 = now();
     int *cnt = NULL, *dsp = NULL;
     ct_status s = int_counts(c, counts, &cnt, &dsp);
+    ct_comm_enter(c, "MPI_Gatherv");
     if (s == CT_OK) {
         int err = MPI_Gatherv(send, cnt[rank], MPI_FLOAT, recv, cnt, dsp, MPI_FLOAT, root, ct_comm_mpi_handle(c));
         if (err != MPI_SUCCESS) s = ct_comm_mpi_fail(c, err, "MPI_Gatherv");
     }
     free(cnt);
     free(dsp);
+    ct_comm_leave(c);
     st->seconds += now() - t0;
     return s;
 }

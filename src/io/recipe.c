@@ -195,6 +195,9 @@ static const key_def k_keys[] = {
      "gradients are added in one fixed tree"},
     {"deterministic_chunks", K_INT, OFF(deterministic_chunks), 0, 1, 1024, NULL, M_IMG, NULL,
      "deterministic: chunks per global batch (a power of two; the world size must divide it)"},
+    {"comm_timeout", K_F32, OFF(comm_timeout), 0, 0, 1e7, NULL, M_ALL, NULL,
+     "data parallel (ctrain train): end the job when a rank waits this many seconds in one collective: another rank "
+     "hangs (0: wait forever)"},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
