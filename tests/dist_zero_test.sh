@@ -7,6 +7,7 @@
 #     tolerance at 2 and 4 ranks for AdamW and SGD with momentum; stage 2 is
 #     stage 1 bit for bit; the header reports the memory per rank; clipping by
 #     the global norm over the shards shows DDP's norm and ends with its weights;
+#     the FP16 loss scaler skips DDP's steps;
 #   - a ZeRO checkpoint holds the whole optimizer state (rank 0 gathered it): the
 #     same state as DDP's checkpoint, and it resumes at another world size;
 #   - deterministic: true: the MLP and a CNN with batchnorm end bit for bit the
@@ -134,6 +135,15 @@ run "clip np 4 zero_stage 0" 4 "$tmp/cl0.log" -- "${A[@]}" "${CL[@]}" --save-dir
     bad "clip norms: zero '$n1' vs DDP '$n0'"
   fi
   within "clip np 4: zero_stage 1 ends with DDP's weights" "$tmp/cl0/$M" "$tmp/cl1/$M" $TOL
+}
+
+# the FP16 loss scaler: a scale far too high overflows; the ranks agree on each overflow (any rank's segment)
+F=(--optimizer adamw --lr 0.003 --precision fp16 --set loss_scale.init_scale=1e9)
+run "fp16 np 4 zero_stage 0" 4 "$tmp/fp0.log" -- "${A[@]}" "${F[@]}" --save-dir "$tmp/fp0" &&
+  run "fp16 np 4 zero_stage 1" 4 "$tmp/fp1.log" -- "${A[@]}" "${F[@]}" --set zero_stage=1 --save-dir "$tmp/fp1" && {
+  k0=$(grep -oE "loss scaler: [0-9]+ of 40 steps skipped" "$tmp/fp0.log") k1=$(grep -oE "loss scaler: [0-9]+ of 40 steps skipped" "$tmp/fp1.log")
+  [ -n "$k0" ] && [ "$k0" = "$k1" ] && ok "fp16 np 4: zero_stage 1 skips DDP's steps ($k1)" || bad "fp16 skips: zero '$k1' vs DDP '$k0'"
+  within "fp16 np 4: zero_stage 1 ends with DDP's weights" "$tmp/fp0/$M" "$tmp/fp1/$M" $TOL
 }
 
 # ---- ZeRO checkpoints are whole, and resume at another world size ------------------------------------------
