@@ -46,8 +46,8 @@ int ct_zero_local_chunks(const ct_zero *z);  /* deterministic: K / world micro-b
 ct_status ct_zero_shard(ct_zero *z);
 /* Reduce-scatter of the gradients; the arena outside this rank's segment zeroed (stage 2: released). */
 ct_status ct_zero_reduce_grads(ct_zero *z);
-/* The loss scaler's overflow: any rank's. */
-ct_status ct_zero_agree_overflow(ct_zero *z, int *overflow);
+/* After the unscale: *overflow becomes any rank's, *all_zero whether every rank's segment is all zeros. */
+ct_status ct_zero_agree(ct_zero *z, int *overflow, int *all_zero);
 /* Clipping by the global norm over the ranks' segments (ct_clip_grad_norm's arithmetic). */
 ct_status ct_zero_clip_grad_norm(ct_zero *z, float max_norm, float *total);
 /* Every rank's updated parameters to every rank. */

@@ -560,13 +560,15 @@ static ct_status optimizer_step(run_t *R, float lr, float *gnorm, int *stop) {
         if (R->prof) ct_profiler_event(R->prof, "allreduce gradients", "comm", ta, ct_profiler_now_us(), NULL);
     }
     if (R->scaler) CT_TRY(ct_scaler_unscale(R->scaler, R->plan, &overflow, &bad_param));
-    if (zero && R->scaler) CT_TRY(ct_zero_agree_overflow(R->zero, &overflow)); /* an overflow on any rank's segment */
+    int all_zero = 0; /* ZeRO: each rank holds its segment only: the overflow and the zero check over all */
+    if (zero) CT_TRY(ct_zero_agree(R->zero, &overflow, &all_zero));
     if (!overflow) {
         /* all-zero gradients train nothing (an FP16 scale so small they underflow, or a dead model): counted
          * and reported at the end; the scan stops at the first nonzero value, so it costs nothing normally */
         size_t i = 0;
-        while (i < R->n_par && R->grads[i] == 0.0f) i++;
-        if (i == R->n_par) R->zero_grad_steps++;
+        if (!zero)
+            while (i < R->n_par && R->grads[i] == 0.0f) i++;
+        if (zero ? all_zero : i == R->n_par) R->zero_grad_steps++;
         if (r->clip_grad_norm > 0.0f) {
             if (zero) CT_TRY(ct_zero_clip_grad_norm(R->zero, r->clip_grad_norm, gnorm)); /* the norm over all segments */
             else CT_TRY(ct_clip_grad_norm(R->plan, r->clip_grad_norm, 2.0f, gnorm));

@@ -199,11 +199,16 @@ ct_status ct_zero_reduce_grads(ct_zero *z) {
     return CT_OK;
 }
 
-ct_status ct_zero_agree_overflow(ct_zero *z, int *overflow) {
-    if (z->world == 1) return CT_OK;
-    double f = *overflow ? 1.0 : 0.0;
-    CT_TRY(ct_comm_allreduce_f64(z->c, &f, 1, CT_REDUCE_MAX));
-    *overflow = f > 0.0;
+ct_status ct_zero_agree(ct_zero *z, int *overflow, int *all_zero) {
+    float *g;
+    CT_TRY(ct_plan_param_arena(z->plan, NULL, &g, NULL));
+    const size_t b = z->offs[z->rank], e = b + z->counts[z->rank];
+    size_t i = b;
+    while (i < e && g[i] == 0.0f) i++;
+    double f[2] = {*overflow ? 1.0 : 0.0, i < e ? 1.0 : 0.0}; /* any rank's overflow, any rank's nonzero */
+    if (z->world > 1) CT_TRY(ct_comm_allreduce_f64(z->c, f, 2, CT_REDUCE_MAX));
+    *overflow = f[0] > 0.0;
+    *all_zero = f[1] == 0.0;
     return CT_OK;
 }
 
