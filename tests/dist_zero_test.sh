@@ -146,6 +146,14 @@ run "fp16 np 4 zero_stage 0" 4 "$tmp/fp0.log" -- "${A[@]}" "${F[@]}" --save-dir 
   within "fp16 np 4: zero_stage 1 ends with DDP's weights" "$tmp/fp0/$M" "$tmp/fp1/$M" $TOL
 }
 
+# every rank's segment all zero (an FP16 scale so small the gradients underflow): the run says nothing trained
+mrun "$tmp/uf.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${A[@]}" --max-steps 12 --precision fp16 --set zero_stage=1 \
+  --set loss_scale.mode=static --set loss_scale.init_scale=1e-9 --set loss_scale.min_scale=1e-9
+rc=$?
+[ "$rc" -ne 0 ] && grep -q "gradients were all exactly zero in every step that ran (12 of 12)" "$tmp/uf.log" &&
+  ok "zero_stage 1: gradients underflowing on every rank's segment are reported (nothing trained)" ||
+  bad "zero_stage 1 underflow (rc $rc)" "$(tail -4 "$tmp/uf.log")"
+
 # ---- ZeRO checkpoints are whole, and resume at another world size ------------------------------------------
 S=step-000020/train_state.safetensors
 run "adamw np 2 zero_stage 1, checkpoints" 2 "$tmp/zc1.log" -- "${A[@]}" --optimizer adamw --lr 0.003 --set zero_stage=1 \
