@@ -18,8 +18,11 @@ endif
 # Open MPI (src/dist/): the library and the CLI still run as one process without mpirun
 MPI_CFLAGS := $(shell pkg-config --cflags ompi-c)
 MPI_LIBS   := $(shell pkg-config --libs ompi-c)
-CFLAGS  := $(CFLAGS_BASE) $(MPI_CFLAGS) $(EXTRA_CFLAGS)
-LDLIBS  := -ldnnl -lcjson -lz -lm $(MPI_LIBS) -fopenmp -pthread $(LDSAN)
+# libjpeg-turbo and libpng (src/data/image_decode.c); pkg-config where it knows them
+IMG_CFLAGS := $(shell pkg-config --cflags libjpeg libpng 2>/dev/null)
+IMG_LIBS   := $(shell pkg-config --libs libjpeg libpng 2>/dev/null || echo -ljpeg -lpng)
+CFLAGS  := $(CFLAGS_BASE) $(MPI_CFLAGS) $(IMG_CFLAGS) $(EXTRA_CFLAGS)
+LDLIBS  := -ldnnl -lcjson -lz -lm $(IMG_LIBS) $(MPI_LIBS) -fopenmp -pthread $(LDSAN)
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c -DCT_SIMD_AVX2
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c -DCT_SIMD_AVX512

@@ -32,6 +32,8 @@ typedef struct ct_dataset {
     int n_classes;
     float *images;   /* N*C*H*W */
     int32_t *labels; /* N */
+    struct ct_image_set *set; /* non-NULL: images and labels are NULL and samples are
+                                 decoded on demand by the prefetcher (ctrain/image.h) */
 } ct_dataset;
 
 /* Loads `<dir>/<prefix>-images-idx3-ubyte[.gz]` and labels for split
