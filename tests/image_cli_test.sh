@@ -55,6 +55,8 @@ expect bad_mean_key 1 "recipe key 'mean'.*comma-separated" -- \
   "$CT" train --model cnn "${COMMON[@]}" --set mean=0.1,0.2 --max-steps 1
 expect resize_smaller_than_size 1 "resize_size.*smaller than image_size" -- \
   "$CT" train --model cnn "${COMMON[@]}" --set resize_size=20 --max-steps 1
+expect image_key_on_idx 1 "recipe key 'image_size' applies to dataset imagefolder.*not to the IDX dataset 'mnist'" -- \
+  "$CT" train --model cnn --dataset mnist --set image_size=28 --max-steps 1
 expect cifar_missing 1 "data_batch_1.bin.*CIFAR-10" -- \
   "$CT" train --model cnn --dataset cifar10 --data-dir "$tmp/nowhere" --max-steps 1
 

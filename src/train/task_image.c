@@ -348,6 +348,25 @@ ct_status ct_task_image_create(ct_context *ctx, const ct_recipe *r, ct_task **ou
     }
     if (r->data_dir[0]) snprintf(dir, sizeof dir, "%s", r->data_dir);
     else snprintf(dir, sizeof dir, "data/%s", ds);
+    { /* the image-set keys do nothing for IDX data: set away from their defaults they are errors */
+        ct_recipe d;
+        ct_recipe_default(&d);
+        const char *key = strcmp(r->train_dir, d.train_dir) ? "train_dir" : strcmp(r->val_dir, d.val_dir) ? "val_dir"
+                          : r->image_size != d.image_size ? "image_size" : r->image_channels != d.image_channels
+                          ? "image_channels" : r->resize_size != d.resize_size ? "resize_size" : r->mean[0] ? "mean"
+                          : r->std[0] ? "std" : r->crop_scale_min != d.crop_scale_min ? "crop_scale_min"
+                          : r->crop_scale_max != d.crop_scale_max ? "crop_scale_max" : r->crop_ratio_min != d.crop_ratio_min
+                          ? "crop_ratio_min" : r->crop_ratio_max != d.crop_ratio_max ? "crop_ratio_max"
+                          : r->hflip != d.hflip ? "hflip" : r->bad_images != d.bad_images ? "bad_images" : NULL;
+        if (key) {
+            ct_status s = ct_set_error(ctx, CT_E_CONFIG,
+                                       "recipe key '%s' applies to dataset imagefolder, cifar10 or cifar100, not to the "
+                                       "IDX dataset '%s'; remove it or change the dataset",
+                                       key, ds);
+            img_free(t);
+            return s;
+        }
+    }
     const float mean = r->dataset == CT_DATASET_MNIST ? 0.1307f : 0.2860f;
     const float stdv = r->dataset == CT_DATASET_MNIST ? 0.3081f : 0.3530f;
     it->mean = mean;
