@@ -77,12 +77,10 @@ ct_status ct_image_set_alloc_samples_(ct_image_set *set, int64_t n) {
 void ct_image_set_free(ct_image_set *set) {
     if (!set) return;
     ct_context *ctx = set->ctx;
-    if (set->class_names)
-        for (int k = 0; k < set->classes; k++) free(set->class_names[k]);
-    free(set->class_names);
-    if (set->paths)
-        for (int64_t i = 0; i < set->n; i++) free(set->paths[i]);
-    free(set->paths);
+    free(set->class_names.buf);
+    free(set->class_names.off);
+    free(set->paths.buf);
+    free(set->paths.off);
     free(set->dir);
     ct_free(ctx, set->labels);
     ct_free(ctx, set->bad);
@@ -93,7 +91,8 @@ void ct_image_set_free(ct_image_set *set) {
 int64_t ct_image_set_count(const ct_image_set *set) { return set ? set->n : 0; }
 int ct_image_set_classes(const ct_image_set *set) { return set ? set->classes : 0; }
 const char *ct_image_set_class_name(const ct_image_set *set, int k) {
-    return set && k >= 0 && k < set->classes && set->class_names ? set->class_names[k] : NULL;
+    return set && k >= 0 && k < set->classes && set->class_names.buf ? set->class_names.buf + set->class_names.off[k]
+                                                                      : NULL;
 }
 const ct_image_opts *ct_image_set_opts(const ct_image_set *set) { return set ? &set->o : NULL; }
 
@@ -118,30 +117,56 @@ ct_status ct_dataset_from_image_set(ct_image_set *set, ct_dataset *out) {
 
 /* ---- the folder listing -------------------------------------------------------- */
 
-typedef struct {
-    char **v;
-    size_t n, cap;
-} strvec;
-
-static int strvec_push(strvec *sv, const char *s) {
-    if (sv->n == sv->cap) {
-        size_t cap = sv->cap ? 2 * sv->cap : 64;
-        char **v = realloc(sv->v, cap * sizeof *v);
-        if (!v) return 0;
-        sv->v = v, sv->cap = cap;
-    }
-    if (!(sv->v[sv->n] = strdup(s))) return 0;
-    sv->n++;
+/* Grows *p (elements of `size` bytes, *cap of them) to hold `need`: a new
+ * block and a copy (gcc's analyzer misreads realloc of a NULL start). */
+static int grow(void **p, size_t *cap, size_t need, size_t size, size_t used) {
+    if (need <= *cap) return 1;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *q = malloc(c * size);
+    if (!q) return 0;
+    if (used) memcpy(q, *p, used * size);
+    free(*p);
+    *p = q;
+    *cap = c;
     return 1;
 }
 
-static void strvec_free(strvec *sv) {
-    for (size_t i = 0; i < sv->n; i++) free(sv->v[i]);
-    free(sv->v);
-    memset(sv, 0, sizeof *sv);
+static int names_push(ct_namelist *l, const char *s) {
+    size_t k = strlen(s) + 1;
+    void *b = l->buf, *o = l->off;
+    int ok = grow(&b, &l->cap, l->len + k, 1, l->len);
+    l->buf = b;
+    ok = ok && grow(&o, &l->ncap, l->n + 1, sizeof(size_t), l->n);
+    l->off = o;
+    if (!ok || !l->buf || !l->off) return 0;
+    memcpy(l->buf + l->len, s, k);
+    l->off[l->n++] = l->len;
+    l->len += k;
+    return 1;
+}
+
+static const char *names_at(const ct_namelist *l, size_t i) { return l->buf + l->off[i]; }
+
+static void names_free(ct_namelist *l) {
+    free(l->buf);
+    free(l->off);
+    memset(l, 0, sizeof *l);
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Sorts the names by bytes (Python's sorted); 0 when out of memory. */
+static int names_sort(ct_namelist *l) {
+    if (l->n < 2) return 1;
+    const char **v = malloc(l->n * sizeof *v);
+    if (!v) return 0;
+    for (size_t i = 0; i < l->n; i++) v[i] = l->buf + l->off[i];
+    qsort(v, l->n, sizeof *v, cmp_str);
+    for (size_t i = 0; i < l->n; i++) l->off[i] = (size_t)(v[i] - l->buf);
+    free(v);
+    return 1;
+}
 
 static int is_image_name(const char *name) {
     size_t n = strlen(name);
@@ -154,7 +179,7 @@ static int is_image_name(const char *name) {
 }
 
 /* Sorted names in `path` that are folders (dirs 1) or image files (dirs 0). */
-static ct_status list_dir(ct_context *ctx, const char *path, int dirs, strvec *out) {
+static ct_status list_dir(ct_context *ctx, const char *path, int dirs, ct_namelist *out) {
     DIR *d = opendir(path);
     if (!d)
         return ct_set_error(ctx, CT_E_IO, "cannot open the image folder %s (%s); check data_dir", path,
@@ -163,20 +188,19 @@ static ct_status list_dir(ct_context *ctx, const char *path, int dirs, strvec *o
     char full[4096];
     ct_status s = CT_OK;
     while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue; /* ".", "..", hidden files (as os.scandir + torchvision skip none, but
-                                              hidden class folders are never meant) */
+        if (e->d_name[0] == '.') continue; /* ".", "..", and hidden names (torchvision would take those) */
         snprintf(full, sizeof full, "%s/%s", path, e->d_name);
         struct stat st;
         if (stat(full, &st) != 0) continue;
         int isdir = S_ISDIR(st.st_mode);
         if (dirs ? !isdir : (isdir || !is_image_name(e->d_name))) continue;
-        if (!strvec_push(out, e->d_name)) {
+        if (!names_push(out, e->d_name)) {
             s = ct_set_error(ctx, CT_E_OOM, "out of memory listing %s", path);
             break;
         }
     }
     closedir(d);
-    if (s == CT_OK && out->n > 1) qsort(out->v, out->n, sizeof *out->v, cmp_str);
+    if (s == CT_OK && !names_sort(out)) s = ct_set_error(ctx, CT_E_OOM, "out of memory listing %s", path);
     return s;
 }
 
@@ -186,51 +210,41 @@ ct_status ct_image_set_open_folder(ct_context *ctx, const char *dir, const ct_im
         return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_image_set_open_folder: ctx, dir and out must not be NULL");
     ct_image_set *set;
     CT_TRY(ct_image_set_new_(ctx, o, &set));
-    strvec classes = {0}, files = {0};
-    int32_t *lab = NULL;
-    size_t lab_cap = 0;
+    ct_namelist *classes = &set->class_names, *files = &set->paths; /* freed with the set */
+    size_t *end = NULL; /* end[k]: files of classes 0..k */
     char path[4096];
-    ct_status s = list_dir(ctx, dir, 1, &classes);
-    if (s == CT_OK && classes.n == 0)
+    ct_status s = list_dir(ctx, dir, 1, classes);
+    if (s == CT_OK && classes->n == 0)
         s = ct_set_error(ctx, CT_E_IO, "the image folder %s has no class subfolders; it must hold one folder per "
                          "class with the JPEG/PNG images inside", dir);
-    if (s == CT_OK && classes.n > (1u << 20)) s = ct_set_error(ctx, CT_E_CONFIG, "%s has over 2^20 classes", dir);
-    for (size_t k = 0; s == CT_OK && k < classes.n; k++) {
-        snprintf(path, sizeof path, "%s/%s", dir, classes.v[k]);
-        strvec names = {0};
+    if (s == CT_OK && classes->n > (1u << 20)) s = ct_set_error(ctx, CT_E_CONFIG, "%s has over 2^20 classes", dir);
+    if (s == CT_OK && !(end = calloc(classes->n, sizeof *end)))
+        s = ct_set_error(ctx, CT_E_OOM, "out of memory listing %s", dir);
+    for (size_t k = 0; s == CT_OK && k < classes->n; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names_at(classes, k));
+        ct_namelist names = {0};
         s = list_dir(ctx, path, 0, &names);
         if (s == CT_OK && names.n == 0)
             s = ct_set_error(ctx, CT_E_IO, "class folder %s holds no .jpg/.jpeg/.png file; add images or remove "
                              "the folder", path);
         for (size_t i = 0; s == CT_OK && i < names.n; i++) {
-            snprintf(path, sizeof path, "%s/%s", classes.v[k], names.v[i]);
-            if (files.n == lab_cap) {
-                size_t cap = lab_cap ? 2 * lab_cap : 1024;
-                int32_t *p = realloc(lab, cap * sizeof *p);
-                if (!p) {
-                    s = ct_set_error(ctx, CT_E_OOM, "out of memory listing %s", dir);
-                    break;
-                }
-                lab = p, lab_cap = cap;
-            }
-            lab[files.n] = (int32_t)k;
-            if (!strvec_push(&files, path)) s = ct_set_error(ctx, CT_E_OOM, "out of memory listing %s", dir);
+            snprintf(path, sizeof path, "%s/%s", names_at(classes, k), names_at(&names, i));
+            if (!names_push(files, path)) s = ct_set_error(ctx, CT_E_OOM, "out of memory listing %s", dir);
         }
-        strvec_free(&names);
+        end[k] = files->n;
+        names_free(&names);
     }
-    if (s == CT_OK && files.n > ((size_t)1 << 31)) s = ct_set_error(ctx, CT_E_CONFIG, "%s has over 2^31 images", dir);
-    if (s == CT_OK) s = ct_image_set_alloc_samples_(set, (int64_t)files.n);
+    if (s == CT_OK && files->n > ((size_t)1 << 31)) s = ct_set_error(ctx, CT_E_CONFIG, "%s has over 2^31 images", dir);
+    if (s == CT_OK) s = ct_image_set_alloc_samples_(set, (int64_t)files->n);
     if (s == CT_OK && !(set->dir = strdup(dir))) s = ct_set_error(ctx, CT_E_OOM, "out of memory");
     if (s == CT_OK) {
-        memcpy(set->labels, lab, files.n * sizeof *lab);
-        set->paths = files.v, files.v = NULL, files.n = 0;
-        set->class_names = classes.v, set->classes = (int)classes.n, classes.v = NULL, classes.n = 0;
-    } else {
-        set->n = 0; /* the paths stay in files */
+        set->classes = (int)classes->n;
+        for (size_t i = 0, k = 0; i < files->n; i++) {
+            while (i >= end[k]) k++;
+            set->labels[i] = (int32_t)k;
+        }
     }
-    strvec_free(&files);
-    strvec_free(&classes);
-    free(lab);
+    free(end);
     if (s != CT_OK) {
         ct_image_set_free(set);
         return s;
@@ -297,7 +311,7 @@ static ct_status load_sample(ct_image_set *set, int64_t i, ct_image *im, char *e
         return CT_OK;
     }
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", set->dir, set->paths[i]);
+    snprintf(path, sizeof path, "%s/%s", set->dir, names_at(&set->paths, (size_t)i));
     unsigned char *buf;
     size_t len;
     ct_status s = read_file(path, &buf, &len, err, errlen);

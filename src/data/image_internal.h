@@ -8,16 +8,24 @@
 
 #define CT_CIFAR_PIXELS 3072 /* 3 planes of 32x32 */
 
+/* Names packed in one buffer: name i starts at buf + off[i] (malloc'd). */
+typedef struct ct_namelist {
+    char *buf;
+    size_t len, cap;
+    size_t *off;
+    size_t n, ncap;
+} ct_namelist;
+
 struct ct_image_set {
     ct_context *ctx;
     ct_image_opts o;
     int64_t n;
     int classes;
-    char **class_names;     /* classes entries (malloc)                                */
+    ct_namelist class_names; /* folder: the class folder names, sorted                  */
     int32_t *labels;        /* n (ct_alloc)                                            */
     /* folder: sample i is the file dir/path[i] */
     char *dir;
-    char **paths;           /* n, relative to dir ("class/file.png") (malloc)          */
+    ct_namelist paths;      /* n, relative to dir ("class/file.png")                   */
     /* cifar: sample i is the record rec[i * CT_CIFAR_PIXELS] (C, 32, 32) */
     uint8_t *rec;           /* n * CT_CIFAR_PIXELS (ct_alloc)                          */
     atomic_uchar *bad;      /* n flags: the file was found bad (ct_alloc)              */
