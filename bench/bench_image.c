@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
     double dt = now_s() - t0;
     ct_image_stats st;
     ct_image_set_stats(set, &st);
-    printf("ctrain images %lld  seconds %.3f  images/s %.0f  per-thread images/s %.0f  threads %d  %s %dx%d\n",
+    printf("ctrain images %lld  seconds %.3f  images/s %.0f  per-thread-CPU-s images/s %.0f  threads %d  %s %dx%d\n",
            (long long)n, dt, (double)n / dt, st.seconds > 0 ? (double)st.images / st.seconds : 0.0, threads,
            train ? "RandomResizedCrop+flip" : "Resize+CenterCrop", size, size);
     free(img);

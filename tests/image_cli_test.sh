@@ -25,7 +25,7 @@ n=$(find "$tmp/fm/train" -name '*.png' | wc -l)
 [ "$n" -eq 600 ] && [ "$(ls "$tmp/fm/train" | wc -l)" -eq 10 ] && ok export_600_png_10_classes || bad "export ($n files)"
 
 COMMON=(--dataset imagefolder --data-dir "$tmp/fm" --batch-size 32 --threads 2 --set mean=0.286 --set std=0.353)
-expect cnn_imagefolder_trains 0 "cnn on imagefolder \(600 train / 200 test images, 3x32x32\).*10 classes.*epoch 1/1 .*test acc [0-9.]+%.*decode\+augment [0-9]+ img/s per thread, 0 bad skipped.*done: 18 steps" -- \
+expect cnn_imagefolder_trains 0 "cnn on imagefolder \(600 train / 200 test images, 3x32x32\).*10 classes.*epoch 1/1 .*test acc [0-9.]+%.*decode\+augment [0-9]+ img/s per thread-CPU-s, 0 bad skipped.*done: 18 steps" -- \
   "$CT" train --model cnn --channels 8,16 "${COMMON[@]}" --epochs 1
 expect cnn_imagefolder_augment 0 "RandomResizedCrop\+flip.*done: 6 steps" -- \
   "$CT" train --model cnn --channels 8,16 "${COMMON[@]}" --max-steps 6 --set augment=true --set crop_scale_min=0.5

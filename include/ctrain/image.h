@@ -120,7 +120,9 @@ const ct_image_opts *ct_image_set_opts(const ct_image_set *set);
 ct_status ct_image_set_get(ct_image_set *set, int64_t index, uint64_t seed, uint64_t epoch, ct_image *scratch,
                            float *dst, int32_t *label, char *err, size_t errlen);
 /* Statistics since open (all threads): bad files seen (each counted once),
- * samples produced and the seconds spent decoding + transforming them. */
+ * samples produced and the CPU seconds the producing threads spent reading,
+ * decoding and transforming them (images / seconds: the rate of one thread
+ * with a core to itself). */
 typedef struct ct_image_stats {
     int64_t bad, images;
     double seconds;

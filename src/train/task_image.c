@@ -157,7 +157,7 @@ static ct_status img_evaluate(ct_task *t, ct_task_eval *out) {
     if (it->train_set) { /* decode + transform throughput of the training images so far */
         ct_image_stats st;
         ct_image_set_stats(it->train_set, &st);
-        snprintf(out->detail, sizeof out->detail, "(decode+augment %.0f img/s per thread, %lld bad skipped",
+        snprintf(out->detail, sizeof out->detail, "(decode+augment %.0f img/s per thread-CPU-s, %lld bad skipped",
                  st.seconds > 0 ? (double)st.images / st.seconds : 0.0, (long long)st.bad);
     }
     return CT_OK;
