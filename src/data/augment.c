@@ -102,14 +102,16 @@ static void lin_index(int x, float scale, int in, int *i0, int *i1, float *l1) {
 }
 
 /* torchvision's Resize(int) output size: the shorter side becomes `size`,
- * the longer one int(size * long / short). */
+ * the longer one int(size * long / short), clamped at 2^30 (an aspect ratio
+ * beyond 2^30 / size : 1 would overflow an int). */
 static void resize_dims(int H, int W, int size, int *nh, int *nw) {
+    const int64_t cap = (int64_t)1 << 30;
     if (W <= H) {
         *nw = size;
-        *nh = (int)((int64_t)size * H / W);
+        *nh = (int)CT_MIN((int64_t)size * H / W, cap);
     } else {
         *nh = size;
-        *nw = (int)((int64_t)size * W / H);
+        *nw = (int)CT_MIN((int64_t)size * W / H, cap);
     }
 }
 
