@@ -470,6 +470,23 @@ TEST(rrc_params) {
     CHECK(differ >= 18); /* another epoch, other crops */
 }
 
+/* Resize of a 1 x 70000 strip to a shorter side of 16384 (a longer side of
+ * 1.1e9, clamped at 2^30): finite, in range, no overflow (UBSan). */
+TEST(extreme_aspect_ratio_eval) {
+    enum { W = 70000 };
+    uint8_t *px = malloc(W * 3);
+    for (int i = 0; i < W * 3; i++) px[i] = (uint8_t)(i % 251);
+    ct_image im = {px, W * 3, 1, W, 3};
+    ct_image_opts o;
+    ct_image_opts_default(&o);
+    o.size = 4, o.resize = 16384;
+    ct_crop c = {0, 0, 1, W, 0};
+    float out[3 * 16];
+    ct_image_transform(&o, &im, &c, out);
+    free(px);
+    for (int i = 0; i < 3 * 16; i++) CHECK(isfinite(out[i]) && out[i] >= -1.0001f && out[i] <= 1.0001f);
+}
+
 TEST(transforms_match_torchvision) {
     char err[256];
     gold_file *g = gold_load("augment.ctg", err, sizeof err, 0);
@@ -558,5 +575,6 @@ TEST_MAIN({"png_color_kinds", png_color_kinds}, {"jpeg_color_kinds", jpeg_color_
           {"bad_files_are_corrupt_and_named", bad_files_are_corrupt_and_named},
           {"folder_classes_and_labels", folder_classes_and_labels}, {"bad_image_policy", bad_image_policy},
           {"cifar_records", cifar_records}, {"rrc_params", rrc_params},
+          {"extreme_aspect_ratio_eval", extreme_aspect_ratio_eval},
           {"transforms_match_torchvision", transforms_match_torchvision},
           {"same_batches_whatever_the_threads", same_batches_whatever_the_threads})
