@@ -18,8 +18,11 @@ endif
 # Open MPI (src/dist/): the library and the CLI still run as one process without mpirun
 MPI_CFLAGS := $(shell pkg-config --cflags ompi-c)
 MPI_LIBS   := $(shell pkg-config --libs ompi-c)
-CFLAGS  := $(CFLAGS_BASE) $(MPI_CFLAGS) $(EXTRA_CFLAGS)
-LDLIBS  := -ldnnl -lcjson -lz -lm $(MPI_LIBS) -fopenmp -pthread $(LDSAN)
+# libjpeg-turbo and libpng (src/data/image_decode.c); pkg-config where it knows them
+IMG_CFLAGS := $(shell pkg-config --cflags libjpeg libpng 2>/dev/null)
+IMG_LIBS   := $(shell pkg-config --libs libjpeg libpng 2>/dev/null || echo -ljpeg -lpng)
+CFLAGS  := $(CFLAGS_BASE) $(MPI_CFLAGS) $(IMG_CFLAGS) $(EXTRA_CFLAGS)
+LDLIBS  := -ldnnl -lcjson -lz -lm $(IMG_LIBS) $(MPI_LIBS) -fopenmp -pthread $(LDSAN)
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c -DCT_SIMD_AVX2
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c -DCT_SIMD_AVX512
@@ -134,7 +137,7 @@ LINT_GCC   := $(LIB_SRC:%.c=$(LINT_DIR)/%.gcc) $(TOOL_SRC:%.c=$(LINT_DIR)/%.gcc)
               $(SIMD_SRC:%.c=$(LINT_DIR)/%.avx2.gcc) $(SIMD_SRC:%.c=$(LINT_DIR)/%.avx512.gcc)
 LINT_TIDY  := $(LIB_SRC:%.c=$(LINT_DIR)/%.tidy) $(TOOL_SRC:%.c=$(LINT_DIR)/%.tidy) \
               $(SIMD_SRC:%.c=$(LINT_DIR)/%.avx2.tidy) $(SIMD_SRC:%.c=$(LINT_DIR)/%.avx512.tidy)
-ANALYZE     = $(CC) $(filter-out -O%,$(CFLAGS_BASE)) $(MPI_CFLAGS) -O0 -Itools -fanalyzer -c $< -o /dev/null
+ANALYZE     = $(CC) $(filter-out -O%,$(CFLAGS_BASE)) $(MPI_CFLAGS) $(IMG_CFLAGS) -O0 -Itools -fanalyzer -c $< -o /dev/null
 TIDY        = $(CLANG_TIDY) --quiet $< -- -std=c11 -Iinclude -Isrc -Itools -D_DEFAULT_SOURCE -fopenmp -pthread $(MPI_CFLAGS)
 
 lint: lint-gcc lint-tidy

@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS="build-essential pkg-config libdnnl-dev libcjson-dev zlib1g-dev \
+PKGS="build-essential pkg-config libdnnl-dev libcjson-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev \
       libgomp1 groff-base libopenmpi-dev openmpi-bin dataset-fashion-mnist ca-certificates"
 if [ "${1:-}" = "--reference" ]; then
   PKGS="$PKGS python3 python3-torch python3-numpy libopenblas0-openmp"

@@ -722,7 +722,7 @@ TEST(loader_skip_resumes_mid_epoch) {
         img[i] = (float)i;
         lab[i] = i;
     }
-    ct_dataset ds = {N, 1, 1, 1, 10, img, lab};
+    ct_dataset ds = {N, 1, 1, 1, 10, img, lab, NULL};
     ct_loader *a, *b;
     CHECK_OK(ctx, ct_loader_create(ctx, &ds, B, 1, 1, 42, &a));
     CHECK_OK(ctx, ct_loader_create(ctx, &ds, B, 1, 1, 42, &b));

@@ -8,6 +8,7 @@
 #include "graph.h"
 #include "optim.h"
 #include "data.h"
+#include "image.h"
 #include "models.h"
 #include "recipe.h"
 #include "amp.h"

@@ -32,6 +32,8 @@ typedef struct ct_dataset {
     int n_classes;
     float *images;   /* N*C*H*W */
     int32_t *labels; /* N */
+    struct ct_image_set *set; /* non-NULL: images and labels are NULL and samples are
+                                 decoded on demand by the prefetcher (ctrain/image.h) */
 } ct_dataset;
 
 /* Loads `<dir>/<prefix>-images-idx3-ubyte[.gz]` and labels for split
@@ -75,7 +77,11 @@ ct_status ct_loader_set_shard(ct_loader *l, int64_t offset, int64_t rows);
  * every batch depends only on (seed, epoch, k), never on the number of
  * threads or on timing. With augment off the batches equal ct_loader's bit
  * for bit. Everything is allocated in ct_prefetcher_create; next copies
- * into the caller's buffers and allocates nothing. */
+ * into the caller's buffers and allocates nothing. A dataset backed by an
+ * image set (ds->set, ctrain/image.h) is decoded and transformed in the
+ * workers (augment must be off: the set has its own transforms, keyed by
+ * (seed, epoch, sample index)); a sample that fails makes ct_prefetcher_next
+ * return its status (CT_E_CORRUPT / CT_E_IO naming the file). */
 typedef struct ct_prefetch_opts {
     int buffer_size;   /* batches in the ring (default 4, >= 1)                  */
     int threads;       /* worker threads (default 1); 0: synchronous, next

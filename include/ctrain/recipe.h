@@ -25,6 +25,9 @@ typedef enum ct_dataset_kind {
     CT_DATASET_MNIST = 0,
     CT_DATASET_FASHION_MNIST,
     CT_DATASET_MOBY_DICK,
+    CT_DATASET_IMAGEFOLDER, /* data_dir/{train_dir,val_dir}/<class>/<image>.{jpg,png} (ctrain/image.h) */
+    CT_DATASET_CIFAR10,     /* data_dir/data_batch_{1..5}.bin, test_batch.bin */
+    CT_DATASET_CIFAR100,    /* data_dir/train.bin, test.bin */
     CT_DATASET_COUNT
 } ct_dataset_kind;
 typedef enum ct_recompute_kinds { CT_RECOMPUTE_OPS_NONE = 0, CT_RECOMPUTE_OPS_CHEAP, CT_RECOMPUTE_OPS_ALL } ct_recompute_kinds;
@@ -132,6 +135,17 @@ typedef struct ct_recipe {
     int deterministic;       /* bit-identical results at any world size          */
     int deterministic_chunks;/* K: chunks of every global batch (default 4)       */
     float comm_timeout;      /* CLI: seconds a rank may wait in one collective (0: forever) */
+    /* image data (dataset imagefolder / cifar10 / cifar100; ctrain/image.h) */
+    char train_dir[64];      /* imagefolder: training subfolder of data_dir ("train") */
+    char val_dir[64];        /* imagefolder: evaluation subfolder of data_dir ("val") */
+    int image_size;          /* side of the square input (0: 32)                */
+    int image_channels;      /* 1 or 3 (default 3)                              */
+    int resize_size;         /* eval: shorter side before the center crop (0: image_size) */
+    char mean[64], std[64];  /* per channel, "0.485,0.456,0.406" ("": 0.5 each)  */
+    float crop_scale_min, crop_scale_max; /* augment: RandomResizedCrop area (0.08, 1) */
+    float crop_ratio_min, crop_ratio_max; /* augment: aspect ratio (3/4, 4/3)  */
+    int hflip;               /* augment: random horizontal flip (default 1)     */
+    int bad_images;          /* 0 error (default), 1 skip and count             */
 } ct_recipe;
 
 /* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */

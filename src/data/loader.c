@@ -32,7 +32,7 @@ ct_status ct_loader_create(ct_context *ctx, const ct_dataset *ds, int64_t batch,
     if (out) *out = NULL;
     if (!ctx || !ds || !out)
         return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_loader_create: ctx, ds and out must not be NULL");
-    if (ds->n <= 0 || !ds->images || !ds->labels || ds->c <= 0 || ds->h <= 0 || ds->w <= 0)
+    if (ds->n <= 0 || ((!ds->images || !ds->labels) && !ds->set) || ds->c <= 0 || ds->h <= 0 || ds->w <= 0)
         return ct_set_error(ctx, CT_E_INVALID_ARG,
                             "ct_loader_create: the dataset is empty or not loaded (n %lld); load it with "
                             "ct_dataset_load_idx first",
@@ -106,6 +106,10 @@ ct_status ct_loader_next(ct_loader *l, float *images, int32_t *labels, int64_t *
     if (!l) return CT_E_INVALID_ARG;
     if (!images || !labels || !got)
         return ct_set_error(l->ctx, CT_E_INVALID_ARG, "ct_loader_next: images, labels and got must not be NULL");
+    if (l->ds->set)
+        return ct_set_error(l->ctx, CT_E_UNSUPPORTED,
+                            "ct_loader_next: the dataset is an image set decoded on demand; read it through "
+                            "ct_prefetcher (threads 0 for the calling thread)");
     int64_t left = l->n - l->pos;
     if (left <= 0 || (l->drop_last && left < l->batch)) return CT_OK; /* end of epoch */
     int64_t b = CT_MIN(l->batch, left);

@@ -10,12 +10,16 @@
  * a batch of an old epoch is never handed out. The content of batch k is a
  * pure function of (seed, epoch, k): the loader's permutation and the
  * augmentation's counter-based random numbers, keyed by the sample's
- * position in the epoch. */
+ * position in the epoch. A dataset backed by an image set (ctrain/image.h)
+ * is decoded and transformed here, in the workers, by ct_image_set_get with
+ * its own random choices keyed by (seed, epoch, sample index); a failure is
+ * kept in the slot and returned by ct_prefetcher_next with its message. */
 #include <pthread.h>
 #include <string.h>
 
 #include "core/internal.h"
 #include "ctrain/data.h"
+#include "ctrain/image.h"
 #include "data/loader_internal.h"
 
 /* Domain tag of the augmentation's Philox stream ("AUGM"). */
@@ -26,6 +30,8 @@ typedef struct pf_slot {
     int32_t *labels;
     int64_t batch; /* batch index held, -1: none */
     int64_t got;
+    ct_status st;  /* an image set's failure while filling, message in err */
+    char err[512];
 } pf_slot;
 
 struct ct_prefetcher {
@@ -44,6 +50,7 @@ struct ct_prefetcher {
     uint64_t gen;
     int64_t next_claim, next_out;
     int in_flight;
+    ct_image sync_scratch; /* threads 0: the decode buffer of the calling thread */
 };
 
 void ct_prefetch_opts_default(ct_prefetch_opts *o) {
@@ -55,8 +62,10 @@ void ct_prefetch_opts_default(ct_prefetch_opts *o) {
     o->flip = 1;
 }
 
-/* Fills batch k of the current epoch into images/labels; returns the count. */
-static int64_t fill_batch(const ct_prefetcher *pf, int64_t k, float *images, int32_t *labels) {
+/* Fills batch k of the current epoch into images/labels; returns the count,
+ * or -1 with *st and err set when an image set's sample fails. */
+static int64_t fill_batch(const ct_prefetcher *pf, int64_t k, float *images, int32_t *labels, ct_image *scratch,
+                          ct_status *st, char *err, size_t errlen) {
     const ct_dataset *ds = pf->ds;
     int64_t start = k * pf->batch, b = CT_MIN(pf->batch, ds->n - start);
     if (pf->o.shard_rows) { /* this shard's rows of the batch; positions stay the epoch's */
@@ -69,6 +78,14 @@ static int64_t fill_batch(const ct_prefetcher *pf, int64_t k, float *images, int
     const int64_t C = ds->c, H = ds->h, W = ds->w;
     const int pad = pf->o.augment ? pf->o.crop_pad : 0, flip = pf->o.augment && pf->o.flip;
     uint64_t stream = AUG_STREAM_TAG ^ pf->epoch;
+    *st = CT_OK;
+    if (ds->set) {
+        for (int64_t i = 0; i < b; i++)
+            if ((*st = ct_image_set_get(ds->set, p[i], pf->seed, pf->epoch, scratch, images + (size_t)i * sz,
+                                        &labels[i], err, errlen)) != CT_OK)
+                return -1;
+        return b;
+    }
     for (int64_t i = 0; i < b; i++) {
         const float *src = ds->images + (size_t)p[i] * sz;
         float *dst = images + (size_t)i * sz;
@@ -105,6 +122,7 @@ static int64_t fill_batch(const ct_prefetcher *pf, int64_t k, float *images, int
 static void *worker(void *arg) {
     ct_prefetcher *pf = arg;
     const int64_t R = pf->o.buffer_size;
+    ct_image scratch = {0};
     pthread_mutex_lock(&pf->mu);
     for (;;) {
         while (!pf->quit && !(pf->next_claim < pf->nb && pf->next_claim < pf->next_out + R))
@@ -115,16 +133,19 @@ static void *worker(void *arg) {
         pf_slot *sl = &pf->slots[k % R];
         pf->in_flight++;
         pthread_mutex_unlock(&pf->mu);
-        int64_t got = fill_batch(pf, k, sl->images, sl->labels);
+        ct_status st;
+        int64_t got = fill_batch(pf, k, sl->images, sl->labels, &scratch, &st, sl->err, sizeof sl->err);
         pthread_mutex_lock(&pf->mu);
         if (g == pf->gen) {
             sl->batch = k;
             sl->got = got;
+            sl->st = st;
             pthread_cond_broadcast(&pf->cv_ready);
         }
         if (--pf->in_flight == 0) pthread_cond_broadcast(&pf->cv_idle);
     }
     pthread_mutex_unlock(&pf->mu);
+    ct_image_free(&scratch);
     return NULL;
 }
 
@@ -163,6 +184,7 @@ void ct_prefetcher_free(ct_prefetcher *pf) {
         }
     ct_free(ctx, pf->slots);
     ct_free(ctx, pf->tids);
+    ct_image_free(&pf->sync_scratch);
     ct_loader_free(pf->ld);
     ct_free(ctx, pf);
 }
@@ -180,6 +202,9 @@ ct_status ct_prefetcher_create(ct_context *ctx, const ct_dataset *ds, int64_t ba
     if (opts.threads < 0 || opts.threads > 256)
         return ct_set_error(ctx, CT_E_INVALID_ARG, "prefetch threads %d must be in [0, 256] (0: synchronous)",
                             opts.threads);
+    if (opts.augment && ds->set)
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "prefetch augment (pad-crop + flip) is for in-memory datasets; an "
+                            "image set transforms its samples itself (ct_image_opts.train)");
     if (opts.augment && (opts.crop_pad < 0 || opts.crop_pad > 64))
         return ct_set_error(ctx, CT_E_INVALID_ARG, "prefetch crop_pad %d must be in [0, 64]", opts.crop_pad);
     if (opts.shard_offset < 0 || opts.shard_rows < 0 || opts.shard_offset + opts.shard_rows > batch ||
@@ -284,7 +309,12 @@ ct_status ct_prefetcher_next(ct_prefetcher *pf, float *images, int32_t *labels, 
                             "ct_prefetcher_next: images, labels and got must not be NULL");
     if (pf->o.threads == 0) { /* synchronous */
         if (pf->next_out >= pf->nb) return CT_OK;
-        *got = fill_batch(pf, pf->next_out++, images, labels);
+        ct_status st;
+        char err[512];
+        int64_t n = fill_batch(pf, pf->next_out, images, labels, &pf->sync_scratch, &st, err, sizeof err);
+        if (st != CT_OK) return ct_set_error(pf->ctx, st, "%s", err);
+        pf->next_out++;
+        *got = n;
         return CT_OK;
     }
     pthread_mutex_lock(&pf->mu);
@@ -296,6 +326,8 @@ ct_status ct_prefetcher_next(ct_prefetcher *pf, float *images, int32_t *labels, 
     pf_slot *sl = &pf->slots[k % pf->o.buffer_size];
     while (sl->batch != k) pthread_cond_wait(&pf->cv_ready, &pf->mu);
     pthread_mutex_unlock(&pf->mu);
+    if (sl->st != CT_OK) /* the slot keeps batch k: a retry reports the same failure */
+        return ct_set_error(pf->ctx, sl->st, "%s", sl->err);
     /* the slot is ours: no worker claims batch k + R before next_out moves */
     memcpy(images, sl->images, (size_t)sl->got * (size_t)pf->sample * sizeof(float));
     memcpy(labels, sl->labels, (size_t)sl->got * sizeof(int32_t));

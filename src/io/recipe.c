@@ -53,10 +53,13 @@ static const key_def k_keys[] = {
      "CNN conv block channels, e.g. 32,64 (conv3x3-batchnorm-relu-maxpool per block)"},
     {"dropout", K_F32, OFF(dropout), 0, 0, 0.999, NULL, M_DROP, "--dropout",
      "dropout probability (MLP hidden layers; GPT/BERT: replaces the preset's)"},
-    {"dataset", K_ENUM, OFF(dataset), 0, 0, 0, "mnist|fashion-mnist|moby-dick", M_ALL, "--dataset",
-     "images: mnist, fashion-mnist (IDX files); text: moby-dick (data/text/moby-dick.txt)"},
+    {"dataset", K_ENUM, OFF(dataset), 0, 0, 0, "mnist|fashion-mnist|moby-dick|imagefolder|cifar10|cifar100", M_ALL,
+     "--dataset",
+     "images: mnist, fashion-mnist (IDX files), imagefolder (JPEG/PNG class folders), cifar10, cifar100 (binary "
+     "version); text: moby-dick (data/text/moby-dick.txt)"},
     {"data_dir", K_STR, OFF(data_dir), SZ(data_dir), 0, 0, NULL, M_IMG, "--data-dir",
-     "folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (default data/<dataset>)"},
+     "IDX: folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]; imagefolder: folder with train_dir and "
+     "val_dir; cifar: folder with the .bin files (default data/<dataset>)"},
     {"epochs", K_INT, OFF(epochs), 0, 1, 100000, NULL, M_ALL, "--epochs",
      "passes over the training images; text: without max_steps the run is epochs x eval_every steps"},
     {"batch_size", K_I64, OFF(batch_size), 0, 1, 1 << 20, NULL, M_ALL, "--batch-size", "samples (sequences) per micro-batch"},
@@ -157,7 +160,8 @@ static const key_def k_keys[] = {
     {"prefetch_threads", K_INT, OFF(prefetch_threads), 0, 1, 256, NULL, M_IMG, NULL,
      "prefetch worker threads; the batches do not depend on it"},
     {"augment", K_BOOL, OFF(augment), 0, 0, 1, NULL, M_IMG, NULL,
-     "random crop (pad 2) + horizontal flip of training images, keyed by (seed, epoch, index)"},
+     "training images, keyed by (seed, epoch, index): IDX: random crop (pad 2) + horizontal flip; imagefolder/cifar: "
+     "RandomResizedCrop(image_size, crop_scale, crop_ratio) + hflip (off: Resize + CenterCrop as evaluation)"},
     {"precision", K_ENUM, OFF(precision), 0, 0, 0, PRECISIONS, M_ALL, "--precision",
      "fp32, bf16/fp16 (autocast, FP32 master weights), bf16-pure/fp16-pure (every op stores low precision)"},
     {"keep_fp32", K_STR, OFF(keep_fp32), SZ(keep_fp32), 0, 0, NULL, M_ALL, "--keep-fp32",
@@ -198,6 +202,33 @@ static const key_def k_keys[] = {
     {"comm_timeout", K_F32, OFF(comm_timeout), 0, 0, 1e7, NULL, M_ALL, NULL,
      "data parallel (ctrain train): end the job when a rank waits this many seconds in one collective: another rank "
      "hangs (0: wait forever)"},
+    {"train_dir", K_STR, OFF(train_dir), SZ(train_dir), 0, 0, NULL, M_IMG, NULL,
+     "imagefolder: training subfolder of data_dir, one folder per class (class index: sorted folder names)"},
+    {"val_dir", K_STR, OFF(val_dir), SZ(val_dir), 0, 0, NULL, M_IMG, NULL,
+     "imagefolder: evaluation subfolder of data_dir, with the same class folders"},
+    {"image_size", K_INT, OFF(image_size), 0, 0, 8192, NULL, M_IMG, NULL,
+     "imagefolder/cifar: side S of the square S x S input (0: 32)"},
+    {"image_channels", K_INT, OFF(image_channels), 0, 1, 3, NULL, M_IMG, NULL,
+     "imagefolder/cifar: 3 (RGB; gray, CMYK, palette converted) or 1 (gray)"},
+    {"resize_size", K_INT, OFF(resize_size), 0, 0, 16384, NULL, M_IMG, NULL,
+     "imagefolder/cifar evaluation (and training without augment): Resize(shorter side) then CenterCrop(image_size) "
+     "(0: image_size; ImageNet: 256 for 224)"},
+    {"mean", K_STR, OFF(mean), SZ(mean), 0, 0, NULL, M_IMG, NULL,
+     "imagefolder/cifar: per-channel mean of x/255, e.g. \"0.485,0.456,0.406\" (\"\": 0.5 each; one value: all channels)"},
+    {"std", K_STR, OFF(std), SZ(std), 0, 0, NULL, M_IMG, NULL,
+     "imagefolder/cifar: per-channel std of x/255, e.g. \"0.229,0.224,0.225\" (\"\": 0.5 each)"},
+    {"crop_scale_min", K_F32, OFF(crop_scale_min), 0, 1e-6, 1, NULL, M_IMG, NULL,
+     "imagefolder/cifar augment: RandomResizedCrop smallest area fraction"},
+    {"crop_scale_max", K_F32, OFF(crop_scale_max), 0, 1e-6, 1, NULL, M_IMG, NULL,
+     "imagefolder/cifar augment: RandomResizedCrop largest area fraction"},
+    {"crop_ratio_min", K_F32, OFF(crop_ratio_min), 0, 1e-3, 1e3, NULL, M_IMG, NULL,
+     "imagefolder/cifar augment: RandomResizedCrop smallest aspect ratio w/h"},
+    {"crop_ratio_max", K_F32, OFF(crop_ratio_max), 0, 1e-3, 1e3, NULL, M_IMG, NULL,
+     "imagefolder/cifar augment: RandomResizedCrop largest aspect ratio w/h"},
+    {"hflip", K_BOOL, OFF(hflip), 0, 0, 1, NULL, M_IMG, NULL, "imagefolder/cifar augment: horizontal flip with p = 0.5"},
+    {"bad_images", K_ENUM, OFF(bad_images), 0, 0, 0, "error|skip", M_IMG, NULL,
+     "imagefolder: an undecodable file (truncated, not a JPEG/PNG, 0 bytes) stops the run naming it (error), or is "
+     "replaced by the next good image and counted (skip)"},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
@@ -249,6 +280,14 @@ void ct_recipe_default(ct_recipe *r) {
     r->prefetch_threads = 1;
     r->lr_scaling = CT_LR_SCALING_NONE;
     r->lr_base_batch = 256;
+    snprintf(r->train_dir, sizeof r->train_dir, "train");
+    snprintf(r->val_dir, sizeof r->val_dir, "val");
+    r->image_channels = 3;
+    r->crop_scale_min = 0.08f;
+    r->crop_scale_max = 1.0f;
+    r->crop_ratio_min = 3.0f / 4.0f;
+    r->crop_ratio_max = 4.0f / 3.0f;
+    r->hflip = 1;
 }
 
 static const key_def *find_key(const char *key) {

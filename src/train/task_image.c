@@ -1,5 +1,7 @@
 /* src/train/task_image.c - the image task: IDX datasets (MNIST,
- * Fashion-MNIST) through the loader or the background prefetcher, an MLP or
+ * Fashion-MNIST) through the loader or the background prefetcher, image
+ * folders (JPEG/PNG) and CIFAR decoded and transformed by the prefetcher's
+ * threads (ctrain/image.h; evaluation: Resize + CenterCrop), an MLP or
  * a CNN with cross entropy, training accuracy from the logits, and test
  * loss / accuracy evaluated on the t10k split every epoch. Data parallel
  * (shard): the loader / prefetcher hand this rank its rows of every global
@@ -30,6 +32,7 @@ typedef struct {
     float *stage_x;
     int32_t *stage_y;
     int64_t stage_rows;
+    ct_image_set *train_set, *test_set; /* imagefolder / cifar: decoded on demand */
 } image_task;
 
 /* Logits as FP32: a low-precision plan stores BF16/FP16 logits, converted into buf. */
@@ -132,19 +135,29 @@ static int64_t img_correct(ct_task *t, int64_t rows) {
 static ct_status img_evaluate(ct_task *t, ct_task_eval *out) {
     image_task *it = t->impl;
     int64_t B = it->tx.shape[0];
-    ct_loader *ld;
-    CT_TRY(ct_loader_create(it->ctx, &it->test, B, 0, 0, 0, &ld));
-    ct_loader_start_epoch(ld, 0);
+    ct_loader *ld = NULL;
+    ct_prefetcher *pf = NULL; /* an image set: decoded by the prefetcher (in order, eval transform) */
+    if (it->test.set) {
+        ct_prefetch_opts po;
+        ct_prefetch_opts_default(&po);
+        po.buffer_size = it->r.prefetch > 0 ? it->r.prefetch : 1;
+        po.threads = it->r.prefetch > 0 ? it->r.prefetch_threads : 0;
+        CT_TRY(ct_prefetcher_create(it->ctx, &it->test, B, 0, 0, 0, &po, &pf));
+    } else {
+        CT_TRY(ct_loader_create(it->ctx, &it->test, B, 0, 0, 0, &ld));
+        ct_loader_start_epoch(ld, 0);
+    }
     double tot_loss = 0;
     int64_t correct = 0, seen = 0, got;
     ct_status s = CT_OK;
-    const int64_t nb = ct_loader_num_batches(ld);
+    const int64_t nb = pf ? ct_prefetcher_num_batches(pf) : ct_loader_num_batches(ld);
     for (int64_t k = 0; k < nb; k++) {
         if (!it->chunks && k % it->size != it->rank) { /* data parallel: test batch k is rank k % size's */
-            if ((s = ct_loader_skip(ld, 1)) != CT_OK) break;
+            if ((s = pf ? ct_prefetcher_skip(pf, 1) : ct_loader_skip(ld, 1)) != CT_OK) break;
             continue;
         }
-        if ((s = ct_loader_next(ld, it->tx.data, it->ty.data, &got)) != CT_OK || got == 0) break;
+        s = pf ? ct_prefetcher_next(pf, it->tx.data, it->ty.data, &got) : ct_loader_next(ld, it->tx.data, it->ty.data, &got);
+        if (s != CT_OK || got == 0) break;
         int32_t *lab = it->ty.data;
         for (int64_t i = got; i < B; i++) lab[i] = -100;
         if ((s = ct_plan_forward(it->plan, 0)) != CT_OK) break;
@@ -155,12 +168,19 @@ static ct_status img_evaluate(ct_task *t, ct_task_eval *out) {
         seen += got;
     }
     ct_loader_free(ld);
+    ct_prefetcher_free(pf);
     if (s != CT_OK) return s;
     out->loss = seen ? tot_loss / (double)seen : 0;
     out->accuracy = seen ? (double)correct / (double)seen : 0;
     out->count = (double)seen;
     out->rows = (double)seen;
     out->detail[0] = 0;
+    if (it->train_set) { /* decode + transform throughput of the training images so far */
+        ct_image_stats st;
+        ct_image_set_stats(it->train_set, &st);
+        snprintf(out->detail, sizeof out->detail, "(decode+augment %.0f img/s per thread-CPU-s, %lld bad skipped",
+                 st.seconds > 0 ? (double)st.images / st.seconds : 0.0, (long long)st.bad);
+    }
     return CT_OK;
 }
 
@@ -172,13 +192,98 @@ static ct_status make_prefetcher(image_task *it, int64_t off, int64_t rows) {
     ct_prefetch_opts_default(&po);
     po.buffer_size = r->prefetch > 0 ? r->prefetch : 1;
     po.threads = r->prefetch > 0 ? r->prefetch_threads : 0; /* 0: synchronous */
-    po.augment = r->augment;
+    po.augment = it->train_set ? 0 : r->augment; /* an image set transforms itself */
     po.pad_value = -it->mean / it->stdv; /* a normalized 0 pixel */
     po.shard_offset = off;
     po.shard_rows = rows;
     ct_prefetcher_free(it->pf);
     it->pf = NULL;
     return ct_prefetcher_create(it->ctx, &it->train, r->batch_size, 1, 1, r->seed, &po, &it->pf);
+}
+
+/* "0.485,0.456,0.406" (or one value for every channel; "": 0.5) into v[3]. */
+static ct_status parse_floats(ct_context *ctx, const char *key, const char *text, int channels, float *v) {
+    for (int c = 0; c < 3; c++) v[c] = 0.5f;
+    if (!text[0]) return CT_OK;
+    int n = 0;
+    const char *p = text;
+    while (*p && n < 3) {
+        char *end;
+        double x = strtod(p, &end);
+        if (end == p || !(x > -1e6 && x < 1e6)) break;
+        v[n++] = (float)x;
+        p = end;
+        while (*p == ' ') p++;
+        if (*p == ',') p++;
+    }
+    if (*p || (n != 1 && n != channels))
+        return ct_set_error(ctx, CT_E_CONFIG,
+                            "recipe key '%s': '%s' is not 1 or %d comma-separated numbers (one per image channel)", key,
+                            text, channels);
+    if (n == 1) v[1] = v[2] = v[0];
+    return CT_OK;
+}
+
+/* dataset imagefolder / cifar10 / cifar100: the training set (augment:
+ * RandomResizedCrop + flip, else the eval transform) and the evaluation
+ * set, with the recipe's image keys. */
+static ct_status open_image_sets(image_task *it, const ct_recipe *r) {
+    ct_context *ctx = it->ctx;
+    ct_image_opts o;
+    ct_image_opts_default(&o);
+    o.size = r->image_size > 0 ? r->image_size : 32;
+    o.channels = r->image_channels;
+    if (o.channels != 1 && o.channels != 3)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'image_channels': %d must be 1 or 3", o.channels);
+    o.resize = r->resize_size;
+    if (o.resize && o.resize < o.size)
+        return ct_set_error(ctx, CT_E_CONFIG,
+                            "recipe key 'resize_size': %d is smaller than image_size %d; the center crop must fit "
+                            "(0: image_size)",
+                            o.resize, o.size);
+    o.scale[0] = r->crop_scale_min, o.scale[1] = r->crop_scale_max;
+    o.ratio[0] = r->crop_ratio_min, o.ratio[1] = r->crop_ratio_max;
+    if (o.scale[0] > o.scale[1] || o.ratio[0] > o.ratio[1])
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe keys crop_scale_min/max (%g, %g) and crop_ratio_min/max (%g, "
+                            "%g): each min must be <= its max", (double)o.scale[0], (double)o.scale[1],
+                            (double)o.ratio[0], (double)o.ratio[1]);
+    o.flip = r->hflip;
+    o.bad = r->bad_images ? CT_BAD_IMAGES_SKIP : CT_BAD_IMAGES_ERROR;
+    CT_TRY(parse_floats(ctx, "mean", r->mean, o.channels, o.mean));
+    CT_TRY(parse_floats(ctx, "std", r->std, o.channels, o.std));
+    for (int c = 0; c < o.channels; c++)
+        if (!(o.std[c] > 0)) return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'std': every value must be > 0");
+    it->mean = o.mean[0], it->stdv = o.std[0];
+    const char *ds = ct_recipe_enum_name("dataset", (int)r->dataset);
+    char root[300], dir[400];
+    if (r->data_dir[0]) snprintf(root, sizeof root, "%s", r->data_dir);
+    else snprintf(root, sizeof root, "data/%s", ds);
+    ct_image_opts ot = o, oe = o;
+    ot.train = r->augment;
+    oe.train = 0;
+    if (r->dataset == CT_DATASET_IMAGEFOLDER) {
+        snprintf(dir, sizeof dir, "%s/%s", root, r->train_dir);
+        CT_TRY(ct_image_set_open_folder(ctx, dir, &ot, &it->train_set));
+        snprintf(dir, sizeof dir, "%s/%s", root, r->val_dir);
+        CT_TRY(ct_image_set_open_folder(ctx, dir, &oe, &it->test_set));
+        int kt = ct_image_set_classes(it->train_set), ke = ct_image_set_classes(it->test_set);
+        for (int k = 0; k < kt && k < ke; k++)
+            if (strcmp(ct_image_set_class_name(it->train_set, k), ct_image_set_class_name(it->test_set, k))) {
+                ke = -1;
+                break;
+            }
+        if (ke != kt)
+            return ct_set_error(ctx, CT_E_CONFIG,
+                                "the class folders of %s/%s and %s/%s differ (%d vs %d classes, or other names); "
+                                "both splits need the same class folders",
+                                root, r->train_dir, root, r->val_dir, kt, ct_image_set_classes(it->test_set));
+    } else {
+        int classes = r->dataset == CT_DATASET_CIFAR100 ? 100 : 10;
+        CT_TRY(ct_image_set_open_cifar(ctx, root, "train", classes, &ot, &it->train_set));
+        CT_TRY(ct_image_set_open_cifar(ctx, root, "test", classes, &oe, &it->test_set));
+    }
+    CT_TRY(ct_dataset_from_image_set(it->train_set, &it->train));
+    return ct_dataset_from_image_set(it->test_set, &it->test);
 }
 
 static ct_status img_shard(ct_task *t, int rank, int size) {
@@ -213,6 +318,11 @@ static void img_describe(ct_task *t, const ct_plan_stats *ps, char *buf, size_t 
     char cvt[64] = "";
     if (ps->cast_bytes)
         snprintf(cvt, sizeof cvt, " (incl. FP32 conversion copies, up to %.1f MiB)", (double)ps->cast_bytes / 1048576.0);
+    if (it->train_set) { /* the folder's classes, the decoders and the transforms */
+        const ct_image_opts *o = ct_image_set_opts(it->train_set);
+        snprintf(cvt + strlen(cvt), sizeof cvt - strlen(cvt), "; %d classes, %s%s", ct_image_set_classes(it->train_set),
+                 o->train ? "RandomResizedCrop+flip" : "Resize+CenterCrop", o->bad ? ", skips bad images" : "");
+    }
     snprintf(buf, len, "%s on %s (%lld train / %lld test images, %dx%lldx%lld), %d params, %.1f MiB activations%s",
              ct_recipe_enum_name("model", (int)it->r.model), ct_recipe_enum_name("dataset", (int)it->r.dataset),
              (long long)it->train.n, (long long)it->test.n, (int)it->train.c, (long long)it->train.h,
@@ -225,6 +335,8 @@ static void img_free(ct_task *t) {
     ct_loader_free(it->ld);
     ct_dataset_free(it->ctx, &it->train);
     ct_dataset_free(it->ctx, &it->test);
+    ct_image_set_free(it->train_set);
+    ct_image_set_free(it->test_set);
     free(it->logits_buf);
     free(it->stage_x);
     free(it->stage_y);
@@ -265,8 +377,38 @@ ct_status ct_task_image_create(ct_context *ctx, const ct_recipe *r, ct_task **ou
     it->size = 1;
     char dir[300];
     const char *ds = ct_recipe_enum_name("dataset", (int)r->dataset);
+    if (r->dataset == CT_DATASET_IMAGEFOLDER || r->dataset == CT_DATASET_CIFAR10 || r->dataset == CT_DATASET_CIFAR100) {
+        ct_status s = open_image_sets(it, r);
+        if (s == CT_OK) s = ct_loader_create(ctx, &it->train, r->batch_size, 1, 1, r->seed, &it->ld);
+        if (s == CT_OK) s = make_prefetcher(it, 0, 0);
+        if (s != CT_OK) {
+            img_free(t);
+            return s;
+        }
+        *out = t;
+        return CT_OK;
+    }
     if (r->data_dir[0]) snprintf(dir, sizeof dir, "%s", r->data_dir);
     else snprintf(dir, sizeof dir, "data/%s", ds);
+    { /* the image-set keys do nothing for IDX data: set away from their defaults they are errors */
+        ct_recipe d;
+        ct_recipe_default(&d);
+        const char *key = strcmp(r->train_dir, d.train_dir) ? "train_dir" : strcmp(r->val_dir, d.val_dir) ? "val_dir"
+                          : r->image_size != d.image_size ? "image_size" : r->image_channels != d.image_channels
+                          ? "image_channels" : r->resize_size != d.resize_size ? "resize_size" : r->mean[0] ? "mean"
+                          : r->std[0] ? "std" : r->crop_scale_min != d.crop_scale_min ? "crop_scale_min"
+                          : r->crop_scale_max != d.crop_scale_max ? "crop_scale_max" : r->crop_ratio_min != d.crop_ratio_min
+                          ? "crop_ratio_min" : r->crop_ratio_max != d.crop_ratio_max ? "crop_ratio_max"
+                          : r->hflip != d.hflip ? "hflip" : r->bad_images != d.bad_images ? "bad_images" : NULL;
+        if (key) {
+            ct_status s = ct_set_error(ctx, CT_E_CONFIG,
+                                       "recipe key '%s' applies to dataset imagefolder, cifar10 or cifar100, not to the "
+                                       "IDX dataset '%s'; remove it or change the dataset",
+                                       key, ds);
+            img_free(t);
+            return s;
+        }
+    }
     const float mean = r->dataset == CT_DATASET_MNIST ? 0.1307f : 0.2860f;
     const float stdv = r->dataset == CT_DATASET_MNIST ? 0.3081f : 0.3530f;
     it->mean = mean;

@@ -5,8 +5,9 @@
 # merges, Moby-Dick, and the metrics log, Chrome trace, weights and train
 # states of three short real `ctrain train` runs (SGD; fp16 with a loss
 # scale that overflows, AdamW and clipping; plateau schedule with early
-# stopping). Hand-written edge cases and the regression inputs of fixed
-# bugs (named regress-*) are added beside them. Inputs that libFuzzer found
+# stopping), and small images (tests/fuzz/make_image_corpus.py).
+# Hand-written edge cases and the regression inputs of fixed bugs (named
+# regress-*) are added beside them. Inputs that libFuzzer found
 # and that are worth keeping are merged in by hand (docs/fuzzing.md), so the
 # corpus in git is this script's output plus those.
 # Needs build/ctrain, data/ (scripts/setup.sh) and python3.
@@ -124,4 +125,6 @@ printf '{"type":"step","step":9007199254740988,"loss":1}\n{"type":"step","step":
   > "$C/report/regress-steps-near-2p53.jsonl"
 # ctrain doctor cast an unbounded double to int64
 printf '{"traceEvents": [], "metadata": {"dropped_events": 1e300}}' > "$C/trace/regress-dropped-1e300.json"
+# images: PNG/JPEG kinds, CIFAR records and bad files (tests/fuzz/make_image_corpus.py)
+/usr/bin/python3 tests/fuzz/make_image_corpus.py "$C/image" > /dev/null
 du -sh "$C"/* | sed 's/^/make_corpus: /'

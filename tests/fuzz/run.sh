@@ -57,7 +57,7 @@ for name in "${names[@]}"; do
   crashes=$FB/crashes/$name
   mkdir -p "$work" "$crashes"
   dict=(-dict=tests/fuzz/json.dict)
-  case $name in idx | text) dict=() ;; esac
+  case $name in idx | text | image) dict=() ;; esac
   budget=(-max_total_time="$SECONDS_PER")
   [ -n "$RUNS" ] && budget=(-runs="$RUNS")
   log=$FB/fuzz-$name.log
