@@ -51,6 +51,11 @@ CT_DECL_CVT(ref)
 CT_DECL_CVT(avx2)
 CT_DECL_CVT(avx512)
 
+/* BF16 I/O of the SIMD kernels (simd/simd_bf16.h): elements of one FP32
+ * tile a kernel converts a BF16 row / plane / chunk into (32 KiB); longer
+ * rows and planes decline. */
+#define CT_BF16_TILE 8192
+
 /* Shared helpers ---------------------------------------------------------------- */
 
 /* Dropout keep decision for element i: the same in forward and backward, on
