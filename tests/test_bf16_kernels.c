@@ -62,8 +62,9 @@ typedef struct {
     int64_t out_shape[4];
     int out_bf16;                     /* 1: BF16 output, 0: FP32 */
     size_t aux_bytes;                 /* saved state the kernel writes */
-    const void *state_aux;            /* in_aux of the state input */
+    const void *state_aux;            /* in_aux of every input (the backward's forward node) */
     double floor;                     /* relative error floor for the comparison with ref */
+    const float *fixed[CT_MAX_INPUTS]; /* given values (BF16-representable) instead of random ones */
 } kcase;
 
 static int64_t nel(int nd, const int64_t *s) {
@@ -90,6 +91,10 @@ static void kdata_make(const kcase *c, unsigned seed, kdata *d) {
             continue;
         }
         d->vals[i] = malloc((size_t)n * sizeof(float));
+        if (c->fixed[i]) {
+            memcpy(d->vals[i], c->fixed[i], (size_t)n * sizeof(float));
+            continue;
+        }
         test_fill_uniform(d->vals[i], (size_t)n, seed + 17u * (unsigned)i, c->lo[i], c->hi[i]);
         if (c->kind[i] == IN_BF16)
             for (int64_t j = 0; j < n; j++) d->vals[i][j] = bround(d->vals[i][j]);
@@ -150,10 +155,15 @@ static ct_status krun(const kcase *c, const kdata *d, int slot, int bf16, float 
             else ((float *)ibuf[i])[j] = d->vals[i][j];
         }
         k.in[i] = ct_tensor_make(ibuf[i], as_bf ? CT_BF16 : CT_F32, c->nd[i], c->shape[i]);
+        k.in_aux[i] = (void *)c->state_aux;
     }
     k.aux = aux;
     /* scratch: the reference sum accumulates its outputs in doubles */
     size_t wsb = (size_t)(no + nel(c->nd[0], c->shape[0])) * sizeof(double);
+    if (c->op == CT_OP_ATTENTION || c->op == CT_OP_ATTENTION_BWD) {
+        int64_t T = c->out_shape[1], D = c->op == CT_OP_ATTENTION ? c->out_shape[2] : c->out_shape[2] / 3;
+        wsb = (size_t)k.nthreads * ct_attention_ws_per_thread_bf16(T, D / c->ia[0]);
+    }
     k.ws = malloc(wsb);
     k.ws_bytes = wsb;
     ct_context_clear_error(g_ctx);
@@ -257,30 +267,30 @@ TEST(eltwise) {
     setup();
     const int64_t n = 40000 + 13; /* several EW_TILEs and chunks, a tail */
     for (int kind = 0; kind < CT_UNARY_COUNT; kind++) {
-        kcase c = {"unary", CT_OP_UNARY, {kind}, {0}, 1, {IN_BF16}, {1}, {{n}}, {-4}, {4}, 1, {n}, 1, 0, NULL, 1e-2};
+        kcase c = {"unary", CT_OP_UNARY, {kind}, {0}, 1, {IN_BF16}, {1}, {{n}}, {-4}, {4}, 1, {n}, 1, 0, NULL, 1e-2, {0}};
         CHECK(kcheck(&c, 1) >= 0);
         int from_out = kind == CT_UNARY_RELU || kind == CT_UNARY_SIGMOID || kind == CT_UNARY_TANH;
         kcase b = {"unary_bwd", CT_OP_UNARY_BWD, {kind, from_out}, {0}, 2, {IN_BF16, IN_BF16}, {1, 1}, {{n}, {n}},
-                   {-2, -4}, {2, 4}, 1, {n}, 1, 0, NULL, 1e-2};
+                   {-2, -4}, {2, 4}, 1, {n}, 1, 0, NULL, 1e-2, {0}};
         CHECK(kcheck(&b, 2) >= 0);
     }
-    kcase sc = {"scale", CT_OP_SCALE, {0}, {0.37f}, 1, {IN_BF16}, {1}, {{n}}, {-3}, {3}, 1, {n}, 1, 0, NULL, 1e-3};
+    kcase sc = {"scale", CT_OP_SCALE, {0}, {0.37f}, 1, {IN_BF16}, {1}, {{n}}, {-3}, {3}, 1, {n}, 1, 0, NULL, 1e-3, {0}};
     CHECK(kcheck(&sc, 3) >= 0);
     /* same shape; bias row broadcast with an FP32 bias; column broadcast; BF16 in -> FP32 out */
     kcase b1 = {"binary add", CT_OP_BINARY, {CT_BIN_ADD}, {0}, 2, {IN_BF16, IN_BF16}, {2, 2}, {{97, 301}, {97, 301}},
-                {-2, -2}, {2, 2}, 2, {97, 301}, 1, 0, NULL, 1e-2};
+                {-2, -2}, {2, 2}, 2, {97, 301}, 1, 0, NULL, 1e-2, {0}};
     CHECK(kcheck(&b1, 4) >= 0);
     kcase b2 = {"binary mul bias f32", CT_OP_BINARY, {CT_BIN_MUL}, {0}, 2, {IN_BF16, IN_F32}, {3, 1},
-                {{5, 40, 301}, {301}}, {-2, -2}, {2, 2}, 3, {5, 40, 301}, 1, 0, NULL, 1e-2};
+                {{5, 40, 301}, {301}}, {-2, -2}, {2, 2}, 3, {5, 40, 301}, 1, 0, NULL, 1e-2, {0}};
     CHECK(kcheck(&b2, 5) >= 0);
     kcase b3 = {"binary sub column", CT_OP_BINARY, {CT_BIN_SUB}, {0}, 2, {IN_BF16, IN_BF16}, {2, 2},
-                {{300, 70}, {300, 1}}, {-2, -2}, {2, 2}, 2, {300, 70}, 1, 0, NULL, 1e-2};
+                {{300, 70}, {300, 1}}, {-2, -2}, {2, 2}, 2, {300, 70}, 1, 0, NULL, 1e-2, {0}};
     CHECK(kcheck(&b3, 6) >= 0);
     kcase b4 = {"binary div to f32", CT_OP_BINARY, {CT_BIN_DIV}, {0}, 2, {IN_BF16, IN_F32}, {2, 2},
-                {{300, 70}, {300, 70}}, {-2, 1}, {2, 3}, 2, {300, 70}, 0, 0, NULL, 1e-6};
+                {{300, 70}, {300, 70}}, {-2, 1}, {2, 3}, 2, {300, 70}, 0, 0, NULL, 1e-6, {0}};
     CHECK(kcheck(&b4, 7) >= 0);
     kcase dr = {"dropout p=0.2", CT_OP_DROPOUT, {11}, {0.2f}, 1, {IN_BF16}, {1}, {{n}}, {-2}, {2}, 1, {n}, 1, 0, NULL,
-                1e-2};
+                1e-2, {0}};
     CHECK(kcheck(&dr, 8) >= 0);
 }
 
@@ -292,7 +302,7 @@ TEST(batchnorm) {
     kcase f = {"batchnorm", CT_OP_BATCHNORM, {0}, {0.1f, 1e-5f}, 5,
                {IN_BF16, IN_F32, IN_F32, IN_F32, IN_F32}, {4, 1, 1, 1, 1},
                {{N, C, H, W}, {C}, {C}, {C}, {C}}, {-1, 0.5f, -0.5f, -0.1f, 0.5f}, {3, 1.5f, 0.5f, 0.1f, 1.5f},
-               4, {N, C, H, W}, 1, 2 * (size_t)C * sizeof(float), NULL, 1e-2};
+               4, {N, C, H, W}, 1, 2 * (size_t)C * sizeof(float), NULL, 1e-2, {0}};
     CHECK(kcheck(&f, 11) >= 0);
     /* saved statistics for the backward kernels: the reference forward's */
     kdata d;
@@ -302,10 +312,10 @@ TEST(batchnorm) {
     kdata_free(&f, &d);
     kcase bd = {"batchnorm_bwd_data", CT_OP_BATCHNORM_BWD_DATA, {0}, {0}, 4, {IN_BF16, IN_BF16, IN_F32, IN_STATE},
                 {4, 4, 1, 4}, {{N, C, H, W}, {N, C, H, W}, {C}, {N, C, H, W}}, {-1, -1, 0.5f, 0}, {1, 3, 1.5f, 0},
-                4, {N, C, H, W}, 1, 0, aux, 1e-1};
+                4, {N, C, H, W}, 1, 0, aux, 1e-1, {0}};
     kcase bg = {"batchnorm_bwd_gamma", CT_OP_BATCHNORM_BWD_GAMMA, {0}, {0}, 3, {IN_BF16, IN_BF16, IN_STATE},
                 {4, 4, 4}, {{N, C, H, W}, {N, C, H, W}, {N, C, H, W}}, {-1, -1, 0}, {1, 3, 0},
-                1, {C}, 0, 0, aux, 1.0};
+                1, {C}, 0, 0, aux, 1.0, {0}};
     /* the same values give the BF16 kernel and the reference far closer results than the BF16 output
        rounding; bwd_data's floor: its outputs cancel (sums over the batch), errors are relative to ~0.1 */
     CHECK(kcheck(&bd, 12) >= 0);
@@ -332,7 +342,7 @@ TEST(layernorm) {
     setup();
     const int64_t R = 67, D = 200;
     kcase f = {"layernorm", CT_OP_LAYERNORM, {0}, {1e-5f}, 3, {IN_BF16, IN_F32, IN_F32}, {2, 1, 1},
-               {{R, D}, {D}, {D}}, {-1, 0.5f, -0.5f}, {3, 1.5f, 0.5f}, 2, {R, D}, 1, 2 * (size_t)R * 4, NULL, 1e-2};
+               {{R, D}, {D}, {D}}, {-1, 0.5f, -0.5f}, {3, 1.5f, 0.5f}, 2, {R, D}, 1, 2 * (size_t)R * 4, NULL, 1e-2, {0}};
     CHECK(kcheck(&f, 21) >= 0);
     kdata d;
     kdata_make(&f, 21, &d);
@@ -341,9 +351,9 @@ TEST(layernorm) {
     kdata_free(&f, &d);
     kcase bd = {"layernorm_bwd_data", CT_OP_LAYERNORM_BWD_DATA, {0}, {0}, 4, {IN_BF16, IN_BF16, IN_F32, IN_STATE},
                 {2, 2, 1, 2}, {{R, D}, {R, D}, {D}, {R, D}}, {-1, -1, 0.5f, 0}, {1, 3, 1.5f, 0}, 2, {R, D}, 1, 0, aux,
-                1e-1};
+                1e-1, {0}};
     kcase bg = {"layernorm_bwd_gamma", CT_OP_LAYERNORM_BWD_GAMMA, {0}, {0}, 3, {IN_BF16, IN_BF16, IN_STATE},
-                {2, 2, 2}, {{R, D}, {R, D}, {R, D}}, {-1, -1, 0}, {1, 3, 0}, 1, {D}, 0, 0, aux, 1.0};
+                {2, 2, 2}, {{R, D}, {R, D}, {R, D}}, {-1, -1, 0}, {1, 3, 0}, 1, {D}, 0, 0, aux, 1.0, {0}};
     CHECK(kcheck(&bd, 22) >= 0);
     CHECK(kcheck(&bg, 23) >= 0);
     free(y);
@@ -426,17 +436,72 @@ TEST(reductions) {
     setup();
     /* bias gradient: BF16 (R, C) summed over rows into FP32; row sums; sum_to a (1, C) bias into BF16 */
     kcase s0 = {"sum rows->f32 (bias grad)", CT_OP_SUM, {1}, {1.0f}, 1, {IN_BF16}, {2}, {{517, 77}}, {-1}, {1}, 1,
-                {77}, 0, 0, NULL, 1.0};
+                {77}, 0, 0, NULL, 1.0, {0}};
     CHECK(kcheck(&s0, 41) >= 0);
     kcase s1 = {"sum (N,C,H,W) over {0,2,3}", CT_OP_SUM, {1 | 4 | 8}, {1.0f}, 1, {IN_BF16}, {4}, {{9, 7, 12, 13}},
-                {-1}, {1}, 1, {7}, 0, 0, NULL, 1.0};
+                {-1}, {1}, 1, {7}, 0, 0, NULL, 1.0, {0}};
     CHECK(kcheck(&s1, 42) >= 0);
     kcase s2 = {"mean last dim -> bf16", CT_OP_SUM, {2}, {1.0f / 301}, 1, {IN_BF16}, {2}, {{45, 301}}, {0}, {2}, 1,
-                {45}, 1, 0, NULL, 1e-2};
+                {45}, 1, 0, NULL, 1e-2, {0}};
     CHECK(kcheck(&s2, 43) >= 0);
     kcase s3 = {"sum_to (1, C) -> bf16", CT_OP_SUM_TO, {0}, {0}, 1, {IN_BF16}, {3}, {{4, 50, 33}}, {0}, {1}, 2,
-                {1, 33}, 1, 0, NULL, 1e-2};
+                {1, 33}, 1, 0, NULL, 1e-2, {0}};
     CHECK(kcheck(&s3, 44) >= 0);
+}
+
+/* ---- embedding ---------------------------------------------------------------------------- */
+
+TEST(embedding) {
+    setup();
+    const int64_t V = 29, D = 70, n = 301;
+    kcase f = {"embedding bf16 weight", CT_OP_EMBEDDING, {0}, {0}, 2, {IN_BF16, IN_I32}, {2, 1}, {{V, D}, {n}},
+               {-1, 0}, {1, (float)V}, 2, {n, D}, 1, 0, NULL, 1e-3, {0}};
+    CHECK(kcheck(&f, 71) >= 0);
+    kcase f2 = f;
+    f2.label = "embedding f32 weight -> bf16";
+    f2.kind[0] = IN_F32;
+    CHECK(kcheck(&f2, 72) >= 0);
+    kcase b = {"embedding_bwd bf16 dy", CT_OP_EMBEDDING_BWD, {0}, {0}, 2, {IN_BF16, IN_I32}, {2, 1}, {{n, D}, {n}},
+               {-1, 0}, {1, (float)V}, 2, {V, D}, 0, 0, NULL, 1e-3, {0}};
+    CHECK(kcheck(&b, 73) >= 0);
+}
+
+/* ---- attention ---------------------------------------------------------------------------- */
+
+static void attention_case(int causal, int masked) {
+    const int64_t B = 2, T = 37, D = 48, H = 3;
+    int64_t nq = B * T * 3 * D;
+    float *qkv = malloc((size_t)nq * 4), *dy = malloc((size_t)(B * T * D) * 4);
+    test_fill_uniform(qkv, (size_t)nq, 51, -2, 2);
+    test_fill_uniform(dy, (size_t)(B * T * D), 52, -1, 1);
+    for (int64_t i = 0; i < nq; i++) qkv[i] = bround(qkv[i]);
+    for (int64_t i = 0; i < B * T * D; i++) dy[i] = bround(dy[i]);
+    kcase f = {causal ? "attention causal" : masked ? "attention key mask" : "attention", CT_OP_ATTENTION,
+               {H, causal}, {0.25f}, masked ? 2 : 1, {IN_BF16, IN_I32}, {3, 2}, {{B, T, 3 * D}, {B, T}}, {0, 0},
+               {0, 2}, 3, {B, T, D}, 1, (size_t)(B * H * T) * 4, NULL, 1e-2, {qkv}};
+    CHECK(kcheck(&f, 61) >= 0);
+    /* the backward reads the forward's output and log-sum-exp: the reference's */
+    kdata d;
+    kdata_make(&f, 61, &d);
+    float *y = malloc((size_t)(B * T * D) * 4), *lse = malloc((size_t)(B * H * T) * 4);
+    CHECK(krun(&f, &d, CT_KERNEL_REF, 0, y, lse) == CT_OK);
+    kdata_free(&f, &d);
+    kcase b = {causal ? "attention_bwd causal" : masked ? "attention_bwd key mask" : "attention_bwd",
+               CT_OP_ATTENTION_BWD, {H, causal}, {0.25f}, masked ? 4 : 3, {IN_BF16, IN_BF16, IN_BF16, IN_I32},
+               {3, 3, 3, 2}, {{B, T, D}, {B, T, 3 * D}, {B, T, D}, {B, T}}, {0, 0, 0, 0}, {0, 0, 0, 2}, 3,
+               {B, T, 3 * D}, 1, 0, lse, 5e-2, {dy, qkv, y}};
+    CHECK(kcheck(&b, 62) >= 0);
+    free(qkv);
+    free(dy);
+    free(y);
+    free(lse);
+}
+
+TEST(attention) {
+    setup();
+    attention_case(0, 0);
+    attention_case(1, 0);
+    attention_case(0, 1);
 }
 
 /* ---- whole plans ---------------------------------------------------------------------------- */
@@ -588,5 +653,5 @@ TEST(cnn_arena_target) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(eltwise), T(batchnorm), T(layernorm), T(pooling), T(reductions), T(plans_match_copies),
+TEST_MAIN(T(eltwise), T(batchnorm), T(layernorm), T(pooling), T(reductions), T(embedding), T(attention), T(plans_match_copies),
           T(cnn_arena_target))

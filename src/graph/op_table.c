@@ -32,9 +32,9 @@ static const ct_op_info k_ops[] = {
     [CT_OP_LOG_SOFTMAX] = {"log_softmax", {SIMD(log_softmax)}, 0, 0, 0},
     [CT_OP_CROSS_ENTROPY] = {"cross_entropy", {SIMD(cross_entropy)}, 0, 0, 0},
     [CT_OP_DROPOUT] = {"dropout", {SIMD(dropout)}, 0, 0, 0, .simd_bf16 = 1},
-    [CT_OP_EMBEDDING] = {"embedding", {SIMD(embedding)}, 0, 0, 0},
+    [CT_OP_EMBEDDING] = {"embedding", {SIMD(embedding)}, 0, 0, 0, .simd_bf16 = 1},
     [CT_OP_CAST] = {"cast", {[CT_KERNEL_REF] = ct_k_cast}, 0, 0, 0, 0, 1},
-    [CT_OP_ATTENTION] = {"attention", {SIMD(attention)}, ct_aux_attention, ct_ws_attention, 0},
+    [CT_OP_ATTENTION] = {"attention", {SIMD(attention)}, ct_aux_attention, ct_ws_attention, 0, .simd_bf16 = 1},
     [CT_OP_UNARY_BWD] = {"unary_bwd", {SIMD(unary_bwd)}, 0, 0, 0, .simd_bf16 = 1},
     [CT_OP_BROADCAST_TO] = {"broadcast_to", {SIMD(broadcast_to)}, 0, 0, 0},
     [CT_OP_SUM_TO] = {"sum_to", {SIMD(sum_to)}, 0, 0, 0, .simd_bf16 = 1},
@@ -50,8 +50,8 @@ static const ct_op_info k_ops[] = {
     [CT_OP_SOFTMAX_BWD] = {"softmax_bwd", {SIMD(softmax_bwd)}, 0, 0, 0},
     [CT_OP_LOG_SOFTMAX_BWD] = {"log_softmax_bwd", {SIMD(log_softmax_bwd)}, 0, 0, 0},
     [CT_OP_CROSS_ENTROPY_BWD] = {"cross_entropy_bwd", {SIMD(cross_entropy_bwd)}, 0, 0, 0},
-    [CT_OP_EMBEDDING_BWD] = {"embedding_bwd", {SIMD(embedding_bwd)}, 0, 0, 0},
-    [CT_OP_ATTENTION_BWD] = {"attention_bwd", {SIMD(attention_bwd)}, 0, ct_ws_attention, 0},
+    [CT_OP_EMBEDDING_BWD] = {"embedding_bwd", {SIMD(embedding_bwd)}, 0, 0, 0, .simd_bf16 = 1},
+    [CT_OP_ATTENTION_BWD] = {"attention_bwd", {SIMD(attention_bwd)}, 0, ct_ws_attention, 0, .simd_bf16 = 1},
 };
 
 _Static_assert(sizeof k_ops / sizeof k_ops[0] == CT_OP_COUNT, "k_ops needs one row per ct_op: add the new op's row");
@@ -109,5 +109,8 @@ size_t ct_aux_attention(const ct_graph *g, const ct_node_def *d) {
 size_t ct_ws_attention(const ct_graph *g, const ct_node_def *d) {
     int64_t T = d->shape[1], D = d->op == CT_OP_ATTENTION ? d->shape[2] : d->shape[2] / 3;
     int nt = ct_context_num_threads(g->ctx);
-    return (size_t)(nt > 0 ? nt : 1) * ct_attention_ws_per_thread(T, D / d->ia[0]);
+    /* BF16 I/O (the output, d_qkv for the backward, is BF16): room for FP32 rows too */
+    size_t per = d->dtype == CT_BF16 ? ct_attention_ws_per_thread_bf16(T, D / d->ia[0])
+                                     : ct_attention_ws_per_thread(T, D / d->ia[0]);
+    return (size_t)(nt > 0 ? nt : 1) * per;
 }

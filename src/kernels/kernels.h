@@ -113,4 +113,10 @@ static inline size_t ct_attention_ws_per_thread(int64_t T, int64_t Dh) {
     return (b + 63) / 64 * 64;
 }
 
+/* The SIMD attention kernels with BF16 I/O (simd/attention.c) also keep the
+ * head's q, v, dy, y and the d_qkv parts as FP32 rows: 7 T x Dh more floats. */
+static inline size_t ct_attention_ws_per_thread_bf16(int64_t T, int64_t Dh) {
+    return ct_attention_ws_per_thread(T, Dh) + (size_t)(7 * T * Dh) * sizeof(float);
+}
+
 #endif
