@@ -623,6 +623,46 @@ TEST(plans_match_copies) {
     plans_match_copies_on(CT_ISA_AVX2);
 }
 
+/* What ran, as the node hook and ct_plan_kernel_impl say: oneDNN nodes name
+ * oneDNN's implementation after their first run, SIMD nodes their slot, and
+ * the SIMD nodes of a BF16 plan read BF16 ("avx512 bf16"). */
+typedef struct {
+    int onednn, onednn_named, simd, simd_bf16, bad;
+    char example[64];
+} impl_seen;
+
+static void impl_hook(void *user, const ct_node_event *ev) {
+    impl_seen *s = user;
+    if (ev->kind != CT_NODE_END) return;
+    if (!strcmp(ev->kernel, "onednn")) {
+        s->onednn++;
+        s->onednn_named += strcmp(ev->impl, "onednn") != 0 && ev->impl[0] != 0;
+        if (!s->example[0]) snprintf(s->example, sizeof s->example, "%s %s", ev->op, ev->impl);
+    } else if (!strcmp(ev->kernel, "avx512") || !strcmp(ev->kernel, "avx2")) {
+        s->simd++;
+        s->bad += strcmp(ev->impl, ev->kernel) != 0;
+        s->simd_bf16 += strstr(ev->kernel_desc, " bf16") != NULL;
+    }
+}
+
+TEST(kernel_impl_names) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_plan *p;
+    ct_node x, y;
+    CHECK_OK(ctx, build(ctx, 0, CT_PRECISION_BF16, NULL, 0, &p, &x, &y));
+    impl_seen seen = {0, 0, 0, 0, 0, ""};
+    ct_plan_set_node_hook(p, impl_hook, &seen);
+    float loss[1];
+    CHECK_OK(ctx, train(ctx, p, 0, x, y, 1, loss));
+    printf("    cnn bf16 step: %d oneDNN nodes (%d named by oneDNN, e.g. %s), %d SIMD nodes (%d reading BF16)\n",
+           seen.onednn, seen.onednn_named, seen.example, seen.simd,
+           seen.simd_bf16);
+    CHECK(seen.onednn > 0 && seen.onednn_named == seen.onednn);
+    CHECK(seen.simd > 0 && seen.simd_bf16 > 0 && seen.bad == 0);
+    ct_plan_free(p);
+    ct_context_free(ctx);
+}
+
 /* The Fashion CNN (batch 128): the BF16 plan's activation arena against
  * FP32's, with copies everywhere, the default, and native matmul/conv. */
 TEST(cnn_arena_target) {
@@ -653,5 +693,5 @@ TEST(cnn_arena_target) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(eltwise), T(batchnorm), T(layernorm), T(pooling), T(reductions), T(embedding), T(attention), T(plans_match_copies),
+TEST_MAIN(T(eltwise), T(batchnorm), T(layernorm), T(pooling), T(reductions), T(embedding), T(attention), T(plans_match_copies), T(kernel_impl_names),
           T(cnn_arena_target))

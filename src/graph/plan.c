@@ -8,6 +8,7 @@
 
 #include "autodiff.h"
 #include "ctrain/convert.h"
+#include "kernels/kernels.h"
 #include "plan.h"
 
 /* ---- pass: autodiff ------------------------------------------------------------ */
@@ -465,6 +466,12 @@ static const char *kernel_desc(const ct_plan *p, int i) {
     return ct_kernel_slot_desc(pn->slot, pn->lowp_native ? CT_LOWP_NATIVE_BF16 : pn->lowp_io ? CT_LOWP_COPIED : CT_LOWP_NONE);
 }
 
+static const char *kernel_impl(const ct_plan *p, int i) {
+    const ct_plan_node *pn = &p->pn[i];
+    const char *impl = pn->slot == CT_KERNEL_ONEDNN ? ct_onednn_cache_impl(pn->cache) : NULL;
+    return impl ? impl : ct_kernel_slot_name(pn->slot);
+}
+
 /* Node event for the hook (ct_plan_set_node_hook). */
 static void node_event(const ct_plan *p, int i, ct_node_event_kind kind, ct_status s, ct_node_event *ev) {
     const ct_node_def *d = &p->g.nodes[i];
@@ -482,6 +489,7 @@ static void node_event(const ct_plan *p, int i, ct_node_event_kind kind, ct_stat
     ev->kind = kind;
     ev->kernel = ct_kernel_slot_name(p->pn[i].slot);
     ev->kernel_desc = kernel_desc(p, i);
+    ev->impl = kernel_impl(p, i);
     ev->status = s;
     p->node_hook(p->node_hook_user, ev);
 }
@@ -812,6 +820,12 @@ const char *ct_plan_kernel_desc(const ct_plan *p, ct_node n) {
     n = p->user_map ? ct_plan_map(p, n) : n;
     if (n < 0 || n >= p->g.n || p->pn[n].slot < 0) return "none";
     return kernel_desc(p, n);
+}
+
+const char *ct_plan_kernel_impl(const ct_plan *p, ct_node n) {
+    n = p->user_map ? ct_plan_map(p, n) : n;
+    if (n < 0 || n >= p->g.n || p->pn[n].slot < 0) return "none";
+    return kernel_impl(p, n);
 }
 
 ct_dtype ct_plan_node_dtype(const ct_plan *p, ct_node n) {

@@ -39,6 +39,10 @@ ct_status ct_k_conv2d_onednn(ct_kargs *k);
 ct_status ct_k_conv2d_bwd_data_onednn(ct_kargs *k);
 ct_status ct_k_conv2d_bwd_weight_onednn(ct_kargs *k);
 void ct_onednn_cache_free(void *cache);
+/* oneDNN's name of the implementation a node's cached primitive runs
+ * ("brg:avx512_core_amx", "gemm:jit", "jit_bf16:avx512_core"), NULL before
+ * its first run. Valid while the cache lives. */
+const char *ct_onednn_cache_impl(const void *cache);
 
 /* Bulk dtype conversions: ref/convert.c and simd/convert.c, dispatch in
  * kernels/convert.c. Bit-identical to the scalar functions of tensor.h. */
