@@ -449,6 +449,31 @@ TEST(reductions) {
     CHECK(kcheck(&s3, 44) >= 0);
 }
 
+/* ---- softmax -------------------------------------------------------------------------------- */
+
+TEST(softmax) {
+    setup();
+    const int64_t R = 53, C = 301;
+    kcase f = {"softmax", CT_OP_SOFTMAX, {0}, {0}, 1, {IN_BF16}, {2}, {{R, C}}, {-6}, {6}, 2, {R, C}, 1, 0, NULL,
+               1e-3, {0}};
+    CHECK(kcheck(&f, 81) >= 0);
+    kcase l = f;
+    l.label = "log_softmax";
+    l.op = CT_OP_LOG_SOFTMAX;
+    CHECK(kcheck(&l, 82) >= 0);
+    kcase b = {"softmax_bwd", CT_OP_SOFTMAX_BWD, {0}, {0}, 2, {IN_BF16, IN_BF16}, {2, 2}, {{R, C}, {R, C}}, {-1, 0},
+               {1, 0.02f}, 2, {R, C}, 1, 0, NULL, 1e-3, {0}};
+    CHECK(kcheck(&b, 83) >= 0);
+    kcase lb = {"log_softmax_bwd", CT_OP_LOG_SOFTMAX_BWD, {0}, {0}, 2, {IN_BF16, IN_BF16}, {2, 2}, {{R, C}, {R, C}},
+                {-1, -8}, {1, -4}, 2, {R, C}, 1, 0, NULL, 1e-2, {0}};
+    CHECK(kcheck(&lb, 84) >= 0);
+    kcase big = f;
+    big.label = "softmax row > tile (declines)";
+    big.shape[0][0] = big.out_shape[0] = 1;
+    big.shape[0][1] = big.out_shape[1] = CT_BF16_TILE + 1;
+    CHECK(kdeclines(&big));
+}
+
 /* ---- embedding ---------------------------------------------------------------------------- */
 
 TEST(embedding) {
@@ -711,5 +736,5 @@ TEST(arena_targets) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(eltwise), T(batchnorm), T(layernorm), T(pooling), T(reductions), T(embedding), T(attention), T(plans_match_copies), T(kernel_impl_names),
+TEST_MAIN(T(eltwise), T(batchnorm), T(layernorm), T(pooling), T(reductions), T(softmax), T(embedding), T(attention), T(plans_match_copies), T(kernel_impl_names),
           T(arena_targets))

@@ -54,7 +54,7 @@ int ct_cli_info(int argc, char **argv) {
     else if (isa < CT_ISA_AVX2) printf("bf16 other ops FP32 copies (the reference kernels; CT_ISA=%s)\n", ct_isa_name(isa));
     else
         printf("bf16 other ops the %s kernels read and write BF16 themselves (eltwise, batchnorm, layernorm, pooling, "
-               "sum, embedding, attention: conversion in registers, FP32 math); softmax and losses read FP32\n",
+               "sum, softmax, embedding, attention: conversion in registers, FP32 math); losses read FP32\n",
                ct_isa_name(isa));
     /* what MFU is measured against (ctrain doctor, the profiler's trace) */
     ct_profiler *prof;
