@@ -304,6 +304,10 @@ TEST(batchnorm) {
                {{N, C, H, W}, {C}, {C}, {C}, {C}}, {-1, 0.5f, -0.5f, -0.1f, 0.5f}, {3, 1.5f, 0.5f, 0.1f, 1.5f},
                4, {N, C, H, W}, 1, 2 * (size_t)C * sizeof(float), NULL, 1e-2, {0}};
     CHECK(kcheck(&f, 11) >= 0);
+    kcase fp = f; /* bf16-pure: gamma and beta BF16 too */
+    fp.label = "batchnorm bf16 gamma/beta";
+    fp.kind[1] = fp.kind[2] = IN_BF16;
+    CHECK(kcheck(&fp, 14) >= 0);
     /* saved statistics for the backward kernels: the reference forward's */
     kdata d;
     kdata_make(&f, 11, &d);
@@ -319,6 +323,9 @@ TEST(batchnorm) {
     /* the same values give the BF16 kernel and the reference far closer results than the BF16 output
        rounding; bwd_data's floor: its outputs cancel (sums over the batch), errors are relative to ~0.1 */
     CHECK(kcheck(&bd, 12) >= 0);
+    bd.label = "batchnorm_bwd_data bf16 gamma";
+    bd.kind[2] = IN_BF16;
+    CHECK(kcheck(&bd, 15) >= 0);
     CHECK(kcheck(&bg, 13) >= 0);
     free(y);
     free(aux);
@@ -344,6 +351,10 @@ TEST(layernorm) {
     kcase f = {"layernorm", CT_OP_LAYERNORM, {0}, {1e-5f}, 3, {IN_BF16, IN_F32, IN_F32}, {2, 1, 1},
                {{R, D}, {D}, {D}}, {-1, 0.5f, -0.5f}, {3, 1.5f, 0.5f}, 2, {R, D}, 1, 2 * (size_t)R * 4, NULL, 1e-2, {0}};
     CHECK(kcheck(&f, 21) >= 0);
+    kcase fp = f; /* bf16-pure: gamma and beta BF16 too */
+    fp.label = "layernorm bf16 gamma/beta";
+    fp.kind[1] = fp.kind[2] = IN_BF16;
+    CHECK(kcheck(&fp, 24) >= 0);
     kdata d;
     kdata_make(&f, 21, &d);
     float *y = malloc((size_t)(R * D) * 4), *aux = calloc(2 * (size_t)R, 4);
@@ -355,6 +366,9 @@ TEST(layernorm) {
     kcase bg = {"layernorm_bwd_gamma", CT_OP_LAYERNORM_BWD_GAMMA, {0}, {0}, 3, {IN_BF16, IN_BF16, IN_STATE},
                 {2, 2, 2}, {{R, D}, {R, D}, {R, D}}, {-1, -1, 0}, {1, 3, 0}, 1, {D}, 0, 0, aux, 1.0, {0}};
     CHECK(kcheck(&bd, 22) >= 0);
+    bd.label = "layernorm_bwd_data bf16 gamma";
+    bd.kind[2] = IN_BF16;
+    CHECK(kcheck(&bd, 25) >= 0);
     CHECK(kcheck(&bg, 23) >= 0);
     free(y);
     free(aux);
@@ -615,11 +629,13 @@ static void plans_match_copies_on(int isa) {
     int hw = 0;
     CHECK_OK(ctx, ct_context_lowp_native(ctx, CT_BF16, &hw, NULL, 0));
     printf("    isa %s\n", ct_isa_name(ct_context_isa(ctx)));
-    for (int gpt = 0; gpt < 2; gpt++) {
+    for (int m = 0; m < 4; m++) { /* cnn, gpt; bf16, bf16-pure (BF16 parameters too) */
+        int gpt = m & 1;
+        ct_precision prec = m < 2 ? CT_PRECISION_BF16 : CT_PRECISION_BF16_PURE;
         ct_plan *a, *b;
         ct_node xa, ya, xb, yb;
-        CHECK_OK(ctx, build(ctx, gpt, CT_PRECISION_BF16, NULL, 0, &a, &xa, &ya));
-        CHECK_OK(ctx, build(ctx, gpt, CT_PRECISION_BF16, "0", 0, &b, &xb, &yb));
+        CHECK_OK(ctx, build(ctx, gpt, prec, NULL, 0, &a, &xa, &ya));
+        CHECK_OK(ctx, build(ctx, gpt, prec, "0", 0, &b, &xb, &yb));
         ct_plan_stats sa, sb;
         ct_plan_get_stats(a, &sa);
         ct_plan_get_stats(b, &sb);
@@ -633,9 +649,14 @@ static void plans_match_copies_on(int isa) {
         size_t n;
         ct_plan_param_arena(a, &wa, NULL, &n);
         ct_plan_param_arena(b, &wb, NULL, NULL);
-        printf("    %s bf16, 4 steps: loss %.6f -> %.6f (%d nodes read BF16, %d copied), copies %.6f -> %.6f (%d copied)\n",
-               gpt ? "gpt" : "cnn", (double)la[0], (double)la[3], sa.n_lowp_native, sa.n_lowp_copied, (double)lb[0],
-               (double)lb[3], sb.n_lowp_copied);
+        printf("    %s %s, 4 steps: loss %.6f -> %.6f (%d nodes read BF16, %d copied), copies %.6f -> %.6f (%d copied)\n",
+               gpt ? "gpt" : "cnn", m < 2 ? "bf16" : "bf16-pure", (double)la[0], (double)la[3], sa.n_lowp_native,
+               sa.n_lowp_copied, (double)lb[0], (double)lb[3], sb.n_lowp_copied);
+        /* no node declined its BF16 I/O at run time (a fallback counts as copied) */
+        ct_plan_stats after;
+        ct_plan_get_stats(a, &after);
+        CHECK_MSG(after.n_lowp_copied == sa.n_lowp_copied, "%d nodes fell back to FP32 copies at run time",
+                  after.n_lowp_copied - sa.n_lowp_copied);
         if (!hw) { /* the same computation: bit for bit */
             CHECK_MSG(!memcmp(la, lb, sizeof la) && !memcmp(wa, wb, n * sizeof(float)),
                       "%s: losses or weights differ between BF16 I/O and FP32 copies", gpt ? "gpt" : "cnn");

@@ -178,19 +178,24 @@ static void bn_moments(double mf, double s1, double s2, int64_t M, double *mu, d
     *unb = M > 1 ? ss / (double)(M - 1) : *var;
 }
 
-/* k's I/O for these kernels: the output and inputs [0, n_act) FP32 or BF16,
- * inputs [n_act, n_f32) (gamma, beta, running statistics) FP32, later
- * inputs only state; a BF16 tensor needs planes / rows of VW..CT_BF16_TILE
- * elements (S). */
-static int nm_io_ok(const ct_kargs *k, int n_act, int n_f32, int64_t S) {
+/* k's I/O for these kernels: the output and inputs [0, n_act) FP32 or BF16
+ * (x, dy), inputs [n_act, n_par) FP32 or BF16 parameters (gamma, beta: BF16
+ * in bf16-pure plans), batchnorm's running statistics (inputs 3, 4) FP32,
+ * later inputs only state; a BF16 activation needs planes / rows of
+ * VW..CT_BF16_TILE elements (S), a BF16 parameter vector (layernorm) at most
+ * CT_BF16_TILE. */
+static int nm_io_ok(const ct_kargs *k, int n_act, int n_par, int64_t S) {
     if (k->out.dtype != CT_BF16 && k->out.dtype != CT_F32) return 0;
     int any = k->out.dtype == CT_BF16;
     for (int i = 0; i < n_act; i++) {
         if (k->in[i].dtype != CT_BF16 && k->in[i].dtype != CT_F32) return 0;
         any |= k->in[i].dtype == CT_BF16;
     }
-    for (int i = n_act; i < n_f32 && i < k->node->n_in; i++)
-        if (k->in[i].dtype != CT_F32) return 0;
+    for (int i = n_act; i < n_par && i < k->node->n_in; i++) {
+        int stats = k->node->op == CT_OP_BATCHNORM && i >= 3;
+        if (k->in[i].dtype != CT_F32 && (stats || k->in[i].dtype != CT_BF16)) return 0;
+        if (k->in[i].dtype == CT_BF16 && ct_tensor_numel(&k->in[i]) > CT_BF16_TILE) return 0;
+    }
     return !any || (S >= VW && S <= CT_BF16_TILE);
 }
 
@@ -199,7 +204,7 @@ ct_status CT_FN(batchnorm)(ct_kargs *k) {
     bn_dims(&k->in[0], &N, &C, &S);
     if (!nm_io_ok(k, 1, 5, S)) return CT_E_UNSUPPORTED;
     const ct_tensor *X = &k->in[0], *Y = &k->out;
-    const float *x = k->in[0].data, *gamma = k->in[1].data, *beta = k->in[2].data;
+    const float *x = k->in[0].data; /* gamma, beta: ct_sld (FP32 or BF16) */
     float *rmean = k->in[3].data, *rvar = k->in[4].data, *y = k->out.data;
     float *mean = k->aux, *invstd = mean + C;
     int64_t M = N * S;
@@ -222,7 +227,7 @@ ct_status CT_FN(batchnorm)(ct_kargs *k) {
             } else {
                 bn_finish(k, c, rmean[c], rvar[c], 0, rmean, rvar, mean, invstd);
             }
-            vf vm = vset1(mean[c]), va = vset1(invstd[c] * gamma[c]), vb = vset1(beta[c]);
+            vf vm = vset1(mean[c]), va = vset1(invstd[c] * ct_sld(&k->in[1], c)), vb = vset1(ct_sld(&k->in[2], c));
             for (int64_t n = 0; n < N; n++) {
                 const float *xp = ct_tile_in(X, (n * C + c) * S, S, xb);
                 float *yp = ct_tile_out(Y, (n * C + c) * S, yb);
@@ -269,8 +274,8 @@ ct_status CT_FN(batchnorm)(ct_kargs *k) {
         for (int64_t c = c0; c < c1; c++)
             for (int64_t i = 0; i < S; i++) {
                 mcol[(c - c0) * S + i] = mean[c];
-                acol[(c - c0) * S + i] = invstd[c] * gamma[c];
-                bcol[(c - c0) * S + i] = beta[c];
+                acol[(c - c0) * S + i] = invstd[c] * ct_sld(&k->in[1], c);
+                bcol[(c - c0) * S + i] = ct_sld(&k->in[2], c);
             }
         for (int64_t n = 0; n < N; n++)
             for (int j = 0; j < w; j += VW) {
@@ -303,7 +308,7 @@ ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
     bn_dims(&k->in[1], &N, &C, &S);
     if (!nm_io_ok(k, 2, 3, S)) return CT_E_UNSUPPORTED;
     const ct_tensor *DY = &k->in[0], *X = &k->in[1], *DX = &k->out;
-    const float *dy = k->in[0].data, *x = k->in[1].data, *gamma = k->in[2].data;
+    const float *dy = k->in[0].data, *x = k->in[1].data; /* gamma: ct_sld (FP32 or BF16) */
     const float *mean = k->in_aux[3], *invstd = mean + C;
     float *dx = k->out.data;
     double M = (double)(N * S);
@@ -317,7 +322,7 @@ ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
             double sdy, sdxc;
             bn_bwd_sums_plane(DY, X, N, C, S, c, mean[c], NM_BNB, &sdy, &sdxc);
             double is = invstd[c];
-            vf vm = vset1(mean[c]), va = vset1((float)((double)gamma[c] * is)), vb = vset1((float)(sdy / M)),
+            vf vm = vset1(mean[c]), va = vset1((float)((double)ct_sld(&k->in[2], c) * is)), vb = vset1((float)(sdy / M)),
                vc = vset1((float)(-is * is * sdxc / M));
             for (int64_t n = 0; n < N; n++) {
                 int64_t o = (n * C + c) * S, i = 0;
@@ -353,7 +358,7 @@ ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
             }
             double is = invstd[c];
             for (int64_t i = 0; i < S; i++) {
-                acol[(c - c0) * S + i] = (float)((double)gamma[c] * is);
+                acol[(c - c0) * S + i] = (float)((double)ct_sld(&k->in[2], c) * is);
                 bcol[(c - c0) * S + i] = (float)(sdy / M);
                 ccol[(c - c0) * S + i] = (float)(-is * is * sdxc / M);
             }
@@ -413,15 +418,17 @@ ct_status CT_FN(layernorm)(ct_kargs *k) {
     const ct_tensor *X = &k->in[0];
     int64_t D = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / D;
     if (!nm_io_ok(k, 1, 3, D)) return CT_E_UNSUPPORTED;
-    const float *gamma = k->in[1].data, *beta = k->node->n_in > 2 ? k->in[2].data : NULL;
     float *mean = k->aux, *invstd = mean + R;
     double eps = k->node->fa[0];
     int nt = nm_threads(k, R * D);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t r = 0; r < R; r++) {
-        float xb[CT_BF16_TILE], yb[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
+        float xb[CT_BF16_TILE], yb[CT_BF16_TILE], gb[CT_BF16_TILE], bb[CT_BF16_TILE]; /* BF16 tiles */
         const float *xr = ct_tile_in(X, r * D, D, xb);
         float *yr = ct_tile_out(&k->out, r * D, yb);
+        /* gamma, beta: FP32, or BF16 (bf16-pure) converted for each row */
+        const float *gamma = ct_tile_in(&k->in[1], 0, D, gb);
+        const float *beta = k->node->n_in > 2 ? ct_tile_in(&k->in[2], 0, D, bb) : NULL;
         double s = 0, dummy = 0, s1 = 0, s2 = 0;
         nm_accum(NM_SUM, xr, NULL, NULL, D, 0, 0, &s, &dummy);
         float mf = (float)(s / (double)D);
@@ -452,13 +459,13 @@ ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
     const ct_tensor *X = &k->in[1];
     int64_t D = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / D;
     if (!nm_io_ok(k, 2, 3, D)) return CT_E_UNSUPPORTED;
-    const float *gamma = k->in[2].data;
     const float *mean = k->in_aux[3], *invstd = mean + R;
     int nt = nm_threads(k, R * D);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t r = 0; r < R; r++) {
-        float xb[CT_BF16_TILE], db[CT_BF16_TILE], ob[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
+        float xb[CT_BF16_TILE], db[CT_BF16_TILE], ob[CT_BF16_TILE], gb[CT_BF16_TILE]; /* BF16 tiles */
         const float *xr = ct_tile_in(X, r * D, D, xb), *dyr = ct_tile_in(&k->in[0], r * D, D, db);
+        const float *gamma = ct_tile_in(&k->in[2], 0, D, gb); /* FP32, or BF16 (bf16-pure) */
         float *dxr = ct_tile_out(&k->out, r * D, ob);
         double sg = 0, sgx = 0, is = invstd[r];
         nm_accum(NM_LNB, xr, dyr, gamma, D, mean[r], invstd[r], &sg, &sgx);
