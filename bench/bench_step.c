@@ -400,8 +400,10 @@ int main(int argc, char **argv) {
                 char desc[48];
                 snprintf(desc, sizeof desc, "%s", ct_plan_kernel_desc(p, n));
                 for (char *q = desc; *q; q++) *q = *q == ' ' ? '-' : *q;
-                len += snprintf(buf + len, sizeof buf - (size_t)len, " %s:%s=%s", ct_node_name(g, n),
-                                ct_node_op_name(g, n), desc);
+                /* oneDNN nodes: the implementation oneDNN runs (brg:avx512_core_amx = AMX tiles) */
+                const char *impl = ct_plan_kernel_impl(p, n);
+                len += snprintf(buf + len, sizeof buf - (size_t)len, " %s:%s=%s%s%s", ct_node_name(g, n),
+                                ct_node_op_name(g, n), desc, strcmp(impl, k) ? "@" : "", strcmp(impl, k) ? impl : "");
             }
             int cnt[5] = {0};
             const char *names[5] = {"ref", "avx2", "avx512", "onednn", "none"};

@@ -149,10 +149,35 @@ def perf_breakdown(path):
     return sorted(groups.items(), key=lambda kvp: -kvp[1]), total, event_ns
 
 
+def pick_best_pytorch(runs):
+    """run.sh's TORCH_BEST mode logs PyTorch's configurations as pt-<core>-foreach<0|1>[-channels_last]:
+    per workload the fastest (median ms/step over all its timed steps) becomes "pytorch". Returns
+    {workload: [(label, median, min, rounds), ...]} sorted fastest first."""
+    tried = defaultdict(list)
+    for (wl, label), recs in list(runs.items()):
+        if label.startswith("pt-") and all_steps(recs):
+            steps = all_steps(recs)
+            tried[wl].append((label, med(steps), min(steps), len(recs)))
+    for wl, v in tried.items():
+        v.sort(key=lambda t: t[1])
+        runs[(wl, "pytorch")] = runs[(wl, v[0][0])]
+    return tried
+
+
 def main_report(logdir):
     runs = load(logdir)
+    tried = pick_best_pytorch(runs)
     wls = [w for w in ("mlp", "cnn") if (w, "ctrain") in runs or (w, "pytorch") in runs]
     wls += sorted({w for (w, _) in runs} - set(wls))
+    if tried:
+        print("\n== PyTorch configurations tried (every one in every round): median ms/step over all timed steps;"
+              " the fastest per workload is the PyTorch column below")
+        rows = []
+        for wl in wls:
+            for i, (label, m, mn, n) in enumerate(tried.get(wl, [])):
+                rows.append([wl, label[3:], fmt(m), fmt(mn), str(n), "<- used" if i == 0 else ""])
+        print(table(["workload", "PyTorch configuration (OpenBLAS core, foreach, channels_last)", "median", "min",
+                     "rounds", ""], rows))
 
     print("\n== what ran")
     for wl in wls:
@@ -169,6 +194,8 @@ def main_report(logdir):
     rows = []
     for wl in wls:
         ct, pt = runs.get((wl, "ctrain"), []), runs.get((wl, "pytorch"), [])
+        if wl in tried:
+            print(f"pytorch {wl}: best configuration {tried[wl][0][0][3:]}")
         c, p = med(all_steps(ct)), med(all_steps(pt))
         cmin = min(all_steps(ct), default=float("nan"))
         pmin = min(all_steps(pt), default=float("nan"))

@@ -2,7 +2,9 @@
 # bench/run.sh - one training step (forward + backward + optimizer update),
 # ctrain vs PyTorch, same workloads, same thread count, alternating rounds.
 #
-#   bench/run.sh                 # 5 rounds x (ctrain, PyTorch) x (mlp, cnn)
+#   bench/run.sh                 # 5 rounds x (ctrain, PyTorch's configurations) x (mlp, cnn):
+#                                # PyTorch runs every configuration below in every round and is
+#                                # compared at its fastest per workload (the report says which)
 #   bench/run.sh --rounds 3 --steps 5 --workloads mlp
 #   bench/run.sh --tune          # PyTorch variants only (OpenBLAS core type,
 #                                # foreach optimizers, channels_last) to pick its best
@@ -14,8 +16,10 @@
 #                             (matmul/linear/conv on oneDNN's BF16 primitives, or on FP32 copies)
 #   --bf16-compare            WORKLOADS="mlp mlp-bf16copies mlp-bf16native cnn cnn-bf16copies cnn-bf16native":
 #                             FP32 vs BF16 on FP32 copies vs native BF16 (the AMX / AVX512-BF16 check)
-#   --coretype NAME [CORETYPE=Haswell]   OpenBLAS kernel set for PyTorch
-#   --foreach 0|1 [TORCH_FOREACH=0]      --channels-last 0|1 [TORCH_CHANNELS_LAST=0]
+#   PyTorch's configurations [TORCH_BEST=1]: OpenBLAS core types Haswell and (on AVX-512 CPUs)
+#                             SkylakeX x optimizer foreach 0/1 x (cnn) channels_last 0/1
+#   --coretype NAME --foreach 0|1 --channels-last 0|1: one fixed PyTorch configuration instead
+#                             [CORETYPE=Haswell TORCH_FOREACH=0 TORCH_CHANNELS_LAST=0, TORCH_BEST=0]
 #   --ctrain-budget S [CTRAIN_BUDGET_S=30]  cap on ctrain's timed seconds per round
 #                                           (slow reference kernels: >= 3 steps still run)
 #   --no-perf [PERF=0]       skip the perf-based ctrain per-kernel breakdown
@@ -40,6 +44,7 @@ WORKLOADS=${WORKLOADS:-"mlp cnn"}
 CORETYPE=${CORETYPE:-Haswell}
 TORCH_FOREACH=${TORCH_FOREACH:-0}
 TORCH_CHANNELS_LAST=${TORCH_CHANNELS_LAST:-0}
+TORCH_BEST=${TORCH_BEST:-1}
 CTRAIN_BUDGET_S=${CTRAIN_BUDGET_S:-30}
 PERF=${PERF:-1}
 NICE=${NICE:-0}
@@ -58,9 +63,9 @@ while [ $# -gt 0 ]; do
     --threads) THREADS=$2; shift ;;
     --workloads) WORKLOADS=$2; shift ;;
     --bf16-compare) WORKLOADS="mlp mlp-bf16copies mlp-bf16native cnn cnn-bf16copies cnn-bf16native" ;;
-    --coretype) CORETYPE=$2; shift ;;
-    --foreach) TORCH_FOREACH=$2; shift ;;
-    --channels-last) TORCH_CHANNELS_LAST=$2; shift ;;
+    --coretype) CORETYPE=$2; TORCH_BEST=0; shift ;;
+    --foreach) TORCH_FOREACH=$2; TORCH_BEST=0; shift ;;
+    --channels-last) TORCH_CHANNELS_LAST=$2; TORCH_BEST=0; shift ;;
     --ctrain-budget) CTRAIN_BUDGET_S=$2; shift ;;
     --no-perf) PERF=0 ;;
     --no-dnnl) DNNL_BREAKDOWN=0 ;;
@@ -159,13 +164,44 @@ if [ "$NEIGHBOUR" = 1 ]; then
 fi
 
 torch_args=(--foreach "$TORCH_FOREACH" --channels-last "$TORCH_CHANNELS_LAST")
-echo "pytorch:     OPENBLAS_CORETYPE=$CORETYPE LD_LIBRARY_PATH=$OB_DIR ${torch_args[*]}"
+# PyTorch's configurations (TORCH_BEST=1): label|coretype|args, per workload
+coretypes="Haswell"
+grep -qw avx512f /proc/cpuinfo && coretypes="Haswell SkylakeX"
+torch_variants() { # workload -> lines label|coretype|args
+    local cl ct fe
+    for ct in $coretypes; do
+        for fe in 0 1; do
+            for cl in 0 1; do
+                [ "$cl" = 1 ] && [ "$(wl_base "$1")" != cnn ] && continue
+                echo "pt-$ct-foreach$fe$([ "$cl" = 1 ] && echo -channels_last)|$ct|--foreach $fe --channels-last $cl"
+            done
+        done
+    done
+}
+run_torch_all() { # workload round
+    if [ "$TORCH_BEST" = 1 ]; then
+        local v label ct args
+        while IFS= read -r v; do
+            IFS='|' read -r label ct args <<<"$v"
+            # shellcheck disable=SC2086 # args are split on purpose
+            run_torch "$1" "$2" "$label" "$ct" $args
+        done < <(torch_variants "$1")
+    else
+        run_torch "$1" "$2" pytorch "$CORETYPE" "${torch_args[@]}"
+    fi
+}
+if [ "$TORCH_BEST" = 1 ]; then
+    echo "pytorch:     LD_LIBRARY_PATH=$OB_DIR; every configuration of OPENBLAS_CORETYPE {$coretypes} x foreach {0,1}"
+    echo "             x channels_last {0,1} (cnn) in every round; compared at its fastest per workload"
+else
+    echo "pytorch:     OPENBLAS_CORETYPE=$CORETYPE LD_LIBRARY_PATH=$OB_DIR ${torch_args[*]}"
+fi
 for r in $(seq 1 "$ROUNDS"); do
     for wl in $WORKLOADS; do
         if [ $((r % 2)) = 1 ]; then
-            run_ctrain "$wl" "$r"; run_torch "$wl" "$r" pytorch "$CORETYPE" "${torch_args[@]}"
+            run_ctrain "$wl" "$r"; run_torch_all "$wl" "$r"
         else
-            run_torch "$wl" "$r" pytorch "$CORETYPE" "${torch_args[@]}"; run_ctrain "$wl" "$r"
+            run_torch_all "$wl" "$r"; run_ctrain "$wl" "$r"
         fi
     done
     echo "   round $r/$ROUNDS done (load $(cut -d' ' -f1 /proc/loadavg))"

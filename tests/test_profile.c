@@ -8,6 +8,7 @@
 
 #include "test.h"
 #include "graph/plan.h"
+#include "prof/prof_internal.h"
 
 static char *slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -94,6 +95,10 @@ TEST(profiled_mlp_trace) {
             CHECK_MSG(sidx == 3 || sidx == 4, "op event of step %d outside the record window", sidx);
             ops[sidx]++;
             CHECK(str_of(a, "kernel")[0] && strcmp(str_of(a, "kernel"), "none"));
+            /* the implementation: oneDNN's name for a oneDNN node (known after its first run), else the slot */
+            CHECK(str_of(a, "impl")[0] && !strcmp(str_of(a, "unit"), "fp32_fma"));
+            if (!strcmp(str_of(a, "kernel"), "onednn")) CHECK_MSG(strcmp(str_of(a, "impl"), "onednn"), "impl not known");
+            else CHECK(!strcmp(str_of(a, "impl"), str_of(a, "kernel")));
             CHECK(num_of(a, "bytes") > 0 && num_of(a, "flops") > 0);
             if (!strcmp(str_of(a, "op"), "linear") && !strcmp(str_of(a, "node"), "fc1")) {
                 CHECK(!strcmp(str_of(a, "phase"), "forward"));
@@ -117,6 +122,19 @@ TEST(profiled_mlp_trace) {
     CHECK(num_of(md, "recorded_steps") == 2 && num_of(md, "dropped_events") == 0);
     CHECK(num_of(md, "peak_flops") > 0 && num_of(md, "mfu") > 0 && num_of(md, "flops_per_step") > 2.0 * B * IN * H);
     CHECK(strstr(str_of(md, "peak_source"), "MHz") != NULL);
+    /* FP32 work only: the unit-aware MFU is the FP32 one */
+    CHECK(num_of(md, "mfu_fp32_peak") > 0 && fabs(num_of(md, "mfu") - num_of(md, "mfu_fp32_peak")) <= 1e-6 * num_of(md, "mfu"));
+    CHECK(fabs(num_of(md, "effective_peak_flops") - num_of(md, "peak_flops")) <= 1e-6 * num_of(md, "peak_flops"));
+    const cJSON *units = cJSON_GetObjectItemCaseSensitive(md, "units");
+    CHECK(num_of(cJSON_GetObjectItemCaseSensitive(units, "fp32_fma"), "op_time_us") > 0);
+    CHECK(num_of(cJSON_GetObjectItemCaseSensitive(units, "amx_bf16"), "op_time_us") == 0);
+    const cJSON *up = cJSON_GetObjectItemCaseSensitive(md, "peak_flops_by_unit");
+    CHECK(num_of(up, "amx_bf16") == 8 * num_of(up, "avx512_bf16") && num_of(up, "avx512_bf16") > 0);
+    /* which unit an implementation name means */
+    CHECK(ct_prof_unit_of("brg:avx512_core_amx") == 2 && ct_prof_unit_of("jit:avx512_core_amx") == 2);
+    CHECK(ct_prof_unit_of("brg:avx512_core_bf16") == 1 && ct_prof_unit_of("jit_bf16:avx512_core_bf16") == 1);
+    CHECK(ct_prof_unit_of("jit_bf16:avx512_core") == 0 && ct_prof_unit_of("gemm:jit") == 0);
+    CHECK(ct_prof_unit_of("avx512") == 0 && ct_prof_unit_of(NULL) == 0);
     CHECK(num_of(md, "comm_share") == 0 && num_of(md, "data_stall_share") >= 0);
     const cJSON *mem = cJSON_GetObjectItemCaseSensitive(md, "memory");
     CHECK(num_of(mem, "params_bytes") == (double)ps.param_bytes);

@@ -3,6 +3,7 @@
  * read low precision themselves (through which oneDNN ISA and
  * implementation) or compute on FP32 copies. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -45,6 +46,25 @@ int ct_cli_info(int argc, char **argv) {
             continue;
         }
         printf("%-4s matmul/conv %s\n", ct_dtype_name(dt), how);
+    }
+    /* the other kernels of a BF16 plan (src/kernels/simd/simd_bf16.h) */
+    const char *env = getenv("CT_BF16_NATIVE");
+    ct_isa isa = ct_context_isa(ctx);
+    if (env && !strcmp(env, "0")) printf("bf16 other ops FP32 copies (CT_BF16_NATIVE=0)\n");
+    else if (isa < CT_ISA_AVX2) printf("bf16 other ops FP32 copies (the reference kernels; CT_ISA=%s)\n", ct_isa_name(isa));
+    else
+        printf("bf16 other ops the %s kernels read and write BF16 themselves (eltwise, batchnorm, layernorm, pooling, "
+               "sum, softmax, embedding, attention: conversion in registers, FP32 math); losses read FP32\n",
+               ct_isa_name(isa));
+    /* what MFU is measured against (ctrain doctor, the profiler's trace) */
+    ct_profiler *prof;
+    if (ct_profiler_create(ctx, NULL, &prof) == CT_OK) {
+        const char *src;
+        double peak = ct_profiler_peak_flops(prof, &src);
+        printf("fp32 peak      %.1f GFLOP/s (%s); MFU measures BF16 ops on AVX512-BF16 / AMX against 128 / 1024 "
+               "FLOP per cycle and core (the trace's peak_flops_by_unit)\n",
+               peak * 1e-9, src);
+        ct_profiler_free(prof);
     }
     ct_context_free(ctx);
     return rc;

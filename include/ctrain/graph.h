@@ -366,6 +366,10 @@ typedef struct ct_node_event {
                              causal), other ops 1 per output element            */
     double bytes;         /* output + input bytes as stored                         */
     ct_status status;     /* END: the node's result (CT_OK at BEGIN)                */
+    const char *impl;     /* the implementation, as ct_plan_kernel_impl: oneDNN's
+                             name of its primitive ("brg:avx512_core_amx", "gemm:jit";
+                             "onednn" before its first run), else the slot ("avx512",
+                             "avx2", "ref"). Valid during the call only.           */
 } ct_node_event;
 typedef void (*ct_node_hook_fn)(void *user, const ct_node_event *ev);
 void ct_plan_set_node_hook(ct_plan *p, ct_node_hook_fn fn, void *user);
@@ -412,6 +416,13 @@ const char *ct_plan_kernel_name(const ct_plan *p, ct_node n);
  * FP32 copies and converts its output back), or the plain kernel name when
  * the node has no low-precision I/O (or is a cast). Static strings. */
 const char *ct_plan_kernel_desc(const ct_plan *p, ct_node n);
+/* The implementation behind the kernel, for the unit that runs the work:
+ * for a oneDNN node the implementation oneDNN picked for its primitive, as
+ * oneDNN names it ("brg:avx512_core_amx" = AMX tiles, "gemm:jit",
+ * "jit_bf16:avx512_core"; known after the node's first run, "onednn"
+ * before), else the kernel slot ("avx512", "avx2", "ref"). Valid until the
+ * node's kernel changes (a fallback) or the plan is freed. */
+const char *ct_plan_kernel_impl(const ct_plan *p, ct_node n);
 /* The dtype a node's output is stored in by this plan (after autocast);
  * CT_DTYPE_COUNT for an unknown node. */
 ct_dtype ct_plan_node_dtype(const ct_plan *p, ct_node n);

@@ -60,6 +60,13 @@ typedef struct ct_op_info {
      * data inputs are all BF16 when ct_context_lowp_native says so (the
      * node's pn.lowp_native); otherwise the node gets FP32 copies. */
     uint8_t onednn_bf16;
+    /* 1: the AVX2 / AVX-512 kernels read BF16 inputs and write a BF16 output
+     * themselves, converting in registers (simd/simd_bf16.h); any mix of FP32
+     * and BF16 tensors. Kernel selection uses that for a node on a SIMD slot
+     * whose low-precision I/O is all BF16 (pn.lowp_native), unless
+     * CT_BF16_NATIVE=0. A configuration the kernel does not cover returns
+     * CT_E_UNSUPPORTED and the node falls back to FP32 copies. */
+    uint8_t simd_bf16;
 } ct_op_info;
 
 const ct_op_info *ct_op_table(ct_op op);

@@ -16,48 +16,48 @@ static const ct_op_info k_ops[] = {
     [CT_OP_MATMUL] = {"matmul", {DNNL(matmul)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
     [CT_OP_LINEAR] = {"linear", {DNNL(linear)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
     [CT_OP_CONV2D] = {"conv2d", {DNNL(conv2d)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
-    [CT_OP_MAXPOOL2D] = {"maxpool2d", {SIMD(maxpool2d)}, ct_aux_maxpool2d, 0, 0},
-    [CT_OP_AVGPOOL2D] = {"avgpool2d", {SIMD(avgpool2d)}, 0, 0, 0},
-    [CT_OP_BATCHNORM] = {"batchnorm", {SIMD(batchnorm)}, ct_aux_batchnorm, 0, 0},
-    [CT_OP_LAYERNORM] = {"layernorm", {SIMD(layernorm)}, ct_aux_layernorm, 0, 0},
-    [CT_OP_UNARY] = {"unary", {SIMD(unary)}, 0, 0, 0},
-    [CT_OP_SCALE] = {"scale", {SIMD(scale)}, 0, 0, 0},
-    [CT_OP_BINARY] = {"binary", {SIMD(binary)}, 0, 0, 0},
-    [CT_OP_SUM] = {"sum", {SIMD(sum)}, 0, ct_ws_sum, 0},
+    [CT_OP_MAXPOOL2D] = {"maxpool2d", {SIMD(maxpool2d)}, ct_aux_maxpool2d, 0, 0, .simd_bf16 = 1},
+    [CT_OP_AVGPOOL2D] = {"avgpool2d", {SIMD(avgpool2d)}, 0, 0, 0, .simd_bf16 = 1},
+    [CT_OP_BATCHNORM] = {"batchnorm", {SIMD(batchnorm)}, ct_aux_batchnorm, 0, 0, .simd_bf16 = 1},
+    [CT_OP_LAYERNORM] = {"layernorm", {SIMD(layernorm)}, ct_aux_layernorm, 0, 0, .simd_bf16 = 1},
+    [CT_OP_UNARY] = {"unary", {SIMD(unary)}, 0, 0, 0, .simd_bf16 = 1},
+    [CT_OP_SCALE] = {"scale", {SIMD(scale)}, 0, 0, 0, .simd_bf16 = 1},
+    [CT_OP_BINARY] = {"binary", {SIMD(binary)}, 0, 0, 0, .simd_bf16 = 1},
+    [CT_OP_SUM] = {"sum", {SIMD(sum)}, 0, ct_ws_sum, 0, .simd_bf16 = 1},
     [CT_OP_RESHAPE] = {"reshape", {0}, 0, 0, 0},
     [CT_OP_TRANSPOSE] = {"transpose", {SIMD(transpose)}, 0, 0, 0},
     [CT_OP_CONCAT] = {"concat", {SIMD(concat)}, 0, 0, 0},
     [CT_OP_SLICE] = {"slice", {SIMD(slice)}, 0, 0, 0},
-    [CT_OP_SOFTMAX] = {"softmax", {SIMD(softmax)}, 0, 0, 0},
-    [CT_OP_LOG_SOFTMAX] = {"log_softmax", {SIMD(log_softmax)}, 0, 0, 0},
+    [CT_OP_SOFTMAX] = {"softmax", {SIMD(softmax)}, 0, 0, 0, .simd_bf16 = 1},
+    [CT_OP_LOG_SOFTMAX] = {"log_softmax", {SIMD(log_softmax)}, 0, 0, 0, .simd_bf16 = 1},
     [CT_OP_CROSS_ENTROPY] = {"cross_entropy", {SIMD(cross_entropy)}, 0, 0, 0},
-    [CT_OP_DROPOUT] = {"dropout", {SIMD(dropout)}, 0, 0, 0},
-    [CT_OP_EMBEDDING] = {"embedding", {SIMD(embedding)}, 0, 0, 0},
+    [CT_OP_DROPOUT] = {"dropout", {SIMD(dropout)}, 0, 0, 0, .simd_bf16 = 1},
+    [CT_OP_EMBEDDING] = {"embedding", {SIMD(embedding)}, 0, 0, 0, .simd_bf16 = 1},
     [CT_OP_CAST] = {"cast", {[CT_KERNEL_REF] = ct_k_cast}, 0, 0, 0, 0, 1},
-    [CT_OP_ATTENTION] = {"attention", {SIMD(attention)}, ct_aux_attention, ct_ws_attention, 0},
-    [CT_OP_UNARY_BWD] = {"unary_bwd", {SIMD(unary_bwd)}, 0, 0, 0},
+    [CT_OP_ATTENTION] = {"attention", {SIMD(attention)}, ct_aux_attention, ct_ws_attention, 0, .simd_bf16 = 1},
+    [CT_OP_UNARY_BWD] = {"unary_bwd", {SIMD(unary_bwd)}, 0, 0, 0, .simd_bf16 = 1},
     [CT_OP_BROADCAST_TO] = {"broadcast_to", {SIMD(broadcast_to)}, 0, 0, 0},
-    [CT_OP_SUM_TO] = {"sum_to", {SIMD(sum_to)}, 0, 0, 0},
+    [CT_OP_SUM_TO] = {"sum_to", {SIMD(sum_to)}, 0, 0, 0, .simd_bf16 = 1},
     [CT_OP_CONV2D_BWD_DATA] = {"conv2d_bwd_data", {DNNL(conv2d_bwd_data)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0, 1},
     [CT_OP_CONV2D_BWD_WEIGHT] = {"conv2d_bwd_weight", {DNNL(conv2d_bwd_weight)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0, 1},
-    [CT_OP_MAXPOOL2D_BWD] = {"maxpool2d_bwd", {SIMD(maxpool2d_bwd)}, 0, 0, 0, 1u << 1, 0},
-    [CT_OP_AVGPOOL2D_BWD] = {"avgpool2d_bwd", {SIMD(avgpool2d_bwd)}, 0, 0, 0},
-    [CT_OP_BATCHNORM_BWD_DATA] = {"batchnorm_bwd_data", {SIMD(batchnorm_bwd_data)}, 0, 0, 0, 1u << 3, 0},
-    [CT_OP_BATCHNORM_BWD_GAMMA] = {"batchnorm_bwd_gamma", {SIMD(batchnorm_bwd_gamma)}, 0, 0, 0, 1u << 2, 0},
-    [CT_OP_LAYERNORM_BWD_DATA] = {"layernorm_bwd_data", {SIMD(layernorm_bwd_data)}, 0, 0, 0, 1u << 3, 0},
-    [CT_OP_LAYERNORM_BWD_GAMMA] = {"layernorm_bwd_gamma", {SIMD(layernorm_bwd_gamma)}, 0, 0, 0, 1u << 2, 0},
+    [CT_OP_MAXPOOL2D_BWD] = {"maxpool2d_bwd", {SIMD(maxpool2d_bwd)}, 0, 0, 0, 1u << 1, 0, .simd_bf16 = 1},
+    [CT_OP_AVGPOOL2D_BWD] = {"avgpool2d_bwd", {SIMD(avgpool2d_bwd)}, 0, 0, 0, .simd_bf16 = 1},
+    [CT_OP_BATCHNORM_BWD_DATA] = {"batchnorm_bwd_data", {SIMD(batchnorm_bwd_data)}, 0, 0, 0, 1u << 3, 0, .simd_bf16 = 1},
+    [CT_OP_BATCHNORM_BWD_GAMMA] = {"batchnorm_bwd_gamma", {SIMD(batchnorm_bwd_gamma)}, 0, 0, 0, 1u << 2, 0, .simd_bf16 = 1},
+    [CT_OP_LAYERNORM_BWD_DATA] = {"layernorm_bwd_data", {SIMD(layernorm_bwd_data)}, 0, 0, 0, 1u << 3, 0, .simd_bf16 = 1},
+    [CT_OP_LAYERNORM_BWD_GAMMA] = {"layernorm_bwd_gamma", {SIMD(layernorm_bwd_gamma)}, 0, 0, 0, 1u << 2, 0, .simd_bf16 = 1},
     [CT_OP_SLICE_BWD] = {"slice_bwd", {SIMD(slice_bwd)}, 0, 0, 0},
-    [CT_OP_SOFTMAX_BWD] = {"softmax_bwd", {SIMD(softmax_bwd)}, 0, 0, 0},
-    [CT_OP_LOG_SOFTMAX_BWD] = {"log_softmax_bwd", {SIMD(log_softmax_bwd)}, 0, 0, 0},
+    [CT_OP_SOFTMAX_BWD] = {"softmax_bwd", {SIMD(softmax_bwd)}, 0, 0, 0, .simd_bf16 = 1},
+    [CT_OP_LOG_SOFTMAX_BWD] = {"log_softmax_bwd", {SIMD(log_softmax_bwd)}, 0, 0, 0, .simd_bf16 = 1},
     [CT_OP_CROSS_ENTROPY_BWD] = {"cross_entropy_bwd", {SIMD(cross_entropy_bwd)}, 0, 0, 0},
-    [CT_OP_EMBEDDING_BWD] = {"embedding_bwd", {SIMD(embedding_bwd)}, 0, 0, 0},
-    [CT_OP_ATTENTION_BWD] = {"attention_bwd", {SIMD(attention_bwd)}, 0, ct_ws_attention, 0},
+    [CT_OP_EMBEDDING_BWD] = {"embedding_bwd", {SIMD(embedding_bwd)}, 0, 0, 0, .simd_bf16 = 1},
+    [CT_OP_ATTENTION_BWD] = {"attention_bwd", {SIMD(attention_bwd)}, 0, ct_ws_attention, 0, .simd_bf16 = 1},
 };
 
 _Static_assert(sizeof k_ops / sizeof k_ops[0] == CT_OP_COUNT, "k_ops needs one row per ct_op: add the new op's row");
 
 const ct_op_info *ct_op_table(ct_op op) {
-    static const ct_op_info bad = {"invalid", {0}, 0, 0, 0, 0, 0, 0};
+    static const ct_op_info bad = {"invalid", {0}, 0, 0, 0, 0, 0, 0, 0};
     return (unsigned)op < CT_OP_COUNT ? &k_ops[op] : &bad;
 }
 
@@ -109,5 +109,8 @@ size_t ct_aux_attention(const ct_graph *g, const ct_node_def *d) {
 size_t ct_ws_attention(const ct_graph *g, const ct_node_def *d) {
     int64_t T = d->shape[1], D = d->op == CT_OP_ATTENTION ? d->shape[2] : d->shape[2] / 3;
     int nt = ct_context_num_threads(g->ctx);
-    return (size_t)(nt > 0 ? nt : 1) * ct_attention_ws_per_thread(T, D / d->ia[0]);
+    /* BF16 I/O (the output, d_qkv for the backward, is BF16): room for FP32 rows too */
+    size_t per = d->dtype == CT_BF16 ? ct_attention_ws_per_thread_bf16(T, D / d->ia[0])
+                                     : ct_attention_ws_per_thread(T, D / d->ia[0]);
+    return (size_t)(nt > 0 ? nt : 1) * per;
 }

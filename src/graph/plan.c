@@ -8,6 +8,7 @@
 
 #include "autodiff.h"
 #include "ctrain/convert.h"
+#include "kernels/kernels.h"
 #include "plan.h"
 
 /* ---- pass: autodiff ------------------------------------------------------------ */
@@ -146,12 +147,29 @@ static int bf16_native_ok(const ct_plan *p, int i) {
     return 1;
 }
 
+/* Node i's AVX2 / AVX-512 kernel reads and writes BF16 itself
+ * (ct_op_info.simd_bf16, simd/simd_bf16.h): that kernel was picked and its
+ * low-precision I/O is all BF16 (no FP16). */
+static int bf16_simd_ok(const ct_plan *p, int i) {
+    const ct_node_def *d = &p->g.nodes[i];
+    const ct_op_info *info = ct_op_table(d->op);
+    if (!info->simd_bf16 || (p->pn[i].slot != CT_KERNEL_AVX2 && p->pn[i].slot != CT_KERNEL_AVX512)) return 0;
+    if (d->dtype == CT_F16) return 0;
+    for (int j = 0; j < d->n_in; j++)
+        if (!(info->state_inputs & (1u << j)) && p->g.nodes[d->in[j]].dtype == CT_F16) return 0;
+    return 1;
+}
+
 static ct_status pass_select_kernels(ct_plan *p) {
     ct_graph *g = &p->g;
-    /* BF16 plans: do matmul/linear/conv run natively in this context? */
-    int bf16_native = 0;
-    if (p->precision == CT_PRECISION_BF16 || p->precision == CT_PRECISION_BF16_PURE)
-        CT_TRY(ct_context_lowp_native(p->ctx, CT_BF16, &bf16_native, NULL, 0));
+    /* BF16 plans: do matmul/linear/conv run natively in this context? Do
+     * the SIMD kernels read BF16 (on any CPU, unless CT_BF16_NATIVE=0)? */
+    int bf16_native = 0, bf16_simd = 0;
+    if (p->precision == CT_PRECISION_BF16 || p->precision == CT_PRECISION_BF16_PURE) {
+        CT_TRY(ct_context_lowp_native(p->ctx, CT_BF16, &bf16_native, NULL, 0)); /* also checks CT_BF16_NATIVE */
+        const char *env = getenv("CT_BF16_NATIVE");
+        bf16_simd = !(env && !strcmp(env, "0"));
+    }
     for (int i = 0; i < g->n; i++) {
         ct_op op = g->nodes[i].op;
         p->pn[i].slot = -1;
@@ -168,7 +186,8 @@ static ct_status pass_select_kernels(ct_plan *p) {
         /* kernels without low-precision I/O get FP32 views and copies (see run_node) */
         int low;
         size_t cvt = cvt_bytes_of(g, d, &low);
-        p->pn[i].lowp_native = (uint8_t)(low && bf16_native && bf16_native_ok(p, i));
+        p->pn[i].lowp_native =
+            (uint8_t)(low && ((bf16_native && bf16_native_ok(p, i)) || (bf16_simd && bf16_simd_ok(p, i))));
         if (p->pn[i].lowp_native) { /* the kernel reads and writes BF16 itself */
             cvt = 0;
             low = 0;
@@ -447,6 +466,12 @@ static const char *kernel_desc(const ct_plan *p, int i) {
     return ct_kernel_slot_desc(pn->slot, pn->lowp_native ? CT_LOWP_NATIVE_BF16 : pn->lowp_io ? CT_LOWP_COPIED : CT_LOWP_NONE);
 }
 
+static const char *kernel_impl(const ct_plan *p, int i) {
+    const ct_plan_node *pn = &p->pn[i];
+    const char *impl = pn->slot == CT_KERNEL_ONEDNN ? ct_onednn_cache_impl(pn->cache) : NULL;
+    return impl ? impl : ct_kernel_slot_name(pn->slot);
+}
+
 /* Node event for the hook (ct_plan_set_node_hook). */
 static void node_event(const ct_plan *p, int i, ct_node_event_kind kind, ct_status s, ct_node_event *ev) {
     const ct_node_def *d = &p->g.nodes[i];
@@ -464,6 +489,7 @@ static void node_event(const ct_plan *p, int i, ct_node_event_kind kind, ct_stat
     ev->kind = kind;
     ev->kernel = ct_kernel_slot_name(p->pn[i].slot);
     ev->kernel_desc = kernel_desc(p, i);
+    ev->impl = kernel_impl(p, i);
     ev->status = s;
     p->node_hook(p->node_hook_user, ev);
 }
@@ -794,6 +820,12 @@ const char *ct_plan_kernel_desc(const ct_plan *p, ct_node n) {
     n = p->user_map ? ct_plan_map(p, n) : n;
     if (n < 0 || n >= p->g.n || p->pn[n].slot < 0) return "none";
     return kernel_desc(p, n);
+}
+
+const char *ct_plan_kernel_impl(const ct_plan *p, ct_node n) {
+    n = p->user_map ? ct_plan_map(p, n) : n;
+    if (n < 0 || n >= p->g.n || p->pn[n].slot < 0) return "none";
+    return kernel_impl(p, n);
 }
 
 ct_dtype ct_plan_node_dtype(const ct_plan *p, ct_node n) {

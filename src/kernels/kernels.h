@@ -39,6 +39,10 @@ ct_status ct_k_conv2d_onednn(ct_kargs *k);
 ct_status ct_k_conv2d_bwd_data_onednn(ct_kargs *k);
 ct_status ct_k_conv2d_bwd_weight_onednn(ct_kargs *k);
 void ct_onednn_cache_free(void *cache);
+/* oneDNN's name of the implementation a node's cached primitive runs
+ * ("brg:avx512_core_amx", "gemm:jit", "jit_bf16:avx512_core"), NULL before
+ * its first run. Valid while the cache lives. */
+const char *ct_onednn_cache_impl(const void *cache);
 
 /* Bulk dtype conversions: ref/convert.c and simd/convert.c, dispatch in
  * kernels/convert.c. Bit-identical to the scalar functions of tensor.h. */
@@ -50,6 +54,11 @@ void ct_onednn_cache_free(void *cache);
 CT_DECL_CVT(ref)
 CT_DECL_CVT(avx2)
 CT_DECL_CVT(avx512)
+
+/* BF16 I/O of the SIMD kernels (simd/simd_bf16.h): elements of one FP32
+ * tile a kernel converts a BF16 row / plane / chunk into (32 KiB); longer
+ * rows and planes decline. */
+#define CT_BF16_TILE 8192
 
 /* Shared helpers ---------------------------------------------------------------- */
 
@@ -106,6 +115,12 @@ static inline size_t ct_attention_ws_per_thread(int64_t T, int64_t Dh) {
     size_t ref = (size_t)(2 * T * Dh + Dh + T) * sizeof(double);
     size_t b = simd > ref ? simd : ref;
     return (b + 63) / 64 * 64;
+}
+
+/* The SIMD attention kernels with BF16 I/O (simd/attention.c) also keep the
+ * head's q, v, dy, y and the d_qkv parts as FP32 rows: 7 T x Dh more floats. */
+static inline size_t ct_attention_ws_per_thread_bf16(int64_t T, int64_t Dh) {
+    return ct_attention_ws_per_thread(T, Dh) + (size_t)(7 * T * Dh) * sizeof(float);
 }
 
 #endif

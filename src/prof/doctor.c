@@ -145,7 +145,9 @@ static ct_status analyze(ct_context *ctx, const char *what, const char *json, si
     r->flops = flops;
     r->dropped = count_of(num(md, "dropped_events", 0));
     r->achieved_flops = step_t > 0 ? flops / (step_t * 1e-6) : 0;
-    r->peak_flops = num(md, "peak_flops", 0);
+    /* the peak of the units that ran the work (profiler.c: BF16 units' time at their peak), else FP32's */
+    r->peak_flops = num(md, "effective_peak_flops", 0);
+    if (r->peak_flops <= 0) r->peak_flops = num(md, "peak_flops", 0);
     if (r->peak_flops > 0 && step_t > 0 && flops > 0) r->utilization = r->achieved_flops / r->peak_flops;
     const cJSON *mem = md ? cJSON_GetObjectItemCaseSensitive(md, "memory") : NULL;
     r->memory_bytes = num(mem, "total_bytes", 0);

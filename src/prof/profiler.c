@@ -24,8 +24,15 @@ typedef struct {
     char args[128];
 } prof_event;
 
+/* The unit whose peak bounds a node's work (from its implementation, see
+ * unit_of): AMX tiles, AVX512-BF16 dot products, FP32 FMAs (the rest). */
+enum { UNIT_FP32 = 0, UNIT_AVX512_BF16, UNIT_AMX_BF16, UNIT_COUNT };
+static const char *const k_unit_names[UNIT_COUNT] = {"fp32_fma", "avx512_bf16", "amx_bf16"};
+
 typedef struct {
     char name[64];
+    char impl[48];          /* ct_node_event.impl of the first run */
+    int unit;               /* UNIT_* */
     const char *op, *dtype; /* static strings */
     char shape[64];
     double flops, bytes;
@@ -45,7 +52,8 @@ struct ct_profiler {
     double op_t0;      /* BEGIN time of the running node, -1: not recorded */
     node_info *nodes;
     int n_nodes;
-    double peak;
+    double peak;                  /* FP32 FMA peak (the MFU of FP32 work)          */
+    double unit_peak[UNIT_COUNT]; /* per unit; [UNIT_FP32] == peak                 */
     char peak_src[320];
     int have_mem;
     ct_plan_stats mem;
@@ -93,12 +101,16 @@ static void compute_peak(ct_profiler *p) {
         mhz = 2000;
         clk = "an assumed 2000 MHz (/proc/cpuinfo has no 'cpu MHz')";
     }
+    /* BF16 units: AVX512-BF16 vdpbf16ps (2 units x 16 lanes x 2 products x 2 flops), AMX TMUL (1024
+     * BF16 flops per cycle per core, Sapphire Rapids) */
+    p->unit_peak[UNIT_AVX512_BF16] = 128.0 * mhz * 1e6 * threads;
+    p->unit_peak[UNIT_AMX_BF16] = 1024.0 * mhz * 1e6 * threads;
     if (p->o.peak_flops > 0) {
-        p->peak = p->o.peak_flops;
+        p->peak = p->unit_peak[UNIT_FP32] = p->o.peak_flops;
         snprintf(p->peak_src, sizeof p->peak_src, "given by the caller (ct_profiler_opts.peak_flops)");
         return;
     }
-    p->peak = 2.0 * lanes * 2.0 * mhz * 1e6 * threads;
+    p->peak = p->unit_peak[UNIT_FP32] = 2.0 * lanes * 2.0 * mhz * 1e6 * threads;
     snprintf(p->peak_src, sizeof p->peak_src,
              "%s: 2 FMA units x %d fp32 lanes x 2 flops x %.0f MHz from %s x %d threads (cores used)", isa_txt,
              lanes, mhz, clk, threads);
@@ -143,6 +155,17 @@ void ct_profiler_free(ct_profiler *p) {
 
 /* ---- the plan's node events ------------------------------------------------------------------ */
 
+/* oneDNN names the ISA of its implementation: "brg:avx512_core_amx",
+ * "jit:avx512_core_amx" (AMX), "brg:avx512_core_bf16" (AVX512-BF16); the
+ * emulated BF16 of plain AVX-512 ("jit_bf16:avx512_core", "gemm:jit") and
+ * every SIMD / reference kernel compute with FP32 FMAs. */
+int ct_prof_unit_of(const char *impl) {
+    if (!impl) return UNIT_FP32;
+    if (strstr(impl, "amx")) return UNIT_AMX_BF16;
+    if (strstr(impl, "avx512_core_bf16")) return UNIT_AVX512_BF16;
+    return UNIT_FP32;
+}
+
 /* The node hook (ct_plan_set_node_hook): BEGIN takes the time when ops are
  * recorded, END caches the node's description once and records the event. */
 static void on_node(void *user, const ct_node_event *ev) {
@@ -158,6 +181,8 @@ static void on_node(void *user, const ct_node_event *ev) {
     node_info *n = &p->nodes[ev->node];
     if (n->have) return;
     snprintf(n->name, sizeof n->name, "%s", ev->name);
+    snprintf(n->impl, sizeof n->impl, "%s", ev->impl ? ev->impl : "none");
+    n->unit = ct_prof_unit_of(ev->impl);
     n->op = ev->op;
     n->dtype = ct_dtype_name(ev->dtype);
     ct_shape_str(ev->ndim, ev->shape, n->shape, sizeof n->shape);
@@ -283,9 +308,18 @@ static void json_str(FILE *f, const char *s) {
 
 typedef struct {
     double t0, dur, flops, data, comm;
+    double unit_us[UNIT_COUNT], unit_flops[UNIT_COUNT]; /* op time and FLOPs per unit */
     int64_t step;
     int have;
 } step_acc;
+
+/* What the units could have done in a step of dur us: the FP32 peak for the
+ * whole step, raised to a BF16 unit's peak for the time its ops ran. */
+static double step_capacity(const ct_profiler *p, const step_acc *s) {
+    double cap = s->dur * 1e-6 * p->unit_peak[UNIT_FP32];
+    for (int u = 1; u < UNIT_COUNT; u++) cap += s->unit_us[u] * 1e-6 * (p->unit_peak[u] - p->unit_peak[UNIT_FP32]);
+    return cap;
+}
 
 static void write_events(ct_profiler *p, FILE *f, double base, int pid) {
     fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 1, \"args\": {\"name\": \"ctrain\"}}",
@@ -304,9 +338,11 @@ static void write_events(ct_profiler *p, FILE *f, double base, int pid) {
             json_str(f, n->name);
             fprintf(f,
                     ", \"phase\": \"%s\", \"dtype\": \"%s\", \"shape\": \"%s\", \"flops\": %.0f, \"bytes\": %.0f, "
-                    "\"kernel\": \"%s\", \"step\": %d}}",
+                    "\"kernel\": \"%s\", \"impl\": ",
                     n->backward ? "backward" : "forward", n->dtype, n->shape, n->flops, n->bytes,
-                    e->kernel ? e->kernel : "none", e->step);
+                    e->kernel ? e->kernel : "none");
+            json_str(f, n->impl);
+            fprintf(f, ", \"unit\": \"%s\", \"step\": %d}}", k_unit_names[n->unit], e->step);
         } else {
             fprintf(f, "\"name\": ");
             json_str(f, e->name);
@@ -329,7 +365,8 @@ static void write_metadata(ct_profiler *p, FILE *f) {
     if (nsteps < 0) nsteps = 0;
     if (p->o.record_steps > 0 && nsteps > p->o.record_steps) nsteps = p->o.record_steps;
     step_acc *sa = calloc((size_t)nsteps + 1, sizeof *sa);
-    double tot_t = 0, tot_f = 0, tot_d = 0, tot_c = 0;
+    double tot_t = 0, tot_f = 0, tot_d = 0, tot_c = 0, tot_cap = 0, unit_us[UNIT_COUNT] = {0},
+           unit_f[UNIT_COUNT] = {0};
     int n_have = 0;
     if (sa) {
         for (size_t i = 0; i < p->n_ev; i++) {
@@ -337,7 +374,12 @@ static void write_metadata(ct_profiler *p, FILE *f) {
             int64_t k = e->step - first;
             if (k < 0 || k >= nsteps) continue;
             step_acc *s = &sa[k];
-            if (e->node >= 0) s->flops += p->nodes[e->node].flops;
+            if (e->node >= 0) {
+                const node_info *n = &p->nodes[e->node];
+                s->flops += n->flops;
+                s->unit_us[n->unit] += e->dur;
+                s->unit_flops[n->unit] += n->flops;
+            }
             else if (!strcmp(e->cat, "step")) s->dur = e->dur, s->have = 1;
             else if (!strcmp(e->cat, "data")) s->data += e->dur;
             else if (!strcmp(e->cat, "comm")) s->comm += e->dur;
@@ -355,16 +397,29 @@ static void write_metadata(ct_profiler *p, FILE *f) {
             ct_context_use_onednn(p->ctx) ? "true" : "false", ct_context_num_threads(p->ctx));
     fprintf(f, "  \"peak_flops\": %.6g,\n  \"peak_source\": ", p->peak);
     json_str(f, p->peak_src);
-    fprintf(f, ",\n  \"steps\": [");
+    fprintf(f, ",\n  \"peak_flops_by_unit\": {");
+    for (int u = 0; u < UNIT_COUNT; u++) fprintf(f, "%s\"%s\": %.6g", u ? ", " : "", k_unit_names[u], p->unit_peak[u]);
+    fprintf(f, "},\n  \"unit_note\": \"each op's unit is read from its implementation (impl): oneDNN's "
+               "*avx512_core_amx* run on AMX tiles, *avx512_core_bf16* on AVX512-BF16, everything else (SIMD and "
+               "reference kernels, emulated BF16) on FP32 FMAs; mfu divides the FLOPs by what the units could do "
+               "in the step: the FP32 peak, raised to a BF16 unit's peak while its ops ran (mfu_fp32_peak: against "
+               "the FP32 peak only)\",\n");
+    fprintf(f, "  \"steps\": [");
     for (int64_t k = 0; sa && k < nsteps; k++) {
         const step_acc *s = &sa[k];
         if (!s->have) continue;
-        double fs = s->dur > 0 ? s->flops / (s->dur * 1e-6) : 0;
+        double fs = s->dur > 0 ? s->flops / (s->dur * 1e-6) : 0, cap = step_capacity(p, s);
         fprintf(f, "%s\n    {\"step\": %lld, \"time_us\": %.3f, \"flops\": %.0f, \"flops_per_s\": %.6g, \"mfu\": %.6g, "
-                "\"data_us\": %.3f, \"data_share\": %.6g, \"comm_share\": %.6g}",
-                n_have ? "," : "", (long long)(first + k), s->dur, s->flops, fs, p->peak > 0 ? fs / p->peak : 0,
-                s->data, s->dur > 0 ? s->data / s->dur : 0, s->dur > 0 ? s->comm / s->dur : 0);
+                "\"mfu_fp32_peak\": %.6g, \"data_us\": %.3f, \"data_share\": %.6g, \"comm_share\": %.6g}",
+                n_have ? "," : "", (long long)(first + k), s->dur, s->flops, fs, cap > 0 ? s->flops / cap : 0,
+                p->peak > 0 ? fs / p->peak : 0, s->data, s->dur > 0 ? s->data / s->dur : 0,
+                s->dur > 0 ? s->comm / s->dur : 0);
         n_have++;
+        tot_cap += cap;
+        for (int u = 0; u < UNIT_COUNT; u++) {
+            unit_us[u] += s->unit_us[u];
+            unit_f[u] += s->unit_flops[u];
+        }
         tot_t += s->dur;
         tot_f += s->flops;
         tot_d += s->data;
@@ -372,7 +427,15 @@ static void write_metadata(ct_profiler *p, FILE *f) {
     }
     double ach = tot_t > 0 ? tot_f / (tot_t * 1e-6) : 0;
     fprintf(f, "\n  ],\n  \"recorded_steps\": %d, \"flops_per_step\": %.0f, \"achieved_flops_per_s\": %.6g, "
-            "\"mfu\": %.6g,\n", n_have, n_have ? tot_f / n_have : 0, ach, p->peak > 0 ? ach / p->peak : 0);
+            "\"mfu\": %.6g, \"mfu_fp32_peak\": %.6g, \"effective_peak_flops\": %.6g,\n", n_have,
+            n_have ? tot_f / n_have : 0, ach, tot_cap > 0 ? tot_f / tot_cap : 0, p->peak > 0 ? ach / p->peak : 0,
+            tot_t > 0 ? tot_cap / (tot_t * 1e-6) : p->peak);
+    fprintf(f, "  \"units\": {");
+    for (int u = 0; u < UNIT_COUNT; u++)
+        fprintf(f, "%s\"%s\": {\"op_time_us\": %.3f, \"flops\": %.0f, \"flops_per_s\": %.6g, \"util\": %.6g}",
+                u ? ", " : "", k_unit_names[u], unit_us[u], unit_f[u], unit_us[u] > 0 ? unit_f[u] / (unit_us[u] * 1e-6) : 0,
+                unit_us[u] > 0 && p->unit_peak[u] > 0 ? unit_f[u] / (unit_us[u] * 1e-6) / p->unit_peak[u] : 0);
+    fprintf(f, "},\n");
     fprintf(f, "  \"data_stall_share\": %.6g, \"comm_share\": %.6g,\n", tot_t > 0 ? tot_d / tot_t : 0,
             tot_t > 0 ? tot_c / tot_t : 0);
     fprintf(f, "  \"comm_note\": \"communication events (cat comm, one per gradient bucket) have a place in the "

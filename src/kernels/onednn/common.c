@@ -189,6 +189,9 @@ ct_status ct_dnnl_output(ct_dnnl *c, const dnnl_memory_desc_t *user_md, const dn
 
 ct_status ct_dnnl_add(ct_dnnl *c, const_dnnl_primitive_desc_t pd, int nargs, const dnnl_exec_arg_t *args) {
     CT_TRY(add_step(c, pd, nargs, args));
+    const char *impl = NULL; /* the node's main primitive (the reorders are added by add_reorder) */
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl)
+        snprintf(c->impl, sizeof c->impl, "%s", impl);
     for (int i = 0; i < c->npending; i++) CT_TRY(add_reorder(c, c->pending[i].from, c->pending[i].to));
     c->npending = 0;
     return CT_OK;
@@ -206,6 +209,11 @@ ct_dnnl_layout ct_dnnl_layout_override(void) {
     if (!strcmp(e, "plain")) return CT_DNNL_LAYOUT_PLAIN;
     if (!strcmp(e, "blocked")) return CT_DNNL_LAYOUT_BLOCKED;
     return CT_DNNL_LAYOUT_AUTO;
+}
+
+const char *ct_onednn_cache_impl(const void *cache) {
+    const ct_dnnl *c = cache;
+    return c && c->ready && c->impl[0] ? c->impl : NULL;
 }
 
 void ct_onednn_cache_free(void *cache) {

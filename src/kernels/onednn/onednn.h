@@ -57,6 +57,8 @@ typedef struct ct_dnnl {
     int npending;                          /* output reorders to add after the main primitive */
     struct { dnnl_memory_t from, to; } pending[CT_DNNL_MAX_BINDS];
     char what[320];                        /* "op 'node' shapes" for error messages */
+    char impl[96];                         /* the main primitive's implementation, as oneDNN
+                                              names it (impl_info_str): "brg:avx512_core_amx" */
 } ct_dnnl;
 
 /* Builds the primitives of a node into c. c->what holds "op 'node'" on

@@ -8,11 +8,17 @@
  * micro-kernel (MR rows x NV vectors, A broadcast with any strides, B rows
  * contiguous), so q, v, dy, the output and d_qkv are used in place with
  * their row strides. With a causal mask the kernels skip the blocks above the
- * diagonal. A task's results do not depend on the thread that runs it. */
+ * diagonal. A task's results do not depend on the thread that runs it.
+ *
+ * BF16 I/O (simd_bf16.h): qkv, dy, the forward output and the outputs may be
+ * BF16. A task then converts its head's q, k, v (and dy, y) into FP32 rows
+ * in its workspace slice (ct_attention_ws_per_thread_bf16), computes as for
+ * FP32 and rounds its output rows to BF16: the products and the softmax run
+ * in FP32 (not BF16 matrix units) and no T x T tensor is stored. */
 #include <math.h>
 #include <omp.h>
 
-#include "simd.h"
+#include "simd_bf16.h"
 
 #define MR 6 /* rows of the micro-kernel               */
 #define NV 2 /* vectors (of VW floats) per row         */
@@ -98,12 +104,17 @@ typedef struct {
     int causal;
     const int32_t *kv;
     const float *qkv;
+    const ct_tensor *tqkv;
+    int bf16; /* some I/O is BF16: heads go through FP32 rows */
     size_t per_thread;
     int nt;
 } att;
 
 static ct_status att_init(att *a, const ct_kargs *k, const ct_tensor *qkv, int kv_input) {
-    if (qkv->dtype != CT_F32 || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
+    int n_io = k->node->op == CT_OP_ATTENTION ? 1 : 3; /* (qkv) or (dy, qkv, fwd) */
+    if (!ct_bf16_io(k, n_io) && (qkv->dtype != CT_F32 || k->out.dtype != CT_F32)) return CT_E_UNSUPPORTED;
+    a->bf16 = ct_bf16_io(k, n_io);
+    a->tqkv = qkv;
     a->B = qkv->shape[0];
     a->T = qkv->shape[1];
     a->D = qkv->shape[2] / 3;
@@ -113,7 +124,7 @@ static ct_status att_init(att *a, const ct_kargs *k, const ct_tensor *qkv, int k
     a->causal = (int)k->node->ia[1];
     a->kv = k->node->n_in > kv_input ? k->in[kv_input].data : NULL;
     a->qkv = qkv->data;
-    a->per_thread = ct_attention_ws_per_thread(a->T, a->Dh);
+    a->per_thread = a->bf16 ? ct_attention_ws_per_thread_bf16(a->T, a->Dh) : ct_attention_ws_per_thread(a->T, a->Dh);
     int64_t tasks = a->B * a->H, nt = a->B * a->T * a->T * a->D >= 32768 ? k->nthreads : 1;
     if (nt > tasks) nt = tasks;
     if ((size_t)nt * a->per_thread > k->ws_bytes) nt = (int64_t)(k->ws_bytes / a->per_thread);
@@ -124,9 +135,44 @@ static ct_status att_init(att *a, const ct_kargs *k, const ct_tensor *qkv, int k
 
 /* gathers part (1 k, 2 v) of head h, batch b as (Dh, T) into xt */
 static void gather_t(const att *a, int part, int64_t b, int64_t h, float *xt) {
-    const float *x = a->qkv + b * a->T * 3 * a->D + part * a->D + h * a->Dh;
+    int64_t o = b * a->T * 3 * a->D + part * a->D + h * a->Dh;
+    if (a->tqkv->dtype == CT_BF16) {
+        for (int64_t j = 0; j < a->T; j++)
+            for (int64_t d = 0; d < a->Dh; d++) xt[d * a->T + j] = ct_sld(a->tqkv, o + j * 3 * a->D + d);
+        return;
+    }
+    const float *x = a->qkv + o;
     for (int64_t j = 0; j < a->T; j++)
         for (int64_t d = 0; d < a->Dh; d++) xt[d * a->T + j] = x[j * 3 * a->D + d];
+}
+
+/* BF16 I/O: rows [0, T) of head h of a (B, T, ld) tensor at column c0 as
+ * FP32 (T, Dh) rows in buf, ld Dh; the FP32 tensor's own rows otherwise (*ldo
+ * gets the leading dim). */
+static const float *rows_in(const ct_tensor *t, const att *a, int64_t b, int64_t c0, int64_t ld, float *buf,
+                            int64_t *ldo) {
+    int64_t o = b * a->T * ld + c0;
+    if (t->dtype != CT_BF16) {
+        *ldo = ld;
+        return (const float *)t->data + o;
+    }
+    for (int64_t j = 0; j < a->T; j++) CT_CVT(bf16_to_f32)((const uint16_t *)t->data + o + j * ld, buf + j * a->Dh, (size_t)a->Dh);
+    *ldo = a->Dh;
+    return buf;
+}
+/* where output rows go: the tensor's own (FP32) or buf (rows_out stores them) */
+static float *rows_at(const ct_tensor *t, const att *a, int64_t b, int64_t c0, int64_t ld, float *buf, int64_t *ldo) {
+    if (t->dtype != CT_BF16) {
+        *ldo = ld;
+        return (float *)t->data + b * a->T * ld + c0;
+    }
+    *ldo = a->Dh;
+    return buf;
+}
+static void rows_out(const ct_tensor *t, const att *a, int64_t b, int64_t c0, int64_t ld, const float *buf) {
+    if (t->dtype != CT_BF16) return;
+    int64_t o = b * a->T * ld + c0;
+    for (int64_t j = 0; j < a->T; j++) CT_CVT(f32_to_bf16)(buf + j * a->Dh, (uint16_t *)t->data + o + j * ld, (size_t)a->Dh);
 }
 
 /* kb[j] = 0 for a valid key, -inf for padding */
@@ -196,18 +242,23 @@ ct_status CT_FN(attention)(ct_kargs *k) {
     att a;
     CT_TRY(att_init(&a, k, &k->in[0], 1));
     const int64_t T = a.T, Dh = a.Dh, D3 = 3 * a.D;
-    float *out = k->out.data, *lse = k->aux;
+    float *lse = k->aux;
 #pragma omp parallel for num_threads(a.nt) schedule(dynamic, 1) if (a.nt > 1)
     for (int64_t bh = 0; bh < a.B * a.H; bh++) {
         int64_t b = bh / a.H, h = bh % a.H;
         float *s = (float *)((char *)k->ws + (size_t)omp_get_thread_num() * a.per_thread);
         float *kt = s + T * T, *kb = kt + Dh * T;
-        const float *q = a.qkv + b * T * D3 + h * Dh, *v = q + 2 * a.D;
+        float *qb = (float *)((char *)s + ct_attention_ws_per_thread(T, Dh)), *vb = qb + T * Dh, *ob = vb + T * Dh;
+        int64_t ldq, ldv, ldo;
+        const float *q = rows_in(&k->in[0], &a, b, h * Dh, D3, qb, &ldq);
+        const float *v = rows_in(&k->in[0], &a, b, 2 * a.D + h * Dh, D3, vb, &ldv);
+        float *o = rows_at(&k->out, &a, b, h * Dh, a.D, ob, &ldo);
         gather_t(&a, 1, b, h, kt);
         key_bias(&a, b, kb);
-        gemm(T, T, Dh, q, D3, 1, kt, T, s, T, a.scale, a.causal ? CM_N_UPTO : CM_NONE);
+        gemm(T, T, Dh, q, ldq, 1, kt, T, s, T, a.scale, a.causal ? CM_N_UPTO : CM_NONE);
         for (int64_t i = 0; i < T; i++) lse[bh * T + i] = softmax_row(s + i * T, kb, a.causal ? i + 1 : T, T);
-        gemm(T, Dh, T, s, T, 1, v, D3, out + b * T * a.D + h * Dh, a.D, 1.0f, a.causal ? CM_K_UPTO : CM_NONE);
+        gemm(T, Dh, T, s, T, 1, v, ldv, o, ldo, 1.0f, a.causal ? CM_K_UPTO : CM_NONE);
+        rows_out(&k->out, &a, b, h * Dh, a.D, ob);
     }
     return CT_OK;
 }
@@ -224,23 +275,30 @@ static float dot_row(const float *x, const float *y, int64_t n) {
 ct_status CT_FN(attention_bwd)(ct_kargs *k) {
     att a;
     CT_TRY(att_init(&a, k, &k->in[1], 3));
-    if (k->in[0].dtype != CT_F32) return CT_E_UNSUPPORTED;
+    if (!a.bf16 && (k->in[0].dtype != CT_F32 || k->in[2].dtype != CT_F32)) return CT_E_UNSUPPORTED;
     const int64_t T = a.T, Dh = a.Dh, D = a.D, D3 = 3 * a.D;
-    const float *dy = k->in[0].data, *y = k->in[2].data, *lse = k->in_aux[2];
-    float *dx = k->out.data;
+    const float *lse = k->in_aux[2];
 #pragma omp parallel for num_threads(a.nt) schedule(dynamic, 1) if (a.nt > 1)
     for (int64_t bh = 0; bh < a.B * a.H; bh++) {
         int64_t b = bh / a.H, h = bh % a.H;
         float *p = (float *)((char *)k->ws + (size_t)omp_get_thread_num() * a.per_thread);
         float *ds = p + T * T, *kt = ds + T * T, *vt = kt + Dh * T, *kb = vt + Dh * T;
-        const float *q = a.qkv + b * T * D3 + h * Dh, *kk = q + D;
-        const float *g = dy + b * T * D + h * Dh, *o = y + b * T * D + h * Dh;
-        float *dq = dx + b * T * D3 + h * Dh, *dk = dq + D, *dv = dq + 2 * D;
+        /* BF16 I/O: FP32 rows of q, k, dy, y, dq, dk, dv after the FP32 workspace */
+        float *qb = (float *)((char *)p + ct_attention_ws_per_thread(T, Dh)), *kbuf = qb + T * Dh, *gb = kbuf + T * Dh,
+              *yb = gb + T * Dh, *dqb = yb + T * Dh, *dkb = dqb + T * Dh, *dvb = dkb + T * Dh;
+        int64_t ldq, ldk, ldg, ldy, lq, lk, lv;
+        const float *q = rows_in(&k->in[1], &a, b, h * Dh, D3, qb, &ldq);
+        const float *kk = rows_in(&k->in[1], &a, b, D + h * Dh, D3, kbuf, &ldk);
+        const float *g = rows_in(&k->in[0], &a, b, h * Dh, D, gb, &ldg);
+        const float *o = rows_in(&k->in[2], &a, b, h * Dh, D, yb, &ldy);
+        float *dq = rows_at(&k->out, &a, b, h * Dh, D3, dqb, &lq);
+        float *dk = rows_at(&k->out, &a, b, D + h * Dh, D3, dkb, &lk);
+        float *dv = rows_at(&k->out, &a, b, 2 * D + h * Dh, D3, dvb, &lv);
         gather_t(&a, 1, b, h, kt);
         gather_t(&a, 2, b, h, vt);
         key_bias(&a, b, kb);
         /* P = exp(scale q k^T + mask - lse), zero where masked */
-        gemm(T, T, Dh, q, D3, 1, kt, T, p, T, a.scale, a.causal ? CM_N_UPTO : CM_NONE);
+        gemm(T, T, Dh, q, ldq, 1, kt, T, p, T, a.scale, a.causal ? CM_N_UPTO : CM_NONE);
         for (int64_t i = 0; i < T; i++) {
             float *pr = p + i * T, l = lse[bh * T + i];
             int64_t n = a.causal ? i + 1 : T, j = 0;
@@ -254,14 +312,14 @@ ct_status CT_FN(attention_bwd)(ct_kargs *k) {
             zero_from(pr, n, T);
         }
         /* dV = P^T dO */
-        gemm(T, Dh, T, p, 1, T, g, D, dv, D3, 1.0f, a.causal ? CM_K_FROM : CM_NONE);
+        gemm(T, Dh, T, p, 1, T, g, ldg, dv, lv, 1.0f, a.causal ? CM_K_FROM : CM_NONE);
         /* dP = dO V^T, then dS = P (dP - rowsum(dO * O)) in place */
-        gemm(T, T, Dh, g, D, 1, vt, T, ds, T, 1.0f, a.causal ? CM_N_UPTO : CM_NONE);
+        gemm(T, T, Dh, g, ldg, 1, vt, T, ds, T, 1.0f, a.causal ? CM_N_UPTO : CM_NONE);
         for (int64_t i = 0; i < T; i++) {
             float *dr = ds + i * T;
             const float *pr = p + i * T;
             int64_t n = a.causal ? i + 1 : T, j = 0;
-            vf di = vset1(dot_row(g + i * D, o + i * D, Dh));
+            vf di = vset1(dot_row(g + i * ldg, o + i * ldy, Dh));
             for (; j + VW <= n; j += VW) vstore(dr + j, vmul(vload(pr + j), vsub(vload(dr + j), di)));
             if (j < n) {
                 int r = (int)(n - j);
@@ -270,8 +328,11 @@ ct_status CT_FN(attention_bwd)(ct_kargs *k) {
             zero_from(dr, n, T);
         }
         /* dQ = scale dS K, dK = scale dS^T Q */
-        gemm(T, Dh, T, ds, T, 1, kk, D3, dq, D3, a.scale, a.causal ? CM_K_UPTO : CM_NONE);
-        gemm(T, Dh, T, ds, 1, T, q, D3, dk, D3, a.scale, a.causal ? CM_K_FROM : CM_NONE);
+        gemm(T, Dh, T, ds, T, 1, kk, ldk, dq, lq, a.scale, a.causal ? CM_K_UPTO : CM_NONE);
+        gemm(T, Dh, T, ds, 1, T, q, ldq, dk, lk, a.scale, a.causal ? CM_K_FROM : CM_NONE);
+        rows_out(&k->out, &a, b, h * Dh, D3, dqb);
+        rows_out(&k->out, &a, b, D + h * Dh, D3, dkb);
+        rows_out(&k->out, &a, b, 2 * D + h * Dh, D3, dvb);
     }
     return CT_OK;
 }

@@ -6,12 +6,18 @@
  * Work is split into fixed chunks of EW_CHUNK elements (or rows), so the
  * results never depend on the thread count. Accuracy vs the reference (which
  * computes in double): relu, scale, binary and dropout are bit-exact; the
- * transcendental activations are within ~5e-7 relative (see simd.h). */
+ * transcendental activations are within ~5e-7 relative (see simd.h).
+ *
+ * BF16 I/O (simd_bf16.h): any input or the output may be BF16; each chunk is
+ * then processed in tiles of EW_TILE elements converted in registers into
+ * stack buffers, so the math is the FP32 kernel's on the BF16 values (the
+ * result is the one of FP32 copies, bit for bit). */
 #include <string.h>
 
-#include "simd.h"
+#include "simd_bf16.h"
 
 #define EW_CHUNK 16384 /* elements per parallel work item (a multiple of 16) */
+#define EW_TILE 2048   /* BF16 I/O: elements per FP32 tile (a multiple of 16 and a divisor of EW_CHUNK) */
 
 #define K_2_SQRT_2_OVER_PI 1.5957691216057308f /* 2 sqrt(2/pi) */
 #define K_GELU_C 0.044715f
@@ -123,16 +129,36 @@ _Static_assert(sizeof k_bwd / sizeof k_bwd[0] == CT_UNARY_COUNT, "k_bwd needs on
 
 /* ---- fixed-chunk parallel driver -------------------------------------------------------- */
 
-typedef struct ew_job {
+typedef struct ew_job ew_job;
+typedef void (*chunk_fn)(const ew_job *j, int64_t lo, int64_t hi);
+
+struct ew_job {
     const float *a, *b;
     float *y;
     map1_fn f1;
     map2_fn f2;
     float s;
     const ct_kargs *k; /* dropout */
-} ew_job;
+    int64_t base;      /* dropout: flat index of a[0] (nonzero for BF16 tiles) */
+    /* BF16 I/O: the tensors, and the FP32 chunk function run on each tile */
+    const ct_tensor *ta, *tb, *ty;
+    chunk_fn inner;
+};
 
-typedef void (*chunk_fn)(const ew_job *j, int64_t lo, int64_t hi);
+/* BF16 I/O: chunk [lo, hi) in tiles of FP32 values (see the file comment). */
+static void chunk_bf16(const ew_job *j, int64_t lo, int64_t hi) {
+    float ba[EW_TILE], bb[EW_TILE], by[EW_TILE];
+    for (int64_t t = lo; t < hi; t += EW_TILE) {
+        int64_t n = CT_MIN((int64_t)EW_TILE, hi - t);
+        ew_job s = *j;
+        s.a = ct_tile_in(j->ta, t, n, ba);
+        if (j->tb) s.b = ct_tile_in(j->tb, t, n, bb);
+        s.y = ct_tile_out(j->ty, t, by);
+        s.base = t;
+        j->inner(&s, 0, n);
+        ct_tile_put(j->ty, t, n, by);
+    }
+}
 
 static void ew_run(const ct_kargs *k, int64_t n, chunk_fn fn, const ew_job *j) {
     int64_t nch = (n + EW_CHUNK - 1) / EW_CHUNK;
@@ -169,31 +195,48 @@ static int f32_all(const ct_kargs *k, int n_in) {
     return 1;
 }
 
+/* FP32 or BF16 I/O (1: some BF16): j and *fn then go through chunk_bf16. */
+static int ew_io(const ct_kargs *k, int n_in, ew_job *j, chunk_fn *fn) {
+    if (f32_all(k, n_in)) return 0;
+    if (!ct_bf16_io(k, n_in)) return -1;
+    j->ta = &k->in[0];
+    j->tb = n_in > 1 ? &k->in[1] : NULL;
+    j->ty = &k->out;
+    j->inner = *fn;
+    *fn = chunk_bf16;
+    return 1;
+}
+
 /* ---- unary, unary_bwd, scale -------------------------------------------------------------- */
 
 ct_status CT_FN(unary)(ct_kargs *k) {
     int kind = (int)k->node->ia[0];
-    if (kind < 0 || kind >= CT_UNARY_COUNT || !f32_all(k, 1)) return CT_E_UNSUPPORTED;
-    ew_job j = {.a = k->in[0].data, .y = k->out.data, .f1 = k_fwd[kind]};
-    ew_run(k, ct_tensor_numel(&k->out), chunk_map1, &j);
+    ew_job j = {.a = k->in[0].data, .y = k->out.data};
+    chunk_fn fn = chunk_map1;
+    if (kind < 0 || kind >= CT_UNARY_COUNT || ew_io(k, 1, &j, &fn) < 0) return CT_E_UNSUPPORTED;
+    j.f1 = k_fwd[kind];
+    ew_run(k, ct_tensor_numel(&k->out), fn, &j);
     return CT_OK;
 }
 
 /* in: dy, v (y for relu/sigmoid/tanh, x for gelu/silu: ia[1] = 1 when v is y) */
 ct_status CT_FN(unary_bwd)(ct_kargs *k) {
     int kind = (int)k->node->ia[0];
-    if (kind < 0 || kind >= CT_UNARY_COUNT || !f32_all(k, 2)) return CT_E_UNSUPPORTED;
+    ew_job j = {.a = k->in[0].data, .b = k->in[1].data, .y = k->out.data};
+    chunk_fn fn = chunk_map2;
+    if (kind < 0 || kind >= CT_UNARY_COUNT || ew_io(k, 2, &j, &fn) < 0) return CT_E_UNSUPPORTED;
     int from_out = kind == CT_UNARY_RELU || kind == CT_UNARY_SIGMOID || kind == CT_UNARY_TANH;
     if ((k->node->ia[1] != 0) != from_out) return CT_E_UNSUPPORTED; /* not the autodiff convention */
-    ew_job j = {.a = k->in[0].data, .b = k->in[1].data, .y = k->out.data, .f2 = k_bwd[kind]};
-    ew_run(k, ct_tensor_numel(&k->out), chunk_map2, &j);
+    j.f2 = k_bwd[kind];
+    ew_run(k, ct_tensor_numel(&k->out), fn, &j);
     return CT_OK;
 }
 
 ct_status CT_FN(scale)(ct_kargs *k) {
-    if (!f32_all(k, 1)) return CT_E_UNSUPPORTED;
     ew_job j = {.a = k->in[0].data, .y = k->out.data, .s = k->node->fa[0]};
-    ew_run(k, ct_tensor_numel(&k->out), chunk_scale, &j);
+    chunk_fn fn = chunk_scale;
+    if (ew_io(k, 1, &j, &fn) < 0) return CT_E_UNSUPPORTED;
+    ew_run(k, ct_tensor_numel(&k->out), fn, &j);
     return CT_OK;
 }
 
@@ -235,22 +278,38 @@ typedef struct bin_view {
     int kind;
     const float *a, *b;
     float *y;
+    const ct_tensor *ta, *tb, *ty; /* BF16 I/O: the tensors (else NULL) */
 } bin_view;
+
+/* BF16 I/O: one row segment in tiles of FP32 values; a broadcast operand
+ * (stride 0) is one converted scalar. */
+static void bin_seg_bf16(const bin_view *v, int64_t oa, int64_t ob, int64_t oy, int64_t n) {
+    float ba[EW_TILE], bb[EW_TILE], by[EW_TILE];
+    for (int64_t t = 0; t < n; t += EW_TILE) {
+        int64_t m = CT_MIN((int64_t)EW_TILE, n - t);
+        const float *a = v->al ? ct_tile_in(v->ta, oa + t, m, ba) : (ba[0] = ct_sld(v->ta, oa), ba);
+        const float *b = v->bl ? ct_tile_in(v->tb, ob + t, m, bb) : (bb[0] = ct_sld(v->tb, ob), bb);
+        float *y = ct_tile_out(v->ty, oy + t, by);
+        bin_inner(v->kind, a, v->al, b, v->bl, y, m);
+        ct_tile_put(v->ty, oy + t, m, by);
+    }
+}
 
 static void bin_rows(const bin_view *v, int64_t item0, int64_t item1, int64_t cpr) {
     for (int64_t it = item0; it < item1; it++) {
         int64_t r = it / cpr, c = it % cpr;
         int64_t i0 = r / v->d1, i1 = r % v->d1;
         int64_t lo = c * EW_CHUNK, hi = CT_MIN(v->len, lo + EW_CHUNK);
-        const float *a = v->a + i0 * v->a0 + i1 * v->a1 + lo * v->al;
-        const float *b = v->b + i0 * v->b0 + i1 * v->b1 + lo * v->bl;
-        bin_inner(v->kind, a, v->al, b, v->bl, v->y + r * v->len + lo, hi - lo);
+        int64_t oa = i0 * v->a0 + i1 * v->a1 + lo * v->al, ob = i0 * v->b0 + i1 * v->b1 + lo * v->bl;
+        if (v->ty) bin_seg_bf16(v, oa, ob, r * v->len + lo, hi - lo);
+        else bin_inner(v->kind, v->a + oa, v->al, v->b + ob, v->bl, v->y + r * v->len + lo, hi - lo);
     }
 }
 
 ct_status CT_FN(binary)(ct_kargs *k) {
     int kind = (int)k->node->ia[0];
-    if (kind < 0 || kind >= CT_BIN_COUNT || !f32_all(k, 2)) return CT_E_UNSUPPORTED;
+    int bf = f32_all(k, 2) ? 0 : ct_bf16_io(k, 2) ? 1 : -1;
+    if (kind < 0 || kind >= CT_BIN_COUNT || bf < 0) return CT_E_UNSUPPORTED;
     const ct_tensor *O = &k->out;
     int64_t n = ct_tensor_numel(O);
     if (n == 0) return CT_OK;
@@ -280,7 +339,13 @@ ct_status CT_FN(binary)(ct_kargs *k) {
         B[3 - m + i] = cb[i];
     }
     if (A[2] > 1 || B[2] > 1) return CT_E_UNSUPPORTED; /* cannot happen for contiguous inputs */
-    bin_view v = {D[0], D[1], D[2], A[0], A[1], A[2], B[0], B[1], B[2], kind, k->in[0].data, k->in[1].data, O->data};
+    bin_view v = {D[0], D[1], D[2], A[0], A[1], A[2], B[0], B[1], B[2], kind, k->in[0].data, k->in[1].data, O->data,
+                  NULL, NULL, NULL};
+    if (bf) {
+        v.ta = &k->in[0];
+        v.tb = &k->in[1];
+        v.ty = O;
+    }
     int64_t cpr = (v.len + EW_CHUNK - 1) / EW_CHUNK, items = v.d0 * v.d1 * cpr;
     int nt = ct_par_threads(k, n);
     if (nt > items) nt = (int)items;
@@ -311,7 +376,7 @@ static void chunk_dropout(const ew_job *j, int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; i += VW) {
         int r = (int)CT_MIN((int64_t)VW, hi - i);
         for (int t = 0; t < r;) {
-            uint64_t e = (uint64_t)(i + t);
+            uint64_t e = (uint64_t)(j->base + i + t);
             if ((e & 3) == 0 && t + 4 <= r) { /* one Philox call gives 4 decisions */
                 int kp[4];
                 ct_dropout_keep4(k->seed, stream, k->step, e, p, kp);
@@ -333,14 +398,17 @@ static void chunk_dropout(const ew_job *j, int64_t lo, int64_t hi) {
 /* Forward (training) and backward both apply the mask for (seed, stream, step);
  * y = keep ? x * scale : 0 exactly as the reference (dropped NaN/inf give 0). */
 ct_status CT_FN(dropout)(ct_kargs *k) {
-    if (!f32_all(k, 1)) return CT_E_UNSUPPORTED;
     float p = k->node->fa[0];
     int64_t n = ct_tensor_numel(&k->out);
     ew_job j = {.a = k->in[0].data, .y = k->out.data, .k = k};
+    chunk_fn fn = chunk_dropout;
     if (!k->training || p == 0.0f) {
-        if (j.y != j.a) ew_run(k, n, chunk_copy, &j);
+        fn = chunk_copy;
+        if (ew_io(k, 1, &j, &fn) < 0) return CT_E_UNSUPPORTED;
+        if (fn != chunk_copy || j.y != j.a) ew_run(k, n, fn, &j);
         return CT_OK;
     }
+    if (ew_io(k, 1, &j, &fn) < 0) return CT_E_UNSUPPORTED;
     j.s = 1.0f / (1.0f - p);
     /* the RNG dominates: worth threads much earlier than cheap arithmetic */
     const int64_t ch = EW_CHUNK / 4;
@@ -348,10 +416,10 @@ ct_status CT_FN(dropout)(ct_kargs *k) {
     int nt = n >= 4096 ? k->nthreads : 1;
     if (nt > nch) nt = (int)nch;
     if (nt <= 1) {
-        if (n > 0) chunk_dropout(&j, 0, n);
+        if (n > 0) fn(&j, 0, n);
         return CT_OK;
     }
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t c = 0; c < nch; c++) chunk_dropout(&j, c * ch, CT_MIN(n, (c + 1) * ch));
+    for (int64_t c = 0; c < nch; c++) fn(&j, c * ch, CT_MIN(n, (c + 1) * ch));
     return CT_OK;
 }

@@ -11,11 +11,18 @@
  * centred on the float mean and corrected by its residual), so statistics are
  * good to ~1e-7 relative. Each channel (batchnorm) / row (layernorm) is
  * reduced by one thread in a fixed order: results do not depend on the thread
- * count. */
+ * count.
+ *
+ * BF16 I/O (simd_bf16.h): x, dy, y and dx may be BF16 (gamma, beta, the
+ * statistics and dgamma stay FP32). Batchnorm then reads each (n, c) plane,
+ * layernorm each row, through an FP32 tile converted in registers, and
+ * writes its output the same way; planes of fewer than VW or more than
+ * CT_BF16_TILE elements (the column path) and longer rows decline, and the
+ * node gets FP32 copies. layernorm_bwd_gamma loads BF16 vectors directly. */
 #include <math.h>
 #include <string.h>
 
-#include "simd.h"
+#include "simd_bf16.h"
 
 #define NM_INLINE static inline __attribute__((always_inline))
 
@@ -171,39 +178,66 @@ static void bn_moments(double mf, double s1, double s2, int64_t M, double *mu, d
     *unb = M > 1 ? ss / (double)(M - 1) : *var;
 }
 
+/* k's I/O for these kernels: the output and inputs [0, n_act) FP32 or BF16
+ * (x, dy), inputs [n_act, n_par) FP32 or BF16 parameters (gamma, beta: BF16
+ * in bf16-pure plans), batchnorm's running statistics (inputs 3, 4) FP32,
+ * later inputs only state; a BF16 activation needs planes / rows of
+ * VW..CT_BF16_TILE elements (S), a BF16 parameter vector (layernorm) at most
+ * CT_BF16_TILE. */
+static int nm_io_ok(const ct_kargs *k, int n_act, int n_par, int64_t S) {
+    if (k->out.dtype != CT_BF16 && k->out.dtype != CT_F32) return 0;
+    int any = k->out.dtype == CT_BF16;
+    for (int i = 0; i < n_act; i++) {
+        if (k->in[i].dtype != CT_BF16 && k->in[i].dtype != CT_F32) return 0;
+        any |= k->in[i].dtype == CT_BF16;
+    }
+    for (int i = n_act; i < n_par && i < k->node->n_in; i++) {
+        int stats = k->node->op == CT_OP_BATCHNORM && i >= 3;
+        if (k->in[i].dtype != CT_F32 && (stats || k->in[i].dtype != CT_BF16)) return 0;
+        if (k->in[i].dtype == CT_BF16 && ct_tensor_numel(&k->in[i]) > CT_BF16_TILE) return 0;
+    }
+    return !any || (S >= VW && S <= CT_BF16_TILE);
+}
+
 ct_status CT_FN(batchnorm)(ct_kargs *k) {
     int64_t N, C, S;
     bn_dims(&k->in[0], &N, &C, &S);
-    const float *x = k->in[0].data, *gamma = k->in[1].data, *beta = k->in[2].data;
+    if (!nm_io_ok(k, 1, 5, S)) return CT_E_UNSUPPORTED;
+    const ct_tensor *X = &k->in[0], *Y = &k->out;
+    const float *x = k->in[0].data; /* gamma, beta: ct_sld (FP32 or BF16) */
     float *rmean = k->in[3].data, *rvar = k->in[4].data, *y = k->out.data;
     float *mean = k->aux, *invstd = mean + C;
     int64_t M = N * S;
     int nt = nm_threads(k, N * C * S);
     if (S >= VW) {
-        /* each channel is N contiguous planes of S floats */
+        /* each channel is N contiguous planes of S floats (BF16: through tiles) */
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t c = 0; c < C; c++) {
+            float xb[CT_BF16_TILE], yb[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
             if (k->training) {
                 double s = 0, dummy = 0, s1 = 0, s2 = 0;
-                for (int64_t n = 0; n < N; n++) nm_accum(NM_SUM, x + (n * C + c) * S, NULL, NULL, S, 0, 0, &s, &dummy);
+                for (int64_t n = 0; n < N; n++)
+                    nm_accum(NM_SUM, ct_tile_in(X, (n * C + c) * S, S, xb), NULL, NULL, S, 0, 0, &s, &dummy);
                 float mf = (float)(s / (double)M);
-                for (int64_t n = 0; n < N; n++) nm_accum(NM_CTR, x + (n * C + c) * S, NULL, NULL, S, mf, 0, &s1, &s2);
+                for (int64_t n = 0; n < N; n++)
+                    nm_accum(NM_CTR, ct_tile_in(X, (n * C + c) * S, S, xb), NULL, NULL, S, mf, 0, &s1, &s2);
                 double mu, var, unb;
                 bn_moments(mf, s1, s2, M, &mu, &var, &unb);
                 bn_finish(k, c, mu, var, unb, rmean, rvar, mean, invstd);
             } else {
                 bn_finish(k, c, rmean[c], rvar[c], 0, rmean, rvar, mean, invstd);
             }
-            vf vm = vset1(mean[c]), va = vset1(invstd[c] * gamma[c]), vb = vset1(beta[c]);
+            vf vm = vset1(mean[c]), va = vset1(invstd[c] * ct_sld(&k->in[1], c)), vb = vset1(ct_sld(&k->in[2], c));
             for (int64_t n = 0; n < N; n++) {
-                const float *xp = x + (n * C + c) * S;
-                float *yp = y + (n * C + c) * S;
+                const float *xp = ct_tile_in(X, (n * C + c) * S, S, xb);
+                float *yp = ct_tile_out(Y, (n * C + c) * S, yb);
                 int64_t i = 0;
                 for (; i + VW <= S; i += VW) vstore(yp + i, vfma(vsub(vload(xp + i), vm), va, vb));
                 if (i < S) {
                     int t = (int)(S - i);
                     vtail_store(yp + i, vfma(vsub(vtail_load(xp + i, t), vm), va, vb), t);
                 }
+                ct_tile_put(Y, (n * C + c) * S, S, yb);
             }
         }
         return CT_OK;
@@ -240,8 +274,8 @@ ct_status CT_FN(batchnorm)(ct_kargs *k) {
         for (int64_t c = c0; c < c1; c++)
             for (int64_t i = 0; i < S; i++) {
                 mcol[(c - c0) * S + i] = mean[c];
-                acol[(c - c0) * S + i] = invstd[c] * gamma[c];
-                bcol[(c - c0) * S + i] = beta[c];
+                acol[(c - c0) * S + i] = invstd[c] * ct_sld(&k->in[1], c);
+                bcol[(c - c0) * S + i] = ct_sld(&k->in[2], c);
             }
         for (int64_t n = 0; n < N; n++)
             for (int j = 0; j < w; j += VW) {
@@ -256,13 +290,15 @@ ct_status CT_FN(batchnorm)(ct_kargs *k) {
 }
 
 /* Per-channel sums for the backward kernels: sdy = sum dy, sdxc = sum dy*(x - mean). */
-static void bn_bwd_sums_plane(const float *dy, const float *x, int64_t N, int64_t C, int64_t S, int64_t c, float m,
-                              int mode, double *sdy, double *sdxc) {
+static void bn_bwd_sums_plane(const ct_tensor *DY, const ct_tensor *X, int64_t N, int64_t C, int64_t S, int64_t c,
+                              float m, int mode, double *sdy, double *sdxc) {
+    float xb[CT_BF16_TILE], db[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
     *sdy = *sdxc = 0;
     for (int64_t n = 0; n < N; n++) {
         int64_t o = (n * C + c) * S;
-        if (mode == NM_BNB) nm_accum(NM_BNB, x + o, dy + o, NULL, S, m, 0, sdy, sdxc);
-        else nm_accum(NM_DOT, x + o, dy + o, NULL, S, m, 0, sdxc, sdy);
+        const float *xp = ct_tile_in(X, o, S, xb), *dp = ct_tile_in(DY, o, S, db);
+        if (mode == NM_BNB) nm_accum(NM_BNB, xp, dp, NULL, S, m, 0, sdy, sdxc);
+        else nm_accum(NM_DOT, xp, dp, NULL, S, m, 0, sdxc, sdy);
     }
 }
 
@@ -270,7 +306,9 @@ static void bn_bwd_sums_plane(const float *dy, const float *x, int64_t N, int64_
 ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
     int64_t N, C, S;
     bn_dims(&k->in[1], &N, &C, &S);
-    const float *dy = k->in[0].data, *x = k->in[1].data, *gamma = k->in[2].data;
+    if (!nm_io_ok(k, 2, 3, S)) return CT_E_UNSUPPORTED;
+    const ct_tensor *DY = &k->in[0], *X = &k->in[1], *DX = &k->out;
+    const float *dy = k->in[0].data, *x = k->in[1].data; /* gamma: ct_sld (FP32 or BF16) */
     const float *mean = k->in_aux[3], *invstd = mean + C;
     float *dx = k->out.data;
     double M = (double)(N * S);
@@ -280,20 +318,24 @@ ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
     if (S >= VW) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t c = 0; c < C; c++) {
+            float xb[CT_BF16_TILE], db[CT_BF16_TILE], ob[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
             double sdy, sdxc;
-            bn_bwd_sums_plane(dy, x, N, C, S, c, mean[c], NM_BNB, &sdy, &sdxc);
+            bn_bwd_sums_plane(DY, X, N, C, S, c, mean[c], NM_BNB, &sdy, &sdxc);
             double is = invstd[c];
-            vf vm = vset1(mean[c]), va = vset1((float)((double)gamma[c] * is)), vb = vset1((float)(sdy / M)),
+            vf vm = vset1(mean[c]), va = vset1((float)((double)ct_sld(&k->in[2], c) * is)), vb = vset1((float)(sdy / M)),
                vc = vset1((float)(-is * is * sdxc / M));
             for (int64_t n = 0; n < N; n++) {
                 int64_t o = (n * C + c) * S, i = 0;
+                const float *xp = ct_tile_in(X, o, S, xb), *dp = ct_tile_in(DY, o, S, db);
+                float *op = ct_tile_out(DX, o, ob);
                 for (; i + VW <= S; i += VW)
-                    vstore(dx + o + i, vmul(vfma(vsub(vload(x + o + i), vm), vc, vsub(vload(dy + o + i), vb)), va));
+                    vstore(op + i, vmul(vfma(vsub(vload(xp + i), vm), vc, vsub(vload(dp + i), vb)), va));
                 if (i < S) {
                     int t = (int)(S - i);
-                    vf v = vfma(vsub(vtail_load(x + o + i, t), vm), vc, vsub(vtail_load(dy + o + i, t), vb));
-                    vtail_store(dx + o + i, vmul(v, va), t);
+                    vf v = vfma(vsub(vtail_load(xp + i, t), vm), vc, vsub(vtail_load(dp + i, t), vb));
+                    vtail_store(op + i, vmul(v, va), t);
                 }
+                ct_tile_put(DX, o, S, ob);
             }
         }
         return CT_OK;
@@ -316,7 +358,7 @@ ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
             }
             double is = invstd[c];
             for (int64_t i = 0; i < S; i++) {
-                acol[(c - c0) * S + i] = (float)((double)gamma[c] * is);
+                acol[(c - c0) * S + i] = (float)((double)ct_sld(&k->in[2], c) * is);
                 bcol[(c - c0) * S + i] = (float)(sdy / M);
                 ccol[(c - c0) * S + i] = (float)(-is * is * sdxc / M);
             }
@@ -337,6 +379,7 @@ ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
 ct_status CT_FN(batchnorm_bwd_gamma)(ct_kargs *k) {
     int64_t N, C, S;
     bn_dims(&k->in[1], &N, &C, &S);
+    if (k->out.dtype != CT_F32 || !nm_io_ok(k, 2, 2, S)) return CT_E_UNSUPPORTED;
     const float *dy = k->in[0].data, *x = k->in[1].data;
     const float *mean = k->in_aux[2], *invstd = mean + C;
     float *dg = k->out.data;
@@ -345,7 +388,7 @@ ct_status CT_FN(batchnorm_bwd_gamma)(ct_kargs *k) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t c = 0; c < C; c++) {
             double sdy, sdxc;
-            bn_bwd_sums_plane(dy, x, N, C, S, c, mean[c], NM_DOT, &sdy, &sdxc);
+            bn_bwd_sums_plane(&k->in[0], &k->in[1], N, C, S, c, mean[c], NM_DOT, &sdy, &sdxc);
             dg[c] = (float)(sdxc * invstd[c]);
         }
         return CT_OK;
@@ -374,14 +417,18 @@ ct_status CT_FN(batchnorm_bwd_gamma)(ct_kargs *k) {
 ct_status CT_FN(layernorm)(ct_kargs *k) {
     const ct_tensor *X = &k->in[0];
     int64_t D = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / D;
-    const float *x = X->data, *gamma = k->in[1].data, *beta = k->node->n_in > 2 ? k->in[2].data : NULL;
-    float *y = k->out.data, *mean = k->aux, *invstd = mean + R;
+    if (!nm_io_ok(k, 1, 3, D)) return CT_E_UNSUPPORTED;
+    float *mean = k->aux, *invstd = mean + R;
     double eps = k->node->fa[0];
     int nt = nm_threads(k, R * D);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t r = 0; r < R; r++) {
-        const float *xr = x + r * D;
-        float *yr = y + r * D;
+        float xb[CT_BF16_TILE], yb[CT_BF16_TILE], gb[CT_BF16_TILE], bb[CT_BF16_TILE]; /* BF16 tiles */
+        const float *xr = ct_tile_in(X, r * D, D, xb);
+        float *yr = ct_tile_out(&k->out, r * D, yb);
+        /* gamma, beta: FP32, or BF16 (bf16-pure) converted for each row */
+        const float *gamma = ct_tile_in(&k->in[1], 0, D, gb);
+        const float *beta = k->node->n_in > 2 ? ct_tile_in(&k->in[2], 0, D, bb) : NULL;
         double s = 0, dummy = 0, s1 = 0, s2 = 0;
         nm_accum(NM_SUM, xr, NULL, NULL, D, 0, 0, &s, &dummy);
         float mf = (float)(s / (double)D);
@@ -401,6 +448,7 @@ ct_status CT_FN(layernorm)(ct_kargs *k) {
                         beta ? vtail_load(beta + i, t) : vzero());
             vtail_store(yr + i, v, t);
         }
+        ct_tile_put(&k->out, r * D, D, yb);
     }
     return CT_OK;
 }
@@ -410,14 +458,15 @@ ct_status CT_FN(layernorm)(ct_kargs *k) {
 ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
     const ct_tensor *X = &k->in[1];
     int64_t D = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / D;
-    const float *dy = k->in[0].data, *x = X->data, *gamma = k->in[2].data;
+    if (!nm_io_ok(k, 2, 3, D)) return CT_E_UNSUPPORTED;
     const float *mean = k->in_aux[3], *invstd = mean + R;
-    float *dx = k->out.data;
     int nt = nm_threads(k, R * D);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t r = 0; r < R; r++) {
-        const float *xr = x + r * D, *dyr = dy + r * D;
-        float *dxr = dx + r * D;
+        float xb[CT_BF16_TILE], db[CT_BF16_TILE], ob[CT_BF16_TILE], gb[CT_BF16_TILE]; /* BF16 tiles */
+        const float *xr = ct_tile_in(X, r * D, D, xb), *dyr = ct_tile_in(&k->in[0], r * D, D, db);
+        const float *gamma = ct_tile_in(&k->in[2], 0, D, gb); /* FP32, or BF16 (bf16-pure) */
+        float *dxr = ct_tile_out(&k->out, r * D, ob);
         double sg = 0, sgx = 0, is = invstd[r];
         nm_accum(NM_LNB, xr, dyr, gamma, D, mean[r], invstd[r], &sg, &sgx);
         vf vm = vset1(mean[r]), vis = vset1(invstd[r]), vk = vset1((float)(sg / (double)D)),
@@ -432,6 +481,7 @@ ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
             vf g = vmul(vtail_load(dyr + i, t), vtail_load(gamma + i, t));
             vtail_store(dxr + i, vmul(vfma(vsub(vtail_load(xr + i, t), vm), vc, vsub(g, vk)), vis), t);
         }
+        ct_tile_put(&k->out, r * D, D, ob);
     }
     return CT_OK;
 }
@@ -444,9 +494,9 @@ ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
 #define LN_PART_CAP 8192 /* doubles of partial sums on the stack */
 
 ct_status CT_FN(layernorm_bwd_gamma)(ct_kargs *k) {
-    const ct_tensor *X = &k->in[1];
+    const ct_tensor *X = &k->in[1], *DY = &k->in[0];
     int64_t D = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / D;
-    const float *dy = k->in[0].data, *x = X->data;
+    if (k->out.dtype != CT_F32 || !nm_io_ok(k, 2, 2, VW)) return CT_E_UNSUPPORTED; /* BF16: vector loads */
     const float *mean = k->in_aux[2], *invstd = mean + R;
     float *dg = k->out.data;
     int nt = nm_threads(k, R * D);
@@ -469,8 +519,8 @@ ct_status CT_FN(layernorm_bwd_gamma)(ct_kargs *k) {
                 vf p = vzero();
                 for (int64_t r = n0; r < n1; r++) {
                     int64_t off = r * D + j0 + j;
-                    vf xh = vmul(vsub(nm_ldn(x + off, nl), vset1(mean[r])), vset1(invstd[r]));
-                    p = vfma(nm_ldn(dy + off, nl), xh, p);
+                    vf xh = vmul(vsub(ct_vld(X, off, nl), vset1(mean[r])), vset1(invstd[r]));
+                    p = vfma(ct_vld(DY, off, nl), xh, p);
                 }
                 nm_flush(acc + j, p, nl);
             }

@@ -10,11 +10,16 @@
  * Max pooling saves the flat index ih*W+iw of each window's maximum as int32
  * (aux), as the reference: the first maximum in window order, and the first
  * NaN if there is one (NaN propagates, as in PyTorch). The 2x2 windows hold
- * no padding, so the average's divisor is 4 whatever count_include_pad says. */
+ * no padding, so the average's divisor is 4 whatever count_include_pad says.
+ *
+ * BF16 I/O (simd_bf16.h): x / y / dy / dx may be BF16; each plane is then
+ * read and written through FP32 tiles converted in registers, so the result
+ * is the FP32 kernel's on the BF16 values. Planes above CT_BF16_TILE
+ * elements decline (the node gets FP32 copies). */
 #include <math.h>
 #include <string.h>
 
-#include "simd.h"
+#include "simd_bf16.h"
 #include "kernels/pool_plane.h"
 
 /* ---- ISA-specific helpers: int32 vectors, lane masks, even/odd (de)interleave ------- */
@@ -84,6 +89,12 @@ static inline int pl_threads(const ct_kargs *k, int64_t work) {
 typedef ct_pool_dims pl_dims;
 
 static pl_dims pl_get(const ct_kargs *k, const ct_tensor *x, const ct_tensor *y) { return ct_pool_get(k->node, x, y); }
+
+/* I/O: in[0] and out FP32 or BF16; BF16 planes fit a tile. */
+static int pl_io_ok(const ct_kargs *k, const pl_dims *d) {
+    if (!ct_bf16_io(k, 1)) return k->out.dtype == CT_F32 && k->in[0].dtype == CT_F32;
+    return d->H * d->W <= CT_BF16_TILE && d->OH * d->OW <= CT_BF16_TILE;
+}
 
 static int pl_is_2x2(const pl_dims *d) {
     return d->KH == 2 && d->KW == 2 && d->SH == 2 && d->SW == 2 && d->PH == 0 && d->PW == 0 && d->DH == 1 &&
@@ -157,16 +168,20 @@ static void maxpool_2x2_plane(const float *x, float *y, int32_t *arg, const pl_d
 
 ct_status CT_FN(maxpool2d)(ct_kargs *k) {
     pl_dims d = pl_get(k, &k->in[0], &k->out);
-    const float *x = k->in[0].data;
-    float *y = k->out.data;
+    if (!pl_io_ok(k, &d)) return CT_E_UNSUPPORTED;
+    const ct_tensor *X = &k->in[0], *Y = &k->out;
     int32_t *arg = k->aux;
     int fast = pl_is_2x2(&d);
     int64_t HW = d.H * d.W, OHW = d.OH * d.OW;
     int nt = pl_threads(k, d.NC * HW);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t nc = 0; nc < d.NC; nc++) {
-        if (fast) maxpool_2x2_plane(x + nc * HW, y + nc * OHW, arg + nc * OHW, &d);
-        else ct_maxpool_plane(x + nc * HW, y + nc * OHW, arg + nc * OHW, &d);
+        float xb[CT_BF16_TILE], yb[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
+        const float *x = ct_tile_in(X, nc * HW, HW, xb);
+        float *y = ct_tile_out(Y, nc * OHW, yb);
+        if (fast) maxpool_2x2_plane(x, y, arg + nc * OHW, &d);
+        else ct_maxpool_plane(x, y, arg + nc * OHW, &d);
+        ct_tile_put(Y, nc * OHW, OHW, yb);
     }
     return CT_OK;
 }
@@ -225,19 +240,23 @@ static void maxpool_bwd_2x2_plane(const float *dy, const int32_t *arg, float *dx
 /* in: dy, fwd -> dx */
 ct_status CT_FN(maxpool2d_bwd)(ct_kargs *k) {
     pl_dims d = pl_get(k, &k->out, &k->in[0]);
-    const float *dy = k->in[0].data;
+    if (!pl_io_ok(k, &d)) return CT_E_UNSUPPORTED;
+    const ct_tensor *DY = &k->in[0], *DX = &k->out;
     const int32_t *arg = k->in_aux[1];
-    float *dx = k->out.data;
     int fast = pl_is_2x2(&d);
     int64_t HW = d.H * d.W, OHW = d.OH * d.OW;
     int nt = pl_threads(k, d.NC * HW);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t nc = 0; nc < d.NC; nc++) {
+        float db[CT_BF16_TILE], xb[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
+        const float *dy = ct_tile_in(DY, nc * OHW, OHW, db);
+        float *dx = ct_tile_out(DX, nc * HW, xb);
         if (fast) {
-            maxpool_bwd_2x2_plane(dy + nc * OHW, arg + nc * OHW, dx + nc * HW, &d);
+            maxpool_bwd_2x2_plane(dy, arg + nc * OHW, dx, &d);
         } else {
-            ct_maxpool_bwd_plane(dy + nc * OHW, arg + nc * OHW, dx + nc * HW, &d); /* the reference's scatter-add */
+            ct_maxpool_bwd_plane(dy, arg + nc * OHW, dx, &d); /* the reference's scatter-add */
         }
+        ct_tile_put(DX, nc * HW, HW, xb);
     }
     return CT_OK;
 }
@@ -264,15 +283,19 @@ static void avgpool_2x2_plane(const float *x, float *y, const pl_dims *d) {
 
 ct_status CT_FN(avgpool2d)(ct_kargs *k) {
     pl_dims d = pl_get(k, &k->in[0], &k->out);
-    const float *x = k->in[0].data;
-    float *y = k->out.data;
+    if (!pl_io_ok(k, &d)) return CT_E_UNSUPPORTED;
+    const ct_tensor *X = &k->in[0], *Y = &k->out;
     int fast = pl_is_2x2(&d);
     int64_t HW = d.H * d.W, OHW = d.OH * d.OW;
     int nt = pl_threads(k, d.NC * HW);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t nc = 0; nc < d.NC; nc++) {
-        if (fast) avgpool_2x2_plane(x + nc * HW, y + nc * OHW, &d);
-        else ct_avgpool_plane(x + nc * HW, y + nc * OHW, &d);
+        float xb[CT_BF16_TILE], yb[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
+        const float *x = ct_tile_in(X, nc * HW, HW, xb);
+        float *y = ct_tile_out(Y, nc * OHW, yb);
+        if (fast) avgpool_2x2_plane(x, y, &d);
+        else ct_avgpool_plane(x, y, &d);
+        ct_tile_put(Y, nc * OHW, OHW, yb);
     }
     return CT_OK;
 }
@@ -299,18 +322,19 @@ static void avgpool_bwd_2x2_plane(const float *dy, float *dx, const pl_dims *d) 
 /* in: dy -> dx */
 ct_status CT_FN(avgpool2d_bwd)(ct_kargs *k) {
     pl_dims d = pl_get(k, &k->out, &k->in[0]);
-    const float *dy = k->in[0].data;
-    float *dx = k->out.data;
+    if (!pl_io_ok(k, &d)) return CT_E_UNSUPPORTED;
+    const ct_tensor *DY = &k->in[0], *DX = &k->out;
     int fast = pl_is_2x2(&d);
     int64_t HW = d.H * d.W, OHW = d.OH * d.OW;
     int nt = pl_threads(k, d.NC * HW);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t nc = 0; nc < d.NC; nc++) {
-        if (fast) {
-            avgpool_bwd_2x2_plane(dy + nc * OHW, dx + nc * HW, &d);
-            continue;
-        }
-        ct_avgpool_bwd_plane(dy + nc * OHW, dx + nc * HW, &d);
+        float db[CT_BF16_TILE], xb[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
+        const float *dy = ct_tile_in(DY, nc * OHW, OHW, db);
+        float *dx = ct_tile_out(DX, nc * HW, xb);
+        if (fast) avgpool_bwd_2x2_plane(dy, dx, &d);
+        else ct_avgpool_bwd_plane(dy, dx, &d);
+        ct_tile_put(DX, nc * HW, HW, xb);
     }
     return CT_OK;
 }

@@ -10,8 +10,24 @@
  * vectors over short blocks and flushed to double; the split of the work into
  * pieces depends only on the shape, so results are exactly reproducible for
  * any thread count. broadcast_to covers every pattern that coalesces to at
- * most 3 dims. */
-#include "simd.h"
+ * most 3 dims.
+ *
+ * BF16 I/O (simd_bf16.h): sum and sum_to read a BF16 input directly (vector
+ * loads converting in registers, the same float sums as for FP32) and write
+ * an FP32 output (e.g. a bias gradient from a BF16 dy) or a BF16 one. */
+#include "simd_bf16.h"
+
+#define RD_INLINE static inline __attribute__((always_inline))
+/* VW elements at x[i] (bf: x is BF16) */
+RD_INLINE vf rd_ld(const void *x, int64_t i, int bf) {
+    return bf ? vload_bf16((const uint16_t *)x + i) : vload((const float *)x + i);
+}
+RD_INLINE vf rd_tail(const void *x, int64_t i, int n, int bf) {
+    return bf ? vtail_load_bf16((const uint16_t *)x + i, n) : vtail_load((const float *)x + i, n);
+}
+RD_INLINE float rd_s(const void *x, int64_t i, int bf) {
+    return bf ? ct_bf16_to_f32(((const uint16_t *)x)[i]) : ((const float *)x)[i];
+}
 
 #define RD_PAR 32768   /* elements per parallel piece                        */
 #define RD_PART 1024   /* most partial sums (doubles, on the stack) per call */
@@ -19,31 +35,36 @@
 #define RD_RB 32       /* rows summed in float before adding to double      */
 #define RD_CB (4 * VW) /* columns per column block                           */
 
-/* sum of n contiguous floats */
-static double seg_sum(const float *p, int64_t n) {
+/* sum of the n contiguous elements at x[o] */
+RD_INLINE double seg_sum_t(const void *x, int64_t o, int64_t n, int bf) {
     double acc = 0;
     int64_t i = 0;
     while (i < n) {
         int64_t e = CT_MIN(n, i + RD_FLUSH);
         vf s0 = vzero(), s1 = vzero(), s2 = vzero(), s3 = vzero();
         for (; i + 4 * VW <= e; i += 4 * VW) {
-            s0 = vadd(s0, vload(p + i));
-            s1 = vadd(s1, vload(p + i + VW));
-            s2 = vadd(s2, vload(p + i + 2 * VW));
-            s3 = vadd(s3, vload(p + i + 3 * VW));
+            s0 = vadd(s0, rd_ld(x, o + i, bf));
+            s1 = vadd(s1, rd_ld(x, o + i + VW, bf));
+            s2 = vadd(s2, rd_ld(x, o + i + 2 * VW, bf));
+            s3 = vadd(s3, rd_ld(x, o + i + 3 * VW, bf));
         }
-        for (; i + VW <= e; i += VW) s0 = vadd(s0, vload(p + i));
+        for (; i + VW <= e; i += VW) s0 = vadd(s0, rd_ld(x, o + i, bf));
         if (i < e) {
-            s1 = vadd(s1, vtail_load(p + i, (int)(e - i)));
+            s1 = vadd(s1, rd_tail(x, o + i, (int)(e - i), bf));
             i = e;
         }
         acc += (double)vhsum(vadd(vadd(s0, s1), vadd(s2, s3)));
     }
     return acc;
 }
+static double seg_sum(const void *x, int64_t o, int64_t n, int bf) {
+    return bf ? seg_sum_t(x, o, n, 1) : seg_sum_t(x, o, n, 0);
+}
 
-/* acc[j] = sum over rows r0..r1-1 of x[r*ld + c0 + j], j < w <= RD_CB */
-static void col_sum(const float *x, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int w, double *acc) {
+/* acc[j] = sum over rows r0..r1-1 of x[r*ld + c0 + j], j < w <= RD_CB (x's
+ * elements from xo on) */
+RD_INLINE void col_sum_t(const void *x, int64_t xo, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int w,
+                         double *acc, int bf) {
     float tmp[RD_CB];
     int nf = w / VW, tail = w % VW;
     for (int j = 0; j < w; j++) acc[j] = 0;
@@ -52,23 +73,34 @@ static void col_sum(const float *x, int64_t ld, int64_t r0, int64_t r1, int64_t 
         vf s[4] = {vzero(), vzero(), vzero(), vzero()};
         if (nf == 4) {
             for (int64_t q = r; q < re; q++) {
-                const float *p = x + q * ld + c0;
-                s[0] = vadd(s[0], vload(p));
-                s[1] = vadd(s[1], vload(p + VW));
-                s[2] = vadd(s[2], vload(p + 2 * VW));
-                s[3] = vadd(s[3], vload(p + 3 * VW));
+                int64_t p = xo + q * ld + c0;
+                s[0] = vadd(s[0], rd_ld(x, p, bf));
+                s[1] = vadd(s[1], rd_ld(x, p + VW, bf));
+                s[2] = vadd(s[2], rd_ld(x, p + 2 * VW, bf));
+                s[3] = vadd(s[3], rd_ld(x, p + 3 * VW, bf));
             }
         } else {
             for (int64_t q = r; q < re; q++) {
-                const float *p = x + q * ld + c0;
-                for (int v = 0; v < nf; v++) s[v] = vadd(s[v], vload(p + v * VW));
-                if (tail) s[nf] = vadd(s[nf], vtail_load(p + nf * VW, tail));
+                int64_t p = xo + q * ld + c0;
+                for (int v = 0; v < nf; v++) s[v] = vadd(s[v], rd_ld(x, p + v * VW, bf));
+                if (tail) s[nf] = vadd(s[nf], rd_tail(x, p + nf * VW, tail, bf));
             }
         }
         for (int v = 0; v < nf; v++) vstore(tmp + v * VW, s[v]);
         if (tail) vtail_store(tmp + nf * VW, s[nf], tail);
         for (int j = 0; j < w; j++) acc[j] += tmp[j];
     }
+}
+static void col_sum(const void *x, int64_t xo, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int w, double *acc,
+                    int bf) {
+    if (bf) col_sum_t(x, xo, ld, r0, r1, c0, w, acc, 1);
+    else col_sum_t(x, xo, ld, r0, r1, c0, w, acc, 0);
+}
+
+/* y[i] = v as y's dtype (FP32 or BF16) */
+static inline void rd_put(const ct_tensor *Y, int64_t i, double v) {
+    if (Y->dtype == CT_BF16) ((uint16_t *)Y->data)[i] = ct_f32_to_bf16((float)v);
+    else ((float *)Y->data)[i] = (float)v;
 }
 
 static int clamp_pieces(int64_t work, int64_t outputs) {
@@ -79,8 +111,8 @@ static int clamp_pieces(int64_t work, int64_t outputs) {
 }
 
 /* x viewed as (R1, K, R2), R2 > 1: y[c] = mult * sum over (n, j) of x[n, c, j] */
-static void reduce_inner(const ct_kargs *k, const float *x, int64_t R1, int64_t K, int64_t R2, double mult,
-                         float *y) {
+static void reduce_inner(const ct_kargs *k, const void *x, int bf, int64_t R1, int64_t K, int64_t R2, double mult,
+                         const ct_tensor *y) {
     int64_t L = R1 * R2, total = L * K;
     int P = clamp_pieces(L, K);
     double part[RD_PART];
@@ -95,25 +127,25 @@ static void reduce_inner(const ct_kargs *k, const float *x, int64_t R1, int64_t 
         double acc = 0;
         while (s < e) {
             int64_t len = CT_MIN(R2 - j, e - s);
-            acc += seg_sum(x + (n * K + c) * R2 + j, len);
+            acc += seg_sum(x, (n * K + c) * R2 + j, len, bf);
             s += len;
             n++;
             j = 0;
         }
-        if (P == 1) y[c] = (float)(acc * mult);
+        if (P == 1) rd_put(y, c, acc * mult);
         else part[it] = acc;
     }
     if (P > 1)
         for (int64_t c = 0; c < K; c++) {
             double acc = 0;
             for (int p = 0; p < P; p++) acc += part[c * P + p];
-            y[c] = (float)(acc * mult);
+            rd_put(y, c, acc * mult);
         }
 }
 
 /* x viewed as (K1, R, K2), K2 > 1: y[a, c] = mult * sum over r of x[a, r, c] */
-static void reduce_outer(const ct_kargs *k, const float *x, int64_t K1, int64_t R, int64_t K2, double mult,
-                         float *y) {
+static void reduce_outer(const ct_kargs *k, const void *x, int bf, int64_t K1, int64_t R, int64_t K2, double mult,
+                         const ct_tensor *y) {
     int64_t ncb = (K2 + RD_CB - 1) / RD_CB, outputs = K1 * K2;
     int P = clamp_pieces(R * CT_MIN(K2, RD_CB), outputs);
     double part[RD_PART];
@@ -126,9 +158,9 @@ static void reduce_outer(const ct_kargs *k, const float *x, int64_t K1, int64_t 
         int64_t c0 = cbi * RD_CB;
         int w = (int)CT_MIN(RD_CB, K2 - c0);
         double acc[RD_CB];
-        col_sum(x + a * R * K2, K2, R * p / P, R * (p + 1) / P, c0, w, acc);
+        col_sum(x, a * R * K2, K2, R * p / P, R * (p + 1) / P, c0, w, acc, bf);
         for (int j = 0; j < w; j++) {
-            if (P == 1) y[a * K2 + c0 + j] = (float)(acc[j] * mult);
+            if (P == 1) rd_put(y, a * K2 + c0 + j, acc[j] * mult);
             else part[(a * K2 + c0 + j) * P + p] = acc[j];
         }
     }
@@ -136,14 +168,16 @@ static void reduce_outer(const ct_kargs *k, const float *x, int64_t K1, int64_t 
         for (int64_t o = 0; o < outputs; o++) {
             double acc = 0;
             for (int p = 0; p < P; p++) acc += part[o * P + p];
-            y[o] = (float)(acc * mult);
+            rd_put(y, o, acc * mult);
         }
 }
 
 /* Sums the dims of x (ndim, shape) flagged in `red`; out has the kept dims in
  * order. Declines patterns it does not cover (before writing anything). */
-static ct_status reduce_core(const ct_kargs *k, const float *x, int ndim, const int64_t *shape, const int *red,
-                             double mult, float *y) {
+static ct_status reduce_core(const ct_kargs *k, const ct_tensor *X, const int *red, double mult, const ct_tensor *y) {
+    const void *x = X->data;
+    int ndim = X->ndim, bf = X->dtype == CT_BF16;
+    const int64_t *shape = X->shape;
     int64_t gs[CT_MAX_DIMS];
     int gr[CT_MAX_DIMS], g = 0;
     for (int i = 0; i < ndim; i++) {
@@ -158,39 +192,42 @@ static ct_status reduce_core(const ct_kargs *k, const float *x, int ndim, const 
         }
     }
     if (g == 0) {
-        y[0] = (float)((double)x[0] * mult);
+        rd_put(y, 0, (double)rd_s(x, 0, bf) * mult);
         return CT_OK;
     }
     if (g > 3) return CT_E_UNSUPPORTED; /* e.g. R K R K: the reference does it */
     /* groups alternate between reduced and kept */
     if (gr[g - 1]) { /* R | K R | R K R */
         int64_t R1 = g == 3 ? gs[0] : 1, K = g >= 2 ? gs[g - 2] : 1;
-        reduce_inner(k, x, R1, K, gs[g - 1], mult, y);
+        reduce_inner(k, x, bf, R1, K, gs[g - 1], mult, y);
         return CT_OK;
     }
     if (g == 1) { /* nothing reduced (only size-1 dims) */
-        for (int64_t i = 0; i < gs[0]; i++) y[i] = (float)((double)x[i] * mult);
+        for (int64_t i = 0; i < gs[0]; i++) rd_put(y, i, (double)rd_s(x, i, bf) * mult);
         return CT_OK;
     }
     int64_t K1 = g == 3 ? gs[0] : 1; /* R K | K R K */
-    reduce_outer(k, x, K1, gs[g - 2], gs[g - 1], mult, y);
+    reduce_outer(k, x, bf, K1, gs[g - 2], gs[g - 1], mult, y);
     return CT_OK;
 }
 
 ct_status CT_FN(sum)(ct_kargs *k) {
     const ct_tensor *X = &k->in[0];
-    if (X->dtype != CT_F32 || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
+    if ((X->dtype != CT_F32 && X->dtype != CT_BF16) || (k->out.dtype != CT_F32 && k->out.dtype != CT_BF16))
+        return CT_E_UNSUPPORTED;
     uint32_t mask = (uint32_t)k->node->ia[0];
     int red[CT_MAX_DIMS];
     for (int i = 0; i < X->ndim; i++) red[i] = (mask >> i) & 1;
-    return reduce_core(k, X->data, X->ndim, X->shape, red, (double)k->node->fa[0], k->out.data);
+    return reduce_core(k, X, red, (double)k->node->fa[0], &k->out);
 }
 
 /* in: x (broadcast shape) -> out (the smaller shape x was broadcast from,
  * aligned to the right as in NumPy) */
 ct_status CT_FN(sum_to)(ct_kargs *k) {
     const ct_tensor *X = &k->in[0], *O = &k->out;
-    if (X->dtype != CT_F32 || O->dtype != CT_F32 || O->ndim > X->ndim) return CT_E_UNSUPPORTED;
+    if ((X->dtype != CT_F32 && X->dtype != CT_BF16) || (O->dtype != CT_F32 && O->dtype != CT_BF16) ||
+        O->ndim > X->ndim)
+        return CT_E_UNSUPPORTED;
     int red[CT_MAX_DIMS], off = X->ndim - O->ndim;
     for (int i = 0; i < X->ndim; i++) {
         int j = i - off;
@@ -198,7 +235,7 @@ ct_status CT_FN(sum_to)(ct_kargs *k) {
         if (os != X->shape[i] && os != 1) return CT_E_UNSUPPORTED;
         red[i] = os == 1 && X->shape[i] != 1;
     }
-    return reduce_core(k, X->data, X->ndim, X->shape, red, 1.0, O->data);
+    return reduce_core(k, X, red, 1.0, O);
 }
 
 /* ---- broadcast_to ------------------------------------------------------------------------- */

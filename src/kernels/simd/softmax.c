@@ -8,10 +8,15 @@
  * differences of the backward ops keep their relative accuracy. The cross-entropy
  * total is summed over a fixed split of the rows, so every result is exactly
  * reproducible for any thread count. Labels are checked in row order before
- * any work, with the reference's error message. */
+ * any work, with the reference's error message.
+ *
+ * BF16 I/O (simd_bf16.h): softmax, log_softmax and their gradients read and
+ * write BF16 rows through FP32 tiles converted in registers (the FP32 math
+ * on the BF16 values); rows above CT_BF16_TILE decline. The cross-entropy
+ * kernels take FP32 (the autocast policy casts logits to FP32 first). */
 #include <math.h>
 
-#include "simd.h"
+#include "simd_bf16.h"
 
 #define CE_BLOCKS 256 /* fixed row blocks of the cross-entropy total       */
 
@@ -160,17 +165,26 @@ static void log_softmax_row(const float *x, float *y, int64_t C) {
     if (i < C) vtail_store(y + i, vsub(vsub(vtail_load(x + i, (int)(C - i)), vm), vl), (int)(C - i));
 }
 
+/* FP32 I/O, or some BF16 with rows that fit a tile (n_in inputs) */
+static int sm_io_ok(const ct_kargs *k, int n_in, int64_t C) {
+    int f32 = k->out.dtype == CT_F32;
+    for (int i = 0; i < n_in; i++) f32 &= k->in[i].dtype == CT_F32;
+    return f32 || (ct_bf16_io(k, n_in) && C <= CT_BF16_TILE);
+}
+
 static ct_status softmax_common(ct_kargs *k, int logsm) {
-    if (k->in[0].dtype != CT_F32 || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
     int64_t R, C;
     rows_of(&k->out, &R, &C);
-    const float *x = k->in[0].data;
-    float *y = k->out.data;
+    if (!sm_io_ok(k, 1, C)) return CT_E_UNSUPPORTED;
     int nt = row_threads(k, R, C);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int64_t r = 0; r < R; r++) {
-        if (logsm) log_softmax_row(x + r * C, y + r * C, C);
-        else softmax_row(x + r * C, y + r * C, C);
+        float xb[CT_BF16_TILE], yb[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
+        const float *x = ct_tile_in(&k->in[0], r * C, C, xb);
+        float *y = ct_tile_out(&k->out, r * C, yb);
+        if (logsm) log_softmax_row(x, y, C);
+        else softmax_row(x, y, C);
+        ct_tile_put(&k->out, r * C, C, yb);
     }
     return CT_OK;
 }
@@ -181,16 +195,15 @@ ct_status CT_FN(log_softmax)(ct_kargs *k) { return softmax_common(k, 1); }
 /* in: dy, y -> dx = y * (dy - sum(dy*y)); the sum is applied as hi + lo so
  * dy - sum keeps its accuracy when they nearly cancel */
 ct_status CT_FN(softmax_bwd)(ct_kargs *k) {
-    if (k->in[0].dtype != CT_F32 || k->in[1].dtype != CT_F32 || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
     int64_t R, C;
     rows_of(&k->out, &R, &C);
-    const float *dy = k->in[0].data, *y = k->in[1].data;
-    float *dx = k->out.data;
+    if (!sm_io_ok(k, 2, C)) return CT_E_UNSUPPORTED;
     int nt = row_threads(k, R, C);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int64_t r = 0; r < R; r++) {
-        const float *g = dy + r * C, *p = y + r * C;
-        float *o = dx + r * C;
+        float gb[CT_BF16_TILE], pb[CT_BF16_TILE], ob[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
+        const float *g = ct_tile_in(&k->in[0], r * C, C, gb), *p = ct_tile_in(&k->in[1], r * C, C, pb);
+        float *o = ct_tile_out(&k->out, r * C, ob);
         double s = dot_sum(g, p, C);
         float hi = (float)s, lo = (float)(s - hi);
         vf vh = vset1(hi), vlo = vset1(lo);
@@ -200,22 +213,22 @@ ct_status CT_FN(softmax_bwd)(ct_kargs *k) {
             int t = (int)(C - i);
             vtail_store(o + i, vmul(vtail_load(p + i, t), vsub(vsub(vtail_load(g + i, t), vh), vlo)), t);
         }
+        ct_tile_put(&k->out, r * C, C, ob);
     }
     return CT_OK;
 }
 
 /* in: dy, y (log-probs) -> dx = dy - exp(y) * sum(dy) */
 ct_status CT_FN(log_softmax_bwd)(ct_kargs *k) {
-    if (k->in[0].dtype != CT_F32 || k->in[1].dtype != CT_F32 || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
     int64_t R, C;
     rows_of(&k->out, &R, &C);
-    const float *dy = k->in[0].data, *y = k->in[1].data;
-    float *dx = k->out.data;
+    if (!sm_io_ok(k, 2, C)) return CT_E_UNSUPPORTED;
     int nt = row_threads(k, R, C);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int64_t r = 0; r < R; r++) {
-        const float *g = dy + r * C, *p = y + r * C;
-        float *o = dx + r * C;
+        float gb[CT_BF16_TILE], pb[CT_BF16_TILE], ob[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
+        const float *g = ct_tile_in(&k->in[0], r * C, C, gb), *p = ct_tile_in(&k->in[1], r * C, C, pb);
+        float *o = ct_tile_out(&k->out, r * C, ob);
         double s = dot_sum(g, NULL, C);
         float hi = (float)s, lo = (float)(s - hi);
         vf nh = vset1(-hi), nl = vset1(-lo);
@@ -229,6 +242,7 @@ ct_status CT_FN(log_softmax_bwd)(ct_kargs *k) {
             vf e = vexp(vtail_load(p + i, t));
             vtail_store(o + i, vfma(e, nl, vfma(e, nh, vtail_load(g + i, t))), t);
         }
+        ct_tile_put(&k->out, r * C, C, ob);
     }
     return CT_OK;
 }

@@ -1,0 +1,761 @@
+/* tests/test_bf16_kernels.c - the AVX2 / AVX-512 kernels that read and write
+ * BF16 themselves (ct_op_info.simd_bf16, src/kernels/simd/simd_bf16.h),
+ * called directly on hand-built ct_kargs, and whole BF16 plans using them.
+ *
+ * Kernel cases: every input of the case is a BF16-representable value. Each
+ * SIMD slot the CPU has (AVX2 always, AVX-512 where present) runs the kernel
+ * three ways:
+ *   bf16  the BF16 tensors themselves (the path under test),
+ *   f32   the same SIMD kernel on FP32 copies of the same values, output
+ *         rounded to BF16 afterwards (what the executor's copies give),
+ *   ref   the reference kernel on the FP32 values, output rounded to BF16.
+ * Checked: bf16 == f32 bit for bit (output and saved state: the kernels
+ * convert in registers and do the FP32 math unchanged), and bf16 within one
+ * BF16 rounding of ref (the SIMD kernels differ from the reference by ~1e-7,
+ * which can move a value across a BF16 rounding boundary). Shapes cover
+ * tails, several tiles and threading. Configurations outside a kernel's
+ * BF16 reach (a plane or row above CT_BF16_TILE, batchnorm's column path)
+ * must decline with CT_E_UNSUPPORTED.
+ *
+ * Plan cases: a BF16 CNN and a small GPT trained a few steps with the SIMD
+ * kernels reading BF16 (default) and with CT_BF16_NATIVE=0 (FP32 copies for
+ * every kernel): where oneDNN's BF16 is not native by default (this
+ * project's machine), the two runs are the same computation and must agree
+ * bit for bit; the activation arena of the BF16 CNN is at most 55% of the
+ * FP32 one when matmul/conv run natively too (CT_BF16_NATIVE=1). */
+#include <stdint.h>
+
+#include "graph/ir.h"
+#include "kernels/kernels.h"
+#include "test.h"
+
+static ct_context *g_ctx;
+static int g_slots[2], g_nslots;
+
+static void teardown(void) {
+    ct_context_free(g_ctx);
+    g_ctx = NULL;
+}
+
+static void setup(void) {
+    if (g_ctx) return;
+    g_ctx = test_ctx(-1, 0);
+    atexit(teardown);
+    g_nslots = test_fast_slots(g_ctx, g_slots);
+}
+
+/* ---- one kernel case ------------------------------------------------------------------------ */
+
+enum { IN_BF16 = 0, IN_F32, IN_STATE, IN_I32 };
+
+typedef struct {
+    const char *label;
+    ct_op op;
+    int64_t ia[8];
+    float fa[2];
+    int n_in;
+    int kind[CT_MAX_INPUTS];          /* IN_*: BF16 / FP32 data, a state input (aux), int32 ids */
+    int nd[CT_MAX_INPUTS];
+    int64_t shape[CT_MAX_INPUTS][4];
+    float lo[CT_MAX_INPUTS], hi[CT_MAX_INPUTS];
+    int out_nd;
+    int64_t out_shape[4];
+    int out_bf16;                     /* 1: BF16 output, 0: FP32 */
+    size_t aux_bytes;                 /* saved state the kernel writes */
+    const void *state_aux;            /* in_aux of every input (the backward's forward node) */
+    double floor;                     /* relative error floor for the comparison with ref */
+    const float *fixed[CT_MAX_INPUTS]; /* given values (BF16-representable) instead of random ones */
+} kcase;
+
+static int64_t nel(int nd, const int64_t *s) {
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++) n *= s[i];
+    return n;
+}
+
+static float bround(float x) { return ct_bf16_to_f32(ct_f32_to_bf16(x)); }
+
+typedef struct {
+    float *vals[CT_MAX_INPUTS];       /* data inputs' values (BF16-representable) */
+    int32_t *ids[CT_MAX_INPUTS];
+} kdata;
+
+static void kdata_make(const kcase *c, unsigned seed, kdata *d) {
+    memset(d, 0, sizeof *d);
+    for (int i = 0; i < c->n_in; i++) {
+        int64_t n = nel(c->nd[i], c->shape[i]);
+        if (c->kind[i] == IN_STATE) continue;
+        if (c->kind[i] == IN_I32) {
+            d->ids[i] = malloc((size_t)n * sizeof(int32_t));
+            for (int64_t j = 0; j < n; j++) d->ids[i][j] = (int32_t)((j * 7 + seed) % (unsigned)c->hi[i]);
+            continue;
+        }
+        d->vals[i] = malloc((size_t)n * sizeof(float));
+        if (c->fixed[i]) {
+            memcpy(d->vals[i], c->fixed[i], (size_t)n * sizeof(float));
+            continue;
+        }
+        test_fill_uniform(d->vals[i], (size_t)n, seed + 17u * (unsigned)i, c->lo[i], c->hi[i]);
+        if (c->kind[i] == IN_BF16)
+            for (int64_t j = 0; j < n; j++) d->vals[i][j] = bround(d->vals[i][j]);
+    }
+}
+
+static void kdata_free(const kcase *c, kdata *d) {
+    for (int i = 0; i < c->n_in; i++) {
+        free(d->vals[i]);
+        free(d->ids[i]);
+    }
+}
+
+/* Runs c on `slot`; bf16: BF16 tensors for IN_BF16 inputs and a BF16 output
+ * (else FP32 ones). out: the output as floats (BF16 rounded when the case's
+ * output is BF16), aux: the saved state. Returns the kernel's status. */
+static ct_status krun(const kcase *c, const kdata *d, int slot, int bf16, float *out, void *aux) {
+    ct_node_def nd;
+    memset(&nd, 0, sizeof nd);
+    nd.op = c->op;
+    nd.n_in = c->n_in;
+    memcpy(nd.ia, c->ia, sizeof c->ia);
+    nd.fa[0] = c->fa[0];
+    nd.fa[1] = c->fa[1];
+    nd.ndim = c->out_nd;
+    memcpy(nd.shape, c->out_shape, sizeof c->out_shape);
+    int out_bf = bf16 && c->out_bf16;
+    nd.dtype = out_bf ? CT_BF16 : CT_F32;
+    ct_kargs k;
+    memset(&k, 0, sizeof k);
+    k.ctx = g_ctx;
+    k.node = &nd;
+    k.nthreads = ct_context_num_threads(g_ctx);
+    k.training = 1;
+    k.seed = 99;
+    k.step = 3;
+    int64_t no = nel(c->out_nd, c->out_shape);
+    void *obuf = calloc((size_t)(no ? no : 1), sizeof(float));
+    k.out = ct_tensor_make(obuf, nd.dtype, c->out_nd, c->out_shape);
+    void *ibuf[CT_MAX_INPUTS] = {0};
+    for (int i = 0; i < c->n_in; i++) {
+        int64_t n = nel(c->nd[i], c->shape[i]);
+        if (c->kind[i] == IN_STATE) {
+            k.in[i] = ct_tensor_make(NULL, bf16 ? CT_BF16 : CT_F32, c->nd[i], c->shape[i]);
+            k.in_aux[i] = (void *)c->state_aux;
+            continue;
+        }
+        if (c->kind[i] == IN_I32) {
+            ibuf[i] = malloc((size_t)n * sizeof(int32_t));
+            memcpy(ibuf[i], d->ids[i], (size_t)n * sizeof(int32_t));
+            k.in[i] = ct_tensor_make(ibuf[i], CT_I32, c->nd[i], c->shape[i]);
+            continue;
+        }
+        int as_bf = bf16 && c->kind[i] == IN_BF16;
+        ibuf[i] = malloc((size_t)n * (as_bf ? 2 : 4));
+        for (int64_t j = 0; j < n; j++) {
+            if (as_bf) ((uint16_t *)ibuf[i])[j] = ct_f32_to_bf16(d->vals[i][j]);
+            else ((float *)ibuf[i])[j] = d->vals[i][j];
+        }
+        k.in[i] = ct_tensor_make(ibuf[i], as_bf ? CT_BF16 : CT_F32, c->nd[i], c->shape[i]);
+        k.in_aux[i] = (void *)c->state_aux;
+    }
+    k.aux = aux;
+    /* scratch: the reference sum accumulates its outputs in doubles */
+    size_t wsb = (size_t)(no + nel(c->nd[0], c->shape[0])) * sizeof(double);
+    if (c->op == CT_OP_ATTENTION || c->op == CT_OP_ATTENTION_BWD) {
+        int64_t T = c->out_shape[1], D = c->op == CT_OP_ATTENTION ? c->out_shape[2] : c->out_shape[2] / 3;
+        wsb = (size_t)k.nthreads * ct_attention_ws_per_thread_bf16(T, D / c->ia[0]);
+    }
+    k.ws = malloc(wsb);
+    k.ws_bytes = wsb;
+    ct_context_clear_error(g_ctx);
+    ct_status s = ct_op_table(c->op)->kernel[slot](&k);
+    free(k.ws);
+    for (int64_t j = 0; j < no; j++) {
+        if (out_bf) out[j] = ct_bf16_to_f32(((uint16_t *)obuf)[j]);
+        else out[j] = c->out_bf16 ? bround(((float *)obuf)[j]) : ((float *)obuf)[j];
+    }
+    free(obuf);
+    for (int i = 0; i < c->n_in; i++) free(ibuf[i]);
+    return s;
+}
+
+/* number of elements where a and b differ as bit patterns (NaN == NaN) */
+static int64_t ndiff(const float *a, const float *b, int64_t n) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t ua, ub;
+        memcpy(&ua, &a[i], 4);
+        memcpy(&ub, &b[i], 4);
+        m += ua != ub && !(isnan(a[i]) && isnan(b[i]));
+    }
+    return m;
+}
+
+/* Runs the three ways on every slot and checks them (see the file comment).
+ * Returns the worst relative difference to ref; -1 after a failed check. */
+static double kcheck(const kcase *c, unsigned seed) {
+    kdata d;
+    kdata_make(c, seed, &d);
+    int64_t no = nel(c->out_nd, c->out_shape);
+    size_t ab = c->aux_bytes ? c->aux_bytes : 4;
+    float *ob = malloc((size_t)(no ? no : 1) * 4), *of = malloc((size_t)(no ? no : 1) * 4),
+          *orf = malloc((size_t)(no ? no : 1) * 4);
+    char *ab1 = calloc(1, ab), *ab2 = calloc(1, ab), *ab3 = calloc(1, ab);
+    double worst = 0;
+    int ok = krun(c, &d, CT_KERNEL_REF, 0, orf, ab3) == CT_OK;
+    if (!ok) fprintf(stderr, "  %s: the reference failed: %s\n", c->label, ct_context_last_error(g_ctx));
+    for (int si = 0; ok && si < g_nslots; si++) {
+        int slot = g_slots[si];
+        ct_status s1 = krun(c, &d, slot, 1, ob, ab1), s2 = krun(c, &d, slot, 0, of, ab2);
+        if (s1 != CT_OK || s2 != CT_OK) {
+            fprintf(stderr, "  %s [%s]: bf16 %s, f32 %s: %s\n", c->label, ct_kernel_slot_name(slot), ct_status_name(s1),
+                    ct_status_name(s2), ct_context_last_error(g_ctx));
+            ok = 0;
+            break;
+        }
+        int64_t nd = ndiff(ob, of, no);
+        if (nd || memcmp(ab1, ab2, ab)) {
+            fprintf(stderr, "  %s [%s]: BF16 I/O differs from FP32 copies: %lld outputs, saved state %s\n", c->label,
+                    ct_kernel_slot_name(slot), (long long)nd, memcmp(ab1, ab2, ab) ? "differs" : "equal");
+            ok = 0;
+            break;
+        }
+        for (int64_t j = 0; j < no; j++) {
+            double e = fabs((double)ob[j] - orf[j]) / fmax(fabs((double)orf[j]), c->floor);
+            if (!(e <= worst)) worst = e != e ? INFINITY : e;
+        }
+    }
+    /* one BF16 rounding (2^-8 relative) on each side plus the SIMD/ref difference */
+    if (ok && !(worst <= 1.0 / 128)) {
+        fprintf(stderr, "  %s: BF16 output vs reference: worst relative difference %.3g\n", c->label, worst);
+        ok = 0;
+    }
+    free(ob);
+    free(of);
+    free(orf);
+    free(ab1);
+    free(ab2);
+    free(ab3);
+    kdata_free(c, &d);
+    if (ok) printf("    %-34s max rel diff to ref %.2e\n", c->label, worst);
+    return ok ? worst : -1;
+}
+
+/* Every slot declines the BF16 configuration with CT_E_UNSUPPORTED. */
+static int kdeclines(const kcase *c) {
+    kdata d;
+    kdata_make(c, 5, &d);
+    int64_t no = nel(c->out_nd, c->out_shape);
+    float *o = malloc((size_t)no * 4);
+    void *aux = calloc(1, c->aux_bytes ? c->aux_bytes : 4);
+    int ok = 1;
+    for (int si = 0; si < g_nslots; si++)
+        if (krun(c, &d, g_slots[si], 1, o, aux) != CT_E_UNSUPPORTED) {
+            fprintf(stderr, "  %s [%s]: expected CT_E_UNSUPPORTED\n", c->label, ct_kernel_slot_name(g_slots[si]));
+            ok = 0;
+        }
+    free(o);
+    free(aux);
+    kdata_free(c, &d);
+    return ok;
+}
+
+#define SHAPE(...) {__VA_ARGS__}
+
+/* ---- elementwise -------------------------------------------------------------------------- */
+
+TEST(eltwise) {
+    setup();
+    const int64_t n = 40000 + 13; /* several EW_TILEs and chunks, a tail */
+    for (int kind = 0; kind < CT_UNARY_COUNT; kind++) {
+        kcase c = {"unary", CT_OP_UNARY, {kind}, {0}, 1, {IN_BF16}, {1}, {{n}}, {-4}, {4}, 1, {n}, 1, 0, NULL, 1e-2, {0}};
+        CHECK(kcheck(&c, 1) >= 0);
+        int from_out = kind == CT_UNARY_RELU || kind == CT_UNARY_SIGMOID || kind == CT_UNARY_TANH;
+        kcase b = {"unary_bwd", CT_OP_UNARY_BWD, {kind, from_out}, {0}, 2, {IN_BF16, IN_BF16}, {1, 1}, {{n}, {n}},
+                   {-2, -4}, {2, 4}, 1, {n}, 1, 0, NULL, 1e-2, {0}};
+        CHECK(kcheck(&b, 2) >= 0);
+    }
+    kcase sc = {"scale", CT_OP_SCALE, {0}, {0.37f}, 1, {IN_BF16}, {1}, {{n}}, {-3}, {3}, 1, {n}, 1, 0, NULL, 1e-3, {0}};
+    CHECK(kcheck(&sc, 3) >= 0);
+    /* same shape; bias row broadcast with an FP32 bias; column broadcast; BF16 in -> FP32 out */
+    kcase b1 = {"binary add", CT_OP_BINARY, {CT_BIN_ADD}, {0}, 2, {IN_BF16, IN_BF16}, {2, 2}, {{97, 301}, {97, 301}},
+                {-2, -2}, {2, 2}, 2, {97, 301}, 1, 0, NULL, 1e-2, {0}};
+    CHECK(kcheck(&b1, 4) >= 0);
+    kcase b2 = {"binary mul bias f32", CT_OP_BINARY, {CT_BIN_MUL}, {0}, 2, {IN_BF16, IN_F32}, {3, 1},
+                {{5, 40, 301}, {301}}, {-2, -2}, {2, 2}, 3, {5, 40, 301}, 1, 0, NULL, 1e-2, {0}};
+    CHECK(kcheck(&b2, 5) >= 0);
+    kcase b3 = {"binary sub column", CT_OP_BINARY, {CT_BIN_SUB}, {0}, 2, {IN_BF16, IN_BF16}, {2, 2},
+                {{300, 70}, {300, 1}}, {-2, -2}, {2, 2}, 2, {300, 70}, 1, 0, NULL, 1e-2, {0}};
+    CHECK(kcheck(&b3, 6) >= 0);
+    kcase b4 = {"binary div to f32", CT_OP_BINARY, {CT_BIN_DIV}, {0}, 2, {IN_BF16, IN_F32}, {2, 2},
+                {{300, 70}, {300, 70}}, {-2, 1}, {2, 3}, 2, {300, 70}, 0, 0, NULL, 1e-6, {0}};
+    CHECK(kcheck(&b4, 7) >= 0);
+    kcase dr = {"dropout p=0.2", CT_OP_DROPOUT, {11}, {0.2f}, 1, {IN_BF16}, {1}, {{n}}, {-2}, {2}, 1, {n}, 1, 0, NULL,
+                1e-2, {0}};
+    CHECK(kcheck(&dr, 8) >= 0);
+}
+
+/* ---- normalization ------------------------------------------------------------------------- */
+
+TEST(batchnorm) {
+    setup();
+    const int64_t N = 6, C = 5, H = 9, W = 11, S = H * W; /* planes of 99: vectors and a tail */
+    kcase f = {"batchnorm", CT_OP_BATCHNORM, {0}, {0.1f, 1e-5f}, 5,
+               {IN_BF16, IN_F32, IN_F32, IN_F32, IN_F32}, {4, 1, 1, 1, 1},
+               {{N, C, H, W}, {C}, {C}, {C}, {C}}, {-1, 0.5f, -0.5f, -0.1f, 0.5f}, {3, 1.5f, 0.5f, 0.1f, 1.5f},
+               4, {N, C, H, W}, 1, 2 * (size_t)C * sizeof(float), NULL, 1e-2, {0}};
+    CHECK(kcheck(&f, 11) >= 0);
+    kcase fp = f; /* bf16-pure: gamma and beta BF16 too */
+    fp.label = "batchnorm bf16 gamma/beta";
+    fp.kind[1] = fp.kind[2] = IN_BF16;
+    CHECK(kcheck(&fp, 14) >= 0);
+    /* saved statistics for the backward kernels: the reference forward's */
+    kdata d;
+    kdata_make(&f, 11, &d);
+    float *y = malloc((size_t)(N * C * S) * 4), *aux = calloc(2 * (size_t)C, 4);
+    CHECK(krun(&f, &d, CT_KERNEL_REF, 0, y, aux) == CT_OK);
+    kdata_free(&f, &d);
+    kcase bd = {"batchnorm_bwd_data", CT_OP_BATCHNORM_BWD_DATA, {0}, {0}, 4, {IN_BF16, IN_BF16, IN_F32, IN_STATE},
+                {4, 4, 1, 4}, {{N, C, H, W}, {N, C, H, W}, {C}, {N, C, H, W}}, {-1, -1, 0.5f, 0}, {1, 3, 1.5f, 0},
+                4, {N, C, H, W}, 1, 0, aux, 1e-1, {0}};
+    kcase bg = {"batchnorm_bwd_gamma", CT_OP_BATCHNORM_BWD_GAMMA, {0}, {0}, 3, {IN_BF16, IN_BF16, IN_STATE},
+                {4, 4, 4}, {{N, C, H, W}, {N, C, H, W}, {N, C, H, W}}, {-1, -1, 0}, {1, 3, 0},
+                1, {C}, 0, 0, aux, 1.0, {0}};
+    /* the same values give the BF16 kernel and the reference far closer results than the BF16 output
+       rounding; bwd_data's floor: its outputs cancel (sums over the batch), errors are relative to ~0.1 */
+    CHECK(kcheck(&bd, 12) >= 0);
+    bd.label = "batchnorm_bwd_data bf16 gamma";
+    bd.kind[2] = IN_BF16;
+    CHECK(kcheck(&bd, 15) >= 0);
+    CHECK(kcheck(&bg, 13) >= 0);
+    free(y);
+    free(aux);
+    /* outside the BF16 reach: planes below VW (the column path) and above a tile */
+    kcase small = f, big = f;
+    small.label = "batchnorm S=2 (declines)";
+    small.shape[0][2] = small.out_shape[2] = 1;
+    small.shape[0][3] = small.out_shape[3] = 2;
+    big.label = "batchnorm S>tile (declines)";
+    big.shape[0][0] = big.out_shape[0] = 1;
+    big.shape[0][1] = big.out_shape[1] = 1;
+    big.shape[1][0] = big.shape[2][0] = big.shape[3][0] = big.shape[4][0] = 1;
+    big.shape[0][2] = big.out_shape[2] = 100;
+    big.shape[0][3] = big.out_shape[3] = CT_BF16_TILE / 100 + 1;
+    big.aux_bytes = 8;
+    CHECK(kdeclines(&small));
+    CHECK(kdeclines(&big));
+}
+
+TEST(layernorm) {
+    setup();
+    const int64_t R = 67, D = 200;
+    kcase f = {"layernorm", CT_OP_LAYERNORM, {0}, {1e-5f}, 3, {IN_BF16, IN_F32, IN_F32}, {2, 1, 1},
+               {{R, D}, {D}, {D}}, {-1, 0.5f, -0.5f}, {3, 1.5f, 0.5f}, 2, {R, D}, 1, 2 * (size_t)R * 4, NULL, 1e-2, {0}};
+    CHECK(kcheck(&f, 21) >= 0);
+    kcase fp = f; /* bf16-pure: gamma and beta BF16 too */
+    fp.label = "layernorm bf16 gamma/beta";
+    fp.kind[1] = fp.kind[2] = IN_BF16;
+    CHECK(kcheck(&fp, 24) >= 0);
+    kdata d;
+    kdata_make(&f, 21, &d);
+    float *y = malloc((size_t)(R * D) * 4), *aux = calloc(2 * (size_t)R, 4);
+    CHECK(krun(&f, &d, CT_KERNEL_REF, 0, y, aux) == CT_OK);
+    kdata_free(&f, &d);
+    kcase bd = {"layernorm_bwd_data", CT_OP_LAYERNORM_BWD_DATA, {0}, {0}, 4, {IN_BF16, IN_BF16, IN_F32, IN_STATE},
+                {2, 2, 1, 2}, {{R, D}, {R, D}, {D}, {R, D}}, {-1, -1, 0.5f, 0}, {1, 3, 1.5f, 0}, 2, {R, D}, 1, 0, aux,
+                1e-1, {0}};
+    kcase bg = {"layernorm_bwd_gamma", CT_OP_LAYERNORM_BWD_GAMMA, {0}, {0}, 3, {IN_BF16, IN_BF16, IN_STATE},
+                {2, 2, 2}, {{R, D}, {R, D}, {R, D}}, {-1, -1, 0}, {1, 3, 0}, 1, {D}, 0, 0, aux, 1.0, {0}};
+    CHECK(kcheck(&bd, 22) >= 0);
+    bd.label = "layernorm_bwd_data bf16 gamma";
+    bd.kind[2] = IN_BF16;
+    CHECK(kcheck(&bd, 25) >= 0);
+    CHECK(kcheck(&bg, 23) >= 0);
+    free(y);
+    free(aux);
+    kcase big = f;
+    big.label = "layernorm row > tile (declines)";
+    big.shape[0][0] = big.out_shape[0] = 1;
+    big.shape[0][1] = big.out_shape[1] = big.shape[1][0] = big.shape[2][0] = CT_BF16_TILE + 16;
+    big.aux_bytes = 8;
+    CHECK(kdeclines(&big));
+}
+
+/* ---- pooling and reductions ----------------------------------------------------------------- */
+
+static void pool_case(kcase *c, ct_op op, int K, int S, int P, int64_t N, int64_t C, int64_t H, int64_t W) {
+    int64_t OH = (H + 2 * P - K) / S + 1, OW = (W + 2 * P - K) / S + 1;
+    memset(c, 0, sizeof *c);
+    c->op = op;
+    c->ia[0] = c->ia[1] = K;
+    c->ia[2] = c->ia[3] = S;
+    c->ia[4] = c->ia[5] = P;
+    c->ia[6] = c->ia[7] = 1;
+    c->fa[0] = 1.0f;
+    c->n_in = 1;
+    c->kind[0] = IN_BF16;
+    c->nd[0] = 4;
+    c->lo[0] = -2;
+    c->hi[0] = 2;
+    c->out_nd = 4;
+    c->out_bf16 = 1;
+    c->floor = 1e-2;
+    int fwd = op == CT_OP_MAXPOOL2D || op == CT_OP_AVGPOOL2D;
+    int64_t xs[4] = {N, C, H, W}, ys[4] = {N, C, OH, OW};
+    memcpy(c->shape[0], fwd ? xs : ys, sizeof xs);
+    memcpy(c->out_shape, fwd ? ys : xs, sizeof xs);
+    if (op == CT_OP_MAXPOOL2D) c->aux_bytes = (size_t)(N * C * OH * OW) * sizeof(int32_t);
+}
+
+TEST(pooling) {
+    setup();
+    static const int cfg[2][3] = {{2, 2, 0}, {3, 2, 1}}; /* the vectorized 2x2 path and the plane loops */
+    for (int v = 0; v < 2; v++) {
+        int K = cfg[v][0], S = cfg[v][1], P = cfg[v][2];
+        kcase f, b;
+        pool_case(&f, CT_OP_MAXPOOL2D, K, S, P, 3, 5, 14, 15);
+        f.label = v ? "maxpool2d 3x3/2 pad 1" : "maxpool2d 2x2";
+        CHECK(kcheck(&f, 31) >= 0);
+        /* argmax from the reference forward */
+        kdata d;
+        kdata_make(&f, 31, &d);
+        int64_t ny = nel(4, f.out_shape);
+        float *y = malloc((size_t)ny * 4);
+        int32_t *arg = calloc((size_t)ny, 4);
+        CHECK(krun(&f, &d, CT_KERNEL_REF, 0, y, arg) == CT_OK);
+        kdata_free(&f, &d);
+        pool_case(&b, CT_OP_MAXPOOL2D_BWD, K, S, P, 3, 5, 14, 15);
+        b.label = v ? "maxpool2d_bwd 3x3/2 pad 1" : "maxpool2d_bwd 2x2";
+        b.n_in = 2;
+        b.kind[1] = IN_STATE;
+        b.nd[1] = 4;
+        memcpy(b.shape[1], f.out_shape, sizeof f.out_shape);
+        b.state_aux = arg;
+        CHECK(kcheck(&b, 32) >= 0);
+        free(y);
+        free(arg);
+        pool_case(&f, CT_OP_AVGPOOL2D, K, S, P, 3, 5, 14, 15);
+        f.label = v ? "avgpool2d 3x3/2 pad 1" : "avgpool2d 2x2";
+        CHECK(kcheck(&f, 33) >= 0);
+        pool_case(&b, CT_OP_AVGPOOL2D_BWD, K, S, P, 3, 5, 14, 15);
+        b.label = v ? "avgpool2d_bwd 3x3/2 pad 1" : "avgpool2d_bwd 2x2";
+        CHECK(kcheck(&b, 34) >= 0);
+    }
+    kcase big;
+    pool_case(&big, CT_OP_MAXPOOL2D, 2, 2, 0, 1, 1, 128, 128);
+    big.label = "maxpool2d plane > tile (declines)";
+    CHECK(kdeclines(&big));
+}
+
+TEST(reductions) {
+    setup();
+    /* bias gradient: BF16 (R, C) summed over rows into FP32; row sums; sum_to a (1, C) bias into BF16 */
+    kcase s0 = {"sum rows->f32 (bias grad)", CT_OP_SUM, {1}, {1.0f}, 1, {IN_BF16}, {2}, {{517, 77}}, {-1}, {1}, 1,
+                {77}, 0, 0, NULL, 1.0, {0}};
+    CHECK(kcheck(&s0, 41) >= 0);
+    kcase s1 = {"sum (N,C,H,W) over {0,2,3}", CT_OP_SUM, {1 | 4 | 8}, {1.0f}, 1, {IN_BF16}, {4}, {{9, 7, 12, 13}},
+                {-1}, {1}, 1, {7}, 0, 0, NULL, 1.0, {0}};
+    CHECK(kcheck(&s1, 42) >= 0);
+    kcase s2 = {"mean last dim -> bf16", CT_OP_SUM, {2}, {1.0f / 301}, 1, {IN_BF16}, {2}, {{45, 301}}, {0}, {2}, 1,
+                {45}, 1, 0, NULL, 1e-2, {0}};
+    CHECK(kcheck(&s2, 43) >= 0);
+    kcase s3 = {"sum_to (1, C) -> bf16", CT_OP_SUM_TO, {0}, {0}, 1, {IN_BF16}, {3}, {{4, 50, 33}}, {0}, {1}, 2,
+                {1, 33}, 1, 0, NULL, 1e-2, {0}};
+    CHECK(kcheck(&s3, 44) >= 0);
+}
+
+/* ---- softmax -------------------------------------------------------------------------------- */
+
+TEST(softmax) {
+    setup();
+    const int64_t R = 53, C = 301;
+    kcase f = {"softmax", CT_OP_SOFTMAX, {0}, {0}, 1, {IN_BF16}, {2}, {{R, C}}, {-6}, {6}, 2, {R, C}, 1, 0, NULL,
+               1e-3, {0}};
+    CHECK(kcheck(&f, 81) >= 0);
+    kcase l = f;
+    l.label = "log_softmax";
+    l.op = CT_OP_LOG_SOFTMAX;
+    CHECK(kcheck(&l, 82) >= 0);
+    kcase b = {"softmax_bwd", CT_OP_SOFTMAX_BWD, {0}, {0}, 2, {IN_BF16, IN_BF16}, {2, 2}, {{R, C}, {R, C}}, {-1, 0},
+               {1, 0.02f}, 2, {R, C}, 1, 0, NULL, 1e-3, {0}};
+    CHECK(kcheck(&b, 83) >= 0);
+    kcase lb = {"log_softmax_bwd", CT_OP_LOG_SOFTMAX_BWD, {0}, {0}, 2, {IN_BF16, IN_BF16}, {2, 2}, {{R, C}, {R, C}},
+                {-1, -8}, {1, -4}, 2, {R, C}, 1, 0, NULL, 1e-2, {0}};
+    CHECK(kcheck(&lb, 84) >= 0);
+    kcase big = f;
+    big.label = "softmax row > tile (declines)";
+    big.shape[0][0] = big.out_shape[0] = 1;
+    big.shape[0][1] = big.out_shape[1] = CT_BF16_TILE + 1;
+    CHECK(kdeclines(&big));
+}
+
+/* ---- embedding ---------------------------------------------------------------------------- */
+
+TEST(embedding) {
+    setup();
+    const int64_t V = 29, D = 70, n = 301;
+    kcase f = {"embedding bf16 weight", CT_OP_EMBEDDING, {0}, {0}, 2, {IN_BF16, IN_I32}, {2, 1}, {{V, D}, {n}},
+               {-1, 0}, {1, (float)V}, 2, {n, D}, 1, 0, NULL, 1e-3, {0}};
+    CHECK(kcheck(&f, 71) >= 0);
+    kcase f2 = f;
+    f2.label = "embedding f32 weight -> bf16";
+    f2.kind[0] = IN_F32;
+    CHECK(kcheck(&f2, 72) >= 0);
+    kcase b = {"embedding_bwd bf16 dy", CT_OP_EMBEDDING_BWD, {0}, {0}, 2, {IN_BF16, IN_I32}, {2, 1}, {{n, D}, {n}},
+               {-1, 0}, {1, (float)V}, 2, {V, D}, 0, 0, NULL, 1e-3, {0}};
+    CHECK(kcheck(&b, 73) >= 0);
+}
+
+/* ---- attention ---------------------------------------------------------------------------- */
+
+static void attention_case(int causal, int masked) {
+    const int64_t B = 2, T = 37, D = 48, H = 3;
+    int64_t nq = B * T * 3 * D;
+    float *qkv = malloc((size_t)nq * 4), *dy = malloc((size_t)(B * T * D) * 4);
+    test_fill_uniform(qkv, (size_t)nq, 51, -2, 2);
+    test_fill_uniform(dy, (size_t)(B * T * D), 52, -1, 1);
+    for (int64_t i = 0; i < nq; i++) qkv[i] = bround(qkv[i]);
+    for (int64_t i = 0; i < B * T * D; i++) dy[i] = bround(dy[i]);
+    kcase f = {causal ? "attention causal" : masked ? "attention key mask" : "attention", CT_OP_ATTENTION,
+               {H, causal}, {0.25f}, masked ? 2 : 1, {IN_BF16, IN_I32}, {3, 2}, {{B, T, 3 * D}, {B, T}}, {0, 0},
+               {0, 2}, 3, {B, T, D}, 1, (size_t)(B * H * T) * 4, NULL, 1e-2, {qkv}};
+    CHECK(kcheck(&f, 61) >= 0);
+    /* the backward reads the forward's output and log-sum-exp: the reference's */
+    kdata d;
+    kdata_make(&f, 61, &d);
+    float *y = malloc((size_t)(B * T * D) * 4), *lse = malloc((size_t)(B * H * T) * 4);
+    CHECK(krun(&f, &d, CT_KERNEL_REF, 0, y, lse) == CT_OK);
+    kdata_free(&f, &d);
+    kcase b = {causal ? "attention_bwd causal" : masked ? "attention_bwd key mask" : "attention_bwd",
+               CT_OP_ATTENTION_BWD, {H, causal}, {0.25f}, masked ? 4 : 3, {IN_BF16, IN_BF16, IN_BF16, IN_I32},
+               {3, 3, 3, 2}, {{B, T, D}, {B, T, 3 * D}, {B, T, D}, {B, T}}, {0, 0, 0, 0}, {0, 0, 0, 2}, 3,
+               {B, T, 3 * D}, 1, 0, lse, 5e-2, {dy, qkv, y}};
+    CHECK(kcheck(&b, 62) >= 0);
+    free(qkv);
+    free(dy);
+    free(y);
+    free(lse);
+}
+
+TEST(attention) {
+    setup();
+    attention_case(0, 0);
+    attention_case(1, 0);
+    attention_case(0, 1);
+}
+
+/* ---- whole plans ---------------------------------------------------------------------------- */
+
+/* Builds and compiles the CNN (gpt = 0) or a 2-layer GPT (gpt = 1) in BF16
+ * with CT_BF16_NATIVE as given (NULL: unset). */
+static ct_status build(ct_context *ctx, int gpt, ct_precision prec, const char *native, int plan_only, ct_plan **out,
+                       ct_node *xo, ct_node *yo) {
+    if (native) setenv("CT_BF16_NATIVE", native, 1);
+    else unsetenv("CT_BF16_NATIVE");
+    ct_graph *g;
+    ct_node x, y, logits, loss;
+    ct_status s = ct_graph_create(ctx, &g);
+    if (s != CT_OK) return s;
+    if (gpt) { /* plan_only: gpt-char-small itself at batch 8 x 256 (bench_step's gptchar), else a tiny one */
+        ct_gpt_config c;
+        memset(&c, 0, sizeof c);
+        s = ct_gpt_preset(ctx, "gpt-char-small", &c);
+        int64_t B = 8, T = 256;
+        c.dropout = 0.0f;
+        if (!plan_only) {
+            c.n_layer = 2;
+            c.n_head = 2;
+            c.d_model = 32;
+            c.context = T = 16;
+            c.vocab = 23;
+            c.dropout = 0.1f;
+            B = 4;
+        }
+        if (s == CT_OK) s = ct_input(g, "y", CT_I32, 1, (int64_t[]){B * T}, &y);
+        if (s == CT_OK) s = ct_input(g, "x", CT_I32, 2, (int64_t[]){B, T}, &x);
+        ct_node l3;
+        if (s == CT_OK) s = ct_model_gpt(g, x, &c, &l3);
+        if (s == CT_OK) s = ct_reshape(g, l3, 2, (int64_t[]){B * T, c.vocab}, &logits);
+    } else {
+        int64_t b = plan_only ? 128 : 16;
+        s = ct_input(g, "y", CT_I32, 1, (int64_t[]){b}, &y);
+        if (s == CT_OK) s = ct_input(g, "x", CT_F32, 4, (int64_t[]){b, 1, 28, 28}, &x);
+        if (s == CT_OK) s = ct_model_cnn(g, x, 2, (int64_t[]){32, 64}, 10, &logits);
+    }
+    if (s == CT_OK) s = ct_cross_entropy(g, logits, y, 0.0f, -100, &loss);
+    ct_compile_opts o;
+    ct_compile_opts_default(&o);
+    o.precision = prec;
+    o.plan_only = plan_only;
+    if (s == CT_OK) s = ct_compile(g, loss, 1, &logits, &o, out); /* logits kept, as bench_step */
+    ct_graph_free(g);
+    unsetenv("CT_BF16_NATIVE");
+    if (xo) *xo = x;
+    if (yo) *yo = y;
+    return s;
+}
+
+/* Trains `steps` SGD steps on fixed random data; losses into loss[]. */
+static ct_status train(ct_context *ctx, ct_plan *p, int gpt, ct_node x, ct_node y, int steps, float *loss) {
+    ct_tensor tx, ty;
+    CT_TRY(ct_plan_tensor(p, x, &tx));
+    CT_TRY(ct_plan_tensor(p, y, &ty));
+    int64_t nx = ct_tensor_numel(&tx), ny = ct_tensor_numel(&ty);
+    for (int64_t i = 0; i < nx; i++) {
+        if (gpt) ((int32_t *)tx.data)[i] = (int32_t)((i * 5 + 3) % 23);
+        else ((float *)tx.data)[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    }
+    for (int64_t i = 0; i < ny; i++) ((int32_t *)ty.data)[i] = (int32_t)((i * 3 + 1) % (gpt ? 23 : 10));
+    ct_optim_opts oo;
+    ct_optim_opts_default(&oo, CT_OPTIM_ADAMW);
+    oo.lr = 1e-3f;
+    ct_optimizer *opt;
+    CT_TRY(ct_optimizer_create(p, &oo, &opt));
+    ct_status s = CT_OK;
+    for (int t = 0; t < steps && s == CT_OK; t++) {
+        s = ct_plan_zero_grads(p);
+        if (s == CT_OK) s = ct_plan_forward(p, 1);
+        if (s == CT_OK) s = ct_plan_backward(p);
+        if (s == CT_OK) s = ct_plan_loss(p, &loss[t]);
+        if (s == CT_OK) s = ct_optimizer_step(opt);
+    }
+    ct_optimizer_free(opt);
+    (void)ctx;
+    return s;
+}
+
+/* on the best ISA and with CT_ISA avx2's kernels */
+static void plans_match_copies_on(int isa) {
+    ct_context *ctx = test_ctx(isa, 1);
+    int hw = 0;
+    CHECK_OK(ctx, ct_context_lowp_native(ctx, CT_BF16, &hw, NULL, 0));
+    printf("    isa %s\n", ct_isa_name(ct_context_isa(ctx)));
+    for (int m = 0; m < 4; m++) { /* cnn, gpt; bf16, bf16-pure (BF16 parameters too) */
+        int gpt = m & 1;
+        ct_precision prec = m < 2 ? CT_PRECISION_BF16 : CT_PRECISION_BF16_PURE;
+        ct_plan *a, *b;
+        ct_node xa, ya, xb, yb;
+        CHECK_OK(ctx, build(ctx, gpt, prec, NULL, 0, &a, &xa, &ya));
+        CHECK_OK(ctx, build(ctx, gpt, prec, "0", 0, &b, &xb, &yb));
+        ct_plan_stats sa, sb;
+        ct_plan_get_stats(a, &sa);
+        ct_plan_get_stats(b, &sb);
+        /* copies everywhere with CT_BF16_NATIVE=0; SIMD nodes read BF16 by default */
+        CHECK(sb.n_lowp_native == 0 && sb.n_lowp_copied > 0);
+        if (ct_context_isa(ctx) >= CT_ISA_AVX2) CHECK(sa.n_lowp_native > 0 && sa.n_lowp_copied < sb.n_lowp_copied);
+        float la[4], lb[4];
+        CHECK_OK(ctx, train(ctx, a, gpt, xa, ya, 4, la));
+        CHECK_OK(ctx, train(ctx, b, gpt, xb, yb, 4, lb));
+        float *wa, *wb;
+        size_t n;
+        ct_plan_param_arena(a, &wa, NULL, &n);
+        ct_plan_param_arena(b, &wb, NULL, NULL);
+        printf("    %s %s, 4 steps: loss %.6f -> %.6f (%d nodes read BF16, %d copied), copies %.6f -> %.6f (%d copied)\n",
+               gpt ? "gpt" : "cnn", m < 2 ? "bf16" : "bf16-pure", (double)la[0], (double)la[3], sa.n_lowp_native,
+               sa.n_lowp_copied, (double)lb[0], (double)lb[3], sb.n_lowp_copied);
+        /* no node declined its BF16 I/O at run time (a fallback counts as copied) */
+        ct_plan_stats after;
+        ct_plan_get_stats(a, &after);
+        CHECK_MSG(after.n_lowp_copied == sa.n_lowp_copied, "%d nodes fell back to FP32 copies at run time",
+                  after.n_lowp_copied - sa.n_lowp_copied);
+        if (!hw) { /* the same computation: bit for bit */
+            CHECK_MSG(!memcmp(la, lb, sizeof la) && !memcmp(wa, wb, n * sizeof(float)),
+                      "%s: losses or weights differ between BF16 I/O and FP32 copies", gpt ? "gpt" : "cnn");
+        } else { /* oneDNN's native BF16 also differs in summation order */
+            for (int t = 0; t < 4; t++) CHECK(fabsf(la[t] - lb[t]) <= 2e-2f * fabsf(lb[t]));
+        }
+        ct_plan_free(a);
+        ct_plan_free(b);
+    }
+    ct_context_free(ctx);
+}
+
+TEST(plans_match_copies) {
+    plans_match_copies_on(-1);
+    plans_match_copies_on(CT_ISA_AVX2);
+}
+
+/* What ran, as the node hook and ct_plan_kernel_impl say: oneDNN nodes name
+ * oneDNN's implementation after their first run, SIMD nodes their slot, and
+ * the SIMD nodes of a BF16 plan read BF16 ("avx512 bf16"). */
+typedef struct {
+    int onednn, onednn_named, simd, simd_bf16, bad;
+    char example[64];
+} impl_seen;
+
+static void impl_hook(void *user, const ct_node_event *ev) {
+    impl_seen *s = user;
+    if (ev->kind != CT_NODE_END) return;
+    if (!strcmp(ev->kernel, "onednn")) {
+        s->onednn++;
+        s->onednn_named += strcmp(ev->impl, "onednn") != 0 && ev->impl[0] != 0;
+        if (!s->example[0]) snprintf(s->example, sizeof s->example, "%s %s", ev->op, ev->impl);
+    } else if (!strcmp(ev->kernel, "avx512") || !strcmp(ev->kernel, "avx2")) {
+        s->simd++;
+        s->bad += strcmp(ev->impl, ev->kernel) != 0;
+        s->simd_bf16 += strstr(ev->kernel_desc, " bf16") != NULL;
+    }
+}
+
+TEST(kernel_impl_names) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_plan *p;
+    ct_node x, y;
+    CHECK_OK(ctx, build(ctx, 0, CT_PRECISION_BF16, NULL, 0, &p, &x, &y));
+    impl_seen seen = {0, 0, 0, 0, 0, ""};
+    ct_plan_set_node_hook(p, impl_hook, &seen);
+    float loss[1];
+    CHECK_OK(ctx, train(ctx, p, 0, x, y, 1, loss));
+    printf("    cnn bf16 step: %d oneDNN nodes (%d named by oneDNN, e.g. %s), %d SIMD nodes (%d reading BF16)\n",
+           seen.onednn, seen.onednn_named, seen.example, seen.simd,
+           seen.simd_bf16);
+    CHECK(seen.onednn > 0 && seen.onednn_named == seen.onednn);
+    CHECK(seen.simd > 0 && seen.simd_bf16 > 0 && seen.bad == 0);
+    ct_plan_free(p);
+    ct_context_free(ctx);
+}
+
+/* The activation arenas of the Fashion CNN (batch 128) and gpt-char-small
+ * (8 x 256), compiled only: FP32, and BF16 with copies everywhere
+ * (CT_BF16_NATIVE=0), the default, native matmul/conv too (=1); for the
+ * GPT also bf16-pure. The CNN's BF16 arena is at most 55% of FP32's where
+ * matmul/conv can run natively (AVX-512 + oneDNN); the SIMD kernels reading
+ * BF16 shrink both models' arenas. */
+static ct_status arena_of(ct_context *ctx, int gpt, ct_precision prec, const char *native, size_t *act, size_t *cast) {
+    ct_plan *p;
+    CT_TRY(build(ctx, gpt, prec, native, 1, &p, NULL, NULL));
+    ct_plan_stats st;
+    ct_plan_get_stats(p, &st);
+    *act = st.activation_bytes;
+    *cast = st.cast_bytes;
+    ct_plan_free(p);
+    return CT_OK;
+}
+
+TEST(arena_targets) {
+    ct_context *ctx = test_ctx(-1, 1);
+    static const char *modes[3] = {"0", NULL, "1"};
+    int avx512 = ct_context_isa(ctx) >= CT_ISA_AVX512 && ct_context_use_onednn(ctx);
+    for (int m = 0; m < 3; m++) {
+        int gpt = m > 0, pure = m == 2;
+        size_t act[4], cast[4];
+        CHECK_OK(ctx, arena_of(ctx, gpt, CT_PRECISION_FP32, NULL, &act[0], &cast[0]));
+        for (int v = 0; v < 3; v++)
+            CHECK_OK(ctx, arena_of(ctx, gpt, pure ? CT_PRECISION_BF16_PURE : CT_PRECISION_BF16, modes[v], &act[v + 1],
+                                   &cast[v + 1]));
+        printf("    %s activation arena: fp32 %.2f MiB; %s: copies everywhere %.2f MiB (%.0f%%, largest copy %.2f MiB),"
+               " default %.2f MiB (%.0f%%, %.2f), native matmul/conv %.2f MiB (%.0f%%, %.2f)\n",
+               gpt ? "gpt-char-small 8x256" : "cnn b128", act[0] / 1048576.0, pure ? "bf16-pure" : "bf16",
+               act[1] / 1048576.0, 100.0 * act[1] / act[0], cast[1] / 1048576.0, act[2] / 1048576.0,
+               100.0 * act[2] / act[0], cast[2] / 1048576.0, act[3] / 1048576.0, 100.0 * act[3] / act[0],
+               cast[3] / 1048576.0);
+        if (ct_context_isa(ctx) >= CT_ISA_AVX2) CHECK(act[2] < act[1] && cast[2] < cast[1]);
+        if (avx512) {
+            CHECK(cast[3] == 0 && act[3] <= act[2]);
+            if (!gpt) CHECK((double)act[3] <= 0.55 * (double)act[0]);
+        }
+    }
+    ct_context_free(ctx);
+}
+
+TEST_MAIN(T(eltwise), T(batchnorm), T(layernorm), T(pooling), T(reductions), T(softmax), T(embedding), T(attention), T(plans_match_copies), T(kernel_impl_names),
+          T(arena_targets))
