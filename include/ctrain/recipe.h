@@ -127,6 +127,10 @@ typedef struct ct_recipe {
     ct_lr_scaling lr_scaling;
     int64_t lr_base_batch;   /* B0: the batch optimizer.lr was tuned for        */
     int64_t lr_sqrt_from_batch; /* Bs for linear_then_sqrt (0: 8 x B0)          */
+    /* graph optimizer (ct_compile_opts; docs/fusion.md) */
+    int fusion_level;        /* 0 | 1 | 2 (default 1)                           */
+    char fusion_rules[256];  /* JSON file of fusion rules ("": none)            */
+    int memory_opt;          /* 1 (default): activations reuse memory; 0: none  */
 } ct_recipe;
 
 /* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */
