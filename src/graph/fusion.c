@@ -563,7 +563,15 @@ static ct_status try_pro(fz *f, ct_node l, int *done) {
     nd.n_in = k;
     g->nodes[l] = nd;
     CT_TRY(add_group(f, pat, rule, l, vd.name));
-    if (ln) repoint(f->p, r, nr, v, l); /* layernorm backward: statistics in l's aux */
+    if (ln) { /* layernorm backward: the statistics are in l's aux now */
+        reader lr[MAX_READERS];
+        int nl = 0;
+        for (int i = 0; i < nr; i++) {
+            ct_op op = g->nodes[r[i].node].op;
+            if (op == CT_OP_LAYERNORM_BWD_DATA || op == CT_OP_LAYERNORM_BWD_GAMMA) lr[nl++] = r[i];
+        }
+        repoint(f->p, lr, nl, v, l);
+    }
     for (int i = 0; i < nr; i++) {
         if (g->nodes[r[i].node].op != CT_OP_RESHAPE || g->nodes[r[i].node].in[0] != v) continue;
         reader m[MAX_READERS];
