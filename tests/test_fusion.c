@@ -209,6 +209,7 @@ TEST(levels_give_equal_results) {
         CHECK(ct_plan_fusion_count(p[1], "batchnorm+relu") == (m == 0 ? 2 : 0));
         CHECK(ct_plan_fusion_count(p[2], "layernorm+linear") == (m == 0 ? 0 : 12));
         CHECK(ct_plan_fusion_count(p[2], "gelu+linear") == (m == 0 ? 0 : 6));
+        CHECK(ct_plan_fusion_count(p[2], "dropout+add") == (m == 0 ? 0 : 12)); /* the dropout of every residual */
         for (int l = 0; l < 3; l++) ct_plan_free(p[l]);
         ct_context_free(ctx);
     }

@@ -136,6 +136,8 @@ CASE(c_linear_bias_add, CT_TRY(P(g, "x", ND(3, 4, 7), &a)); CT_TRY(P(g, "w", ND(
 CASE(c_linear_ln_pro, CT_TRY(P(g, "x", ND(3, 4, 9), &a)); CT_TRY(P(g, "g", ND(9), &b)); CT_TRY(P(g, "b", ND(9), &c));
      CT_TRY(ct_layernorm(g, a, b, c, 1e-5f, &d)); CT_TRY(P(g, "w", ND(6, 9), &b)); CT_TRY(P(g, "wb", ND(6), &c));
      CT_TRY(ct_linear(g, d, b, c, out)))
+CASE(c_dropout_add, CT_TRY(P(g, "x", ND(6, 40), &a)); CT_TRY(P(g, "r", ND(6, 40), &b)); CT_TRY(ct_dropout(g, a, 0.3f, &c));
+     CT_TRY(ct_add(g, b, c, out)))
 CASE(c_linear_gelu_pro, CT_TRY(P(g, "x", ND(3, 4, 9), &a)); CT_TRY(ct_gelu(g, a, 0, &d)); CT_TRY(P(g, "w", ND(5, 9), &b));
      CT_TRY(ct_linear(g, d, b, CT_NONE, out)))
 
@@ -170,7 +172,7 @@ static const op_case k_cases[] = {
     {"cross_entropy", c_cross_entropy, 0}, {"cross_entropy_3d", c_cross_entropy_3d, 0}, {"layernorm_nobias", c_layernorm_nobias, 0},
     {"attention_causal", c_attention_causal, 0}, {"attention_mask", c_attention_mask, 0},
     {"bn_relu", c_bn_relu, 0}, {"conv_bias_add", c_conv_bias_add, 0}, {"linear_bias_add", c_linear_bias_add, 0},
-    {"linear_ln_pro", c_linear_ln_pro, 0}, {"linear_gelu_pro", c_linear_gelu_pro, 0},
+    {"linear_ln_pro", c_linear_ln_pro, 0}, {"linear_gelu_pro", c_linear_gelu_pro, 0}, {"dropout_add", c_dropout_add, 0},
 };
 #define N_CASES (int)(sizeof k_cases / sizeof k_cases[0])
 

@@ -80,6 +80,8 @@ typedef enum ct_op {
                           gradient of a LINEAR_PRO, pro(x) recomputed bit-identically.
                           in: a, x[, gamma[, beta]]; ia: 0 trans_a 1 trans_b 2 prologue
                           3 unary kind 4 gamma index 7 beta index (-1: none); fa[0] eps  */
+    CT_OP_DROPOUT_ADD, /* r + dropout(a): in: a, r (same shape); fa[0] = p, ia[0] = the
+                          absorbed dropout's RNG stream: its mask exactly               */
     CT_OP_COUNT
 } ct_op;
 

@@ -20,6 +20,8 @@
  *                                stored; the weight gradient recomputes it
  *                                (MATMUL_PRO)
  *            layernorm+linear    the same for a layernorm in front of a linear
+ *            dropout+add         r + dropout(a) in one pass (DROPOUT_ADD), the
+ *                                dropout's mask exactly
  *
  * Only FP32 nodes outside recompute copies fuse. Rules (ct_fusion_rules) name
  * a pattern by its ops (seeds' names "Conv2D", "BiasAdd", ... or ctrain's)
@@ -35,7 +37,7 @@
 
 /* ---- the registry --------------------------------------------------------------------------------- */
 
-enum { PAT_CONV_BIAS = 0, PAT_LINEAR_BIAS, PAT_BN_RELU, PAT_ACT_LINEAR, PAT_LN_LINEAR, PAT_COUNT };
+enum { PAT_CONV_BIAS = 0, PAT_LINEAR_BIAS, PAT_BN_RELU, PAT_ACT_LINEAR, PAT_LN_LINEAR, PAT_DROPOUT_ADD, PAT_COUNT };
 
 static const struct {
     const char *name;
@@ -48,6 +50,7 @@ static const struct {
     [PAT_BN_RELU] = {"batchnorm+relu", 1, 0, {"batchnorm", "relu", NULL}},
     [PAT_ACT_LINEAR] = {"gelu+linear", 2, 0, {"gelu", "linear", NULL}},
     [PAT_LN_LINEAR] = {"layernorm+linear", 2, 0, {"layernorm", "linear", NULL}},
+    [PAT_DROPOUT_ADD] = {"dropout+add", 2, 0, {"dropout", "add", NULL}},
 };
 
 int ct_fusion_num_patterns(void) { return PAT_COUNT; }
@@ -63,7 +66,7 @@ static const char *canonical_op(const char *s) {
         const char *alias, *op;
     } k[] = {
         {"Conv2D", "conv2d"}, {"conv2d", "conv2d"}, {"BiasAdd", "bias_add"}, {"bias_add", "bias_add"},
-        {"Add", "bias_add"}, {"AddV2", "bias_add"}, {"add", "bias_add"}, {"Relu", "relu"}, {"relu", "relu"},
+        {"Add", "add"}, {"AddV2", "add"}, {"add", "add"}, {"Dropout", "dropout"}, {"dropout", "dropout"}, {"Relu", "relu"}, {"relu", "relu"},
         {"FusedBatchNorm", "batchnorm"}, {"FusedBatchNormV3", "batchnorm"}, {"BatchNorm", "batchnorm"},
         {"batchnorm", "batchnorm"}, {"MatMul", "linear"}, {"Dense", "linear"}, {"linear", "linear"},
         {"Gelu", "gelu"}, {"gelu", "gelu"}, {"LayerNorm", "layernorm"}, {"layernorm", "layernorm"},
@@ -159,7 +162,8 @@ static ct_status parse_rule(ct_context *ctx, const char *src, int ri, const cJSO
         int ok = 1;
         for (int j = 0; j < 3 && ok; j++) {
             const char *a = j < n ? canon[j] : NULL, *b = k_patterns[p].ops[j];
-            ok = (!a && !b) || (a && b && !strcmp(a, b));
+            /* an add after conv2d / linear is their bias add */
+            ok = (!a && !b) || (a && b && (!strcmp(a, b) || (!strcmp(a, "add") && !strcmp(b, "bias_add"))));
         }
         if (ok) r->pattern = p;
     }
@@ -601,6 +605,40 @@ static ct_status try_pro(fz *f, ct_node l, int *done) {
     return CT_OK;
 }
 
+/* r + dropout(a) -> DROPOUT_ADD (the dropout's backward reads only dy). */
+static ct_status try_dropout_add(fz *f, ct_node n, int *done) {
+    ct_graph *g = &f->p->g;
+    const ct_node_def *A = &g->nodes[n];
+    *done = 0;
+    if (A->op != CT_OP_BINARY || A->ia[0] != CT_BIN_ADD || !plain_f32(A) || !forward(A)) return CT_OK;
+    for (int side = 0; side < 2; side++) {
+        ct_node d = A->in[side], r = A->in[1 - side];
+        const ct_node_def *D = &g->nodes[d], *R = &g->nodes[r];
+        if (D->op != CT_OP_DROPOUT || !usable(f->p, d) || R->dtype != CT_F32 || d == r) continue;
+        if (D->ndim != A->ndim || R->ndim != A->ndim || memcmp(D->shape, A->shape, sizeof(int64_t) * (size_t)A->ndim) ||
+            memcmp(R->shape, A->shape, sizeof(int64_t) * (size_t)A->ndim) || g->nodes[D->in[0]].dtype != CT_F32)
+            continue;
+        reader rd[2];
+        if (readers_of(g, d, rd, 1) != 1) continue; /* the add only */
+        int rule;
+        if (!enabled(f, PAT_DROPOUT_ADD, n, CT_NONE, &rule)) continue;
+        ct_node_def nd = *A;
+        nd.op = CT_OP_DROPOUT_ADD;
+        nd.n_in = 2;
+        nd.in[0] = D->in[0];
+        nd.in[1] = r;
+        nd.fa[0] = D->fa[0];
+        nd.ia[0] = D->ia[0];
+        char absorbed[CT_NAME_LEN];
+        snprintf(absorbed, sizeof absorbed, "%s", D->name);
+        g->nodes[n] = nd;
+        CT_TRY(add_group(f, PAT_DROPOUT_ADD, rule, n, absorbed));
+        *done = 1;
+        return CT_OK;
+    }
+    return CT_OK;
+}
+
 ct_status ct_pass_fusion(ct_plan *p) {
     ct_graph *g = &p->g;
     p->fused_group = malloc(sizeof(int) * (size_t)(g->n ? g->n : 1));
@@ -617,6 +655,7 @@ ct_status ct_pass_fusion(ct_plan *p) {
         CT_TRY(try_bias(&f, i, &done));
         if (!done) CT_TRY(try_bn_relu(&f, i, &done));
         if (!done) CT_TRY(try_pro(&f, i, &done));
+        if (!done) CT_TRY(try_dropout_add(&f, i, &done));
     }
     return CT_OK;
 }

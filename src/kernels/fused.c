@@ -18,6 +18,7 @@
  *                  pro(x) recomputed into the scratch, the same values as forward.
  *
  * Shapes come from the tensors in ct_kargs (never cached at plan time). */
+#include <math.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
@@ -25,41 +26,50 @@
 /* Bytes of the mask bits after batchnorm's statistics in BN_RELU's aux. */
 static size_t stats_bytes(int64_t C) { return 2 * (size_t)C * sizeof(float); }
 
-void ct_fused_relu_mask_pack(const float *y, uint8_t *bits, int64_t n, int nth) {
-    int64_t nb = (n + 7) / 8;
-    nth = n >= 65536 ? nth : 1;
-#pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
-    for (int64_t b = 0; b < nb; b++) {
+/* Relu in place and the mask bits in one pass, as the reference relu:
+ * x > 0 or NaN keeps x, else +0; bit = output > 0. */
+void ct_fused_relu_pack_ref(float *y, uint8_t *bits, int64_t n, int nth) {
+    (void)nth;
+    for (int64_t b = 0; b < (n + 7) / 8; b++) {
         unsigned v = 0;
         int64_t i0 = b * 8, e = i0 + 8 < n ? i0 + 8 : n;
-        for (int64_t i = i0; i < e; i++) v |= (unsigned)(y[i] > 0.0f) << (i - i0);
+        for (int64_t i = i0; i < e; i++) {
+            float x = y[i];
+            y[i] = x > 0 || isnan(x) ? x : 0.0f;
+            v |= (unsigned)(y[i] > 0.0f) << (i - i0);
+        }
         bits[b] = (uint8_t)v;
     }
 }
 
-ct_status ct_fused_bn_relu(ct_kargs *k, ct_kernel_fn bn, ct_kernel_fn relu,
-                           void (*pack)(const float *, uint8_t *, int64_t, int)) {
+ct_status ct_fused_bn_relu(ct_kargs *k, ct_kernel_fn bn, void (*relu_pack)(float *, uint8_t *, int64_t, int)) {
     if (k->in[0].dtype != CT_F32 || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
     ct_node_def nd = *k->node;
     nd.op = CT_OP_BATCHNORM; /* flags (recompute, keep stats) stay */
     ct_kargs b = *k;
     b.node = &nd;
     CT_TRY(bn(&b));
-    ct_node_def rd = *k->node;
-    rd.op = CT_OP_UNARY;
-    rd.n_in = 1;
-    rd.ia[0] = CT_UNARY_RELU;
-    ct_kargs r = *k;
-    r.node = &rd;
-    r.in[0] = k->out; /* in place: elementwise */
-    CT_TRY(relu(&r));
     int64_t C = k->in[0].shape[1];
-    pack(k->out.data, (uint8_t *)k->aux + stats_bytes(C), ct_tensor_numel(&k->out), k->nthreads);
+    relu_pack(k->out.data, (uint8_t *)k->aux + stats_bytes(C), ct_tensor_numel(&k->out), k->nthreads);
     return CT_OK;
 }
 
-ct_status ct_k_bn_relu_ref(ct_kargs *k) {
-    return ct_fused_bn_relu(k, ct_k_batchnorm_ref, ct_k_unary_ref, ct_fused_relu_mask_pack);
+ct_status ct_k_bn_relu_ref(ct_kargs *k) { return ct_fused_bn_relu(k, ct_k_batchnorm_ref, ct_fused_relu_pack_ref); }
+
+/* in: a, r: r + dropout(a), the dropout's mask and scale exactly (ia[0] its
+ * RNG stream); outside training r + a. */
+ct_status ct_k_dropout_add_ref(ct_kargs *k) {
+    const float *a = k->in[0].data, *r = k->in[1].data;
+    float *y = k->out.data, p = k->node->fa[0];
+    int64_t n = ct_tensor_numel(&k->out);
+    if (!k->training || p == 0.0f) {
+        for (int64_t i = 0; i < n; i++) y[i] = r[i] + a[i];
+        return CT_OK;
+    }
+    float scale = 1.0f / (1.0f - p);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = r[i] + (ct_dropout_keep(k->seed, (uint64_t)k->node->ia[0], k->step, (uint64_t)i, p) ? a[i] * scale : 0.0f);
+    return CT_OK;
 }
 
 /* in: dy, fwd (BN_RELU; in[1] is that node's output shape, its aux the bits) */
