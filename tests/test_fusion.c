@@ -132,9 +132,9 @@ TEST(bad_rules_are_named) {
     CHECK(s == CT_E_UNSUPPORTED && !r);
     CHECK(strstr(ct_context_last_error(ctx), "'Softplus'") &&
           strstr(ct_context_last_error(ctx), "supported patterns: conv2d+bias_add"));
-    s = ct_fusion_rules_parse(ctx, "{\"fusion_patterns\": [{\"ops\": [\"Conv2D\", \"Relu\"]}]}", "seq.json", &r);
+    s = ct_fusion_rules_parse(ctx, "{\"fusion_patterns\": [{\"ops\": [\"Conv2D\", \"MatMul\"]}]}", "seq.json", &r);
     printf("    %s\n", ct_context_last_error(ctx));
-    CHECK(s == CT_E_UNSUPPORTED && strstr(ct_context_last_error(ctx), "Conv2D, Relu") &&
+    CHECK(s == CT_E_UNSUPPORTED && strstr(ct_context_last_error(ctx), "Conv2D, MatMul") &&
           strstr(ct_context_last_error(ctx), "batchnorm+relu"));
     s = ct_fusion_rules_parse(ctx, "{\"fusion_patterns\": [{\"ops\": [\"Relu\", \"BatchNorm\"]}]}", "order.json", &r);
     CHECK(s == CT_E_UNSUPPORTED);
@@ -189,8 +189,8 @@ TEST(levels_give_equal_results) {
         int64_t batch;
         int classes;
         int bit_exact;
-    } k[] = {{"cnn", 16, 10, 1}, {"gpt-char-small", 2, 65, 0}};
-    for (int m = 0; m < 2; m++) {
+    } k[] = {{"cnn", 16, 10, 1}, {"gpt-char-small", 2, 65, 0}, {"mlp", 8, 10, 1}};
+    for (int m = 0; m < 3; m++) {
         ct_context *ctx = test_ctx(-1, 1);
         ct_plan *p[3] = {0};
         ct_node in, labels;
@@ -207,12 +207,53 @@ TEST(levels_give_equal_results) {
             if (k[m].bit_exact) CHECK(same);
         }
         CHECK(ct_plan_fusion_count(p[1], "batchnorm+relu") == (m == 0 ? 2 : 0));
-        CHECK(ct_plan_fusion_count(p[2], "layernorm+linear") == (m == 0 ? 0 : 12));
-        CHECK(ct_plan_fusion_count(p[2], "gelu+linear") == (m == 0 ? 0 : 6));
-        CHECK(ct_plan_fusion_count(p[2], "dropout+add") == (m == 0 ? 0 : 12)); /* the dropout of every residual */
+        CHECK(ct_plan_fusion_count(p[2], "layernorm+linear") == (m == 1 ? 12 : 0));
+        CHECK(ct_plan_fusion_count(p[2], "gelu+linear") == (m == 1 ? 6 : 0));
+        CHECK(ct_plan_fusion_count(p[2], "dropout+add") == (m == 1 ? 12 : 0)); /* the dropout of every residual */
+        CHECK(ct_plan_fusion_count(p[1], "linear+relu") == (m == 2 ? 2 : 0));
         for (int l = 0; l < 3; l++) ct_plan_free(p[l]);
         ct_context_free(ctx);
     }
+}
+
+/* a residual block y = relu(x + relu(linear(x))): add+relu (level 2) and
+ * linear+relu (level 1) against level 0, bit for bit */
+TEST(residual_add_relu_equals_unfused) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_plan *p[3] = {0};
+    ct_node x = 0, labels = 0;
+    for (int l = 0; l < 3; l++) {
+        ct_graph *g;
+        CHECK_OK(ctx, ct_graph_create(ctx, &g));
+        ct_node w, b, h, s, y, w2, logits, loss;
+        CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){16, 24}, &x));
+        CHECK_OK(ctx, ct_input(g, "labels", CT_I32, 1, (int64_t[]){16}, &labels));
+        CHECK_OK(ctx, ct_param(g, "w", 2, (int64_t[]){24, 24}, CT_INIT_KAIMING_UNIFORM, 24, &w));
+        CHECK_OK(ctx, ct_param(g, "b", 1, (int64_t[]){24}, CT_INIT_KAIMING_UNIFORM, 24, &b));
+        CHECK_OK(ctx, ct_param(g, "w2", 2, (int64_t[]){5, 24}, CT_INIT_KAIMING_UNIFORM, 24, &w2));
+        CHECK_OK(ctx, ct_linear(g, x, w, b, &h));
+        CHECK_OK(ctx, ct_relu(g, h, &h));
+        CHECK_OK(ctx, ct_add(g, x, h, &s));
+        CHECK_OK(ctx, ct_relu(g, s, &y));
+        CHECK_OK(ctx, ct_linear(g, y, w2, CT_NONE, &logits));
+        CHECK_OK(ctx, ct_cross_entropy(g, logits, labels, 0.0f, -100, &loss));
+        ct_compile_opts co;
+        ct_compile_opts_default(&co);
+        co.fusion_level = l;
+        CHECK_OK(ctx, ct_compile(g, loss, 0, NULL, &co, &p[l]));
+        ct_graph_free(g);
+        CHECK_OK(ctx, fill_and_step(p[l], x, labels, 5));
+    }
+    CHECK(ct_plan_fusion_count(p[1], "linear+relu") == 1 && ct_plan_fusion_count(p[1], "add+relu") == 0);
+    CHECK(ct_plan_fusion_count(p[2], "add+relu") == 1);
+    for (int l = 1; l < 3; l++) {
+        int same;
+        double d = plan_diff(p[l], p[0], &same);
+        printf("    residual level %d vs 0: max rel diff %.2e%s\n", l, d, same ? " (bit-identical)" : "");
+        CHECK(same);
+    }
+    for (int l = 0; l < 3; l++) ct_plan_free(p[l]);
+    ct_context_free(ctx);
 }
 
 TEST(level2_cuts_activation_memory_by_a_quarter) {
@@ -304,5 +345,6 @@ TEST(summary_dot_and_registry) {
 }
 
 TEST_MAIN(T(seeds_json_rule_fuses_conv_bias), T(bad_rules_are_named), T(levels_give_equal_results),
+          T(residual_add_relu_equals_unfused),
           T(level2_cuts_activation_memory_by_a_quarter), T(memory_opt_off_gives_every_value_its_buffer),
           T(summary_dot_and_registry))

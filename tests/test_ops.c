@@ -138,6 +138,12 @@ CASE(c_linear_ln_pro, CT_TRY(P(g, "x", ND(3, 4, 9), &a)); CT_TRY(P(g, "g", ND(9)
      CT_TRY(ct_linear(g, d, b, c, out)))
 CASE(c_dropout_add, CT_TRY(P(g, "x", ND(6, 40), &a)); CT_TRY(P(g, "r", ND(6, 40), &b)); CT_TRY(ct_dropout(g, a, 0.3f, &c));
      CT_TRY(ct_add(g, b, c, out)))
+CASE(c_conv_relu, CT_TRY(P(g, "x", ND(2, 3, 5, 4), &a)); CT_TRY(P(g, "w", ND(4, 3, 3, 3), &b)); CT_TRY(P(g, "b", ND(4), &c));
+     CT_TRY(ct_conv2d(g, a, b, c, 1, 1, 1, 1, &d)); CT_TRY(ct_relu(g, d, out)))
+CASE(c_linear_relu, CT_TRY(P(g, "x", ND(6, 9), &a)); CT_TRY(P(g, "w", ND(5, 9), &b)); CT_TRY(P(g, "b", ND(5), &c));
+     CT_TRY(ct_linear(g, a, b, c, &d)); CT_TRY(ct_relu(g, d, out)))
+CASE(c_add_relu, CT_TRY(P(g, "x", ND(6, 21), &a)); CT_TRY(P(g, "y", ND(6, 21), &b)); CT_TRY(ct_add(g, a, b, &c));
+     CT_TRY(ct_relu(g, c, out)))
 CASE(c_linear_gelu_pro, CT_TRY(P(g, "x", ND(3, 4, 9), &a)); CT_TRY(ct_gelu(g, a, 0, &d)); CT_TRY(P(g, "w", ND(5, 9), &b));
      CT_TRY(ct_linear(g, d, b, CT_NONE, out)))
 
@@ -173,6 +179,7 @@ static const op_case k_cases[] = {
     {"attention_causal", c_attention_causal, 0}, {"attention_mask", c_attention_mask, 0},
     {"bn_relu", c_bn_relu, 0}, {"conv_bias_add", c_conv_bias_add, 0}, {"linear_bias_add", c_linear_bias_add, 0},
     {"linear_ln_pro", c_linear_ln_pro, 0}, {"linear_gelu_pro", c_linear_gelu_pro, 0}, {"dropout_add", c_dropout_add, 0},
+    {"conv_relu", c_conv_relu, 0}, {"linear_relu", c_linear_relu, 0}, {"add_relu", c_add_relu, 0},
 };
 #define N_CASES (int)(sizeof k_cases / sizeof k_cases[0])
 

@@ -82,6 +82,9 @@ typedef enum ct_op {
                           3 unary kind 4 gamma index 7 beta index (-1: none); fa[0] eps  */
     CT_OP_DROPOUT_ADD, /* r + dropout(a): in: a, r (same shape); fa[0] = p, ia[0] = the
                           absorbed dropout's RNG stream: its mask exactly               */
+    CT_OP_GEMM_RELU,   /* relu(linear / conv2d): in and ia[0..3] as that op, ia[6] = the op
+                          (CT_OP_LINEAR or CT_OP_CONV2D); relu in place on its output    */
+    CT_OP_ADD_RELU,    /* relu(a + b), a and b the same shape                            */
     CT_OP_COUNT
 } ct_op;
 

@@ -22,6 +22,9 @@
  *            layernorm+linear    the same for a layernorm in front of a linear
  *            dropout+add         r + dropout(a) in one pass (DROPOUT_ADD), the
  *                                dropout's mask exactly
+ *            add+relu            relu(a + b) in one pass (residual tails)
+ *   level 1  conv2d+relu,        relu on the GEMM's output in place (GEMM_RELU):
+ *            linear+relu         no buffer for the pre-activation
  *
  * Only FP32 nodes outside recompute copies fuse. Rules (ct_fusion_rules) name
  * a pattern by its ops (seeds' names "Conv2D", "BiasAdd", ... or ctrain's)
@@ -37,7 +40,8 @@
 
 /* ---- the registry --------------------------------------------------------------------------------- */
 
-enum { PAT_CONV_BIAS = 0, PAT_LINEAR_BIAS, PAT_BN_RELU, PAT_ACT_LINEAR, PAT_LN_LINEAR, PAT_DROPOUT_ADD, PAT_COUNT };
+enum { PAT_CONV_BIAS = 0, PAT_LINEAR_BIAS, PAT_BN_RELU, PAT_ACT_LINEAR, PAT_LN_LINEAR, PAT_DROPOUT_ADD, PAT_CONV_RELU, PAT_LINEAR_RELU,
+       PAT_ADD_RELU, PAT_COUNT };
 
 static const struct {
     const char *name;
@@ -51,6 +55,9 @@ static const struct {
     [PAT_ACT_LINEAR] = {"gelu+linear", 2, 0, {"gelu", "linear", NULL}},
     [PAT_LN_LINEAR] = {"layernorm+linear", 2, 0, {"layernorm", "linear", NULL}},
     [PAT_DROPOUT_ADD] = {"dropout+add", 2, 0, {"dropout", "add", NULL}},
+    [PAT_CONV_RELU] = {"conv2d+relu", 1, 1, {"conv2d", "relu", NULL}},
+    [PAT_LINEAR_RELU] = {"linear+relu", 1, 0, {"linear", "relu", NULL}},
+    [PAT_ADD_RELU] = {"add+relu", 2, 0, {"add", "relu", NULL}},
 };
 
 int ct_fusion_num_patterns(void) { return PAT_COUNT; }
@@ -639,6 +646,53 @@ static ct_status try_dropout_add(fz *f, ct_node n, int *done) {
     return CT_OK;
 }
 
+/* relu(linear / conv2d) -> GEMM_RELU; relu(a + b) -> ADD_RELU. relu's
+ * backward reads the output, which the fused node still writes. */
+static ct_status try_relu_tail(fz *f, ct_node u, int *done) {
+    ct_graph *g = &f->p->g;
+    const ct_node_def *U = &g->nodes[u];
+    *done = 0;
+    if (U->op != CT_OP_UNARY || U->ia[0] != CT_UNARY_RELU || !plain_f32(U) || !forward(U)) return CT_OK;
+    ct_node c = U->in[0];
+    const ct_node_def *C = &g->nodes[c];
+    int conv = C->op == CT_OP_CONV2D, lin = C->op == CT_OP_LINEAR;
+    int add = C->op == CT_OP_BINARY && C->ia[0] == CT_BIN_ADD;
+    if ((!conv && !lin && !add) || !usable(f->p, c)) return CT_OK;
+    if (add) {
+        for (int j = 0; j < 2; j++) {
+            const ct_node_def *X = &g->nodes[C->in[j]];
+            if (X->dtype != CT_F32 || X->ndim != C->ndim || memcmp(X->shape, C->shape, sizeof(int64_t) * (size_t)C->ndim))
+                return CT_OK;
+        }
+    }
+    reader r[MAX_READERS];
+    int nr = readers_of(g, c, r, MAX_READERS), fwd_reads = 0, ok = nr <= MAX_READERS;
+    for (int i = 0; ok && i < nr; i++) {
+        ct_op op = g->nodes[r[i].node].op;
+        if (r[i].node == u) fwd_reads++;
+        else ok = conv && (op == CT_OP_CONV2D_BWD_DATA || op == CT_OP_CONV2D_BWD_WEIGHT) && r[i].slot == 2;
+    }
+    if (!ok || fwd_reads != 1) return CT_OK;
+    int pat = conv ? PAT_CONV_RELU : lin ? PAT_LINEAR_RELU : PAT_ADD_RELU, rule;
+    if (!enabled(f, pat, u, conv ? c : CT_NONE, &rule)) return CT_OK;
+    ct_node_def nd = *C;
+    nd.flags = U->flags;
+    if (add) {
+        nd.op = CT_OP_ADD_RELU;
+        snprintf(nd.name, sizeof nd.name, "%s", U->name);
+    } else {
+        nd.op = CT_OP_GEMM_RELU;
+        nd.ia[6] = C->op;
+    }
+    char absorbed[CT_NAME_LEN];
+    snprintf(absorbed, sizeof absorbed, "%s", add ? C->name : U->name);
+    g->nodes[u] = nd;
+    CT_TRY(add_group(f, pat, rule, u, absorbed));
+    repoint(f->p, r, nr, c, u);
+    *done = 1;
+    return CT_OK;
+}
+
 ct_status ct_pass_fusion(ct_plan *p) {
     ct_graph *g = &p->g;
     p->fused_group = malloc(sizeof(int) * (size_t)(g->n ? g->n : 1));
@@ -656,6 +710,7 @@ ct_status ct_pass_fusion(ct_plan *p) {
         if (!done) CT_TRY(try_bn_relu(&f, i, &done));
         if (!done) CT_TRY(try_pro(&f, i, &done));
         if (!done) CT_TRY(try_dropout_add(&f, i, &done));
+        if (!done) CT_TRY(try_relu_tail(&f, i, &done));
     }
     return CT_OK;
 }

@@ -207,3 +207,42 @@ ct_status ct_k_matmul_pro_onednn(ct_kargs *k) {
     pro_kernels pk = fast(k, ct_k_matmul_onednn);
     return matmul_pro(k, &pk);
 }
+
+/* ---- GEMM with a relu epilogue, add + relu -------------------------------------------------------- */
+
+static ct_status gemm_relu(ct_kargs *k, ct_kernel_fn linear, ct_kernel_fn conv, ct_kernel_fn unary) {
+    if (k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
+    ct_node_def nd = *k->node;
+    nd.op = (ct_op)k->node->ia[6];
+    ct_kargs g = *k;
+    g.node = &nd;
+    CT_TRY(nd.op == CT_OP_CONV2D ? conv(&g) : linear(&g));
+    ct_node_def rd = *k->node;
+    rd.op = CT_OP_UNARY;
+    rd.n_in = 1;
+    rd.ia[0] = CT_UNARY_RELU;
+    ct_kargs r = *k;
+    r.node = &rd;
+    r.in[0] = k->out; /* in place: elementwise */
+    return unary(&r);
+}
+
+ct_status ct_k_gemm_relu_ref(ct_kargs *k) { return gemm_relu(k, ct_k_linear_ref, ct_k_conv2d_ref, ct_k_unary_ref); }
+
+ct_status ct_k_gemm_relu_onednn(ct_kargs *k) {
+    ct_isa isa = ct_context_isa(k->ctx);
+    return gemm_relu(k, ct_k_linear_onednn, ct_k_conv2d_onednn,
+                     isa >= CT_ISA_AVX512 ? ct_k_unary_avx512 : isa >= CT_ISA_AVX2 ? ct_k_unary_avx2 : ct_k_unary_ref);
+}
+
+/* relu(a + b): the float sum, then relu as the reference */
+ct_status ct_k_add_relu_ref(ct_kargs *k) {
+    const float *a = k->in[0].data, *b = k->in[1].data;
+    float *y = k->out.data;
+    int64_t n = ct_tensor_numel(&k->out);
+    for (int64_t i = 0; i < n; i++) {
+        float v = a[i] + b[i];
+        y[i] = v > 0 || isnan(v) ? v : 0.0f;
+    }
+    return CT_OK;
+}

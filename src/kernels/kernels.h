@@ -22,7 +22,7 @@
     X(transpose) X(concat) X(slice) X(slice_bwd)                                          \
     X(softmax) X(log_softmax) X(softmax_bwd) X(log_softmax_bwd)                           \
     X(cross_entropy) X(cross_entropy_bwd) X(embedding) X(embedding_bwd)                   \
-    X(attention) X(attention_bwd) X(bn_relu) X(relu_mask_bwd) X(dropout_add)
+    X(attention) X(attention_bwd) X(bn_relu) X(relu_mask_bwd) X(dropout_add) X(add_relu)
 
 #define CT_DECL_REF(op) ct_status ct_k_##op##_ref(ct_kargs *k);
 #define CT_DECL_SIMD(op) ct_status ct_k_##op##_avx2(ct_kargs *k); ct_status ct_k_##op##_avx512(ct_kargs *k);
@@ -46,6 +46,8 @@ ct_status ct_k_linear_pro_ref(ct_kargs *k);
 ct_status ct_k_linear_pro_onednn(ct_kargs *k);
 ct_status ct_k_matmul_pro_ref(ct_kargs *k);
 ct_status ct_k_matmul_pro_onednn(ct_kargs *k);
+ct_status ct_k_gemm_relu_ref(ct_kargs *k);
+ct_status ct_k_gemm_relu_onednn(ct_kargs *k);
 void ct_fused_relu_pack_ref(float *y, uint8_t *bits, int64_t n, int nth);
 ct_status ct_fused_bn_relu(ct_kargs *k, ct_kernel_fn bn, void (*relu_pack)(float *, uint8_t *, int64_t, int));
 /* Scratch of a GEMM prologue: pro(x) (numel_x floats) and, with stats, a

@@ -71,3 +71,23 @@ ct_status CT_FN(relu_mask_bwd)(ct_kargs *k) {
     for (int64_t i = nb * 8; i < n; i++) dx[i] = dy[i] * ((bits[i >> 3] >> (i & 7)) & 1u ? 1.0f : 0.0f);
     return CT_OK;
 }
+
+/* relu(a + b) in one pass: vadd, then the SIMD relu (max(0, v) + 0) */
+ct_status CT_FN(add_relu)(ct_kargs *k) {
+    if (k->in[0].dtype != CT_F32 || k->in[1].dtype != CT_F32 || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
+    const float *a = k->in[0].data, *b = k->in[1].data;
+    float *y = k->out.data;
+    int64_t n = ct_tensor_numel(&k->out), nv = n / VW;
+    int nth = n >= 65536 ? k->nthreads : 1;
+#pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
+    for (int64_t q = 0; q < nv; q++) {
+        vf v = vadd(vload(a + q * VW), vload(b + q * VW));
+        vstore(y + q * VW, vadd(vmax(vzero(), v), vzero()));
+    }
+    if (nv * VW < n) {
+        int t = (int)(n - nv * VW);
+        vf v = vadd(vtail_load(a + nv * VW, t), vtail_load(b + nv * VW, t));
+        vtail_store(y + nv * VW, vadd(vmax(vzero(), v), vzero()), t);
+    }
+    return CT_OK;
+}
