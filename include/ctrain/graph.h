@@ -293,11 +293,13 @@ typedef struct ct_compile_opts {
      * for it (memory_budget advice). Default 0. */
     int plan_only;
     /* The fusion pass (after autodiff and recompute, before liveness;
-     * docs/fusion.md). 0: none. 1 (default): conv2d / linear + bias add,
-     * batchnorm + relu (the relu backward reads one mask bit per element
-     * instead of the stored output). 2: also an activation or a layernorm in
-     * front of a linear layer computed inside it (its output is never stored;
-     * the weight gradient recomputes it). FP32 nodes only. Results equal the
+     * docs/fusion.md). 0 (default here; the recipe key fusion_level
+     * defaults to 1): none. 1: conv2d / linear + bias add, conv2d / linear +
+     * relu, batchnorm + relu (the relu backward reads one mask bit per
+     * element instead of the stored output). 2: also an activation or a
+     * layernorm in front of a linear layer computed inside it (its output is
+     * never stored; the weight gradient recomputes it), dropout + add,
+     * add + relu. FP32 nodes outside recompute copies only. Results equal the
      * unfused plan's (bit for bit on the same kernels). */
     int fusion_level;
     /* Rules from JSON (ct_fusion_rules_load): a rule enables a pattern under

@@ -269,7 +269,7 @@ void ct_compile_opts_default(ct_compile_opts *o) {
     o->recompute_every = 0;
     o->recompute_ops = 0;
     o->plan_only = 0;
-    o->fusion_level = 1;
+    o->fusion_level = 0; /* the library's plans stay as they were; recipes default to 1 */
     o->fusion_rules = NULL;
     o->memory_opt = 1;
 }
