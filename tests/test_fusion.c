@@ -211,6 +211,7 @@ TEST(levels_give_equal_results) {
         CHECK(ct_plan_fusion_count(p[2], "gelu+linear") == (m == 1 ? 6 : 0));
         CHECK(ct_plan_fusion_count(p[2], "dropout+add") == (m == 1 ? 12 : 0)); /* the dropout of every residual */
         CHECK(ct_plan_fusion_count(p[1], "linear+relu") == (m == 2 ? 2 : 0));
+        CHECK(ct_plan_fusion_count(p[2], "eltwise_chain") == (m == 1 ? 1 : 0)); /* embeddings: add, dropout */
         for (int l = 0; l < 3; l++) ct_plan_free(p[l]);
         ct_context_free(ctx);
     }

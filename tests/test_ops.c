@@ -144,6 +144,9 @@ CASE(c_linear_relu, CT_TRY(P(g, "x", ND(6, 9), &a)); CT_TRY(P(g, "w", ND(5, 9), 
      CT_TRY(ct_linear(g, a, b, c, &d)); CT_TRY(ct_relu(g, d, out)))
 CASE(c_add_relu, CT_TRY(P(g, "x", ND(6, 21), &a)); CT_TRY(P(g, "y", ND(6, 21), &b)); CT_TRY(ct_add(g, a, b, &c));
      CT_TRY(ct_relu(g, c, out)))
+CASE(c_eltwise_chain, CT_TRY(P(g, "x", ND(6, 33), &a)); CT_TRY(P(g, "y", ND(6, 33), &b)); CT_TRY(P(g, "z", ND(6, 33), &c));
+     CT_TRY(ct_scale(g, a, 1.5f, &d)); CT_TRY(ct_add(g, d, b, &d)); CT_TRY(ct_sub(g, c, d, &d));
+     CT_TRY(ct_dropout(g, d, 0.25f, &d)); CT_TRY(ct_relu(g, d, out)))
 CASE(c_linear_gelu_pro, CT_TRY(P(g, "x", ND(3, 4, 9), &a)); CT_TRY(ct_gelu(g, a, 0, &d)); CT_TRY(P(g, "w", ND(5, 9), &b));
      CT_TRY(ct_linear(g, d, b, CT_NONE, out)))
 
@@ -180,6 +183,7 @@ static const op_case k_cases[] = {
     {"bn_relu", c_bn_relu, 0}, {"conv_bias_add", c_conv_bias_add, 0}, {"linear_bias_add", c_linear_bias_add, 0},
     {"linear_ln_pro", c_linear_ln_pro, 0}, {"linear_gelu_pro", c_linear_gelu_pro, 0}, {"dropout_add", c_dropout_add, 0},
     {"conv_relu", c_conv_relu, 0}, {"linear_relu", c_linear_relu, 0}, {"add_relu", c_add_relu, 0},
+    {"eltwise_chain", c_eltwise_chain, 0},
 };
 #define N_CASES (int)(sizeof k_cases / sizeof k_cases[0])
 

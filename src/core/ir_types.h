@@ -85,6 +85,9 @@ typedef enum ct_op {
     CT_OP_GEMM_RELU,   /* relu(linear / conv2d): in and ia[0..3] as that op, ia[6] = the op
                           (CT_OP_LINEAR or CT_OP_CONV2D); relu in place on its output    */
     CT_OP_ADD_RELU,    /* relu(a + b), a and b the same shape                            */
+    CT_OP_ELTWISE_CHAIN, /* up to 8 unary / scale / binary / dropout steps as one loop:
+                          in[0] the chain's input, then the binary operands; ia[j] step
+                          j (graph/fusion_chain.c), fa the scales and dropout rates    */
     CT_OP_COUNT
 } ct_op;
 

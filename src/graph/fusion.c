@@ -23,6 +23,10 @@
  *            dropout+add         r + dropout(a) in one pass (DROPOUT_ADD), the
  *                                dropout's mask exactly
  *            add+relu            relu(a + b) in one pass (residual tails)
+ *            eltwise_chain       the elementwise runs left over (unary, scale,
+ *                                binary, dropout; forward or backward), each
+ *                                value read only by the next: one blocked loop
+ *                                (fusion_chain.c)
  *   level 1  conv2d+relu,        relu on the GEMM's output in place (GEMM_RELU):
  *            linear+relu         no buffer for the pre-activation
  *
@@ -41,7 +45,7 @@
 /* ---- the registry --------------------------------------------------------------------------------- */
 
 enum { PAT_CONV_BIAS = 0, PAT_LINEAR_BIAS, PAT_BN_RELU, PAT_ACT_LINEAR, PAT_LN_LINEAR, PAT_DROPOUT_ADD, PAT_CONV_RELU, PAT_LINEAR_RELU,
-       PAT_ADD_RELU, PAT_COUNT };
+       PAT_ADD_RELU, PAT_CHAIN, PAT_COUNT };
 
 static const struct {
     const char *name;
@@ -58,6 +62,7 @@ static const struct {
     [PAT_CONV_RELU] = {"conv2d+relu", 1, 1, {"conv2d", "relu", NULL}},
     [PAT_LINEAR_RELU] = {"linear+relu", 1, 0, {"linear", "relu", NULL}},
     [PAT_ADD_RELU] = {"add+relu", 2, 0, {"add", "relu", NULL}},
+    [PAT_CHAIN] = {"eltwise_chain", 2, 0, {"eltwise_chain", NULL, NULL}},
 };
 
 int ct_fusion_num_patterns(void) { return PAT_COUNT; }
@@ -76,7 +81,7 @@ static const char *canonical_op(const char *s) {
         {"Add", "add"}, {"AddV2", "add"}, {"add", "add"}, {"Dropout", "dropout"}, {"dropout", "dropout"}, {"Relu", "relu"}, {"relu", "relu"},
         {"FusedBatchNorm", "batchnorm"}, {"FusedBatchNormV3", "batchnorm"}, {"BatchNorm", "batchnorm"},
         {"batchnorm", "batchnorm"}, {"MatMul", "linear"}, {"Dense", "linear"}, {"linear", "linear"},
-        {"Gelu", "gelu"}, {"gelu", "gelu"}, {"LayerNorm", "layernorm"}, {"layernorm", "layernorm"},
+        {"eltwise_chain", "eltwise_chain"}, {"EltwiseChain", "eltwise_chain"}, {"Gelu", "gelu"}, {"gelu", "gelu"}, {"LayerNorm", "layernorm"}, {"layernorm", "layernorm"},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (!strcmp(k[i].alias, s)) return k[i].op;
@@ -711,6 +716,16 @@ ct_status ct_pass_fusion(ct_plan *p) {
         if (!done) CT_TRY(try_pro(&f, i, &done));
         if (!done) CT_TRY(try_dropout_add(&f, i, &done));
         if (!done) CT_TRY(try_relu_tail(&f, i, &done));
+    }
+    /* then the elementwise chains that are left, forward and backward */
+    for (int i = 0; i < g->n; i++) {
+        ct_node chain[8];
+        int n = ct_fusion_chain_find(p, i, chain), rule;
+        if (n < 2 || !enabled(&f, PAT_CHAIN, i, CT_NONE, &rule)) continue;
+        char absorbed[CT_NAME_LEN];
+        snprintf(absorbed, sizeof absorbed, "%d ops from %.40s", n, g->nodes[chain[n - 1]].name);
+        ct_fusion_chain_apply(p, chain, n);
+        CT_TRY(add_group(&f, PAT_CHAIN, rule, i, absorbed));
     }
     return CT_OK;
 }

@@ -59,6 +59,7 @@ static const ct_op_info k_ops[] = {
     [CT_OP_DROPOUT_ADD] = {"dropout+add", {SIMD(dropout_add)}, 0, 0, 0},
     [CT_OP_GEMM_RELU] = {"gemm+relu", {DNNL(gemm_relu)}, 0, 0, ct_onednn_cache_free},
     [CT_OP_ADD_RELU] = {"add+relu", {SIMD(add_relu)}, 0, 0, 0},
+    [CT_OP_ELTWISE_CHAIN] = {"eltwise_chain", {SIMD(eltwise_chain)}, 0, 0, 0},
 };
 
 _Static_assert(sizeof k_ops / sizeof k_ops[0] == CT_OP_COUNT, "k_ops needs one row per ct_op: add the new op's row");

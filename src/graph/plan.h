@@ -107,6 +107,11 @@ ct_status ct_pass_plan_memory(ct_plan *p);
 ct_status ct_pass_recompute(ct_plan *p);
 /* fusion.c: the fusion pass (after recompute, before liveness). */
 ct_status ct_pass_fusion(ct_plan *p);
+/* fusion_chain.c: the elementwise chain ending at node `end` (chain[0] =
+ * end, up to 8 nodes back; returns its length, 0 when there is none of 2
+ * or more), and its rewrite into one ELTWISE_CHAIN node at `end`. */
+int ct_fusion_chain_find(const ct_plan *p, ct_node end, ct_node *chain);
+void ct_fusion_chain_apply(ct_plan *p, const ct_node *chain, int n);
 /* autocast.c: mixed precision (before autodiff): inserts casts per the
  * precision policy and keep_fp32; rebuilds the forward graph. */
 ct_status ct_pass_autocast(ct_plan *p);
