@@ -128,7 +128,7 @@ static const key_def k_keys[] = {
     {"recompute_ops", K_ENUM, OFF(recompute_ops), 0, 0, 0, "none|cheap|all", M_ALL, NULL,
      "op kinds recomputed (cheap: activations, elementwise, dropout, norms); alone: selective recomputation per layer"},
     {"fusion_level", K_INT, OFF(fusion_level), 0, 0, 2, NULL, M_ALL, NULL,
-     "graph fusion: 0 none; 1 conv2d/linear + bias add, batchnorm + relu; 2 also activation / layernorm into the next linear (docs/fusion.md)"},
+     "graph fusion: 0 none; 1 conv2d/linear + bias add or relu, batchnorm + relu; 2 also gelu / layernorm computed inside the next linear, dropout + add, add + relu, elementwise chains (docs/fusion.md)"},
     {"fusion_rules", K_STR, OFF(fusion_rules), SZ(fusion_rules), 0, 0, NULL, M_ALL, NULL,
      "JSON file of fusion rules {\"fusion_patterns\": [{\"ops\": [...], \"constraints\": {...}}]} (docs/fusion.md)"},
     {"memory_opt", K_BOOL, OFF(memory_opt), 0, 0, 1, NULL, M_ALL, NULL,
