@@ -79,9 +79,14 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
     expect profile_fashion_cnn 0 "profile: .*/prof_cnn/trace.json \([0-9]+ events, 0 dropped" -- \
       "$CT" train --recipe recipes/fashion_cnn.json --epochs 1 --max-steps 15 --threads 2 --quiet --profile "$tmp/prof_cnn"
     expect doctor_cnn_trace 0 "recorded steps.*compute utilization" -- "$CT" doctor "$tmp/prof_cnn/trace.json"
-    for op in conv2d conv2d_bwd_weight batchnorm maxpool2d_bwd; do
-      grep -q "\"op\": *\"$op\"" "$tmp/prof_cnn/trace.json" && ok "cnn trace has $op events" || bad "cnn trace lacks $op events"
+    # fusion_level 1 (the recipe default) runs batchnorm as batchnorm+relu (docs/fusion.md)
+    for op in conv2d conv2d_bwd_weight 'batchnorm+relu' maxpool2d_bwd batchnorm_bwd_data relu_mask_bwd; do
+      grep -qF "\"op\": \"$op\"" "$tmp/prof_cnn/trace.json" && ok "cnn trace has $op events" || bad "cnn trace lacks $op events"
     done
+    # and the graph command on the same recipe: fused groups, memory, DOT clusters
+    expect graph_cnn 0 "batchnorm\+relu +x 2" -- "$CT" graph --recipe recipes/fashion_cnn.json --dot "$tmp/cnn.dot"
+    grep -q "subgraph cluster_fused_0" "$tmp/cnn.dot" && ok "graph dot has fused clusters" || bad "graph dot lacks clusters"
+    expect graph_cnn_level0 0 "fusion level 0: 0 fused groups" -- "$CT" graph --recipe recipes/fashion_cnn.json --fusion-level 0 --quiet
     size=$(stat -c %s "$tmp/prof_cnn/trace.json" 2>/dev/null || echo 0)
     [ "$size" -gt 0 ] && [ "$size" -lt 4000000 ] && ok "cnn trace is bounded ($size bytes)" || bad "cnn trace size $size"
   else

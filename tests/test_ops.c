@@ -123,6 +123,33 @@ CASE(c_cross_entropy, CT_TRY(P(g, "x", ND(6, 7), &a)); CT_TRY(ct_input(g, "label
 CASE(c_cross_entropy_3d, CT_TRY(P(g, "x", ND(2, 3, 7), &a)); CT_TRY(ct_input(g, "labels", CT_I32, 2, S(2, 3), &b));
      CT_TRY(ct_cross_entropy(g, a, b, 0.1f, 3, out)))
 
+/* fused ops (src/graph/fusion.c): the harness compiles at fusion level 2, so
+ * these cases run batchnorm+relu, conv2d/linear with a bias add folded in,
+ * and a linear with a layernorm / gelu prologue (forward and backward) */
+CASE(c_bn_relu, CT_TRY(P(g, "x", ND(4, 2, 2, 2), &a)); CT_TRY(P(g, "g", ND(2), &b)); CT_TRY(P(g, "b", ND(2), &c));
+     CT_TRY(ct_buffer(g, "rm", ND(2), CT_INIT_ZEROS, &d)); CT_TRY(ct_buffer(g, "rv", ND(2), CT_INIT_ONES, &e));
+     CT_TRY(ct_batchnorm(g, a, b, c, d, e, 0.1f, 1e-5f, &a)); CT_TRY(ct_relu(g, a, out)))
+CASE(c_conv_bias_add, CT_TRY(P(g, "x", ND(2, 3, 6, 5), &a)); CT_TRY(P(g, "w", ND(4, 3, 3, 3), &b));
+     CT_TRY(P(g, "b", ND(4, 1, 1), &c)); CT_TRY(ct_conv2d(g, a, b, CT_NONE, 1, 1, 1, 1, &d)); CT_TRY(ct_add(g, d, c, out)))
+CASE(c_linear_bias_add, CT_TRY(P(g, "x", ND(3, 4, 7), &a)); CT_TRY(P(g, "w", ND(5, 7), &b)); CT_TRY(P(g, "b", ND(5), &c));
+     CT_TRY(ct_linear(g, a, b, CT_NONE, &d)); CT_TRY(ct_add(g, d, c, out)))
+CASE(c_linear_ln_pro, CT_TRY(P(g, "x", ND(3, 4, 9), &a)); CT_TRY(P(g, "g", ND(9), &b)); CT_TRY(P(g, "b", ND(9), &c));
+     CT_TRY(ct_layernorm(g, a, b, c, 1e-5f, &d)); CT_TRY(P(g, "w", ND(6, 9), &b)); CT_TRY(P(g, "wb", ND(6), &c));
+     CT_TRY(ct_linear(g, d, b, c, out)))
+CASE(c_dropout_add, CT_TRY(P(g, "x", ND(6, 40), &a)); CT_TRY(P(g, "r", ND(6, 40), &b)); CT_TRY(ct_dropout(g, a, 0.3f, &c));
+     CT_TRY(ct_add(g, b, c, out)))
+CASE(c_conv_relu, CT_TRY(P(g, "x", ND(2, 3, 5, 4), &a)); CT_TRY(P(g, "w", ND(4, 3, 3, 3), &b)); CT_TRY(P(g, "b", ND(4), &c));
+     CT_TRY(ct_conv2d(g, a, b, c, 1, 1, 1, 1, &d)); CT_TRY(ct_relu(g, d, out)))
+CASE(c_linear_relu, CT_TRY(P(g, "x", ND(6, 9), &a)); CT_TRY(P(g, "w", ND(5, 9), &b)); CT_TRY(P(g, "b", ND(5), &c));
+     CT_TRY(ct_linear(g, a, b, c, &d)); CT_TRY(ct_relu(g, d, out)))
+CASE(c_add_relu, CT_TRY(P(g, "x", ND(6, 21), &a)); CT_TRY(P(g, "y", ND(6, 21), &b)); CT_TRY(ct_add(g, a, b, &c));
+     CT_TRY(ct_relu(g, c, out)))
+CASE(c_eltwise_chain, CT_TRY(P(g, "x", ND(6, 33), &a)); CT_TRY(P(g, "y", ND(6, 33), &b)); CT_TRY(P(g, "z", ND(6, 33), &c));
+     CT_TRY(ct_scale(g, a, 1.5f, &d)); CT_TRY(ct_add(g, d, b, &d)); CT_TRY(ct_sub(g, c, d, &d));
+     CT_TRY(ct_dropout(g, d, 0.25f, &d)); CT_TRY(ct_relu(g, d, out)))
+CASE(c_linear_gelu_pro, CT_TRY(P(g, "x", ND(3, 4, 9), &a)); CT_TRY(ct_gelu(g, a, 0, &d)); CT_TRY(P(g, "w", ND(5, 9), &b));
+     CT_TRY(ct_linear(g, d, b, CT_NONE, out)))
+
 typedef struct {
     const char *name;
     build_fn build;
@@ -153,6 +180,10 @@ static const op_case k_cases[] = {
     {"log_softmax", c_log_softmax, 0}, {"dropout", c_dropout, 0}, {"embedding", c_embedding, 0},
     {"cross_entropy", c_cross_entropy, 0}, {"cross_entropy_3d", c_cross_entropy_3d, 0}, {"layernorm_nobias", c_layernorm_nobias, 0},
     {"attention_causal", c_attention_causal, 0}, {"attention_mask", c_attention_mask, 0},
+    {"bn_relu", c_bn_relu, 0}, {"conv_bias_add", c_conv_bias_add, 0}, {"linear_bias_add", c_linear_bias_add, 0},
+    {"linear_ln_pro", c_linear_ln_pro, 0}, {"linear_gelu_pro", c_linear_gelu_pro, 0}, {"dropout_add", c_dropout_add, 0},
+    {"conv_relu", c_conv_relu, 0}, {"linear_relu", c_linear_relu, 0}, {"add_relu", c_add_relu, 0},
+    {"eltwise_chain", c_eltwise_chain, 0},
 };
 #define N_CASES (int)(sizeof k_cases / sizeof k_cases[0])
 
@@ -179,7 +210,10 @@ static ct_status harness_build(ct_context *ctx, const op_case *c, harness *h) {
     if (s == CT_OK) s = ct_input(g, "R", CT_F32, nd, shape, &h->r);
     if (s == CT_OK) s = ct_mul(g, h->out, h->r, &m);
     if (s == CT_OK) s = ct_sum(g, m, (1u << nd) - 1, 0, &h->loss);
-    if (s == CT_OK) s = ct_compile(g, h->loss, 1, &h->out, NULL, &h->plan);
+    ct_compile_opts co;
+    ct_compile_opts_default(&co);
+    co.fusion_level = 2; /* the fused cases' ops; the others have nothing to fuse */
+    if (s == CT_OK) s = ct_compile(g, h->loss, 1, &h->out, &co, &h->plan);
     if (s == CT_OK) { /* inputs: R, ids and labels */
         for (int i = 0; i < ct_graph_num_nodes(g); i++) {
             const char *nm = ct_node_name(g, i);

@@ -9,6 +9,7 @@ int ct_cli_report(int argc, char **argv);
 /* tools/report.c: metrics log -> HTML report; 0, or 1 with the error printed */
 int ct_report_html(const char *metrics_path, const char *html_path);
 int ct_cli_sample(int argc, char **argv);
+int ct_cli_graph(int argc, char **argv); /* tools/graph.c */
 
 #include "ctrain/ctrain.h"
 

@@ -17,6 +17,7 @@ static void usage(FILE *f) {
             "  info       show the CPU features and kernels ctrain will use\n"
             "  doctor     read a profiler trace and give a verdict per KPI (ctrain doctor TRACE)\n"
             "  report     draw a metrics log as an HTML page (ctrain report --help)\n"
+            "  graph      print a recipe's compiled plan: nodes, fused groups, memory; DOT (ctrain graph --help)\n"
             "  help       this message\n"
             "\n"
             "environment:\n"
@@ -45,6 +46,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "info")) return ct_cli_info(argc - 1, argv + 1);
     if (!strcmp(argv[1], "doctor")) return ct_cli_doctor(argc - 1, argv + 1);
     if (!strcmp(argv[1], "report")) return ct_cli_report(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "graph")) return ct_cli_graph(argc - 1, argv + 1);
     fprintf(stderr, "ctrain: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

@@ -30,6 +30,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "context.h"
 #include "tensor.h"
 
@@ -291,6 +292,24 @@ typedef struct ct_compile_opts {
      * backward return CT_E_STATE). For sizing a configuration before paying
      * for it (memory_budget advice). Default 0. */
     int plan_only;
+    /* The fusion pass (after autodiff and recompute, before liveness;
+     * docs/fusion.md). 0 (default here; the recipe key fusion_level
+     * defaults to 1): none. 1: conv2d / linear + bias add, conv2d / linear +
+     * relu, batchnorm + relu (the relu backward reads one mask bit per
+     * element instead of the stored output). 2: also an activation or a
+     * layernorm in front of a linear layer computed inside it (its output is
+     * never stored; the weight gradient recomputes it), dropout + add,
+     * add + relu. FP32 nodes outside recompute copies only. Results equal the
+     * unfused plan's (bit for bit on the same kernels). */
+    int fusion_level;
+    /* Rules from JSON (ct_fusion_rules_load): a rule enables a pattern under
+     * constraints, at any level; a pattern some rule names applies only
+     * where one of its rules holds. NULL (default): the level decides. Read
+     * during ct_compile only. */
+    const struct ct_fusion_rules *fusion_rules;
+    /* 1 (default): activations share memory by lifetime. 0: every value gets
+     * its own buffer (to measure what reuse saves). */
+    int memory_opt;
 } ct_compile_opts;
 void ct_compile_opts_default(ct_compile_opts *o);
 
@@ -404,8 +423,50 @@ typedef struct ct_plan_stats {
      * counted), and nodes given FP32 copies of low-precision I/O. A native
      * node that oneDNN declines counts as copied from its first run on. */
     int n_lowp_native, n_lowp_copied;
+    /* the activation arena without any reuse (every value its own buffer):
+     * activation_bytes with memory_opt = 0; and the fused groups */
+    size_t activation_bytes_no_reuse;
+    int n_fused;
 } ct_plan_stats;
 void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *out);
+
+/* ---- fusion (docs/fusion.md) ------------------------------------------------------ */
+
+/* The registered fusion patterns: name ("batchnorm+relu"), the level that
+ * enables it (1 or 2) and its ops in order ("batchnorm", "relu"; NULL past
+ * the last). i out of range: NULL / 0. */
+int ct_fusion_num_patterns(void);
+const char *ct_fusion_pattern_name(int i);
+int ct_fusion_pattern_level(int i);
+const char *ct_fusion_pattern_op(int i, int j);
+
+/* Fusion rules from JSON, the seeds' schema and ctrain's op names:
+ *   {"fusion_patterns": [{"ops": ["Conv2D", "BiasAdd"],
+ *                         "constraints": {"strides": [1, 1], "padding": "SAME"}}]}
+ * Constraints: strides, padding ("SAME", "VALID" or an explicit number),
+ * dilation, groups (conv2d patterns), dtype ("float32"), max_elements (the
+ * fused output). A malformed file is CT_E_CONFIG (E40010) with line and
+ * column; a rule whose ops are not a registered pattern is CT_E_UNSUPPORTED
+ * (E50001), the message listing the supported patterns. */
+typedef struct ct_fusion_rules ct_fusion_rules;
+ct_status ct_fusion_rules_load(ct_context *ctx, const char *path, ct_fusion_rules **out);
+/* The same from a string; `source` names it in messages. */
+ct_status ct_fusion_rules_parse(ct_context *ctx, const char *json, const char *source, ct_fusion_rules **out);
+void ct_fusion_rules_free(ct_fusion_rules *r); /* accepts NULL */
+int ct_fusion_rules_count(const ct_fusion_rules *r);
+/* Rule i as text: "conv2d+bias_add (strides 1, padding SAME)"; NULL if out of range. */
+const char *ct_fusion_rule_desc(const ct_fusion_rules *r, int i);
+
+/* How many groups of pattern `name` the fusion pass made (NULL: all). */
+int ct_plan_fusion_count(const ct_plan *p, const char *pattern);
+/* How often rule i of the compile's fusion_rules matched (-1: no such rule). */
+int ct_plan_fusion_rule_matches(const ct_plan *p, int i);
+/* The plan as text (ctrain graph): nodes with op, shape, kernel and fused
+ * group; the fused groups; memory by category; the peak. */
+ct_status ct_plan_write_summary(const ct_plan *p, FILE *f);
+/* Graphviz DOT of the forward and backward graphs (live nodes), each fused
+ * group a cluster. */
+ct_status ct_plan_write_dot(const ct_plan *p, FILE *f);
 /* Name of the kernel that ran a node's op ("ref", "avx2", "avx512", "onednn").
  * In an FP32 plan n may also be a backward node's id (ct_graph_num_nodes of
  * the plan's graph is not exposed: ids past the user's graph count up from

@@ -115,6 +115,14 @@ ct_status ct_model_bert(ct_graph *g, ct_node ids, ct_node key_valid, ct_node tok
                         ct_node position_ids, const ct_bert_config *cfg, ct_node *mlm_logits);
 int64_t ct_bert_num_params(const ct_bert_config *cfg);
 
+/* Built-in models by name (src/models/registry.c; `ctrain graph --model`):
+ * declares the model's input for `batch` rows and builds it; out: the
+ * logits. An unknown name is CT_E_INVALID_ARG listing the names. */
+ct_status ct_model_by_name(ct_graph *g, const char *name, int64_t batch, ct_node *out);
+int ct_model_num_builtin(void);
+const char *ct_model_builtin_name(int i); /* NULL when out of range */
+const char *ct_model_builtin_desc(int i);
+
 #ifdef __cplusplus
 }
 #endif

@@ -146,6 +146,10 @@ typedef struct ct_recipe {
     float crop_ratio_min, crop_ratio_max; /* augment: aspect ratio (3/4, 4/3)  */
     int hflip;               /* augment: random horizontal flip (default 1)     */
     int bad_images;          /* 0 error (default), 1 skip and count             */
+    /* graph optimizer (ct_compile_opts; docs/fusion.md) */
+    int fusion_level;        /* 0 | 1 | 2 (default 1)                           */
+    char fusion_rules[256];  /* JSON file of fusion rules ("": none)            */
+    int memory_opt;          /* 1 (default): activations reuse memory; 0: none  */
 } ct_recipe;
 
 /* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */

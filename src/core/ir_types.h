@@ -66,6 +66,28 @@ typedef enum ct_op {
     CT_OP_CROSS_ENTROPY_BWD, /* in: dloss, logits, labels; attrs as forward              */
     CT_OP_EMBEDDING_BWD, /* in: dy, ids; out shape = weight's                             */
     CT_OP_ATTENTION_BWD, /* in: dy, qkv, fwd[, key_valid]; out: d_qkv; attrs as forward     */
+    /* fused ops (the fusion pass, src/graph/fusion.c; kernels in kernels/ref/fused.c
+       and kernels/simd/fused.c) */
+    CT_OP_BN_RELU,     /* relu(batchnorm(x)): in and attrs as BATCHNORM; aux: mean[C],
+                          invstd[C], then one bit per element: output > 0                 */
+    CT_OP_RELU_MASK_BWD, /* in: dy, fwd (a BN_RELU); dy where fwd's mask bit is set, else
+                          dy * 0: exactly UNARY_BWD of relu                               */
+    CT_OP_LINEAR_PRO,  /* linear(pro(x)): in: x, w[, b][, gamma[, beta]]; ia: 0 prologue
+                          (CT_PRO_*) 1 unary kind 2 bias index 3 gamma index 4 beta index
+                          (-1: none); fa[0] = layernorm eps; aux: layernorm mean[R],
+                          invstd[R]; pro(x) lives in the scratch only                     */
+    CT_OP_MATMUL_PRO,  /* matmul(a, pro(x) viewed 2D (rows, last dim)): the weight
+                          gradient of a LINEAR_PRO, pro(x) recomputed bit-identically.
+                          in: a, x[, gamma[, beta]]; ia: 0 trans_a 1 trans_b 2 prologue
+                          3 unary kind 4 gamma index 7 beta index (-1: none); fa[0] eps  */
+    CT_OP_DROPOUT_ADD, /* r + dropout(a): in: a, r (same shape); fa[0] = p, ia[0] = the
+                          absorbed dropout's RNG stream: its mask exactly               */
+    CT_OP_GEMM_RELU,   /* relu(linear / conv2d): in and ia[0..3] as that op, ia[6] = the op
+                          (CT_OP_LINEAR or CT_OP_CONV2D); relu in place on its output    */
+    CT_OP_ADD_RELU,    /* relu(a + b), a and b the same shape                            */
+    CT_OP_ELTWISE_CHAIN, /* up to 8 unary / scale / binary / dropout steps as one loop:
+                          in[0] the chain's input, then the binary operands; ia[j] step
+                          j (graph/fusion_chain.c), fa the scales and dropout rates    */
     CT_OP_COUNT
 } ct_op;
 
@@ -73,6 +95,9 @@ typedef enum ct_unary_kind {
     CT_UNARY_RELU = 0, CT_UNARY_GELU, CT_UNARY_GELU_TANH, CT_UNARY_SILU, CT_UNARY_SIGMOID,
     CT_UNARY_TANH, CT_UNARY_COUNT
 } ct_unary_kind;
+
+/* Prologue of a fused GEMM (CT_OP_LINEAR_PRO / CT_OP_MATMUL_PRO). */
+enum { CT_PRO_NONE = 0, CT_PRO_UNARY, CT_PRO_LAYERNORM };
 
 typedef enum ct_binary_kind { CT_BIN_ADD = 0, CT_BIN_SUB, CT_BIN_MUL, CT_BIN_DIV, CT_BIN_COUNT } ct_binary_kind;
 

@@ -83,5 +83,12 @@ size_t ct_aux_layernorm(const ct_graph *g, const ct_node_def *d);
 size_t ct_ws_sum(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_attention(const ct_graph *g, const ct_node_def *d);
 size_t ct_ws_attention(const ct_graph *g, const ct_node_def *d);
+size_t ct_aux_bn_relu(const ct_graph *g, const ct_node_def *d);
+size_t ct_aux_linear_pro(const ct_graph *g, const ct_node_def *d);
+size_t ct_ws_gemm_pro(const ct_graph *g, const ct_node_def *d);
+/* Elementwise chains (fusion_chain.c): the kernels, generated from this table. */
+ct_status ct_k_eltwise_chain_ref(ct_kargs *k);
+ct_status ct_k_eltwise_chain_avx2(ct_kargs *k);
+ct_status ct_k_eltwise_chain_avx512(ct_kargs *k);
 
 #endif

@@ -52,6 +52,14 @@ static const ct_op_info k_ops[] = {
     [CT_OP_CROSS_ENTROPY_BWD] = {"cross_entropy_bwd", {SIMD(cross_entropy_bwd)}, 0, 0, 0},
     [CT_OP_EMBEDDING_BWD] = {"embedding_bwd", {SIMD(embedding_bwd)}, 0, 0, 0, .simd_bf16 = 1},
     [CT_OP_ATTENTION_BWD] = {"attention_bwd", {SIMD(attention_bwd)}, 0, ct_ws_attention, 0, .simd_bf16 = 1},
+    [CT_OP_BN_RELU] = {"batchnorm+relu", {SIMD(bn_relu)}, ct_aux_bn_relu, 0, 0},
+    [CT_OP_RELU_MASK_BWD] = {"relu_mask_bwd", {SIMD(relu_mask_bwd)}, 0, 0, 0, 1u << 1, 0},
+    [CT_OP_LINEAR_PRO] = {"linear_prologue", {DNNL(linear_pro)}, ct_aux_linear_pro, ct_ws_gemm_pro, ct_onednn_cache_free},
+    [CT_OP_MATMUL_PRO] = {"matmul_prologue", {DNNL(matmul_pro)}, 0, ct_ws_gemm_pro, ct_onednn_cache_free},
+    [CT_OP_DROPOUT_ADD] = {"dropout+add", {SIMD(dropout_add)}, 0, 0, 0},
+    [CT_OP_GEMM_RELU] = {"gemm+relu", {DNNL(gemm_relu)}, 0, 0, ct_onednn_cache_free},
+    [CT_OP_ADD_RELU] = {"add+relu", {SIMD(add_relu)}, 0, 0, 0},
+    [CT_OP_ELTWISE_CHAIN] = {"eltwise_chain", {SIMD(eltwise_chain)}, 0, 0, 0},
 };
 
 _Static_assert(sizeof k_ops / sizeof k_ops[0] == CT_OP_COUNT, "k_ops needs one row per ct_op: add the new op's row");
@@ -113,4 +121,24 @@ size_t ct_ws_attention(const ct_graph *g, const ct_node_def *d) {
     size_t per = d->dtype == CT_BF16 ? ct_attention_ws_per_thread_bf16(T, D / d->ia[0])
                                      : ct_attention_ws_per_thread(T, D / d->ia[0]);
     return (size_t)(nt > 0 ? nt : 1) * per;
+}
+
+/* batchnorm+relu: batchnorm's statistics, then one mask bit per element */
+size_t ct_aux_bn_relu(const ct_graph *g, const ct_node_def *d) {
+    return ct_aux_batchnorm(g, d) + (size_t)(ct_node_numel(d) + 7) / 8;
+}
+
+/* linear with a layernorm prologue: the layernorm's mean/invstd per row of x */
+size_t ct_aux_linear_pro(const ct_graph *g, const ct_node_def *d) {
+    if (d->ia[0] != CT_PRO_LAYERNORM) return 0;
+    const ct_node_def *x = &g->nodes[d->in[0]];
+    return 2 * (size_t)(ct_node_numel(x) / x->shape[x->ndim - 1]) * sizeof(float);
+}
+
+/* GEMM with a prologue: pro(x) and (matmul with a layernorm) its statistics */
+size_t ct_ws_gemm_pro(const ct_graph *g, const ct_node_def *d) {
+    int lin = d->op == CT_OP_LINEAR_PRO;
+    const ct_node_def *x = &g->nodes[d->in[lin ? 0 : 1]];
+    int64_t n = ct_node_numel(x);
+    return ct_fused_pro_ws(n, n / x->shape[x->ndim - 1], !lin && d->ia[2] == CT_PRO_LAYERNORM);
 }

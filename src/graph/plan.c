@@ -264,7 +264,7 @@ static ct_status pass_allocate(ct_plan *p) {
     return CT_OK;
 }
 
-/* The ordered list of graph passes. Later work inserts fusion here. */
+/* The ordered list of graph passes. */
 static const struct {
     const char *name;
     ct_pass_fn fn;
@@ -272,6 +272,7 @@ static const struct {
     {"autocast", ct_pass_autocast},
     {"autodiff", pass_autodiff},
     {"recompute", ct_pass_recompute},
+    {"fusion", ct_pass_fusion},
     {"liveness", pass_liveness},
     {"select_kernels", pass_select_kernels},
     {"plan_memory", ct_pass_plan_memory},
@@ -287,6 +288,9 @@ void ct_compile_opts_default(ct_compile_opts *o) {
     o->recompute_every = 0;
     o->recompute_ops = 0;
     o->plan_only = 0;
+    o->fusion_level = 0; /* the library's plans stay as they were; recipes default to 1 */
+    o->fusion_rules = NULL;
+    o->memory_opt = 1;
 }
 
 ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *outputs, const ct_compile_opts *opts,
@@ -313,10 +317,15 @@ ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *
     p->recompute_ops = opts->recompute_ops;
     p->plan_only = opts->plan_only;
     p->precision = opts->precision;
+    p->fusion_level = opts->fusion_level;
+    p->fusion_rules = opts->fusion_rules;
+    p->memory_opt = opts->memory_opt;
     p->n_user = src->n;
     ct_status s = CT_OK;
     if ((unsigned)opts->precision >= CT_PRECISION_COUNT)
         s = ct_set_error(ctx, CT_E_INVALID_ARG, "compile: precision %d is not a ct_precision", (int)opts->precision);
+    if (s == CT_OK && (opts->fusion_level < 0 || opts->fusion_level > 2))
+        s = ct_set_error(ctx, CT_E_INVALID_ARG, "compile: fusion_level %d must be 0, 1 or 2", opts->fusion_level);
     if (s == CT_OK && opts->keep_fp32 && opts->keep_fp32[0]) {
         p->keep_fp32 = malloc(strlen(opts->keep_fp32) + 1);
         if (!p->keep_fp32) s = ct_set_error(ctx, CT_E_OOM, "compile: out of memory");
@@ -357,6 +366,7 @@ ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *
         if (p->plan_only && k_passes[i].fn == pass_allocate) break;
         if (s == CT_OK) s = k_passes[i].fn(p);
     }
+    p->fusion_rules = NULL; /* the caller's: read during compile only */
     if (s == CT_OK && !opts->init_params && p->n_param_floats) /* no params: no arena */
         memset(p->param_arena, 0, p->n_param_floats * sizeof(float));
     if (s != CT_OK) {
@@ -389,6 +399,9 @@ void ct_plan_free(ct_plan *p) {
     free(p->params);
     free(p->param_grads);
     free(p->param_off);
+    free(p->fused_group);
+    free(p->groups);
+    free(p->rule_hits);
     free(p);
 }
 
@@ -655,7 +668,7 @@ void ct_plan_set_update_running_stats(ct_plan *p, int on) {
     if (!p) return;
     for (int i = 0; i < p->g.n; i++) {
         ct_node_def *d = &p->g.nodes[i];
-        if (d->op != CT_OP_BATCHNORM) continue;
+        if (d->op != CT_OP_BATCHNORM && d->op != CT_OP_BN_RELU) continue;
         if (on) d->flags &= ~(uint32_t)CT_NODE_KEEP_STATS;
         else d->flags |= CT_NODE_KEEP_STATS;
     }
@@ -663,7 +676,8 @@ void ct_plan_set_update_running_stats(ct_plan *p, int on) {
 
 int ct_plan_update_running_stats(const ct_plan *p) {
     for (int i = 0; p && i < p->g.n; i++)
-        if (p->g.nodes[i].op == CT_OP_BATCHNORM) return !(p->g.nodes[i].flags & CT_NODE_KEEP_STATS);
+        if (p->g.nodes[i].op == CT_OP_BATCHNORM || p->g.nodes[i].op == CT_OP_BN_RELU)
+            return !(p->g.nodes[i].flags & CT_NODE_KEEP_STATS);
     return 1;
 }
 
@@ -803,6 +817,8 @@ void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *o) {
     o->cast_bytes = p->cvt_bytes;
     o->n_nodes = p->g.n;
     o->n_params = p->n_params;
+    o->activation_bytes_no_reuse = p->act_bytes_no_reuse;
+    o->n_fused = p->n_groups;
     for (int i = 0; p->pn && i < p->g.n; i++) {
         o->n_lowp_native += p->pn[i].lowp_native;
         o->n_lowp_copied += p->pn[i].lowp_io;

@@ -7,6 +7,16 @@
 
 enum { CT_ARENA_NONE = 0, CT_ARENA_PARAM, CT_ARENA_GRAD, CT_ARENA_BUFFER, CT_ARENA_ACT, CT_ARENA_ALIAS };
 
+/* One application of a fusion pattern: the fused forward node, the
+ * backward nodes it rewrote, and the names of the nodes it absorbed. */
+typedef struct ct_fused_group {
+    int pattern;             /* index in the registry (fusion.c)              */
+    int rule;                /* fusion_rules entry that enabled it, -1: level */
+    int n_nodes;
+    ct_node nodes[6];        /* [0]: the fused forward node                   */
+    char absorbed[2][CT_NAME_LEN];
+} ct_fused_group;
+
 typedef struct ct_plan_node {
     uint8_t live;        /* executed / kept                                    */
     uint8_t arena;       /* CT_ARENA_*                                         */
@@ -71,6 +81,16 @@ struct ct_plan {
      * the plan) */
     void *cvt_spill;
     size_t cvt_spill_bytes;
+    /* fusion (fusion.c) and memory reuse (planner.c) */
+    int fusion_level;        /* ct_compile_opts.fusion_level                  */
+    const ct_fusion_rules *fusion_rules; /* the caller's, during compile only */
+    int memory_opt;          /* 0: every value its own block (no reuse)       */
+    size_t act_bytes_no_reuse; /* the activation arena without reuse         */
+    int n_groups;            /* fused groups                                  */
+    ct_fused_group *groups;
+    int *fused_group;        /* node -> its group, -1 (NULL until fusion ran) */
+    int n_rules;             /* rules given (fusion_rules), and how often each */
+    int *rule_hits;          /* matched                                       */
 };
 
 /* A user's node id in the plan's graph (-1 when out of range). */
@@ -86,6 +106,13 @@ typedef ct_status (*ct_pass_fn)(ct_plan *p);
 ct_status ct_pass_plan_memory(ct_plan *p);
 /* recompute.c: activation checkpointing (after autodiff, before liveness). */
 ct_status ct_pass_recompute(ct_plan *p);
+/* fusion.c: the fusion pass (after recompute, before liveness). */
+ct_status ct_pass_fusion(ct_plan *p);
+/* fusion_chain.c: the elementwise chain ending at node `end` (chain[0] =
+ * end, up to 8 nodes back; returns its length, 0 when there is none of 2
+ * or more), and its rewrite into one ELTWISE_CHAIN node at `end`. */
+int ct_fusion_chain_find(const ct_plan *p, ct_node end, ct_node *chain);
+void ct_fusion_chain_apply(ct_plan *p, const ct_node *chain, int n);
 /* autocast.c: mixed precision (before autodiff): inserts casts per the
  * precision policy and keep_fp32; rebuilds the forward graph. */
 ct_status ct_pass_autocast(ct_plan *p);

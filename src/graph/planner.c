@@ -61,6 +61,32 @@ ct_status ct_pass_plan_memory(ct_plan *p) {
         ct_node r = pn[i].root;
         if (pn[i].live && pn[r].last_use < pn[i].last_use) pn[r].last_use = pn[i].last_use;
     }
+    /* Fused nodes (fusion.c): their output lives to its last reader of the
+     * data; readers of the saved state only (ct_op_info.state_inputs) keep
+     * just the aux, so e.g. batchnorm+relu's output is freed in forward
+     * while its mask bits wait for backward. */
+    int *data_end = NULL;
+    if (p->fused_group && p->n_groups) {
+        data_end = malloc(sizeof(int) * (size_t)n);
+        if (!data_end) return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory planning activations");
+        for (int i = 0; i < n; i++) data_end[i] = i;
+        for (int i = 0; i < n; i++) {
+            if (!pn[i].live) continue;
+            const ct_node_def *d = &g->nodes[i];
+            uint8_t st = ct_op_table(d->op)->state_inputs;
+            for (int j = 0; j < d->n_in; j++) {
+                if (st & (1u << j)) continue;
+                ct_node r = pn[d->in[j]].root;
+                if (data_end[r] < i) data_end[r] = i;
+            }
+        }
+        for (int i = 0; i < n; i++) { /* aliases: their readers read the root's data */
+            ct_node r = pn[i].root;
+            if (pn[i].live && r != i && data_end[r] < pn[i].last_use) data_end[r] = pn[i].last_use;
+        }
+        if (p->loss != CT_NONE) data_end[pn[p->loss].root] = n;
+        for (int i = 0; i < p->n_outputs; i++) data_end[pn[p->outputs[i]].root] = n;
+    }
     if (p->loss != CT_NONE) pn[pn[p->loss].root].last_use = n;
     for (int i = 0; i < p->n_outputs; i++) pn[pn[p->outputs[i]].root].last_use = n;
     /* parameters and their gradients */
@@ -90,10 +116,14 @@ ct_status ct_pass_plan_memory(ct_plan *p) {
     }
     p->n_buffer_floats = off;
     /* activations: inputs live for the whole step, the rest by lifetime */
-    block *blocks = malloc(sizeof(block) * (size_t)(2 * n + 2));
-    if (!blocks) return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory planning activations");
+    block *blocks = malloc(sizeof(block) * (size_t)(3 * n + 2));
+    if (!blocks) {
+        free(data_end);
+        return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory planning activations");
+    }
     int nb = 0;
-    size_t high = 0;
+    size_t high = 0, sum = 0; /* sum: the arena without reuse */
+    const int keep_all = !p->memory_opt; /* memory_opt off: nothing is ever freed */
     /* inputs are written before the step starts, wherever they were declared:
      * they occupy their memory for the whole step (time 0 to n) */
     for (int i = 0; i < n; i++) {
@@ -102,6 +132,7 @@ ct_status ct_pass_plan_memory(ct_plan *p) {
         pn[i].bytes = ct_align_up((size_t)ct_node_numel(d) * ct_dtype_size(d->dtype), CT_ALIGN);
         pn[i].arena = CT_ARENA_ACT;
         pn[i].offset = place(blocks, &nb, 0, pn[i].bytes, n, &high);
+        sum += pn[i].bytes;
     }
     for (int i = 0; i < n; i++) {
         const ct_node_def *d = &g->nodes[i];
@@ -111,17 +142,27 @@ ct_status ct_pass_plan_memory(ct_plan *p) {
             pn[i].arena = CT_ARENA_ALIAS;
             continue;
         }
-        int end = pn[i].last_use;
+        int end = keep_all ? n : pn[i].last_use;
         if (pn[i].arena == CT_ARENA_NONE) {
+            int dend = !keep_all && data_end && p->fused_group[i] >= 0 && pn[i].aux_bytes ? data_end[i] : end;
             pn[i].arena = CT_ARENA_ACT;
-            pn[i].offset = place(blocks, &nb, i, pn[i].bytes, end, &high);
+            pn[i].offset = place(blocks, &nb, i, pn[i].bytes, dend, &high);
+            sum += pn[i].bytes;
         }
-        if (pn[i].aux_bytes) pn[i].aux_offset = place(blocks, &nb, i, ct_align_up(pn[i].aux_bytes, CT_ALIGN), end, &high);
+        if (pn[i].aux_bytes) {
+            pn[i].aux_offset = place(blocks, &nb, i, ct_align_up(pn[i].aux_bytes, CT_ALIGN), end, &high);
+            sum += ct_align_up(pn[i].aux_bytes, CT_ALIGN);
+        }
         /* FP32 copies of low-precision I/O live only while the node runs */
-        if (pn[i].cvt_bytes) pn[i].cvt_offset = place(blocks, &nb, i, pn[i].cvt_bytes, i, &high);
+        if (pn[i].cvt_bytes) {
+            pn[i].cvt_offset = place(blocks, &nb, i, pn[i].cvt_bytes, keep_all ? n : i, &high);
+            sum += pn[i].cvt_bytes;
+        }
     }
     free(blocks);
+    free(data_end);
     p->act_bytes = high;
+    p->act_bytes_no_reuse = sum;
     return CT_OK;
 }
 

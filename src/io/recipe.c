@@ -130,6 +130,12 @@ static const key_def k_keys[] = {
      "activation checkpointing: keep every N-th layer's boundary, recompute the rest in backward (0: off)"},
     {"recompute_ops", K_ENUM, OFF(recompute_ops), 0, 0, 0, "none|cheap|all", M_ALL, NULL,
      "op kinds recomputed (cheap: activations, elementwise, dropout, norms); alone: selective recomputation per layer"},
+    {"fusion_level", K_INT, OFF(fusion_level), 0, 0, 2, NULL, M_ALL, NULL,
+     "graph fusion: 0 none; 1 conv2d/linear + bias add or relu, batchnorm + relu; 2 also gelu / layernorm computed inside the next linear, dropout + add, add + relu, elementwise chains (docs/fusion.md)"},
+    {"fusion_rules", K_STR, OFF(fusion_rules), SZ(fusion_rules), 0, 0, NULL, M_ALL, NULL,
+     "JSON file of fusion rules {\"fusion_patterns\": [{\"ops\": [...], \"constraints\": {...}}]} (docs/fusion.md)"},
+    {"memory_opt", K_BOOL, OFF(memory_opt), 0, 0, 1, NULL, M_ALL, NULL,
+     "false: every activation its own buffer, no reuse (to measure what reuse saves)"},
     {"optimizer.no_decay_bias_norm", K_BOOL, OFF(optim.no_decay_bias_norm), 0, 0, 1, NULL, M_ALL, NULL,
      "no weight decay on 1-D parameters (biases, norm weights)"},
     {"preset", K_STR, OFF(preset), SZ(preset), 0, 0, "|gpt-char-small|gpt2-124m|bert-base|bert-large", M_LM, NULL,
@@ -261,6 +267,8 @@ void ct_recipe_default(ct_recipe *r) {
     r->divergence_factor = 1e4f;
     r->early_stop_mode = CT_EARLY_STOP_MIN;
     r->recompute_ops = CT_RECOMPUTE_OPS_NONE;
+    r->fusion_level = 1;
+    r->memory_opt = 1;
     r->precision = CT_PRECISION_FP32;
     r->scale_mode = CT_SCALE_AUTO;
     r->scale_floor = CT_SCALE_FLOOR_ERROR;

@@ -22,7 +22,7 @@
     X(transpose) X(concat) X(slice) X(slice_bwd)                                          \
     X(softmax) X(log_softmax) X(softmax_bwd) X(log_softmax_bwd)                           \
     X(cross_entropy) X(cross_entropy_bwd) X(embedding) X(embedding_bwd)                   \
-    X(attention) X(attention_bwd)
+    X(attention) X(attention_bwd) X(bn_relu) X(relu_mask_bwd) X(dropout_add) X(add_relu)
 
 #define CT_DECL_REF(op) ct_status ct_k_##op##_ref(ct_kargs *k);
 #define CT_DECL_SIMD(op) ct_status ct_k_##op##_avx2(ct_kargs *k); ct_status ct_k_##op##_avx512(ct_kargs *k);
@@ -43,6 +43,20 @@ void ct_onednn_cache_free(void *cache);
  * ("brg:avx512_core_amx", "gemm:jit", "jit_bf16:avx512_core"), NULL before
  * its first run. Valid while the cache lives. */
 const char *ct_onednn_cache_impl(const void *cache);
+
+/* Fused ops (kernels/fused.c): GEMM with a prologue, reference and oneDNN
+ * (the prologue on the best SIMD kernels). Helpers shared with simd/fused.c. */
+ct_status ct_k_linear_pro_ref(ct_kargs *k);
+ct_status ct_k_linear_pro_onednn(ct_kargs *k);
+ct_status ct_k_matmul_pro_ref(ct_kargs *k);
+ct_status ct_k_matmul_pro_onednn(ct_kargs *k);
+ct_status ct_k_gemm_relu_ref(ct_kargs *k);
+ct_status ct_k_gemm_relu_onednn(ct_kargs *k);
+void ct_fused_relu_pack_ref(float *y, uint8_t *bits, int64_t n, int nth);
+ct_status ct_fused_bn_relu(ct_kargs *k, ct_kernel_fn bn, void (*relu_pack)(float *, uint8_t *, int64_t, int));
+/* Scratch of a GEMM prologue: pro(x) (numel_x floats) and, with stats, a
+ * layernorm's mean/invstd of `rows` rows. */
+size_t ct_fused_pro_ws(int64_t numel_x, int64_t rows, int stats);
 
 /* Bulk dtype conversions: ref/convert.c and simd/convert.c, dispatch in
  * kernels/convert.c. Bit-identical to the scalar functions of tensor.h. */

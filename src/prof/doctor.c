@@ -237,7 +237,9 @@ void ct_doctor_print(const ct_doctor_report *r, FILE *f) {
                 r->memory_bytes / 1048576.0, 100 * r->memory_share, r->budget_bytes / 1048576.0,
                 r->v_memory == CT_VERDICT_OK ? ""
                 : r->memory_share > 0.90 ? ": too close to the budget: look for leaks (bytes in use growing per "
-                                           "step), enable activation checkpointing (recompute_every), train in "
+                                           "step), fuse more (recipe key fusion_level 2: activations and "
+                                           "layernorms computed inside the next linear, never stored), enable "
+                                           "activation checkpointing (recompute_every), train in "
                                            "bf16 (precision bf16) or use a smaller batch_size"
                                          : ": the budget is under-used: raise the batch size, or recompute less "
                                            "(recompute_every 0) to trade memory for speed");

@@ -149,6 +149,8 @@ static void compile_opts(const ct_recipe *r, ct_compile_opts *co) {
                                                                    : 0;
     co->precision = r->precision;
     co->keep_fp32 = r->keep_fp32;
+    co->fusion_level = r->fusion_level;
+    co->memory_opt = r->memory_opt;
 }
 
 /* Builds the task's graph for r and compiles it (plan_only: sizes only). */
@@ -161,7 +163,11 @@ static ct_status build_plan(ct_context *ctx, ct_task *t, const ct_recipe *r, int
     ct_compile_opts co;
     compile_opts(r, &co);
     co.plan_only = plan_only;
+    ct_fusion_rules *rules = NULL;
+    if (s == CT_OK && r->fusion_rules[0]) s = ct_fusion_rules_load(ctx, r->fusion_rules, &rules);
+    co.fusion_rules = rules;
     if (s == CT_OK) s = ct_compile(g, loss, n_keep, keep, &co, out);
+    ct_fusion_rules_free(rules);
     ct_graph_free(g);
     return s;
 }

@@ -1,0 +1,744 @@
+/* src/graph/fusion.c - the fusion pass (after autodiff and recompute, before
+ * liveness), its pattern registry and fusion rules from JSON.
+ *
+ * A pattern matches at an anchor node of the forward graph and rewrites the
+ * nodes in place: the consumer becomes the fused node (same id, so users'
+ * node ids stay valid), the producer it absorbs loses its readers (the
+ * liveness pass then drops it), and the backward nodes that read the
+ * producer are pointed at the fused node or replaced by a fused backward
+ * op. A pattern applies only when every reader of the absorbed value is one
+ * the rewrite knows (otherwise the value is needed elsewhere and stays).
+ *
+ *   level 1  conv2d+bias_add     conv2d without bias + add of a per-channel
+ *                                vector -> conv2d with bias (oneDNN's bias)
+ *            linear+bias_add     linear without bias + add of a [O] vector
+ *            batchnorm+relu      one node; relu's backward reads one mask bit
+ *                                per element (RELU_MASK_BWD), so the output
+ *                                is not kept for backward
+ *   level 2  gelu+linear         the activation computed inside the next
+ *                                linear (LINEAR_PRO): its output is never
+ *                                stored; the weight gradient recomputes it
+ *                                (MATMUL_PRO)
+ *            layernorm+linear    the same for a layernorm in front of a linear
+ *            dropout+add         r + dropout(a) in one pass (DROPOUT_ADD), the
+ *                                dropout's mask exactly
+ *            add+relu            relu(a + b) in one pass (residual tails)
+ *            eltwise_chain       the elementwise runs left over (unary, scale,
+ *                                binary, dropout; forward or backward), each
+ *                                value read only by the next: one blocked loop
+ *                                (fusion_chain.c)
+ *   level 1  conv2d+relu,        relu on the GEMM's output in place (GEMM_RELU):
+ *            linear+relu         no buffer for the pre-activation
+ *
+ * Only FP32 nodes outside recompute copies fuse. Rules (ct_fusion_rules) name
+ * a pattern by its ops (seeds' names "Conv2D", "BiasAdd", ... or ctrain's)
+ * with constraints; a pattern named by some rule applies exactly where one
+ * of its rules holds, whatever the level. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+/* ---- the registry --------------------------------------------------------------------------------- */
+
+enum { PAT_CONV_BIAS = 0, PAT_LINEAR_BIAS, PAT_BN_RELU, PAT_ACT_LINEAR, PAT_LN_LINEAR, PAT_DROPOUT_ADD, PAT_CONV_RELU, PAT_LINEAR_RELU,
+       PAT_ADD_RELU, PAT_CHAIN, PAT_COUNT };
+
+static const struct {
+    const char *name;
+    int level;
+    int conv; /* conv2d constraints apply */
+    const char *ops[3];
+} k_patterns[PAT_COUNT] = {
+    [PAT_CONV_BIAS] = {"conv2d+bias_add", 1, 1, {"conv2d", "bias_add", NULL}},
+    [PAT_LINEAR_BIAS] = {"linear+bias_add", 1, 0, {"linear", "bias_add", NULL}},
+    [PAT_BN_RELU] = {"batchnorm+relu", 1, 0, {"batchnorm", "relu", NULL}},
+    [PAT_ACT_LINEAR] = {"gelu+linear", 2, 0, {"gelu", "linear", NULL}},
+    [PAT_LN_LINEAR] = {"layernorm+linear", 2, 0, {"layernorm", "linear", NULL}},
+    [PAT_DROPOUT_ADD] = {"dropout+add", 2, 0, {"dropout", "add", NULL}},
+    [PAT_CONV_RELU] = {"conv2d+relu", 1, 1, {"conv2d", "relu", NULL}},
+    [PAT_LINEAR_RELU] = {"linear+relu", 1, 0, {"linear", "relu", NULL}},
+    [PAT_ADD_RELU] = {"add+relu", 2, 0, {"add", "relu", NULL}},
+    [PAT_CHAIN] = {"eltwise_chain", 2, 0, {"eltwise_chain", NULL, NULL}},
+};
+
+int ct_fusion_num_patterns(void) { return PAT_COUNT; }
+const char *ct_fusion_pattern_name(int i) { return i >= 0 && i < PAT_COUNT ? k_patterns[i].name : NULL; }
+int ct_fusion_pattern_level(int i) { return i >= 0 && i < PAT_COUNT ? k_patterns[i].level : 0; }
+const char *ct_fusion_pattern_op(int i, int j) {
+    return i >= 0 && i < PAT_COUNT && j >= 0 && j < 3 ? k_patterns[i].ops[j] : NULL;
+}
+
+/* Rule op names: the seeds' (TensorFlow's) and ctrain's, to the registry's. */
+static const char *canonical_op(const char *s) {
+    static const struct {
+        const char *alias, *op;
+    } k[] = {
+        {"Conv2D", "conv2d"}, {"conv2d", "conv2d"}, {"BiasAdd", "bias_add"}, {"bias_add", "bias_add"},
+        {"Add", "add"}, {"AddV2", "add"}, {"add", "add"}, {"Dropout", "dropout"}, {"dropout", "dropout"}, {"Relu", "relu"}, {"relu", "relu"},
+        {"FusedBatchNorm", "batchnorm"}, {"FusedBatchNormV3", "batchnorm"}, {"BatchNorm", "batchnorm"},
+        {"batchnorm", "batchnorm"}, {"MatMul", "linear"}, {"Dense", "linear"}, {"linear", "linear"},
+        {"eltwise_chain", "eltwise_chain"}, {"EltwiseChain", "eltwise_chain"}, {"Gelu", "gelu"}, {"gelu", "gelu"}, {"LayerNorm", "layernorm"}, {"layernorm", "layernorm"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (!strcmp(k[i].alias, s)) return k[i].op;
+    return NULL;
+}
+
+/* ---- rules -------------------------------------------------------------------------------------------- */
+
+enum { PAD_ANY = 0, PAD_SAME, PAD_VALID, PAD_EXPLICIT };
+
+typedef struct {
+    int pattern;
+    int64_t stride, dilation, groups, pad, max_elements; /* -1: any */
+    int padding;                                         /* PAD_* */
+    int dtype;                                           /* -1: any, else ct_dtype */
+    char desc[160];
+} fusion_rule;
+
+struct ct_fusion_rules {
+    int n;
+    fusion_rule *r;
+};
+
+void ct_fusion_rules_free(ct_fusion_rules *r) {
+    if (!r) return;
+    free(r->r);
+    free(r);
+}
+
+int ct_fusion_rules_count(const ct_fusion_rules *r) { return r ? r->n : 0; }
+
+const char *ct_fusion_rule_desc(const ct_fusion_rules *r, int i) {
+    return r && i >= 0 && i < r->n ? r->r[i].desc : NULL;
+}
+
+static void supported_list(char *buf, size_t len) {
+    size_t o = 0;
+    buf[0] = 0;
+    for (int i = 0; i < PAT_COUNT && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%s", i ? ", " : "", k_patterns[i].name);
+}
+
+/* An int or a list of equal ints ([s, s], or TensorFlow's [1, s, s, 1]). */
+static ct_status int_or_pair(ct_context *ctx, const char *src, int ri, const char *key, const cJSON *v, int64_t *out) {
+    if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble == (double)(int64_t)v->valuedouble) {
+        *out = (int64_t)v->valuedouble;
+        return CT_OK;
+    }
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+    if (n == 2 || n == 4) {
+        const cJSON *a = cJSON_GetArrayItem(v, n == 4 ? 1 : 0), *b = cJSON_GetArrayItem(v, n == 4 ? 2 : 1);
+        if (cJSON_IsNumber(a) && cJSON_IsNumber(b) && a->valuedouble == b->valuedouble && a->valuedouble >= 0) {
+            *out = (int64_t)a->valuedouble;
+            return CT_OK;
+        }
+        if (cJSON_IsNumber(a) && cJSON_IsNumber(b))
+            return ct_set_error(ctx, CT_E_UNSUPPORTED,
+                                "%s: rule %d: %s %g and %g differ; ctrain's conv2d has one %s for both dimensions", src,
+                                ri + 1, key, a->valuedouble, b->valuedouble, key);
+    }
+    return ct_set_error(ctx, CT_E_CONFIG, "%s: rule %d: constraint '%s' must be a number >= 0 or a list [h, w]", src,
+                        ri + 1, key);
+}
+
+static ct_status parse_rule(ct_context *ctx, const char *src, int ri, const cJSON *it, fusion_rule *r) {
+    char sup[256];
+    supported_list(sup, sizeof sup);
+    *r = (fusion_rule){.pattern = -1, .stride = -1, .dilation = -1, .groups = -1, .pad = -1, .max_elements = -1,
+                       .padding = PAD_ANY, .dtype = -1};
+    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(it, "ops");
+    int n = cJSON_IsArray(ops) ? cJSON_GetArraySize(ops) : 0;
+    if (!cJSON_IsObject(it) || n < 1)
+        return ct_set_error(ctx, CT_E_CONFIG, "%s: rule %d must be an object with \"ops\": [\"Conv2D\", \"BiasAdd\"]",
+                            src, ri + 1);
+    const char *canon[3] = {0};
+    char seq[128] = "";
+    size_t o = 0;
+    for (int j = 0; j < n; j++) {
+        const cJSON *s = cJSON_GetArrayItem(ops, j);
+        if (!cJSON_IsString(s)) return ct_set_error(ctx, CT_E_CONFIG, "%s: rule %d: ops must be strings", src, ri + 1);
+        const char *c = canonical_op(s->valuestring);
+        if (!c)
+            return ct_set_error(ctx, CT_E_UNSUPPORTED,
+                                "%s: rule %d names op '%s', which no fused kernel covers; supported patterns: %s", src,
+                                ri + 1, s->valuestring, sup);
+        if (j < 3) canon[j] = c;
+        if (o < sizeof seq) o += (size_t)snprintf(seq + o, sizeof seq - o, "%s%s", j ? ", " : "", s->valuestring);
+    }
+    for (int p = 0; p < PAT_COUNT && n <= 3; p++) {
+        int ok = 1;
+        for (int j = 0; j < 3 && ok; j++) {
+            const char *a = j < n ? canon[j] : NULL, *b = k_patterns[p].ops[j];
+            /* an add after conv2d / linear is their bias add */
+            ok = (!a && !b) || (a && b && (!strcmp(a, b) || (!strcmp(a, "add") && !strcmp(b, "bias_add"))));
+        }
+        if (ok) r->pattern = p;
+    }
+    if (r->pattern < 0)
+        return ct_set_error(ctx, CT_E_UNSUPPORTED, "%s: rule %d: no fused kernel for the ops [%s]; supported patterns: %s",
+                            src, ri + 1, seq, sup);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(it, "constraints");
+    if (c && !cJSON_IsObject(c))
+        return ct_set_error(ctx, CT_E_CONFIG, "%s: rule %d: \"constraints\" must be an object", src, ri + 1);
+    o = (size_t)snprintf(r->desc, sizeof r->desc, "%s", k_patterns[r->pattern].name);
+    const char *sep = " (";
+    for (const cJSON *e = c ? c->child : NULL; e; e = e->next) {
+        const char *k = e->string;
+        int conv_only = 1;
+        if (!strcmp(k, "strides")) CT_TRY(int_or_pair(ctx, src, ri, k, e, &r->stride));
+        else if (!strcmp(k, "dilation") || !strcmp(k, "dilations")) CT_TRY(int_or_pair(ctx, src, ri, k, e, &r->dilation));
+        else if (!strcmp(k, "groups")) CT_TRY(int_or_pair(ctx, src, ri, k, e, &r->groups));
+        else if (!strcmp(k, "padding")) {
+            if (cJSON_IsString(e) && !strcmp(e->valuestring, "SAME")) r->padding = PAD_SAME;
+            else if (cJSON_IsString(e) && !strcmp(e->valuestring, "VALID")) r->padding = PAD_VALID;
+            else if (cJSON_IsString(e))
+                return ct_set_error(ctx, CT_E_CONFIG, "%s: rule %d: padding '%s' must be \"SAME\", \"VALID\" or a number",
+                                    src, ri + 1, e->valuestring);
+            else {
+                CT_TRY(int_or_pair(ctx, src, ri, k, e, &r->pad));
+                r->padding = PAD_EXPLICIT;
+            }
+        } else if (!strcmp(k, "dtype")) {
+            conv_only = 0;
+            if (cJSON_IsString(e) && (!strcmp(e->valuestring, "float32") || !strcmp(e->valuestring, "f32") ||
+                                      !strcmp(e->valuestring, "DT_FLOAT")))
+                r->dtype = CT_F32;
+            else
+                return ct_set_error(ctx, CT_E_UNSUPPORTED,
+                                    "%s: rule %d: dtype must be \"float32\": the fused kernels are FP32 only", src, ri + 1);
+        } else if (!strcmp(k, "max_elements")) {
+            conv_only = 0;
+            if (!cJSON_IsNumber(e) || e->valuedouble < 1)
+                return ct_set_error(ctx, CT_E_CONFIG, "%s: rule %d: max_elements must be a number >= 1", src, ri + 1);
+            r->max_elements = (int64_t)e->valuedouble;
+        } else {
+            return ct_set_error(ctx, CT_E_CONFIG,
+                                "%s: rule %d: unknown constraint '%s' (strides, padding, dilation, groups, dtype, "
+                                "max_elements)",
+                                src, ri + 1, k);
+        }
+        if (conv_only && !k_patterns[r->pattern].conv)
+            return ct_set_error(ctx, CT_E_CONFIG, "%s: rule %d: constraint '%s' applies to conv2d patterns, not %s", src,
+                                ri + 1, k, k_patterns[r->pattern].name);
+        char v[48];
+        if (!strcmp(k, "padding") && r->padding != PAD_EXPLICIT) snprintf(v, sizeof v, "%s", e->valuestring);
+        else if (!strcmp(k, "dtype")) snprintf(v, sizeof v, "float32");
+        else {
+            int64_t x = !strcmp(k, "strides") ? r->stride : !strcmp(k, "padding") ? r->pad
+                        : !strcmp(k, "groups") ? r->groups : !strcmp(k, "max_elements") ? r->max_elements : r->dilation;
+            snprintf(v, sizeof v, "%lld", (long long)x);
+        }
+        if (o < sizeof r->desc) o += (size_t)snprintf(r->desc + o, sizeof r->desc - o, "%s%s %s", sep, k, v);
+        sep = ", ";
+    }
+    if (c && c->child && o < sizeof r->desc) snprintf(r->desc + o, sizeof r->desc - o, ")");
+    return CT_OK;
+}
+
+ct_status ct_fusion_rules_parse(ct_context *ctx, const char *json, const char *source, ct_fusion_rules **out) {
+    if (!json || !out) return CT_E_INVALID_ARG;
+    *out = NULL;
+    const char *src = source ? source : "fusion rules";
+    const char *endp = NULL;
+    cJSON *root = cJSON_ParseWithOpts(json, &endp, 1);
+    if (!root) {
+        int line = 1, col = 1;
+        for (const char *c = json; endp && c < endp && *c; c++) {
+            if (*c == '\n') {
+                line++;
+                col = 1;
+            } else {
+                col++;
+            }
+        }
+        return ct_set_error(ctx, CT_E_CONFIG, "%s: not valid JSON: syntax error at line %d, column %d", src, line, col);
+    }
+    ct_status s = CT_OK;
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "fusion_patterns");
+    if (!cJSON_IsArray(list))
+        s = ct_set_error(ctx, CT_E_CONFIG, "%s: expected {\"fusion_patterns\": [{\"ops\": [...], \"constraints\": {...}}]}",
+                         src);
+    ct_fusion_rules *r = NULL;
+    if (s == CT_OK) {
+        r = calloc(1, sizeof *r);
+        int n = cJSON_GetArraySize(list);
+        if (r) r->r = calloc((size_t)(n ? n : 1), sizeof *r->r);
+        if (!r || !r->r) s = ct_set_error(ctx, CT_E_OOM, "%s: out of memory", src);
+        for (int i = 0; s == CT_OK && i < n; i++) {
+            s = parse_rule(ctx, src, i, cJSON_GetArrayItem(list, i), &r->r[i]);
+            if (s == CT_OK) r->n++;
+        }
+    }
+    cJSON_Delete(root);
+    if (s != CT_OK) {
+        ct_fusion_rules_free(r);
+        return s;
+    }
+    *out = r;
+    return CT_OK;
+}
+
+ct_status ct_fusion_rules_load(ct_context *ctx, const char *path, ct_fusion_rules **out) {
+    if (!path || !out) return CT_E_INVALID_ARG;
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return ct_set_error(ctx, CT_E_IO, "fusion rules '%s': cannot open: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    ct_status s = CT_OK;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            size_t nc = cap ? 2 * cap : 8192;
+            if (nc > ((size_t)64 << 20)) {
+                s = ct_set_error(ctx, CT_E_CONFIG, "fusion rules '%s': larger than 64 MiB", path);
+                break;
+            }
+            char *nb = realloc(buf, nc);
+            if (!nb) {
+                s = ct_set_error(ctx, CT_E_OOM, "fusion rules '%s': out of memory", path);
+                break;
+            }
+            buf = nb;
+            cap = nc;
+        }
+        size_t got = fread(buf + len, 1, 4096, f);
+        len += got;
+        if (got < 4096) break;
+    }
+    if (s == CT_OK && ferror(f)) s = ct_set_error(ctx, CT_E_IO, "fusion rules '%s': read error", path);
+    fclose(f);
+    if (s == CT_OK) {
+        buf[len] = 0;
+        s = ct_fusion_rules_parse(ctx, buf, path, out);
+    }
+    free(buf);
+    return s;
+}
+
+/* ---- matching ------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    ct_node node;
+    int slot;
+} reader;
+
+#define MAX_READERS 16
+
+/* Every (node, input slot) reading v; returns how many (more than max: max + 1). */
+static int readers_of(const ct_graph *g, ct_node v, reader *r, int max) {
+    int n = 0;
+    for (int i = v + 1; i < g->n; i++)
+        for (int j = 0; j < g->nodes[i].n_in; j++)
+            if (g->nodes[i].in[j] == v) {
+                if (n == max) return max + 1;
+                r[n++] = (reader){i, j};
+            }
+    return n;
+}
+
+static int plain_f32(const ct_node_def *d) { return d->dtype == CT_F32 && !(d->flags & CT_NODE_RECOMPUTE); }
+static int forward(const ct_node_def *d) { return !(d->flags & CT_NODE_BACKWARD); }
+
+/* v is the loss or an output kept for the user: it must stay. */
+static int kept(const ct_plan *p, ct_node v) {
+    if (v == p->loss) return 1;
+    for (int i = 0; i < p->n_outputs; i++)
+        if (p->outputs[i] == v) return 1;
+    return 0;
+}
+
+static int usable(const ct_plan *p, ct_node v) {
+    const ct_node_def *d = &p->g.nodes[v];
+    return plain_f32(d) && forward(d) && !kept(p, v);
+}
+
+/* Does rule r hold for the match whose fused output is node `out` (conv: node c)? */
+static int rule_holds(const ct_plan *p, const fusion_rule *r, ct_node out, ct_node conv) {
+    const ct_graph *g = &p->g;
+    const ct_node_def *o = &g->nodes[out];
+    if (r->dtype >= 0 && o->dtype != (ct_dtype)r->dtype) return 0;
+    if (r->max_elements >= 0 && ct_node_numel(o) > r->max_elements) return 0;
+    if (conv == CT_NONE) return 1;
+    const ct_node_def *c = &g->nodes[conv], *x = &g->nodes[c->in[0]];
+    if (r->stride >= 0 && c->ia[0] != r->stride) return 0;
+    if (r->dilation >= 0 && c->ia[2] != r->dilation) return 0;
+    if (r->groups >= 0 && c->ia[3] != r->groups) return 0;
+    int64_t s = c->ia[0];
+    switch (r->padding) {
+    case PAD_SAME: return c->shape[2] == (x->shape[2] + s - 1) / s && c->shape[3] == (x->shape[3] + s - 1) / s;
+    case PAD_VALID: return c->ia[1] == 0;
+    case PAD_EXPLICIT: return c->ia[1] == r->pad;
+    default: return 1;
+    }
+}
+
+typedef struct {
+    ct_plan *p;
+    int *hits; /* per rule */
+} fz;
+
+/* Whether pattern `pat` may apply to this match: the rules naming it decide
+ * when there are any (the first that holds is counted), else the level.
+ * *rule: the rule that enabled it, or -1. */
+static int enabled(fz *f, int pat, ct_node out, ct_node conv, int *rule) {
+    const ct_fusion_rules *rs = f->p->fusion_rules;
+    int named = 0;
+    *rule = -1;
+    for (int i = 0; rs && i < rs->n; i++) {
+        if (rs->r[i].pattern != pat) continue;
+        named = 1;
+        if (rule_holds(f->p, &rs->r[i], out, conv)) {
+            *rule = i;
+            return 1;
+        }
+    }
+    return !named && k_patterns[pat].level <= f->p->fusion_level;
+}
+
+static ct_status add_group(fz *f, int pat, int rule, ct_node fused, const char *absorbed) {
+    ct_plan *p = f->p;
+    ct_fused_group *ng = realloc(p->groups, sizeof *ng * (size_t)(p->n_groups + 1));
+    if (!ng) return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory in the fusion pass");
+    p->groups = ng;
+    ct_fused_group *gr = &p->groups[p->n_groups];
+    memset(gr, 0, sizeof *gr);
+    gr->pattern = pat;
+    gr->rule = rule;
+    gr->nodes[gr->n_nodes++] = fused;
+    snprintf(gr->absorbed[0], CT_NAME_LEN, "%s", absorbed);
+    p->fused_group[fused] = p->n_groups;
+    p->n_groups++;
+    if (rule >= 0) f->hits[rule]++;
+    return CT_OK;
+}
+
+static void group_add_node(ct_plan *p, ct_node n) {
+    ct_fused_group *gr = &p->groups[p->n_groups - 1];
+    if (gr->n_nodes < (int)(sizeof gr->nodes / sizeof gr->nodes[0])) gr->nodes[gr->n_nodes++] = n;
+    p->fused_group[n] = p->n_groups - 1;
+}
+
+/* Replaces fused-away producer `from` by `to` in the backward nodes reading
+ * it for its saved state only. */
+static void repoint(ct_plan *p, const reader *r, int nr, ct_node from, ct_node to) {
+    for (int i = 0; i < nr; i++)
+        if (p->g.nodes[r[i].node].in[r[i].slot] == from && r[i].node != to) {
+            p->g.nodes[r[i].node].in[r[i].slot] = to;
+            group_add_node(p, r[i].node);
+        }
+}
+
+/* conv2d (no bias) + add of a channel vector / linear (no bias) + add of a [O] vector. */
+static ct_status try_bias(fz *f, ct_node a, int *done) {
+    ct_graph *g = &f->p->g;
+    const ct_node_def *A = &g->nodes[a];
+    *done = 0;
+    if (A->op != CT_OP_BINARY || A->ia[0] != CT_BIN_ADD || !plain_f32(A) || !forward(A)) return CT_OK;
+    for (int side = 0; side < 2; side++) {
+        ct_node c = A->in[side], b = A->in[1 - side];
+        const ct_node_def *C = &g->nodes[c], *B = &g->nodes[b];
+        int conv = C->op == CT_OP_CONV2D, lin = C->op == CT_OP_LINEAR;
+        if ((!conv && !lin) || C->n_in != 2 || !usable(f->p, c) || B->dtype != CT_F32) continue;
+        if (C->ndim != A->ndim || memcmp(C->shape, A->shape, sizeof(int64_t) * (size_t)A->ndim)) continue;
+        /* b: exactly one non-1 dim, the channel (conv: dim 1 of NCHW; linear: the last) */
+        int64_t ch = conv ? C->shape[1] : C->shape[C->ndim - 1];
+        int at = conv ? C->ndim - 3 : C->ndim - 1, off = C->ndim - B->ndim, ok = B->ndim >= 1 && off >= 0;
+        for (int k = 0; ok && k < B->ndim; k++) ok = B->shape[k] == (k + off == at ? ch : 1);
+        if (!ok) continue;
+        reader r[MAX_READERS];
+        int nr = readers_of(g, c, r, MAX_READERS);
+        if (nr > MAX_READERS) continue;
+        int fwd_reads = 0;
+        for (int i = 0; i < nr && ok; i++) {
+            ct_op op = g->nodes[r[i].node].op;
+            if (r[i].node == a) fwd_reads++;
+            else ok = conv && (op == CT_OP_CONV2D_BWD_DATA || op == CT_OP_CONV2D_BWD_WEIGHT) && r[i].slot == 2;
+        }
+        if (!ok || fwd_reads != 1) continue;
+        int pat = conv ? PAT_CONV_BIAS : PAT_LINEAR_BIAS, rule;
+        if (!enabled(f, pat, a, conv ? c : CT_NONE, &rule)) continue;
+        ct_node_def nd = *C;
+        nd.n_in = 3;
+        nd.in[2] = b;
+        nd.flags = A->flags;
+        char absorbed[CT_NAME_LEN];
+        snprintf(absorbed, sizeof absorbed, "%s", A->name);
+        g->nodes[a] = nd;
+        CT_TRY(add_group(f, pat, rule, a, absorbed));
+        repoint(f->p, r, nr, c, a);
+        *done = 1;
+        return CT_OK;
+    }
+    return CT_OK;
+}
+
+/* relu(batchnorm(x)) -> BN_RELU; relu's backward -> RELU_MASK_BWD. */
+static ct_status try_bn_relu(fz *f, ct_node u, int *done) {
+    ct_graph *g = &f->p->g;
+    const ct_node_def *U = &g->nodes[u];
+    *done = 0;
+    if (U->op != CT_OP_UNARY || U->ia[0] != CT_UNARY_RELU || !plain_f32(U) || !forward(U)) return CT_OK;
+    ct_node b = U->in[0];
+    const ct_node_def *B = &g->nodes[b];
+    if (B->op != CT_OP_BATCHNORM || !usable(f->p, b)) return CT_OK;
+    reader r[MAX_READERS], ru[MAX_READERS];
+    int nr = readers_of(g, b, r, MAX_READERS), fwd_reads = 0, ok = nr <= MAX_READERS;
+    for (int i = 0; ok && i < nr; i++) {
+        ct_op op = g->nodes[r[i].node].op;
+        if (r[i].node == u) fwd_reads++;
+        else ok = (op == CT_OP_BATCHNORM_BWD_DATA && r[i].slot == 3) || (op == CT_OP_BATCHNORM_BWD_GAMMA && r[i].slot == 2);
+    }
+    int nu = readers_of(g, u, ru, MAX_READERS);
+    if (!ok || fwd_reads != 1 || nu > MAX_READERS) return CT_OK;
+    int rule;
+    if (!enabled(f, PAT_BN_RELU, u, CT_NONE, &rule)) return CT_OK;
+    ct_node_def nd = *B;
+    nd.op = CT_OP_BN_RELU;
+    nd.flags = U->flags | (B->flags & CT_NODE_KEEP_STATS);
+    snprintf(nd.name, sizeof nd.name, "%s", B->name);
+    char absorbed[CT_NAME_LEN];
+    snprintf(absorbed, sizeof absorbed, "%s", U->name);
+    g->nodes[u] = nd;
+    CT_TRY(add_group(f, PAT_BN_RELU, rule, u, absorbed));
+    repoint(f->p, r, nr, b, u);
+    for (int i = 0; i < nu; i++) { /* relu's backward (from the output): the mask bits */
+        ct_node_def *R = &g->nodes[ru[i].node];
+        if (R->op == CT_OP_UNARY_BWD && R->ia[0] == CT_UNARY_RELU && ru[i].slot == 1 && R->n_in == 2 &&
+            R->dtype == CT_F32) {
+            R->op = CT_OP_RELU_MASK_BWD;
+            group_add_node(f->p, ru[i].node);
+        }
+    }
+    *done = 1;
+    return CT_OK;
+}
+
+/* A reshape of v read only as the second operand of weight-gradient
+ * matmuls (matmul(dy^T, x) of a linear's backward). */
+static int reshape_for_dw(const ct_graph *g, ct_node rs, ct_node v) {
+    const ct_node_def *R = &g->nodes[rs], *V = &g->nodes[v];
+    if (R->op != CT_OP_RESHAPE || R->ndim != 2 || R->shape[1] != V->shape[V->ndim - 1]) return 0;
+    reader r[MAX_READERS];
+    int nr = readers_of(g, rs, r, MAX_READERS);
+    if (nr < 1 || nr > MAX_READERS) return 0;
+    for (int i = 0; i < nr; i++) {
+        const ct_node_def *M = &g->nodes[r[i].node];
+        if (M->op != CT_OP_MATMUL || r[i].slot != 1 || M->ia[0] != 1 || M->ia[1] != 0 || M->dtype != CT_F32) return 0;
+    }
+    return 1;
+}
+
+/* linear(act(h)) / linear(layernorm(x)) -> LINEAR_PRO; its weight gradient -> MATMUL_PRO. */
+static ct_status try_pro(fz *f, ct_node l, int *done) {
+    ct_graph *g = &f->p->g;
+    const ct_node_def *L = &g->nodes[l];
+    *done = 0;
+    if (L->op != CT_OP_LINEAR || !plain_f32(L) || !forward(L)) return CT_OK;
+    ct_node v = L->in[0];
+    const ct_node_def *V = &g->nodes[v];
+    int act = V->op == CT_OP_UNARY &&
+              (V->ia[0] == CT_UNARY_GELU || V->ia[0] == CT_UNARY_GELU_TANH || V->ia[0] == CT_UNARY_SILU);
+    int ln = V->op == CT_OP_LAYERNORM;
+    if ((!act && !ln) || !usable(f->p, v) || g->nodes[V->in[0]].dtype != CT_F32) return CT_OK;
+    if (L->n_in + V->n_in - 1 > CT_MAX_INPUTS) return CT_OK;
+    reader r[MAX_READERS];
+    int nr = readers_of(g, v, r, MAX_READERS), fwd_reads = 0, ok = nr <= MAX_READERS;
+    for (int i = 0; ok && i < nr; i++) {
+        const ct_node_def *R = &g->nodes[r[i].node];
+        if (r[i].node == l) fwd_reads += r[i].slot == 0 ? 1 : 2; /* only as x */
+        else if (R->op == CT_OP_RESHAPE) ok = reshape_for_dw(g, r[i].node, v);
+        else ok = ln && ((R->op == CT_OP_LAYERNORM_BWD_DATA && r[i].slot == 3) ||
+                         (R->op == CT_OP_LAYERNORM_BWD_GAMMA && r[i].slot == 2));
+    }
+    if (!ok || fwd_reads != 1) return CT_OK;
+    int pat = act ? PAT_ACT_LINEAR : PAT_LN_LINEAR, rule;
+    if (!enabled(f, pat, l, CT_NONE, &rule)) return CT_OK;
+    /* the fused forward: x, w[, b] then the prologue's parameters */
+    ct_node_def nd = *L, vd = *V;
+    nd.op = CT_OP_LINEAR_PRO;
+    nd.in[0] = vd.in[0];
+    int k = L->n_in;
+    nd.ia[0] = act ? CT_PRO_UNARY : CT_PRO_LAYERNORM;
+    nd.ia[1] = act ? vd.ia[0] : 0;
+    nd.ia[2] = L->n_in > 2 ? 2 : -1;
+    nd.ia[3] = nd.ia[4] = -1;
+    nd.fa[0] = ln ? vd.fa[0] : 0.0f;
+    if (ln) {
+        nd.ia[3] = k;
+        nd.in[k++] = vd.in[1];
+        if (vd.n_in > 2) {
+            nd.ia[4] = k;
+            nd.in[k++] = vd.in[2];
+        }
+    }
+    nd.n_in = k;
+    g->nodes[l] = nd;
+    CT_TRY(add_group(f, pat, rule, l, vd.name));
+    if (ln) { /* layernorm backward: the statistics are in l's aux now */
+        reader lr[MAX_READERS];
+        int nl = 0;
+        for (int i = 0; i < nr; i++) {
+            ct_op op = g->nodes[r[i].node].op;
+            if (op == CT_OP_LAYERNORM_BWD_DATA || op == CT_OP_LAYERNORM_BWD_GAMMA) lr[nl++] = r[i];
+        }
+        repoint(f->p, lr, nl, v, l);
+    }
+    for (int i = 0; i < nr; i++) {
+        if (g->nodes[r[i].node].op != CT_OP_RESHAPE || g->nodes[r[i].node].in[0] != v) continue;
+        reader m[MAX_READERS];
+        int nm = readers_of(g, r[i].node, m, MAX_READERS);
+        for (int j = 0; j < nm && j < MAX_READERS; j++) {
+            ct_node_def *M = &g->nodes[m[j].node];
+            M->op = CT_OP_MATMUL_PRO;
+            M->in[1] = vd.in[0];
+            M->ia[2] = nd.ia[0];
+            M->ia[3] = nd.ia[1];
+            M->ia[4] = M->ia[7] = -1;
+            M->fa[0] = nd.fa[0];
+            int q = 2;
+            if (ln) {
+                M->ia[4] = q;
+                M->in[q++] = vd.in[1];
+                if (vd.n_in > 2) {
+                    M->ia[7] = q;
+                    M->in[q++] = vd.in[2];
+                }
+            }
+            M->n_in = q;
+            group_add_node(f->p, m[j].node);
+        }
+    }
+    *done = 1;
+    return CT_OK;
+}
+
+/* r + dropout(a) -> DROPOUT_ADD (the dropout's backward reads only dy). */
+static ct_status try_dropout_add(fz *f, ct_node n, int *done) {
+    ct_graph *g = &f->p->g;
+    const ct_node_def *A = &g->nodes[n];
+    *done = 0;
+    if (A->op != CT_OP_BINARY || A->ia[0] != CT_BIN_ADD || !plain_f32(A) || !forward(A)) return CT_OK;
+    for (int side = 0; side < 2; side++) {
+        ct_node d = A->in[side], r = A->in[1 - side];
+        const ct_node_def *D = &g->nodes[d], *R = &g->nodes[r];
+        if (D->op != CT_OP_DROPOUT || !usable(f->p, d) || R->dtype != CT_F32 || d == r) continue;
+        if (D->ndim != A->ndim || R->ndim != A->ndim || memcmp(D->shape, A->shape, sizeof(int64_t) * (size_t)A->ndim) ||
+            memcmp(R->shape, A->shape, sizeof(int64_t) * (size_t)A->ndim) || g->nodes[D->in[0]].dtype != CT_F32)
+            continue;
+        reader rd[2];
+        if (readers_of(g, d, rd, 1) != 1) continue; /* the add only */
+        int rule;
+        if (!enabled(f, PAT_DROPOUT_ADD, n, CT_NONE, &rule)) continue;
+        ct_node_def nd = *A;
+        nd.op = CT_OP_DROPOUT_ADD;
+        nd.n_in = 2;
+        nd.in[0] = D->in[0];
+        nd.in[1] = r;
+        nd.fa[0] = D->fa[0];
+        nd.ia[0] = D->ia[0];
+        char absorbed[CT_NAME_LEN];
+        snprintf(absorbed, sizeof absorbed, "%s", D->name);
+        g->nodes[n] = nd;
+        CT_TRY(add_group(f, PAT_DROPOUT_ADD, rule, n, absorbed));
+        *done = 1;
+        return CT_OK;
+    }
+    return CT_OK;
+}
+
+/* relu(linear / conv2d) -> GEMM_RELU; relu(a + b) -> ADD_RELU. relu's
+ * backward reads the output, which the fused node still writes. */
+static ct_status try_relu_tail(fz *f, ct_node u, int *done) {
+    ct_graph *g = &f->p->g;
+    const ct_node_def *U = &g->nodes[u];
+    *done = 0;
+    if (U->op != CT_OP_UNARY || U->ia[0] != CT_UNARY_RELU || !plain_f32(U) || !forward(U)) return CT_OK;
+    ct_node c = U->in[0];
+    const ct_node_def *C = &g->nodes[c];
+    int conv = C->op == CT_OP_CONV2D, lin = C->op == CT_OP_LINEAR;
+    int add = C->op == CT_OP_BINARY && C->ia[0] == CT_BIN_ADD;
+    if ((!conv && !lin && !add) || !usable(f->p, c)) return CT_OK;
+    if (add) {
+        for (int j = 0; j < 2; j++) {
+            const ct_node_def *X = &g->nodes[C->in[j]];
+            if (X->dtype != CT_F32 || X->ndim != C->ndim || memcmp(X->shape, C->shape, sizeof(int64_t) * (size_t)C->ndim))
+                return CT_OK;
+        }
+    }
+    reader r[MAX_READERS];
+    int nr = readers_of(g, c, r, MAX_READERS), fwd_reads = 0, ok = nr <= MAX_READERS;
+    for (int i = 0; ok && i < nr; i++) {
+        ct_op op = g->nodes[r[i].node].op;
+        if (r[i].node == u) fwd_reads++;
+        else ok = conv && (op == CT_OP_CONV2D_BWD_DATA || op == CT_OP_CONV2D_BWD_WEIGHT) && r[i].slot == 2;
+    }
+    if (!ok || fwd_reads != 1) return CT_OK;
+    int pat = conv ? PAT_CONV_RELU : lin ? PAT_LINEAR_RELU : PAT_ADD_RELU, rule;
+    if (!enabled(f, pat, u, conv ? c : CT_NONE, &rule)) return CT_OK;
+    ct_node_def nd = *C;
+    nd.flags = U->flags;
+    if (add) {
+        nd.op = CT_OP_ADD_RELU;
+        snprintf(nd.name, sizeof nd.name, "%s", U->name);
+    } else {
+        nd.op = CT_OP_GEMM_RELU;
+        nd.ia[6] = C->op;
+    }
+    char absorbed[CT_NAME_LEN];
+    snprintf(absorbed, sizeof absorbed, "%s", add ? C->name : U->name);
+    g->nodes[u] = nd;
+    CT_TRY(add_group(f, pat, rule, u, absorbed));
+    repoint(f->p, r, nr, c, u);
+    *done = 1;
+    return CT_OK;
+}
+
+ct_status ct_pass_fusion(ct_plan *p) {
+    ct_graph *g = &p->g;
+    p->fused_group = malloc(sizeof(int) * (size_t)(g->n ? g->n : 1));
+    const ct_fusion_rules *rs = p->fusion_rules;
+    p->n_rules = rs ? rs->n : 0;
+    p->rule_hits = calloc((size_t)(p->n_rules ? p->n_rules : 1), sizeof(int));
+    if (!p->fused_group || !p->rule_hits) return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory in the fusion pass");
+    for (int i = 0; i < g->n; i++) p->fused_group[i] = -1;
+    if (p->fusion_level == 0 && !p->n_rules) return CT_OK;
+    fz f = {p, p->rule_hits};
+    for (int i = 0; i < g->n; i++) {
+        if (!forward(&g->nodes[i])) continue;
+        int done = 0;
+        CT_TRY(try_bias(&f, i, &done));
+        if (!done) CT_TRY(try_bn_relu(&f, i, &done));
+        if (!done) CT_TRY(try_pro(&f, i, &done));
+        if (!done) CT_TRY(try_dropout_add(&f, i, &done));
+        if (!done) CT_TRY(try_relu_tail(&f, i, &done));
+    }
+    /* then the elementwise chains that are left, forward and backward */
+    for (int i = 0; i < g->n; i++) {
+        ct_node chain[8];
+        int n = ct_fusion_chain_find(p, i, chain), rule;
+        if (n < 2 || !enabled(&f, PAT_CHAIN, i, CT_NONE, &rule)) continue;
+        char absorbed[CT_NAME_LEN];
+        snprintf(absorbed, sizeof absorbed, "%d ops from %.40s", n, g->nodes[chain[n - 1]].name);
+        ct_fusion_chain_apply(p, chain, n);
+        CT_TRY(add_group(&f, PAT_CHAIN, rule, i, absorbed));
+    }
+    return CT_OK;
+}
+
+/* ---- reports ------------------------------------------------------------------------------------------- */
+
+int ct_plan_fusion_count(const ct_plan *p, const char *pattern) {
+    int n = 0;
+    for (int i = 0; p && i < p->n_groups; i++)
+        n += !pattern || !strcmp(pattern, k_patterns[p->groups[i].pattern].name);
+    return n;
+}
+
+int ct_plan_fusion_rule_matches(const ct_plan *p, int i) {
+    return p && i >= 0 && i < p->n_rules ? p->rule_hits[i] : -1;
+}

@@ -1,0 +1,93 @@
+/* src/kernels/simd/fused.c - the fast kernels of batchnorm+relu (see
+ * kernels/fused.c): the SIMD batchnorm and relu of this ISA, then the mask
+ * bits; and the relu backward from those bits. Bit-identical to the unfused
+ * SIMD kernels of the same ISA. */
+#include "simd.h"
+
+/* relu in place (as the SIMD relu: max(0, x) + 0) and the mask bits, one pass */
+static void relu_pack(float *y, uint8_t *bits, int64_t n, int nth) {
+    int64_t nb = n / 16;
+    nth = n >= 65536 ? nth : 1;
+#pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
+    for (int64_t b = 0; b < nb; b++) {
+        float *p = y + 16 * b;
+        unsigned m = 0;
+        for (int h = 0; h < 16; h += 8) {
+            __m256 v = _mm256_add_ps(_mm256_max_ps(_mm256_setzero_ps(), _mm256_loadu_ps(p + h)), _mm256_setzero_ps());
+            _mm256_storeu_ps(p + h, v);
+            m |= (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GT_OQ)) << h;
+        }
+        bits[2 * b] = (uint8_t)m;
+        bits[2 * b + 1] = (uint8_t)(m >> 8);
+    }
+    if (nb * 16 < n) ct_fused_relu_pack_ref(y + nb * 16, bits + 2 * nb, n - nb * 16, 1);
+}
+
+ct_status CT_FN(bn_relu)(ct_kargs *k) { return ct_fused_bn_relu(k, CT_FN(batchnorm), relu_pack); }
+
+/* in: a, r: r + dropout(a), exactly the dropout kernels' mask (ct_dropout_keep4) */
+ct_status CT_FN(dropout_add)(ct_kargs *k) {
+    if (k->in[0].dtype != CT_F32 || k->in[1].dtype != CT_F32 || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
+    const float *a = k->in[0].data, *r = k->in[1].data;
+    float *y = k->out.data, p = k->node->fa[0];
+    int64_t n = ct_tensor_numel(&k->out);
+    int nth = n >= 4096 ? k->nthreads : 1;
+    if (!k->training || p == 0.0f) {
+#pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
+        for (int64_t i = 0; i < n; i++) y[i] = r[i] + a[i];
+        return CT_OK;
+    }
+    float scale = 1.0f / (1.0f - p);
+    uint64_t stream = (uint64_t)k->node->ia[0];
+    int64_t n4 = n / 4;
+#pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
+    for (int64_t q = 0; q < n4; q++) {
+        int keep[4];
+        ct_dropout_keep4(k->seed, stream, k->step, (uint64_t)(4 * q), p, keep);
+        __m128 m = _mm_castsi128_ps(_mm_sub_epi32(_mm_setzero_si128(), _mm_setr_epi32(keep[0], keep[1], keep[2], keep[3])));
+        __m128 d = _mm_and_ps(_mm_mul_ps(_mm_loadu_ps(a + 4 * q), _mm_set1_ps(scale)), m);
+        _mm_storeu_ps(y + 4 * q, _mm_add_ps(_mm_loadu_ps(r + 4 * q), d));
+    }
+    for (int64_t i = 4 * n4; i < n; i++)
+        y[i] = r[i] + (ct_dropout_keep(k->seed, stream, k->step, (uint64_t)i, p) ? a[i] * scale : 0.0f);
+    return CT_OK;
+}
+
+/* in: dy, fwd (BN_RELU): dy * (bit ? 1 : 0), as relu's UNARY_BWD */
+ct_status CT_FN(relu_mask_bwd)(ct_kargs *k) {
+    if (k->in[0].dtype != CT_F32 || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
+    const float *dy = k->in[0].data;
+    float *dx = k->out.data;
+    const uint8_t *bits = (const uint8_t *)k->in_aux[1] + 2 * (size_t)k->in[1].shape[1] * sizeof(float);
+    int64_t n = ct_tensor_numel(&k->out), nb = n / 8;
+    int nth = n >= 65536 ? k->nthreads : 1;
+#pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i sel = _mm256_and_si256(_mm256_set1_epi32(bits[b]), _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128));
+        __m256 m = _mm256_castsi256_ps(_mm256_cmpeq_epi32(sel, _mm256_setzero_si256()));
+        __m256 one = _mm256_andnot_ps(m, _mm256_set1_ps(1.0f)); /* 1 where the bit is set, else 0 */
+        _mm256_storeu_ps(dx + 8 * b, _mm256_mul_ps(_mm256_loadu_ps(dy + 8 * b), one));
+    }
+    for (int64_t i = nb * 8; i < n; i++) dx[i] = dy[i] * ((bits[i >> 3] >> (i & 7)) & 1u ? 1.0f : 0.0f);
+    return CT_OK;
+}
+
+/* relu(a + b) in one pass: vadd, then the SIMD relu (max(0, v) + 0) */
+ct_status CT_FN(add_relu)(ct_kargs *k) {
+    if (k->in[0].dtype != CT_F32 || k->in[1].dtype != CT_F32 || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
+    const float *a = k->in[0].data, *b = k->in[1].data;
+    float *y = k->out.data;
+    int64_t n = ct_tensor_numel(&k->out), nv = n / VW;
+    int nth = n >= 65536 ? k->nthreads : 1;
+#pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
+    for (int64_t q = 0; q < nv; q++) {
+        vf v = vadd(vload(a + q * VW), vload(b + q * VW));
+        vstore(y + q * VW, vadd(vmax(vzero(), v), vzero()));
+    }
+    if (nv * VW < n) {
+        int t = (int)(n - nv * VW);
+        vf v = vadd(vtail_load(a + nv * VW, t), vtail_load(b + nv * VW, t));
+        vtail_store(y + nv * VW, vadd(vmax(vzero(), v), vzero()), t);
+    }
+    return CT_OK;
+}

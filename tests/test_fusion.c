@@ -1,0 +1,351 @@
+/* tests/test_fusion.c - the fusion pass (src/graph/fusion.c), fusion rules
+ * from JSON, memory_opt and the model registry:
+ *  1. the seeds' JSON rule loads and fuses conv2d + bias add, with the same
+ *     loss and gradients as the unfused plan; a rule whose constraints fail
+ *     stops the fusion it names;
+ *  2. malformed rules: E40010 with line and column, unknown ops / patterns
+ *     E50001 listing the supported patterns;
+ *  3. the CNN and a small GPT give the same loss, gradients and running
+ *     statistics at fusion levels 0, 1 and 2 (within 1e-6; the CNN bit for bit);
+ *  4. activation memory of the Fashion CNN (batch 128) and gpt-char-small
+ *     (batch 8) at level 2 is at least 25% below level 0 (plan statistics);
+ *  5. memory_opt = 0 plans every value its own buffer;
+ *  6. the summary and DOT name the fused groups; the model registry counts
+ *     gpt-char-small's parameters as ct_gpt_num_params does.
+ * FD checks and fast-vs-reference of the fused ops: tests/test_ops.c. */
+#include "test.h"
+
+#define CT_TRY(expr)                \
+    do {                            \
+        ct_status s_ = (expr);      \
+        if (s_ != CT_OK) return s_; \
+    } while (0)
+
+static const char *k_seeds_json =
+    "{\"fusion_patterns\": [{\"ops\": [\"Conv2D\", \"BiasAdd\"], \"constraints\": {\"strides\": [1,1], \"padding\": "
+    "\"SAME\"}}]}";
+
+typedef struct {
+    ct_plan *p;
+    ct_node x, y, loss;
+} built;
+
+/* conv3x3 (stride 1, pad 1, no bias) + add of a (C,1,1) bias, relu, mean loss */
+static ct_status conv_bias_plan(ct_context *ctx, int level, const ct_fusion_rules *rules, built *b) {
+    ct_graph *g;
+    CT_TRY(ct_graph_create(ctx, &g));
+    ct_node w, bias, c, a, r;
+    ct_status s = ct_input(g, "x", CT_F32, 4, (int64_t[]){2, 3, 8, 8}, &b->x);
+    if (s == CT_OK) s = ct_param(g, "w", 4, (int64_t[]){4, 3, 3, 3}, CT_INIT_KAIMING_UNIFORM, 27, &w);
+    if (s == CT_OK) s = ct_param(g, "bias", 3, (int64_t[]){4, 1, 1}, CT_INIT_KAIMING_UNIFORM, 27, &bias);
+    if (s == CT_OK) s = ct_conv2d(g, b->x, w, CT_NONE, 1, 1, 1, 1, &c);
+    if (s == CT_OK) s = ct_add(g, c, bias, &a);
+    if (s == CT_OK) s = ct_tanh(g, a, &r);
+    if (s == CT_OK) s = ct_mean(g, r, 15u, 0, &b->loss);
+    ct_compile_opts co;
+    ct_compile_opts_default(&co);
+    co.fusion_level = level;
+    co.fusion_rules = rules;
+    if (s == CT_OK) s = ct_compile(g, b->loss, 0, NULL, &co, &b->p);
+    ct_graph_free(g);
+    if (s != CT_OK) return s;
+    ct_tensor t;
+    CT_TRY(ct_plan_tensor(b->p, b->x, &t));
+    test_fill_uniform(t.data, (size_t)ct_tensor_numel(&t), 3, -1, 1);
+    CT_TRY(ct_plan_forward(b->p, 1));
+    return ct_plan_backward(b->p);
+}
+
+/* max relative difference of loss and every gradient between two plans of the same graph */
+static double plan_diff(ct_plan *a, ct_plan *b, int *bit_identical) {
+    float la, lb;
+    ct_plan_loss(a, &la);
+    ct_plan_loss(b, &lb);
+    double worst = fabs((double)la - lb) / fmax(fabs((double)lb), 1e-3);
+    *bit_identical = la == lb;
+    float *ga, *gb;
+    size_t na, nb;
+    ct_plan_param_arena(a, NULL, &ga, &na);
+    ct_plan_param_arena(b, NULL, &gb, &nb);
+    if (na != nb) return INFINITY;
+    double d = test_max_rel(ga, gb, na, 1e-3);
+    if (d > worst) worst = d;
+    if (memcmp(ga, gb, na * sizeof(float))) *bit_identical = 0;
+    float *ba, *bb;
+    ct_plan_buffer_arena(a, &ba, &na);
+    ct_plan_buffer_arena(b, &bb, &nb);
+    if (na != nb) return INFINITY;
+    if (na && memcmp(ba, bb, na * sizeof(float))) *bit_identical = 0;
+    if (na) {
+        d = test_max_rel(ba, bb, na, 1e-3);
+        if (d > worst) worst = d;
+    }
+    return worst;
+}
+
+TEST(seeds_json_rule_fuses_conv_bias) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_fusion_rules *rules = NULL;
+    CHECK_OK(ctx, ct_fusion_rules_parse(ctx, k_seeds_json, "seeds.json", &rules));
+    CHECK(ct_fusion_rules_count(rules) == 1);
+    printf("    rule 1: %s\n", ct_fusion_rule_desc(rules, 0));
+    built f, u;
+    CHECK_OK(ctx, conv_bias_plan(ctx, 0, rules, &f)); /* level 0: the rule alone enables it */
+    CHECK_OK(ctx, conv_bias_plan(ctx, 0, NULL, &u));
+    CHECK(ct_plan_fusion_count(f.p, "conv2d+bias_add") == 1);
+    CHECK(ct_plan_fusion_rule_matches(f.p, 0) == 1);
+    CHECK(ct_plan_fusion_count(u.p, NULL) == 0);
+    int same;
+    double d = plan_diff(f.p, u.p, &same);
+    printf("    fused vs unfused: max rel diff %.2e%s\n", d, same ? " (bit-identical)" : "");
+    CHECK(d <= 1e-6);
+    ct_plan_free(f.p);
+    ct_plan_free(u.p);
+    ct_fusion_rules_free(rules);
+    /* a rule whose constraint does not hold: the pattern it names stays off, even at level 1 */
+    CHECK_OK(ctx, ct_fusion_rules_parse(ctx, "{\"fusion_patterns\": [{\"ops\": [\"conv2d\", \"bias_add\"], "
+                                             "\"constraints\": {\"padding\": \"VALID\"}}]}",
+                                        "valid.json", &rules));
+    CHECK_OK(ctx, conv_bias_plan(ctx, 1, rules, &f));
+    CHECK(ct_plan_fusion_count(f.p, "conv2d+bias_add") == 0);
+    CHECK(ct_plan_fusion_rule_matches(f.p, 0) == 0);
+    ct_plan_free(f.p);
+    ct_fusion_rules_free(rules);
+    /* the same rules from a file */
+    const char *path = test_tmp_path("rules.json");
+    test_write_file(path, k_seeds_json, strlen(k_seeds_json));
+    CHECK_OK(ctx, ct_fusion_rules_load(ctx, path, &rules));
+    CHECK(ct_fusion_rules_count(rules) == 1);
+    ct_fusion_rules_free(rules);
+    ct_context_free(ctx);
+}
+
+TEST(bad_rules_are_named) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_fusion_rules *r = NULL;
+    ct_status s = ct_fusion_rules_parse(ctx, "{\"fusion_patterns\": [\n  {\"ops\": [\"Conv2D\" \"BiasAdd\"]}\n]}", "bad.json", &r);
+    printf("    %s\n", ct_context_last_error(ctx));
+    CHECK(s == CT_E_CONFIG && !r);
+    CHECK(strstr(ct_context_last_error(ctx), "bad.json") && strstr(ct_context_last_error(ctx), "line 2, column 21"));
+    s = ct_fusion_rules_parse(ctx, "{\"fusion_patterns\": [{\"ops\": [\"Conv2D\", \"Softplus\"]}]}", "op.json", &r);
+    printf("    %s\n", ct_context_last_error(ctx));
+    CHECK(s == CT_E_UNSUPPORTED && !r);
+    CHECK(strstr(ct_context_last_error(ctx), "'Softplus'") &&
+          strstr(ct_context_last_error(ctx), "supported patterns: conv2d+bias_add"));
+    s = ct_fusion_rules_parse(ctx, "{\"fusion_patterns\": [{\"ops\": [\"Conv2D\", \"MatMul\"]}]}", "seq.json", &r);
+    printf("    %s\n", ct_context_last_error(ctx));
+    CHECK(s == CT_E_UNSUPPORTED && strstr(ct_context_last_error(ctx), "Conv2D, MatMul") &&
+          strstr(ct_context_last_error(ctx), "batchnorm+relu"));
+    s = ct_fusion_rules_parse(ctx, "{\"fusion_patterns\": [{\"ops\": [\"Relu\", \"BatchNorm\"]}]}", "order.json", &r);
+    CHECK(s == CT_E_UNSUPPORTED);
+    s = ct_fusion_rules_parse(ctx, "{\"fusion_patterns\": [{\"ops\": [\"BatchNorm\", \"Relu\"], \"constraints\": "
+                                   "{\"strides\": 1}}]}", "c.json", &r);
+    CHECK(s == CT_E_CONFIG && strstr(ct_context_last_error(ctx), "strides"));
+    s = ct_fusion_rules_load(ctx, test_tmp_path("missing.json"), &r);
+    CHECK(s == CT_E_IO);
+    ct_context_free(ctx);
+}
+
+/* cross-entropy training plan of a built-in model at a fusion level */
+static ct_status model_plan(ct_context *ctx, const char *model, int64_t batch, int level, int memory_opt, int plan_only,
+                            ct_plan **out, ct_node *in, ct_node *labels) {
+    ct_graph *g;
+    CT_TRY(ct_graph_create(ctx, &g));
+    ct_node logits, loss;
+    ct_status s = ct_model_by_name(g, model, batch, &logits);
+    int nd = 0;
+    int64_t sh[8];
+    if (s == CT_OK) s = ct_node_shape(g, logits, &nd, sh);
+    if (s == CT_OK) s = ct_input(g, "labels", CT_I32, nd - 1, sh, labels);
+    if (s == CT_OK) s = ct_cross_entropy(g, logits, *labels, 0.1f, -100, &loss);
+    ct_compile_opts co;
+    ct_compile_opts_default(&co);
+    co.fusion_level = level;
+    co.memory_opt = memory_opt;
+    co.plan_only = plan_only;
+    if (s == CT_OK) s = ct_compile(g, loss, 1, &logits, &co, out);
+    *in = 0; /* the model's input is node 0 */
+    ct_graph_free(g);
+    return s;
+}
+
+static ct_status fill_and_step(ct_plan *p, ct_node in, ct_node labels, int classes) {
+    ct_tensor t;
+    CT_TRY(ct_plan_tensor(p, in, &t));
+    int64_t n = ct_tensor_numel(&t);
+    if (t.dtype == CT_F32) test_fill_uniform(t.data, (size_t)n, 5, -1, 1);
+    else
+        for (int64_t i = 0; i < n; i++) ((int32_t *)t.data)[i] = (int32_t)((i * 7 + 3) % classes);
+    CT_TRY(ct_plan_tensor(p, labels, &t));
+    for (int64_t i = 0; i < ct_tensor_numel(&t); i++) ((int32_t *)t.data)[i] = (int32_t)((i * 3 + 1) % classes);
+    ct_plan_set_step(p, 3);
+    CT_TRY(ct_plan_forward(p, 1));
+    return ct_plan_backward(p);
+}
+
+TEST(levels_give_equal_results) {
+    static const struct {
+        const char *model;
+        int64_t batch;
+        int classes;
+        int bit_exact;
+    } k[] = {{"cnn", 16, 10, 1}, {"gpt-char-small", 2, 65, 0}, {"mlp", 8, 10, 1}};
+    for (int m = 0; m < 3; m++) {
+        ct_context *ctx = test_ctx(-1, 1);
+        ct_plan *p[3] = {0};
+        ct_node in, labels;
+        for (int l = 0; l < 3; l++) {
+            CHECK_OK(ctx, model_plan(ctx, k[m].model, k[m].batch, l, 1, 0, &p[l], &in, &labels));
+            CHECK_OK(ctx, fill_and_step(p[l], in, labels, k[m].classes));
+        }
+        for (int l = 1; l < 3; l++) {
+            int same;
+            double d = plan_diff(p[l], p[0], &same);
+            printf("    %-15s level %d vs 0: %d fused groups, max rel diff %.2e%s\n", k[m].model, l,
+                   ct_plan_fusion_count(p[l], NULL), d, same ? " (bit-identical)" : "");
+            CHECK(d <= 1e-6);
+            if (k[m].bit_exact) CHECK(same);
+        }
+        CHECK(ct_plan_fusion_count(p[1], "batchnorm+relu") == (m == 0 ? 2 : 0));
+        CHECK(ct_plan_fusion_count(p[2], "layernorm+linear") == (m == 1 ? 12 : 0));
+        CHECK(ct_plan_fusion_count(p[2], "gelu+linear") == (m == 1 ? 6 : 0));
+        CHECK(ct_plan_fusion_count(p[2], "dropout+add") == (m == 1 ? 12 : 0)); /* the dropout of every residual */
+        CHECK(ct_plan_fusion_count(p[1], "linear+relu") == (m == 2 ? 2 : 0));
+        CHECK(ct_plan_fusion_count(p[2], "eltwise_chain") == (m == 1 ? 1 : 0)); /* embeddings: add, dropout */
+        for (int l = 0; l < 3; l++) ct_plan_free(p[l]);
+        ct_context_free(ctx);
+    }
+}
+
+/* a residual block y = relu(x + relu(linear(x))): add+relu (level 2) and
+ * linear+relu (level 1) against level 0, bit for bit */
+TEST(residual_add_relu_equals_unfused) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_plan *p[3] = {0};
+    ct_node x = 0, labels = 0;
+    for (int l = 0; l < 3; l++) {
+        ct_graph *g;
+        CHECK_OK(ctx, ct_graph_create(ctx, &g));
+        ct_node w, b, h, s, y, w2, logits, loss;
+        CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){16, 24}, &x));
+        CHECK_OK(ctx, ct_input(g, "labels", CT_I32, 1, (int64_t[]){16}, &labels));
+        CHECK_OK(ctx, ct_param(g, "w", 2, (int64_t[]){24, 24}, CT_INIT_KAIMING_UNIFORM, 24, &w));
+        CHECK_OK(ctx, ct_param(g, "b", 1, (int64_t[]){24}, CT_INIT_KAIMING_UNIFORM, 24, &b));
+        CHECK_OK(ctx, ct_param(g, "w2", 2, (int64_t[]){5, 24}, CT_INIT_KAIMING_UNIFORM, 24, &w2));
+        CHECK_OK(ctx, ct_linear(g, x, w, b, &h));
+        CHECK_OK(ctx, ct_relu(g, h, &h));
+        CHECK_OK(ctx, ct_add(g, x, h, &s));
+        CHECK_OK(ctx, ct_relu(g, s, &y));
+        CHECK_OK(ctx, ct_linear(g, y, w2, CT_NONE, &logits));
+        CHECK_OK(ctx, ct_cross_entropy(g, logits, labels, 0.0f, -100, &loss));
+        ct_compile_opts co;
+        ct_compile_opts_default(&co);
+        co.fusion_level = l;
+        CHECK_OK(ctx, ct_compile(g, loss, 0, NULL, &co, &p[l]));
+        ct_graph_free(g);
+        CHECK_OK(ctx, fill_and_step(p[l], x, labels, 5));
+    }
+    CHECK(ct_plan_fusion_count(p[1], "linear+relu") == 1 && ct_plan_fusion_count(p[1], "add+relu") == 0);
+    CHECK(ct_plan_fusion_count(p[2], "add+relu") == 1);
+    for (int l = 1; l < 3; l++) {
+        int same;
+        double d = plan_diff(p[l], p[0], &same);
+        printf("    residual level %d vs 0: max rel diff %.2e%s\n", l, d, same ? " (bit-identical)" : "");
+        CHECK(same);
+    }
+    for (int l = 0; l < 3; l++) ct_plan_free(p[l]);
+    ct_context_free(ctx);
+}
+
+TEST(level2_cuts_activation_memory_by_a_quarter) {
+    static const struct {
+        const char *model;
+        int64_t batch;
+    } k[] = {{"cnn", 128}, {"gpt-char-small", 8}};
+    for (int m = 0; m < 2; m++) {
+        ct_context *ctx = test_ctx(-1, 1);
+        ct_plan_stats st[3];
+        for (int l = 0; l < 3; l++) {
+            ct_plan *p;
+            ct_node in, labels;
+            CHECK_OK(ctx, model_plan(ctx, k[m].model, k[m].batch, l, 1, 1, &p, &in, &labels));
+            ct_plan_get_stats(p, &st[l]);
+            ct_plan_free(p);
+        }
+        double a0 = (double)st[0].activation_bytes, a2 = (double)st[2].activation_bytes;
+        double t0 = a0 + (double)st[0].workspace_bytes, t2 = a2 + (double)st[2].workspace_bytes;
+        printf("    %-15s batch %3lld activations: level 0 %.2f MiB, 1 %.2f MiB, 2 %.2f MiB (%.1f%%; with "
+               "workspace %.1f%%)\n",
+               k[m].model, (long long)k[m].batch, a0 / 1048576.0, st[1].activation_bytes / 1048576.0, a2 / 1048576.0,
+               100.0 * (a2 - a0) / a0, 100.0 * (t2 - t0) / t0);
+        CHECK(a2 <= 0.75 * a0);
+        CHECK(t2 <= 0.75 * t0);
+        ct_context_free(ctx);
+    }
+}
+
+TEST(memory_opt_off_gives_every_value_its_buffer) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_plan_stats on, off;
+    ct_plan *p;
+    ct_node in, labels;
+    CHECK_OK(ctx, model_plan(ctx, "cnn", 32, 1, 1, 1, &p, &in, &labels));
+    ct_plan_get_stats(p, &on);
+    ct_plan_free(p);
+    CHECK_OK(ctx, model_plan(ctx, "cnn", 32, 1, 0, 0, &p, &in, &labels));
+    ct_plan_get_stats(p, &off);
+    printf("    cnn batch 32: reuse %.2f MiB, no reuse %.2f MiB\n", on.activation_bytes / 1048576.0,
+           off.activation_bytes / 1048576.0);
+    CHECK(off.activation_bytes == off.activation_bytes_no_reuse);
+    CHECK(on.activation_bytes_no_reuse == off.activation_bytes_no_reuse);
+    CHECK(on.activation_bytes < off.activation_bytes);
+    CHECK_OK(ctx, fill_and_step(p, in, labels, 10)); /* and it runs */
+    ct_plan_free(p);
+    ct_context_free(ctx);
+}
+
+TEST(summary_dot_and_registry) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_plan *p;
+    ct_node in, labels;
+    CHECK_OK(ctx, model_plan(ctx, "cnn", 4, 1, 1, 1, &p, &in, &labels));
+    const char *path = test_tmp_path("plan.dot");
+    FILE *f = fopen(path, "w");
+    CHECK(f);
+    CHECK_OK(ctx, ct_plan_write_dot(p, f));
+    fclose(f);
+    f = fopen(path, "r");
+    CHECK(f);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    CHECK(!strncmp(buf, "digraph plan {", 14) && strstr(buf, "subgraph cluster_fused_1") &&
+          strstr(buf, "batchnorm+relu") && strstr(buf, "relu_mask_bwd"));
+    ct_plan_free(p);
+    ct_graph *g;
+    CHECK_OK(ctx, ct_graph_create(ctx, &g));
+    ct_node logits;
+    CHECK_OK(ctx, ct_model_by_name(g, "gpt-char-small", 1, &logits));
+    int64_t np = 0;
+    for (int i = 0; i < ct_graph_num_nodes(g); i++) {
+        if (strcmp(ct_node_op_name(g, i), "param")) continue;
+        int nd;
+        int64_t sh[8], e = 1;
+        CHECK_OK(ctx, ct_node_shape(g, i, &nd, sh));
+        for (int k = 0; k < nd; k++) e *= sh[k];
+        np += e;
+    }
+    ct_gpt_config c;
+    CHECK_OK(ctx, ct_gpt_preset(ctx, "gpt-char-small", &c));
+    CHECK(np == ct_gpt_num_params(&c));
+    CHECK(ct_model_by_name(g, "resnet-1000", 1, &logits) == CT_E_INVALID_ARG &&
+          strstr(ct_context_last_error(ctx), "gpt-char-small"));
+    ct_graph_free(g);
+    ct_context_free(ctx);
+}
+
+TEST_MAIN(T(seeds_json_rule_fuses_conv_bias), T(bad_rules_are_named), T(levels_give_equal_results),
+          T(residual_add_relu_equals_unfused),
+          T(level2_cuts_activation_memory_by_a_quarter), T(memory_opt_off_gives_every_value_its_buffer),
+          T(summary_dot_and_registry))
