@@ -127,6 +127,11 @@ typedef struct ct_recipe {
     ct_lr_scaling lr_scaling;
     int64_t lr_base_batch;   /* B0: the batch optimizer.lr was tuned for        */
     int64_t lr_sqrt_from_batch; /* Bs for linear_then_sqrt (0: 8 x B0)          */
+    /* data parallel gradient buckets (docs/distributed.md, ct_buckets in dist.h) */
+    float bucket_size_mb;    /* bucket cap in MiB (default 25; 0: one bucket of every gradient) */
+    int overlap_communication; /* start each bucket's allreduce during backward (default 1) */
+    int comm_progress;       /* ct_bucket_progress: 0 thread, 1 hook            */
+    int grad_compression;    /* ct_grad_compression: none, bf16, fp16           */
 } ct_recipe;
 
 /* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */

@@ -26,6 +26,7 @@ struct ct_comm {
     MPI_Comm comm;      /* duplicate of MPI_COMM_WORLD                          */
     int rank, size, local_rank, local_size;
     ct_comm_stats st;
+    MPI_Op half_op[2]; /* ct_comm_iallreduce_half: [0] fp16, [1] bf16 sums (created on first use) */
 };
 
 struct ct_comm_request {
@@ -86,6 +87,7 @@ ct_status ct_comm_world_create(ct_context *ctx, ct_comm **out) {
     c->rank = c->local_rank = 0;
     c->size = c->local_size = 1;
     c->comm = MPI_COMM_NULL;
+    c->half_op[0] = c->half_op[1] = MPI_OP_NULL;
     if (!ct_comm_launched()) {
         *out = c;
         return CT_OK;
@@ -140,6 +142,8 @@ void ct_comm_free(ct_comm *c) {
         int fin = 0;
         MPI_Finalized(&fin);
         if (!fin) {
+            for (int i = 0; i < 2; i++)
+                if (c->half_op[i] != MPI_OP_NULL) MPI_Op_free(&c->half_op[i]);
             if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
             if (c->owns_mpi) MPI_Finalize();
         }
@@ -400,4 +404,51 @@ ct_status ct_comm_wait(ct_comm_request *r) {
     }
     finish(r);
     return CT_OK;
+}
+
+/* The user ops of ct_comm_iallreduce_half: inout[i] <- round(in[i] + inout[i]), added in FP32. */
+static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *t) {
+    (void)t;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = ct_f32_to_bf16(ct_bf16_to_f32(a[i]) + ct_bf16_to_f32(b[i]));
+}
+
+static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *t) {
+    (void)t;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = ct_f32_to_f16(ct_f16_to_f32(a[i]) + ct_f16_to_f32(b[i]));
+}
+
+ct_status ct_comm_iallreduce_half(ct_comm *c, uint16_t *x, size_t n, int bf16, ct_comm_request *r) {
+    if (!c) return CT_E_INVALID_ARG;
+    if (!x && n) return ct_set_error(c->ctx, CT_E_INVALID_ARG, "ct_comm_iallreduce_half: x must not be NULL");
+    if (!r || r->c != c)
+        return ct_set_error(c->ctx, CT_E_INVALID_ARG, "ct_comm_iallreduce_half: the request is NULL or of another communicator");
+    if (r->active)
+        return ct_set_error(c->ctx, CT_E_STATE, "ct_comm_iallreduce_half: the request is still active; wait for it first");
+    if (n > (size_t)INT_MAX)
+        return ct_set_error(c->ctx, CT_E_INVALID_ARG, "ct_comm_iallreduce_half: %zu values is more than INT_MAX; split "
+                            "the range into buckets", n);
+    c->st.allreduce_calls++;
+    c->st.allreduce_bytes += n * sizeof(uint16_t);
+    r->x = NULL, r->n = 0, r->avg = 0, r->t0 = now();
+    r->active = 1;
+    if (!c->mpi || n == 0) {
+        finish(r);
+        return CT_OK;
+    }
+    const int k = bf16 != 0;
+    int err;
+    if (c->half_op[k] == MPI_OP_NULL && (err = MPI_Op_create(k ? sum_bf16 : sum_f16, 1, &c->half_op[k])) != MPI_SUCCESS) {
+        r->active = 0;
+        return mpi_fail(c, err, "MPI_Op_create (16-bit float sum)");
+    }
+    err = MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_UINT16_T, c->half_op[k], c->comm, &r->req);
+    if (err != MPI_SUCCESS) {
+        r->active = 0;
+        return mpi_fail(c, err, "MPI_Iallreduce (16-bit floats)"); /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker): see docs/lint.md */
+    }
+    return CT_OK; /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker): waited for in ct_comm_wait / ct_comm_test */
 }

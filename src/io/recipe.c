@@ -187,6 +187,14 @@ static const key_def k_keys[] = {
     {"lr_base_batch", K_I64, OFF(lr_base_batch), 0, 1, 1 << 30, NULL, M_ALL, NULL, "the batch optimizer.lr was tuned for"},
     {"lr_sqrt_from_batch", K_I64, OFF(lr_sqrt_from_batch), 0, 0, 1 << 30, NULL, M_ALL, NULL,
      "linear_then_sqrt: linear up to this batch, sqrt beyond (0: 8 x lr_base_batch)"},
+    {"bucket_size_mb", K_F32, OFF(bucket_size_mb), 0, 0, 1e6, NULL, M_ALL, NULL,
+     "data parallel: gradient bucket size in MiB, the first bucket at most 1 (0: one bucket of all gradients)"},
+    {"overlap_communication", K_BOOL, OFF(overlap_communication), 0, 0, 1, NULL, M_ALL, NULL,
+     "data parallel: start each bucket's allreduce during backward as soon as its gradients are final"},
+    {"comm_progress", K_ENUM, OFF(comm_progress), 0, 0, 0, "thread|hook", M_ALL, NULL,
+     "data parallel overlap: who drives MPI during backward (a communication thread, or the grad-ready hook)"},
+    {"grad_compression", K_ENUM, OFF(grad_compression), 0, 0, 0, "none|bf16|fp16", M_ALL, NULL,
+     "data parallel: send gradients as bf16/fp16 with error feedback (each rank keeps what rounding lost)"},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
@@ -237,6 +245,8 @@ void ct_recipe_default(ct_recipe *r) {
     r->prefetch_threads = 1;
     r->lr_scaling = CT_LR_SCALING_NONE;
     r->lr_base_batch = 256;
+    r->bucket_size_mb = 25.0f;
+    r->overlap_communication = 1;
 }
 
 static const key_def *find_key(const char *key) {

@@ -4,6 +4,8 @@
 #define CT_TRAIN_INTERNAL_H
 #include "ctrain/ctrain.h"
 #include "ctrain/train.h"
+#include "ctrain/dist.h"
+#include "ctrain/profile.h"
 
 ct_status ct_task_image_create(ct_context *ctx, const ct_recipe *r, ct_task **out);
 ct_status ct_task_text_create(ct_context *ctx, const ct_recipe *r, ct_task **out);
@@ -28,4 +30,16 @@ ct_status ct_dp_reduce_eval(ct_comm *c, ct_task *t, ct_task_eval *ev);
 /* After rank 0 wrote a checkpoint with status s (the others pass CT_OK):
  * every rank waits for it and returns rank 0's status. */
 ct_status ct_dp_after_save(ct_context *ctx, ct_comm *c, ct_status s);
+
+/* Gradient buckets (dp_buckets.c): *out NULL on one rank; else planned from
+ * the plan's layout and backward order with the recipe's bucket keys, and
+ * fed by the plan's grad-ready hook (ct_buckets_begin arms them before the
+ * last micro-batch's backward, ct_buckets_finish reduces). */
+ct_status ct_dp_buckets_create(ct_context *ctx, ct_comm *c, ct_plan *p, const ct_recipe *r, ct_buckets **out);
+/* Detaches the hook from p (may be NULL) and frees b (may be NULL). */
+void ct_dp_buckets_free(ct_plan *p, ct_buckets *b);
+/* "3 buckets (MiB: 0.04 3.00 4.00), overlapped with backward by ..." for the header. */
+void ct_dp_buckets_describe(const ct_buckets *b, const ct_recipe *r, int n_ready, char *buf, size_t len);
+/* The last reduction's buckets as "comm_bucket" events (their own track). */
+void ct_dp_buckets_trace(const ct_buckets *b, ct_profiler *prof);
 #endif

@@ -321,6 +321,8 @@ typedef struct {
     int rank, world;
     ct_recipe local;            /* the recipe of this rank's plan: batch_size / world  */
     int64_t grad_reduces;       /* allreduces of the gradient arena                   */
+    ct_buckets *bk;             /* the gradient buckets (dp_buckets.c); NULL: one rank */
+    double grad_wait_s;         /* the training thread blocked in gradient reductions */
 } run_t;
 
 /* What the micro-batches of one optimizer step saw: summed over them here,
@@ -413,7 +415,8 @@ static void profile_finish(run_t *R) {
     if (ct_optimizer_state(R->opt, &ost, &on) != CT_OK) on = 0;
     ct_profiler_set_memory(R->prof, &ps, on * sizeof(float), (size_t)R->r->memory_budget);
     char path[600];
-    snprintf(path, sizeof path, "%s/trace.json", R->r->profile_dir);
+    if (R->rank > 0) snprintf(path, sizeof path, "%s/trace.rank%d.json", R->r->profile_dir, R->rank);
+    else snprintf(path, sizeof path, "%s/trace.json", R->r->profile_dir);
     if (ct_profiler_write(R->prof, path) != CT_OK) {
         say(R, "warning: %s (training results are unaffected)\n", ct_context_last_error(R->ctx));
         return;
@@ -531,10 +534,15 @@ static ct_status optimizer_step(run_t *R, float lr, float *gnorm, int *stop) {
     if (R->world > 1) {
         /* data parallel: the mean gradient of the global batch on every rank, the same bits everywhere, so the
          * overflow check, the clipping norm and the step below agree across ranks without more messages */
-        double ta = R->prof ? ct_profiler_now_us() : 0;
-        CT_TRY(ct_dp_reduce_grads(R->comm, R->plan));
+        double ta = ct_profiler_now_us();
+        if (R->bk) CT_TRY(ct_buckets_finish(R->bk, NULL)); /* the buckets not sent during backward, and the wait */
+        else CT_TRY(ct_dp_reduce_grads(R->comm, R->plan));
+        double tb = ct_profiler_now_us();
+        R->grad_wait_s += 1e-6 * (tb - ta);
         R->grad_reduces++;
-        if (R->prof) ct_profiler_event(R->prof, "allreduce gradients", "comm", ta, ct_profiler_now_us(), NULL);
+        if (R->prof) ct_profiler_event(R->prof, R->bk ? "wait for gradient buckets" : "allreduce gradients", "comm", ta,
+                                       tb, NULL);
+        if (R->bk) ct_dp_buckets_trace(R->bk, R->prof);
     }
     if (R->scaler) CT_TRY(ct_scaler_unscale(R->scaler, R->plan, &overflow, &bad_param));
     if (!overflow) {
@@ -684,6 +692,7 @@ static ct_status setup(run_t *R, ct_train_result *res) {
     CT_TRY(ct_early_stop_init(ctx, &R->es, r->early_stop_patience, r->early_stop_min_delta,
                               r->early_stop_mode == CT_EARLY_STOP_MAX));
     ct_plan_param_arena(R->plan, &R->par, &R->grads, &R->n_par);
+    CT_TRY(ct_dp_buckets_create(ctx, R->comm, R->plan, r, &R->bk));
     R->first_overflow_step = -1;
     R->first_loss = -1.0;
     ct_plan_buffer_arena(R->plan, &R->buf, &R->n_buf);
@@ -744,10 +753,13 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
     say(R, "  threads %d, kernels: %s%s, %lld steps of %lld x %lld rows%s\n", ct_context_num_threads(ctx),
         ct_isa_name(ct_context_isa(ctx)), ct_context_use_onednn(ctx) ? " + oneDNN" : "", (long long)R->total,
         (long long)r->batch_size, (long long)R->accum, data_epochs ? "" : " (tokens: x context)");
-    if (R->world > 1)
-        say(R, "  data parallel: %d ranks x %lld rows (global batch %lld), gradients averaged by one allreduce of "
-            "%.2f MiB per step\n", R->world, (long long)R->local.batch_size, (long long)r->batch_size,
-            (double)R->n_par * sizeof(float) / 1048576.0);
+    if (R->world > 1) {
+        char bl[512];
+        ct_dp_buckets_describe(R->bk, r, ct_plan_grad_ready_order(R->plan, NULL, 0), bl, sizeof bl);
+        say(R, "  data parallel: %d ranks x %lld rows (global batch %lld), gradients (%.2f MiB) averaged in %s\n",
+            R->world, (long long)R->local.batch_size, (long long)r->batch_size,
+            (double)R->n_par * sizeof(float) / 1048576.0, bl);
+    }
     if (r->lr_scaling != CT_LR_SCALING_NONE)
         say(R, "  lr_scaling %s: global batch %lld, base %lld: lr %g -> %g\n",
             ct_recipe_enum_name("lr_scaling", (int)r->lr_scaling), (long long)(r->batch_size * R->accum),
@@ -764,7 +776,7 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
     }
     const char *mpath = R->o->metrics_path ? R->o->metrics_path : r->metrics_file;
     if (mpath && mpath[0] && R->rank == 0) CT_TRY(ct_metrics_open(ctx, mpath, resumed, rj, &R->mx));
-    if (r->profile_dir[0] && R->rank == 0) profile_start(R);
+    if (r->profile_dir[0]) profile_start(R); /* every rank: rank k > 0 writes trace.rank<k>.json */
     R->start = now_s();
     ct_comm_stats cs0;
     ct_comm_get_stats(R->comm, &cs0);
@@ -798,6 +810,8 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
             CT_TRY(ct_plan_forward(R->plan, 1));
             ct_plan_loss(R->plan, &loss);
             if (!isfinite(loss) && R->scaler) loss = 0.0f; /* FP16 overflowed in the forward: the scaler skips this step */
+            /* data parallel: the last micro-batch's backward sends each bucket as soon as its gradients are final */
+            if (R->bk && micro == R->accum - 1) CT_TRY(ct_buckets_begin(R->bk));
             CT_TRY(ct_plan_backward(R->plan));
             b++;
             sa.loss += loss;
@@ -948,6 +962,9 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
             (unsigned long long)cs.allgather_calls, (unsigned long long)cs.barrier_calls,
             (double)(cs.allreduce_bytes + cs.broadcast_bytes + cs.allgather_bytes) / 1048576.0, res->comm_seconds,
             tt > 0 ? 100.0 * res->comm_seconds / tt : 0.0);
+        say(R, "communication share (rank 0): %.1f%% of the training blocked on the gradients (%.2f s over %lld "
+            "steps, %.2f ms/step)\n", tt > 0 ? 100.0 * R->grad_wait_s / tt : 0.0, R->grad_wait_s,
+            (long long)R->grad_reduces, R->grad_reduces ? 1e3 * R->grad_wait_s / (double)R->grad_reduces : 0.0);
     }
     res->grad_allreduces = R->grad_reduces;
     if (R->mx) {
@@ -989,6 +1006,7 @@ ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, 
     if (s == CT_OK) s = run_loop(&R, res);
     if (R.mx) ct_metrics_close(R.mx);
     if (R.prof) ct_plan_set_profiler(R.plan, NULL);
+    ct_dp_buckets_free(R.plan, R.bk);
     ct_profiler_free(R.prof);
     free(R.best);
     free(R.st);
