@@ -59,6 +59,26 @@ TEST(plan_covers_the_arena_from_its_end) {
                          bi.first_param, bi.n_params, bi.ready_after);
     }
     ct_buckets_free(b);
+    /* biases finalized after their weights (as the MLP's backward does), and parameter 3 without a gradient:
+     * {4, 5} ready after 2, {2} after 3 (3 is not in the order, so 2's bucket cannot reach 1 and 0: not
+     * neighbours), {0, 1} after 5, {3} at the end */
+    const int order2[5] = {5, 4, 2, 0, 1};
+    s = ct_buckets_create(g_ctx, g_world, g, n, 6, off, order2, 5, &o, &b);
+    int ok2 = s == CT_OK && ct_buckets_count(b) == 4;
+    const int want2[4][3] = {{4, 2, 2}, {2, 1, 3}, {0, 2, 5}, {3, 1, 5}};
+    size_t covered = 0;
+    for (int i = 0; ok2 && i < 4; i++) {
+        ct_bucket_info bi;
+        ok2 = ct_buckets_info(b, i, &bi) == CT_OK && bi.first_param == want2[i][0] && bi.n_params == want2[i][1] &&
+              bi.ready_after == want2[i][2] && bi.off == off[bi.first_param] &&
+              bi.n == off[bi.first_param + bi.n_params] - bi.off;
+        covered += bi.n;
+        if (!ok2) fprintf(stderr, "  order2 bucket %d: params %d+%d ready after %d\n", i, bi.first_param, bi.n_params,
+                          bi.ready_after);
+    }
+    ok2 = ok2 && covered == n;
+    ct_buckets_free(b);
+    CHECK(ok2);
     /* bucket_bytes 0: one bucket of everything, without a first bucket of its own */
     o.bucket_bytes = o.first_bucket_bytes = 0;
     s = ct_buckets_create(g_ctx, g_world, g, n, 6, off, order, 6, &o, &b);

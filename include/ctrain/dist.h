@@ -126,9 +126,10 @@ ct_status ct_comm_iallreduce_half(ct_comm *c, uint16_t *x, size_t n, int bf16, c
 
 /* ---- gradient buckets (src/dist/bucket.c, docs/distributed.md) ----------------- */
 /* The gradient arena cut into buckets, each a contiguous range of whole
- * parameters, filled from the end of the arena (where backward finishes
- * first): the first bucket up to first_bucket_bytes, the others up to
- * bucket_bytes (a parameter larger than that is a bucket of its own). With
+ * parameters, filled in the order backward finalizes the gradients while
+ * the next parameter is a neighbour in the arena: the first bucket up to
+ * first_bucket_bytes, the others up to bucket_bytes (a parameter is added
+ * while the bucket is under its cap, as DDP does). With
  * overlap, a bucket's allreduce (sum, in place) starts as soon as the last
  * of its parameters' gradients is final (ct_buckets_grad_ready, from the
  * executor's grad-ready hook) and progresses while backward runs; without,

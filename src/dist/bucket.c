@@ -3,13 +3,18 @@
  * over the ranks by its own nonblocking allreduce, in place (no copy unless
  * compressed).
  *
- * Planning: the buckets are filled from the end of the arena, where
- * backward finalizes its first gradients (the parameters are laid out in
- * forward order and backward runs in reverse): the first bucket up to
- * first_bucket_bytes, the next ones up to bucket_bytes, a parameter that
- * does not fit closing its bucket (DDP's rule). Each bucket then counts
- * the parameters of ready_order it waits for; ready_after (the position in
- * ready_order of its last gradient) tells how early it can start.
+ * Planning: the parameters are taken in the order backward finalizes
+ * their gradients (ready_order); a bucket grows while the next parameter is
+ * its neighbour in the arena (either side, so it stays one contiguous range:
+ * no copies) and it is under its cap, the first bucket's cap being
+ * first_bucket_bytes, the others' bucket_bytes (DDP's rule: a parameter is
+ * added while the bucket is under the cap). The arena holds the parameters
+ * in forward order and backward runs roughly in reverse, so a bucket is
+ * mostly a run of layers from the end of the arena; a parameter finalized
+ * out of that order (a bias after its weight) joins its neighbour's bucket
+ * or opens one. Parameters without a gradient get buckets of their own,
+ * reduced in ct_buckets_finish. ready_after (the position in ready_order of
+ * a bucket's last gradient) tells how early it can start.
  *
  * Overlap: ct_buckets_grad_ready counts a bucket down; at zero the bucket
  * is queued. Open MPI progresses a nonblocking collective only inside MPI
@@ -241,41 +246,49 @@ ct_status ct_buckets_create(ct_context *ctx, ct_comm *c, float *arena, size_t n_
     B->seen = calloc((size_t)n_params + 1, 1);
     B->queue = calloc((size_t)n_params + 1, sizeof *B->queue);
     ct_status s = B->b && B->bucket_of && B->seen && B->queue ? CT_OK : CT_E_OOM;
-    /* plan: from the last parameter down */
-    size_t cap = o.first_bucket_bytes ? o.first_bucket_bytes : o.bucket_bytes;
-    for (int hi = n_params - 1; s == CT_OK && hi >= 0;) {
-        int lo = hi;
-        size_t bytes = (param_off[hi + 1] - param_off[hi]) * sizeof(float);
-        while (lo > 0 && (cap == 0 || bytes < cap)) {
-            lo--;
-            bytes += (param_off[lo + 1] - param_off[lo]) * sizeof(float);
+    /* plan: the parameters in backward order, a bucket growing while the next one is its neighbour in the
+     * arena (so that it stays one contiguous range) and it is under its cap */
+    size_t cap = o.first_bucket_bytes ? o.first_bucket_bytes : o.bucket_bytes, bytes = 0;
+    int lo = 0, hi = -1;
+    for (int p = 0; s == CT_OK && p < n_params; p++) B->bucket_of[p] = -1;
+    for (int q = 0; s == CT_OK && q < n_ready; q++) {
+        int p = ready_order[q];
+        if (p < 0 || p >= n_params || B->bucket_of[p] >= 0) continue;
+        const size_t pb = (param_off[p + 1] - param_off[p]) * sizeof(float);
+        if (hi >= lo && (cap == 0 || bytes < cap) && (p == lo - 1 || p == hi + 1)) {
+            lo = CT_MIN(lo, p), hi = CT_MAX(hi, p);
+            bytes += pb;
+        } else {
+            if (hi >= lo) cap = o.bucket_bytes; /* the first bucket closed */
+            lo = hi = p;
+            bytes = pb;
+            B->nb++;
         }
-        bucket *k = &B->b[B->nb];
+        bucket *k = &B->b[B->nb - 1];
         k->p0 = lo, k->np = hi - lo + 1;
-        k->off = param_off[lo];
-        k->n = (hi == n_params - 1 ? n_floats : param_off[hi + 1]) - k->off; /* the last one keeps the arena's tail */
-        for (int p = lo; p <= hi; p++) B->bucket_of[p] = B->nb;
-        B->nb++;
-        hi = lo - 1;
-        cap = o.bucket_bytes;
+        k->need++;
+        k->ready_after = q + 1; /* its last gradient so far */
+        B->bucket_of[p] = B->nb - 1;
+    }
+    /* parameters without a gradient (not in ready_order): runs of them, reduced in ct_buckets_finish (zeros, so
+     * that the whole arena holds the sum) */
+    for (int p = 0; s == CT_OK && p < n_params; p++) {
+        if (B->bucket_of[p] >= 0) continue;
+        if (p == 0 || B->bucket_of[p - 1] != B->nb - 1 || B->b[B->nb - 1].need > 0) B->nb++;
+        bucket *k = &B->b[B->nb - 1];
+        if (!k->np) k->p0 = p;
+        k->np++;
+        k->ready_after = n_ready;
+        B->bucket_of[p] = B->nb - 1;
+    }
+    for (int i = 0; s == CT_OK && i < B->nb; i++) {
+        bucket *k = &B->b[i];
+        k->off = param_off[k->p0];
+        k->n = param_off[k->p0 + k->np] - k->off;
     }
     if (s == CT_OK && B->nb == 0 && n_floats) { /* no parameters: one bucket of the whole arena */
         B->b[0].n = n_floats;
         B->nb = 1;
-    }
-    if (s == CT_OK) {
-        memset(B->seen, 0, (size_t)n_params + 1);
-        for (int q = 0; q < n_ready; q++) {
-            int p = ready_order[q];
-            if (p < 0 || p >= n_params || B->seen[p]) continue;
-            B->seen[p] = 1;
-            bucket *k = &B->b[B->bucket_of[p]];
-            k->need++;
-            k->ready_after = q + 1; /* the last of its gradients so far */
-        }
-        for (int i = 0; i < B->nb; i++)
-            if (!B->b[i].need) B->b[i].ready_after = n_ready;
-        memset(B->seen, 0, (size_t)n_params + 1);
     }
     for (int i = 0; s == CT_OK && i < B->nb; i++) {
         if (B->b[i].n > (size_t)INT_MAX) {

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "core/internal.h"
+#include "ctrain/convert.h"
 #include "ctrain/dist.h"
 
 struct ct_comm {
@@ -406,19 +407,31 @@ ct_status ct_comm_wait(ct_comm_request *r) {
     return CT_OK;
 }
 
-/* The user ops of ct_comm_iallreduce_half: inout[i] <- round(in[i] + inout[i]), added in FP32. */
+/* The user ops of ct_comm_iallreduce_half: inout[i] <- round(in[i] + inout[i]), added in FP32 (the bulk
+ * conversions of convert.h, bit for bit the scalar ones, in pieces on the stack). */
+static void sum_half(const uint16_t *in, uint16_t *inout, int len, int bf16) {
+    float a[512], b[512];
+    for (int i = 0; i < len; i += 512) {
+        size_t m = (size_t)CT_MIN(512, len - i);
+        if (bf16) {
+            ct_bf16_to_f32_n(in + i, a, m, CT_ISA_COUNT);
+            ct_bf16_to_f32_n(inout + i, b, m, CT_ISA_COUNT);
+        } else {
+            ct_f16_to_f32_n(in + i, a, m, CT_ISA_COUNT);
+            ct_f16_to_f32_n(inout + i, b, m, CT_ISA_COUNT);
+        }
+        for (size_t j = 0; j < m; j++) a[j] += b[j];
+        if (bf16) ct_f32_to_bf16_n(a, inout + i, m, CT_ISA_COUNT);
+        else ct_f32_to_f16_n(a, inout + i, m, CT_ISA_COUNT);
+    }
+}
 static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *t) {
     (void)t;
-    const uint16_t *a = in;
-    uint16_t *b = inout;
-    for (int i = 0; i < *len; i++) b[i] = ct_f32_to_bf16(ct_bf16_to_f32(a[i]) + ct_bf16_to_f32(b[i]));
+    sum_half(in, inout, *len, 1);
 }
-
 static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *t) {
     (void)t;
-    const uint16_t *a = in;
-    uint16_t *b = inout;
-    for (int i = 0; i < *len; i++) b[i] = ct_f32_to_f16(ct_f16_to_f32(a[i]) + ct_f16_to_f32(b[i]));
+    sum_half(in, inout, *len, 0);
 }
 
 ct_status ct_comm_iallreduce_half(ct_comm *c, uint16_t *x, size_t n, int bf16, ct_comm_request *r) {
