@@ -154,8 +154,8 @@ fi
 within "np 2 with 2 micro-batches ends with the weights of one process" "$tmp/one" "$tmp/acc" $TOL
 
 # ---- gradient buckets (bucket_size_mb, overlap_communication, comm_progress, grad_compression) ----------
-# 0.0001 MiB: the MLP's 4 parameters make 2 buckets ({w2, b2}, ready half way through backward, and {w1, b1})
-BK=(--set bucket_size_mb=0.0001)
+# 0.1 MiB: the MLP's 4 parameters make 2 buckets ({w2, b2}, ready half way through backward, and {w1, b1})
+BK=(--set bucket_size_mb=0.1)
 for v in "2 thread" "4 hook" "2 hook" "4 thread"; do
   set -- $v
   mrun "$tmp/bk_$1_$2.log" 120 -- "${MPI[@]}" -np $1 "$CT" train "${A[@]}" "${BK[@]}" --set comm_progress=$2 \
@@ -334,6 +334,27 @@ rc=$?
 [ "$rc" -eq 0 ] && grep -q "data parallel: 4 ranks x 8 rows" "$tmp/r4_res.log" && ok "a checkpoint of np 2 resumes at np 4" ||
   bad "resume at np 4 (rc $rc)" "$(tail -5 "$tmp/r4_res.log")"
 within "resumed at np 4: the weights of the uninterrupted np 2 run" "$tmp/r_ref" "$tmp/r4" $TOL
+
+# bf16 gradient compression: each rank's error-feedback residual is saved with the checkpoint
+# (grad_residual.bin) and restored on resume, so the resumed run ends bit for bit as the uninterrupted one
+Z=(--set grad_compression=bf16 --set bucket_size_mb=0.1 --save-every 10)
+mrun "$tmp/z_ref.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${A[@]}" "${Z[@]}" --save-dir "$tmp/z"
+mv "$tmp/z" "$tmp/z_ref"
+mrun "$tmp/z_k.log" 120 -- env CTRAIN_TEST_CRASH=step:25 "${MPI[@]}" -np 2 "$CT" train "${A[@]}" "${Z[@]}" --save-dir "$tmp/z"
+mrun "$tmp/z_res.log" 120 -- "${MPI[@]}" -np 2 "$CT" train --resume "$tmp/z"
+rc=$?
+if [ "$rc" -eq 0 ] && [ -s "$tmp/z/step-000020/grad_residual.bin" ] && ! grep -q "note: .*residual" "$tmp/z_res.log" &&
+   cmp -s "$tmp/z_ref/step-000040/model.safetensors" "$tmp/z/step-000040/model.safetensors" &&
+   cmp -s "$tmp/z_ref/step-000040/grad_residual.bin" "$tmp/z/step-000040/grad_residual.bin"; then
+  ok "bf16 compression at np 2: killed, resumed with each rank's residual, the final checkpoint bit for bit"
+else
+  bad "bf16 compression resume at np 2 (rc $rc)" "$(ls "$tmp/z/step-000020" 2>&1; tail -5 "$tmp/z_res.log")"
+fi
+mrun "$tmp/z4.log" 120 -- "${MPI[@]}" -np 4 "$CT" train --resume "$tmp/z_ref/step-000020"
+rc=$?
+[ "$rc" -eq 0 ] && grep -q "note: the gradient compression residual was saved at 2 ranks .* this run has 4 .*: it starts from zero" "$tmp/z4.log" &&
+  ok "a bf16 checkpoint of np 2 resumes at np 4 with the residual from zero, and says so" ||
+  bad "bf16 resume at np 4 (rc $rc)" "$(grep -E "note|error" "$tmp/z4.log")"
 
 # a CNN: batchnorm's running statistics (buffers) are rank 0's at every checkpoint and evaluation
 C=(--model cnn --channels 4 --data-dir "$tmp/data" --batch-size 32 --epochs 1 --max-steps 12 --seed 3 --threads 1

@@ -85,6 +85,11 @@ TEST(plan_covers_the_arena_from_its_end) {
     ct_bucket_info bi = {0};
     int one = s == CT_OK && ct_buckets_count(b) == 1 && ct_buckets_info(b, 0, &bi) == CT_OK && bi.off == 0 && bi.n == n;
     ct_buckets_free(b);
+    /* ... also when a parameter has no gradient and the order is not the arena's */
+    s = ct_buckets_create(g_ctx, g_world, g, n, 6, off, order2, 5, &o, &b);
+    one = one && s == CT_OK && ct_buckets_count(b) == 1 && ct_buckets_info(b, 0, &bi) == CT_OK && bi.off == 0 &&
+          bi.n == n && bi.n_params == 6 && bi.ready_after == 5;
+    ct_buckets_free(b);
     /* a parameter range that is not increasing is refused */
     size_t bad[7];
     memcpy(bad, off, sizeof bad);

@@ -248,14 +248,16 @@ ct_status ct_buckets_create(ct_context *ctx, ct_comm *c, float *arena, size_t n_
     ct_status s = B->b && B->bucket_of && B->seen && B->queue ? CT_OK : CT_E_OOM;
     /* plan: the parameters in backward order, a bucket growing while the next one is its neighbour in the
      * arena (so that it stays one contiguous range) and it is under its cap */
-    size_t cap = o.first_bucket_bytes ? o.first_bucket_bytes : o.bucket_bytes, bytes = 0;
+    size_t cap = o.first_bucket_bytes && o.bucket_bytes ? o.first_bucket_bytes : o.bucket_bytes, bytes = 0;
     int lo = 0, hi = -1;
     for (int p = 0; s == CT_OK && p < n_params; p++) B->bucket_of[p] = -1;
     for (int q = 0; s == CT_OK && q < n_ready; q++) {
         int p = ready_order[q];
         if (p < 0 || p >= n_params || B->bucket_of[p] >= 0) continue;
         const size_t pb = (param_off[p + 1] - param_off[p]) * sizeof(float);
-        if (hi >= lo && (cap == 0 || bytes < cap) && (p == lo - 1 || p == hi + 1)) {
+        if (o.bucket_bytes == 0 && hi >= lo) { /* one bucket of every gradient: the whole arena */
+            lo = 0, hi = n_params - 1;
+        } else if (hi >= lo && (cap == 0 || bytes < cap) && (p == lo - 1 || p == hi + 1)) {
             lo = CT_MIN(lo, p), hi = CT_MAX(hi, p);
             bytes += pb;
         } else {
@@ -269,6 +271,10 @@ ct_status ct_buckets_create(ct_context *ctx, ct_comm *c, float *arena, size_t n_
         k->need++;
         k->ready_after = q + 1; /* its last gradient so far */
         B->bucket_of[p] = B->nb - 1;
+    }
+    if (o.bucket_bytes == 0 && B->nb == 1) { /* one bucket: every parameter, those without a gradient too */
+        B->b[0].p0 = 0, B->b[0].np = n_params;
+        for (int p = 0; p < n_params; p++) B->bucket_of[p] = 0;
     }
     /* parameters without a gradient (not in ready_order): runs of them, reduced in ct_buckets_finish (zeros, so
      * that the whole arena holds the sum) */

@@ -5,6 +5,8 @@
  * grad_compression, fed by the plan's grad-ready hook, and shown: the
  * header's line, the profiler's per-bucket events and the run's summary.
  * The reduction itself is src/dist/bucket.c. */
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,4 +102,82 @@ void ct_dp_buckets_trace(const ct_buckets *b, ct_profiler *prof) {
                  bi.n * sizeof(float), bi.n_params, bi.start_us - bi.ready_us);
         ct_profiler_event(prof, name, "comm_bucket", bi.start_us, bi.end_us, args);
     }
+}
+
+/* ---- the compression residuals in checkpoints ------------------------------------------------------------
+ * Each rank's error-feedback residual is its own (what its rounding lost), so the checkpoint keeps all of
+ * them: gathered to every rank (allgather) and written by rank 0 with the step directory as
+ * grad_residual.bin: "CTRESID1", int32 world, int32 0, uint64 n (floats per rank), then world x n floats
+ * in rank order. Written in the step directory's temporary folder with the rest, so it is as atomic as
+ * the checkpoint. */
+#define RESID_MAGIC "CTRESID1"
+
+ct_status ct_dp_residual_gather(ct_context *ctx, ct_comm *c, ct_buckets *b, void **blob, size_t *size) {
+    *blob = NULL;
+    *size = 0;
+    size_t n = 0;
+    float *res = ct_buckets_residual(b, &n);
+    if (!res) return CT_OK;
+    const int world = ct_comm_size(c);
+    if (n * sizeof(float) > (size_t)INT_MAX)
+        return ct_set_error(ctx, CT_E_UNSUPPORTED, "checkpoint: the gradient compression residual (%zu floats per "
+                            "rank) is over 2 GiB: the gather takes at most INT_MAX bytes; train without "
+                            "grad_compression or save no checkpoints", n);
+    size_t hdr = 24, bytes = hdr + (size_t)world * n * sizeof(float);
+    char *p = malloc(bytes);
+    if (!p) return ct_set_error(ctx, CT_E_OOM, "out of memory gathering the ranks' gradient compression residuals");
+    memcpy(p, RESID_MAGIC, 8);
+    int32_t w = world, z = 0;
+    uint64_t n64 = n;
+    memcpy(p + 8, &w, 4);
+    memcpy(p + 12, &z, 4);
+    memcpy(p + 16, &n64, 8);
+    ct_status s = ct_comm_allgather(c, res, n * sizeof(float), p + hdr);
+    if (s != CT_OK) {
+        free(p);
+        return s;
+    }
+    *blob = p;
+    *size = bytes;
+    return CT_OK;
+}
+
+ct_status ct_dp_residual_load(ct_context *ctx, ct_comm *c, ct_buckets *b, const char *step_dir, char *note,
+                              size_t note_len) {
+    note[0] = 0;
+    size_t n = 0;
+    float *res = ct_buckets_residual(b, &n);
+    if (!res) return CT_OK;
+    memset(res, 0, n * sizeof(float));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/grad_residual.bin", step_dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(note, note_len, "the checkpoint has no gradient compression residual (saved without "
+                 "grad_compression): it starts from zero");
+        return CT_OK;
+    }
+    char hdr[24];
+    int32_t w = 0;
+    uint64_t n64 = 0;
+    ct_status s = CT_OK;
+    if (fread(hdr, 1, 24, f) != 24 || memcmp(hdr, RESID_MAGIC, 8)) {
+        s = ct_set_error(ctx, CT_E_CORRUPT, "%s is not a gradient residual file (bad header): delete it to start "
+                         "the residual from zero", path);
+    } else {
+        memcpy(&w, hdr + 8, 4);
+        memcpy(&n64, hdr + 16, 8);
+        if (w != ct_comm_size(c) || n64 != n) {
+            snprintf(note, note_len, "the gradient compression residual was saved at %d rank%s x %llu floats, this "
+                     "run has %d x %zu: it starts from zero", (int)w, w == 1 ? "" : "s", (unsigned long long)n64,
+                     ct_comm_size(c), n);
+        } else if (fseek(f, (long)(24 + (size_t)ct_comm_rank(c) * n * sizeof(float)), SEEK_SET) ||
+                   fread(res, sizeof(float), n, f) != n) {
+            memset(res, 0, n * sizeof(float));
+            s = ct_set_error(ctx, CT_E_CORRUPT, "%s is shorter than its header says (%d ranks x %zu floats): the "
+                             "checkpoint is damaged; delete the file to start the residual from zero", path, (int)w, n);
+        }
+    }
+    fclose(f);
+    return s;
 }

@@ -42,4 +42,11 @@ void ct_dp_buckets_free(ct_plan *p, ct_buckets *b);
 void ct_dp_buckets_describe(const ct_buckets *b, const ct_recipe *r, int n_ready, char *buf, size_t len);
 /* The last reduction's buckets as "comm_bucket" events (their own track). */
 void ct_dp_buckets_trace(const ct_buckets *b, ct_profiler *prof);
+/* Compression residuals in checkpoints: every rank calls gather (an allgather; *blob NULL without
+ * compression), rank 0 writes *blob as the step directory's grad_residual.bin (freed by the caller); on
+ * resume each rank loads its own part from step_dir, or starts from zero with a note (saved without
+ * compression, or at another world size). */
+ct_status ct_dp_residual_gather(ct_context *ctx, ct_comm *c, ct_buckets *b, void **blob, size_t *size);
+ct_status ct_dp_residual_load(ct_context *ctx, ct_comm *c, ct_buckets *b, const char *step_dir, char *note,
+                              size_t note_len);
 #endif

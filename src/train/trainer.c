@@ -323,6 +323,8 @@ typedef struct {
     int64_t grad_reduces;       /* allreduces of the gradient arena                   */
     ct_buckets *bk;             /* the gradient buckets (dp_buckets.c); NULL: one rank */
     double grad_wait_s;         /* the training thread blocked in gradient reductions */
+    void *resid;                /* the ranks' compression residuals for the checkpoint being saved */
+    size_t resid_size;
 } run_t;
 
 /* What the micro-batches of one optimizer step saw: summed over them here,
@@ -456,9 +458,10 @@ static ct_status save(run_t *R, int64_t step, int64_t ep, int64_t b, double run_
     if (n < 0 || (size_t)n >= sizeof st->recipe_json)
         return ct_set_error(R->ctx, CT_E_CONFIG, "checkpoint: the recipe does not fit in %zu bytes of JSON",
                             sizeof st->recipe_json);
-    ct_checkpoint_file files[4];
+    ct_checkpoint_file files[5];
     int nf = 0;
     if (R->task->checkpoint_files) CT_TRY(R->task->checkpoint_files(R->task, files, &nf, 4));
+    if (R->resid) files[nf++] = (ct_checkpoint_file){"grad_residual.bin", R->resid, R->resid_size};
     ct_checkpoint_opts o;
     ct_checkpoint_opts_default(&o);
     o.keep_last = R->r->keep_last;
@@ -482,8 +485,11 @@ static ct_status checkpoint(run_t *R, int64_t step, int64_t ep, int64_t b, doubl
         snprintf(when, sizeof when, "at step %lld", (long long)step);
         CT_TRY(ct_dp_broadcast_state(R->comm, R->plan, 1));
         CT_TRY(ct_dp_same_weights(R->ctx, R->comm, R->plan, when));
+        CT_TRY(ct_dp_residual_gather(R->ctx, R->comm, R->bk, &R->resid, &R->resid_size));
     }
     ct_status s = R->rank == 0 ? save(R, step, ep, b, run_loss, correct, seen, ev, finished) : CT_OK;
+    free(R->resid);
+    R->resid = NULL;
     return ct_dp_after_save(R->ctx, R->comm, s);
 }
 
@@ -723,6 +729,9 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
     int ck_stopped = 0;
     if (R->o->resume) {
         CT_TRY(ct_checkpoint_load(ctx, R->o->resume, R->plan, R->opt, ck));
+        char note[256];
+        CT_TRY(ct_dp_residual_load(ctx, R->comm, R->bk, ck->path, note, sizeof note));
+        if (note[0]) say(R, "  note: %s\n", note);
         if (ck->has_schedule) CT_TRY(ct_schedule_set_state(R->sched, &ck->schedule));
         if (ck->has_early_stop) R->es = ck->early_stop;
         if (ck->has_scaler && R->scaler) CT_TRY(ct_scaler_set_state(R->scaler, &ck->scaler));
