@@ -21,6 +21,7 @@
 # Options (or the environment variable in brackets):
 #   --rounds N [ROUNDS=3]   --workloads "mlp gptchar" [WORKLOADS]   --ranks N [RANKS=2]
 #   --bucket-mb X [BUCKET_MB=25]        CT=build/ctrain (built if missing)
+#   --no-torch [TORCH=0]    skip PyTorch DDP on the MLP (bench/dist_torch.py, /usr/bin/python3, gloo)
 # Logs: build/bench-dist/<date>/.
 set -euo pipefail
 SELF=$(readlink -f "$0")
@@ -31,13 +32,15 @@ WORKLOADS=${WORKLOADS:-"mlp gptchar"}
 RANKS=${RANKS:-2}
 BUCKET_MB=${BUCKET_MB:-25}
 CT=${CT:-build/ctrain}
+TORCH=${TORCH:-1}
 while [ $# -gt 0 ]; do
   case "$1" in
   --rounds) ROUNDS=$2; shift ;;
   --workloads) WORKLOADS=$2; shift ;;
   --ranks) RANKS=$2; shift ;;
   --bucket-mb) BUCKET_MB=$2; shift ;;
-  -h | --help) sed -n '2,27p' "$SELF"; exit 0 ;;
+  --no-torch) TORCH=0 ;;
+  -h | --help) sed -n '2,/^# Logs/p' "$SELF"; exit 0 ;;
   *) echo "bench/dist.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
   shift
@@ -99,25 +102,40 @@ for r in $(seq 1 "$ROUNDS"); do
       RES[$w,$k]="${RES[$w,$k]:-} $v"
       echo "  round $r $w ${SETTINGS[$k]}: $v (samples/s, comm %, ms/step)" >&2
     done
+    # PyTorch DDP on the same MLP in the same round (bench/dist_torch.py; gloo, its own 25 MiB buckets)
+    if [ "$w" = mlp ] && [ "$TORCH" = 1 ]; then
+      CT_BENCH_PORT=$((29500 + r)) timeout -k 5 900 /usr/bin/python3 bench/dist_torch.py "$RANKS" >"$LOG/torch-r$r.log" 2>&1 || true
+      for t in ddp ddp+fp16; do
+        v=$(awk -v t="$t" '$1 == "torch-ddp" && $2 == t { print $3, "-", $4 }' "$LOG/torch-r$r.log")
+        RES[$w,$t]="${RES[$w,$t]:-} ${v:-nan - nan}"
+        echo "  round $r $w torch $t: ${v:-failed, see $LOG/torch-r$r.log}" >&2
+      done
+    fi
   done
 done
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print "nan"; else print a[int((NR + 1) / 2)] }'; }
+median() { tr ' ' '\n' | grep -v '^$' | grep -v '^-$' | sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print "nan"; else print a[int((NR + 1) / 2)] }'; }
 {
   echo
   echo "data parallel, $RANKS ranks x 1 thread on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), median of $ROUNDS rounds"
   echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
-  printf '| %-8s | %-18s | %12s | %9s | %11s |\n' workload setting "samples/s" "ms/step" "comm share"
+  printf '| %-8s | %-18s | %12s | %9s | %11s |\n' workload setting "samples/s*" "ms/step" "comm share"
   printf '|----------|--------------------|-------------:|----------:|------------:|\n'
   for w in $WORKLOADS; do
-    for k in 0 1 2 3 4; do
+    keys="0 1 2 3 4"; [ "$w" = mlp ] && [ "$TORCH" = 1 ] && keys="$keys ddp ddp+fp16"
+    for k in $keys; do
       vals=${RES[$w,$k]}
+      name=${SETTINGS[$k]:-}
+      [ "$k" = ddp ] && name="PyTorch DDP (gloo)"
+      [ "$k" = ddp+fp16 ] && name="PyTorch DDP + fp16"
       sps=$(echo "$vals" | awk '{ for (i = 1; i <= NF; i += 3) printf "%s ", $i }' | median)
       com=$(echo "$vals" | awk '{ for (i = 2; i <= NF; i += 3) printf "%s ", $i }' | median)
       ms=$(echo "$vals" | awk '{ for (i = 3; i <= NF; i += 3) printf "%s ", $i }' | median)
-      u=samples/s; [ "$w" = gptchar ] && u=tokens/s
-      printf '| %-8s | %-18s | %12s | %9s | %10s%% |\n' "$w" "${SETTINGS[$k]}" "$sps ${u%%/s}" "$ms" "$com"
+      [ "$com" = nan ] && com="n/a " || com="$com%"
+      printf '| %-8s | %-18s | %12s | %9s | %11s |\n' "$w" "$name" "$sps" "$ms" "$com"
     done
   done
+  echo "* samples/s; gptchar: tokens/s. comm share: the step's wait for its gradients over the step time"
+  echo "  (the doctor's KPI), from each run's trace; PyTorch's is not measured (n/a)."
   echo "(logs and traces: $LOG)"
 } | tee "$LOG/table.md"
