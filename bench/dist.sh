@@ -125,9 +125,11 @@ median() { tr ' ' '\n' | grep -v '^$' | grep -v '^-$' | sort -g | awk '{ a[NR] =
     keys="0 1 2 3 4"; [ "$w" = mlp ] && [ "$TORCH" = 1 ] && keys="$keys ddp ddp+fp16"
     for k in $keys; do
       vals=${RES[$w,$k]}
-      name=${SETTINGS[$k]:-}
-      [ "$k" = ddp ] && name="PyTorch DDP (gloo)"
-      [ "$k" = ddp+fp16 ] && name="PyTorch DDP + fp16"
+      case "$k" in
+      ddp) name="PyTorch DDP (gloo)" ;;
+      ddp+fp16) name="PyTorch DDP + fp16" ;;
+      *) name=${SETTINGS[$k]} ;;
+      esac
       sps=$(echo "$vals" | awk '{ for (i = 1; i <= NF; i += 3) printf "%s ", $i }' | median)
       com=$(echo "$vals" | awk '{ for (i = 2; i <= NF; i += 3) printf "%s ", $i }' | median)
       ms=$(echo "$vals" | awk '{ for (i = 3; i <= NF; i += 3) printf "%s ", $i }' | median)
