@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "test.h"
 
@@ -345,11 +346,48 @@ TEST(plan_backward_order) {
     }
 }
 
+/* The trace: a bucket's allreduce ("comm_bucket") on its own track (tid 3), the
+ * wait for the gradients ("comm") on track 2; the doctor's communication
+ * share counts the wait only (the bucket overlapped backward). */
+TEST(trace_tracks_and_doctor_share) {
+    ct_profiler_opts po;
+    ct_profiler_opts_default(&po);
+    po.skip_steps = 0, po.warmup_steps = 0, po.record_steps = 0;
+    ct_profiler *prof = NULL;
+    CHECK_OK(g_ctx, ct_profiler_create(g_ctx, &po, &prof));
+    double t0 = ct_profiler_now_us();
+    spin_us(10000);
+    double t1 = ct_profiler_now_us();
+    ct_profiler_event(prof, "allreduce bucket 0", "comm_bucket", t0 + 1000, t0 + 6000, "{\"bucket\": 0}");
+    ct_profiler_event(prof, "wait for gradient buckets", "comm", t1 - 1000, t1, NULL);
+    ct_profiler_step(prof);
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/ct_test_bucket_%d_%d.json", (int)getpid(), ct_comm_rank(g_world));
+    ct_status s = ct_profiler_write(prof, path);
+    ct_profiler_free(prof);
+    ct_doctor_report r;
+    memset(&r, 0, sizeof r);
+    if (s == CT_OK) s = ct_doctor_analyze_file(g_ctx, path, &r);
+    char txt[8192] = "";
+    FILE *f = fopen(path, "r");
+    size_t got = f ? fread(txt, 1, sizeof txt - 1, f) : 0;
+    if (f) fclose(f);
+    txt[got] = 0;
+    unlink(path);
+    CHECK_OK(g_ctx, s);
+    CHECK_MSG(strstr(txt, "\"tid\": 3, \"ts\"") && strstr(txt, "\"cat\": \"comm_bucket\"") &&
+                  strstr(txt, "\"tid\": 2, \"ts\"") && strstr(txt, "gradient buckets (allreduce)"),
+              "%s", txt);
+    /* the step is >= 10 ms, the wait 1 ms of it: a share near 10%, not the 60% the bucket would add */
+    CHECK_MSG(r.comm_share > 0.0 && r.comm_share <= 0.101, "comm share %g", r.comm_share);
+}
+
 int main(int argc, char **argv) {
     static const ct_test_case cases[] = {T(plan_covers_the_arena_from_its_end), T(sum_with_a_progress_thread),
                                          T(sum_from_the_hook), T(sum_after_backward), T(sum_in_bf16_and_fp16),
                                          T(compression_keeps_what_rounding_lost), T(an_inf_on_one_rank_reaches_every_rank),
-                                         T(nothing_is_sent_before_begin), T(plan_backward_order)};
+                                         T(nothing_is_sent_before_begin), T(plan_backward_order),
+                                         T(trace_tracks_and_doctor_share)};
     g_ctx = test_ctx(-1, 1);
     if (ct_comm_world_create(g_ctx, &g_world) != CT_OK) {
         fprintf(stderr, "test_bucket: %s\n", ct_context_last_error(g_ctx));
