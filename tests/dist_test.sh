@@ -310,6 +310,28 @@ if [ "$rc" -eq 0 ] && [ "${nbk:-0}" -ge 3 ]; then ok "gpt with recompute_every 1
 else bad "gpt with recompute and buckets (rc $rc, '${nbk}' buckets)" "$(grep -E "data parallel|error" "$tmp/gptr2.log")"; fi
 within "gpt with recompute and $nbk buckets at np 2 ends with the weights of one process" "$tmp/gptr1" "$tmp/gptr2" $TOL 000006
 
+# sync_batchnorm: the CNN's batchnorm statistics over the global batch, so np 2 and np 4 equal one process
+# (weights and running statistics); per-rank statistics (the default) do not
+S=(--model cnn --channels 4 --data-dir "$tmp/data" --batch-size 32 --epochs 1 --max-steps 12 --seed 3 --threads 1
+   --save-every 0)
+mrun "$tmp/sbn1.log" 120 -- "$CT" train "${S[@]}" --save-dir "$tmp/sbn1"
+for n in 2 4; do
+  mrun "$tmp/sbn$n.log" 120 -- "${MPI[@]}" -np $n "$CT" train "${S[@]}" --set sync_batchnorm=true --save-dir "$tmp/sbn$n"
+  rc=$?
+  [ "$rc" -eq 0 ] && grep -q "sync_batchnorm: batch statistics over the global batch" "$tmp/sbn$n.log" ||
+    bad "sync_batchnorm at np $n (rc $rc)" "$(grep -E "data parallel|error" "$tmp/sbn$n.log")"
+  within "sync_batchnorm at np $n: the cnn ends with one process's weights and running statistics" "$tmp/sbn1" \
+    "$tmp/sbn$n" $TOL 000012
+done
+mrun "$tmp/lbn2.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${S[@]}" --save-dir "$tmp/lbn2"
+out=$("$TD" maxdiff "$tmp/sbn1/step-000012/model.safetensors" "$tmp/lbn2/step-000012/model.safetensors" 2>&1)
+m=$(printf '%s' "$out" | sed -nE 's/^max abs diff ([^ ]+) over.*/\1/p')
+if [ -n "$m" ] && awk -v m="$m" 'BEGIN { exit !(m > 1e-4) }'; then
+  ok "without sync_batchnorm the per-rank statistics give other weights (max abs diff $m): the check can fail"
+else
+  bad "per-rank batchnorm at np 2 should differ from one process: '$out'"
+fi
+
 # ---- killed and resumed -------------------------------------------------------------------------------
 # np 2 uninterrupted vs killed after step 25 (checkpoint 20) and resumed at np 2. Both save to $tmp/r (the
 # recipe in train_state holds save_dir): the uninterrupted run's directory is moved aside.

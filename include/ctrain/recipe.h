@@ -132,6 +132,7 @@ typedef struct ct_recipe {
     int overlap_communication; /* start each bucket's allreduce during backward (default 1) */
     int comm_progress;       /* ct_bucket_progress: 0 thread, 1 hook            */
     int grad_compression;    /* ct_grad_compression: none, bf16, fp16           */
+    int sync_batchnorm;      /* BatchNorm statistics over the global batch (all ranks) */
 } ct_recipe;
 
 /* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */

@@ -195,6 +195,8 @@ static const key_def k_keys[] = {
      "data parallel overlap: who drives MPI during backward (a communication thread, or the grad-ready hook)"},
     {"grad_compression", K_ENUM, OFF(grad_compression), 0, 0, 0, "none|bf16|fp16", M_ALL, NULL,
      "data parallel: send gradients as bf16/fp16 with error feedback (each rank keeps what rounding lost)"},
+    {"sync_batchnorm", K_BOOL, OFF(sync_batchnorm), 0, 0, 1, NULL, M_CNN, NULL,
+     "data parallel: batchnorm's batch statistics over the global batch (reduced across ranks); default per rank"},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 

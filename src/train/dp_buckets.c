@@ -14,6 +14,9 @@
 #include "core/internal.h"
 #include "train_internal.h"
 
+/* sync_batchnorm: the batchnorm kernels' per-channel sums over every rank (ct_context_set_batch_sum) */
+static ct_status batch_sum(void *user, double *x, size_t n) { return ct_comm_allreduce_f64(user, x, n, CT_REDUCE_SUM); }
+
 static void on_grad_ready(void *user, int param, const ct_tensor *grad) {
     (void)grad;
     ct_buckets_grad_ready(user, param);
@@ -44,10 +47,14 @@ ct_status ct_dp_buckets_create(ct_context *ctx, ct_comm *c, ct_plan *p, const ct
         o.first_bucket_bytes = CT_MIN(o.bucket_bytes, (size_t)1 << 20);
         o.overlap = r->overlap_communication;
         o.progress = (ct_bucket_progress)r->comm_progress;
+        /* sync_batchnorm reduces inside backward from the training thread: a progress thread would call MPI
+         * at the same time (MPI_THREAD_SERIALIZED), so the buckets progress from the hook */
+        if (r->sync_batchnorm) o.progress = CT_BUCKET_PROGRESS_HOOK;
         o.compression = (ct_grad_compression)r->grad_compression;
         s = ct_buckets_create(ctx, c, g, n, np, off, order, n_ready, &o, out);
     }
     if (s == CT_OK) ct_plan_set_grad_ready(p, on_grad_ready, *out);
+    if (s == CT_OK && r->sync_batchnorm) ct_context_set_batch_sum(ctx, batch_sum, c);
     free(off);
     free(order);
     return s;
@@ -75,7 +82,8 @@ void ct_dp_buckets_describe(const ct_buckets *b, const ct_recipe *r, int n_ready
     if ((size_t)o < len && r->overlap_communication && nb > 0) {
         /* how early the buckets can start: after which share of backward's gradients */
         o += snprintf(buf + o, len - (size_t)o, ", overlapped with backward by a %s (ready after",
-                      r->comm_progress == CT_BUCKET_PROGRESS_HOOK ? "test at each gradient" : "progress thread");
+                      r->comm_progress == CT_BUCKET_PROGRESS_HOOK || r->sync_batchnorm
+                          ? "test at each gradient" : "progress thread");
         for (int i = 0; i < nb && i < 8 && (size_t)o < len; i++) {
             ct_bucket_info bi;
             ct_buckets_info(b, i, &bi);
@@ -86,6 +94,8 @@ void ct_dp_buckets_describe(const ct_buckets *b, const ct_recipe *r, int n_ready
     } else if ((size_t)o < len) {
         o += snprintf(buf + o, len - (size_t)o, ", after backward");
     }
+    if ((size_t)o < len && r->sync_batchnorm)
+        o += snprintf(buf + o, len - (size_t)o, "; sync_batchnorm: batch statistics over the global batch");
     if ((size_t)o < len && r->grad_compression != CT_GRAD_COMPRESSION_NONE)
         snprintf(buf + o, len - (size_t)o, ", sent as %s with error feedback",
                  ct_recipe_enum_name("grad_compression", r->grad_compression));

@@ -1016,6 +1016,7 @@ ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, 
     if (R.mx) ct_metrics_close(R.mx);
     if (R.prof) ct_plan_set_profiler(R.plan, NULL);
     ct_dp_buckets_free(R.plan, R.bk);
+    if (R.bk && r->sync_batchnorm) ct_context_set_batch_sum(ctx, NULL, NULL);
     ct_profiler_free(R.prof);
     free(R.best);
     free(R.st);

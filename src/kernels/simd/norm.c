@@ -172,6 +172,7 @@ static void bn_moments(double mf, double s1, double s2, int64_t M, double *mu, d
 }
 
 ct_status CT_FN(batchnorm)(ct_kargs *k) {
+    if (k->training && ct_context_batch_sum(k->ctx, NULL)) return CT_E_UNSUPPORTED; /* sync_batchnorm: the reference */
     int64_t N, C, S;
     bn_dims(&k->in[0], &N, &C, &S);
     const float *x = k->in[0].data, *gamma = k->in[1].data, *beta = k->in[2].data;
@@ -268,6 +269,7 @@ static void bn_bwd_sums_plane(const float *dy, const float *x, int64_t N, int64_
 
 /* in: dy, x, gamma, fwd -> dx (training-mode statistics) */
 ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
+    if (ct_context_batch_sum(k->ctx, NULL)) return CT_E_UNSUPPORTED; /* sync_batchnorm: the reference kernel */
     int64_t N, C, S;
     bn_dims(&k->in[1], &N, &C, &S);
     const float *dy = k->in[0].data, *x = k->in[1].data, *gamma = k->in[2].data;
