@@ -18,7 +18,7 @@
 #     another world size it ends within tolerance;
 #   - a small GPT (the text task) equals one process too; a small BERT
 #     validates the same windows, its loss close to one process's;
-#   - gradient buckets (tests/test_bucket at 2 and 4 ranks; then the MLP in 2
+#   - gradient buckets (tests/test_bucket at 2 and 4 ranks; then the MLP in 4
 #     buckets overlapped with backward by the progress thread and by the
 #     hook, at 2 and 4 ranks, the one-bucket baseline, accumulation sending
 #     nothing before the last micro-batch, bf16 / fp16 compression close to
@@ -154,20 +154,20 @@ fi
 within "np 2 with 2 micro-batches ends with the weights of one process" "$tmp/one" "$tmp/acc" $TOL
 
 # ---- gradient buckets (bucket_size_mb, overlap_communication, comm_progress, grad_compression) ----------
-# 0.1 MiB: the MLP's 4 parameters make 2 buckets ({w2, b2}, ready half way through backward, and {w1, b1})
-BK=(--set bucket_size_mb=0.1)
+# 0.001 MiB: the MLP's 4 parameters make 4 buckets (w2 is finalized first, then b2, w1, b1; each over the cap)
+BK=(--set bucket_size_mb=0.001)
 for v in "2 thread" "4 hook" "2 hook" "4 thread"; do
   set -- $v
   mrun "$tmp/bk_$1_$2.log" 120 -- "${MPI[@]}" -np $1 "$CT" train "${A[@]}" "${BK[@]}" --set comm_progress=$2 \
     --save-dir "$tmp/bk_$1_$2"
   rc=$?
-  if [ "$rc" -eq 0 ] && grep -q "averaged in 2 buckets (MiB: .*), overlapped with backward by a .*(ready after 50%, 100%" \
+  if [ "$rc" -eq 0 ] && grep -q "averaged in 4 buckets (MiB: .*), overlapped with backward by a .*(ready after 25%, 50%, 75%, 100%" \
      "$tmp/bk_$1_$2.log" && clean "buckets $v" "$tmp/bk_$1_$2.log"; then
-    ok "np $1, 2 buckets overlapped with backward ($2): the header shows them"
+    ok "np $1, 4 buckets overlapped with backward ($2): the header shows them"
   else
-    bad "np $1 with 2 buckets ($2) (rc $rc)" "$(grep -E "data parallel|error" "$tmp/bk_$1_$2.log")"
+    bad "np $1 with 4 buckets ($2) (rc $rc)" "$(grep -E "data parallel|error" "$tmp/bk_$1_$2.log")"
   fi
-  within "np $1, 2 buckets overlapped ($2), ends with the weights of one process" "$tmp/one" "$tmp/bk_$1_$2" $TOL
+  within "np $1, 4 buckets overlapped ($2), ends with the weights of one process" "$tmp/one" "$tmp/bk_$1_$2" $TOL
 done
 # the baseline: one bucket after backward
 mrun "$tmp/bk_base.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${A[@]}" --set bucket_size_mb=0 \
@@ -177,18 +177,18 @@ rc=$?
   ok "np 2, overlap_communication false and bucket_size_mb 0: one allreduce after backward" ||
   bad "np 2 baseline (rc $rc)" "$(grep -E "data parallel|error" "$tmp/bk_base.log")"
 within "np 2 baseline (one allreduce after backward) ends with the weights of one process" "$tmp/one" "$tmp/bk_base" $TOL
-# accumulation with 2 buckets: the micro-batch before the last sends nothing (else 80 more collectives)
+# accumulation with 4 buckets: the micro-batch before the last sends nothing (else 160 more collectives)
 mrun "$tmp/bk_acc.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${A[@]}" "${BK[@]}" --batch-size 16 \
   --set accumulate_steps=2 --save-dir "$tmp/bk_acc"
 rc=$?
 c_plain=$(sed -nE 's/.*gradient allreduces.*, ([0-9]+) collectives in all.*/\1/p' "$tmp/bk_2_thread.log")
 c_acc=$(sed -nE 's/.*gradient allreduces.*, ([0-9]+) collectives in all.*/\1/p' "$tmp/bk_acc.log")
 if [ "$rc" -eq 0 ] && [ -n "$c_acc" ] && [ "$c_acc" = "$c_plain" ]; then
-  ok "accumulation with 2 buckets: $c_acc collectives, as without accumulation (nothing on the first micro-batch)"
+  ok "accumulation with 4 buckets: $c_acc collectives, as without accumulation (nothing on the first micro-batch)"
 else
-  bad "accumulation with 2 buckets (rc $rc, collectives '$c_acc' vs '$c_plain')" "$(tail -3 "$tmp/bk_acc.log")"
+  bad "accumulation with 4 buckets (rc $rc, collectives '$c_acc' vs '$c_plain')" "$(tail -3 "$tmp/bk_acc.log")"
 fi
-within "accumulation with 2 buckets ends with the weights of one process" "$tmp/one" "$tmp/bk_acc" $TOL
+within "accumulation with 4 buckets ends with the weights of one process" "$tmp/one" "$tmp/bk_acc" $TOL
 # compression: bf16 / fp16 with error feedback trains to about the same place (not the same weights)
 for c in bf16 fp16; do
   mrun "$tmp/bk_$c.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${A[@]}" "${BK[@]}" --set grad_compression=$c
@@ -208,11 +208,11 @@ rc=$?
 nb0=$(grep -o '"cat": "comm_bucket"' "$tmp/prof/trace.json" 2>/dev/null | wc -l)
 nb1=$(grep -o '"cat": "comm_bucket"' "$tmp/prof/trace.rank1.json" 2>/dev/null | wc -l)
 nw=$(grep -o '"name": "wait for gradient buckets", "cat": "comm"' "$tmp/prof/trace.json" 2>/dev/null | wc -l)
-if [ "$rc" -eq 0 ] && [ "$nb0" -eq 20 ] && [ "$nb1" -eq 20 ] && [ "$nw" -eq 10 ] &&
+if [ "$rc" -eq 0 ] && [ "$nb0" -eq 40 ] && [ "$nb1" -eq 40 ] && [ "$nw" -eq 10 ] &&
    grep -qE "communication [0-9.]+% of step time" "$tmp/bk_prof.log"; then
-  ok "profile at np 2: a trace per rank, 2 bucket events x 10 recorded steps each, the waits, the doctor's share"
+  ok "profile at np 2: a trace per rank, 4 bucket events x 10 recorded steps each, the waits, the doctor's share"
 else
-  bad "profile at np 2 (rc $rc): $nb0 / $nb1 bucket events, $nw waits (want 20, 20, 10)" "$(ls "$tmp/prof" 2>&1; tail -8 "$tmp/bk_prof.log")"
+  bad "profile at np 2 (rc $rc): $nb0 / $nb1 bucket events, $nw waits (want 40, 40, 10)" "$(ls "$tmp/prof" 2>&1; tail -8 "$tmp/bk_prof.log")"
 fi
 
 # clipping: the global norm (the same clipped step as one process)
@@ -300,7 +300,7 @@ else
   bad "bert at np 2 (rc $rc): '$w2' vs '$w1'" "$(tail -5 "$tmp/bert2.log")"
 fi
 
-# activation checkpointing with buckets: a 2-layer GPT recomputing every layer, 3 buckets overlapped
+# activation checkpointing with buckets: a 2-layer GPT recomputing every layer, 9 buckets overlapped
 mrun "$tmp/gptr1.log" 120 -- "$CT" train "${G[@]}" --set n_layer=2 --set recompute_every=1 --save-dir "$tmp/gptr1"
 mrun "$tmp/gptr2.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${G[@]}" --set n_layer=2 --set recompute_every=1 \
   --set bucket_size_mb=0.01 --save-dir "$tmp/gptr2"

@@ -110,6 +110,68 @@ static int all_ok(int ok) {
     return v == 1.0;
 }
 
+/* Random layouts and backward orders (nearly reversed, neighbours swapped, some parameters without a
+ * gradient), random caps: the buckets always tile the arena, each range whole parameters, each bucket
+ * ready after its last gradient. */
+TEST(plan_tiles_the_arena_for_any_order) {
+    unsigned seed = 12345;
+#define RND() (seed = seed * 1103515245u + 12345u, (seed >> 8) & 0xffffff)
+    int bad = 0;
+    for (int trial = 0; trial < 300 && !bad; trial++) {
+        int np = 1 + (int)(RND() % 40), order[64], n = 0;
+        size_t off[65];
+        off[0] = 0;
+        for (int i = 0; i < np; i++) off[i + 1] = off[i] + 16 * (1 + RND() % 300);
+        for (int i = np - 1; i >= 0; i--)
+            if (RND() % 8) order[n++] = i;
+        for (int i = 0; i + 1 < n; i++)
+            if (RND() % 3 == 0) {
+                int t = order[i];
+                order[i] = order[i + 1], order[i + 1] = t;
+            }
+        ct_bucket_opts o;
+        ct_bucket_opts_default(&o);
+        o.overlap = 0;
+        o.first_bucket_bytes = 4 * (RND() % 3000);
+        o.bucket_bytes = RND() % 5 == 0 ? 0 : 4 * (1 + RND() % 8000);
+        float *g = calloc(off[np], sizeof *g);
+        ct_buckets *b = NULL;
+        if (!g || ct_buckets_create(g_ctx, g_world, g, off[np], np, off, order, n, &o, &b) != CT_OK) {
+            fprintf(stderr, "  trial %d: %s\n", trial, ct_context_last_error(g_ctx));
+            free(g);
+            bad = 1;
+            break;
+        }
+        /* tiling: sorted by offset, each range starts where the last ended */
+        int nb = ct_buckets_count(b), covered = 0;
+        size_t end = 0;
+        for (int pass = 0; pass < nb && !bad; pass++) {
+            int found = 0;
+            for (int i = 0; i < nb; i++) {
+                ct_bucket_info bi;
+                ct_buckets_info(b, i, &bi);
+                if (bi.off != end) continue;
+                found = bi.n > 0 && bi.off == off[bi.first_param] && bi.off + bi.n == off[bi.first_param + bi.n_params];
+                int last = 0;
+                for (int q = 0; q < n; q++)
+                    if (order[q] >= bi.first_param && order[q] < bi.first_param + bi.n_params) last = q + 1;
+                found = found && bi.ready_after == (last ? last : n);
+                covered += bi.n_params;
+                end = bi.off + bi.n;
+                break;
+            }
+            bad = !found;
+        }
+        bad = bad || end != off[np] || covered != np;
+        if (bad) fprintf(stderr, "  trial %d: %d params, %d buckets do not tile the arena (end %zu of %zu)\n", trial, np,
+                         nb, end, off[np]);
+        ct_buckets_free(b);
+        free(g);
+    }
+#undef RND
+    CHECK(!bad);
+}
+
 static void spin_us(double us) {
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
@@ -387,7 +449,7 @@ int main(int argc, char **argv) {
                                          T(sum_from_the_hook), T(sum_after_backward), T(sum_in_bf16_and_fp16),
                                          T(compression_keeps_what_rounding_lost), T(an_inf_on_one_rank_reaches_every_rank),
                                          T(nothing_is_sent_before_begin), T(plan_backward_order),
-                                         T(trace_tracks_and_doctor_share)};
+                                         T(trace_tracks_and_doctor_share), T(plan_tiles_the_arena_for_any_order)};
     g_ctx = test_ctx(-1, 1);
     if (ct_comm_world_create(g_ctx, &g_world) != CT_OK) {
         fprintf(stderr, "test_bucket: %s\n", ct_context_last_error(g_ctx));

@@ -247,30 +247,45 @@ ct_status ct_buckets_create(ct_context *ctx, ct_comm *c, float *arena, size_t n_
     B->queue = calloc((size_t)n_params + 1, sizeof *B->queue);
     ct_status s = B->b && B->bucket_of && B->seen && B->queue ? CT_OK : CT_E_OOM;
     /* plan: the parameters in backward order, a bucket growing while the next one is its neighbour in the
-     * arena (so that it stays one contiguous range) and it is under its cap */
+     * arena (so that it stays one contiguous range) and it is under its cap. A neighbour but for a gap of
+     * parameters that become ready within the next LOOKAHEAD gradients (a linear's bias finalized right
+     * after its weight) joins too, the gap with it: the bucket then waits for those as well. */
+    enum { LOOKAHEAD = 2 };
+    int *pos = B->queue; /* borrowed until the first reduction: each parameter's place in ready_order */
     size_t cap = o.first_bucket_bytes && o.bucket_bytes ? o.first_bucket_bytes : o.bucket_bytes, bytes = 0;
     int lo = 0, hi = -1;
-    for (int p = 0; s == CT_OK && p < n_params; p++) B->bucket_of[p] = -1;
+    for (int p = 0; s == CT_OK && p < n_params; p++) B->bucket_of[p] = -1, pos[p] = INT_MAX;
+    for (int q = n_ready - 1; s == CT_OK && q >= 0; q--)
+        if (ready_order[q] >= 0 && ready_order[q] < n_params) pos[ready_order[q]] = q;
     for (int q = 0; s == CT_OK && q < n_ready; q++) {
         int p = ready_order[q];
         if (p < 0 || p >= n_params || B->bucket_of[p] >= 0) continue;
-        const size_t pb = (param_off[p + 1] - param_off[p]) * sizeof(float);
+        int g_lo = p, g_hi = p, join = hi >= lo && (cap == 0 || bytes < cap);
+        if (join) {
+            if (p < lo) g_hi = lo - 1;
+            else g_lo = hi + 1;
+            for (int g = g_lo; g <= g_hi && join; g++)
+                join = g == p || (B->bucket_of[g] < 0 && pos[g] != INT_MAX && pos[g] <= q + LOOKAHEAD);
+        }
         if (o.bucket_bytes == 0 && hi >= lo) { /* one bucket of every gradient: the whole arena */
             lo = 0, hi = n_params - 1;
-        } else if (hi >= lo && (cap == 0 || bytes < cap) && (p == lo - 1 || p == hi + 1)) {
-            lo = CT_MIN(lo, p), hi = CT_MAX(hi, p);
-            bytes += pb;
+            g_lo = g_hi = p;
+        } else if (join) {
+            lo = CT_MIN(lo, g_lo), hi = CT_MAX(hi, g_hi);
         } else {
             if (hi >= lo) cap = o.bucket_bytes; /* the first bucket closed */
-            lo = hi = p;
-            bytes = pb;
+            lo = hi = g_lo = g_hi = p;
+            bytes = 0;
             B->nb++;
         }
         bucket *k = &B->b[B->nb - 1];
         k->p0 = lo, k->np = hi - lo + 1;
-        k->need++;
-        k->ready_after = q + 1; /* its last gradient so far */
-        B->bucket_of[p] = B->nb - 1;
+        for (int g = g_lo; g <= g_hi; g++) {
+            bytes += (param_off[g + 1] - param_off[g]) * sizeof(float);
+            k->need++;
+            k->ready_after = CT_MAX(k->ready_after, pos[g] + 1); /* its last gradient so far */
+            B->bucket_of[g] = B->nb - 1;
+        }
     }
     if (o.bucket_bytes == 0 && B->nb == 1) { /* one bucket: every parameter, those without a gradient too */
         B->b[0].p0 = 0, B->b[0].np = n_params;
@@ -292,6 +307,22 @@ ct_status ct_buckets_create(ct_context *ctx, ct_comm *c, float *arena, size_t n_
         k->off = param_off[k->p0];
         k->n = param_off[k->p0 + k->np] - k->off;
     }
+    /* every parameter in exactly the bucket whose range holds it, and each bucket waiting for each of its
+     * parameters that has a gradient (a planning bug would leave a range unreduced: the ranks would diverge) */
+    int n_in = 0, n_need = 0, n_ready_params = 0;
+    for (int i = 0; s == CT_OK && i < B->nb; i++) n_in += B->b[i].np, n_need += B->b[i].need;
+    for (int p = 0; s == CT_OK && p < n_params; p++) {
+        const bucket *k = B->bucket_of[p] >= 0 ? &B->b[B->bucket_of[p]] : NULL;
+        n_ready_params += pos[p] != INT_MAX;
+        if (!k || p < k->p0 || p >= k->p0 + k->np)
+            s = ct_set_error(ctx, CT_E_INTERNAL, "gradient buckets: parameter %d is in no bucket's range (a bug in "
+                             "src/dist/bucket.c: please report it)", p);
+    }
+    if (s == CT_OK && (n_in != n_params || n_need != n_ready_params))
+        s = ct_set_error(ctx, CT_E_INTERNAL, "gradient buckets: %d of %d parameters in the buckets, %d of %d "
+                         "gradients waited for (a bug in src/dist/bucket.c: please report it)", n_in, n_params,
+                         n_need, n_ready_params);
+    if (B->queue) memset(B->queue, 0, ((size_t)n_params + 1) * sizeof *B->queue);
     if (s == CT_OK && B->nb == 0 && n_floats) { /* no parameters: one bucket of the whole arena */
         B->b[0].n = n_floats;
         B->nb = 1;
