@@ -114,7 +114,7 @@ for r in $(seq 1 "$ROUNDS"); do
   done
 done
 
-median() { tr ' ' '\n' | grep -v '^$' | grep -v '^-$' | sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print "nan"; else print a[int((NR + 1) / 2)] }'; }
+median() { tr ' ' '\n' | awk '$1 != "" && $1 != "-"' | sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print "nan"; else print a[int((NR + 1) / 2)] }'; }
 {
   echo
   echo "data parallel, $RANKS ranks x 1 thread on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), median of $ROUNDS rounds"
@@ -124,7 +124,7 @@ median() { tr ' ' '\n' | grep -v '^$' | grep -v '^-$' | sort -g | awk '{ a[NR] =
   for w in $WORKLOADS; do
     keys="0 1 2 3 4"; [ "$w" = mlp ] && [ "$TORCH" = 1 ] && keys="$keys ddp ddp+fp16"
     for k in $keys; do
-      vals=${RES[$w,$k]}
+      vals=${RES[$w,$k]:-}
       case "$k" in
       ddp) name="PyTorch DDP (gloo)" ;;
       ddp+fp16) name="PyTorch DDP + fp16" ;;
