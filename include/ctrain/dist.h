@@ -127,7 +127,9 @@ ct_status ct_comm_iallreduce_half(ct_comm *c, uint16_t *x, size_t n, int bf16, c
 /* ---- gradient buckets (src/dist/bucket.c, docs/distributed.md) ----------------- */
 /* The gradient arena cut into buckets, each a contiguous range of whole
  * parameters, filled in the order backward finalizes the gradients while
- * the next parameter is a neighbour in the arena: the first bucket up to
+ * the next parameter is a neighbour in the arena (or would be but for
+ * parameters whose gradients come within the next 2, which join with it):
+ * the first bucket up to
  * first_bucket_bytes, the others up to bucket_bytes (a parameter is added
  * while the bucket is under its cap, as DDP does). With
  * overlap, a bucket's allreduce (sum, in place) starts as soon as the last
