@@ -30,6 +30,8 @@
 #   --nice N [NICE=0]        run both frameworks under `nice -n N` (negative N needs
 #                            root and takes CPU from everyone else on the machine: off
 #                            by default, mention it when you publish numbers)
+#   --dist [OPTIONS]          data parallel instead: bench/dist.sh OPTIONS (baseline / buckets /
+#                             overlap / bf16 compression at 2 ranks; its --help)
 #   BUILD=build-bench         build folder (the library and bench_step go there)
 # Logs of every run: $BUILD/bench/logs/<date>/.
 set -euo pipefail
@@ -72,6 +74,7 @@ while [ $# -gt 0 ]; do
     --nice) NICE=$2; shift ;;
     --neighbour) NEIGHBOUR=1 ;;
     --tune) TUNE=1 ;;
+    --dist) shift; exec bash "$(dirname "$SELF")/dist.sh" "$@" ;;
     -h | --help) sed -n '2,/^# Logs/p' "$SELF"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 1 ;;
     esac

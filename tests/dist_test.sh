@@ -17,7 +17,13 @@
 #     uninterrupted one (MLP, and a CNN with batchnorm buffers); resumed at
 #     another world size it ends within tolerance;
 #   - a small GPT (the text task) equals one process too; a small BERT
-#     validates the same windows, its loss close to one process's.
+#     validates the same windows, its loss close to one process's;
+#   - gradient buckets (tests/test_bucket at 2 and 4 ranks; then the MLP in 4
+#     buckets overlapped with backward by the progress thread and by the
+#     hook, at 2 and 4 ranks, the one-bucket baseline, accumulation sending
+#     nothing before the last micro-batch, bf16 / fp16 compression close to
+#     one process, per-rank traces with the buckets' events, a GPT with
+#     activation checkpointing in buckets) equal one process.
 # Skipped (a SKIP line, counted neither pass nor fail) only without mpirun.
 # usage: tests/dist_test.sh path/to/ctrain [path/to/test_dist]
 set -u
@@ -71,6 +77,19 @@ for n in 2 4; do
     ok "the communicator's tests pass on each of $n ranks"
   else
     bad "collectives on $n ranks (rc $rc, $good ranks passed)" "$(grep -vE '^  ok' "$tmp/coll$n.log")"
+  fi
+done
+# the gradient buckets' tests (tests/test_bucket.c): planning, the sums with a progress thread, from the hook
+# and after backward, compression with error feedback, an inf on one rank reaching all
+TB=$(dirname "$TD")/test_bucket
+for n in 2 4; do
+  mrun "$tmp/bk$n.log" 90 -- "${MPI[@]}" -np $n "$TB"
+  rc=$?
+  good=$(grep -c "test_bucket.c: [0-9]* passed, 0 failed" "$tmp/bk$n.log")
+  if [ "$rc" -eq 0 ] && [ "$good" -eq "$n" ] && clean "buckets np $n" "$tmp/bk$n.log"; then
+    ok "the gradient buckets' tests pass on each of $n ranks"
+  else
+    bad "gradient buckets on $n ranks (rc $rc, $good ranks passed)" "$(grep -vE '^  ok' "$tmp/bk$n.log")"
   fi
 done
 
@@ -133,6 +152,68 @@ else
   bad "accumulation (rc $rc, collectives '$c_acc' vs '$c_plain')" "$(cat "$tmp/acc.log")"
 fi
 within "np 2 with 2 micro-batches ends with the weights of one process" "$tmp/one" "$tmp/acc" $TOL
+
+# ---- gradient buckets (bucket_size_mb, overlap_communication, comm_progress, grad_compression) ----------
+# 0.001 MiB: the MLP's 4 parameters make 4 buckets (w2 is finalized first, then b2, w1, b1; each over the cap)
+BK=(--set bucket_size_mb=0.001)
+for v in "2 thread" "4 hook" "2 hook" "4 thread"; do
+  set -- $v
+  mrun "$tmp/bk_$1_$2.log" 120 -- "${MPI[@]}" -np $1 "$CT" train "${A[@]}" "${BK[@]}" --set comm_progress=$2 \
+    --save-dir "$tmp/bk_$1_$2"
+  rc=$?
+  if [ "$rc" -eq 0 ] && grep -q "averaged in 4 buckets (MiB: .*), overlapped with backward by a .*(ready after 25%, 50%, 75%, 100%" \
+     "$tmp/bk_$1_$2.log" && clean "buckets $v" "$tmp/bk_$1_$2.log"; then
+    ok "np $1, 4 buckets overlapped with backward ($2): the header shows them"
+  else
+    bad "np $1 with 4 buckets ($2) (rc $rc)" "$(grep -E "data parallel|error" "$tmp/bk_$1_$2.log")"
+  fi
+  within "np $1, 4 buckets overlapped ($2), ends with the weights of one process" "$tmp/one" "$tmp/bk_$1_$2" $TOL
+done
+# the baseline: one bucket after backward
+mrun "$tmp/bk_base.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${A[@]}" --set bucket_size_mb=0 \
+  --set overlap_communication=false --save-dir "$tmp/bk_base"
+rc=$?
+[ "$rc" -eq 0 ] && grep -q "averaged in 1 bucket (MiB: [0-9.]*), after backward" "$tmp/bk_base.log" &&
+  ok "np 2, overlap_communication false and bucket_size_mb 0: one allreduce after backward" ||
+  bad "np 2 baseline (rc $rc)" "$(grep -E "data parallel|error" "$tmp/bk_base.log")"
+within "np 2 baseline (one allreduce after backward) ends with the weights of one process" "$tmp/one" "$tmp/bk_base" $TOL
+# accumulation with 4 buckets: the micro-batch before the last sends nothing (else 160 more collectives)
+mrun "$tmp/bk_acc.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${A[@]}" "${BK[@]}" --batch-size 16 \
+  --set accumulate_steps=2 --save-dir "$tmp/bk_acc"
+rc=$?
+c_plain=$(sed -nE 's/.*gradient allreduces.*, ([0-9]+) collectives in all.*/\1/p' "$tmp/bk_2_thread.log")
+c_acc=$(sed -nE 's/.*gradient allreduces.*, ([0-9]+) collectives in all.*/\1/p' "$tmp/bk_acc.log")
+if [ "$rc" -eq 0 ] && [ -n "$c_acc" ] && [ "$c_acc" = "$c_plain" ]; then
+  ok "accumulation with 4 buckets: $c_acc collectives, as without accumulation (nothing on the first micro-batch)"
+else
+  bad "accumulation with 4 buckets (rc $rc, collectives '$c_acc' vs '$c_plain')" "$(tail -3 "$tmp/bk_acc.log")"
+fi
+within "accumulation with 4 buckets ends with the weights of one process" "$tmp/one" "$tmp/bk_acc" $TOL
+# compression: bf16 / fp16 with error feedback trains to about the same place (not the same weights)
+for c in bf16 fp16; do
+  mrun "$tmp/bk_$c.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${A[@]}" "${BK[@]}" --set grad_compression=$c
+  rc=$?
+  l1=$(losses "$tmp/one.log") lc=$(losses "$tmp/bk_$c.log")
+  if [ "$rc" -eq 0 ] && grep -q "sent as $c with error feedback" "$tmp/bk_$c.log" && [ -n "$lc" ] &&
+     awk -v a="$l1" -v b="$lc" 'BEGIN { split(a, x, " "); split(b, y, " "); d = x[3] - y[3]; if (d < 0) d = -d;
+       e = x[4] - y[4]; if (e < 0) e = -e; exit !(d < 0.05 * x[3] && e <= 2.0) }'; then
+    ok "np 2 with $c gradients: test loss / accuracy close to one process's ($lc vs $l1)"
+  else
+    bad "np 2 with $c gradients (rc $rc): '$lc' vs '$l1'" "$(grep -E "data parallel|error" "$tmp/bk_$c.log")"
+  fi
+done
+# per-rank traces: the buckets' allreduces on their own track, the wait for them as "comm", the doctor's share
+mrun "$tmp/bk_prof.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${A[@]}" "${BK[@]}" --profile "$tmp/prof"
+rc=$?
+nb0=$(grep -o '"cat": "comm_bucket"' "$tmp/prof/trace.json" 2>/dev/null | wc -l)
+nb1=$(grep -o '"cat": "comm_bucket"' "$tmp/prof/trace.rank1.json" 2>/dev/null | wc -l)
+nw=$(grep -o '"name": "wait for gradient buckets", "cat": "comm"' "$tmp/prof/trace.json" 2>/dev/null | wc -l)
+if [ "$rc" -eq 0 ] && [ "$nb0" -eq 40 ] && [ "$nb1" -eq 40 ] && [ "$nw" -eq 10 ] &&
+   grep -qE "communication [0-9.]+% of step time" "$tmp/bk_prof.log"; then
+  ok "profile at np 2: a trace per rank, 4 bucket events x 10 recorded steps each, the waits, the doctor's share"
+else
+  bad "profile at np 2 (rc $rc): $nb0 / $nb1 bucket events, $nw waits (want 40, 40, 10)" "$(ls "$tmp/prof" 2>&1; tail -8 "$tmp/bk_prof.log")"
+fi
 
 # clipping: the global norm (the same clipped step as one process)
 mrun "$tmp/clip1.log" 120 -- "$CT" train "${A[@]}" --set clip_grad_norm=0.5 --save-dir "$tmp/clip1"
@@ -219,6 +300,38 @@ else
   bad "bert at np 2 (rc $rc): '$w2' vs '$w1'" "$(tail -5 "$tmp/bert2.log")"
 fi
 
+# activation checkpointing with buckets: a 2-layer GPT recomputing every layer, 9 buckets overlapped
+mrun "$tmp/gptr1.log" 120 -- "$CT" train "${G[@]}" --set n_layer=2 --set recompute_every=1 --save-dir "$tmp/gptr1"
+mrun "$tmp/gptr2.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${G[@]}" --set n_layer=2 --set recompute_every=1 \
+  --set bucket_size_mb=0.01 --save-dir "$tmp/gptr2"
+rc=$?
+nbk=$(sed -nE 's/.*averaged in ([0-9]+) buckets.*/\1/p' "$tmp/gptr2.log")
+if [ "$rc" -eq 0 ] && [ "${nbk:-0}" -ge 3 ]; then ok "gpt with recompute_every 1 at np 2 in $nbk buckets"
+else bad "gpt with recompute and buckets (rc $rc, '${nbk}' buckets)" "$(grep -E "data parallel|error" "$tmp/gptr2.log")"; fi
+within "gpt with recompute and $nbk buckets at np 2 ends with the weights of one process" "$tmp/gptr1" "$tmp/gptr2" $TOL 000006
+
+# sync_batchnorm: the CNN's batchnorm statistics over the global batch, so np 2 and np 4 equal one process
+# (weights and running statistics); per-rank statistics (the default) do not
+S=(--model cnn --channels 4 --data-dir "$tmp/data" --batch-size 32 --epochs 1 --max-steps 12 --seed 3 --threads 1
+   --save-every 0)
+mrun "$tmp/sbn1.log" 120 -- "$CT" train "${S[@]}" --save-dir "$tmp/sbn1"
+for n in 2 4; do
+  mrun "$tmp/sbn$n.log" 120 -- "${MPI[@]}" -np $n "$CT" train "${S[@]}" --set sync_batchnorm=true --save-dir "$tmp/sbn$n"
+  rc=$?
+  [ "$rc" -eq 0 ] && grep -q "sync_batchnorm: batch statistics over the global batch" "$tmp/sbn$n.log" ||
+    bad "sync_batchnorm at np $n (rc $rc)" "$(grep -E "data parallel|error" "$tmp/sbn$n.log")"
+  within "sync_batchnorm at np $n: the cnn ends with one process's weights and running statistics" "$tmp/sbn1" \
+    "$tmp/sbn$n" $TOL 000012
+done
+mrun "$tmp/lbn2.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${S[@]}" --save-dir "$tmp/lbn2"
+out=$("$TD" maxdiff "$tmp/sbn1/step-000012/model.safetensors" "$tmp/lbn2/step-000012/model.safetensors" 2>&1)
+m=$(printf '%s' "$out" | sed -nE 's/^max abs diff ([^ ]+) over.*/\1/p')
+if [ -n "$m" ] && awk -v m="$m" 'BEGIN { exit !(m > 1e-4) }'; then
+  ok "without sync_batchnorm the per-rank statistics give other weights (max abs diff $m): the check can fail"
+else
+  bad "per-rank batchnorm at np 2 should differ from one process: '$out'"
+fi
+
 # ---- killed and resumed -------------------------------------------------------------------------------
 # np 2 uninterrupted vs killed after step 25 (checkpoint 20) and resumed at np 2. Both save to $tmp/r (the
 # recipe in train_state holds save_dir): the uninterrupted run's directory is moved aside.
@@ -243,6 +356,27 @@ rc=$?
 [ "$rc" -eq 0 ] && grep -q "data parallel: 4 ranks x 8 rows" "$tmp/r4_res.log" && ok "a checkpoint of np 2 resumes at np 4" ||
   bad "resume at np 4 (rc $rc)" "$(tail -5 "$tmp/r4_res.log")"
 within "resumed at np 4: the weights of the uninterrupted np 2 run" "$tmp/r_ref" "$tmp/r4" $TOL
+
+# bf16 gradient compression: each rank's error-feedback residual is saved with the checkpoint
+# (grad_residual.bin) and restored on resume, so the resumed run ends bit for bit as the uninterrupted one
+Z=(--set grad_compression=bf16 --set bucket_size_mb=0.1 --save-every 10)
+mrun "$tmp/z_ref.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${A[@]}" "${Z[@]}" --save-dir "$tmp/z"
+mv "$tmp/z" "$tmp/z_ref"
+mrun "$tmp/z_k.log" 120 -- env CTRAIN_TEST_CRASH=step:25 "${MPI[@]}" -np 2 "$CT" train "${A[@]}" "${Z[@]}" --save-dir "$tmp/z"
+mrun "$tmp/z_res.log" 120 -- "${MPI[@]}" -np 2 "$CT" train --resume "$tmp/z"
+rc=$?
+if [ "$rc" -eq 0 ] && [ -s "$tmp/z/step-000020/grad_residual.bin" ] && ! grep -q "note: .*residual" "$tmp/z_res.log" &&
+   cmp -s "$tmp/z_ref/step-000040/model.safetensors" "$tmp/z/step-000040/model.safetensors" &&
+   cmp -s "$tmp/z_ref/step-000040/grad_residual.bin" "$tmp/z/step-000040/grad_residual.bin"; then
+  ok "bf16 compression at np 2: killed, resumed with each rank's residual, the final checkpoint bit for bit"
+else
+  bad "bf16 compression resume at np 2 (rc $rc)" "$(ls "$tmp/z/step-000020" 2>&1; tail -5 "$tmp/z_res.log")"
+fi
+mrun "$tmp/z4.log" 120 -- "${MPI[@]}" -np 4 "$CT" train --resume "$tmp/z_ref/step-000020"
+rc=$?
+[ "$rc" -eq 0 ] && grep -q "note: the gradient compression residual was saved at 2 ranks .* this run has 4 .*: it starts from zero" "$tmp/z4.log" &&
+  ok "a bf16 checkpoint of np 2 resumes at np 4 with the residual from zero, and says so" ||
+  bad "bf16 resume at np 4 (rc $rc)" "$(grep -E "note|error" "$tmp/z4.log")"
 
 # a CNN: batchnorm's running statistics (buffers) are rank 0's at every checkpoint and evaluation
 C=(--model cnn --channels 4 --data-dir "$tmp/data" --batch-size 32 --epochs 1 --max-steps 12 --seed 3 --threads 1

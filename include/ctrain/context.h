@@ -91,6 +91,14 @@ void ct_context_clear_error(ct_context *ctx);
 
 int ct_context_num_threads(const ct_context *ctx);
 uint64_t ct_context_seed(const ct_context *ctx);
+/* Sums x (n doubles) in place across the processes of a data parallel job
+ * (sync_batchnorm: BatchNorm's batch statistics over the global batch). */
+typedef ct_status (*ct_batch_sum_fn)(void *user, double *x, size_t n);
+/* Installs fn (NULL: none, the default): training-mode BatchNorm then sums its
+ * per-channel statistics (forward: sum and squared deviations and the count;
+ * backward: the two sums of dy) through it, on the reference kernel. */
+void ct_context_set_batch_sum(ct_context *ctx, ct_batch_sum_fn fn, void *user);
+ct_batch_sum_fn ct_context_batch_sum(const ct_context *ctx, void **user);
 const ct_cpu_features *ct_context_cpu(const ct_context *ctx);
 /* ISA actually used for fast kernels (min of CPU support, opts, CT_ISA). */
 ct_isa ct_context_isa(const ct_context *ctx);

@@ -118,6 +118,87 @@ ct_status ct_comm_test(ct_comm_request *r, int *done);
 /* Completes the request (returns at once when it is idle). */
 ct_status ct_comm_wait(ct_comm_request *r);
 
+/* Starts a sum of n 16-bit floats (bf16 when bf16 is 1, else IEEE fp16) in
+ * place: each pairwise step adds in FP32 and rounds to nearest even, so the
+ * result is the same bits on every rank. For compressed gradient buckets;
+ * completes like ct_comm_iallreduce_f32 (ct_comm_test / ct_comm_wait). */
+ct_status ct_comm_iallreduce_half(ct_comm *c, uint16_t *x, size_t n, int bf16, ct_comm_request *r);
+
+/* ---- gradient buckets (src/dist/bucket.c, docs/distributed.md) ----------------- */
+/* The gradient arena cut into buckets, each a contiguous range of whole
+ * parameters, filled in the order backward finalizes the gradients while
+ * the next parameter is a neighbour in the arena (or would be but for
+ * parameters whose gradients come within the next 2, which join with it):
+ * the first bucket up to
+ * first_bucket_bytes, the others up to bucket_bytes (a parameter is added
+ * while the bucket is under its cap, as DDP does). With
+ * overlap, a bucket's allreduce (sum, in place) starts as soon as the last
+ * of its parameters' gradients is final (ct_buckets_grad_ready, from the
+ * executor's grad-ready hook) and progresses while backward runs; without,
+ * every bucket starts in ct_buckets_finish. Compression sends each bucket
+ * as bf16 / fp16 with error feedback: what rounding lost is kept per rank
+ * (the residual, one float per gradient) and added to the next step's
+ * gradient before rounding. */
+typedef enum ct_grad_compression {
+    CT_GRAD_COMPRESSION_NONE = 0,
+    CT_GRAD_COMPRESSION_BF16,
+    CT_GRAD_COMPRESSION_FP16,
+    CT_GRAD_COMPRESSION_COUNT
+} ct_grad_compression;
+
+typedef enum ct_bucket_progress {
+    CT_BUCKET_PROGRESS_THREAD = 0, /* a communication thread starts and tests the requests           */
+    CT_BUCKET_PROGRESS_HOOK,       /* the caller's thread, in ct_buckets_grad_ready (no extra thread) */
+    CT_BUCKET_PROGRESS_COUNT
+} ct_bucket_progress;
+
+typedef struct ct_bucket_opts {
+    size_t bucket_bytes;       /* cap of a bucket (0: the whole arena is one bucket)   */
+    size_t first_bucket_bytes; /* cap of the first bucket (0: bucket_bytes)            */
+    int overlap;               /* 1: start each bucket when its gradients are final    */
+    ct_bucket_progress progress;
+    ct_grad_compression compression;
+} ct_bucket_opts;
+/* 25 MiB buckets, a 1 MiB first bucket, overlap on, progress thread, no compression (PyTorch DDP's sizes). */
+void ct_bucket_opts_default(ct_bucket_opts *o);
+
+typedef struct ct_buckets ct_buckets;
+/* arena (n_floats) is the gradient arena; parameter i (0 <= i < n_params)
+ * owns [param_off[i], param_off[i + 1]) (param_off[n_params] == n_floats,
+ * increasing); ready_order lists the parameters in the order backward
+ * finalizes their gradients (n_ready entries; parameters missing from it
+ * are waited for in ct_buckets_finish). Errors go to ctx. The communicator must outlive the
+ * buckets; between ct_buckets_begin and ct_buckets_finish the caller must
+ * make no other call on it (the progress thread may be using it). */
+ct_status ct_buckets_create(ct_context *ctx, ct_comm *c, float *arena, size_t n_floats, int n_params,
+                            const size_t *param_off, const int *ready_order, int n_ready, const ct_bucket_opts *o, ct_buckets **out);
+void ct_buckets_free(ct_buckets *b); /* accepts NULL; waits for nothing: call after ct_buckets_finish */
+
+typedef struct ct_bucket_info {
+    size_t off, n;        /* the range of the arena (floats)                          */
+    int first_param, n_params;
+    int ready_after;      /* gradients of ready_order finalized before it can start (n_ready: at the end) */
+    /* the last ct_buckets_finish, on ct_profiler_now_us's clock (CLOCK_MONOTONIC, microseconds) */
+    double ready_us, start_us, end_us;
+} ct_bucket_info;
+int ct_buckets_count(const ct_buckets *b);
+ct_status ct_buckets_info(const ct_buckets *b, int i, ct_bucket_info *out);
+
+/* A new reduction: every bucket waits for its gradients again. */
+ct_status ct_buckets_begin(ct_buckets *b);
+/* Parameter `param`'s gradient is final (the grad-ready hook). Outside
+ * begin..finish: ignored. Errors are kept and returned by finish. */
+void ct_buckets_grad_ready(ct_buckets *b, int param);
+/* Starts the buckets not started yet and waits for all: the arena holds the
+ * sum over the ranks (decoded from bf16/fp16 when compressed). *wait_us
+ * (may be NULL) <- how long this call waited. */
+ct_status ct_buckets_finish(ct_buckets *b, double *wait_us);
+/* Buckets whose allreduce was started since ct_buckets_begin (the progress
+ * thread may start them a little after they were queued). */
+int ct_buckets_started(ct_buckets *b);
+/* Error feedback: the residual (n_floats, this rank's), NULL without compression. */
+float *ct_buckets_residual(ct_buckets *b, size_t *n);
+
 /* What went over the communicator since it was created: calls and bytes
  * per kind (an allreduce counts its buffer's bytes once), and the seconds
  * spent inside its calls. */

@@ -359,6 +359,11 @@ ct_status ct_plan_set_loss_scale(ct_plan *p, float scale);
  * gradient has been added (grad then holds the running sum). */
 typedef void (*ct_grad_ready_fn)(void *user, int param_index, const ct_tensor *grad);
 void ct_plan_set_grad_ready(ct_plan *p, ct_grad_ready_fn fn, void *user);
+/* The parameters (arena order) in the order backward calls the grad-ready
+ * hook: writes up to cap of them into order and returns how many there are
+ * (parameters without a gradient are not in it). For planning gradient
+ * buckets (dist.h) at compile time. */
+int ct_plan_grad_ready_order(const ct_plan *p, int *order, int cap);
 
 /* Per-node events from the executor (for profilers and tracers; the
  * profiler of ctrain/profile.h attaches through this hook). While a hook is

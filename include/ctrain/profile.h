@@ -20,9 +20,11 @@
  * "op" (one per executed node; args: op, node, phase forward|backward, dtype,
  * shape, flops, bytes, kernel), "step" (one per recorded step, written by
  * ct_profiler_step), "data", "optimizer", "eval", "amp" (the CLI's loss-scaler
- * events) and "comm" (caller events;
- * "comm" is reserved for gradient-bucket communication, which nothing emits
- * yet). The event buffer is allocated once at create (opts.max_events);
+ * events), "comm" (the training thread blocked in communication: the
+ * trainer's wait for the gradients; the doctor's communication share, on
+ * track 2) and "comm_bucket" (each gradient bucket's allreduce from start
+ * to completion, overlapping backward, on track 3; not counted in the
+ * share). The event buffer is allocated once at create (opts.max_events);
  * when it is full further events are dropped and counted (metadata
  * "dropped_events"): recording never allocates. */
 #ifndef CTRAIN_PROFILE_H

@@ -150,6 +150,12 @@ typedef struct ct_recipe {
     int fusion_level;        /* 0 | 1 | 2 (default 1)                           */
     char fusion_rules[256];  /* JSON file of fusion rules ("": none)            */
     int memory_opt;          /* 1 (default): activations reuse memory; 0: none  */
+    /* data parallel gradient buckets (docs/distributed.md, ct_buckets in dist.h) */
+    float bucket_size_mb;    /* bucket cap in MiB (default 25; 0: one bucket of every gradient) */
+    int overlap_communication; /* start each bucket's allreduce during backward (default 1) */
+    int comm_progress;       /* ct_bucket_progress: 0 thread, 1 hook            */
+    int grad_compression;    /* ct_grad_compression: none, bf16, fp16           */
+    int sync_batchnorm;      /* BatchNorm statistics over the global batch (all ranks) */
 } ct_recipe;
 
 /* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */

@@ -20,6 +20,8 @@ struct ct_context {
     int use_onednn;
     ct_mem_stats mem;
     char err[1024];
+    ct_batch_sum_fn batch_sum; /* sync_batchnorm (ct_context_set_batch_sum) */
+    void *batch_sum_user;
 };
 
 /* ---- errors ---------------------------------------------------------------- */
@@ -170,6 +172,15 @@ ct_status ct_openmp_limit_spin(char *const *argv) {
 
 int ct_context_num_threads(const ct_context *ctx) { return ctx->num_threads; }
 uint64_t ct_context_seed(const ct_context *ctx) { return ctx->seed; }
+void ct_context_set_batch_sum(ct_context *ctx, ct_batch_sum_fn fn, void *user) {
+    if (!ctx) return;
+    ctx->batch_sum = fn;
+    ctx->batch_sum_user = fn ? user : NULL;
+}
+ct_batch_sum_fn ct_context_batch_sum(const ct_context *ctx, void **user) {
+    if (user) *user = ctx ? ctx->batch_sum_user : NULL;
+    return ctx ? ctx->batch_sum : NULL;
+}
 const ct_cpu_features *ct_context_cpu(const ct_context *ctx) { return &ctx->cpu; }
 ct_isa ct_context_isa(const ct_context *ctx) { return ctx->isa; }
 int ct_context_use_onednn(const ct_context *ctx) { return ctx->use_onednn; }

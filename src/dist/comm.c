@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "core/internal.h"
+#include "ctrain/convert.h"
 #include "ctrain/dist.h"
 #include "comm_internal.h"
 
@@ -31,6 +32,7 @@ struct ct_comm {
     /* the blocking call in progress (ct_comm_busy, for a watchdog thread): since when (monotonic ns; 0: none) */
     atomic_llong busy_ns;
     _Atomic(const char *) busy_what;
+    MPI_Op half_op[2]; /* ct_comm_iallreduce_half: [0] fp16, [1] bf16 sums (created on first use) */
 };
 
 struct ct_comm_request {
@@ -114,6 +116,7 @@ ct_status ct_comm_world_create(ct_context *ctx, ct_comm **out) {
     c->rank = c->local_rank = 0;
     c->size = c->local_size = 1;
     c->comm = MPI_COMM_NULL;
+    c->half_op[0] = c->half_op[1] = MPI_OP_NULL;
     if (!ct_comm_launched()) {
         *out = c;
         return CT_OK;
@@ -168,6 +171,8 @@ void ct_comm_free(ct_comm *c) {
         int fin = 0;
         MPI_Finalized(&fin);
         if (!fin) {
+            for (int i = 0; i < 2; i++)
+                if (c->half_op[i] != MPI_OP_NULL) MPI_Op_free(&c->half_op[i]);
             if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
             if (c->owns_mpi) MPI_Finalize();
         }
@@ -445,3 +450,61 @@ MPI_Comm ct_comm_mpi_handle(ct_comm *c) { return c && c->mpi ? c->comm : MPI_COM
 ct_context *ct_comm_context(ct_comm *c) { return c ? c->ctx : NULL; }
 ct_comm_stats *ct_comm_stats_mut(ct_comm *c) { return c ? &c->st : NULL; }
 ct_status ct_comm_mpi_fail(ct_comm *c, int err, const char *what) { return mpi_fail(c, err, what); }
+/* The user ops of ct_comm_iallreduce_half: inout[i] <- round(in[i] + inout[i]), added in FP32 (the bulk
+ * conversions of convert.h, bit for bit the scalar ones, in pieces on the stack). */
+static void sum_half(const uint16_t *in, uint16_t *inout, int len, int bf16) {
+    float a[512], b[512];
+    for (int i = 0; i < len; i += 512) {
+        size_t m = (size_t)CT_MIN(512, len - i);
+        if (bf16) {
+            ct_bf16_to_f32_n(in + i, a, m, CT_ISA_COUNT);
+            ct_bf16_to_f32_n(inout + i, b, m, CT_ISA_COUNT);
+        } else {
+            ct_f16_to_f32_n(in + i, a, m, CT_ISA_COUNT);
+            ct_f16_to_f32_n(inout + i, b, m, CT_ISA_COUNT);
+        }
+        for (size_t j = 0; j < m; j++) a[j] += b[j];
+        if (bf16) ct_f32_to_bf16_n(a, inout + i, m, CT_ISA_COUNT);
+        else ct_f32_to_f16_n(a, inout + i, m, CT_ISA_COUNT);
+    }
+}
+static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *t) {
+    (void)t;
+    sum_half(in, inout, *len, 1);
+}
+static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *t) {
+    (void)t;
+    sum_half(in, inout, *len, 0);
+}
+
+ct_status ct_comm_iallreduce_half(ct_comm *c, uint16_t *x, size_t n, int bf16, ct_comm_request *r) {
+    if (!c) return CT_E_INVALID_ARG;
+    if (!x && n) return ct_set_error(c->ctx, CT_E_INVALID_ARG, "ct_comm_iallreduce_half: x must not be NULL");
+    if (!r || r->c != c)
+        return ct_set_error(c->ctx, CT_E_INVALID_ARG, "ct_comm_iallreduce_half: the request is NULL or of another communicator");
+    if (r->active)
+        return ct_set_error(c->ctx, CT_E_STATE, "ct_comm_iallreduce_half: the request is still active; wait for it first");
+    if (n > (size_t)INT_MAX)
+        return ct_set_error(c->ctx, CT_E_INVALID_ARG, "ct_comm_iallreduce_half: %zu values is more than INT_MAX; split "
+                            "the range into buckets", n);
+    c->st.allreduce_calls++;
+    c->st.allreduce_bytes += n * sizeof(uint16_t);
+    r->x = NULL, r->n = 0, r->avg = 0, r->t0 = now();
+    r->active = 1;
+    if (!c->mpi || n == 0) {
+        finish(r);
+        return CT_OK;
+    }
+    const int k = bf16 != 0;
+    int err;
+    if (c->half_op[k] == MPI_OP_NULL && (err = MPI_Op_create(k ? sum_bf16 : sum_f16, 1, &c->half_op[k])) != MPI_SUCCESS) {
+        r->active = 0;
+        return mpi_fail(c, err, "MPI_Op_create (16-bit float sum)");
+    }
+    err = MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_UINT16_T, c->half_op[k], c->comm, &r->req);
+    if (err != MPI_SUCCESS) {
+        r->active = 0;
+        return mpi_fail(c, err, "MPI_Iallreduce (16-bit floats)"); /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker): see docs/lint.md */
+    }
+    return CT_OK; /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker): waited for in ct_comm_wait / ct_comm_test */
+}

@@ -695,6 +695,17 @@ void ct_plan_set_grad_ready(ct_plan *p, ct_grad_ready_fn fn, void *user) {
     p->grad_ready_user = user;
 }
 
+int ct_plan_grad_ready_order(const ct_plan *p, int *order, int cap) {
+    int n = 0;
+    for (int i = p ? p->n_fwd : 0; p && i < p->g.n; i++) { /* ct_plan_backward's loop */
+        const ct_node_def *d = &p->g.nodes[i];
+        if (!p->pn[i].live || !(d->flags & CT_NODE_BACKWARD) || is_leaf(d->op) || p->pn[i].grad_of_param < 0) continue;
+        if (order && n < cap) order[n] = p->pn[i].grad_of_param;
+        n++;
+    }
+    return n;
+}
+
 void ct_plan_set_node_hook(ct_plan *p, ct_node_hook_fn fn, void *user) {
     p->node_hook = fn;
     p->node_hook_user = fn ? user : NULL;

@@ -235,6 +235,16 @@ static const key_def k_keys[] = {
     {"bad_images", K_ENUM, OFF(bad_images), 0, 0, 0, "error|skip", M_IMG, NULL,
      "imagefolder: an undecodable file (truncated, not a JPEG/PNG, 0 bytes) stops the run naming it (error), or is "
      "replaced by the next good image and counted (skip)"},
+    {"bucket_size_mb", K_F32, OFF(bucket_size_mb), 0, 0, 1e6, NULL, M_ALL, NULL,
+     "data parallel: gradient bucket size in MiB, the first bucket at most 1 (0: one bucket of all gradients)"},
+    {"overlap_communication", K_BOOL, OFF(overlap_communication), 0, 0, 1, NULL, M_ALL, NULL,
+     "data parallel: start each bucket's allreduce during backward as soon as its gradients are final"},
+    {"comm_progress", K_ENUM, OFF(comm_progress), 0, 0, 0, "thread|hook", M_ALL, NULL,
+     "data parallel overlap: who drives MPI during backward (a communication thread, or the grad-ready hook)"},
+    {"grad_compression", K_ENUM, OFF(grad_compression), 0, 0, 0, "none|bf16|fp16", M_ALL, NULL,
+     "data parallel: send gradients as bf16/fp16 with error feedback (each rank keeps what rounding lost)"},
+    {"sync_batchnorm", K_BOOL, OFF(sync_batchnorm), 0, 0, 1, NULL, M_CNN, NULL,
+     "data parallel: batchnorm's batch statistics over the global batch (reduced across ranks); default per rank"},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
@@ -296,6 +306,8 @@ void ct_recipe_default(ct_recipe *r) {
     r->crop_ratio_min = 3.0f / 4.0f;
     r->crop_ratio_max = 4.0f / 3.0f;
     r->hflip = 1;
+    r->bucket_size_mb = 25.0f;
+    r->overlap_communication = 1;
 }
 
 static const key_def *find_key(const char *key) {

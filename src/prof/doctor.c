@@ -244,8 +244,9 @@ void ct_doctor_print(const ct_doctor_report *r, FILE *f) {
                                          : ": the budget is under-used: raise the batch size, or recompute less "
                                            "(recompute_every 0) to trade memory for speed");
     fprintf(f, "  %s communication %.1f%% of step time (target <= 20%%)%s\n", tag(r->v_comm), 100 * r->comm_share,
-            r->v_comm == CT_VERDICT_WARN ? ": start each gradient's communication as soon as it is final "
-                                           "(ct_plan_set_grad_ready) to overlap it with backward"
+            r->v_comm == CT_VERDICT_WARN ? ": the step waits for its gradients' allreduce: overlap it with backward "
+                                           "(overlap_communication true, smaller bucket_size_mb so the first "
+                                           "buckets start earlier), or send less (grad_compression bf16)"
             : r->comm_share == 0 ? " (no communication events: single process)" : "");
     fprintf(f, "  %s data stall (host transfer) %.1f%% of step time (target < 5%%)%s\n", tag(r->v_data),
             100 * r->data_share,

@@ -324,10 +324,16 @@ static double step_capacity(const ct_profiler *p, const step_acc *s) {
 static void write_events(ct_profiler *p, FILE *f, double base, int pid) {
     fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 1, \"args\": {\"name\": \"ctrain\"}}",
             pid);
+    /* the tracks: the training thread, its waits for communication, the gradient buckets' allreduces */
+    static const char *const tracks[3] = {"training", "communication (blocking)", "gradient buckets (allreduce)"};
+    for (int t = 0; t < 3; t++)
+        fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"args\": {\"name\": \"%s\"}}",
+                pid, t + 1, tracks[t]);
     for (size_t i = 0; i < p->n_ev; i++) {
         const prof_event *e = &p->ev[i];
         fprintf(f, ",\n{\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, ", pid,
-                e->node < 0 && !strcmp(e->cat, "comm") ? 2 : 1, e->ts - base, e->dur);
+                e->node >= 0 ? 1 : !strcmp(e->cat, "comm") ? 2 : !strcmp(e->cat, "comm_bucket") ? 3 : 1, e->ts - base,
+                e->dur);
         if (e->node >= 0) {
             const node_info *n = &p->nodes[e->node];
             fprintf(f, "\"name\": ");

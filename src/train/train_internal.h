@@ -4,6 +4,8 @@
 #define CT_TRAIN_INTERNAL_H
 #include "ctrain/ctrain.h"
 #include "ctrain/train.h"
+#include "ctrain/dist.h"
+#include "ctrain/profile.h"
 
 ct_status ct_task_image_create(ct_context *ctx, const ct_recipe *r, ct_task **out);
 ct_status ct_task_text_create(ct_context *ctx, const ct_recipe *r, ct_task **out);
@@ -60,4 +62,22 @@ void ct_zero_memory(const ct_zero *z, size_t n_par, size_t state_floats, double 
 ct_status ct_zero_det_push(ct_zero *z, int micro, double loss);
 /* Deterministic: after the last chunk: the tree over the ranks; *loss the global batch's mean loss. */
 ct_status ct_zero_det_reduce(ct_zero *z, double *loss);
+/* Gradient buckets (dp_buckets.c): *out NULL on one rank; else planned from
+ * the plan's layout and backward order with the recipe's bucket keys, and
+ * fed by the plan's grad-ready hook (ct_buckets_begin arms them before the
+ * last micro-batch's backward, ct_buckets_finish reduces). */
+ct_status ct_dp_buckets_create(ct_context *ctx, ct_comm *c, ct_plan *p, const ct_recipe *r, ct_buckets **out);
+/* Detaches the hook from p (may be NULL) and frees b (may be NULL). */
+void ct_dp_buckets_free(ct_plan *p, ct_buckets *b);
+/* "3 buckets (MiB: 0.04 3.00 4.00), overlapped with backward by ..." for the header. */
+void ct_dp_buckets_describe(const ct_buckets *b, const ct_recipe *r, int n_ready, char *buf, size_t len);
+/* The last reduction's buckets as "comm_bucket" events (their own track). */
+void ct_dp_buckets_trace(const ct_buckets *b, ct_profiler *prof);
+/* Compression residuals in checkpoints: every rank calls gather (an allgather; *blob NULL without
+ * compression), rank 0 writes *blob as the step directory's grad_residual.bin (freed by the caller); on
+ * resume each rank loads its own part from step_dir, or starts from zero with a note (saved without
+ * compression, or at another world size). */
+ct_status ct_dp_residual_gather(ct_context *ctx, ct_comm *c, ct_buckets *b, void **blob, size_t *size);
+ct_status ct_dp_residual_load(ct_context *ctx, ct_comm *c, ct_buckets *b, const char *step_dir, char *note,
+                              size_t note_len);
 #endif

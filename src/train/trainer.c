@@ -330,6 +330,10 @@ typedef struct {
     ct_zero *zero;              /* zero_stage > 0 or deterministic (zero.c); else NULL */
     int micro_n;                /* micro-batches per step: accum, or (deterministic) this rank's chunks */
     int grad_div;               /* the loss gradient's divisor: accum x world, or (deterministic) the chunks */
+    ct_buckets *bk;             /* the gradient buckets (dp_buckets.c); NULL: one rank */
+    double grad_wait_s;         /* the training thread blocked in gradient reductions */
+    void *resid;                /* the ranks' compression residuals for the checkpoint being saved */
+    size_t resid_size;
 } run_t;
 
 /* What the micro-batches of one optimizer step saw: summed over them here,
@@ -422,7 +426,8 @@ static void profile_finish(run_t *R) {
     if (ct_optimizer_state(R->opt, &ost, &on) != CT_OK) on = 0;
     ct_profiler_set_memory(R->prof, &ps, on * sizeof(float), (size_t)R->r->memory_budget);
     char path[600];
-    snprintf(path, sizeof path, "%s/trace.json", R->r->profile_dir);
+    if (R->rank > 0) snprintf(path, sizeof path, "%s/trace.rank%d.json", R->r->profile_dir, R->rank);
+    else snprintf(path, sizeof path, "%s/trace.json", R->r->profile_dir);
     if (ct_profiler_write(R->prof, path) != CT_OK) {
         say(R, "warning: %s (training results are unaffected)\n", ct_context_last_error(R->ctx));
         return;
@@ -462,9 +467,10 @@ static ct_status save(run_t *R, int64_t step, int64_t ep, int64_t b, double run_
     if (n < 0 || (size_t)n >= sizeof st->recipe_json)
         return ct_set_error(R->ctx, CT_E_CONFIG, "checkpoint: the recipe does not fit in %zu bytes of JSON",
                             sizeof st->recipe_json);
-    ct_checkpoint_file files[4];
+    ct_checkpoint_file files[5];
     int nf = 0;
     if (R->task->checkpoint_files) CT_TRY(R->task->checkpoint_files(R->task, files, &nf, 4));
+    if (R->resid) files[nf++] = (ct_checkpoint_file){"grad_residual.bin", R->resid, R->resid_size};
     ct_checkpoint_opts o;
     ct_checkpoint_opts_default(&o);
     o.keep_last = R->r->keep_last;
@@ -488,9 +494,12 @@ static ct_status checkpoint(run_t *R, int64_t step, int64_t ep, int64_t b, doubl
         snprintf(when, sizeof when, "at step %lld", (long long)step);
         CT_TRY(ct_dp_broadcast_state(R->comm, R->plan, 1));
         CT_TRY(ct_dp_same_weights(R->ctx, R->comm, R->plan, when));
+        CT_TRY(ct_dp_residual_gather(R->ctx, R->comm, R->bk, &R->resid, &R->resid_size));
     }
     CT_TRY(ct_zero_gather_state(R->zero, 1)); /* ZeRO: rank 0 holds the whole optimizer state to write it */
     ct_status s = R->rank == 0 ? save(R, step, ep, b, run_loss, correct, seen, ev, finished) : CT_OK;
+    free(R->resid);
+    R->resid = NULL;
     s = ct_dp_after_save(R->ctx, R->comm, s);
     CT_TRY(s);
     return ct_zero_gather_state(R->zero, 0);
@@ -560,10 +569,15 @@ static ct_status optimizer_step(run_t *R, float lr, float *gnorm, int *stop) {
     } else if (R->world > 1 && !ct_zero_deterministic(R->zero)) {
         /* data parallel: the mean gradient of the global batch on every rank, the same bits everywhere, so the
          * overflow check, the clipping norm and the step below agree across ranks without more messages */
-        double ta = R->prof ? ct_profiler_now_us() : 0;
-        CT_TRY(ct_dp_reduce_grads(R->comm, R->plan));
+        double ta = ct_profiler_now_us();
+        if (R->bk) CT_TRY(ct_buckets_finish(R->bk, NULL)); /* the buckets not sent during backward, and the wait */
+        else CT_TRY(ct_dp_reduce_grads(R->comm, R->plan));
+        double tb = ct_profiler_now_us();
+        R->grad_wait_s += 1e-6 * (tb - ta);
         R->grad_reduces++;
-        if (R->prof) ct_profiler_event(R->prof, "allreduce gradients", "comm", ta, ct_profiler_now_us(), NULL);
+        if (R->prof) ct_profiler_event(R->prof, R->bk ? "wait for gradient buckets" : "allreduce gradients", "comm", ta,
+                                       tb, NULL);
+        if (R->bk) ct_dp_buckets_trace(R->bk, R->prof);
     }
     if (R->scaler) CT_TRY(ct_scaler_unscale(R->scaler, R->plan, &overflow, &bad_param));
     int all_zero = 0; /* ZeRO: each rank holds its segment only: the overflow and the zero check over all */
@@ -727,6 +741,15 @@ static ct_status setup(run_t *R, ct_train_result *res) {
     CT_TRY(ct_early_stop_init(ctx, &R->es, r->early_stop_patience, r->early_stop_min_delta,
                               r->early_stop_mode == CT_EARLY_STOP_MAX));
     ct_plan_param_arena(R->plan, &R->par, &R->grads, &R->n_par);
+    /* buckets for DDP (zero_stage 0); ZeRO reduce-scatters and the deterministic mode reduces in its tree */
+    if (R->zero && R->world > 1 && (r->grad_compression != CT_GRAD_COMPRESSION_NONE || r->sync_batchnorm))
+        return ct_set_error(ctx, CT_E_CONFIG,
+                            "%s works with the gradient buckets of zero_stage 0 only, not with %s: set %s, or "
+                            "zero_stage 0 and deterministic false",
+                            r->sync_batchnorm ? "sync_batchnorm" : "grad_compression",
+                            ct_zero_stage(R->zero) > 0 ? "zero_stage 1/2" : "deterministic: true",
+                            r->sync_batchnorm ? "sync_batchnorm false" : "grad_compression none");
+    if (!R->zero) CT_TRY(ct_dp_buckets_create(ctx, R->comm, R->plan, r, &R->bk));
     R->first_overflow_step = -1;
     R->first_loss = -1.0;
     ct_plan_buffer_arena(R->plan, &R->buf, &R->n_buf);
@@ -757,6 +780,9 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
     int ck_stopped = 0;
     if (R->o->resume) {
         CT_TRY(ct_checkpoint_load(ctx, R->o->resume, R->plan, R->opt, ck));
+        char note[256];
+        CT_TRY(ct_dp_residual_load(ctx, R->comm, R->bk, ck->path, note, sizeof note));
+        if (note[0]) say(R, "  note: %s\n", note);
         if (ck->has_schedule) CT_TRY(ct_schedule_set_state(R->sched, &ck->schedule));
         if (ck->has_early_stop) R->es = ck->early_stop;
         if (ck->has_scaler && R->scaler) CT_TRY(ct_scaler_set_state(R->scaler, &ck->scaler));
@@ -788,7 +814,14 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
     say(R, "  threads %d, kernels: %s%s, %lld steps of %lld x %lld rows%s\n", ct_context_num_threads(ctx),
         ct_isa_name(ct_context_isa(ctx)), ct_context_use_onednn(ctx) ? " + oneDNN" : "", (long long)R->total,
         (long long)r->batch_size, (long long)R->accum, data_epochs ? "" : " (tokens: x context)");
-    if (R->world > 1)
+    if (R->world > 1 && R->bk) {
+        char bl[512];
+        ct_dp_buckets_describe(R->bk, r, ct_plan_grad_ready_order(R->plan, NULL, 0), bl, sizeof bl);
+        say(R, "  data parallel: %d ranks x %lld rows (global batch %lld), gradients (%.2f MiB) averaged in %s\n",
+            R->world, (long long)R->local.batch_size, (long long)r->batch_size,
+            (double)R->n_par * sizeof(float) / 1048576.0, bl);
+    }
+    else if (R->world > 1)
         say(R, "  data parallel: %d ranks x %lld rows (global batch %lld), gradients averaged by %s of "
             "%.2f MiB per step\n", R->world, (long long)(r->batch_size / R->world), (long long)r->batch_size,
             ct_zero_stage(R->zero) > 0 ? "one reduce-scatter" : ct_zero_deterministic(R->zero)
@@ -828,7 +861,7 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
     }
     const char *mpath = R->o->metrics_path ? R->o->metrics_path : r->metrics_file;
     if (mpath && mpath[0] && R->rank == 0) CT_TRY(ct_metrics_open(ctx, mpath, resumed, rj, &R->mx));
-    if (r->profile_dir[0] && R->rank == 0) profile_start(R);
+    if (r->profile_dir[0]) profile_start(R); /* every rank: rank k > 0 writes trace.rank<k>.json */
     R->start = now_s();
     ct_comm_stats cs0;
     ct_comm_get_stats(R->comm, &cs0);
@@ -864,6 +897,8 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
             CT_TRY(ct_plan_forward(R->plan, 1));
             ct_plan_loss(R->plan, &loss);
             if (!isfinite(loss) && R->scaler) loss = 0.0f; /* FP16 overflowed in the forward: the scaler skips this step */
+            /* data parallel: the last micro-batch's backward sends each bucket as soon as its gradients are final */
+            if (R->bk && micro == R->accum - 1) CT_TRY(ct_buckets_begin(R->bk));
             CT_TRY(ct_plan_backward(R->plan));
             b += !r->deterministic || micro == 0; /* deterministic: the chunks are one global batch */
             if (r->deterministic) CT_TRY(ct_zero_det_push(R->zero, micro, loss));
@@ -1020,6 +1055,9 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
             (double)(cs.allreduce_bytes + cs.broadcast_bytes + cs.allgather_bytes + cs.reduce_scatter_bytes) /
                 1048576.0,
             res->comm_seconds, tt > 0 ? 100.0 * res->comm_seconds / tt : 0.0);
+        say(R, "communication share (rank 0): %.1f%% of the training blocked on the gradients (%.2f s over %lld "
+            "steps, %.2f ms/step)\n", tt > 0 ? 100.0 * R->grad_wait_s / tt : 0.0, R->grad_wait_s,
+            (long long)R->grad_reduces, R->grad_reduces ? 1e3 * R->grad_wait_s / (double)R->grad_reduces : 0.0);
     }
     res->grad_allreduces = R->grad_reduces;
     if (R->mx) {
@@ -1066,6 +1104,8 @@ ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, 
     if (s == CT_OK) s = run_loop(&R, res);
     if (R.mx) ct_metrics_close(R.mx);
     if (R.prof) ct_plan_set_profiler(R.plan, NULL);
+    ct_dp_buckets_free(R.plan, R.bk);
+    if (R.bk && r->sync_batchnorm) ct_context_set_batch_sum(ctx, NULL, NULL);
     ct_profiler_free(R.prof);
     free(R.best);
     free(R.st);

@@ -4,6 +4,7 @@
  * Saved state: batchnorm aux = mean[C], invstd[C]; layernorm aux = mean[R],
  * invstd[R]. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "kernels/kernels.h"
 
@@ -14,7 +15,102 @@ static void bn_dims(const ct_tensor *x, int64_t *N, int64_t *C, int64_t *S) {
     *S = ct_tensor_numel(x) / (*N * *C);
 }
 
+/* ---- sync_batchnorm (ct_context_set_batch_sum): the statistics of the global batch ----------------
+ * Per channel, the sums over this process's rows go through the context's batch_sum (every rank the
+ * same calls in the same order), then the global mean / variance (forward) or the global sums of dy and
+ * dy * xhat (backward) are used exactly as one process on the whole batch would. Channels' sums are
+ * reduced together: two reductions per forward, one per backward. */
+#define BN_SYNC_STACK 512
+
+static double *bn_sync_buf(double *stack, int64_t C, int per) {
+    return C <= BN_SYNC_STACK ? stack : malloc(((size_t)C * (size_t)per + 1) * sizeof(double));
+}
+
+static ct_status bn_sync_forward(ct_kargs *k, ct_batch_sum_fn sum, void *user) {
+    int64_t N, C, S;
+    bn_dims(&k->in[0], &N, &C, &S);
+    const float *x = k->in[0].data, *gamma = k->in[1].data, *beta = k->in[2].data;
+    float *rmean = k->in[3].data, *rvar = k->in[4].data, *y = k->out.data;
+    float *mean = k->aux, *invstd = mean + C;
+    float mom = k->node->fa[0], eps = k->node->fa[1];
+    double stack[2 * BN_SYNC_STACK + 1];
+    double *b = bn_sync_buf(stack, C, 2);
+    if (!b) return ct_set_error(k->ctx, CT_E_OOM, "sync_batchnorm: out of memory for %lld channels' sums", (long long)C);
+    for (int64_t c = 0; c < C; c++) {
+        double s = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t i = 0; i < S; i++) s += x[(n * C + c) * S + i];
+        b[c] = s;
+    }
+    b[C] = (double)(N * S);
+    ct_status st = sum(user, b, (size_t)C + 1);
+    const double M = b[C];
+    for (int64_t c = 0; st == CT_OK && c < C; c++) b[C + 1 + c] = b[c] / M; /* the global means */
+    for (int64_t c = 0; st == CT_OK && c < C; c++) {
+        double s2 = 0, mu = b[C + 1 + c];
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t i = 0; i < S; i++) {
+                double d = x[(n * C + c) * S + i] - mu;
+                s2 += d * d;
+            }
+        b[c] = s2;
+    }
+    if (st == CT_OK) st = sum(user, b, (size_t)C);
+    for (int64_t c = 0; st == CT_OK && c < C; c++) {
+        double mu = b[C + 1 + c], var = b[c] / M, unbiased = M > 1 ? b[c] / (M - 1) : var;
+        if (ct_bn_updates_running_stats(k)) {
+            rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * mu);
+            rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * unbiased);
+        }
+        mean[c] = (float)mu;
+        invstd[c] = (float)(1.0 / sqrt(var + eps));
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t i = 0; i < S; i++) {
+                int64_t o = (n * C + c) * S + i;
+                y[o] = (float)((x[o] - mu) * invstd[c]) * gamma[c] + beta[c];
+            }
+    }
+    if (b != stack) free(b);
+    return st;
+}
+
+static ct_status bn_sync_bwd_data(ct_kargs *k, ct_batch_sum_fn sum, void *user) {
+    int64_t N, C, S;
+    bn_dims(&k->in[1], &N, &C, &S);
+    const float *dy = k->in[0].data, *x = k->in[1].data, *gamma = k->in[2].data;
+    const float *mean = k->in_aux[3], *invstd = mean + C;
+    float *dx = k->out.data;
+    double stack[2 * BN_SYNC_STACK + 1];
+    double *b = bn_sync_buf(stack, C, 2);
+    if (!b) return ct_set_error(k->ctx, CT_E_OOM, "sync_batchnorm: out of memory for %lld channels' sums", (long long)C);
+    for (int64_t c = 0; c < C; c++) {
+        double sdy = 0, sdyx = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t i = 0; i < S; i++) {
+                int64_t o = (n * C + c) * S + i;
+                sdy += dy[o];
+                sdyx += dy[o] * ((x[o] - mean[c]) * invstd[c]);
+            }
+        b[2 * c] = sdy, b[2 * c + 1] = sdyx;
+    }
+    b[2 * C] = (double)(N * S);
+    ct_status st = sum(user, b, 2 * (size_t)C + 1);
+    const double M = b[2 * C];
+    for (int64_t c = 0; st == CT_OK && c < C; c++)
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t i = 0; i < S; i++) {
+                int64_t o = (n * C + c) * S + i;
+                double xh = (x[o] - mean[c]) * invstd[c];
+                dx[o] = (float)(gamma[c] * invstd[c] / M * (M * dy[o] - b[2 * c] - xh * b[2 * c + 1]));
+            }
+    if (b != stack) free(b);
+    return st;
+}
+
 ct_status ct_k_batchnorm_ref(ct_kargs *k) {
+    void *su = NULL;
+    ct_batch_sum_fn sum = k->training ? ct_context_batch_sum(k->ctx, &su) : NULL;
+    if (sum) return bn_sync_forward(k, sum, su);
     int64_t N, C, S;
     bn_dims(&k->in[0], &N, &C, &S);
     const float *x = k->in[0].data, *gamma = k->in[1].data, *beta = k->in[2].data;
@@ -57,6 +153,9 @@ ct_status ct_k_batchnorm_ref(ct_kargs *k) {
 
 /* in: dy, x, gamma, fwd -> dx (training-mode statistics) */
 ct_status ct_k_batchnorm_bwd_data_ref(ct_kargs *k) {
+    void *su = NULL;
+    ct_batch_sum_fn sum = ct_context_batch_sum(k->ctx, &su);
+    if (sum) return bn_sync_bwd_data(k, sum, su);
     int64_t N, C, S;
     bn_dims(&k->in[1], &N, &C, &S);
     const float *dy = k->in[0].data, *x = k->in[1].data, *gamma = k->in[2].data;

@@ -200,6 +200,7 @@ static int nm_io_ok(const ct_kargs *k, int n_act, int n_par, int64_t S) {
 }
 
 ct_status CT_FN(batchnorm)(ct_kargs *k) {
+    if (k->training && ct_context_batch_sum(k->ctx, NULL)) return CT_E_UNSUPPORTED; /* sync_batchnorm: the reference */
     int64_t N, C, S;
     bn_dims(&k->in[0], &N, &C, &S);
     if (!nm_io_ok(k, 1, 5, S)) return CT_E_UNSUPPORTED;
@@ -304,6 +305,7 @@ static void bn_bwd_sums_plane(const ct_tensor *DY, const ct_tensor *X, int64_t N
 
 /* in: dy, x, gamma, fwd -> dx (training-mode statistics) */
 ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
+    if (ct_context_batch_sum(k->ctx, NULL)) return CT_E_UNSUPPORTED; /* sync_batchnorm: the reference kernel */
     int64_t N, C, S;
     bn_dims(&k->in[1], &N, &C, &S);
     if (!nm_io_ok(k, 2, 3, S)) return CT_E_UNSUPPORTED;
