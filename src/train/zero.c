@@ -179,7 +179,8 @@ static void release(ct_zero *z, float *g, size_t b, size_t e) {
         memset(d, 0, (size_t)(hi - d));
         return;
     }
-    memset(lo, 0, (size_t)(hi - lo)); /* small, or the memory does not give zeros back: plain zeros */
+    if (a < d) z->madvise_ok = 0; /* the memory did not give pages back as zeros: from now on plain zeros */
+    memset(lo, 0, (size_t)(hi - lo));
 }
 
 ct_status ct_zero_reduce_grads(ct_zero *z) {
@@ -266,7 +267,8 @@ ct_status ct_zero_gather_state(ct_zero *z, int whole) {
 void ct_zero_memory(const ct_zero *z, size_t n_par, size_t state_floats, double *grads_between, double *state) {
     const double full = (double)n_par * sizeof(float);
     *state = (double)state_floats * sizeof(float);
-    *grads_between = z && z->stage == 2 && z->world > 1 ? (double)z->counts[z->rank] * sizeof(float) : full;
+    *grads_between = z && z->stage == 2 && z->world > 1 && z->madvise_ok ? (double)z->counts[z->rank] * sizeof(float)
+                                                                          : full;
 }
 
 /* ---- deterministic mode ------------------------------------------------------------------------ */
