@@ -70,6 +70,14 @@ struct ct_plan {
      * the plan) */
     void *cvt_spill;
     size_t cvt_spill_bytes;
+    /* dynamic shapes (ct_plan_add_shape, docs/dynamic-shapes.md): plan_only
+     * compiles of the same graph built for smaller sizes; variant k >= 1 is
+     * variants[k - 1]. The executor runs node i with variant's node i
+     * (shapes and shape-derived attributes) in this plan's memory, with that
+     * variant's kernel cache. 0: the compiled (maximum) shapes. */
+    struct ct_plan **variants;
+    int n_variants;
+    int variant;
 };
 
 /* A user's node id in the plan's graph (-1 when out of range). */
