@@ -676,7 +676,7 @@ void ct_plan_set_anomaly(ct_plan *p, int on) { p->anomaly = on != 0; }
 /* ---- dynamic shapes (docs/dynamic-shapes.md) ---------------------------------------------------- */
 
 /* Variant v (a plan_only compile) may run in p's memory: the same nodes
- * (op, inputs, dtype, rank, kernel, liveness, storage root), static
+ * (op, inputs, dtype, rank, liveness, storage root), static
  * parameters and buffers, and no node's output, saved state, scratch or
  * FP32 copies larger than p planned. Else CT_E_SHAPE naming the first
  * difference. */
@@ -704,8 +704,9 @@ static ct_status check_variant(ct_plan *p, const ct_plan *v) {
         if (a->op != b->op || a->n_in != b->n_in || a->dtype != b->dtype || a->ndim != b->ndim) what = "op, inputs, dtype or rank";
         for (int j = 0; !what && j < a->n_in; j++)
             if (a->in[j] != b->in[j]) what = "inputs";
-        if (!what && (pa->live != pb->live || pa->slot != pb->slot || pa->root != pb->root || pa->arena != pb->arena))
-            what = "liveness, kernel or storage";
+        /* (not the kernel slot: a fallback may have moved the plan's since; its kernel runs every shape) */
+        if (!what && (pa->live != pb->live || pa->root != pb->root || pa->arena != pb->arena))
+            what = "liveness or storage";
         if (!what && (a->op == CT_OP_PARAM || a->op == CT_OP_BUFFER) && memcmp(a->shape, b->shape, sizeof a->shape))
             what = "parameter / buffer shape (only activations may change)";
         if (!what && ct_node_numel(b) > ct_node_numel(a)) what = "size (larger than compiled)";

@@ -90,8 +90,8 @@ typedef struct {
     ct_text_docs docs;
     int64_t *rowdocs;   /* the global batch's documents (size * B)                 */
     int64_t build_T;    /* the sequence length txt_build uses (0: the context)    */
-    int64_t var_b[64], var_t[64];
-    int var_id[64], n_var;
+    int64_t var_b[256], var_t[256];
+    int var_id[256], n_var;
     ct_task *self;
 } text_task;
 
@@ -153,7 +153,7 @@ static ct_status txt_use_shape(text_task *tt, int64_t b, int64_t T) {
             if (s == CT_OK) s = ct_plan_add_shape(tt->plan, g, loss, n_keep, keep, &v);
             ct_graph_free(g);
             CT_TRY(s);
-            if (tt->n_var < 64) {
+            if (tt->n_var < 256) {
                 tt->var_b[tt->n_var] = b;
                 tt->var_t[tt->n_var] = T;
                 tt->var_id[tt->n_var++] = v;
