@@ -17,7 +17,8 @@
 #     uninterrupted one (MLP, and a CNN with batchnorm buffers); resumed at
 #     another world size it ends within tolerance;
 #   - a small GPT (the text task) equals one process too; a small BERT
-#     validates the same windows, its loss close to one process's.
+#     validates the same windows, its loss close to one process's; GPT on
+#     variable-length documents (text_docs) validates the same documents.
 # Skipped (a SKIP line, counted neither pass nor fail) only without mpirun.
 # usage: tests/dist_test.sh path/to/ctrain [path/to/test_dist]
 set -u
@@ -217,6 +218,21 @@ if [ "$rc" -eq 0 ] && [ -n "$w1" ] && [ "${w1##*(}" = "${w2##*(}" ] &&
   ok "bert at np 2: the validation of one process's windows within 1% ($w2 vs $w1)"
 else
   bad "bert at np 2 (rc $rc): '$w2' vs '$w1'" "$(tail -5 "$tmp/bert2.log")"
+fi
+
+# GPT on variable-length documents (text_docs, dynamic shapes): every rank runs the global batch's length;
+# like BERT each rank's loss is the mean over its own tokens, so close to one process's, over the same documents
+D=("${G[@]}" --set text_docs=paragraphs --set pad_to_multiple=4 --set eval_batches=0)
+mrun "$tmp/doc1.log" 120 -- "$CT" train "${D[@]}"
+mrun "$tmp/doc2.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${D[@]}"
+rc=$?
+d1=$(grep -oE "val loss [0-9.]+  val ppl [0-9.]+  \([0-9]+ documents" "$tmp/doc1.log" | tail -1)
+d2=$(grep -oE "val loss [0-9.]+  val ppl [0-9.]+  \([0-9]+ documents" "$tmp/doc2.log" | tail -1)
+if [ "$rc" -eq 0 ] && [ -n "$d1" ] && [ "${d1##*(}" = "${d2##*(}" ] &&
+   awk -v a="${d1#val loss }" -v b="${d2#val loss }" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 0.01 * a) }'; then
+  ok "gpt on documents at np 2: the validation of one process's documents within 1% ($d2 vs $d1)"
+else
+  bad "gpt on documents at np 2 (rc $rc): '$d2' vs '$d1'" "$(tail -5 "$tmp/doc2.log")"
 fi
 
 # ---- killed and resumed -------------------------------------------------------------------------------
