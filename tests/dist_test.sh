@@ -17,7 +17,8 @@
 #     uninterrupted one (MLP, and a CNN with batchnorm buffers); resumed at
 #     another world size it ends within tolerance;
 #   - a small GPT (the text task) equals one process too; a small BERT
-#     validates the same windows, its loss close to one process's;
+#     validates the same windows, its loss close to one process's; GPT on
+#     variable-length documents (text_docs) validates the same documents;
 #   - gradient buckets (tests/test_bucket at 2 and 4 ranks; then the MLP in 4
 #     buckets overlapped with backward by the progress thread and by the
 #     hook, at 2 and 4 ranks, the one-bucket baseline, accumulation sending
@@ -330,6 +331,21 @@ if [ -n "$m" ] && awk -v m="$m" 'BEGIN { exit !(m > 1e-4) }'; then
   ok "without sync_batchnorm the per-rank statistics give other weights (max abs diff $m): the check can fail"
 else
   bad "per-rank batchnorm at np 2 should differ from one process: '$out'"
+fi
+
+# GPT on variable-length documents (text_docs, dynamic shapes): every rank runs the global batch's length;
+# like BERT each rank's loss is the mean over its own tokens, so close to one process's, over the same documents
+D=("${G[@]}" --set text_docs=paragraphs --set pad_to_multiple=4 --set eval_batches=0)
+mrun "$tmp/doc1.log" 120 -- "$CT" train "${D[@]}"
+mrun "$tmp/doc2.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${D[@]}"
+rc=$?
+d1=$(grep -oE "val loss [0-9.]+  val ppl [0-9.]+  \([0-9]+ documents" "$tmp/doc1.log" | tail -1)
+d2=$(grep -oE "val loss [0-9.]+  val ppl [0-9.]+  \([0-9]+ documents" "$tmp/doc2.log" | tail -1)
+if [ "$rc" -eq 0 ] && [ -n "$d1" ] && [ "${d1##*(}" = "${d2##*(}" ] &&
+   awk -v a="${d1#val loss }" -v b="${d2#val loss }" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 0.01 * a) }'; then
+  ok "gpt on documents at np 2: the validation of one process's documents within 1% ($d2 vs $d1)"
+else
+  bad "gpt on documents at np 2 (rc $rc): '$d2' vs '$d1'" "$(tail -5 "$tmp/doc2.log")"
 fi
 
 # ---- killed and resumed -------------------------------------------------------------------------------

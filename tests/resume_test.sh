@@ -6,7 +6,8 @@
 # bit (cmp of model.safetensors and train_state.safetensors), as the run that
 # was never interrupted. Also: a checkpoint of another model, a truncated, a
 # corrupt and a mixed-up checkpoint give a clear error and a non-zero exit.
-# Uses a 1200-image MNIST subset (18 steps per epoch at batch 64).
+# Uses a 1200-image MNIST subset (18 full batches of 64 per epoch, and one of 48
+# that recipe C trains at its size).
 # usage: tests/resume_test.sh path/to/ctrain
 set -u
 CT=${1:-build/ctrain}
@@ -34,9 +35,11 @@ fi
 mnist_subset "$tmp/data" train 1200
 mnist_subset "$tmp/data" t10k 300
 
-# recipe A: AdamW, cosine with warmup, dropout; 60 steps = 3 epochs + 6 steps
+# recipe A: AdamW, cosine with warmup, dropout; 60 steps = 3 epochs + 6 steps (the partial
+# last batch of each epoch dropped: dynamic_shapes false keeps the epoch boundaries below)
 A=(--data-dir "$tmp/data" --hidden 64 --dropout 0.2 --batch-size 64 --epochs 5 --max-steps 60 --seed 7
-   --threads 2 --optimizer adamw --lr 0.003 --schedule cosine --set warmup_steps=5 --set log_every=5 --save-every 10)
+   --threads 2 --optimizer adamw --lr 0.003 --schedule cosine --set warmup_steps=5 --set log_every=5 --save-every 10
+   --set dynamic_shapes=false)
 # recipe B: SGD with momentum, plateau schedule, early stopping state
 B=(--data-dir "$tmp/data" --hidden 32,32 --dropout 0.1 --batch-size 64 --epochs 4 --seed 3 --threads 2
    --optimizer sgd --lr 0.05 --momentum 0.9 --schedule plateau --set plateau_patience=0 --set plateau_factor=0.5
@@ -181,17 +184,18 @@ rc=$?
 same_final "run P (augment, prefetch threads)" "$tmp/refP" "$D" "${last#step-}"
 rm -rf "$tmp/refP" "$D"
 
-# ---- recipe C: a CNN (batchnorm running statistics are buffers) -----------------------------------
+# ---- recipe C: a CNN (batchnorm running statistics are buffers); dynamic shapes: 19 steps an
+# epoch, the last of 48 images at its size (1200 = 18 x 64 + 48), 57 steps ------------------------
 C=(--model cnn --channels 4,8 --data-dir "$tmp/data" --batch-size 64 --epochs 3 --seed 5 --threads 2 --save-every 10)
 run "$tmp/refC.log" -- "$CT" train "${C[@]}" --save-dir "$R"
 rc=$?
 mv "$R" "$tmp/refC"
-[ "$rc" -eq 0 ] && [ "$(cat "$tmp/refC/latest" 2>/dev/null)" = step-000054 ] && ok "reference run C (CNN, 54 steps)" || bad "reference run C (rc $rc)" "$(cat "$tmp/refC.log")"
+[ "$rc" -eq 0 ] && [ "$(cat "$tmp/refC/latest" 2>/dev/null)" = step-000057 ] && ok "reference run C (CNN, 57 steps)" || bad "reference run C (rc $rc)" "$(cat "$tmp/refC.log")"
 run "$tmp/c1.log" -- env CTRAIN_TEST_CRASH=step:23 "$CT" train "${C[@]}" --save-dir "$R"
 run "$tmp/c2.log" -- "$CT" train --resume "$R"
 rc=$?
 [ "$rc" -eq 0 ] && ok "run C killed at step 23 and resumed" || bad "run C resume (rc $rc)" "$(cat "$tmp/c2.log")"
-same_final "run C (CNN with batchnorm buffers)" "$tmp/refC" "$R" 000054
+same_final "run C (CNN with batchnorm buffers, partial batches)" "$tmp/refC" "$R" 000057
 mv "$R" "$tmp/killC"
 
 # ---- recipe E: gradient accumulation (3 micro-batches a step), clipping, no decay on

@@ -350,6 +350,27 @@ int ct_plan_update_running_stats(const ct_plan *p);
  * message naming the op and node with statistics of its inputs. Costs one
  * pass over every output: for debugging. */
 void ct_plan_set_anomaly(ct_plan *p, int on);
+/* Dynamic shapes (docs/dynamic-shapes.md): compile once for the maximum
+ * sizes, run smaller batches or sequences in the same memory without
+ * recompiling. g is the graph the plan was compiled from, built again by
+ * the same code for smaller sizes (inputs with a smaller batch or sequence
+ * dim; parameters unchanged), with the same loss and outputs node ids.
+ * ct_plan_add_shape compiles it with the plan's options and no memory and
+ * checks it against the plan: the same nodes, kernels and parameters, no
+ * activation, saved state or scratch larger than planned (else CT_E_SHAPE
+ * naming the first node that differs). *variant: its id for
+ * ct_plan_set_shape (the same id again for equal shapes; 0 for the
+ * compiled ones). g may be freed afterwards.
+ * ct_plan_set_shape selects the shapes the next forwards and backwards run
+ * (0: the compiled maximum); ct_plan_tensor views then have that variant's
+ * shapes (write inputs there, contiguous), at the same addresses. Kernels
+ * see the actual shapes: means divide by the actual count, batchnorm uses
+ * the actual batch. The result is that of a plan compiled for that size.
+ * ct_plan_shape returns the selected id. */
+ct_status ct_plan_add_shape(ct_plan *p, ct_graph *g, ct_node loss, int n_outputs, const ct_node *outputs,
+                            int *variant);
+ct_status ct_plan_set_shape(ct_plan *p, int variant);
+int ct_plan_shape(const ct_plan *p);
 /* Value backward seeds d(loss) with (the loss scale; 1 by default). */
 ct_status ct_plan_set_loss_scale(ct_plan *p, float scale);
 

@@ -45,6 +45,10 @@ typedef enum ct_scale_floor { CT_SCALE_FLOOR_ERROR = 0, CT_SCALE_FLOOR_STOP } ct
  *                     lr x Bs/B0 x sqrt(B/Bs) (continuous at Bs) */
 typedef enum ct_lr_scaling { CT_LR_SCALING_NONE = 0, CT_LR_SCALING_LINEAR, CT_LR_SCALING_SQRT, CT_LR_SCALING_LINEAR_THEN_SQRT } ct_lr_scaling;
 
+/* text_docs: train the language model on documents of the corpus (off:
+ * random windows of the context) */
+typedef enum ct_text_docs_mode { CT_TEXT_DOCS_OFF = 0, CT_TEXT_DOCS_PARAGRAPHS, CT_TEXT_DOCS_LINES, CT_TEXT_DOCS_SENTENCES } ct_text_docs_mode;
+
 typedef struct ct_recipe {
     ct_model_kind model;
     int n_hidden;            /* mlp hidden layer sizes                          */
@@ -156,6 +160,13 @@ typedef struct ct_recipe {
     int comm_progress;       /* ct_bucket_progress: 0 thread, 1 hook            */
     int grad_compression;    /* ct_grad_compression: none, bf16, fp16           */
     int sync_batchnorm;      /* BatchNorm statistics over the global batch (all ranks) */
+    /* dynamic shapes (docs/dynamic-shapes.md) */
+    int dynamic_shapes;      /* 1 (default): the plan is compiled for the maximum and runs a
+                                partial last image batch / a shorter text batch at its size;
+                                0: images drop the last partial batch, text pads to the context */
+    ct_text_docs_mode text_docs; /* gpt / bert: variable-length documents (default off)  */
+    int length_buckets;      /* text_docs: batches draw from one of this many length buckets */
+    int64_t pad_to_multiple; /* text_docs: a batch's length is rounded up to a multiple of this */
 } ct_recipe;
 
 /* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */

@@ -150,6 +150,52 @@ ct_status ct_text_mlm_batch(const ct_text_dataset *ds, ct_text_split split, int6
                             int32_t mask_id, uint64_t seed, uint64_t step, int32_t *input, int32_t *labels,
                             int32_t *key_valid);
 
+/* ---- variable-length documents (src/data/text_docs.c) -----------------------
+ * A corpus cut into documents, each tokenized on its own: paragraphs
+ * (separated by blank lines), lines, or sentences (ending at '.', '!' or
+ * '?' before whitespace, or at a paragraph break); whitespace around each is
+ * trimmed. A document longer than max_len tokens is cut into pieces of
+ * max_len (and a last shorter one); pieces shorter than min_len are dropped.
+ * The last floor(n_docs * val_fraction) documents are the validation split.
+ * Each split is ordered by (length, index); training batches draw a length
+ * bucket (n_buckets equal parts of the sorted train documents, uniform) and
+ * then every row uniformly from it, all from the Philox RNG keyed by (seed,
+ * key, row), so the rows of a batch have similar lengths. */
+typedef enum ct_text_doc_kind { CT_TEXT_DOC_PARAGRAPHS = 0, CT_TEXT_DOC_LINES, CT_TEXT_DOC_SENTENCES } ct_text_doc_kind;
+typedef struct ct_text_docs {
+    ct_context *ctx;
+    int32_t *tokens;          /* every piece's tokens back to back (owned)            */
+    int64_t *off, *len;       /* piece i is tokens[off[i], off[i] + len[i])           */
+    int64_t n_tokens, n_docs; /* pieces ("documents" from here on)                    */
+    int64_t n_train;          /* [0, n_train) train, [n_train, n_docs) validation      */
+    int64_t *order;           /* train then validation documents, each by (length, index) */
+    int n_buckets;            /* min(n_buckets, n_train)                              */
+    int64_t max_len, vocab_size;
+} ct_text_docs;
+/* Fewer than one document in either split is CT_E_INVALID_ARG. */
+ct_status ct_text_docs_from_text(ct_context *ctx, const ct_tokenizer *tok, const void *text, size_t len,
+                                 ct_text_doc_kind kind, int64_t min_len, int64_t max_len, double val_fraction,
+                                 int n_buckets, ct_text_docs *out);
+void ct_text_docs_free(ct_text_docs *d); /* accepts NULL / zeroed */
+/* The `batch` training documents of (seed, key) into docs (one bucket). */
+void ct_text_docs_pick(const ct_text_docs *d, int64_t batch, uint64_t seed, uint64_t key, int64_t *docs);
+/* Validation documents first, first + 1, ... (shortest first), at most
+ * batch of them, into docs; returns how many (0 past the end). */
+int64_t ct_text_docs_val(const ct_text_docs *d, int64_t first, int64_t batch, int64_t *docs);
+/* The sequence length of a batch of these documents: the longest (minus 1
+ * for LM, lm = 1: inputs predict the next token), rounded up to a multiple
+ * of `multiple`, at most cap. */
+int64_t ct_text_docs_seq_len(const ct_text_docs *d, const int64_t *docs, int64_t n, int lm, int64_t multiple,
+                             int64_t cap);
+/* LM rows (n, T): x = doc[0:L], y = doc[1:L+1], L = min(len - 1, T); the
+ * padding after L has x = 0 and y = CT_TEXT_IGNORE_LABEL. */
+void ct_text_docs_lm(const ct_text_docs *d, const int64_t *docs, int64_t n, int64_t T, int32_t *x, int32_t *y);
+/* MLM rows (n, T) of L = min(len, T) tokens, masked as ct_text_mlm_batch
+ * with draws keyed by (seed, key, row, position); padding: input 0, label
+ * CT_TEXT_IGNORE_LABEL, key_valid 0 (1 inside the document). */
+void ct_text_docs_mlm(const ct_text_docs *d, const int64_t *docs, int64_t n, int64_t T, int32_t mask_id,
+                      uint64_t seed, uint64_t key, int32_t *input, int32_t *labels, int32_t *key_valid);
+
 #ifdef __cplusplus
 }
 #endif

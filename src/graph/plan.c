@@ -379,6 +379,8 @@ ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *
 
 void ct_plan_free(ct_plan *p) {
     if (!p) return;
+    for (int v = 0; v < p->n_variants; v++) ct_plan_free(p->variants[v]);
+    free(p->variants);
     if (p->pn) {
         for (int i = 0; i < p->g.n; i++) {
             const ct_op_info *info = ct_op_table(p->g.nodes[i].op);
@@ -407,9 +409,31 @@ void ct_plan_free(ct_plan *p) {
 
 /* ---- executor -------------------------------------------------------------------------------- */
 
+/* The graph whose shapes the executor runs: the selected variant's
+ * (ct_plan_set_shape) or the compiled one. */
+static const ct_graph *run_graph(const ct_plan *p) { return p->variant ? &p->variants[p->variant - 1]->g : &p->g; }
+
+/* Node n's value in this plan's memory with the selected shapes: a variant's
+ * smaller tensor is the contiguous row-major prefix of the buffer planned
+ * for the maximum. */
 static ct_tensor node_tensor(const ct_plan *p, ct_node n) {
-    const ct_node_def *d = &p->g.nodes[n];
+    const ct_node_def *d = &run_graph(p)->nodes[n];
     return ct_tensor_make(p->pn[n].data, d->dtype, d->ndim, d->shape);
+}
+
+/* Node i's kernel cache slot for the selected shapes: oneDNN primitives are
+ * built for one shape, so every variant has its own. */
+static void **cache_slot(ct_plan *p, int i) { return p->variant ? &p->variants[p->variant - 1]->pn[i].cache : &p->pn[i].cache; }
+
+/* Node i changes kernel (a fallback): the caches of every shape belong to
+ * the old kernel. */
+static void drop_caches(ct_plan *p, int i) {
+    const ct_op_info *info = ct_op_table(p->g.nodes[i].op);
+    for (int v = -1; v < p->n_variants; v++) {
+        ct_plan_node *pn = v < 0 ? &p->pn[i] : &p->variants[v]->pn[i];
+        if (pn->cache && info->cache_free) info->cache_free(pn->cache);
+        pn->cache = NULL;
+    }
 }
 
 /* Anomaly mode: the first node whose f32 output holds NaN/inf is an error
@@ -438,7 +462,7 @@ static float element_f32(const ct_tensor *t, int64_t j) {
 }
 
 static ct_status check_anomaly(ct_plan *p, int i) {
-    const ct_node_def *d = &p->g.nodes[i];
+    const ct_node_def *d = &run_graph(p)->nodes[i];
     ct_tensor out = node_tensor(p, i);
     int64_t bad = first_nonfinite(&out);
     if (bad < 0) return CT_OK;
@@ -449,7 +473,7 @@ static ct_status check_anomaly(ct_plan *p, int i) {
                      isnan(v) ? "NaN" : "inf", (long long)bad, ct_shape_str(d->ndim, d->shape, shape, sizeof shape));
     for (int j = 0; j < d->n_in && o > 0 && (size_t)o < sizeof msg; j++) {
         ct_tensor t = node_tensor(p, d->in[j]);
-        const ct_node_def *in = &p->g.nodes[d->in[j]];
+        const ct_node_def *in = &run_graph(p)->nodes[d->in[j]];
         if (t.dtype != CT_F32) {
             o += snprintf(msg + o, sizeof msg - (size_t)o, " '%s' %s;", in->name, ct_dtype_name(t.dtype));
             continue;
@@ -496,8 +520,8 @@ static void node_event(const ct_plan *p, int i, ct_node_event_kind kind, ct_stat
         ev->dtype = d->dtype;
         ev->ndim = d->ndim;
         ev->shape = d->shape;
-        ev->flops = ct_node_flops(&p->g, d);
-        ev->bytes = ct_node_bytes(&p->g, d);
+        ev->flops = ct_node_flops(run_graph(p), d);
+        ev->bytes = ct_node_bytes(run_graph(p), d);
     }
     ev->kind = kind;
     ev->kernel = ct_kernel_slot_name(p->pn[i].slot);
@@ -533,11 +557,10 @@ static ct_status lowp_to_f32(ct_plan *p, const ct_node_def *d, ct_kargs *k, char
  * the largest such node; the activation arena has no room planned for
  * them). k is reset to the node's own tensors and then pointed at copies. */
 static ct_status lowp_fallback(ct_plan *p, int i, const ct_kargs *raw, ct_kargs *k) {
-    const ct_node_def *d = &p->g.nodes[i];
+    const ct_node_def *d = &p->g.nodes[i]; /* the maximum: the spill fits every shape */
     ct_plan_node *pn = &p->pn[i];
     const ct_op_info *info = ct_op_table(d->op);
-    if (pn->cache && info->cache_free) info->cache_free(pn->cache);
-    pn->cache = NULL;
+    drop_caches(p, i);
     int low;
     size_t need = cvt_bytes_of(&p->g, d, &low);
     if (need > p->cvt_spill_bytes) {
@@ -559,11 +582,19 @@ static ct_status lowp_fallback(ct_plan *p, int i, const ct_kargs *raw, ct_kargs 
     pn->cvt_bytes = need;
     ct_context_clear_error(p->ctx);
     *k = *raw;
-    return lowp_to_f32(p, d, k, p->cvt_spill);
+    return lowp_to_f32(p, k->node, k, p->cvt_spill);
 }
 
 static ct_status run_node(ct_plan *p, int i, int training) {
+    /* A shape variant's node: its shapes and shape-derived attributes (a
+     * mean's 1/n, a slice's end), the plan's flags (running stats switch). */
+    ct_node_def vd;
     const ct_node_def *d = &p->g.nodes[i];
+    if (p->variant) {
+        vd = run_graph(p)->nodes[i];
+        vd.flags = d->flags;
+        d = &vd;
+    }
     ct_plan_node *pn = &p->pn[i];
     ct_node_event ev;
     if (p->node_hook) node_event(p, i, CT_NODE_BEGIN, CT_OK, &ev);
@@ -580,7 +611,7 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     k.aux = pn->aux;
     k.ws = p->ws;
     k.ws_bytes = p->ws_bytes;
-    k.cache = &pn->cache;
+    k.cache = cache_slot(p, i);
     k.training = training;
     k.step = p->step;
     k.seed = ct_context_seed(p->ctx);
@@ -598,8 +629,7 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     /* A fast kernel may decline a configuration it does not cover: fall back
      * to the next kernel in preference order, once, for good. */
     while (s == CT_E_UNSUPPORTED && pn->slot != CT_KERNEL_REF) {
-        if (pn->cache && ct_op_table(d->op)->cache_free) ct_op_table(d->op)->cache_free(pn->cache);
-        pn->cache = NULL;
+        drop_caches(p, i);
         if (!pick_kernel(p, i, pn->slot)) break;
         ct_context_clear_error(p->ctx);
         s = pn->kernel(&k);
@@ -682,6 +712,115 @@ int ct_plan_update_running_stats(const ct_plan *p) {
 }
 
 void ct_plan_set_anomaly(ct_plan *p, int on) { p->anomaly = on != 0; }
+
+/* ---- dynamic shapes (docs/dynamic-shapes.md) ---------------------------------------------------- */
+
+/* Variant v (a plan_only compile) may run in p's memory: the same nodes
+ * (op, inputs, dtype, rank, liveness, storage root), static
+ * parameters and buffers, and no node's output, saved state, scratch or
+ * FP32 copies larger than p planned. Else CT_E_SHAPE naming the first
+ * difference. */
+static ct_status check_variant(ct_plan *p, const ct_plan *v) {
+    const char *fix = "; build the graph with the same code, changing only batch / sequence sizes, at most the compiled ones";
+    if (v->g.n != p->g.n || v->n_fwd != p->n_fwd || v->n_params != p->n_params || v->n_user != p->n_user ||
+        v->seed != p->seed || v->loss != p->loss || v->n_outputs != p->n_outputs)
+        return ct_set_error(p->ctx, CT_E_SHAPE,
+                            "add_shape: the graph compiles to %d nodes (%d forward), the plan has %d (%d forward)%s",
+                            v->g.n, v->n_fwd, p->g.n, p->n_fwd, fix);
+    for (int i = 0; i < p->n_user; i++)
+        if (ct_plan_map(v, i) != ct_plan_map(p, i))
+            return ct_set_error(p->ctx, CT_E_SHAPE, "add_shape: node %d maps to plan node %d, not %d%s", i,
+                                (int)ct_plan_map(v, i), (int)ct_plan_map(p, i), fix);
+    for (int i = 0; i < p->n_params; i++)
+        if (v->params[i] != p->params[i] || v->param_grads[i] != p->param_grads[i])
+            return ct_set_error(p->ctx, CT_E_SHAPE, "add_shape: parameter %d differs%s", i, fix);
+    for (int i = 0; i < p->n_outputs; i++)
+        if (v->outputs[i] != p->outputs[i])
+            return ct_set_error(p->ctx, CT_E_SHAPE, "add_shape: output %d differs%s", i, fix);
+    for (int i = 0; i < p->g.n; i++) {
+        const ct_node_def *a = &p->g.nodes[i], *b = &v->g.nodes[i];
+        const ct_plan_node *pa = &p->pn[i], *pb = &v->pn[i];
+        const char *what = NULL;
+        if (a->op != b->op || a->n_in != b->n_in || a->dtype != b->dtype || a->ndim != b->ndim) what = "op, inputs, dtype or rank";
+        for (int j = 0; !what && j < a->n_in; j++)
+            if (a->in[j] != b->in[j]) what = "inputs";
+        /* (not the kernel slot: a fallback may have moved the plan's since; its kernel runs every shape) */
+        if (!what && (pa->live != pb->live || pa->root != pb->root || pa->arena != pb->arena))
+            what = "liveness or storage";
+        if (!what && (a->op == CT_OP_PARAM || a->op == CT_OP_BUFFER) && memcmp(a->shape, b->shape, sizeof a->shape))
+            what = "parameter / buffer shape (only activations may change)";
+        if (!what && ct_node_numel(b) > ct_node_numel(a)) what = "size (larger than compiled)";
+        if (!what && (pb->aux_bytes > pa->aux_bytes || pb->ws_bytes > p->ws_bytes || pb->cvt_bytes > pa->cvt_bytes))
+            what = "saved state, scratch or conversion bytes (larger than compiled)";
+        if (what) {
+            char sa[96], sb[96];
+            return ct_set_error(p->ctx, CT_E_SHAPE, "add_shape: node %d '%s' (%s) differs in %s: compiled %s, new %s%s", i,
+                                a->name, ct_op_table(a->op)->name, what, ct_shape_str(a->ndim, a->shape, sa, sizeof sa),
+                                ct_shape_str(b->ndim, b->shape, sb, sizeof sb), fix);
+        }
+    }
+    return CT_OK;
+}
+
+/* Variants equal in every node's shape and attributes. */
+static int same_shapes(const ct_plan *a, const ct_plan *b) {
+    for (int i = 0; i < a->g.n; i++) {
+        const ct_node_def *x = &a->g.nodes[i], *y = &b->g.nodes[i];
+        if (memcmp(x->shape, y->shape, sizeof x->shape) || memcmp(x->ia, y->ia, sizeof x->ia) ||
+            memcmp(x->fa, y->fa, sizeof x->fa))
+            return 0;
+    }
+    return 1;
+}
+
+ct_status ct_plan_add_shape(ct_plan *p, ct_graph *g, ct_node loss, int n_outputs, const ct_node *outputs, int *variant) {
+    if (!p || !g || !variant) return CT_E_INVALID_ARG;
+    if (p->plan_only) return ct_set_error(p->ctx, CT_E_STATE, "add_shape: this plan was compiled with plan_only");
+    ct_compile_opts o;
+    ct_compile_opts_default(&o);
+    o.precision = p->precision;
+    o.keep_fp32 = p->keep_fp32;
+    o.build_backward = p->loss != CT_NONE;
+    o.accumulate_grads = p->accumulate_grads;
+    o.recompute_every = p->recompute_every;
+    o.recompute_ops = p->recompute_ops;
+    o.plan_only = 1;
+    ct_plan *v = NULL;
+    CT_TRY(ct_compile(g, loss, n_outputs, outputs, &o, &v));
+    ct_status s = check_variant(p, v);
+    for (int k = 0; s == CT_OK && k < p->n_variants; k++)
+        if (same_shapes(p->variants[k], v)) { /* registered before: that id */
+            ct_plan_free(v);
+            *variant = k + 1;
+            return CT_OK;
+        }
+    if (s == CT_OK && same_shapes(p, v)) { /* the compiled shapes */
+        ct_plan_free(v);
+        *variant = 0;
+        return CT_OK;
+    }
+    ct_plan **nv = s == CT_OK ? realloc(p->variants, sizeof *nv * (size_t)(p->n_variants + 1)) : NULL;
+    if (s == CT_OK && !nv) s = ct_set_error(p->ctx, CT_E_OOM, "add_shape: out of memory");
+    if (s != CT_OK) {
+        ct_plan_free(v);
+        return s;
+    }
+    p->variants = nv;
+    p->variants[p->n_variants++] = v;
+    *variant = p->n_variants;
+    return CT_OK;
+}
+
+ct_status ct_plan_set_shape(ct_plan *p, int variant) {
+    if (!p) return CT_E_INVALID_ARG;
+    if (variant < 0 || variant > p->n_variants)
+        return ct_set_error(p->ctx, CT_E_INVALID_ARG, "set_shape: variant %d is not in [0, %d] (ct_plan_add_shape returns them)",
+                            variant, p->n_variants);
+    p->variant = variant;
+    return CT_OK;
+}
+
+int ct_plan_shape(const ct_plan *p) { return p ? p->variant : 0; }
 
 ct_status ct_plan_set_loss_scale(ct_plan *p, float scale) {
     if (!(scale > 0.0f) || !isfinite(scale))

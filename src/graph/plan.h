@@ -91,6 +91,14 @@ struct ct_plan {
     int *fused_group;        /* node -> its group, -1 (NULL until fusion ran) */
     int n_rules;             /* rules given (fusion_rules), and how often each */
     int *rule_hits;          /* matched                                       */
+    /* dynamic shapes (ct_plan_add_shape, docs/dynamic-shapes.md): plan_only
+     * compiles of the same graph built for smaller sizes; variant k >= 1 is
+     * variants[k - 1]. The executor runs node i with variant's node i
+     * (shapes and shape-derived attributes) in this plan's memory, with that
+     * variant's kernel cache. 0: the compiled (maximum) shapes. */
+    struct ct_plan **variants;
+    int n_variants;
+    int variant;
 };
 
 /* A user's node id in the plan's graph (-1 when out of range). */

@@ -245,11 +245,24 @@ static const key_def k_keys[] = {
      "data parallel: send gradients as bf16/fp16 with error feedback (each rank keeps what rounding lost)"},
     {"sync_batchnorm", K_BOOL, OFF(sync_batchnorm), 0, 0, 1, NULL, M_CNN, NULL,
      "data parallel: batchnorm's batch statistics over the global batch (reduced across ranks); default per rank"},
+    {"dynamic_shapes", K_BOOL, OFF(dynamic_shapes), 0, 0, 1, NULL, M_ALL, NULL,
+     "compile for the maximum batch / length and run smaller ones at their size: the last partial image batch "
+     "trains and evaluates unpadded, text_docs batches use their own length (false: drop / pad to the maximum)"},
+    {"text_docs", K_ENUM, OFF(text_docs), 0, 0, 0, "off|paragraphs|lines|sentences", M_LM, NULL,
+     "train on the corpus's documents (blank-line paragraphs, lines or sentences), variable length, instead of "
+     "random context windows; validation: every validation document once"},
+    {"length_buckets", K_INT, OFF(length_buckets), 0, 1, 4096, NULL, M_LM, NULL,
+     "text_docs: each batch draws its rows from one of this many buckets of similar-length documents (1: any)"},
+    {"pad_to_multiple", K_I64, OFF(pad_to_multiple), 0, 1, 1 << 20, NULL, M_LM, NULL,
+     "text_docs: a batch's sequence length is its longest document rounded up to a multiple of this"},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
 void ct_recipe_default(ct_recipe *r) {
     memset(r, 0, sizeof *r);
+    r->dynamic_shapes = 1;
+    r->length_buckets = 8;
+    r->pad_to_multiple = 8;
     r->model = CT_MODEL_MLP;
     r->n_hidden = 2;
     r->hidden[0] = r->hidden[1] = 1024;

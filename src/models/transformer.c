@@ -130,8 +130,10 @@ ct_status ct_model_gpt(ct_graph *g, ct_node ids, const ct_gpt_config *c, ct_node
     CT_TRY(ct_param_normal(g, "transformer.wpe.weight", 2, (int64_t[]){c->context, D}, std, &wpe));
     CT_TRY(ct_embedding(g, wte, ids, &x));
     CT_TRY(ct_node_set_name(g, x, "transformer.wte"));
-    pos = wpe;
-    if (T < c->context) CT_TRY(ct_slice(g, wpe, 0, 0, T, &pos));
+    /* positions 0..T-1, a slice also when T = context: a plan compiled for
+     * the maximum T runs shorter sequences (ct_plan_add_shape) only if every
+     * T builds the same nodes */
+    CT_TRY(ct_slice(g, wpe, 0, 0, T, &pos));
     CT_TRY(ct_add(g, x, pos, &x));
     CT_TRY(dropout(&b, x, c->dropout, &x));
     for (int i = 0; i < c->n_layer; i++) {
@@ -228,7 +230,7 @@ ct_status ct_model_bert(ct_graph *g, ct_node ids, ct_node key_valid, ct_node tok
     CT_TRY(ct_node_set_name(g, x, "bert.embeddings.word_embeddings"));
     p = pos;
     if (position_ids != CT_NONE) CT_TRY(ct_embedding(g, pos, position_ids, &p)); /* rows looked up */
-    else if (T < c->context) CT_TRY(ct_slice(g, pos, 0, 0, T, &p));             /* positions 0..T-1 */
+    else CT_TRY(ct_slice(g, pos, 0, 0, T, &p)); /* positions 0..T-1 (also T = context: see ct_model_gpt) */
     CT_TRY(ct_add(g, x, p, &x));
     t = type;
     if (token_type_ids != CT_NONE) CT_TRY(ct_embedding(g, type, token_type_ids, &t));

@@ -33,6 +33,11 @@ typedef struct {
     int32_t *stage_y;
     int64_t stage_rows;
     ct_image_set *train_set, *test_set; /* imagefolder / cifar: decoded on demand */
+    /* dynamic shapes: the plan's variants for partial batches (ct_plan_add_shape), by rows */
+    int64_t var_rows[4];
+    int var_id[4], n_var;
+    int64_t full;      /* the batch the plan was compiled for */
+    ct_task *self;
 } image_task;
 
 /* Logits as FP32: a low-precision plan stores BF16/FP16 logits, converted into buf. */
@@ -70,12 +75,53 @@ static ct_status img_build(ct_task *t, ct_graph *g, const ct_recipe *r, ct_node 
     return CT_OK;
 }
 
+/* The plan's views of the inputs and the logits (their shapes follow the
+ * selected variant). */
+static ct_status img_views(image_task *it) {
+    CT_TRY(ct_plan_tensor(it->plan, it->x, &it->tx));
+    CT_TRY(ct_plan_tensor(it->plan, it->y, &it->ty));
+    return ct_plan_tensor(it->plan, it->logits, &it->tl);
+}
+
+/* Runs the plan at `rows` rows from now on: the compiled batch (variant 0)
+ * or a partial one, whose variant is built on first use (the same graph
+ * built for `rows`; docs/dynamic-shapes.md). */
+static ct_status img_use_rows(image_task *it, int64_t rows) {
+    int v = 0;
+    if (rows != it->tx.shape[0] || ct_plan_shape(it->plan) != 0) {
+        int k = 0;
+        while (k < it->n_var && it->var_rows[k] != rows) k++;
+        if (rows == it->full) v = 0;
+        else if (k < it->n_var) v = it->var_id[k];
+        else {
+            ct_graph *g;
+            CT_TRY(ct_graph_create(it->ctx, &g));
+            ct_recipe r = it->r;
+            r.batch_size = rows;
+            ct_node loss = CT_NONE, keep[8];
+            int n_keep = 0;
+            ct_status s = img_build(it->self, g, &r, &loss, &n_keep, keep);
+            if (s == CT_OK) s = ct_plan_add_shape(it->plan, g, loss, n_keep, keep, &v);
+            ct_graph_free(g);
+            CT_TRY(s);
+            if (it->n_var < 4) { /* at most the last training and the last test batch */
+                it->var_rows[it->n_var] = rows;
+                it->var_id[it->n_var++] = v;
+            }
+        }
+    }
+    if (v == ct_plan_shape(it->plan)) return CT_OK;
+    CT_TRY(ct_plan_set_shape(it->plan, v));
+    return img_views(it);
+}
+
 static ct_status img_bind(ct_task *t, ct_plan *p) {
     image_task *it = t->impl;
     it->plan = p;
-    CT_TRY(ct_plan_tensor(p, it->x, &it->tx));
-    CT_TRY(ct_plan_tensor(p, it->y, &it->ty));
-    CT_TRY(ct_plan_tensor(p, it->logits, &it->tl));
+    it->n_var = 0;
+    CT_TRY(ct_plan_set_shape(p, 0));
+    CT_TRY(img_views(it));
+    it->full = it->tx.shape[0];
     size_t need = (size_t)ct_tensor_numel(&it->tl);
     if (need > it->logits_cap) {
         free(it->logits_buf);
@@ -118,10 +164,15 @@ static ct_status img_next(ct_task *t, int64_t step, int micro, int64_t *rows) {
             memcpy(it->ty.data, it->stage_y + lo, (size_t)n * sizeof(int32_t));
         }
         *rows = n > 0 ? n : 0;
-        return CT_OK;
+        /* dynamic shapes: a short chunk (an evaluation-sized remainder never reaches here: deterministic drops
+         * the last partial global batch, drop_last) */
+        return n > 0 ? img_use_rows(it, n) : CT_OK;
     }
-    return it->pf ? ct_prefetcher_next(it->pf, it->tx.data, it->ty.data, rows)
-                  : ct_loader_next(it->ld, it->tx.data, it->ty.data, rows);
+    CT_TRY(it->pf ? ct_prefetcher_next(it->pf, it->tx.data, it->ty.data, rows)
+                  : ct_loader_next(it->ld, it->tx.data, it->ty.data, rows));
+    /* dynamic_shapes: the last partial batch trains at its size (the loader
+     * wrote its rows contiguously at the start of the inputs) */
+    return *rows > 0 ? img_use_rows(it, *rows) : CT_OK;
 }
 
 static int64_t img_correct(ct_task *t, int64_t rows) {
@@ -130,10 +181,12 @@ static int64_t img_correct(ct_task *t, int64_t rows) {
 }
 
 /* The test split in eval mode, in batches of the plan's size (data
- * parallel: batch k on rank k % size); the last partial batch is padded
- * with ignored labels (-100) so it does not count. */
+ * parallel: batch k on rank k % size); the last partial batch runs at its
+ * size (dynamic_shapes), or is padded with ignored labels (-100) so the
+ * padding does not count. */
 static ct_status img_evaluate(ct_task *t, ct_task_eval *out) {
     image_task *it = t->impl;
+    CT_TRY(img_use_rows(it, it->full));
     int64_t B = it->tx.shape[0];
     ct_loader *ld = NULL;
     ct_prefetcher *pf = NULL; /* an image set: decoded by the prefetcher (in order, eval transform) */
@@ -158,6 +211,7 @@ static ct_status img_evaluate(ct_task *t, ct_task_eval *out) {
         }
         s = pf ? ct_prefetcher_next(pf, it->tx.data, it->ty.data, &got) : ct_loader_next(ld, it->tx.data, it->ty.data, &got);
         if (s != CT_OK || got == 0) break;
+        if (got < B && it->r.dynamic_shapes && (s = img_use_rows(it, got)) != CT_OK) break;
         int32_t *lab = it->ty.data;
         for (int64_t i = got; i < B; i++) lab[i] = -100;
         if ((s = ct_plan_forward(it->plan, 0)) != CT_OK) break;
@@ -169,6 +223,7 @@ static ct_status img_evaluate(ct_task *t, ct_task_eval *out) {
     }
     ct_loader_free(ld);
     ct_prefetcher_free(pf);
+    if (s == CT_OK) s = img_use_rows(it, B);
     if (s != CT_OK) return s;
     out->loss = seen ? tot_loss / (double)seen : 0;
     out->accuracy = seen ? (double)correct / (double)seen : 0;
@@ -184,6 +239,12 @@ static ct_status img_evaluate(ct_task *t, ct_task_eval *out) {
     return CT_OK;
 }
 
+/* The last partial training batch is dropped unless dynamic_shapes runs it
+ * at its size; data parallel always drops it (a rank could get no rows). */
+/* data parallel and the deterministic mode (whose chunks must not depend on the world size) drop the last
+ * partial batch */
+static int drop_last(const image_task *it) { return !it->r.dynamic_shapes || it->size > 1 || it->r.deterministic; }
+
 /* The training batches through the prefetcher (prefetch > 0 or augment),
  * with rows [off, off + rows) of each batch (rows 0: all). */
 static ct_status make_prefetcher(image_task *it, int64_t off, int64_t rows) {
@@ -198,7 +259,7 @@ static ct_status make_prefetcher(image_task *it, int64_t off, int64_t rows) {
     po.shard_rows = rows;
     ct_prefetcher_free(it->pf);
     it->pf = NULL;
-    return ct_prefetcher_create(it->ctx, &it->train, r->batch_size, 1, 1, r->seed, &po, &it->pf);
+    return ct_prefetcher_create(it->ctx, &it->train, r->batch_size, 1, drop_last(it), r->seed, &po, &it->pf);
 }
 
 /* "0.485,0.456,0.406" (or one value for every channel; "": 0.5) into v[3]. */
@@ -291,6 +352,11 @@ static ct_status img_shard(ct_task *t, int rank, int size) {
     const int64_t b = it->r.batch_size / size; /* the trainer checked that it divides */
     it->rank = rank;
     it->size = size;
+    if (size > 1 && it->r.dynamic_shapes) { /* drop the partial last batch: every rank gets rows */
+        ct_loader_free(it->ld);
+        it->ld = NULL;
+        CT_TRY(ct_loader_create(it->ctx, &it->train, it->r.batch_size, 1, 1, it->r.seed, &it->ld));
+    }
     CT_TRY(ct_loader_set_shard(it->ld, size > 1 ? rank * b : 0, size > 1 ? b : 0));
     return it->pf ? make_prefetcher(it, size > 1 ? rank * b : 0, size > 1 ? b : 0) : CT_OK;
 }
@@ -375,6 +441,7 @@ ct_status ct_task_image_create(ct_context *ctx, const ct_recipe *r, ct_task **ou
     t->free = img_free;
     it->rank = 0;
     it->size = 1;
+    it->self = t;
     char dir[300];
     const char *ds = ct_recipe_enum_name("dataset", (int)r->dataset);
     if (r->dataset == CT_DATASET_IMAGEFOLDER || r->dataset == CT_DATASET_CIFAR10 || r->dataset == CT_DATASET_CIFAR100) {
@@ -417,7 +484,7 @@ ct_status ct_task_image_create(ct_context *ctx, const ct_recipe *r, ct_task **ou
     if (s == CT_OK) s = ct_dataset_load_idx(ctx, dir, "t10k", mean, stdv, &it->test);
     if (s == CT_E_IO || s == CT_E_CORRUPT) /* name the fix: the data comes from scripts/setup.sh */
         ct_wrap_error(ctx, s, NULL, "; run scripts/setup.sh to install the datasets into data/, or set data_dir");
-    if (s == CT_OK) s = ct_loader_create(ctx, &it->train, r->batch_size, 1, 1, r->seed, &it->ld);
+    if (s == CT_OK) s = ct_loader_create(ctx, &it->train, r->batch_size, 1, drop_last(it), r->seed, &it->ld);
     if (s == CT_OK && (r->prefetch > 0 || r->augment)) s = make_prefetcher(it, 0, 0);
     if (s != CT_OK) {
         img_free(t);

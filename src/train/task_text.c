@@ -85,12 +85,20 @@ typedef struct {
     size_t n_vocab;
     int rank, size;     /* data parallel: this rank's rows of every batch, its part of the evaluation */
     int32_t *g;         /* data parallel: one global batch (size * B rows): ids | labels | key_valid */
+    /* text_docs: variable-length documents, each batch at its own length on
+     * a plan compiled for (B, context) (docs/dynamic-shapes.md) */
+    ct_text_docs docs;
+    int64_t *rowdocs;   /* the global batch's documents (size * B)                 */
+    int64_t build_T;    /* the sequence length txt_build uses (0: the context)    */
+    int64_t var_b[256], var_t[256];
+    int var_id[256], n_var;
+    ct_task *self;
 } text_task;
 
 static ct_status txt_build(ct_task *t, ct_graph *g, const ct_recipe *r, ct_node *loss, int *n_keep, ct_node *keep) {
     text_task *tt = t->impl;
     (void)keep;
-    int64_t B = r->batch_size, T = tt->T;
+    int64_t B = r->batch_size, T = tt->build_T ? tt->build_T : tt->T;
     ct_node logits;
     tt->kv = CT_NONE;
     CT_TRY(ct_input(g, "ids", CT_I32, 2, (int64_t[]){B, T}, &tt->ids));
@@ -107,14 +115,106 @@ static ct_status txt_build(ct_task *t, ct_graph *g, const ct_recipe *r, ct_node 
     return CT_OK;
 }
 
+static ct_status txt_views(text_task *tt) {
+    CT_TRY(ct_plan_tensor(tt->plan, tt->ids, &tt->ti));
+    CT_TRY(ct_plan_tensor(tt->plan, tt->labels, &tt->tl));
+    if (tt->bert) CT_TRY(ct_plan_tensor(tt->plan, tt->kv, &tt->tk));
+    return CT_OK;
+}
+
 static ct_status txt_bind(ct_task *t, ct_plan *p) {
     text_task *tt = t->impl;
     tt->plan = p;
-    CT_TRY(ct_plan_tensor(p, tt->ids, &tt->ti));
-    CT_TRY(ct_plan_tensor(p, tt->labels, &tt->tl));
-    if (tt->bert) CT_TRY(ct_plan_tensor(p, tt->kv, &tt->tk));
+    tt->n_var = 0;
+    CT_TRY(ct_plan_set_shape(p, 0));
+    CT_TRY(txt_views(tt));
     tt->B = tt->ti.shape[0];
     return CT_OK;
+}
+
+/* Runs the plan at (b, T) from now on: the compiled (B, context) or a
+ * variant built on first use (the same graph for (b, T)). */
+static ct_status txt_use_shape(text_task *tt, int64_t b, int64_t T) {
+    int v = 0;
+    if (b != tt->B || T != tt->T) {
+        int k = 0;
+        while (k < tt->n_var && (tt->var_b[k] != b || tt->var_t[k] != T)) k++;
+        if (k < tt->n_var) v = tt->var_id[k];
+        else {
+            ct_graph *g;
+            CT_TRY(ct_graph_create(tt->ctx, &g));
+            ct_recipe r = tt->r;
+            r.batch_size = b;
+            tt->build_T = T;
+            ct_node loss = CT_NONE, keep[8];
+            int n_keep = 0;
+            ct_status s = txt_build(tt->self, g, &r, &loss, &n_keep, keep);
+            tt->build_T = 0;
+            if (s == CT_OK) s = ct_plan_add_shape(tt->plan, g, loss, n_keep, keep, &v);
+            ct_graph_free(g);
+            CT_TRY(s);
+            if (tt->n_var < 256) {
+                tt->var_b[tt->n_var] = b;
+                tt->var_t[tt->n_var] = T;
+                tt->var_id[tt->n_var++] = v;
+            }
+        }
+    }
+    if (v == ct_plan_shape(tt->plan)) return CT_OK;
+    CT_TRY(ct_plan_set_shape(tt->plan, v));
+    return txt_views(tt);
+}
+
+/* text_docs: the documents docs[0, n) as rows of the plan's inputs at length
+ * T (MLM draws keyed by (seed, key)); the plan runs (n, T) (dynamic_shapes)
+ * or (B, context) with the rows past n and the positions past T padding. */
+static ct_status docs_rows(text_task *tt, const int64_t *docs, int64_t n, int64_t T, uint64_t seed, uint64_t key) {
+    int dyn = tt->r.dynamic_shapes;
+    CT_TRY(txt_use_shape(tt, dyn ? n : tt->B, dyn ? T : tt->T));
+    const int64_t Tp = tt->ti.shape[1], rows = tt->ti.shape[0];
+    int32_t *ids = tt->ti.data, *lab = tt->tl.data, *kv = tt->bert ? tt->tk.data : NULL;
+    if (tt->bert) ct_text_docs_mlm(&tt->docs, docs, n, Tp, tt->mask_id, seed, key, ids, lab, kv);
+    else ct_text_docs_lm(&tt->docs, docs, n, Tp, ids, lab);
+    for (int64_t i = n * Tp; i < rows * Tp; i++) { /* padding rows (dynamic_shapes off) */
+        ids[i] = 0;
+        lab[i] = CT_TEXT_IGNORE_LABEL;
+        if (kv) kv[i] = 0;
+    }
+    return CT_OK;
+}
+
+/* text_docs training batch `key`: the global batch's documents (one length
+ * bucket), its length from all of them (every rank runs the same shape),
+ * this rank's rows. */
+static ct_status docs_next(text_task *tt, uint64_t key) {
+    const int64_t B = tt->B, Bg = B * tt->size;
+    ct_text_docs_pick(&tt->docs, Bg, tt->r.seed, key, tt->rowdocs);
+    int64_t T = ct_text_docs_seq_len(&tt->docs, tt->rowdocs, Bg, !tt->bert, tt->r.pad_to_multiple, tt->T);
+    return docs_rows(tt, tt->rowdocs + tt->rank * B, B, T, tt->r.seed, key);
+}
+
+/* text_docs validation: every validation document once, shortest first, in
+ * runs of B (run j on rank j % size); the mean over predicted tokens. */
+static ct_status docs_evaluate(text_task *tt, double *tot, double *w, int64_t *rows) {
+    const int64_t B = tt->B;
+    for (int64_t first = 0, j = 0;; first += B, j++) {
+        int64_t n = ct_text_docs_val(&tt->docs, first, B, tt->rowdocs);
+        if (n == 0) break;
+        if (j % tt->size != tt->rank) continue;
+        int64_t T = ct_text_docs_seq_len(&tt->docs, tt->rowdocs, n, !tt->bert, tt->r.pad_to_multiple, tt->T);
+        CT_TRY(docs_rows(tt, tt->rowdocs, n, T, tt->r.seed ^ 0x5eed5eedULL, (uint64_t)j));
+        const int32_t *lab = tt->tl.data;
+        int64_t cnt = 0, all = ct_tensor_numel(&tt->tl);
+        for (int64_t i = 0; i < all; i++) cnt += lab[i] != CT_TEXT_IGNORE_LABEL;
+        if (!cnt) continue;
+        CT_TRY(ct_plan_forward(tt->plan, 0));
+        float l;
+        ct_plan_loss(tt->plan, &l);
+        *tot += (double)l * (double)cnt;
+        *w += (double)cnt;
+        *rows += n;
+    }
+    return txt_use_shape(tt, tt->B, tt->T);
 }
 
 static ct_status txt_start_epoch(ct_task *t, int64_t epoch, int64_t skip) {
@@ -140,6 +240,8 @@ static ct_status fill(text_task *tt, ct_text_split split, uint64_t seed, uint64_
 
 static ct_status txt_next(ct_task *t, int64_t step, int micro, int64_t *rows) {
     text_task *tt = t->impl;
+    *rows = tt->B;
+    if (tt->docs.n_docs) return docs_next(tt, (uint64_t)(step * tt->r.accumulate_steps + micro));
     CT_TRY(fill(tt, CT_SPLIT_TRAIN, tt->r.seed, (uint64_t)(step * tt->r.accumulate_steps + micro)));
     *rows = tt->B;
     return CT_OK;
@@ -156,7 +258,8 @@ static ct_status txt_evaluate(ct_task *t, ct_task_eval *out) {
     const ct_recipe *r = &tt->r;
     double tot = 0, w = 0;
     int64_t windows = 0, B = tt->B, T = tt->T;
-    if (tt->bert) {
+    if (tt->docs.n_docs) CT_TRY(docs_evaluate(tt, &tot, &w, &windows));
+    else if (tt->bert) {
         int64_t nb = r->eval_batches > 0 ? r->eval_batches : 20;
         for (int64_t b = 0; b < nb; b++) {
             CT_TRY(fill(tt, CT_SPLIT_VAL, r->seed ^ 0x5eed5eedULL, (uint64_t)b));
@@ -199,8 +302,9 @@ static ct_status txt_evaluate(ct_task *t, ct_task_eval *out) {
 
 /* "val ppl" of the (combined) evaluation. */
 static void txt_eval_detail(ct_task *t, ct_task_eval *ev) {
-    (void)t;
-    snprintf(ev->detail, sizeof ev->detail, "val ppl %.2f  (%lld windows", exp(ev->loss), (long long)ev->rows);
+    text_task *tt = t->impl;
+    snprintf(ev->detail, sizeof ev->detail, "val ppl %.2f  (%lld %s", exp(ev->loss), (long long)ev->rows,
+             tt->docs.n_docs ? "documents" : "windows");
 }
 
 static ct_status txt_shard(ct_task *t, int rank, int size) {
@@ -208,6 +312,11 @@ static ct_status txt_shard(ct_task *t, int rank, int size) {
     const int64_t Bg = tt->r.batch_size; /* divides by size: the trainer checked */
     tt->rank = rank;
     tt->size = size;
+    if (tt->docs.n_docs) {
+        free(tt->rowdocs);
+        if (!(tt->rowdocs = malloc((size_t)(Bg > 1 ? Bg : 1) * sizeof *tt->rowdocs)))
+            return ct_set_error(tt->ctx, CT_E_OOM, "out of memory for a batch of %lld documents", (long long)Bg);
+    }
     free(tt->g);
     tt->g = NULL;
     if (size > 1 && !(tt->g = malloc((size_t)(3 * Bg * tt->T) * sizeof(int32_t))))
@@ -243,6 +352,8 @@ static ct_status txt_files(ct_task *t, ct_checkpoint_file *files, int *n, int ma
 static void txt_free(ct_task *t) {
     text_task *tt = t->impl;
     free(tt->g);
+    free(tt->rowdocs);
+    ct_text_docs_free(&tt->docs);
     ct_text_dataset_free(&tt->ds);
     ct_tokenizer_free(tt->tok);
     free(tt);
@@ -279,6 +390,7 @@ ct_status ct_task_text_create(ct_context *ctx, const ct_recipe *r, ct_task **out
     t->free = txt_free;
     tt->rank = 0;
     tt->size = 1;
+    tt->self = t;
     if (r->text_file[0]) snprintf(tt->path, sizeof tt->path, "%s", r->text_file);
     else snprintf(tt->path, sizeof tt->path, "data/text/%s.txt", ct_recipe_enum_name("dataset", (int)r->dataset));
     char *text = NULL;
@@ -298,6 +410,13 @@ ct_status ct_task_text_create(ct_context *ctx, const ct_recipe *r, ct_task **out
             snprintf(prefix, sizeof prefix, "%s: ", tt->path);
             ct_wrap_error(ctx, s, prefix, NULL);
         }
+    }
+    if (s == CT_OK && r->text_docs != CT_TEXT_DOCS_OFF) {
+        /* GPT: documents of 2..context + 1 tokens (inputs and next tokens); BERT: 2..context */
+        s = ct_text_docs_from_text(ctx, tt->tok, text, len, (ct_text_doc_kind)(r->text_docs - 1), 2,
+                                   tt->bert ? tt->T : tt->T + 1, r->val_fraction, r->length_buckets, &tt->docs);
+        if (s == CT_OK && !(tt->rowdocs = malloc((size_t)r->batch_size * sizeof *tt->rowdocs)))
+            s = ct_set_error(ctx, CT_E_OOM, "out of memory for a batch of %lld documents", (long long)r->batch_size);
     }
     if (s == CT_OK && ct_tokenizer_kind_of(tt->tok) == CT_TOK_CHAR)
         s = ct_tokenizer_char_vocab(tt->tok, tt->vocab, sizeof tt->vocab, &tt->n_vocab);
