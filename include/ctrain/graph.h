@@ -157,6 +157,11 @@ ct_status ct_cross_entropy(ct_graph *g, ct_node logits, ct_node labels, float la
                            int ignore_index, ct_node *out);
 /* Inverted dropout, active only when the plan runs in training mode. */
 ct_status ct_dropout(ct_graph *g, ct_node x, float p, ct_node *out);
+/* Drop path (stochastic depth, torchvision's StochasticDepth(p, "row")):
+ * x (N, ...); in training mode each sample n is zeroed with probability p
+ * and otherwise scaled by 1/(1-p); identity in eval mode. Counter-based like
+ * dropout (the same mask in backward and in recomputation). */
+ct_status ct_drop_path(ct_graph *g, ct_node x, float p, ct_node *out);
 /* weight (V, D) param, ids I32 (...) -> (..., D) */
 ct_status ct_embedding(ct_graph *g, ct_node weight, ct_node ids, ct_node *out);
 

@@ -42,7 +42,9 @@ typedef enum ct_op {
     CT_OP_SOFTMAX,
     CT_OP_LOG_SOFTMAX,
     CT_OP_CROSS_ENTROPY, /* in: logits, labels; fa[0]=smoothing ia[0]=ignore_index        */
-    CT_OP_DROPOUT,     /* fa[0]=p; ia[0]=RNG stream (the forward node's id)               */
+    CT_OP_DROPOUT,     /* fa[0]=p; ia[0]=RNG stream (the forward node's id); ia[1]=0:
+                          one decision per element, else per row of ia[1] elements
+                          (drop path / stochastic depth: decision i / ia[1])            */
     CT_OP_EMBEDDING,   /* in: weight, ids                                                 */
     CT_OP_CAST,        /* dtype conversion (autocast pass); out dtype = node dtype         */
     CT_OP_ATTENTION,   /* in: qkv (B,T,3D)[, key_valid I32 (B,T)]; ia: 0 n_head 1 causal;

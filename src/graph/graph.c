@@ -700,6 +700,25 @@ ct_status ct_dropout(ct_graph *g, ct_node x, float p, ct_node *out) {
     return ct_graph_push(g, &d, out);
 }
 
+ct_status ct_drop_path(ct_graph *g, ct_node x, float p, ct_node *out) {
+    CHECK_NODES("drop_path", x);
+    CT_TRY(check_f32(g, "drop_path", x));
+    if (!(p >= 0.f && p < 1.f))
+        return ct_set_error(g->ctx, CT_E_INVALID_ARG, "drop_path: p %g must be in [0, 1)", (double)p);
+    const ct_node_def *X = N(g, x);
+    if (X->ndim < 1 || X->shape[0] < 1)
+        return ct_set_error(g->ctx, CT_E_SHAPE, "drop_path: input '%s' needs a batch dimension (N, ...)", X->name);
+    ct_node_def d;
+    def_init(&d, CT_OP_DROPOUT, 1, &x);
+    def_shape(&d, X->ndim, X->shape);
+    d.fa[0] = p;
+    d.ia[0] = g->n; /* RNG stream: this node's id */
+    int64_t row = 1;
+    for (int i = 1; i < X->ndim; i++) row *= X->shape[i];
+    d.ia[1] = row; /* one keep decision per sample */
+    return ct_graph_push(g, &d, out);
+}
+
 ct_status ct_embedding(ct_graph *g, ct_node weight, ct_node ids, ct_node *out) {
     CHECK_NODES("embedding", weight, ids);
     CT_TRY(check_f32(g, "embedding", weight));
