@@ -71,6 +71,7 @@ run_suite "report" tests/test_report.sh build/ctrain
 run_suite "resume" tests/resume_test.sh build/ctrain
 run_suite "install" bash tests/install_test.sh
 run_suite "fault" tests/fault_test.sh build/ctrain
+run_suite "models recipes" tests/models_recipe_test.sh build/ctrain
 run_suite "dist" tests/dist_test.sh build/ctrain
 run_suite "fuzz replay" bash tests/fuzz/replay.sh build
 for t in build-asan/tests/test_*; do
@@ -81,6 +82,7 @@ run_suite "asan text cli" tests/text_cli_test.sh build-asan/ctrain
 run_suite "asan report" tests/test_report.sh build-asan/ctrain
 run_suite "asan resume" tests/resume_test.sh build-asan/ctrain
 run_suite "asan fault" tests/fault_test.sh build-asan/ctrain
+run_suite "asan models recipes" tests/models_recipe_test.sh build-asan/ctrain
 run_suite "asan dist" tests/dist_test.sh build-asan/ctrain
 run_suite "asan fuzz replay" bash tests/fuzz/replay.sh build-asan
 # fallbacks: the same end-to-end checks with lower ISAs

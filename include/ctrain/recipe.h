@@ -20,7 +20,17 @@ extern "C" {
 
 /* Enumerated keys are parsed once into these enums; ct_recipe_enum_name
  * gives the text form back. */
-typedef enum ct_model_kind { CT_MODEL_MLP = 0, CT_MODEL_CNN, CT_MODEL_GPT, CT_MODEL_BERT, CT_MODEL_COUNT } ct_model_kind;
+typedef enum ct_model_kind {
+    CT_MODEL_MLP = 0, CT_MODEL_CNN, CT_MODEL_GPT, CT_MODEL_BERT,
+    /* torchvision image classifiers (ct_model_vision in models.h; the enum
+     * name is the architecture's name) */
+    CT_MODEL_RESNET18, CT_MODEL_RESNET34, CT_MODEL_RESNET50, CT_MODEL_RESNET101,
+    CT_MODEL_EFFICIENTNET_B0, CT_MODEL_EFFICIENTNET_B1, CT_MODEL_EFFICIENTNET_B2, CT_MODEL_EFFICIENTNET_B3,
+    CT_MODEL_EFFICIENTNET_B4,
+    CT_MODEL_COUNT
+} ct_model_kind;
+/* 1 for the torchvision image classifiers (resnet*, efficientnet_*). */
+static inline int ct_model_is_vision(ct_model_kind m) { return m >= CT_MODEL_RESNET18 && m <= CT_MODEL_EFFICIENTNET_B4; }
 typedef enum ct_dataset_kind {
     CT_DATASET_MNIST = 0,
     CT_DATASET_FASHION_MNIST,
@@ -127,6 +137,14 @@ typedef struct ct_recipe {
     ct_lr_scaling lr_scaling;
     int64_t lr_base_batch;   /* B0: the batch optimizer.lr was tuned for        */
     int64_t lr_sqrt_from_batch; /* Bs for linear_then_sqrt (0: 8 x B0)          */
+    /* torchvision image classifiers (ct_vision_config in models.h); in a JSON
+     * recipe also as {"model": {"type": "resnet18", "cifar_stem": true, ...}} */
+    int cifar_stem;          /* resnet: 3x3 stride-1 stem, no max pool (32x32)  */
+    int64_t num_classes;     /* 0: the dataset's classes                        */
+    int width_div;           /* widths / width_div (reduced variants; default 1) */
+    int max_blocks;          /* at most this many blocks per stage (0: all)     */
+    float drop_path;         /* efficientnet: stochastic depth rate (torchvision 0.2) */
+    float warmup_epochs;     /* warm-up length in epochs (0: warmup_steps counts) */
 } ct_recipe;
 
 /* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */

@@ -32,9 +32,15 @@ typedef struct {
 #define M_ALL CT_KEY_MODELS_ALL
 #define M_MLP (1u << CT_MODEL_MLP)
 #define M_CNN (1u << CT_MODEL_CNN)
-#define M_IMG (M_MLP | M_CNN)
+#define M_RESNET ((1u << CT_MODEL_RESNET18) | (1u << CT_MODEL_RESNET34) | (1u << CT_MODEL_RESNET50) | (1u << CT_MODEL_RESNET101))
+#define M_EFF ((1u << CT_MODEL_EFFICIENTNET_B0) | (1u << CT_MODEL_EFFICIENTNET_B1) | (1u << CT_MODEL_EFFICIENTNET_B2) | \
+               (1u << CT_MODEL_EFFICIENTNET_B3) | (1u << CT_MODEL_EFFICIENTNET_B4))
+#define M_VIS (M_RESNET | M_EFF)
+#define M_IMG (M_MLP | M_CNN | M_VIS)
 #define M_LM ((1u << CT_MODEL_GPT) | (1u << CT_MODEL_BERT))
-#define M_DROP (M_MLP | M_LM)
+#define M_DROP (M_MLP | M_LM | M_EFF)
+#define MODELS "mlp|cnn|gpt|bert|resnet18|resnet34|resnet50|resnet101|efficientnet_b0|efficientnet_b1|efficientnet_b2|" \
+               "efficientnet_b3|efficientnet_b4"
 /* enum keys whose values are library enums: the choices follow their order
  * (tests/test_recipe.c checks them against ct_schedule_kind_name and
  * ct_precision_name) */
@@ -44,15 +50,15 @@ typedef struct {
 /* The one table of recipe keys: parsing, validation, --help and the key
  * list in docs/recipes.md (`ctrain train --help-keys markdown`) come from it. */
 static const key_def k_keys[] = {
-    {"model", K_ENUM, OFF(model), 0, 0, 0, "mlp|cnn|gpt|bert", M_ALL, "--model",
-     "the model: mlp and cnn train on images, gpt and bert on text"},
+    {"model", K_ENUM, OFF(model), 0, 0, 0, MODELS, M_ALL, "--model",
+     "the model: mlp, cnn, resnet* and efficientnet_* (torchvision's) train on images, gpt and bert on text"},
     {"hidden", K_LIST, OFF(hidden), OFF(n_hidden), 1, 1 << 20, NULL, M_MLP, "--hidden", "MLP hidden layer sizes, e.g. 1024,1024"},
     {"activation", K_ENUM, OFF(activation), 0, 0, 0, "relu|gelu|gelu-tanh|silu|tanh", M_MLP, NULL,
      "MLP hidden activation (gelu: exact erf GELU, gelu-tanh: its tanh approximation)"},
     {"channels", K_LIST, OFF(channels), OFF(n_channels), 1, 1 << 16, NULL, M_CNN, "--channels",
      "CNN conv block channels, e.g. 32,64 (conv3x3-batchnorm-relu-maxpool per block)"},
     {"dropout", K_F32, OFF(dropout), 0, 0, 0.999, NULL, M_DROP, "--dropout",
-     "dropout probability (MLP hidden layers; GPT/BERT: replaces the preset's)"},
+     "dropout probability (MLP hidden layers; GPT/BERT: replaces the preset's; efficientnet: before the classifier)"},
     {"dataset", K_ENUM, OFF(dataset), 0, 0, 0, "mnist|fashion-mnist|moby-dick", M_ALL, "--dataset",
      "images: mnist, fashion-mnist (IDX files); text: moby-dick (data/text/moby-dick.txt)"},
     {"data_dir", K_STR, OFF(data_dir), SZ(data_dir), 0, 0, NULL, M_IMG, "--data-dir",
@@ -180,19 +186,31 @@ static const key_def k_keys[] = {
      "error: the run fails with advice; stop: it stops cleanly (checkpoint written)"},
     {"memory_budget", K_BYTES, OFF(memory_budget), 0, 0, 9.2e18, NULL, M_ALL, "--memory-budget",
      "bytes the run may allocate, e.g. \"8G\" (0: no limit); a plan that does not fit fails with E60003 and advice"},
-    {"bn_stats_once", K_BOOL, OFF(bn_stats_once), 0, 0, 1, NULL, M_CNN, NULL,
+    {"bn_stats_once", K_BOOL, OFF(bn_stats_once), 0, 0, 1, NULL, M_CNN | M_VIS, NULL,
      "with accumulate_steps > 1: update batchnorm running statistics on the last micro-batch of a step only"},
     {"lr_scaling", K_ENUM, OFF(lr_scaling), 0, 0, 0, "none|linear|sqrt|linear_then_sqrt", M_ALL, NULL,
      "scale optimizer.lr by the global batch (batch_size x accumulate_steps) over lr_base_batch"},
     {"lr_base_batch", K_I64, OFF(lr_base_batch), 0, 1, 1 << 30, NULL, M_ALL, NULL, "the batch optimizer.lr was tuned for"},
     {"lr_sqrt_from_batch", K_I64, OFF(lr_sqrt_from_batch), 0, 0, 1 << 30, NULL, M_ALL, NULL,
      "linear_then_sqrt: linear up to this batch, sqrt beyond (0: 8 x lr_base_batch)"},
+    {"cifar_stem", K_BOOL, OFF(cifar_stem), 0, 0, 1, NULL, M_RESNET, NULL,
+     "resnet: 3x3 stride-1 first conv and no max pool (for 32x32 images)"},
+    {"num_classes", K_I64, OFF(num_classes), 0, 0, 1 << 24, NULL, M_VIS, NULL,
+     "classifier outputs (0: the dataset's classes; at least those)"},
+    {"width_div", K_INT, OFF(width_div), 0, 1, 64, NULL, M_VIS, NULL,
+     "divide every width by this (reduced variants; resnet: must divide 64)"},
+    {"max_blocks", K_INT, OFF(max_blocks), 0, 0, 64, NULL, M_VIS, NULL, "at most this many blocks per stage (0: all)"},
+    {"warmup_epochs", K_F32, OFF(warmup_epochs), 0, 0, 1e6, NULL, M_ALL, NULL,
+     "warm-up length in epochs (rounded up to optimizer steps; text: eval_every steps per epoch); replaces warmup_steps"},
+    {"drop_path", K_F32, OFF(drop_path), 0, 0, 0.999, NULL, M_EFF, NULL,
+     "efficientnet: stochastic depth rate of the last block, linear in the block index (torchvision 0.2)"},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
 void ct_recipe_default(ct_recipe *r) {
     memset(r, 0, sizeof *r);
     r->model = CT_MODEL_MLP;
+    r->width_div = 1;
     r->n_hidden = 2;
     r->hidden[0] = r->hidden[1] = 1024;
     r->n_channels = 2;
@@ -401,15 +419,17 @@ static ct_status apply_json(ct_context *ctx, const cJSON *obj, const char *prefi
             if ((pass == 0) != is_name && !cJSON_IsObject(it)) continue;
             if (cJSON_IsObject(it)) {
                 if (pass == 1) continue;
-                /* sections: {"optimizer": {...}}, {"loss_scale": {...}} */
-                if (prefix[0] || (strcmp(key, "optimizer") && strcmp(key, "loss_scale"))) /* key == it->string here */
-                    return unknown_key(ctx, key);
+                /* sections: {"optimizer": {...}}, {"loss_scale": {...}}, {"model": {"type": ...}} */
+                if (prefix[0] || (strcmp(key, "optimizer") && strcmp(key, "loss_scale") && strcmp(key, "model")))
+                    return unknown_key(ctx, key); /* key == it->string here */
                 char sub[64];
                 snprintf(sub, sizeof sub, "%s.", it->string);
                 CT_TRY(apply_json(ctx, it, sub, r));
                 continue;
             }
             const key_def *k = find_key(key);
+            if (!strncmp(key, "model.", 6)) /* the model section: "type" is the model, the rest are flat keys */
+                k = !strcmp(key + 6, "type") ? find_key("model") : find_key(key + 6);
             if (!k) return unknown_key(ctx, key);
             if (k->type == K_BYTES && cJSON_IsNumber(it)) {
                 CT_TRY(set_number(ctx, r, k, it->valuedouble));
@@ -489,7 +509,9 @@ ct_status ct_recipe_load_file(ct_context *ctx, const char *path, ct_recipe *r) {
     return s;
 }
 
-static const char *const k_model_names[CT_MODEL_COUNT] = {"mlp", "cnn", "gpt", "bert"};
+static const char *const k_model_names[CT_MODEL_COUNT] = {
+    "mlp", "cnn", "gpt", "bert", "resnet18", "resnet34", "resnet50", "resnet101", "efficientnet_b0",
+    "efficientnet_b1", "efficientnet_b2", "efficientnet_b3", "efficientnet_b4"};
 
 void ct_recipe_models_text(unsigned models, char *buf, size_t len) {
     size_t o = 0;
@@ -542,6 +564,11 @@ ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
     if (r->model == CT_MODEL_MLP && r->n_hidden < 0) return ct_set_error(ctx, CT_E_CONFIG, "mlp needs 'hidden'");
     if (r->model == CT_MODEL_CNN && r->n_channels < 1)
         return ct_set_error(ctx, CT_E_CONFIG, "cnn needs 'channels', e.g. [32, 64]");
+    if (r->model >= CT_MODEL_RESNET18 && r->model <= CT_MODEL_RESNET101 && 64 % r->width_div)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'width_div': %d does not divide 64 (resnet's stem width)",
+                            r->width_div);
+    if (r->warmup_epochs > 0 && r->warmup_steps > 0)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe keys 'warmup_epochs' and 'warmup_steps' are both set; keep one");
     int lm = r->model == CT_MODEL_GPT || r->model == CT_MODEL_BERT;
     if (lm && r->dataset != CT_DATASET_MOBY_DICK && !r->text_file[0])
         return ct_set_error(ctx, CT_E_CONFIG, "model '%s' trains on text: set dataset 'moby-dick' or 'text_file'",
