@@ -72,6 +72,7 @@ run_suite "resume" tests/resume_test.sh build/ctrain
 run_suite "install" bash tests/install_test.sh
 run_suite "fault" tests/fault_test.sh build/ctrain
 run_suite "models recipes" tests/models_recipe_test.sh build/ctrain
+run_suite "models weights" tests/models_weights_test.sh build/ctrain
 run_suite "dist" tests/dist_test.sh build/ctrain
 run_suite "fuzz replay" bash tests/fuzz/replay.sh build
 for t in build-asan/tests/test_*; do

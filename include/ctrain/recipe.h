@@ -145,6 +145,8 @@ typedef struct ct_recipe {
     int max_blocks;          /* at most this many blocks per stage (0: all)     */
     float drop_path;         /* efficientnet: stochastic depth rate (torchvision 0.2) */
     float warmup_epochs;     /* warm-up length in epochs (0: warmup_steps counts) */
+    char init_weights[256];  /* safetensors file the weights start from (ct_weights_load;
+                                not with resume); "": the initialization     */
 } ct_recipe;
 
 /* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */

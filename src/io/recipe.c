@@ -200,6 +200,9 @@ static const key_def k_keys[] = {
     {"width_div", K_INT, OFF(width_div), 0, 1, 64, NULL, M_VIS, NULL,
      "divide every width by this (reduced variants; resnet: must divide 64)"},
     {"max_blocks", K_INT, OFF(max_blocks), 0, 0, 64, NULL, M_VIS, NULL, "at most this many blocks per stage (0: all)"},
+    {"init_weights", K_STR, OFF(init_weights), SZ(init_weights), 0, 0, NULL, M_ALL, NULL,
+     "start from the weights of this safetensors file (exact names and shapes, e.g. torchvision's converted by "
+     "scripts/torchvision_to_safetensors.py); a resumed run keeps its checkpoint's"},
     {"warmup_epochs", K_F32, OFF(warmup_epochs), 0, 0, 1e6, NULL, M_ALL, NULL,
      "warm-up length in epochs (rounded up to optimizer steps; text: eval_every steps per epoch); replaces warmup_steps"},
     {"drop_path", K_F32, OFF(drop_path), 0, 0, 0.999, NULL, M_EFF, NULL,

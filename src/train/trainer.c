@@ -731,6 +731,10 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
         ev.loss = ck->test_loss;
         ev.accuracy = ck->test_acc;
         stopped = ck_stopped = R->es.stopped;
+    } else if (r->init_weights[0]) { /* e.g. torchvision weights (scripts/torchvision_to_safetensors.py) */
+        s = ct_weights_load(ctx, r->init_weights, R->plan);
+        if (s != CT_OK) return ct_wrap_error(ctx, s, "recipe key 'init_weights': ", NULL);
+        if (!quiet) say(R, "  initial weights from %s\n", r->init_weights);
     }
     /* data parallel: every rank starts from rank 0's weights (the same seed, or the same checkpoint, gave them
      * already: this makes sure) */
