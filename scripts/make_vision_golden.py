@@ -18,6 +18,11 @@ Writes
                     widths / 16, one block per stage, batch (2, 3, 32, 32)
   resnet50.ctg      resnet50 (bottleneck, 7x7 stem + max pool), widths / 16,
                     one block per stage, batch (2, 3, 48, 48)
+  swin.ctg          swin_t with embedding 96 / 32 = 3 (heads 3, 6, 12, 24: head
+                    width 1), two blocks per stage (the second shifted, except in
+                    the last stage, whose 2x2 map one window covers), window 2,
+                    batch (2, 3, 64, 64) generated from hash_values("input") x 2
+                    (not stored: input_shape)
   effb0.ctg         efficientnet_b0, width multiplier 1/16 (channels rounded
                     to multiples of 8 by torchvision), one block per stage,
                     no dropout / stochastic depth, batch (4, 3, 40, 40)
@@ -61,8 +66,9 @@ from make_golden import TOL, Writer, rel  # noqa: E402
 
 MARGIN = 1e-5
 ARCHS = ["resnet18", "resnet34", "resnet50", "resnet101",
-         "efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3", "efficientnet_b4"]
-FULL_LIST = ["resnet50", "efficientnet_b0"]
+         "efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3", "efficientnet_b4",
+         "swin_t", "swin_s", "swin_b"]
+FULL_LIST = ["resnet50", "efficientnet_b0", "swin_t"]
 
 
 def fnv1a64(data):
@@ -77,8 +83,8 @@ def name_lines(model):
     params = {n for n, _ in model.named_parameters()}
     lines = []
     for n, t in model.state_dict().items():
-        if n.endswith("num_batches_tracked"):
-            continue
+        if n.endswith("num_batches_tracked") or n.endswith("relative_position_index"):
+            continue  # counters, and Swin's index (ctrain computes it)
         kind = "param" if n in params else "buffer"
         lines.append("%s %s %s" % (kind, n, "x".join(str(d) for d in t.shape) if t.dim() else "1"))
     return lines
@@ -174,23 +180,29 @@ def hash_values(name, n):
 
 
 def hash_weights(model):
-    """Every conv / linear weight and bias := hash_values * 2^e, e the power of two
-    nearest the std of its default init (x sqrt(3), uniform); returns {name: e}."""
+    """Every conv / linear weight := hash_values * 2^e, e the power of two nearest
+    the std of its default init (x sqrt(3), uniform); their biases and Swin's
+    relative position tables likewise with std 0.1 and 0.25; returns {name: e}."""
     import math
     exps = {}
     with torch.no_grad():
-        for n, p in model.named_parameters():
-            if p.dim() == 4:    # conv: kaiming_normal_(fan_out)
-                std = math.sqrt(2.0 / (p.shape[0] * p.shape[2] * p.shape[3]))
-            elif p.dim() == 2:  # linear
-                std = 1.0 / math.sqrt(p.shape[1])
-            elif ".fc" in n or n.startswith("fc.") or n.startswith("classifier"):
-                std = 0.1       # biases of linear / SE convs
+        for mn, m in model.named_modules():
+            if isinstance(m, nn.Conv2d):  # kaiming_normal_(fan_out)
+                stds = {"weight": math.sqrt(2.0 / (m.weight.shape[0] * m.weight.shape[2] * m.weight.shape[3]))}
+            elif isinstance(m, nn.Linear):
+                stds = {"weight": 1.0 / math.sqrt(m.weight.shape[1])}
+            elif hasattr(m, "relative_position_bias_table"):
+                stds = {"relative_position_bias_table": 0.25}
             else:
-                continue        # batchnorm affine: random, stored
-            e = int(round(math.log2(std * math.sqrt(3.0))))
-            p.copy_((hash_values(n, p.numel()) * 2.0 ** e).reshape(p.shape))
-            exps[n] = e
+                continue
+            if getattr(m, "bias", None) is not None and isinstance(m, (nn.Conv2d, nn.Linear)):
+                stds["bias"] = 0.1
+            for leaf, std in stds.items():
+                p = getattr(m, leaf)
+                n = mn + "." + leaf
+                e = int(round(math.log2(std * math.sqrt(3.0))))
+                p.copy_((hash_values(n, p.numel()) * 2.0 ** e).reshape(p.shape))
+                exps[n] = e
     return exps
 
 
@@ -198,6 +210,10 @@ def hash_weights(model):
 
 def randomize_bn(model):
     for m in model.modules():
+        if isinstance(m, nn.LayerNorm):
+            with torch.no_grad():
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
         if isinstance(m, nn.BatchNorm2d):
             with torch.no_grad():
                 m.weight.uniform_(0.5, 1.5)
@@ -224,7 +240,7 @@ def step(model, x, y, dtype):
     for h in hooks:
         h.remove()
     grads = {n: p.grad.detach().clone() for n, p in m.named_parameters()}
-    bufs = {n: b.detach().clone() for n, b in m.named_buffers() if not n.endswith("num_batches_tracked")}
+    bufs = {n: b.detach().clone() for n, b in m.named_buffers() if not n.endswith(("num_batches_tracked", "relative_position_index"))}
     return loss.detach(), logits.detach(), grads, bufs, trace
 
 
@@ -244,7 +260,8 @@ def margin(trace):
     return worst
 
 
-def run_case(path, make, meta, shape, n_classes):
+def run_case(path, make, meta, shape, n_classes, hash_input=False):
+    """hash_input: the batch is hash_values("input") (not stored: "input_shape")."""
     best = None
     for seed in range(100, 200):
         torch.manual_seed(seed)
@@ -252,9 +269,11 @@ def run_case(path, make, meta, shape, n_classes):
         exps = hash_weights(model)
         randomize_bn(model)
         x = torch.randn(shape)
+        if hash_input:
+            x = hash_values("input", x.numel()).float().reshape(shape) * 2.0
         y = torch.randint(0, n_classes, (shape[0],), dtype=torch.int32)
         bufs_before = {n: b.detach().clone() for n, b in model.named_buffers()
-                       if not n.endswith("num_batches_tracked")}
+                       if not n.endswith(("num_batches_tracked", "relative_position_index"))}
         loss, logits, grads, bufs_after, trace = step(model, x, y, torch.float64)
         # a gradient that is zero by invariance (the bias of a batchnorm whose output only
         # reaches the loss through a 1x1 conv and another batchnorm) is float64 noise: store 0
@@ -293,7 +312,10 @@ def run_case(path, make, meta, shape, n_classes):
             w.add("param." + n, p)
     for n, b in bufs_before.items():
         w.add("buffer." + n, b)
-    w.add("input", x)
+    if hash_input:
+        w.add("input_shape", torch.tensor(list(shape), dtype=torch.int32))
+    else:
+        w.add("input", x)
     w.add("labels", y)
     w.add("loss", loss)
     w.add("logits", logits)
@@ -326,6 +348,12 @@ def main():
     total += run_case(os.path.join(args.out, "effb0.ctg"), lambda: reduced_effnet(16, 10),
                       [("arch", "efficientnet_b0"), ("width_div", 16), ("max_blocks", 1), ("cifar_stem", 0)],
                       (4, 3, 40, 40), 10)
+    total += run_case(os.path.join(args.out, "swin.ctg"),
+                      lambda: tvm.SwinTransformer(patch_size=[4, 4], embed_dim=3, depths=[2, 2, 2, 2],
+                                                  num_heads=[3, 6, 12, 24], window_size=[2, 2],
+                                                  stochastic_depth_prob=0.0, num_classes=10),
+                      [("arch", "swin_t"), ("width_div", 32), ("max_blocks", 2), ("cifar_stem", 0), ("window", 2)],
+                      (2, 3, 64, 64), 10, hash_input=True)
     print("total %d bytes" % total)
 
 

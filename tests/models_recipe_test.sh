@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/models_recipe_test.sh - the seed recipes of recipes/ (resnet50_imagenet,
-# efficientnet_b4, bert_large) parse, validate and train a few steps at
+# efficientnet_b4, bert_large; swin_b up to its input-size check) parse, validate and train a few steps at
 # reduced size through `ctrain train --recipe R --set ...`: every key of the
 # recipe stays (optimizer, schedule with warm-up epochs, label smoothing,
 # precision and loss scaling, accumulation), only the size and the data change.
@@ -36,6 +36,11 @@ expect bert_large 0 "bert \(2 layers.*precision bf16.*done: 2 steps" -- \
   "$CT" train --recipe recipes/bert_large.json --set n_layer=2 --set n_head=2 --set d_model=64 --set context=32 \
   --set batch_size=2 --set accumulate_steps=2 --set max_steps=2 --set eval_every=2 --set eval_batches=1 \
   --set warmup_steps=1 --set save_dir= --threads 2
+# swin_b: AdamW, 20 warm-up epochs + cosine to min_lr, clipping, BF16. Swin needs every stage's map to be a multiple
+# of its window (224x224 with window 7): 28x28 MNIST cannot run it, so this checks that the recipe parses,
+# validates and builds the model up to that shape check
+expect swin_b_needs_224 1 "swin_b: input 28x28: every stage's map .* multiple of the window 7" -- \
+  "$CT" train --recipe recipes/swin_b.json "${small[@]}" --set save_dir=
 # the model section of a recipe and its errors
 printf '{"model": {"type": "resnet18", "cifar_stem": true, "width_div": 3}}\n' > "$tmp/bad_div.json"
 expect width_div_must_divide_64 1 "width_div.*3 does not divide 64" -- "$CT" train --recipe "$tmp/bad_div.json"

@@ -4,7 +4,8 @@
  * Golden: scripts/make_vision_golden.py builds reduced variants from
  * torchvision's own blocks (widths / 16, one block per stage) and stores the
  * batch, loss, logits, eval-mode logits, every gradient and the updated
- * running statistics (tests/golden/resnet18c.ctg, resnet50.ctg, effb0.ctg);
+ * running statistics (tests/golden/resnet18c.ctg, resnet50.ctg, effb0.ctg,
+ * swin.ctg: two blocks per stage there, so that shifted windows run);
  * conv / linear weights are not stored but generated from a hash of their
  * name (the same function here, exact in float32). Each must match within
  *     max|ctrain - golden| / max|golden| <= 1e-5
@@ -70,7 +71,10 @@ static void run_vision(const char *file, const char *ctx_name, int isa, int use_
     ctx = test_ctx(isa, use_onednn);
     int32_t wd, mb, cs, nc;
     const gold_rec *arch = gold_get(f, "meta.arch"), *in_rec = gold_get(f, "input"), *lab_rec = gold_get(f, "labels");
-    if (!arch || arch->dtype != GDT_U8 || arch->numel >= 24 || !in_rec || !lab_rec ||
+    int32_t ishape[4], win = 0;
+    int nis = 0, hashed_input = !in_rec && meta_i32(f, "input_shape", ishape, 4, &nis) && nis == 4;
+    meta_i32(f, "meta.window", &win, 1, NULL); /* swin only */
+    if (!arch || arch->dtype != GDT_U8 || arch->numel >= 24 || (!in_rec && !hashed_input) || !lab_rec ||
         !meta_i32(f, "meta.width_div", &wd, 1, NULL) || !meta_i32(f, "meta.max_blocks", &mb, 1, NULL) ||
         !meta_i32(f, "meta.cifar_stem", &cs, 1, NULL) || !meta_i32(f, "meta.n_classes", &nc, 1, NULL)) {
         run_fail(&s, "golden file %s lacks meta records, input or labels", file);
@@ -89,9 +93,11 @@ static void run_vision(const char *file, const char *ctx_name, int isa, int use_
     ct_vision_config c;
     TRY(ct_vision_config_default(ctx, an, &c));
     c.num_classes = nc, c.width_div = wd, c.max_blocks = mb, c.cifar_stem = cs, c.drop_path = 0, c.dropout = 0;
+    c.window = win;
     ct_node x, y, logits, loss;
     TRY(ct_graph_create(ctx, &g));
-    TRY(ct_input(g, "x", CT_F32, in_rec->ndim, in_rec->dims, &x));
+    if (hashed_input) TRY(ct_input(g, "x", CT_F32, 4, (int64_t[]){ishape[0], ishape[1], ishape[2], ishape[3]}, &x));
+    else TRY(ct_input(g, "x", CT_F32, in_rec->ndim, in_rec->dims, &x));
     TRY(ct_input(g, "y", CT_I32, lab_rec->ndim, lab_rec->dims, &y));
     TRY(ct_model_vision(g, x, &c, &logits));
     TRY(ct_cross_entropy(g, logits, y, 0.0f, -100, &loss));
@@ -138,7 +144,9 @@ static void run_vision(const char *file, const char *ctx_name, int isa, int use_
     ct_tensor tx, ty, tlog;
     TRY(ct_plan_tensor(p, x, &tx));
     TRY(ct_plan_tensor(p, y, &ty));
-    if (!load_into(&s, f, "input", &tx) || !load_into(&s, f, "labels", &ty)) goto done;
+    if (hashed_input) hash_fill("input", tx.data, ct_tensor_numel(&tx), 1); /* hash_values("input") x 2 */
+    else if (!load_into(&s, f, "input", &tx)) goto done;
+    if (!load_into(&s, f, "labels", &ty)) goto done;
     TRY(ct_plan_tensor(p, logits, &tlog));
 
     /* eval mode first (running statistics, not updated), then one training step */
@@ -185,6 +193,9 @@ CASE(resnet50_default, "resnet50.ctg", "default", -1, 1)
 CASE(effb0_ref, "effb0.ctg", "ref", CT_ISA_REF, 0)
 CASE(effb0_avx2, "effb0.ctg", "avx2", CT_ISA_AVX2, 0)
 CASE(effb0_default, "effb0.ctg", "default", -1, 1)
+CASE(swin_ref, "swin.ctg", "ref", CT_ISA_REF, 0)
+CASE(swin_avx2, "swin.ctg", "avx2", CT_ISA_AVX2, 0)
+CASE(swin_default, "swin.ctg", "default", -1, 1)
 
 /* ---- names, shapes and counts of the full-size models ------------------------------------------ */
 
@@ -278,7 +289,7 @@ TEST(torchvision_names_and_counts) {
                   (long long)by_name, npar);
         ct_graph_free(g);
     }
-    CHECK_MSG(seen == 9, "vision_names.txt lists %d architectures, expected 9", seen);
+    CHECK_MSG(seen == 12, "vision_names.txt lists %d architectures, expected 12", seen);
     free(full);
     free(txt);
     ct_context_free(ctx);
@@ -303,7 +314,9 @@ TEST(params_by_name) {
     CHECK(n == ct_bert_num_params(&bc));
     CHECK(ct_model_num_params_by_name(ctx, "resnet51", 0, &n) == CT_E_INVALID_ARG);
     CHECK(strstr(ct_context_last_error(ctx), "resnet51") && strstr(ct_context_last_error(ctx), "efficientnet_b4"));
-    CHECK(ct_vision_num_archs() == 9 && !strcmp(ct_vision_arch_name(0), "resnet18") && !ct_vision_arch_name(9));
+    CHECK_OK(ctx, ct_model_num_params_by_name(ctx, "swin_b", 0, &n));
+    CHECK(n == 87768224);
+    CHECK(ct_vision_num_archs() == 12 && !strcmp(ct_vision_arch_name(0), "resnet18") && !ct_vision_arch_name(12));
     ct_context_free(ctx);
 }
 
@@ -315,7 +328,11 @@ TEST(bad_configs) {
     CHECK_OK(ctx, ct_graph_create(ctx, &g));
     CHECK_OK(ctx, ct_input(g, "x", CT_F32, 4, (int64_t[]){2, 3, 32, 32}, &x));
     CHECK_OK(ctx, ct_input(g, "x2", CT_F32, 2, (int64_t[]){2, 3}, &x2));
-    CHECK(ct_vision_config_default(ctx, "swin_b", &c) == CT_E_INVALID_ARG);
+    CHECK(ct_vision_config_default(ctx, "swin_x", &c) == CT_E_INVALID_ARG);
+    CHECK_OK(ctx, ct_vision_config_default(ctx, "swin_b", &c));
+    CHECK(c.drop_path == 0.5f && c.window == 0);
+    CHECK(ct_model_vision(g, x, &c, &lg) == CT_E_SHAPE); /* 32x32: 8x8 maps are no multiple of window 7 */
+    CHECK(strstr(ct_context_last_error(ctx), "window 7"));
     CHECK_OK(ctx, ct_vision_config_default(ctx, "resnet18", &c));
     c.width_div = 3;
     CHECK(ct_model_vision(g, x, &c, &lg) == CT_E_INVALID_ARG);
@@ -387,4 +404,5 @@ TEST(drop_path_best) { drop_path_case(-1); }
 
 TEST_MAIN(T(torchvision_names_and_counts), T(params_by_name), T(bad_configs), T(drop_path_ref), T(drop_path_best),
           T(resnet18c_ref), T(resnet18c_avx2), T(resnet18c_default), T(resnet50_ref), T(resnet50_avx2),
-          T(resnet50_default), T(effb0_ref), T(effb0_avx2), T(effb0_default))
+          T(resnet50_default), T(effb0_ref), T(effb0_avx2), T(effb0_default), T(swin_ref), T(swin_avx2),
+          T(swin_default))

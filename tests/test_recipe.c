@@ -252,9 +252,9 @@ TEST(model_section) {
     /* keys of other models, and both warm-up lengths, are named */
     r.drop_path = 0.2f;
     CHECK(ct_recipe_validate(ctx, &r) == CT_E_CONFIG && contains(ct_context_last_error(ctx), "'drop_path'"));
-    r.drop_path = 0, r.warmup_steps = 10;
+    r.drop_path = -1, r.warmup_steps = 10;
     CHECK(ct_recipe_validate(ctx, &r) == CT_E_CONFIG && contains(ct_context_last_error(ctx), "warmup_epochs"));
-    CHECK(ct_recipe_parse_json(ctx, "{\"model\": {\"type\": \"swin_b\"}}", &r) == CT_E_CONFIG);
+    CHECK(ct_recipe_parse_json(ctx, "{\"model\": {\"type\": \"swin_x\"}}", &r) == CT_E_CONFIG);
     CHECK(ct_recipe_parse_json(ctx, "{\"model\": {\"layers\": 3}}", &r) == CT_E_CONFIG);
     CHECK(contains(ct_context_last_error(ctx), "model.layers"));
     ct_context_free(ctx);

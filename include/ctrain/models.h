@@ -134,7 +134,14 @@ int64_t ct_bert_num_params(const ct_bert_config *cfg);
  *                       SiLU, stochastic depth linear in the block index),
  *                       width/depth multipliers (1.0,1.0) (1.0,1.1) (1.1,1.2)
  *                       (1.2,1.4) (1.4,1.8), classifier dropout 0.2 0.2 0.3 0.3 0.4
- * Swin Transformers are not built yet. */
+ *  swin_t, swin_s, swin_b  Swin Transformer v1: patch 4, window 7, embed 96/96/128,
+ *                       depths [2,2,6,2] / [2,2,18,2] / [2,2,18,2], heads [3,6,12,24] /
+ *                       [3,6,12,24] / [4,8,16,32], stochastic depth 0.2 / 0.3 / 0.5;
+ *                       window attention as explicit matmuls + softmax with
+ *                       ct_window_bias (torchvision's relative_position_index buffers
+ *                       are computed, not kept); no padding: every stage's map must
+ *                       be a multiple of the window (224x224 works); linear weights
+ *                       N(0, 0.02) (torchvision truncates at 2 std). */
 typedef struct ct_vision_config {
     char arch[24];       /* one of the names above                                   */
     int64_t num_classes; /* torchvision: 1000                                        */
@@ -142,11 +149,13 @@ typedef struct ct_vision_config {
                             (32x32 inputs); the parameter names do not change       */
     int width_div;       /* 1: torchvision's widths; k > 1: reduced variants for tests
                             (resnet: every width / k; efficientnet: width multiplier
-                            / k, rounded to multiples of 8 as torchvision does)      */
+                            / k, rounded to multiples of 8 as torchvision does;
+                            swin: the embedding width / k, heads unchanged)         */
     int max_blocks;      /* 0: torchvision's depth; n: at most n blocks per stage    */
-    float drop_path;     /* efficientnet: stochastic depth rate of the last block
-                            (torchvision 0.2); others: must be 0                     */
+    float drop_path;     /* efficientnet, swin: stochastic depth rate of the last
+                            block (torchvision: 0.2; swin 0.2 / 0.3 / 0.5); resnet: 0 */
     float dropout;       /* efficientnet: classifier dropout; others: must be 0      */
+    int window;          /* swin: window size (0: 7); others: must be 0              */
 } ct_vision_config;
 
 /* The architecture's torchvision defaults (full size, 1000 classes). An

@@ -26,11 +26,11 @@ typedef enum ct_model_kind {
      * name is the architecture's name) */
     CT_MODEL_RESNET18, CT_MODEL_RESNET34, CT_MODEL_RESNET50, CT_MODEL_RESNET101,
     CT_MODEL_EFFICIENTNET_B0, CT_MODEL_EFFICIENTNET_B1, CT_MODEL_EFFICIENTNET_B2, CT_MODEL_EFFICIENTNET_B3,
-    CT_MODEL_EFFICIENTNET_B4,
+    CT_MODEL_EFFICIENTNET_B4, CT_MODEL_SWIN_T, CT_MODEL_SWIN_S, CT_MODEL_SWIN_B,
     CT_MODEL_COUNT
 } ct_model_kind;
-/* 1 for the torchvision image classifiers (resnet*, efficientnet_*). */
-static inline int ct_model_is_vision(ct_model_kind m) { return m >= CT_MODEL_RESNET18 && m <= CT_MODEL_EFFICIENTNET_B4; }
+/* 1 for the torchvision image classifiers (resnet*, efficientnet_*, swin_*). */
+static inline int ct_model_is_vision(ct_model_kind m) { return m >= CT_MODEL_RESNET18 && m <= CT_MODEL_SWIN_B; }
 typedef enum ct_dataset_kind {
     CT_DATASET_MNIST = 0,
     CT_DATASET_FASHION_MNIST,
@@ -143,7 +143,8 @@ typedef struct ct_recipe {
     int64_t num_classes;     /* 0: the dataset's classes                        */
     int width_div;           /* widths / width_div (reduced variants; default 1) */
     int max_blocks;          /* at most this many blocks per stage (0: all)     */
-    float drop_path;         /* efficientnet: stochastic depth rate (torchvision 0.2) */
+    float drop_path;         /* efficientnet, swin: stochastic depth rate (-1: the
+                                model's, torchvision's 0.2 / 0.2, 0.3, 0.5)     */
     float warmup_epochs;     /* warm-up length in epochs (0: warmup_steps counts) */
     char init_weights[256];  /* safetensors file the weights start from (ct_weights_load;
                                 not with resume); "": the initialization     */

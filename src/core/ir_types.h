@@ -68,6 +68,10 @@ typedef enum ct_op {
     CT_OP_CROSS_ENTROPY_BWD, /* in: dloss, logits, labels; attrs as forward              */
     CT_OP_EMBEDDING_BWD, /* in: dy, ids; out shape = weight's                             */
     CT_OP_ATTENTION_BWD, /* in: dy, qkv, fwd[, key_valid]; out: d_qkv; attrs as forward     */
+    CT_OP_WINDOW_BIAS, /* in: table ((2w-1)^2, heads); ia: 0 w 1 shift 2 windows along H 3 along W;
+                          out (nW, heads, w*w, w*w): Swin's relative position bias + the
+                          shifted-window mask (-100 across regions) when shift > 0      */
+    CT_OP_WINDOW_BIAS_BWD, /* in: dy; out: d_table; attrs as forward                      */
     CT_OP_COUNT
 } ct_op;
 

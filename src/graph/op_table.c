@@ -52,6 +52,8 @@ static const ct_op_info k_ops[] = {
     [CT_OP_CROSS_ENTROPY_BWD] = {"cross_entropy_bwd", {SIMD(cross_entropy_bwd)}, 0, 0, 0},
     [CT_OP_EMBEDDING_BWD] = {"embedding_bwd", {SIMD(embedding_bwd)}, 0, 0, 0},
     [CT_OP_ATTENTION_BWD] = {"attention_bwd", {SIMD(attention_bwd)}, 0, ct_ws_attention, 0},
+    [CT_OP_WINDOW_BIAS] = {"window_bias", {[CT_KERNEL_REF] = ct_k_window_bias_ref}, 0, 0, 0},
+    [CT_OP_WINDOW_BIAS_BWD] = {"window_bias_bwd", {[CT_KERNEL_REF] = ct_k_window_bias_bwd_ref}, 0, ct_ws_sum, 0},
 };
 
 _Static_assert(sizeof k_ops / sizeof k_ops[0] == CT_OP_COUNT, "k_ops needs one row per ct_op: add the new op's row");

@@ -35,12 +35,13 @@ typedef struct {
 #define M_RESNET ((1u << CT_MODEL_RESNET18) | (1u << CT_MODEL_RESNET34) | (1u << CT_MODEL_RESNET50) | (1u << CT_MODEL_RESNET101))
 #define M_EFF ((1u << CT_MODEL_EFFICIENTNET_B0) | (1u << CT_MODEL_EFFICIENTNET_B1) | (1u << CT_MODEL_EFFICIENTNET_B2) | \
                (1u << CT_MODEL_EFFICIENTNET_B3) | (1u << CT_MODEL_EFFICIENTNET_B4))
-#define M_VIS (M_RESNET | M_EFF)
+#define M_SWIN ((1u << CT_MODEL_SWIN_T) | (1u << CT_MODEL_SWIN_S) | (1u << CT_MODEL_SWIN_B))
+#define M_VIS (M_RESNET | M_EFF | M_SWIN)
 #define M_IMG (M_MLP | M_CNN | M_VIS)
 #define M_LM ((1u << CT_MODEL_GPT) | (1u << CT_MODEL_BERT))
 #define M_DROP (M_MLP | M_LM | M_EFF)
 #define MODELS "mlp|cnn|gpt|bert|resnet18|resnet34|resnet50|resnet101|efficientnet_b0|efficientnet_b1|efficientnet_b2|" \
-               "efficientnet_b3|efficientnet_b4"
+               "efficientnet_b3|efficientnet_b4|swin_t|swin_s|swin_b"
 /* enum keys whose values are library enums: the choices follow their order
  * (tests/test_recipe.c checks them against ct_schedule_kind_name and
  * ct_precision_name) */
@@ -51,7 +52,7 @@ typedef struct {
  * list in docs/recipes.md (`ctrain train --help-keys markdown`) come from it. */
 static const key_def k_keys[] = {
     {"model", K_ENUM, OFF(model), 0, 0, 0, MODELS, M_ALL, "--model",
-     "the model: mlp, cnn, resnet* and efficientnet_* (torchvision's) train on images, gpt and bert on text"},
+     "the model: mlp, cnn, resnet*, efficientnet_* and swin_* (torchvision's) train on images, gpt and bert on text"},
     {"hidden", K_LIST, OFF(hidden), OFF(n_hidden), 1, 1 << 20, NULL, M_MLP, "--hidden", "MLP hidden layer sizes, e.g. 1024,1024"},
     {"activation", K_ENUM, OFF(activation), 0, 0, 0, "relu|gelu|gelu-tanh|silu|tanh", M_MLP, NULL,
      "MLP hidden activation (gelu: exact erf GELU, gelu-tanh: its tanh approximation)"},
@@ -205,8 +206,9 @@ static const key_def k_keys[] = {
      "scripts/torchvision_to_safetensors.py); a resumed run keeps its checkpoint's"},
     {"warmup_epochs", K_F32, OFF(warmup_epochs), 0, 0, 1e6, NULL, M_ALL, NULL,
      "warm-up length in epochs (rounded up to optimizer steps; text: eval_every steps per epoch); replaces warmup_steps"},
-    {"drop_path", K_F32, OFF(drop_path), 0, 0, 0.999, NULL, M_EFF, NULL,
-     "efficientnet: stochastic depth rate of the last block, linear in the block index (torchvision 0.2)"},
+    {"drop_path", K_F32, OFF(drop_path), 0, -1, 0.999, NULL, M_EFF | M_SWIN, NULL,
+     "efficientnet, swin: stochastic depth rate of the last block, linear in the block index (-1: torchvision's "
+     "0.2; swin_t/s/b 0.2/0.3/0.5)"},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
@@ -214,6 +216,7 @@ void ct_recipe_default(ct_recipe *r) {
     memset(r, 0, sizeof *r);
     r->model = CT_MODEL_MLP;
     r->width_div = 1;
+    r->drop_path = -1.0f; /* the model's */
     r->n_hidden = 2;
     r->hidden[0] = r->hidden[1] = 1024;
     r->n_channels = 2;
@@ -514,7 +517,7 @@ ct_status ct_recipe_load_file(ct_context *ctx, const char *path, ct_recipe *r) {
 
 static const char *const k_model_names[CT_MODEL_COUNT] = {
     "mlp", "cnn", "gpt", "bert", "resnet18", "resnet34", "resnet50", "resnet101", "efficientnet_b0",
-    "efficientnet_b1", "efficientnet_b2", "efficientnet_b3", "efficientnet_b4"};
+    "efficientnet_b1", "efficientnet_b2", "efficientnet_b3", "efficientnet_b4", "swin_t", "swin_s", "swin_b"};
 
 void ct_recipe_models_text(unsigned models, char *buf, size_t len) {
     size_t o = 0;

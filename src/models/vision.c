@@ -9,15 +9,27 @@
 
 typedef struct {
     const char *name;
-    int resnet_depth;            /* 0: efficientnet                  */
+    int resnet_depth;            /* 0: efficientnet or swin          */
     double width_mult, depth_mult;
     float dropout;
+    int64_t swin_embed;          /* > 0: swin                        */
+    int depths[4], heads[4];
+    float drop_path;             /* the default                      */
 } arch_info;
 
 static const arch_info k_archs[] = {
-    {"resnet18", 18, 1, 1, 0},           {"resnet34", 34, 1, 1, 0},           {"resnet50", 50, 1, 1, 0},
-    {"resnet101", 101, 1, 1, 0},         {"efficientnet_b0", 0, 1.0, 1.0, 0.2f}, {"efficientnet_b1", 0, 1.0, 1.1, 0.2f},
-    {"efficientnet_b2", 0, 1.1, 1.2, 0.3f}, {"efficientnet_b3", 0, 1.2, 1.4, 0.3f}, {"efficientnet_b4", 0, 1.4, 1.8, 0.4f},
+    {"resnet18", 18, 1, 1, 0, 0, {0}, {0}, 0},
+    {"resnet34", 34, 1, 1, 0, 0, {0}, {0}, 0},
+    {"resnet50", 50, 1, 1, 0, 0, {0}, {0}, 0},
+    {"resnet101", 101, 1, 1, 0, 0, {0}, {0}, 0},
+    {"efficientnet_b0", 0, 1.0, 1.0, 0.2f, 0, {0}, {0}, 0.2f},
+    {"efficientnet_b1", 0, 1.0, 1.1, 0.2f, 0, {0}, {0}, 0.2f},
+    {"efficientnet_b2", 0, 1.1, 1.2, 0.3f, 0, {0}, {0}, 0.2f},
+    {"efficientnet_b3", 0, 1.2, 1.4, 0.3f, 0, {0}, {0}, 0.2f},
+    {"efficientnet_b4", 0, 1.4, 1.8, 0.4f, 0, {0}, {0}, 0.2f},
+    {"swin_t", 0, 1, 1, 0, 96, {2, 2, 6, 2}, {3, 6, 12, 24}, 0.2f},
+    {"swin_s", 0, 1, 1, 0, 96, {2, 2, 18, 2}, {3, 6, 12, 24}, 0.3f},
+    {"swin_b", 0, 1, 1, 0, 128, {2, 2, 18, 2}, {4, 8, 16, 32}, 0.5f},
 };
 #define N_ARCHS (int)(sizeof k_archs / sizeof k_archs[0])
 
@@ -46,7 +58,7 @@ ct_status ct_vision_config_default(ct_context *ctx, const char *arch, ct_vision_
     snprintf(out->arch, sizeof out->arch, "%s", a->name);
     out->num_classes = 1000;
     out->width_div = 1;
-    out->drop_path = a->resnet_depth ? 0.0f : 0.2f;
+    out->drop_path = a->drop_path;
     out->dropout = a->dropout;
     return CT_OK;
 }
@@ -110,6 +122,12 @@ ct_status ct_model_vision(ct_graph *g, ct_node x, const ct_vision_config *c, ct_
     if (!(c->drop_path >= 0 && c->drop_path < 1) || !(c->dropout >= 0 && c->dropout < 1))
         return ct_set_error(ctx, CT_E_INVALID_ARG, "%s: drop_path %g and dropout %g must be in [0, 1)", a->name,
                             (double)c->drop_path, (double)c->dropout);
+    if (c->window < 0 || (c->window > 0 && !a->swin_embed))
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "%s: window %d: the window size is a Swin option (0: 7)", a->name,
+                            c->window);
+    if (a->swin_embed && c->dropout > 0)
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "%s has no classifier dropout (torchvision's Swin): set dropout to 0",
+                            a->name);
     if (a->resnet_depth && (c->drop_path > 0 || c->dropout > 0))
         return ct_set_error(ctx, CT_E_INVALID_ARG, "%s has no stochastic depth or dropout (torchvision's ResNet): set "
                             "drop_path and dropout to 0", a->name);
@@ -127,6 +145,7 @@ ct_status ct_model_vision(ct_graph *g, ct_node x, const ct_vision_config *c, ct_
                             ct_shape_str(nd, s, buf, sizeof buf));
     }
     if (a->resnet_depth) return ct_model_resnet(g, x, c, a->resnet_depth, logits);
+    if (a->swin_embed) return ct_model_swin(g, x, c, a->swin_embed, a->depths, a->heads, logits);
     return ct_model_efficientnet(g, x, c, a->width_mult, a->depth_mult, logits);
 }
 

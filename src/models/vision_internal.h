@@ -25,4 +25,7 @@ ct_status ct_model_resnet(ct_graph *g, ct_node x, const ct_vision_config *c, int
 ct_status ct_model_efficientnet(ct_graph *g, ct_node x, const ct_vision_config *c, double width_mult,
                                 double depth_mult, ct_node *logits);
 
+ct_status ct_model_swin(ct_graph *g, ct_node x, const ct_vision_config *c, int64_t embed, const int *depths,
+                        const int *heads, ct_node *logits);
+
 #endif

@@ -1,6 +1,6 @@
 /* src/train/task_image.c - the image task: IDX datasets (MNIST,
  * Fashion-MNIST) through the loader or the background prefetcher, an MLP, a
- * CNN or a torchvision classifier (resnet*, efficientnet_*) with cross entropy, training accuracy from the logits, and test
+ * CNN or a torchvision classifier (resnet*, efficientnet_*, swin_*) with cross entropy, training accuracy from the logits, and test
  * loss / accuracy evaluated on the t10k split every epoch. Data parallel
  * (shard): the loader / prefetcher hand this rank its rows of every global
  * batch, and the evaluation covers every size-th test batch. */
@@ -62,7 +62,8 @@ static ct_status img_build(ct_task *t, ct_graph *g, const ct_recipe *r, ct_node 
                                 (long long)r->num_classes, (long long)ds->n_classes, (long long)ds->n_classes);
         vc.num_classes = r->num_classes ? r->num_classes : ds->n_classes;
         vc.cifar_stem = r->cifar_stem, vc.width_div = r->width_div, vc.max_blocks = r->max_blocks;
-        vc.drop_path = r->drop_path, vc.dropout = r->dropout;
+        if (r->drop_path >= 0) vc.drop_path = r->drop_path; /* -1: the model's */
+        vc.dropout = r->dropout;
         CT_TRY(ct_model_vision(g, x, &vc, &logits));
     } else CT_TRY(ct_model_cnn(g, x, r->n_channels, r->channels, ds->n_classes, &logits));
     CT_TRY(ct_cross_entropy(g, logits, y, r->label_smoothing, -100, loss));
