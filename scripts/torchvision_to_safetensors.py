@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """scripts/torchvision_to_safetensors.py - torchvision weights <-> ctrain.
 
-ctrain's ResNet / EfficientNet builders (ct_model_vision, src/models/) use
-torchvision 0.14's state_dict names and shapes, except that torchvision's
-batchnorm counters (*.num_batches_tracked) are not kept. This script converts
+ctrain's ResNet / EfficientNet / Swin builders (ct_model_vision, src/models/)
+use torchvision 0.14's state_dict names and shapes, except that torchvision's
+batchnorm counters (*.num_batches_tracked) and Swin's relative_position_index
+buffers (a function of the window size) are not kept. This script converts
 once in either direction (Debian: python3-torch, python3-torchvision).
 
   torchvision_to_safetensors.py --arch resnet50 [--state-dict W.pth]
@@ -39,6 +40,9 @@ def build(arch, num_classes, in_channels):
         if arch.startswith("resnet"):
             c = m.conv1
             m.conv1 = nn.Conv2d(in_channels, c.out_channels, c.kernel_size, c.stride, c.padding, bias=False)
+        elif arch.startswith("swin"):
+            c = m.features[0][0]
+            m.features[0][0] = nn.Conv2d(in_channels, c.out_channels, c.kernel_size, c.stride)
         else:
             c = m.features[0][0]
             m.features[0][0] = nn.Conv2d(in_channels, c.out_channels, c.kernel_size, c.stride, c.padding, bias=False)
@@ -63,7 +67,7 @@ def write_safetensors(path, tensors):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--arch", required=True, help="resnet18|34|50|101, efficientnet_b0..b4")
+    ap.add_argument("--arch", required=True, help="resnet18|34|50|101, efficientnet_b0..b4, swin_t|s|b")
     ap.add_argument("--state-dict", help="a torch.save'd state_dict (default: torchvision's init, seeded)")
     ap.add_argument("--to-torch", metavar="SAFETENSORS", help="convert a ctrain file back to a state_dict")
     ap.add_argument("--num-classes", type=int, default=1000)
@@ -79,13 +83,16 @@ def main():
         for k, v in m.state_dict().items():
             if k.endswith("num_batches_tracked"):
                 sd[k] = torch.zeros_like(v)
+            elif k.endswith("relative_position_index"):  # Swin: fixed by the window size
+                sd[k] = v
         m.load_state_dict(sd, strict=True)  # every name and shape, nothing extra
         torch.save(m.state_dict(), a.out)
         print("%s: %d tensors -> %s (torchvision %s, strict load ok)" % (a.to_torch, len(tensors), a.out, a.arch))
         return
     if a.state_dict:
         m.load_state_dict(torch.load(a.state_dict, map_location="cpu"), strict=True)
-    sd = {k: v for k, v in m.state_dict().items() if not k.endswith("num_batches_tracked")}
+    sd = {k: v for k, v in m.state_dict().items()
+          if not k.endswith(("num_batches_tracked", "relative_position_index"))}
     write_safetensors(a.out, sd)
     print("%s: %d tensors, %d parameters -> %s" % (a.arch, len(sd), sum(p.numel() for p in m.parameters()), a.out))
 
