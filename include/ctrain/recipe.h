@@ -30,7 +30,7 @@ typedef enum ct_model_kind {
     CT_MODEL_COUNT
 } ct_model_kind;
 /* 1 for the torchvision image classifiers (resnet*, efficientnet_*, swin_*). */
-static inline int ct_model_is_vision(ct_model_kind m) { return m >= CT_MODEL_RESNET18 && m <= CT_MODEL_SWIN_B; }
+int ct_model_is_vision(ct_model_kind m);
 typedef enum ct_dataset_kind {
     CT_DATASET_MNIST = 0,
     CT_DATASET_FASHION_MNIST,

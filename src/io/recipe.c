@@ -519,6 +519,8 @@ static const char *const k_model_names[CT_MODEL_COUNT] = {
     "mlp", "cnn", "gpt", "bert", "resnet18", "resnet34", "resnet50", "resnet101", "efficientnet_b0",
     "efficientnet_b1", "efficientnet_b2", "efficientnet_b3", "efficientnet_b4", "swin_t", "swin_s", "swin_b"};
 
+int ct_model_is_vision(ct_model_kind m) { return m >= CT_MODEL_RESNET18 && m <= CT_MODEL_SWIN_B; }
+
 void ct_recipe_models_text(unsigned models, char *buf, size_t len) {
     size_t o = 0;
     if (len) buf[0] = 0;
