@@ -28,6 +28,8 @@ small=(--set data_dir="$tmp/mn" --set width_div=16 --set max_blocks=1 --set batc
 expect resnet50_imagenet 0 "resnet50 on .*precision bf16.*done: 4 steps.*test accuracy" -- \
   "$CT" train --recipe recipes/resnet50_imagenet.json "${small[@]}" --set cifar_stem=true --set save_dir="$tmp/r50"
 [ -f "$tmp/r50/latest" ] || ls "$tmp/r50" | grep -q step && ok resnet50_checkpoint || bad resnet50_checkpoint "$(ls -R "$tmp/r50" 2>&1)"
+expect resume_keeps_width 1 "--resume: this run's model .*width_div 8.* differs from the checkpoint's .*width_div 16" -- \
+  "$CT" train --resume "$tmp/r50" --set width_div=8
 # efficientnet_b4: RMSprop, FP16 with the dynamic loss scaler, stochastic depth 0.2, dropout 0.4, prefetch 4
 expect efficientnet_b4 0 "efficientnet_b4 on .*precision fp16.*dynamic.*done: 16 steps.*test accuracy" -- \
   "$CT" train --recipe recipes/efficientnet_b4.json "${small[@]}" --set save_dir=

@@ -562,7 +562,7 @@ ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
     for (size_t i = 0; i < N_KEYS; i++) {
         const key_def *k = &k_keys[i];
         if (k->models & (1u << r->model) || key_is_default(r, &base, k)) continue;
-        char ms[64];
+        char ms[256];
         ct_recipe_models_text(k->models, ms, sizeof ms);
         return ct_set_error(ctx, CT_E_CONFIG,
                             "recipe key '%s' does not apply to model '%s' (it applies to %s); remove it or pick one "
