@@ -1,7 +1,7 @@
 /* bench/bench_step.c - times one ctrain training step (forward, backward,
  * optimizer update) of a fixed workload through the public API.
  *
- *   bench_step --workload mlp|cnn|gptchar|gpt2 [--precision fp32|bf16] [--threads 2]
+ *   bench_step --workload mlp|cnn|gptchar|gpt2|resnet50 [--precision fp32|bf16] [--threads 2]
  *              [--warmup 3] [--steps 10] [--optim adamw|sgd] [--seed 1] [--quiet]
  *
  * Output (machine-readable, one record per line, key=value fields):
@@ -195,7 +195,7 @@ static void opt_free(bench_opt *b) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: bench_step --workload mlp|cnn|gptchar|gpt2 [--precision fp32|bf16|fp16|...] [--threads N] [--warmup N] [--steps N]\n"
+            "usage: bench_step --workload mlp|cnn|gptchar|gpt2|resnet50 [--precision fp32|bf16|fp16|...] [--threads N] [--warmup N] [--steps N]\n"
             "                  [--optim adamw|sgd] [--seed N] [--budget-s S] [--quiet]\n"
             "  --budget-s S: stop after the timed steps took S seconds (at least 3 steps)\n"
             "  mlp: MLP 784-1024-1024-10, batch 256, cross entropy (default optim adamw)\n"
@@ -229,11 +229,11 @@ int main(int argc, char **argv) {
         i++;
     }
     if (!workload || steps < 1 || warmup < 0 || threads < 1) usage();
-    int is_mlp = !strcmp(workload, "mlp"), is_cnn = !strcmp(workload, "cnn");
+    int is_mlp = !strcmp(workload, "mlp"), is_cnn = !strcmp(workload, "cnn"), is_r50 = !strcmp(workload, "resnet50");
     int is_gptchar = !strcmp(workload, "gptchar"), is_gpt2 = !strcmp(workload, "gpt2");
     int is_gpt = is_gptchar || is_gpt2;
-    if (!is_mlp && !is_cnn && !is_gpt) usage();
-    if (!optim) optim = is_cnn ? "sgd" : "adamw";
+    if (!is_mlp && !is_cnn && !is_gpt && !is_r50) usage();
+    if (!optim) optim = is_cnn || is_r50 ? "sgd" : "adamw";
     rng_state = seed;
 
     ct_context_opts co;
@@ -246,7 +246,7 @@ int main(int argc, char **argv) {
     ct_graph *g;
     DIE_IF(ctx, ct_graph_create(ctx, &g));
     ct_node x, y, logits, loss;
-    int64_t batch = is_mlp ? 256 : is_cnn ? 128 : is_gptchar ? 8 : 4, n_classes = 10, x_numel;
+    int64_t batch = is_mlp ? 256 : is_cnn ? 128 : is_r50 ? 32 : is_gptchar ? 8 : 4, n_classes = is_r50 ? 1000 : 10, x_numel;
     int64_t seq = is_gptchar ? 256 : 64, n_labels = batch; /* gpt: tokens per row; labels per batch */
     ct_gpt_config gcfg;
     memset(&gcfg, 0, sizeof gcfg);
@@ -271,6 +271,13 @@ int main(int argc, char **argv) {
         DIE_IF(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){batch, 784}, &x));
         DIE_IF(ctx, ct_model_mlp(g, x, 2, (int64_t[]){1024, 1024}, n_classes, CT_ACT_RELU, 0.0f, &logits));
         x_numel = batch * 784;
+    } else if (is_r50) { /* torchvision's resnet50 (ct_model_vision), 3x224x224, 1000 classes */
+        DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));
+        DIE_IF(ctx, ct_input(g, "x", CT_F32, 4, (int64_t[]){batch, 3, 224, 224}, &x));
+        ct_vision_config vc;
+        DIE_IF(ctx, ct_vision_config_default(ctx, "resnet50", &vc));
+        DIE_IF(ctx, ct_model_vision(g, x, &vc, &logits));
+        x_numel = batch * 3 * 224 * 224;
     } else {
         DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));
         DIE_IF(ctx, ct_input(g, "x", CT_F32, 4, (int64_t[]){batch, 1, 28, 28}, &x));

@@ -22,6 +22,7 @@ WORKLOAD_DESC = {
     "cnn": "CNN [32,64] 1x28x28, b128, SGD-m",
     "gptchar": "GPT gpt-char-small 6/6/384 V65, b8 T256, AdamW",
     "gpt2": "GPT gpt2-124m 12/12/768 V50257, b4 T64, AdamW",
+    "resnet50": "ResNet-50 (torchvision) 3x224x224, b32, SGD-m",
 }
 
 

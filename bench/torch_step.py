@@ -2,7 +2,7 @@
 """bench/torch_step.py - times one PyTorch training step (forward, backward,
 optimizer update) of the same workloads as bench_step.c.
 
-  /usr/bin/python3 bench/torch_step.py --workload mlp|cnn|gptchar|gpt2 [--threads 2]
+  /usr/bin/python3 bench/torch_step.py --workload mlp|cnn|gptchar|gpt2|resnet50 [--threads 2]
       [--warmup 3] [--steps 10] [--optim adamw|sgd] [--foreach 0|1]
       [--channels-last 0|1] [--profile]
 
@@ -166,7 +166,7 @@ def build_gpt(nn, torch, c):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--workload", required=True, choices=["mlp", "cnn", "gptchar", "gpt2"])
+    ap.add_argument("--workload", required=True, choices=["mlp", "cnn", "gptchar", "gpt2", "resnet50"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
@@ -186,7 +186,7 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     is_gpt = a.workload in GPT_PRESETS
-    optim = a.optim or ("sgd" if a.workload == "cnn" else "adamw")
+    optim = a.optim or ("sgd" if a.workload in ("cnn", "resnet50") else "adamw")
 
     seq = 0
     if is_gpt:
@@ -199,6 +199,14 @@ def main():
         batch = 256
         model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
         x = torch.rand(batch, 784) * 2 - 1
+    elif a.workload == "resnet50":  # torchvision's resnet50, the model ct_model_vision builds
+        import torchvision
+        batch = 32
+        model = torchvision.models.resnet50()
+        x = torch.rand(batch, 3, 224, 224) * 2 - 1
+        if a.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+            x = x.contiguous(memory_format=torch.channels_last)
     else:
         batch = 128
         model = nn.Sequential(
@@ -210,7 +218,7 @@ def main():
             model = model.to(memory_format=torch.channels_last)
             x = x.contiguous(memory_format=torch.channels_last)
     if not is_gpt:
-        y = torch.randint(0, 10, (batch,))
+        y = torch.randint(0, 1000 if a.workload == "resnet50" else 10, (batch,))
     model.train()
     loss_fn = nn.CrossEntropyLoss()
     fe = bool(a.foreach)

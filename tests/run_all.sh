@@ -72,6 +72,8 @@ run_suite "report" tests/test_report.sh build/ctrain
 run_suite "resume" tests/resume_test.sh build/ctrain
 run_suite "install" bash tests/install_test.sh
 run_suite "fault" tests/fault_test.sh build/ctrain
+run_suite "models recipes" tests/models_recipe_test.sh build/ctrain
+run_suite "models weights" tests/models_weights_test.sh build/ctrain
 run_suite "dist" tests/dist_test.sh build/ctrain
 run_suite "dist zero" tests/dist_zero_test.sh build/ctrain
 run_suite "netns" tests/netns_test.sh build/ctrain
@@ -85,6 +87,7 @@ run_suite "asan image cli" tests/image_cli_test.sh build-asan/ctrain
 run_suite "asan report" tests/test_report.sh build-asan/ctrain
 run_suite "asan resume" tests/resume_test.sh build-asan/ctrain
 run_suite "asan fault" tests/fault_test.sh build-asan/ctrain
+run_suite "asan models recipes" tests/models_recipe_test.sh build-asan/ctrain
 run_suite "asan dist" tests/dist_test.sh build-asan/ctrain
 run_suite "asan dist zero" tests/dist_zero_test.sh build-asan/ctrain
 run_suite "asan fuzz replay" bash tests/fuzz/replay.sh build-asan

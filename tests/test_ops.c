@@ -109,6 +109,13 @@ CASE(c_flatten, CT_TRY(P(g, "x", ND(2, 3, 2, 2), &a)); CT_TRY(ct_flatten(g, a, &
 CASE(c_softmax, CT_TRY(P(g, "x", ND(4, 10), &a)); CT_TRY(ct_softmax(g, a, out)))
 CASE(c_log_softmax, CT_TRY(P(g, "x", ND(4, 10), &a)); CT_TRY(ct_log_softmax(g, a, out)))
 CASE(c_dropout, CT_TRY(P(g, "x", ND(6, 40), &a)); CT_TRY(ct_dropout(g, a, 0.3f, out)))
+CASE(c_drop_path, CT_TRY(P(g, "x", ND(8, 3, 5, 7), &a)); CT_TRY(ct_drop_path(g, a, 0.4f, out)))
+CASE(c_drop_path_rows, CT_TRY(P(g, "x", ND(16, 19), &a)); CT_TRY(ct_drop_path(g, a, 0.5f, out)))
+CASE(c_conv_depthwise, CT_TRY(P(g, "x", ND(2, 6, 9, 8), &a)); CT_TRY(P(g, "w", ND(6, 1, 5, 5), &b));
+     CT_TRY(P(g, "b", ND(6), &c)); CT_TRY(ct_conv2d(g, a, b, c, 2, 2, 1, 6, out)))
+CASE(c_window_bias, CT_TRY(P(g, "t", ND(9, 2), &a)); CT_TRY(ct_window_bias(g, a, 2, 0, 1, 2, out)))
+CASE(c_window_bias_shift, CT_TRY(P(g, "t", ND(25, 3), &a)); CT_TRY(ct_window_bias(g, a, 3, 1, 2, 3, &b));
+     CT_TRY(ct_softmax(g, b, out))) /* as in Swin: the -100 mask would drown finite differences of a sum */
 CASE(c_embedding, CT_TRY(P(g, "w", ND(11, 6), &a)); CT_TRY(ct_input(g, "ids", CT_I32, 2, S(3, 4), &b));
      CT_TRY(ct_embedding(g, a, b, out)))
 CASE(c_layernorm_nobias, CT_TRY(P(g, "x", ND(3, 4, 9), &a)); CT_TRY(P(g, "g", ND(9), &b));
@@ -178,6 +185,8 @@ static const op_case k_cases[] = {
     {"reshape_transpose", c_reshape_transpose, 0}, {"transpose3", c_transpose3, 0}, {"concat", c_concat, 0},
     {"slice", c_slice, 0}, {"flatten", c_flatten, 0}, {"softmax", c_softmax, 0},
     {"log_softmax", c_log_softmax, 0}, {"dropout", c_dropout, 0}, {"embedding", c_embedding, 0},
+    {"window_bias", c_window_bias, 1}, {"window_bias_shift", c_window_bias_shift, 1}, /* reference only: a gather */
+    {"drop_path", c_drop_path, 0}, {"drop_path_rows", c_drop_path_rows, 0}, {"conv_depthwise", c_conv_depthwise, 0},
     {"cross_entropy", c_cross_entropy, 0}, {"cross_entropy_3d", c_cross_entropy_3d, 0}, {"layernorm_nobias", c_layernorm_nobias, 0},
     {"attention_causal", c_attention_causal, 0}, {"attention_mask", c_attention_mask, 0},
     {"bn_relu", c_bn_relu, 0}, {"conv_bias_add", c_conv_bias_add, 0}, {"linear_bias_add", c_linear_bias_add, 0},

@@ -232,6 +232,34 @@ TEST(memory_budget_and_lr_scaling) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(parses_a_full_recipe), T(malformed_json_names_line_and_column), T(unknown_keys_and_bad_values_are_named),
+/* {"model": {"type": ..., ...}} is the model plus flat keys; written back flat, it parses the same */
+TEST(model_section) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_recipe r, back;
+    ct_recipe_default(&r);
+    CHECK_OK(ctx, ct_recipe_parse_json(ctx, "{\"model\": {\"type\": \"resnet18\", \"cifar_stem\": true, "
+                                            "\"num_classes\": 100, \"width_div\": 8, \"max_blocks\": 1}, "
+                                            "\"warmup_epochs\": 2.5}", &r));
+    CHECK(r.model == CT_MODEL_RESNET18 && ct_model_is_vision(r.model) && r.cifar_stem && r.num_classes == 100);
+    CHECK(r.width_div == 8 && r.max_blocks == 1 && r.warmup_epochs == 2.5f);
+    CHECK_OK(ctx, ct_recipe_validate(ctx, &r));
+    CHECK(!strcmp(ct_recipe_enum_name("model", CT_MODEL_EFFICIENTNET_B4), "efficientnet_b4"));
+    char buf[8192];
+    CHECK(ct_recipe_to_json_full(&r, buf, sizeof buf) < (int)sizeof buf);
+    ct_recipe_default(&back);
+    CHECK_OK(ctx, ct_recipe_parse_json(ctx, buf, &back));
+    CHECK(back.model == r.model && back.cifar_stem && back.num_classes == 100 && back.width_div == 8);
+    /* keys of other models, and both warm-up lengths, are named */
+    r.drop_path = 0.2f;
+    CHECK(ct_recipe_validate(ctx, &r) == CT_E_CONFIG && contains(ct_context_last_error(ctx), "'drop_path'"));
+    r.drop_path = -1, r.warmup_steps = 10;
+    CHECK(ct_recipe_validate(ctx, &r) == CT_E_CONFIG && contains(ct_context_last_error(ctx), "warmup_epochs"));
+    CHECK(ct_recipe_parse_json(ctx, "{\"model\": {\"type\": \"swin_x\"}}", &r) == CT_E_CONFIG);
+    CHECK(ct_recipe_parse_json(ctx, "{\"model\": {\"layers\": 3}}", &r) == CT_E_CONFIG);
+    CHECK(contains(ct_context_last_error(ctx), "model.layers"));
+    ct_context_free(ctx);
+}
+
+TEST_MAIN(T(model_section), T(parses_a_full_recipe), T(malformed_json_names_line_and_column), T(unknown_keys_and_bad_values_are_named),
           T(shipped_recipes_parse), T(enum_keys_match_library_enums), T(key_table_is_queryable),
           T(keys_that_do_not_apply_are_rejected), T(memory_budget_and_lr_scaling))

@@ -30,7 +30,7 @@ static void print_keys(FILE *f, int markdown) {
     static const char *const tn[] = {"int", "uint", "float", "bool", "string", "enum", "list", "bytes"};
     for (int i = 0; i < ct_recipe_num_keys(); i++) {
         const ct_recipe_key_info *k = ct_recipe_key_at(i);
-        char dv[128], range[160] = "", models[64];
+        char dv[128], range[160] = "", models[256];
         ct_recipe_get(&def, k->key, dv, sizeof dv);
         if (k->choices) snprintf(range, sizeof range, "%s", k->choices);
         else if (k->type == CT_KEY_INT || k->type == CT_KEY_UINT || k->type == CT_KEY_FLOAT || k->type == CT_KEY_LIST ||
@@ -152,7 +152,8 @@ static void *watchdog_main(void *arg) {
 /* The keys that define a model's weights: a resumed run must keep them. */
 static void model_text(const ct_recipe *r, char *buf, size_t len) {
     static const char *const keys[] = {"model", "hidden", "activation", "channels", "dataset", "preset", "n_layer", "n_head",
-                                       "d_model", "context", "tokenizer"};
+                                       "d_model", "context", "tokenizer", "cifar_stem", "num_classes", "width_div",
+                                       "max_blocks"};
     size_t o = 0;
     buf[0] = 0;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0] && o < len; i++) {

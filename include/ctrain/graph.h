@@ -158,6 +158,22 @@ ct_status ct_cross_entropy(ct_graph *g, ct_node logits, ct_node labels, float la
                            int ignore_index, ct_node *out);
 /* Inverted dropout, active only when the plan runs in training mode. */
 ct_status ct_dropout(ct_graph *g, ct_node x, float p, ct_node *out);
+/* Drop path (stochastic depth, torchvision's StochasticDepth(p, "row")):
+ * x (N, ...); in training mode each sample n is zeroed with probability p
+ * and otherwise scaled by 1/(1-p); identity in eval mode. Counter-based like
+ * dropout (the same mask in backward and in recomputation). */
+ct_status ct_drop_path(ct_graph *g, ct_node x, float p, ct_node *out);
+/* Swin Transformer's attention bias for windows of window x window tokens
+ * (torchvision's shifted_window_attention): table ((2w-1)^2, heads) ->
+ * (windows_h * windows_w, heads, w*w, w*w) with out[n, h, i, j] =
+ * table[(ri - rj + w - 1) * (2w - 1) + (ci - cj + w - 1), h] for tokens i =
+ * (ri, ci), j = (rj, cj) of a window (torchvision's relative_position_index,
+ * computed, not stored), plus, when shift > 0, -100 where i and j come from
+ * different regions of the cyclically shifted map (the shifted-window mask:
+ * along each axis the last `window` positions split at `shift`). Gradient:
+ * the sums into the table. */
+ct_status ct_window_bias(ct_graph *g, ct_node table, int window, int shift, int64_t windows_h, int64_t windows_w,
+                         ct_node *out);
 /* weight (V, D) param, ids I32 (...) -> (..., D) */
 ct_status ct_embedding(ct_graph *g, ct_node weight, ct_node ids, ct_node *out);
 

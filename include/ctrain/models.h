@@ -123,6 +123,62 @@ int ct_model_num_builtin(void);
 const char *ct_model_builtin_name(int i); /* NULL when out of range */
 const char *ct_model_builtin_desc(int i);
 
+/* ---- image classifiers with torchvision's architectures ------------------------
+ * (src/models/vision.c, resnet.c, efficientnet.c) The parameters and buffers
+ * carry torchvision 0.14's state_dict names and shapes ("layer1.0.conv1.weight",
+ * "features.1.0.block.0.0.weight", "bn1.running_mean"; torchvision's
+ * num_batches_tracked counters are not kept), so weights converted once by
+ * scripts/torchvision_to_safetensors.py load with ct_weights_load, and
+ * ct_weights_save writes files that script turns back into a state_dict.
+ * Input x (N, 3, H, W) FP32 -> logits (N, num_classes). Batchnorm: momentum
+ * 0.1, eps 1e-5 (PyTorch's defaults, as torchvision). Initialization as
+ * torchvision: convolutions N(0, sqrt(2 / fan_out)) (kaiming_normal_,
+ * fan_out), batchnorm 1 / 0; the last linear layer PyTorch's default (ResNet)
+ * or U(+-1/sqrt(num_classes)) with zero bias (EfficientNet).
+ *
+ *  resnet18, resnet34   BasicBlock [2,2,2,2] / [3,4,6,3]
+ *  resnet50, resnet101  Bottleneck [3,4,6,3] / [3,4,23,3] (stride on the 3x3, v1.5)
+ *  efficientnet_b0..b4  MBConv stages (depthwise conv, squeeze-excitation with
+ *                       SiLU, stochastic depth linear in the block index),
+ *                       width/depth multipliers (1.0,1.0) (1.0,1.1) (1.1,1.2)
+ *                       (1.2,1.4) (1.4,1.8), classifier dropout 0.2 0.2 0.3 0.3 0.4
+ *  swin_t, swin_s, swin_b  Swin Transformer v1: patch 4, window 7, embed 96/96/128,
+ *                       depths [2,2,6,2] / [2,2,18,2] / [2,2,18,2], heads [3,6,12,24] /
+ *                       [3,6,12,24] / [4,8,16,32], stochastic depth 0.2 / 0.3 / 0.5;
+ *                       window attention as explicit matmuls + softmax with
+ *                       ct_window_bias (torchvision's relative_position_index buffers
+ *                       are computed, not kept); no padding: every stage's map must
+ *                       be a multiple of the window (224x224 works); linear weights
+ *                       N(0, 0.02) (torchvision truncates at 2 std). */
+typedef struct ct_vision_config {
+    char arch[24];       /* one of the names above                                   */
+    int64_t num_classes; /* torchvision: 1000                                        */
+    int cifar_stem;      /* resnet: conv1 3x3 stride 1 padding 1 and no max pooling
+                            (32x32 inputs); the parameter names do not change       */
+    int width_div;       /* 1: torchvision's widths; k > 1: reduced variants for tests
+                            (resnet: every width / k; efficientnet: width multiplier
+                            / k, rounded to multiples of 8 as torchvision does;
+                            swin: the embedding width / k, heads unchanged)         */
+    int max_blocks;      /* 0: torchvision's depth; n: at most n blocks per stage    */
+    float drop_path;     /* efficientnet, swin: stochastic depth rate of the last
+                            block (torchvision: 0.2; swin 0.2 / 0.3 / 0.5); resnet: 0 */
+    float dropout;       /* efficientnet: classifier dropout; others: must be 0      */
+    int window;          /* swin: window size (0: 7); others: must be 0              */
+} ct_vision_config;
+
+/* The architecture's torchvision defaults (full size, 1000 classes). An
+ * unknown name is CT_E_INVALID_ARG listing the known ones (ctx may be NULL). */
+ct_status ct_vision_config_default(ct_context *ctx, const char *arch, ct_vision_config *out);
+ct_status ct_model_vision(ct_graph *g, ct_node x, const ct_vision_config *cfg, ct_node *logits);
+/* Name i (0 <= i < count) of the architectures above, or NULL. */
+int ct_vision_num_archs(void);
+const char *ct_vision_arch_name(int i);
+/* Trainable parameters of a model by name, by building its graph only (no
+ * memory for values): the vision architectures above at full size with
+ * num_classes (0: 1000), and the transformer presets ("gpt2-124m",
+ * "bert-large", ...). Unknown name -> CT_E_INVALID_ARG. */
+ct_status ct_model_num_params_by_name(ct_context *ctx, const char *name, int64_t num_classes, int64_t *out);
+
 #ifdef __cplusplus
 }
 #endif

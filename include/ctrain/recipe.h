@@ -20,7 +20,17 @@ extern "C" {
 
 /* Enumerated keys are parsed once into these enums; ct_recipe_enum_name
  * gives the text form back. */
-typedef enum ct_model_kind { CT_MODEL_MLP = 0, CT_MODEL_CNN, CT_MODEL_GPT, CT_MODEL_BERT, CT_MODEL_COUNT } ct_model_kind;
+typedef enum ct_model_kind {
+    CT_MODEL_MLP = 0, CT_MODEL_CNN, CT_MODEL_GPT, CT_MODEL_BERT,
+    /* torchvision image classifiers (ct_model_vision in models.h; the enum
+     * name is the architecture's name) */
+    CT_MODEL_RESNET18, CT_MODEL_RESNET34, CT_MODEL_RESNET50, CT_MODEL_RESNET101,
+    CT_MODEL_EFFICIENTNET_B0, CT_MODEL_EFFICIENTNET_B1, CT_MODEL_EFFICIENTNET_B2, CT_MODEL_EFFICIENTNET_B3,
+    CT_MODEL_EFFICIENTNET_B4, CT_MODEL_SWIN_T, CT_MODEL_SWIN_S, CT_MODEL_SWIN_B,
+    CT_MODEL_COUNT
+} ct_model_kind;
+/* 1 for the torchvision image classifiers (resnet*, efficientnet_*, swin_*). */
+int ct_model_is_vision(ct_model_kind m);
 typedef enum ct_dataset_kind {
     CT_DATASET_MNIST = 0,
     CT_DATASET_FASHION_MNIST,
@@ -167,6 +177,17 @@ typedef struct ct_recipe {
     ct_text_docs_mode text_docs; /* gpt / bert: variable-length documents (default off)  */
     int length_buckets;      /* text_docs: batches draw from one of this many length buckets */
     int64_t pad_to_multiple; /* text_docs: a batch's length is rounded up to a multiple of this */
+    /* torchvision image classifiers (ct_vision_config in models.h); in a JSON
+     * recipe also as {"model": {"type": "resnet18", "cifar_stem": true, ...}} */
+    int cifar_stem;          /* resnet: 3x3 stride-1 stem, no max pool (32x32)  */
+    int64_t num_classes;     /* 0: the dataset's classes                        */
+    int width_div;           /* widths / width_div (reduced variants; default 1) */
+    int max_blocks;          /* at most this many blocks per stage (0: all)     */
+    float drop_path;         /* efficientnet, swin: stochastic depth rate (-1: the
+                                model's, torchvision's 0.2 / 0.2, 0.3, 0.5)     */
+    float warmup_epochs;     /* warm-up length in epochs (0: warmup_steps counts) */
+    char init_weights[256];  /* safetensors file the weights start from (ct_weights_load;
+                                not with resume); "": the initialization     */
 } ct_recipe;
 
 /* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */

@@ -42,7 +42,9 @@ typedef enum ct_op {
     CT_OP_SOFTMAX,
     CT_OP_LOG_SOFTMAX,
     CT_OP_CROSS_ENTROPY, /* in: logits, labels; fa[0]=smoothing ia[0]=ignore_index        */
-    CT_OP_DROPOUT,     /* fa[0]=p; ia[0]=RNG stream (the forward node's id)               */
+    CT_OP_DROPOUT,     /* fa[0]=p; ia[0]=RNG stream (the forward node's id); ia[1]=0:
+                          one decision per element, else per row of ia[1] elements
+                          (drop path / stochastic depth: decision i / ia[1])            */
     CT_OP_EMBEDDING,   /* in: weight, ids                                                 */
     CT_OP_CAST,        /* dtype conversion (autocast pass); out dtype = node dtype         */
     CT_OP_ATTENTION,   /* in: qkv (B,T,3D)[, key_valid I32 (B,T)]; ia: 0 n_head 1 causal;
@@ -88,6 +90,10 @@ typedef enum ct_op {
     CT_OP_ELTWISE_CHAIN, /* up to 8 unary / scale / binary / dropout steps as one loop:
                           in[0] the chain's input, then the binary operands; ia[j] step
                           j (graph/fusion_chain.c), fa the scales and dropout rates    */
+    CT_OP_WINDOW_BIAS, /* in: table ((2w-1)^2, heads); ia: 0 w 1 shift 2 windows along H 3 along W;
+                          out (nW, heads, w*w, w*w): Swin's relative position bias + the
+                          shifted-window mask (-100 across regions) when shift > 0      */
+    CT_OP_WINDOW_BIAS_BWD, /* in: dy; out: d_table; attrs as forward                      */
     CT_OP_COUNT
 } ct_op;
 

@@ -370,6 +370,9 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
         CT_TRY(bnode(g, CT_OP_ATTENTION_BWD, D.n_in > 1 ? 4 : 3, bin, &D, in[0], &t));
         return accumulate(g, grads, fresh, in[0], t);
     }
+    case CT_OP_WINDOW_BIAS:
+        CT_TRY(bnode(g, CT_OP_WINDOW_BIAS_BWD, 1, &dy, &D, in[0], &t));
+        return accumulate(g, grads, fresh, in[0], t);
     case CT_OP_EMBEDDING:
         if (needs(req, in[0])) {
             CT_TRY(bnode(g, CT_OP_EMBEDDING_BWD, 2, (ct_node[]){dy, in[1]}, &D, in[0], &t));

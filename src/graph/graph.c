@@ -700,6 +700,49 @@ ct_status ct_dropout(ct_graph *g, ct_node x, float p, ct_node *out) {
     return ct_graph_push(g, &d, out);
 }
 
+ct_status ct_drop_path(ct_graph *g, ct_node x, float p, ct_node *out) {
+    CHECK_NODES("drop_path", x);
+    CT_TRY(check_f32(g, "drop_path", x));
+    if (!(p >= 0.f && p < 1.f))
+        return ct_set_error(g->ctx, CT_E_INVALID_ARG, "drop_path: p %g must be in [0, 1)", (double)p);
+    const ct_node_def *X = N(g, x);
+    if (X->ndim < 1 || X->shape[0] < 1)
+        return ct_set_error(g->ctx, CT_E_SHAPE, "drop_path: input '%s' needs a batch dimension (N, ...)", X->name);
+    ct_node_def d;
+    def_init(&d, CT_OP_DROPOUT, 1, &x);
+    def_shape(&d, X->ndim, X->shape);
+    d.fa[0] = p;
+    d.ia[0] = g->n; /* RNG stream: this node's id */
+    int64_t row = 1;
+    for (int i = 1; i < X->ndim; i++) row *= X->shape[i];
+    d.ia[1] = row; /* one keep decision per sample */
+    return ct_graph_push(g, &d, out);
+}
+
+ct_status ct_window_bias(ct_graph *g, ct_node table, int window, int shift, int64_t windows_h, int64_t windows_w,
+                         ct_node *out) {
+    CHECK_NODES("window_bias", table);
+    CT_TRY(check_f32(g, "window_bias", table));
+    const ct_node_def *T = N(g, table);
+    char s1[96];
+    if (window < 1 || shift < 0 || shift >= window || windows_h < 1 || windows_w < 1 ||
+        (shift > 0 && (windows_h < 2 || windows_w < 2)))
+        return ct_set_error(g->ctx, CT_E_INVALID_ARG,
+                            "window_bias: window %d, shift %d, %lld x %lld windows: need window >= 1, 0 <= shift < "
+                            "window and at least one window (two per axis when shifted)",
+                            window, shift, (long long)windows_h, (long long)windows_w);
+    int64_t L = (int64_t)(2 * window - 1) * (2 * window - 1);
+    if (T->ndim != 2 || T->shape[0] != L)
+        return ct_set_error(g->ctx, CT_E_SHAPE, "window_bias: table '%s' %s must be ((2*%d-1)^2 = %lld, heads)",
+                            T->name, shp(T, s1), window, (long long)L);
+    ct_node_def d;
+    def_init(&d, CT_OP_WINDOW_BIAS, 1, &table);
+    int64_t n = (int64_t)window * window;
+    def_shape(&d, 4, (int64_t[]){windows_h * windows_w, T->shape[1], n, n});
+    d.ia[0] = window, d.ia[1] = shift, d.ia[2] = windows_h, d.ia[3] = windows_w;
+    return ct_graph_push(g, &d, out);
+}
+
 ct_status ct_embedding(ct_graph *g, ct_node weight, ct_node ids, ct_node *out) {
     CHECK_NODES("embedding", weight, ids);
     CT_TRY(check_f32(g, "embedding", weight));

@@ -60,6 +60,8 @@ static const ct_op_info k_ops[] = {
     [CT_OP_GEMM_RELU] = {"gemm+relu", {DNNL(gemm_relu)}, 0, 0, ct_onednn_cache_free},
     [CT_OP_ADD_RELU] = {"add+relu", {SIMD(add_relu)}, 0, 0, 0},
     [CT_OP_ELTWISE_CHAIN] = {"eltwise_chain", {SIMD(eltwise_chain)}, 0, 0, 0},
+    [CT_OP_WINDOW_BIAS] = {"window_bias", {[CT_KERNEL_REF] = ct_k_window_bias_ref}, 0, 0, 0},
+    [CT_OP_WINDOW_BIAS_BWD] = {"window_bias_bwd", {[CT_KERNEL_REF] = ct_k_window_bias_bwd_ref}, 0, ct_ws_sum, 0},
 };
 
 _Static_assert(sizeof k_ops / sizeof k_ops[0] == CT_OP_COUNT, "k_ops needs one row per ct_op: add the new op's row");

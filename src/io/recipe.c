@@ -32,9 +32,16 @@ typedef struct {
 #define M_ALL CT_KEY_MODELS_ALL
 #define M_MLP (1u << CT_MODEL_MLP)
 #define M_CNN (1u << CT_MODEL_CNN)
-#define M_IMG (M_MLP | M_CNN)
+#define M_RESNET ((1u << CT_MODEL_RESNET18) | (1u << CT_MODEL_RESNET34) | (1u << CT_MODEL_RESNET50) | (1u << CT_MODEL_RESNET101))
+#define M_EFF ((1u << CT_MODEL_EFFICIENTNET_B0) | (1u << CT_MODEL_EFFICIENTNET_B1) | (1u << CT_MODEL_EFFICIENTNET_B2) | \
+               (1u << CT_MODEL_EFFICIENTNET_B3) | (1u << CT_MODEL_EFFICIENTNET_B4))
+#define M_SWIN ((1u << CT_MODEL_SWIN_T) | (1u << CT_MODEL_SWIN_S) | (1u << CT_MODEL_SWIN_B))
+#define M_VIS (M_RESNET | M_EFF | M_SWIN)
+#define M_IMG (M_MLP | M_CNN | M_VIS)
 #define M_LM ((1u << CT_MODEL_GPT) | (1u << CT_MODEL_BERT))
-#define M_DROP (M_MLP | M_LM)
+#define M_DROP (M_MLP | M_LM | M_EFF)
+#define MODELS "mlp|cnn|gpt|bert|resnet18|resnet34|resnet50|resnet101|efficientnet_b0|efficientnet_b1|efficientnet_b2|" \
+               "efficientnet_b3|efficientnet_b4|swin_t|swin_s|swin_b"
 /* enum keys whose values are library enums: the choices follow their order
  * (tests/test_recipe.c checks them against ct_schedule_kind_name and
  * ct_precision_name) */
@@ -44,15 +51,15 @@ typedef struct {
 /* The one table of recipe keys: parsing, validation, --help and the key
  * list in docs/recipes.md (`ctrain train --help-keys markdown`) come from it. */
 static const key_def k_keys[] = {
-    {"model", K_ENUM, OFF(model), 0, 0, 0, "mlp|cnn|gpt|bert", M_ALL, "--model",
-     "the model: mlp and cnn train on images, gpt and bert on text"},
+    {"model", K_ENUM, OFF(model), 0, 0, 0, MODELS, M_ALL, "--model",
+     "the model: mlp, cnn, resnet*, efficientnet_* and swin_* (torchvision's) train on images, gpt and bert on text"},
     {"hidden", K_LIST, OFF(hidden), OFF(n_hidden), 1, 1 << 20, NULL, M_MLP, "--hidden", "MLP hidden layer sizes, e.g. 1024,1024"},
     {"activation", K_ENUM, OFF(activation), 0, 0, 0, "relu|gelu|gelu-tanh|silu|tanh", M_MLP, NULL,
      "MLP hidden activation (gelu: exact erf GELU, gelu-tanh: its tanh approximation)"},
     {"channels", K_LIST, OFF(channels), OFF(n_channels), 1, 1 << 16, NULL, M_CNN, "--channels",
      "CNN conv block channels, e.g. 32,64 (conv3x3-batchnorm-relu-maxpool per block)"},
     {"dropout", K_F32, OFF(dropout), 0, 0, 0.999, NULL, M_DROP, "--dropout",
-     "dropout probability (MLP hidden layers; GPT/BERT: replaces the preset's)"},
+     "dropout probability (MLP hidden layers; GPT/BERT: replaces the preset's; efficientnet: before the classifier)"},
     {"dataset", K_ENUM, OFF(dataset), 0, 0, 0, "mnist|fashion-mnist|moby-dick|imagefolder|cifar10|cifar100", M_ALL,
      "--dataset",
      "images: mnist, fashion-mnist (IDX files), imagefolder (JPEG/PNG class folders), cifar10, cifar100 (binary "
@@ -190,7 +197,7 @@ static const key_def k_keys[] = {
      "error: the run fails with advice; stop: it stops cleanly (checkpoint written)"},
     {"memory_budget", K_BYTES, OFF(memory_budget), 0, 0, 9.2e18, NULL, M_ALL, "--memory-budget",
      "bytes the run may allocate, e.g. \"8G\" (0: no limit); a plan that does not fit fails with E60003 and advice"},
-    {"bn_stats_once", K_BOOL, OFF(bn_stats_once), 0, 0, 1, NULL, M_CNN, NULL,
+    {"bn_stats_once", K_BOOL, OFF(bn_stats_once), 0, 0, 1, NULL, M_CNN | M_VIS, NULL,
      "with accumulate_steps > 1: update batchnorm running statistics on the last micro-batch of a step only"},
     {"lr_scaling", K_ENUM, OFF(lr_scaling), 0, 0, 0, "none|linear|sqrt|linear_then_sqrt", M_ALL, NULL,
      "scale optimizer.lr by the global batch (batch_size x accumulate_steps) over lr_base_batch"},
@@ -255,6 +262,21 @@ static const key_def k_keys[] = {
      "text_docs: each batch draws its rows from one of this many buckets of similar-length documents (1: any)"},
     {"pad_to_multiple", K_I64, OFF(pad_to_multiple), 0, 1, 1 << 20, NULL, M_LM, NULL,
      "text_docs: a batch's sequence length is its longest document rounded up to a multiple of this"},
+    {"cifar_stem", K_BOOL, OFF(cifar_stem), 0, 0, 1, NULL, M_RESNET, NULL,
+     "resnet: 3x3 stride-1 first conv and no max pool (for 32x32 images)"},
+    {"num_classes", K_I64, OFF(num_classes), 0, 0, 1 << 24, NULL, M_VIS, NULL,
+     "classifier outputs (0: the dataset's classes; at least those)"},
+    {"width_div", K_INT, OFF(width_div), 0, 1, 64, NULL, M_VIS, NULL,
+     "divide every width by this (reduced variants; resnet: must divide 64)"},
+    {"max_blocks", K_INT, OFF(max_blocks), 0, 0, 64, NULL, M_VIS, NULL, "at most this many blocks per stage (0: all)"},
+    {"init_weights", K_STR, OFF(init_weights), SZ(init_weights), 0, 0, NULL, M_ALL, NULL,
+     "start from the weights of this safetensors file (exact names and shapes, e.g. torchvision's converted by "
+     "scripts/torchvision_to_safetensors.py); a resumed run keeps its checkpoint's"},
+    {"warmup_epochs", K_F32, OFF(warmup_epochs), 0, 0, 1e6, NULL, M_ALL, NULL,
+     "warm-up length in epochs (rounded up to optimizer steps; text: eval_every steps per epoch); replaces warmup_steps"},
+    {"drop_path", K_F32, OFF(drop_path), 0, -1, 0.999, NULL, M_EFF | M_SWIN, NULL,
+     "efficientnet, swin: stochastic depth rate of the last block, linear in the block index (-1: torchvision's "
+     "0.2; swin_t/s/b 0.2/0.3/0.5)"},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
@@ -264,6 +286,8 @@ void ct_recipe_default(ct_recipe *r) {
     r->length_buckets = 8;
     r->pad_to_multiple = 8;
     r->model = CT_MODEL_MLP;
+    r->width_div = 1;
+    r->drop_path = -1.0f; /* the model's */
     r->n_hidden = 2;
     r->hidden[0] = r->hidden[1] = 1024;
     r->n_channels = 2;
@@ -485,15 +509,17 @@ static ct_status apply_json(ct_context *ctx, const cJSON *obj, const char *prefi
             if ((pass == 0) != is_name && !cJSON_IsObject(it)) continue;
             if (cJSON_IsObject(it)) {
                 if (pass == 1) continue;
-                /* sections: {"optimizer": {...}}, {"loss_scale": {...}} */
-                if (prefix[0] || (strcmp(key, "optimizer") && strcmp(key, "loss_scale"))) /* key == it->string here */
-                    return unknown_key(ctx, key);
+                /* sections: {"optimizer": {...}}, {"loss_scale": {...}}, {"model": {"type": ...}} */
+                if (prefix[0] || (strcmp(key, "optimizer") && strcmp(key, "loss_scale") && strcmp(key, "model")))
+                    return unknown_key(ctx, key); /* key == it->string here */
                 char sub[64];
                 snprintf(sub, sizeof sub, "%s.", it->string);
                 CT_TRY(apply_json(ctx, it, sub, r));
                 continue;
             }
             const key_def *k = find_key(key);
+            if (!strncmp(key, "model.", 6)) /* the model section: "type" is the model, the rest are flat keys */
+                k = !strcmp(key + 6, "type") ? find_key("model") : find_key(key + 6);
             if (!k) return unknown_key(ctx, key);
             if (k->type == K_BYTES && cJSON_IsNumber(it)) {
                 CT_TRY(set_number(ctx, r, k, it->valuedouble));
@@ -573,7 +599,11 @@ ct_status ct_recipe_load_file(ct_context *ctx, const char *path, ct_recipe *r) {
     return s;
 }
 
-static const char *const k_model_names[CT_MODEL_COUNT] = {"mlp", "cnn", "gpt", "bert"};
+static const char *const k_model_names[CT_MODEL_COUNT] = {
+    "mlp", "cnn", "gpt", "bert", "resnet18", "resnet34", "resnet50", "resnet101", "efficientnet_b0",
+    "efficientnet_b1", "efficientnet_b2", "efficientnet_b3", "efficientnet_b4", "swin_t", "swin_s", "swin_b"};
+
+int ct_model_is_vision(ct_model_kind m) { return m >= CT_MODEL_RESNET18 && m <= CT_MODEL_SWIN_B; }
 
 void ct_recipe_models_text(unsigned models, char *buf, size_t len) {
     size_t o = 0;
@@ -616,7 +646,7 @@ ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
     for (size_t i = 0; i < N_KEYS; i++) {
         const key_def *k = &k_keys[i];
         if (k->models & (1u << r->model) || key_is_default(r, &base, k)) continue;
-        char ms[64];
+        char ms[256];
         ct_recipe_models_text(k->models, ms, sizeof ms);
         return ct_set_error(ctx, CT_E_CONFIG,
                             "recipe key '%s' does not apply to model '%s' (it applies to %s); remove it or pick one "
@@ -626,6 +656,11 @@ ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
     if (r->model == CT_MODEL_MLP && r->n_hidden < 0) return ct_set_error(ctx, CT_E_CONFIG, "mlp needs 'hidden'");
     if (r->model == CT_MODEL_CNN && r->n_channels < 1)
         return ct_set_error(ctx, CT_E_CONFIG, "cnn needs 'channels', e.g. [32, 64]");
+    if (r->model >= CT_MODEL_RESNET18 && r->model <= CT_MODEL_RESNET101 && 64 % r->width_div)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'width_div': %d does not divide 64 (resnet's stem width)",
+                            r->width_div);
+    if (r->warmup_epochs > 0 && r->warmup_steps > 0)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe keys 'warmup_epochs' and 'warmup_steps' are both set; keep one");
     int lm = r->model == CT_MODEL_GPT || r->model == CT_MODEL_BERT;
     if (lm && r->dataset != CT_DATASET_MOBY_DICK && !r->text_file[0])
         return ct_set_error(ctx, CT_E_CONFIG, "model '%s' trains on text: set dataset 'moby-dick' or 'text_file'",

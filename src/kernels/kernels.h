@@ -32,6 +32,10 @@ ct_status ct_k_cast(ct_kargs *k);
 CT_KERNEL_OPS(CT_DECL_REF)
 CT_KERNEL_OPS(CT_DECL_SIMD)
 
+/* Swin's window bias (reference only: a gather of a small table). */
+ct_status ct_k_window_bias_ref(ct_kargs *k);
+ct_status ct_k_window_bias_bwd_ref(ct_kargs *k);
+
 /* oneDNN kernels (matmul family and convolutions). */
 ct_status ct_k_matmul_onednn(ct_kargs *k);
 ct_status ct_k_linear_onednn(ct_kargs *k);

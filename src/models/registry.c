@@ -1,7 +1,9 @@
 /* src/models/registry.c - built-in model builders by name (`ctrain graph
  * --model NAME`). One row per builder: a new architecture (resnet,
  * efficientnet, swin, ...) adds its row to k_models with a function that
- * declares the input it expects and builds the model on it. */
+ * declares the input it expects and builds the model on it; torchvision's
+ * architectures (vision.c: resnet*, efficientnet_*, swin_*) follow the table,
+ * at full size with 1000 classes on 3x224x224 inputs. */
 #include <stdio.h>
 #include <string.h>
 
@@ -50,20 +52,37 @@ static const struct {
     {"bert-base", "BERT-base, 12 layers, d_model 768, MLM head", build_bert_base},
 };
 
-int ct_model_num_builtin(void) { return (int)(sizeof k_models / sizeof k_models[0]); }
+static int n_table(void) { return (int)(sizeof k_models / sizeof k_models[0]); }
 
-const char *ct_model_builtin_name(int i) { return i >= 0 && i < ct_model_num_builtin() ? k_models[i].name : NULL; }
+int ct_model_num_builtin(void) { return n_table() + ct_vision_num_archs(); }
 
-const char *ct_model_builtin_desc(int i) { return i >= 0 && i < ct_model_num_builtin() ? k_models[i].desc : NULL; }
+const char *ct_model_builtin_name(int i) {
+    if (i >= 0 && i < n_table()) return k_models[i].name;
+    return i >= n_table() ? ct_vision_arch_name(i - n_table()) : NULL;
+}
+
+const char *ct_model_builtin_desc(int i) {
+    if (i >= 0 && i < n_table()) return k_models[i].desc;
+    return i >= n_table() && ct_vision_arch_name(i - n_table()) ? "torchvision architecture, 3x224x224 input, 1000 classes"
+                                                                 : NULL;
+}
 
 ct_status ct_model_by_name(ct_graph *g, const char *name, int64_t batch, ct_node *out) {
     if (!g || !name || !out || batch < 1) return CT_E_INVALID_ARG;
-    for (int i = 0; i < ct_model_num_builtin(); i++)
+    for (int i = 0; i < n_table(); i++)
         if (!strcmp(k_models[i].name, name)) return k_models[i].build(g, batch, out);
-    char list[256];
+    for (int i = 0; i < ct_vision_num_archs(); i++)
+        if (!strcmp(ct_vision_arch_name(i), name)) {
+            ct_vision_config c;
+            CT_TRY(ct_vision_config_default(ct_graph_context(g), name, &c));
+            ct_node x;
+            CT_TRY(ct_input(g, "x", CT_F32, 4, (int64_t[]){batch, 3, 224, 224}, &x));
+            return ct_model_vision(g, x, &c, out);
+        }
+    char list[512];
     size_t o = 0;
     list[0] = 0;
     for (int i = 0; i < ct_model_num_builtin() && o < sizeof list; i++)
-        o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", k_models[i].name);
+        o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", ct_model_builtin_name(i));
     return ct_set_error(ct_graph_context(g), CT_E_INVALID_ARG, "model '%s' is unknown; built-in models: %s", name, list);
 }

@@ -1,8 +1,8 @@
 /* src/train/task_image.c - the image task: IDX datasets (MNIST,
  * Fashion-MNIST) through the loader or the background prefetcher, image
  * folders (JPEG/PNG) and CIFAR decoded and transformed by the prefetcher's
- * threads (ctrain/image.h; evaluation: Resize + CenterCrop), an MLP or
- * a CNN with cross entropy, training accuracy from the logits, and test
+ * threads (ctrain/image.h; evaluation: Resize + CenterCrop), an MLP, a
+ * CNN or a torchvision classifier (resnet*, efficientnet_*, swin_*) with cross entropy, training accuracy from the logits, and test
  * loss / accuracy evaluated on the t10k split every epoch. Data parallel
  * (shard): the loader / prefetcher hand this rank its rows of every global
  * batch, and the evaluation covers every size-th test batch. */
@@ -67,7 +67,19 @@ static ct_status img_build(ct_task *t, ct_graph *g, const ct_recipe *r, ct_node 
     CT_TRY(ct_input(g, "images", CT_F32, 4, xs, &x));
     CT_TRY(ct_input(g, "labels", CT_I32, 1, (int64_t[]){r->batch_size}, &y));
     if (r->model == CT_MODEL_MLP) CT_TRY(ct_model_mlp(g, x, r->n_hidden, r->hidden, ds->n_classes, r->activation, r->dropout, &logits));
-    else CT_TRY(ct_model_cnn(g, x, r->n_channels, r->channels, ds->n_classes, &logits));
+    else if (ct_model_is_vision(r->model)) {
+        ct_vision_config vc;
+        CT_TRY(ct_vision_config_default(it->ctx, ct_recipe_enum_name("model", (int)r->model), &vc));
+        if (r->num_classes && r->num_classes < ds->n_classes)
+            return ct_set_error(it->ctx, CT_E_CONFIG, "recipe key 'num_classes': %lld is fewer than the dataset's %lld "
+                                "classes; set 0 (the dataset's) or at least %lld",
+                                (long long)r->num_classes, (long long)ds->n_classes, (long long)ds->n_classes);
+        vc.num_classes = r->num_classes ? r->num_classes : ds->n_classes;
+        vc.cifar_stem = r->cifar_stem, vc.width_div = r->width_div, vc.max_blocks = r->max_blocks;
+        if (r->drop_path >= 0) vc.drop_path = r->drop_path; /* -1: the model's */
+        vc.dropout = r->dropout;
+        CT_TRY(ct_model_vision(g, x, &vc, &logits));
+    } else CT_TRY(ct_model_cnn(g, x, r->n_channels, r->channels, ds->n_classes, &logits));
     CT_TRY(ct_cross_entropy(g, logits, y, r->label_smoothing, -100, loss));
     it->x = x, it->y = y, it->logits = logits;
     keep[0] = logits;
@@ -177,7 +189,7 @@ static ct_status img_next(ct_task *t, int64_t step, int micro, int64_t *rows) {
 
 static int64_t img_correct(ct_task *t, int64_t rows) {
     image_task *it = t->impl;
-    return argmax_correct(logits_f32(it), it->ty.data, rows, it->train.n_classes);
+    return argmax_correct(logits_f32(it), it->ty.data, rows, it->tl.shape[1]);
 }
 
 /* The test split in eval mode, in batches of the plan's size (data
@@ -218,7 +230,7 @@ static ct_status img_evaluate(ct_task *t, ct_task_eval *out) {
         float l;
         ct_plan_loss(it->plan, &l);
         tot_loss += (double)l * (double)got;
-        correct += argmax_correct(logits_f32(it), lab, got, it->train.n_classes);
+        correct += argmax_correct(logits_f32(it), lab, got, it->tl.shape[1]); /* the logits' width: num_classes may exceed the dataset's */
         seen += got;
     }
     ct_loader_free(ld);

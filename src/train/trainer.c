@@ -737,7 +737,12 @@ static ct_status setup(run_t *R, ct_train_result *res) {
         R->total = r->max_steps > 0 ? r->max_steps : (int64_t)r->epochs * (r->eval_every > 0 ? r->eval_every : 100);
         R->steps_per_epoch = r->eval_every > 0 ? r->eval_every : R->total;
     }
-    CT_TRY(ct_train_schedule(ctx, r, R->total, &R->sched));
+    if (r->warmup_epochs > 0) { /* warmup_epochs: in optimizer steps of this run's epochs */
+        ct_recipe rw = *r;
+        int64_t spe = R->task->epochs_from_data ? R->per_epoch / R->accum : R->steps_per_epoch;
+        rw.warmup_steps = (int)CT_MIN((double)INT32_MAX, ceil((double)r->warmup_epochs * (double)spe));
+        CT_TRY(ct_train_schedule(ctx, &rw, R->total, &R->sched));
+    } else CT_TRY(ct_train_schedule(ctx, r, R->total, &R->sched));
     CT_TRY(ct_early_stop_init(ctx, &R->es, r->early_stop_patience, r->early_stop_min_delta,
                               r->early_stop_mode == CT_EARLY_STOP_MAX));
     ct_plan_param_arena(R->plan, &R->par, &R->grads, &R->n_par);
@@ -795,6 +800,10 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
         ev.loss = ck->test_loss;
         ev.accuracy = ck->test_acc;
         stopped = ck_stopped = R->es.stopped;
+    } else if (r->init_weights[0]) { /* e.g. torchvision weights (scripts/torchvision_to_safetensors.py) */
+        s = ct_weights_load(ctx, r->init_weights, R->plan);
+        if (s != CT_OK) return ct_wrap_error(ctx, s, "recipe key 'init_weights': ", NULL);
+        if (!quiet) say(R, "  initial weights from %s\n", r->init_weights);
     }
     /* data parallel: every rank starts from rank 0's weights (the same seed, or the same checkpoint, gave them
      * already: this makes sure) */

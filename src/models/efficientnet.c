@@ -1,0 +1,118 @@
+/* src/models/efficientnet.c - torchvision's EfficientNet B0..B4 (v1) with its
+ * state_dict names: features.0 (stem Conv2dNormActivation: .0 conv, .1 bn),
+ * features.{1..7}.{j}.block.{k} MBConv layers (expand 1x1 when the ratio is
+ * not 1, depthwise kxk, squeeze-excitation .fc1/.fc2 with bias, project
+ * 1x1), features.8 (1x1 head conv), classifier.1 (linear). */
+#include <math.h>
+#include <stdio.h>
+
+#include "vision_internal.h"
+
+/* torchvision's _make_divisible(v, 8): nearest multiple of 8, at least 8,
+ * never more than 10% below v. */
+static int64_t make_divisible(double v) {
+    int64_t nv = (int64_t)(v + 4.0) / 8 * 8;
+    if (nv < 8) nv = 8;
+    if ((double)nv < 0.9 * v) nv += 8;
+    return nv;
+}
+
+/* squeeze-excitation named pre (fc1, fc2): x * sigmoid(fc2(silu(fc1(avgpool(x))))) */
+static ct_status squeeze_excite(ct_graph *g, ct_node x, const char *pre, int64_t squeeze, ct_node *out) {
+    int64_t c = ct_vis_channels(g, x), n;
+    int nd;
+    int64_t s[CT_MAX_DIMS];
+    CT_TRY(ct_node_shape(g, x, &nd, s));
+    n = s[0];
+    ct_node p, w1, b1, w2, b2;
+    char nm[128];
+    CT_TRY(ct_global_avgpool(g, x, &p));
+    CT_TRY(ct_reshape(g, p, 4, (int64_t[]){n, c, 1, 1}, &p));
+    snprintf(nm, sizeof nm, "%s.fc1", pre);
+    CT_TRY(ct_vis_conv_weight(g, nm, squeeze, c, 1, &w1));
+    CT_TRY(ct_vis_param(g, nm, "bias", 1, (int64_t[]){squeeze}, CT_INIT_ZEROS, 0, &b1));
+    CT_TRY(ct_conv2d(g, p, w1, b1, 1, 0, 1, 1, &p));
+    CT_TRY(ct_node_set_name(g, p, nm));
+    CT_TRY(ct_silu(g, p, &p));
+    snprintf(nm, sizeof nm, "%s.fc2", pre);
+    CT_TRY(ct_vis_conv_weight(g, nm, c, squeeze, 1, &w2));
+    CT_TRY(ct_vis_param(g, nm, "bias", 1, (int64_t[]){c}, CT_INIT_ZEROS, 0, &b2));
+    CT_TRY(ct_conv2d(g, p, w2, b2, 1, 0, 1, 1, &p));
+    CT_TRY(ct_node_set_name(g, p, nm));
+    CT_TRY(ct_sigmoid(g, p, &p));
+    CT_TRY(ct_mul(g, x, p, out));
+    return ct_node_set_name(g, *out, pre);
+}
+
+/* MBConv named pre ("features.s.j"); sd: its stochastic depth probability */
+static ct_status mbconv(ct_graph *g, ct_node x, const char *pre, int expand, int k, int stride, int64_t cout,
+                        float sd, ct_node *out) {
+    int64_t cin = ct_vis_channels(g, x), ce = make_divisible((double)cin * expand);
+    char c[112], b[112];
+    int li = 0;
+    ct_node y = x;
+    if (ce != cin) {
+        snprintf(c, sizeof c, "%s.block.%d.0", pre, li), snprintf(b, sizeof b, "%s.block.%d.1", pre, li);
+        CT_TRY(ct_vis_conv_bn(g, y, c, b, ce, 1, 1, 1, CT_ACT_SILU, &y));
+        li++;
+    }
+    snprintf(c, sizeof c, "%s.block.%d.0", pre, li), snprintf(b, sizeof b, "%s.block.%d.1", pre, li);
+    CT_TRY(ct_vis_conv_bn(g, y, c, b, ce, k, stride, (int)ce, CT_ACT_SILU, &y));
+    li++;
+    snprintf(c, sizeof c, "%s.block.%d", pre, li++);
+    CT_TRY(squeeze_excite(g, y, c, cin / 4 > 1 ? cin / 4 : 1, &y));
+    snprintf(c, sizeof c, "%s.block.%d.0", pre, li), snprintf(b, sizeof b, "%s.block.%d.1", pre, li);
+    CT_TRY(ct_vis_conv_bn(g, y, c, b, cout, 1, 1, 1, CT_ACT_COUNT, &y));
+    if (stride == 1 && cin == cout) {
+        if (sd > 0) {
+            CT_TRY(ct_drop_path(g, y, sd, &y));
+            snprintf(c, sizeof c, "%s.stochastic_depth", pre);
+            CT_TRY(ct_node_set_name(g, y, c));
+        }
+        CT_TRY(ct_add(g, y, x, &y));
+    }
+    *out = y;
+    return ct_node_set_name(g, y, pre);
+}
+
+ct_status ct_model_efficientnet(ct_graph *g, ct_node x, const ct_vision_config *c, double width_mult,
+                                double depth_mult, ct_node *logits) {
+    /* expand ratio, kernel, stride, in, out, layers (torchvision's bneck_conf) */
+    static const int k_conf[7][6] = {{1, 3, 1, 32, 16, 1},   {6, 3, 2, 16, 24, 2},   {6, 5, 2, 24, 40, 2},
+                                     {6, 3, 2, 40, 80, 3},   {6, 5, 1, 80, 112, 3},  {6, 5, 2, 112, 192, 4},
+                                     {6, 3, 1, 192, 320, 1}};
+    double wm = width_mult / c->width_div;
+    int layers[7], total = 0;
+    for (int s = 0; s < 7; s++) {
+        layers[s] = (int)ceil(k_conf[s][5] * depth_mult);
+        if (c->max_blocks > 0 && layers[s] > c->max_blocks) layers[s] = c->max_blocks;
+        total += layers[s];
+    }
+    ct_node y;
+    CT_TRY(ct_vis_conv_bn(g, x, "features.0.0", "features.0.1", make_divisible(k_conf[0][3] * wm), 3, 2, 1,
+                          CT_ACT_SILU, &y));
+    char pre[48];
+    int id = 0;
+    for (int s = 0; s < 7; s++)
+        for (int j = 0; j < layers[s]; j++, id++) {
+            snprintf(pre, sizeof pre, "features.%d.%d", s + 1, j);
+            float sd = (float)((double)c->drop_path * id / total);
+            CT_TRY(mbconv(g, y, pre, k_conf[s][0], k_conf[s][1], j ? 1 : k_conf[s][2], make_divisible(k_conf[s][4] * wm),
+                          sd, &y));
+        }
+    int64_t last = 4 * make_divisible(k_conf[6][4] * wm);
+    CT_TRY(ct_vis_conv_bn(g, y, "features.8.0", "features.8.1", last, 1, 1, 1, CT_ACT_SILU, &y));
+    CT_TRY(ct_global_avgpool(g, y, &y));
+    CT_TRY(ct_node_set_name(g, y, "avgpool"));
+    if (c->dropout > 0) {
+        CT_TRY(ct_dropout(g, y, c->dropout, &y));
+        CT_TRY(ct_node_set_name(g, y, "classifier.0"));
+    }
+    ct_node w, b;
+    /* U(+-1/sqrt(num_classes)) weight, zero bias (torchvision's EfficientNet init) */
+    CT_TRY(ct_param(g, "classifier.1.weight", 2, (int64_t[]){c->num_classes, last}, CT_INIT_KAIMING_UNIFORM,
+                    c->num_classes, &w));
+    CT_TRY(ct_param(g, "classifier.1.bias", 1, (int64_t[]){c->num_classes}, CT_INIT_ZEROS, 0, &b));
+    CT_TRY(ct_linear(g, y, w, b, logits));
+    return ct_node_set_name(g, *logits, "classifier.1");
+}

@@ -1,0 +1,65 @@
+/* src/models/resnet.c - torchvision's ResNet (v1.5: the stride on the 3x3 of
+ * the bottleneck) with its state_dict names: conv1, bn1, (maxpool),
+ * layer{1..4}.{i}.conv{1,2[,3]} / bn{...} / downsample.{0,1}, fc. */
+#include <math.h>
+#include <stdio.h>
+
+#include "vision_internal.h"
+
+/* BasicBlock (expansion 1) or Bottleneck (expansion 4) named `pre`. */
+static ct_status block(ct_graph *g, ct_node x, const char *pre, int bottleneck, int64_t planes, int stride,
+                       ct_node *out) {
+    char c[96], b[96];
+    int64_t cin = ct_vis_channels(g, x), cout = bottleneck ? planes * 4 : planes;
+    ct_node y, idn = x;
+    if (bottleneck) {
+        snprintf(c, sizeof c, "%s.conv1", pre), snprintf(b, sizeof b, "%s.bn1", pre);
+        CT_TRY(ct_vis_conv_bn(g, x, c, b, planes, 1, 1, 1, CT_ACT_RELU, &y));
+        snprintf(c, sizeof c, "%s.conv2", pre), snprintf(b, sizeof b, "%s.bn2", pre);
+        CT_TRY(ct_vis_conv_bn(g, y, c, b, planes, 3, stride, 1, CT_ACT_RELU, &y));
+        snprintf(c, sizeof c, "%s.conv3", pre), snprintf(b, sizeof b, "%s.bn3", pre);
+        CT_TRY(ct_vis_conv_bn(g, y, c, b, cout, 1, 1, 1, CT_ACT_COUNT, &y));
+    } else {
+        snprintf(c, sizeof c, "%s.conv1", pre), snprintf(b, sizeof b, "%s.bn1", pre);
+        CT_TRY(ct_vis_conv_bn(g, x, c, b, planes, 3, stride, 1, CT_ACT_RELU, &y));
+        snprintf(c, sizeof c, "%s.conv2", pre), snprintf(b, sizeof b, "%s.bn2", pre);
+        CT_TRY(ct_vis_conv_bn(g, y, c, b, cout, 3, 1, 1, CT_ACT_COUNT, &y));
+    }
+    if (stride != 1 || cin != cout) {
+        snprintf(c, sizeof c, "%s.downsample.0", pre), snprintf(b, sizeof b, "%s.downsample.1", pre);
+        CT_TRY(ct_vis_conv_bn(g, x, c, b, cout, 1, stride, 1, CT_ACT_COUNT, &idn));
+    }
+    CT_TRY(ct_add(g, y, idn, &y));
+    CT_TRY(ct_relu(g, y, out));
+    return ct_node_set_name(g, *out, pre);
+}
+
+ct_status ct_model_resnet(ct_graph *g, ct_node x, const ct_vision_config *c, int depth, ct_node *logits) {
+    static const int k_blocks[4][4] = {{2, 2, 2, 2}, {3, 4, 6, 3}, {3, 4, 6, 3}, {3, 4, 23, 3}};
+    int v = depth == 18 ? 0 : depth == 34 ? 1 : depth == 50 ? 2 : 3, bottleneck = depth >= 50;
+    int64_t div = c->width_div;
+    ct_node y;
+    if (c->cifar_stem) CT_TRY(ct_vis_conv_bn(g, x, "conv1", "bn1", 64 / div, 3, 1, 1, CT_ACT_RELU, &y));
+    else {
+        CT_TRY(ct_vis_conv_bn(g, x, "conv1", "bn1", 64 / div, 7, 2, 1, CT_ACT_RELU, &y));
+        CT_TRY(ct_maxpool2d(g, y, 3, 2, 1, &y));
+        CT_TRY(ct_node_set_name(g, y, "maxpool"));
+    }
+    char pre[48];
+    for (int s = 0; s < 4; s++) {
+        int n = k_blocks[v][s];
+        if (c->max_blocks > 0 && n > c->max_blocks) n = c->max_blocks;
+        for (int i = 0; i < n; i++) {
+            snprintf(pre, sizeof pre, "layer%d.%d", s + 1, i);
+            CT_TRY(block(g, y, pre, bottleneck, (64 << s) / div, i == 0 && s > 0 ? 2 : 1, &y));
+        }
+    }
+    CT_TRY(ct_global_avgpool(g, y, &y));
+    CT_TRY(ct_node_set_name(g, y, "avgpool"));
+    int64_t f = ct_vis_channels(g, y);
+    ct_node w, b;
+    CT_TRY(ct_param(g, "fc.weight", 2, (int64_t[]){c->num_classes, f}, CT_INIT_KAIMING_UNIFORM, f, &w));
+    CT_TRY(ct_param(g, "fc.bias", 1, (int64_t[]){c->num_classes}, CT_INIT_KAIMING_UNIFORM, f, &b));
+    CT_TRY(ct_linear(g, y, w, b, logits));
+    return ct_node_set_name(g, *logits, "fc");
+}
