@@ -113,6 +113,19 @@ void ct_fusion_rules_free(ct_fusion_rules *r) {
 
 int ct_fusion_rules_count(const ct_fusion_rules *r) { return r ? r->n : 0; }
 
+ct_fusion_rules *ct_fusion_rules_clone(const ct_fusion_rules *r) {
+    if (!r) return NULL;
+    ct_fusion_rules *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    if (r->n > 0 && !(c->r = malloc((size_t)r->n * sizeof *c->r))) {
+        free(c);
+        return NULL;
+    }
+    if (r->n > 0) memcpy(c->r, r->r, (size_t)r->n * sizeof *c->r);
+    c->n = r->n;
+    return c;
+}
+
 const char *ct_fusion_rule_desc(const ct_fusion_rules *r, int i) {
     return r && i >= 0 && i < r->n ? r->r[i].desc : NULL;
 }

@@ -366,7 +366,9 @@ ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *
         if (p->plan_only && k_passes[i].fn == pass_allocate) break;
         if (s == CT_OK) s = k_passes[i].fn(p);
     }
-    p->fusion_rules = NULL; /* the caller's: read during compile only */
+    p->fusion_rules = NULL; /* the caller's: read during compile only; the copy serves ct_plan_add_shape */
+    if (s == CT_OK && opts->fusion_rules && !(p->rules_copy = ct_fusion_rules_clone(opts->fusion_rules)))
+        s = ct_set_error(p->ctx, CT_E_OOM, "out of memory copying the fusion rules");
     if (s == CT_OK && !opts->init_params && p->n_param_floats) /* no params: no arena */
         memset(p->param_arena, 0, p->n_param_floats * sizeof(float));
     if (s != CT_OK) {
@@ -381,6 +383,7 @@ void ct_plan_free(ct_plan *p) {
     if (!p) return;
     for (int v = 0; v < p->n_variants; v++) ct_plan_free(p->variants[v]);
     free(p->variants);
+    ct_fusion_rules_free(p->rules_copy);
     if (p->pn) {
         for (int i = 0; i < p->g.n; i++) {
             const ct_op_info *info = ct_op_table(p->g.nodes[i].op);
@@ -784,6 +787,9 @@ ct_status ct_plan_add_shape(ct_plan *p, ct_graph *g, ct_node loss, int n_outputs
     o.accumulate_grads = p->accumulate_grads;
     o.recompute_every = p->recompute_every;
     o.recompute_ops = p->recompute_ops;
+    o.fusion_level = p->fusion_level; /* the same fusions, so the same nodes */
+    o.fusion_rules = p->rules_copy;
+    o.memory_opt = p->memory_opt;
     o.plan_only = 1;
     ct_plan *v = NULL;
     CT_TRY(ct_compile(g, loss, n_outputs, outputs, &o, &v));

@@ -84,6 +84,7 @@ struct ct_plan {
     /* fusion (fusion.c) and memory reuse (planner.c) */
     int fusion_level;        /* ct_compile_opts.fusion_level                  */
     const ct_fusion_rules *fusion_rules; /* the caller's, during compile only */
+    ct_fusion_rules *rules_copy; /* this plan's copy of them, for ct_plan_add_shape's compiles */
     int memory_opt;          /* 0: every value its own block (no reuse)       */
     size_t act_bytes_no_reuse; /* the activation arena without reuse         */
     int n_groups;            /* fused groups                                  */
@@ -100,6 +101,9 @@ struct ct_plan {
     int n_variants;
     int variant;
 };
+
+/* A copy of r (NULL for NULL or out of memory; fusion.c). */
+ct_fusion_rules *ct_fusion_rules_clone(const ct_fusion_rules *r);
 
 /* A user's node id in the plan's graph (-1 when out of range). */
 static inline ct_node ct_plan_map(const ct_plan *p, ct_node n) {
