@@ -4,9 +4,10 @@
 # reduced size through `ctrain train --recipe R --set ...`: every key of the
 # recipe stays (optimizer, schedule with warm-up epochs, label smoothing,
 # precision and loss scaling, accumulation), only the size and the data change.
-# The image recipes point at data/imagenet, which needs the ImageFolder reader
-# (not merged yet); here they run on a 64-image MNIST subset (IDX, 1x28x28)
-# with widths / 16, one block per stage (resnet: the CIFAR stem).
+# The image recipes read an ImageFolder at data/imagenet (RandomResizedCrop +
+# flip, ImageNet's mean/std); here they run on a 64-image Fashion-MNIST PNG
+# folder (scripts/export_imagefolder.py, 3x32x32) with widths / 16, one block
+# per stage (resnet: the CIFAR stem), swin_b at its 224x224 input.
 # usage: tests/models_recipe_test.sh path/to/ctrain
 set -u
 CT=${1:-build/ctrain}
@@ -21,8 +22,12 @@ if [ ! -f data/mnist/train-images-idx3-ubyte ] || [ ! -f data/text/moby-dick.txt
 fi
 mnist_subset "$tmp/mn" train 64
 mnist_subset "$tmp/mn" t10k 16
-small=(--set data_dir="$tmp/mn" --set width_div=16 --set max_blocks=1 --set batch_size=8 --set epochs=2
-       --threads 2)
+PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
+if ! $PY scripts/export_imagefolder.py --out "$tmp/fm" --train-count 64 --val-count 40 > "$tmp/export.log" 2>&1; then
+  bad export_imagefolder "$(cat "$tmp/export.log")"
+fi
+small=(--set data_dir="$tmp/fm" --set image_size=32 --set resize_size=0 --set width_div=16 --set max_blocks=1
+       --set batch_size=8 --set epochs=2 --threads 2)
 # resnet50: SGD + linear LR scaling, 5 warm-up epochs (of 2 steps here: 64 images / 8 / accumulate 4) then cosine,
 # label smoothing, BF16 autocast, accumulation with bn_stats_once; a checkpoint at the end
 expect resnet50_imagenet 0 "resnet50 on .*precision bf16.*done: 4 steps.*test accuracy" -- \
@@ -38,11 +43,14 @@ expect bert_large 0 "bert \(2 layers.*precision bf16.*done: 2 steps" -- \
   "$CT" train --recipe recipes/bert_large.json --set n_layer=2 --set n_head=2 --set d_model=64 --set context=32 \
   --set batch_size=2 --set accumulate_steps=2 --set max_steps=2 --set eval_every=2 --set eval_batches=1 \
   --set warmup_steps=1 --set save_dir= --threads 2
-# swin_b: AdamW, 20 warm-up epochs + cosine to min_lr, clipping, BF16. Swin needs every stage's map to be a multiple
-# of its window (224x224 with window 7): 28x28 MNIST cannot run it, so this checks that the recipe parses,
-# validates and builds the model up to that shape check
-expect swin_b_needs_224 1 "swin_b: input 28x28: every stage's map .* multiple of the window 7" -- \
+# swin_b: AdamW, 20 warm-up epochs + cosine to min_lr, clipping, BF16 (its drop path declines BF16 I/O: it ran on
+# BF16 data as FP32 and gave NaN before). Every stage's map must be a multiple of the window (224x224 with window 7):
+# 32x32 cannot run it, 224x224 (the folder's images resized) can
+expect swin_b_needs_224 1 "swin_b: input 32x32: every stage's map .* multiple of the window 7" -- \
   "$CT" train --recipe recipes/swin_b.json "${small[@]}" --set save_dir=
+expect swin_b 0 "swin_b on imagefolder .*3x224x224.*precision bf16.*done: 2 steps.*test accuracy" -- \
+  "$CT" train --recipe recipes/swin_b.json "${small[@]}" --set image_size=224 --set batch_size=4 --set max_steps=2 \
+  --set epochs=1 --set save_dir=
 # the model section of a recipe and its errors
 printf '{"model": {"type": "resnet18", "cifar_stem": true, "width_div": 3}}\n' > "$tmp/bad_div.json"
 expect width_div_must_divide_64 1 "width_div.*3 does not divide 64" -- "$CT" train --recipe "$tmp/bad_div.json"

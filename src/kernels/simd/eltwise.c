@@ -427,6 +427,8 @@ ct_status CT_FN(dropout)(ct_kargs *k) {
         if (fn != chunk_copy || j.y != j.a) ew_run(k, n, fn, &j);
         return CT_OK;
     }
+    /* drop path reads and writes FP32 rows: BF16 I/O goes through the executor's FP32 copies */
+    if (k->node->ia[1] > 0 && (k->in[0].dtype != CT_F32 || k->out.dtype != CT_F32)) return CT_E_UNSUPPORTED;
     if (ew_io(k, 1, &j, &fn) < 0) return CT_E_UNSUPPORTED;
     j.s = 1.0f / (1.0f - p);
     if (k->node->ia[1] > 0) { /* drop path: rows of ia[1] elements */
