@@ -639,7 +639,8 @@ static ct_status try_dropout_add(fz *f, ct_node n, int *done) {
     for (int side = 0; side < 2; side++) {
         ct_node d = A->in[side], r = A->in[1 - side];
         const ct_node_def *D = &g->nodes[d], *R = &g->nodes[r];
-        if (D->op != CT_OP_DROPOUT || !usable(f->p, d) || R->dtype != CT_F32 || d == r) continue;
+        /* not drop path (ia[1] > 0: one decision per row; dropout+add draws one per element) */
+        if (D->op != CT_OP_DROPOUT || D->ia[1] > 0 || !usable(f->p, d) || R->dtype != CT_F32 || d == r) continue;
         if (D->ndim != A->ndim || R->ndim != A->ndim || memcmp(D->shape, A->shape, sizeof(int64_t) * (size_t)A->ndim) ||
             memcmp(R->shape, A->shape, sizeof(int64_t) * (size_t)A->ndim) || g->nodes[D->in[0]].dtype != CT_F32)
             continue;

@@ -48,7 +48,8 @@ static int eligible(const ct_plan *p, ct_node n) {
     for (int j = 0; j < d->n_in; j++)
         if (p->g.nodes[d->in[j]].dtype != CT_F32 || !same_shape(&p->g.nodes[d->in[j]], d)) return 0;
     switch (d->op) {
-    case CT_OP_UNARY: case CT_OP_SCALE: case CT_OP_DROPOUT: return d->n_in == 1;
+    case CT_OP_UNARY: case CT_OP_SCALE: return d->n_in == 1;
+    case CT_OP_DROPOUT: return d->n_in == 1 && d->ia[1] <= 0; /* not drop path: one decision per row */
     case CT_OP_BINARY: return d->n_in == 2 && d->in[0] != d->in[1];
     default: return 0;
     }
