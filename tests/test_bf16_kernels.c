@@ -640,8 +640,8 @@ static void plans_match_copies_on(int isa) {
         ct_plan_get_stats(a, &sa);
         ct_plan_get_stats(b, &sb);
         /* copies everywhere with CT_BF16_NATIVE=0; SIMD nodes read BF16 by default */
-        CHECK(sb.n_lowp_native == 0 && sb.n_lowp_copied > 0);
-        if (ct_context_isa(ctx) >= CT_ISA_AVX2) CHECK(sa.n_lowp_native > 0 && sa.n_lowp_copied < sb.n_lowp_copied);
+        CHECK(sb.n_lowp_native == 0 && sb.n_lowp_simd == 0 && sb.n_lowp_copied > 0);
+        if (ct_context_isa(ctx) >= CT_ISA_AVX2) CHECK(sa.n_lowp_simd > 0 && sa.n_lowp_copied < sb.n_lowp_copied);
         float la[4], lb[4];
         CHECK_OK(ctx, train(ctx, a, gpt, xa, ya, 4, la));
         CHECK_OK(ctx, train(ctx, b, gpt, xb, yb, 4, lb));
@@ -650,7 +650,7 @@ static void plans_match_copies_on(int isa) {
         ct_plan_param_arena(a, &wa, NULL, &n);
         ct_plan_param_arena(b, &wb, NULL, NULL);
         printf("    %s %s, 4 steps: loss %.6f -> %.6f (%d nodes read BF16, %d copied), copies %.6f -> %.6f (%d copied)\n",
-               gpt ? "gpt" : "cnn", m < 2 ? "bf16" : "bf16-pure", (double)la[0], (double)la[3], sa.n_lowp_native,
+               gpt ? "gpt" : "cnn", m < 2 ? "bf16" : "bf16-pure", (double)la[0], (double)la[3], sa.n_lowp_simd,
                sa.n_lowp_copied, (double)lb[0], (double)lb[3], sb.n_lowp_copied);
         /* no node declined its BF16 I/O at run time (a fallback counts as copied) */
         ct_plan_stats after;

@@ -534,8 +534,8 @@ TEST(cnn_activation_arena) {
            "bf16 native %.2f MB (largest copy %.2f MB, %d native nodes)\n",
            act[0] / 1e6, act[1] / 1e6, cast[1] / 1e6, act[2] / 1e6, cast[2] / 1e6, nat[2]);
     CHECK(act[1] < act[0]);
-    if (mode == MODE_COPIES) {
-        CHECK(act[2] == act[1] && nat[2] == 0);
+    if (mode == MODE_COPIES) { /* no oneDNN BF16 node; the SIMD kernels may still read BF16 (n_lowp_simd) */
+        CHECK(nat[2] == 0 && act[2] <= act[1]);
     } else {
         CHECK(nat[2] > 0);
         CHECK(act[2] <= act[1]);

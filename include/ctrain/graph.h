@@ -461,14 +461,18 @@ typedef struct ct_plan_stats {
                           I/O (planned inside activation_bytes, live only while it runs) */
     int n_nodes, n_params;
     /* mixed precision: nodes whose kernel reads and writes BF16/FP16 itself
-     * (matmul, linear, conv2d and their backward on oneDNN; casts not
+     * on oneDNN (matmul, linear, conv2d and their backward; casts not
      * counted), and nodes given FP32 copies of low-precision I/O. A native
-     * node that oneDNN declines counts as copied from its first run on. */
+     * node that its kernel declines counts as copied from its first run on. */
     int n_lowp_native, n_lowp_copied;
     /* the activation arena without any reuse (every value its own buffer):
      * activation_bytes with memory_opt = 0; and the fused groups */
     size_t activation_bytes_no_reuse;
     int n_fused;
+    /* mixed precision: nodes whose AVX2 / AVX-512 kernel reads and writes
+     * BF16 itself (elementwise, norms, softmax, pooling, embedding,
+     * attention, ...: converting in registers); not in n_lowp_native */
+    int n_lowp_simd;
 } ct_plan_stats;
 void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *out);
 

@@ -976,7 +976,8 @@ void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *o) {
     o->activation_bytes_no_reuse = p->act_bytes_no_reuse;
     o->n_fused = p->n_groups;
     for (int i = 0; p->pn && i < p->g.n; i++) {
-        o->n_lowp_native += p->pn[i].lowp_native;
+        if (ct_op_table(p->g.nodes[i].op)->onednn_bf16) o->n_lowp_native += p->pn[i].lowp_native;
+        else o->n_lowp_simd += p->pn[i].lowp_native;
         o->n_lowp_copied += p->pn[i].lowp_io;
     }
 }

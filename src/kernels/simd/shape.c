@@ -219,7 +219,16 @@ static void sh_copy_rows(const ct_kargs *k, char *dst, int64_t dstride, const ch
     }
 }
 
+/* concat, slice and slice_bwd copy bytes: any dtype (BF16 I/O included: op_table's simd_bf16) as long as the
+ * inputs and the output share it; a mix is the executor's FP32 copies */
+static int sh_same_dtype(const ct_kargs *k) {
+    for (int j = 0; j < k->node->n_in; j++)
+        if (k->in[j].dtype != k->out.dtype) return 0;
+    return 1;
+}
+
 ct_status CT_FN(concat)(ct_kargs *k) {
+    if (!sh_same_dtype(k)) return CT_E_UNSUPPORTED;
     int axis = (int)k->node->ia[0];
     int64_t outer, inner;
     sh_split(&k->out, axis, &outer, &inner);
@@ -245,6 +254,7 @@ ct_status CT_FN(concat)(ct_kargs *k) {
 }
 
 ct_status CT_FN(slice)(ct_kargs *k) {
+    if (!sh_same_dtype(k)) return CT_E_UNSUPPORTED;
     int axis = (int)k->node->ia[0];
     int64_t outer, inner;
     sh_split(&k->in[0], axis, &outer, &inner);
@@ -256,6 +266,7 @@ ct_status CT_FN(slice)(ct_kargs *k) {
 
 /* in: dy (slice shape) -> dx (full shape), zeros outside the slice */
 ct_status CT_FN(slice_bwd)(ct_kargs *k) {
+    if (!sh_same_dtype(k)) return CT_E_UNSUPPORTED;
     int axis = (int)k->node->ia[0];
     int64_t outer, inner;
     sh_split(&k->out, axis, &outer, &inner);
