@@ -32,38 +32,10 @@ CT=${1:-build/ctrain}
 TD=${2:-$(dirname "$CT")/tests/test_dist}
 . "$(dirname "$0")/lib.sh"
 
-if ! command -v mpirun >/dev/null 2>&1; then
-  echo "  SKIP mpirun is not installed (scripts/setup.sh installs openmpi-bin libopenmpi-dev): no data parallel tests"
-  echo "dist_test.sh: 0 passed, 0 failed"
-  exit 0
-fi
-if [ ! -f data/mnist/train-images-idx3-ubyte ] || [ ! -f data/mnist/t10k-images-idx3-ubyte ]; then
-  echo "  FAIL data/mnist is missing: run scripts/setup.sh"
-  echo "dist_test.sh: 0 passed, 1 failed"
-  exit 1
-fi
+. "$(dirname "$0")/mpi_lib.sh"
+mpi_preflight dist_test.sh "data parallel tests"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-
-[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 # 4 ranks on fewer cores
-# the sanitizer build: leaks inside Open MPI's own libraries are not ctrain's (tests/lsan_mpi.supp; a full
-# unwind reaches their frames)
-export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-MPI=(mpirun --bind-to none)
-
-# mrun LOG SECS -- command...: runs with a time limit, output to LOG, returns the exit code
-mrun() {
-  local log=$1 secs=$2
-  shift 3
-  ( timeout -k 5 "$secs" "$@" >"$log" 2>&1; exit $? ) 2>/dev/null
-}
-# clean NAME LOG: no sanitizer report in LOG
-clean() {
-  if grep -q "Sanitizer" "$2"; then bad "$1: sanitizer report" "$(grep -A8 Sanitizer "$2" | head -20)"; return 1; fi
-  return 0
-}
 
 # ---- a small MNIST subset ------------------------------------------------------------------------
 mnist_subset "$tmp/data" train 640
@@ -99,16 +71,7 @@ A=(--data-dir "$tmp/data" --hidden 32 --batch-size 32 --epochs 2 --seed 5 --thre
    --set log_every=10)
 TOL=1e-5
 # within NAME DIR_A DIR_B TOL [STEP]: the weights of two runs' checkpoints (step 40) differ by at most TOL
-within() {
-  local out m
-  out=$("$TD" maxdiff "$2/step-${5:-000040}/model.safetensors" "$3/step-${5:-000040}/model.safetensors" 2>&1)
-  m=$(printf '%s' "$out" | sed -nE 's/^max abs diff ([^ ]+) over.*/\1/p')
-  if [ -n "$m" ] && awk -v m="$m" -v t="$4" 'BEGIN { exit !(m <= t) }'; then
-    ok "$1 (max abs diff $m <= $4)"
-  else
-    bad "$1 (max abs diff '${m:-?}', tolerance $4)" "$out"
-  fi
-}
+within() { within_files "$1" "$2/step-${5:-000040}/model.safetensors" "$3/step-${5:-000040}/model.safetensors" "$4"; }
 # losses LOG: the last epoch line's train loss, train acc, test loss, test acc
 losses() { grep -E "^epoch 2/2  train loss" "$1" | tail -1 | sed -E 's/.*train loss ([0-9.]+)  train acc ([0-9.]+)%  test loss ([0-9.]+)  test acc ([0-9.]+)%.*/\1 \2 \3 \4/'; }
 

@@ -26,34 +26,11 @@ TZ=${2:-$(dirname "$CT")/tests/test_dist_zero}
 TD=$(dirname "$TZ")/test_dist
 . "$(dirname "$0")/lib.sh"
 
-if ! command -v mpirun >/dev/null 2>&1; then
-  echo "  SKIP mpirun is not installed (scripts/setup.sh installs openmpi-bin libopenmpi-dev): no ZeRO tests"
-  echo "dist_zero_test.sh: 0 passed, 0 failed"
-  exit 0
-fi
-if [ ! -f data/mnist/train-images-idx3-ubyte ] || [ ! -f data/mnist/t10k-images-idx3-ubyte ]; then
-  echo "  FAIL data/mnist is missing: run scripts/setup.sh"
-  echo "dist_zero_test.sh: 0 passed, 1 failed"
-  exit 1
-fi
+. "$(dirname "$0")/mpi_lib.sh"
+mpi_preflight dist_zero_test.sh "ZeRO tests"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-MPI=(mpirun --bind-to none)
-
-mrun() {
-  local log=$1 secs=$2
-  shift 3
-  ( timeout -k 5 "$secs" "$@" >"$log" 2>&1; exit $? ) 2>/dev/null
-}
-clean() {
-  if grep -q "Sanitizer" "$2"; then bad "$1: sanitizer report" "$(grep -A8 Sanitizer "$2" | head -20)"; return 1; fi
-  return 0
-}
 # run NAME NP LOG -- ctrain args...: NP 1 is one process without mpirun
 run() {
   local name=$1 np=$2 log=$3
@@ -64,16 +41,7 @@ run() {
   return 0
 }
 # within NAME FILE_A FILE_B TOL: the tensors of two safetensors files differ by at most TOL
-within() {
-  local out m
-  out=$("$TD" maxdiff "$2" "$3" 2>&1)
-  m=$(printf '%s' "$out" | sed -nE 's/^max abs diff ([^ ]+) over.*/\1/p')
-  if [ -n "$m" ] && awk -v m="$m" -v t="$4" 'BEGIN { exit !(m <= t) }'; then
-    ok "$1 (max abs diff $m <= $4)"
-  else
-    bad "$1 (max abs diff '${m:-?}', tolerance $4)" "$out"
-  fi
-}
+within() { within_files "$@"; }
 same() { # NAME FILE_A FILE_B: byte for byte
   if cmp -s "$2" "$3"; then ok "$1"; else bad "$1" "$(cmp "$2" "$3" 2>&1)"; fi
 }

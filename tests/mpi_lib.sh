@@ -1,0 +1,47 @@
+# tests/mpi_lib.sh - what the mpirun suites share (dist_test.sh, dist_zero_test.sh), sourced after lib.sh:
+#   mpi_preflight SUITE WHAT   exits with a SKIP line without mpirun, a FAIL without data/mnist
+# then sets up the mpirun environment (root, oversubscription, the sanitizer build's LSan suppressions) and
+#   MPI=(mpirun --bind-to none)
+#   mrun LOG SECS -- command...   runs with a time limit, output to LOG, returns the exit code
+#   clean NAME LOG                no sanitizer report in LOG
+#   within_files NAME A B TOL     two safetensors files differ by at most TOL ($TD maxdiff)
+mpi_preflight() {
+  if ! command -v mpirun >/dev/null 2>&1; then
+    echo "  SKIP mpirun is not installed (scripts/setup.sh installs openmpi-bin libopenmpi-dev): no $2"
+    echo "$1: 0 passed, 0 failed"
+    exit 0
+  fi
+  if [ ! -f data/mnist/train-images-idx3-ubyte ] || [ ! -f data/mnist/t10k-images-idx3-ubyte ]; then
+    echo "  FAIL data/mnist is missing: run scripts/setup.sh"
+    echo "$1: 0 passed, 1 failed"
+    exit 1
+  fi
+}
+
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 # 4 ranks on fewer cores
+# the sanitizer build: leaks inside Open MPI's own libraries are not ctrain's (tests/lsan_mpi.supp; a full
+# unwind reaches their frames)
+export LSAN_OPTIONS="suppressions=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lsan_mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+MPI=(mpirun --bind-to none)
+
+mrun() {
+  local log=$1 secs=$2
+  shift 3
+  ( timeout -k 5 "$secs" "$@" >"$log" 2>&1; exit $? ) 2>/dev/null
+}
+clean() {
+  if grep -q "Sanitizer" "$2"; then bad "$1: sanitizer report" "$(grep -A8 Sanitizer "$2" | head -20)"; return 1; fi
+  return 0
+}
+within_files() {
+  local out m
+  out=$("$TD" maxdiff "$2" "$3" 2>&1)
+  m=$(printf '%s' "$out" | sed -nE 's/^max abs diff ([^ ]+) over.*/\1/p')
+  if [ -n "$m" ] && awk -v m="$m" -v t="$4" 'BEGIN { exit !(m <= t) }'; then
+    ok "$1 (max abs diff $m <= $4)"
+  else
+    bad "$1 (max abs diff '${m:-?}', tolerance $4)" "$out"
+  fi
+}
