@@ -22,6 +22,9 @@
 #   --rounds N [ROUNDS=3]   --workloads "mlp gptchar" [WORKLOADS]   --ranks N [RANKS=2]
 #   --bucket-mb X [BUCKET_MB=25]        CT=build/ctrain (built if missing)
 #   --no-torch [TORCH=0]    skip PyTorch DDP on the MLP (bench/dist_torch.py, /usr/bin/python3, gloo)
+#   --netns RATE [NETNS]    the ranks on two "hosts": half in each of two network namespaces joined by a
+#                           veth link limited to RATE (e.g. 1gbit, 10gbit), over TCP (scripts/netns_mpirun.sh;
+#                           root; PyTorch DDP is skipped there)
 # Logs: build/bench-dist/<date>/.
 set -euo pipefail
 SELF=$(readlink -f "$0")
@@ -33,6 +36,7 @@ RANKS=${RANKS:-2}
 BUCKET_MB=${BUCKET_MB:-25}
 CT=${CT:-build/ctrain}
 TORCH=${TORCH:-1}
+NETNS=${NETNS:-}
 while [ $# -gt 0 ]; do
   case "$1" in
   --rounds) ROUNDS=$2; shift ;;
@@ -40,6 +44,7 @@ while [ $# -gt 0 ]; do
   --ranks) RANKS=$2; shift ;;
   --bucket-mb) BUCKET_MB=$2; shift ;;
   --no-torch) TORCH=0 ;;
+  --netns) NETNS=$2; TORCH=0; shift ;;
   -h | --help) sed -n '2,/^# Logs/p' "$SELF"; exit 0 ;;
   *) echo "bench/dist.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
@@ -74,7 +79,9 @@ workload_args() {
 run_one() { # workload setting round
   local w=$1 k=$2 r=$3 dir="$LOG/$1-s$2-r$3"
   # shellcheck disable=SC2046
-  timeout -k 5 900 mpirun --bind-to none -np "$RANKS" "$CT" train $(workload_args "$w") $(setting_args "$k") \
+  local launch=(mpirun --bind-to none -np "$RANKS")
+  [ -n "$NETNS" ] && launch=(scripts/netns_mpirun.sh -n $((RANKS / 2)) --rate "$NETNS" --)
+  timeout -k 5 900 "${launch[@]}" "$CT" train $(workload_args "$w") $(setting_args "$k") \
     --threads 1 --set log_every=1000 --profile "$dir" >"$dir.log" 2>&1 || { echo "nan nan nan"; return; }
   /usr/bin/python3 - "$dir/trace.json" "$dir.log" <<'EOF'
 import json, re, sys
@@ -117,7 +124,7 @@ done
 median() { tr ' ' '\n' | awk '$1 != "" && $1 != "-"' | sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print "nan"; else print a[int((NR + 1) / 2)] }'; }
 {
   echo
-  echo "data parallel, $RANKS ranks x 1 thread on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), median of $ROUNDS rounds"
+  echo "data parallel, $RANKS ranks x 1 thread on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), median of $ROUNDS rounds${NETNS:+, across two network namespaces at $NETNS (scripts/netns_mpirun.sh)}"
   echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
   printf '| %-8s | %-18s | %12s | %9s | %11s |\n' workload setting "samples/s*" "ms/step" "comm share"
   printf '|----------|--------------------|-------------:|----------:|------------:|\n'

@@ -22,7 +22,7 @@ usage:
 In Python: from load_safetensors import load_file; tensors, meta = load_file(path)
 
 Exit codes: 0 ok, 1 bad file or mismatch, 77 PyTorch missing (run
-scripts/setup.sh --reference).
+scripts/setup.sh).
 """
 import argparse
 import json
@@ -39,7 +39,7 @@ def _need_torch():
         try:
             import torch as t
         except ImportError:
-            raise ImportError("PyTorch is missing: run scripts/setup.sh --reference (installs python3-torch)")
+            raise ImportError("PyTorch is missing: run scripts/setup.sh (installs python3-torch)")
         torch = t
     return torch
 

@@ -6,7 +6,8 @@
 #   scripts/netns_mpirun.sh [-n RANKS_PER_HOST] [--rate 10gbit] [--delay 50us] -- PROGRAM ARGS...
 #
 # creates namespaces A and B (10.77.X.1 and 10.77.X.2), shapes both ends of
-# the link with `tc netem` (default 10gbit and 50us each way, like 10 GbE),
+# the link with `tc netem` (default 10gbit and 50us each way, like 10 GbE;
+# without netem in the kernel, `tc tbf` limits the rate only),
 # then runs, inside A,
 #   mpirun -H 10.77.X.1:N,10.77.X.2:N -np 2N --mca plm_rsh_agent AGENT
 #          --mca btl self,tcp --mca btl_tcp_if_include 10.77.X.0/24 ... PROGRAM ARGS...
@@ -69,8 +70,12 @@ if command -v tc >/dev/null 2>&1; then
   if tc -n "$A" qdisc add dev "$VA" root netem rate "$rate" delay "$delay" 2>"$work/err" &&
      tc -n "$B" qdisc add dev "$VB" root netem rate "$rate" delay "$delay" 2>>"$work/err"; then
     link="$rate, $delay each way (tc netem)"
+  elif tc -n "$A" qdisc add dev "$VA" root tbf rate "$rate" burst 256kb latency 10ms 2>>"$work/err" &&
+       tc -n "$B" qdisc add dev "$VB" root tbf rate "$rate" burst 256kb latency 10ms 2>>"$work/err"; then
+    # no netem in this kernel (seen here): the token bucket still limits the rate; no added delay
+    link="$rate each way (tc tbf; no delay: tc netem is not available here)"
   else
-    link="unshaped: tc netem is not available here ($(head -1 "$work/err"))"
+    link="unshaped: tc netem and tbf are not available here ($(head -1 "$work/err"))"
   fi
 else
   link="unshaped: tc is not installed"

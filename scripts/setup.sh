@@ -3,14 +3,17 @@
 # offline datasets into data/. Safe to run again: each step is skipped when
 # its result is already present.
 #   scripts/setup.sh              build + test dependencies and the datasets
-#   scripts/setup.sh --reference  also PyTorch (Debian python3-torch) and the
-#                                 OpenMP OpenBLAS, for bench/ and for
+#   scripts/setup.sh --reference  also NumPy and the OpenMP OpenBLAS, for
+#                                 bench/ (PyTorch at its best) and for
 #                                 regenerating the golden files
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# python3-torchvision (with python3-torch): tests/models_weights_test.sh converts torchvision's own
+# resnet18 weights into ctrain and back, and the golden generators use it
 PKGS="build-essential pkg-config libdnnl-dev libcjson-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev \
-      libgomp1 groff-base libopenmpi-dev openmpi-bin dataset-fashion-mnist ca-certificates"
+      libgomp1 groff-base libopenmpi-dev openmpi-bin dataset-fashion-mnist ca-certificates python3 \
+      python3-torchvision"
 if [ "${1:-}" = "--reference" ]; then
   PKGS="$PKGS python3 python3-torch python3-numpy libopenblas0-openmp"
 fi

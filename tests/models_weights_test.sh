@@ -5,8 +5,8 @@
 # it (init_weights) for one step on an MNIST subset and checkpoints; the
 # checkpoint's model.safetensors converts back into torchvision's model with
 # load_state_dict(strict=True) (every name and shape, nothing extra). Needs
-# Debian's python3-torchvision: without it the suite fails (run
-# scripts/setup.sh --reference), as the golden generators need it too.
+# Debian's python3-torchvision (installed by scripts/setup.sh): without it the
+# suite fails, as the golden generators need it too.
 # usage: tests/models_weights_test.sh path/to/ctrain
 set -u
 CT=${1:-build/ctrain}
@@ -15,7 +15,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 PY=/usr/bin/python3
 if ! $PY -c 'import torchvision' 2>/dev/null; then
-  bad torchvision_missing "/usr/bin/python3 cannot import torchvision: run scripts/setup.sh --reference"
+  bad torchvision_missing "/usr/bin/python3 cannot import torchvision: run scripts/setup.sh (it installs python3-torchvision)"
   summary "models weights"
   exit 1
 fi

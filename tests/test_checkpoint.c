@@ -780,10 +780,10 @@ static int torch_missing(int rc) {
     if (rc != 77 && rc != 127) return 0;
     const char *req = getenv("CT_REQUIRE_TORCH");
     if (req && !strcmp(req, "1")) {
-        fprintf(stderr, "  PyTorch (python3-torch) is missing and CT_REQUIRE_TORCH=1: run scripts/setup.sh --reference\n");
+        fprintf(stderr, "  PyTorch (python3-torch) is missing and CT_REQUIRE_TORCH=1: run scripts/setup.sh\n");
         ct_test_failed_checks++;
     } else {
-        printf("    skip: PyTorch (python3-torch) is missing; run scripts/setup.sh --reference "
+        printf("    skip: PyTorch (python3-torch) is missing; run scripts/setup.sh "
                "(CT_REQUIRE_TORCH=1 makes this a failure)\n");
     }
     return 1;
