@@ -283,6 +283,7 @@ static const key_def k_keys[] = {
 void ct_recipe_default(ct_recipe *r) {
     memset(r, 0, sizeof *r);
     r->dynamic_shapes = 1;
+    r->comm_progress = 1; /* hook: quiet, it hid more than the thread everywhere (docs/distributed.md) */
     r->length_buckets = 8;
     r->pad_to_multiple = 8;
     r->model = CT_MODEL_MLP;
