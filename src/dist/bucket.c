@@ -251,6 +251,7 @@ ct_status ct_buckets_create(ct_context *ctx, ct_comm *c, float *arena, size_t n_
      * parameters that become ready within the next LOOKAHEAD gradients (a linear's bias finalized right
      * after its weight) joins too, the gap with it: the bucket then waits for those as well. */
     enum { LOOKAHEAD = 2 };
+    if (!ready_order) n_ready = 0; /* (checked above; for the analyzer) */
     int *pos = B->queue; /* borrowed until the first reduction: each parameter's place in ready_order */
     size_t cap = o.first_bucket_bytes && o.bucket_bytes ? o.first_bucket_bytes : o.bucket_bytes, bytes = 0;
     int lo = 0, hi = -1;

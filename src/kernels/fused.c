@@ -129,7 +129,7 @@ static ct_status run_prologue(ct_kargs *k, const pro_kernels *pk, int pro, int u
         if (bi >= 0) a.in[2] = k->in[bi];
         if (!stats) {
             stats = a.ws;
-            used += ct_align_up(2 * (size_t)(n / D) * sizeof(float), CT_ALIGN);
+            used += ct_align_up(2 * (size_t)(n / (D ? D : 1)) * sizeof(float), CT_ALIGN);
         }
         a.aux = stats;
         CT_TRY(pk->layernorm(&a));

@@ -73,7 +73,7 @@ ct_status ct_model_by_name(ct_graph *g, const char *name, int64_t batch, ct_node
         if (!strcmp(k_models[i].name, name)) return k_models[i].build(g, batch, out);
     for (int i = 0; i < ct_vision_num_archs(); i++)
         if (!strcmp(ct_vision_arch_name(i), name)) {
-            ct_vision_config c;
+            ct_vision_config c = {0};
             CT_TRY(ct_vision_config_default(ct_graph_context(g), name, &c));
             ct_node x;
             CT_TRY(ct_input(g, "x", CT_F32, 4, (int64_t[]){batch, 3, 224, 224}, &x));

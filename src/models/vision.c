@@ -175,7 +175,7 @@ ct_status ct_model_num_params_by_name(ct_context *ctx, const char *name, int64_t
         *out = ct_bert_num_params(&bc);
         return CT_OK;
     }
-    ct_vision_config c;
+    ct_vision_config c = {0};
     if (!find_arch(name))
         return ct_wrap_error(ctx, unknown_arch(ctx, name), NULL,
                              " (or a transformer preset: gpt-char-small, gpt2-124m, bert-base, bert-large)");
