@@ -42,29 +42,10 @@ mnist_subset "$tmp/data" train 640
 mnist_subset "$tmp/data" t10k 200
 
 # ---- the communicator ------------------------------------------------------------------------------
-for n in 2 4; do
-  mrun "$tmp/coll$n.log" 60 -- "${MPI[@]}" -np $n "$TD"
-  rc=$?
-  good=$(grep -c "test_dist.c: [0-9]* passed, 0 failed" "$tmp/coll$n.log")
-  if [ "$rc" -eq 0 ] && [ "$good" -eq "$n" ] && clean "collectives np $n" "$tmp/coll$n.log"; then
-    ok "the communicator's tests pass on each of $n ranks"
-  else
-    bad "collectives on $n ranks (rc $rc, $good ranks passed)" "$(grep -vE '^  ok' "$tmp/coll$n.log")"
-  fi
-done
+mpi_units collectives "$TD" 60 "the communicator's tests"
 # the gradient buckets' tests (tests/test_bucket.c): planning, the sums with a progress thread, from the hook
 # and after backward, compression with error feedback, an inf on one rank reaching all
-TB=$(dirname "$TD")/test_bucket
-for n in 2 4; do
-  mrun "$tmp/bk$n.log" 90 -- "${MPI[@]}" -np $n "$TB"
-  rc=$?
-  good=$(grep -c "test_bucket.c: [0-9]* passed, 0 failed" "$tmp/bk$n.log")
-  if [ "$rc" -eq 0 ] && [ "$good" -eq "$n" ] && clean "buckets np $n" "$tmp/bk$n.log"; then
-    ok "the gradient buckets' tests pass on each of $n ranks"
-  else
-    bad "gradient buckets on $n ranks (rc $rc, $good ranks passed)" "$(grep -vE '^  ok' "$tmp/bk$n.log")"
-  fi
-done
+mpi_units buckets "$(dirname "$TD")/test_bucket" 90 "the gradient buckets' tests"
 
 # ---- data parallel equals one process ---------------------------------------------------------------
 A=(--data-dir "$tmp/data" --hidden 32 --batch-size 32 --epochs 2 --seed 5 --threads 1 --optimizer adamw --lr 0.003

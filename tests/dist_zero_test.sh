@@ -51,16 +51,7 @@ mnist_subset "$tmp/data" train 640
 mnist_subset "$tmp/data" t10k 200
 
 # ---- the collectives ---------------------------------------------------------------------------------
-for n in 2 4; do
-  mrun "$tmp/coll$n.log" 60 -- "${MPI[@]}" -np $n "$TZ"
-  rc=$?
-  good=$(grep -c "test_dist_zero.c: [0-9]* passed, 0 failed" "$tmp/coll$n.log")
-  if [ "$rc" -eq 0 ] && [ "$good" -eq "$n" ] && clean "collectives np $n" "$tmp/coll$n.log"; then
-    ok "tree allreduce, reduce-scatter (MPI and ring), allgatherv, gatherv, optimizer shards: pass on each of $n ranks"
-  else
-    bad "zero collectives on $n ranks (rc $rc, $good ranks passed)" "$(grep -vE '^  ok' "$tmp/coll$n.log")"
-  fi
-done
+mpi_units collectives "$TZ" 60 "tree allreduce, reduce-scatter (MPI and ring), allgatherv, gatherv, optimizer shards"
 
 # ---- ZeRO equals DDP -------------------------------------------------------------------------------------
 A=(--data-dir "$tmp/data" --hidden 32 --batch-size 32 --epochs 2 --seed 5 --threads 1 --set log_every=10)

@@ -45,3 +45,20 @@ within_files() {
     bad "$1 (max abs diff '${m:-?}', tolerance $4)" "$out"
   fi
 }
+# mpi_units LABEL BINARY SECS WHAT: a C test binary (tests/test_*.c) under mpirun at 2 and 4 ranks; every
+# rank must report "<source>.c: N passed, 0 failed", with no sanitizer report
+mpi_units() {
+  local label=$1 bin=$2 secs=$3 what=$4 n rc good log src
+  src=$(basename "$bin").c
+  for n in 2 4; do
+    log="$tmp/$label$n.log"
+    mrun "$log" "$secs" -- "${MPI[@]}" -np $n "$bin"
+    rc=$?
+    good=$(grep -c "$src: [0-9]* passed, 0 failed" "$log")
+    if [ "$rc" -eq 0 ] && [ "$good" -eq "$n" ] && clean "$label np $n" "$log"; then
+      ok "$what: pass on each of $n ranks"
+    else
+      bad "$label on $n ranks (rc $rc, $good ranks passed)" "$(grep -vE '^  ok' "$log")"
+    fi
+  done
+}
