@@ -444,12 +444,69 @@ TEST(trace_tracks_and_doctor_share) {
     CHECK_MSG(r.comm_share > 0.0 && r.comm_share <= 0.101, "comm share %g", r.comm_share);
 }
 
+/* While the progress thread may be sending (ct_buckets_begin .. ct_buckets_finish), a blocking collective
+ * from the caller is refused with CT_E_STATE, counted nowhere: under MPI_THREAD_SERIALIZED it would race the
+ * thread, and on one rank it could slip between two buckets and pair with a bucket on another rank (the
+ * trainer once reduced its step statistics there). After finish, the same call works. The hook mode makes
+ * every MPI call on the caller's thread in the same order on every rank: nothing to refuse. */
+TEST(a_blocking_call_waits_for_the_progress_thread) {
+    const int rank = ct_comm_rank(g_world), S = ct_comm_size(g_world);
+    size_t off[7], n = offsets(off);
+    float *g = malloc(n * sizeof *g);
+    CHECK(g);
+    const int order[6] = {5, 4, 3, 2, 1, 0};
+    for (int mode = 0; mode < 2; mode++) {
+        ct_bucket_opts o;
+        ct_bucket_opts_default(&o);
+        o.first_bucket_bytes = 2000, o.bucket_bytes = 20000;
+        o.progress = mode ? CT_BUCKET_PROGRESS_HOOK : CT_BUCKET_PROGRESS_THREAD;
+        ct_buckets *b = NULL;
+        ct_status s = ct_buckets_create(g_ctx, g_world, g, n, 6, off, order, 6, &o, &b);
+        if (s != CT_OK) free(g);
+        CHECK_OK(g_ctx, s);
+        fill(g, n, rank);
+        ct_comm_stats st0, st1;
+        ct_comm_get_stats(g_world, &st0);
+        double v = 1.0;
+        int32_t one = 1;
+        s = ct_buckets_begin(b);
+        for (int q = 0; s == CT_OK && q < 6; q++) ct_buckets_grad_ready(b, order[q]);
+        ct_status during = ct_comm_allreduce_f64(g_world, &v, 1, CT_REDUCE_SUM);
+        ct_status during_bc = ct_comm_broadcast(g_world, &one, sizeof one, 0);
+        const char *msg = ct_context_last_error(g_ctx);
+        int names = strstr(msg, "ct_buckets_finish") != NULL;
+        ct_comm_get_stats(g_world, &st1);
+        if (s == CT_OK) s = ct_buckets_finish(b, NULL);
+        int sum_ok = s == CT_OK && exact_sum(g, n, S);
+        double w = 1.0;
+        ct_status after = ct_comm_allreduce_f64(g_world, &w, 1, CT_REDUCE_SUM);
+        ct_buckets_free(b);
+        if (mode == 0 && S > 1) { /* (a world of one has no progress thread: no MPI at all) */
+            CHECK_MSG(during == CT_E_STATE && during_bc == CT_E_STATE && names,
+                      "thread mode: a blocking allreduce / broadcast before ct_buckets_finish returned %s / %s (%s)",
+                      ct_status_name(during), ct_status_name(during_bc), msg);
+            CHECK_MSG(st1.broadcast_calls == st0.broadcast_calls && v == 1.0,
+                      "a refused call was counted or changed its buffer");
+        } else {
+            CHECK_MSG(during == CT_OK && during_bc == CT_OK && v == (double)S,
+                      "mode %d: a blocking allreduce between begin and finish returned %s, sum %g of %d", mode,
+                      ct_status_name(during), v, S);
+        }
+        CHECK_MSG(sum_ok, "mode %d: the buckets' sum after the refused call is wrong (%s)", mode,
+                  ct_context_last_error(g_ctx));
+        CHECK_MSG(after == CT_OK && w == (double)S, "mode %d: after ct_buckets_finish the allreduce returned %s, %g",
+                  mode, ct_status_name(after), w);
+    }
+    free(g);
+}
+
 int main(int argc, char **argv) {
     static const ct_test_case cases[] = {T(plan_covers_the_arena_from_its_end), T(sum_with_a_progress_thread),
                                          T(sum_from_the_hook), T(sum_after_backward), T(sum_in_bf16_and_fp16),
                                          T(compression_keeps_what_rounding_lost), T(an_inf_on_one_rank_reaches_every_rank),
                                          T(nothing_is_sent_before_begin), T(plan_backward_order),
-                                         T(trace_tracks_and_doctor_share), T(plan_tiles_the_arena_for_any_order)};
+                                         T(trace_tracks_and_doctor_share), T(plan_tiles_the_arena_for_any_order),
+                                         T(a_blocking_call_waits_for_the_progress_thread)};
     g_ctx = test_ctx(-1, 1);
     if (ct_comm_world_create(g_ctx, &g_world) != CT_OK) {
         fprintf(stderr, "test_bucket: %s\n", ct_context_last_error(g_ctx));

@@ -201,7 +201,9 @@ float *ct_buckets_residual(ct_buckets *b, size_t *n);
 
 /* What went over the communicator since it was created: calls and bytes
  * per kind (an allreduce counts its buffer's bytes once), and the seconds
- * spent inside its calls. */
+ * the callers spent blocked inside its calls (a nonblocking allreduce: its
+ * ct_comm_wait, or the wait for a progress thread's buckets in
+ * ct_buckets_finish; not its time in flight, which overlaps backward). */
 typedef struct ct_comm_stats {
     uint64_t allreduce_calls, allreduce_bytes;
     uint64_t broadcast_calls, broadcast_bytes;

@@ -48,6 +48,7 @@
 #include "core/internal.h"
 #include "ctrain/convert.h"
 #include "ctrain/dist.h"
+#include "comm_internal.h"
 
 #define POLL_NS 20000L /* the progress thread's sleep after a round that completed nothing */
 
@@ -368,6 +369,7 @@ void ct_buckets_free(ct_buckets *B) {
         pthread_cond_broadcast(&B->work);
         pthread_mutex_unlock(&B->mu);
         pthread_join(B->th, NULL);
+        ct_comm_lend(B->c, 0);
         pthread_mutex_destroy(&B->mu);
         pthread_cond_destroy(&B->work);
         pthread_cond_destroy(&B->done);
@@ -434,6 +436,7 @@ ct_status ct_buckets_begin(ct_buckets *B) {
     B->q_len = B->q_next = B->n_done = 0;
     B->err = CT_OK;
     B->armed = 1;
+    if (B->thread && B->o.overlap) ct_comm_lend(B->c, 1); /* until ct_buckets_finish: the thread's MPI */
     unlock(B);
     return CT_OK;
 }
@@ -484,6 +487,9 @@ ct_status ct_buckets_finish(ct_buckets *B, double *wait_us) {
         while (B->n_done < B->nb) pthread_cond_wait(&B->done, &B->mu);
         s = B->err;
         pthread_mutex_unlock(&B->mu);
+        ct_comm_lend(B->c, 0);
+        ct_comm_stats *st = ct_comm_stats_mut(B->c); /* the progress thread is idle now: this thread may count */
+        if (st) st->seconds += 1e-6 * (now_us() - t0);
     } else {
         s = B->err;
         for (int i = 0; s == CT_OK && i < B->nb; i++) enqueue(B, i);

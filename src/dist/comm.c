@@ -33,6 +33,8 @@ struct ct_comm {
     atomic_llong busy_ns;
     _Atomic(const char *) busy_what;
     MPI_Op half_op[2]; /* ct_comm_iallreduce_half: [0] fp16, [1] bf16 sums (created on first use) */
+    /* a bucket progress thread makes MPI calls from ct_buckets_begin to ct_buckets_finish: no other call meanwhile */
+    atomic_int lent;
 };
 
 struct ct_comm_request {
@@ -42,7 +44,6 @@ struct ct_comm_request {
     float *x; /* CT_REDUCE_AVG: divided on completion */
     size_t n;
     int avg;
-    double t0;
 };
 
 static double now(void) {
@@ -211,6 +212,17 @@ static MPI_Op mpi_op(ct_reduce_op op) {
     }
 }
 
+void ct_comm_lend(ct_comm *c, int on) {
+    if (c) atomic_store(&c->lent, on != 0);
+}
+
+ct_status ct_comm_claim(ct_comm *c, const char *fn) {
+    if (!c || !atomic_load(&c->lent)) return CT_OK;
+    return ct_set_error(c->ctx, CT_E_STATE, "%s while the gradient buckets' progress thread is still sending (MPI is "
+                        "initialized MPI_THREAD_SERIALIZED, and the ranks must issue their collectives in the same "
+                        "order): call ct_buckets_finish first", fn);
+}
+
 static ct_status check_op(ct_comm *c, ct_reduce_op op, const void *x, size_t n, const char *fn) {
     if (!c) return CT_E_INVALID_ARG;
     if ((unsigned)op >= CT_REDUCE_COUNT)
@@ -222,6 +234,7 @@ static ct_status check_op(ct_comm *c, ct_reduce_op op, const void *x, size_t n, 
 /* In pieces of at most INT_MAX elements. */
 static ct_status allreduce(ct_comm *c, void *x, size_t n, size_t esize, MPI_Datatype t, ct_reduce_op op,
                            const char *what) {
+    CT_TRY(ct_comm_claim(c, what));
     c->st.allreduce_calls++;
     c->st.allreduce_bytes += n * esize;
     if (!c->mpi || n == 0) return CT_OK;
@@ -261,6 +274,7 @@ ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int root) {
     if (root < 0 || root >= c->size)
         return ct_set_error(c->ctx, CT_E_INVALID_ARG, "ct_comm_broadcast: root %d is not a rank of the %d", root, c->size);
     if (!buf && bytes) return ct_set_error(c->ctx, CT_E_INVALID_ARG, "ct_comm_broadcast: buf must not be NULL");
+    CT_TRY(ct_comm_claim(c, "ct_comm_broadcast"));
     c->st.broadcast_calls++;
     c->st.broadcast_bytes += bytes;
     if (!c->mpi || bytes == 0) return CT_OK;
@@ -294,6 +308,7 @@ static int wait_polite(MPI_Request *r) {
 
 ct_status ct_comm_barrier(ct_comm *c) {
     if (!c) return CT_E_INVALID_ARG;
+    CT_TRY(ct_comm_claim(c, "ct_comm_barrier"));
     c->st.barrier_calls++;
     if (!c->mpi || c->size == 1) return CT_OK;
     double t0 = now();
@@ -314,6 +329,7 @@ ct_status ct_comm_allgather(ct_comm *c, const void *send, size_t bytes, void *re
     if (bytes > (size_t)INT_MAX)
         return ct_set_error(c->ctx, CT_E_INVALID_ARG, "ct_comm_allgather: %zu bytes per rank is more than INT_MAX",
                             bytes);
+    CT_TRY(ct_comm_claim(c, "ct_comm_allgather"));
     c->st.allgather_calls++;
     c->st.allgather_bytes += bytes * (size_t)c->size;
     if (!c->mpi) {
@@ -387,8 +403,7 @@ static void finish(ct_comm_request *r) {
         const float d = (float)r->c->size;
         for (size_t i = 0; i < r->n; i++) r->x[i] /= d;
     }
-    r->active = 0;
-    r->c->st.seconds += now() - r->t0;
+    r->active = 0; /* (its time in flight overlapped other work: the seconds count what ct_comm_wait blocked) */
 }
 
 ct_status ct_comm_iallreduce_f32(ct_comm *c, float *x, size_t n, ct_reduce_op op, ct_comm_request *r) {
@@ -402,7 +417,7 @@ ct_status ct_comm_iallreduce_f32(ct_comm *c, float *x, size_t n, ct_reduce_op op
                             "the range into buckets", n);
     c->st.allreduce_calls++;
     c->st.allreduce_bytes += n * sizeof(float);
-    r->x = x, r->n = n, r->avg = op == CT_REDUCE_AVG, r->t0 = now();
+    r->x = x, r->n = n, r->avg = op == CT_REDUCE_AVG;
     r->active = 1;
     if (!c->mpi || n == 0) {
         finish(r);
@@ -435,12 +450,14 @@ ct_status ct_comm_wait(ct_comm_request *r) {
     if (!r) return CT_E_INVALID_ARG;
     if (!r->active) return CT_OK;
     ct_comm_enter(r->c, "MPI_Wait (nonblocking allreduce)");
+    const double t0 = now();
     int err = MPI_Wait(&r->req, MPI_STATUS_IGNORE); /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker): started in ct_comm_iallreduce_f32 */
     if (err != MPI_SUCCESS) {
         r->active = 0;
         return mpi_fail(r->c, err, "MPI_Wait (nonblocking allreduce)");
     }
     ct_comm_leave(r->c);
+    r->c->st.seconds += now() - t0;
     finish(r);
     return CT_OK;
 }
@@ -489,7 +506,7 @@ ct_status ct_comm_iallreduce_half(ct_comm *c, uint16_t *x, size_t n, int bf16, c
                             "the range into buckets", n);
     c->st.allreduce_calls++;
     c->st.allreduce_bytes += n * sizeof(uint16_t);
-    r->x = NULL, r->n = 0, r->avg = 0, r->t0 = now();
+    r->x = NULL, r->n = 0, r->avg = 0;
     r->active = 1;
     if (!c->mpi || n == 0) {
         finish(r);

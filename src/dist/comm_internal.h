@@ -13,5 +13,12 @@ MPI_Comm ct_comm_mpi_handle(ct_comm *c);
 ct_context *ct_comm_context(ct_comm *c);
 ct_comm_stats *ct_comm_stats_mut(ct_comm *c);
 ct_status ct_comm_mpi_fail(ct_comm *c, int err, const char *what);
+/* ct_buckets (bucket.c) lends the communicator to its progress thread
+ * between ct_buckets_begin and ct_buckets_finish; meanwhile every blocking
+ * collective (comm.c, zero.c) refuses with CT_E_STATE (ct_comm_claim)
+ * instead of racing the thread (MPI_THREAD_SERIALIZED) or sending its
+ * collective between two buckets on one rank only. */
+void ct_comm_lend(ct_comm *c, int on);
+ct_status ct_comm_claim(ct_comm *c, const char *fn);
 
 #endif

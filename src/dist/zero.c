@@ -51,6 +51,7 @@ ct_status ct_comm_tree_allreduce_f32(ct_comm *c, float *x, size_t n, float *tmp)
         return ct_set_error(ct_comm_context(c), CT_E_CONFIG,
                             "the deterministic reduction needs a power-of-two number of ranks (1, 2, 4, 8, ...), not %d",
                             size);
+    CT_TRY(ct_comm_claim(c, "ct_comm_tree_allreduce_f32"));
     ct_comm_stats *st = ct_comm_stats_mut(c);
     st->allreduce_calls++;
     st->allreduce_bytes += n * sizeof(float);
@@ -120,6 +121,7 @@ ct_status ct_comm_reduce_scatter_f32(ct_comm *c, float *x, const size_t *counts,
     size_t total, max;
     CT_TRY(check_counts(c, x, counts, "ct_comm_reduce_scatter_f32", &total, &max));
     const int size = ct_comm_size(c), rank = ct_comm_rank(c);
+    CT_TRY(ct_comm_claim(c, "ct_comm_reduce_scatter_f32"));
     ct_comm_stats *st = ct_comm_stats_mut(c);
     st->reduce_scatter_calls++;
     st->reduce_scatter_bytes += total * sizeof(float);
@@ -166,6 +168,7 @@ ct_status ct_comm_reduce_scatter_f32(ct_comm *c, float *x, const size_t *counts,
 ct_status ct_comm_allgatherv_f32(ct_comm *c, float *x, const size_t *counts) {
     size_t total, max;
     CT_TRY(check_counts(c, x, counts, "ct_comm_allgatherv_f32", &total, &max));
+    CT_TRY(ct_comm_claim(c, "ct_comm_allgatherv_f32"));
     ct_comm_stats *st = ct_comm_stats_mut(c);
     st->allgather_calls++;
     st->allgather_bytes += total * sizeof(float);
@@ -197,6 +200,7 @@ ct_status ct_comm_gatherv_f32(ct_comm *c, const float *send, const size_t *count
                             root, size);
     if ((rank == root && !recv && total) || (!send && counts[rank]))
         return ct_set_error(ct_comm_context(c), CT_E_INVALID_ARG, "ct_comm_gatherv_f32: send / recv must not be NULL");
+    CT_TRY(ct_comm_claim(c, "ct_comm_gatherv_f32"));
     ct_comm_stats *st = ct_comm_stats_mut(c);
     st->allgather_calls++;
     st->allgather_bytes += total * sizeof(float);

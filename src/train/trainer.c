@@ -553,13 +553,12 @@ static ct_status step_stats(run_t *R, step_acc *a, int64_t step, int64_t ep, flo
 
 /* ---- one optimizer step -------------------------------------------------------------------- */
 
-/* With a loss scaler: unscale + inf/NaN check in one pass, then (all
- * finite) clipping and the step, else the step is skipped; then the
- * scaler's update, traced in the profiler's "amp" category. */
-static ct_status optimizer_step(run_t *R, float lr, float *gnorm, int *stop) {
-    const ct_recipe *r = R->r;
-    int overflow = 0, bad_param = -1;
-    *gnorm = 0.0f;
+/* The step's gradients summed over the ranks (data parallel or ZeRO), before anything else of the step
+ * talks to the other ranks: with comm_progress thread the progress thread may still be starting buckets
+ * until ct_buckets_finish returns, and MPI_THREAD_SERIALIZED allows no other MPI call meanwhile (and the
+ * ranks must issue their collectives in the same order: a statistics allreduce slipping between two
+ * buckets on one rank only would pair with a bucket on the other). */
+static ct_status reduce_gradients(run_t *R) {
     const int zero = ct_zero_stage(R->zero) > 0;
     if (zero) { /* ZeRO: each rank reduces, checks, clips and updates its segment; then the allgather */
         double ta = R->prof ? ct_profiler_now_us() : 0;
@@ -579,6 +578,17 @@ static ct_status optimizer_step(run_t *R, float lr, float *gnorm, int *stop) {
                                        tb, NULL);
         if (R->bk) ct_dp_buckets_trace(R->bk, R->prof);
     }
+    return CT_OK;
+}
+
+/* With a loss scaler: unscale + inf/NaN check in one pass, then (all
+ * finite) clipping and the step, else the step is skipped; then the
+ * scaler's update, traced in the profiler's "amp" category. */
+static ct_status optimizer_step(run_t *R, float lr, float *gnorm, int *stop) {
+    const ct_recipe *r = R->r;
+    int overflow = 0, bad_param = -1;
+    *gnorm = 0.0f;
+    const int zero = ct_zero_stage(R->zero) > 0;
     if (R->scaler) CT_TRY(ct_scaler_unscale(R->scaler, R->plan, &overflow, &bad_param));
     int all_zero = 0; /* ZeRO: each rank holds its segment only: the overflow and the zero check over all */
     if (zero) CT_TRY(ct_zero_agree(R->zero, &overflow, &all_zero));
@@ -918,6 +928,7 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
             /* more micro-batches before this step: nothing is sent (data parallel) until the last one */
             if (++micro < R->micro_n) continue;
             micro = 0;
+            CT_TRY(reduce_gradients(R));
             CT_TRY(step_stats(R, &sa, step, ep, lr, &run_loss, &correct, &seen));
             /* optimizer step */
             double to = R->prof ? ct_profiler_now_us() : 0;
