@@ -48,6 +48,15 @@ largest gradient is zero by invariance (EfficientNet: the bias of the
 project batchnorm of a block without residual, followed by the next block's
 1x1 conv and batchnorm) and stored as exact zeros, so that the test compares
 it absolutely (max|ctrain| <= 1e-5) instead of relative to float64 noise.
+
+BF16: each file also holds "bf16err.loss" and "bf16err.grad.<name>", how far
+PyTorch's own torch.autocast("cpu", bfloat16) step is from the golden on the
+same weights and batch (loss: relative; a gradient: ||g - golden|| /
+||golden||, absolute ||g|| where the golden is zero). tests/test_models.c
+holds ctrain's BF16 autocast to these: at a batch of 2-4 the batchnorm
+gradients cancel heavily, and PyTorch's own BF16 is 0.1-0.7 from FP32 there.
+(LayerNorm runs in FP32 inside autocast, as ctrain's autocast does: PyTorch
+1.13's CPU autocast would hand it BF16 inputs with FP32 weights and fail.)
 """
 import argparse
 import copy
@@ -260,6 +269,36 @@ def margin(trace):
     return worst
 
 
+def norm_rel(a, b):
+    """||a - b|| / ||b|| (||a|| where b is zero), as compare_lowp in tests/golden.c."""
+    a, b = a.double(), b.double()
+    den = b.norm().item()
+    return (a - b).norm().item() / den if den > 0 else a.norm().item()
+
+
+class FP32LayerNorm(nn.LayerNorm):
+    def forward(self, x):
+        with torch.autocast("cpu", enabled=False):
+            return F.layer_norm(x.float(), self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+def bf16_errors(model, x, y, loss64, grads64):
+    """PyTorch's BF16 autocast step on float32 weights, against the float64 golden."""
+    m = copy.deepcopy(model).float()
+    for mod in m.modules():
+        if type(mod) is nn.LayerNorm:
+            mod.__class__ = FP32LayerNorm
+    m.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = m(x)
+    loss = F.cross_entropy(out.float(), y.long())
+    loss.backward()
+    errs = {"loss": abs(loss.item() - loss64.item()) / abs(loss64.item())}
+    for n, p in m.named_parameters():
+        errs["grad." + n] = norm_rel(p.grad, grads64[n])
+    return errs
+
+
 def run_case(path, make, meta, shape, n_classes, hash_input=False):
     """hash_input: the batch is hash_values("input") (not stored: "input_shape")."""
     best = None
@@ -325,6 +364,12 @@ def run_case(path, make, meta, shape, n_classes, hash_input=False):
         w.add("grad." + n, g)
     for n, b in bufs_after.items():
         w.add("buffer_after." + n, b)
+    be = bf16_errors(model, x, y, loss, grads)
+    srt = sorted(be.values())
+    print("%s: PyTorch BF16 autocast vs golden: loss %.2e, gradients median %.2e, worst %.2e"
+          % (path, be["loss"], srt[len(srt) // 2], srt[-1]))
+    for n, e in be.items():
+        w.add("bf16err." + n, torch.tensor(e, dtype=torch.float32))
     return w.write(path)
 
 

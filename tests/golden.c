@@ -388,3 +388,98 @@ int compare_grads(run_state *s, const gold_file *f, ct_plan *p) {
     }
     return 1;
 }
+
+static double norm_rel(const gold_rec *r, const ct_tensor *t) {
+    double num = 0, den = 0;
+    const float *a = t->data, *b = r->data;
+    for (int64_t i = 0; i < r->numel; i++) {
+        double d = (double)a[i] - (double)b[i];
+        num += d * d;
+        den += (double)b[i] * (double)b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The tolerance of record `name`: tol, or LOWP_FACTOR x PyTorch's own error
+ * ("bf16err.<name>") where the golden file has it and that is larger. */
+#define LOWP_FACTOR 3.0
+#define LOWP_MEDIAN_RATIO 1.25
+static double lowp_tol(const gold_file *f, const char *name, double tol) {
+    char k[192];
+    snprintf(k, sizeof k, "bf16err.%s", name);
+    const gold_rec *r = gold_get(f, k);
+    if (!r || r->numel != 1 || r->dtype != GDT_F32) return tol;
+    double t = LOWP_FACTOR * (double)*(const float *)r->data;
+    return t > tol ? t : tol;
+}
+
+int compare_lowp(run_state *s, const gold_file *f, ct_plan *p, double tol) {
+    char name[160];
+    double worst_ratio = 0, *ratios = calloc((size_t)ct_plan_num_params(p) + 1, sizeof *ratios);
+    int worst_ratio_at = -1, nr = 0;
+    if (!ratios) {
+        run_fail(s, "out of memory");
+        return 0;
+    }
+    float lv;
+    ct_status st = ct_plan_loss(p, &lv);
+    const gold_rec *lr = gold_get(f, "loss");
+    if (st != CT_OK || !lr || lr->numel != 1 || lr->dtype != GDT_F32) {
+        run_fail(s, "no loss to compare (ct_plan_loss -> %s, golden loss %s)", ct_status_name(st), lr ? "of another size" : "missing");
+        return 0;
+    }
+    double gl = *(const float *)lr->data, rel = fabs((double)lv - gl) / fabs(gl);
+    double tl = lowp_tol(f, "loss", tol);
+    printf("  [%s] loss %.6f vs golden %.6f: rel %.2e\n", s->label, (double)lv, gl, rel);
+    if (!(rel <= tl)) run_fail(s, "loss %.6f vs golden %.6f: rel %.2e > %.2e", (double)lv, gl, rel, tl);
+    s->worst = rel;
+    snprintf(s->worst_name, sizeof s->worst_name, "loss");
+    int np = ct_plan_num_params(p);
+    if (np != gold_count(f, "grad.")) run_fail(s, "ctrain has %d gradients, the golden file %d", np, gold_count(f, "grad."));
+    for (int i = 0; i < np; i++) {
+        const char *pname;
+        ct_tensor gr;
+        if ((st = ct_plan_param_info(p, i, &pname, NULL, &gr)) != CT_OK) {
+            run_fail(s, "ct_plan_param_info(%d) -> %s", i, ct_status_name(st));
+            free(ratios);
+            return 0;
+        }
+        snprintf(name, sizeof name, "grad.%s", pname);
+        const gold_rec *gg = gold_get(f, name);
+        if (!gg || gg->numel != ct_tensor_numel(&gr) || gr.dtype != CT_F32 || gg->dtype != GDT_F32) {
+            run_fail(s, "%s: missing in the golden file or another size/dtype", name);
+            continue;
+        }
+        double e = norm_rel(gg, &gr), te = lowp_tol(f, name, tol), pt = lowp_tol(f, name, 0) / LOWP_FACTOR;
+        if (!(e <= s->worst)) {
+            s->worst = e;
+            snprintf(s->worst_name, sizeof s->worst_name, "%.95s", name);
+        }
+        if (pt > 0 && e / pt > worst_ratio) worst_ratio = e / pt, worst_ratio_at = i;
+        if (pt > 0) ratios[nr++] = e / pt;
+        if (pt > 0 && getenv("CT_LOWP_RATIOS")) printf("    ratio %s %.3f (%.2e vs %.2e)\n", name, e / pt, e, pt);
+        if (!(e <= te))
+            run_fail(s, "%s: ||g_lowp - g_golden|| / ||g_golden|| = %.2e > %.2e%s", name, e, te,
+                     pt > 0 ? " (PyTorch's own BF16 autocast: see bf16err)" : "");
+    }
+    printf("  [%s] worst norm-relative error %.2e (%s)", s->label, s->worst, s->worst_name);
+    if (nr) {
+        /* on the whole as close to FP32 as PyTorch's own BF16 (single tensors vary: other rounding points) */
+        qsort(ratios, (size_t)nr, sizeof *ratios, cmp_double);
+        double med = ratios[nr / 2];
+        printf("; against PyTorch's own BF16 autocast: median %.2fx, worst %.2fx (parameter %d)", med, worst_ratio,
+               worst_ratio_at);
+        if (!(med <= LOWP_MEDIAN_RATIO))
+            run_fail(s, "the gradients' median error is %.2fx PyTorch's own BF16 autocast error (at most %.2fx)", med,
+                     LOWP_MEDIAN_RATIO);
+    }
+    printf("\n");
+    free(ratios);
+    if (!(s->worst > 1e-4)) run_fail(s, "the low-precision run is within %.1e of FP32 everywhere: did it run in FP32?", s->worst);
+    return 1;
+}

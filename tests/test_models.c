@@ -9,7 +9,9 @@
  * conv / linear weights are not stored but generated from a hash of their
  * name (the same function here, exact in float32). Each must match within
  *     max|ctrain - golden| / max|golden| <= 1e-5
- * in the reference, AVX2 (no oneDNN) and default contexts.
+ * in the reference, AVX2 (no oneDNN) and default contexts. BF16 autocast on
+ * the same cases is held to PyTorch's own BF16 autocast distance from the
+ * golden (bf16err records; compare_lowp in golden.c).
  * Names: every full-size architecture's parameter and buffer names, shapes
  * and order (a hash of them, written from torchvision's constructors to
  * tests/golden/vision_names.txt) and its parameter count, through the graph
@@ -60,7 +62,7 @@ static char *read_text(const char *file) {
 
 /* ---- golden runs ------------------------------------------------------------------------------ */
 
-static void run_vision(const char *file, const char *ctx_name, int isa, int use_onednn) {
+static void run_vision(const char *file, const char *ctx_name, int isa, int use_onednn, int bf16) {
     char label[64], name[192];
     run_state s;
     ct_context *ctx = NULL;
@@ -101,7 +103,10 @@ static void run_vision(const char *file, const char *ctx_name, int isa, int use_
     TRY(ct_input(g, "y", CT_I32, lab_rec->ndim, lab_rec->dims, &y));
     TRY(ct_model_vision(g, x, &c, &logits));
     TRY(ct_cross_entropy(g, logits, y, 0.0f, -100, &loss));
-    TRY(ct_compile(g, loss, 1, &logits, NULL, &p));
+    ct_compile_opts co;
+    ct_compile_opts_default(&co);
+    if (bf16) co.precision = CT_PRECISION_BF16;
+    TRY(ct_compile(g, loss, 1, &logits, &co, &p));
 
     /* parameters: stored (batchnorm) or generated from their name's hash (conv, linear) */
     int np = ct_plan_num_params(p), stored = 0, hashed = 0;
@@ -151,7 +156,7 @@ static void run_vision(const char *file, const char *ctx_name, int isa, int use_
 
     /* eval mode first (running statistics, not updated), then one training step */
     TRY(ct_plan_forward(p, 0));
-    compare(&s, f, "logits_eval", &tlog);
+    if (!bf16) compare(&s, f, "logits_eval", &tlog);
     float *grads;
     size_t ng;
     TRY(ct_plan_param_arena(p, NULL, &grads, &ng));
@@ -159,6 +164,10 @@ static void run_vision(const char *file, const char *ctx_name, int isa, int use_
     TRY(ct_plan_forward(p, 1));
     TRY(ct_plan_backward(p));
     print_kernels(&s, g, p);
+    if (bf16) { /* BF16 autocast against the FP32 golden: close, not equal (compare_lowp) */
+        compare_lowp(&s, f, p, GOLDEN_BF16_TOL);
+        goto done;
+    }
     float lv;
     TRY(ct_plan_loss(p, &lv));
     ct_tensor tl = ct_tensor_make(&lv, CT_F32, 0, NULL);
@@ -183,7 +192,7 @@ done:
 }
 
 #define CASE(fn, file, ctxname, isa, dnnl) \
-    TEST(fn) { run_vision(file, ctxname, isa, dnnl); }
+    TEST(fn) { run_vision(file, ctxname, isa, dnnl, 0); }
 CASE(resnet18c_ref, "resnet18c.ctg", "ref", CT_ISA_REF, 0)
 CASE(resnet18c_avx2, "resnet18c.ctg", "avx2", CT_ISA_AVX2, 0)
 CASE(resnet18c_default, "resnet18c.ctg", "default", -1, 1)
@@ -196,6 +205,13 @@ CASE(effb0_default, "effb0.ctg", "default", -1, 1)
 CASE(swin_ref, "swin.ctg", "ref", CT_ISA_REF, 0)
 CASE(swin_avx2, "swin.ctg", "avx2", CT_ISA_AVX2, 0)
 CASE(swin_default, "swin.ctg", "default", -1, 1)
+/* BF16 autocast (matmul / conv / linear in BF16, their gradients FP32) on the same weights and batch */
+#define CASE_BF16(fn, file) \
+    TEST(fn) { run_vision(file, "bf16", -1, 1, 1); }
+CASE_BF16(resnet18c_bf16, "resnet18c.ctg")
+CASE_BF16(resnet50_bf16, "resnet50.ctg")
+CASE_BF16(effb0_bf16, "effb0.ctg")
+CASE_BF16(swin_bf16, "swin.ctg")
 
 /* ---- names, shapes and counts of the full-size models ------------------------------------------ */
 
@@ -405,4 +421,4 @@ TEST(drop_path_best) { drop_path_case(-1); }
 TEST_MAIN(T(torchvision_names_and_counts), T(params_by_name), T(bad_configs), T(drop_path_ref), T(drop_path_best),
           T(resnet18c_ref), T(resnet18c_avx2), T(resnet18c_default), T(resnet50_ref), T(resnet50_avx2),
           T(resnet50_default), T(effb0_ref), T(effb0_avx2), T(effb0_default), T(swin_ref), T(swin_avx2),
-          T(swin_default))
+          T(swin_default), T(resnet18c_bf16), T(resnet50_bf16), T(effb0_bf16), T(swin_bf16))

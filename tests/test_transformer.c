@@ -23,23 +23,8 @@ static int meta1(const gold_file *f, const char *name, int64_t *out) {
     return 1;
 }
 
-/* BF16 (autocast): loss within 2e-2 relative, every gradient within 2e-2 by
- * ||g - golden|| / ||golden|| (gradients are FP32 master-weight gradients). */
-#define BF16_TOL 2e-2
-
-static double norm_rel(const gold_rec *r, const ct_tensor *t) {
-    double num = 0, den = 0;
-    const float *a = t->data, *b = r->data;
-    for (int64_t i = 0; i < r->numel; i++) {
-        double d = (double)a[i] - (double)b[i];
-        num += d * d;
-        den += (double)b[i] * (double)b[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 static void run_tf(const char *file, int bert, const char *ctx_name, int isa, int use_onednn, int bf16) {
-    char label[64], name[160];
+    char label[64];
     run_state s;
     ct_context *ctx = NULL;
     ct_graph *g = NULL;
@@ -87,7 +72,6 @@ static void run_tf(const char *file, int bert, const char *ctx_name, int isa, in
     if (bf16) co.precision = CT_PRECISION_BF16;
     TRY(ct_compile(g, loss, 1, &logits, &co, &p));
 
-    int np = ct_plan_num_params(p);
     if (!load_params(&s, f, p)) goto done;
     ct_tensor t;
     TRY(ct_plan_tensor(p, ids, &t));
@@ -106,39 +90,12 @@ static void run_tf(const char *file, int bert, const char *ctx_name, int isa, in
     TRY(ct_plan_backward(p));
     print_kernels(&s, g, p);
 
-    float lv;
-    TRY(ct_plan_loss(p, &lv));
     if (bf16) {
-        const gold_rec *lr = gold_get(f, "loss");
-        if (!lr || lr->numel != 1) {
-            run_fail(&s, "golden file %s lacks the loss", file);
-            goto done;
-        }
-        double gl = *(const float *)lr->data, rel = fabs((double)lv - gl) / fabs(gl);
-        printf("  [%s] loss %.6f vs golden %.6f: rel %.2e\n", s.label, (double)lv, gl, rel);
-        if (!(rel <= BF16_TOL)) run_fail(&s, "loss %.6f vs golden %.6f: rel %.2e > %.0e", (double)lv, gl, rel, BF16_TOL);
-        s.worst = rel;
-        snprintf(s.worst_name, sizeof s.worst_name, "loss");
-        for (int i = 0; i < np; i++) {
-            const char *pname;
-            ct_tensor gr;
-            TRY(ct_plan_param_info(p, i, &pname, NULL, &gr));
-            snprintf(name, sizeof name, "grad.%s", pname);
-            const gold_rec *gg = gold_get(f, name);
-            if (!gg || gg->numel != ct_tensor_numel(&gr) || gr.dtype != CT_F32) {
-                run_fail(&s, "%s: missing in the golden file or another size/dtype", name);
-                continue;
-            }
-            double e = norm_rel(gg, &gr);
-            if (!(e <= s.worst)) {
-                s.worst = e;
-                snprintf(s.worst_name, sizeof s.worst_name, "%.95s", name);
-            }
-            if (!(e <= BF16_TOL)) run_fail(&s, "%s: ||g_bf16 - g_golden|| / ||g_golden|| = %.2e > %.0e", name, e, BF16_TOL);
-        }
-        printf("  [%s] worst norm-relative error %.2e (%s)\n", s.label, s.worst, s.worst_name);
+        compare_lowp(&s, f, p, GOLDEN_BF16_TOL); /* golden.h */
         goto done;
     }
+    float lv;
+    TRY(ct_plan_loss(p, &lv));
     ct_tensor tl = ct_tensor_make(&lv, CT_F32, 0, NULL);
     compare(&s, f, "loss", &tl);
     TRY(ct_plan_tensor(p, logits, &t));
