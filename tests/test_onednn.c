@@ -434,6 +434,66 @@ TEST(out_of_budget_is_reported) {
     }
 }
 
+/* The layout copies and scratchpads of oneDNN nodes are temporaries of one
+ * call: every node of the plan shares one scratch of the largest need, so the
+ * memory a training step adds on top of the compiled plan does not grow with
+ * the number of convolutions (ResNet-50 at batch 32 held 8 GB of per-node
+ * copies before: 12.4 GB RSS against PyTorch's 4.2 GB). Six 16->16 3x3 convs
+ * at 32x32, batch 8: each one's blocked x and y copies are 1 MiB, their
+ * backward's as much again: per-node buffers would add ~12 MiB. */
+TEST(layout_copies_share_one_scratch) {
+    ct_context *ctx = test_ctx(-1, 1);
+    if (!ct_context_use_onednn(ctx)) {
+        ct_context_free(ctx);
+        return;
+    }
+    ct_graph *g;
+    ct_plan *p;
+    ct_node x, y, h, logits, loss;
+    CHECK_OK(ctx, ct_graph_create(ctx, &g));
+    CHECK_OK(ctx, ct_input(g, "x", CT_F32, 4, (int64_t[]){8, 16, 32, 32}, &x));
+    CHECK_OK(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){8}, &y));
+    h = x;
+    for (int i = 0; i < 6; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "c%d", i);
+        ct_node w;
+        CHECK_OK(ctx, ct_param(g, nm, 4, (int64_t[]){16, 16, 3, 3}, CT_INIT_KAIMING_UNIFORM, 144, &w));
+        CHECK_OK(ctx, ct_conv2d(g, h, w, CT_NONE, 1, 1, 1, 1, &h));
+        CHECK_OK(ctx, ct_relu(g, h, &h));
+    }
+    CHECK_OK(ctx, ct_global_avgpool(g, h, &h));
+    ct_node fw;
+    CHECK_OK(ctx, ct_param(g, "fc", 2, (int64_t[]){10, 16}, CT_INIT_KAIMING_UNIFORM, 16, &fw));
+    CHECK_OK(ctx, ct_linear(g, h, fw, CT_NONE, &logits));
+    CHECK_OK(ctx, ct_cross_entropy(g, logits, y, 0.0f, -100, &loss));
+    CHECK_OK(ctx, ct_compile(g, loss, 1, &logits, NULL, &p));
+    ct_tensor tx, ty;
+    CHECK_OK(ctx, ct_plan_tensor(p, x, &tx));
+    CHECK_OK(ctx, ct_plan_tensor(p, y, &ty));
+    for (int64_t i = 0; i < ct_tensor_numel(&tx); i++) ((float *)tx.data)[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
+    for (int i = 0; i < 8; i++) ((int32_t *)ty.data)[i] = i % 10;
+    ct_mem_stats m0, m1, m2;
+    ct_context_mem_stats(ctx, &m0);
+    CHECK_OK(ctx, ct_plan_forward(p, 1));
+    CHECK_OK(ctx, ct_plan_backward(p));
+    ct_context_mem_stats(ctx, &m1);
+    CHECK_OK(ctx, ct_plan_forward(p, 1));
+    CHECK_OK(ctx, ct_plan_backward(p));
+    ct_context_mem_stats(ctx, &m2);
+    const double added = (double)(m1.bytes_in_use - m0.bytes_in_use) / 1048576.0;
+    printf("    6 convs: a training step adds %.2f MiB to the plan (oneDNN's caches and the shared scratch)\n", added);
+    CHECK_MSG(added < 4.0, "the first step added %.2f MiB: per-node layout copies?", added);
+    CHECK_MSG(m2.bytes_in_use == m1.bytes_in_use && m2.n_allocs == m1.n_allocs,
+              "the second step allocated (%llu -> %llu allocations)", (unsigned long long)m1.n_allocs,
+              (unsigned long long)m2.n_allocs);
+    ct_plan_free(p);
+    ct_graph_free(g);
+    ct_context_mem_stats(ctx, &m2);
+    CHECK_MSG(m2.bytes_in_use == 0, "%zu bytes left after freeing the plan", m2.bytes_in_use);
+    ct_context_free(ctx);
+}
+
 TEST(cache_free_accepts_null) {
     ct_onednn_cache_free(NULL); /* declared in kernels.h; must accept an empty slot */
     CHECK(1);
@@ -441,4 +501,4 @@ TEST(cache_free_accepts_null) {
 
 TEST_MAIN(T(matmul_2d_all_transposes), T(matmul_batched_b_broadcast), T(matmul_batched_b_batched),
           T(linear_bias_and_3d), T(conv2d_sweep), T(conv2d_shapes), T(cnn_and_mlp_cross_entropy), T(one_thread), T(out_of_budget_is_reported),
-          T(cache_free_accepts_null))
+          T(cache_free_accepts_null), T(layout_copies_share_one_scratch))

@@ -107,6 +107,24 @@ void ct_free(ct_context *ctx, void *ptr) {
 
 void ct_context_mem_stats(const ct_context *ctx, ct_mem_stats *out) { *out = ctx->mem; }
 
+ct_status ct_scratch_reserve(ct_context *ctx, ct_scratch *sc, size_t bytes, void **out) {
+    if (!ctx || !sc || !out) return CT_E_INVALID_ARG;
+    if (bytes > sc->bytes) {
+        ct_scratch_release(ctx, sc); /* first: the old and the new one need not fit together */
+        CT_TRY(ct_alloc(ctx, bytes, &sc->p));
+        sc->bytes = bytes;
+    }
+    *out = sc->p;
+    return CT_OK;
+}
+
+void ct_scratch_release(ct_context *ctx, ct_scratch *sc) {
+    if (!sc) return;
+    ct_free(ctx, sc->p);
+    sc->p = NULL;
+    sc->bytes = 0;
+}
+
 /* ---- lifecycle --------------------------------------------------------------- */
 
 void ct_context_opts_default(ct_context_opts *o) {

@@ -44,4 +44,18 @@ ct_isa ct_cpu_best_isa(const ct_cpu_features *f);
 
 static inline size_t ct_align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+/* Temporary memory of kernels that need it only while they run, shared by
+ * every node of a plan (they run one at a time): grown on demand by
+ * ct_scratch_reserve (old contents lost), freed with the plan. oneDNN's
+ * layout copies and scratchpads live there. */
+typedef struct ct_scratch {
+    void *p;
+    size_t bytes;
+} ct_scratch;
+
+/* *out <- at least `bytes` of sc, grown through ct_alloc when smaller;
+ * release frees it. */
+ct_status ct_scratch_reserve(ct_context *ctx, ct_scratch *sc, size_t bytes, void **out);
+void ct_scratch_release(ct_context *ctx, ct_scratch *sc);
+
 #endif

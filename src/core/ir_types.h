@@ -150,6 +150,7 @@ typedef struct ct_kargs {
     void *ws;                           /* scratch, ws_bytes, valid for this call */
     size_t ws_bytes;
     void **cache;                       /* per-node persistent slot (oneDNN)     */
+    ct_scratch *scratch;                /* the plan's shared scratch (may be NULL) */
     int training;
     uint64_t step;                      /* RNG counter base for dropout          */
     uint64_t seed;

@@ -396,6 +396,7 @@ void ct_plan_free(ct_plan *p) {
     ct_free(p->ctx, p->act_arena);
     ct_free(p->ctx, p->ws);
     ct_free(p->ctx, p->cvt_spill);
+    ct_scratch_release(p->ctx, &p->scratch);
     free(p->keep_fp32);
     free(p->user_map);
     free(p->pn);
@@ -615,6 +616,7 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     k.ws = p->ws;
     k.ws_bytes = p->ws_bytes;
     k.cache = cache_slot(p, i);
+    k.scratch = &p->scratch;
     k.training = training;
     k.step = p->step;
     k.seed = ct_context_seed(p->ctx);

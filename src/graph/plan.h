@@ -81,6 +81,7 @@ struct ct_plan {
      * the plan) */
     void *cvt_spill;
     size_t cvt_spill_bytes;
+    ct_scratch scratch; /* kernels' temporary memory while they run (oneDNN's layout copies, scratchpads) */
     /* fusion (fusion.c) and memory reuse (planner.c) */
     int fusion_level;        /* ct_compile_opts.fusion_level                  */
     const ct_fusion_rules *fusion_rules; /* the caller's, during compile only */

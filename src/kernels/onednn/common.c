@@ -90,11 +90,6 @@ static ct_status alloc_failed(ct_context *ctx, ct_status s, const char *what, co
     return ct_set_error(ctx, s, "oneDNN %s: %s (%zu bytes): %s", what, purpose, bytes, msg);
 }
 
-static ct_status dnnl_alloc(ct_dnnl *c, size_t bytes, const char *purpose, void **out) {
-    ct_status s = ct_alloc(c->ctx, bytes, out);
-    return s == CT_OK ? s : alloc_failed(c->ctx, s, c->what, purpose, bytes);
-}
-
 static ct_status add_mem(ct_dnnl *c, const dnnl_memory_desc_t *md, void *handle, dnnl_memory_t *out) {
     if (c->nmems >= CT_DNNL_MAX_MEMS)
         return ct_set_error(c->ctx, CT_E_INTERNAL, "oneDNN %s: too many memory objects", c->what);
@@ -103,17 +98,23 @@ static ct_status add_mem(ct_dnnl *c, const dnnl_memory_desc_t *md, void *handle,
     return CT_OK;
 }
 
-/* A buffer owned by the cache, laid out as md, zero-filled (blocked layouts
- * may have padding that must stay zero). */
-static ct_status owned_mem(ct_dnnl *c, const dnnl_memory_desc_t *md, dnnl_memory_t *out) {
-    if (c->nbufs >= CT_DNNL_MAX_BUFS)
+/* A memory object at the next offset of the node's scratch region (bound to
+ * the context's scratch on every call). */
+static ct_status region_mem(ct_dnnl *c, const dnnl_memory_desc_t *md, size_t bytes, dnnl_memory_t *out) {
+    if (c->nowned >= CT_DNNL_MAX_MEMS)
         return ct_set_error(c->ctx, CT_E_INTERNAL, "oneDNN %s: too many buffers", c->what);
-    size_t bytes = dnnl_memory_desc_get_size(md);
-    void *buf;
-    CT_TRY(dnnl_alloc(c, bytes, "allocating a buffer in oneDNN's layout", &buf));
-    memset(buf, 0, bytes);
-    c->bufs[c->nbufs++] = buf;
-    return add_mem(c, md, buf, out);
+    CT_TRY(add_mem(c, md, DNNL_MEMORY_NONE, out));
+    size_t off = (c->scratch_total + 63) & ~(size_t)63;
+    c->owned[c->nowned].mem = *out;
+    c->owned[c->nowned].off = off;
+    c->nowned++;
+    c->scratch_total = off + bytes;
+    return CT_OK;
+}
+
+/* A buffer in the primitive's layout md (a reordered copy). */
+static ct_status owned_mem(ct_dnnl *c, const dnnl_memory_desc_t *md, dnnl_memory_t *out) {
+    return region_mem(c, md, dnnl_memory_desc_get_size(md), out);
 }
 
 ct_status ct_dnnl_user(ct_dnnl *c, const dnnl_memory_desc_t *md, int slot, dnnl_memory_t *out) {
@@ -225,30 +226,31 @@ void ct_onednn_cache_free(void *cache) {
     if (c->attr) dnnl_primitive_attr_destroy(c->attr);
     if (c->stream) dnnl_stream_destroy(c->stream);
     if (c->engine) dnnl_engine_destroy(c->engine);
-    for (int i = 0; i < c->nbufs; i++) ct_free(c->ctx, c->bufs[i]);
     ct_free(c->ctx, c);
 }
 
-/* One scratchpad buffer (the largest need) shared by the node's primitives,
- * which run one after the other. */
+/* One scratchpad (the largest need) shared by the node's primitives, which
+ * run one after the other: one offset of the region for all of them. */
 static ct_status attach_scratchpad(ct_dnnl *c) {
     size_t need = 0;
     for (int i = 0; i < c->nsteps; i++) need = CT_MAX(need, c->steps[i].scratch_bytes);
     if (!need) return CT_OK;
-    if (c->nbufs >= CT_DNNL_MAX_BUFS)
-        return ct_set_error(c->ctx, CT_E_INTERNAL, "oneDNN %s: too many buffers", c->what);
-    void *buf;
-    CT_TRY(dnnl_alloc(c, need, "allocating the scratchpad", &buf));
-    c->bufs[c->nbufs++] = buf;
+    size_t off = (c->scratch_total + 63) & ~(size_t)63;
     for (int i = 0; i < c->nsteps; i++) {
         ct_dnnl_step *s = &c->steps[i];
         if (!s->scratch_bytes) continue;
+        if (c->nowned >= CT_DNNL_MAX_MEMS)
+            return ct_set_error(c->ctx, CT_E_INTERNAL, "oneDNN %s: too many buffers", c->what);
         dnnl_memory_t m;
-        CT_TRY(add_mem(c, &s->scratch_md, buf, &m));
+        CT_TRY(add_mem(c, &s->scratch_md, DNNL_MEMORY_NONE, &m));
+        c->owned[c->nowned].mem = m;
+        c->owned[c->nowned].off = off;
+        c->nowned++;
         s->args[s->nargs].arg = DNNL_ARG_SCRATCHPAD;
         s->args[s->nargs].memory = m;
         s->nargs++;
     }
+    c->scratch_total = off + need;
     return CT_OK;
 }
 
@@ -301,6 +303,18 @@ static ct_status create(ct_kargs *k, ct_dnnl_build_fn build, int nthreads, ct_dn
 }
 
 static ct_status execute(ct_kargs *k, ct_dnnl *c) {
+    if (c->scratch_total) {
+        void *base = NULL;
+        if (!k->scratch)
+            return ct_set_error(c->ctx, CT_E_INTERNAL, "oneDNN %s: the executor passed no scratch", c->what);
+        ct_status s = ct_scratch_reserve(c->ctx, k->scratch, c->scratch_total, &base);
+        if (s != CT_OK)
+            return alloc_failed(c->ctx, s, c->what, "allocating the shared scratch for its layout copies and scratchpad",
+                                c->scratch_total);
+        for (int i = 0; i < c->nowned; i++)
+            CT_DNNL_TRY(c, dnnl_memory_set_data_handle(c->owned[i].mem, (char *)base + c->owned[i].off),
+                        "binding a buffer in the scratch");
+    }
     for (int i = 0; i < c->nbinds; i++) {
         int slot = c->binds[i].slot;
         void *p = slot == CT_DNNL_OUT ? k->out.data : k->in[slot].data;
