@@ -67,22 +67,70 @@ const char *ct_model_builtin_desc(int i) {
                                                                  : NULL;
 }
 
+/* A torchvision architecture at full size on (batch, 3, 224, 224); num_classes 0: its default (1000). */
+static int is_vision(const char *name) {
+    for (int i = 0; i < ct_vision_num_archs(); i++)
+        if (!strcmp(ct_vision_arch_name(i), name)) return 1;
+    return 0;
+}
+static ct_status build_vision(ct_graph *g, const char *name, int64_t batch, int64_t num_classes, ct_node *out) {
+    ct_vision_config c = {0};
+    CT_TRY(ct_vision_config_default(ct_graph_context(g), name, &c));
+    if (num_classes > 0) c.num_classes = num_classes;
+    ct_node x;
+    CT_TRY(ct_input(g, "x", CT_F32, 4, (int64_t[]){batch, 3, 224, 224}, &x));
+    return ct_model_vision(g, x, &c, out);
+}
+
 ct_status ct_model_by_name(ct_graph *g, const char *name, int64_t batch, ct_node *out) {
     if (!g || !name || !out || batch < 1) return CT_E_INVALID_ARG;
     for (int i = 0; i < n_table(); i++)
         if (!strcmp(k_models[i].name, name)) return k_models[i].build(g, batch, out);
-    for (int i = 0; i < ct_vision_num_archs(); i++)
-        if (!strcmp(ct_vision_arch_name(i), name)) {
-            ct_vision_config c = {0};
-            CT_TRY(ct_vision_config_default(ct_graph_context(g), name, &c));
-            ct_node x;
-            CT_TRY(ct_input(g, "x", CT_F32, 4, (int64_t[]){batch, 3, 224, 224}, &x));
-            return ct_model_vision(g, x, &c, out);
-        }
+    if (is_vision(name)) return build_vision(g, name, batch, 0, out);
     char list[512];
     size_t o = 0;
     list[0] = 0;
     for (int i = 0; i < ct_model_num_builtin() && o < sizeof list; i++)
         o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", ct_model_builtin_name(i));
     return ct_set_error(ct_graph_context(g), CT_E_INVALID_ARG, "model '%s' is unknown; built-in models: %s", name, list);
+}
+
+/* Sum of the parameter sizes of a built graph. */
+static int64_t graph_params(const ct_graph *g) {
+    int64_t tot = 0;
+    for (int i = 0; i < ct_graph_num_nodes(g); i++) {
+        if (strcmp(ct_node_op_name(g, i), "param")) continue;
+        int nd;
+        int64_t s[CT_MAX_DIMS], n = 1;
+        if (ct_node_shape(g, i, &nd, s) != CT_OK) continue;
+        for (int d = 0; d < nd; d++) n *= s[d];
+        tot += n;
+    }
+    return tot;
+}
+
+ct_status ct_model_num_params_by_name(ct_context *ctx, const char *name, int64_t num_classes, int64_t *out) {
+    if (!name || !out) return ct_set_error(ctx, CT_E_INVALID_ARG, "model name and output must not be NULL");
+    ct_gpt_config gc;
+    ct_bert_config bc;
+    if (!strncmp(name, "gpt", 3) && ct_gpt_preset(NULL, name, &gc) == CT_OK) { /* counted, not built (gpt2: 124M) */
+        *out = ct_gpt_num_params(&gc);
+        return CT_OK;
+    }
+    if (!strncmp(name, "bert", 4) && ct_bert_preset(NULL, name, &bc) == CT_OK) {
+        *out = ct_bert_num_params(&bc);
+        return CT_OK;
+    }
+    if (!is_vision(name)) {
+        ct_vision_config c;
+        return ct_wrap_error(ctx, ct_vision_config_default(ctx, name, &c), NULL,
+                             " (or a transformer preset: gpt-char-small, gpt2-124m, bert-base, bert-large)");
+    }
+    ct_graph *g;
+    CT_TRY(ct_graph_create(ctx, &g));
+    ct_node logits;
+    ct_status st = build_vision(g, name, 1, num_classes, &logits);
+    if (st == CT_OK) *out = graph_params(g);
+    ct_graph_free(g);
+    return st;
 }
