@@ -67,6 +67,11 @@ struct ct_task {
     /* Writes micro-batch `micro` of optimizer step `step` into the plan's
      * inputs; *rows 0: the epoch's data is exhausted. */
     ct_status (*next_batch)(ct_task *t, int64_t step, int micro, int64_t *rows);
+    /* The units (unit: samples, tokens) of the batch next_batch wrote last:
+     * real tokens, not padding (text_docs batches are shorter than the
+     * context). May be NULL: rows x unit_per_row. The trainer's rates
+     * (progress line, epoch line, summary) sum these over the ranks. */
+    int64_t (*batch_units)(ct_task *t);
     /* After a training forward: correct predictions among the batch's rows. */
     int64_t (*batch_correct)(ct_task *t, int64_t rows);
     /* Evaluation in eval mode on the held-out split. */

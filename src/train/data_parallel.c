@@ -125,10 +125,11 @@ ct_status ct_dp_reduce_grads(ct_comm *c, ct_plan *p) {
     return ct_comm_allreduce_f32(c, g, n, CT_REDUCE_SUM); /* each rank's loss was scaled by 1 / world */
 }
 
-ct_status ct_dp_reduce_step(ct_comm *c, double *loss, double *correct, double *rows) {
+ct_status ct_dp_reduce_step(ct_comm *c, double *loss, double *correct, double *rows, double *units) {
     if (ct_comm_size(c) == 1) return CT_OK;
-    double v[3] = {*loss, *correct, *rows};
-    CT_TRY(ct_comm_allreduce_f64(c, v, 3, CT_REDUCE_SUM));
+    double v[4] = {*loss, *correct, *rows, *units};
+    CT_TRY(ct_comm_allreduce_f64(c, v, 4, CT_REDUCE_SUM));
+    *units = v[3];
     *loss = v[0] / ct_comm_size(c); /* the ranks' shares are equal: the mean of their means */
     *correct = v[1];
     *rows = v[2];

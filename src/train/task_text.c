@@ -91,6 +91,7 @@ typedef struct {
     int64_t *rowdocs;   /* the global batch's documents (size * B)                 */
     int64_t build_T;    /* the sequence length txt_build uses (0: the context)    */
     int64_t var_b[256], var_t[256];
+    int64_t units;      /* the real tokens of the last training batch (batch_units) */
     int var_id[256], n_var;
     ct_task *self;
 } text_task;
@@ -190,7 +191,10 @@ static ct_status docs_next(text_task *tt, uint64_t key) {
     const int64_t B = tt->B, Bg = B * tt->size;
     ct_text_docs_pick(&tt->docs, Bg, tt->r.seed, key, tt->rowdocs);
     int64_t T = ct_text_docs_seq_len(&tt->docs, tt->rowdocs, Bg, !tt->bert, tt->r.pad_to_multiple, tt->T);
-    return docs_rows(tt, tt->rowdocs + tt->rank * B, B, T, tt->r.seed, key);
+    const int64_t *mine = tt->rowdocs + tt->rank * B;
+    tt->units = 0; /* the rows' real tokens (a document longer than the row is cut) */
+    for (int64_t i = 0; i < B; i++) tt->units += CT_MIN(tt->docs.len[mine[i]], T);
+    return docs_rows(tt, mine, B, T, tt->r.seed, key);
 }
 
 /* text_docs validation: every validation document once, shortest first, in
@@ -238,9 +242,12 @@ static ct_status fill(text_task *tt, ct_text_split split, uint64_t seed, uint64_
     return CT_OK;
 }
 
+static int64_t txt_units(ct_task *t) { return ((text_task *)t->impl)->units; }
+
 static ct_status txt_next(ct_task *t, int64_t step, int micro, int64_t *rows) {
     text_task *tt = t->impl;
     *rows = tt->B;
+    tt->units = tt->B * tt->T;
     if (tt->docs.n_docs) return docs_next(tt, (uint64_t)(step * tt->r.accumulate_steps + micro));
     CT_TRY(fill(tt, CT_SPLIT_TRAIN, tt->r.seed, (uint64_t)(step * tt->r.accumulate_steps + micro)));
     *rows = tt->B;
@@ -382,6 +389,7 @@ ct_status ct_task_text_create(ct_context *ctx, const ct_recipe *r, ct_task **out
     t->bind = txt_bind;
     t->start_epoch = txt_start_epoch;
     t->next_batch = txt_next;
+    t->batch_units = txt_units;
     t->evaluate = txt_evaluate;
     t->describe = txt_describe;
     t->checkpoint_files = txt_files;

@@ -24,7 +24,7 @@ ct_status ct_dp_same_weights(ct_context *ctx, ct_comm *c, ct_plan *p, const char
  * gradient of each rank was scaled by 1 / world: the sum is the mean). */
 ct_status ct_dp_reduce_grads(ct_comm *c, ct_plan *p);
 /* A step's summed micro-batch mean losses (-> the ranks' mean), correct predictions and rows (-> sums). */
-ct_status ct_dp_reduce_step(ct_comm *c, double *loss, double *correct, double *rows);
+ct_status ct_dp_reduce_step(ct_comm *c, double *loss, double *correct, double *rows, double *units);
 /* The ranks' parts of an evaluation, weighted by their counts (rows summed; t->eval_detail again). */
 ct_status ct_dp_reduce_eval(ct_comm *c, ct_task *t, ct_task_eval *ev);
 /* After rank 0 wrote a checkpoint with status s (the others pass CT_OK):

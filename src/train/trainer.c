@@ -334,6 +334,8 @@ typedef struct {
     double grad_wait_s;         /* the training thread blocked in gradient reductions */
     void *resid;                /* the ranks' compression residuals for the checkpoint being saved */
     size_t resid_size;
+    /* rates: the samples / real (unpadded) tokens trained, over every rank (task batch_units) */
+    double units_done, ep_units; /* this run (since it started or resumed); this epoch, in this run */
 } run_t;
 
 /* What the micro-batches of one optimizer step saw: summed over them here,
@@ -341,6 +343,7 @@ typedef struct {
 typedef struct {
     double loss;     /* sum of the micro-batches' mean losses */
     double correct, rows;
+    double units;    /* samples / real (unpadded) tokens      */
     int n;           /* micro-batches                         */
 } step_acc;
 
@@ -520,15 +523,16 @@ static ct_status step_stats(run_t *R, step_acc *a, int64_t step, int64_t ep, flo
                             int64_t *correct, int64_t *seen) {
     if (ct_zero_deterministic(R->zero) && a->n) {
         /* the chunk losses summed in chunk order (the same double at any world size), as one mean per step */
-        double cr[2] = {a->correct, a->rows};
-        CT_TRY(ct_comm_allreduce_f64(R->comm, cr, 2, CT_REDUCE_SUM)); /* integers: exact in any order */
-        a->correct = cr[0], a->rows = cr[1];
+        double cr[3] = {a->correct, a->rows, a->units};
+        CT_TRY(ct_comm_allreduce_f64(R->comm, cr, 3, CT_REDUCE_SUM)); /* integers: exact in any order */
+        a->correct = cr[0], a->rows = cr[1], a->units = cr[2];
         CT_TRY(ct_zero_det_reduce(R->zero, &a->loss));
         R->grad_reduces++;
         a->n = 1;
     } else {
-        CT_TRY(ct_dp_reduce_step(R->comm, &a->loss, &a->correct, &a->rows));
+        CT_TRY(ct_dp_reduce_step(R->comm, &a->loss, &a->correct, &a->rows, &a->units));
     }
+    R->units_done += a->units, R->ep_units += a->units;
     const double loss = a->n ? a->loss / a->n : 0.0;
     *run_loss += a->loss;
     *correct += (int64_t)a->correct;
@@ -884,11 +888,11 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
     R->start = now_s();
     ct_comm_stats cs0;
     ct_comm_get_stats(R->comm, &cs0);
-    const int64_t rows_per_step = r->batch_size * R->accum;
     for (; !stopped && step < R->total && (!data_epochs || ep < r->epochs); ep++) {
         const int64_t ep_end = data_epochs ? R->total : CT_MIN(R->total, (ep + 1) * R->steps_per_epoch);
         int64_t b = 0, correct = 0, seen = 0;
         double run_loss = 0, ep_start = now_s();
+        R->ep_units = 0;
         if (resumed && step == step0 && ep == ck_ep && (ck_batch > 0 || !data_epochs)) {
             b = ck_batch; /* mid-epoch: skip what was consumed, restore the running totals */
             run_loss = ck_loss, correct = ck_correct, seen = ck_seen;
@@ -924,6 +928,7 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
             sa.loss += loss;
             if (t->has_accuracy) sa.correct += (double)t->batch_correct(t, rows);
             sa.rows += (double)rows;
+            sa.units += t->batch_units ? (double)t->batch_units(t) : (double)(rows * t->unit_per_row);
             sa.n++;
             /* more micro-batches before this step: nothing is sent (data parallel) until the last one */
             if (++micro < R->micro_n) continue;
@@ -981,7 +986,7 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
                 }
                 say(R, "%s%s  loss %.4f%s  lr %.2e%s%s  %.0f %s/s  %.0f ms/step  ETA %s%s", tty ? "\r" : "  ", head,
                     run_loss / (double)b, acc, (double)lr, nb, sb,
-                    (double)((step - step0) * rows_per_step * t->unit_per_row) / el, t->unit,
+                    R->units_done / el, t->unit,
                     1e3 * el / (double)(step - step0), eta, tty ? "\033[K" : "\n");
             }
         }
@@ -1003,7 +1008,7 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
         }
         double ep_time = now_s() - ep_start;
         if (ev.detail[0]) snprintf(tail, sizeof tail, "  %s, %.1f s)", ev.detail, now_s() - te);
-        else snprintf(tail, sizeof tail, "  %.1f s  %.0f %s/s", ep_time, (double)(seen * t->unit_per_row) / ep_time, t->unit);
+        else snprintf(tail, sizeof tail, "  %.1f s  %.0f %s/s", ep_time, R->ep_units / ep_time, t->unit);
         say(R, "%s%s  train loss %.4f%s  %s loss %.4f%s%s\n", tty && !quiet ? "\r\033[K" : "", head,
             b ? run_loss / (double)b : 0.0, tacc, t->eval_split, ev.loss, eacc, tail);
         /* plateau, early stopping */
@@ -1055,7 +1060,7 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
     if (t->has_accuracy) snprintf(accs, sizeof accs, ", %s accuracy %.2f%%", t->eval_split, 100.0 * ev.accuracy);
     say(R, "done: %lld steps in %.1f s (%.0f ms/step, %.0f %s/s), %s loss %.4f%s, peak memory %.1f MiB\n",
         (long long)step, tt, 1e3 * tt / (double)(step > step0 ? step - step0 : 1),
-        (double)((step - step0) * rows_per_step * t->unit_per_row) / (tt > 0 ? tt : 1), t->unit, t->eval_split, ev.loss,
+        R->units_done / (tt > 0 ? tt : 1), t->unit, t->eval_split, ev.loss,
         accs, (double)ms.peak_bytes / 1048576.0);
     if (R->world > 1) {
         ct_comm_stats cs;
