@@ -292,6 +292,10 @@ TEST(eltwise) {
     kcase dr = {"dropout p=0.2", CT_OP_DROPOUT, {11}, {0.2f}, 1, {IN_BF16}, {1}, {{n}}, {-2}, {2}, 1, {n}, 1, 0, NULL,
                 1e-2, {0}};
     CHECK(kcheck(&dr, 8) >= 0);
+    /* drop path (ia[1]: row length): a whole row kept (scaled) or zeroed, rows of 97 (vectors and a tail) */
+    kcase dp = {"drop path p=0.3", CT_OP_DROPOUT, {11, 97}, {0.3f}, 1, {IN_BF16}, {2}, {{40, 97}}, {-2}, {2}, 2,
+                {40, 97}, 1, 0, NULL, 1e-2, {0}};
+    CHECK(kcheck(&dp, 9) >= 0);
 }
 
 /* ---- normalization ------------------------------------------------------------------------- */

@@ -396,20 +396,19 @@ static void chunk_dropout(const ew_job *j, int64_t lo, int64_t hi) {
 }
 
 /* Drop path (ia[1] = row length): rows lo..hi-1, one decision per row, each
- * kept row scaled (the same product as the reference), each dropped row 0. */
-static void rows_drop_path(const ct_kargs *k, const float *x, float *y, float s, int64_t lo, int64_t hi) {
+ * kept row scaled (the same product as the reference), each dropped row 0.
+ * x and y in their own dtypes (FP32 or BF16: converted in registers). */
+static void rows_drop_path(const ct_kargs *k, float s, int64_t lo, int64_t hi) {
     int64_t row = k->node->ia[1];
     float p = k->node->fa[0];
     vf vs = vset1(s), z = vset1(0.0f);
+    const ct_tensor *x = &k->in[0], *y = &k->out;
     for (int64_t r = lo; r < hi; r++) {
         int keep = ct_dropout_keep(k->seed, (uint64_t)k->node->ia[0], k->step, (uint64_t)r, p);
-        const float *a = x + r * row;
-        float *o = y + r * row;
-        int64_t i = 0;
-        for (; i + VW <= row; i += VW) vstore(o + i, keep ? vmul(vload(a + i), vs) : z);
-        if (i < row) {
-            int t = (int)(row - i);
-            vtail_store(o + i, keep ? vmul(vtail_load(a + i, t), vs) : z, t);
+        const int64_t o = r * row;
+        for (int64_t i = 0; i < row; i += VW) {
+            int t = (int)CT_MIN((int64_t)VW, row - i);
+            ct_vst(y, o + i, keep ? vmul(ct_vld(x, o + i, t), vs) : z, t);
         }
     }
 }
@@ -427,21 +426,21 @@ ct_status CT_FN(dropout)(ct_kargs *k) {
         if (fn != chunk_copy || j.y != j.a) ew_run(k, n, fn, &j);
         return CT_OK;
     }
-    /* drop path reads and writes FP32 rows: BF16 I/O goes through the executor's FP32 copies */
-    if (k->node->ia[1] > 0 && (k->in[0].dtype != CT_F32 || k->out.dtype != CT_F32)) return CT_E_UNSUPPORTED;
-    if (ew_io(k, 1, &j, &fn) < 0) return CT_E_UNSUPPORTED;
     j.s = 1.0f / (1.0f - p);
-    if (k->node->ia[1] > 0) { /* drop path: rows of ia[1] elements */
+    if (k->node->ia[1] > 0) { /* drop path: rows of ia[1] elements, FP32 or BF16 in and out */
+        if (k->in[0].dtype != CT_F32 && k->in[0].dtype != CT_BF16) return CT_E_UNSUPPORTED;
+        if (k->out.dtype != CT_F32 && k->out.dtype != CT_BF16) return CT_E_UNSUPPORTED;
         int64_t rows = n / k->node->ia[1];
         int nt = ct_par_threads(k, n);
         if (nt > rows) nt = (int)rows;
-        if (nt <= 1) rows_drop_path(k, j.a, j.y, j.s, 0, rows);
+        if (nt <= 1) rows_drop_path(k, j.s, 0, rows);
         else {
 #pragma omp parallel for num_threads(nt) schedule(static)
-            for (int64_t r = 0; r < rows; r++) rows_drop_path(k, j.a, j.y, j.s, r, r + 1);
+            for (int64_t r = 0; r < rows; r++) rows_drop_path(k, j.s, r, r + 1);
         }
         return CT_OK;
     }
+    if (ew_io(k, 1, &j, &fn) < 0) return CT_E_UNSUPPORTED;
     /* the RNG dominates: worth threads much earlier than cheap arithmetic */
     const int64_t ch = EW_CHUNK / 4;
     int64_t nch = (n + ch - 1) / ch;
