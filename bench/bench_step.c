@@ -412,15 +412,9 @@ int main(int argc, char **argv) {
                 len += snprintf(buf + len, sizeof buf - (size_t)len, " %s:%s=%s%s%s", ct_node_name(g, n),
                                 ct_node_op_name(g, n), desc, strcmp(impl, k) ? "@" : "", strcmp(impl, k) ? impl : "");
             }
-            int cnt[5] = {0};
-            const char *names[5] = {"ref", "avx2", "avx512", "onednn", "none"};
-            for (int n = n_graph; n < st.n_nodes; n++) {
-                const char *k = ct_plan_kernel_name(p, n);
-                for (int j = 0; j < 5; j++)
-                    if (!strcmp(k, names[j])) cnt[j]++;
-            }
             ct_plan_stats now;
             ct_plan_get_stats(p, &now); /* after the first run: fallbacks counted */
+            const int *cnt = now.n_backward_by_kernel;
             snprintf(buf + len, sizeof buf - (size_t)len,
                      " | backward_nodes ref=%d avx2=%d avx512=%d onednn=%d | low-precision I/O: native=%d copied=%d",
                      cnt[0], cnt[1], cnt[2], cnt[3], now.n_lowp_native, now.n_lowp_copied);

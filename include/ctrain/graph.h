@@ -473,6 +473,10 @@ typedef struct ct_plan_stats {
      * BF16 itself (elementwise, norms, softmax, pooling, embedding,
      * attention, ...: converting in registers); not in n_lowp_native */
     int n_lowp_simd;
+    /* backward nodes by the kernel that runs them: ref, avx2, avx512, onednn
+     * (ct_plan_kernel_name's names; after the first backward, fallbacks
+     * counted; any precision) */
+    int n_backward_by_kernel[4];
 } ct_plan_stats;
 void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *out);
 

@@ -967,6 +967,8 @@ ct_status ct_plan_buffer_arena(ct_plan *p, float **buffers, size_t *n) {
 }
 
 void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *o) {
+    _Static_assert(sizeof o->n_backward_by_kernel / sizeof o->n_backward_by_kernel[0] == CT_KERNEL_SLOTS,
+                   "one count per kernel slot");
     memset(o, 0, sizeof *o);
     o->param_bytes = o->grad_bytes = p->n_param_floats * sizeof(float);
     o->buffer_bytes = p->n_buffer_floats * sizeof(float);
@@ -981,6 +983,7 @@ void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *o) {
         if (ct_op_table(p->g.nodes[i].op)->onednn_bf16) o->n_lowp_native += p->pn[i].lowp_native;
         else o->n_lowp_simd += p->pn[i].lowp_native;
         o->n_lowp_copied += p->pn[i].lowp_io;
+        if (i >= p->n_fwd && p->pn[i].slot >= 0 && p->pn[i].slot < CT_KERNEL_SLOTS) o->n_backward_by_kernel[p->pn[i].slot]++;
     }
 }
 
