@@ -183,6 +183,7 @@ typedef struct ct_recipe {
     int64_t num_classes;     /* 0: the dataset's classes                        */
     int width_div;           /* widths / width_div (reduced variants; default 1) */
     int max_blocks;          /* at most this many blocks per stage (0: all)     */
+    int window;              /* swin: attention window (0: 7, torchvision's)    */
     float drop_path;         /* efficientnet, swin: stochastic depth rate (-1: the
                                 model's, torchvision's 0.2 / 0.2, 0.3, 0.5)     */
     float warmup_epochs;     /* warm-up length in epochs (0: warmup_steps counts) */

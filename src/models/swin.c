@@ -120,7 +120,7 @@ ct_status ct_model_swin(ct_graph *g, ct_node x, const ct_vision_config *c, int64
             return ct_set_error(ctx, CT_E_SHAPE,
                                 "%s: input %lldx%lld: every stage's map (%lldx%lld at stage %d) must be a multiple of "
                                 "the window %lld (on both axes or neither: one shift), and its width %lld of the %d "
-                                "heads (padding is not supported; 224x224 with window 7 works)",
+                                "heads (padding is not supported; 224x224 with window 7 works, 64x64 with window 2: recipe key window)",
                                 c->arch, (long long)s[2], (long long)s[3], (long long)h, (long long)wd, st + 1,
                                 (long long)w, (long long)dim, heads[st]);
     }

@@ -76,6 +76,7 @@ static ct_status img_build(ct_task *t, ct_graph *g, const ct_recipe *r, ct_node 
                                 (long long)r->num_classes, (long long)ds->n_classes, (long long)ds->n_classes);
         vc.num_classes = r->num_classes ? r->num_classes : ds->n_classes;
         vc.cifar_stem = r->cifar_stem, vc.width_div = r->width_div, vc.max_blocks = r->max_blocks;
+        vc.window = r->window;
         if (r->drop_path >= 0) vc.drop_path = r->drop_path; /* -1: the model's */
         vc.dropout = r->dropout;
         CT_TRY(ct_model_vision(g, x, &vc, &logits));
