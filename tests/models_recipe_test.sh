@@ -7,7 +7,8 @@
 # The image recipes read an ImageFolder at data/imagenet (RandomResizedCrop +
 # flip, ImageNet's mean/std); here they run on a 64-image Fashion-MNIST PNG
 # folder (scripts/export_imagefolder.py, 3x32x32) with widths / 16, one block
-# per stage (resnet: the CIFAR stem), swin_b at its 224x224 input.
+# per stage (resnet: the CIFAR stem), swin_b at its 224x224 input. Also the
+# Fashion-MNIST recipes of examples/fashion_vision.sh and Swin's window key.
 # usage: tests/models_recipe_test.sh path/to/ctrain
 set -u
 CT=${1:-build/ctrain}
@@ -51,6 +52,17 @@ expect swin_b_needs_224 1 "swin_b: input 32x32: every stage's map .* multiple of
 expect swin_b 0 "swin_b on imagefolder .*3x224x224.*precision bf16.*done: 2 steps.*test accuracy" -- \
   "$CT" train --recipe recipes/swin_b.json "${small[@]}" --set image_size=224 --set batch_size=4 --set max_steps=2 \
   --set epochs=1 --set save_dir=
+# the Fashion-MNIST recipes of examples/fashion_vision.sh (resnet18 with the CIFAR stem, efficientnet_b0, a reduced
+# swin_t at 64x64 with window 2): two steps each on the small folder, narrower for speed
+fm=(--set data_dir="$tmp/fm" --set batch_size=4 --set max_steps=2 --set epochs=1 --set log_every=1 --threads 2)
+expect fashion_resnet18 0 "resnet18 on imagefolder .*3x32x32.*done: 8 steps.*test accuracy" -- \
+  "$CT" train --recipe recipes/fashion_resnet18.json "${fm[@]}" --set width_div=16 --set max_steps=8 --set log_every=4
+expect fashion_efficientnet_b0 0 "efficientnet_b0 on imagefolder .*3x32x32.*done: 2 steps.*test accuracy" -- \
+  "$CT" train --recipe recipes/fashion_efficientnet_b0.json "${fm[@]}" --set width_div=8
+expect fashion_swin_t 0 "swin_t on imagefolder .*3x64x64.*done: 2 steps.*test accuracy" -- \
+  "$CT" train --recipe recipes/fashion_swin_t.json "${fm[@]}" --set width_div=8
+expect swin_window_key_named 1 "swin_t: input 64x64: .*window 7.*recipe key window" -- \
+  "$CT" train --recipe recipes/fashion_swin_t.json "${fm[@]}" --set width_div=8 --set window=0
 # the model section of a recipe and its errors
 printf '{"model": {"type": "resnet18", "cifar_stem": true, "width_div": 3}}\n' > "$tmp/bad_div.json"
 expect width_div_must_divide_64 1 "width_div.*3 does not divide 64" -- "$CT" train --recipe "$tmp/bad_div.json"
