@@ -339,6 +339,14 @@ void run_end(const run_state *s, const char *file, int line) {
     }
 }
 
+void run_close(const run_state *s, const char *file, int line, ct_plan *p, ct_graph *g, ct_context *ctx, gold_file *f) {
+    run_end(s, file, line);
+    ct_plan_free(p);
+    ct_graph_free(g);
+    ct_context_free(ctx);
+    gold_free(f);
+}
+
 gold_file *run_begin(run_state *s, char label[64], const char *file, const char *ctx_name) {
     char err[512] = "";
     const char *dot = strchr(file, '.');

@@ -83,5 +83,17 @@ gold_file *run_begin(run_state *s, char label[64], const char *file, const char 
 /* Ends a golden run: prints the worst error when it completed, and counts a
  * failed check (naming file:line and the first problem) when anything failed. */
 void run_end(const run_state *s, const char *file, int line);
+/* run_end, then frees what the run built (any may be NULL). */
+void run_close(const run_state *s, const char *file, int line, ct_plan *p, ct_graph *g, ct_context *ctx, gold_file *f);
+/* Inside a golden run (run_state s, ct_context *ctx and ct_status st in
+ * scope, a `done:` label that ends the run): runs expr; on failure fails the
+ * run naming expr, its status and ctx's message, and jumps to done. */
+#define GOLD_TRY(expr)                                                                            \
+    do {                                                                                          \
+        if ((st = (expr)) != CT_OK) {                                                             \
+            run_fail(&s, "%s -> %s: %s", #expr, ct_status_name(st), ct_context_last_error(ctx)); \
+            goto done;                                                                            \
+        }                                                                                         \
+    } while (0)
 
 #endif

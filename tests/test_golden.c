@@ -48,20 +48,13 @@ static void run_golden(const char *file, int is_cnn, const char *ctx_name, int i
     /* the graph: input, model, cross entropy */
     ct_node x, y, logits, loss;
     ct_status st;
-#define TRY(expr)                                                                                          \
-    do {                                                                                                   \
-        if ((st = (expr)) != CT_OK) {                                                                      \
-            run_fail(&s, "%s -> %s: %s", #expr, ct_status_name(st), ct_context_last_error(ctx));          \
-            goto done;                                                                                     \
-        }                                                                                                  \
-    } while (0)
-    TRY(ct_graph_create(ctx, &g));
-    TRY(ct_input(g, "x", CT_F32, in_rec->ndim, in_rec->dims, &x));
-    TRY(ct_input(g, "y", CT_I32, lab_rec->ndim, lab_rec->dims, &y));
-    if (is_cnn) TRY(ct_model_cnn(g, x, narch, arch64, ncls, &logits));
-    else TRY(ct_model_mlp(g, x, narch, arch64, ncls, CT_ACT_RELU, 0.0f, &logits));
-    TRY(ct_cross_entropy(g, logits, y, smoothing, ignore, &loss));
-    TRY(ct_compile(g, loss, 1, &logits, NULL, &p));
+    GOLD_TRY(ct_graph_create(ctx, &g));
+    GOLD_TRY(ct_input(g, "x", CT_F32, in_rec->ndim, in_rec->dims, &x));
+    GOLD_TRY(ct_input(g, "y", CT_I32, lab_rec->ndim, lab_rec->dims, &y));
+    if (is_cnn) GOLD_TRY(ct_model_cnn(g, x, narch, arch64, ncls, &logits));
+    else GOLD_TRY(ct_model_mlp(g, x, narch, arch64, ncls, CT_ACT_RELU, 0.0f, &logits));
+    GOLD_TRY(ct_cross_entropy(g, logits, y, smoothing, ignore, &loss));
+    GOLD_TRY(ct_compile(g, loss, 1, &logits, NULL, &p));
 
     /* parameters by name, buffers by graph node name, the batch */
     if (!load_params(&s, f, p)) goto done;
@@ -69,7 +62,7 @@ static void run_golden(const char *file, int is_cnn, const char *ctx_name, int i
     for (int n = 0; n < ct_graph_num_nodes(g); n++) {
         if (strcmp(ct_node_op_name(g, n), "buffer")) continue;
         ct_tensor v;
-        TRY(ct_plan_tensor(p, n, &v));
+        GOLD_TRY(ct_plan_tensor(p, n, &v));
         snprintf(name, sizeof name, "buffer.%s", ct_node_name(g, n));
         if (!load_into(&s, f, name, &v)) goto done;
         nbuf++;
@@ -79,26 +72,26 @@ static void run_golden(const char *file, int is_cnn, const char *ctx_name, int i
         goto done;
     }
     ct_tensor tx, ty;
-    TRY(ct_plan_tensor(p, x, &tx));
-    TRY(ct_plan_tensor(p, y, &ty));
+    GOLD_TRY(ct_plan_tensor(p, x, &tx));
+    GOLD_TRY(ct_plan_tensor(p, y, &ty));
     if (!load_into(&s, f, "input", &tx) || !load_into(&s, f, "labels", &ty)) goto done;
 
     /* poison the gradients so that one never written shows up as NaN */
     float *grads;
     size_t ng;
-    TRY(ct_plan_param_arena(p, NULL, &grads, &ng));
+    GOLD_TRY(ct_plan_param_arena(p, NULL, &grads, &ng));
     for (size_t i = 0; i < ng; i++) grads[i] = NAN;
 
-    TRY(ct_plan_forward(p, 1));
-    TRY(ct_plan_backward(p));
+    GOLD_TRY(ct_plan_forward(p, 1));
+    GOLD_TRY(ct_plan_backward(p));
     print_kernels(&s, g, p);
 
     /* loss, logits, every gradient, running statistics after the step */
     float lv;
-    TRY(ct_plan_loss(p, &lv));
+    GOLD_TRY(ct_plan_loss(p, &lv));
     ct_tensor tl = ct_tensor_make(&lv, CT_F32, 0, NULL), tlog;
     compare(&s, f, "loss", &tl);
-    TRY(ct_plan_tensor(p, logits, &tlog));
+    GOLD_TRY(ct_plan_tensor(p, logits, &tlog));
     compare(&s, f, "logits", &tlog);
     if (!compare_grads(&s, f, p)) goto done;
     if (nbuf != gold_count(f, "buffer_after."))
@@ -106,18 +99,13 @@ static void run_golden(const char *file, int is_cnn, const char *ctx_name, int i
     for (int n = 0; n < ct_graph_num_nodes(g); n++) {
         if (strcmp(ct_node_op_name(g, n), "buffer")) continue;
         ct_tensor v;
-        TRY(ct_plan_tensor(p, n, &v));
+        GOLD_TRY(ct_plan_tensor(p, n, &v));
         snprintf(name, sizeof name, "buffer_after.%s", ct_node_name(g, n));
         compare(&s, f, name, &v);
     }
-#undef TRY
     s.completed = 1;
 done:
-    run_end(&s, __FILE__, __LINE__);
-    ct_plan_free(p);
-    ct_graph_free(g);
-    ct_context_free(ctx);
-    gold_free(f);
+    run_close(&s, __FILE__, __LINE__, p, g, ctx, f);
 }
 
 /* ---- the tests --------------------------------------------------------------------------------- */

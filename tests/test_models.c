@@ -85,35 +85,28 @@ static void run_vision(const char *file, const char *ctx_name, int isa, int use_
     char an[24] = {0};
     memcpy(an, arch->data, (size_t)arch->numel);
     ct_status st;
-#define TRY(expr)                                                                                 \
-    do {                                                                                          \
-        if ((st = (expr)) != CT_OK) {                                                             \
-            run_fail(&s, "%s -> %s: %s", #expr, ct_status_name(st), ct_context_last_error(ctx)); \
-            goto done;                                                                            \
-        }                                                                                         \
-    } while (0)
     ct_vision_config c;
-    TRY(ct_vision_config_default(ctx, an, &c));
+    GOLD_TRY(ct_vision_config_default(ctx, an, &c));
     c.num_classes = nc, c.width_div = wd, c.max_blocks = mb, c.cifar_stem = cs, c.drop_path = 0, c.dropout = 0;
     c.window = win;
     ct_node x, y, logits, loss;
-    TRY(ct_graph_create(ctx, &g));
-    if (hashed_input) TRY(ct_input(g, "x", CT_F32, 4, (int64_t[]){ishape[0], ishape[1], ishape[2], ishape[3]}, &x));
-    else TRY(ct_input(g, "x", CT_F32, in_rec->ndim, in_rec->dims, &x));
-    TRY(ct_input(g, "y", CT_I32, lab_rec->ndim, lab_rec->dims, &y));
-    TRY(ct_model_vision(g, x, &c, &logits));
-    TRY(ct_cross_entropy(g, logits, y, 0.0f, -100, &loss));
+    GOLD_TRY(ct_graph_create(ctx, &g));
+    if (hashed_input) GOLD_TRY(ct_input(g, "x", CT_F32, 4, (int64_t[]){ishape[0], ishape[1], ishape[2], ishape[3]}, &x));
+    else GOLD_TRY(ct_input(g, "x", CT_F32, in_rec->ndim, in_rec->dims, &x));
+    GOLD_TRY(ct_input(g, "y", CT_I32, lab_rec->ndim, lab_rec->dims, &y));
+    GOLD_TRY(ct_model_vision(g, x, &c, &logits));
+    GOLD_TRY(ct_cross_entropy(g, logits, y, 0.0f, -100, &loss));
     ct_compile_opts co;
     ct_compile_opts_default(&co);
     if (bf16) co.precision = CT_PRECISION_BF16;
-    TRY(ct_compile(g, loss, 1, &logits, &co, &p));
+    GOLD_TRY(ct_compile(g, loss, 1, &logits, &co, &p));
 
     /* parameters: stored (batchnorm) or generated from their name's hash (conv, linear) */
     int np = ct_plan_num_params(p), stored = 0, hashed = 0;
     for (int i = 0; i < np; i++) {
         const char *pn;
         ct_tensor v;
-        TRY(ct_plan_param_info(p, i, &pn, &v, NULL));
+        GOLD_TRY(ct_plan_param_info(p, i, &pn, &v, NULL));
         snprintf(name, sizeof name, "param.%s", pn);
         if (gold_get(f, name)) {
             if (!load_into(&s, f, name, &v)) goto done;
@@ -138,7 +131,7 @@ static void run_vision(const char *file, const char *ctx_name, int isa, int use_
     for (int i = 0; i < nbuf; i++) {
         const char *bn;
         ct_tensor v;
-        TRY(ct_plan_buffer_info(p, i, &bn, &v));
+        GOLD_TRY(ct_plan_buffer_info(p, i, &bn, &v));
         snprintf(name, sizeof name, "buffer.%s", bn);
         if (!load_into(&s, f, name, &v)) goto done;
     }
@@ -147,29 +140,29 @@ static void run_vision(const char *file, const char *ctx_name, int isa, int use_
         goto done;
     }
     ct_tensor tx, ty, tlog;
-    TRY(ct_plan_tensor(p, x, &tx));
-    TRY(ct_plan_tensor(p, y, &ty));
+    GOLD_TRY(ct_plan_tensor(p, x, &tx));
+    GOLD_TRY(ct_plan_tensor(p, y, &ty));
     if (hashed_input) hash_fill("input", tx.data, ct_tensor_numel(&tx), 1); /* hash_values("input") x 2 */
     else if (!load_into(&s, f, "input", &tx)) goto done;
     if (!load_into(&s, f, "labels", &ty)) goto done;
-    TRY(ct_plan_tensor(p, logits, &tlog));
+    GOLD_TRY(ct_plan_tensor(p, logits, &tlog));
 
     /* eval mode first (running statistics, not updated), then one training step */
-    TRY(ct_plan_forward(p, 0));
+    GOLD_TRY(ct_plan_forward(p, 0));
     if (!bf16) compare(&s, f, "logits_eval", &tlog);
     float *grads;
     size_t ng;
-    TRY(ct_plan_param_arena(p, NULL, &grads, &ng));
+    GOLD_TRY(ct_plan_param_arena(p, NULL, &grads, &ng));
     for (size_t i = 0; i < ng; i++) grads[i] = NAN;
-    TRY(ct_plan_forward(p, 1));
-    TRY(ct_plan_backward(p));
+    GOLD_TRY(ct_plan_forward(p, 1));
+    GOLD_TRY(ct_plan_backward(p));
     print_kernels(&s, g, p);
     if (bf16) { /* BF16 autocast against the FP32 golden: close, not equal (compare_lowp) */
         compare_lowp(&s, f, p, GOLDEN_BF16_TOL);
         goto done;
     }
     float lv;
-    TRY(ct_plan_loss(p, &lv));
+    GOLD_TRY(ct_plan_loss(p, &lv));
     ct_tensor tl = ct_tensor_make(&lv, CT_F32, 0, NULL);
     compare(&s, f, "loss", &tl);
     compare(&s, f, "logits", &tlog);
@@ -177,18 +170,13 @@ static void run_vision(const char *file, const char *ctx_name, int isa, int use_
     for (int i = 0; i < nbuf; i++) {
         const char *bn;
         ct_tensor v;
-        TRY(ct_plan_buffer_info(p, i, &bn, &v));
+        GOLD_TRY(ct_plan_buffer_info(p, i, &bn, &v));
         snprintf(name, sizeof name, "buffer_after.%s", bn);
         compare(&s, f, name, &v);
     }
-#undef TRY
     s.completed = 1;
 done:
-    run_end(&s, __FILE__, __LINE__);
-    ct_plan_free(p);
-    ct_graph_free(g);
-    ct_context_free(ctx);
-    gold_free(f);
+    run_close(&s, __FILE__, __LINE__, p, g, ctx, f);
 }
 
 #define CASE(fn, file, ctxname, isa, dnnl) \

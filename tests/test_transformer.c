@@ -46,48 +46,41 @@ static void run_tf(const char *file, int bert, const char *ctx_name, int isa, in
     int64_t B = ids_rec->dims[0], T = ids_rec->dims[1];
     ct_node ids, labels, kv = CT_NONE, logits, flat, lab1, loss;
     ct_status st;
-#define TRY(expr)                                                                                 \
-    do {                                                                                          \
-        if ((st = (expr)) != CT_OK) {                                                             \
-            run_fail(&s, "%s -> %s: %s", #expr, ct_status_name(st), ct_context_last_error(ctx)); \
-            goto done;                                                                            \
-        }                                                                                         \
-    } while (0)
-    TRY(ct_graph_create(ctx, &g));
-    TRY(ct_input(g, "ids", CT_I32, 2, (int64_t[]){B, T}, &ids));
-    TRY(ct_input(g, "labels", CT_I32, 2, (int64_t[]){B, T}, &labels));
+    GOLD_TRY(ct_graph_create(ctx, &g));
+    GOLD_TRY(ct_input(g, "ids", CT_I32, 2, (int64_t[]){B, T}, &ids));
+    GOLD_TRY(ct_input(g, "labels", CT_I32, 2, (int64_t[]){B, T}, &labels));
     if (bert) {
-        TRY(ct_input(g, "key_valid", CT_I32, 2, (int64_t[]){B, T}, &kv));
+        GOLD_TRY(ct_input(g, "key_valid", CT_I32, 2, (int64_t[]){B, T}, &kv));
         ct_bert_config c = {V, C, (int)L, (int)H, D, FF, TV, 0.0f, *(const float *)eps_rec->data};
-        TRY(ct_model_bert(g, ids, kv, CT_NONE, CT_NONE, &c, &logits));
+        GOLD_TRY(ct_model_bert(g, ids, kv, CT_NONE, CT_NONE, &c, &logits));
     } else {
         ct_gpt_config c = {V, C, (int)L, (int)H, D, 0.0f, (int)bias, (int)tanh_};
-        TRY(ct_model_gpt(g, ids, &c, &logits));
+        GOLD_TRY(ct_model_gpt(g, ids, &c, &logits));
     }
-    TRY(ct_reshape(g, logits, 2, (int64_t[]){B * T, V}, &flat));
-    TRY(ct_reshape(g, labels, 1, (int64_t[]){B * T}, &lab1));
-    TRY(ct_cross_entropy(g, flat, lab1, 0.0f, (int)ignore, &loss));
+    GOLD_TRY(ct_reshape(g, logits, 2, (int64_t[]){B * T, V}, &flat));
+    GOLD_TRY(ct_reshape(g, labels, 1, (int64_t[]){B * T}, &lab1));
+    GOLD_TRY(ct_cross_entropy(g, flat, lab1, 0.0f, (int)ignore, &loss));
     ct_compile_opts co;
     ct_compile_opts_default(&co);
     if (bf16) co.precision = CT_PRECISION_BF16;
-    TRY(ct_compile(g, loss, 1, &logits, &co, &p));
+    GOLD_TRY(ct_compile(g, loss, 1, &logits, &co, &p));
 
     if (!load_params(&s, f, p)) goto done;
     ct_tensor t;
-    TRY(ct_plan_tensor(p, ids, &t));
+    GOLD_TRY(ct_plan_tensor(p, ids, &t));
     if (!load_into(&s, f, "ids", &t)) goto done;
-    TRY(ct_plan_tensor(p, labels, &t));
+    GOLD_TRY(ct_plan_tensor(p, labels, &t));
     if (!load_into(&s, f, "labels", &t)) goto done;
     if (bert) {
-        TRY(ct_plan_tensor(p, kv, &t));
+        GOLD_TRY(ct_plan_tensor(p, kv, &t));
         if (!load_into(&s, f, "key_valid", &t)) goto done;
     }
     float *grads;
     size_t ng;
-    TRY(ct_plan_param_arena(p, NULL, &grads, &ng));
+    GOLD_TRY(ct_plan_param_arena(p, NULL, &grads, &ng));
     for (size_t i = 0; i < ng; i++) grads[i] = NAN; /* a gradient never written shows up */
-    TRY(ct_plan_forward(p, 1));
-    TRY(ct_plan_backward(p));
+    GOLD_TRY(ct_plan_forward(p, 1));
+    GOLD_TRY(ct_plan_backward(p));
     print_kernels(&s, g, p);
 
     if (bf16) {
@@ -95,20 +88,15 @@ static void run_tf(const char *file, int bert, const char *ctx_name, int isa, in
         goto done;
     }
     float lv;
-    TRY(ct_plan_loss(p, &lv));
+    GOLD_TRY(ct_plan_loss(p, &lv));
     ct_tensor tl = ct_tensor_make(&lv, CT_F32, 0, NULL);
     compare(&s, f, "loss", &tl);
-    TRY(ct_plan_tensor(p, logits, &t));
+    GOLD_TRY(ct_plan_tensor(p, logits, &t));
     compare(&s, f, "logits", &t);
     if (!compare_grads(&s, f, p)) goto done;
-#undef TRY
     s.completed = 1;
 done:
-    run_end(&s, __FILE__, __LINE__);
-    ct_plan_free(p);
-    ct_graph_free(g);
-    ct_context_free(ctx);
-    gold_free(f);
+    run_close(&s, __FILE__, __LINE__, p, g, ctx, f);
 }
 
 #define CASE(fn, file, bert, ctxname, isa, dnnl) \
