@@ -233,17 +233,24 @@ fi
 within "gpt at np 2 ends with the weights of one process" "$tmp/gpt1" "$tmp/gpt2" $TOL 000006
 # BERT: each rank's loss is the mean over its masked tokens (as DDP), so only close to one process's; the
 # validation covers the same windows
-mrun "$tmp/bert1.log" 120 -- "$CT" train "${G[@]/gpt/bert}"
-mrun "$tmp/bert2.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${G[@]/gpt/bert}"
-rc=$?
-w1=$(grep -oE "val loss [0-9.]+  val ppl [0-9.]+  \([0-9]+ windows" "$tmp/bert1.log" | tail -1)
-w2=$(grep -oE "val loss [0-9.]+  val ppl [0-9.]+  \([0-9]+ windows" "$tmp/bert2.log" | tail -1)
-if [ "$rc" -eq 0 ] && [ -n "$w1" ] && [ "${w1##*(}" = "${w2##*(}" ] &&
-   awk -v a="${w1#val loss }" -v b="${w2#val loss }" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 0.01 * a) }'; then
-  ok "bert at np 2: the validation of one process's windows within 1% ($w2 vs $w1)"
-else
-  bad "bert at np 2 (rc $rc): '$w2' vs '$w1'" "$(tail -5 "$tmp/bert2.log")"
-fi
+# close_validation TAG UNIT WHAT ARGS...: `ctrain train ARGS` in one process and at np 2; the last validation line
+# covers as many UNIT (windows, documents) in both, and its loss is within 1%
+close_validation() {
+  local tag=$1 unit=$2 what=$3 rc v1 v2
+  shift 3
+  mrun "$tmp/${tag}1.log" 120 -- "$CT" train "$@"
+  mrun "$tmp/${tag}2.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "$@"
+  rc=$?
+  v1=$(grep -oE "val loss [0-9.]+  val ppl [0-9.]+  \([0-9]+ $unit" "$tmp/${tag}1.log" | tail -1)
+  v2=$(grep -oE "val loss [0-9.]+  val ppl [0-9.]+  \([0-9]+ $unit" "$tmp/${tag}2.log" | tail -1)
+  if [ "$rc" -eq 0 ] && [ -n "$v1" ] && [ "${v1##*(}" = "${v2##*(}" ] &&
+     awk -v a="${v1#val loss }" -v b="${v2#val loss }" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 0.01 * a) }'; then
+    ok "$what at np 2: the validation of one process's $unit within 1% ($v2 vs $v1)"
+  else
+    bad "$what at np 2 (rc $rc): '$v2' vs '$v1'" "$(tail -5 "$tmp/${tag}2.log")"
+  fi
+}
+close_validation bert windows bert "${G[@]/gpt/bert}"
 
 # activation checkpointing with buckets: a 2-layer GPT recomputing every layer, 9 buckets overlapped
 mrun "$tmp/gptr1.log" 120 -- "$CT" train "${G[@]}" --set n_layer=2 --set recompute_every=1 --save-dir "$tmp/gptr1"
@@ -280,17 +287,7 @@ fi
 # GPT on variable-length documents (text_docs, dynamic shapes): every rank runs the global batch's length;
 # like BERT each rank's loss is the mean over its own tokens, so close to one process's, over the same documents
 D=("${G[@]}" --set text_docs=paragraphs --set pad_to_multiple=4 --set eval_batches=0)
-mrun "$tmp/doc1.log" 120 -- "$CT" train "${D[@]}"
-mrun "$tmp/doc2.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${D[@]}"
-rc=$?
-d1=$(grep -oE "val loss [0-9.]+  val ppl [0-9.]+  \([0-9]+ documents" "$tmp/doc1.log" | tail -1)
-d2=$(grep -oE "val loss [0-9.]+  val ppl [0-9.]+  \([0-9]+ documents" "$tmp/doc2.log" | tail -1)
-if [ "$rc" -eq 0 ] && [ -n "$d1" ] && [ "${d1##*(}" = "${d2##*(}" ] &&
-   awk -v a="${d1#val loss }" -v b="${d2#val loss }" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 0.01 * a) }'; then
-  ok "gpt on documents at np 2: the validation of one process's documents within 1% ($d2 vs $d1)"
-else
-  bad "gpt on documents at np 2 (rc $rc): '$d2' vs '$d1'" "$(tail -5 "$tmp/doc2.log")"
-fi
+close_validation doc documents "gpt on documents" "${D[@]}"
 
 # ---- killed and resumed -------------------------------------------------------------------------------
 # np 2 uninterrupted vs killed after step 25 (checkpoint 20) and resumed at np 2. Both save to $tmp/r (the
