@@ -17,6 +17,17 @@ static int64_t make_divisible(double v) {
     return nv;
 }
 
+/* A 1x1 convolution with bias named "<pre>.<fc>" (cin -> cout), on the squeezed (N, C, 1, 1) map. */
+static ct_status se_fc(ct_graph *g, ct_node x, const char *pre, const char *fc, int64_t cin, int64_t cout, ct_node *out) {
+    char nm[128];
+    ct_node w, b;
+    snprintf(nm, sizeof nm, "%s.%s", pre, fc);
+    CT_TRY(ct_vis_conv_weight(g, nm, cout, cin, 1, &w));
+    CT_TRY(ct_vis_param(g, nm, "bias", 1, (int64_t[]){cout}, CT_INIT_ZEROS, 0, &b));
+    CT_TRY(ct_conv2d(g, x, w, b, 1, 0, 1, 1, out));
+    return ct_node_set_name(g, *out, nm);
+}
+
 /* squeeze-excitation named pre (fc1, fc2): x * sigmoid(fc2(silu(fc1(avgpool(x))))) */
 static ct_status squeeze_excite(ct_graph *g, ct_node x, const char *pre, int64_t squeeze, ct_node *out) {
     int64_t c = ct_vis_channels(g, x), n;
@@ -24,21 +35,12 @@ static ct_status squeeze_excite(ct_graph *g, ct_node x, const char *pre, int64_t
     int64_t s[CT_MAX_DIMS];
     CT_TRY(ct_node_shape(g, x, &nd, s));
     n = s[0];
-    ct_node p, w1, b1, w2, b2;
-    char nm[128];
+    ct_node p;
     CT_TRY(ct_global_avgpool(g, x, &p));
     CT_TRY(ct_reshape(g, p, 4, (int64_t[]){n, c, 1, 1}, &p));
-    snprintf(nm, sizeof nm, "%s.fc1", pre);
-    CT_TRY(ct_vis_conv_weight(g, nm, squeeze, c, 1, &w1));
-    CT_TRY(ct_vis_param(g, nm, "bias", 1, (int64_t[]){squeeze}, CT_INIT_ZEROS, 0, &b1));
-    CT_TRY(ct_conv2d(g, p, w1, b1, 1, 0, 1, 1, &p));
-    CT_TRY(ct_node_set_name(g, p, nm));
+    CT_TRY(se_fc(g, p, pre, "fc1", c, squeeze, &p));
     CT_TRY(ct_silu(g, p, &p));
-    snprintf(nm, sizeof nm, "%s.fc2", pre);
-    CT_TRY(ct_vis_conv_weight(g, nm, c, squeeze, 1, &w2));
-    CT_TRY(ct_vis_param(g, nm, "bias", 1, (int64_t[]){c}, CT_INIT_ZEROS, 0, &b2));
-    CT_TRY(ct_conv2d(g, p, w2, b2, 1, 0, 1, 1, &p));
-    CT_TRY(ct_node_set_name(g, p, nm));
+    CT_TRY(se_fc(g, p, pre, "fc2", squeeze, c, &p));
     CT_TRY(ct_sigmoid(g, p, &p));
     CT_TRY(ct_mul(g, x, p, out));
     return ct_node_set_name(g, *out, pre);
