@@ -3,10 +3,10 @@
 # Fashion-MNIST exported as a 32x32 RGB PNG ImageFolder
 # (scripts/export_imagefolder.py: 60000 train / 10000 val, made once into $DIR),
 # trained by `ctrain train` with one of the recipes
-#   resnet18      recipes/fashion_resnet18.json      (CIFAR stem, SGD nesterov, one-cycle, 3 epochs)
+#   resnet18      recipes/fashion_resnet18.json      (CIFAR stem, SGD nesterov, one-cycle, 5 epochs)
 #   efficientnet  recipes/fashion_efficientnet_b0.json (AdamW, cosine, 3 epochs)
 #   swin          recipes/fashion_swin_t.json         (swin_t / 2, 2 blocks per stage, 64x64, window 2)
-# with RandomResizedCrop + flip, evaluated each epoch on the 10000 val images.
+# with RandomCrop(padding 2) (resnet18) or RandomResizedCrop + flip, evaluated each epoch on the 10000 val images.
 # The epoch lines give the test accuracy; the last line the run's images/s.
 # Checkpoints go to $OUT (a killed run resumes with --resume $OUT).
 #   examples/fashion_vision.sh resnet18 [extra ctrain train flags...]

@@ -470,6 +470,43 @@ TEST(rrc_params) {
     CHECK(differ >= 18); /* another epoch, other crops */
 }
 
+/* RandomCrop(S, padding=P): every offset in [-P, H + P - S] is drawn, the
+ * window is copied (no resampling), black (pixel 0) outside the image, and
+ * the flip mirrors the window. */
+TEST(padded_random_crop) {
+    enum { H = 6, W = 6, S = 6, P = 2, C = 1 };
+    uint8_t px[H * W];
+    for (int i = 0; i < H * W; i++) px[i] = (uint8_t)(10 + i);
+    ct_image im = {px, sizeof px, H, W, C};
+    ct_image_opts o;
+    ct_image_opts_default(&o);
+    o.size = S, o.channels = C, o.train = 1, o.pad = P;
+    o.mean[0] = 0.0f, o.std[0] = 1.0f / 255.0f; /* normalized value = pixel value */
+    int seen[2 * P + 1][2 * P + 1];
+    memset(seen, 0, sizeof seen);
+    for (int64_t i = 0; i < 4000; i++) {
+        ct_crop c;
+        ct_image_transform_params(&o, H, W, 11, 0, i, &c);
+        CHECK(c.h == S && c.w == S && c.top >= -P && c.top <= H + P - S && c.left >= -P && c.left <= W + P - S);
+        seen[c.top + P][c.left + P]++;
+        float out[S * S];
+        ct_image_transform(&o, &im, &c, out);
+        for (int y = 0; y < S; y++)
+            for (int x = 0; x < S; x++) {
+                int sy = c.top + y, sx = c.left + (c.flip ? S - 1 - x : x);
+                float want = sy >= 0 && sy < H && sx >= 0 && sx < W ? (float)px[sy * W + sx] : 0.0f;
+                CHECK_MSG(out[y * S + x] == want, "crop (%d, %d) flip %d at (%d, %d): %g, want %g", c.top, c.left,
+                          c.flip, y, x, (double)out[y * S + x], (double)want);
+            }
+    }
+    for (int a = 0; a <= 2 * P; a++)
+        for (int b = 0; b <= 2 * P; b++) CHECK(seen[a][b] > 80); /* 25 offsets, ~160 each */
+    /* an image smaller than the window even with padding: centered, black around */
+    ct_crop c;
+    ct_image_transform_params(&o, 1, 1, 11, 0, 0, &c);
+    CHECK(c.top == -2 && c.left == -2); /* (1 + 4 - 6) / 2 - 2, truncated toward zero: 0 - 2 */
+}
+
 /* Resize of a 1 x 70000 strip to a shorter side of 16384 (a longer side of
  * 1.1e9, clamped at 2^30): finite, in range, no overflow (UBSan). */
 TEST(extreme_aspect_ratio_eval) {
@@ -574,7 +611,7 @@ TEST(same_batches_whatever_the_threads) {
 TEST_MAIN({"png_color_kinds", png_color_kinds}, {"jpeg_color_kinds", jpeg_color_kinds},
           {"bad_files_are_corrupt_and_named", bad_files_are_corrupt_and_named},
           {"folder_classes_and_labels", folder_classes_and_labels}, {"bad_image_policy", bad_image_policy},
-          {"cifar_records", cifar_records}, {"rrc_params", rrc_params},
+          {"cifar_records", cifar_records}, {"rrc_params", rrc_params}, {"padded_random_crop", padded_random_crop},
           {"extreme_aspect_ratio_eval", extreme_aspect_ratio_eval},
           {"transforms_match_torchvision", transforms_match_torchvision},
           {"same_batches_whatever_the_threads", same_batches_whatever_the_threads})

@@ -50,6 +50,9 @@ typedef struct ct_image_opts {
     float mean[3], std[3]; /* per channel, on x/255 (default 0.5, 0.5)              */
     ct_bad_images bad;   /* default CT_BAD_IMAGES_ERROR                               */
     int64_t max_pixels;  /* larger images are bad (default 1 << 26)                    */
+    int pad;             /* train: > 0 takes torchvision's RandomCrop(size, padding=pad)
+                            instead of RandomResizedCrop: an S x S window of the image
+                            padded with black (pixel 0) on every side, no resampling   */
 } ct_image_opts;
 void ct_image_opts_default(ct_image_opts *o);
 
@@ -80,11 +83,13 @@ typedef struct ct_crop {
  * ratio, top, left); after 10 failed tries the center fallback. */
 void ct_rrc_params(int H, int W, const float scale[2], const float ratio[2], const double u[40], ct_crop *out);
 /* The crop box of sample `index` in `epoch` (RandomResizedCrop + flip when
- * o->train, else the eval Resize + CenterCrop as a box in the source plus
+ * o->train, RandomCrop + flip when o->train and o->pad > 0: the box is S x S
+ * and may start up to pad pixels outside the image, else the eval Resize + CenterCrop as a box in the source plus
  * the virtual resized size) from Philox(seed, epoch, index). */
 void ct_image_transform_params(const ct_image_opts *o, int H, int W, uint64_t seed, uint64_t epoch,
                                int64_t index, ct_crop *crop);
-/* Resamples box `crop` of im (bilinear, align_corners=False, no antialias)
+/* Resamples box `crop` of im (bilinear, align_corners=False, no antialias;
+ * with o->train and o->pad > 0 the S x S box is copied, black outside im)
  * to S x S (S = o->size), mirrors it when crop->flip, scales by 1/255 and
  * normalizes with o->mean / o->std into dst (o->channels, S, S). For eval
  * (o->train 0) the box is the whole image resized to the virtual size and

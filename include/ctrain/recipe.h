@@ -159,6 +159,7 @@ typedef struct ct_recipe {
     float crop_scale_min, crop_scale_max; /* augment: RandomResizedCrop area (0.08, 1) */
     float crop_ratio_min, crop_ratio_max; /* augment: aspect ratio (3/4, 4/3)  */
     int hflip;               /* augment: random horizontal flip (default 1)     */
+    int crop_padding;        /* augment: > 0 RandomCrop(padding) instead of RandomResizedCrop (0) */
     int bad_images;          /* 0 error (default), 1 skip and count             */
     /* graph optimizer (ct_compile_opts; docs/fusion.md) */
     int fusion_level;        /* 0 | 1 | 2 (default 1)                           */

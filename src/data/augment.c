@@ -1,6 +1,6 @@
 /* src/data/augment.c - the image transforms of ctrain/image.h: torchvision's
  * RandomResizedCrop parameters, RandomHorizontalFlip, Resize + CenterCrop,
- * bilinear resampling and Normalize, on 8-bit HWC pixels into FP32 CHW.
+ * RandomCrop with padding, bilinear resampling and Normalize, on 8-bit HWC pixels into FP32 CHW.
  *
  * Resampling follows torch.nn.functional.interpolate(mode="bilinear",
  * align_corners=False) on the crop, which is what torchvision's functional
@@ -82,7 +82,14 @@ void ct_image_transform_params(const ct_image_opts *o, int H, int W, uint64_t se
         ct_philox(seed, stream, base + (uint64_t)t, r);
         for (int k = 0; k < 4; k++) u[4 * t + k] = u01(r[k]);
     }
-    ct_rrc_params(H, W, o->scale, o->ratio, u, crop);
+    if (o->pad > 0) { /* RandomCrop(S, padding=pad): torch.randint(0, H + 2 pad - S + 1) on the padded image */
+        const int S = o->size, rh = H + 2 * o->pad - S, rw = W + 2 * o->pad - S;
+        crop->top = (rh >= 0 ? CT_MIN((int)(u[0] * (double)(rh + 1)), rh) : rh / 2) - o->pad;
+        crop->left = (rw >= 0 ? CT_MIN((int)(u[1] * (double)(rw + 1)), rw) : rw / 2) - o->pad;
+        crop->h = crop->w = S;
+    } else {
+        ct_rrc_params(H, W, o->scale, o->ratio, u, crop);
+    }
     ct_philox(seed, stream, base + RRC_TRIES, r);
     crop->flip = o->flip && u01(r[0]) < 0.5;
 }
@@ -115,8 +122,38 @@ static void resize_dims(int H, int W, int size, int *nh, int *nw) {
     }
 }
 
+/* (v/255 - mean) / std = v * scale + shift */
+static void norm_coeffs(const ct_image_opts *o, float scale[3], float shift[3]) {
+    for (int c = 0; c < o->channels; c++) {
+        scale[c] = 1.0f / (255.0f * o->std[c]);
+        shift[c] = -o->mean[c] / o->std[c];
+    }
+}
+
+/* RandomCrop with padding: the S x S window at (crop->top, crop->left),
+ * which may reach outside the image, where the pixels are 0 (black). */
+static void padded_crop(const ct_image_opts *o, const ct_image *im, const ct_crop *crop, float *dst) {
+    const int S = o->size, C = o->channels;
+    float scale[3], shift[3];
+    norm_coeffs(o, scale, shift);
+    for (int y = 0; y < S; y++) {
+        const int sy = crop->top + y;
+        for (int x = 0; x < S; x++) {
+            const int sx = crop->left + x, xo = crop->flip ? S - 1 - x : x;
+            const int in = sy >= 0 && sy < im->h && sx >= 0 && sx < im->w;
+            const uint8_t *p = in ? im->px + ((size_t)sy * (size_t)im->w + (size_t)sx) * (size_t)C : NULL;
+            for (int c = 0; c < C; c++)
+                dst[((size_t)c * S + y) * S + xo] = (in ? (float)p[c] : 0.0f) * scale[c] + shift[c];
+        }
+    }
+}
+
 void ct_image_transform(const ct_image_opts *o, const ct_image *im, const ct_crop *crop, float *dst) {
     const int S = o->size, C = o->channels;
+    if (o->train && o->pad > 0) {
+        padded_crop(o, im, crop, dst);
+        return;
+    }
     /* the virtual resized image (vh, vw) of the box and the window (oy, ox) taken from it */
     int vh = S, vw = S, oy = 0, ox = 0;
     if (!o->train) {
@@ -128,10 +165,7 @@ void ct_image_transform(const ct_image_opts *o, const ct_image *im, const ct_cro
     const size_t row = (size_t)im->w * (size_t)C;
     const uint8_t *base = im->px + (size_t)crop->top * row + (size_t)crop->left * (size_t)C;
     float scale[3], shift[3];
-    for (int c = 0; c < C; c++) { /* (v/255 - mean) / std = v * scale + shift */
-        scale[c] = 1.0f / (255.0f * o->std[c]);
-        shift[c] = -o->mean[c] / o->std[c];
-    }
+    norm_coeffs(o, scale, shift);
     for (int y = 0; y < S; y++) {
         int y0, y1;
         float ly;

@@ -174,7 +174,8 @@ static const key_def k_keys[] = {
      "prefetch worker threads; the batches do not depend on it"},
     {"augment", K_BOOL, OFF(augment), 0, 0, 1, NULL, M_IMG, NULL,
      "training images, keyed by (seed, epoch, index): IDX: random crop (pad 2) + horizontal flip; imagefolder/cifar: "
-     "RandomResizedCrop(image_size, crop_scale, crop_ratio) + hflip (off: Resize + CenterCrop as evaluation)"},
+     "RandomResizedCrop(image_size, crop_scale, crop_ratio) or, with crop_padding, RandomCrop(image_size, "
+     "crop_padding) + hflip (off: Resize + CenterCrop as evaluation)"},
     {"precision", K_ENUM, OFF(precision), 0, 0, 0, PRECISIONS, M_ALL, "--precision",
      "fp32, bf16/fp16 (autocast, FP32 master weights), bf16-pure/fp16-pure (every op stores low precision)"},
     {"keep_fp32", K_STR, OFF(keep_fp32), SZ(keep_fp32), 0, 0, NULL, M_ALL, "--keep-fp32",
@@ -238,6 +239,9 @@ static const key_def k_keys[] = {
      "imagefolder/cifar augment: RandomResizedCrop smallest aspect ratio w/h"},
     {"crop_ratio_max", K_F32, OFF(crop_ratio_max), 0, 1e-3, 1e3, NULL, M_IMG, NULL,
      "imagefolder/cifar augment: RandomResizedCrop largest aspect ratio w/h"},
+    {"crop_padding", K_INT, OFF(crop_padding), 0, 0, 4096, NULL, M_IMG, NULL,
+     "imagefolder/cifar augment: > 0 takes RandomCrop(image_size, padding) instead of RandomResizedCrop: an "
+     "image_size window of the image padded with black, no resampling (CIFAR-style; 0: RandomResizedCrop)"},
     {"hflip", K_BOOL, OFF(hflip), 0, 0, 1, NULL, M_IMG, NULL, "imagefolder/cifar augment: horizontal flip with p = 0.5"},
     {"bad_images", K_ENUM, OFF(bad_images), 0, 0, 0, "error|skip", M_IMG, NULL,
      "imagefolder: an undecodable file (truncated, not a JPEG/PNG, 0 bytes) stops the run naming it (error), or is "

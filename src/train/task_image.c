@@ -322,6 +322,7 @@ static ct_status open_image_sets(image_task *it, const ct_recipe *r) {
                             "%g): each min must be <= its max", (double)o.scale[0], (double)o.scale[1],
                             (double)o.ratio[0], (double)o.ratio[1]);
     o.flip = r->hflip;
+    o.pad = r->crop_padding;
     o.bad = r->bad_images ? CT_BAD_IMAGES_SKIP : CT_BAD_IMAGES_ERROR;
     CT_TRY(parse_floats(ctx, "mean", r->mean, o.channels, o.mean));
     CT_TRY(parse_floats(ctx, "std", r->std, o.channels, o.std));
@@ -479,7 +480,7 @@ ct_status ct_task_image_create(ct_context *ctx, const ct_recipe *r, ct_task **ou
                           : r->std[0] ? "std" : r->crop_scale_min != d.crop_scale_min ? "crop_scale_min"
                           : r->crop_scale_max != d.crop_scale_max ? "crop_scale_max" : r->crop_ratio_min != d.crop_ratio_min
                           ? "crop_ratio_min" : r->crop_ratio_max != d.crop_ratio_max ? "crop_ratio_max"
-                          : r->hflip != d.hflip ? "hflip" : r->bad_images != d.bad_images ? "bad_images" : NULL;
+                          : r->hflip != d.hflip ? "hflip" : r->crop_padding ? "crop_padding" : r->bad_images != d.bad_images ? "bad_images" : NULL;
         if (key) {
             ct_status s = ct_set_error(ctx, CT_E_CONFIG,
                                        "recipe key '%s' applies to dataset imagefolder, cifar10 or cifar100, not to the "
