@@ -54,7 +54,12 @@ static void autocast_inserts_each_cast_once(void) {
     CHECK(gr.dtype == CT_F32); /* master-weight gradients */
     ct_plan_stats st;
     ct_plan_get_stats(m.plan, &st);
-    CHECK(st.cast_bytes > 0);
+    /* FP32 copies for a node are planned only where it cannot read BF16:
+     * oneDNN's linear without BF16 hardware; with it every node reads BF16 */
+    int hw = 0;
+    CHECK_OK(ctx, ct_context_lowp_native(ctx, CT_BF16, &hw, NULL, 0));
+    if (hw && ct_context_isa(ctx) >= CT_ISA_AVX2) CHECK_MSG(st.cast_bytes == 0, "%zu bytes of FP32 copies", st.cast_bytes);
+    else CHECK(st.cast_bytes > 0);
     ct_plan_free(m.plan);
     /* FP32 inserts nothing */
     CHECK_OK(ctx, build(ctx, 0, CT_PRECISION_FP32, NULL, &m));

@@ -347,6 +347,28 @@ TEST(batchnorm) {
     big.aux_bytes = 8;
     CHECK(kdeclines(&small));
     CHECK(kdeclines(&big));
+    /* batchnorm+relu (the fusion pass's BN_RELU): the same batchnorm, relu in
+       place and one mask bit per element after the statistics; then relu's
+       backward from those bits (RELU_MASK_BWD) */
+    size_t fab = 2 * (size_t)C * sizeof(float) + (size_t)(N * C * S + 7) / 8;
+    kcase fr = f;
+    fr.label = "batchnorm+relu";
+    fr.op = CT_OP_BN_RELU;
+    fr.aux_bytes = fab;
+    CHECK(kcheck(&fr, 16) >= 0);
+    kdata_make(&fr, 16, &d);
+    float *yr = malloc((size_t)(N * C * S) * 4);
+    char *raux = calloc(1, fab);
+    CHECK(krun(&fr, &d, CT_KERNEL_REF, 0, yr, raux) == CT_OK);
+    kdata_free(&fr, &d);
+    int64_t on = 0;
+    for (int64_t i = 0; i < N * C * S; i++) on += yr[i] > 0;
+    CHECK(on > N * C * S / 4 && on < N * C * S * 3 / 4); /* the bits mix 0 and 1 */
+    kcase mb = {"relu_mask_bwd", CT_OP_RELU_MASK_BWD, {0}, {0}, 2, {IN_BF16, IN_STATE}, {4, 4},
+                {{N, C, H, W}, {N, C, H, W}}, {-3, 0}, {3, 0}, 4, {N, C, H, W}, 1, 0, raux, 1e-2, {0}};
+    CHECK(kcheck(&mb, 17) >= 0);
+    free(yr);
+    free(raux);
 }
 
 TEST(layernorm) {
@@ -551,8 +573,8 @@ TEST(attention) {
 
 /* Builds and compiles the CNN (gpt = 0) or a 2-layer GPT (gpt = 1) in BF16
  * with CT_BF16_NATIVE as given (NULL: unset). */
-static ct_status build(ct_context *ctx, int gpt, ct_precision prec, const char *native, int plan_only, ct_plan **out,
-                       ct_node *xo, ct_node *yo) {
+static ct_status build_level(ct_context *ctx, int gpt, ct_precision prec, const char *native, int plan_only,
+                             int fusion_level, ct_plan **out, ct_node *xo, ct_node *yo) {
     if (native) setenv("CT_BF16_NATIVE", native, 1);
     else unsetenv("CT_BF16_NATIVE");
     ct_graph *g;
@@ -590,12 +612,20 @@ static ct_status build(ct_context *ctx, int gpt, ct_precision prec, const char *
     ct_compile_opts_default(&o);
     o.precision = prec;
     o.plan_only = plan_only;
+    o.fusion_level = fusion_level;
     if (s == CT_OK) s = ct_compile(g, loss, 1, &logits, &o, out); /* logits kept, as bench_step */
     ct_graph_free(g);
     unsetenv("CT_BF16_NATIVE");
     if (xo) *xo = x;
     if (yo) *yo = y;
     return s;
+}
+
+static ct_status build(ct_context *ctx, int gpt, ct_precision prec, const char *native, int plan_only, ct_plan **out,
+                       ct_node *xo, ct_node *yo) {
+    ct_compile_opts d;
+    ct_compile_opts_default(&d);
+    return build_level(ctx, gpt, prec, native, plan_only, d.fusion_level, out, xo, yo);
 }
 
 /* Trains `steps` SGD steps on fixed random data; losses into loss[]. */
@@ -735,6 +765,18 @@ static ct_status arena_of(ct_context *ctx, int gpt, ct_precision prec, const cha
     return CT_OK;
 }
 
+/* The CNN's plan at a fusion level (default native setting). */
+static ct_status arena_of_level(ct_context *ctx, ct_precision prec, int level, size_t *act, size_t *cast) {
+    ct_plan *p;
+    CT_TRY(build_level(ctx, 0, prec, NULL, 1, level, &p, NULL, NULL));
+    ct_plan_stats st;
+    ct_plan_get_stats(p, &st);
+    *act = st.activation_bytes;
+    *cast = st.cast_bytes;
+    ct_plan_free(p);
+    return CT_OK;
+}
+
 TEST(arena_targets) {
     ct_context *ctx = test_ctx(-1, 1);
     static const char *modes[3] = {"0", NULL, "1"};
@@ -756,6 +798,14 @@ TEST(arena_targets) {
         if (avx512) {
             CHECK(cast[3] == 0 && act[3] <= act[2]);
             if (!gpt) CHECK((double)act[3] <= 0.55 * (double)act[0]);
+        }
+        if (!gpt) { /* at fusion level 1 too: batchnorm+relu fuses in BF16 as in FP32 */
+            size_t a1, b1, c1;
+            CHECK_OK(ctx, arena_of_level(ctx, CT_PRECISION_FP32, 1, &a1, &c1));
+            CHECK_OK(ctx, arena_of_level(ctx, CT_PRECISION_BF16, 1, &b1, &c1));
+            printf("    cnn b128 at fusion level 1: fp32 %.2f MiB, bf16 %.2f MiB (%.0f%%)\n", a1 / 1048576.0, b1 / 1048576.0,
+                   100.0 * b1 / a1);
+            if (avx512) CHECK((double)b1 <= 0.55 * (double)a1);
         }
     }
     ct_context_free(ctx);

@@ -30,7 +30,8 @@
  *   level 1  conv2d+relu,        relu on the GEMM's output in place (GEMM_RELU):
  *            linear+relu         no buffer for the pre-activation
  *
- * Only FP32 nodes outside recompute copies fuse. Rules (ct_fusion_rules) name
+ * Only nodes outside recompute copies fuse, FP32 ones except batchnorm+relu
+ * (any float dtype: BF16 I/O in its fast kernels). Rules (ct_fusion_rules) name
  * a pattern by its ops (seeds' names "Conv2D", "BiasAdd", ... or ctrain's)
  * with constraints; a pattern named by some rule applies exactly where one
  * of its rules holds, whatever the level. */
@@ -355,6 +356,8 @@ static int readers_of(const ct_graph *g, ct_node v, reader *r, int max) {
 }
 
 static int plain_f32(const ct_node_def *d) { return d->dtype == CT_F32 && !(d->flags & CT_NODE_RECOMPUTE); }
+/* batchnorm+relu also fuses in BF16 / FP16 plans (its fast kernels take BF16 I/O, FP16 runs on FP32 copies) */
+static int plain_float(const ct_node_def *d) { return ct_dtype_is_float(d->dtype) && !(d->flags & CT_NODE_RECOMPUTE); }
 static int forward(const ct_node_def *d) { return !(d->flags & CT_NODE_BACKWARD); }
 
 /* v is the loss or an output kept for the user: it must stay. */
@@ -495,10 +498,10 @@ static ct_status try_bn_relu(fz *f, ct_node u, int *done) {
     ct_graph *g = &f->p->g;
     const ct_node_def *U = &g->nodes[u];
     *done = 0;
-    if (U->op != CT_OP_UNARY || U->ia[0] != CT_UNARY_RELU || !plain_f32(U) || !forward(U)) return CT_OK;
+    if (U->op != CT_OP_UNARY || U->ia[0] != CT_UNARY_RELU || !plain_float(U) || !forward(U)) return CT_OK;
     ct_node b = U->in[0];
     const ct_node_def *B = &g->nodes[b];
-    if (B->op != CT_OP_BATCHNORM || !usable(f->p, b)) return CT_OK;
+    if (B->op != CT_OP_BATCHNORM || !plain_float(B) || !forward(B) || kept(f->p, b) || B->dtype != U->dtype) return CT_OK;
     reader r[MAX_READERS], ru[MAX_READERS];
     int nr = readers_of(g, b, r, MAX_READERS), fwd_reads = 0, ok = nr <= MAX_READERS;
     for (int i = 0; ok && i < nr; i++) {
@@ -522,7 +525,7 @@ static ct_status try_bn_relu(fz *f, ct_node u, int *done) {
     for (int i = 0; i < nu; i++) { /* relu's backward (from the output): the mask bits */
         ct_node_def *R = &g->nodes[ru[i].node];
         if (R->op == CT_OP_UNARY_BWD && R->ia[0] == CT_UNARY_RELU && ru[i].slot == 1 && R->n_in == 2 &&
-            R->dtype == CT_F32) {
+            R->dtype == U->dtype) {
             R->op = CT_OP_RELU_MASK_BWD;
             group_add_node(f->p, ru[i].node);
         }

@@ -1,5 +1,5 @@
 /* src/graph/fusion_report.c - the plan as text and as Graphviz DOT (ctrain
- * graph): live nodes with op, shape, kernel and fused group; the fused
+ * graph): live nodes with op, shape, dtype, kernel and fused group; the fused
  * groups; memory by category and the peak. */
 #include <string.h>
 
@@ -37,15 +37,16 @@ ct_status ct_plan_write_summary(const ct_plan *p, FILE *f) {
     }
     fprintf(f, "nodes: %d in the plan, %d live (%d forward ops, %d backward ops), %d fused groups, fusion level %d\n",
             g->n, live, fwd, bwd, p->n_groups, p->fusion_level);
-    fprintf(f, "\n%-5s %-4s %-20s %-36s %-18s %-8s %s\n", "id", "pass", "op", "name", "shape", "kernel", "group");
+    fprintf(f, "\n%-5s %-4s %-20s %-36s %-18s %-5s %-8s %s\n", "id", "pass", "op", "name", "shape", "dtype", "kernel",
+            "group");
     for (int i = 0; i < g->n; i++) {
         if (!shown(p, i)) continue;
         const ct_node_def *d = &g->nodes[i];
         char shape[64], grp[16] = "";
         ct_shape_str(d->ndim, d->shape, shape, sizeof shape);
         if (p->fused_group && p->fused_group[i] >= 0) snprintf(grp, sizeof grp, "#%d", p->fused_group[i]);
-        fprintf(f, "%-5d %-4s %-20s %-36.36s %-18s %-8s %s\n", i, d->flags & CT_NODE_BACKWARD ? "bwd" : "fwd",
-                ct_op_table(d->op)->name, d->name, shape, kernel_of(p, i), grp);
+        fprintf(f, "%-5d %-4s %-20s %-36.36s %-18s %-5s %-8s %s\n", i, d->flags & CT_NODE_BACKWARD ? "bwd" : "fwd",
+                ct_op_table(d->op)->name, d->name, shape, ct_dtype_name(d->dtype), kernel_of(p, i), grp);
     }
     fprintf(f, "\nfused groups: %d\n", p->n_groups);
     for (int k = 0; k < p->n_groups; k++) {

@@ -9,8 +9,11 @@
  *   BN_RELU        batchnorm, relu in place, then one mask bit per element
  *                  (output > 0) after mean[C], invstd[C] in the node's aux: the
  *                  relu backward reads the bits, not the output, so the output
- *                  need not live until backward.
- *   RELU_MASK_BWD  dy * (bit ? 1 : 0), exactly relu's UNARY_BWD.
+ *                  need not live until backward. BF16 I/O on the fast
+ *                  slot (the SIMD batchnorm writes BF16, the relu and the
+ *                  bits in integer arithmetic).
+ *   RELU_MASK_BWD  dy * (bit ? 1 : 0), exactly relu's UNARY_BWD (BF16 I/O
+ *                  on the fast slot).
  *   LINEAR_PRO     linear(pro(x)) with pro = an activation or a layernorm; pro(x)
  *                  lives in the scratch only (the layernorm writes its statistics
  *                  to the node's aux for the layernorm backward).
@@ -42,15 +45,41 @@ void ct_fused_relu_pack_ref(float *y, uint8_t *bits, int64_t n, int nth) {
     }
 }
 
+/* The same on BF16 values, in integer arithmetic, bit-identical to the SIMD
+ * relu on BF16 I/O (max(0, x) + 0 rounded back: negatives and -0 become +0,
+ * a NaN stays, quieted as ct_f32_to_bf16 does); bit = output > 0. */
+void ct_fused_relu_pack_bf16(uint16_t *y, uint8_t *bits, int64_t n, int nth) {
+    int64_t nb = (n + 7) / 8;
+    nth = n >= 65536 ? nth : 1;
+#pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
+    for (int64_t b = 0; b < nb; b++) {
+        unsigned v = 0;
+        int64_t i0 = b * 8, e = i0 + 8 < n ? i0 + 8 : n;
+        for (int64_t i = i0; i < e; i++) {
+            uint16_t u = y[i];
+            if ((u & 0x7fffu) > 0x7f80u) u |= 0x40u; /* NaN */
+            else if (u & 0x8000u) u = 0;
+            y[i] = u;
+            v |= (unsigned)(u != 0 && u <= 0x7f80u) << (i - i0);
+        }
+        bits[b] = (uint8_t)v;
+    }
+}
+
 ct_status ct_fused_bn_relu(ct_kargs *k, ct_kernel_fn bn, void (*relu_pack)(float *, uint8_t *, int64_t, int)) {
-    if (k->in[0].dtype != CT_F32 || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
+    /* BF16 output: the fast slot's batchnorm writes it (the reference gets FP32 copies from the executor) */
+    int bf16 = k->out.dtype == CT_BF16 && relu_pack != ct_fused_relu_pack_ref;
+    if ((k->in[0].dtype != CT_F32 || k->out.dtype != CT_F32) && !(bf16 && k->in[0].dtype == CT_BF16))
+        return CT_E_UNSUPPORTED;
     ct_node_def nd = *k->node;
     nd.op = CT_OP_BATCHNORM; /* flags (recompute, keep stats) stay */
     ct_kargs b = *k;
     b.node = &nd;
     CT_TRY(bn(&b));
     int64_t C = k->in[0].shape[1];
-    relu_pack(k->out.data, (uint8_t *)k->aux + stats_bytes(C), ct_tensor_numel(&k->out), k->nthreads);
+    uint8_t *bits = (uint8_t *)k->aux + stats_bytes(C);
+    if (bf16) ct_fused_relu_pack_bf16(k->out.data, bits, ct_tensor_numel(&k->out), k->nthreads);
+    else relu_pack(k->out.data, bits, ct_tensor_numel(&k->out), k->nthreads);
     return CT_OK;
 }
 

@@ -57,6 +57,7 @@ ct_status ct_k_matmul_pro_onednn(ct_kargs *k);
 ct_status ct_k_gemm_relu_ref(ct_kargs *k);
 ct_status ct_k_gemm_relu_onednn(ct_kargs *k);
 void ct_fused_relu_pack_ref(float *y, uint8_t *bits, int64_t n, int nth);
+void ct_fused_relu_pack_bf16(uint16_t *y, uint8_t *bits, int64_t n, int nth);
 ct_status ct_fused_bn_relu(ct_kargs *k, ct_kernel_fn bn, void (*relu_pack)(float *, uint8_t *, int64_t, int));
 /* Scratch of a GEMM prologue: pro(x) (numel_x floats) and, with stats, a
  * layernorm's mean/invstd of `rows` rows. */

@@ -1,8 +1,8 @@
 /* src/kernels/simd/fused.c - the fast kernels of batchnorm+relu (see
  * kernels/fused.c): the SIMD batchnorm and relu of this ISA, then the mask
  * bits; and the relu backward from those bits. Bit-identical to the unfused
- * SIMD kernels of the same ISA. */
-#include "simd.h"
+ * SIMD kernels of the same ISA, in FP32 and with BF16 I/O. */
+#include "simd_bf16.h"
 
 /* relu in place (as the SIMD relu: max(0, x) + 0) and the mask bits, one pass */
 static void relu_pack(float *y, uint8_t *bits, int64_t n, int nth) {
@@ -53,14 +53,35 @@ ct_status CT_FN(dropout_add)(ct_kargs *k) {
     return CT_OK;
 }
 
-/* in: dy, fwd (BN_RELU): dy * (bit ? 1 : 0), as relu's UNARY_BWD */
+/* in: dy, fwd (BN_RELU): dy * (bit ? 1 : 0), as relu's UNARY_BWD; dy and dx
+ * FP32, or both BF16 (converted in registers: the same product, rounded) */
 ct_status CT_FN(relu_mask_bwd)(ct_kargs *k) {
-    if (k->in[0].dtype != CT_F32 || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
-    const float *dy = k->in[0].data;
-    float *dx = k->out.data;
+    int bf16 = k->in[0].dtype == CT_BF16 && k->out.dtype == CT_BF16;
+    if (!bf16 && (k->in[0].dtype != CT_F32 || k->out.dtype != CT_F32)) return CT_E_UNSUPPORTED;
     const uint8_t *bits = (const uint8_t *)k->in_aux[1] + 2 * (size_t)k->in[1].shape[1] * sizeof(float);
     int64_t n = ct_tensor_numel(&k->out), nb = n / 8;
     int nth = n >= 65536 ? k->nthreads : 1;
+    if (bf16) {
+        const uint16_t *dy = k->in[0].data;
+        uint16_t *dx = k->out.data;
+        int64_t nv = n / 16;
+#pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
+        for (int64_t q = 0; q < nv; q++) {
+            for (int h = 0; h < 16; h += VW) {
+                float one[VW];
+                for (int j = 0; j < VW; j++) {
+                    int64_t i = 16 * q + h + j;
+                    one[j] = (bits[i >> 3] >> (i & 7)) & 1u ? 1.0f : 0.0f;
+                }
+                vstore_bf16(dx + 16 * q + h, vmul(vload_bf16(dy + 16 * q + h), vload(one)));
+            }
+        }
+        for (int64_t i = nv * 16; i < n; i++)
+            dx[i] = ct_f32_to_bf16(ct_bf16_to_f32(dy[i]) * ((bits[i >> 3] >> (i & 7)) & 1u ? 1.0f : 0.0f));
+        return CT_OK;
+    }
+    const float *dy = k->in[0].data;
+    float *dx = k->out.data;
 #pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
     for (int64_t b = 0; b < nb; b++) {
         __m256i sel = _mm256_and_si256(_mm256_set1_epi32(bits[b]), _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128));
