@@ -323,6 +323,107 @@ static void bf16_with_recompute_bit_identical(void) {
     ct_context_free(ctx);
 }
 
+/* Counts forward runs of weight casts (a cast of a parameter). */
+static void count_weight_casts(void *user, const ct_node_event *ev) {
+    if (ev->kind == CT_NODE_END && !ev->backward && !strcmp(ev->op, "cast") && strstr(ev->name, ".weight"))
+        ++*(int *)user;
+}
+
+/* The BF16 weight copies are kept between steps: the optimizer writes them
+ * in its update pass and forward skips the weight casts. Training equals a
+ * plan that casts in every forward (ct_plan_params_changed before each)
+ * bit for bit, for SGD with momentum and for AdamW with two param groups;
+ * with accumulation (two forwards per step) the casts run once; a write
+ * through a view of the parameters is seen by the next forward. */
+static void weight_copies_kept_between_steps(void) {
+    ct_context *ctx = test_ctx(-1, 1);
+    for (int opt_kind = 0; opt_kind < 2; opt_kind++) {
+        test_model a, b;
+        ct_compile_opts o = prec_opts(CT_PRECISION_BF16, NULL);
+        CHECK_OK(ctx, test_model_build_opts(ctx, 4, k_cnn_x, 2, k_cnn_c, 5, 0.0f, 0.0f, &o, &a));
+        CHECK_OK(ctx, test_model_build_opts(ctx, 4, k_cnn_x, 2, k_cnn_c, 5, 0.0f, 0.0f, &o, &b));
+        ct_plan_stats st;
+        ct_plan_get_stats(a.plan, &st);
+        CHECK(st.weight_copy_bytes == st.param_bytes / 2); /* BF16: 2 bytes per parameter element */
+        ct_optim_opts oo;
+        ct_optim_opts_default(&oo, opt_kind ? CT_OPTIM_ADAMW : CT_OPTIM_SGD);
+        oo.lr = opt_kind ? 1e-2f : 0.1f;
+        oo.momentum = opt_kind ? 0.0f : 0.9f;
+        ct_optimizer *oa, *ob;
+        CHECK_OK(ctx, ct_optimizer_create(a.plan, &oo, &oa));
+        CHECK_OK(ctx, ct_optimizer_create(b.plan, &oo, &ob));
+        if (opt_kind) { /* two groups: runs that together cover the arena */
+            CHECK_OK(ctx, ct_optimizer_set_group(oa, "fc", 0.5f, 0.0f));
+            CHECK_OK(ctx, ct_optimizer_set_group(ob, "fc", 0.5f, 0.0f));
+        }
+        ct_plan_params_changed(a.plan); /* whatever ran before (the test model's build writes parameters) */
+        int casts_a = 0, casts_b = 0;
+        ct_plan_set_node_hook(a.plan, count_weight_casts, &casts_a);
+        ct_plan_set_node_hook(b.plan, count_weight_casts, &casts_b);
+        float la[6], lb[6];
+        for (int t = 0; t < 6; t++) {
+            ct_plan_params_changed(b.plan); /* b casts in every forward */
+            CHECK_OK(ctx, ct_plan_zero_grads(a.plan));
+            CHECK_OK(ctx, ct_plan_zero_grads(b.plan));
+            step_fb(&a);
+            step_fb(&b);
+            CHECK_OK(ctx, ct_plan_loss(a.plan, &la[t]));
+            CHECK_OK(ctx, ct_plan_loss(b.plan, &lb[t]));
+            CHECK_OK(ctx, ct_optimizer_step(oa));
+            CHECK_OK(ctx, ct_optimizer_step(ob));
+        }
+        /* a: the casts ran in the first forward only (3 weights: two convs and the fc); b: every forward */
+        CHECK_MSG(casts_a == 3 && casts_b == 18, "weight casts run: %d (kept) and %d (every forward)", casts_a, casts_b);
+        /* accumulation: two forwards before the next step, no cast */
+        casts_a = 0;
+        step_fb(&a);
+        step_fb(&a);
+        CHECK(casts_a == 0);
+        float *wa, *wb;
+        size_t n;
+        CHECK_OK(ctx, ct_plan_param_arena(a.plan, &wa, NULL, &n)); /* a writable view: stale from here */
+        CHECK_OK(ctx, ct_plan_param_arena(b.plan, &wb, NULL, NULL));
+        CHECK_MSG(!memcmp(la, lb, sizeof la) && !memcmp(wa, wb, n * sizeof(float)),
+                  "%s: kept weight copies train differently from casting in forward (loss %.7f vs %.7f)",
+                  opt_kind ? "adamw" : "sgd", (double)la[5], (double)lb[5]);
+        CHECK(la[5] < la[0]); /* it trains */
+        /* a write through a view: ct_plan_param_info's value marks the copies stale; the next forward casts */
+        CHECK_OK(ctx, ct_optimizer_step(oa));
+        casts_a = 0;
+        ct_tensor w0;
+        CHECK_OK(ctx, ct_plan_param_info(a.plan, 0, NULL, &w0, NULL));
+        float loss_before, loss_after;
+        CHECK_OK(ctx, ct_plan_loss(a.plan, &loss_before));
+        for (int64_t i = 0; i < ct_tensor_numel(&w0); i++) ((float *)w0.data)[i] *= 3.0f;
+        step_fb(&a);
+        CHECK_OK(ctx, ct_plan_loss(a.plan, &loss_after));
+        CHECK(casts_a == 3 && loss_after != loss_before);
+        /* a write through the pointer taken before: ct_plan_params_changed */
+        CHECK_OK(ctx, ct_optimizer_step(oa)); /* copies current again */
+        casts_a = 0;
+        step_fb(&a);
+        CHECK(casts_a == 0);
+        CHECK_OK(ctx, ct_plan_loss(a.plan, &loss_before));
+        for (size_t i = 0; i < n; i++) wa[i] = 0.0f;
+        ct_plan_params_changed(a.plan);
+        step_fb(&a);
+        CHECK_OK(ctx, ct_plan_loss(a.plan, &loss_after));
+        CHECK(casts_a == 3 && fabsf(loss_after - logf(5.0f)) < 1e-3f); /* zero weights: uniform over 5 classes */
+        ct_optimizer_free(oa);
+        ct_optimizer_free(ob);
+        ct_plan_free(a.plan);
+        ct_plan_free(b.plan);
+    }
+    /* FP32 plans have none */
+    test_model f;
+    CHECK_OK(ctx, build(ctx, 1, CT_PRECISION_FP32, NULL, &f));
+    ct_plan_stats sf;
+    ct_plan_get_stats(f.plan, &sf);
+    CHECK(sf.weight_copy_bytes == 0);
+    ct_plan_free(f.plan);
+    ct_context_free(ctx);
+}
+
 /* Activation memory of the planned arena, FP32 vs BF16, CNN (reported). */
 static void bf16_shrinks_planned_activations(void) {
     ct_context *ctx = test_ctx(-1, 1);
@@ -361,4 +462,4 @@ static void precision_names(void) {
 
 TEST_MAIN(T(autocast_inserts_each_cast_once), T(linear_matches_emulation), T(mlp_bf16_fp16_close_to_fp32),
           T(cnn_bf16_fp16_close_to_fp32), T(keep_fp32_runs_layer_in_fp32), T(fp16_overflow_skips_step),
-          T(bf16_with_recompute_bit_identical), T(bf16_shrinks_planned_activations), T(precision_names))
+          T(bf16_with_recompute_bit_identical), T(weight_copies_kept_between_steps), T(bf16_shrinks_planned_activations), T(precision_names))

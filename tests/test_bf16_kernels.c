@@ -21,8 +21,9 @@
  * kernels reading BF16 (default) and with CT_BF16_NATIVE=0 (FP32 copies for
  * every kernel): where oneDNN's BF16 is not native by default (this
  * project's machine), the two runs are the same computation and must agree
- * bit for bit; the activation arena of the BF16 CNN is at most 55% of the
- * FP32 one when matmul/conv run natively too (CT_BF16_NATIVE=1). */
+ * bit for bit; the activation arena of the BF16 CNN and of the bf16-pure
+ * gpt-char-small is at most 55% of the FP32 one when matmul/conv run
+ * natively too (CT_BF16_NATIVE=1). */
 #include <stdint.h>
 
 #include "graph/ir.h"
@@ -797,7 +798,10 @@ TEST(arena_targets) {
         if (ct_context_isa(ctx) >= CT_ISA_AVX2) CHECK(act[2] < act[1] && cast[2] < cast[1]);
         if (avx512) {
             CHECK(cast[3] == 0 && act[3] <= act[2]);
-            if (!gpt) CHECK((double)act[3] <= 0.55 * (double)act[0]);
+            /* the CNN in bf16; gpt-char-small in bf16-pure (autocast keeps its layernorms and residual
+               stream in FP32, as PyTorch's autocast does: 69%). The BF16 weight copies are model state
+               kept between steps (ct_plan_stats.weight_copy_bytes), not activations. */
+            if (!gpt || pure) CHECK((double)act[3] <= 0.55 * (double)act[0]);
         }
         if (!gpt) { /* at fusion level 1 too: batchnorm+relu fuses in BF16 as in FP32 */
             size_t a1, b1, c1;

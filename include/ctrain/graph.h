@@ -452,6 +452,16 @@ ct_status ct_plan_find_param(const ct_plan *p, const char *name, int *index);
 ct_status ct_plan_find_buffer(const ct_plan *p, const char *name, int *index);
 /* Whole arenas as flat FP32 vectors (params and grads share one layout). */
 ct_status ct_plan_param_arena(ct_plan *p, float **params, float **grads, size_t *n);
+/* Mixed precision keeps a BF16/FP16 copy of each parameter that the forward
+ * casts (the weight copies, ct_plan_stats.weight_copy_bytes) between steps:
+ * the optimizer refreshes them in its update pass and forward then skips the
+ * casts. Handing out a writable view of the parameters (ct_plan_param_arena
+ * with `params`, ct_plan_param_info with `value`, ct_plan_tensor of a
+ * parameter) marks them stale, so writes through that view are seen. Call
+ * this after writing parameters through a pointer obtained before the last
+ * optimizer step (e.g. restoring saved weights): the next forward casts
+ * again. A no-op for plans without weight copies. */
+void ct_plan_params_changed(ct_plan *p);
 /* Buffers (non-trainable state, e.g. batchnorm running stats) arena. */
 ct_status ct_plan_buffer_arena(ct_plan *p, float **buffers, size_t *n);
 
@@ -477,6 +487,10 @@ typedef struct ct_plan_stats {
      * (ct_plan_kernel_name's names; after the first backward, fallbacks
      * counted; any precision) */
     int n_backward_by_kernel[4];
+    /* mixed precision: the BF16/FP16 copies of the parameters that forward
+     * casts, kept between steps (ct_plan_params_changed); model state, not
+     * in activation_bytes (0: none) */
+    size_t weight_copy_bytes;
 } ct_plan_stats;
 void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *out);
 

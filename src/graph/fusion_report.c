@@ -73,6 +73,8 @@ ct_status ct_plan_write_summary(const ct_plan *p, FILE *f) {
     fprintf(f, "  parameters            %10.2f\n", MIB(pb));
     fprintf(f, "  gradients             %10.2f\n", MIB(p->loss != CT_NONE ? pb : 0));
     fprintf(f, "  buffers               %10.2f\n", MIB(bb));
+    if (p->wcast_bytes) /* model state: the casts of the parameters, kept between steps */
+        fprintf(f, "  %s weight copies     %10.2f\n", ct_dtype_name(p->wcast_dtype), MIB(p->wcast_bytes));
     fprintf(f, "  activations (sum of every value, no reuse):\n");
     fprintf(f, "    inputs              %10.2f\n", MIB(in_b));
     fprintf(f, "    forward values      %10.2f\n", MIB(fwd_b));
@@ -83,7 +85,7 @@ ct_status ct_plan_write_summary(const ct_plan *p, FILE *f) {
             p->memory_opt ? "on" : "off");
     fprintf(f, "  workspace             %10.2f\n", MIB(p->ws_bytes));
     fprintf(f, "  peak (all of the above) %8.2f\n",
-            MIB(pb * (p->loss != CT_NONE ? 2 : 1) + bb + p->act_bytes + p->ws_bytes));
+            MIB(pb * (p->loss != CT_NONE ? 2 : 1) + bb + p->wcast_bytes + p->act_bytes + p->ws_bytes));
     return ferror(f) ? CT_E_IO : CT_OK;
 }
 

@@ -91,4 +91,11 @@ ct_status ct_k_eltwise_chain_ref(ct_kargs *k);
 ct_status ct_k_eltwise_chain_avx2(ct_kargs *k);
 ct_status ct_k_eltwise_chain_avx512(ct_kargs *k);
 
+/* Low-precision weight copies (plan.c): the arena of BF16/FP16 copies of
+ * the parameters in their arena layout (NULL: the plan has none) and its
+ * dtype; after writing the casts of the whole parameter arena into it, the
+ * optimizer marks them current with ct_plan_weight_copies_written. */
+uint16_t *ct_plan_weight_copies(ct_plan *p, ct_dtype *dtype);
+void ct_plan_weight_copies_written(ct_plan *p);
+
 #endif

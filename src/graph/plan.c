@@ -234,6 +234,10 @@ static ct_status pass_allocate(ct_plan *p) {
     CT_TRY(ct_alloc(p->ctx, pb, (void **)&p->grad_arena));
     CT_TRY(ct_alloc(p->ctx, bb, (void **)&p->buffer_arena));
     CT_TRY(ct_alloc(p->ctx, p->act_bytes, (void **)&p->act_arena));
+    if (p->wcast_bytes) {
+        CT_TRY(ct_alloc(p->ctx, p->wcast_bytes, (void **)&p->wcast_arena));
+        memset(p->wcast_arena, 0, p->wcast_bytes);
+    }
     CT_TRY(ct_alloc(p->ctx, p->ws_bytes, &p->ws));
     memset(p->param_arena, 0, pb);
     memset(p->grad_arena, 0, pb);
@@ -245,6 +249,7 @@ static ct_status pass_allocate(ct_plan *p) {
         case CT_ARENA_GRAD: pn[i].data = (char *)p->grad_arena + pn[i].offset; break;
         case CT_ARENA_BUFFER: pn[i].data = (char *)p->buffer_arena + pn[i].offset; break;
         case CT_ARENA_ACT: pn[i].data = p->act_arena + pn[i].offset; break;
+        case CT_ARENA_WCAST: pn[i].data = (char *)p->wcast_arena + pn[i].offset; break;
         default: break;
         }
         if (pn[i].aux_bytes) pn[i].aux = p->act_arena + pn[i].aux_offset;
@@ -394,6 +399,7 @@ void ct_plan_free(ct_plan *p) {
     ct_free(p->ctx, p->grad_arena);
     ct_free(p->ctx, p->buffer_arena);
     ct_free(p->ctx, p->act_arena);
+    ct_free(p->ctx, p->wcast_arena);
     ct_free(p->ctx, p->ws);
     ct_free(p->ctx, p->cvt_spill);
     ct_scratch_release(p->ctx, &p->scratch);
@@ -652,13 +658,30 @@ static int is_leaf(ct_op op) { return op == CT_OP_INPUT || op == CT_OP_PARAM || 
 ct_status ct_plan_forward(ct_plan *p, int training) {
     if (!p) return CT_E_INVALID_ARG;
     if (p->plan_only) return ct_set_error(p->ctx, CT_E_STATE, "this plan was compiled with plan_only: it has no memory to run in");
+    const int skip_wcast = p->wcast_fresh; /* the weight copies already hold the parameters' casts */
     for (int i = 0; i < p->g.n; i++) {
         const ct_node_def *d = &p->g.nodes[i];
         if (!p->pn[i].live || (d->flags & CT_NODE_BACKWARD) || is_leaf(d->op)) continue;
+        if (skip_wcast && p->pn[i].arena == CT_ARENA_WCAST) continue;
         CT_TRY(run_node(p, i, training));
     }
+    p->wcast_fresh = p->wcast_bytes != 0;
     return CT_OK;
 }
+
+void ct_plan_params_changed(ct_plan *p) {
+    if (p) p->wcast_fresh = 0;
+}
+
+/* Internal (optim.c): the weight-copy arena (NULL: none) and its dtype; the
+ * caller writes the casts of the whole parameter arena, then marks them
+ * fresh with ct_plan_weight_copies_written. */
+uint16_t *ct_plan_weight_copies(ct_plan *p, ct_dtype *dtype) {
+    if (dtype) *dtype = p->wcast_dtype;
+    return p->wcast_bytes ? p->wcast_arena : NULL;
+}
+
+void ct_plan_weight_copies_written(ct_plan *p) { p->wcast_fresh = p->wcast_bytes != 0; }
 
 /* accumulate_grads: grad arena slice of param pi += node i's output (the
  * gradient of this micro-batch). Elementwise, so independent of threads. */
@@ -871,6 +894,7 @@ ct_status ct_plan_tensor(ct_plan *p, ct_node n, ct_tensor *out) {
                             "plan_tensor: node '%s' is not kept by this plan; pass it in `outputs` to ct_compile",
                             p->g.nodes[n].name);
     *out = node_tensor(p, n);
+    if (p->g.nodes[n].op == CT_OP_PARAM) p->wcast_fresh = 0; /* writable: the weight copies may go stale */
     return CT_OK;
 }
 
@@ -900,7 +924,10 @@ ct_status ct_plan_param_info(const ct_plan *p, int i, const char **name, ct_tens
     if (i < 0 || i >= p->n_params) return CT_E_INVALID_ARG;
     const ct_node_def *d = &p->g.nodes[p->params[i]];
     if (name) *name = d->name;
-    if (value) *value = ct_tensor_make(p->param_arena + p->param_off[i], CT_F32, d->ndim, d->shape);
+    if (value) {
+        *value = ct_tensor_make(p->param_arena + p->param_off[i], CT_F32, d->ndim, d->shape);
+        ((ct_plan *)p)->wcast_fresh = 0; /* a writable view (the plan itself is never const): copies may go stale */
+    }
     if (grad) *grad = ct_tensor_make(p->grad_arena + p->param_off[i], CT_F32, d->ndim, d->shape);
     return CT_OK;
 }
@@ -954,7 +981,10 @@ ct_status ct_plan_find_buffer(const ct_plan *p, const char *name, int *index) {
 }
 
 ct_status ct_plan_param_arena(ct_plan *p, float **params, float **grads, size_t *n) {
-    if (params) *params = p->param_arena;
+    if (params) {
+        *params = p->param_arena;
+        p->wcast_fresh = 0; /* a writable view: the weight copies may go stale */
+    }
     if (grads) *grads = p->grad_arena;
     if (n) *n = p->n_param_floats;
     return CT_OK;
@@ -979,6 +1009,7 @@ void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *o) {
     o->n_params = p->n_params;
     o->activation_bytes_no_reuse = p->act_bytes_no_reuse;
     o->n_fused = p->n_groups;
+    o->weight_copy_bytes = p->wcast_bytes;
     for (int i = 0; p->pn && i < p->g.n; i++) {
         if (ct_op_table(p->g.nodes[i].op)->onednn_bf16) o->n_lowp_native += p->pn[i].lowp_native;
         else o->n_lowp_simd += p->pn[i].lowp_native;

@@ -5,7 +5,10 @@
 
 #include "ir.h"
 
-enum { CT_ARENA_NONE = 0, CT_ARENA_PARAM, CT_ARENA_GRAD, CT_ARENA_BUFFER, CT_ARENA_ACT, CT_ARENA_ALIAS };
+/* CT_ARENA_WCAST: the low-precision copy of a parameter (a forward cast of a
+ * PARAM node) lives in the plan's weight-copy arena at the parameter's own
+ * element offset, kept between steps (planner.c, ct_plan_weight_copies). */
+enum { CT_ARENA_NONE = 0, CT_ARENA_PARAM, CT_ARENA_GRAD, CT_ARENA_BUFFER, CT_ARENA_ACT, CT_ARENA_ALIAS, CT_ARENA_WCAST };
 
 /* One application of a fusion pattern: the fused forward node, the
  * backward nodes it rewrote, and the names of the nodes it absorbed. */
@@ -56,6 +59,16 @@ struct ct_plan {
     size_t n_param_floats, n_buffer_floats;
     char *act_arena;
     size_t act_bytes;
+    /* low-precision weight copies (CT_ARENA_WCAST): n_param_floats elements of
+     * wcast_dtype in the parameter arena's layout (0 bytes: none). Fresh: they
+     * equal the cast of the current parameters, so forward skips the weight
+     * casts; set by a forward that ran them and by the optimizer's fused cast
+     * (ct_plan_weight_copies), cleared by every writable hand-out of the
+     * parameters and by ct_plan_params_changed. */
+    uint16_t *wcast_arena;
+    size_t wcast_bytes;
+    ct_dtype wcast_dtype;
+    int wcast_fresh;
     void *ws;
     size_t ws_bytes;
     uint64_t step;

@@ -2,7 +2,9 @@
  * ct_compile): storage roots and last uses of every live node, parameter
  * and gradient offsets (shared layout, 64-byte aligned per tensor), buffer
  * offsets, and a first-fit lifetime placement of activations, saved state
- * (aux) and the FP32 copies of low-precision I/O in one activation arena.
+ * (aux) and the FP32 copies of low-precision I/O in one activation arena;
+ * the low-precision copies of parameters (weight casts) in their own arena
+ * in the parameters' layout, kept between steps.
  * Inputs occupy their memory for the whole step; reshapes alias their input.
  * Reads the kernel choice (aux/ws/cvt sizes) of pass_select_kernels; the
  * allocation pass then points every node into the arenas. */
@@ -36,6 +38,17 @@ static size_t place(block *blocks, int *nb, int now, size_t size, int end, size_
     (*nb)++;
     if (cand + size > *high) *high = cand + size;
     return cand;
+}
+
+/* The parameter whose low-precision copy node i is (a forward cast of a
+ * PARAM node to BF16/FP16, outside recompute copies), or -1. */
+static int weight_cast_param(const ct_plan *p, int i) {
+    const ct_node_def *d = &p->g.nodes[i];
+    if (d->op != CT_OP_CAST || (d->flags & (CT_NODE_BACKWARD | CT_NODE_RECOMPUTE)) || !ct_dtype_is_low(d->dtype)) return -1;
+    if (p->g.nodes[d->in[0]].op != CT_OP_PARAM) return -1;
+    for (int k = 0; k < p->n_params; k++)
+        if (p->params[k] == d->in[0]) return k;
+    return -1;
 }
 
 ct_status ct_pass_plan_memory(ct_plan *p) {
@@ -115,6 +128,18 @@ ct_status ct_pass_plan_memory(ct_plan *p) {
         off += ct_align_up((size_t)ct_node_numel(&g->nodes[i]), CT_ALIGN / sizeof(float));
     }
     p->n_buffer_floats = off;
+    /* low-precision weight copies: at their parameter's element offset in an
+     * arena of the parameters' layout, kept between steps (one dtype per plan) */
+    p->wcast_bytes = 0;
+    for (int i = 0; i < n; i++) {
+        int k = pn[i].live ? weight_cast_param(p, i) : -1;
+        if (k < 0 || (p->wcast_bytes && g->nodes[i].dtype != p->wcast_dtype)) continue;
+        p->wcast_dtype = g->nodes[i].dtype;
+        p->wcast_bytes = p->n_param_floats * ct_dtype_size(p->wcast_dtype);
+        pn[i].arena = CT_ARENA_WCAST;
+        pn[i].offset = p->param_off[k] * ct_dtype_size(p->wcast_dtype);
+        pn[i].bytes = (size_t)ct_node_numel(&g->nodes[i]) * ct_dtype_size(p->wcast_dtype);
+    }
     /* activations: inputs live for the whole step, the rest by lifetime */
     block *blocks = malloc(sizeof(block) * (size_t)(3 * n + 2));
     if (!blocks) {
@@ -137,7 +162,7 @@ ct_status ct_pass_plan_memory(ct_plan *p) {
     for (int i = 0; i < n; i++) {
         const ct_node_def *d = &g->nodes[i];
         if (!pn[i].live || d->op == CT_OP_INPUT) continue;
-        pn[i].bytes = ct_align_up((size_t)ct_node_numel(d) * ct_dtype_size(d->dtype), CT_ALIGN);
+        if (pn[i].arena != CT_ARENA_WCAST) pn[i].bytes = ct_align_up((size_t)ct_node_numel(d) * ct_dtype_size(d->dtype), CT_ALIGN);
         if (d->op == CT_OP_RESHAPE) {
             pn[i].arena = CT_ARENA_ALIAS;
             continue;

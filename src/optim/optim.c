@@ -24,6 +24,8 @@
 
 #include "core/internal.h"
 #include "ctrain/optim.h"
+#include "graph/ir.h"
+#include "ctrain/convert.h"
 #include "kernels/optim_kernels.h"
 
 #define LAMB_BLOCK 4096
@@ -353,10 +355,18 @@ ct_status ct_optimizer_state(ct_optimizer *o, float **state, size_t *n) {
 /* ---- the step -------------------------------------------------------------------------- */
 
 #define PICK(name) (isa >= CT_ISA_AVX512 ? ct_##name##_avx512 : isa >= CT_ISA_AVX2 ? ct_##name##_avx2 : ct_##name##_ref)
+/* Each thread's chunk [b, e) of the run; with weight copies (wc: the run's
+ * BF16/FP16 copy), in blocks of WCAST_BLOCK floats, each cast right after
+ * its update while it is in L1/L2 (elementwise updates: the same values). */
+#define WCAST_BLOCK 4096
 #define FOR_CHUNKS(body)                                                                       \
     _Pragma("omp parallel for num_threads(nth) schedule(static)") for (int t_ = 0; t_ < nth; t_++) { \
-        size_t b = (size_t)t_ * chunk, e = CT_MIN(n, b + chunk);                               \
-        if (b < e) body;                                                                       \
+        size_t c0_ = (size_t)t_ * chunk, c1_ = CT_MIN(n, c0_ + chunk);                         \
+        for (size_t b = c0_; b < c1_; b += blk_) {                                             \
+            size_t e = CT_MIN(c1_, b + blk_);                                                  \
+            body;                                                                              \
+            if (wc) cast_copy(p + b, wc + b, e - b, wdt, isa);                                 \
+        }                                                                                      \
     }
 #define AT(ptr) ((ptr) ? (ptr) + b : NULL)
 
@@ -398,17 +408,25 @@ static void lamb_step(ct_optimizer *o, float *p, const float *g, float lr, ct_is
     }
 }
 
+static void cast_copy(const float *src, uint16_t *dst, size_t n, ct_dtype dt, ct_isa isa) {
+    if (dt == CT_BF16) ct_f32_to_bf16_n(src, dst, n, isa);
+    else ct_f32_to_f16_n(src, dst, n, isa);
+}
+
 /* The elementwise update of one run [rb, rb + n) with learning rate lr and
- * weight decay wd, split into per-thread chunks of multiples of 64 floats. */
+ * weight decay wd, split into per-thread chunks of multiples of 64 floats;
+ * wa (NULL: none): the plan's weight copies (dtype wdt), written in the same
+ * pass. */
 static void update_run(ct_optimizer *o, float *pa, const float *ga, size_t rb, size_t n, float lr, float wd, ct_isa isa,
-                       int nth) {
+                       int nth, uint16_t *wa, ct_dtype wdt) {
     const ct_optim_opts *op = &o->o;
     size_t na = o->sh_end - o->sh_begin, sb = rb - o->sh_begin; /* state blocks cover the shard */
     float *p = pa + rb;
     const float *g = ga + rb;
+    uint16_t *wc = wa ? wa + rb : NULL;
     float *s0 = o->state + sb, *s1 = o->state + na + sb, *s2 = o->state + 2 * na + sb;
     /* chunks are multiples of 64 floats so every thread's slice stays aligned */
-    size_t chunk = ct_align_up((n + (size_t)nth - 1) / (size_t)nth, 64);
+    size_t chunk = ct_align_up((n + (size_t)nth - 1) / (size_t)nth, 64), blk_ = wc ? WCAST_BLOCK : CT_MAX(chunk, 1);
     switch (op->kind) {
     case CT_OPTIM_ADAMW:
     case CT_OPTIM_ADAM: {
@@ -458,11 +476,18 @@ static ct_status step(ct_optimizer *o, int use_ref) {
     ct_plan_param_arena(o->plan, &p, &g, &n);
     ct_isa isa = use_ref ? CT_ISA_REF : ct_context_isa(o->ctx);
     int nth = ct_context_num_threads(o->ctx);
+    /* mixed precision: the plan's BF16/FP16 weight copies are written in the
+     * update pass when this step updates the whole arena (a ZeRO shard does
+     * not: the gathered parameters are cast by the next forward; lamb's
+     * two-stage update neither) */
+    ct_dtype wdt = CT_F32;
+    uint16_t *wa = o->o.kind != CT_OPTIM_LAMB && o->sh_begin == 0 && o->sh_end == n ? ct_plan_weight_copies(o->plan, &wdt)
+                                                                                     : NULL;
     o->t++;
     if (o->o.kind == CT_OPTIM_LAMB) {
         lamb_step(o, p, g, lr, isa, nth);
     } else if (o->n_runs == 1) { /* no groups: the whole arena (or the shard), all threads */
-        update_run(o, p, g, o->sh_begin, o->sh_end - o->sh_begin, lr * o->run_lr[0], o->run_wd[0], isa, nth);
+        update_run(o, p, g, o->sh_begin, o->sh_end - o->sh_begin, lr * o->run_lr[0], o->run_wd[0], isa, nth, wa, wdt);
     } else {
         for (int r = 0; r < o->n_runs; r++) {
             size_t rb = CT_MAX(o->run_begin[r], o->sh_begin), re = CT_MIN(o->run_end[r], o->sh_end);
@@ -471,9 +496,10 @@ static ct_status step(ct_optimizer *o, int use_ref) {
             /* small runs use fewer threads (the update is elementwise) */
             size_t want = (len + 16383) / 16384;
             int nt = want < (size_t)nth ? (int)(want ? want : 1) : nth;
-            update_run(o, p, g, rb, len, lr * o->run_lr[r], o->run_wd[r], isa, nt);
+            update_run(o, p, g, rb, len, lr * o->run_lr[r], o->run_wd[r], isa, nt, wa, wdt);
         }
     }
+    if (wa) ct_plan_weight_copies_written(o->plan); /* runs are contiguous and cover the arena */
     ct_plan_set_step(o->plan, o->t);
     return CT_OK;
 }

@@ -1034,6 +1034,7 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
     if (stopped && R->best) {
         if (R->have_best) {
             memcpy(R->par, R->best, R->n_par * sizeof(float));
+            ct_plan_params_changed(R->plan); /* written through the pointer taken at start */
             memcpy(R->buf, R->best + R->n_par, R->n_buf * sizeof(float));
             CT_TRY(evaluate(R, &ev));
             if (t->has_accuracy)
