@@ -397,12 +397,13 @@ TEST(binary_declines_other_broadcasts) {
 
 TEST(dropout_same_mask) {
     setup();
-    static const float ps[] = {0.1f, 0.5f, 0.9f, 1.0f};
+    /* thresholds ceil(p * 2^24) exact and rounded, the smallest p, p just below 1 */
+    static const float ps[] = {0.1f, 0.5f, 0.9f, 1.0f, 0.3f, 1e-7f, 0.99999994f};
     for (int li = 0; li < N_LENS; li++) {
         int64_t n = k_lens[li];
         float *x = frand((size_t)n, 700, -3, 3), *ref = fbuf((size_t)n);
         for (int i = 0; i < n && i < N_SPECIAL; i++) x[i] = k_special[i];
-        for (int pi = 0; pi < 4; pi++) {
+        for (int pi = 0; pi < 7; pi++) {
             for (int training = 0; training < 2; training++) {
                 kcall c;
                 kinit(&c, CT_OP_DROPOUT, 1, &n);

@@ -14,6 +14,7 @@
  * result is the one of FP32 copies, bit for bit). */
 #include <string.h>
 
+#include "philox.h"
 #include "simd_bf16.h"
 
 #define EW_CHUNK 16384 /* elements per parallel work item (a multiple of 16) */
@@ -368,15 +369,27 @@ static void chunk_dropout(const ew_job *j, int64_t lo, int64_t hi) {
     float *y = j->y;
     float p = k->node->fa[0];
     uint64_t stream = (uint64_t)k->node->ia[0];
+    const uint64_t key = (stream << 32) ^ k->step;
+    const uint32_t thr = ct_dropout_thr(p);
     vf s = vset1(j->s);
     union {
         uint32_t u[VW];
         float f[VW];
     } m;
-    for (int64_t i = lo; i < hi; i += VW) {
-        int r = (int)CT_MIN((int64_t)VW, hi - i);
+    for (int64_t i = lo; i < hi;) {
+        uint64_t e0 = (uint64_t)(j->base + i), bits;
+        /* 64 elements from one vectorized Philox call on 16 counters */
+        if ((e0 & 63) == 0 && hi - i >= 64 && ct_dropout_bits64(k->seed, key, e0, thr, &bits)) {
+            for (int q = 0; q < 64; q += VW)
+                vstore(y + i + q, vand(vmul(vload(x + i + q), s), ct_vmask_bits((unsigned)(bits >> q) & ((1u << VW) - 1))));
+            i += 64;
+            continue;
+        }
+        /* up to VW elements (stopping at the next multiple of 64) the scalar way */
+        int64_t to64 = (int64_t)((64 - (e0 & 63)) & 63);
+        int r = (int)CT_MIN((int64_t)VW, CT_MIN(hi - i, to64 ? to64 : (int64_t)VW));
         for (int t = 0; t < r;) {
-            uint64_t e = (uint64_t)(j->base + i + t);
+            uint64_t e = e0 + (uint64_t)t;
             if ((e & 3) == 0 && t + 4 <= r) { /* one Philox call gives 4 decisions */
                 int kp[4];
                 ct_dropout_keep4(k->seed, stream, k->step, e, p, kp);
@@ -392,6 +405,7 @@ static void chunk_dropout(const ew_job *j, int64_t lo, int64_t hi) {
             for (int t = r; t < VW; t++) m.u[t] = 0;
             vtail_store(y + i, vand(vmul(vtail_load(x + i, r), s), vload(m.f)), r);
         }
+        i += r;
     }
 }
 

@@ -2,6 +2,7 @@
  * kernels/fused.c): the SIMD batchnorm and relu of this ISA, then the mask
  * bits; and the relu backward from those bits. Bit-identical to the unfused
  * SIMD kernels of the same ISA, in FP32 and with BF16 I/O. */
+#include "philox.h"
 #include "simd_bf16.h"
 
 /* relu in place (as the SIMD relu: max(0, x) + 0) and the mask bits, one pass */
@@ -39,16 +40,25 @@ ct_status CT_FN(dropout_add)(ct_kargs *k) {
     }
     float scale = 1.0f / (1.0f - p);
     uint64_t stream = (uint64_t)k->node->ia[0];
-    int64_t n4 = n / 4;
+    const uint64_t key = (stream << 32) ^ k->step;
+    const uint32_t thr = ct_dropout_thr(p);
+    const vf vs = vset1(scale);
+    int64_t n64 = n / 64;
 #pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
-    for (int64_t q = 0; q < n4; q++) {
-        int keep[4];
-        ct_dropout_keep4(k->seed, stream, k->step, (uint64_t)(4 * q), p, keep);
-        __m128 m = _mm_castsi128_ps(_mm_sub_epi32(_mm_setzero_si128(), _mm_setr_epi32(keep[0], keep[1], keep[2], keep[3])));
-        __m128 d = _mm_and_ps(_mm_mul_ps(_mm_loadu_ps(a + 4 * q), _mm_set1_ps(scale)), m);
-        _mm_storeu_ps(y + 4 * q, _mm_add_ps(_mm_loadu_ps(r + 4 * q), d));
+    for (int64_t b = 0; b < n64; b++) {
+        uint64_t bits;
+        int64_t i0 = 64 * b;
+        if (ct_dropout_bits64(k->seed, key, (uint64_t)i0, thr, &bits)) { /* 64 decisions, vectorized Philox */
+            for (int q = 0; q < 64; q += VW) {
+                vf d = vand(vmul(vload(a + i0 + q), vs), ct_vmask_bits((unsigned)(bits >> q) & ((1u << VW) - 1)));
+                vstore(y + i0 + q, vadd(vload(r + i0 + q), d));
+            }
+        } else {
+            for (int64_t i = i0; i < i0 + 64; i++)
+                y[i] = r[i] + (ct_dropout_keep(k->seed, stream, k->step, (uint64_t)i, p) ? a[i] * scale : 0.0f);
+        }
     }
-    for (int64_t i = 4 * n4; i < n; i++)
+    for (int64_t i = 64 * n64; i < n; i++)
         y[i] = r[i] + (ct_dropout_keep(k->seed, stream, k->step, (uint64_t)i, p) ? a[i] * scale : 0.0f);
     return CT_OK;
 }
