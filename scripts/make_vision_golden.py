@@ -23,6 +23,11 @@ Writes
                     the last stage, whose 2x2 map one window covers), window 2,
                     batch (2, 3, 64, 64) generated from hash_values("input") x 2
                     (not stored: input_shape)
+  swin_pad.ctg      the same swin_t / 32 with window 3 on (2, 3, 40, 40): maps
+                    10x10 (padded to 12), 5x5 (6), 3x3 (one window, no shift;
+                    padded before merging from 5), 2x2 (padded to 3x3): the
+                    zero padding around window attention and before patch
+                    merging
   effb0.ctg         efficientnet_b0, width multiplier 1/16 (channels rounded
                     to multiples of 8 by torchvision), one block per stage,
                     no dropout / stochastic depth, batch (4, 3, 40, 40)
@@ -377,28 +382,31 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                                    "..", "tests", "golden")))
+    ap.add_argument("--only", help="write only this golden file (e.g. swin_pad.ctg)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    total = write_names(os.path.join(args.out, "vision_names.txt"))
-    total += run_case(os.path.join(args.out, "resnet18c.ctg"),
-                      lambda: ReducedResNet(BasicBlock, [1, 1, 1, 1], 16, 10, True),
-                      [("arch", "resnet18"), ("width_div", 16), ("max_blocks", 1), ("cifar_stem", 1)],
-                      (2, 3, 32, 32), 10)
-    total += run_case(os.path.join(args.out, "resnet50.ctg"),
-                      lambda: ReducedResNet(Bottleneck, [1, 1, 1, 1], 16, 10, False),
-                      [("arch", "resnet50"), ("width_div", 16), ("max_blocks", 1), ("cifar_stem", 0)],
-                      (2, 3, 48, 48), 10)
-    total += run_case(os.path.join(args.out, "effb0.ctg"), lambda: reduced_effnet(16, 10),
-                      [("arch", "efficientnet_b0"), ("width_div", 16), ("max_blocks", 1), ("cifar_stem", 0)],
-                      (4, 3, 40, 40), 10)
-    total += run_case(os.path.join(args.out, "swin.ctg"),
-                      lambda: tvm.SwinTransformer(patch_size=[4, 4], embed_dim=3, depths=[2, 2, 2, 2],
-                                                  num_heads=[3, 6, 12, 24], window_size=[2, 2],
-                                                  stochastic_depth_prob=0.0, num_classes=10),
-                      [("arch", "swin_t"), ("width_div", 32), ("max_blocks", 2), ("cifar_stem", 0), ("window", 2)],
-                      (2, 3, 64, 64), 10, hash_input=True)
+    swin = lambda w: lambda: tvm.SwinTransformer(patch_size=[4, 4], embed_dim=3, depths=[2, 2, 2, 2],
+                                                  num_heads=[3, 6, 12, 24], window_size=[w, w],
+                                                  stochastic_depth_prob=0.0, num_classes=10)
+    swin_meta = lambda w: [("arch", "swin_t"), ("width_div", 32), ("max_blocks", 2), ("cifar_stem", 0), ("window", w)]
+    cases = [
+        ("resnet18c.ctg", lambda: ReducedResNet(BasicBlock, [1, 1, 1, 1], 16, 10, True),
+         [("arch", "resnet18"), ("width_div", 16), ("max_blocks", 1), ("cifar_stem", 1)], (2, 3, 32, 32), False),
+        ("resnet50.ctg", lambda: ReducedResNet(Bottleneck, [1, 1, 1, 1], 16, 10, False),
+         [("arch", "resnet50"), ("width_div", 16), ("max_blocks", 1), ("cifar_stem", 0)], (2, 3, 48, 48), False),
+        ("effb0.ctg", lambda: reduced_effnet(16, 10),
+         [("arch", "efficientnet_b0"), ("width_div", 16), ("max_blocks", 1), ("cifar_stem", 0)], (4, 3, 40, 40), False),
+        ("swin.ctg", swin(2), swin_meta(2), (2, 3, 64, 64), True),
+        ("swin_pad.ctg", swin(3), swin_meta(3), (2, 3, 40, 40), True),
+    ]
+    total = 0
+    if not args.only or args.only == "vision_names.txt":
+        total += write_names(os.path.join(args.out, "vision_names.txt"))
+    for name, make, meta, shape, hashed in cases:
+        if not args.only or args.only == name:
+            total += run_case(os.path.join(args.out, name), make, meta, shape, 10, hash_input=hashed)
     print("total %d bytes" % total)
 
 

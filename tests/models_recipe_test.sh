@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/models_recipe_test.sh - the seed recipes of recipes/ (resnet50_imagenet,
-# efficientnet_b4, bert_large; swin_b up to its input-size check) parse, validate and train a few steps at
+# efficientnet_b4, bert_large, swin_b) parse, validate and train a few steps at
 # reduced size through `ctrain train --recipe R --set ...`: every key of the
 # recipe stays (optimizer, schedule with warm-up epochs, label smoothing,
 # precision and loss scaling, accumulation), only the size and the data change.
@@ -45,10 +45,11 @@ expect bert_large 0 "bert \(2 layers.*precision bf16.*done: 2 steps" -- \
   --set batch_size=2 --set accumulate_steps=2 --set max_steps=2 --set eval_every=2 --set eval_batches=1 \
   --set warmup_steps=1 --set save_dir= --threads 2
 # swin_b: AdamW, 20 warm-up epochs + cosine to min_lr, clipping, BF16 (its drop path declines BF16 I/O: it ran on
-# BF16 data as FP32 and gave NaN before). Every stage's map must be a multiple of the window (224x224 with window 7):
-# 32x32 cannot run it, 224x224 (the folder's images resized) can
-expect swin_b_needs_224 1 "swin_b: input 32x32: every stage's map .* multiple of the window 7" -- \
-  "$CT" train --recipe recipes/swin_b.json "${small[@]}" --set save_dir=
+# BF16 data as FP32 and gave NaN before). At 32x32 its maps (8x8, 4x4, 2x2, 1x1) are padded to the window 7 as
+# torchvision pads them; 224x224 (the folder's images resized) needs no padding
+expect swin_b_32_padded 0 "swin_b on imagefolder .*3x32x32.*precision bf16.*done: 2 steps.*test accuracy" -- \
+  "$CT" train --recipe recipes/swin_b.json "${small[@]}" --set batch_size=4 --set max_steps=2 --set epochs=1 \
+  --set save_dir=
 expect swin_b 0 "swin_b on imagefolder .*3x224x224.*precision bf16.*done: 2 steps.*test accuracy" -- \
   "$CT" train --recipe recipes/swin_b.json "${small[@]}" --set image_size=224 --set batch_size=4 --set max_steps=2 \
   --set epochs=1 --set save_dir=
@@ -61,7 +62,8 @@ expect fashion_efficientnet_b0 0 "efficientnet_b0 on imagefolder .*3x32x32.*done
   "$CT" train --recipe recipes/fashion_efficientnet_b0.json "${fm[@]}" --set width_div=8
 expect fashion_swin_t 0 "swin_t on imagefolder .*3x64x64.*done: 2 steps.*test accuracy" -- \
   "$CT" train --recipe recipes/fashion_swin_t.json "${fm[@]}" --set width_div=8
-expect swin_window_key_named 1 "swin_t: input 64x64: .*window 7.*recipe key window" -- \
+# torchvision's window 7 on the 16x16, 8x8, 4x4, 2x2 maps of 64x64 images: padded to 21x21, 14x14, 7x7, 7x7
+expect swin_window_7_padded 0 "swin_t on imagefolder .*3x64x64.*done: 2 steps.*test accuracy" -- \
   "$CT" train --recipe recipes/fashion_swin_t.json "${fm[@]}" --set width_div=8 --set window=0
 # the model section of a recipe and its errors
 printf '{"model": {"type": "resnet18", "cifar_stem": true, "width_div": 3}}\n' > "$tmp/bad_div.json"

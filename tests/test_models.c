@@ -5,7 +5,8 @@
  * torchvision's own blocks (widths / 16, one block per stage) and stores the
  * batch, loss, logits, eval-mode logits, every gradient and the updated
  * running statistics (tests/golden/resnet18c.ctg, resnet50.ctg, effb0.ctg,
- * swin.ctg: two blocks per stage there, so that shifted windows run);
+ * swin.ctg: two blocks per stage there, so that shifted windows run;
+ * swin_pad.ctg: window 3 on 40x40, so that every stage is zero-padded);
  * conv / linear weights are not stored but generated from a hash of their
  * name (the same function here, exact in float32). Each must match within
  *     max|ctrain - golden| / max|golden| <= 1e-5
@@ -193,6 +194,9 @@ CASE(effb0_default, "effb0.ctg", "default", -1, 1)
 CASE(swin_ref, "swin.ctg", "ref", CT_ISA_REF, 0)
 CASE(swin_avx2, "swin.ctg", "avx2", CT_ISA_AVX2, 0)
 CASE(swin_default, "swin.ctg", "default", -1, 1)
+/* maps that are no multiple of the window (3) and odd maps before patch merging: zero padding */
+CASE(swin_pad_ref, "swin_pad.ctg", "ref", CT_ISA_REF, 0)
+CASE(swin_pad_default, "swin_pad.ctg", "default", -1, 1)
 /* BF16 autocast (matmul / conv / linear in BF16, their gradients FP32) on the same weights and batch */
 #define CASE_BF16(fn, file) \
     TEST(fn) { run_vision(file, "bf16", -1, 1, 1); }
@@ -200,6 +204,7 @@ CASE_BF16(resnet18c_bf16, "resnet18c.ctg")
 CASE_BF16(resnet50_bf16, "resnet50.ctg")
 CASE_BF16(effb0_bf16, "effb0.ctg")
 CASE_BF16(swin_bf16, "swin.ctg")
+CASE_BF16(swin_pad_bf16, "swin_pad.ctg")
 
 /* ---- names, shapes and counts of the full-size models ------------------------------------------ */
 
@@ -335,8 +340,13 @@ TEST(bad_configs) {
     CHECK(ct_vision_config_default(ctx, "swin_x", &c) == CT_E_INVALID_ARG);
     CHECK_OK(ctx, ct_vision_config_default(ctx, "swin_b", &c));
     CHECK(c.drop_path == 0.5f && c.window == 0);
-    CHECK(ct_model_vision(g, x, &c, &lg) == CT_E_SHAPE); /* 32x32: 8x8 maps are no multiple of window 7 */
-    CHECK(strstr(ct_context_last_error(ctx), "window 7"));
+    /* 32x32: 8x8 maps, padded to 14x14 for window 7 (as torchvision pads) */
+    CHECK_OK(ctx, ct_model_vision(g, x, &c, &lg));
+    /* 16x64: a 4x16 map, padded 7x21: one axis shifts, the other not (torchvision would; ctrain refuses) */
+    ct_node x3;
+    CHECK_OK(ctx, ct_input(g, "x3", CT_F32, 4, (int64_t[]){2, 3, 16, 64}, &x3));
+    CHECK(ct_model_vision(g, x3, &c, &lg) == CT_E_SHAPE);
+    CHECK(strstr(ct_context_last_error(ctx), "window 7") && strstr(ct_context_last_error(ctx), "both axes or neither"));
     CHECK_OK(ctx, ct_vision_config_default(ctx, "resnet18", &c));
     c.width_div = 3;
     CHECK(ct_model_vision(g, x, &c, &lg) == CT_E_INVALID_ARG);
@@ -409,4 +419,4 @@ TEST(drop_path_best) { drop_path_case(-1); }
 TEST_MAIN(T(torchvision_names_and_counts), T(params_by_name), T(bad_configs), T(drop_path_ref), T(drop_path_best),
           T(resnet18c_ref), T(resnet18c_avx2), T(resnet18c_default), T(resnet50_ref), T(resnet50_avx2),
           T(resnet50_default), T(effb0_ref), T(effb0_avx2), T(effb0_default), T(swin_ref), T(swin_avx2),
-          T(swin_default), T(resnet18c_bf16), T(resnet50_bf16), T(effb0_bf16), T(swin_bf16))
+          T(swin_default), T(swin_pad_ref), T(swin_pad_default), T(resnet18c_bf16), T(resnet50_bf16), T(effb0_bf16), T(swin_bf16), T(swin_pad_bf16))

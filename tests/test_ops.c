@@ -105,6 +105,9 @@ CASE(c_transpose3, CT_TRY(P(g, "x", ND(2, 3, 4, 5), &a)); CT_TRY(ct_transpose(g,
 CASE(c_concat, CT_TRY(P(g, "x", ND(2, 3, 4), &a)); CT_TRY(P(g, "y", ND(2, 1, 4), &b)); CT_TRY(P(g, "z", ND(2, 2, 4), &c));
      CT_TRY(ct_concat(g, 3, (ct_node[]){a, b, c}, 1, out)))
 CASE(c_slice, CT_TRY(P(g, "x", ND(3, 8, 2), &a)); CT_TRY(ct_slice(g, a, 1, 2, 7, out)))
+/* zeros around (Swin's padding to the window); the loss weights every output, the zeros included */
+CASE(c_pad, CT_TRY(P(g, "x", ND(2, 5, 3, 4), &a)); CT_TRY(ct_pad(g, a, 1, 0, 2, &b)); CT_TRY(ct_pad(g, b, 2, 1, 3, &c));
+     CT_TRY(ct_scale(g, c, 1.25f, out)))
 CASE(c_flatten, CT_TRY(P(g, "x", ND(2, 3, 2, 2), &a)); CT_TRY(ct_flatten(g, a, &b)); CT_TRY(ct_scale(g, b, 1.5f, out)))
 CASE(c_softmax, CT_TRY(P(g, "x", ND(4, 10), &a)); CT_TRY(ct_softmax(g, a, out)))
 CASE(c_log_softmax, CT_TRY(P(g, "x", ND(4, 10), &a)); CT_TRY(ct_log_softmax(g, a, out)))
@@ -183,7 +186,7 @@ static const op_case k_cases[] = {
     {"sub_same", c_sub_same, 0}, {"mul_col", c_mul_col, 1}, {"div", c_div, 0}, {"sum_rows", c_sum_rows, 0},
     {"mean_last_keep", c_mean_last_keep, 1}, {"sum_nchw", c_sum_nchw, 0},
     {"reshape_transpose", c_reshape_transpose, 0}, {"transpose3", c_transpose3, 0}, {"concat", c_concat, 0},
-    {"slice", c_slice, 0}, {"flatten", c_flatten, 0}, {"softmax", c_softmax, 0},
+    {"slice", c_slice, 0}, {"pad", c_pad, 0}, {"flatten", c_flatten, 0}, {"softmax", c_softmax, 0},
     {"log_softmax", c_log_softmax, 0}, {"dropout", c_dropout, 0}, {"embedding", c_embedding, 0},
     {"window_bias", c_window_bias, 1}, {"window_bias_shift", c_window_bias_shift, 1}, /* reference only: a gather */
     {"drop_path", c_drop_path, 0}, {"drop_path_rows", c_drop_path_rows, 0}, {"conv_depthwise", c_conv_depthwise, 0},

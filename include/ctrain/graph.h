@@ -145,6 +145,10 @@ ct_status ct_flatten(ct_graph *g, ct_node x, ct_node *out);
 ct_status ct_transpose(ct_graph *g, ct_node x, const int *perm, ct_node *out);
 ct_status ct_concat(ct_graph *g, int n, const ct_node *xs, int axis, ct_node *out);
 ct_status ct_slice(ct_graph *g, ct_node x, int axis, int64_t start, int64_t end, ct_node *out);
+/* Zeros before and after x along axis (torch.nn.functional.pad with 0 on
+ * one dim): out's dim is before + x's + after. Its gradient is the slice
+ * of the output gradient. before = after = 0 gives x itself. */
+ct_status ct_pad(ct_graph *g, ct_node x, int axis, int64_t before, int64_t after, ct_node *out);
 
 /* Over the last dim. */
 ct_status ct_softmax(ct_graph *g, ct_node x, ct_node *out);

@@ -350,6 +350,10 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
     case CT_OP_SLICE:
         CT_TRY(bnode(g, CT_OP_SLICE_BWD, 1, &dy, &D, in[0], &t));
         return accumulate(g, grads, fresh, in[0], t);
+    case CT_OP_SLICE_BWD: /* ct_pad: the slice of dy where x sits */
+        CT_TRY(ct_slice(g, dy, (int)D.ia[0], D.ia[1], D.ia[2], &t));
+        CT_TRY(mark(g, t));
+        return accumulate(g, grads, fresh, in[0], t);
     case CT_OP_SOFTMAX:
     case CT_OP_LOG_SOFTMAX:
         CT_TRY(bnode(g, D.op == CT_OP_SOFTMAX ? CT_OP_SOFTMAX_BWD : CT_OP_LOG_SOFTMAX_BWD, 2, (ct_node[]){dy, n},

@@ -645,6 +645,28 @@ ct_status ct_slice(ct_graph *g, ct_node x, int axis, int64_t start, int64_t end,
     return ct_graph_push(g, &d, out);
 }
 
+ct_status ct_pad(ct_graph *g, ct_node x, int axis, int64_t before, int64_t after, ct_node *out) {
+    CHECK_NODES("pad", x);
+    const ct_node_def *X = N(g, x);
+    if (axis < 0) axis += X->ndim;
+    if (axis < 0 || axis >= X->ndim || before < 0 || after < 0 || before > ((int64_t)1 << 40) || after > ((int64_t)1 << 40))
+        return ct_set_error(g->ctx, CT_E_INVALID_ARG, "pad: axis %d of a %d-d tensor with %lld before and %lld after: "
+                            "the axis must exist and the padding be >= 0", axis, X->ndim, (long long)before,
+                            (long long)after);
+    if (!before && !after) {
+        *out = x;
+        return CT_OK;
+    }
+    /* slice's backward: x's values at [before, before + len), zeros elsewhere */
+    ct_node_def d;
+    def_init(&d, CT_OP_SLICE_BWD, 1, &x);
+    d.dtype = X->dtype;
+    def_shape(&d, X->ndim, X->shape);
+    d.shape[axis] = before + X->shape[axis] + after;
+    d.ia[0] = axis; d.ia[1] = before; d.ia[2] = before + X->shape[axis];
+    return ct_graph_push(g, &d, out);
+}
+
 /* ---- softmax / losses / misc --------------------------------------------------------------- */
 
 static ct_status softmax_like(ct_graph *g, ct_op op, const char *name, ct_node x, ct_node *out) {

@@ -274,8 +274,8 @@ static const key_def k_keys[] = {
      "divide every width by this (reduced variants; resnet: must divide 64)"},
     {"max_blocks", K_INT, OFF(max_blocks), 0, 0, 64, NULL, M_VIS, NULL, "at most this many blocks per stage (0: all)"},
     {"window", K_INT, OFF(window), 0, 0, 64, NULL, M_SWIN, NULL,
-     "swin: the attention window (0: 7, torchvision's); every stage's map must be a multiple of it or at most it "
-     "(e.g. 2 or 4 for 32x32 or 64x64 images)"},
+     "swin: the attention window (0: 7, torchvision's); maps that are no multiple of it are zero-padded as "
+     "torchvision pads them (small images: a smaller window wastes less, e.g. 2 or 4 for 32x32 or 64x64)"},
     {"init_weights", K_STR, OFF(init_weights), SZ(init_weights), 0, 0, NULL, M_ALL, NULL,
      "start from the weights of this safetensors file (exact names and shapes, e.g. torchvision's converted by "
      "scripts/torchvision_to_safetensors.py); a resumed run keeps its checkpoint's"},

@@ -5,7 +5,9 @@
  * norm2, mlp.0, mlp.3), features.{2,4,6} patch merging (reduction, norm),
  * norm, head. Window attention is composed: qkv linear, batched matmuls, the
  * relative position bias and shifted-window mask of ct_window_bias, softmax.
- * The cyclic shift is two slices and a concat per axis. */
+ * The cyclic shift is two slices and a concat per axis. Maps that are not a
+ * multiple of the window are zero-padded (ct_pad) around the attention and
+ * cropped after it; odd maps are padded before patch merging (torchvision). */
 #include <math.h>
 #include <stdio.h>
 
@@ -42,11 +44,17 @@ static ct_status layernorm(ct_graph *g, ct_node x, const char *pre, int64_t c, c
     return ct_node_set_name(g, *y, pre);
 }
 
+/* A map side padded to a multiple of the window (torchvision pads the
+ * normalized map with zeros on the bottom / right before the windows and
+ * crops after them). */
+static int64_t padded(int64_t side, int64_t w) { return (side + w - 1) / w * w; }
+
 /* One block named pre on x (N, H, W, C). */
 static ct_status block(ct_graph *g, ct_node x, const char *pre, int64_t N, int64_t H, int64_t W, int64_t C,
                        int64_t heads, int64_t w, int64_t shift, float sd, ct_node *out) {
     char nm[96];
-    int64_t nwh = H / w, nww = W / w, nW = nwh * nww, n = w * w, Bp = N * nW, d = C / heads;
+    const int64_t Hp = padded(H, w), Wp = padded(W, w);
+    int64_t nwh = Hp / w, nww = Wp / w, nW = nwh * nww, n = w * w, Bp = N * nW, d = C / heads;
     ct_node y, t, tab, bias, q, k, v;
     /* own parameters first (torchvision's state_dict order: the table, then qkv, proj) */
     snprintf(nm, sizeof nm, "%s.norm1", pre);
@@ -54,7 +62,9 @@ static ct_status block(ct_graph *g, ct_node x, const char *pre, int64_t N, int64
     snprintf(nm, sizeof nm, "%s.attn", pre);
     CT_TRY(ct_vis_param(g, nm, "relative_position_bias_table", 2, (int64_t[]){(2 * w - 1) * (2 * w - 1), heads},
                         CT_INIT_NORMAL, 0, &tab));
-    if (shift) CT_TRY(roll_hw(g, y, H, W, shift, &y));
+    CT_TRY(ct_pad(g, y, 1, 0, Hp - H, &y));
+    CT_TRY(ct_pad(g, y, 2, 0, Wp - W, &y));
+    if (shift) CT_TRY(roll_hw(g, y, Hp, Wp, shift, &y));
     CT_TRY(ct_reshape(g, y, 6, (int64_t[]){N, nwh, w, nww, w, C}, &y));
     CT_TRY(ct_transpose(g, y, (int[]){0, 1, 3, 2, 4, 5}, &y));
     CT_TRY(ct_reshape(g, y, 3, (int64_t[]){Bp, n, C}, &y));
@@ -85,8 +95,10 @@ static ct_status block(ct_graph *g, ct_node x, const char *pre, int64_t N, int64
     CT_TRY(linear(g, t, nm, C, C, 1, &t));
     CT_TRY(ct_reshape(g, t, 6, (int64_t[]){N, nwh, nww, w, w, C}, &t));
     CT_TRY(ct_transpose(g, t, (int[]){0, 1, 3, 2, 4, 5}, &t));
-    CT_TRY(ct_reshape(g, t, 4, (int64_t[]){N, H, W, C}, &t));
-    if (shift) CT_TRY(roll_hw(g, t, H, W, -shift, &t));
+    CT_TRY(ct_reshape(g, t, 4, (int64_t[]){N, Hp, Wp, C}, &t));
+    if (shift) CT_TRY(roll_hw(g, t, Hp, Wp, -shift, &t));
+    if (Hp > H) CT_TRY(ct_slice(g, t, 1, 0, H, &t));
+    if (Wp > W) CT_TRY(ct_slice(g, t, 2, 0, W, &t));
     if (sd > 0) CT_TRY(ct_drop_path(g, t, sd, &t));
     CT_TRY(ct_add(g, x, t, &x));
     /* MLP */
@@ -112,16 +124,17 @@ ct_status ct_model_swin(ct_graph *g, ct_node x, const ct_vision_config *c, int64
     if (embed % c->width_div)
         return ct_set_error(ctx, CT_E_INVALID_ARG, "%s: width_div %d must divide the embedding width %lld", c->arch,
                             c->width_div, (long long)embed);
+    /* the 4x4 stride-4 patch embedding floors; patch merging pads odd sides (torchvision) */
     int64_t H = s[2] / 4, W = s[3] / 4;
-    for (int st = 0; st < 4; st++) {
-        int64_t h = H >> st, wd = W >> st, dim = E << st;
-        if (s[2] % 4 || s[3] % 4 || h < 1 || wd < 1 || h % w || wd % w || (h << st) != H || (wd << st) != W ||
-            dim % heads[st] || (w < h) != (w < wd))
+    for (int st = 0, h = (int)H, wd = (int)W; st < 4; st++, h = (h + 1) / 2, wd = (wd + 1) / 2) {
+        int64_t dim = E << st, ph = padded(h, w), pw = padded(wd, w);
+        if (h < 1 || wd < 1 || dim % heads[st] || (w < ph) != (w < pw))
             return ct_set_error(ctx, CT_E_SHAPE,
-                                "%s: input %lldx%lld: every stage's map (%lldx%lld at stage %d) must be a multiple of "
-                                "the window %lld (on both axes or neither: one shift), and its width %lld of the %d "
-                                "heads (padding is not supported; 224x224 with window 7 works, 64x64 with window 2: recipe key window)",
-                                c->arch, (long long)s[2], (long long)s[3], (long long)h, (long long)wd, st + 1,
+                                "%s: input %lldx%lld: stage %d's map is %dx%d (%lldx%lld padded to the window %lld): "
+                                "it must be at least 1x1, shift on both axes or neither (one side larger than the "
+                                "window, the other not, is not supported), and its width %lld must split into the "
+                                "%d heads (recipe keys image_size, window)",
+                                c->arch, (long long)s[2], (long long)s[3], st + 1, h, wd, (long long)ph, (long long)pw,
                                 (long long)w, (long long)dim, heads[st]);
     }
     ct_node w0, b0, y;
@@ -142,11 +155,15 @@ ct_status ct_model_swin(ct_graph *g, ct_node x, const ct_vision_config *c, int64
     for (int st = 0; st < 4; st++) {
         for (int i = 0; i < nb[st]; i++, id++) {
             snprintf(pre, sizeof pre, "features.%d.%d", 1 + 2 * st, i);
-            int64_t shift = i % 2 && w < H && w < W ? w / 2 : 0; /* no shift when one window covers the map */
+            /* no shift when one window covers the (padded) map */
+            int64_t shift = i % 2 && w < padded(H, w) && w < padded(W, w) ? w / 2 : 0;
             float sd = total > 1 ? (float)((double)c->drop_path * id / (total - 1)) : 0.0f;
             CT_TRY(block(g, y, pre, N, H, W, dim, heads[st], w, shift, sd, &y));
         }
-        if (st < 3) { /* patch merging: x0 (even h, even w), x1 (odd h), x2 (odd w), x3 -> 4C */
+        if (st < 3) { /* patch merging: x0 (even h, even w), x1 (odd h), x2 (odd w), x3 -> 4C; odd sides padded */
+            CT_TRY(ct_pad(g, y, 1, 0, H % 2, &y));
+            CT_TRY(ct_pad(g, y, 2, 0, W % 2, &y));
+            H += H % 2, W += W % 2;
             CT_TRY(ct_reshape(g, y, 6, (int64_t[]){N, H / 2, 2, W / 2, 2, dim}, &y));
             CT_TRY(ct_transpose(g, y, (int[]){0, 1, 3, 4, 2, 5}, &y));
             CT_TRY(ct_reshape(g, y, 4, (int64_t[]){N, H / 2, W / 2, 4 * dim}, &y));
