@@ -139,6 +139,8 @@ TEST(profiled_mlp_trace) {
     const cJSON *mem = cJSON_GetObjectItemCaseSensitive(md, "memory");
     CHECK(num_of(mem, "params_bytes") == (double)ps.param_bytes);
     CHECK(num_of(mem, "optimizer_state_bytes") == 2.0 * (double)ps.param_bytes);
+    CHECK(cJSON_GetObjectItemCaseSensitive(mem, "weight_copies_bytes") &&
+          num_of(mem, "weight_copies_bytes") == (double)ps.weight_copy_bytes);
     cJSON_Delete(root);
     /* the doctor reads it back */
     ct_doctor_report dr;

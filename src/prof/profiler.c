@@ -452,12 +452,13 @@ static void write_metadata(ct_profiler *p, FILE *f) {
     if (p->have_mem) {
         const ct_plan_stats *m = &p->mem;
         double total = (double)m->param_bytes + (double)m->grad_bytes + (double)m->buffer_bytes +
-                       (double)p->opt_bytes + (double)m->activation_bytes + (double)m->workspace_bytes;
+                       (double)p->opt_bytes + (double)m->weight_copy_bytes + (double)m->activation_bytes +
+                       (double)m->workspace_bytes;
         fprintf(f, "  \"memory\": {\"params_bytes\": %zu, \"grads_bytes\": %zu, \"buffers_bytes\": %zu, "
-                "\"optimizer_state_bytes\": %zu, \"activations_bytes\": %zu, \"workspace_bytes\": %zu, "
-                "\"total_bytes\": %.0f, \"budget_bytes\": %zu},\n",
-                m->param_bytes, m->grad_bytes, m->buffer_bytes, p->opt_bytes, m->activation_bytes,
-                m->workspace_bytes, total, p->budget);
+                "\"optimizer_state_bytes\": %zu, \"weight_copies_bytes\": %zu, \"activations_bytes\": %zu, "
+                "\"workspace_bytes\": %zu, \"total_bytes\": %.0f, \"budget_bytes\": %zu},\n",
+                m->param_bytes, m->grad_bytes, m->buffer_bytes, p->opt_bytes, m->weight_copy_bytes,
+                m->activation_bytes, m->workspace_bytes, total, p->budget);
     }
     fprintf(f, "  \"time_unit\": \"us\"\n}");
     free(sa);

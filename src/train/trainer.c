@@ -193,7 +193,7 @@ static ct_status plan_bytes(ct_context *ctx, ct_task *t, const ct_recipe *r, dou
     ct_plan_free(p);
     *act = (double)ps.activation_bytes + (double)ps.workspace_bytes;
     *bytes = (double)ps.param_bytes * (1.0 + optim_state_per_param(&r->optim)) + (double)ps.grad_bytes +
-             (double)ps.buffer_bytes + *act;
+             (double)ps.buffer_bytes + (double)ps.weight_copy_bytes + *act;
     return CT_OK;
 }
 
