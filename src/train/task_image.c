@@ -395,13 +395,17 @@ static ct_status img_chunk(ct_task *t, int n) {
 
 static void img_describe(ct_task *t, const ct_plan_stats *ps, char *buf, size_t len) {
     image_task *it = t->impl;
-    char cvt[64] = "";
+    char cvt[192] = "";
     if (ps->cast_bytes)
         snprintf(cvt, sizeof cvt, " (incl. FP32 conversion copies, up to %.1f MiB)", (double)ps->cast_bytes / 1048576.0);
     if (it->train_set) { /* the folder's classes, the decoders and the transforms */
         const ct_image_opts *o = ct_image_set_opts(it->train_set);
+        char aug[48];
+        if (!o->train) snprintf(aug, sizeof aug, "Resize+CenterCrop");
+        else if (o->pad > 0) snprintf(aug, sizeof aug, "RandomCrop(pad %d)%s", o->pad, o->flip ? "+flip" : "");
+        else snprintf(aug, sizeof aug, "RandomResizedCrop%s", o->flip ? "+flip" : "");
         snprintf(cvt + strlen(cvt), sizeof cvt - strlen(cvt), "; %d classes, %s%s", ct_image_set_classes(it->train_set),
-                 o->train ? "RandomResizedCrop+flip" : "Resize+CenterCrop", o->bad ? ", skips bad images" : "");
+                 aug, o->bad ? ", skips bad images" : "");
     }
     snprintf(buf, len, "%s on %s (%lld train / %lld test images, %dx%lldx%lld), %d params, %.1f MiB activations%s",
              ct_recipe_enum_name("model", (int)it->r.model), ct_recipe_enum_name("dataset", (int)it->r.dataset),
