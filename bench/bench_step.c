@@ -8,7 +8,10 @@
  *   ENV   ...                      context: threads, ISA, oneDNN, optimizer impl
  *   KERNELS ...                    which kernel slot ran each forward node (after warmup)
  *   STEP  i=.. fwd_ms=.. bwd_ms=.. opt_ms=.. step_ms=.. loss=..   (timed steps only)
- *   RESULT workload=.. steps=.. step_ms_median=.. fwd_ms_median=.. ...
+ *   RESULT workload=.. steps=.. step_ms_median=.. fwd_ms_median=.. ... mfu=.. gflops=..
+ *          mfu: --mfu-steps more steps (default 2) with the profiler attached,
+ *          judged by the doctor: achieved FLOP/s over the peak of the unit that
+ *          ran each op (FP32 FMA, AVX512-BF16 or AMX; ctrain info), -1 unknown
  *          plan_mb=.. (param + grad + buffer + activation + workspace + optimizer state,
  *          from ct_plan_get_stats / ct_optimizer_state) peak_rss_mb=.. (getrusage ru_maxrss)
  * Errors go to stderr and the exit status is non-zero.
@@ -196,7 +199,7 @@ static void opt_free(bench_opt *b) {
 static void usage(void) {
     fprintf(stderr,
             "usage: bench_step --workload mlp|cnn|gptchar|gpt2|resnet50 [--precision fp32|bf16|fp16|...] [--threads N] [--warmup N] [--steps N]\n"
-            "                  [--optim adamw|sgd] [--seed N] [--budget-s S] [--quiet]\n"
+            "                  [--optim adamw|sgd] [--seed N] [--budget-s S] [--mfu-steps N] [--quiet]\n"
             "  --budget-s S: stop after the timed steps took S seconds (at least 3 steps)\n"
             "  mlp: MLP 784-1024-1024-10, batch 256, cross entropy (default optim adamw)\n"
             "  cnn: ct_model_cnn channels [32,64] on 1x28x28, batch 128, 10 classes (default optim sgd)\n"
@@ -209,7 +212,7 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
     const char *workload = NULL, *optim = NULL, *precision = "fp32";
-    int threads = 2, warmup = 3, steps = 10, quiet = 0;
+    int threads = 2, warmup = 3, steps = 10, quiet = 0, mfu_steps = 2;
     double budget_s = 0; /* > 0: stop timing once this much time went into timed steps (min 3 steps) */
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -225,6 +228,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--precision")) precision = v;
         else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--budget-s")) budget_s = atof(v);
+        else if (!strcmp(a, "--mfu-steps")) mfu_steps = atoi(v);
         else usage();
         i++;
     }
@@ -438,14 +442,45 @@ int main(int argc, char **argv) {
         steal = (steal1 - steal0) / wall;
         if (others < 0) others = 0;
     }
+    /* MFU: a few more steps with the profiler (not timed above: its per-node
+     * events cost a little), judged by the doctor against the units' peaks */
+    double mfu = -1, gflops = -1;
+    if (mfu_steps > 0) {
+        ct_profiler_opts po;
+        ct_profiler_opts_default(&po);
+        po.skip_steps = 0, po.warmup_steps = 0, po.record_steps = mfu_steps;
+        ct_profiler *prof;
+        DIE_IF(ctx, ct_profiler_create(ctx, &po, &prof));
+        DIE_IF(ctx, ct_plan_set_profiler(p, prof));
+        for (int i = 0; i < mfu_steps; i++) {
+            DIE_IF(ctx, ct_plan_forward(p, 1));
+            DIE_IF(ctx, ct_plan_backward(p));
+            opt_step(ctx, &opt);
+            ct_profiler_step(prof);
+        }
+        DIE_IF(ctx, ct_plan_set_profiler(p, NULL));
+        char path[] = "/tmp/bench_step_mfu_XXXXXX";
+        int fd = mkstemp(path);
+        if (fd >= 0) {
+            close(fd);
+            ct_doctor_report dr;
+            if (ct_profiler_write(prof, path) == CT_OK && ct_doctor_analyze_file(ctx, path, &dr) == CT_OK) {
+                mfu = dr.utilization;
+                gflops = dr.achieved_flops * 1e-9;
+            }
+            if (!getenv("BENCH_MFU_TRACE") || rename(path, getenv("BENCH_MFU_TRACE"))) unlink(path);
+        }
+        ct_profiler_free(prof);
+    }
     double tmin = ts[warmup];
     for (int i = warmup; i < total; i++) tmin = ts[i] < tmin ? ts[i] : tmin;
     printf("RESULT workload=%s framework=ctrain steps=%d step_ms_median=%.3f fwd_ms_median=%.3f "
            "bwd_ms_median=%.3f opt_ms_median=%.3f step_ms_min=%.3f cpu_ms_median=%.3f loss_first=%.5f loss_last=%.5f "
-           "steps_total=%d others_cores=%.2f steal_cores=%.2f n_params=%zu plan_mb=%.1f peak_rss_mb=%.1f\n",
+           "steps_total=%d others_cores=%.2f steal_cores=%.2f n_params=%zu plan_mb=%.1f peak_rss_mb=%.1f mfu=%.4f "
+           "gflops=%.1f\n",
            workload, steps, median(ts + warmup, steps), median(tf + warmup, steps), median(tb + warmup, steps),
            median(to + warmup, steps), tmin, median(tc + warmup, steps), loss0, lossN, total, others, steal,
-           n_param_floats, plan_bytes / 1048576.0, peak_rss_mb());
+           n_param_floats, plan_bytes / 1048576.0, peak_rss_mb(), mfu, gflops);
     free(tf);
     free(tb);
     free(to);

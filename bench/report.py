@@ -239,6 +239,20 @@ def main_report(logdir):
         print(table(["workload", "ctrain params", "PyTorch params", "ctrain plan MiB", "ctrain peak RSS MiB",
                      "PyTorch params+grads+state MiB", "PyTorch peak RSS MiB"], rows))
 
+    rows = []
+    for wl in wls:
+        ct = runs.get((wl, "ctrain"), [])
+        mf = [float((r["result"] or {}).get("mfu", "nan")) for r in ct]
+        gf = [float((r["result"] or {}).get("gflops", "nan")) for r in ct]
+        mf = [x for x in mf if x == x and x >= 0]
+        gf = [x for x in gf if x == x and x >= 0]
+        if mf:
+            rows.append([f"{wl}: {desc(wl)}", f"{100 * med(mf):.1f}%", fmt(med(gf)) if gf else "n/a", str(len(mf))])
+    if rows:
+        print("\n== ctrain MFU per step (bench_step --mfu-steps: profiled steps after the timed ones; achieved FLOP/s "
+              "over the peak of the unit that ran each op: FP32 FMA, AVX512-BF16 or AMX, as `ctrain info` prints)")
+        print(table(["workload", "MFU (median over runs)", "achieved GFLOP/s", "runs"], rows))
+
     print("\n== phases: median ms (forward incl. loss | backward | optimizer update incl. zero_grad for PyTorch)")
     rows = []
     for wl in wls:
