@@ -27,72 +27,73 @@ static inline uint32_t ct_dropout_thr(float p) {
 #define CT_PHILOX_W0 0x9E3779B9u
 #define CT_PHILOX_W1 0xBB67AE85u
 
+/* Per ISA: pv (PV_N 32-bit lanes), set1, xor, the lane iota, the 32x32 ->
+ * 64-bit products of every lane as high and low words, and the keep mask
+ * (lane L: (r >> 8) >= thr) as an integer. */
 #if defined(CT_SIMD_AVX512)
-static inline __m512i ct_mulhilo16(__m512i c, __m512i m, __m512i *lo) {
-    __m512i pe = _mm512_mul_epu32(c, m), po = _mm512_mul_epu32(_mm512_srli_epi64(c, 32), m);
+typedef __m512i pv;
+#define PV_N 16
+static inline pv pv_set1(uint32_t x) { return _mm512_set1_epi32((int)x); }
+static inline pv pv_xor(pv a, pv b) { return _mm512_xor_si512(a, b); }
+static inline pv pv_iota(void) { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+static inline pv pv_add(pv a, pv b) { return _mm512_add_epi32(a, b); }
+static inline pv pv_mulhilo(pv c, pv m, pv *lo) {
+    pv pe = _mm512_mul_epu32(c, m), po = _mm512_mul_epu32(_mm512_srli_epi64(c, 32), m);
     *lo = _mm512_mask_blend_epi32(0xAAAA, pe, _mm512_slli_epi64(po, 32));
     return _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
 }
-/* keep masks k[t] (bit L: element 4 (ctr + L) + t) of counters ctr .. ctr + 15 (no carry into bit 32) */
-static inline void ct_philox_keep16(uint64_t seed, uint64_t key, uint64_t ctr, uint32_t thr, uint32_t k[4]) {
-    __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)ctr),
-                                  _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-    __m512i c1 = _mm512_set1_epi32((int)(uint32_t)(ctr >> 32)), c2 = _mm512_set1_epi32((int)(uint32_t)key);
-    __m512i c3 = _mm512_set1_epi32((int)(uint32_t)(key >> 32));
-    const __m512i m0 = _mm512_set1_epi32((int)CT_PHILOX_M0), m1 = _mm512_set1_epi32((int)CT_PHILOX_M1);
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    for (int r = 0; r < 10; r++) {
-        __m512i lo0, lo1, hi0 = ct_mulhilo16(c0, m0, &lo0), hi1 = ct_mulhilo16(c2, m1, &lo1);
-        __m512i n0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32((int)k0));
-        __m512i n2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32((int)k1));
-        c0 = n0, c1 = lo1, c2 = n2, c3 = lo0;
-        k0 += CT_PHILOX_W0, k1 += CT_PHILOX_W1;
-    }
-    const __m512i t = _mm512_set1_epi32((int)thr);
-    k[0] = _mm512_cmpge_epu32_mask(_mm512_srli_epi32(c0, 8), t);
-    k[1] = _mm512_cmpge_epu32_mask(_mm512_srli_epi32(c1, 8), t);
-    k[2] = _mm512_cmpge_epu32_mask(_mm512_srli_epi32(c2, 8), t);
-    k[3] = _mm512_cmpge_epu32_mask(_mm512_srli_epi32(c3, 8), t);
+static inline uint32_t pv_keep(pv r, uint32_t thr) {
+    return _mm512_cmpge_epu32_mask(_mm512_srli_epi32(r, 8), pv_set1(thr));
 }
 /* all-ones lanes where bit i of `bits` is set (VW = 16 bits) */
 static inline vf ct_vmask_bits(unsigned bits) { return _mm512_castsi512_ps(_mm512_movm_epi32((__mmask16)bits)); }
 #else
-static inline __m256i ct_mulhilo8(__m256i c, __m256i m, __m256i *lo) {
-    __m256i pe = _mm256_mul_epu32(c, m), po = _mm256_mul_epu32(_mm256_srli_epi64(c, 32), m);
+typedef __m256i pv;
+#define PV_N 8
+static inline pv pv_set1(uint32_t x) { return _mm256_set1_epi32((int)x); }
+static inline pv pv_xor(pv a, pv b) { return _mm256_xor_si256(a, b); }
+static inline pv pv_iota(void) { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+static inline pv pv_add(pv a, pv b) { return _mm256_add_epi32(a, b); }
+static inline pv pv_mulhilo(pv c, pv m, pv *lo) {
+    pv pe = _mm256_mul_epu32(c, m), po = _mm256_mul_epu32(_mm256_srli_epi64(c, 32), m);
     *lo = _mm256_blend_epi32(pe, _mm256_slli_epi64(po, 32), 0xAA);
     return _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
 }
-static inline void ct_philox_keep8(uint64_t seed, uint64_t key, uint64_t ctr, uint32_t thr, uint32_t k[4]) {
-    __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)ctr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    __m256i c1 = _mm256_set1_epi32((int)(uint32_t)(ctr >> 32)), c2 = _mm256_set1_epi32((int)(uint32_t)key);
-    __m256i c3 = _mm256_set1_epi32((int)(uint32_t)(key >> 32));
-    const __m256i m0 = _mm256_set1_epi32((int)CT_PHILOX_M0), m1 = _mm256_set1_epi32((int)CT_PHILOX_M1);
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    for (int r = 0; r < 10; r++) {
-        __m256i lo0, lo1, hi0 = ct_mulhilo8(c0, m0, &lo0), hi1 = ct_mulhilo8(c2, m1, &lo1);
-        __m256i n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32((int)k0));
-        __m256i n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32((int)k1));
-        c0 = n0, c1 = lo1, c2 = n2, c3 = lo0;
-        k0 += CT_PHILOX_W0, k1 += CT_PHILOX_W1;
-    }
-    /* r >> 8 < 2^24: a signed compare with thr - 1 (thr 0: -1, every lane kept) */
-    const __m256i t = _mm256_set1_epi32((int)thr - 1);
-    k[0] = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_srli_epi32(c0, 8), t)));
-    k[1] = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_srli_epi32(c1, 8), t)));
-    k[2] = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_srli_epi32(c2, 8), t)));
-    k[3] = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_srli_epi32(c3, 8), t)));
-}
-static inline void ct_philox_keep16(uint64_t seed, uint64_t key, uint64_t ctr, uint32_t thr, uint32_t k[4]) {
-    uint32_t a[4], b[4];
-    ct_philox_keep8(seed, key, ctr, thr, a);
-    ct_philox_keep8(seed, key, ctr + 8, thr, b);
-    for (int t = 0; t < 4; t++) k[t] = a[t] | b[t] << 8;
+static inline uint32_t pv_keep(pv r, uint32_t thr) { /* r >> 8 < 2^24: signed compare with thr - 1 */
+    return (uint32_t)_mm256_movemask_ps(
+        _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_srli_epi32(r, 8), pv_set1(thr - 1u))));
 }
 static inline vf ct_vmask_bits(unsigned bits) {
     __m256i sel = _mm256_and_si256(_mm256_set1_epi32((int)bits), _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128));
     return _mm256_castsi256_ps(_mm256_cmpeq_epi32(sel, _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128)));
 }
 #endif
+
+/* keep masks k[t] (bit L: element 4 (ctr + L) + t) of counters ctr ..
+ * ctr + PV_N - 1 (no carry into bit 32): PV_N Philox4x32-10 at once */
+static inline void ct_philox_keep_pv(uint64_t seed, uint64_t key, uint64_t ctr, uint32_t thr, uint32_t k[4]) {
+    pv c0 = pv_add(pv_set1((uint32_t)ctr), pv_iota()), c1 = pv_set1((uint32_t)(ctr >> 32));
+    pv c2 = pv_set1((uint32_t)key), c3 = pv_set1((uint32_t)(key >> 32));
+    const pv m0 = pv_set1(CT_PHILOX_M0), m1 = pv_set1(CT_PHILOX_M1);
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int r = 0; r < 10; r++) {
+        pv lo0, lo1, hi0 = pv_mulhilo(c0, m0, &lo0), hi1 = pv_mulhilo(c2, m1, &lo1);
+        pv n0 = pv_xor(pv_xor(hi1, c1), pv_set1(k0)), n2 = pv_xor(pv_xor(hi0, c3), pv_set1(k1));
+        c0 = n0, c1 = lo1, c2 = n2, c3 = lo0;
+        k0 += CT_PHILOX_W0, k1 += CT_PHILOX_W1;
+    }
+    k[0] = pv_keep(c0, thr), k[1] = pv_keep(c1, thr), k[2] = pv_keep(c2, thr), k[3] = pv_keep(c3, thr);
+}
+
+/* the same for 16 counters */
+static inline void ct_philox_keep16(uint64_t seed, uint64_t key, uint64_t ctr, uint32_t thr, uint32_t k[4]) {
+    ct_philox_keep_pv(seed, key, ctr, thr, k);
+#if PV_N == 8
+    uint32_t b[4];
+    ct_philox_keep_pv(seed, key, ctr + 8, thr, b);
+    for (int t = 0; t < 4; t++) k[t] |= b[t] << 8;
+#endif
+}
 
 /* Bits 4L + t <- bit t of nibble L: the 4 keep masks of 4 counters in element order. */
 static inline uint16_t ct_spread4(unsigned v) {
