@@ -665,7 +665,7 @@ ct_status ct_plan_forward(ct_plan *p, int training) {
         if (skip_wcast && p->pn[i].arena == CT_ARENA_WCAST) continue;
         CT_TRY(run_node(p, i, training));
     }
-    p->wcast_fresh = p->wcast_bytes != 0;
+    ct_plan_weight_copies_written(p); /* whether they ran now or were current */
     return CT_OK;
 }
 

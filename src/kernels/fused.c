@@ -66,11 +66,12 @@ void ct_fused_relu_pack_bf16(uint16_t *y, uint8_t *bits, int64_t n, int nth) {
     }
 }
 
-ct_status ct_fused_bn_relu(ct_kargs *k, ct_kernel_fn bn, void (*relu_pack)(float *, uint8_t *, int64_t, int)) {
-    /* BF16 output: the fast slot's batchnorm writes it (the reference gets FP32 copies from the executor) */
-    int bf16 = k->out.dtype == CT_BF16 && relu_pack != ct_fused_relu_pack_ref;
-    if ((k->in[0].dtype != CT_F32 || k->out.dtype != CT_F32) && !(bf16 && k->in[0].dtype == CT_BF16))
-        return CT_E_UNSUPPORTED;
+ct_status ct_fused_bn_relu(ct_kargs *k, ct_kernel_fn bn, void (*relu_pack)(float *, uint8_t *, int64_t, int),
+                           void (*relu_pack_bf16)(uint16_t *, uint8_t *, int64_t, int)) {
+    /* BF16 I/O where the slot has a BF16 packer (its batchnorm writes BF16; the
+     * reference gets FP32 copies from the executor) */
+    int bf16 = relu_pack_bf16 && k->in[0].dtype == CT_BF16 && k->out.dtype == CT_BF16;
+    if (!bf16 && (k->in[0].dtype != CT_F32 || k->out.dtype != CT_F32)) return CT_E_UNSUPPORTED;
     ct_node_def nd = *k->node;
     nd.op = CT_OP_BATCHNORM; /* flags (recompute, keep stats) stay */
     ct_kargs b = *k;
@@ -78,12 +79,12 @@ ct_status ct_fused_bn_relu(ct_kargs *k, ct_kernel_fn bn, void (*relu_pack)(float
     CT_TRY(bn(&b));
     int64_t C = k->in[0].shape[1];
     uint8_t *bits = (uint8_t *)k->aux + stats_bytes(C);
-    if (bf16) ct_fused_relu_pack_bf16(k->out.data, bits, ct_tensor_numel(&k->out), k->nthreads);
+    if (bf16) relu_pack_bf16(k->out.data, bits, ct_tensor_numel(&k->out), k->nthreads);
     else relu_pack(k->out.data, bits, ct_tensor_numel(&k->out), k->nthreads);
     return CT_OK;
 }
 
-ct_status ct_k_bn_relu_ref(ct_kargs *k) { return ct_fused_bn_relu(k, ct_k_batchnorm_ref, ct_fused_relu_pack_ref); }
+ct_status ct_k_bn_relu_ref(ct_kargs *k) { return ct_fused_bn_relu(k, ct_k_batchnorm_ref, ct_fused_relu_pack_ref, NULL); }
 
 /* in: a, r: r + dropout(a), the dropout's mask and scale exactly (ia[0] its
  * RNG stream); outside training r + a. */

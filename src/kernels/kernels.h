@@ -58,7 +58,10 @@ ct_status ct_k_gemm_relu_ref(ct_kargs *k);
 ct_status ct_k_gemm_relu_onednn(ct_kargs *k);
 void ct_fused_relu_pack_ref(float *y, uint8_t *bits, int64_t n, int nth);
 void ct_fused_relu_pack_bf16(uint16_t *y, uint8_t *bits, int64_t n, int nth);
-ct_status ct_fused_bn_relu(ct_kargs *k, ct_kernel_fn bn, void (*relu_pack)(float *, uint8_t *, int64_t, int));
+/* batchnorm with `bn`, then relu in place and the mask bits; relu_pack_bf16
+ * (NULL: none) handles BF16 I/O, else only FP32 is taken */
+ct_status ct_fused_bn_relu(ct_kargs *k, ct_kernel_fn bn, void (*relu_pack)(float *, uint8_t *, int64_t, int),
+                           void (*relu_pack_bf16)(uint16_t *, uint8_t *, int64_t, int));
 /* Scratch of a GEMM prologue: pro(x) (numel_x floats) and, with stats, a
  * layernorm's mean/invstd of `rows` rows. */
 size_t ct_fused_pro_ws(int64_t numel_x, int64_t rows, int stats);

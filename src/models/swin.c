@@ -49,11 +49,12 @@ static ct_status layernorm(ct_graph *g, ct_node x, const char *pre, int64_t c, c
  * crops after them). */
 static int64_t padded(int64_t side, int64_t w) { return (side + w - 1) / w * w; }
 
-/* One block named pre on x (N, H, W, C). */
+/* One block named pre on x (N, H, W, C); odd blocks shift their windows by
+ * w / 2 unless one window covers the (padded) map. */
 static ct_status block(ct_graph *g, ct_node x, const char *pre, int64_t N, int64_t H, int64_t W, int64_t C,
-                       int64_t heads, int64_t w, int64_t shift, float sd, ct_node *out) {
+                       int64_t heads, int64_t w, int odd, float sd, ct_node *out) {
     char nm[96];
-    const int64_t Hp = padded(H, w), Wp = padded(W, w);
+    const int64_t Hp = padded(H, w), Wp = padded(W, w), shift = odd && w < Hp && w < Wp ? w / 2 : 0;
     int64_t nwh = Hp / w, nww = Wp / w, nW = nwh * nww, n = w * w, Bp = N * nW, d = C / heads;
     ct_node y, t, tab, bias, q, k, v;
     /* own parameters first (torchvision's state_dict order: the table, then qkv, proj) */
@@ -155,10 +156,8 @@ ct_status ct_model_swin(ct_graph *g, ct_node x, const ct_vision_config *c, int64
     for (int st = 0; st < 4; st++) {
         for (int i = 0; i < nb[st]; i++, id++) {
             snprintf(pre, sizeof pre, "features.%d.%d", 1 + 2 * st, i);
-            /* no shift when one window covers the (padded) map */
-            int64_t shift = i % 2 && w < padded(H, w) && w < padded(W, w) ? w / 2 : 0;
             float sd = total > 1 ? (float)((double)c->drop_path * id / (total - 1)) : 0.0f;
-            CT_TRY(block(g, y, pre, N, H, W, dim, heads[st], w, shift, sd, &y));
+            CT_TRY(block(g, y, pre, N, H, W, dim, heads[st], w, i % 2, sd, &y));
         }
         if (st < 3) { /* patch merging: x0 (even h, even w), x1 (odd h), x2 (odd w), x3 -> 4C; odd sides padded */
             CT_TRY(ct_pad(g, y, 1, 0, H % 2, &y));

@@ -24,7 +24,9 @@ static void relu_pack(float *y, uint8_t *bits, int64_t n, int nth) {
     if (nb * 16 < n) ct_fused_relu_pack_ref(y + nb * 16, bits + 2 * nb, n - nb * 16, 1);
 }
 
-ct_status CT_FN(bn_relu)(ct_kargs *k) { return ct_fused_bn_relu(k, CT_FN(batchnorm), relu_pack); }
+ct_status CT_FN(bn_relu)(ct_kargs *k) {
+    return ct_fused_bn_relu(k, CT_FN(batchnorm), relu_pack, ct_fused_relu_pack_bf16);
+}
 
 /* in: a, r: r + dropout(a), exactly the dropout kernels' mask (ct_dropout_keep4) */
 ct_status CT_FN(dropout_add)(ct_kargs *k) {
@@ -77,13 +79,10 @@ ct_status CT_FN(relu_mask_bwd)(ct_kargs *k) {
         int64_t nv = n / 16;
 #pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
         for (int64_t q = 0; q < nv; q++) {
-            for (int h = 0; h < 16; h += VW) {
-                float one[VW];
-                for (int j = 0; j < VW; j++) {
-                    int64_t i = 16 * q + h + j;
-                    one[j] = (bits[i >> 3] >> (i & 7)) & 1u ? 1.0f : 0.0f;
-                }
-                vstore_bf16(dx + 16 * q + h, vmul(vload_bf16(dy + 16 * q + h), vload(one)));
+            const unsigned m16 = bits[2 * q] | (unsigned)bits[2 * q + 1] << 8;
+            for (int h = 0; h < 16; h += VW) { /* 1 where the bit is set, else 0 */
+                vf one = vand(vset1(1.0f), ct_vmask_bits((m16 >> h) & ((1u << VW) - 1)));
+                vstore_bf16(dx + 16 * q + h, vmul(vload_bf16(dy + 16 * q + h), one));
             }
         }
         for (int64_t i = nv * 16; i < n; i++)

@@ -45,8 +45,6 @@ static inline pv pv_mulhilo(pv c, pv m, pv *lo) {
 static inline uint32_t pv_keep(pv r, uint32_t thr) {
     return _mm512_cmpge_epu32_mask(_mm512_srli_epi32(r, 8), pv_set1(thr));
 }
-/* all-ones lanes where bit i of `bits` is set (VW = 16 bits) */
-static inline vf ct_vmask_bits(unsigned bits) { return _mm512_castsi512_ps(_mm512_movm_epi32((__mmask16)bits)); }
 #else
 typedef __m256i pv;
 #define PV_N 8
@@ -62,10 +60,6 @@ static inline pv pv_mulhilo(pv c, pv m, pv *lo) {
 static inline uint32_t pv_keep(pv r, uint32_t thr) { /* r >> 8 < 2^24: signed compare with thr - 1 */
     return (uint32_t)_mm256_movemask_ps(
         _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_srli_epi32(r, 8), pv_set1(thr - 1u))));
-}
-static inline vf ct_vmask_bits(unsigned bits) {
-    __m256i sel = _mm256_and_si256(_mm256_set1_epi32((int)bits), _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128));
-    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(sel, _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128)));
 }
 #endif
 

@@ -110,6 +110,7 @@ static inline int ct_par_threads(const ct_kargs *k, int64_t work) { return work 
 
 /* ---- more generic primitives (added with the eltwise/softmax kernels) -------------------
  *   vand/vor/vxor  bitwise ops on float vectors; vabs, vneg
+ *   ct_vmask_bits  all-ones lanes where bit i of an integer is set (VW bits)
  *   vsigmoid       1/(1+e^-x), stable for both signs, |rel err| < 5e-7; 0 below -87.3
  *   vtanh          |rel err| < 5e-7; small |x| by an odd polynomial (no cancellation)
  *   verfc_sq       erfc(z) for z >= 0 given z^2 as hi + lo (see below), |rel err| < 6e-7
@@ -119,11 +120,16 @@ static inline vf vand(vf a, vf b) { return _mm512_castsi512_ps(_mm512_and_si512(
 static inline vf vor(vf a, vf b) { return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_castps_si512(b))); }
 static inline vf vxor(vf a, vf b) { return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_castps_si512(b))); }
 static inline vf vabs(vf x) { return vand(x, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff))); }
+static inline vf ct_vmask_bits(unsigned bits) { return _mm512_castsi512_ps(_mm512_movm_epi32((__mmask16)bits)); }
 #else
 static inline vf vand(vf a, vf b) { return _mm256_and_ps(a, b); }
 static inline vf vor(vf a, vf b) { return _mm256_or_ps(a, b); }
 static inline vf vxor(vf a, vf b) { return _mm256_xor_ps(a, b); }
 static inline vf vabs(vf x) { return vand(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
+static inline vf ct_vmask_bits(unsigned bits) {
+    const __m256i lane = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)bits), lane), lane));
+}
 #endif
 static inline vf vneg(vf x) { return vxor(x, vset1(-0.0f)); }
 
