@@ -421,6 +421,44 @@ TEST(dropout_same_mask) {
     }
 }
 
+/* A dropout run on a block [lo, lo + len) of a tensor with ct_kargs.elem0 = lo
+ * (as the eltwise chain runs it) draws exactly the whole tensor's mask there:
+ * every slot, blocks at and off multiples of 64, drop path rows too. */
+TEST(dropout_block_offset) {
+    setup();
+    const int64_t n = 5000;
+    float *x = frand((size_t)n, 701, -3, 3), *whole = fbuf((size_t)n), *blk = fbuf((size_t)n);
+    static const int64_t cuts[][2] = {{0, 2048}, {2048, 2048}, {4096, 904}, {7, 100}, {130, 61}, {999, 4001}};
+    for (int row = 0; row <= 50; row += 50) {
+        kcall c;
+        kinit(&c, CT_OP_DROPOUT, 1, &n);
+        c.nd.fa[0] = 0.3f;
+        c.nd.ia[0] = 23;
+        c.nd.ia[1] = row;
+        c.k.step = 9;
+        kin(&c, x, CT_F32, 1, &n);
+        CHECK_OK(g_ctx, krun(&c, CT_KERNEL_REF, whole, 1));
+        for (int s = -1; s < g_nslots; s++) { /* the reference, then the fast slots this CPU runs */
+            int slot = s < 0 ? CT_KERNEL_REF : g_slots[s];
+            for (size_t q = 0; q < sizeof cuts / sizeof cuts[0]; q++) {
+                int64_t lo = cuts[q][0], len = cuts[q][1];
+                if (row && (lo % row || len % row)) continue; /* drop path: whole rows */
+                kcall b = c;
+                b.k.node = &b.nd;
+                b.nd.shape[0] = len;
+                b.k.out = ct_tensor_make(NULL, CT_F32, 1, &len);
+                b.k.in[0] = ct_tensor_make(x + lo, CT_F32, 1, &len);
+                b.k.elem0 = lo;
+                CHECK_OK(g_ctx, krun(&b, slot, blk + lo, 2));
+                CHECK(ndiff(blk + lo, whole + lo, (size_t)len) == 0);
+            }
+        }
+    }
+    free(x);
+    free(whole);
+    free(blk);
+}
+
 /* ---- reductions --------------------------------------------------------------------------- */
 
 /* sum of x over mask (keepdim 0), fast vs reference; data in [lo, hi] */
@@ -941,7 +979,7 @@ TEST(report_worst) {
 }
 
 TEST_MAIN(T(unary_matches_ref), T(unary_special_values), T(unary_bwd_matches_ref), T(scale_exact),
-          T(binary_fast_paths_exact), T(binary_declines_other_broadcasts), T(dropout_same_mask), T(sum_patterns),
+          T(binary_fast_paths_exact), T(binary_declines_other_broadcasts), T(dropout_same_mask), T(dropout_block_offset), T(sum_patterns),
           T(sum_declines_other_patterns), T(broadcast_to_patterns), T(sum_to_patterns), T(softmax_matches_ref),
           T(cross_entropy_matches_ref), T(cross_entropy_invalid_label), T(graph_decline_falls_back),
           T(graph_train_step_matches_ref), T(report_worst))

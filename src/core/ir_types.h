@@ -153,6 +153,10 @@ typedef struct ct_kargs {
     ct_scratch *scratch;                /* the plan's shared scratch (may be NULL) */
     int training;
     uint64_t step;                      /* RNG counter base for dropout          */
+    int64_t elem0;                      /* flat index of out[0] in the node's whole
+                                           output: dropout's RNG counter (nonzero
+                                           only when a fused kernel runs an op on
+                                           a block, as the eltwise chain does)   */
     uint64_t seed;
     int nthreads;
 } ct_kargs;

@@ -12,9 +12,10 @@
  * of CHAIN_BLOCK elements that stay in cache and runs, per step, the op
  * table's kernel of that op for the node's slot (reference kernels for the
  * reference slot, the AVX2 / AVX-512 kernels for those) on views of the
- * block; dropout steps draw the dropout kernels' mask by global element
- * index. Every step computes exactly what the unfused node computes on the
- * same slot, so the chain is bit-identical to the unfused ops. */
+ * block (dropout steps too: ct_kargs.elem0 gives the block's place, so the
+ * mask is drawn by global element index). Every step computes exactly what
+ * the unfused node computes on the same slot, so the chain is bit-identical
+ * to the unfused ops. */
 #include <string.h>
 
 #include "plan.h"
@@ -147,7 +148,6 @@ static ct_status run_chain(ct_kargs *k, int slot) {
     ct_kernel_fn fn[CHAIN_MAX] = {0};
     for (int s = 0; s < steps; s++) {
         ct_op op = step_op(d->ia[s]);
-        if (op == CT_OP_DROPOUT) continue;
         fn[s] = ct_op_table(op)->kernel[slot];
         if (!fn[s]) return CT_E_UNSUPPORTED;
     }
@@ -161,30 +161,18 @@ static ct_status run_chain(ct_kargs *k, int slot) {
         for (int s = 0; s < steps; s++) {
             int64_t c = d->ia[s];
             ct_op op = step_op(c);
-            if (op == CT_OP_DROPOUT) {
-                float p = d->fa[step_fidx(c)];
-                if (!k->training || p == 0.0f) {
-                    if (y != v) memcpy(y, v, (size_t)len * sizeof(float));
-                } else {
-                    float scale = 1.0f / (1.0f - p);
-                    for (int64_t i = 0; i < len; i++)
-                        y[i] = ct_dropout_keep(k->seed, step_stream(c), k->step, (uint64_t)(lo + i), p) ? v[i] * scale
-                                                                                                     : 0.0f;
-                }
-                v = y;
-                continue;
-            }
             ct_node_def sd = *d;
             sd.op = op;
             sd.n_in = op == CT_OP_BINARY ? 2 : 1;
-            sd.ia[0] = step_kind(c);
+            sd.ia[0] = op == CT_OP_DROPOUT ? (int64_t)step_stream(c) : step_kind(c);
             sd.ia[1] = 0;
-            sd.fa[0] = op == CT_OP_SCALE ? d->fa[step_fidx(c)] : 0.0f;
+            sd.fa[0] = op == CT_OP_SCALE || op == CT_OP_DROPOUT ? d->fa[step_fidx(c)] : 0.0f;
             sd.ndim = 1;
             sd.shape[0] = len;
             ct_kargs a = *k;
             a.node = &sd;
             a.nthreads = 1;
+            a.elem0 = k->elem0 + lo; /* dropout: the mask by global element index */
             a.ws = NULL;
             a.ws_bytes = 0;
             a.aux = NULL;

@@ -625,6 +625,7 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     k.scratch = &p->scratch;
     k.training = training;
     k.step = p->step;
+    k.elem0 = 0;
     k.seed = ct_context_seed(p->ctx);
     k.nthreads = ct_context_num_threads(p->ctx);
     ct_kargs raw = k; /* the node's own tensors */

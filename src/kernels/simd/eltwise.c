@@ -155,7 +155,7 @@ static void chunk_bf16(const ew_job *j, int64_t lo, int64_t hi) {
         s.a = ct_tile_in(j->ta, t, n, ba);
         if (j->tb) s.b = ct_tile_in(j->tb, t, n, bb);
         s.y = ct_tile_out(j->ty, t, by);
-        s.base = t;
+        s.base = j->base + t;
         j->inner(&s, 0, n);
         ct_tile_put(j->ty, t, n, by);
     }
@@ -418,7 +418,7 @@ static void rows_drop_path(const ct_kargs *k, float s, int64_t lo, int64_t hi) {
     vf vs = vset1(s), z = vset1(0.0f);
     const ct_tensor *x = &k->in[0], *y = &k->out;
     for (int64_t r = lo; r < hi; r++) {
-        int keep = ct_dropout_keep(k->seed, (uint64_t)k->node->ia[0], k->step, (uint64_t)r, p);
+        int keep = ct_dropout_keep(k->seed, (uint64_t)k->node->ia[0], k->step, (uint64_t)(k->elem0 / row + r), p);
         const int64_t o = r * row;
         for (int64_t i = 0; i < row; i += VW) {
             int t = (int)CT_MIN((int64_t)VW, row - i);
@@ -432,7 +432,7 @@ static void rows_drop_path(const ct_kargs *k, float s, int64_t lo, int64_t hi) {
 ct_status CT_FN(dropout)(ct_kargs *k) {
     float p = k->node->fa[0];
     int64_t n = ct_tensor_numel(&k->out);
-    ew_job j = {.a = k->in[0].data, .y = k->out.data, .k = k};
+    ew_job j = {.a = k->in[0].data, .y = k->out.data, .k = k, .base = k->elem0};
     chunk_fn fn = chunk_dropout;
     if (!k->training || p == 0.0f) {
         fn = chunk_copy;
