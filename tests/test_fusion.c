@@ -14,12 +14,7 @@
  *     gpt-char-small's parameters as ct_gpt_num_params does.
  * FD checks and fast-vs-reference of the fused ops: tests/test_ops.c. */
 #include "test.h"
-
-#define CT_TRY(expr)                \
-    do {                            \
-        ct_status s_ = (expr);      \
-        if (s_ != CT_OK) return s_; \
-    } while (0)
+#include "graph/plan.h" /* the ops of a compiled plan's nodes; CT_TRY */
 
 static const char *k_seeds_json =
     "{\"fusion_patterns\": [{\"ops\": [\"Conv2D\", \"BiasAdd\"], \"constraints\": {\"strides\": [1,1], \"padding\": "
@@ -257,6 +252,71 @@ TEST(residual_add_relu_equals_unfused) {
     ct_context_free(ctx);
 }
 
+/* gelu+linear in an MLP whose gelu input is a parameter (so the gelu's
+ * backward output is a parameter's gradient): at level 2 the activation is
+ * not stored, its backward keeps it (unary_bwd_keep, dx over dy in place)
+ * and the weight gradient reads that (matmul_aux) instead of recomputing;
+ * loss and every gradient bit for bit as level 0, with both fast and
+ * reference kernels. (What it saves in a real model: the gpt-char-small
+ * case of level2_cuts_activation_memory_by_a_quarter.) */
+TEST(gelu_backward_keeps_the_activation_for_the_weight_gradient) {
+    for (int isa = 0; isa < 2; isa++) {
+        ct_context *ctx = test_ctx(isa ? -1 : CT_ISA_REF, isa);
+        ct_plan *p[3] = {0};
+        ct_node x = 0, labels = 0;
+        for (int l = 0; l < 3; l += 2) {
+            ct_graph *g;
+            CHECK_OK(ctx, ct_graph_create(ctx, &g));
+            ct_node w, b, h, a, w2, h0, logits, loss;
+            CHECK_OK(ctx, ct_input(g, "x", CT_F32, 3, (int64_t[]){4, 8, 24}, &x));
+            CHECK_OK(ctx, ct_input(g, "labels", CT_I32, 2, (int64_t[]){4, 8}, &labels));
+            CHECK_OK(ctx, ct_param(g, "w", 2, (int64_t[]){40, 24}, CT_INIT_KAIMING_UNIFORM, 24, &w));
+            CHECK_OK(ctx, ct_param(g, "b", 1, (int64_t[]){40}, CT_INIT_KAIMING_UNIFORM, 24, &b));
+            CHECK_OK(ctx, ct_param(g, "h0", 3, (int64_t[]){4, 8, 40}, CT_INIT_KAIMING_UNIFORM, 40, &h0));
+            CHECK_OK(ctx, ct_param(g, "w2", 2, (int64_t[]){7, 40}, CT_INIT_KAIMING_UNIFORM, 40, &w2));
+            CHECK_OK(ctx, ct_linear(g, x, w, b, &h));
+            CHECK_OK(ctx, ct_add(g, h, h0, &h));
+            CHECK_OK(ctx, ct_gelu(g, h, 0, &a));
+            CHECK_OK(ctx, ct_linear(g, a, w2, CT_NONE, &logits));
+            CHECK_OK(ctx, ct_cross_entropy(g, logits, labels, 0.0f, -100, &loss));
+            ct_compile_opts co;
+            ct_compile_opts_default(&co);
+            co.fusion_level = l;
+            CHECK_OK(ctx, ct_compile(g, loss, 0, NULL, &co, &p[l]));
+            ct_graph_free(g);
+            CHECK_OK(ctx, fill_and_step(p[l], x, labels, 7));
+        }
+        int keep = 0, aux = 0, pro = 0;
+        for (int i = 0; i < p[2]->g.n; i++) {
+            if (!p[2]->pn[i].live) continue;
+            keep += p[2]->g.nodes[i].op == CT_OP_UNARY_BWD_KEEP;
+            aux += p[2]->g.nodes[i].op == CT_OP_MATMUL_AUX;
+            pro += p[2]->g.nodes[i].op == CT_OP_MATMUL_PRO;
+        }
+        CHECK(ct_plan_fusion_count(p[2], "gelu+linear") == 1 && keep == 1 && aux == 1 && pro == 0);
+        double gemm[3] = {0}; /* the cost model counts a fused GEMM as its GEMM (profiler MFU) */
+        for (int l = 0; l < 3; l += 2)
+            for (int i = 0; i < p[l]->g.n; i++) {
+                ct_op op = p[l]->g.nodes[i].op;
+                if (p[l]->pn[i].live && (op == CT_OP_MATMUL || op == CT_OP_LINEAR || op == CT_OP_LINEAR_PRO ||
+                                         op == CT_OP_MATMUL_PRO || op == CT_OP_MATMUL_AUX))
+                    gemm[l] += ct_node_flops(&p[l]->g, &p[l]->g.nodes[i]);
+            }
+        CHECK(gemm[0] > 0 && gemm[2] == gemm[0]);
+        int same;
+        double d = plan_diff(p[2], p[0], &same);
+        ct_plan_stats s0, s2;
+        ct_plan_get_stats(p[0], &s0);
+        ct_plan_get_stats(p[2], &s2);
+        printf("    %s: level 2 vs 0: max rel diff %.2e%s; activations %zu -> %zu bytes\n", isa ? "fast" : "reference",
+               d, same ? " (bit-identical)" : "", (size_t)s0.activation_bytes, (size_t)s2.activation_bytes);
+        CHECK(same);
+        ct_plan_free(p[0]);
+        ct_plan_free(p[2]);
+        ct_context_free(ctx);
+    }
+}
+
 TEST(level2_cuts_activation_memory_by_a_quarter) {
     static const struct {
         const char *model;
@@ -346,6 +406,6 @@ TEST(summary_dot_and_registry) {
 }
 
 TEST_MAIN(T(seeds_json_rule_fuses_conv_bias), T(bad_rules_are_named), T(levels_give_equal_results),
-          T(residual_add_relu_equals_unfused),
+          T(residual_add_relu_equals_unfused), T(gelu_backward_keeps_the_activation_for_the_weight_gradient),
           T(level2_cuts_activation_memory_by_a_quarter), T(memory_opt_off_gives_every_value_its_buffer),
           T(summary_dot_and_registry))

@@ -421,6 +421,58 @@ TEST(dropout_same_mask) {
     }
 }
 
+/* UNARY_BWD_KEEP (gelu, gelu_tanh, silu) on every slot = that slot's unary
+ * and unary_bwd kernels, bit for bit, both outputs; dx written over dy too
+ * (the planner runs it in place); other kinds and BF16 decline on the SIMD slots. */
+TEST(unary_bwd_keep_equals_unary_and_unary_bwd) {
+    setup();
+    static const int kinds[] = {CT_UNARY_GELU, CT_UNARY_GELU_TANH, CT_UNARY_SILU};
+    for (int li = 0; li < N_LENS; li++) {
+        int64_t n = k_lens[li];
+        float *x = frand((size_t)n, 710, -6, 6), *dy = frand((size_t)n, 711, -2, 2);
+        for (int i = 0; i < n && i < N_SPECIAL; i++) x[i] = k_special[i];
+        float *y1 = fbuf((size_t)n), *dx1 = fbuf((size_t)n), *y2 = fbuf((size_t)n), *dx2 = fbuf((size_t)n);
+        for (int ki = 0; ki < 3; ki++)
+            for (int s = -1; s < g_nslots; s++) {
+                int slot = s < 0 ? CT_KERNEL_REF : g_slots[s];
+                kcall u, b, kk;
+                kinit(&u, CT_OP_UNARY, 1, &n);
+                u.nd.ia[0] = kinds[ki];
+                kin(&u, x, CT_F32, 1, &n);
+                CHECK_OK(g_ctx, krun(&u, slot, y1, 2));
+                kinit(&b, CT_OP_UNARY_BWD, 1, &n);
+                b.nd.ia[0] = kinds[ki];
+                kin(&b, dy, CT_F32, 1, &n);
+                kin(&b, x, CT_F32, 1, &n);
+                CHECK_OK(g_ctx, krun(&b, slot, dx1, 2));
+                for (int inplace = 0; inplace < 2; inplace++) {
+                    memcpy(dx2, dy, (size_t)n * sizeof(float));
+                    kinit(&kk, CT_OP_UNARY_BWD_KEEP, 1, &n);
+                    kk.nd.ia[0] = kinds[ki];
+                    kin(&kk, inplace ? dx2 : dy, CT_F32, 1, &n);
+                    kin(&kk, x, CT_F32, 1, &n);
+                    kk.k.aux = y2;
+                    fill(y2, (size_t)n, 12345.0f);
+                    CHECK_OK(g_ctx, krun(&kk, slot, dx2, 2));
+                    CHECK(ndiff(y2, y1, (size_t)n) == 0 && ndiff(dx2, dx1, (size_t)n) == 0);
+                }
+            }
+        kcall r;
+        kinit(&r, CT_OP_UNARY_BWD_KEEP, 1, &n);
+        r.nd.ia[0] = CT_UNARY_RELU;
+        kin(&r, dy, CT_F32, 1, &n);
+        kin(&r, x, CT_F32, 1, &n);
+        r.k.aux = y2;
+        for (int s = 0; s < g_nslots; s++) CHECK(krun(&r, g_slots[s], dx2, 2) == CT_E_UNSUPPORTED);
+        free(x);
+        free(dy);
+        free(y1);
+        free(dx1);
+        free(y2);
+        free(dx2);
+    }
+}
+
 /* A dropout run on a block [lo, lo + len) of a tensor with ct_kargs.elem0 = lo
  * (as the eltwise chain runs it) draws exactly the whole tensor's mask there:
  * every slot, blocks at and off multiples of 64, drop path rows too. */
@@ -979,7 +1031,7 @@ TEST(report_worst) {
 }
 
 TEST_MAIN(T(unary_matches_ref), T(unary_special_values), T(unary_bwd_matches_ref), T(scale_exact),
-          T(binary_fast_paths_exact), T(binary_declines_other_broadcasts), T(dropout_same_mask), T(dropout_block_offset), T(sum_patterns),
+          T(binary_fast_paths_exact), T(binary_declines_other_broadcasts), T(dropout_same_mask), T(dropout_block_offset), T(unary_bwd_keep_equals_unary_and_unary_bwd), T(sum_patterns),
           T(sum_declines_other_patterns), T(broadcast_to_patterns), T(sum_to_patterns), T(softmax_matches_ref),
           T(cross_entropy_matches_ref), T(cross_entropy_invalid_label), T(graph_decline_falls_back),
           T(graph_train_step_matches_ref), T(report_worst))

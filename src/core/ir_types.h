@@ -94,6 +94,13 @@ typedef enum ct_op {
                           out (nW, heads, w*w, w*w): Swin's relative position bias + the
                           shifted-window mask (-100 across regions) when shift > 0      */
     CT_OP_WINDOW_BIAS_BWD, /* in: dy; out: d_table; attrs as forward                      */
+    CT_OP_UNARY_BWD_KEEP, /* in: dy, x; ia[0] = kind (gelu, gelu_tanh, silu: the kinds whose
+                          backward reads x); out: UNARY_BWD's dx; aux: unary(x), the
+                          activation that a LINEAR_PRO did not store, for the weight
+                          gradient (MATMUL_AUX): one pass instead of a recompute     */
+    CT_OP_MATMUL_AUX,  /* matmul(a, aux of in[1] viewed 2D (rows, last dim of in[1])):
+                          in: a, a UNARY_BWD_KEEP node (read for its aux and shape only);
+                          ia[0] trans_a, ia[1] trans_b as MATMUL                         */
     CT_OP_COUNT
 } ct_op;
 

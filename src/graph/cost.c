@@ -11,6 +11,14 @@ double ct_node_flops(const ct_graph *g, const ct_node_def *d) {
     /* the graph's builders give every op below its inputs; a node without them counts as elementwise */
     if (!a || (!b && (d->op == CT_OP_CONV2D || d->op == CT_OP_CONV2D_BWD_DATA))) return numel_of(d);
     switch (d->op) {
+    case CT_OP_LINEAR_PRO: /* fused GEMMs count as their GEMM */
+    case CT_OP_MATMUL_PRO:
+    case CT_OP_MATMUL_AUX:
+    case CT_OP_GEMM_RELU: {
+        ct_node_def c = *d;
+        c.op = d->op == CT_OP_LINEAR_PRO ? CT_OP_LINEAR : d->op == CT_OP_GEMM_RELU ? (ct_op)d->ia[6] : CT_OP_MATMUL;
+        return c.op == d->op ? numel_of(d) : ct_node_flops(g, &c);
+    }
     case CT_OP_MATMUL: { /* 2*M*N*K per batch: out numel x K */
         int64_t k = d->ia[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
         return 2.0 * numel_of(d) * (double)k;

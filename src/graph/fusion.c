@@ -549,6 +549,47 @@ static int reshape_for_dw(const ct_graph *g, ct_node rs, ct_node v) {
     return 1;
 }
 
+/* After gelu+linear: the activation's backward d = UNARY_BWD(a, h) (a the
+ * linear's dx) runs after the weight gradient m = MATMUL_PRO(u, h), which
+ * recomputes act(h). Instead d keeps the activation (UNARY_BWD_KEEP, moved to
+ * m's place, one pass over h for both) and the weight gradient reads it
+ * (MATMUL_AUX, at d's place). Node ids stay topological: d's inputs come
+ * before m, and every reader of m comes after d (else nothing changes). */
+static void keep_activation(ct_plan *p, ct_node h, int kind, ct_node m) {
+    ct_graph *g = &p->g;
+    reader r[MAX_READERS], rd[MAX_READERS], rm[MAX_READERS];
+    int nr = readers_of(g, h, r, MAX_READERS);
+    if (nr > MAX_READERS) return;
+    ct_node d = CT_NONE;
+    for (int i = 0; i < nr; i++) {
+        const ct_node_def *D = &g->nodes[r[i].node];
+        if (D->op != CT_OP_UNARY_BWD || D->ia[0] != kind || D->ia[1] != 0 || D->n_in != 2 || r[i].slot != 1 ||
+            !plain_f32(D) || forward(D))
+            continue;
+        if (d != CT_NONE) return; /* two backwards of one activation: leave them */
+        d = r[i].node;
+    }
+    if (d == CT_NONE || d <= m || g->nodes[d].in[0] >= m || g->nodes[d].in[1] >= m) return;
+    int nd = readers_of(g, d, rd, MAX_READERS), nm = readers_of(g, m, rm, MAX_READERS);
+    if (nd > MAX_READERS || nm > MAX_READERS) return;
+    for (int i = 0; i < nm; i++)
+        if (rm[i].node <= d) return;
+    ct_node_def K = g->nodes[d], M = g->nodes[m];
+    K.op = CT_OP_UNARY_BWD_KEEP;
+    M.op = CT_OP_MATMUL_AUX;
+    M.n_in = 2;
+    M.in[1] = m; /* the keep node, read for its aux */
+    for (int j = 2; j < (int)(sizeof M.ia / sizeof M.ia[0]); j++) M.ia[j] = 0;
+    M.fa[0] = 0.0f;
+    g->nodes[m] = K;
+    g->nodes[d] = M;
+    for (int i = 0; i < nd; i++) g->nodes[rd[i].node].in[rd[i].slot] = m;
+    for (int i = 0; i < nm; i++) g->nodes[rm[i].node].in[rm[i].slot] = d;
+    for (int i = 0; i < p->n_params; i++) /* either may be a parameter's gradient */
+        p->param_grads[i] = p->param_grads[i] == m ? d : p->param_grads[i] == d ? m : p->param_grads[i];
+    group_add_node(p, d);
+}
+
 /* linear(act(h)) / linear(layernorm(x)) -> LINEAR_PRO; its weight gradient -> MATMUL_PRO. */
 static ct_status try_pro(fz *f, ct_node l, int *done) {
     ct_graph *g = &f->p->g;
@@ -627,6 +668,7 @@ static ct_status try_pro(fz *f, ct_node l, int *done) {
             }
             M->n_in = q;
             group_add_node(f->p, m[j].node);
+            if (act && nm == 1) keep_activation(f->p, vd.in[0], (int)vd.ia[0], m[j].node);
         }
     }
     *done = 1;

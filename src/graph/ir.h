@@ -67,6 +67,10 @@ typedef struct ct_op_info {
      * CT_BF16_NATIVE=0. A configuration the kernel does not cover returns
      * CT_E_UNSUPPORTED and the node falls back to FP32 copies. */
     uint8_t simd_bf16;
+    /* 1: every kernel reads element i of in[0] before writing element i of
+     * the output, so the planner may give the output in[0]'s buffer when
+     * in[0] (same size) is last read by this node (memory_opt on). */
+    uint8_t inplace;
 } ct_op_info;
 
 const ct_op_info *ct_op_table(ct_op op);
@@ -86,6 +90,7 @@ size_t ct_ws_attention(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_bn_relu(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_linear_pro(const ct_graph *g, const ct_node_def *d);
 size_t ct_ws_gemm_pro(const ct_graph *g, const ct_node_def *d);
+size_t ct_aux_unary_bwd_keep(const ct_graph *g, const ct_node_def *d);
 /* Elementwise chains (fusion_chain.c): the kernels, generated from this table. */
 ct_status ct_k_eltwise_chain_ref(ct_kargs *k);
 ct_status ct_k_eltwise_chain_avx2(ct_kargs *k);

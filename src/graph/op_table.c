@@ -62,12 +62,14 @@ static const ct_op_info k_ops[] = {
     [CT_OP_ELTWISE_CHAIN] = {"eltwise_chain", {SIMD(eltwise_chain)}, 0, 0, 0},
     [CT_OP_WINDOW_BIAS] = {"window_bias", {[CT_KERNEL_REF] = ct_k_window_bias_ref}, 0, 0, 0},
     [CT_OP_WINDOW_BIAS_BWD] = {"window_bias_bwd", {[CT_KERNEL_REF] = ct_k_window_bias_bwd_ref}, 0, ct_ws_sum, 0},
+    [CT_OP_UNARY_BWD_KEEP] = {"unary_bwd_keep", {SIMD(unary_bwd_keep)}, ct_aux_unary_bwd_keep, 0, 0, .inplace = 1},
+    [CT_OP_MATMUL_AUX] = {"matmul_aux", {DNNL(matmul_aux)}, 0, 0, ct_onednn_cache_free, 1u << 1},
 };
 
 _Static_assert(sizeof k_ops / sizeof k_ops[0] == CT_OP_COUNT, "k_ops needs one row per ct_op: add the new op's row");
 
 const ct_op_info *ct_op_table(ct_op op) {
-    static const ct_op_info bad = {"invalid", {0}, 0, 0, 0, 0, 0, 0, 0};
+    static const ct_op_info bad = {"invalid", {0}, 0, 0, 0, 0, 0, 0, 0, 0};
     return (unsigned)op < CT_OP_COUNT ? &k_ops[op] : &bad;
 }
 
@@ -135,6 +137,11 @@ size_t ct_aux_linear_pro(const ct_graph *g, const ct_node_def *d) {
     if (d->ia[0] != CT_PRO_LAYERNORM) return 0;
     const ct_node_def *x = &g->nodes[d->in[0]];
     return 2 * (size_t)(ct_node_numel(x) / x->shape[x->ndim - 1]) * sizeof(float);
+}
+
+/* unary(x) kept for the weight gradient: the shape of x, FP32 */
+size_t ct_aux_unary_bwd_keep(const ct_graph *g, const ct_node_def *d) {
+    return (size_t)ct_node_numel(&g->nodes[d->in[1]]) * sizeof(float);
 }
 
 /* GEMM with a prologue: pro(x) and (matmul with a layernorm) its statistics */

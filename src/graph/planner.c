@@ -40,6 +40,23 @@ static size_t place(block *blocks, int *nb, int now, size_t size, int end, size_
     return cand;
 }
 
+/* Node i may write over its in[0] (ct_op_info.inplace): in[0]'s own
+ * activation buffer, the same size, whose lifetime ends at i and that no
+ * other input of i shares. Returns its block (its lifetime is then
+ * extended to i's), or -1. */
+static int inplace_block(const ct_plan *p, const block *blocks, int nb, int i) {
+    const ct_node_def *d = &p->g.nodes[i];
+    if (!ct_op_table(d->op)->inplace || d->n_in < 1) return -1;
+    const ct_plan_node *pn = p->pn;
+    ct_node r = pn[d->in[0]].root;
+    if (pn[r].arena != CT_ARENA_ACT || p->g.nodes[r].op == CT_OP_INPUT || pn[r].bytes != pn[i].bytes) return -1;
+    for (int j = 1; j < d->n_in; j++)
+        if (pn[d->in[j]].root == r) return -1;
+    for (int b = 0; b < nb; b++)
+        if (blocks[b].off == pn[r].offset && blocks[b].size == pn[r].bytes) return blocks[b].end == i ? b : -1;
+    return -1;
+}
+
 /* The parameter whose low-precision copy node i is (a forward cast of a
  * PARAM node to BF16/FP16, outside recompute copies), or -1. */
 static int weight_cast_param(const ct_plan *p, int i) {
@@ -171,7 +188,13 @@ ct_status ct_pass_plan_memory(ct_plan *p) {
         if (pn[i].arena == CT_ARENA_NONE) {
             int dend = !keep_all && data_end && p->fused_group[i] >= 0 && pn[i].aux_bytes ? data_end[i] : end;
             pn[i].arena = CT_ARENA_ACT;
-            pn[i].offset = place(blocks, &nb, i, pn[i].bytes, dend, &high);
+            int ib = keep_all ? -1 : inplace_block(p, blocks, nb, i);
+            if (ib >= 0) { /* in place: in[0]'s buffer lives on as i's output */
+                pn[i].offset = blocks[ib].off;
+                blocks[ib].end = dend;
+            } else {
+                pn[i].offset = place(blocks, &nb, i, pn[i].bytes, dend, &high);
+            }
             sum += pn[i].bytes;
         }
         if (pn[i].aux_bytes) {

@@ -19,6 +19,12 @@
  *                  to the node's aux for the layernorm backward).
  *   MATMUL_PRO     matmul(a, pro(x)) for the weight gradient of LINEAR_PRO:
  *                  pro(x) recomputed into the scratch, the same values as forward.
+ *   UNARY_BWD_KEEP an activation's backward (dx from dy and x) that also writes
+ *                  the activation itself to its aux: for an activation fused
+ *                  into the next linear, the weight gradient's input comes from
+ *                  the backward pass it already makes over x (the SIMD kernel
+ *                  computes both in one pass, sharing the erf / sigmoid).
+ *   MATMUL_AUX     matmul(a, that aux): the weight gradient, no recompute.
  *
  * Shapes come from the tensors in ct_kargs (never cached at plan time). */
 #include <math.h>
@@ -213,6 +219,50 @@ static ct_status matmul_pro(ct_kargs *k, const pro_kernels *pk) {
     m.ws_bytes = rest_bytes;
     return pk->gemm(&m);
 }
+
+/* in: dy, x: dx = unary_bwd(dy, x), aux = unary(x), by the slot's two kernels */
+ct_status ct_fused_unary_bwd_keep(ct_kargs *k, ct_kernel_fn unary, ct_kernel_fn unary_bwd) {
+    const ct_tensor *x = &k->in[1];
+    int kind = (int)k->node->ia[0];
+    if (kind != CT_UNARY_GELU && kind != CT_UNARY_GELU_TANH && kind != CT_UNARY_SILU) return CT_E_UNSUPPORTED;
+    if (x->dtype != CT_F32 || k->in[0].dtype != CT_F32 || k->out.dtype != CT_F32 || !k->aux) return CT_E_UNSUPPORTED;
+    ct_node_def nd = *k->node;
+    nd.op = CT_OP_UNARY;
+    nd.n_in = 1;
+    nd.ia[1] = 0;
+    ct_kargs a = *k;
+    a.node = &nd;
+    a.in[0] = *x;
+    a.out = ct_tensor_make(k->aux, CT_F32, x->ndim, x->shape);
+    a.aux = NULL;
+    CT_TRY(unary(&a));
+    ct_node_def bd = *k->node;
+    bd.op = CT_OP_UNARY_BWD;
+    bd.ia[1] = 0; /* from x */
+    ct_kargs b = *k;
+    b.node = &bd;
+    b.aux = NULL;
+    return unary_bwd(&b);
+}
+
+ct_status ct_k_unary_bwd_keep_ref(ct_kargs *k) { return ct_fused_unary_bwd_keep(k, ct_k_unary_ref, ct_k_unary_bwd_ref); }
+
+/* in: a, v (a UNARY_BWD_KEEP): matmul(a, v's aux viewed (rows, last dim)) */
+static ct_status matmul_aux(ct_kargs *k, ct_kernel_fn gemm) {
+    const ct_tensor *v = &k->in[1];
+    if (!k->in_aux[1] || v->dtype != CT_F32 || v->ndim < 1) return CT_E_UNSUPPORTED;
+    int64_t D = v->shape[v->ndim - 1];
+    ct_node_def nd = *k->node;
+    nd.op = CT_OP_MATMUL;
+    ct_kargs m = *k;
+    m.node = &nd;
+    m.in[1] = ct_tensor_make(k->in_aux[1], CT_F32, 2, (int64_t[]){ct_tensor_numel(v) / (D ? D : 1), D});
+    m.in_aux[1] = NULL;
+    return gemm(&m);
+}
+
+ct_status ct_k_matmul_aux_ref(ct_kargs *k) { return matmul_aux(k, ct_k_matmul_ref); }
+ct_status ct_k_matmul_aux_onednn(ct_kargs *k) { return matmul_aux(k, ct_k_matmul_onednn); }
 
 static const pro_kernels k_ref_linear = {ct_k_unary_ref, ct_k_layernorm_ref, ct_k_linear_ref};
 static const pro_kernels k_ref_matmul = {ct_k_unary_ref, ct_k_layernorm_ref, ct_k_matmul_ref};

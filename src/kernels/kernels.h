@@ -22,7 +22,8 @@
     X(transpose) X(concat) X(slice) X(slice_bwd)                                          \
     X(softmax) X(log_softmax) X(softmax_bwd) X(log_softmax_bwd)                           \
     X(cross_entropy) X(cross_entropy_bwd) X(embedding) X(embedding_bwd)                   \
-    X(attention) X(attention_bwd) X(bn_relu) X(relu_mask_bwd) X(dropout_add) X(add_relu)
+    X(attention) X(attention_bwd) X(bn_relu) X(relu_mask_bwd) X(dropout_add) X(add_relu) \
+    X(unary_bwd_keep)
 
 #define CT_DECL_REF(op) ct_status ct_k_##op##_ref(ct_kargs *k);
 #define CT_DECL_SIMD(op) ct_status ct_k_##op##_avx2(ct_kargs *k); ct_status ct_k_##op##_avx512(ct_kargs *k);
@@ -54,6 +55,10 @@ ct_status ct_k_linear_pro_ref(ct_kargs *k);
 ct_status ct_k_linear_pro_onednn(ct_kargs *k);
 ct_status ct_k_matmul_pro_ref(ct_kargs *k);
 ct_status ct_k_matmul_pro_onednn(ct_kargs *k);
+ct_status ct_k_matmul_aux_ref(ct_kargs *k);
+ct_status ct_k_matmul_aux_onednn(ct_kargs *k);
+/* dx = unary_bwd(dy, x) and aux = unary(x) by these two kernels (UNARY_BWD_KEEP) */
+ct_status ct_fused_unary_bwd_keep(ct_kargs *k, ct_kernel_fn unary, ct_kernel_fn unary_bwd);
 ct_status ct_k_gemm_relu_ref(ct_kargs *k);
 ct_status ct_k_gemm_relu_onednn(ct_kargs *k);
 void ct_fused_relu_pack_ref(float *y, uint8_t *bits, int64_t n, int nth);

@@ -404,7 +404,7 @@ static void write_metadata(ct_profiler *p, FILE *f) {
     fprintf(f, "  \"peak_flops\": %.6g,\n  \"peak_source\": ", p->peak);
     json_str(f, p->peak_src);
     fprintf(f, ",\n  \"peak_flops_by_unit\": {");
-    for (int u = 0; u < UNIT_COUNT; u++) fprintf(f, "%s\"%s\": %.6g", u ? ", " : "", k_unit_names[u], p->unit_peak[u]);
+    for (int u = 0; u < UNIT_COUNT; u++) fprintf(f, "%s\"%s\": %.17g", u ? ", " : "", k_unit_names[u], p->unit_peak[u]);
     fprintf(f, "},\n  \"unit_note\": \"each op's unit is read from its implementation (impl): oneDNN's "
                "*avx512_core_amx* run on AMX tiles, *avx512_core_bf16* on AVX512-BF16, everything else (SIMD and "
                "reference kernels, emulated BF16) on FP32 FMAs; mfu divides the FLOPs by what the units could do "

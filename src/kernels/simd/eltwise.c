@@ -119,8 +119,31 @@ DEF_MAP2(map_silu_bwd, d_silu)
 DEF_MAP2(map_sigmoid_bwd, d_sigmoid)
 DEF_MAP2(map_tanh_bwd, d_tanh)
 
+/* UNARY_BWD_KEEP: dx = dy * D(x) and y = F(x) in one pass, each exactly the
+ * separate maps' value (the same expressions; the compiler shares the erf /
+ * sigmoid they have in common) */
+#define DEF_MAP_KEEP(name, F, D)                                                            \
+    static void name(const float *dy, const float *x, float *dx, float *y, int64_t n) {     \
+        int64_t i = 0;                                                                      \
+        for (; i + VW <= n; i += VW) {                                                      \
+            vf v = vload(x + i);                                                            \
+            vstore(y + i, F(v));                                                            \
+            vstore(dx + i, vmul(vload(dy + i), D(v)));                                      \
+        }                                                                                   \
+        if (i < n) {                                                                        \
+            int r = (int)(n - i);                                                           \
+            vf v = vtail_load(x + i, r);                                                    \
+            vtail_store(y + i, F(v), r);                                                    \
+            vtail_store(dx + i, vmul(vtail_load(dy + i, r), D(v)), r);                      \
+        }                                                                                   \
+    }
+DEF_MAP_KEEP(map_gelu_keep, f_gelu, d_gelu)
+DEF_MAP_KEEP(map_gelu_tanh_keep, f_gelu_tanh, d_gelu_tanh)
+DEF_MAP_KEEP(map_silu_keep, f_silu, d_silu)
+
 typedef void (*map1_fn)(const float *, float *, int64_t);
 typedef void (*map2_fn)(const float *, const float *, float *, int64_t);
+typedef void (*map3_fn)(const float *, const float *, float *, float *, int64_t);
 /* indexed by ct_unary_kind */
 static const map1_fn k_fwd[] = {map_relu, map_gelu, map_gelu_tanh, map_silu, map_sigmoid, map_tanh};
 static const map2_fn k_bwd[] = {map_relu_bwd, map_gelu_bwd, map_gelu_tanh_bwd,
@@ -138,6 +161,8 @@ struct ew_job {
     float *y;
     map1_fn f1;
     map2_fn f2;
+    map3_fn f3;
+    float *y2; /* UNARY_BWD_KEEP: the activation */
     float s;
     const ct_kargs *k; /* dropout */
     int64_t base;      /* dropout: flat index of a[0] (nonzero for BF16 tiles) */
@@ -175,6 +200,9 @@ static void ew_run(const ct_kargs *k, int64_t n, chunk_fn fn, const ew_job *j) {
 
 static void chunk_map1(const ew_job *j, int64_t lo, int64_t hi) { j->f1(j->a + lo, j->y + lo, hi - lo); }
 static void chunk_map2(const ew_job *j, int64_t lo, int64_t hi) { j->f2(j->a + lo, j->b + lo, j->y + lo, hi - lo); }
+static void chunk_map3(const ew_job *j, int64_t lo, int64_t hi) {
+    j->f3(j->a + lo, j->b + lo, j->y + lo, j->y2 + lo, hi - lo);
+}
 
 static void chunk_scale(const ew_job *j, int64_t lo, int64_t hi) {
     const float *x = j->a;
@@ -230,6 +258,17 @@ ct_status CT_FN(unary_bwd)(ct_kargs *k) {
     if ((k->node->ia[1] != 0) != from_out) return CT_E_UNSUPPORTED; /* not the autodiff convention */
     j.f2 = k_bwd[kind];
     ew_run(k, ct_tensor_numel(&k->out), fn, &j);
+    return CT_OK;
+}
+
+/* in: dy, x (FP32); ia[0] = gelu, gelu_tanh or silu: dx as unary_bwd, aux = unary(x) */
+ct_status CT_FN(unary_bwd_keep)(ct_kargs *k) {
+    int kind = (int)k->node->ia[0];
+    map3_fn f = kind == CT_UNARY_GELU ? map_gelu_keep : kind == CT_UNARY_GELU_TANH ? map_gelu_tanh_keep
+              : kind == CT_UNARY_SILU ? map_silu_keep : NULL;
+    if (!f || !f32_all(k, 2) || !k->aux) return CT_E_UNSUPPORTED;
+    ew_job j = {.a = k->in[0].data, .b = k->in[1].data, .y = k->out.data, .y2 = k->aux, .f3 = f};
+    ew_run(k, ct_tensor_numel(&k->out), chunk_map3, &j);
     return CT_OK;
 }
 
