@@ -17,8 +17,10 @@
  *                                is not kept for backward
  *   level 2  gelu+linear         the activation computed inside the next
  *                                linear (LINEAR_PRO): its output is never
- *                                stored; the weight gradient recomputes it
- *                                (MATMUL_PRO)
+ *                                stored; its backward keeps it for the weight
+ *                                gradient (UNARY_BWD_KEEP + MATMUL_AUX, see
+ *                                keep_activation), else the weight gradient
+ *                                recomputes it (MATMUL_PRO)
  *            layernorm+linear    the same for a layernorm in front of a linear
  *            dropout+add         r + dropout(a) in one pass (DROPOUT_ADD), the
  *                                dropout's mask exactly
