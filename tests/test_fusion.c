@@ -142,8 +142,8 @@ TEST(bad_rules_are_named) {
 }
 
 /* cross-entropy training plan of a built-in model at a fusion level */
-static ct_status model_plan(ct_context *ctx, const char *model, int64_t batch, int level, int memory_opt, int plan_only,
-                            ct_plan **out, ct_node *in, ct_node *labels) {
+static ct_status model_plan_prec(ct_context *ctx, const char *model, int64_t batch, int level, int memory_opt,
+                                 int plan_only, ct_precision precision, ct_plan **out, ct_node *in, ct_node *labels) {
     ct_graph *g;
     CT_TRY(ct_graph_create(ctx, &g));
     ct_node logits, loss;
@@ -158,10 +158,16 @@ static ct_status model_plan(ct_context *ctx, const char *model, int64_t batch, i
     co.fusion_level = level;
     co.memory_opt = memory_opt;
     co.plan_only = plan_only;
+    co.precision = precision;
     if (s == CT_OK) s = ct_compile(g, loss, 1, &logits, &co, out);
     *in = 0; /* the model's input is node 0 */
     ct_graph_free(g);
     return s;
+}
+
+static ct_status model_plan(ct_context *ctx, const char *model, int64_t batch, int level, int memory_opt, int plan_only,
+                            ct_plan **out, ct_node *in, ct_node *labels) {
+    return model_plan_prec(ctx, model, batch, level, memory_opt, plan_only, CT_PRECISION_FP32, out, in, labels);
 }
 
 static ct_status fill_and_step(ct_plan *p, ct_node in, ct_node labels, int classes) {
@@ -221,6 +227,48 @@ TEST(levels_give_equal_results) {
         for (int l = 0; l < 3; l++) ct_plan_free(p[l]);
         ct_context_free(ctx);
     }
+}
+
+/* BF16 (autocast) plans: level 1 folds the casts around BF16 nodes
+ * (cast_fold: widening casts read by BF16-reading kernels go, a narrowing
+ * cast becomes its producer writing BF16), bit for bit as level 0, with
+ * fewer cast nodes and a smaller activation arena; in the reference context
+ * too (the executor's exact copies). */
+TEST(bf16_cast_fold_equals_unfused) {
+    static const struct {
+        const char *model;
+        int64_t batch;
+        int classes;
+    } k[] = {{"gpt-char-small", 2, 65}, {"cnn", 16, 10}};
+    for (int isa = 0; isa < 2; isa++)
+        for (int m = 0; m < 2; m++) {
+            ct_context *ctx = test_ctx(isa ? -1 : CT_ISA_REF, isa);
+            ct_plan *p[2] = {0};
+            ct_node in, labels;
+            int casts[2] = {0};
+            for (int l = 0; l < 2; l++) {
+                CHECK_OK(ctx, model_plan_prec(ctx, k[m].model, k[m].batch, l, 1, 0, CT_PRECISION_BF16, &p[l], &in,
+                                              &labels));
+                CHECK_OK(ctx, fill_and_step(p[l], in, labels, k[m].classes));
+                for (int i = 0; i < p[l]->g.n; i++) casts[l] += p[l]->pn[i].live && p[l]->g.nodes[i].op == CT_OP_CAST;
+            }
+            int same;
+            double d = plan_diff(p[1], p[0], &same);
+            ct_plan_stats s0, s1;
+            ct_plan_get_stats(p[0], &s0);
+            ct_plan_get_stats(p[1], &s1);
+            printf("    %s %-15s bf16 level 1 vs 0: %d cast folds, casts %d -> %d, activations %.2f -> %.2f MiB, max "
+                   "rel diff %.2e%s\n",
+                   isa ? "fast" : "ref ", k[m].model, ct_plan_fusion_count(p[1], "cast_fold"), casts[0], casts[1],
+                   s0.activation_bytes / 1048576.0, s1.activation_bytes / 1048576.0, d, same ? " (bit-identical)" : "");
+            CHECK(same);
+            if (m == 0) { /* the CNN's casts are the weights' and the logits' (read by cross-entropy): none folds */
+                CHECK(ct_plan_fusion_count(p[1], "cast_fold") == 26 && casts[1] == casts[0] - 26);
+                CHECK(s1.activation_bytes < s0.activation_bytes);
+            }
+            for (int l = 0; l < 2; l++) ct_plan_free(p[l]);
+            ct_context_free(ctx);
+        }
 }
 
 /* a residual block y = relu(x + relu(linear(x))): add+relu (level 2) and
@@ -407,6 +455,6 @@ TEST(summary_dot_and_registry) {
 }
 
 TEST_MAIN(T(seeds_json_rule_fuses_conv_bias), T(bad_rules_are_named), T(levels_give_equal_results),
-          T(residual_add_relu_equals_unfused), T(gelu_backward_keeps_the_activation_for_the_weight_gradient),
+          T(residual_add_relu_equals_unfused), T(bf16_cast_fold_equals_unfused), T(gelu_backward_keeps_the_activation_for_the_weight_gradient),
           T(level2_cuts_activation_memory_by_a_quarter), T(memory_opt_off_gives_every_value_its_buffer),
           T(summary_dot_and_registry))

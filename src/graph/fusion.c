@@ -48,7 +48,7 @@
 /* ---- the registry --------------------------------------------------------------------------------- */
 
 enum { PAT_CONV_BIAS = 0, PAT_LINEAR_BIAS, PAT_BN_RELU, PAT_ACT_LINEAR, PAT_LN_LINEAR, PAT_DROPOUT_ADD, PAT_CONV_RELU, PAT_LINEAR_RELU,
-       PAT_ADD_RELU, PAT_CHAIN, PAT_COUNT };
+       PAT_ADD_RELU, PAT_CHAIN, PAT_CAST_FOLD, PAT_COUNT };
 
 static const struct {
     const char *name;
@@ -66,6 +66,7 @@ static const struct {
     [PAT_LINEAR_RELU] = {"linear+relu", 1, 0, {"linear", "relu", NULL}},
     [PAT_ADD_RELU] = {"add+relu", 2, 0, {"add", "relu", NULL}},
     [PAT_CHAIN] = {"eltwise_chain", 2, 0, {"eltwise_chain", NULL, NULL}},
+    [PAT_CAST_FOLD] = {"cast_fold", 1, 0, {"cast", NULL, NULL}},
 };
 
 int ct_fusion_num_patterns(void) { return PAT_COUNT; }
@@ -85,6 +86,7 @@ static const char *canonical_op(const char *s) {
         {"FusedBatchNorm", "batchnorm"}, {"FusedBatchNormV3", "batchnorm"}, {"BatchNorm", "batchnorm"},
         {"batchnorm", "batchnorm"}, {"MatMul", "linear"}, {"Dense", "linear"}, {"linear", "linear"},
         {"eltwise_chain", "eltwise_chain"}, {"EltwiseChain", "eltwise_chain"}, {"Gelu", "gelu"}, {"gelu", "gelu"}, {"LayerNorm", "layernorm"}, {"layernorm", "layernorm"},
+        {"Cast", "cast"}, {"cast", "cast"},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (!strcmp(k[i].alias, s)) return k[i].op;
@@ -759,6 +761,61 @@ static ct_status try_relu_tail(fz *f, ct_node u, int *done) {
     return CT_OK;
 }
 
+/* Autocast's casts around BF16 nodes. A widening cast (BF16 -> FP32) whose
+ * readers all read BF16 themselves (ct_op_info.simd_bf16) goes: they read
+ * its BF16 input (the conversion is exact). A narrowing cast (FP32 -> BF16)
+ * that is the only data reader of a producer whose kernels write BF16
+ * becomes that producer writing BF16 (the same rounding as the cast); the
+ * producer's saved-state readers (a layernorm's backward) follow it. No
+ * pass and no FP32 buffer for the cast; results bit for bit. */
+static ct_status try_cast_fold(fz *f, ct_node c, int *done) {
+    ct_graph *g = &f->p->g;
+    const ct_node_def *C = &g->nodes[c];
+    *done = 0;
+    if (C->op != CT_OP_CAST || (C->flags & CT_NODE_RECOMPUTE) || kept(f->p, c)) return CT_OK;
+    ct_node x = C->in[0];
+    const ct_node_def *X = &g->nodes[x];
+    int widen = X->dtype == CT_BF16 && C->dtype == CT_F32, narrow = X->dtype == CT_F32 && C->dtype == CT_BF16;
+    if (!widen && !narrow) return CT_OK;
+    reader r[MAX_READERS];
+    int nr = readers_of(g, widen ? c : x, r, MAX_READERS), rule;
+    if (nr < 1 || nr > MAX_READERS) return CT_OK;
+    if (widen) {
+        for (int i = 0; i < nr; i++) {
+            const ct_op_info *info = ct_op_table(g->nodes[r[i].node].op);
+            if (!info->simd_bf16 || (info->state_inputs & (1u << r[i].slot))) return CT_OK;
+        }
+        if (!enabled(f, PAT_CAST_FOLD, c, CT_NONE, &rule)) return CT_OK;
+        CT_TRY(add_group(f, PAT_CAST_FOLD, rule, r[0].node, C->name));
+        for (int i = 0; i < nr; i++) {
+            g->nodes[r[i].node].in[r[i].slot] = x;
+            if (i && f->p->fused_group[r[i].node] < 0) group_add_node(f->p, r[i].node);
+        }
+        *done = 1;
+        return CT_OK;
+    }
+    /* narrow: x's readers are the cast (its data) and state readers after c */
+    const ct_op_info *xi = ct_op_table(X->op);
+    if (!xi->simd_bf16 || (X->flags & CT_NODE_RECOMPUTE) || kept(f->p, x) || f->p->fused_group[x] >= 0) return CT_OK;
+    int data_reads = 0;
+    for (int i = 0; i < nr; i++) {
+        const ct_node_def *R = &g->nodes[r[i].node];
+        if (r[i].node == c) data_reads++;
+        else if (!(ct_op_table(R->op)->state_inputs & (1u << r[i].slot)) || r[i].node < c) return CT_OK;
+    }
+    if (data_reads != 1 || !enabled(f, PAT_CAST_FOLD, c, CT_NONE, &rule)) return CT_OK;
+    ct_node_def nd = *X;
+    nd.dtype = C->dtype;
+    nd.flags = C->flags | (X->flags & CT_NODE_KEEP_STATS);
+    char absorbed[CT_NAME_LEN];
+    snprintf(absorbed, sizeof absorbed, "%s", C->name);
+    g->nodes[c] = nd;
+    CT_TRY(add_group(f, PAT_CAST_FOLD, rule, c, absorbed));
+    repoint(f->p, r, nr, x, c);
+    *done = 1;
+    return CT_OK;
+}
+
 ct_status ct_pass_fusion(ct_plan *p) {
     ct_graph *g = &p->g;
     p->fused_group = malloc(sizeof(int) * (size_t)(g->n ? g->n : 1));
@@ -777,6 +834,11 @@ ct_status ct_pass_fusion(ct_plan *p) {
         if (!done) CT_TRY(try_pro(&f, i, &done));
         if (!done) CT_TRY(try_dropout_add(&f, i, &done));
         if (!done) CT_TRY(try_relu_tail(&f, i, &done));
+    }
+    /* casts around BF16 nodes, forward and backward */
+    for (int i = 0; i < g->n; i++) {
+        int done = 0;
+        CT_TRY(try_cast_fold(&f, i, &done));
     }
     /* then the elementwise chains that are left, forward and backward */
     for (int i = 0; i < g->n; i++) {
