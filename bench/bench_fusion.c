@@ -1,6 +1,7 @@
 /* bench/bench_fusion.c - step time and activation memory at fusion levels 0
  * and 2 in the same run: the Fashion CNN (batch 128) and gpt-char-small
- * (batch 8, context 256), forward + backward, levels interleaved step by
+ * (batch 8, context 256; FP32 and BF16 autocast, where level 1's cast_fold
+ * applies), forward + backward, levels interleaved step by
  * step so both see the same machine load. Prints the median step time of
  * each level and the activation arena of each plan.
  *   make -C bench bench_fusion && ../build-bench/bench/bench_fusion [steps] */
@@ -22,8 +23,8 @@ static int cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static ct_status build(ct_context *ctx, const char *model, int64_t batch, int level, ct_plan **p, ct_node *labels,
-                       int classes) {
+static ct_status build(ct_context *ctx, const char *model, int64_t batch, ct_precision prec, int level, ct_plan **p,
+                       ct_node *labels, int classes) {
     ct_graph *g;
     ct_status s = ct_graph_create(ctx, &g);
     if (s != CT_OK) return s;
@@ -37,6 +38,7 @@ static ct_status build(ct_context *ctx, const char *model, int64_t batch, int le
     ct_compile_opts co;
     ct_compile_opts_default(&co);
     co.fusion_level = level;
+    co.precision = prec;
     if (s == CT_OK) s = ct_compile(g, loss, 0, NULL, &co, p);
     ct_graph_free(g);
     if (s != CT_OK) return s;
@@ -59,10 +61,13 @@ int main(int argc, char **argv) {
         const char *model;
         int64_t batch;
         int classes;
-    } k[] = {{"cnn", 128, 10}, {"gpt-char-small", 8, 65}};
+        ct_precision prec;
+    } k[] = {{"cnn", 128, 10, CT_PRECISION_FP32},
+             {"gpt-char-small", 8, 65, CT_PRECISION_FP32},
+             {"gpt-char-small", 8, 65, CT_PRECISION_BF16}};
     const int levels[2] = {0, 2};
-    printf("%-15s %5s %6s %12s %12s %10s\n", "model", "batch", "level", "act MiB", "ws MiB", "step ms");
-    for (int m = 0; m < 2; m++) {
+    printf("%-15s %5s %5s %6s %12s %12s %10s\n", "model", "prec", "batch", "level", "act MiB", "ws MiB", "step ms");
+    for (int m = 0; m < 3; m++) {
         ct_context *ctx;
         if (ct_context_create(NULL, &ctx) != CT_OK) return 1;
         ct_plan *p[2] = {0};
@@ -70,7 +75,7 @@ int main(int argc, char **argv) {
         double *t[2];
         for (int l = 0; l < 2; l++) {
             t[l] = calloc((size_t)steps, sizeof(double));
-            if (!t[l] || build(ctx, k[m].model, k[m].batch, levels[l], &p[l], &labels[l], k[m].classes) != CT_OK) {
+            if (!t[l] || build(ctx, k[m].model, k[m].batch, k[m].prec, levels[l], &p[l], &labels[l], k[m].classes) != CT_OK) {
                 fprintf(stderr, "bench_fusion: %s\n", ct_context_last_error(ctx));
                 return 1;
             }
@@ -90,7 +95,8 @@ int main(int argc, char **argv) {
             ct_plan_stats st;
             ct_plan_get_stats(p[l], &st);
             qsort(t[l], (size_t)steps, sizeof(double), cmp);
-            printf("%-15s %5lld %6d %12.2f %12.2f %10.2f\n", k[m].model, (long long)k[m].batch, levels[l],
+            printf("%-15s %5s %5lld %6d %12.2f %12.2f %10.2f\n", k[m].model, ct_precision_name(k[m].prec),
+                   (long long)k[m].batch, levels[l],
                    st.activation_bytes / 1048576.0, st.workspace_bytes / 1048576.0, 1e3 * t[l][steps / 2]);
             ct_plan_free(p[l]);
             free(t[l]);

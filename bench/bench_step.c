@@ -199,8 +199,9 @@ static void opt_free(bench_opt *b) {
 static void usage(void) {
     fprintf(stderr,
             "usage: bench_step --workload mlp|cnn|gptchar|gpt2|resnet50 [--precision fp32|bf16|fp16|...] [--threads N] [--warmup N] [--steps N]\n"
-            "                  [--optim adamw|sgd] [--seed N] [--budget-s S] [--mfu-steps N] [--quiet]\n"
+            "                  [--optim adamw|sgd] [--seed N] [--budget-s S] [--mfu-steps N] [--fusion-level 0|1|2] [--quiet]\n"
             "  --budget-s S: stop after the timed steps took S seconds (at least 3 steps)\n"
+            "  --fusion-level N: the plan's fusion level (default 1, as a recipe's; docs/fusion.md)\n"
             "  mlp: MLP 784-1024-1024-10, batch 256, cross entropy (default optim adamw)\n"
             "  cnn: ct_model_cnn channels [32,64] on 1x28x28, batch 128, 10 classes (default optim sgd)\n"
             "  gptchar: ct_gpt_preset gpt-char-small (6/6/384, vocab 65), batch 8, T 256, dropout 0,\n"
@@ -212,7 +213,7 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
     const char *workload = NULL, *optim = NULL, *precision = "fp32";
-    int threads = 2, warmup = 3, steps = 10, quiet = 0, mfu_steps = 2;
+    int threads = 2, warmup = 3, steps = 10, quiet = 0, mfu_steps = 2, fusion_level = 1; /* the recipes' default */
     double budget_s = 0; /* > 0: stop timing once this much time went into timed steps (min 3 steps) */
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -229,10 +230,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--budget-s")) budget_s = atof(v);
         else if (!strcmp(a, "--mfu-steps")) mfu_steps = atoi(v);
+        else if (!strcmp(a, "--fusion-level")) fusion_level = atoi(v);
         else usage();
         i++;
     }
-    if (!workload || steps < 1 || warmup < 0 || threads < 1) usage();
+    if (!workload || steps < 1 || warmup < 0 || threads < 1 || fusion_level < 0 || fusion_level > 2) usage();
     int is_mlp = !strcmp(workload, "mlp"), is_cnn = !strcmp(workload, "cnn"), is_r50 = !strcmp(workload, "resnet50");
     int is_gptchar = !strcmp(workload, "gptchar"), is_gpt2 = !strcmp(workload, "gpt2");
     int is_gpt = is_gptchar || is_gpt2;
@@ -295,6 +297,7 @@ int main(int argc, char **argv) {
     ct_compile_opts copts;
     ct_compile_opts_default(&copts);
     DIE_IF(ctx, ct_precision_parse(ctx, precision, &copts.precision));
+    copts.fusion_level = fusion_level;
     DIE_IF(ctx, ct_compile(g, loss, 0, NULL, &copts, &p));
     double compile_ms = now_ms() - t0;
 
@@ -477,10 +480,10 @@ int main(int argc, char **argv) {
     printf("RESULT workload=%s framework=ctrain steps=%d step_ms_median=%.3f fwd_ms_median=%.3f "
            "bwd_ms_median=%.3f opt_ms_median=%.3f step_ms_min=%.3f cpu_ms_median=%.3f loss_first=%.5f loss_last=%.5f "
            "steps_total=%d others_cores=%.2f steal_cores=%.2f n_params=%zu plan_mb=%.1f peak_rss_mb=%.1f mfu=%.4f "
-           "gflops=%.1f\n",
+           "gflops=%.1f fusion_level=%d\n",
            workload, steps, median(ts + warmup, steps), median(tf + warmup, steps), median(tb + warmup, steps),
            median(to + warmup, steps), tmin, median(tc + warmup, steps), loss0, lossN, total, others, steal,
-           n_param_floats, plan_bytes / 1048576.0, peak_rss_mb(), mfu, gflops);
+           n_param_floats, plan_bytes / 1048576.0, peak_rss_mb(), mfu, gflops, fusion_level);
     free(tf);
     free(tb);
     free(to);
