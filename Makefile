@@ -69,8 +69,8 @@ test: all
 # The shared library exports exactly the functions declared in include/ctrain/
 # (a version script generated from the headers); the installed `ctrain` is the
 # tested build/ctrain, linked against libctrain.a (docs/abi.md says why).
-VERSION      := 0.1.0
-SOVERSION    := 0
+VERSION      := 0.2.0
+SOVERSION    := 1
 PREFIX       ?= /usr/local
 BINDIR       ?= $(PREFIX)/bin
 LIBDIR       ?= $(PREFIX)/lib
