@@ -453,6 +453,20 @@ static void repoint(ct_plan *p, const reader *r, int nr, ct_node from, ct_node t
         }
 }
 
+/* Writes fused node nd at `at` (the consumer's place; its group names the
+ * absorbed node `absorbed`, copied first: it may be the node overwritten)
+ * and points the saved-state readers r of the absorbed producer `from` (if
+ * any) at it. */
+static ct_status install(fz *f, int pat, int rule, ct_node at, const ct_node_def *nd, const char *absorbed,
+                         const reader *r, int nr, ct_node from) {
+    char name[CT_NAME_LEN];
+    snprintf(name, sizeof name, "%s", absorbed);
+    f->p->g.nodes[at] = *nd;
+    CT_TRY(add_group(f, pat, rule, at, name));
+    if (r) repoint(f->p, r, nr, from, at);
+    return CT_OK;
+}
+
 /* conv2d (no bias) + add of a channel vector / linear (no bias) + add of a [O] vector. */
 static ct_status try_bias(fz *f, ct_node a, int *done) {
     ct_graph *g = &f->p->g;
@@ -486,11 +500,7 @@ static ct_status try_bias(fz *f, ct_node a, int *done) {
         nd.n_in = 3;
         nd.in[2] = b;
         nd.flags = A->flags;
-        char absorbed[CT_NAME_LEN];
-        snprintf(absorbed, sizeof absorbed, "%s", A->name);
-        g->nodes[a] = nd;
-        CT_TRY(add_group(f, pat, rule, a, absorbed));
-        repoint(f->p, r, nr, c, a);
+        CT_TRY(install(f, pat, rule, a, &nd, A->name, r, nr, c));
         *done = 1;
         return CT_OK;
     }
@@ -521,15 +531,12 @@ static ct_status try_bn_relu(fz *f, ct_node u, int *done) {
     nd.op = CT_OP_BN_RELU;
     nd.flags = U->flags | (B->flags & CT_NODE_KEEP_STATS);
     snprintf(nd.name, sizeof nd.name, "%s", B->name);
-    char absorbed[CT_NAME_LEN];
-    snprintf(absorbed, sizeof absorbed, "%s", U->name);
-    g->nodes[u] = nd;
-    CT_TRY(add_group(f, PAT_BN_RELU, rule, u, absorbed));
-    repoint(f->p, r, nr, b, u);
+    ct_dtype udt = U->dtype; /* U is overwritten */
+    CT_TRY(install(f, PAT_BN_RELU, rule, u, &nd, U->name, r, nr, b));
     for (int i = 0; i < nu; i++) { /* relu's backward (from the output): the mask bits */
         ct_node_def *R = &g->nodes[ru[i].node];
         if (R->op == CT_OP_UNARY_BWD && R->ia[0] == CT_UNARY_RELU && ru[i].slot == 1 && R->n_in == 2 &&
-            R->dtype == U->dtype) {
+            R->dtype == udt) {
             R->op = CT_OP_RELU_MASK_BWD;
             group_add_node(f->p, ru[i].node);
         }
@@ -704,10 +711,7 @@ static ct_status try_dropout_add(fz *f, ct_node n, int *done) {
         nd.in[1] = r;
         nd.fa[0] = D->fa[0];
         nd.ia[0] = D->ia[0];
-        char absorbed[CT_NAME_LEN];
-        snprintf(absorbed, sizeof absorbed, "%s", D->name);
-        g->nodes[n] = nd;
-        CT_TRY(add_group(f, PAT_DROPOUT_ADD, rule, n, absorbed));
+        CT_TRY(install(f, PAT_DROPOUT_ADD, rule, n, &nd, D->name, NULL, 0, CT_NONE));
         *done = 1;
         return CT_OK;
     }
@@ -752,11 +756,7 @@ static ct_status try_relu_tail(fz *f, ct_node u, int *done) {
         nd.op = CT_OP_GEMM_RELU;
         nd.ia[6] = C->op;
     }
-    char absorbed[CT_NAME_LEN];
-    snprintf(absorbed, sizeof absorbed, "%s", add ? C->name : U->name);
-    g->nodes[u] = nd;
-    CT_TRY(add_group(f, pat, rule, u, absorbed));
-    repoint(f->p, r, nr, c, u);
+    CT_TRY(install(f, pat, rule, u, &nd, add ? C->name : U->name, r, nr, c));
     *done = 1;
     return CT_OK;
 }
@@ -807,11 +807,7 @@ static ct_status try_cast_fold(fz *f, ct_node c, int *done) {
     ct_node_def nd = *X;
     nd.dtype = C->dtype;
     nd.flags = C->flags | (X->flags & CT_NODE_KEEP_STATS);
-    char absorbed[CT_NAME_LEN];
-    snprintf(absorbed, sizeof absorbed, "%s", C->name);
-    g->nodes[c] = nd;
-    CT_TRY(add_group(f, PAT_CAST_FOLD, rule, c, absorbed));
-    repoint(f->p, r, nr, x, c);
+    CT_TRY(install(f, PAT_CAST_FOLD, rule, c, &nd, C->name, r, nr, x));
     *done = 1;
     return CT_OK;
 }
