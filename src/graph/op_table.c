@@ -6,6 +6,7 @@
 
 #define SIMD(op) [CT_KERNEL_REF] = ct_k_##op##_ref, [CT_KERNEL_AVX2] = ct_k_##op##_avx2, [CT_KERNEL_AVX512] = ct_k_##op##_avx512
 #define DNNL(op) [CT_KERNEL_REF] = ct_k_##op##_ref, [CT_KERNEL_ONEDNN] = ct_k_##op##_onednn
+#define SIMD_DNNL(op) SIMD(op), [CT_KERNEL_ONEDNN] = ct_k_##op##_onednn
 
 /* Unsized, so that a missing last row is caught by the assert below (a row
  * missing in the middle is caught by tests/test_ops.c: every op has a name). */
@@ -54,8 +55,8 @@ static const ct_op_info k_ops[] = {
     [CT_OP_ATTENTION_BWD] = {"attention_bwd", {SIMD(attention_bwd)}, 0, ct_ws_attention, 0, .simd_bf16 = 1},
     [CT_OP_BN_RELU] = {"batchnorm+relu", {SIMD(bn_relu)}, ct_aux_bn_relu, 0, 0, .simd_bf16 = 1},
     [CT_OP_RELU_MASK_BWD] = {"relu_mask_bwd", {SIMD(relu_mask_bwd)}, 0, 0, 0, 1u << 1, 0, .simd_bf16 = 1},
-    [CT_OP_LINEAR_PRO] = {"linear_prologue", {DNNL(linear_pro)}, ct_aux_linear_pro, ct_ws_gemm_pro, ct_onednn_cache_free},
-    [CT_OP_MATMUL_PRO] = {"matmul_prologue", {DNNL(matmul_pro)}, 0, ct_ws_gemm_pro, ct_onednn_cache_free},
+    [CT_OP_LINEAR_PRO] = {"linear_prologue", {SIMD_DNNL(linear_pro)}, ct_aux_linear_pro, ct_ws_gemm_pro, ct_onednn_cache_free},
+    [CT_OP_MATMUL_PRO] = {"matmul_prologue", {SIMD_DNNL(matmul_pro)}, 0, ct_ws_gemm_pro, ct_onednn_cache_free},
     [CT_OP_DROPOUT_ADD] = {"dropout+add", {SIMD(dropout_add)}, 0, 0, 0},
     [CT_OP_GEMM_RELU] = {"gemm+relu", {DNNL(gemm_relu)}, 0, 0, ct_onednn_cache_free},
     [CT_OP_ADD_RELU] = {"add+relu", {SIMD(add_relu)}, 0, 0, 0},

@@ -2,7 +2,9 @@
  * src/graph/fusion.c). Each composes the kernels of the ops it replaces, all
  * from one slot: the reference fused kernel runs reference kernels only, the
  * fast one the fast kernels (simd/fused.c for batchnorm+relu; here, for the
- * GEMM with a prologue, oneDNN's GEMM after the best SIMD prologue). So a
+ * GEMM with a prologue, oneDNN's GEMM after the best SIMD prologue; without
+ * oneDNN, the SIMD slots' prologue with the reference GEMM, as the unfused
+ * plan runs them). So a
  * fused op is bit-identical to the unfused ops on the same slots, and its
  * reference is the ground truth as for every other op.
  *
@@ -220,8 +222,8 @@ static ct_status matmul_pro(ct_kargs *k, const pro_kernels *pk) {
     return pk->gemm(&m);
 }
 
-/* in: dy, x: dx = unary_bwd(dy, x), aux = unary(x), by the slot's two kernels */
-ct_status ct_fused_unary_bwd_keep(ct_kargs *k, ct_kernel_fn unary, ct_kernel_fn unary_bwd) {
+/* in: dy, x: dx = unary_bwd(dy, x), aux = unary(x), by the reference's two kernels */
+ct_status ct_k_unary_bwd_keep_ref(ct_kargs *k) {
     const ct_tensor *x = &k->in[1];
     int kind = (int)k->node->ia[0];
     if (kind != CT_UNARY_GELU && kind != CT_UNARY_GELU_TANH && kind != CT_UNARY_SILU) return CT_E_UNSUPPORTED;
@@ -235,17 +237,15 @@ ct_status ct_fused_unary_bwd_keep(ct_kargs *k, ct_kernel_fn unary, ct_kernel_fn 
     a.in[0] = *x;
     a.out = ct_tensor_make(k->aux, CT_F32, x->ndim, x->shape);
     a.aux = NULL;
-    CT_TRY(unary(&a));
+    CT_TRY(ct_k_unary_ref(&a));
     ct_node_def bd = *k->node;
     bd.op = CT_OP_UNARY_BWD;
     bd.ia[1] = 0; /* from x */
     ct_kargs b = *k;
     b.node = &bd;
     b.aux = NULL;
-    return unary_bwd(&b);
+    return ct_k_unary_bwd_ref(&b);
 }
-
-ct_status ct_k_unary_bwd_keep_ref(ct_kargs *k) { return ct_fused_unary_bwd_keep(k, ct_k_unary_ref, ct_k_unary_bwd_ref); }
 
 /* in: a, v (a UNARY_BWD_KEEP): matmul(a, v's aux viewed (rows, last dim)) */
 static ct_status matmul_aux(ct_kargs *k, ct_kernel_fn gemm) {
@@ -277,6 +277,21 @@ static pro_kernels fast(const ct_kargs *k, ct_kernel_fn gemm) {
     if (isa >= CT_ISA_AVX2) return (pro_kernels){ct_k_unary_avx2, ct_k_layernorm_avx2, gemm};
     return (pro_kernels){ct_k_unary_ref, ct_k_layernorm_ref, gemm};
 }
+
+/* Without oneDNN (CT_ONEDNN=0) the unfused plan runs the activation / the
+ * layernorm on a SIMD slot and the GEMM on the reference: the SIMD slots of
+ * the fused GEMMs compose exactly that, so the levels stay bit-identical. */
+#define PRO_SIMD(isa)                                                                                                  \
+    ct_status ct_k_linear_pro_##isa(ct_kargs *k) {                                                                     \
+        static const pro_kernels pk = {ct_k_unary_##isa, ct_k_layernorm_##isa, ct_k_linear_ref};                       \
+        return linear_pro(k, &pk);                                                                                     \
+    }                                                                                                                  \
+    ct_status ct_k_matmul_pro_##isa(ct_kargs *k) {                                                                     \
+        static const pro_kernels pk = {ct_k_unary_##isa, ct_k_layernorm_##isa, ct_k_matmul_ref};                       \
+        return matmul_pro(k, &pk);                                                                                     \
+    }
+PRO_SIMD(avx2)
+PRO_SIMD(avx512)
 
 ct_status ct_k_linear_pro_onednn(ct_kargs *k) {
     pro_kernels pk = fast(k, ct_k_linear_onednn);

@@ -55,10 +55,12 @@ ct_status ct_k_linear_pro_ref(ct_kargs *k);
 ct_status ct_k_linear_pro_onednn(ct_kargs *k);
 ct_status ct_k_matmul_pro_ref(ct_kargs *k);
 ct_status ct_k_matmul_pro_onednn(ct_kargs *k);
+ct_status ct_k_linear_pro_avx2(ct_kargs *k);   /* SIMD prologue, reference GEMM (no oneDNN) */
+ct_status ct_k_linear_pro_avx512(ct_kargs *k);
+ct_status ct_k_matmul_pro_avx2(ct_kargs *k);
+ct_status ct_k_matmul_pro_avx512(ct_kargs *k);
 ct_status ct_k_matmul_aux_ref(ct_kargs *k);
 ct_status ct_k_matmul_aux_onednn(ct_kargs *k);
-/* dx = unary_bwd(dy, x) and aux = unary(x) by these two kernels (UNARY_BWD_KEEP) */
-ct_status ct_fused_unary_bwd_keep(ct_kargs *k, ct_kernel_fn unary, ct_kernel_fn unary_bwd);
 ct_status ct_k_gemm_relu_ref(ct_kargs *k);
 ct_status ct_k_gemm_relu_onednn(ct_kargs *k);
 void ct_fused_relu_pack_ref(float *y, uint8_t *bits, int64_t n, int nth);

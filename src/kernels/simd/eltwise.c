@@ -165,7 +165,8 @@ struct ew_job {
     float *y2; /* UNARY_BWD_KEEP: the activation */
     float s;
     const ct_kargs *k; /* dropout */
-    int64_t base;      /* dropout: flat index of a[0] (nonzero for BF16 tiles) */
+    int64_t base;      /* dropout: flat index of a[0] in the whole output (ct_kargs.elem0, plus the tile's
+                          offset for BF16 tiles) */
     /* BF16 I/O: the tensors, and the FP32 chunk function run on each tile */
     const ct_tensor *ta, *tb, *ty;
     chunk_fn inner;
