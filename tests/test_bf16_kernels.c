@@ -26,6 +26,9 @@
  * natively too (CT_BF16_NATIVE=1). */
 #include <stdint.h>
 
+#include <dnnl.h>
+
+#include "core/internal.h"
 #include "graph/ir.h"
 #include "kernels/kernels.h"
 #include "test.h"
@@ -167,8 +170,14 @@ static ct_status krun(const kcase *c, const kdata *d, int slot, int bf16, float 
     }
     k.ws = malloc(wsb);
     k.ws_bytes = wsb;
+    void *cache = NULL; /* a oneDNN kernel's primitives, freed after the call */
+    ct_scratch scratch = {0};
+    k.cache = &cache;
+    k.scratch = &scratch;
     ct_context_clear_error(g_ctx);
     ct_status s = ct_op_table(c->op)->kernel[slot](&k);
+    if (cache) ct_op_table(c->op)->cache_free(cache);
+    ct_scratch_release(g_ctx, &scratch);
     free(k.ws);
     for (int64_t j = 0; j < no; j++) {
         if (out_bf) out[j] = ct_bf16_to_f32(((uint16_t *)obuf)[j]);
@@ -570,6 +579,111 @@ TEST(attention) {
     attention_case(0, 1);
 }
 
+/* max|a - b| / max|b| */
+static double rel_max(const float *a, const float *b, int64_t n) {
+    double md = 0, mb = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        md = e > md || e != e ? (e != e ? INFINITY : e) : md;
+        mb = fmax(mb, fabs((double)b[i]));
+    }
+    return mb > 0 ? md / mb : md;
+}
+
+/* The oneDNN attention (BF16 products: P and dS rounded to BF16 before
+ * their GEMMs, FP32 accumulation in another order) against the reference on
+ * the same BF16 values and against the SIMD kernels' BF16 path. Where oneDNN
+ * has no BF16 matmul at all (below AVX-512), it must decline. */
+static void attention_dnnl_case(int64_t T, int causal, int masked) {
+    const int64_t B = 2, D = 48, H = 3;
+    int64_t nq = B * T * 3 * D, ny = B * T * D, nl = B * H * T;
+    float *qkv = malloc((size_t)nq * 4), *dy = malloc((size_t)ny * 4);
+    test_fill_uniform(qkv, (size_t)nq, 81, -2, 2);
+    test_fill_uniform(dy, (size_t)ny, 82, -1, 1);
+    for (int64_t i = 0; i < nq; i++) qkv[i] = bround(qkv[i]);
+    for (int64_t i = 0; i < ny; i++) dy[i] = bround(dy[i]);
+    char label[64];
+    snprintf(label, sizeof label, "T %lld%s%s", (long long)T, causal ? " causal" : "", masked ? " key mask" : "");
+    kcase f = {label, CT_OP_ATTENTION, {H, causal}, {0.25f}, masked ? 2 : 1, {IN_BF16, IN_I32}, {3, 2},
+               {{B, T, 3 * D}, {B, T}}, {0, 0}, {0, 2}, 3, {B, T, D}, 1, (size_t)nl * 4, NULL, 1e-2, {qkv}};
+    kdata d;
+    kdata_make(&f, 63, &d);
+    float *yr = malloc((size_t)ny * 4), *yd = malloc((size_t)ny * 4), *ys = malloc((size_t)ny * 4);
+    float *lr = malloc((size_t)nl * 4), *ld = malloc((size_t)nl * 4), *ls = malloc((size_t)nl * 4);
+    int simd = g_slots[g_nslots - 1];
+    CHECK(krun(&f, &d, CT_KERNEL_REF, 0, yr, lr) == CT_OK);
+    CHECK(krun(&f, &d, simd, 1, ys, ls) == CT_OK);
+    ct_status s = krun(&f, &d, CT_KERNEL_ONEDNN, 1, yd, ld);
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), core = (unsigned)dnnl_cpu_isa_avx512_core;
+    if ((isa & core) != core) { /* no BF16 matmul in oneDNN here: the kernel must decline */
+        CHECK_MSG(s == CT_E_UNSUPPORTED, "%s: %s without a BF16 oneDNN", label, ct_status_name(s));
+        printf("    %-34s declined (oneDNN has no BF16 matmul below AVX-512)\n", label);
+    } else {
+        CHECK_MSG(s == CT_OK, "%s: %s", label, ct_context_last_error(g_ctx));
+        double e_ref = rel_max(yd, yr, ny), e_simd = rel_max(yd, ys, ny), e_lse = 0;
+        for (int64_t i = 0; i < nl; i++) /* -inf where every key is masked, on both sides */
+            if (ld[i] != lr[i]) e_lse = fmax(e_lse, isinf(lr[i]) ? INFINITY : fabs((double)ld[i] - lr[i]) / fmax(1.0, fabs((double)lr[i])));
+        /* P rounded to BF16 (2^-9 relative per term) and the output's own rounding */
+        CHECK_MSG(e_ref <= 1e-2 && e_simd <= 1e-2, "%s forward: %.3g of the largest from the reference, %.3g from SIMD",
+                  label, e_ref, e_simd);
+        CHECK_MSG(e_lse <= 1e-5, "%s: log-sum-exp %.3g from the reference", label, e_lse);
+        /* backward, from the reference's forward output and log-sum-exp */
+        kcase b = {label, CT_OP_ATTENTION_BWD, {H, causal}, {0.25f}, masked ? 4 : 3,
+                   {IN_BF16, IN_BF16, IN_BF16, IN_I32}, {3, 3, 3, 2}, {{B, T, D}, {B, T, 3 * D}, {B, T, D}, {B, T}},
+                   {0, 0, 0, 0}, {0, 0, 0, 2}, 3, {B, T, 3 * D}, 1, 0, lr, 5e-2, {dy, qkv, yr}};
+        for (int64_t i = 0; i < ny; i++) yr[i] = bround(yr[i]);
+        kdata db;
+        kdata_make(&b, 64, &db);
+        float *gr = malloc((size_t)nq * 4), *gd = malloc((size_t)nq * 4), *gs = malloc((size_t)nq * 4);
+        CHECK(krun(&b, &db, CT_KERNEL_REF, 0, gr, NULL) == CT_OK);
+        CHECK(krun(&b, &db, simd, 1, gs, NULL) == CT_OK);
+        CHECK_MSG(krun(&b, &db, CT_KERNEL_ONEDNN, 1, gd, NULL) == CT_OK, "%s backward: %s", label,
+                  ct_context_last_error(g_ctx));
+        /* per part (dq, dk, dv): each against its own largest */
+        double worst = 0;
+        for (int part = 0; part < 3; part++) {
+            int64_t n = B * T * D;
+            float *a = malloc((size_t)n * 4), *r = malloc((size_t)n * 4), *sm = malloc((size_t)n * 4);
+            for (int64_t row = 0; row < B * T; row++)
+                for (int64_t j = 0; j < D; j++) {
+                    int64_t src = row * 3 * D + part * D + j;
+                    a[row * D + j] = gd[src], r[row * D + j] = gr[src], sm[row * D + j] = gs[src];
+                }
+            double e1 = rel_max(a, r, n), e2 = rel_max(a, sm, n);
+            worst = fmax(worst, fmax(e1, e2));
+            CHECK_MSG(e1 <= 2e-2 && e2 <= 2e-2, "%s backward d%c: %.3g of the largest from the reference, %.3g from SIMD",
+                      label, "qkv"[part], e1, e2);
+            free(a);
+            free(r);
+            free(sm);
+        }
+        printf("    %-34s fwd %.2e, bwd %.2e of the largest from the reference\n", label, e_ref, worst);
+        kdata_free(&b, &db);
+        free(gr);
+        free(gd);
+        free(gs);
+    }
+    kdata_free(&f, &d);
+    free(qkv);
+    free(dy);
+    free(yr);
+    free(yd);
+    free(ys);
+    free(lr);
+    free(ld);
+    free(ls);
+}
+
+TEST(attention_onednn_bf16) {
+    setup();
+    if (!g_nslots) return;
+    attention_dnnl_case(37, 0, 0);  /* one block, fewer rows than CT_ATT_ROWS */
+    attention_dnnl_case(37, 1, 1);
+    attention_dnnl_case(150, 1, 0); /* three blocks, the last partial: causal block skipping */
+    attention_dnnl_case(150, 0, 1);
+    attention_dnnl_case(128, 1, 1);
+}
+
 /* ---- whole plans ---------------------------------------------------------------------------- */
 
 /* Builds and compiles the CNN (gpt = 0) or a 2-layer GPT (gpt = 1) in BF16
@@ -820,5 +934,5 @@ TEST(arena_targets) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(eltwise), T(batchnorm), T(layernorm), T(pooling), T(reductions), T(softmax), T(embedding), T(attention), T(plans_match_copies), T(kernel_impl_names),
+TEST_MAIN(T(eltwise), T(batchnorm), T(layernorm), T(pooling), T(reductions), T(softmax), T(embedding), T(attention), T(attention_onednn_bf16), T(plans_match_copies), T(kernel_impl_names),
           T(arena_targets))

@@ -67,6 +67,11 @@ typedef struct ct_op_info {
      * CT_BF16_NATIVE=0. A configuration the kernel does not cover returns
      * CT_E_UNSUPPORTED and the node falls back to FP32 copies. */
     uint8_t simd_bf16;
+    /* 1: the oneDNN kernel exists only for native BF16 I/O (it reads and
+     * writes BF16 on oneDNN's BF16 matmul, onednn_bf16): kernel selection
+     * picks it only for a node that runs natively (pn.lowp_native through
+     * onednn_bf16), every other node gets the next kernel (the SIMD ones). */
+    uint8_t onednn_lowp_only;
     /* 1: every kernel reads element i of in[0] before writing element i of
      * the output, so the planner may give the output in[0]'s buffer when
      * in[0] (same size) is last read by this node (memory_opt on). */

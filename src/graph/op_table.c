@@ -35,7 +35,7 @@ static const ct_op_info k_ops[] = {
     [CT_OP_DROPOUT] = {"dropout", {SIMD(dropout)}, 0, 0, 0, .simd_bf16 = 1},
     [CT_OP_EMBEDDING] = {"embedding", {SIMD(embedding)}, 0, 0, 0, .simd_bf16 = 1},
     [CT_OP_CAST] = {"cast", {[CT_KERNEL_REF] = ct_k_cast}, 0, 0, 0, 0, 1},
-    [CT_OP_ATTENTION] = {"attention", {SIMD(attention)}, ct_aux_attention, ct_ws_attention, 0, .simd_bf16 = 1},
+    [CT_OP_ATTENTION] = {"attention", {SIMD_DNNL(attention)}, ct_aux_attention, ct_ws_attention, ct_onednn_cache_free, 0, .onednn_bf16 = 1, .simd_bf16 = 1, .onednn_lowp_only = 1},
     [CT_OP_UNARY_BWD] = {"unary_bwd", {SIMD(unary_bwd)}, 0, 0, 0, .simd_bf16 = 1},
     [CT_OP_BROADCAST_TO] = {"broadcast_to", {SIMD(broadcast_to)}, 0, 0, 0},
     [CT_OP_SUM_TO] = {"sum_to", {SIMD(sum_to)}, 0, 0, 0, .simd_bf16 = 1},
@@ -52,7 +52,7 @@ static const ct_op_info k_ops[] = {
     [CT_OP_LOG_SOFTMAX_BWD] = {"log_softmax_bwd", {SIMD(log_softmax_bwd)}, 0, 0, 0, .simd_bf16 = 1},
     [CT_OP_CROSS_ENTROPY_BWD] = {"cross_entropy_bwd", {SIMD(cross_entropy_bwd)}, 0, 0, 0},
     [CT_OP_EMBEDDING_BWD] = {"embedding_bwd", {SIMD(embedding_bwd)}, 0, 0, 0, .simd_bf16 = 1},
-    [CT_OP_ATTENTION_BWD] = {"attention_bwd", {SIMD(attention_bwd)}, 0, ct_ws_attention, 0, .simd_bf16 = 1},
+    [CT_OP_ATTENTION_BWD] = {"attention_bwd", {SIMD_DNNL(attention_bwd)}, 0, ct_ws_attention, ct_onednn_cache_free, 0, .onednn_bf16 = 1, .simd_bf16 = 1, .onednn_lowp_only = 1},
     [CT_OP_BN_RELU] = {"batchnorm+relu", {SIMD(bn_relu)}, ct_aux_bn_relu, 0, 0, .simd_bf16 = 1},
     [CT_OP_RELU_MASK_BWD] = {"relu_mask_bwd", {SIMD(relu_mask_bwd)}, 0, 0, 0, 1u << 1, 0, .simd_bf16 = 1},
     [CT_OP_LINEAR_PRO] = {"linear_prologue", {SIMD_DNNL(linear_pro)}, ct_aux_linear_pro, ct_ws_gemm_pro, ct_onednn_cache_free},
@@ -70,7 +70,7 @@ static const ct_op_info k_ops[] = {
 _Static_assert(sizeof k_ops / sizeof k_ops[0] == CT_OP_COUNT, "k_ops needs one row per ct_op: add the new op's row");
 
 const ct_op_info *ct_op_table(ct_op op) {
-    static const ct_op_info bad = {"invalid", {0}, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const ct_op_info bad = {"invalid", {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     return (unsigned)op < CT_OP_COUNT ? &k_ops[op] : &bad;
 }
 

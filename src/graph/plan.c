@@ -142,8 +142,10 @@ static int bf16_native_ok(const ct_plan *p, int i) {
     const ct_op_info *info = ct_op_table(d->op);
     if (!info->onednn_bf16 || p->pn[i].slot != CT_KERNEL_ONEDNN) return 0;
     if (d->dtype != CT_BF16 && d->dtype != CT_F32) return 0;
-    for (int j = 0; j < d->n_in; j++)
-        if (!(info->state_inputs & (1u << j)) && p->g.nodes[d->in[j]].dtype != CT_BF16) return 0;
+    for (int j = 0; j < d->n_in; j++) { /* integer inputs (a key mask) are never converted */
+        ct_dtype dt = p->g.nodes[d->in[j]].dtype;
+        if (!(info->state_inputs & (1u << j)) && ct_dtype_is_float(dt) && dt != CT_BF16) return 0;
+    }
     return 1;
 }
 
@@ -186,6 +188,11 @@ static ct_status pass_select_kernels(ct_plan *p) {
         /* kernels without low-precision I/O get FP32 views and copies (see run_node) */
         int low;
         size_t cvt = cvt_bytes_of(g, d, &low);
+        /* a oneDNN kernel only for native BF16 I/O: the next kernel unless this node runs so */
+        if (info->onednn_lowp_only && p->pn[i].slot == CT_KERNEL_ONEDNN && !(low && bf16_native && bf16_native_ok(p, i)) &&
+            !pick_kernel(p, i, CT_KERNEL_ONEDNN))
+            return ct_set_error(p->ctx, CT_E_UNSUPPORTED, "compile: no kernel for op '%s' (node '%s')",
+                                ct_op_table(op)->name, g->nodes[i].name);
         p->pn[i].lowp_native =
             (uint8_t)(low && ((bf16_native && bf16_native_ok(p, i)) || (bf16_simd && bf16_simd_ok(p, i))));
         if (p->pn[i].lowp_native) { /* the kernel reads and writes BF16 itself */
@@ -633,6 +640,15 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     if (pn->lowp_io) /* FP32 views and copies of low-precision I/O (select_kernels sized them) */
         s = lowp_to_f32(p, d, &k, pn->cvt_spill ? (char *)p->cvt_spill : p->act_arena + pn->cvt_offset);
     if (s == CT_OK) s = pn->kernel(&k);
+    /* a oneDNN kernel only for native BF16 declined: the SIMD kernels read BF16 too */
+    if (s == CT_E_UNSUPPORTED && pn->lowp_native && pn->slot == CT_KERNEL_ONEDNN &&
+        ct_op_table(d->op)->onednn_lowp_only && ct_op_table(d->op)->simd_bf16) {
+        drop_caches(p, i);
+        if (pick_kernel(p, i, CT_KERNEL_ONEDNN) && pn->slot != CT_KERNEL_REF) {
+            ct_context_clear_error(p->ctx);
+            s = pn->kernel(&k);
+        }
+    }
     /* oneDNN has no BF16 primitive for a native node: FP32 copies, same kernel first */
     if (s == CT_E_UNSUPPORTED && pn->lowp_native) {
         s = lowp_fallback(p, i, &raw, &k);

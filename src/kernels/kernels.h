@@ -43,6 +43,10 @@ ct_status ct_k_linear_onednn(ct_kargs *k);
 ct_status ct_k_conv2d_onednn(ct_kargs *k);
 ct_status ct_k_conv2d_bwd_data_onednn(ct_kargs *k);
 ct_status ct_k_conv2d_bwd_weight_onednn(ct_kargs *k);
+/* Attention with BF16 I/O whose products run on oneDNN's BF16 matmul (AMX
+ * tiles or AVX512-BF16); any other I/O declines (the SIMD kernels run). */
+ct_status ct_k_attention_onednn(ct_kargs *k);
+ct_status ct_k_attention_bwd_onednn(ct_kargs *k);
 void ct_onednn_cache_free(void *cache);
 /* oneDNN's name of the implementation a node's cached primitive runs
  * ("brg:avx512_core_amx", "gemm:jit", "jit_bf16:avx512_core"), NULL before
@@ -146,10 +150,48 @@ static inline size_t ct_attention_ws_per_thread(int64_t T, int64_t Dh) {
     return (b + 63) / 64 * 64;
 }
 
-/* The SIMD attention kernels with BF16 I/O (simd/attention.c) also keep the
- * head's q, v, dy, y and the d_qkv parts as FP32 rows: 7 T x Dh more floats. */
-static inline size_t ct_attention_ws_per_thread_bf16(int64_t T, int64_t Dh) {
-    return ct_attention_ws_per_thread(T, Dh) + (size_t)(7 * T * Dh) * sizeof(float);
+/* The oneDNN attention with BF16 I/O (onednn/attention.c) works on row
+ * blocks of CT_ATT_ROWS queries: dense BF16 copies of the head's q, k, v, dy
+ * (4 T x Dh), one block's scores and dP in FP32 and P, dS in BF16
+ * (CT_ATT_ROWS x T each), the block's output rows (BF16), dV and dK
+ * accumulated in FP32 (2 T x Dh), the key bias and the block's row sums. */
+#define CT_ATT_ROWS 64
+enum { CT_ATT_Q, CT_ATT_K, CT_ATT_V, CT_ATT_DO, CT_ATT_S, CT_ATT_DP, CT_ATT_P16, CT_ATT_DS16, CT_ATT_OB,
+       CT_ATT_DV, CT_ATT_DK, CT_ATT_KB, CT_ATT_DI, CT_ATT_PARTS };
+/* Byte offsets of the parts in one thread's slice (off may be NULL); returns its size. */
+static inline size_t ct_attention_dnnl_layout(int64_t T, int64_t Dh, size_t *off) {
+    size_t rb = (size_t)(T < CT_ATT_ROWS ? T : CT_ATT_ROWS), t = (size_t)T, dh = (size_t)Dh;
+    const size_t parts[CT_ATT_PARTS] = {t * dh * 2, t * dh * 2, t * dh * 2, t * dh * 2, rb * t * 4, rb * t * 4,
+                                        rb * t * 2, rb * t * 2, rb * dh * 2, t * dh * 4, t * dh * 4, t * 4, rb * 4};
+    size_t b = 0;
+    for (int i = 0; i < CT_ATT_PARTS; i++) {
+        if (off) off[i] = b;
+        b += (parts[i] + 63) / 64 * 64;
+    }
+    return b;
 }
+static inline size_t ct_attention_ws_per_thread_dnnl(int64_t T, int64_t Dh) { return ct_attention_dnnl_layout(T, Dh, NULL); }
+
+/* The SIMD attention kernels with BF16 I/O (simd/attention.c) also keep the
+ * head's q, v, dy, y and the d_qkv parts as FP32 rows: 7 T x Dh more floats;
+ * BF16 plans size the scratch for either kernel. */
+static inline size_t ct_attention_ws_per_thread_bf16(int64_t T, int64_t Dh) {
+    size_t simd = ct_attention_ws_per_thread(T, Dh) + (size_t)(7 * T * Dh) * sizeof(float);
+    size_t dnnl = ct_attention_ws_per_thread_dnnl(T, Dh);
+    return simd > dnnl ? simd : dnnl;
+}
+
+/* Row helpers of the oneDNN BF16 attention, per ISA (simd/attention.c). */
+#define CT_DECL_ATT_ROWS(isa)                                                                                     \
+    void ct_k_att_softmax_rows_##isa(float *s, uint16_t *p16, int64_t ld, int64_t m, int64_t i0, int causal,    \
+                                     const float *kb, float *lse);                                              \
+    void ct_k_att_prob_rows_##isa(float *s, uint16_t *p16, int64_t ld, int64_t m, int64_t i0, int causal,       \
+                                  const float *kb, const float *lse);                                           \
+    void ct_k_att_dscore_rows_##isa(const float *p, const float *dp, uint16_t *ds16, int64_t ld, int64_t m,     \
+                                    int64_t i0, int causal, const float *di);                                   \
+    void ct_k_att_rowdot_bf16_##isa(const uint16_t *x, int64_t ldx, const uint16_t *y, int64_t ldy,             \
+                                    int64_t rows, int64_t len, float *out);
+CT_DECL_ATT_ROWS(avx2)
+CT_DECL_ATT_ROWS(avx512)
 
 #endif

@@ -220,6 +220,7 @@ const char *ct_onednn_cache_impl(const void *cache) {
 void ct_onednn_cache_free(void *cache) {
     ct_dnnl *c = cache;
     if (!c) return;
+    if (c->ext_free) c->ext_free(c);
     for (int i = 0; i < c->nsteps; i++)
         if (c->steps[i].prim) dnnl_primitive_destroy(c->steps[i].prim);
     for (int i = 0; i < c->nmems; i++) dnnl_memory_destroy(c->mems[i]);

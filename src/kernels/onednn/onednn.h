@@ -64,6 +64,8 @@ typedef struct ct_dnnl {
     char what[320];                        /* "op 'node' shapes" for error messages */
     char impl[96];                         /* the main primitive's implementation, as oneDNN
                                               names it (impl_info_str): "brg:avx512_core_amx" */
+    void (*ext_free)(struct ct_dnnl *c);   /* a kernel's own state around this struct (attention.c),
+                                              released first by ct_onednn_cache_free */
 } ct_dnnl;
 
 /* Builds the primitives of a node into c. c->what holds "op 'node'" on

@@ -14,7 +14,9 @@
  * BF16. A task then converts its head's q, k, v (and dy, y) into FP32 rows
  * in its workspace slice (ct_attention_ws_per_thread_bf16), computes as for
  * FP32 and rounds its output rows to BF16: the products and the softmax run
- * in FP32 (not BF16 matrix units) and no T x T tensor is stored. */
+ * in FP32 and no T x T tensor is stored. Where oneDNN runs BF16 in hardware
+ * (AMX, AVX512-BF16), BF16 plans run onednn/attention.c instead: its
+ * products on BF16 matmuls, its rows through the helpers at the end. */
 #include <math.h>
 #include <omp.h>
 
@@ -335,4 +337,70 @@ ct_status CT_FN(attention_bwd)(ct_kargs *k) {
         rows_out(&k->out, &a, b, 2 * D + h * Dh, D3, dvb);
     }
     return CT_OK;
+}
+
+/* ---- row helpers of the oneDNN BF16 attention (onednn/attention.c) --------------------------
+ * Rows [i0, i0 + m) of a row block whose scores s are FP32 (m, ld): row r
+ * sees keys [0, nvis), nvis = i0 + r + 1 when causal (at most ld), else ld. */
+
+static int64_t visible(int64_t i0, int64_t r, int64_t ld, int causal) {
+    return causal ? CT_MIN(i0 + r + 1, ld) : ld;
+}
+
+/* scores -> probabilities (FP32 in place, zeros past the visible keys) and
+ * their BF16 copy p16 (m, ld); lse[r] the row's log-sum-exp */
+void CT_FN(att_softmax_rows)(float *s, uint16_t *p16, int64_t ld, int64_t m, int64_t i0, int causal, const float *kb,
+                             float *lse) {
+    for (int64_t r = 0; r < m; r++) {
+        lse[r] = softmax_row(s + r * ld, kb, visible(i0, r, ld, causal), ld);
+        CT_CVT(f32_to_bf16)(s + r * ld, p16 + r * ld, (size_t)ld);
+    }
+}
+
+/* the backward's recompute: P = exp(s + kb - lse) (FP32 in place, zeros
+ * past the visible keys and in rows whose keys are all masked) and p16 */
+void CT_FN(att_prob_rows)(float *s, uint16_t *p16, int64_t ld, int64_t m, int64_t i0, int causal, const float *kb,
+                          const float *lse) {
+    for (int64_t r = 0; r < m; r++) {
+        float *pr = s + r * ld, l = lse[r];
+        int64_t n = l == -INFINITY ? 0 : visible(i0, r, ld, causal), j = 0;
+        vf vl = vset1(l);
+        for (; j + VW <= n; j += VW) vstore(pr + j, exp_masked(vadd(vload(pr + j), vload(kb + j)), vl));
+        if (j < n) {
+            int t = (int)(n - j);
+            vtail_store(pr + j, exp_masked(vadd(vtail_load(pr + j, t), vtail_load(kb + j, t)), vl), t);
+        }
+        zero_from(pr, n, ld);
+        CT_CVT(f32_to_bf16)(pr, p16 + r * ld, (size_t)ld);
+    }
+}
+
+/* dS = P (dP - di[r]) rounded to BF16 (m, ld), zeros past the visible keys */
+void CT_FN(att_dscore_rows)(const float *p, const float *dp, uint16_t *ds16, int64_t ld, int64_t m, int64_t i0,
+                            int causal, const float *di) {
+    for (int64_t r = 0; r < m; r++) {
+        const float *pr = p + r * ld, *dr = dp + r * ld;
+        uint16_t *o = ds16 + r * ld;
+        int64_t n = visible(i0, r, ld, causal), j = 0;
+        vf vd = vset1(di[r]);
+        for (; j + VW <= n; j += VW) vstore_bf16(o + j, vmul(vload(pr + j), vsub(vload(dr + j), vd)));
+        if (j < n) {
+            int t = (int)(n - j);
+            vtail_store_bf16(o + j, vmul(vtail_load(pr + j, t), vsub(vtail_load(dr + j, t), vd)), t);
+        }
+        if (n < ld) memset(o + n, 0, (size_t)(ld - n) * sizeof *o);
+    }
+}
+
+/* out[r] = sum_d x[r][d] y[r][d] over BF16 rows (len elements, row strides ldx, ldy) */
+void CT_FN(att_rowdot_bf16)(const uint16_t *x, int64_t ldx, const uint16_t *y, int64_t ldy, int64_t rows, int64_t len,
+                            float *out) {
+    for (int64_t r = 0; r < rows; r++) {
+        const uint16_t *a = x + r * ldx, *b = y + r * ldy;
+        vf s = vzero();
+        int64_t j = 0;
+        for (; j + VW <= len; j += VW) s = vfma(vload_bf16(a + j), vload_bf16(b + j), s);
+        if (j < len) s = vfma(vtail_load_bf16(a + j, (int)(len - j)), vtail_load_bf16(b + j, (int)(len - j)), s);
+        out[r] = vhsum(s);
+    }
 }
