@@ -928,7 +928,10 @@ TEST(arena_targets) {
             printf("    %s at fusion level 1: fp32 %.2f MiB, bf16 %.2f MiB (%.0f%%)\n",
                    gpt ? "gpt-char-small 8x256" : "cnn b128", a1 / 1048576.0, b1 / 1048576.0, 100.0 * b1 / a1);
             if (avx512 && !gpt) CHECK((double)b1 <= 0.55 * (double)a1);
-            if (ct_context_isa(ctx) >= CT_ISA_AVX2 && gpt) CHECK(b1 < act[2]);
+            /* level 0 frees the FP32 layernorm outputs once their BF16 casts exist (a backward
+               reading only a node's saved state does not keep its output), level 1 never makes
+               them (cast_fold): the same live values, placed within 2% of each other */
+            if (ct_context_isa(ctx) >= CT_ISA_AVX2 && gpt) CHECK(b1 <= act[2] + act[2] / 50);
         }
     }
     ct_context_free(ctx);

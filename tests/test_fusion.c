@@ -312,7 +312,7 @@ TEST(residual_add_relu_equals_unfused) {
  * and the weight gradient reads that (matmul_aux) instead of recomputing;
  * loss and every gradient bit for bit as level 0, with reference kernels,
  * fast ones, and SIMD ones without oneDNN. (What it saves in a real model: the gpt-char-small
- * case of level2_cuts_activation_memory_by_a_quarter.) */
+ * case of level2_cuts_activation_memory.) */
 TEST(gelu_backward_keeps_the_activation_for_the_weight_gradient) {
     static const char *const k_ctx[3] = {"reference", "fast", "SIMD without oneDNN"};
     for (int isa = 0; isa < 3; isa++) {
@@ -368,11 +368,17 @@ TEST(gelu_backward_keeps_the_activation_for_the_weight_gradient) {
     }
 }
 
-TEST(level2_cuts_activation_memory_by_a_quarter) {
+/* gpt-char-small: the GELU / layernorm prologues and the kept GELU derivative
+ * drop whole activations (-31%). The CNN: batchnorm+relu keeps mask bits
+ * instead of the relu output (-9%); its batchnorm outputs, read by the
+ * backward only for their statistics, are freed in forward at every level
+ * (the planner), which is where most of its level-2 saving came from before. */
+TEST(level2_cuts_activation_memory) {
     static const struct {
         const char *model;
         int64_t batch;
-    } k[] = {{"cnn", 128}, {"gpt-char-small", 8}};
+        double most; /* level 2 / level 0 at most */
+    } k[] = {{"cnn", 128, 0.92}, {"gpt-char-small", 8, 0.75}};
     for (int m = 0; m < 2; m++) {
         ct_context *ctx = test_ctx(-1, 1);
         ct_plan_stats st[3];
@@ -389,8 +395,8 @@ TEST(level2_cuts_activation_memory_by_a_quarter) {
                "workspace %.1f%%)\n",
                k[m].model, (long long)k[m].batch, a0 / 1048576.0, st[1].activation_bytes / 1048576.0, a2 / 1048576.0,
                100.0 * (a2 - a0) / a0, 100.0 * (t2 - t0) / t0);
-        CHECK(a2 <= 0.75 * a0);
-        CHECK(t2 <= 0.75 * t0);
+        CHECK(a2 <= k[m].most * a0);
+        CHECK(t2 <= k[m].most * t0);
         ct_context_free(ctx);
     }
 }
@@ -458,5 +464,5 @@ TEST(summary_dot_and_registry) {
 
 TEST_MAIN(T(seeds_json_rule_fuses_conv_bias), T(bad_rules_are_named), T(levels_give_equal_results),
           T(residual_add_relu_equals_unfused), T(bf16_cast_fold_equals_unfused), T(gelu_backward_keeps_the_activation_for_the_weight_gradient),
-          T(level2_cuts_activation_memory_by_a_quarter), T(memory_opt_off_gives_every_value_its_buffer),
+          T(level2_cuts_activation_memory), T(memory_opt_off_gives_every_value_its_buffer),
           T(summary_dot_and_registry))

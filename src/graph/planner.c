@@ -91,12 +91,14 @@ ct_status ct_pass_plan_memory(ct_plan *p) {
         ct_node r = pn[i].root;
         if (pn[i].live && pn[r].last_use < pn[i].last_use) pn[r].last_use = pn[i].last_use;
     }
-    /* Fused nodes (fusion.c): their output lives to its last reader of the
-     * data; readers of the saved state only (ct_op_info.state_inputs) keep
-     * just the aux, so e.g. batchnorm+relu's output is freed in forward
-     * while its mask bits wait for backward. */
+    /* A node's output lives to its last reader of the data; readers of the
+     * saved state only (ct_op_info.state_inputs: a backward naming its
+     * forward node) keep just the aux or nothing, so e.g. batchnorm+relu's
+     * output is freed in forward while its mask bits wait for backward, and
+     * an autocast plan's FP32 layernorm output dies once its BF16 cast is
+     * made, not when layernorm_bwd reads the statistics. */
     int *data_end = NULL;
-    if (p->fused_group && p->n_groups) {
+    if (p->memory_opt) {
         data_end = malloc(sizeof(int) * (size_t)n);
         if (!data_end) return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory planning activations");
         for (int i = 0; i < n; i++) data_end[i] = i;
@@ -186,7 +188,7 @@ ct_status ct_pass_plan_memory(ct_plan *p) {
         }
         int end = keep_all ? n : pn[i].last_use;
         if (pn[i].arena == CT_ARENA_NONE) {
-            int dend = !keep_all && data_end && p->fused_group[i] >= 0 && pn[i].aux_bytes ? data_end[i] : end;
+            int dend = !keep_all && data_end ? data_end[i] : end;
             pn[i].arena = CT_ARENA_ACT;
             int ib = keep_all ? -1 : inplace_block(p, blocks, nb, i);
             if (ib >= 0) { /* in place: in[0]'s buffer lives on as i's output */
