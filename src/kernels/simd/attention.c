@@ -265,6 +265,20 @@ ct_status CT_FN(attention)(ct_kargs *k) {
     return CT_OK;
 }
 
+/* P = exp(s + kb - l) over the n visible keys of a score row (in place),
+ * zeros past them and in a row whose keys are all masked (l = -inf) */
+static void prob_row(float *pr, const float *kb, float l, int64_t n, int64_t ld) {
+    if (l == -INFINITY) n = 0;
+    int64_t j = 0;
+    vf vl = vset1(l);
+    for (; j + VW <= n; j += VW) vstore(pr + j, exp_masked(vadd(vload(pr + j), vload(kb + j)), vl));
+    if (j < n) {
+        int r = (int)(n - j);
+        vtail_store(pr + j, exp_masked(vadd(vtail_load(pr + j, r), vtail_load(kb + j, r)), vl), r);
+    }
+    zero_from(pr, n, ld);
+}
+
 static float dot_row(const float *x, const float *y, int64_t n) {
     vf s = vzero();
     int64_t j = 0;
@@ -301,18 +315,7 @@ ct_status CT_FN(attention_bwd)(ct_kargs *k) {
         key_bias(&a, b, kb);
         /* P = exp(scale q k^T + mask - lse), zero where masked */
         gemm(T, T, Dh, q, ldq, 1, kt, T, p, T, a.scale, a.causal ? CM_N_UPTO : CM_NONE);
-        for (int64_t i = 0; i < T; i++) {
-            float *pr = p + i * T, l = lse[bh * T + i];
-            int64_t n = a.causal ? i + 1 : T, j = 0;
-            if (l == -INFINITY) n = 0;
-            vf vl = vset1(l);
-            for (; j + VW <= n; j += VW) vstore(pr + j, exp_masked(vadd(vload(pr + j), vload(kb + j)), vl));
-            if (j < n) {
-                int r = (int)(n - j);
-                vtail_store(pr + j, exp_masked(vadd(vtail_load(pr + j, r), vtail_load(kb + j, r)), vl), r);
-            }
-            zero_from(pr, n, T);
-        }
+        for (int64_t i = 0; i < T; i++) prob_row(p + i * T, kb, lse[bh * T + i], a.causal ? i + 1 : T, T);
         /* dV = P^T dO */
         gemm(T, Dh, T, p, 1, T, g, ldg, dv, lv, 1.0f, a.causal ? CM_K_FROM : CM_NONE);
         /* dP = dO V^T, then dS = P (dP - rowsum(dO * O)) in place */
@@ -362,16 +365,8 @@ void CT_FN(att_softmax_rows)(float *s, uint16_t *p16, int64_t ld, int64_t m, int
 void CT_FN(att_prob_rows)(float *s, uint16_t *p16, int64_t ld, int64_t m, int64_t i0, int causal, const float *kb,
                           const float *lse) {
     for (int64_t r = 0; r < m; r++) {
-        float *pr = s + r * ld, l = lse[r];
-        int64_t n = l == -INFINITY ? 0 : visible(i0, r, ld, causal), j = 0;
-        vf vl = vset1(l);
-        for (; j + VW <= n; j += VW) vstore(pr + j, exp_masked(vadd(vload(pr + j), vload(kb + j)), vl));
-        if (j < n) {
-            int t = (int)(n - j);
-            vtail_store(pr + j, exp_masked(vadd(vtail_load(pr + j, t), vtail_load(kb + j, t)), vl), t);
-        }
-        zero_from(pr, n, ld);
-        CT_CVT(f32_to_bf16)(pr, p16 + r * ld, (size_t)ld);
+        prob_row(s + r * ld, kb, lse[r], visible(i0, r, ld, causal), ld);
+        CT_CVT(f32_to_bf16)(s + r * ld, p16 + r * ld, (size_t)ld);
     }
 }
 
