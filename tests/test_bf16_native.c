@@ -87,7 +87,12 @@ static void on_node(void *user, const ct_node_event *ev) {
     if (!is_gemm_op(ev->op)) return;
     l->n_gemm++;
     if (ev->backward && ev->dtype == CT_F32) l->n_f32_grads++;
-    if (strcmp(ev->kernel_desc, l->want) && !l->n_bad++)
+    /* attention has SIMD kernels that read BF16: where oneDNN does not run
+     * it in BF16 they do, not FP32 copies (e.g. "avx2 bf16") */
+    size_t nd = strlen(ev->kernel_desc);
+    int simd_bf16 = !strncmp(ev->op, "attention", 9) && strcmp(l->want, "onednn bf16") && nd > 5 &&
+                    !strcmp(ev->kernel_desc + nd - 5, " bf16") && !strncmp(ev->kernel_desc, "avx", 3);
+    if (!simd_bf16 && strcmp(ev->kernel_desc, l->want) && !l->n_bad++)
         snprintf(l->bad, sizeof l->bad, "%s '%s' ran as '%s', not '%s'", ev->op, ev->name, ev->kernel_desc, l->want);
 }
 
@@ -579,12 +584,18 @@ TEST(cnn_activation_arena) {
     printf("    cnn b128 activation arena: fp32 %.2f MB, bf16 with FP32 copies %.2f MB (largest copy %.2f MB), "
            "bf16 native %.2f MB (largest copy %.2f MB, %d native nodes)\n",
            act[0] / 1e6, act[1] / 1e6, cast[1] / 1e6, act[2] / 1e6, cast[2] / 1e6, nat[2]);
-    CHECK(act[1] < act[0]);
+    /* FP32 copies of conv/GEMM I/O can make BF16 cost more than FP32 (the
+     * planner frees FP32's saved outputs early too), but never more than
+     * the copies themselves */
+    CHECK(act[1] <= act[0] + cast[1]);
     if (mode == MODE_COPIES) { /* no oneDNN BF16 node; the SIMD kernels may still read BF16 (n_lowp_simd) */
         CHECK(nat[2] == 0 && act[2] <= act[1]);
     } else {
         CHECK(nat[2] > 0);
         CHECK(act[2] <= act[1]);
+        CHECK(cast[2] == 0);
+        CHECK_MSG(act[2] <= 0.55 * act[0], "native BF16 arena %.1f%% of FP32's (issue 12: <= 55%%)",
+                  100.0 * act[2] / act[0]);
     }
     ct_context_free(ctx);
 }

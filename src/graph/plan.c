@@ -1028,7 +1028,9 @@ void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *o) {
     o->n_fused = p->n_groups;
     o->weight_copy_bytes = p->wcast_bytes;
     for (int i = 0; p->pn && i < p->g.n; i++) {
-        if (ct_op_table(p->g.nodes[i].op)->onednn_bf16) o->n_lowp_native += p->pn[i].lowp_native;
+        /* native: oneDNN runs the node in BF16; attention's SIMD kernels read BF16 too (simd) */
+        if (ct_op_table(p->g.nodes[i].op)->onednn_bf16 && p->pn[i].slot == CT_KERNEL_ONEDNN)
+            o->n_lowp_native += p->pn[i].lowp_native;
         else o->n_lowp_simd += p->pn[i].lowp_native;
         o->n_lowp_copied += p->pn[i].lowp_io;
         if (i >= p->n_fwd && p->pn[i].slot >= 0 && p->pn[i].slot < CT_KERNEL_SLOTS) o->n_backward_by_kernel[p->pn[i].slot]++;
