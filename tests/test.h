@@ -65,6 +65,8 @@ int ct_test_main(const char *suite, const ct_test_case *cases, int n, int argc, 
 ct_context *test_ctx(int isa, int use_onednn); /* isa -1: best */
 /* max over i of |a-b| / max(|b|, floor) */
 double test_max_rel(const float *a, const float *b, size_t n, double floor);
+/* max|a - b| / max|b| (|a - b| where b is all zero; NaN: infinity) */
+double test_rel_to_max(const float *a, const float *b, size_t n);
 void test_fill_uniform(float *x, size_t n, unsigned seed, float lo, float hi);
 
 /* A plan whose params have the given shapes (every param gets a gradient):

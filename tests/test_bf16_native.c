@@ -137,17 +137,6 @@ static double worst_ulps(const uint16_t *a, const uint16_t *b, size_t n) {
     return worst;
 }
 
-/* max|a-b| / max|b| */
-static double rel_to_max(const float *a, const float *b, size_t n) {
-    double md = 0, mb = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        md = d > md || d != d ? (d != d ? INFINITY : d) : md;
-        mb = fmax(mb, fabs((double)b[i]));
-    }
-    return mb > 0 ? md / mb : md;
-}
-
 /* Returns the number of failures; prints them under `label`. */
 static int compare(builder fn, const void *cfg, const char *label) {
     int fails = 0;
@@ -227,7 +216,7 @@ static int compare(builder fn, const void *cfg, const char *label) {
     if (mode == MODE_NATIVE && b.out_rel > 0) {
         float *f0 = malloc(ny * sizeof *f0), *f1 = malloc(ny * sizeof *f1);
         for (size_t i = 0; f0 && f1 && i < ny; i++) f0[i] = bf(((uint16_t *)y0.data)[i]), f1[i] = bf(((uint16_t *)y1.data)[i]);
-        e = f0 && f1 ? rel_to_max(f0, f1, ny) : INFINITY;
+        e = f0 && f1 ? test_rel_to_max(f0, f1, ny) : INFINITY;
         free(f0);
         free(f1);
         if (!(e <= b.out_rel)) {
@@ -253,7 +242,7 @@ static int compare(builder fn, const void *cfg, const char *label) {
         ct_tensor g0, g1;
         ct_plan_param_info(pn, i, &name, NULL, &g0);
         ct_plan_param_info(pc, i, NULL, NULL, &g1);
-        e = rel_to_max(g0.data, g1.data, (size_t)ct_tensor_numel(&g0));
+        e = test_rel_to_max(g0.data, g1.data, (size_t)ct_tensor_numel(&g0));
         if (!(e <= (mode == MODE_NATIVE ? 1e-2 : 0.0))) {
             fprintf(stderr, "    %s: gradient of '%s' off by %.3g of its largest\n", label, name, e);
             fails++;

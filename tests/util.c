@@ -52,6 +52,16 @@ double test_max_rel(const float *a, const float *b, size_t n, double floor) {
     return m;
 }
 
+double test_rel_to_max(const float *a, const float *b, size_t n) {
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        md = d > md || d != d ? (d != d ? INFINITY : d) : md;
+        mb = fmax(mb, fabs((double)b[i]));
+    }
+    return mb > 0 ? md / mb : md;
+}
+
 void test_fill_uniform(float *x, size_t n, unsigned seed, float lo, float hi) {
     for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * ct_rand_uniform(seed, 77, i);
 }

@@ -261,6 +261,19 @@ static void key_bias(const att_cache *c, const int32_t *kv, int64_t b, float *kb
     for (int64_t j = 0; j < c->T; j++) kb[j] = kv && !kv[b * c->T + j] ? -INFINITY : 0.0f;
 }
 
+/* Task (b, h) on thread t: its workspace, with dense copies of the head's
+ * q, k, v and the key bias of batch b's mask. */
+static char *task_start(const att_cache *c, const ct_kargs *k, int t, const ct_tensor *qkv, const int32_t *kv,
+                        int64_t bh) {
+    int64_t b = bh / c->H, h = bh % c->H, D = c->D, Dh = c->Dh;
+    char *w = (char *)k->ws + (size_t)t * c->per_thread;
+    gather(c, qkv, b, h * Dh, 3 * D, w + c->off[CT_ATT_Q]);
+    gather(c, qkv, b, D + h * Dh, 3 * D, w + c->off[CT_ATT_K]);
+    gather(c, qkv, b, 2 * D + h * Dh, 3 * D, w + c->off[CT_ATT_V]);
+    key_bias(c, kv, b, (float *)(w + c->off[CT_ATT_KB]));
+    return w;
+}
+
 /* The node's cache (created on the first call with oneDNN planning for one
  * thread) bound to this call's workspace and a scratchpad per thread. */
 static ct_status prepare(ct_kargs *k, const ct_tensor *qkv, att_cache **out) {
@@ -316,20 +329,16 @@ ct_status ct_k_attention_onednn(ct_kargs *k) {
     CT_TRY(prepare(k, qkv, &c));
     const row_fns f = pick_rows(k->ctx);
     const int32_t *kv = k->node->n_in > 1 ? k->in[1].data : NULL;
-    const int64_t D = c->D, D3 = 3 * D, Dh = c->Dh;
+    const int64_t D = c->D, Dh = c->Dh;
     float *lse = k->aux;
     dnnl_status_t err = dnnl_success;
 #pragma omp parallel for num_threads(c->nt) schedule(dynamic, 1) if (c->nt > 1)
     for (int64_t bh = 0; bh < c->B * c->H; bh++) {
         int t = omp_get_thread_num();
         int64_t b = bh / c->H, h = bh % c->H;
-        char *w = (char *)k->ws + (size_t)t * c->per_thread;
+        char *w = task_start(c, k, t, qkv, kv, bh);
         float *s = (float *)(w + c->off[CT_ATT_S]), *kb = (float *)(w + c->off[CT_ATT_KB]);
         uint16_t *p16 = (uint16_t *)(w + c->off[CT_ATT_P16]);
-        gather(c, qkv, b, h * Dh, D3, w + c->off[CT_ATT_Q]);
-        gather(c, qkv, b, D + h * Dh, D3, w + c->off[CT_ATT_K]);
-        gather(c, qkv, b, 2 * D + h * Dh, D3, w + c->off[CT_ATT_V]);
-        key_bias(c, kv, b, kb);
         for (int blk = 0; blk < c->nb; blk++) {
             int64_t i0 = (int64_t)blk * c->rb, m = block_rows(c, blk), n = block_keys(c, blk);
             dnnl_status_t st = product(c, t, K_QK, blk);
@@ -362,15 +371,11 @@ ct_status ct_k_attention_bwd_onednn(ct_kargs *k) {
     for (int64_t bh = 0; bh < c->B * c->H; bh++) {
         int t = omp_get_thread_num();
         int64_t b = bh / c->H, h = bh % c->H;
-        char *w = (char *)k->ws + (size_t)t * c->per_thread;
+        char *w = task_start(c, k, t, qkv, kv, bh);
         float *s = (float *)(w + c->off[CT_ATT_S]), *dp = (float *)(w + c->off[CT_ATT_DP]);
         float *kb = (float *)(w + c->off[CT_ATT_KB]), *di = (float *)(w + c->off[CT_ATT_DI]);
         uint16_t *p16 = (uint16_t *)(w + c->off[CT_ATT_P16]), *ds16 = (uint16_t *)(w + c->off[CT_ATT_DS16]);
-        gather(c, qkv, b, h * Dh, D3, w + c->off[CT_ATT_Q]);
-        gather(c, qkv, b, D + h * Dh, D3, w + c->off[CT_ATT_K]);
-        gather(c, qkv, b, 2 * D + h * Dh, D3, w + c->off[CT_ATT_V]);
         gather(c, dy, b, h * Dh, D, w + c->off[CT_ATT_DO]);
-        key_bias(c, kv, b, kb);
         int failed = 0;
         for (int blk = c->nb - 1; blk >= 0; blk--) { /* last first: it writes dV, dK; the others add */
             int64_t i0 = (int64_t)blk * c->rb, m = block_rows(c, blk), n = block_keys(c, blk);
