@@ -381,6 +381,38 @@ TEST(batchnorm) {
     free(raux);
 }
 
+/* batchnorm+relu's BF16 relu and mask bits: the SIMD packers against the
+ * scalar one on every BF16 bit pattern (NaNs, -0, infinities, subnormals),
+ * a length with a tail, single- and multi-threaded */
+TEST(relu_pack_bf16_all_patterns) {
+    setup();
+    const int64_t n = 65536 * 2 + 13;
+    uint16_t *y0 = malloc((size_t)n * 2), *y1 = malloc((size_t)n * 2);
+    uint8_t *b0 = malloc((size_t)(n + 7) / 8), *b1 = malloc((size_t)(n + 7) / 8);
+    for (int isa = 0; isa < 2; isa++) {
+        if (isa == 1 && ct_context_isa(g_ctx) < CT_ISA_AVX512) break;
+        if (ct_context_isa(g_ctx) < CT_ISA_AVX2) break;
+        for (int nth = 1; nth <= 2; nth++) {
+            for (int64_t i = 0; i < n; i++) y0[i] = y1[i] = (uint16_t)(i * 40503u + (uint64_t)i / 65536);
+            memset(b0, 0xa5, (size_t)(n + 7) / 8);
+            memset(b1, 0x5a, (size_t)(n + 7) / 8);
+            ct_fused_relu_pack_bf16(y0, b0, n, 1);
+            (isa ? ct_k_relu_pack_bf16_avx512 : ct_k_relu_pack_bf16_avx2)(y1, b1, n, nth);
+            int64_t bad = -1;
+            for (int64_t i = 0; i < n && bad < 0; i++)
+                if (y0[i] != y1[i] || ((b0[i / 8] >> (i % 8)) & 1) != ((b1[i / 8] >> (i % 8)) & 1)) bad = i;
+            CHECK_MSG(bad < 0, "%s, %d threads: element %lld: 0x%04x bit %d, scalar 0x%04x bit %d",
+                      isa ? "avx512" : "avx2", nth, (long long)bad, bad < 0 ? 0 : y1[bad],
+                      bad < 0 ? 0 : (b1[bad / 8] >> (bad % 8)) & 1, bad < 0 ? 0 : y0[bad],
+                      bad < 0 ? 0 : (b0[bad / 8] >> (bad % 8)) & 1);
+        }
+    }
+    free(y0);
+    free(y1);
+    free(b0);
+    free(b1);
+}
+
 TEST(layernorm) {
     setup();
     const int64_t R = 67, D = 200;
@@ -928,5 +960,5 @@ TEST(arena_targets) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(eltwise), T(batchnorm), T(layernorm), T(pooling), T(reductions), T(softmax), T(embedding), T(attention), T(attention_onednn_bf16), T(plans_match_copies), T(kernel_impl_names),
+TEST_MAIN(T(eltwise), T(batchnorm), T(relu_pack_bf16_all_patterns), T(layernorm), T(pooling), T(reductions), T(softmax), T(embedding), T(attention), T(attention_onednn_bf16), T(plans_match_copies), T(kernel_impl_names),
           T(arena_targets))

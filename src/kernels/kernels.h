@@ -69,6 +69,9 @@ ct_status ct_k_gemm_relu_ref(ct_kargs *k);
 ct_status ct_k_gemm_relu_onednn(ct_kargs *k);
 void ct_fused_relu_pack_ref(float *y, uint8_t *bits, int64_t n, int nth);
 void ct_fused_relu_pack_bf16(uint16_t *y, uint8_t *bits, int64_t n, int nth);
+/* the same 16 values at a time (simd/fused.c), bit for bit */
+void ct_k_relu_pack_bf16_avx2(uint16_t *y, uint8_t *bits, int64_t n, int nth);
+void ct_k_relu_pack_bf16_avx512(uint16_t *y, uint8_t *bits, int64_t n, int nth);
 /* batchnorm with `bn`, then relu in place and the mask bits; relu_pack_bf16
  * (NULL: none) handles BF16 I/O, else only FP32 is taken */
 ct_status ct_fused_bn_relu(ct_kargs *k, ct_kernel_fn bn, void (*relu_pack)(float *, uint8_t *, int64_t, int),

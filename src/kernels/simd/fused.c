@@ -24,8 +24,33 @@ static void relu_pack(float *y, uint8_t *bits, int64_t n, int nth) {
     if (nb * 16 < n) ct_fused_relu_pack_ref(y + nb * 16, bits + 2 * nb, n - nb * 16, 1);
 }
 
+/* The same on BF16 values, 16 per step in 16-bit integer lanes, exactly
+ * ct_fused_relu_pack_bf16 (which does the tail): a NaN stays (quieted),
+ * negatives and -0 become +0; bit = output > 0 (+inf included, NaN not). */
+void CT_FN(relu_pack_bf16)(uint16_t *y, uint8_t *bits, int64_t n, int nth) {
+    int64_t nb = n / 16;
+    nth = n >= 65536 ? nth : 1;
+    const __m256i abs_mask = _mm256_set1_epi16(0x7fff), inf = _mm256_set1_epi16(0x7f80);
+    const __m256i quiet = _mm256_set1_epi16(0x40), zero = _mm256_setzero_si256();
+#pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i u = _mm256_loadu_si256((const __m256i *)(y + 16 * b));
+        __m256i nan = _mm256_cmpgt_epi16(_mm256_and_si256(u, abs_mask), inf); /* signed: both in [0, 0x7fff] */
+        __m256i neg = _mm256_cmpgt_epi16(zero, u);
+        __m256i r = _mm256_andnot_si256(_mm256_andnot_si256(nan, neg), u); /* negatives -> +0 */
+        r = _mm256_or_si256(r, _mm256_and_si256(nan, quiet));
+        _mm256_storeu_si256((__m256i *)(y + 16 * b), r);
+        __m256i pos = _mm256_andnot_si256(nan, _mm256_cmpgt_epi16(r, zero));
+        __m128i p8 = _mm_packs_epi16(_mm256_castsi256_si128(pos), _mm256_extracti128_si256(pos, 1));
+        unsigned m = (unsigned)_mm_movemask_epi8(p8);
+        bits[2 * b] = (uint8_t)m;
+        bits[2 * b + 1] = (uint8_t)(m >> 8);
+    }
+    if (nb * 16 < n) ct_fused_relu_pack_bf16(y + nb * 16, bits + 2 * nb, n - nb * 16, 1);
+}
+
 ct_status CT_FN(bn_relu)(ct_kargs *k) {
-    return ct_fused_bn_relu(k, CT_FN(batchnorm), relu_pack, ct_fused_relu_pack_bf16);
+    return ct_fused_bn_relu(k, CT_FN(batchnorm), relu_pack, CT_FN(relu_pack_bf16));
 }
 
 /* in: a, r: r + dropout(a), exactly the dropout kernels' mask (ct_dropout_keep4) */
