@@ -44,9 +44,32 @@ static inline void half_sq(vf x, vf *hh, vf *ll) {
     *hh = vmul(h, vset1(0.5f));
 }
 
-/* Phi(x) = P(N(0,1) <= x) = erfc(-x/sqrt2)/2, relative error < 6e-7 for all x */
-static inline vf normcdf(vf x, vf hh, vf ll) {
-    vf h = vmul(verfc_sq(vmul(vabs(x), vset1(K_SQRT1_2)), hh, ll), vset1(0.5f));
+/* e^(-x^2/2) from the exact pair hh + ll = x^2/2: e^-hh (1 - ll); 0 where it underflows */
+static inline vf gauss_e(vf hh, vf ll) {
+    vf e = vexp(vneg(hh));
+    e = vfma(e, vneg(ll), e);
+    return vselect_gt(vset1(87.3f), hh, e, vzero());
+}
+
+/* Phi(x) = P(N(0,1) <= x), given e = e^(-x^2/2). Its lower tail Phi(-|x|) =
+ * erfc(z)/2, z = |x|/sqrt2, is t Q(t) e with t = 1/(1 + z/2) and Q a
+ * degree-8 polynomial: a relative-error fit of erfc(z) e^(z^2) / (2t) for z
+ * in [0, 9.6] (4e-8; 1.6e-7 evaluated in float). e is the Gaussian's own
+ * factor (gelu's derivative reuses it for the pdf), so the tail stays
+ * relatively accurate with one exp and no error-carrying exponent sum
+ * (2x faster than erfc's exp(-z^2 + P(t)) here). Relative error < 5e-7. */
+static inline vf normcdf(vf x, vf e) {
+    vf t = vdiv(vset1(1.0f), vfma(vabs(x), vset1(K_SQRT1_2 * 0.5f), vset1(1.0f)));
+    vf p = vset1(-2.946603127e-02f);
+    p = vfma(p, t, vset1(1.419522045e-01f));
+    p = vfma(p, t, vset1(-2.429026250e-01f));
+    p = vfma(p, t, vset1(1.382317624e-01f));
+    p = vfma(p, t, vset1(-1.275726595e-02f));
+    p = vfma(p, t, vset1(1.011067970e-01f));
+    p = vfma(p, t, vset1(1.216121512e-01f));
+    p = vfma(p, t, vset1(1.411792954e-01f));
+    p = vfma(p, t, vset1(1.410436905e-01f));
+    vf h = vmul(vmul(t, p), e);
     return vselect_gt(vzero(), x, h, vsub(vset1(1.0f), h));
 }
 
@@ -55,7 +78,7 @@ static inline vf f_relu(vf x) { return vadd(vmax(vzero(), x), vzero()); }
 static inline vf f_gelu(vf x) {
     vf hh, ll;
     half_sq(x, &hh, &ll);
-    return vmul(x, normcdf(x, hh, ll));
+    return vmul(x, normcdf(x, gauss_e(hh, ll)));
 }
 /* 0.5 x (1 + tanh(u)) == x sigmoid(2u), u = sqrt(2/pi) (x + c x^3) */
 static inline vf gelu_tanh_arg(vf x) {
@@ -71,10 +94,8 @@ static inline vf d_relu(vf v) { return vselect_gt(v, vzero(), vset1(1.0f), vzero
 static inline vf d_gelu(vf x) {
     vf hh, ll;
     half_sq(x, &hh, &ll);
-    vf pdf = vexp(vneg(hh));
-    pdf = vfma(pdf, vneg(ll), pdf);
-    pdf = vselect_gt(vset1(87.3f), hh, vmul(pdf, vset1(K_INV_SQRT_2PI)), vzero());
-    return vfma(x, pdf, normcdf(x, hh, ll));
+    vf e = gauss_e(hh, ll);
+    return vfma(x, vmul(e, vset1(K_INV_SQRT_2PI)), normcdf(x, e));
 }
 /* 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2) with 0.5 (1 + t) = s, 1 - t^2 = 4 s (1 - s) */
 static inline vf d_gelu_tanh(vf x) {
@@ -141,6 +162,37 @@ DEF_MAP_KEEP(map_gelu_keep, f_gelu, d_gelu)
 DEF_MAP_KEEP(map_gelu_tanh_keep, f_gelu_tanh, d_gelu_tanh)
 DEF_MAP_KEEP(map_silu_keep, f_silu, d_silu)
 
+/* The same maps on BF16 I/O converted in registers (all of x, dy, y BF16):
+ * bit-identical to the tiles (the same F, the same rounding), without
+ * their stack round trips. */
+#define DEF_MAP1_BF16(name, F)                                                                   \
+    static void name(const uint16_t *x, uint16_t *y, int64_t n) {                                \
+        int64_t i = 0;                                                                           \
+        for (; i + VW <= n; i += VW) vstore_bf16(y + i, F(vload_bf16(x + i)));                   \
+        if (i < n) vtail_store_bf16(y + i, F(vtail_load_bf16(x + i, (int)(n - i))), (int)(n - i)); \
+    }
+#define DEF_MAP2_BF16(name, D)                                                                   \
+    static void name(const uint16_t *dy, const uint16_t *v, uint16_t *dx, int64_t n) {           \
+        int64_t i = 0;                                                                           \
+        for (; i + VW <= n; i += VW) vstore_bf16(dx + i, vmul(vload_bf16(dy + i), D(vload_bf16(v + i)))); \
+        if (i < n) {                                                                             \
+            int r = (int)(n - i);                                                                \
+            vtail_store_bf16(dx + i, vmul(vtail_load_bf16(dy + i, r), D(vtail_load_bf16(v + i, r))), r); \
+        }                                                                                        \
+    }
+DEF_MAP1_BF16(map_relu_h, f_relu)
+DEF_MAP1_BF16(map_gelu_h, f_gelu)
+DEF_MAP1_BF16(map_gelu_tanh_h, f_gelu_tanh)
+DEF_MAP1_BF16(map_silu_h, f_silu)
+DEF_MAP1_BF16(map_sigmoid_h, f_sigmoid)
+DEF_MAP1_BF16(map_tanh_h, f_tanh)
+DEF_MAP2_BF16(map_relu_bwd_h, d_relu)
+DEF_MAP2_BF16(map_gelu_bwd_h, d_gelu)
+DEF_MAP2_BF16(map_gelu_tanh_bwd_h, d_gelu_tanh)
+DEF_MAP2_BF16(map_silu_bwd_h, d_silu)
+DEF_MAP2_BF16(map_sigmoid_bwd_h, d_sigmoid)
+DEF_MAP2_BF16(map_tanh_bwd_h, d_tanh)
+
 typedef void (*map1_fn)(const float *, float *, int64_t);
 typedef void (*map2_fn)(const float *, const float *, float *, int64_t);
 typedef void (*map3_fn)(const float *, const float *, float *, float *, int64_t);
@@ -148,6 +200,13 @@ typedef void (*map3_fn)(const float *, const float *, float *, float *, int64_t)
 static const map1_fn k_fwd[] = {map_relu, map_gelu, map_gelu_tanh, map_silu, map_sigmoid, map_tanh};
 static const map2_fn k_bwd[] = {map_relu_bwd, map_gelu_bwd, map_gelu_tanh_bwd,
                                 map_silu_bwd, map_sigmoid_bwd, map_tanh_bwd};
+typedef void (*map1h_fn)(const uint16_t *, uint16_t *, int64_t);
+typedef void (*map2h_fn)(const uint16_t *, const uint16_t *, uint16_t *, int64_t);
+static const map1h_fn k_fwd_h[] = {map_relu_h, map_gelu_h, map_gelu_tanh_h, map_silu_h, map_sigmoid_h, map_tanh_h};
+static const map2h_fn k_bwd_h[] = {map_relu_bwd_h, map_gelu_bwd_h, map_gelu_tanh_bwd_h,
+                                   map_silu_bwd_h, map_sigmoid_bwd_h, map_tanh_bwd_h};
+_Static_assert(sizeof k_fwd_h / sizeof k_fwd_h[0] == CT_UNARY_COUNT, "k_fwd_h needs one map per ct_unary_kind");
+_Static_assert(sizeof k_bwd_h / sizeof k_bwd_h[0] == CT_UNARY_COUNT, "k_bwd_h needs one map per ct_unary_kind");
 _Static_assert(sizeof k_fwd / sizeof k_fwd[0] == CT_UNARY_COUNT, "k_fwd needs one map per ct_unary_kind");
 _Static_assert(sizeof k_bwd / sizeof k_bwd[0] == CT_UNARY_COUNT, "k_bwd needs one map per ct_unary_kind");
 
@@ -162,6 +221,8 @@ struct ew_job {
     map1_fn f1;
     map2_fn f2;
     map3_fn f3;
+    map1h_fn h1; /* all-BF16 unary / unary_bwd: the register-converting maps on the raw tensors */
+    map2h_fn h2;
     float *y2; /* UNARY_BWD_KEEP: the activation */
     float s;
     const ct_kargs *k; /* dropout */
@@ -200,6 +261,12 @@ static void ew_run(const ct_kargs *k, int64_t n, chunk_fn fn, const ew_job *j) {
 }
 
 static void chunk_map1(const ew_job *j, int64_t lo, int64_t hi) { j->f1(j->a + lo, j->y + lo, hi - lo); }
+static void chunk_map1h(const ew_job *j, int64_t lo, int64_t hi) {
+    j->h1((const uint16_t *)j->ta->data + lo, (uint16_t *)j->ty->data + lo, hi - lo);
+}
+static void chunk_map2h(const ew_job *j, int64_t lo, int64_t hi) {
+    j->h2((const uint16_t *)j->ta->data + lo, (const uint16_t *)j->tb->data + lo, (uint16_t *)j->ty->data + lo, hi - lo);
+}
 static void chunk_map2(const ew_job *j, int64_t lo, int64_t hi) { j->f2(j->a + lo, j->b + lo, j->y + lo, hi - lo); }
 static void chunk_map3(const ew_job *j, int64_t lo, int64_t hi) {
     j->f3(j->a + lo, j->b + lo, j->y + lo, j->y2 + lo, hi - lo);
@@ -245,6 +312,10 @@ ct_status CT_FN(unary)(ct_kargs *k) {
     chunk_fn fn = chunk_map1;
     if (kind < 0 || kind >= CT_UNARY_COUNT || ew_io(k, 1, &j, &fn) < 0) return CT_E_UNSUPPORTED;
     j.f1 = k_fwd[kind];
+    if (k->in[0].dtype == CT_BF16 && k->out.dtype == CT_BF16) {
+        j.h1 = k_fwd_h[kind];
+        fn = chunk_map1h;
+    }
     ew_run(k, ct_tensor_numel(&k->out), fn, &j);
     return CT_OK;
 }
@@ -258,6 +329,10 @@ ct_status CT_FN(unary_bwd)(ct_kargs *k) {
     int from_out = kind == CT_UNARY_RELU || kind == CT_UNARY_SIGMOID || kind == CT_UNARY_TANH;
     if ((k->node->ia[1] != 0) != from_out) return CT_E_UNSUPPORTED; /* not the autodiff convention */
     j.f2 = k_bwd[kind];
+    if (k->in[0].dtype == CT_BF16 && k->in[1].dtype == CT_BF16 && k->out.dtype == CT_BF16) {
+        j.h2 = k_bwd_h[kind];
+        fn = chunk_map2h;
+    }
     ew_run(k, ct_tensor_numel(&k->out), fn, &j);
     return CT_OK;
 }

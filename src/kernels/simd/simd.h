@@ -112,9 +112,7 @@ static inline int ct_par_threads(const ct_kargs *k, int64_t work) { return work 
  *   vand/vor/vxor  bitwise ops on float vectors; vabs, vneg
  *   ct_vmask_bits  all-ones lanes where bit i of an integer is set (VW bits)
  *   vsigmoid       1/(1+e^-x), stable for both signs, |rel err| < 5e-7; 0 below -87.3
- *   vtanh          |rel err| < 5e-7; small |x| by an odd polynomial (no cancellation)
- *   verfc_sq       erfc(z) for z >= 0 given z^2 as hi + lo (see below), |rel err| < 6e-7
- *   verfc          erfc(x) for any x (NaN propagates, erfc(+-inf) = 0 / 2) */
+ *   vtanh          |rel err| < 5e-7; small |x| by an odd polynomial (no cancellation) */
 #if defined(CT_SIMD_AVX512)
 static inline vf vand(vf a, vf b) { return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_castps_si512(b))); }
 static inline vf vor(vf a, vf b) { return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_castps_si512(b))); }
@@ -153,39 +151,6 @@ static inline vf vtanh(vf x) {
     vf big = vdiv(vsub(vset1(1.0f), e), vadd(vset1(1.0f), e));
     big = vor(big, vand(x, vset1(-0.0f)));
     return vselect_gt(a, vset1(0.625f), big, small); /* NaN takes the polynomial: stays NaN */
-}
-
-/* erfc(z), z >= 0, with z^2 = sq_hi + sq_lo given exactly (sq_hi = z*z, sq_lo =
- * fma(z, z, -sq_hi), or any scaled exact pair): erfc = t exp(-z^2 + P(t)),
- * t = 1/(1 + z/2) (Numerical Recipes' erfcc, fractional error < 1.2e-7), with
- * the exponent's rounding errors carried to first order so the relative
- * error stays small out in the tail. 0 where e^-z^2 underflows (z > ~9.3). */
-static inline vf verfc_sq(vf z, vf sq_hi, vf sq_lo) {
-    vf t = vdiv(vset1(1.0f), vfma(z, vset1(0.5f), vset1(1.0f)));
-    vf p = vset1(0.17087277f);
-    p = vfma(p, t, vset1(-0.82215223f));
-    p = vfma(p, t, vset1(1.48851587f));
-    p = vfma(p, t, vset1(-1.13520398f));
-    p = vfma(p, t, vset1(0.27886807f));
-    p = vfma(p, t, vset1(-0.18628806f));
-    p = vfma(p, t, vset1(0.09678418f));
-    p = vfma(p, t, vset1(0.37409196f));
-    p = vfma(p, t, vset1(1.00002368f));
-    p = vfma(p, t, vset1(-1.26551223f));
-    vf nh = vneg(sq_hi);
-    vf s = vadd(p, nh); /* two-sum: s + err == p - sq_hi exactly */
-    vf bb = vsub(s, p);
-    vf err = vadd(vsub(p, vsub(s, bb)), vsub(nh, bb));
-    vf e = vexp(s);
-    e = vfma(e, vsub(err, sq_lo), e); /* e^(s + err - lo) ~ e^s (1 + err - lo) */
-    e = vselect_gt(s, vset1(-87.3f), e, vzero());
-    return vmul(t, e);
-}
-
-static inline vf verfc(vf x) {
-    vf z = vabs(x), hi = vmul(z, z);
-    vf r = verfc_sq(z, hi, vfma(z, z, vneg(hi)));
-    return vselect_gt(vzero(), x, vsub(vset1(2.0f), r), r);
 }
 
 #endif
