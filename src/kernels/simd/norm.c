@@ -61,27 +61,37 @@ NM_INLINE void nm_terms1(int mode, float x, float dy, float ga, float m, float i
     }
 }
 
+/* x / dy element j as floats: FP32, or BF16 converted in registers (h) */
+NM_INLINE vf nm_ld(const void *p, int h, int64_t j) {
+    return h ? vload_bf16((const uint16_t *)p + j) : vload((const float *)p + j);
+}
+NM_INLINE float nm_ld1(const void *p, int h, int64_t j) {
+    return h ? ct_bf16_to_f32(((const uint16_t *)p)[j]) : ((const float *)p)[j];
+}
+
 /* Adds the sums over i < n of the mode's terms to *o1, *o2. dy and ga may be
- * NULL when the mode does not read them. */
-NM_INLINE void nm_accum(int mode, const float *x, const float *dy, const float *ga, int64_t n, float m, float is,
-                        double *o1, double *o2) {
+ * NULL when the mode does not read them; x and dy are BF16 where hx / hd. */
+NM_INLINE void nm_accum_h(int mode, const void *x, int hx, const void *dy, int hd, const float *ga, int64_t n,
+                          float m, float is, double *o1, double *o2) {
     const vf vm = vset1(m), vis = vset1(is);
     double a1 = 0, a2 = 0;
     int64_t i = 0;
-#define NM_LD(p, j) ((p) ? vload((p) + (j)) : vzero())
+#define NM_LDX(j) nm_ld(x, hx, j)
+#define NM_LDD(j) (dy ? nm_ld(dy, hd, j) : vzero())
+#define NM_LDG(j) (ga ? vload(ga + (j)) : vzero())
     while (n - i >= 4 * VW) {
         vf p0 = vzero(), p1 = vzero(), p2 = vzero(), p3 = vzero();
         vf q0 = vzero(), q1 = vzero(), q2 = vzero(), q3 = vzero();
         int64_t lim = CT_MIN(n, i + 32 * VW); /* at most 8 terms per lane in float */
         for (; i + 4 * VW <= lim; i += 4 * VW) {
             vf t1, t2;
-            nm_terms(mode, vload(x + i), NM_LD(dy, i), NM_LD(ga, i), vm, vis, &t1, &t2);
+            nm_terms(mode, NM_LDX(i), NM_LDD(i), NM_LDG(i), vm, vis, &t1, &t2);
             p0 = vadd(p0, t1); q0 = vadd(q0, t2);
-            nm_terms(mode, vload(x + i + VW), NM_LD(dy, i + VW), NM_LD(ga, i + VW), vm, vis, &t1, &t2);
+            nm_terms(mode, NM_LDX(i + VW), NM_LDD(i + VW), NM_LDG(i + VW), vm, vis, &t1, &t2);
             p1 = vadd(p1, t1); q1 = vadd(q1, t2);
-            nm_terms(mode, vload(x + i + 2 * VW), NM_LD(dy, i + 2 * VW), NM_LD(ga, i + 2 * VW), vm, vis, &t1, &t2);
+            nm_terms(mode, NM_LDX(i + 2 * VW), NM_LDD(i + 2 * VW), NM_LDG(i + 2 * VW), vm, vis, &t1, &t2);
             p2 = vadd(p2, t1); q2 = vadd(q2, t2);
-            nm_terms(mode, vload(x + i + 3 * VW), NM_LD(dy, i + 3 * VW), NM_LD(ga, i + 3 * VW), vm, vis, &t1, &t2);
+            nm_terms(mode, NM_LDX(i + 3 * VW), NM_LDD(i + 3 * VW), NM_LDG(i + 3 * VW), vm, vis, &t1, &t2);
             p3 = vadd(p3, t1); q3 = vadd(q3, t2);
         }
         a1 += vhsum(vadd(vadd(p0, p1), vadd(p2, p3)));
@@ -89,19 +99,26 @@ NM_INLINE void nm_accum(int mode, const float *x, const float *dy, const float *
     }
     for (; i + VW <= n; i += VW) {
         vf t1, t2;
-        nm_terms(mode, vload(x + i), NM_LD(dy, i), NM_LD(ga, i), vm, vis, &t1, &t2);
+        nm_terms(mode, NM_LDX(i), NM_LDD(i), NM_LDG(i), vm, vis, &t1, &t2);
         a1 += vhsum(t1);
         if (mode == NM_CTR || mode == NM_BNB || mode == NM_LNB) a2 += vhsum(t2);
     }
-#undef NM_LD
+#undef NM_LDX
+#undef NM_LDD
+#undef NM_LDG
     for (; i < n; i++) {
         double t1, t2;
-        nm_terms1(mode, x[i], dy ? dy[i] : 0.f, ga ? ga[i] : 0.f, m, is, &t1, &t2);
+        nm_terms1(mode, nm_ld1(x, hx, i), dy ? nm_ld1(dy, hd, i) : 0.f, ga ? ga[i] : 0.f, m, is, &t1, &t2);
         a1 += t1;
         a2 += t2;
     }
     *o1 += a1;
     *o2 += a2;
+}
+
+NM_INLINE void nm_accum(int mode, const float *x, const float *dy, const float *ga, int64_t n, float m, float is,
+                        double *o1, double *o2) {
+    nm_accum_h(mode, x, 0, dy, 0, ga, n, m, is, o1, o2);
 }
 
 /* ---- column-block accumulation (batchnorm with small spatial size) -------------------
@@ -148,6 +165,11 @@ NM_INLINE void nm_colaccum(int mode, const float *x, const float *dy, int64_t N,
 static int64_t nm_chans_per_block(int64_t S) { return S >= NM_COLS ? 1 : NM_COLS / S; }
 
 /* ---- batchnorm -------------------------------------------------------------------------- */
+
+/* plane (n, c) of an (N, C, S) FP32 or BF16 tensor */
+static inline const void *plane(const ct_tensor *t, int64_t n, int64_t c, int64_t S, int64_t C) {
+    return (const char *)t->data + (size_t)((n * C + c) * S) * ct_dtype_size(t->dtype);
+}
 
 static void bn_dims(const ct_tensor *x, int64_t *N, int64_t *C, int64_t *S) {
     *N = x->shape[0];
@@ -209,19 +231,18 @@ ct_status CT_FN(batchnorm)(ct_kargs *k) {
     float *rmean = k->in[3].data, *rvar = k->in[4].data, *y = k->out.data;
     float *mean = k->aux, *invstd = mean + C;
     int64_t M = N * S;
-    int nt = nm_threads(k, N * C * S);
+    int nt = nm_threads(k, N * C * S), hx = X->dtype == CT_BF16;
     if (S >= VW) {
         /* each channel is N contiguous planes of S floats (BF16: through tiles) */
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t c = 0; c < C; c++) {
-            float xb[CT_BF16_TILE], yb[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
             if (k->training) {
                 double s = 0, dummy = 0, s1 = 0, s2 = 0;
                 for (int64_t n = 0; n < N; n++)
-                    nm_accum(NM_SUM, ct_tile_in(X, (n * C + c) * S, S, xb), NULL, NULL, S, 0, 0, &s, &dummy);
+                    nm_accum_h(NM_SUM, plane(X, n, c, S, C), hx, NULL, 0, NULL, S, 0, 0, &s, &dummy);
                 float mf = (float)(s / (double)M);
                 for (int64_t n = 0; n < N; n++)
-                    nm_accum(NM_CTR, ct_tile_in(X, (n * C + c) * S, S, xb), NULL, NULL, S, mf, 0, &s1, &s2);
+                    nm_accum_h(NM_CTR, plane(X, n, c, S, C), hx, NULL, 0, NULL, S, mf, 0, &s1, &s2);
                 double mu, var, unb;
                 bn_moments(mf, s1, s2, M, &mu, &var, &unb);
                 bn_finish(k, c, mu, var, unb, rmean, rvar, mean, invstd);
@@ -230,15 +251,12 @@ ct_status CT_FN(batchnorm)(ct_kargs *k) {
             }
             vf vm = vset1(mean[c]), va = vset1(invstd[c] * ct_sld(&k->in[1], c)), vb = vset1(ct_sld(&k->in[2], c));
             for (int64_t n = 0; n < N; n++) {
-                const float *xp = ct_tile_in(X, (n * C + c) * S, S, xb);
-                float *yp = ct_tile_out(Y, (n * C + c) * S, yb);
-                int64_t i = 0;
-                for (; i + VW <= S; i += VW) vstore(yp + i, vfma(vsub(vload(xp + i), vm), va, vb));
+                int64_t o = (n * C + c) * S, i = 0;
+                for (; i + VW <= S; i += VW) ct_vst(Y, o + i, vfma(vsub(ct_vld(X, o + i, VW), vm), va, vb), VW);
                 if (i < S) {
                     int t = (int)(S - i);
-                    vtail_store(yp + i, vfma(vsub(vtail_load(xp + i, t), vm), va, vb), t);
+                    ct_vst(Y, o + i, vfma(vsub(ct_vld(X, o + i, t), vm), va, vb), t);
                 }
-                ct_tile_put(Y, (n * C + c) * S, S, yb);
             }
         }
         return CT_OK;
@@ -293,13 +311,12 @@ ct_status CT_FN(batchnorm)(ct_kargs *k) {
 /* Per-channel sums for the backward kernels: sdy = sum dy, sdxc = sum dy*(x - mean). */
 static void bn_bwd_sums_plane(const ct_tensor *DY, const ct_tensor *X, int64_t N, int64_t C, int64_t S, int64_t c,
                               float m, int mode, double *sdy, double *sdxc) {
-    float xb[CT_BF16_TILE], db[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
+    int hx = X->dtype == CT_BF16, hd = DY->dtype == CT_BF16;
     *sdy = *sdxc = 0;
     for (int64_t n = 0; n < N; n++) {
-        int64_t o = (n * C + c) * S;
-        const float *xp = ct_tile_in(X, o, S, xb), *dp = ct_tile_in(DY, o, S, db);
-        if (mode == NM_BNB) nm_accum(NM_BNB, xp, dp, NULL, S, m, 0, sdy, sdxc);
-        else nm_accum(NM_DOT, xp, dp, NULL, S, m, 0, sdxc, sdy);
+        const void *xp = plane(X, n, c, S, C), *dp = plane(DY, n, c, S, C);
+        if (mode == NM_BNB) nm_accum_h(NM_BNB, xp, hx, dp, hd, NULL, S, m, 0, sdy, sdxc);
+        else nm_accum_h(NM_DOT, xp, hx, dp, hd, NULL, S, m, 0, sdxc, sdy);
     }
 }
 
@@ -320,7 +337,6 @@ ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
     if (S >= VW) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t c = 0; c < C; c++) {
-            float xb[CT_BF16_TILE], db[CT_BF16_TILE], ob[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
             double sdy, sdxc;
             bn_bwd_sums_plane(DY, X, N, C, S, c, mean[c], NM_BNB, &sdy, &sdxc);
             double is = invstd[c];
@@ -328,16 +344,14 @@ ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
                vc = vset1((float)(-is * is * sdxc / M));
             for (int64_t n = 0; n < N; n++) {
                 int64_t o = (n * C + c) * S, i = 0;
-                const float *xp = ct_tile_in(X, o, S, xb), *dp = ct_tile_in(DY, o, S, db);
-                float *op = ct_tile_out(DX, o, ob);
                 for (; i + VW <= S; i += VW)
-                    vstore(op + i, vmul(vfma(vsub(vload(xp + i), vm), vc, vsub(vload(dp + i), vb)), va));
+                    ct_vst(DX, o + i, vmul(vfma(vsub(ct_vld(X, o + i, VW), vm), vc, vsub(ct_vld(DY, o + i, VW), vb)), va),
+                           VW);
                 if (i < S) {
                     int t = (int)(S - i);
-                    vf v = vfma(vsub(vtail_load(xp + i, t), vm), vc, vsub(vtail_load(dp + i, t), vb));
-                    vtail_store(op + i, vmul(v, va), t);
+                    vf v = vfma(vsub(ct_vld(X, o + i, t), vm), vc, vsub(ct_vld(DY, o + i, t), vb));
+                    ct_vst(DX, o + i, vmul(v, va), t);
                 }
-                ct_tile_put(DX, o, S, ob);
             }
         }
         return CT_OK;
