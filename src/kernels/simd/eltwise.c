@@ -112,21 +112,25 @@ static inline vf d_silu(vf x) {
 static inline vf d_sigmoid(vf v) { return vmul(v, vsub(vset1(1.0f), v)); }
 static inline vf d_tanh(vf v) { return vfma(vneg(v), v, vset1(1.0f)); }
 
-#define DEF_MAP1(name, F)                                                                   \
-    static void name(const float *x, float *y, int64_t n) {                                 \
+/* y = F(x) and dx = dy * D(v) over n elements of type T (float, or BF16 as
+ * uint16_t) with the loads / stores LD, ST (full vectors) and TLD, TST (tail) */
+#define DEF_MAP1_IO(name, F, T, LD, ST, TLD, TST)                                          \
+    static void name(const T *x, T *y, int64_t n) {                                         \
         int64_t i = 0;                                                                      \
-        for (; i + VW <= n; i += VW) vstore(y + i, F(vload(x + i)));                        \
-        if (i < n) vtail_store(y + i, F(vtail_load(x + i, (int)(n - i))), (int)(n - i));    \
+        for (; i + VW <= n; i += VW) ST(y + i, F(LD(x + i)));                               \
+        if (i < n) TST(y + i, F(TLD(x + i, (int)(n - i))), (int)(n - i));                   \
     }
-#define DEF_MAP2(name, D)                                                                   \
-    static void name(const float *dy, const float *v, float *dx, int64_t n) {               \
+#define DEF_MAP2_IO(name, D, T, LD, ST, TLD, TST)                                          \
+    static void name(const T *dy, const T *v, T *dx, int64_t n) {                           \
         int64_t i = 0;                                                                      \
-        for (; i + VW <= n; i += VW) vstore(dx + i, vmul(vload(dy + i), D(vload(v + i))));  \
+        for (; i + VW <= n; i += VW) ST(dx + i, vmul(LD(dy + i), D(LD(v + i))));            \
         if (i < n) {                                                                        \
             int r = (int)(n - i);                                                           \
-            vtail_store(dx + i, vmul(vtail_load(dy + i, r), D(vtail_load(v + i, r))), r);  \
+            TST(dx + i, vmul(TLD(dy + i, r), D(TLD(v + i, r))), r);                         \
         }                                                                                   \
     }
+#define DEF_MAP1(name, F) DEF_MAP1_IO(name, F, float, vload, vstore, vtail_load, vtail_store)
+#define DEF_MAP2(name, D) DEF_MAP2_IO(name, D, float, vload, vstore, vtail_load, vtail_store)
 DEF_MAP1(map_relu, f_relu)
 DEF_MAP1(map_gelu, f_gelu)
 DEF_MAP1(map_gelu_tanh, f_gelu_tanh)
@@ -165,21 +169,10 @@ DEF_MAP_KEEP(map_silu_keep, f_silu, d_silu)
 /* The same maps on BF16 I/O converted in registers (all of x, dy, y BF16):
  * bit-identical to the tiles (the same F, the same rounding), without
  * their stack round trips. */
-#define DEF_MAP1_BF16(name, F)                                                                   \
-    static void name(const uint16_t *x, uint16_t *y, int64_t n) {                                \
-        int64_t i = 0;                                                                           \
-        for (; i + VW <= n; i += VW) vstore_bf16(y + i, F(vload_bf16(x + i)));                   \
-        if (i < n) vtail_store_bf16(y + i, F(vtail_load_bf16(x + i, (int)(n - i))), (int)(n - i)); \
-    }
-#define DEF_MAP2_BF16(name, D)                                                                   \
-    static void name(const uint16_t *dy, const uint16_t *v, uint16_t *dx, int64_t n) {           \
-        int64_t i = 0;                                                                           \
-        for (; i + VW <= n; i += VW) vstore_bf16(dx + i, vmul(vload_bf16(dy + i), D(vload_bf16(v + i)))); \
-        if (i < n) {                                                                             \
-            int r = (int)(n - i);                                                                \
-            vtail_store_bf16(dx + i, vmul(vtail_load_bf16(dy + i, r), D(vtail_load_bf16(v + i, r))), r); \
-        }                                                                                        \
-    }
+#define DEF_MAP1_BF16(name, F) \
+    DEF_MAP1_IO(name, F, uint16_t, vload_bf16, vstore_bf16, vtail_load_bf16, vtail_store_bf16)
+#define DEF_MAP2_BF16(name, D) \
+    DEF_MAP2_IO(name, D, uint16_t, vload_bf16, vstore_bf16, vtail_load_bf16, vtail_store_bf16)
 DEF_MAP1_BF16(map_relu_h, f_relu)
 DEF_MAP1_BF16(map_gelu_h, f_gelu)
 DEF_MAP1_BF16(map_gelu_tanh_h, f_gelu_tanh)
