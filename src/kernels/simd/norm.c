@@ -431,40 +431,43 @@ ct_status CT_FN(batchnorm_bwd_gamma)(ct_kargs *k) {
 /* ---- layernorm ---------------------------------------------------------------------------- */
 
 ct_status CT_FN(layernorm)(ct_kargs *k) {
-    const ct_tensor *X = &k->in[0];
+    const ct_tensor *X = &k->in[0], *Y = &k->out;
     int64_t D = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / D;
     if (!nm_io_ok(k, 1, 3, D)) return CT_E_UNSUPPORTED;
     float *mean = k->aux, *invstd = mean + R;
     double eps = k->node->fa[0];
-    int nt = nm_threads(k, R * D);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t r = 0; r < R; r++) {
-        float xb[CT_BF16_TILE], yb[CT_BF16_TILE], gb[CT_BF16_TILE], bb[CT_BF16_TILE]; /* BF16 tiles */
-        const float *xr = ct_tile_in(X, r * D, D, xb);
-        float *yr = ct_tile_out(&k->out, r * D, yb);
-        /* gamma, beta: FP32, or BF16 (bf16-pure) converted for each row */
+    int nt = nm_threads(k, R * D), hx = X->dtype == CT_BF16;
+    size_t xs = ct_dtype_size(X->dtype);
+#pragma omp parallel num_threads(nt)
+    {
+        /* gamma, beta: FP32, or BF16 (bf16-pure) converted once per thread */
+        float gb[CT_BF16_TILE], bb[CT_BF16_TILE];
         const float *gamma = ct_tile_in(&k->in[1], 0, D, gb);
         const float *beta = k->node->n_in > 2 ? ct_tile_in(&k->in[2], 0, D, bb) : NULL;
-        double s = 0, dummy = 0, s1 = 0, s2 = 0;
-        nm_accum(NM_SUM, xr, NULL, NULL, D, 0, 0, &s, &dummy);
-        float mf = (float)(s / (double)D);
-        nm_accum(NM_CTR, xr, NULL, NULL, D, mf, 0, &s1, &s2);
-        double ss = s2 - s1 * s1 / (double)D;
-        if (ss < 0) ss = 0;
-        double mu = mf + s1 / (double)D, is = 1.0 / sqrt(ss / (double)D + eps);
-        mean[r] = (float)mu;
-        invstd[r] = (float)is;
-        vf vm = vset1(mean[r]), vis = vset1(invstd[r]);
-        int64_t i = 0;
-        for (; i + VW <= D; i += VW)
-            vstore(yr + i, vfma(vmul(vsub(vload(xr + i), vm), vis), vload(gamma + i), beta ? vload(beta + i) : vzero()));
-        if (i < D) {
-            int t = (int)(D - i);
-            vf v = vfma(vmul(vsub(vtail_load(xr + i, t), vm), vis), vtail_load(gamma + i, t),
-                        beta ? vtail_load(beta + i, t) : vzero());
-            vtail_store(yr + i, v, t);
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < R; r++) {
+            const void *xr = (const char *)X->data + (size_t)(r * D) * xs; /* x and y: in registers */
+            double s = 0, dummy = 0, s1 = 0, s2 = 0;
+            nm_accum_h(NM_SUM, xr, hx, NULL, 0, NULL, D, 0, 0, &s, &dummy);
+            float mf = (float)(s / (double)D);
+            nm_accum_h(NM_CTR, xr, hx, NULL, 0, NULL, D, mf, 0, &s1, &s2);
+            double ss = s2 - s1 * s1 / (double)D;
+            if (ss < 0) ss = 0;
+            double mu = mf + s1 / (double)D, is = 1.0 / sqrt(ss / (double)D + eps);
+            mean[r] = (float)mu;
+            invstd[r] = (float)is;
+            vf vm = vset1(mean[r]), vis = vset1(invstd[r]);
+            int64_t i = 0, o = r * D;
+            for (; i + VW <= D; i += VW)
+                ct_vst(Y, o + i, vfma(vmul(vsub(ct_vld(X, o + i, VW), vm), vis), vload(gamma + i),
+                                      beta ? vload(beta + i) : vzero()), VW);
+            if (i < D) {
+                int t = (int)(D - i);
+                vf v = vfma(vmul(vsub(ct_vld(X, o + i, t), vm), vis), vtail_load(gamma + i, t),
+                            beta ? vtail_load(beta + i, t) : vzero());
+                ct_vst(Y, o + i, v, t);
+            }
         }
-        ct_tile_put(&k->out, r * D, D, yb);
     }
     return CT_OK;
 }
@@ -472,32 +475,34 @@ ct_status CT_FN(layernorm)(ct_kargs *k) {
 /* in: dy, x, gamma, fwd -> dx = invstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy*gamma;
  * xhat * mean(g*xhat) is computed as (x - mean) * (invstd * mean(g*xhat)) */
 ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
-    const ct_tensor *X = &k->in[1];
+    const ct_tensor *X = &k->in[1], *DY = &k->in[0], *DX = &k->out;
     int64_t D = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / D;
     if (!nm_io_ok(k, 2, 3, D)) return CT_E_UNSUPPORTED;
     const float *mean = k->in_aux[3], *invstd = mean + R;
-    int nt = nm_threads(k, R * D);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t r = 0; r < R; r++) {
-        float xb[CT_BF16_TILE], db[CT_BF16_TILE], ob[CT_BF16_TILE], gb[CT_BF16_TILE]; /* BF16 tiles */
-        const float *xr = ct_tile_in(X, r * D, D, xb), *dyr = ct_tile_in(&k->in[0], r * D, D, db);
-        const float *gamma = ct_tile_in(&k->in[2], 0, D, gb); /* FP32, or BF16 (bf16-pure) */
-        float *dxr = ct_tile_out(&k->out, r * D, ob);
-        double sg = 0, sgx = 0, is = invstd[r];
-        nm_accum(NM_LNB, xr, dyr, gamma, D, mean[r], invstd[r], &sg, &sgx);
-        vf vm = vset1(mean[r]), vis = vset1(invstd[r]), vk = vset1((float)(sg / (double)D)),
-           vc = vset1((float)(-is * sgx / (double)D));
-        int64_t i = 0;
-        for (; i + VW <= D; i += VW) {
-            vf g = vmul(vload(dyr + i), vload(gamma + i));
-            vstore(dxr + i, vmul(vfma(vsub(vload(xr + i), vm), vc, vsub(g, vk)), vis));
+    int nt = nm_threads(k, R * D), hx = X->dtype == CT_BF16, hd = DY->dtype == CT_BF16;
+    size_t xs = ct_dtype_size(X->dtype), ds = ct_dtype_size(DY->dtype);
+#pragma omp parallel num_threads(nt)
+    {
+        float gb[CT_BF16_TILE];
+        const float *gamma = ct_tile_in(&k->in[2], 0, D, gb); /* FP32, or BF16 (bf16-pure): once per thread */
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < R; r++) {
+            const void *xr = (const char *)X->data + (size_t)(r * D) * xs, *dyr = (const char *)DY->data + (size_t)(r * D) * ds;
+            double sg = 0, sgx = 0, is = invstd[r];
+            nm_accum_h(NM_LNB, xr, hx, dyr, hd, gamma, D, mean[r], invstd[r], &sg, &sgx);
+            vf vm = vset1(mean[r]), vis = vset1(invstd[r]), vk = vset1((float)(sg / (double)D)),
+               vc = vset1((float)(-is * sgx / (double)D));
+            int64_t i = 0, o = r * D;
+            for (; i + VW <= D; i += VW) {
+                vf g = vmul(ct_vld(DY, o + i, VW), vload(gamma + i));
+                ct_vst(DX, o + i, vmul(vfma(vsub(ct_vld(X, o + i, VW), vm), vc, vsub(g, vk)), vis), VW);
+            }
+            if (i < D) {
+                int t = (int)(D - i);
+                vf g = vmul(ct_vld(DY, o + i, t), vtail_load(gamma + i, t));
+                ct_vst(DX, o + i, vmul(vfma(vsub(ct_vld(X, o + i, t), vm), vc, vsub(g, vk)), vis), t);
+            }
         }
-        if (i < D) {
-            int t = (int)(D - i);
-            vf g = vmul(vtail_load(dyr + i, t), vtail_load(gamma + i, t));
-            vtail_store(dxr + i, vmul(vfma(vsub(vtail_load(xr + i, t), vm), vc, vsub(g, vk)), vis), t);
-        }
-        ct_tile_put(&k->out, r * D, D, ob);
     }
     return CT_OK;
 }
