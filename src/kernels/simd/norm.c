@@ -14,11 +14,11 @@
  * count.
  *
  * BF16 I/O (simd_bf16.h): x, dy, y and dx may be BF16 (gamma, beta, the
- * statistics and dgamma stay FP32). Batchnorm then reads each (n, c) plane,
- * layernorm each row, through an FP32 tile converted in registers, and
- * writes its output the same way; planes of fewer than VW or more than
- * CT_BF16_TILE elements (the column path) and longer rows decline, and the
- * node gets FP32 copies. layernorm_bwd_gamma loads BF16 vectors directly. */
+ * statistics and dgamma stay FP32; bf16-pure's BF16 gamma / beta are
+ * converted into an FP32 tile once per thread). Every kernel converts its
+ * BF16 vectors in registers (nm_accum_h, ct_vld / ct_vst); planes of fewer
+ * than VW or more than CT_BF16_TILE elements (the column path) and longer
+ * rows decline, and the node gets FP32 copies. */
 #include <math.h>
 #include <string.h>
 
@@ -69,6 +69,11 @@ NM_INLINE float nm_ld1(const void *p, int h, int64_t j) {
     return h ? ct_bf16_to_f32(((const uint16_t *)p)[j]) : ((const float *)p)[j];
 }
 
+/* element off of an FP32 or BF16 tensor's data, for nm_ld */
+NM_INLINE const void *nm_at(const ct_tensor *t, int64_t off) {
+    return (const char *)t->data + (size_t)off * ct_dtype_size(t->dtype);
+}
+
 /* Adds the sums over i < n of the mode's terms to *o1, *o2. dy and ga may be
  * NULL when the mode does not read them; x and dy are BF16 where hx / hd. */
 NM_INLINE void nm_accum_h(int mode, const void *x, int hx, const void *dy, int hd, const float *ga, int64_t n,
@@ -116,11 +121,6 @@ NM_INLINE void nm_accum_h(int mode, const void *x, int hx, const void *dy, int h
     *o2 += a2;
 }
 
-NM_INLINE void nm_accum(int mode, const float *x, const float *dy, const float *ga, int64_t n, float m, float is,
-                        double *o1, double *o2) {
-    nm_accum_h(mode, x, 0, dy, 0, ga, n, m, is, o1, o2);
-}
-
 /* ---- column-block accumulation (batchnorm with small spatial size) -------------------
  * x viewed as (N, CS) rows; sums over rows n of the mode's terms for columns
  * [j0, j0 + w), w <= NM_COLS, with m = mcol[j] per column. */
@@ -165,11 +165,6 @@ NM_INLINE void nm_colaccum(int mode, const float *x, const float *dy, int64_t N,
 static int64_t nm_chans_per_block(int64_t S) { return S >= NM_COLS ? 1 : NM_COLS / S; }
 
 /* ---- batchnorm -------------------------------------------------------------------------- */
-
-/* plane (n, c) of an (N, C, S) FP32 or BF16 tensor */
-static inline const void *plane(const ct_tensor *t, int64_t n, int64_t c, int64_t S, int64_t C) {
-    return (const char *)t->data + (size_t)((n * C + c) * S) * ct_dtype_size(t->dtype);
-}
 
 static void bn_dims(const ct_tensor *x, int64_t *N, int64_t *C, int64_t *S) {
     *N = x->shape[0];
@@ -233,16 +228,16 @@ ct_status CT_FN(batchnorm)(ct_kargs *k) {
     int64_t M = N * S;
     int nt = nm_threads(k, N * C * S), hx = X->dtype == CT_BF16;
     if (S >= VW) {
-        /* each channel is N contiguous planes of S floats (BF16: through tiles) */
+        /* each channel is N contiguous planes of S elements */
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t c = 0; c < C; c++) {
             if (k->training) {
                 double s = 0, dummy = 0, s1 = 0, s2 = 0;
                 for (int64_t n = 0; n < N; n++)
-                    nm_accum_h(NM_SUM, plane(X, n, c, S, C), hx, NULL, 0, NULL, S, 0, 0, &s, &dummy);
+                    nm_accum_h(NM_SUM, nm_at(X, (n * C + c) * S), hx, NULL, 0, NULL, S, 0, 0, &s, &dummy);
                 float mf = (float)(s / (double)M);
                 for (int64_t n = 0; n < N; n++)
-                    nm_accum_h(NM_CTR, plane(X, n, c, S, C), hx, NULL, 0, NULL, S, mf, 0, &s1, &s2);
+                    nm_accum_h(NM_CTR, nm_at(X, (n * C + c) * S), hx, NULL, 0, NULL, S, mf, 0, &s1, &s2);
                 double mu, var, unb;
                 bn_moments(mf, s1, s2, M, &mu, &var, &unb);
                 bn_finish(k, c, mu, var, unb, rmean, rvar, mean, invstd);
@@ -314,7 +309,7 @@ static void bn_bwd_sums_plane(const ct_tensor *DY, const ct_tensor *X, int64_t N
     int hx = X->dtype == CT_BF16, hd = DY->dtype == CT_BF16;
     *sdy = *sdxc = 0;
     for (int64_t n = 0; n < N; n++) {
-        const void *xp = plane(X, n, c, S, C), *dp = plane(DY, n, c, S, C);
+        const void *xp = nm_at(X, (n * C + c) * S), *dp = nm_at(DY, (n * C + c) * S);
         if (mode == NM_BNB) nm_accum_h(NM_BNB, xp, hx, dp, hd, NULL, S, m, 0, sdy, sdxc);
         else nm_accum_h(NM_DOT, xp, hx, dp, hd, NULL, S, m, 0, sdxc, sdy);
     }
@@ -437,7 +432,6 @@ ct_status CT_FN(layernorm)(ct_kargs *k) {
     float *mean = k->aux, *invstd = mean + R;
     double eps = k->node->fa[0];
     int nt = nm_threads(k, R * D), hx = X->dtype == CT_BF16;
-    size_t xs = ct_dtype_size(X->dtype);
 #pragma omp parallel num_threads(nt)
     {
         /* gamma, beta: FP32, or BF16 (bf16-pure) converted once per thread */
@@ -446,7 +440,7 @@ ct_status CT_FN(layernorm)(ct_kargs *k) {
         const float *beta = k->node->n_in > 2 ? ct_tile_in(&k->in[2], 0, D, bb) : NULL;
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < R; r++) {
-            const void *xr = (const char *)X->data + (size_t)(r * D) * xs; /* x and y: in registers */
+            const void *xr = nm_at(X, r * D);
             double s = 0, dummy = 0, s1 = 0, s2 = 0;
             nm_accum_h(NM_SUM, xr, hx, NULL, 0, NULL, D, 0, 0, &s, &dummy);
             float mf = (float)(s / (double)D);
@@ -480,16 +474,14 @@ ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
     if (!nm_io_ok(k, 2, 3, D)) return CT_E_UNSUPPORTED;
     const float *mean = k->in_aux[3], *invstd = mean + R;
     int nt = nm_threads(k, R * D), hx = X->dtype == CT_BF16, hd = DY->dtype == CT_BF16;
-    size_t xs = ct_dtype_size(X->dtype), ds = ct_dtype_size(DY->dtype);
 #pragma omp parallel num_threads(nt)
     {
         float gb[CT_BF16_TILE];
         const float *gamma = ct_tile_in(&k->in[2], 0, D, gb); /* FP32, or BF16 (bf16-pure): once per thread */
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < R; r++) {
-            const void *xr = (const char *)X->data + (size_t)(r * D) * xs, *dyr = (const char *)DY->data + (size_t)(r * D) * ds;
             double sg = 0, sgx = 0, is = invstd[r];
-            nm_accum_h(NM_LNB, xr, hx, dyr, hd, gamma, D, mean[r], invstd[r], &sg, &sgx);
+            nm_accum_h(NM_LNB, nm_at(X, r * D), hx, nm_at(DY, r * D), hd, gamma, D, mean[r], invstd[r], &sg, &sgx);
             vf vm = vset1(mean[r]), vis = vset1(invstd[r]), vk = vset1((float)(sg / (double)D)),
                vc = vset1((float)(-is * sgx / (double)D));
             int64_t i = 0, o = r * D;
