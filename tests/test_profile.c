@@ -36,6 +36,24 @@ static int executed_nodes(const ct_plan *p) {
     return n;
 }
 
+/* FP32 lanes of the context's kernel ISA; the highest "cpu MHz" in /proc/cpuinfo (0 if none) */
+static int isa_lanes(ct_context *ctx) {
+    ct_isa isa = ct_context_isa(ctx);
+    return isa == CT_ISA_AVX512 ? 16 : isa == CT_ISA_AVX2 ? 8 : 1;
+}
+
+static double cpuinfo_max_mhz(void) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[256];
+    double best = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *c = strchr(line, ':');
+        if (!strncmp(line, "cpu MHz", 7) && c && atof(c + 1) > best) best = atof(c + 1);
+    }
+    if (f) fclose(f);
+    return best;
+}
+
 static const char *str_of(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsString(v) ? v->valuestring : "";
@@ -122,6 +140,14 @@ TEST(profiled_mlp_trace) {
     CHECK(num_of(md, "recorded_steps") == 2 && num_of(md, "dropped_events") == 0);
     CHECK(num_of(md, "peak_flops") > 0 && num_of(md, "mfu") > 0 && num_of(md, "flops_per_step") > 2.0 * B * IN * H);
     CHECK(strstr(str_of(md, "peak_source"), "MHz") != NULL);
+    /* the clock behind the peaks: a real core clock (a dependent add chain read 6.7-12 "GHz" on an Emerald
+     * Rapids, whose renamer folds add-immediates), never below what /proc/cpuinfo reports */
+    double clk = num_of(md, "clock_mhz");
+    CHECK_MSG(clk >= 300 && clk <= 7000, "clock_mhz %g (%s)", clk, str_of(md, "clock_source"));
+    CHECK_MSG(clk >= cpuinfo_max_mhz(), "clock_mhz %g below /proc/cpuinfo's %g", clk, cpuinfo_max_mhz());
+    CHECK_MSG(fabs(num_of(md, "peak_flops") - 4.0 * isa_lanes(ctx) * clk * 1e6 *
+                                                ct_context_num_threads(ctx)) <= 1e-3 * num_of(md, "peak_flops"),
+              "peak_flops %g from clock %g", num_of(md, "peak_flops"), clk);
     /* FP32 work only: the unit-aware MFU is the FP32 one */
     CHECK(num_of(md, "mfu_fp32_peak") > 0 && fabs(num_of(md, "mfu") - num_of(md, "mfu_fp32_peak")) <= 1e-6 * num_of(md, "mfu"));
     CHECK(fabs(num_of(md, "effective_peak_flops") - num_of(md, "peak_flops")) <= 1e-6 * num_of(md, "peak_flops"));
