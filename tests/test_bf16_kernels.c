@@ -310,6 +310,37 @@ TEST(eltwise) {
 
 /* ---- normalization ------------------------------------------------------------------------- */
 
+/* batchnorm's backward kernels (data with an FP32 and a BF16 gamma, gamma)
+ * on forward case f's shape, from the reference forward's statistics */
+static int bn_backward(const kcase *f, const char *tag) {
+    const int64_t N = f->shape[0][0], C = f->shape[0][1], H = f->shape[0][2], W = f->shape[0][3];
+    kdata d;
+    kdata_make(f, 11, &d);
+    float *y = malloc((size_t)(N * C * H * W) * 4), *aux = calloc(2 * (size_t)C, 4);
+    int ok = krun(f, &d, CT_KERNEL_REF, 0, y, aux) == CT_OK;
+    kdata_free(f, &d);
+    char l1[64], l2[64], l3[64];
+    snprintf(l1, sizeof l1, "batchnorm_bwd_data%s", tag);
+    snprintf(l2, sizeof l2, "batchnorm_bwd_data bf16 gamma%s", tag);
+    snprintf(l3, sizeof l3, "batchnorm_bwd_gamma%s", tag);
+    kcase bd = {l1, CT_OP_BATCHNORM_BWD_DATA, {0}, {0}, 4, {IN_BF16, IN_BF16, IN_F32, IN_STATE},
+                {4, 4, 1, 4}, {{N, C, H, W}, {N, C, H, W}, {C}, {N, C, H, W}}, {-1, -1, 0.5f, 0}, {1, 3, 1.5f, 0},
+                4, {N, C, H, W}, 1, 0, aux, 1e-1, {0}};
+    kcase bg = {l3, CT_OP_BATCHNORM_BWD_GAMMA, {0}, {0}, 3, {IN_BF16, IN_BF16, IN_STATE},
+                {4, 4, 4}, {{N, C, H, W}, {N, C, H, W}, {N, C, H, W}}, {-1, -1, 0}, {1, 3, 0},
+                1, {C}, 0, 0, aux, 1.0, {0}};
+    /* the same values give the BF16 kernel and the reference far closer results than the BF16 output
+       rounding; bwd_data's floor: its outputs cancel (sums over the batch), errors are relative to ~0.1 */
+    ok = ok && kcheck(&bd, 12) >= 0;
+    bd.label = l2;
+    bd.kind[2] = IN_BF16;
+    ok = ok && kcheck(&bd, 15) >= 0;
+    ok = ok && kcheck(&bg, 13) >= 0;
+    free(y);
+    free(aux);
+    return ok;
+}
+
 TEST(batchnorm) {
     setup();
     const int64_t N = 6, C = 5, H = 9, W = 11, S = H * W; /* planes of 99: vectors and a tail */
@@ -322,33 +353,13 @@ TEST(batchnorm) {
     fp.label = "batchnorm bf16 gamma/beta";
     fp.kind[1] = fp.kind[2] = IN_BF16;
     CHECK(kcheck(&fp, 14) >= 0);
-    /* saved statistics for the backward kernels: the reference forward's */
-    kdata d;
-    kdata_make(&f, 11, &d);
-    float *y = malloc((size_t)(N * C * S) * 4), *aux = calloc(2 * (size_t)C, 4);
-    CHECK(krun(&f, &d, CT_KERNEL_REF, 0, y, aux) == CT_OK);
-    kdata_free(&f, &d);
-    kcase bd = {"batchnorm_bwd_data", CT_OP_BATCHNORM_BWD_DATA, {0}, {0}, 4, {IN_BF16, IN_BF16, IN_F32, IN_STATE},
-                {4, 4, 1, 4}, {{N, C, H, W}, {N, C, H, W}, {C}, {N, C, H, W}}, {-1, -1, 0.5f, 0}, {1, 3, 1.5f, 0},
-                4, {N, C, H, W}, 1, 0, aux, 1e-1, {0}};
-    kcase bg = {"batchnorm_bwd_gamma", CT_OP_BATCHNORM_BWD_GAMMA, {0}, {0}, 3, {IN_BF16, IN_BF16, IN_STATE},
-                {4, 4, 4}, {{N, C, H, W}, {N, C, H, W}, {N, C, H, W}}, {-1, -1, 0}, {1, 3, 0},
-                1, {C}, 0, 0, aux, 1.0, {0}};
-    /* the same values give the BF16 kernel and the reference far closer results than the BF16 output
-       rounding; bwd_data's floor: its outputs cancel (sums over the batch), errors are relative to ~0.1 */
-    CHECK(kcheck(&bd, 12) >= 0);
-    bd.label = "batchnorm_bwd_data bf16 gamma";
-    bd.kind[2] = IN_BF16;
-    CHECK(kcheck(&bd, 15) >= 0);
-    CHECK(kcheck(&bg, 13) >= 0);
-    free(y);
-    free(aux);
-    /* outside the BF16 reach: planes below VW (the column path) and above a tile */
+    CHECK(bn_backward(&f, ""));
+    /* planes below VW (the column path) decline; planes above a tile run (in registers, no tiles) */
     kcase small = f, big = f;
     small.label = "batchnorm S=2 (declines)";
     small.shape[0][2] = small.out_shape[2] = 1;
     small.shape[0][3] = small.out_shape[3] = 2;
-    big.label = "batchnorm S>tile (declines)";
+    big.label = "batchnorm S>tile";
     big.shape[0][0] = big.out_shape[0] = 1;
     big.shape[0][1] = big.out_shape[1] = 1;
     big.shape[1][0] = big.shape[2][0] = big.shape[3][0] = big.shape[4][0] = 1;
@@ -356,7 +367,8 @@ TEST(batchnorm) {
     big.shape[0][3] = big.out_shape[3] = CT_BF16_TILE / 100 + 1;
     big.aux_bytes = 8;
     CHECK(kdeclines(&small));
-    CHECK(kdeclines(&big));
+    CHECK(kcheck(&big, 18) >= 0);
+    CHECK(bn_backward(&big, " S>tile"));
     /* batchnorm+relu (the fusion pass's BN_RELU): the same batchnorm, relu in
        place and one mask bit per element after the statistics; then relu's
        backward from those bits (RELU_MASK_BWD) */
@@ -366,6 +378,7 @@ TEST(batchnorm) {
     fr.op = CT_OP_BN_RELU;
     fr.aux_bytes = fab;
     CHECK(kcheck(&fr, 16) >= 0);
+    kdata d;
     kdata_make(&fr, 16, &d);
     float *yr = malloc((size_t)(N * C * S) * 4);
     char *raux = calloc(1, fab);
@@ -441,11 +454,29 @@ TEST(layernorm) {
     free(y);
     free(aux);
     kcase big = f;
-    big.label = "layernorm row > tile (declines)";
-    big.shape[0][0] = big.out_shape[0] = 1;
-    big.shape[0][1] = big.out_shape[1] = big.shape[1][0] = big.shape[2][0] = CT_BF16_TILE + 16;
-    big.aux_bytes = 8;
-    CHECK(kdeclines(&big));
+    big.label = "layernorm row > tile";
+    big.shape[0][0] = big.out_shape[0] = 2;
+    big.shape[0][1] = big.out_shape[1] = big.shape[1][0] = big.shape[2][0] = CT_BF16_TILE + 19;
+    big.aux_bytes = 16;
+    CHECK(kcheck(&big, 26) >= 0);
+    {
+        const int64_t R2 = big.shape[0][0], D2 = big.shape[0][1];
+        kdata_make(&big, 26, &d);
+        float *y2 = malloc((size_t)(R2 * D2) * 4), *aux2 = calloc(2 * (size_t)R2, 4);
+        CHECK(krun(&big, &d, CT_KERNEL_REF, 0, y2, aux2) == CT_OK);
+        kdata_free(&big, &d);
+        kcase bdb = {"layernorm_bwd_data row > tile", CT_OP_LAYERNORM_BWD_DATA, {0}, {0}, 4,
+                     {IN_BF16, IN_BF16, IN_F32, IN_STATE}, {2, 2, 1, 2}, {{R2, D2}, {R2, D2}, {D2}, {R2, D2}},
+                     {-1, -1, 0.5f, 0}, {1, 3, 1.5f, 0}, 2, {R2, D2}, 1, 0, aux2, 1e-1, {0}};
+        CHECK(kcheck(&bdb, 27) >= 0);
+        free(y2);
+        free(aux2);
+    }
+    /* a bf16-pure gamma / beta longer than a tile declines (it is converted into one) */
+    kcase bigp = big;
+    bigp.label = "layernorm bf16 gamma > tile (declines)";
+    bigp.kind[1] = bigp.kind[2] = IN_BF16;
+    CHECK(kdeclines(&bigp));
 }
 
 /* ---- pooling and reductions ----------------------------------------------------------------- */

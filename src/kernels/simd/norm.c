@@ -16,9 +16,10 @@
  * BF16 I/O (simd_bf16.h): x, dy, y and dx may be BF16 (gamma, beta, the
  * statistics and dgamma stay FP32; bf16-pure's BF16 gamma / beta are
  * converted into an FP32 tile once per thread). Every kernel converts its
- * BF16 vectors in registers (nm_accum_h, ct_vld / ct_vst); planes of fewer
- * than VW or more than CT_BF16_TILE elements (the column path) and longer
- * rows decline, and the node gets FP32 copies. */
+ * BF16 vectors in registers (nm_accum_h, ct_vld / ct_vst), so planes and
+ * rows of any length run; planes of fewer than VW elements (the column path)
+ * and bf16-pure parameter vectors longer than CT_BF16_TILE decline, and the
+ * node gets FP32 copies. */
 #include <math.h>
 #include <string.h>
 
@@ -198,9 +199,8 @@ static void bn_moments(double mf, double s1, double s2, int64_t M, double *mu, d
 /* k's I/O for these kernels: the output and inputs [0, n_act) FP32 or BF16
  * (x, dy), inputs [n_act, n_par) FP32 or BF16 parameters (gamma, beta: BF16
  * in bf16-pure plans), batchnorm's running statistics (inputs 3, 4) FP32,
- * later inputs only state; a BF16 activation needs planes / rows of
- * VW..CT_BF16_TILE elements (S), a BF16 parameter vector (layernorm) at most
- * CT_BF16_TILE. */
+ * later inputs only state; a BF16 activation needs planes / rows of at least
+ * VW elements (S), a BF16 parameter vector at most CT_BF16_TILE (its tile). */
 static int nm_io_ok(const ct_kargs *k, int n_act, int n_par, int64_t S) {
     if (k->out.dtype != CT_BF16 && k->out.dtype != CT_F32) return 0;
     int any = k->out.dtype == CT_BF16;
@@ -213,7 +213,7 @@ static int nm_io_ok(const ct_kargs *k, int n_act, int n_par, int64_t S) {
         if (k->in[i].dtype != CT_F32 && (stats || k->in[i].dtype != CT_BF16)) return 0;
         if (k->in[i].dtype == CT_BF16 && ct_tensor_numel(&k->in[i]) > CT_BF16_TILE) return 0;
     }
-    return !any || (S >= VW && S <= CT_BF16_TILE);
+    return !any || S >= VW;
 }
 
 ct_status CT_FN(batchnorm)(ct_kargs *k) {
