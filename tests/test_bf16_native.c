@@ -35,6 +35,7 @@
 #include <stdlib.h>
 
 #include "test.h"
+#include "core/internal.h"
 #include "ctrain/optim.h"
 
 #define TRY(expr)                              \
@@ -626,10 +627,16 @@ TEST(override_and_queries) {
     CHECK(native == 0);
     unsetenv("CT_BF16_NATIVE");
     CHECK(ct_context_lowp_native(ctx, CT_F32, &native, NULL, 0) == CT_E_INVALID_ARG);
-    /* without the override: native only where oneDNN has BF16 in hardware */
+    /* without the override: native where oneDNN has AMX, or AVX512-BF16 whose dot products beat the FP32 FMAs */
     CHECK_OK(ctx, ct_context_lowp_native(ctx, CT_BF16, &native, how, sizeof how));
-    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), want = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
-    CHECK(native == ((isa & want) == want && mode != MODE_COPIES));
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), want = (unsigned)dnnl_cpu_isa_avx512_core_bf16,
+             amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
+    double dot = ct_cpu_bf16_dot_ratio();
+    int fast = (isa & amx) == amx || ((isa & want) == want && dot > 1.0);
+    CHECK_MSG(native == (fast && mode != MODE_COPIES), "native %d; oneDNN ISA 0x%x, dot / FMA %.2f", native, isa, dot);
+    CHECK(!ct_context_cpu(ctx)->avx512_bf16 || (dot > 0.1 && dot < 8)); /* measured: a plausible rate */
+    if ((isa & want) == want && (isa & amx) != amx && mode != MODE_COPIES) /* the line gives the measured rate */
+        CHECK_MSG(strstr(how, "dot products give") != NULL, "%s", how);
     printf("    default here: %s\n", how);
     ct_context_free(ctx);
 }

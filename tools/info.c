@@ -61,8 +61,9 @@ int ct_cli_info(int argc, char **argv) {
     if (ct_profiler_create(ctx, NULL, &prof) == CT_OK) {
         const char *src;
         double peak = ct_profiler_peak_flops(prof, &src);
-        printf("fp32 peak      %.1f GFLOP/s (%s); MFU measures BF16 ops on AVX512-BF16 / AMX against 128 / 1024 "
-               "FLOP per cycle and core (the trace's peak_flops_by_unit)\n",
+        printf("fp32 peak      %.1f GFLOP/s (%s); MFU measures BF16 ops on AVX512-BF16 against "
+               "64 FLOP per cycle and core times the measured dot-product / FMA ratio, on AMX against 1024 (the "
+               "trace's peak_flops_by_unit)\n",
                peak * 1e-9, src);
         ct_profiler_free(prof);
     }

@@ -57,6 +57,7 @@ struct ct_profiler {
     char peak_src[320];
     double clock_mhz;             /* the core clock the peaks use                  */
     const char *clock_src;        /* where it came from                            */
+    double bf16_dot_per_cycle;    /* AVX512-BF16 flops per cycle and core          */
     int have_mem;
     ct_plan_stats mem;
     size_t opt_bytes, budget;
@@ -140,9 +141,12 @@ static void compute_peak(ct_profiler *p) {
     }
     p->clock_mhz = mhz;
     p->clock_src = clk;
-    /* BF16 units: AVX512-BF16 vdpbf16ps (2 units x 16 lanes x 2 products x 2 flops), AMX TMUL (1024
-     * BF16 flops per cycle per core, Sapphire Rapids) */
-    p->unit_peak[UNIT_AVX512_BF16] = 128.0 * mhz * 1e6 * threads;
+    /* BF16 units: AVX512-BF16 vdpbf16ps, the AVX-512 FMA's 64 flops per cycle scaled by the measured
+     * dot-product / FMA FLOP rate (~2 on AMD Zen 4 / 5: 128; ~0.5 on Intel Sapphire / Emerald Rapids: 32;
+     * 128 nominal without AVX512-BF16), AMX TMUL (1024 BF16 flops per cycle per core, Sapphire Rapids) */
+    double dot = ct_cpu_bf16_dot_ratio();
+    p->bf16_dot_per_cycle = dot > 0 ? 64.0 * dot : 128.0;
+    p->unit_peak[UNIT_AVX512_BF16] = p->bf16_dot_per_cycle * mhz * 1e6 * threads;
     p->unit_peak[UNIT_AMX_BF16] = 1024.0 * mhz * 1e6 * threads;
     if (p->o.peak_flops > 0) {
         p->peak = p->unit_peak[UNIT_FP32] = p->o.peak_flops;
@@ -444,6 +448,7 @@ static void write_metadata(ct_profiler *p, FILE *f) {
     json_str(f, p->peak_src);
     fprintf(f, ",\n  \"clock_mhz\": %.6g, \"clock_source\": ", p->clock_mhz);
     json_str(f, p->clock_src);
+    fprintf(f, ",\n  \"avx512_bf16_flops_per_cycle\": %.4g", p->bf16_dot_per_cycle);
     fprintf(f, ",\n  \"peak_flops_by_unit\": {");
     for (int u = 0; u < UNIT_COUNT; u++) fprintf(f, "%s\"%s\": %.17g", u ? ", " : "", k_unit_names[u], p->unit_peak[u]);
     fprintf(f, "},\n  \"unit_note\": \"each op's unit is read from its implementation (impl): oneDNN's "

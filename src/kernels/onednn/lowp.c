@@ -4,9 +4,15 @@
  * (ct_context_lowp_native, include/ctrain/graph.h). The plan asks once per
  * compile (kernel selection); `ctrain info` prints the line.
  *
- * The rule: native where oneDNN runs BF16 in hardware (its effective ISA,
- * which ONEDNN_MAX_CPU_ISA can lower, has AVX512-BF16; AMX includes it) and
- * the context allows AVX-512 and oneDNN (CT_ISA, CT_ONEDNN). CT_BF16_NATIVE=1
+ * The rule: native where oneDNN runs BF16 in hardware that is faster than
+ * the FP32 FMAs, and the context allows AVX-512 and oneDNN (CT_ISA,
+ * CT_ONEDNN). oneDNN's effective ISA (which ONEDNN_MAX_CPU_ISA can lower)
+ * says what it runs: AMX is always native; AVX512-BF16 alone is native when
+ * its dot products give more FLOPs per second than FP32 FMAs, measured once
+ * per process (ct_cpu_bf16_dot_ratio: about 2x on AMD Zen 4 / 5; about 0.5x
+ * on Intel Sapphire / Emerald Rapids, whose BF16 matmuls without AMX ran
+ * 1.3-1.6x slower than FP32's). Otherwise matmul, linear and conv2d get FP32
+ * copies and the SIMD kernels still read BF16. CT_BF16_NATIVE=1
  * forces the native path on any CPU where the context allows it: on plain
  * AVX-512 oneDNN 2.6 emulates BF16 in its JIT kernels (slower than the FP32
  * copies; this is how the path is tested without BF16 hardware), and below
@@ -76,7 +82,9 @@ ct_status ct_context_lowp_native(ct_context *ctx, ct_dtype dt, int *native, char
     }
     const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     const int hw = isa_has(isa, dnnl_cpu_isa_avx512_core_bf16); /* AMX's value includes these bits */
+    const int amx = isa_has(isa, dnnl_cpu_isa_avx512_core_amx);
     const char *why;
+    char buf[320];
     if (dt == CT_F16) why = "FP32 copies: oneDNN 2.6 has no FP16 matmul or convolution on CPUs";
     else if (!ct_context_use_onednn(ctx))
         why = "FP32 copies: oneDNN is off (CT_ONEDNN=0, CT_ISA=ref or ct_context_opts.use_onednn)";
@@ -91,9 +99,20 @@ ct_status ct_context_lowp_native(ct_context *ctx, ct_dtype dt, int *native, char
                     "kernels (slower than FP32 copies: for testing)"
                   : "forced by CT_BF16_NATIVE=1, but oneDNN has no BF16 primitive below AVX-512: each node falls "
                     "back to FP32 copies at its first run";
-    } else if (hw) {
+    } else if (amx) {
         *native = 1;
-        why = "native: oneDNN runs BF16 in hardware (AVX512-BF16 or AMX)";
+        why = "native: oneDNN runs BF16 on AMX tiles";
+    } else if (hw) {
+        double r = ct_cpu_bf16_dot_ratio();
+        *native = r > 1.0;
+        snprintf(buf, sizeof buf,
+                 *native ? "native: oneDNN runs BF16 on AVX512-BF16, whose dot products give %.2fx the FLOP rate of "
+                           "FP32 FMAs here (measured)"
+                         : "FP32 copies: this CPU's AVX512-BF16 dot products give %.2fx the FLOP rate of its FP32 "
+                           "FMAs (measured), so BF16 matmuls run faster on FP32 (no AMX here); CT_BF16_NATIVE=1 "
+                           "forces oneDNN's BF16",
+                 r);
+        why = buf;
     } else
         why = "FP32 copies: oneDNN has no AVX512-BF16 or AMX here (CT_BF16_NATIVE=1 forces its emulated BF16)";
     if (how && how_len) {
