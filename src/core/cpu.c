@@ -84,13 +84,13 @@ static double time_chains(int dp, uint64_t n) {
 #if defined(__x86_64__)
     if (dp)
         __asm__ volatile("vpxord %%zmm12, %%zmm12, %%zmm12\n\tvpxord %%zmm13, %%zmm13, %%zmm13\n\t"
-                         "1:\n\t" CT_X12(CT_DP) "dec %0\n\tjnz 1b"
+                         "1:\n\t" CT_X12(CT_DP) "dec %0\n\tjnz 1b\n\tvzeroupper"
                          : "+r"(n)
                          :
                          : CT_ZMM_CLOBBERS);
     else
         __asm__ volatile("vpxord %%zmm12, %%zmm12, %%zmm12\n\tvpxord %%zmm13, %%zmm13, %%zmm13\n\t"
-                         "1:\n\t" CT_X12(CT_FM) "dec %0\n\tjnz 1b"
+                         "1:\n\t" CT_X12(CT_FM) "dec %0\n\tjnz 1b\n\tvzeroupper"
                          : "+r"(n)
                          :
                          : CT_ZMM_CLOBBERS);
