@@ -71,6 +71,8 @@ typedef struct {
     const float *fixed[CT_MAX_INPUTS]; /* given values (BF16-representable) instead of random ones */
 } kcase;
 
+static size_t g_ws_cap; /* nonzero: krun hands kernels at most this many bytes of workspace */
+
 static int64_t nel(int nd, const int64_t *s) {
     int64_t n = 1;
     for (int i = 0; i < nd; i++) n *= s[i];
@@ -168,6 +170,7 @@ static ct_status krun(const kcase *c, const kdata *d, int slot, int bf16, float 
         int64_t T = c->out_shape[1], D = c->op == CT_OP_ATTENTION ? c->out_shape[2] : c->out_shape[2] / 3;
         wsb = (size_t)k.nthreads * ct_attention_ws_per_thread_bf16(T, D / c->ia[0]);
     }
+    if (g_ws_cap && wsb > g_ws_cap) wsb = g_ws_cap;
     k.ws = malloc(wsb);
     k.ws_bytes = wsb;
     void *cache = NULL; /* a oneDNN kernel's primitives, freed after the call */
@@ -539,10 +542,45 @@ TEST(pooling) {
         b.label = v ? "avgpool2d_bwd 3x3/2 pad 1" : "avgpool2d_bwd 2x2";
         CHECK(kcheck(&b, 34) >= 0);
     }
+    /* planes above a tile: through the workspace (the harness gives one; ct_ws_pool sizes it in a plan),
+       ResNet's stem pool (3x3/2 pad 1) and the 2x2 path, forward and backward */
+    for (int v = 0; v < 2; v++) {
+        int K = cfg[v][0], S = cfg[v][1], P = cfg[v][2];
+        kcase f, b;
+        pool_case(&f, CT_OP_MAXPOOL2D, K, S, P, 1, 2, 96, 97);
+        f.label = v ? "maxpool2d 3x3/2 plane > tile" : "maxpool2d 2x2 plane > tile";
+        CHECK(kcheck(&f, 35) >= 0);
+        kdata d;
+        kdata_make(&f, 35, &d);
+        int64_t ny = nel(4, f.out_shape);
+        float *y = malloc((size_t)ny * 4);
+        int32_t *arg = calloc((size_t)ny, 4);
+        CHECK(krun(&f, &d, CT_KERNEL_REF, 0, y, arg) == CT_OK);
+        kdata_free(&f, &d);
+        pool_case(&b, CT_OP_MAXPOOL2D_BWD, K, S, P, 1, 2, 96, 97);
+        b.label = v ? "maxpool2d_bwd 3x3/2 plane > tile" : "maxpool2d_bwd 2x2 plane > tile";
+        b.n_in = 2;
+        b.kind[1] = IN_STATE;
+        b.nd[1] = 4;
+        memcpy(b.shape[1], f.out_shape, sizeof f.out_shape);
+        b.state_aux = arg;
+        CHECK(kcheck(&b, 36) >= 0);
+        free(y);
+        free(arg);
+        pool_case(&f, CT_OP_AVGPOOL2D, K, S, P, 1, 2, 96, 97);
+        f.label = v ? "avgpool2d 3x3/2 plane > tile" : "avgpool2d 2x2 plane > tile";
+        CHECK(kcheck(&f, 37) >= 0);
+        pool_case(&b, CT_OP_AVGPOOL2D_BWD, K, S, P, 1, 2, 96, 97);
+        b.label = v ? "avgpool2d_bwd 3x3/2 plane > tile" : "avgpool2d_bwd 2x2 plane > tile";
+        CHECK(kcheck(&b, 38) >= 0);
+    }
+    /* without a workspace big enough, a big BF16 plane declines (the node gets FP32 copies) */
     kcase big;
     pool_case(&big, CT_OP_MAXPOOL2D, 2, 2, 0, 1, 1, 128, 128);
-    big.label = "maxpool2d plane > tile (declines)";
+    big.label = "maxpool2d plane > tile, no workspace (declines)";
+    g_ws_cap = 64;
     CHECK(kdeclines(&big));
+    g_ws_cap = 0;
 }
 
 TEST(reductions) {

@@ -92,6 +92,8 @@ size_t ct_aux_layernorm(const ct_graph *g, const ct_node_def *d);
 size_t ct_ws_sum(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_attention(const ct_graph *g, const ct_node_def *d);
 size_t ct_ws_attention(const ct_graph *g, const ct_node_def *d);
+/* pooling with BF16 I/O on planes above CT_BF16_TILE: per thread, an FP32 input and output plane */
+size_t ct_ws_pool(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_bn_relu(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_linear_pro(const ct_graph *g, const ct_node_def *d);
 size_t ct_ws_gemm_pro(const ct_graph *g, const ct_node_def *d);

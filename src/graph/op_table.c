@@ -17,8 +17,8 @@ static const ct_op_info k_ops[] = {
     [CT_OP_MATMUL] = {"matmul", {DNNL(matmul)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
     [CT_OP_LINEAR] = {"linear", {DNNL(linear)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
     [CT_OP_CONV2D] = {"conv2d", {DNNL(conv2d)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
-    [CT_OP_MAXPOOL2D] = {"maxpool2d", {SIMD(maxpool2d)}, ct_aux_maxpool2d, 0, 0, .simd_bf16 = 1},
-    [CT_OP_AVGPOOL2D] = {"avgpool2d", {SIMD(avgpool2d)}, 0, 0, 0, .simd_bf16 = 1},
+    [CT_OP_MAXPOOL2D] = {"maxpool2d", {SIMD(maxpool2d)}, ct_aux_maxpool2d, ct_ws_pool, 0, .simd_bf16 = 1},
+    [CT_OP_AVGPOOL2D] = {"avgpool2d", {SIMD(avgpool2d)}, 0, ct_ws_pool, 0, .simd_bf16 = 1},
     [CT_OP_BATCHNORM] = {"batchnorm", {SIMD(batchnorm)}, ct_aux_batchnorm, 0, 0, .simd_bf16 = 1},
     [CT_OP_LAYERNORM] = {"layernorm", {SIMD(layernorm)}, ct_aux_layernorm, 0, 0, .simd_bf16 = 1},
     [CT_OP_UNARY] = {"unary", {SIMD(unary)}, 0, 0, 0, .simd_bf16 = 1},
@@ -41,8 +41,8 @@ static const ct_op_info k_ops[] = {
     [CT_OP_SUM_TO] = {"sum_to", {SIMD(sum_to)}, 0, 0, 0, .simd_bf16 = 1},
     [CT_OP_CONV2D_BWD_DATA] = {"conv2d_bwd_data", {DNNL(conv2d_bwd_data)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0, 1},
     [CT_OP_CONV2D_BWD_WEIGHT] = {"conv2d_bwd_weight", {DNNL(conv2d_bwd_weight)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0, 1},
-    [CT_OP_MAXPOOL2D_BWD] = {"maxpool2d_bwd", {SIMD(maxpool2d_bwd)}, 0, 0, 0, 1u << 1, 0, .simd_bf16 = 1},
-    [CT_OP_AVGPOOL2D_BWD] = {"avgpool2d_bwd", {SIMD(avgpool2d_bwd)}, 0, 0, 0, .simd_bf16 = 1},
+    [CT_OP_MAXPOOL2D_BWD] = {"maxpool2d_bwd", {SIMD(maxpool2d_bwd)}, 0, ct_ws_pool, 0, 1u << 1, 0, .simd_bf16 = 1},
+    [CT_OP_AVGPOOL2D_BWD] = {"avgpool2d_bwd", {SIMD(avgpool2d_bwd)}, 0, ct_ws_pool, 0, .simd_bf16 = 1},
     [CT_OP_BATCHNORM_BWD_DATA] = {"batchnorm_bwd_data", {SIMD(batchnorm_bwd_data)}, 0, 0, 0, 1u << 3, 0, .simd_bf16 = 1},
     [CT_OP_BATCHNORM_BWD_GAMMA] = {"batchnorm_bwd_gamma", {SIMD(batchnorm_bwd_gamma)}, 0, 0, 0, 1u << 2, 0, .simd_bf16 = 1},
     [CT_OP_LAYERNORM_BWD_DATA] = {"layernorm_bwd_data", {SIMD(layernorm_bwd_data)}, 0, 0, 0, 1u << 3, 0, .simd_bf16 = 1},
@@ -126,6 +126,20 @@ size_t ct_ws_attention(const ct_graph *g, const ct_node_def *d) {
     size_t per = d->dtype == CT_BF16 ? ct_attention_ws_per_thread_bf16(T, D / d->ia[0])
                                      : ct_attention_ws_per_thread(T, D / d->ia[0]);
     return (size_t)(nt > 0 ? nt : 1) * per;
+}
+
+/* Pooling (forward or backward, d) with BF16 I/O whose planes exceed the SIMD
+ * kernel's stack tiles: the kernel converts each plane pair through these
+ * FP32 planes instead of declining (which gave the node FP32 copies of the
+ * whole tensors: ResNet's first max pool, 112x112 planes) */
+size_t ct_ws_pool(const ct_graph *g, const ct_node_def *d) {
+    const ct_node_def *x = &g->nodes[d->in[0]];
+    int64_t nc = d->shape[0] * d->shape[1];
+    if ((d->dtype != CT_BF16 && x->dtype != CT_BF16) || nc <= 0) return 0;
+    int64_t a = ct_node_numel(d) / nc, b = ct_node_numel(x) / nc;
+    if (a <= CT_BF16_TILE && b <= CT_BF16_TILE) return 0;
+    int nt = ct_context_num_threads(g->ctx);
+    return (size_t)(nt > 0 ? nt : 1) * (size_t)(a + b) * sizeof(float);
 }
 
 /* batchnorm+relu: batchnorm's statistics, then one mask bit per element */

@@ -13,10 +13,14 @@
  * no padding, so the average's divisor is 4 whatever count_include_pad says.
  *
  * BF16 I/O (simd_bf16.h): x / y / dy / dx may be BF16; each plane is then
- * read and written through FP32 tiles converted in registers, so the result
- * is the FP32 kernel's on the BF16 values. Planes above CT_BF16_TILE
- * elements decline (the node gets FP32 copies). */
+ * read and written through FP32 planes converted in registers, so the result
+ * is the FP32 kernel's on the BF16 values (the plane loops' windows overlap
+ * and the backward scatter-adds: they need FP32 planes). Those planes are
+ * stack tiles up to CT_BF16_TILE elements, above it the node's workspace
+ * (ct_ws_pool, one input and one output plane per thread); without that
+ * workspace a bigger plane declines and the node gets FP32 copies. */
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "simd_bf16.h"
@@ -90,10 +94,27 @@ typedef ct_pool_dims pl_dims;
 
 static pl_dims pl_get(const ct_kargs *k, const ct_tensor *x, const ct_tensor *y) { return ct_pool_get(k->node, x, y); }
 
-/* I/O: in[0] and out FP32 or BF16; BF16 planes fit a tile. */
-static int pl_io_ok(const ct_kargs *k, const pl_dims *d) {
+/* BF16 planes above a tile: nt threads' FP32 plane pairs from the workspace */
+static int pl_big(const pl_dims *d) { return d->H * d->W > CT_BF16_TILE || d->OH * d->OW > CT_BF16_TILE; }
+static size_t pl_ws_need(const pl_dims *d, int nt) {
+    return (size_t)nt * (size_t)(d->H * d->W + d->OH * d->OW) * sizeof(float);
+}
+
+/* I/O: in[0] and out FP32 or BF16; BF16 planes fit a tile or the workspace (nt threads). */
+static int pl_io_ok(const ct_kargs *k, const pl_dims *d, int nt) {
     if (!ct_bf16_io(k, 1)) return k->out.dtype == CT_F32 && k->in[0].dtype == CT_F32;
-    return d->H * d->W <= CT_BF16_TILE && d->OH * d->OW <= CT_BF16_TILE;
+    return !pl_big(d) || (k->ws && k->ws_bytes >= pl_ws_need(d, nt));
+}
+
+/* This thread's FP32 planes for BF16 I/O: the stack tiles (a, b: CT_BF16_TILE
+ * floats each), or n_a + n_b floats of the workspace for big planes. */
+static void pl_tiles(const ct_kargs *k, const pl_dims *d, float *a, float *b, int64_t n_a, float **ta, float **tb) {
+    if (!pl_big(d) || !ct_bf16_io(k, 1)) { /* FP32 I/O never touches them */
+        *ta = a, *tb = b;
+        return;
+    }
+    *ta = (float *)k->ws + (size_t)omp_get_thread_num() * (size_t)(d->H * d->W + d->OH * d->OW);
+    *tb = *ta + n_a;
 }
 
 static int pl_is_2x2(const pl_dims *d) {
@@ -168,15 +189,16 @@ static void maxpool_2x2_plane(const float *x, float *y, int32_t *arg, const pl_d
 
 ct_status CT_FN(maxpool2d)(ct_kargs *k) {
     pl_dims d = pl_get(k, &k->in[0], &k->out);
-    if (!pl_io_ok(k, &d)) return CT_E_UNSUPPORTED;
+    const int nt = pl_threads(k, d.NC * d.H * d.W);
+    if (!pl_io_ok(k, &d, nt)) return CT_E_UNSUPPORTED;
     const ct_tensor *X = &k->in[0], *Y = &k->out;
     int32_t *arg = k->aux;
     int fast = pl_is_2x2(&d);
     int64_t HW = d.H * d.W, OHW = d.OH * d.OW;
-    int nt = pl_threads(k, d.NC * HW);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t nc = 0; nc < d.NC; nc++) {
-        float xb[CT_BF16_TILE], yb[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
+        float sx[CT_BF16_TILE], sy[CT_BF16_TILE], *xb, *yb; /* BF16 tiles (unused for FP32) */
+        pl_tiles(k, &d, sx, sy, HW, &xb, &yb);
         const float *x = ct_tile_in(X, nc * HW, HW, xb);
         float *y = ct_tile_out(Y, nc * OHW, yb);
         if (fast) maxpool_2x2_plane(x, y, arg + nc * OHW, &d);
@@ -240,15 +262,16 @@ static void maxpool_bwd_2x2_plane(const float *dy, const int32_t *arg, float *dx
 /* in: dy, fwd -> dx */
 ct_status CT_FN(maxpool2d_bwd)(ct_kargs *k) {
     pl_dims d = pl_get(k, &k->out, &k->in[0]);
-    if (!pl_io_ok(k, &d)) return CT_E_UNSUPPORTED;
+    const int nt = pl_threads(k, d.NC * d.H * d.W);
+    if (!pl_io_ok(k, &d, nt)) return CT_E_UNSUPPORTED;
     const ct_tensor *DY = &k->in[0], *DX = &k->out;
     const int32_t *arg = k->in_aux[1];
     int fast = pl_is_2x2(&d);
     int64_t HW = d.H * d.W, OHW = d.OH * d.OW;
-    int nt = pl_threads(k, d.NC * HW);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t nc = 0; nc < d.NC; nc++) {
-        float db[CT_BF16_TILE], xb[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
+        float sd[CT_BF16_TILE], sx[CT_BF16_TILE], *db, *xb; /* BF16 tiles (unused for FP32) */
+        pl_tiles(k, &d, sd, sx, OHW, &db, &xb);
         const float *dy = ct_tile_in(DY, nc * OHW, OHW, db);
         float *dx = ct_tile_out(DX, nc * HW, xb);
         if (fast) {
@@ -283,14 +306,15 @@ static void avgpool_2x2_plane(const float *x, float *y, const pl_dims *d) {
 
 ct_status CT_FN(avgpool2d)(ct_kargs *k) {
     pl_dims d = pl_get(k, &k->in[0], &k->out);
-    if (!pl_io_ok(k, &d)) return CT_E_UNSUPPORTED;
+    const int nt = pl_threads(k, d.NC * d.H * d.W);
+    if (!pl_io_ok(k, &d, nt)) return CT_E_UNSUPPORTED;
     const ct_tensor *X = &k->in[0], *Y = &k->out;
     int fast = pl_is_2x2(&d);
     int64_t HW = d.H * d.W, OHW = d.OH * d.OW;
-    int nt = pl_threads(k, d.NC * HW);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t nc = 0; nc < d.NC; nc++) {
-        float xb[CT_BF16_TILE], yb[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
+        float sx[CT_BF16_TILE], sy[CT_BF16_TILE], *xb, *yb; /* BF16 tiles (unused for FP32) */
+        pl_tiles(k, &d, sx, sy, HW, &xb, &yb);
         const float *x = ct_tile_in(X, nc * HW, HW, xb);
         float *y = ct_tile_out(Y, nc * OHW, yb);
         if (fast) avgpool_2x2_plane(x, y, &d);
@@ -322,14 +346,15 @@ static void avgpool_bwd_2x2_plane(const float *dy, float *dx, const pl_dims *d) 
 /* in: dy -> dx */
 ct_status CT_FN(avgpool2d_bwd)(ct_kargs *k) {
     pl_dims d = pl_get(k, &k->out, &k->in[0]);
-    if (!pl_io_ok(k, &d)) return CT_E_UNSUPPORTED;
+    const int nt = pl_threads(k, d.NC * d.H * d.W);
+    if (!pl_io_ok(k, &d, nt)) return CT_E_UNSUPPORTED;
     const ct_tensor *DY = &k->in[0], *DX = &k->out;
     int fast = pl_is_2x2(&d);
     int64_t HW = d.H * d.W, OHW = d.OH * d.OW;
-    int nt = pl_threads(k, d.NC * HW);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t nc = 0; nc < d.NC; nc++) {
-        float db[CT_BF16_TILE], xb[CT_BF16_TILE]; /* BF16 tiles (unused for FP32) */
+        float sd[CT_BF16_TILE], sx[CT_BF16_TILE], *db, *xb; /* BF16 tiles (unused for FP32) */
+        pl_tiles(k, &d, sd, sx, OHW, &db, &xb);
         const float *dy = ct_tile_in(DY, nc * OHW, OHW, db);
         float *dx = ct_tile_out(DX, nc * HW, xb);
         if (fast) avgpool_bwd_2x2_plane(dy, dx, &d);
