@@ -446,7 +446,7 @@ static void write_metadata(ct_profiler *p, FILE *f) {
             ct_context_use_onednn(p->ctx) ? "true" : "false", ct_context_num_threads(p->ctx));
     fprintf(f, "  \"peak_flops\": %.6g,\n  \"peak_source\": ", p->peak);
     json_str(f, p->peak_src);
-    fprintf(f, ",\n  \"clock_mhz\": %.6g, \"clock_source\": ", p->clock_mhz);
+    fprintf(f, ",\n  \"clock_mhz\": %.10g, \"clock_source\": ", p->clock_mhz);
     json_str(f, p->clock_src);
     fprintf(f, ",\n  \"avx512_bf16_flops_per_cycle\": %.4g", p->bf16_dot_per_cycle);
     fprintf(f, ",\n  \"peak_flops_by_unit\": {");
