@@ -508,72 +508,53 @@ static void pool_case(kcase *c, ct_op op, int K, int S, int P, int64_t N, int64_
     if (op == CT_OP_MAXPOOL2D) c->aux_bytes = (size_t)(N * C * OH * OW) * sizeof(int32_t);
 }
 
+/* max / avg pooling and their backward on (N, C, H, W) with window config v
+ * (0: the vectorized 2x2 path, 1: 3x3/2 pad 1, the plane loops); seeds from seed */
+static int pool_round(int v, int64_t N, int64_t C, int64_t H, int64_t W, unsigned seed, const char *tag) {
+    static const int cfg[2][3] = {{2, 2, 0}, {3, 2, 1}};
+    static const char *win[2] = {"2x2", "3x3/2 pad 1"};
+    const int K = cfg[v][0], S = cfg[v][1], P = cfg[v][2];
+    char l[4][80];
+    snprintf(l[0], sizeof l[0], "maxpool2d %s%s", win[v], tag);
+    snprintf(l[1], sizeof l[1], "maxpool2d_bwd %s%s", win[v], tag);
+    snprintf(l[2], sizeof l[2], "avgpool2d %s%s", win[v], tag);
+    snprintf(l[3], sizeof l[3], "avgpool2d_bwd %s%s", win[v], tag);
+    kcase f, b;
+    pool_case(&f, CT_OP_MAXPOOL2D, K, S, P, N, C, H, W);
+    f.label = l[0];
+    int ok = kcheck(&f, seed) >= 0;
+    /* argmax from the reference forward */
+    kdata d;
+    kdata_make(&f, seed, &d);
+    int64_t ny = nel(4, f.out_shape);
+    float *y = malloc((size_t)ny * 4);
+    int32_t *arg = calloc((size_t)ny, 4);
+    ok = ok && krun(&f, &d, CT_KERNEL_REF, 0, y, arg) == CT_OK;
+    kdata_free(&f, &d);
+    pool_case(&b, CT_OP_MAXPOOL2D_BWD, K, S, P, N, C, H, W);
+    b.label = l[1];
+    b.n_in = 2;
+    b.kind[1] = IN_STATE;
+    b.nd[1] = 4;
+    memcpy(b.shape[1], f.out_shape, sizeof f.out_shape);
+    b.state_aux = arg;
+    ok = ok && kcheck(&b, seed + 1) >= 0;
+    free(y);
+    free(arg);
+    pool_case(&f, CT_OP_AVGPOOL2D, K, S, P, N, C, H, W);
+    f.label = l[2];
+    ok = ok && kcheck(&f, seed + 2) >= 0;
+    pool_case(&b, CT_OP_AVGPOOL2D_BWD, K, S, P, N, C, H, W);
+    b.label = l[3];
+    return ok && kcheck(&b, seed + 3) >= 0;
+}
+
 TEST(pooling) {
     setup();
-    static const int cfg[2][3] = {{2, 2, 0}, {3, 2, 1}}; /* the vectorized 2x2 path and the plane loops */
-    for (int v = 0; v < 2; v++) {
-        int K = cfg[v][0], S = cfg[v][1], P = cfg[v][2];
-        kcase f, b;
-        pool_case(&f, CT_OP_MAXPOOL2D, K, S, P, 3, 5, 14, 15);
-        f.label = v ? "maxpool2d 3x3/2 pad 1" : "maxpool2d 2x2";
-        CHECK(kcheck(&f, 31) >= 0);
-        /* argmax from the reference forward */
-        kdata d;
-        kdata_make(&f, 31, &d);
-        int64_t ny = nel(4, f.out_shape);
-        float *y = malloc((size_t)ny * 4);
-        int32_t *arg = calloc((size_t)ny, 4);
-        CHECK(krun(&f, &d, CT_KERNEL_REF, 0, y, arg) == CT_OK);
-        kdata_free(&f, &d);
-        pool_case(&b, CT_OP_MAXPOOL2D_BWD, K, S, P, 3, 5, 14, 15);
-        b.label = v ? "maxpool2d_bwd 3x3/2 pad 1" : "maxpool2d_bwd 2x2";
-        b.n_in = 2;
-        b.kind[1] = IN_STATE;
-        b.nd[1] = 4;
-        memcpy(b.shape[1], f.out_shape, sizeof f.out_shape);
-        b.state_aux = arg;
-        CHECK(kcheck(&b, 32) >= 0);
-        free(y);
-        free(arg);
-        pool_case(&f, CT_OP_AVGPOOL2D, K, S, P, 3, 5, 14, 15);
-        f.label = v ? "avgpool2d 3x3/2 pad 1" : "avgpool2d 2x2";
-        CHECK(kcheck(&f, 33) >= 0);
-        pool_case(&b, CT_OP_AVGPOOL2D_BWD, K, S, P, 3, 5, 14, 15);
-        b.label = v ? "avgpool2d_bwd 3x3/2 pad 1" : "avgpool2d_bwd 2x2";
-        CHECK(kcheck(&b, 34) >= 0);
-    }
+    for (int v = 0; v < 2; v++) CHECK(pool_round(v, 3, 5, 14, 15, 31, ""));
     /* planes above a tile: through the workspace (the harness gives one; ct_ws_pool sizes it in a plan),
-       ResNet's stem pool (3x3/2 pad 1) and the 2x2 path, forward and backward */
-    for (int v = 0; v < 2; v++) {
-        int K = cfg[v][0], S = cfg[v][1], P = cfg[v][2];
-        kcase f, b;
-        pool_case(&f, CT_OP_MAXPOOL2D, K, S, P, 1, 2, 96, 97);
-        f.label = v ? "maxpool2d 3x3/2 plane > tile" : "maxpool2d 2x2 plane > tile";
-        CHECK(kcheck(&f, 35) >= 0);
-        kdata d;
-        kdata_make(&f, 35, &d);
-        int64_t ny = nel(4, f.out_shape);
-        float *y = malloc((size_t)ny * 4);
-        int32_t *arg = calloc((size_t)ny, 4);
-        CHECK(krun(&f, &d, CT_KERNEL_REF, 0, y, arg) == CT_OK);
-        kdata_free(&f, &d);
-        pool_case(&b, CT_OP_MAXPOOL2D_BWD, K, S, P, 1, 2, 96, 97);
-        b.label = v ? "maxpool2d_bwd 3x3/2 plane > tile" : "maxpool2d_bwd 2x2 plane > tile";
-        b.n_in = 2;
-        b.kind[1] = IN_STATE;
-        b.nd[1] = 4;
-        memcpy(b.shape[1], f.out_shape, sizeof f.out_shape);
-        b.state_aux = arg;
-        CHECK(kcheck(&b, 36) >= 0);
-        free(y);
-        free(arg);
-        pool_case(&f, CT_OP_AVGPOOL2D, K, S, P, 1, 2, 96, 97);
-        f.label = v ? "avgpool2d 3x3/2 plane > tile" : "avgpool2d 2x2 plane > tile";
-        CHECK(kcheck(&f, 37) >= 0);
-        pool_case(&b, CT_OP_AVGPOOL2D_BWD, K, S, P, 1, 2, 96, 97);
-        b.label = v ? "avgpool2d_bwd 3x3/2 plane > tile" : "avgpool2d_bwd 2x2 plane > tile";
-        CHECK(kcheck(&b, 38) >= 0);
-    }
+       e.g. ResNet's stem pool (3x3/2 pad 1), and the 2x2 path */
+    for (int v = 0; v < 2; v++) CHECK(pool_round(v, 1, 2, 96, 97, 35, " plane > tile"));
     /* without a workspace big enough, a big BF16 plane declines (the node gets FP32 copies) */
     kcase big;
     pool_case(&big, CT_OP_MAXPOOL2D, 2, 2, 0, 1, 1, 128, 128);
