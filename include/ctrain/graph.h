@@ -255,9 +255,11 @@ ct_status ct_precision_parse(ct_context *ctx, const char *name, ct_precision *ou
  * backward data, backward weights) on oneDNN primitives that read and write
  * dt (CT_BF16 or CT_F16) themselves, accumulating in FP32 (*native = 1), or
  * on FP32 copies of their low-precision I/O (0). BF16 is native by default
- * where oneDNN runs it in hardware (AVX512-BF16 or AMX, within
- * ONEDNN_MAX_CPU_ISA) and the context allows AVX-512 and oneDNN (CT_ISA,
- * CT_ONEDNN, ct_context_opts). The environment variable CT_BF16_NATIVE=1
+ * where oneDNN runs it in hardware that beats the FP32 FMAs (AMX; or
+ * AVX512-BF16 whose dot products give more FLOPs per second than FP32 FMAs,
+ * measured once per process: AMD Zen 4 / 5 yes, Intel Sapphire / Emerald
+ * Rapids without AMX no; within ONEDNN_MAX_CPU_ISA) and the context allows
+ * AVX-512 and oneDNN (CT_ISA, CT_ONEDNN, ct_context_opts). The environment variable CT_BF16_NATIVE=1
  * forces it wherever the context allows (on AVX-512 without AVX512-BF16
  * oneDNN emulates BF16: slow, for testing; below AVX-512 oneDNN has no BF16
  * primitive and each node falls back to FP32 copies at its first run);

@@ -77,7 +77,7 @@ ct_status ct_context_lowp_native(ct_context *ctx, ct_dtype dt, int *native, char
             return ct_set_error(ctx, CT_E_CONFIG,
                                 "CT_BF16_NATIVE='%s' is not 0 or 1: 1 forces oneDNN's BF16 primitives for matmul, "
                                 "linear and conv2d, 0 gives them FP32 copies; unset it for the default (native "
-                                "where the CPU has AVX512-BF16 or AMX)",
+                                "on AMX, or on AVX512-BF16 where it beats FP32 FMAs: ctrain info)",
                                 env);
     }
     const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
