@@ -87,6 +87,9 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
     expect graph_cnn 0 "batchnorm\+relu +x 2" -- "$CT" graph --recipe recipes/fashion_cnn.json --dot "$tmp/cnn.dot"
     grep -q "subgraph cluster_fused_0" "$tmp/cnn.dot" && ok "graph dot has fused clusters" || bad "graph dot lacks clusters"
     expect graph_cnn_level0 0 "fusion level 0: 0 fused groups" -- "$CT" graph --recipe recipes/fashion_cnn.json --fusion-level 0 --quiet
+    # --set overrides a recipe key (here the precision: the plan then has BF16 weight copies); a bad value names it
+    expect graph_cnn_bf16 0 "bf16 weight copies" -- "$CT" graph --recipe recipes/fashion_cnn.json --set precision=bf16
+    expect graph_bad_set 1 "'bf17' is not one of" -- "$CT" graph --recipe recipes/fashion_cnn.json --set precision=bf17 --quiet
     size=$(stat -c %s "$tmp/prof_cnn/trace.json" 2>/dev/null || echo 0)
     [ "$size" -gt 0 ] && [ "$size" -lt 4000000 ] && ok "cnn trace is bounded ($size bytes)" || bad "cnn trace size $size"
   else

@@ -9,7 +9,8 @@
 #include "cli.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: ctrain graph --recipe FILE [--dot FILE] [--fusion-level N] [--no-memory-opt] [--quiet]\n"
+    fprintf(f, "usage: ctrain graph --recipe FILE [--set KEY=VALUE ...] [--dot FILE] [--fusion-level N] [--no-memory-opt]\n"
+               "                    [--quiet]\n"
                "       ctrain graph --model NAME\n"
                "\n"
                "Compiles the recipe's training plan without allocating it (the model's data is read for its\n"
@@ -17,6 +18,7 @@ static void usage(FILE *f) {
                "groups, the fusion rules that matched, and memory by category with the peak.\n"
                "\n"
                "  --recipe FILE       the recipe (its fusion_level, fusion_rules and memory_opt apply)\n"
+               "  --set KEY=VALUE     a recipe key as train's --set (e.g. precision=bf16, batch_size=64)\n"
                "  --dot FILE          also write Graphviz DOT of the forward and backward graphs\n"
                "  --fusion-level N    0, 1 or 2 instead of the recipe's (docs/fusion.md)\n"
                "  --no-memory-opt     every activation its own buffer (memory_opt false)\n"
@@ -57,8 +59,8 @@ static int model_params(const char *name) {
 }
 
 int ct_cli_graph(int argc, char **argv) {
-    const char *recipe = NULL, *dot = NULL, *model = NULL;
-    int level = -1, no_reuse = 0, quiet = 0;
+    const char *recipe = NULL, *dot = NULL, *model = NULL, *sets[32];
+    int level = -1, no_reuse = 0, quiet = 0, n_sets = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -70,6 +72,11 @@ int ct_cli_graph(int argc, char **argv) {
         else if (i + 1 < argc && !strcmp(a, "--recipe")) recipe = argv[++i];
         else if (i + 1 < argc && !strcmp(a, "--dot")) dot = argv[++i];
         else if (i + 1 < argc && !strcmp(a, "--model")) model = argv[++i];
+        else if (i + 1 < argc && !strcmp(a, "--set")) {
+            if (n_sets == (int)(sizeof sets / sizeof sets[0]))
+                return cli_error(CT_E_INVALID_ARG, "more than %d --set options\n", n_sets);
+            sets[n_sets++] = argv[++i];
+        }
         else if (i + 1 < argc && !strcmp(a, "--fusion-level")) {
             char *end;
             long v = strtol(argv[++i], &end, 10);
@@ -97,6 +104,23 @@ int ct_cli_graph(int argc, char **argv) {
         int rc = cli_fail(ctx, s, recipe);
         ct_context_free(ctx);
         return rc;
+    }
+    for (int i = 0; i < n_sets; i++) { /* KEY=VALUE, as train's --set */
+        char key[128];
+        const char *eq = strchr(sets[i], '=');
+        if (!eq || eq == sets[i] || (size_t)(eq - sets[i]) >= sizeof key)
+            return cli_error(CT_E_INVALID_ARG, "--set '%s' must be KEY=VALUE (a recipe key)\n", sets[i]);
+        memcpy(key, sets[i], (size_t)(eq - sets[i]));
+        key[eq - sets[i]] = 0;
+        ct_context_create(NULL, &ctx);
+        s = ct_recipe_set(ctx, &r, key, eq + 1);
+        if (s != CT_OK) {
+            int rc = cli_fail(ctx, s, sets[i]);
+            ct_context_free(ctx);
+            return rc;
+        }
+        ct_context_free(ctx);
+        ctx = NULL;
     }
     if (level >= 0) r.fusion_level = level;
     if (no_reuse) r.memory_opt = 0;
