@@ -937,6 +937,77 @@ TEST(kernel_impl_names) {
     ct_context_free(ctx);
 }
 
+/* A BF16 plan whose max pool sees planes above a tile (ResNet's stem pool:
+ * 3x3 / 2 pad 1; here 100x100 -> 50x50): conv2d (BF16) -> relu -> max pool
+ * -> linear -> cross-entropy. The pool and its backward run their SIMD BF16
+ * kernels on the workspace the plan sized (ct_ws_pool), and three training
+ * steps give the losses of the plan with FP32 copies everywhere, bit for bit. */
+static ct_status big_pool_plan(ct_context *ctx, const char *native, ct_plan **out, ct_node *xo, ct_node *yo) {
+    if (native) setenv("CT_BF16_NATIVE", native, 1);
+    else unsetenv("CT_BF16_NATIVE");
+    ct_graph *g;
+    ct_node x, y, w, h, r, pool, flat, fw, logits, loss;
+    ct_status s = ct_graph_create(ctx, &g);
+    if (s != CT_OK) return s;
+    s = ct_input(g, "y", CT_I32, 1, (int64_t[]){2}, &y);
+    if (s == CT_OK) s = ct_input(g, "x", CT_F32, 4, (int64_t[]){2, 1, 100, 100}, &x);
+    if (s == CT_OK) s = ct_param(g, "conv.w", 4, (int64_t[]){3, 1, 3, 3}, CT_INIT_KAIMING_UNIFORM, 9, &w);
+    if (s == CT_OK) s = ct_conv2d(g, x, w, CT_NONE, 1, 1, 1, 1, &h);
+    if (s == CT_OK) s = ct_relu(g, h, &r);
+    if (s == CT_OK) s = ct_maxpool2d(g, r, 3, 2, 1, &pool);
+    if (s == CT_OK) s = ct_reshape(g, pool, 2, (int64_t[]){2, 3 * 50 * 50}, &flat);
+    if (s == CT_OK) s = ct_param(g, "fc.w", 2, (int64_t[]){10, 3 * 50 * 50}, CT_INIT_KAIMING_UNIFORM, 7500, &fw);
+    if (s == CT_OK) s = ct_linear(g, flat, fw, CT_NONE, &logits);
+    if (s == CT_OK) s = ct_cross_entropy(g, logits, y, 0.0f, -100, &loss);
+    ct_compile_opts o;
+    ct_compile_opts_default(&o);
+    o.precision = CT_PRECISION_BF16;
+    if (s == CT_OK) s = ct_compile(g, loss, 0, NULL, &o, out);
+    ct_graph_free(g);
+    unsetenv("CT_BF16_NATIVE");
+    *xo = x;
+    *yo = y;
+    return s;
+}
+
+typedef struct {
+    int pools, pools_bf16;
+} pool_seen;
+
+static void pool_hook(void *user, const ct_node_event *ev) {
+    pool_seen *s = user;
+    if (ev->kind != CT_NODE_END || strncmp(ev->op, "maxpool2d", 9)) return;
+    s->pools++;
+    s->pools_bf16 += strstr(ev->kernel_desc, " bf16") != NULL;
+}
+
+TEST(pool_big_planes_in_plan) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_plan *p, *c;
+    ct_node x, y;
+    float la[3], lc[3];
+    CHECK_OK(ctx, big_pool_plan(ctx, NULL, &p, &x, &y));
+    CHECK_OK(ctx, big_pool_plan(ctx, "0", &c, &x, &y));
+    ct_plan_stats st;
+    ct_plan_get_stats(p, &st);
+    /* one input and one output plane per thread */
+    size_t need = (size_t)ct_context_num_threads(ctx) * (100 * 100 + 50 * 50) * sizeof(float);
+    CHECK_MSG(st.workspace_bytes >= need, "workspace %zu < %zu", st.workspace_bytes, need);
+    pool_seen seen = {0, 0};
+    ct_plan_set_node_hook(p, pool_hook, &seen);
+    CHECK_OK(ctx, train(ctx, p, 0, x, y, 3, la));
+    CHECK_OK(ctx, train(ctx, c, 0, x, y, 3, lc));
+    printf("    100x100 max pool in a bf16 plan: %d of %d pool nodes read BF16; losses %.6f %.6f %.6f "
+           "(copies everywhere: %.6f %.6f %.6f)\n",
+           seen.pools_bf16, seen.pools, la[0], la[1], la[2], lc[0], lc[1], lc[2]);
+    CHECK(seen.pools == 6); /* forward and backward, three steps */
+    if (ct_context_isa(ctx) >= CT_ISA_AVX2) CHECK(seen.pools_bf16 == seen.pools);
+    CHECK(memcmp(la, lc, sizeof la) == 0);
+    ct_plan_free(p);
+    ct_plan_free(c);
+    ct_context_free(ctx);
+}
+
 /* The activation arenas of the Fashion CNN (batch 128) and gpt-char-small
  * (8 x 256), compiled only: FP32, and BF16 with copies everywhere
  * (CT_BF16_NATIVE=0), the default, native matmul/conv too (=1); for the
@@ -1010,5 +1081,5 @@ TEST(arena_targets) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(eltwise), T(batchnorm), T(relu_pack_bf16_all_patterns), T(layernorm), T(pooling), T(reductions), T(softmax), T(embedding), T(attention), T(attention_onednn_bf16), T(plans_match_copies), T(kernel_impl_names),
+TEST_MAIN(T(eltwise), T(batchnorm), T(relu_pack_bf16_all_patterns), T(layernorm), T(pooling), T(reductions), T(softmax), T(embedding), T(attention), T(attention_onednn_bf16), T(plans_match_copies), T(pool_big_planes_in_plan), T(kernel_impl_names),
           T(arena_targets))
