@@ -105,19 +105,22 @@ int ct_cli_graph(int argc, char **argv) {
         ct_context_free(ctx);
         return rc;
     }
-    for (int i = 0; i < n_sets; i++) { /* KEY=VALUE, as train's --set */
-        char key[128];
-        const char *eq = strchr(sets[i], '=');
-        if (!eq || eq == sets[i] || (size_t)(eq - sets[i]) >= sizeof key)
-            return cli_error(CT_E_INVALID_ARG, "--set '%s' must be KEY=VALUE (a recipe key)\n", sets[i]);
-        memcpy(key, sets[i], (size_t)(eq - sets[i]));
-        key[eq - sets[i]] = 0;
+    if (n_sets) { /* KEY=VALUE, as train's --set; a context for the messages */
         ct_context_create(NULL, &ctx);
-        s = ct_recipe_set(ctx, &r, key, eq + 1);
-        if (s != CT_OK) {
-            int rc = cli_fail(ctx, s, sets[i]);
-            ct_context_free(ctx);
-            return rc;
+        for (int i = 0; i < n_sets && s == CT_OK; i++) {
+            char key[512];
+            const char *val;
+            if (!cli_split_set(sets[i], key, sizeof key, &val)) {
+                fprintf(stderr, "ctrain: error: --set needs KEY=VALUE, got '%s'\n", sets[i]);
+                ct_context_free(ctx);
+                return 2;
+            }
+            s = ct_recipe_set(ctx, &r, key, val);
+            if (s != CT_OK) {
+                int rc = cli_fail(ctx, s, sets[i]);
+                ct_context_free(ctx);
+                return rc;
+            }
         }
         ct_context_free(ctx);
         ctx = NULL;

@@ -83,6 +83,15 @@ int cli_fail(ct_context *ctx, ct_status s, const char *what) {
 }
 
 /* An error found by the CLI itself, printed like the library's. Returns 1. */
+int cli_split_set(const char *arg, char *key, size_t cap, const char **val) {
+    const char *eq = arg ? strchr(arg, '=') : NULL;
+    if (!eq || (size_t)(eq - arg) >= cap) return 0;
+    memcpy(key, arg, (size_t)(eq - arg));
+    key[eq - arg] = 0;
+    *val = eq + 1;
+    return 1;
+}
+
 int cli_error(ct_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -241,17 +250,14 @@ int ct_cli_train(int argc, char **argv) {
             }
             const char *val = argv[++i];
             char kv[512];
-            snprintf(kv, sizeof kv, "%s", val);
             const char *k = key, *v = val;
             if (!*key) { /* --set key=value */
-                char *eq = strchr(kv, '=');
-                if (!eq) {
+                if (!cli_split_set(val, kv, sizeof kv, &v)) {
                     fprintf(stderr, "ctrain: error: --set needs KEY=VALUE, got '%s'\n", val);
                     rc = 2;
                     goto out;
                 }
-                *eq = 0;
-                k = kv, v = eq + 1;
+                k = kv;
             }
             if ((pass == 0) != !strcmp(k, "optimizer.name")) continue;
             if ((s = ct_recipe_set(ctx, &r, k, v)) != CT_OK) goto out_err;
