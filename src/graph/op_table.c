@@ -136,10 +136,7 @@ size_t ct_ws_pool(const ct_graph *g, const ct_node_def *d) {
     const ct_node_def *x = &g->nodes[d->in[0]];
     int64_t nc = d->shape[0] * d->shape[1];
     if ((d->dtype != CT_BF16 && x->dtype != CT_BF16) || nc <= 0) return 0;
-    int64_t a = ct_node_numel(d) / nc, b = ct_node_numel(x) / nc;
-    if (a <= CT_BF16_TILE && b <= CT_BF16_TILE) return 0;
-    int nt = ct_context_num_threads(g->ctx);
-    return (size_t)(nt > 0 ? nt : 1) * (size_t)(a + b) * sizeof(float);
+    return ct_pool_bf16_ws_bytes(ct_node_numel(x) / nc, ct_node_numel(d) / nc, ct_context_num_threads(g->ctx));
 }
 
 /* batchnorm+relu: batchnorm's statistics, then one mask bit per element */

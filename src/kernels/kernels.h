@@ -96,6 +96,15 @@ CT_DECL_CVT(avx512)
  * rows and planes decline. */
 #define CT_BF16_TILE 8192
 
+/* Workspace a SIMD pooling kernel with BF16 I/O needs on nt threads for
+ * planes of plane_in and plane_out elements: 0 when both fit its stack tiles,
+ * else one FP32 plane pair per thread (ct_ws_pool sizes it at compile time,
+ * simd/pool.c uses it or declines) */
+static inline size_t ct_pool_bf16_ws_bytes(int64_t plane_in, int64_t plane_out, int nt) {
+    if (plane_in <= CT_BF16_TILE && plane_out <= CT_BF16_TILE) return 0;
+    return (size_t)(nt > 0 ? nt : 1) * (size_t)(plane_in + plane_out) * sizeof(float);
+}
+
 /* Shared helpers ---------------------------------------------------------------- */
 
 /* Dropout keep decision for element i: the same in forward and backward, on

@@ -95,21 +95,19 @@ typedef ct_pool_dims pl_dims;
 static pl_dims pl_get(const ct_kargs *k, const ct_tensor *x, const ct_tensor *y) { return ct_pool_get(k->node, x, y); }
 
 /* BF16 planes above a tile: nt threads' FP32 plane pairs from the workspace */
-static int pl_big(const pl_dims *d) { return d->H * d->W > CT_BF16_TILE || d->OH * d->OW > CT_BF16_TILE; }
-static size_t pl_ws_need(const pl_dims *d, int nt) {
-    return (size_t)nt * (size_t)(d->H * d->W + d->OH * d->OW) * sizeof(float);
-}
+static size_t pl_ws_need(const pl_dims *d, int nt) { return ct_pool_bf16_ws_bytes(d->H * d->W, d->OH * d->OW, nt); }
 
 /* I/O: in[0] and out FP32 or BF16; BF16 planes fit a tile or the workspace (nt threads). */
 static int pl_io_ok(const ct_kargs *k, const pl_dims *d, int nt) {
     if (!ct_bf16_io(k, 1)) return k->out.dtype == CT_F32 && k->in[0].dtype == CT_F32;
-    return !pl_big(d) || (k->ws && k->ws_bytes >= pl_ws_need(d, nt));
+    size_t need = pl_ws_need(d, nt);
+    return !need || (k->ws && k->ws_bytes >= need);
 }
 
 /* This thread's FP32 planes for BF16 I/O: the stack tiles (a, b: CT_BF16_TILE
  * floats each), or n_a + n_b floats of the workspace for big planes. */
 static void pl_tiles(const ct_kargs *k, const pl_dims *d, float *a, float *b, int64_t n_a, float **ta, float **tb) {
-    if (!pl_big(d) || !ct_bf16_io(k, 1)) { /* FP32 I/O never touches them */
+    if (!pl_ws_need(d, 1) || !ct_bf16_io(k, 1)) { /* FP32 I/O never touches them */
         *ta = a, *tb = b;
         return;
     }
