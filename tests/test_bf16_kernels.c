@@ -1,21 +1,24 @@
 /* tests/test_bf16_kernels.c - the AVX2 / AVX-512 kernels that read and write
- * BF16 themselves (ct_op_info.simd_bf16, src/kernels/simd/simd_bf16.h),
- * called directly on hand-built ct_kargs, and whole BF16 plans using them.
+ * BF16 and FP16 themselves (ct_op_info.simd_lowp, src/kernels/simd/simd_lowp.h),
+ * called directly on hand-built ct_kargs, and whole BF16 / FP16 plans using
+ * them.
  *
- * Kernel cases: every input of the case is a BF16-representable value. Each
- * SIMD slot the CPU has (AVX2 always, AVX-512 where present) runs the kernel
- * three ways:
- *   bf16  the BF16 tensors themselves (the path under test),
+ * Kernel cases run once per 16-bit dtype (g_low: BF16, then FP16): every
+ * input of the case is a value representable in it. Each SIMD slot the CPU
+ * has (AVX2 always, AVX-512 where present) runs the kernel three ways:
+ *   low   the 16-bit tensors themselves (the path under test),
  *   f32   the same SIMD kernel on FP32 copies of the same values, output
- *         rounded to BF16 afterwards (what the executor's copies give),
- *   ref   the reference kernel on the FP32 values, output rounded to BF16.
- * Checked: bf16 == f32 bit for bit (output and saved state: the kernels
- * convert in registers and do the FP32 math unchanged), and bf16 within one
- * BF16 rounding of ref (the SIMD kernels differ from the reference by ~1e-7,
- * which can move a value across a BF16 rounding boundary). Shapes cover
- * tails, several tiles and threading. Configurations outside a kernel's
- * BF16 reach (a plane or row above CT_BF16_TILE, batchnorm's column path)
- * must decline with CT_E_UNSUPPORTED.
+ *         rounded to the 16-bit dtype afterwards (what the executor's copies
+ *         give),
+ *   ref   the reference kernel on the FP32 values, output rounded.
+ * Checked: low == f32 bit for bit (output and saved state: the kernels
+ * convert in registers and do the FP32 math unchanged), and low within one
+ * rounding of ref (2^-8 relative for BF16, 2^-11 for FP16: the SIMD kernels
+ * differ from the reference by ~1e-7, which can move a value across a
+ * rounding boundary). Shapes cover tails, several tiles and threading.
+ * Configurations outside a kernel's 16-bit reach (a plane or row above
+ * CT_BF16_TILE, batchnorm's column path) must decline with
+ * CT_E_UNSUPPORTED.
  *
  * Plan cases: a BF16 CNN and a small GPT trained a few steps with the SIMD
  * kernels reading BF16 (default) and with CT_BF16_NATIVE=0 (FP32 copies for
@@ -50,7 +53,9 @@ static void setup(void) {
 
 /* ---- one kernel case ------------------------------------------------------------------------ */
 
-enum { IN_BF16 = 0, IN_F32, IN_STATE, IN_I32 };
+enum { IN_LOW = 0, IN_F32, IN_STATE, IN_I32 }; /* IN_LOW: the 16-bit dtype g_low */
+
+static ct_dtype g_low = CT_BF16; /* the kernel cases' 16-bit dtype (LOW_TEST runs each case for both) */
 
 typedef struct {
     const char *label;
@@ -64,7 +69,7 @@ typedef struct {
     float lo[CT_MAX_INPUTS], hi[CT_MAX_INPUTS];
     int out_nd;
     int64_t out_shape[4];
-    int out_bf16;                     /* 1: BF16 output, 0: FP32 */
+    int out_low;                     /* 1: BF16 output, 0: FP32 */
     size_t aux_bytes;                 /* saved state the kernel writes */
     const void *state_aux;            /* in_aux of every input (the backward's forward node) */
     double floor;                     /* relative error floor for the comparison with ref */
@@ -79,7 +84,23 @@ static int64_t nel(int nd, const int64_t *s) {
     return n;
 }
 
-static float bround(float x) { return ct_bf16_to_f32(ct_f32_to_bf16(x)); }
+static uint16_t lp_from(float x) { return g_low == CT_F16 ? ct_f32_to_f16(x) : ct_f32_to_bf16(x); }
+static float lp_to(uint16_t h) { return g_low == CT_F16 ? ct_f16_to_f32(h) : ct_bf16_to_f32(h); }
+static float bround(float x) { return lp_to(lp_from(x)); }
+
+/* A kernel test run for BF16 and then for FP16 (g_low). */
+#define LOW_TEST(name)                                                    \
+    static void name##_low(void);                                         \
+    TEST(name) {                                                          \
+        setup();                                                          \
+        for (int l_ = 0; l_ < 2; l_++) {                                  \
+            g_low = l_ ? CT_F16 : CT_BF16;                                \
+            printf("   %s\n", ct_dtype_name(g_low));                      \
+            name##_low();                                                 \
+        }                                                                 \
+        g_low = CT_BF16;                                                  \
+    }                                                                     \
+    static void name##_low(void)
 
 typedef struct {
     float *vals[CT_MAX_INPUTS];       /* data inputs' values (BF16-representable) */
@@ -102,7 +123,7 @@ static void kdata_make(const kcase *c, unsigned seed, kdata *d) {
             continue;
         }
         test_fill_uniform(d->vals[i], (size_t)n, seed + 17u * (unsigned)i, c->lo[i], c->hi[i]);
-        if (c->kind[i] == IN_BF16)
+        if (c->kind[i] == IN_LOW)
             for (int64_t j = 0; j < n; j++) d->vals[i][j] = bround(d->vals[i][j]);
     }
 }
@@ -114,9 +135,9 @@ static void kdata_free(const kcase *c, kdata *d) {
     }
 }
 
-/* Runs c on `slot`; bf16: BF16 tensors for IN_BF16 inputs and a BF16 output
- * (else FP32 ones). out: the output as floats (BF16 rounded when the case's
- * output is BF16), aux: the saved state. Returns the kernel's status. */
+/* Runs c on `slot`; bf16: g_low tensors for IN_LOW inputs and a g_low output
+ * (else FP32 ones). out: the output as floats (rounded to g_low when the
+ * case's output is 16-bit), aux: the saved state. Returns the kernel's status. */
 static ct_status krun(const kcase *c, const kdata *d, int slot, int bf16, float *out, void *aux) {
     ct_node_def nd;
     memset(&nd, 0, sizeof nd);
@@ -127,8 +148,8 @@ static ct_status krun(const kcase *c, const kdata *d, int slot, int bf16, float 
     nd.fa[1] = c->fa[1];
     nd.ndim = c->out_nd;
     memcpy(nd.shape, c->out_shape, sizeof c->out_shape);
-    int out_bf = bf16 && c->out_bf16;
-    nd.dtype = out_bf ? CT_BF16 : CT_F32;
+    int out_bf = bf16 && c->out_low;
+    nd.dtype = out_bf ? g_low : CT_F32;
     ct_kargs k;
     memset(&k, 0, sizeof k);
     k.ctx = g_ctx;
@@ -144,7 +165,7 @@ static ct_status krun(const kcase *c, const kdata *d, int slot, int bf16, float 
     for (int i = 0; i < c->n_in; i++) {
         int64_t n = nel(c->nd[i], c->shape[i]);
         if (c->kind[i] == IN_STATE) {
-            k.in[i] = ct_tensor_make(NULL, bf16 ? CT_BF16 : CT_F32, c->nd[i], c->shape[i]);
+            k.in[i] = ct_tensor_make(NULL, bf16 ? g_low : CT_F32, c->nd[i], c->shape[i]);
             k.in_aux[i] = (void *)c->state_aux;
             continue;
         }
@@ -154,13 +175,13 @@ static ct_status krun(const kcase *c, const kdata *d, int slot, int bf16, float 
             k.in[i] = ct_tensor_make(ibuf[i], CT_I32, c->nd[i], c->shape[i]);
             continue;
         }
-        int as_bf = bf16 && c->kind[i] == IN_BF16;
+        int as_bf = bf16 && c->kind[i] == IN_LOW;
         ibuf[i] = malloc((size_t)n * (as_bf ? 2 : 4));
         for (int64_t j = 0; j < n; j++) {
-            if (as_bf) ((uint16_t *)ibuf[i])[j] = ct_f32_to_bf16(d->vals[i][j]);
+            if (as_bf) ((uint16_t *)ibuf[i])[j] = lp_from(d->vals[i][j]);
             else ((float *)ibuf[i])[j] = d->vals[i][j];
         }
-        k.in[i] = ct_tensor_make(ibuf[i], as_bf ? CT_BF16 : CT_F32, c->nd[i], c->shape[i]);
+        k.in[i] = ct_tensor_make(ibuf[i], as_bf ? g_low : CT_F32, c->nd[i], c->shape[i]);
         k.in_aux[i] = (void *)c->state_aux;
     }
     k.aux = aux;
@@ -183,8 +204,8 @@ static ct_status krun(const kcase *c, const kdata *d, int slot, int bf16, float 
     ct_scratch_release(g_ctx, &scratch);
     free(k.ws);
     for (int64_t j = 0; j < no; j++) {
-        if (out_bf) out[j] = ct_bf16_to_f32(((uint16_t *)obuf)[j]);
-        else out[j] = c->out_bf16 ? bround(((float *)obuf)[j]) : ((float *)obuf)[j];
+        if (out_bf) out[j] = lp_to(((uint16_t *)obuf)[j]);
+        else out[j] = c->out_low ? bround(((float *)obuf)[j]) : ((float *)obuf)[j];
     }
     free(obuf);
     for (int i = 0; i < c->n_in; i++) free(ibuf[i]);
@@ -220,15 +241,16 @@ static double kcheck(const kcase *c, unsigned seed) {
         int slot = g_slots[si];
         ct_status s1 = krun(c, &d, slot, 1, ob, ab1), s2 = krun(c, &d, slot, 0, of, ab2);
         if (s1 != CT_OK || s2 != CT_OK) {
-            fprintf(stderr, "  %s [%s]: bf16 %s, f32 %s: %s\n", c->label, ct_kernel_slot_name(slot), ct_status_name(s1),
-                    ct_status_name(s2), ct_context_last_error(g_ctx));
+            fprintf(stderr, "  %s [%s]: %s %s, f32 %s: %s\n", c->label, ct_kernel_slot_name(slot), ct_dtype_name(g_low),
+                    ct_status_name(s1), ct_status_name(s2), ct_context_last_error(g_ctx));
             ok = 0;
             break;
         }
         int64_t nd = ndiff(ob, of, no);
         if (nd || memcmp(ab1, ab2, ab)) {
-            fprintf(stderr, "  %s [%s]: BF16 I/O differs from FP32 copies: %lld outputs, saved state %s\n", c->label,
-                    ct_kernel_slot_name(slot), (long long)nd, memcmp(ab1, ab2, ab) ? "differs" : "equal");
+            fprintf(stderr, "  %s [%s]: %s I/O differs from FP32 copies: %lld outputs, saved state %s\n", c->label,
+                    ct_kernel_slot_name(slot), ct_dtype_name(g_low), (long long)nd,
+                    memcmp(ab1, ab2, ab) ? "differs" : "equal");
             ok = 0;
             break;
         }
@@ -237,9 +259,10 @@ static double kcheck(const kcase *c, unsigned seed) {
             if (!(e <= worst)) worst = e != e ? INFINITY : e;
         }
     }
-    /* one BF16 rounding (2^-8 relative) on each side plus the SIMD/ref difference */
-    if (ok && !(worst <= 1.0 / 128)) {
-        fprintf(stderr, "  %s: BF16 output vs reference: worst relative difference %.3g\n", c->label, worst);
+    /* one rounding (BF16: 2^-8 relative, FP16: 2^-11) on each side plus the SIMD/ref difference */
+    if (ok && !(worst <= (g_low == CT_F16 ? 1.0 / 1024 : 1.0 / 128))) {
+        fprintf(stderr, "  %s: %s output vs reference: worst relative difference %.3g\n", c->label, ct_dtype_name(g_low),
+                worst);
         ok = 0;
     }
     free(ob);
@@ -253,7 +276,7 @@ static double kcheck(const kcase *c, unsigned seed) {
     return ok ? worst : -1;
 }
 
-/* Every slot declines the BF16 configuration with CT_E_UNSUPPORTED. */
+/* Every slot declines the 16-bit configuration with CT_E_UNSUPPORTED. */
 static int kdeclines(const kcase *c) {
     kdata d;
     kdata_make(c, 5, &d);
@@ -276,37 +299,36 @@ static int kdeclines(const kcase *c) {
 
 /* ---- elementwise -------------------------------------------------------------------------- */
 
-TEST(eltwise) {
-    setup();
+LOW_TEST(eltwise) {
     const int64_t n = 40000 + 13; /* several EW_TILEs and chunks, a tail */
     for (int kind = 0; kind < CT_UNARY_COUNT; kind++) {
-        kcase c = {"unary", CT_OP_UNARY, {kind}, {0}, 1, {IN_BF16}, {1}, {{n}}, {-4}, {4}, 1, {n}, 1, 0, NULL, 1e-2, {0}};
+        kcase c = {"unary", CT_OP_UNARY, {kind}, {0}, 1, {IN_LOW}, {1}, {{n}}, {-4}, {4}, 1, {n}, 1, 0, NULL, 1e-2, {0}};
         CHECK(kcheck(&c, 1) >= 0);
         int from_out = kind == CT_UNARY_RELU || kind == CT_UNARY_SIGMOID || kind == CT_UNARY_TANH;
-        kcase b = {"unary_bwd", CT_OP_UNARY_BWD, {kind, from_out}, {0}, 2, {IN_BF16, IN_BF16}, {1, 1}, {{n}, {n}},
+        kcase b = {"unary_bwd", CT_OP_UNARY_BWD, {kind, from_out}, {0}, 2, {IN_LOW, IN_LOW}, {1, 1}, {{n}, {n}},
                    {-2, -4}, {2, 4}, 1, {n}, 1, 0, NULL, 1e-2, {0}};
         CHECK(kcheck(&b, 2) >= 0);
     }
-    kcase sc = {"scale", CT_OP_SCALE, {0}, {0.37f}, 1, {IN_BF16}, {1}, {{n}}, {-3}, {3}, 1, {n}, 1, 0, NULL, 1e-3, {0}};
+    kcase sc = {"scale", CT_OP_SCALE, {0}, {0.37f}, 1, {IN_LOW}, {1}, {{n}}, {-3}, {3}, 1, {n}, 1, 0, NULL, 1e-3, {0}};
     CHECK(kcheck(&sc, 3) >= 0);
     /* same shape; bias row broadcast with an FP32 bias; column broadcast; BF16 in -> FP32 out */
-    kcase b1 = {"binary add", CT_OP_BINARY, {CT_BIN_ADD}, {0}, 2, {IN_BF16, IN_BF16}, {2, 2}, {{97, 301}, {97, 301}},
+    kcase b1 = {"binary add", CT_OP_BINARY, {CT_BIN_ADD}, {0}, 2, {IN_LOW, IN_LOW}, {2, 2}, {{97, 301}, {97, 301}},
                 {-2, -2}, {2, 2}, 2, {97, 301}, 1, 0, NULL, 1e-2, {0}};
     CHECK(kcheck(&b1, 4) >= 0);
-    kcase b2 = {"binary mul bias f32", CT_OP_BINARY, {CT_BIN_MUL}, {0}, 2, {IN_BF16, IN_F32}, {3, 1},
+    kcase b2 = {"binary mul bias f32", CT_OP_BINARY, {CT_BIN_MUL}, {0}, 2, {IN_LOW, IN_F32}, {3, 1},
                 {{5, 40, 301}, {301}}, {-2, -2}, {2, 2}, 3, {5, 40, 301}, 1, 0, NULL, 1e-2, {0}};
     CHECK(kcheck(&b2, 5) >= 0);
-    kcase b3 = {"binary sub column", CT_OP_BINARY, {CT_BIN_SUB}, {0}, 2, {IN_BF16, IN_BF16}, {2, 2},
+    kcase b3 = {"binary sub column", CT_OP_BINARY, {CT_BIN_SUB}, {0}, 2, {IN_LOW, IN_LOW}, {2, 2},
                 {{300, 70}, {300, 1}}, {-2, -2}, {2, 2}, 2, {300, 70}, 1, 0, NULL, 1e-2, {0}};
     CHECK(kcheck(&b3, 6) >= 0);
-    kcase b4 = {"binary div to f32", CT_OP_BINARY, {CT_BIN_DIV}, {0}, 2, {IN_BF16, IN_F32}, {2, 2},
+    kcase b4 = {"binary div to f32", CT_OP_BINARY, {CT_BIN_DIV}, {0}, 2, {IN_LOW, IN_F32}, {2, 2},
                 {{300, 70}, {300, 70}}, {-2, 1}, {2, 3}, 2, {300, 70}, 0, 0, NULL, 1e-6, {0}};
     CHECK(kcheck(&b4, 7) >= 0);
-    kcase dr = {"dropout p=0.2", CT_OP_DROPOUT, {11}, {0.2f}, 1, {IN_BF16}, {1}, {{n}}, {-2}, {2}, 1, {n}, 1, 0, NULL,
+    kcase dr = {"dropout p=0.2", CT_OP_DROPOUT, {11}, {0.2f}, 1, {IN_LOW}, {1}, {{n}}, {-2}, {2}, 1, {n}, 1, 0, NULL,
                 1e-2, {0}};
     CHECK(kcheck(&dr, 8) >= 0);
     /* drop path (ia[1]: row length): a whole row kept (scaled) or zeroed, rows of 97 (vectors and a tail) */
-    kcase dp = {"drop path p=0.3", CT_OP_DROPOUT, {11, 97}, {0.3f}, 1, {IN_BF16}, {2}, {{40, 97}}, {-2}, {2}, 2,
+    kcase dp = {"drop path p=0.3", CT_OP_DROPOUT, {11, 97}, {0.3f}, 1, {IN_LOW}, {2}, {{40, 97}}, {-2}, {2}, 2,
                 {40, 97}, 1, 0, NULL, 1e-2, {0}};
     CHECK(kcheck(&dp, 9) >= 0);
 }
@@ -326,17 +348,17 @@ static int bn_backward(const kcase *f, const char *tag) {
     snprintf(l1, sizeof l1, "batchnorm_bwd_data%s", tag);
     snprintf(l2, sizeof l2, "batchnorm_bwd_data bf16 gamma%s", tag);
     snprintf(l3, sizeof l3, "batchnorm_bwd_gamma%s", tag);
-    kcase bd = {l1, CT_OP_BATCHNORM_BWD_DATA, {0}, {0}, 4, {IN_BF16, IN_BF16, IN_F32, IN_STATE},
+    kcase bd = {l1, CT_OP_BATCHNORM_BWD_DATA, {0}, {0}, 4, {IN_LOW, IN_LOW, IN_F32, IN_STATE},
                 {4, 4, 1, 4}, {{N, C, H, W}, {N, C, H, W}, {C}, {N, C, H, W}}, {-1, -1, 0.5f, 0}, {1, 3, 1.5f, 0},
                 4, {N, C, H, W}, 1, 0, aux, 1e-1, {0}};
-    kcase bg = {l3, CT_OP_BATCHNORM_BWD_GAMMA, {0}, {0}, 3, {IN_BF16, IN_BF16, IN_STATE},
+    kcase bg = {l3, CT_OP_BATCHNORM_BWD_GAMMA, {0}, {0}, 3, {IN_LOW, IN_LOW, IN_STATE},
                 {4, 4, 4}, {{N, C, H, W}, {N, C, H, W}, {N, C, H, W}}, {-1, -1, 0}, {1, 3, 0},
                 1, {C}, 0, 0, aux, 1.0, {0}};
     /* the same values give the BF16 kernel and the reference far closer results than the BF16 output
        rounding; bwd_data's floor: its outputs cancel (sums over the batch), errors are relative to ~0.1 */
     ok = ok && kcheck(&bd, 12) >= 0;
     bd.label = l2;
-    bd.kind[2] = IN_BF16;
+    bd.kind[2] = IN_LOW;
     ok = ok && kcheck(&bd, 15) >= 0;
     ok = ok && kcheck(&bg, 13) >= 0;
     free(y);
@@ -344,17 +366,16 @@ static int bn_backward(const kcase *f, const char *tag) {
     return ok;
 }
 
-TEST(batchnorm) {
-    setup();
+LOW_TEST(batchnorm) {
     const int64_t N = 6, C = 5, H = 9, W = 11, S = H * W; /* planes of 99: vectors and a tail */
     kcase f = {"batchnorm", CT_OP_BATCHNORM, {0}, {0.1f, 1e-5f}, 5,
-               {IN_BF16, IN_F32, IN_F32, IN_F32, IN_F32}, {4, 1, 1, 1, 1},
+               {IN_LOW, IN_F32, IN_F32, IN_F32, IN_F32}, {4, 1, 1, 1, 1},
                {{N, C, H, W}, {C}, {C}, {C}, {C}}, {-1, 0.5f, -0.5f, -0.1f, 0.5f}, {3, 1.5f, 0.5f, 0.1f, 1.5f},
                4, {N, C, H, W}, 1, 2 * (size_t)C * sizeof(float), NULL, 1e-2, {0}};
     CHECK(kcheck(&f, 11) >= 0);
-    kcase fp = f; /* bf16-pure: gamma and beta BF16 too */
-    fp.label = "batchnorm bf16 gamma/beta";
-    fp.kind[1] = fp.kind[2] = IN_BF16;
+    kcase fp = f; /* bf16-pure / fp16-pure: gamma and beta 16-bit too */
+    fp.label = "batchnorm 16-bit gamma/beta";
+    fp.kind[1] = fp.kind[2] = IN_LOW;
     CHECK(kcheck(&fp, 14) >= 0);
     CHECK(bn_backward(&f, ""));
     /* planes below VW (the column path) decline; planes above a tile run (in registers, no tiles) */
@@ -390,18 +411,17 @@ TEST(batchnorm) {
     int64_t on = 0;
     for (int64_t i = 0; i < N * C * S; i++) on += yr[i] > 0;
     CHECK(on > N * C * S / 4 && on < N * C * S * 3 / 4); /* the bits mix 0 and 1 */
-    kcase mb = {"relu_mask_bwd", CT_OP_RELU_MASK_BWD, {0}, {0}, 2, {IN_BF16, IN_STATE}, {4, 4},
+    kcase mb = {"relu_mask_bwd", CT_OP_RELU_MASK_BWD, {0}, {0}, 2, {IN_LOW, IN_STATE}, {4, 4},
                 {{N, C, H, W}, {N, C, H, W}}, {-3, 0}, {3, 0}, 4, {N, C, H, W}, 1, 0, raux, 1e-2, {0}};
     CHECK(kcheck(&mb, 17) >= 0);
     free(yr);
     free(raux);
 }
 
-/* batchnorm+relu's BF16 relu and mask bits: the SIMD packers against the
- * scalar one on every BF16 bit pattern (NaNs, -0, infinities, subnormals),
+/* batchnorm+relu's BF16 / FP16 relu and mask bits: the SIMD packers against
+ * the scalar one on every 16-bit pattern (NaNs, -0, infinities, subnormals),
  * a length with a tail, single- and multi-threaded */
-TEST(relu_pack_bf16_all_patterns) {
-    setup();
+LOW_TEST(relu_pack_all_patterns) {
     const int64_t n = 65536 * 2 + 13;
     uint16_t *y0 = malloc((size_t)n * 2), *y1 = malloc((size_t)n * 2);
     uint8_t *b0 = malloc((size_t)(n + 7) / 8), *b1 = malloc((size_t)(n + 7) / 8);
@@ -412,11 +432,20 @@ TEST(relu_pack_bf16_all_patterns) {
             for (int64_t i = 0; i < n; i++) y0[i] = y1[i] = (uint16_t)(i * 40503u + (uint64_t)i / 65536);
             memset(b0, 0xa5, (size_t)(n + 7) / 8);
             memset(b1, 0x5a, (size_t)(n + 7) / 8);
-            ct_fused_relu_pack_bf16(y0, b0, n, 1);
-            (isa ? ct_k_relu_pack_bf16_avx512 : ct_k_relu_pack_bf16_avx2)(y1, b1, n, nth);
-            int64_t bad = -1;
+            ct_fused_relu_pack_lp(y0, b0, n, 1, g_low);
+            (isa ? ct_k_relu_pack_lp_avx512 : ct_k_relu_pack_lp_avx2)(y1, b1, n, nth, g_low);
+            int64_t bad = -1, wrong = -1;
+            uint16_t want = 0;
             for (int64_t i = 0; i < n && bad < 0; i++)
                 if (y0[i] != y1[i] || ((b0[i / 8] >> (i % 8)) & 1) != ((b1[i / 8] >> (i % 8)) & 1)) bad = i;
+            /* the scalar packer is the FP32 path: relu of the widened value, rounded back (a NaN quieted) */
+            for (int64_t i = 0; i < n && wrong < 0; i++) {
+                float x = lp_to((uint16_t)(i * 40503u + (uint64_t)i / 65536)), r = x > 0.0f || isnan(x) ? x : 0.0f;
+                want = lp_from(r);
+                if (y0[i] != want || ((b0[i / 8] >> (i % 8)) & 1) != (r > 0.0f)) wrong = i;
+            }
+            CHECK_MSG(wrong < 0, "scalar packer, element %lld: 0x%04x, the FP32 path gives 0x%04x", (long long)wrong,
+                      wrong < 0 ? 0 : y0[wrong], want);
             CHECK_MSG(bad < 0, "%s, %d threads: element %lld: 0x%04x bit %d, scalar 0x%04x bit %d",
                       isa ? "avx512" : "avx2", nth, (long long)bad, bad < 0 ? 0 : y1[bad],
                       bad < 0 ? 0 : (b1[bad / 8] >> (bad % 8)) & 1, bad < 0 ? 0 : y0[bad],
@@ -429,29 +458,28 @@ TEST(relu_pack_bf16_all_patterns) {
     free(b1);
 }
 
-TEST(layernorm) {
-    setup();
+LOW_TEST(layernorm) {
     const int64_t R = 67, D = 200;
-    kcase f = {"layernorm", CT_OP_LAYERNORM, {0}, {1e-5f}, 3, {IN_BF16, IN_F32, IN_F32}, {2, 1, 1},
+    kcase f = {"layernorm", CT_OP_LAYERNORM, {0}, {1e-5f}, 3, {IN_LOW, IN_F32, IN_F32}, {2, 1, 1},
                {{R, D}, {D}, {D}}, {-1, 0.5f, -0.5f}, {3, 1.5f, 0.5f}, 2, {R, D}, 1, 2 * (size_t)R * 4, NULL, 1e-2, {0}};
     CHECK(kcheck(&f, 21) >= 0);
-    kcase fp = f; /* bf16-pure: gamma and beta BF16 too */
-    fp.label = "layernorm bf16 gamma/beta";
-    fp.kind[1] = fp.kind[2] = IN_BF16;
+    kcase fp = f; /* bf16-pure / fp16-pure: gamma and beta 16-bit too */
+    fp.label = "layernorm 16-bit gamma/beta";
+    fp.kind[1] = fp.kind[2] = IN_LOW;
     CHECK(kcheck(&fp, 24) >= 0);
     kdata d;
     kdata_make(&f, 21, &d);
     float *y = malloc((size_t)(R * D) * 4), *aux = calloc(2 * (size_t)R, 4);
     CHECK(krun(&f, &d, CT_KERNEL_REF, 0, y, aux) == CT_OK);
     kdata_free(&f, &d);
-    kcase bd = {"layernorm_bwd_data", CT_OP_LAYERNORM_BWD_DATA, {0}, {0}, 4, {IN_BF16, IN_BF16, IN_F32, IN_STATE},
+    kcase bd = {"layernorm_bwd_data", CT_OP_LAYERNORM_BWD_DATA, {0}, {0}, 4, {IN_LOW, IN_LOW, IN_F32, IN_STATE},
                 {2, 2, 1, 2}, {{R, D}, {R, D}, {D}, {R, D}}, {-1, -1, 0.5f, 0}, {1, 3, 1.5f, 0}, 2, {R, D}, 1, 0, aux,
                 1e-1, {0}};
-    kcase bg = {"layernorm_bwd_gamma", CT_OP_LAYERNORM_BWD_GAMMA, {0}, {0}, 3, {IN_BF16, IN_BF16, IN_STATE},
+    kcase bg = {"layernorm_bwd_gamma", CT_OP_LAYERNORM_BWD_GAMMA, {0}, {0}, 3, {IN_LOW, IN_LOW, IN_STATE},
                 {2, 2, 2}, {{R, D}, {R, D}, {R, D}}, {-1, -1, 0}, {1, 3, 0}, 1, {D}, 0, 0, aux, 1.0, {0}};
     CHECK(kcheck(&bd, 22) >= 0);
-    bd.label = "layernorm_bwd_data bf16 gamma";
-    bd.kind[2] = IN_BF16;
+    bd.label = "layernorm_bwd_data 16-bit gamma";
+    bd.kind[2] = IN_LOW;
     CHECK(kcheck(&bd, 25) >= 0);
     CHECK(kcheck(&bg, 23) >= 0);
     free(y);
@@ -469,16 +497,16 @@ TEST(layernorm) {
         CHECK(krun(&big, &d, CT_KERNEL_REF, 0, y2, aux2) == CT_OK);
         kdata_free(&big, &d);
         kcase bdb = {"layernorm_bwd_data row > tile", CT_OP_LAYERNORM_BWD_DATA, {0}, {0}, 4,
-                     {IN_BF16, IN_BF16, IN_F32, IN_STATE}, {2, 2, 1, 2}, {{R2, D2}, {R2, D2}, {D2}, {R2, D2}},
+                     {IN_LOW, IN_LOW, IN_F32, IN_STATE}, {2, 2, 1, 2}, {{R2, D2}, {R2, D2}, {D2}, {R2, D2}},
                      {-1, -1, 0.5f, 0}, {1, 3, 1.5f, 0}, 2, {R2, D2}, 1, 0, aux2, 1e-1, {0}};
         CHECK(kcheck(&bdb, 27) >= 0);
         free(y2);
         free(aux2);
     }
-    /* a bf16-pure gamma / beta longer than a tile declines (it is converted into one) */
+    /* a -pure gamma / beta longer than a tile declines (it is converted into one) */
     kcase bigp = big;
-    bigp.label = "layernorm bf16 gamma > tile (declines)";
-    bigp.kind[1] = bigp.kind[2] = IN_BF16;
+    bigp.label = "layernorm 16-bit gamma > tile (declines)";
+    bigp.kind[1] = bigp.kind[2] = IN_LOW;
     CHECK(kdeclines(&bigp));
 }
 
@@ -494,12 +522,12 @@ static void pool_case(kcase *c, ct_op op, int K, int S, int P, int64_t N, int64_
     c->ia[6] = c->ia[7] = 1;
     c->fa[0] = 1.0f;
     c->n_in = 1;
-    c->kind[0] = IN_BF16;
+    c->kind[0] = IN_LOW;
     c->nd[0] = 4;
     c->lo[0] = -2;
     c->hi[0] = 2;
     c->out_nd = 4;
-    c->out_bf16 = 1;
+    c->out_low = 1;
     c->floor = 1e-2;
     int fwd = op == CT_OP_MAXPOOL2D || op == CT_OP_AVGPOOL2D;
     int64_t xs[4] = {N, C, H, W}, ys[4] = {N, C, OH, OW};
@@ -549,13 +577,12 @@ static int pool_round(int v, int64_t N, int64_t C, int64_t H, int64_t W, unsigne
     return ok && kcheck(&b, seed + 3) >= 0;
 }
 
-TEST(pooling) {
-    setup();
+LOW_TEST(pooling) {
     for (int v = 0; v < 2; v++) CHECK(pool_round(v, 3, 5, 14, 15, 31, ""));
     /* planes above a tile: through the workspace (the harness gives one; ct_ws_pool sizes it in a plan),
        e.g. ResNet's stem pool (3x3/2 pad 1), and the 2x2 path */
     for (int v = 0; v < 2; v++) CHECK(pool_round(v, 1, 2, 96, 97, 35, " plane > tile"));
-    /* without a workspace big enough, a big BF16 plane declines (the node gets FP32 copies) */
+    /* without a workspace big enough, a big 16-bit plane declines (the node gets FP32 copies) */
     kcase big;
     pool_case(&big, CT_OP_MAXPOOL2D, 2, 2, 0, 1, 1, 128, 128);
     big.label = "maxpool2d plane > tile, no workspace (declines)";
@@ -564,39 +591,37 @@ TEST(pooling) {
     g_ws_cap = 0;
 }
 
-TEST(reductions) {
-    setup();
-    /* bias gradient: BF16 (R, C) summed over rows into FP32; row sums; sum_to a (1, C) bias into BF16 */
-    kcase s0 = {"sum rows->f32 (bias grad)", CT_OP_SUM, {1}, {1.0f}, 1, {IN_BF16}, {2}, {{517, 77}}, {-1}, {1}, 1,
+LOW_TEST(reductions) {
+    /* bias gradient: 16-bit (R, C) summed over rows into FP32; row sums; sum_to a (1, C) bias into 16-bit */
+    kcase s0 = {"sum rows->f32 (bias grad)", CT_OP_SUM, {1}, {1.0f}, 1, {IN_LOW}, {2}, {{517, 77}}, {-1}, {1}, 1,
                 {77}, 0, 0, NULL, 1.0, {0}};
     CHECK(kcheck(&s0, 41) >= 0);
-    kcase s1 = {"sum (N,C,H,W) over {0,2,3}", CT_OP_SUM, {1 | 4 | 8}, {1.0f}, 1, {IN_BF16}, {4}, {{9, 7, 12, 13}},
+    kcase s1 = {"sum (N,C,H,W) over {0,2,3}", CT_OP_SUM, {1 | 4 | 8}, {1.0f}, 1, {IN_LOW}, {4}, {{9, 7, 12, 13}},
                 {-1}, {1}, 1, {7}, 0, 0, NULL, 1.0, {0}};
     CHECK(kcheck(&s1, 42) >= 0);
-    kcase s2 = {"mean last dim -> bf16", CT_OP_SUM, {2}, {1.0f / 301}, 1, {IN_BF16}, {2}, {{45, 301}}, {0}, {2}, 1,
+    kcase s2 = {"mean last dim -> 16-bit", CT_OP_SUM, {2}, {1.0f / 301}, 1, {IN_LOW}, {2}, {{45, 301}}, {0}, {2}, 1,
                 {45}, 1, 0, NULL, 1e-2, {0}};
     CHECK(kcheck(&s2, 43) >= 0);
-    kcase s3 = {"sum_to (1, C) -> bf16", CT_OP_SUM_TO, {0}, {0}, 1, {IN_BF16}, {3}, {{4, 50, 33}}, {0}, {1}, 2,
+    kcase s3 = {"sum_to (1, C) -> 16-bit", CT_OP_SUM_TO, {0}, {0}, 1, {IN_LOW}, {3}, {{4, 50, 33}}, {0}, {1}, 2,
                 {1, 33}, 1, 0, NULL, 1e-2, {0}};
     CHECK(kcheck(&s3, 44) >= 0);
 }
 
 /* ---- softmax -------------------------------------------------------------------------------- */
 
-TEST(softmax) {
-    setup();
+LOW_TEST(softmax) {
     const int64_t R = 53, C = 301;
-    kcase f = {"softmax", CT_OP_SOFTMAX, {0}, {0}, 1, {IN_BF16}, {2}, {{R, C}}, {-6}, {6}, 2, {R, C}, 1, 0, NULL,
+    kcase f = {"softmax", CT_OP_SOFTMAX, {0}, {0}, 1, {IN_LOW}, {2}, {{R, C}}, {-6}, {6}, 2, {R, C}, 1, 0, NULL,
                1e-3, {0}};
     CHECK(kcheck(&f, 81) >= 0);
     kcase l = f;
     l.label = "log_softmax";
     l.op = CT_OP_LOG_SOFTMAX;
     CHECK(kcheck(&l, 82) >= 0);
-    kcase b = {"softmax_bwd", CT_OP_SOFTMAX_BWD, {0}, {0}, 2, {IN_BF16, IN_BF16}, {2, 2}, {{R, C}, {R, C}}, {-1, 0},
+    kcase b = {"softmax_bwd", CT_OP_SOFTMAX_BWD, {0}, {0}, 2, {IN_LOW, IN_LOW}, {2, 2}, {{R, C}, {R, C}}, {-1, 0},
                {1, 0.02f}, 2, {R, C}, 1, 0, NULL, 1e-3, {0}};
     CHECK(kcheck(&b, 83) >= 0);
-    kcase lb = {"log_softmax_bwd", CT_OP_LOG_SOFTMAX_BWD, {0}, {0}, 2, {IN_BF16, IN_BF16}, {2, 2}, {{R, C}, {R, C}},
+    kcase lb = {"log_softmax_bwd", CT_OP_LOG_SOFTMAX_BWD, {0}, {0}, 2, {IN_LOW, IN_LOW}, {2, 2}, {{R, C}, {R, C}},
                 {-1, -8}, {1, -4}, 2, {R, C}, 1, 0, NULL, 1e-2, {0}};
     CHECK(kcheck(&lb, 84) >= 0);
     kcase big = f;
@@ -608,17 +633,16 @@ TEST(softmax) {
 
 /* ---- embedding ---------------------------------------------------------------------------- */
 
-TEST(embedding) {
-    setup();
+LOW_TEST(embedding) {
     const int64_t V = 29, D = 70, n = 301;
-    kcase f = {"embedding bf16 weight", CT_OP_EMBEDDING, {0}, {0}, 2, {IN_BF16, IN_I32}, {2, 1}, {{V, D}, {n}},
+    kcase f = {"embedding 16-bit weight", CT_OP_EMBEDDING, {0}, {0}, 2, {IN_LOW, IN_I32}, {2, 1}, {{V, D}, {n}},
                {-1, 0}, {1, (float)V}, 2, {n, D}, 1, 0, NULL, 1e-3, {0}};
     CHECK(kcheck(&f, 71) >= 0);
     kcase f2 = f;
-    f2.label = "embedding f32 weight -> bf16";
+    f2.label = "embedding f32 weight -> 16-bit";
     f2.kind[0] = IN_F32;
     CHECK(kcheck(&f2, 72) >= 0);
-    kcase b = {"embedding_bwd bf16 dy", CT_OP_EMBEDDING_BWD, {0}, {0}, 2, {IN_BF16, IN_I32}, {2, 1}, {{n, D}, {n}},
+    kcase b = {"embedding_bwd 16-bit dy", CT_OP_EMBEDDING_BWD, {0}, {0}, 2, {IN_LOW, IN_I32}, {2, 1}, {{n, D}, {n}},
                {-1, 0}, {1, (float)V}, 2, {V, D}, 0, 0, NULL, 1e-3, {0}};
     CHECK(kcheck(&b, 73) >= 0);
 }
@@ -634,7 +658,7 @@ static void attention_case(int causal, int masked) {
     for (int64_t i = 0; i < nq; i++) qkv[i] = bround(qkv[i]);
     for (int64_t i = 0; i < B * T * D; i++) dy[i] = bround(dy[i]);
     kcase f = {causal ? "attention causal" : masked ? "attention key mask" : "attention", CT_OP_ATTENTION,
-               {H, causal}, {0.25f}, masked ? 2 : 1, {IN_BF16, IN_I32}, {3, 2}, {{B, T, 3 * D}, {B, T}}, {0, 0},
+               {H, causal}, {0.25f}, masked ? 2 : 1, {IN_LOW, IN_I32}, {3, 2}, {{B, T, 3 * D}, {B, T}}, {0, 0},
                {0, 2}, 3, {B, T, D}, 1, (size_t)(B * H * T) * 4, NULL, 1e-2, {qkv}};
     CHECK(kcheck(&f, 61) >= 0);
     /* the backward reads the forward's output and log-sum-exp: the reference's */
@@ -644,7 +668,7 @@ static void attention_case(int causal, int masked) {
     CHECK(krun(&f, &d, CT_KERNEL_REF, 0, y, lse) == CT_OK);
     kdata_free(&f, &d);
     kcase b = {causal ? "attention_bwd causal" : masked ? "attention_bwd key mask" : "attention_bwd",
-               CT_OP_ATTENTION_BWD, {H, causal}, {0.25f}, masked ? 4 : 3, {IN_BF16, IN_BF16, IN_BF16, IN_I32},
+               CT_OP_ATTENTION_BWD, {H, causal}, {0.25f}, masked ? 4 : 3, {IN_LOW, IN_LOW, IN_LOW, IN_I32},
                {3, 3, 3, 2}, {{B, T, D}, {B, T, 3 * D}, {B, T, D}, {B, T}}, {0, 0, 0, 0}, {0, 0, 0, 2}, 3,
                {B, T, 3 * D}, 1, 0, lse, 5e-2, {dy, qkv, y}};
     CHECK(kcheck(&b, 62) >= 0);
@@ -654,8 +678,7 @@ static void attention_case(int causal, int masked) {
     free(lse);
 }
 
-TEST(attention) {
-    setup();
+LOW_TEST(attention) {
     attention_case(0, 0);
     attention_case(1, 0);
     attention_case(0, 1);
@@ -675,7 +698,7 @@ static void attention_dnnl_case(int64_t T, int causal, int masked) {
     for (int64_t i = 0; i < ny; i++) dy[i] = bround(dy[i]);
     char label[64];
     snprintf(label, sizeof label, "T %lld%s%s", (long long)T, causal ? " causal" : "", masked ? " key mask" : "");
-    kcase f = {label, CT_OP_ATTENTION, {H, causal}, {0.25f}, masked ? 2 : 1, {IN_BF16, IN_I32}, {3, 2},
+    kcase f = {label, CT_OP_ATTENTION, {H, causal}, {0.25f}, masked ? 2 : 1, {IN_LOW, IN_I32}, {3, 2},
                {{B, T, 3 * D}, {B, T}}, {0, 0}, {0, 2}, 3, {B, T, D}, 1, (size_t)nl * 4, NULL, 1e-2, {qkv}};
     kdata d;
     kdata_make(&f, 63, &d);
@@ -700,7 +723,7 @@ static void attention_dnnl_case(int64_t T, int causal, int masked) {
         CHECK_MSG(e_lse <= 1e-5, "%s: log-sum-exp %.3g from the reference", label, e_lse);
         /* backward, from the reference's forward output and log-sum-exp */
         kcase b = {label, CT_OP_ATTENTION_BWD, {H, causal}, {0.25f}, masked ? 4 : 3,
-                   {IN_BF16, IN_BF16, IN_BF16, IN_I32}, {3, 3, 3, 2}, {{B, T, D}, {B, T, 3 * D}, {B, T, D}, {B, T}},
+                   {IN_LOW, IN_LOW, IN_LOW, IN_I32}, {3, 3, 3, 2}, {{B, T, D}, {B, T, 3 * D}, {B, T, D}, {B, T}},
                    {0, 0, 0, 0}, {0, 0, 0, 2}, 3, {B, T, 3 * D}, 1, 0, lr, 5e-2, {dy, qkv, yr}};
         for (int64_t i = 0; i < ny; i++) yr[i] = bround(yr[i]);
         kdata db;
@@ -849,9 +872,12 @@ static void plans_match_copies_on(int isa) {
     int hw = 0;
     CHECK_OK(ctx, ct_context_lowp_native(ctx, CT_BF16, &hw, NULL, 0));
     printf("    isa %s\n", ct_isa_name(ct_context_isa(ctx)));
-    for (int m = 0; m < 4; m++) { /* cnn, gpt; bf16, bf16-pure (BF16 parameters too) */
+    static const ct_precision precs[4] = {CT_PRECISION_BF16, CT_PRECISION_BF16_PURE, CT_PRECISION_FP16,
+                                          CT_PRECISION_FP16_PURE};
+    for (int m = 0; m < 8; m++) { /* cnn, gpt; bf16, bf16-pure (16-bit parameters too), fp16, fp16-pure */
         int gpt = m & 1;
-        ct_precision prec = m < 2 ? CT_PRECISION_BF16 : CT_PRECISION_BF16_PURE;
+        ct_precision prec = precs[m >> 1];
+        int bf16 = prec == CT_PRECISION_BF16 || prec == CT_PRECISION_BF16_PURE;
         ct_plan *a, *b;
         ct_node xa, ya, xb, yb;
         CHECK_OK(ctx, build(ctx, gpt, prec, NULL, 0, &a, &xa, &ya));
@@ -859,7 +885,7 @@ static void plans_match_copies_on(int isa) {
         ct_plan_stats sa, sb;
         ct_plan_get_stats(a, &sa);
         ct_plan_get_stats(b, &sb);
-        /* copies everywhere with CT_BF16_NATIVE=0; SIMD nodes read BF16 by default */
+        /* copies everywhere with CT_BF16_NATIVE=0; SIMD nodes read BF16 / FP16 by default */
         CHECK(sb.n_lowp_native == 0 && sb.n_lowp_simd == 0 && sb.n_lowp_copied > 0);
         if (ct_context_isa(ctx) >= CT_ISA_AVX2) CHECK(sa.n_lowp_simd > 0 && sa.n_lowp_copied < sb.n_lowp_copied);
         float la[4], lb[4];
@@ -869,17 +895,18 @@ static void plans_match_copies_on(int isa) {
         size_t n;
         ct_plan_param_arena(a, &wa, NULL, &n);
         ct_plan_param_arena(b, &wb, NULL, NULL);
-        printf("    %s %s, 4 steps: loss %.6f -> %.6f (%d nodes read BF16, %d copied), copies %.6f -> %.6f (%d copied)\n",
-               gpt ? "gpt" : "cnn", m < 2 ? "bf16" : "bf16-pure", (double)la[0], (double)la[3], sa.n_lowp_simd,
-               sa.n_lowp_copied, (double)lb[0], (double)lb[3], sb.n_lowp_copied);
-        /* no node declined its BF16 I/O at run time (a fallback counts as copied) */
+        printf("    %s %s, 4 steps: loss %.6f -> %.6f (%d nodes read %s, %d copied), copies %.6f -> %.6f (%d copied)\n",
+               gpt ? "gpt" : "cnn", ct_precision_name(prec), (double)la[0], (double)la[3], sa.n_lowp_simd,
+               bf16 ? "BF16" : "FP16", sa.n_lowp_copied, (double)lb[0], (double)lb[3], sb.n_lowp_copied);
+        /* no node declined its 16-bit I/O at run time (a fallback counts as copied) */
         ct_plan_stats after;
         ct_plan_get_stats(a, &after);
         CHECK_MSG(after.n_lowp_copied == sa.n_lowp_copied, "%d nodes fell back to FP32 copies at run time",
                   after.n_lowp_copied - sa.n_lowp_copied);
-        if (!hw) { /* the same computation: bit for bit */
+        if (!hw || !bf16) { /* the same computation: bit for bit */
             CHECK_MSG(!memcmp(la, lb, sizeof la) && !memcmp(wa, wb, n * sizeof(float)),
-                      "%s: losses or weights differ between BF16 I/O and FP32 copies", gpt ? "gpt" : "cnn");
+                      "%s %s: losses or weights differ between 16-bit I/O and FP32 copies", gpt ? "gpt" : "cnn",
+                      ct_precision_name(prec));
         } else { /* oneDNN's native BF16 also differs in summation order */
             for (int t = 0; t < 4; t++) CHECK(fabsf(la[t] - lb[t]) <= 2e-2f * fabsf(lb[t]));
         }
@@ -896,8 +923,10 @@ TEST(plans_match_copies) {
 
 /* What ran, as the node hook and ct_plan_kernel_impl say: oneDNN nodes name
  * oneDNN's implementation after their first run, SIMD nodes their slot, and
- * the SIMD nodes of a BF16 plan read BF16 ("avx512 bf16"). */
+ * the SIMD nodes of a BF16 plan read BF16 ("avx512 bf16"), those of an FP16
+ * plan FP16 ("avx512 f16"). */
 typedef struct {
+    const char *want; /* " bf16" or " f16" */
     int onednn, onednn_named, simd, simd_bf16, bad;
     char example[64];
 } impl_seen;
@@ -912,22 +941,21 @@ static void impl_hook(void *user, const ct_node_event *ev) {
     } else if (!strcmp(ev->kernel, "avx512") || !strcmp(ev->kernel, "avx2")) {
         s->simd++;
         s->bad += strcmp(ev->impl, ev->kernel) != 0;
-        s->simd_bf16 += strstr(ev->kernel_desc, " bf16") != NULL;
+        s->simd_bf16 += strstr(ev->kernel_desc, s->want) != NULL;
     }
 }
 
-TEST(kernel_impl_names) {
+static void impl_names(ct_precision prec) {
     ct_context *ctx = test_ctx(-1, 1);
     ct_plan *p;
     ct_node x, y;
-    CHECK_OK(ctx, build(ctx, 0, CT_PRECISION_BF16, NULL, 0, &p, &x, &y));
-    impl_seen seen = {0, 0, 0, 0, 0, ""};
+    CHECK_OK(ctx, build(ctx, 0, prec, NULL, 0, &p, &x, &y));
+    impl_seen seen = {prec == CT_PRECISION_FP16 ? " f16" : " bf16", 0, 0, 0, 0, 0, ""};
     ct_plan_set_node_hook(p, impl_hook, &seen);
     float loss[1];
     CHECK_OK(ctx, train(ctx, p, 0, x, y, 1, loss));
-    printf("    cnn bf16 step: %d oneDNN nodes (%d named by oneDNN, e.g. %s), %d SIMD nodes (%d reading BF16)\n",
-           seen.onednn, seen.onednn_named, seen.example, seen.simd,
-           seen.simd_bf16);
+    printf("    cnn %s step: %d oneDNN nodes (%d named by oneDNN, e.g. %s), %d SIMD nodes (%d reading%s)\n",
+           ct_precision_name(prec), seen.onednn, seen.onednn_named, seen.example, seen.simd, seen.simd_bf16, seen.want);
     /* what runs follows the context: CT_ISA=ref (or CT_ONEDNN=0) leaves no oneDNN / SIMD node */
     if (ct_context_use_onednn(ctx)) CHECK(seen.onednn > 0 && seen.onednn_named == seen.onednn);
     else CHECK(seen.onednn == 0);
@@ -935,6 +963,11 @@ TEST(kernel_impl_names) {
     else CHECK(seen.simd == 0);
     ct_plan_free(p);
     ct_context_free(ctx);
+}
+
+TEST(kernel_impl_names) {
+    impl_names(CT_PRECISION_BF16);
+    impl_names(CT_PRECISION_FP16);
 }
 
 /* A BF16 plan whose max pool sees planes above a tile (ResNet's stem pool:
@@ -1057,6 +1090,20 @@ TEST(arena_targets) {
                100.0 * act[2] / act[0], cast[2] / 1048576.0, act[3] / 1048576.0, 100.0 * act[3] / act[0],
                cast[3] / 1048576.0);
         if (ct_context_isa(ctx) >= CT_ISA_AVX2) CHECK(act[2] < act[1] && cast[2] < cast[1]);
+        /* FP16: the SIMD kernels read FP16 as they read BF16, matmul / conv take FP32 copies (no FP16
+           matmul with FP32 accumulation on any CPU here); where BF16's matmuls take copies too, the
+           two plans are the same size */
+        size_t h[2], hc[2];
+        ct_precision p16 = pure ? CT_PRECISION_FP16_PURE : CT_PRECISION_FP16;
+        CHECK_OK(ctx, arena_of(ctx, gpt, p16, "0", &h[0], &hc[0]));
+        CHECK_OK(ctx, arena_of(ctx, gpt, p16, NULL, &h[1], &hc[1]));
+        printf("    %s activation arena: %s: copies everywhere %.2f MiB (%.0f%%), default %.2f MiB (%.0f%%, largest copy "
+               "%.2f MiB)\n",
+               gpt ? "gpt-char-small 8x256" : "cnn b128", ct_precision_name(p16), h[0] / 1048576.0,
+               100.0 * h[0] / act[0], h[1] / 1048576.0, 100.0 * h[1] / act[0], hc[1] / 1048576.0);
+        CHECK(h[0] == act[1]);
+        if (ct_context_isa(ctx) >= CT_ISA_AVX2) CHECK(h[1] < h[0] && hc[1] < hc[0]);
+        if (!native) CHECK(h[1] == act[2]);
         if (avx512) {
             CHECK(cast[3] == 0 && act[3] <= act[2]);
             /* the CNN in bf16; gpt-char-small in bf16-pure (autocast keeps its layernorms and residual
@@ -1081,5 +1128,5 @@ TEST(arena_targets) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(eltwise), T(batchnorm), T(relu_pack_bf16_all_patterns), T(layernorm), T(pooling), T(reductions), T(softmax), T(embedding), T(attention), T(attention_onednn_bf16), T(plans_match_copies), T(pool_big_planes_in_plan), T(kernel_impl_names),
+TEST_MAIN(T(eltwise), T(batchnorm), T(relu_pack_all_patterns), T(layernorm), T(pooling), T(reductions), T(softmax), T(embedding), T(attention), T(attention_onednn_bf16), T(plans_match_copies), T(pool_big_planes_in_plan), T(kernel_impl_names),
           T(arena_targets))

@@ -47,15 +47,18 @@ int ct_cli_info(int argc, char **argv) {
         }
         printf("%-4s matmul/conv %s\n", ct_dtype_name(dt), how);
     }
-    /* the other kernels of a BF16 plan (src/kernels/simd/simd_bf16.h) */
+    /* the other kernels of a BF16 / FP16 plan (src/kernels/simd/simd_lowp.h) */
     const char *env = getenv("CT_BF16_NATIVE");
     ct_isa isa = ct_context_isa(ctx);
-    if (env && !strcmp(env, "0")) printf("bf16 other ops FP32 copies (CT_BF16_NATIVE=0)\n");
-    else if (isa < CT_ISA_AVX2) printf("bf16 other ops FP32 copies (the reference kernels; CT_ISA=%s)\n", ct_isa_name(isa));
-    else
-        printf("bf16 other ops the %s kernels read and write BF16 themselves (eltwise, batchnorm, layernorm, pooling, "
-               "sum, softmax, embedding, attention: conversion in registers, FP32 math); losses read FP32\n",
-               ct_isa_name(isa));
+    for (int i = 0; i < 2; i++) {
+        const char *dn = i ? "f16 " : "bf16";
+        if (env && !strcmp(env, "0")) printf("%s other ops FP32 copies (CT_BF16_NATIVE=0)\n", dn);
+        else if (isa < CT_ISA_AVX2) printf("%s other ops FP32 copies (the reference kernels; CT_ISA=%s)\n", dn, ct_isa_name(isa));
+        else
+            printf("%s other ops the %s kernels read and write %s themselves (eltwise, batchnorm, layernorm, pooling, "
+                   "sum, softmax, embedding, attention: conversion in registers, FP32 math); losses read FP32\n",
+                   dn, ct_isa_name(isa), i ? "FP16" : "BF16");
+    }
     /* what MFU is measured against (ctrain doctor, the profiler's trace) */
     ct_profiler *prof;
     if (ct_profiler_create(ctx, NULL, &prof) == CT_OK) {

@@ -761,13 +761,14 @@ static ct_status try_relu_tail(fz *f, ct_node u, int *done) {
     return CT_OK;
 }
 
-/* Autocast's casts around BF16 nodes. A widening cast (BF16 -> FP32) whose
- * readers all read BF16 themselves (ct_op_info.simd_bf16) goes: they read
- * its BF16 input (the conversion is exact). A narrowing cast (FP32 -> BF16)
- * that is the only data reader of a producer whose kernels write BF16
- * becomes that producer writing BF16 (the same rounding as the cast); the
- * producer's saved-state readers (a layernorm's backward) follow it. No
- * pass and no FP32 buffer for the cast; results bit for bit. */
+/* Autocast's casts around BF16 / FP16 nodes. A widening cast (16-bit ->
+ * FP32) whose readers all read BF16 / FP16 themselves (ct_op_info.simd_lowp)
+ * goes: they read its 16-bit input (the conversion is exact). A narrowing
+ * cast (FP32 -> 16-bit) that is the only data reader of a producer whose
+ * kernels write BF16 / FP16 becomes that producer writing the 16-bit dtype
+ * (the same rounding as the cast); the producer's saved-state readers (a
+ * layernorm's backward) follow it. No pass and no FP32 buffer for the cast;
+ * results bit for bit. */
 static ct_status try_cast_fold(fz *f, ct_node c, int *done) {
     ct_graph *g = &f->p->g;
     const ct_node_def *C = &g->nodes[c];
@@ -775,7 +776,7 @@ static ct_status try_cast_fold(fz *f, ct_node c, int *done) {
     if (C->op != CT_OP_CAST || (C->flags & CT_NODE_RECOMPUTE) || kept(f->p, c)) return CT_OK;
     ct_node x = C->in[0];
     const ct_node_def *X = &g->nodes[x];
-    int widen = X->dtype == CT_BF16 && C->dtype == CT_F32, narrow = X->dtype == CT_F32 && C->dtype == CT_BF16;
+    int widen = ct_dtype_is_low(X->dtype) && C->dtype == CT_F32, narrow = X->dtype == CT_F32 && ct_dtype_is_low(C->dtype);
     if (!widen && !narrow) return CT_OK;
     reader r[MAX_READERS];
     int nr = readers_of(g, widen ? c : x, r, MAX_READERS), rule;
@@ -783,7 +784,7 @@ static ct_status try_cast_fold(fz *f, ct_node c, int *done) {
     if (widen) {
         for (int i = 0; i < nr; i++) {
             const ct_op_info *info = ct_op_table(g->nodes[r[i].node].op);
-            if (!info->simd_bf16 || (info->state_inputs & (1u << r[i].slot))) return CT_OK;
+            if (!info->simd_lowp || (info->state_inputs & (1u << r[i].slot))) return CT_OK;
         }
         if (!enabled(f, PAT_CAST_FOLD, c, CT_NONE, &rule)) return CT_OK;
         CT_TRY(add_group(f, PAT_CAST_FOLD, rule, r[0].node, C->name));
@@ -796,7 +797,7 @@ static ct_status try_cast_fold(fz *f, ct_node c, int *done) {
     }
     /* narrow: x's readers are the cast (its data) and state readers after c */
     const ct_op_info *xi = ct_op_table(X->op);
-    if (!xi->simd_bf16 || (X->flags & CT_NODE_RECOMPUTE) || kept(f->p, x) || f->p->fused_group[x] >= 0) return CT_OK;
+    if (!xi->simd_lowp || (X->flags & CT_NODE_RECOMPUTE) || kept(f->p, x) || f->p->fused_group[x] >= 0) return CT_OK;
     int data_reads = 0;
     for (int i = 0; i < nr; i++) {
         const ct_node_def *R = &g->nodes[r[i].node];

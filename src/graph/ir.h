@@ -60,13 +60,13 @@ typedef struct ct_op_info {
      * data inputs are all BF16 when ct_context_lowp_native says so (the
      * node's pn.lowp_native); otherwise the node gets FP32 copies. */
     uint8_t onednn_bf16;
-    /* 1: the AVX2 / AVX-512 kernels read BF16 inputs and write a BF16 output
-     * themselves, converting in registers (simd/simd_bf16.h); any mix of FP32
-     * and BF16 tensors. Kernel selection uses that for a node on a SIMD slot
-     * whose low-precision I/O is all BF16 (pn.lowp_native), unless
+    /* 1: the AVX2 / AVX-512 kernels read BF16 / FP16 inputs and write a
+     * BF16 / FP16 output themselves, converting in registers
+     * (simd/simd_lowp.h); any mix of FP32 and one 16-bit dtype. Kernel
+     * selection uses that for a node on a SIMD slot (pn.lowp_native), unless
      * CT_BF16_NATIVE=0. A configuration the kernel does not cover returns
      * CT_E_UNSUPPORTED and the node falls back to FP32 copies. */
-    uint8_t simd_bf16;
+    uint8_t simd_lowp;
     /* 1: the oneDNN kernel exists only for native BF16 I/O (it reads and
      * writes BF16 on oneDNN's BF16 matmul, onednn_bf16): kernel selection
      * picks it only for a node that runs natively (pn.lowp_native through
@@ -81,8 +81,9 @@ typedef struct ct_op_info {
 const ct_op_info *ct_op_table(ct_op op);
 const char *ct_kernel_slot_name(int slot);
 /* How a node's kernel meets low-precision I/O. */
-typedef enum { CT_LOWP_NONE = 0, CT_LOWP_NATIVE_BF16, CT_LOWP_COPIED } ct_lowp_mode;
-/* "onednn" (NONE), "onednn bf16" (NATIVE_BF16), "convert+onednn f32" (COPIED), ... */
+typedef enum { CT_LOWP_NONE = 0, CT_LOWP_NATIVE_BF16, CT_LOWP_NATIVE_F16, CT_LOWP_COPIED } ct_lowp_mode;
+/* "onednn" (NONE), "onednn bf16" (NATIVE_BF16), "avx512 f16" (NATIVE_F16),
+ * "convert+onednn f32" (COPIED), ... */
 const char *ct_kernel_slot_desc(int slot, ct_lowp_mode mode);
 
 /* Size helpers of the op table (op_table.c). */

@@ -17,44 +17,44 @@ static const ct_op_info k_ops[] = {
     [CT_OP_MATMUL] = {"matmul", {DNNL(matmul)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
     [CT_OP_LINEAR] = {"linear", {DNNL(linear)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
     [CT_OP_CONV2D] = {"conv2d", {DNNL(conv2d)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
-    [CT_OP_MAXPOOL2D] = {"maxpool2d", {SIMD(maxpool2d)}, ct_aux_maxpool2d, ct_ws_pool, 0, .simd_bf16 = 1},
-    [CT_OP_AVGPOOL2D] = {"avgpool2d", {SIMD(avgpool2d)}, 0, ct_ws_pool, 0, .simd_bf16 = 1},
-    [CT_OP_BATCHNORM] = {"batchnorm", {SIMD(batchnorm)}, ct_aux_batchnorm, 0, 0, .simd_bf16 = 1},
-    [CT_OP_LAYERNORM] = {"layernorm", {SIMD(layernorm)}, ct_aux_layernorm, 0, 0, .simd_bf16 = 1},
-    [CT_OP_UNARY] = {"unary", {SIMD(unary)}, 0, 0, 0, .simd_bf16 = 1},
-    [CT_OP_SCALE] = {"scale", {SIMD(scale)}, 0, 0, 0, .simd_bf16 = 1},
-    [CT_OP_BINARY] = {"binary", {SIMD(binary)}, 0, 0, 0, .simd_bf16 = 1},
-    [CT_OP_SUM] = {"sum", {SIMD(sum)}, 0, ct_ws_sum, 0, .simd_bf16 = 1},
+    [CT_OP_MAXPOOL2D] = {"maxpool2d", {SIMD(maxpool2d)}, ct_aux_maxpool2d, ct_ws_pool, 0, .simd_lowp = 1},
+    [CT_OP_AVGPOOL2D] = {"avgpool2d", {SIMD(avgpool2d)}, 0, ct_ws_pool, 0, .simd_lowp = 1},
+    [CT_OP_BATCHNORM] = {"batchnorm", {SIMD(batchnorm)}, ct_aux_batchnorm, 0, 0, .simd_lowp = 1},
+    [CT_OP_LAYERNORM] = {"layernorm", {SIMD(layernorm)}, ct_aux_layernorm, 0, 0, .simd_lowp = 1},
+    [CT_OP_UNARY] = {"unary", {SIMD(unary)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_SCALE] = {"scale", {SIMD(scale)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_BINARY] = {"binary", {SIMD(binary)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_SUM] = {"sum", {SIMD(sum)}, 0, ct_ws_sum, 0, .simd_lowp = 1},
     [CT_OP_RESHAPE] = {"reshape", {0}, 0, 0, 0},
     [CT_OP_TRANSPOSE] = {"transpose", {SIMD(transpose)}, 0, 0, 0},
-    [CT_OP_CONCAT] = {"concat", {SIMD(concat)}, 0, 0, 0, .simd_bf16 = 1},
-    [CT_OP_SLICE] = {"slice", {SIMD(slice)}, 0, 0, 0, .simd_bf16 = 1},
-    [CT_OP_SOFTMAX] = {"softmax", {SIMD(softmax)}, 0, 0, 0, .simd_bf16 = 1},
-    [CT_OP_LOG_SOFTMAX] = {"log_softmax", {SIMD(log_softmax)}, 0, 0, 0, .simd_bf16 = 1},
+    [CT_OP_CONCAT] = {"concat", {SIMD(concat)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_SLICE] = {"slice", {SIMD(slice)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_SOFTMAX] = {"softmax", {SIMD(softmax)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_LOG_SOFTMAX] = {"log_softmax", {SIMD(log_softmax)}, 0, 0, 0, .simd_lowp = 1},
     [CT_OP_CROSS_ENTROPY] = {"cross_entropy", {SIMD(cross_entropy)}, 0, 0, 0},
-    [CT_OP_DROPOUT] = {"dropout", {SIMD(dropout)}, 0, 0, 0, .simd_bf16 = 1},
-    [CT_OP_EMBEDDING] = {"embedding", {SIMD(embedding)}, 0, 0, 0, .simd_bf16 = 1},
+    [CT_OP_DROPOUT] = {"dropout", {SIMD(dropout)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_EMBEDDING] = {"embedding", {SIMD(embedding)}, 0, 0, 0, .simd_lowp = 1},
     [CT_OP_CAST] = {"cast", {[CT_KERNEL_REF] = ct_k_cast}, 0, 0, 0, 0, 1},
-    [CT_OP_ATTENTION] = {"attention", {SIMD_DNNL(attention)}, ct_aux_attention, ct_ws_attention, ct_onednn_cache_free, 0, .onednn_bf16 = 1, .simd_bf16 = 1, .onednn_lowp_only = 1},
-    [CT_OP_UNARY_BWD] = {"unary_bwd", {SIMD(unary_bwd)}, 0, 0, 0, .simd_bf16 = 1},
+    [CT_OP_ATTENTION] = {"attention", {SIMD_DNNL(attention)}, ct_aux_attention, ct_ws_attention, ct_onednn_cache_free, 0, .onednn_bf16 = 1, .simd_lowp = 1, .onednn_lowp_only = 1},
+    [CT_OP_UNARY_BWD] = {"unary_bwd", {SIMD(unary_bwd)}, 0, 0, 0, .simd_lowp = 1},
     [CT_OP_BROADCAST_TO] = {"broadcast_to", {SIMD(broadcast_to)}, 0, 0, 0},
-    [CT_OP_SUM_TO] = {"sum_to", {SIMD(sum_to)}, 0, 0, 0, .simd_bf16 = 1},
+    [CT_OP_SUM_TO] = {"sum_to", {SIMD(sum_to)}, 0, 0, 0, .simd_lowp = 1},
     [CT_OP_CONV2D_BWD_DATA] = {"conv2d_bwd_data", {DNNL(conv2d_bwd_data)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0, 1},
     [CT_OP_CONV2D_BWD_WEIGHT] = {"conv2d_bwd_weight", {DNNL(conv2d_bwd_weight)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0, 1},
-    [CT_OP_MAXPOOL2D_BWD] = {"maxpool2d_bwd", {SIMD(maxpool2d_bwd)}, 0, ct_ws_pool, 0, 1u << 1, 0, .simd_bf16 = 1},
-    [CT_OP_AVGPOOL2D_BWD] = {"avgpool2d_bwd", {SIMD(avgpool2d_bwd)}, 0, ct_ws_pool, 0, .simd_bf16 = 1},
-    [CT_OP_BATCHNORM_BWD_DATA] = {"batchnorm_bwd_data", {SIMD(batchnorm_bwd_data)}, 0, 0, 0, 1u << 3, 0, .simd_bf16 = 1},
-    [CT_OP_BATCHNORM_BWD_GAMMA] = {"batchnorm_bwd_gamma", {SIMD(batchnorm_bwd_gamma)}, 0, 0, 0, 1u << 2, 0, .simd_bf16 = 1},
-    [CT_OP_LAYERNORM_BWD_DATA] = {"layernorm_bwd_data", {SIMD(layernorm_bwd_data)}, 0, 0, 0, 1u << 3, 0, .simd_bf16 = 1},
-    [CT_OP_LAYERNORM_BWD_GAMMA] = {"layernorm_bwd_gamma", {SIMD(layernorm_bwd_gamma)}, 0, 0, 0, 1u << 2, 0, .simd_bf16 = 1},
-    [CT_OP_SLICE_BWD] = {"slice_bwd", {SIMD(slice_bwd)}, 0, 0, 0, .simd_bf16 = 1},
-    [CT_OP_SOFTMAX_BWD] = {"softmax_bwd", {SIMD(softmax_bwd)}, 0, 0, 0, .simd_bf16 = 1},
-    [CT_OP_LOG_SOFTMAX_BWD] = {"log_softmax_bwd", {SIMD(log_softmax_bwd)}, 0, 0, 0, .simd_bf16 = 1},
+    [CT_OP_MAXPOOL2D_BWD] = {"maxpool2d_bwd", {SIMD(maxpool2d_bwd)}, 0, ct_ws_pool, 0, 1u << 1, 0, .simd_lowp = 1},
+    [CT_OP_AVGPOOL2D_BWD] = {"avgpool2d_bwd", {SIMD(avgpool2d_bwd)}, 0, ct_ws_pool, 0, .simd_lowp = 1},
+    [CT_OP_BATCHNORM_BWD_DATA] = {"batchnorm_bwd_data", {SIMD(batchnorm_bwd_data)}, 0, 0, 0, 1u << 3, 0, .simd_lowp = 1},
+    [CT_OP_BATCHNORM_BWD_GAMMA] = {"batchnorm_bwd_gamma", {SIMD(batchnorm_bwd_gamma)}, 0, 0, 0, 1u << 2, 0, .simd_lowp = 1},
+    [CT_OP_LAYERNORM_BWD_DATA] = {"layernorm_bwd_data", {SIMD(layernorm_bwd_data)}, 0, 0, 0, 1u << 3, 0, .simd_lowp = 1},
+    [CT_OP_LAYERNORM_BWD_GAMMA] = {"layernorm_bwd_gamma", {SIMD(layernorm_bwd_gamma)}, 0, 0, 0, 1u << 2, 0, .simd_lowp = 1},
+    [CT_OP_SLICE_BWD] = {"slice_bwd", {SIMD(slice_bwd)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_SOFTMAX_BWD] = {"softmax_bwd", {SIMD(softmax_bwd)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_LOG_SOFTMAX_BWD] = {"log_softmax_bwd", {SIMD(log_softmax_bwd)}, 0, 0, 0, .simd_lowp = 1},
     [CT_OP_CROSS_ENTROPY_BWD] = {"cross_entropy_bwd", {SIMD(cross_entropy_bwd)}, 0, 0, 0},
-    [CT_OP_EMBEDDING_BWD] = {"embedding_bwd", {SIMD(embedding_bwd)}, 0, 0, 0, .simd_bf16 = 1},
-    [CT_OP_ATTENTION_BWD] = {"attention_bwd", {SIMD_DNNL(attention_bwd)}, 0, ct_ws_attention, ct_onednn_cache_free, 0, .onednn_bf16 = 1, .simd_bf16 = 1, .onednn_lowp_only = 1},
-    [CT_OP_BN_RELU] = {"batchnorm+relu", {SIMD(bn_relu)}, ct_aux_bn_relu, 0, 0, .simd_bf16 = 1},
-    [CT_OP_RELU_MASK_BWD] = {"relu_mask_bwd", {SIMD(relu_mask_bwd)}, 0, 0, 0, 1u << 1, 0, .simd_bf16 = 1},
+    [CT_OP_EMBEDDING_BWD] = {"embedding_bwd", {SIMD(embedding_bwd)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_ATTENTION_BWD] = {"attention_bwd", {SIMD_DNNL(attention_bwd)}, 0, ct_ws_attention, ct_onednn_cache_free, 0, .onednn_bf16 = 1, .simd_lowp = 1, .onednn_lowp_only = 1},
+    [CT_OP_BN_RELU] = {"batchnorm+relu", {SIMD(bn_relu)}, ct_aux_bn_relu, 0, 0, .simd_lowp = 1},
+    [CT_OP_RELU_MASK_BWD] = {"relu_mask_bwd", {SIMD(relu_mask_bwd)}, 0, 0, 0, 1u << 1, 0, .simd_lowp = 1},
     [CT_OP_LINEAR_PRO] = {"linear_prologue", {SIMD_DNNL(linear_pro)}, ct_aux_linear_pro, ct_ws_gemm_pro, ct_onednn_cache_free},
     [CT_OP_MATMUL_PRO] = {"matmul_prologue", {SIMD_DNNL(matmul_pro)}, 0, ct_ws_gemm_pro, ct_onednn_cache_free},
     [CT_OP_DROPOUT_ADD] = {"dropout+add", {SIMD(dropout_add)}, 0, 0, 0},
@@ -82,12 +82,15 @@ const char *ct_kernel_slot_name(int slot) {
 
 const char *ct_kernel_slot_desc(int slot, ct_lowp_mode mode) {
     static const char *native[] = {"ref bf16", "avx2 bf16", "avx512 bf16", "onednn bf16"};
+    static const char *native16[] = {"ref f16", "avx2 f16", "avx512 f16", "onednn f16"};
     static const char *copied[] = {"convert+ref f32", "convert+avx2 f32", "convert+avx512 f32", "convert+onednn f32"};
     _Static_assert(sizeof native / sizeof native[0] == CT_KERNEL_SLOTS, "one native name per kernel slot");
+    _Static_assert(sizeof native16 / sizeof native16[0] == CT_KERNEL_SLOTS, "one native FP16 name per kernel slot");
     _Static_assert(sizeof copied / sizeof copied[0] == CT_KERNEL_SLOTS, "one copied name per kernel slot");
     if (slot < 0 || slot >= CT_KERNEL_SLOTS) return "none";
     switch (mode) {
     case CT_LOWP_NATIVE_BF16: return native[slot];
+    case CT_LOWP_NATIVE_F16: return native16[slot];
     case CT_LOWP_COPIED: return copied[slot];
     default: return ct_kernel_slot_name(slot);
     }
@@ -122,20 +125,20 @@ size_t ct_aux_attention(const ct_graph *g, const ct_node_def *d) {
 size_t ct_ws_attention(const ct_graph *g, const ct_node_def *d) {
     int64_t T = d->shape[1], D = d->op == CT_OP_ATTENTION ? d->shape[2] : d->shape[2] / 3;
     int nt = ct_context_num_threads(g->ctx);
-    /* BF16 I/O (the output, d_qkv for the backward, is BF16): room for FP32 rows too */
-    size_t per = d->dtype == CT_BF16 ? ct_attention_ws_per_thread_bf16(T, D / d->ia[0])
+    /* BF16 / FP16 I/O (the output, d_qkv for the backward, is 16-bit): room for FP32 rows too */
+    size_t per = ct_dtype_is_low(d->dtype) ? ct_attention_ws_per_thread_bf16(T, D / d->ia[0])
                                      : ct_attention_ws_per_thread(T, D / d->ia[0]);
     return (size_t)(nt > 0 ? nt : 1) * per;
 }
 
-/* Pooling (forward or backward, d) with BF16 I/O whose planes exceed the SIMD
+/* Pooling (forward or backward, d) with BF16 / FP16 I/O whose planes exceed the SIMD
  * kernel's stack tiles: the kernel converts each plane pair through these
  * FP32 planes instead of declining (which gave the node FP32 copies of the
  * whole tensors: ResNet's first max pool, 112x112 planes) */
 size_t ct_ws_pool(const ct_graph *g, const ct_node_def *d) {
     const ct_node_def *x = &g->nodes[d->in[0]];
     int64_t nc = d->shape[0] * d->shape[1];
-    if ((d->dtype != CT_BF16 && x->dtype != CT_BF16) || nc <= 0) return 0;
+    if ((!ct_dtype_is_low(d->dtype) && !ct_dtype_is_low(x->dtype)) || nc <= 0) return 0;
     return ct_pool_bf16_ws_bytes(ct_node_numel(x) / nc, ct_node_numel(d) / nc, ct_context_num_threads(g->ctx));
 }
 

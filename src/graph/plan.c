@@ -149,28 +149,34 @@ static int bf16_native_ok(const ct_plan *p, int i) {
     return 1;
 }
 
-/* Node i's AVX2 / AVX-512 kernel reads and writes BF16 itself
- * (ct_op_info.simd_bf16, simd/simd_bf16.h): that kernel was picked and its
- * low-precision I/O is all BF16 (no FP16). */
-static int bf16_simd_ok(const ct_plan *p, int i) {
+/* Node i's AVX2 / AVX-512 kernel reads and writes BF16 / FP16 itself
+ * (ct_op_info.simd_lowp, simd/simd_lowp.h): that kernel was picked and its
+ * low-precision I/O is one 16-bit dtype (a plan's autocast makes only one). */
+static int lowp_simd_ok(const ct_plan *p, int i) {
     const ct_node_def *d = &p->g.nodes[i];
     const ct_op_info *info = ct_op_table(d->op);
-    if (!info->simd_bf16 || (p->pn[i].slot != CT_KERNEL_AVX2 && p->pn[i].slot != CT_KERNEL_AVX512)) return 0;
-    if (d->dtype == CT_F16) return 0;
-    for (int j = 0; j < d->n_in; j++)
-        if (!(info->state_inputs & (1u << j)) && p->g.nodes[d->in[j]].dtype == CT_F16) return 0;
+    if (!info->simd_lowp || (p->pn[i].slot != CT_KERNEL_AVX2 && p->pn[i].slot != CT_KERNEL_AVX512)) return 0;
+    ct_dtype low = ct_dtype_is_low(d->dtype) ? d->dtype : CT_F32;
+    for (int j = 0; j < d->n_in; j++) {
+        ct_dtype dt = p->g.nodes[d->in[j]].dtype;
+        if ((info->state_inputs & (1u << j)) || !ct_dtype_is_low(dt)) continue;
+        if (low != CT_F32 && dt != low) return 0;
+        low = dt;
+    }
     return 1;
 }
 
 static ct_status pass_select_kernels(ct_plan *p) {
     ct_graph *g = &p->g;
-    /* BF16 plans: do matmul/linear/conv run natively in this context? Do
-     * the SIMD kernels read BF16 (on any CPU, unless CT_BF16_NATIVE=0)? */
-    int bf16_native = 0, bf16_simd = 0;
-    if (p->precision == CT_PRECISION_BF16 || p->precision == CT_PRECISION_BF16_PURE) {
+    /* BF16 plans: do matmul/linear/conv run natively in this context?
+     * BF16 and FP16 plans: do the SIMD kernels read the 16-bit dtype (on any
+     * CPU, unless CT_BF16_NATIVE=0, which turns both off)? */
+    int bf16_native = 0, lowp_simd = 0;
+    if (p->precision == CT_PRECISION_BF16 || p->precision == CT_PRECISION_BF16_PURE)
         CT_TRY(ct_context_lowp_native(p->ctx, CT_BF16, &bf16_native, NULL, 0)); /* also checks CT_BF16_NATIVE */
+    if (p->precision != CT_PRECISION_FP32) {
         const char *env = getenv("CT_BF16_NATIVE");
-        bf16_simd = !(env && !strcmp(env, "0"));
+        lowp_simd = !(env && !strcmp(env, "0"));
     }
     for (int i = 0; i < g->n; i++) {
         ct_op op = g->nodes[i].op;
@@ -194,8 +200,8 @@ static ct_status pass_select_kernels(ct_plan *p) {
             return ct_set_error(p->ctx, CT_E_UNSUPPORTED, "compile: no kernel for op '%s' (node '%s')",
                                 ct_op_table(op)->name, g->nodes[i].name);
         p->pn[i].lowp_native =
-            (uint8_t)(low && ((bf16_native && bf16_native_ok(p, i)) || (bf16_simd && bf16_simd_ok(p, i))));
-        if (p->pn[i].lowp_native) { /* the kernel reads and writes BF16 itself */
+            (uint8_t)(low && ((bf16_native && bf16_native_ok(p, i)) || (lowp_simd && lowp_simd_ok(p, i))));
+        if (p->pn[i].lowp_native) { /* the kernel reads and writes BF16 / FP16 itself */
             cvt = 0;
             low = 0;
         }
@@ -517,7 +523,10 @@ static ct_status check_anomaly(ct_plan *p, int i) {
 
 static const char *kernel_desc(const ct_plan *p, int i) {
     const ct_plan_node *pn = &p->pn[i];
-    return ct_kernel_slot_desc(pn->slot, pn->lowp_native ? CT_LOWP_NATIVE_BF16 : pn->lowp_io ? CT_LOWP_COPIED : CT_LOWP_NONE);
+    const int f16 = p->precision == CT_PRECISION_FP16 || p->precision == CT_PRECISION_FP16_PURE;
+    return ct_kernel_slot_desc(pn->slot, pn->lowp_native ? (f16 ? CT_LOWP_NATIVE_F16 : CT_LOWP_NATIVE_BF16)
+                                         : pn->lowp_io  ? CT_LOWP_COPIED
+                                                        : CT_LOWP_NONE);
 }
 
 static const char *kernel_impl(const ct_plan *p, int i) {
@@ -642,7 +651,7 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     if (s == CT_OK) s = pn->kernel(&k);
     /* a oneDNN kernel only for native BF16 declined: the SIMD kernels read BF16 too */
     if (s == CT_E_UNSUPPORTED && pn->lowp_native && pn->slot == CT_KERNEL_ONEDNN &&
-        ct_op_table(d->op)->onednn_lowp_only && ct_op_table(d->op)->simd_bf16) {
+        ct_op_table(d->op)->onednn_lowp_only && ct_op_table(d->op)->simd_lowp) {
         drop_caches(p, i);
         if (pick_kernel(p, i, CT_KERNEL_ONEDNN) && pn->slot != CT_KERNEL_REF) {
             ct_context_clear_error(p->ctx);

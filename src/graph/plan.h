@@ -36,7 +36,7 @@ typedef struct ct_plan_node {
                             planned in the activation arena for the node's run only */
     size_t cvt_offset;
     uint8_t lowp_io;     /* 1: the kernel gets FP32 views of low-precision I/O    */
-    uint8_t lowp_native; /* 1: the kernel (oneDNN, or a SIMD one with simd_bf16) reads/writes
+    uint8_t lowp_native; /* 1: the kernel (oneDNN, or a SIMD one with simd_lowp) reads/writes
                             BF16 itself (select_kernels); cleared for good if it declines
                             (then lowp_io, cvt_spill) */
     uint8_t cvt_spill;   /* 1: the FP32 copies live in p->cvt_spill, not the arena */

@@ -53,10 +53,12 @@ void ct_fused_relu_pack_ref(float *y, uint8_t *bits, int64_t n, int nth) {
     }
 }
 
-/* The same on BF16 values, in integer arithmetic, bit-identical to the SIMD
- * relu on BF16 I/O (max(0, x) + 0 rounded back: negatives and -0 become +0,
- * a NaN stays, quieted as ct_f32_to_bf16 does); bit = output > 0. */
-void ct_fused_relu_pack_bf16(uint16_t *y, uint8_t *bits, int64_t n, int nth) {
+/* The same on BF16 / FP16 values (dt), in integer arithmetic, bit-identical
+ * to the SIMD relu on 16-bit I/O (max(0, x) + 0 rounded back: negatives and
+ * -0 become +0, a NaN stays, quieted as ct_f32_to_bf16 / ct_f32_to_f16 do);
+ * bit = output > 0. */
+void ct_fused_relu_pack_lp(uint16_t *y, uint8_t *bits, int64_t n, int nth, ct_dtype dt) {
+    const unsigned inf = dt == CT_F16 ? 0x7c00u : 0x7f80u, quiet = dt == CT_F16 ? 0x200u : 0x40u;
     int64_t nb = (n + 7) / 8;
     nth = n >= 65536 ? nth : 1;
 #pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
@@ -65,21 +67,21 @@ void ct_fused_relu_pack_bf16(uint16_t *y, uint8_t *bits, int64_t n, int nth) {
         int64_t i0 = b * 8, e = i0 + 8 < n ? i0 + 8 : n;
         for (int64_t i = i0; i < e; i++) {
             uint16_t u = y[i];
-            if ((u & 0x7fffu) > 0x7f80u) u |= 0x40u; /* NaN */
+            if ((u & 0x7fffu) > inf) u = (uint16_t)(u | quiet); /* NaN */
             else if (u & 0x8000u) u = 0;
             y[i] = u;
-            v |= (unsigned)(u != 0 && u <= 0x7f80u) << (i - i0);
+            v |= (unsigned)(u != 0 && u <= inf) << (i - i0);
         }
         bits[b] = (uint8_t)v;
     }
 }
 
 ct_status ct_fused_bn_relu(ct_kargs *k, ct_kernel_fn bn, void (*relu_pack)(float *, uint8_t *, int64_t, int),
-                           void (*relu_pack_bf16)(uint16_t *, uint8_t *, int64_t, int)) {
-    /* BF16 I/O where the slot has a BF16 packer (its batchnorm writes BF16; the
-     * reference gets FP32 copies from the executor) */
-    int bf16 = relu_pack_bf16 && k->in[0].dtype == CT_BF16 && k->out.dtype == CT_BF16;
-    if (!bf16 && (k->in[0].dtype != CT_F32 || k->out.dtype != CT_F32)) return CT_E_UNSUPPORTED;
+                           void (*relu_pack_lp)(uint16_t *, uint8_t *, int64_t, int, ct_dtype)) {
+    /* BF16 / FP16 I/O where the slot has a 16-bit packer (its batchnorm
+     * writes that dtype; the reference gets FP32 copies from the executor) */
+    int lp = relu_pack_lp && ct_dtype_is_low(k->out.dtype) && k->in[0].dtype == k->out.dtype;
+    if (!lp && (k->in[0].dtype != CT_F32 || k->out.dtype != CT_F32)) return CT_E_UNSUPPORTED;
     ct_node_def nd = *k->node;
     nd.op = CT_OP_BATCHNORM; /* flags (recompute, keep stats) stay */
     ct_kargs b = *k;
@@ -87,7 +89,7 @@ ct_status ct_fused_bn_relu(ct_kargs *k, ct_kernel_fn bn, void (*relu_pack)(float
     CT_TRY(bn(&b));
     int64_t C = k->in[0].shape[1];
     uint8_t *bits = (uint8_t *)k->aux + stats_bytes(C);
-    if (bf16) relu_pack_bf16(k->out.data, bits, ct_tensor_numel(&k->out), k->nthreads);
+    if (lp) relu_pack_lp(k->out.data, bits, ct_tensor_numel(&k->out), k->nthreads, k->out.dtype);
     else relu_pack(k->out.data, bits, ct_tensor_numel(&k->out), k->nthreads);
     return CT_OK;
 }

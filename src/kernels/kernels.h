@@ -68,14 +68,15 @@ ct_status ct_k_matmul_aux_onednn(ct_kargs *k);
 ct_status ct_k_gemm_relu_ref(ct_kargs *k);
 ct_status ct_k_gemm_relu_onednn(ct_kargs *k);
 void ct_fused_relu_pack_ref(float *y, uint8_t *bits, int64_t n, int nth);
-void ct_fused_relu_pack_bf16(uint16_t *y, uint8_t *bits, int64_t n, int nth);
+/* the same on 16-bit values of dtype dt (CT_BF16 or CT_F16) */
+void ct_fused_relu_pack_lp(uint16_t *y, uint8_t *bits, int64_t n, int nth, ct_dtype dt);
 /* the same 16 values at a time (simd/fused.c), bit for bit */
-void ct_k_relu_pack_bf16_avx2(uint16_t *y, uint8_t *bits, int64_t n, int nth);
-void ct_k_relu_pack_bf16_avx512(uint16_t *y, uint8_t *bits, int64_t n, int nth);
-/* batchnorm with `bn`, then relu in place and the mask bits; relu_pack_bf16
- * (NULL: none) handles BF16 I/O, else only FP32 is taken */
+void ct_k_relu_pack_lp_avx2(uint16_t *y, uint8_t *bits, int64_t n, int nth, ct_dtype dt);
+void ct_k_relu_pack_lp_avx512(uint16_t *y, uint8_t *bits, int64_t n, int nth, ct_dtype dt);
+/* batchnorm with `bn`, then relu in place and the mask bits; relu_pack_lp
+ * (NULL: none) handles BF16 / FP16 I/O, else only FP32 is taken */
 ct_status ct_fused_bn_relu(ct_kargs *k, ct_kernel_fn bn, void (*relu_pack)(float *, uint8_t *, int64_t, int),
-                           void (*relu_pack_bf16)(uint16_t *, uint8_t *, int64_t, int));
+                           void (*relu_pack_lp)(uint16_t *, uint8_t *, int64_t, int, ct_dtype));
 /* Scratch of a GEMM prologue: pro(x) (numel_x floats) and, with stats, a
  * layernorm's mean/invstd of `rows` rows. */
 size_t ct_fused_pro_ws(int64_t numel_x, int64_t rows, int stats);
@@ -91,7 +92,7 @@ CT_DECL_CVT(ref)
 CT_DECL_CVT(avx2)
 CT_DECL_CVT(avx512)
 
-/* BF16 I/O of the SIMD kernels (simd/simd_bf16.h): elements of one FP32
+/* BF16 I/O of the SIMD kernels (simd/simd_lowp.h): elements of one FP32
  * tile a kernel converts a BF16 row / plane / chunk into (32 KiB); longer
  * rows and planes decline. */
 #define CT_BF16_TILE 8192

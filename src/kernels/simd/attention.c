@@ -10,17 +10,18 @@
  * their row strides. With a causal mask the kernels skip the blocks above the
  * diagonal. A task's results do not depend on the thread that runs it.
  *
- * BF16 I/O (simd_bf16.h): qkv, dy, the forward output and the outputs may be
- * BF16. A task then converts its head's q, k, v (and dy, y) into FP32 rows
- * in its workspace slice (ct_attention_ws_per_thread_bf16), computes as for
- * FP32 and rounds its output rows to BF16: the products and the softmax run
- * in FP32 and no T x T tensor is stored. Where oneDNN runs BF16 in hardware
+ * BF16 / FP16 I/O (simd_lowp.h): qkv, dy, the forward output and the
+ * outputs may be BF16 or FP16. A task then converts its head's q, k, v (and
+ * dy, y) into FP32 rows in its workspace slice
+ * (ct_attention_ws_per_thread_bf16), computes as for FP32 and rounds its
+ * output rows to the 16-bit dtype: the products and the softmax run in FP32
+ * and no T x T tensor is stored. Where oneDNN runs BF16 in hardware
  * (AMX, AVX512-BF16), BF16 plans run onednn/attention.c instead: its
  * products on BF16 matmuls, its rows through the helpers at the end. */
 #include <math.h>
 #include <omp.h>
 
-#include "simd_bf16.h"
+#include "simd_lowp.h"
 
 #define MR 6 /* rows of the micro-kernel               */
 #define NV 2 /* vectors (of VW floats) per row         */
@@ -107,15 +108,15 @@ typedef struct {
     const int32_t *kv;
     const float *qkv;
     const ct_tensor *tqkv;
-    int bf16; /* some I/O is BF16: heads go through FP32 rows */
+    int lowp; /* some I/O is BF16 or FP16: heads go through FP32 rows */
     size_t per_thread;
     int nt;
 } att;
 
 static ct_status att_init(att *a, const ct_kargs *k, const ct_tensor *qkv, int kv_input) {
     int n_io = k->node->op == CT_OP_ATTENTION ? 1 : 3; /* (qkv) or (dy, qkv, fwd) */
-    if (!ct_bf16_io(k, n_io) && (qkv->dtype != CT_F32 || k->out.dtype != CT_F32)) return CT_E_UNSUPPORTED;
-    a->bf16 = ct_bf16_io(k, n_io);
+    if (ct_lowp_io(k, n_io) == CT_F32 && (qkv->dtype != CT_F32 || k->out.dtype != CT_F32)) return CT_E_UNSUPPORTED;
+    a->lowp = ct_lowp_io(k, n_io) != CT_F32;
     a->tqkv = qkv;
     a->B = qkv->shape[0];
     a->T = qkv->shape[1];
@@ -126,7 +127,7 @@ static ct_status att_init(att *a, const ct_kargs *k, const ct_tensor *qkv, int k
     a->causal = (int)k->node->ia[1];
     a->kv = k->node->n_in > kv_input ? k->in[kv_input].data : NULL;
     a->qkv = qkv->data;
-    a->per_thread = a->bf16 ? ct_attention_ws_per_thread_bf16(a->T, a->Dh) : ct_attention_ws_per_thread(a->T, a->Dh);
+    a->per_thread = a->lowp ? ct_attention_ws_per_thread_bf16(a->T, a->Dh) : ct_attention_ws_per_thread(a->T, a->Dh);
     int64_t tasks = a->B * a->H, nt = a->B * a->T * a->T * a->D >= 32768 ? k->nthreads : 1;
     if (nt > tasks) nt = tasks;
     if ((size_t)nt * a->per_thread > k->ws_bytes) nt = (int64_t)(k->ws_bytes / a->per_thread);
@@ -142,7 +143,8 @@ static ct_status att_init(att *a, const ct_kargs *k, const ct_tensor *qkv, int k
  * a few L1 sets) stay cached. Was a quarter of gpt-char-small's attention. */
 static void gather_t(const att *a, int part, int64_t b, int64_t h, float *xt) {
     const int64_t T = a->T, Dh = a->Dh, ld = 3 * a->D, o = b * T * ld + part * a->D + h * Dh;
-    const int bf = a->tqkv->dtype == CT_BF16;
+    const ct_dtype dt = a->tqkv->dtype;
+    const int bf = dt != CT_F32;
     const uint16_t *xh = (const uint16_t *)a->tqkv->data + o;
     const float *xf = a->qkv + o;
     float tile[16][16];
@@ -153,7 +155,7 @@ static void gather_t(const att *a, int part, int64_t b, int64_t h, float *xt) {
                 for (int dd = 0; dd < dn; dd += VW) {
                     const int w = dn - dd < VW ? dn - dd : VW;
                     const int64_t at = (j0 + j) * ld + d0 + dd;
-                    vf v = bf ? (w == VW ? vload_bf16(xh + at) : vtail_load_bf16(xh + at, w))
+                    vf v = bf ? (w == VW ? vload_lp(xh + at, dt) : vtail_load_lp(xh + at, w, dt))
                               : (w == VW ? vload(xf + at) : vtail_load(xf + at, w));
                     if (w == VW) vstore(&tile[j][dd], v);
                     else vtail_store(&tile[j][dd], v, w);
@@ -163,23 +165,24 @@ static void gather_t(const att *a, int part, int64_t b, int64_t h, float *xt) {
         }
 }
 
-/* BF16 I/O: rows [0, T) of head h of a (B, T, ld) tensor at column c0 as
+/* BF16 / FP16 I/O: rows [0, T) of head h of a (B, T, ld) tensor at column c0 as
  * FP32 (T, Dh) rows in buf, ld Dh; the FP32 tensor's own rows otherwise (*ldo
  * gets the leading dim). */
 static const float *rows_in(const ct_tensor *t, const att *a, int64_t b, int64_t c0, int64_t ld, float *buf,
                             int64_t *ldo) {
     int64_t o = b * a->T * ld + c0;
-    if (t->dtype != CT_BF16) {
+    if (t->dtype == CT_F32) {
         *ldo = ld;
         return (const float *)t->data + o;
     }
-    for (int64_t j = 0; j < a->T; j++) CT_CVT(bf16_to_f32)((const uint16_t *)t->data + o + j * ld, buf + j * a->Dh, (size_t)a->Dh);
+    for (int64_t j = 0; j < a->T; j++)
+        ct_lp_to_f32((const uint16_t *)t->data + o + j * ld, buf + j * a->Dh, (size_t)a->Dh, t->dtype);
     *ldo = a->Dh;
     return buf;
 }
 /* where output rows go: the tensor's own (FP32) or buf (rows_out stores them) */
 static float *rows_at(const ct_tensor *t, const att *a, int64_t b, int64_t c0, int64_t ld, float *buf, int64_t *ldo) {
-    if (t->dtype != CT_BF16) {
+    if (t->dtype == CT_F32) {
         *ldo = ld;
         return (float *)t->data + b * a->T * ld + c0;
     }
@@ -187,9 +190,10 @@ static float *rows_at(const ct_tensor *t, const att *a, int64_t b, int64_t c0, i
     return buf;
 }
 static void rows_out(const ct_tensor *t, const att *a, int64_t b, int64_t c0, int64_t ld, const float *buf) {
-    if (t->dtype != CT_BF16) return;
+    if (t->dtype == CT_F32) return;
     int64_t o = b * a->T * ld + c0;
-    for (int64_t j = 0; j < a->T; j++) CT_CVT(f32_to_bf16)(buf + j * a->Dh, (uint16_t *)t->data + o + j * ld, (size_t)a->Dh);
+    for (int64_t j = 0; j < a->T; j++)
+        ct_f32_to_lp(buf + j * a->Dh, (uint16_t *)t->data + o + j * ld, (size_t)a->Dh, t->dtype);
 }
 
 /* kb[j] = 0 for a valid key, -inf for padding */
@@ -306,7 +310,7 @@ static float dot_row(const float *x, const float *y, int64_t n) {
 ct_status CT_FN(attention_bwd)(ct_kargs *k) {
     att a;
     CT_TRY(att_init(&a, k, &k->in[1], 3));
-    if (!a.bf16 && (k->in[0].dtype != CT_F32 || k->in[2].dtype != CT_F32)) return CT_E_UNSUPPORTED;
+    if (!a.lowp && (k->in[0].dtype != CT_F32 || k->in[2].dtype != CT_F32)) return CT_E_UNSUPPORTED;
     const int64_t T = a.T, Dh = a.Dh, D = a.D, D3 = 3 * a.D;
     const float *lse = k->in_aux[2];
 #pragma omp parallel for num_threads(a.nt) schedule(dynamic, 1) if (a.nt > 1)
@@ -314,7 +318,7 @@ ct_status CT_FN(attention_bwd)(ct_kargs *k) {
         int64_t b = bh / a.H, h = bh % a.H;
         float *p = (float *)((char *)k->ws + (size_t)omp_get_thread_num() * a.per_thread);
         float *ds = p + T * T, *kt = ds + T * T, *vt = kt + Dh * T, *kb = vt + Dh * T;
-        /* BF16 I/O: FP32 rows of q, k, dy, y, dq, dk, dv after the FP32 workspace */
+        /* 16-bit I/O: FP32 rows of q, k, dy, y, dq, dk, dv after the FP32 workspace */
         float *qb = (float *)((char *)p + ct_attention_ws_per_thread(T, Dh)), *kbuf = qb + T * Dh, *gb = kbuf + T * Dh,
               *yb = gb + T * Dh, *dqb = yb + T * Dh, *dkb = dqb + T * Dh, *dvb = dkb + T * Dh;
         int64_t ldq, ldk, ldg, ldy, lq, lk, lv;

@@ -8,17 +8,17 @@
  * computes in double): relu, scale, binary and dropout are bit-exact; the
  * transcendental activations are within ~5e-7 relative (see simd.h).
  *
- * BF16 I/O (simd_bf16.h): any input or the output may be BF16; each chunk is
+ * BF16 / FP16 I/O (simd_lowp.h): any input or the output may be BF16 or FP16; each chunk is
  * then processed in tiles of EW_TILE elements converted in registers into
- * stack buffers, so the math is the FP32 kernel's on the BF16 values (the
+ * stack buffers, so the math is the FP32 kernel's on the 16-bit values (the
  * result is the one of FP32 copies, bit for bit). */
 #include <string.h>
 
 #include "philox.h"
-#include "simd_bf16.h"
+#include "simd_lowp.h"
 
 #define EW_CHUNK 16384 /* elements per parallel work item (a multiple of 16) */
-#define EW_TILE 2048   /* BF16 I/O: elements per FP32 tile (a multiple of 16 and a divisor of EW_CHUNK) */
+#define EW_TILE 2048   /* BF16 / FP16 I/O: elements per FP32 tile (a multiple of 16 and a divisor of EW_CHUNK) */
 
 #define K_2_SQRT_2_OVER_PI 1.5957691216057308f /* 2 sqrt(2/pi) */
 #define K_GELU_C 0.044715f
@@ -112,7 +112,7 @@ static inline vf d_silu(vf x) {
 static inline vf d_sigmoid(vf v) { return vmul(v, vsub(vset1(1.0f), v)); }
 static inline vf d_tanh(vf v) { return vfma(vneg(v), v, vset1(1.0f)); }
 
-/* y = F(x) and dx = dy * D(v) over n elements of type T (float, or BF16 as
+/* y = F(x) and dx = dy * D(v) over n elements of type T (float, or BF16 / FP16 as
  * uint16_t) with the loads / stores LD, ST (full vectors) and TLD, TST (tail) */
 #define DEF_MAP1_IO(name, F, T, LD, ST, TLD, TST)                                          \
     static void name(const T *x, T *y, int64_t n) {                                         \
@@ -166,25 +166,32 @@ DEF_MAP_KEEP(map_gelu_keep, f_gelu, d_gelu)
 DEF_MAP_KEEP(map_gelu_tanh_keep, f_gelu_tanh, d_gelu_tanh)
 DEF_MAP_KEEP(map_silu_keep, f_silu, d_silu)
 
-/* The same maps on BF16 I/O converted in registers (all of x, dy, y BF16):
- * bit-identical to the tiles (the same F, the same rounding), without
- * their stack round trips. */
-#define DEF_MAP1_BF16(name, F) \
-    DEF_MAP1_IO(name, F, uint16_t, vload_bf16, vstore_bf16, vtail_load_bf16, vtail_store_bf16)
-#define DEF_MAP2_BF16(name, D) \
-    DEF_MAP2_IO(name, D, uint16_t, vload_bf16, vstore_bf16, vtail_load_bf16, vtail_store_bf16)
-DEF_MAP1_BF16(map_relu_h, f_relu)
-DEF_MAP1_BF16(map_gelu_h, f_gelu)
-DEF_MAP1_BF16(map_gelu_tanh_h, f_gelu_tanh)
-DEF_MAP1_BF16(map_silu_h, f_silu)
-DEF_MAP1_BF16(map_sigmoid_h, f_sigmoid)
-DEF_MAP1_BF16(map_tanh_h, f_tanh)
-DEF_MAP2_BF16(map_relu_bwd_h, d_relu)
-DEF_MAP2_BF16(map_gelu_bwd_h, d_gelu)
-DEF_MAP2_BF16(map_gelu_tanh_bwd_h, d_gelu_tanh)
-DEF_MAP2_BF16(map_silu_bwd_h, d_silu)
-DEF_MAP2_BF16(map_sigmoid_bwd_h, d_sigmoid)
-DEF_MAP2_BF16(map_tanh_bwd_h, d_tanh)
+/* The same maps on BF16 / FP16 I/O converted in registers (all of x, dy, y
+ * of the one 16-bit dtype): bit-identical to the tiles (the same F, the
+ * same rounding), without their stack round trips. */
+#define DEF_MAPS_LP(sfx)                                                                                  \
+    DEF_MAP1_IO(map_relu_##sfx, f_relu, uint16_t, vload_##sfx, vstore_##sfx, vtail_load_##sfx, vtail_store_##sfx) \
+    DEF_MAP1_IO(map_gelu_##sfx, f_gelu, uint16_t, vload_##sfx, vstore_##sfx, vtail_load_##sfx, vtail_store_##sfx) \
+    DEF_MAP1_IO(map_gelu_tanh_##sfx, f_gelu_tanh, uint16_t, vload_##sfx, vstore_##sfx, vtail_load_##sfx,        \
+                vtail_store_##sfx)                                                                        \
+    DEF_MAP1_IO(map_silu_##sfx, f_silu, uint16_t, vload_##sfx, vstore_##sfx, vtail_load_##sfx, vtail_store_##sfx) \
+    DEF_MAP1_IO(map_sigmoid_##sfx, f_sigmoid, uint16_t, vload_##sfx, vstore_##sfx, vtail_load_##sfx,            \
+                vtail_store_##sfx)                                                                        \
+    DEF_MAP1_IO(map_tanh_##sfx, f_tanh, uint16_t, vload_##sfx, vstore_##sfx, vtail_load_##sfx, vtail_store_##sfx) \
+    DEF_MAP2_IO(map_relu_bwd_##sfx, d_relu, uint16_t, vload_##sfx, vstore_##sfx, vtail_load_##sfx,              \
+                vtail_store_##sfx)                                                                        \
+    DEF_MAP2_IO(map_gelu_bwd_##sfx, d_gelu, uint16_t, vload_##sfx, vstore_##sfx, vtail_load_##sfx,              \
+                vtail_store_##sfx)                                                                        \
+    DEF_MAP2_IO(map_gelu_tanh_bwd_##sfx, d_gelu_tanh, uint16_t, vload_##sfx, vstore_##sfx, vtail_load_##sfx,    \
+                vtail_store_##sfx)                                                                        \
+    DEF_MAP2_IO(map_silu_bwd_##sfx, d_silu, uint16_t, vload_##sfx, vstore_##sfx, vtail_load_##sfx,              \
+                vtail_store_##sfx)                                                                        \
+    DEF_MAP2_IO(map_sigmoid_bwd_##sfx, d_sigmoid, uint16_t, vload_##sfx, vstore_##sfx, vtail_load_##sfx,        \
+                vtail_store_##sfx)                                                                        \
+    DEF_MAP2_IO(map_tanh_bwd_##sfx, d_tanh, uint16_t, vload_##sfx, vstore_##sfx, vtail_load_##sfx,              \
+                vtail_store_##sfx)
+DEF_MAPS_LP(bf16)
+DEF_MAPS_LP(f16)
 
 typedef void (*map1_fn)(const float *, float *, int64_t);
 typedef void (*map2_fn)(const float *, const float *, float *, int64_t);
@@ -195,11 +202,15 @@ static const map2_fn k_bwd[] = {map_relu_bwd, map_gelu_bwd, map_gelu_tanh_bwd,
                                 map_silu_bwd, map_sigmoid_bwd, map_tanh_bwd};
 typedef void (*map1h_fn)(const uint16_t *, uint16_t *, int64_t);
 typedef void (*map2h_fn)(const uint16_t *, const uint16_t *, uint16_t *, int64_t);
-static const map1h_fn k_fwd_h[] = {map_relu_h, map_gelu_h, map_gelu_tanh_h, map_silu_h, map_sigmoid_h, map_tanh_h};
-static const map2h_fn k_bwd_h[] = {map_relu_bwd_h, map_gelu_bwd_h, map_gelu_tanh_bwd_h,
-                                   map_silu_bwd_h, map_sigmoid_bwd_h, map_tanh_bwd_h};
-_Static_assert(sizeof k_fwd_h / sizeof k_fwd_h[0] == CT_UNARY_COUNT, "k_fwd_h needs one map per ct_unary_kind");
-_Static_assert(sizeof k_bwd_h / sizeof k_bwd_h[0] == CT_UNARY_COUNT, "k_bwd_h needs one map per ct_unary_kind");
+/* [0]: BF16, [1]: FP16 */
+static const map1h_fn k_fwd_h[2][CT_UNARY_COUNT] = {
+    {map_relu_bf16, map_gelu_bf16, map_gelu_tanh_bf16, map_silu_bf16, map_sigmoid_bf16, map_tanh_bf16},
+    {map_relu_f16, map_gelu_f16, map_gelu_tanh_f16, map_silu_f16, map_sigmoid_f16, map_tanh_f16}};
+static const map2h_fn k_bwd_h[2][CT_UNARY_COUNT] = {
+    {map_relu_bwd_bf16, map_gelu_bwd_bf16, map_gelu_tanh_bwd_bf16, map_silu_bwd_bf16, map_sigmoid_bwd_bf16,
+     map_tanh_bwd_bf16},
+    {map_relu_bwd_f16, map_gelu_bwd_f16, map_gelu_tanh_bwd_f16, map_silu_bwd_f16, map_sigmoid_bwd_f16,
+     map_tanh_bwd_f16}};
 _Static_assert(sizeof k_fwd / sizeof k_fwd[0] == CT_UNARY_COUNT, "k_fwd needs one map per ct_unary_kind");
 _Static_assert(sizeof k_bwd / sizeof k_bwd[0] == CT_UNARY_COUNT, "k_bwd needs one map per ct_unary_kind");
 
@@ -214,20 +225,20 @@ struct ew_job {
     map1_fn f1;
     map2_fn f2;
     map3_fn f3;
-    map1h_fn h1; /* all-BF16 unary / unary_bwd: the register-converting maps on the raw tensors */
+    map1h_fn h1; /* all-BF16 / all-FP16 unary / unary_bwd: the register-converting maps on the raw tensors */
     map2h_fn h2;
     float *y2; /* UNARY_BWD_KEEP: the activation */
     float s;
     const ct_kargs *k; /* dropout */
     int64_t base;      /* dropout: flat index of a[0] in the whole output (ct_kargs.elem0, plus the tile's
                           offset for BF16 tiles) */
-    /* BF16 I/O: the tensors, and the FP32 chunk function run on each tile */
+    /* BF16 / FP16 I/O: the tensors, and the FP32 chunk function run on each tile */
     const ct_tensor *ta, *tb, *ty;
     chunk_fn inner;
 };
 
-/* BF16 I/O: chunk [lo, hi) in tiles of FP32 values (see the file comment). */
-static void chunk_bf16(const ew_job *j, int64_t lo, int64_t hi) {
+/* BF16 / FP16 I/O: chunk [lo, hi) in tiles of FP32 values (see the file comment). */
+static void chunk_lowp(const ew_job *j, int64_t lo, int64_t hi) {
     float ba[EW_TILE], bb[EW_TILE], by[EW_TILE];
     for (int64_t t = lo; t < hi; t += EW_TILE) {
         int64_t n = CT_MIN((int64_t)EW_TILE, hi - t);
@@ -285,15 +296,15 @@ static int f32_all(const ct_kargs *k, int n_in) {
     return 1;
 }
 
-/* FP32 or BF16 I/O (1: some BF16): j and *fn then go through chunk_bf16. */
+/* FP32 or BF16 / FP16 I/O (1: some 16-bit): j and *fn then go through chunk_lowp. */
 static int ew_io(const ct_kargs *k, int n_in, ew_job *j, chunk_fn *fn) {
     if (f32_all(k, n_in)) return 0;
-    if (!ct_bf16_io(k, n_in)) return -1;
+    if (ct_lowp_io(k, n_in) == CT_F32) return -1;
     j->ta = &k->in[0];
     j->tb = n_in > 1 ? &k->in[1] : NULL;
     j->ty = &k->out;
     j->inner = *fn;
-    *fn = chunk_bf16;
+    *fn = chunk_lowp;
     return 1;
 }
 
@@ -305,8 +316,8 @@ ct_status CT_FN(unary)(ct_kargs *k) {
     chunk_fn fn = chunk_map1;
     if (kind < 0 || kind >= CT_UNARY_COUNT || ew_io(k, 1, &j, &fn) < 0) return CT_E_UNSUPPORTED;
     j.f1 = k_fwd[kind];
-    if (k->in[0].dtype == CT_BF16 && k->out.dtype == CT_BF16) {
-        j.h1 = k_fwd_h[kind];
+    if (ct_dtype_is_low(k->out.dtype) && k->in[0].dtype == k->out.dtype) {
+        j.h1 = k_fwd_h[k->out.dtype == CT_F16][kind];
         fn = chunk_map1h;
     }
     ew_run(k, ct_tensor_numel(&k->out), fn, &j);
@@ -322,8 +333,8 @@ ct_status CT_FN(unary_bwd)(ct_kargs *k) {
     int from_out = kind == CT_UNARY_RELU || kind == CT_UNARY_SIGMOID || kind == CT_UNARY_TANH;
     if ((k->node->ia[1] != 0) != from_out) return CT_E_UNSUPPORTED; /* not the autodiff convention */
     j.f2 = k_bwd[kind];
-    if (k->in[0].dtype == CT_BF16 && k->in[1].dtype == CT_BF16 && k->out.dtype == CT_BF16) {
-        j.h2 = k_bwd_h[kind];
+    if (ct_dtype_is_low(k->out.dtype) && k->in[0].dtype == k->out.dtype && k->in[1].dtype == k->out.dtype) {
+        j.h2 = k_bwd_h[k->out.dtype == CT_F16][kind];
         fn = chunk_map2h;
     }
     ew_run(k, ct_tensor_numel(&k->out), fn, &j);
@@ -387,12 +398,12 @@ typedef struct bin_view {
     int kind;
     const float *a, *b;
     float *y;
-    const ct_tensor *ta, *tb, *ty; /* BF16 I/O: the tensors (else NULL) */
+    const ct_tensor *ta, *tb, *ty; /* BF16 / FP16 I/O: the tensors (else NULL) */
 } bin_view;
 
-/* BF16 I/O: one row segment in tiles of FP32 values; a broadcast operand
+/* BF16 / FP16 I/O: one row segment in tiles of FP32 values; a broadcast operand
  * (stride 0) is one converted scalar. */
-static void bin_seg_bf16(const bin_view *v, int64_t oa, int64_t ob, int64_t oy, int64_t n) {
+static void bin_seg_lowp(const bin_view *v, int64_t oa, int64_t ob, int64_t oy, int64_t n) {
     float ba[EW_TILE], bb[EW_TILE], by[EW_TILE];
     for (int64_t t = 0; t < n; t += EW_TILE) {
         int64_t m = CT_MIN((int64_t)EW_TILE, n - t);
@@ -410,14 +421,14 @@ static void bin_rows(const bin_view *v, int64_t item0, int64_t item1, int64_t cp
         int64_t i0 = r / v->d1, i1 = r % v->d1;
         int64_t lo = c * EW_CHUNK, hi = CT_MIN(v->len, lo + EW_CHUNK);
         int64_t oa = i0 * v->a0 + i1 * v->a1 + lo * v->al, ob = i0 * v->b0 + i1 * v->b1 + lo * v->bl;
-        if (v->ty) bin_seg_bf16(v, oa, ob, r * v->len + lo, hi - lo);
+        if (v->ty) bin_seg_lowp(v, oa, ob, r * v->len + lo, hi - lo);
         else bin_inner(v->kind, v->a + oa, v->al, v->b + ob, v->bl, v->y + r * v->len + lo, hi - lo);
     }
 }
 
 ct_status CT_FN(binary)(ct_kargs *k) {
     int kind = (int)k->node->ia[0];
-    int bf = f32_all(k, 2) ? 0 : ct_bf16_io(k, 2) ? 1 : -1;
+    int bf = f32_all(k, 2) ? 0 : ct_lowp_io(k, 2) != CT_F32 ? 1 : -1;
     if (kind < 0 || kind >= CT_BIN_COUNT || bf < 0) return CT_E_UNSUPPORTED;
     const ct_tensor *O = &k->out;
     int64_t n = ct_tensor_numel(O);
@@ -519,7 +530,7 @@ static void chunk_dropout(const ew_job *j, int64_t lo, int64_t hi) {
 
 /* Drop path (ia[1] = row length): rows lo..hi-1, one decision per row, each
  * kept row scaled (the same product as the reference), each dropped row 0.
- * x and y in their own dtypes (FP32 or BF16: converted in registers). */
+ * x and y in their own dtypes (FP32, BF16 or FP16: converted in registers). */
 static void rows_drop_path(const ct_kargs *k, float s, int64_t lo, int64_t hi) {
     int64_t row = k->node->ia[1];
     float p = k->node->fa[0];
@@ -549,9 +560,8 @@ ct_status CT_FN(dropout)(ct_kargs *k) {
         return CT_OK;
     }
     j.s = 1.0f / (1.0f - p);
-    if (k->node->ia[1] > 0) { /* drop path: rows of ia[1] elements, FP32 or BF16 in and out */
-        if (k->in[0].dtype != CT_F32 && k->in[0].dtype != CT_BF16) return CT_E_UNSUPPORTED;
-        if (k->out.dtype != CT_F32 && k->out.dtype != CT_BF16) return CT_E_UNSUPPORTED;
+    if (k->node->ia[1] > 0) { /* drop path: rows of ia[1] elements, FP32 or one 16-bit dtype in and out */
+        if (!f32_all(k, 1) && ct_lowp_io(k, 1) == CT_F32) return CT_E_UNSUPPORTED;
         int64_t rows = n / k->node->ia[1];
         int nt = ct_par_threads(k, n);
         if (nt > rows) nt = (int)rows;

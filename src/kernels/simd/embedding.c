@@ -7,13 +7,13 @@
  * dim D and each walks all positions in order, so every dW element receives
  * its additions in the reference's order, without atomics.
  *
- * BF16 I/O (simd_bf16.h): the weight and the output of the lookup may be
- * BF16 (rows copied as they are, or converted in registers when the dtypes
- * differ); the gradient reads a BF16 dy, converted in registers, into the
- * FP32 dW. */
+ * BF16 / FP16 I/O (simd_lowp.h): the weight and the output of the lookup
+ * may be 16-bit (rows copied as they are, or converted in registers when
+ * the dtypes differ); the gradient reads a 16-bit dy, converted in
+ * registers, into the FP32 dW. */
 #include <string.h>
 
-#include "simd_bf16.h"
+#include "simd_lowp.h"
 
 static ct_status em_check_ids(ct_kargs *k, const int32_t *ids, int64_t n, int64_t V) {
     for (int64_t i = 0; i < n; i++)
@@ -31,25 +31,25 @@ static inline int em_threads(const ct_kargs *k, int64_t work) {
 
 ct_status CT_FN(embedding)(ct_kargs *k) {
     const ct_tensor *W = &k->in[0], *Y = &k->out;
-    if ((W->dtype != CT_F32 && W->dtype != CT_BF16) || (Y->dtype != CT_F32 && Y->dtype != CT_BF16))
-        return CT_E_UNSUPPORTED;
+    const ct_dtype low = ct_lowp_io(k, 1); /* W and Y (in[1]: the ids) */
+    if (low == CT_F32 && (W->dtype != CT_F32 || Y->dtype != CT_F32)) return CT_E_UNSUPPORTED;
     const float *w = k->in[0].data;
     const int32_t *ids = k->in[1].data;
     int64_t V = k->in[0].shape[0], D = k->in[0].shape[1], n = ct_tensor_numel(&k->in[1]);
     float *y = k->out.data;
     CT_TRY(em_check_ids(k, ids, n, V));
     int nt = em_threads(k, n * D);
-    if (W->dtype == CT_BF16 || Y->dtype == CT_BF16) {
+    if (low != CT_F32) {
         int64_t es = (int64_t)ct_dtype_size(Y->dtype);
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t i = 0; i < n; i++) {
             int64_t r = (int64_t)ids[i] * D;
             if (W->dtype == Y->dtype)
                 memcpy((char *)Y->data + i * D * es, (const char *)W->data + r * es, (size_t)(D * es));
-            else if (Y->dtype == CT_BF16)
-                CT_CVT(f32_to_bf16)(w + r, (uint16_t *)Y->data + i * D, (size_t)D);
+            else if (Y->dtype == low)
+                ct_f32_to_lp(w + r, (uint16_t *)Y->data + i * D, (size_t)D, low);
             else
-                CT_CVT(bf16_to_f32)((const uint16_t *)W->data + r, y + i * D, (size_t)D);
+                ct_lp_to_f32((const uint16_t *)W->data + r, y + i * D, (size_t)D, low);
         }
         return CT_OK;
     }
@@ -77,24 +77,24 @@ static void em_scatter_cols(float *dw, const float *dy, const int32_t *ids, int6
     }
 }
 
-/* the same with a BF16 dy (converted in registers) */
-static void em_scatter_cols_bf16(float *dw, const uint16_t *dy, const int32_t *ids, int64_t n, int64_t D, int64_t d0,
-                                 int64_t d1) {
+/* the same with a BF16 / FP16 dy (dtype dt, converted in registers) */
+static void em_scatter_cols_lp(float *dw, const uint16_t *dy, ct_dtype dt, const int32_t *ids, int64_t n, int64_t D,
+                               int64_t d0, int64_t d1) {
     for (int64_t i = 0; i < n; i++) {
         float *o = dw + (int64_t)ids[i] * D;
         const uint16_t *g = dy + i * D;
         int64_t d = d0;
-        for (; d + VW <= d1; d += VW) vstore(o + d, vadd(vload(o + d), vload_bf16(g + d)));
+        for (; d + VW <= d1; d += VW) vstore(o + d, vadd(vload(o + d), vload_lp(g + d, dt)));
         if (d < d1) {
             int t = (int)(d1 - d);
-            vtail_store(o + d, vadd(vtail_load(o + d, t), vtail_load_bf16(g + d, t)), t);
+            vtail_store(o + d, vadd(vtail_load(o + d, t), vtail_load_lp(g + d, t, dt)), t);
         }
     }
 }
 
 /* in: dy, ids -> dW (V, D), FP32 (a parameter's gradient) */
 ct_status CT_FN(embedding_bwd)(ct_kargs *k) {
-    if ((k->in[0].dtype != CT_F32 && k->in[0].dtype != CT_BF16) || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
+    if ((k->in[0].dtype != CT_F32 && !ct_dtype_is_low(k->in[0].dtype)) || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
     const float *dy = k->in[0].data;
     const int32_t *ids = k->in[1].data;
     int64_t V = k->out.shape[0], D = k->out.shape[1], n = ct_tensor_numel(&k->in[1]);
@@ -113,7 +113,7 @@ ct_status CT_FN(embedding_bwd)(ct_kargs *k) {
 #pragma omp for schedule(static)
         for (int p = 0; p < nparts; p++) {
             int64_t d0 = nvec * p / nparts * VW, d1 = CT_MIN(D, nvec * (p + 1) / nparts * VW);
-            if (k->in[0].dtype == CT_BF16) em_scatter_cols_bf16(dw, k->in[0].data, ids, n, D, d0, d1);
+            if (k->in[0].dtype != CT_F32) em_scatter_cols_lp(dw, k->in[0].data, k->in[0].dtype, ids, n, D, d0, d1);
             else em_scatter_cols(dw, dy, ids, n, D, d0, d1);
         }
     }

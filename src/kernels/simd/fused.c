@@ -1,9 +1,9 @@
 /* src/kernels/simd/fused.c - the fast kernels of batchnorm+relu (see
  * kernels/fused.c): the SIMD batchnorm and relu of this ISA, then the mask
  * bits; and the relu backward from those bits. Bit-identical to the unfused
- * SIMD kernels of the same ISA, in FP32 and with BF16 I/O. */
+ * SIMD kernels of the same ISA, in FP32 and with BF16 / FP16 I/O. */
 #include "philox.h"
-#include "simd_bf16.h"
+#include "simd_lowp.h"
 
 /* relu in place (as the SIMD relu: max(0, x) + 0) and the mask bits, one pass */
 static void relu_pack(float *y, uint8_t *bits, int64_t n, int nth) {
@@ -24,14 +24,15 @@ static void relu_pack(float *y, uint8_t *bits, int64_t n, int nth) {
     if (nb * 16 < n) ct_fused_relu_pack_ref(y + nb * 16, bits + 2 * nb, n - nb * 16, 1);
 }
 
-/* The same on BF16 values, 16 per step in 16-bit integer lanes, exactly
- * ct_fused_relu_pack_bf16 (which does the tail): a NaN stays (quieted),
- * negatives and -0 become +0; bit = output > 0 (+inf included, NaN not). */
-void CT_FN(relu_pack_bf16)(uint16_t *y, uint8_t *bits, int64_t n, int nth) {
+/* The same on BF16 / FP16 values (dt), 16 per step in 16-bit integer lanes,
+ * exactly ct_fused_relu_pack_lp (which does the tail): a NaN stays
+ * (quieted), negatives and -0 become +0; bit = output > 0 (+inf included,
+ * NaN not). */
+void CT_FN(relu_pack_lp)(uint16_t *y, uint8_t *bits, int64_t n, int nth, ct_dtype dt) {
     int64_t nb = n / 16;
     nth = n >= 65536 ? nth : 1;
-    const __m256i abs_mask = _mm256_set1_epi16(0x7fff), inf = _mm256_set1_epi16(0x7f80);
-    const __m256i quiet = _mm256_set1_epi16(0x40), zero = _mm256_setzero_si256();
+    const __m256i abs_mask = _mm256_set1_epi16(0x7fff), inf = _mm256_set1_epi16(dt == CT_F16 ? 0x7c00 : 0x7f80);
+    const __m256i quiet = _mm256_set1_epi16(dt == CT_F16 ? 0x200 : 0x40), zero = _mm256_setzero_si256();
 #pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
     for (int64_t b = 0; b < nb; b++) {
         __m256i u = _mm256_loadu_si256((const __m256i *)(y + 16 * b));
@@ -46,11 +47,11 @@ void CT_FN(relu_pack_bf16)(uint16_t *y, uint8_t *bits, int64_t n, int nth) {
         bits[2 * b] = (uint8_t)m;
         bits[2 * b + 1] = (uint8_t)(m >> 8);
     }
-    if (nb * 16 < n) ct_fused_relu_pack_bf16(y + nb * 16, bits + 2 * nb, n - nb * 16, 1);
+    if (nb * 16 < n) ct_fused_relu_pack_lp(y + nb * 16, bits + 2 * nb, n - nb * 16, 1, dt);
 }
 
 ct_status CT_FN(bn_relu)(ct_kargs *k) {
-    return ct_fused_bn_relu(k, CT_FN(batchnorm), relu_pack, CT_FN(relu_pack_bf16));
+    return ct_fused_bn_relu(k, CT_FN(batchnorm), relu_pack, CT_FN(relu_pack_lp));
 }
 
 /* in: a, r: r + dropout(a), exactly the dropout kernels' mask (ct_dropout_keep4) */
@@ -91,14 +92,16 @@ ct_status CT_FN(dropout_add)(ct_kargs *k) {
 }
 
 /* in: dy, fwd (BN_RELU): dy * (bit ? 1 : 0), as relu's UNARY_BWD; dy and dx
- * FP32, or both BF16 (converted in registers: the same product, rounded) */
+ * FP32, or both BF16 or both FP16 (converted in registers: the same
+ * product, rounded) */
 ct_status CT_FN(relu_mask_bwd)(ct_kargs *k) {
-    int bf16 = k->in[0].dtype == CT_BF16 && k->out.dtype == CT_BF16;
-    if (!bf16 && (k->in[0].dtype != CT_F32 || k->out.dtype != CT_F32)) return CT_E_UNSUPPORTED;
+    const ct_dtype dt = k->out.dtype;
+    int lp = ct_dtype_is_low(dt) && k->in[0].dtype == dt;
+    if (!lp && (k->in[0].dtype != CT_F32 || dt != CT_F32)) return CT_E_UNSUPPORTED;
     const uint8_t *bits = (const uint8_t *)k->in_aux[1] + 2 * (size_t)k->in[1].shape[1] * sizeof(float);
     int64_t n = ct_tensor_numel(&k->out), nb = n / 8;
     int nth = n >= 65536 ? k->nthreads : 1;
-    if (bf16) {
+    if (lp) {
         const uint16_t *dy = k->in[0].data;
         uint16_t *dx = k->out.data;
         int64_t nv = n / 16;
@@ -107,11 +110,13 @@ ct_status CT_FN(relu_mask_bwd)(ct_kargs *k) {
             const unsigned m16 = bits[2 * q] | (unsigned)bits[2 * q + 1] << 8;
             for (int h = 0; h < 16; h += VW) { /* 1 where the bit is set, else 0 */
                 vf one = vand(vset1(1.0f), ct_vmask_bits((m16 >> h) & ((1u << VW) - 1)));
-                vstore_bf16(dx + 16 * q + h, vmul(vload_bf16(dy + 16 * q + h), one));
+                vstore_lp(dx + 16 * q + h, vmul(vload_lp(dy + 16 * q + h, dt), one), dt);
             }
         }
-        for (int64_t i = nv * 16; i < n; i++)
-            dx[i] = ct_f32_to_bf16(ct_bf16_to_f32(dy[i]) * ((bits[i >> 3] >> (i & 7)) & 1u ? 1.0f : 0.0f));
+        for (int64_t i = nv * 16; i < n; i++) {
+            float v = ct_lp1_to_f32(dy[i], dt) * ((bits[i >> 3] >> (i & 7)) & 1u ? 1.0f : 0.0f);
+            dx[i] = ct_f32_to_lp1(v, dt);
+        }
         return CT_OK;
     }
     const float *dy = k->in[0].data;

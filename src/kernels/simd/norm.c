@@ -13,17 +13,17 @@
  * reduced by one thread in a fixed order: results do not depend on the thread
  * count.
  *
- * BF16 I/O (simd_bf16.h): x, dy, y and dx may be BF16 (gamma, beta, the
- * statistics and dgamma stay FP32; bf16-pure's BF16 gamma / beta are
- * converted into an FP32 tile once per thread). Every kernel converts its
- * BF16 vectors in registers (nm_accum_h, ct_vld / ct_vst), so planes and
- * rows of any length run; planes of fewer than VW elements (the column path)
- * and bf16-pure parameter vectors longer than CT_BF16_TILE decline, and the
- * node gets FP32 copies. */
+ * BF16 / FP16 I/O (simd_lowp.h): x, dy, y and dx may be BF16 or FP16
+ * (gamma, beta, the statistics and dgamma stay FP32; the -pure precisions'
+ * 16-bit gamma / beta are converted into an FP32 tile once per thread).
+ * Every kernel converts its 16-bit vectors in registers (nm_accum_h, ct_vld
+ * / ct_vst), so planes and rows of any length run; planes of fewer than VW
+ * elements (the column path) and -pure parameter vectors longer than
+ * CT_BF16_TILE decline, and the node gets FP32 copies. */
 #include <math.h>
 #include <string.h>
 
-#include "simd_bf16.h"
+#include "simd_lowp.h"
 
 #define NM_INLINE static inline __attribute__((always_inline))
 
@@ -62,22 +62,23 @@ NM_INLINE void nm_terms1(int mode, float x, float dy, float ga, float m, float i
     }
 }
 
-/* x / dy element j as floats: FP32, or BF16 converted in registers (h) */
-NM_INLINE vf nm_ld(const void *p, int h, int64_t j) {
-    return h ? vload_bf16((const uint16_t *)p + j) : vload((const float *)p + j);
+/* x / dy element j as floats: FP32 (h = CT_F32), or BF16 / FP16 (h: that
+ * dtype) converted in registers */
+NM_INLINE vf nm_ld(const void *p, ct_dtype h, int64_t j) {
+    return h != CT_F32 ? vload_lp((const uint16_t *)p + j, h) : vload((const float *)p + j);
 }
-NM_INLINE float nm_ld1(const void *p, int h, int64_t j) {
-    return h ? ct_bf16_to_f32(((const uint16_t *)p)[j]) : ((const float *)p)[j];
+NM_INLINE float nm_ld1(const void *p, ct_dtype h, int64_t j) {
+    return h != CT_F32 ? ct_lp1_to_f32(((const uint16_t *)p)[j], h) : ((const float *)p)[j];
 }
 
-/* element off of an FP32 or BF16 tensor's data, for nm_ld */
+/* element off of an FP32, BF16 or FP16 tensor's data, for nm_ld */
 NM_INLINE const void *nm_at(const ct_tensor *t, int64_t off) {
     return (const char *)t->data + (size_t)off * ct_dtype_size(t->dtype);
 }
 
 /* Adds the sums over i < n of the mode's terms to *o1, *o2. dy and ga may be
- * NULL when the mode does not read them; x and dy are BF16 where hx / hd. */
-NM_INLINE void nm_accum_h(int mode, const void *x, int hx, const void *dy, int hd, const float *ga, int64_t n,
+ * NULL when the mode does not read them; hx / hd: x's and dy's dtypes. */
+NM_INLINE void nm_accum_h(int mode, const void *x, ct_dtype hx, const void *dy, ct_dtype hd, const float *ga, int64_t n,
                           float m, float is, double *o1, double *o2) {
     const vf vm = vset1(m), vis = vset1(is);
     double a1 = 0, a2 = 0;
@@ -196,22 +197,23 @@ static void bn_moments(double mf, double s1, double s2, int64_t M, double *mu, d
     *unb = M > 1 ? ss / (double)(M - 1) : *var;
 }
 
-/* k's I/O for these kernels: the output and inputs [0, n_act) FP32 or BF16
- * (x, dy), inputs [n_act, n_par) FP32 or BF16 parameters (gamma, beta: BF16
- * in bf16-pure plans), batchnorm's running statistics (inputs 3, 4) FP32,
- * later inputs only state; a BF16 activation needs planes / rows of at least
- * VW elements (S), a BF16 parameter vector at most CT_BF16_TILE (its tile). */
+/* k's I/O for these kernels: the output and inputs [0, n_act) (x, dy),
+ * inputs [n_act, n_par) (gamma, beta: 16-bit in the -pure precisions) FP32
+ * or one 16-bit dtype (BF16 or FP16), batchnorm's running statistics
+ * (inputs 3, 4) FP32, later inputs only state; a 16-bit activation needs
+ * planes / rows of at least VW elements (S), a 16-bit parameter vector at
+ * most CT_BF16_TILE (its tile). */
 static int nm_io_ok(const ct_kargs *k, int n_act, int n_par, int64_t S) {
-    if (k->out.dtype != CT_BF16 && k->out.dtype != CT_F32) return 0;
-    int any = k->out.dtype == CT_BF16;
-    for (int i = 0; i < n_act; i++) {
-        if (k->in[i].dtype != CT_BF16 && k->in[i].dtype != CT_F32) return 0;
-        any |= k->in[i].dtype == CT_BF16;
-    }
-    for (int i = n_act; i < n_par && i < k->node->n_in; i++) {
+    ct_dtype low = CT_F32;
+    int any = 0;
+    for (int i = -1; i < n_par && i < k->node->n_in; i++) { /* -1: the output */
+        const ct_tensor *t = i < 0 ? &k->out : &k->in[i];
+        if (t->dtype == CT_F32) continue;
         int stats = k->node->op == CT_OP_BATCHNORM && i >= 3;
-        if (k->in[i].dtype != CT_F32 && (stats || k->in[i].dtype != CT_BF16)) return 0;
-        if (k->in[i].dtype == CT_BF16 && ct_tensor_numel(&k->in[i]) > CT_BF16_TILE) return 0;
+        if (stats || !ct_dtype_is_low(t->dtype) || (low != CT_F32 && t->dtype != low)) return 0;
+        low = t->dtype;
+        if (i < n_act) any = 1;
+        else if (ct_tensor_numel(t) > CT_BF16_TILE) return 0;
     }
     return !any || S >= VW;
 }
@@ -222,11 +224,12 @@ ct_status CT_FN(batchnorm)(ct_kargs *k) {
     bn_dims(&k->in[0], &N, &C, &S);
     if (!nm_io_ok(k, 1, 5, S)) return CT_E_UNSUPPORTED;
     const ct_tensor *X = &k->in[0], *Y = &k->out;
-    const float *x = k->in[0].data; /* gamma, beta: ct_sld (FP32 or BF16) */
+    const float *x = k->in[0].data; /* gamma, beta: ct_sld (FP32, BF16 or FP16) */
     float *rmean = k->in[3].data, *rvar = k->in[4].data, *y = k->out.data;
     float *mean = k->aux, *invstd = mean + C;
     int64_t M = N * S;
-    int nt = nm_threads(k, N * C * S), hx = X->dtype == CT_BF16;
+    int nt = nm_threads(k, N * C * S);
+    const ct_dtype hx = X->dtype;
     if (S >= VW) {
         /* each channel is N contiguous planes of S elements */
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -234,10 +237,10 @@ ct_status CT_FN(batchnorm)(ct_kargs *k) {
             if (k->training) {
                 double s = 0, dummy = 0, s1 = 0, s2 = 0;
                 for (int64_t n = 0; n < N; n++)
-                    nm_accum_h(NM_SUM, nm_at(X, (n * C + c) * S), hx, NULL, 0, NULL, S, 0, 0, &s, &dummy);
+                    nm_accum_h(NM_SUM, nm_at(X, (n * C + c) * S), hx, NULL, CT_F32, NULL, S, 0, 0, &s, &dummy);
                 float mf = (float)(s / (double)M);
                 for (int64_t n = 0; n < N; n++)
-                    nm_accum_h(NM_CTR, nm_at(X, (n * C + c) * S), hx, NULL, 0, NULL, S, mf, 0, &s1, &s2);
+                    nm_accum_h(NM_CTR, nm_at(X, (n * C + c) * S), hx, NULL, CT_F32, NULL, S, mf, 0, &s1, &s2);
                 double mu, var, unb;
                 bn_moments(mf, s1, s2, M, &mu, &var, &unb);
                 bn_finish(k, c, mu, var, unb, rmean, rvar, mean, invstd);
@@ -306,7 +309,7 @@ ct_status CT_FN(batchnorm)(ct_kargs *k) {
 /* Per-channel sums for the backward kernels: sdy = sum dy, sdxc = sum dy*(x - mean). */
 static void bn_bwd_sums_plane(const ct_tensor *DY, const ct_tensor *X, int64_t N, int64_t C, int64_t S, int64_t c,
                               float m, int mode, double *sdy, double *sdxc) {
-    int hx = X->dtype == CT_BF16, hd = DY->dtype == CT_BF16;
+    ct_dtype hx = X->dtype, hd = DY->dtype;
     *sdy = *sdxc = 0;
     for (int64_t n = 0; n < N; n++) {
         const void *xp = nm_at(X, (n * C + c) * S), *dp = nm_at(DY, (n * C + c) * S);
@@ -322,7 +325,7 @@ ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
     bn_dims(&k->in[1], &N, &C, &S);
     if (!nm_io_ok(k, 2, 3, S)) return CT_E_UNSUPPORTED;
     const ct_tensor *DY = &k->in[0], *X = &k->in[1], *DX = &k->out;
-    const float *dy = k->in[0].data, *x = k->in[1].data; /* gamma: ct_sld (FP32 or BF16) */
+    const float *dy = k->in[0].data, *x = k->in[1].data; /* gamma: ct_sld (FP32, BF16 or FP16) */
     const float *mean = k->in_aux[3], *invstd = mean + C;
     float *dx = k->out.data;
     double M = (double)(N * S);
@@ -431,10 +434,11 @@ ct_status CT_FN(layernorm)(ct_kargs *k) {
     if (!nm_io_ok(k, 1, 3, D)) return CT_E_UNSUPPORTED;
     float *mean = k->aux, *invstd = mean + R;
     double eps = k->node->fa[0];
-    int nt = nm_threads(k, R * D), hx = X->dtype == CT_BF16;
+    int nt = nm_threads(k, R * D);
+    const ct_dtype hx = X->dtype;
 #pragma omp parallel num_threads(nt)
     {
-        /* gamma, beta: FP32, or BF16 (bf16-pure) converted once per thread */
+        /* gamma, beta: FP32, or 16-bit (-pure precisions) converted once per thread */
         float gb[CT_BF16_TILE], bb[CT_BF16_TILE];
         const float *gamma = ct_tile_in(&k->in[1], 0, D, gb);
         const float *beta = k->node->n_in > 2 ? ct_tile_in(&k->in[2], 0, D, bb) : NULL;
@@ -442,9 +446,9 @@ ct_status CT_FN(layernorm)(ct_kargs *k) {
         for (int64_t r = 0; r < R; r++) {
             const void *xr = nm_at(X, r * D);
             double s = 0, dummy = 0, s1 = 0, s2 = 0;
-            nm_accum_h(NM_SUM, xr, hx, NULL, 0, NULL, D, 0, 0, &s, &dummy);
+            nm_accum_h(NM_SUM, xr, hx, NULL, CT_F32, NULL, D, 0, 0, &s, &dummy);
             float mf = (float)(s / (double)D);
-            nm_accum_h(NM_CTR, xr, hx, NULL, 0, NULL, D, mf, 0, &s1, &s2);
+            nm_accum_h(NM_CTR, xr, hx, NULL, CT_F32, NULL, D, mf, 0, &s1, &s2);
             double ss = s2 - s1 * s1 / (double)D;
             if (ss < 0) ss = 0;
             double mu = mf + s1 / (double)D, is = 1.0 / sqrt(ss / (double)D + eps);
@@ -473,11 +477,12 @@ ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
     int64_t D = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / D;
     if (!nm_io_ok(k, 2, 3, D)) return CT_E_UNSUPPORTED;
     const float *mean = k->in_aux[3], *invstd = mean + R;
-    int nt = nm_threads(k, R * D), hx = X->dtype == CT_BF16, hd = DY->dtype == CT_BF16;
+    int nt = nm_threads(k, R * D);
+    const ct_dtype hx = X->dtype, hd = DY->dtype;
 #pragma omp parallel num_threads(nt)
     {
         float gb[CT_BF16_TILE];
-        const float *gamma = ct_tile_in(&k->in[2], 0, D, gb); /* FP32, or BF16 (bf16-pure): once per thread */
+        const float *gamma = ct_tile_in(&k->in[2], 0, D, gb); /* FP32, or 16-bit (-pure precisions): once per thread */
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < R; r++) {
             double sg = 0, sgx = 0, is = invstd[r];
@@ -509,7 +514,7 @@ ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
 ct_status CT_FN(layernorm_bwd_gamma)(ct_kargs *k) {
     const ct_tensor *X = &k->in[1], *DY = &k->in[0];
     int64_t D = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / D;
-    if (k->out.dtype != CT_F32 || !nm_io_ok(k, 2, 2, VW)) return CT_E_UNSUPPORTED; /* BF16: vector loads */
+    if (k->out.dtype != CT_F32 || !nm_io_ok(k, 2, 2, VW)) return CT_E_UNSUPPORTED; /* 16-bit: vector loads */
     const float *mean = k->in_aux[2], *invstd = mean + R;
     float *dg = k->out.data;
     int nt = nm_threads(k, R * D);

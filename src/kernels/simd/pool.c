@@ -12,7 +12,7 @@
  * NaN if there is one (NaN propagates, as in PyTorch). The 2x2 windows hold
  * no padding, so the average's divisor is 4 whatever count_include_pad says.
  *
- * BF16 I/O (simd_bf16.h): x / y / dy / dx may be BF16; each plane is then
+ * BF16 I/O (simd_lowp.h): x / y / dy / dx may be BF16; each plane is then
  * read and written through FP32 planes converted in registers, so the result
  * is the FP32 kernel's on the BF16 values (the plane loops' windows overlap
  * and the backward scatter-adds: they need FP32 planes). Those planes are
@@ -23,7 +23,7 @@
 #include <omp.h>
 #include <string.h>
 
-#include "simd_bf16.h"
+#include "simd_lowp.h"
 #include "kernels/pool_plane.h"
 
 /* ---- ISA-specific helpers: int32 vectors, lane masks, even/odd (de)interleave ------- */
@@ -99,7 +99,7 @@ static size_t pl_ws_need(const pl_dims *d, int nt) { return ct_pool_bf16_ws_byte
 
 /* I/O: in[0] and out FP32 or BF16; BF16 planes fit a tile or the workspace (nt threads). */
 static int pl_io_ok(const ct_kargs *k, const pl_dims *d, int nt) {
-    if (!ct_bf16_io(k, 1)) return k->out.dtype == CT_F32 && k->in[0].dtype == CT_F32;
+    if (ct_lowp_io(k, 1) == CT_F32) return k->out.dtype == CT_F32 && k->in[0].dtype == CT_F32;
     size_t need = pl_ws_need(d, nt);
     return !need || (k->ws && k->ws_bytes >= need);
 }
@@ -107,7 +107,7 @@ static int pl_io_ok(const ct_kargs *k, const pl_dims *d, int nt) {
 /* This thread's FP32 planes for BF16 I/O: the stack tiles (a, b: CT_BF16_TILE
  * floats each), or n_a + n_b floats of the workspace for big planes. */
 static void pl_tiles(const ct_kargs *k, const pl_dims *d, float *a, float *b, int64_t n_a, float **ta, float **tb) {
-    if (!pl_ws_need(d, 1) || !ct_bf16_io(k, 1)) { /* FP32 I/O never touches them */
+    if (!pl_ws_need(d, 1) || ct_lowp_io(k, 1) == CT_F32) { /* FP32 I/O never touches them */
         *ta = a, *tb = b;
         return;
     }

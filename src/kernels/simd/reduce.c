@@ -12,21 +12,27 @@
  * any thread count. broadcast_to covers every pattern that coalesces to at
  * most 3 dims.
  *
- * BF16 I/O (simd_bf16.h): sum and sum_to read a BF16 input directly (vector
- * loads converting in registers, the same float sums as for FP32) and write
- * an FP32 output (e.g. a bias gradient from a BF16 dy) or a BF16 one. */
-#include "simd_bf16.h"
+ * BF16 / FP16 I/O (simd_lowp.h): sum and sum_to read a BF16 or FP16 input
+ * directly (vector loads converting in registers, the same float sums as
+ * for FP32) and write an FP32 output (e.g. a bias gradient from a 16-bit dy)
+ * or one of the input's 16-bit dtype. */
+#include "simd_lowp.h"
 
 #define RD_INLINE static inline __attribute__((always_inline))
-/* VW elements at x[i] (bf: x is BF16) */
+/* x's dtype as `bf`: a constant in each specialized loop */
+enum { RD_F32 = 0, RD_BF16, RD_F16 };
+/* VW elements at x[i] */
 RD_INLINE vf rd_ld(const void *x, int64_t i, int bf) {
-    return bf ? vload_bf16((const uint16_t *)x + i) : vload((const float *)x + i);
+    return bf == RD_F16 ? vload_f16((const uint16_t *)x + i)
+         : bf == RD_BF16 ? vload_bf16((const uint16_t *)x + i) : vload((const float *)x + i);
 }
 RD_INLINE vf rd_tail(const void *x, int64_t i, int n, int bf) {
-    return bf ? vtail_load_bf16((const uint16_t *)x + i, n) : vtail_load((const float *)x + i, n);
+    return bf == RD_F16 ? vtail_load_f16((const uint16_t *)x + i, n)
+         : bf == RD_BF16 ? vtail_load_bf16((const uint16_t *)x + i, n) : vtail_load((const float *)x + i, n);
 }
 RD_INLINE float rd_s(const void *x, int64_t i, int bf) {
-    return bf ? ct_bf16_to_f32(((const uint16_t *)x)[i]) : ((const float *)x)[i];
+    return bf == RD_F16 ? ct_f16_to_f32(((const uint16_t *)x)[i])
+         : bf == RD_BF16 ? ct_bf16_to_f32(((const uint16_t *)x)[i]) : ((const float *)x)[i];
 }
 
 #define RD_PAR 32768   /* elements per parallel piece                        */
@@ -58,7 +64,7 @@ RD_INLINE double seg_sum_t(const void *x, int64_t o, int64_t n, int bf) {
     return acc;
 }
 static double seg_sum(const void *x, int64_t o, int64_t n, int bf) {
-    return bf ? seg_sum_t(x, o, n, 1) : seg_sum_t(x, o, n, 0);
+    return bf == RD_F16 ? seg_sum_t(x, o, n, RD_F16) : bf ? seg_sum_t(x, o, n, RD_BF16) : seg_sum_t(x, o, n, RD_F32);
 }
 
 /* acc[j] = sum over rows r0..r1-1 of x[r*ld + c0 + j], j < w <= RD_CB (x's
@@ -93,13 +99,14 @@ RD_INLINE void col_sum_t(const void *x, int64_t xo, int64_t ld, int64_t r0, int6
 }
 static void col_sum(const void *x, int64_t xo, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int w, double *acc,
                     int bf) {
-    if (bf) col_sum_t(x, xo, ld, r0, r1, c0, w, acc, 1);
-    else col_sum_t(x, xo, ld, r0, r1, c0, w, acc, 0);
+    if (bf == RD_F16) col_sum_t(x, xo, ld, r0, r1, c0, w, acc, RD_F16);
+    else if (bf) col_sum_t(x, xo, ld, r0, r1, c0, w, acc, RD_BF16);
+    else col_sum_t(x, xo, ld, r0, r1, c0, w, acc, RD_F32);
 }
 
-/* y[i] = v as y's dtype (FP32 or BF16) */
+/* y[i] = v as y's dtype (FP32, BF16 or FP16) */
 static inline void rd_put(const ct_tensor *Y, int64_t i, double v) {
-    if (Y->dtype == CT_BF16) ((uint16_t *)Y->data)[i] = ct_f32_to_bf16((float)v);
+    if (ct_dtype_is_low(Y->dtype)) ((uint16_t *)Y->data)[i] = ct_f32_to_lp1((float)v, Y->dtype);
     else ((float *)Y->data)[i] = (float)v;
 }
 
@@ -176,7 +183,7 @@ static void reduce_outer(const ct_kargs *k, const void *x, int bf, int64_t K1, i
  * order. Declines patterns it does not cover (before writing anything). */
 static ct_status reduce_core(const ct_kargs *k, const ct_tensor *X, const int *red, double mult, const ct_tensor *y) {
     const void *x = X->data;
-    int ndim = X->ndim, bf = X->dtype == CT_BF16;
+    int ndim = X->ndim, bf = X->dtype == CT_F16 ? RD_F16 : X->dtype == CT_BF16 ? RD_BF16 : RD_F32;
     const int64_t *shape = X->shape;
     int64_t gs[CT_MAX_DIMS];
     int gr[CT_MAX_DIMS], g = 0;
@@ -213,8 +220,7 @@ static ct_status reduce_core(const ct_kargs *k, const ct_tensor *X, const int *r
 
 ct_status CT_FN(sum)(ct_kargs *k) {
     const ct_tensor *X = &k->in[0];
-    if ((X->dtype != CT_F32 && X->dtype != CT_BF16) || (k->out.dtype != CT_F32 && k->out.dtype != CT_BF16))
-        return CT_E_UNSUPPORTED;
+    if (ct_lowp_io(k, 1) == CT_F32 && (X->dtype != CT_F32 || k->out.dtype != CT_F32)) return CT_E_UNSUPPORTED;
     uint32_t mask = (uint32_t)k->node->ia[0];
     int red[CT_MAX_DIMS];
     for (int i = 0; i < X->ndim; i++) red[i] = (mask >> i) & 1;
@@ -225,8 +231,7 @@ ct_status CT_FN(sum)(ct_kargs *k) {
  * aligned to the right as in NumPy) */
 ct_status CT_FN(sum_to)(ct_kargs *k) {
     const ct_tensor *X = &k->in[0], *O = &k->out;
-    if ((X->dtype != CT_F32 && X->dtype != CT_BF16) || (O->dtype != CT_F32 && O->dtype != CT_BF16) ||
-        O->ndim > X->ndim)
+    if ((ct_lowp_io(k, 1) == CT_F32 && (X->dtype != CT_F32 || O->dtype != CT_F32)) || O->ndim > X->ndim)
         return CT_E_UNSUPPORTED;
     int red[CT_MAX_DIMS], off = X->ndim - O->ndim;
     for (int i = 0; i < X->ndim; i++) {

@@ -219,7 +219,7 @@ static void sh_copy_rows(const ct_kargs *k, char *dst, int64_t dstride, const ch
     }
 }
 
-/* concat, slice and slice_bwd copy bytes: any dtype (BF16 I/O included: op_table's simd_bf16) as long as the
+/* concat, slice and slice_bwd copy bytes: any dtype (BF16 I/O included: op_table's simd_lowp) as long as the
  * inputs and the output share it; a mix is the executor's FP32 copies */
 static int sh_same_dtype(const ct_kargs *k) {
     for (int j = 0; j < k->node->n_in; j++)

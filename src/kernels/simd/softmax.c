@@ -10,13 +10,13 @@
  * reproducible for any thread count. Labels are checked in row order before
  * any work, with the reference's error message.
  *
- * BF16 I/O (simd_bf16.h): softmax, log_softmax and their gradients read and
+ * BF16 I/O (simd_lowp.h): softmax, log_softmax and their gradients read and
  * write BF16 rows through FP32 tiles converted in registers (the FP32 math
  * on the BF16 values); rows above CT_BF16_TILE decline. The cross-entropy
  * kernels take FP32 (the autocast policy casts logits to FP32 first). */
 #include <math.h>
 
-#include "simd_bf16.h"
+#include "simd_lowp.h"
 
 #define CE_BLOCKS 256 /* fixed row blocks of the cross-entropy total       */
 
@@ -169,7 +169,7 @@ static void log_softmax_row(const float *x, float *y, int64_t C) {
 static int sm_io_ok(const ct_kargs *k, int n_in, int64_t C) {
     int f32 = k->out.dtype == CT_F32;
     for (int i = 0; i < n_in; i++) f32 &= k->in[i].dtype == CT_F32;
-    return f32 || (ct_bf16_io(k, n_in) && C <= CT_BF16_TILE);
+    return f32 || (ct_lowp_io(k, n_in) != CT_F32 && C <= CT_BF16_TILE);
 }
 
 static ct_status softmax_common(ct_kargs *k, int logsm) {
