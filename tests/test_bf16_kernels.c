@@ -34,6 +34,7 @@
 #include "core/internal.h"
 #include "graph/ir.h"
 #include "kernels/kernels.h"
+#include "kernels/pool_plane.h"
 #include "test.h"
 
 static ct_context *g_ctx;
@@ -533,7 +534,7 @@ static void pool_case(kcase *c, ct_op op, int K, int S, int P, int64_t N, int64_
     int64_t xs[4] = {N, C, H, W}, ys[4] = {N, C, OH, OW};
     memcpy(c->shape[0], fwd ? xs : ys, sizeof xs);
     memcpy(c->out_shape, fwd ? ys : xs, sizeof xs);
-    if (op == CT_OP_MAXPOOL2D) c->aux_bytes = (size_t)(N * C * OH * OW) * sizeof(int32_t);
+    if (op == CT_OP_MAXPOOL2D) c->aux_bytes = (size_t)(N * C * OH * OW) * ct_maxpool_arg_size(K, K);
 }
 
 /* max / avg pooling and their backward on (N, C, H, W) with window config v
@@ -1092,7 +1093,8 @@ TEST(arena_targets) {
         if (ct_context_isa(ctx) >= CT_ISA_AVX2) CHECK(act[2] < act[1] && cast[2] < cast[1]);
         /* FP16: the SIMD kernels read FP16 as they read BF16, matmul / conv take FP32 copies (no FP16
            matmul with FP32 accumulation on any CPU here); where BF16's matmuls take copies too, the
-           two plans are the same size */
+           two plans are the same but for FP16's gradient round trips of its weight copies (autodiff's
+           grad_dtype: a few small buffers), so within 1% of each other */
         size_t h[2], hc[2];
         ct_precision p16 = pure ? CT_PRECISION_FP16_PURE : CT_PRECISION_FP16;
         CHECK_OK(ctx, arena_of(ctx, gpt, p16, "0", &h[0], &hc[0]));
@@ -1101,9 +1103,12 @@ TEST(arena_targets) {
                "%.2f MiB)\n",
                gpt ? "gpt-char-small 8x256" : "cnn b128", ct_precision_name(p16), h[0] / 1048576.0,
                100.0 * h[0] / act[0], h[1] / 1048576.0, 100.0 * h[1] / act[0], hc[1] / 1048576.0);
-        CHECK(h[0] == act[1]);
+        CHECK_MSG(h[0] <= act[1] + act[1] / 100 && act[1] <= h[0] + h[0] / 100, "copies: fp16 %zu bytes, bf16 %zu",
+                  h[0], act[1]);
         if (ct_context_isa(ctx) >= CT_ISA_AVX2) CHECK(h[1] < h[0] && hc[1] < hc[0]);
-        if (!native) CHECK(h[1] == act[2]);
+        if (!native)
+            CHECK_MSG(h[1] <= act[2] + act[2] / 100 && act[2] <= h[1] + h[1] / 100, "default: fp16 %zu bytes, bf16 %zu",
+                      h[1], act[2]);
         if (avx512) {
             CHECK(cast[3] == 0 && act[3] <= act[2]);
             /* the CNN in bf16; gpt-char-small in bf16-pure (autocast keeps its layernorms and residual

@@ -81,8 +81,8 @@ ct_status ct_plan_write_summary(const ct_plan *p, FILE *f) {
     fprintf(f, "    backward values     %10.2f\n", MIB(bwd_b));
     fprintf(f, "    saved state (aux)   %10.2f\n", MIB(aux_b));
     fprintf(f, "    all, no reuse       %10.2f\n", MIB(p->act_bytes_no_reuse));
-    fprintf(f, "  activation arena      %10.2f  (peak of live values, reuse %s)\n", MIB(p->act_bytes),
-            p->memory_opt ? "on" : "off");
+    fprintf(f, "  activation arena      %10.2f  (placed by lifetime, reuse %s; the most bytes live at once: %.2f)\n",
+            MIB(p->act_bytes), p->memory_opt ? "on" : "off", MIB(p->act_bytes_min));
     fprintf(f, "  workspace             %10.2f\n", MIB(p->ws_bytes));
     fprintf(f, "  peak (all of the above) %8.2f\n",
             MIB(pb * (p->loss != CT_NONE ? 2 : 1) + bb + p->wcast_bytes + p->act_bytes + p->ws_bytes));

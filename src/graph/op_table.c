@@ -3,6 +3,7 @@
  * graph.c, its rule in autodiff.c, its kernels in src/kernels/. */
 #include "graph/ir.h"
 #include "kernels/kernels.h"
+#include "kernels/pool_plane.h"
 
 #define SIMD(op) [CT_KERNEL_REF] = ct_k_##op##_ref, [CT_KERNEL_AVX2] = ct_k_##op##_avx2, [CT_KERNEL_AVX512] = ct_k_##op##_avx512
 #define DNNL(op) [CT_KERNEL_REF] = ct_k_##op##_ref, [CT_KERNEL_ONEDNN] = ct_k_##op##_onednn
@@ -98,7 +99,7 @@ const char *ct_kernel_slot_desc(int slot, ct_lowp_mode mode) {
 
 size_t ct_aux_maxpool2d(const ct_graph *g, const ct_node_def *d) {
     (void)g;
-    return (size_t)ct_node_numel(d) * sizeof(int32_t);
+    return (size_t)ct_node_numel(d) * ct_maxpool_arg_size(d->ia[0], d->ia[1]); /* kernels/pool_plane.h */
 }
 
 size_t ct_aux_batchnorm(const ct_graph *g, const ct_node_def *d) {

@@ -101,6 +101,7 @@ struct ct_plan {
     ct_fusion_rules *rules_copy; /* this plan's copy of them, for ct_plan_add_shape's compiles */
     int memory_opt;          /* 0: every value its own block (no reuse)       */
     size_t act_bytes_no_reuse; /* the activation arena without reuse         */
+    size_t act_bytes_min;    /* the most activation bytes live at once: no placement is smaller */
     int n_groups;            /* fused groups                                  */
     ct_fused_group *groups;
     int *fused_group;        /* node -> its group, -1 (NULL until fusion ran) */

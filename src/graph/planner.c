@@ -1,10 +1,23 @@
 /* src/graph/planner.c - the memory planner (the "plan_memory" pass of
  * ct_compile): storage roots and last uses of every live node, parameter
  * and gradient offsets (shared layout, 64-byte aligned per tensor), buffer
- * offsets, and a first-fit lifetime placement of activations, saved state
- * (aux) and the FP32 copies of low-precision I/O in one activation arena;
+ * offsets, and the placement of activations, saved state (aux) and the FP32
+ * copies of low-precision I/O in one activation arena by their lifetimes;
  * the low-precision copies of parameters (weight casts) in their own arena
  * in the parameters' layout, kept between steps.
+ *
+ * Placement knows every lifetime in advance (a static graph): each buffer
+ * is a request [start, end] x size, placed in several orders, the smallest
+ * result kept: first-fit in program order (what an allocator running the
+ * step would do), then largest, largest-area (bytes x lifetime) and
+ * longest-lived first, each request at the lowest offset free of the
+ * requests already placed that overlap it in time (the "greedy by size"
+ * heuristic of inference engines' planners). None is optimal (the problem
+ * is NP-hard); the ordered ones pack CNNs' many differently sized maps much
+ * tighter (the Fashion CNN b128's FP32 arena at fusion level 1: 55.9 -> 37.7
+ * MiB, its lower bound), first-fit is within ~2% of the lower bound (the
+ * most bytes live at once) for the transformers. The search stops once a
+ * placement reaches the lower bound.
  * Inputs occupy their memory for the whole step; reshapes alias their input.
  * Reads the kernel choice (aux/ws/cvt sizes) of pass_select_kernels; the
  * allocation pass then points every node into the arenas. */
@@ -13,38 +26,92 @@
 
 #include "plan.h"
 
+/* One buffer of the activation arena: live from `start` to `end` (node
+ * indices, both included), `size` bytes (a multiple of CT_ALIGN); `off` is
+ * the placement's result. */
 typedef struct {
-    size_t off, size;
-    int end;
-} block;
+    size_t size, off;
+    int start, end;
+} request;
 
-/* First-fit placement of [size] bytes among live blocks; frees blocks whose
- * lifetime ended before `now`. */
-static size_t place(block *blocks, int *nb, int now, size_t size, int end, size_t *high) {
-    int w = 0;
-    for (int i = 0; i < *nb; i++)
-        if (blocks[i].end >= now) blocks[w++] = blocks[i];
-    *nb = w;
-    /* blocks sorted by offset: scan gaps */
+static int overlaps(const request *a, const request *b) { return a->start <= b->end && b->start <= a->end; }
+
+/* The lowest offset at which r fits beside the placed requests ord[0..np)
+ * (sorted by offset) that overlap it in time; r goes into ord there. */
+static size_t fit(const request *rq, int *ord, int *np, int r) {
     size_t cand = 0;
-    for (int i = 0; i < *nb; i++) {
-        if (blocks[i].off >= cand + size) break;
-        if (blocks[i].off + blocks[i].size > cand) cand = blocks[i].off + blocks[i].size;
-    }
     int pos = 0;
-    while (pos < *nb && blocks[pos].off < cand) pos++;
-    memmove(&blocks[pos + 1], &blocks[pos], (size_t)(*nb - pos) * sizeof *blocks);
-    blocks[pos] = (block){cand, size, end};
-    (*nb)++;
-    if (cand + size > *high) *high = cand + size;
+    for (int k = 0; k < *np; k++) {
+        const request *q = &rq[ord[k]];
+        if (!overlaps(q, &rq[r])) continue;
+        if (q->off >= cand + rq[r].size) break;
+        if (q->off + q->size > cand) cand = q->off + q->size;
+    }
+    while (pos < *np && rq[ord[pos]].off <= cand) pos++;
+    memmove(&ord[pos + 1], &ord[pos], (size_t)(*np - pos) * sizeof *ord);
+    ord[pos] = r;
+    (*np)++;
     return cand;
 }
 
+/* Places the n requests in the order `order` (each at the lowest offset
+ * free of the placed ones it overlaps); returns the arena's size. ord: n
+ * ints of scratch. */
+static size_t place_all(request *rq, int n, const int *order, int *ord) {
+    size_t high = 0;
+    int np = 0;
+    for (int k = 0; k < n; k++) {
+        request *r = &rq[order[k]];
+        r->off = fit(rq, ord, &np, order[k]);
+        if (r->off + r->size > high) high = r->off + r->size;
+    }
+    return high;
+}
+
+static const request *g_sort_rq; /* qsort has no context argument */
+static int tie(const request *x, const request *y, const void *a, const void *b) {
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return *(const int *)a - *(const int *)b;
+}
+static int by_size_desc(const void *a, const void *b) {
+    const request *x = &g_sort_rq[*(const int *)a], *y = &g_sort_rq[*(const int *)b];
+    if (x->size != y->size) return x->size < y->size ? 1 : -1;
+    return tie(x, y, a, b);
+}
+static int by_length_desc(const void *a, const void *b) { /* longest-lived first, then larger */
+    const request *x = &g_sort_rq[*(const int *)a], *y = &g_sort_rq[*(const int *)b];
+    int lx = x->end - x->start, ly = y->end - y->start;
+    if (lx != ly) return lx < ly ? 1 : -1;
+    if (x->size != y->size) return x->size < y->size ? 1 : -1;
+    return tie(x, y, a, b);
+}
+static int by_area_desc(const void *a, const void *b) { /* bytes x lifetime */
+    const request *x = &g_sort_rq[*(const int *)a], *y = &g_sort_rq[*(const int *)b];
+    double ax = (double)x->size * (x->end - x->start + 1), ay = (double)y->size * (y->end - y->start + 1);
+    if (ax != ay) return ax < ay ? 1 : -1;
+    return tie(x, y, a, b);
+}
+
+/* The most bytes live at once: no placement can be smaller. */
+static size_t live_peak(const request *rq, int nr, int n, int64_t *delta) {
+    memset(delta, 0, sizeof *delta * (size_t)(n + 2));
+    for (int k = 0; k < nr; k++) {
+        delta[rq[k].start] += (int64_t)rq[k].size;
+        delta[rq[k].end + 1] -= (int64_t)rq[k].size;
+    }
+    int64_t live = 0, peak = 0;
+    for (int t = 0; t <= n; t++) {
+        live += delta[t];
+        if (live > peak) peak = live;
+    }
+    return (size_t)peak;
+}
+
 /* Node i may write over its in[0] (ct_op_info.inplace): in[0]'s own
- * activation buffer, the same size, whose lifetime ends at i and that no
- * other input of i shares. Returns its block (its lifetime is then
- * extended to i's), or -1. */
-static int inplace_block(const ct_plan *p, const block *blocks, int nb, int i) {
+ * activation buffer (request rq_of[r]), the same size, whose lifetime ends
+ * at i and that no other input of i shares. Returns that request (its
+ * lifetime is then extended to i's), or -1. */
+static int inplace_request(const ct_plan *p, const request *rq, const int *rq_of, int i) {
     const ct_node_def *d = &p->g.nodes[i];
     if (!ct_op_table(d->op)->inplace || d->n_in < 1) return -1;
     const ct_plan_node *pn = p->pn;
@@ -52,9 +119,7 @@ static int inplace_block(const ct_plan *p, const block *blocks, int nb, int i) {
     if (pn[r].arena != CT_ARENA_ACT || p->g.nodes[r].op == CT_OP_INPUT || pn[r].bytes != pn[i].bytes) return -1;
     for (int j = 1; j < d->n_in; j++)
         if (pn[d->in[j]].root == r) return -1;
-    for (int b = 0; b < nb; b++)
-        if (blocks[b].off == pn[r].offset && blocks[b].size == pn[r].bytes) return blocks[b].end == i ? b : -1;
-    return -1;
+    return rq_of[r] >= 0 && rq[rq_of[r]].end == i ? rq_of[r] : -1;
 }
 
 /* The parameter whose low-precision copy node i is (a forward cast of a
@@ -159,14 +224,19 @@ ct_status ct_pass_plan_memory(ct_plan *p) {
         pn[i].offset = p->param_off[k] * ct_dtype_size(p->wcast_dtype);
         pn[i].bytes = (size_t)ct_node_numel(&g->nodes[i]) * ct_dtype_size(p->wcast_dtype);
     }
-    /* activations: inputs live for the whole step, the rest by lifetime */
-    block *blocks = malloc(sizeof(block) * (size_t)(3 * n + 2));
-    if (!blocks) {
+    /* activations: inputs live for the whole step, the rest by lifetime.
+     * Requests: per node its output (rq_of), aux and FP32 copies (cvt). */
+    request *rq = malloc(sizeof(request) * (size_t)(3 * n + 2));
+    int *rq_of = malloc(sizeof(int) * (size_t)(3 * (n + 1))), *aux_rq = rq_of + n + 1, *cvt_rq = aux_rq + n + 1;
+    if (!rq || !rq_of) {
+        free(rq);
+        free(rq_of);
         free(data_end);
         return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory planning activations");
     }
-    int nb = 0;
-    size_t high = 0, sum = 0; /* sum: the arena without reuse */
+    for (int i = 0; i < 3 * (n + 1); i++) rq_of[i] = -1;
+    int nr = 0;
+    size_t sum = 0; /* the arena without reuse */
     const int keep_all = !p->memory_opt; /* memory_opt off: nothing is ever freed */
     /* inputs are written before the step starts, wherever they were declared:
      * they occupy their memory for the whole step (time 0 to n) */
@@ -175,7 +245,8 @@ ct_status ct_pass_plan_memory(ct_plan *p) {
         if (!pn[i].live || d->op != CT_OP_INPUT) continue;
         pn[i].bytes = ct_align_up((size_t)ct_node_numel(d) * ct_dtype_size(d->dtype), CT_ALIGN);
         pn[i].arena = CT_ARENA_ACT;
-        pn[i].offset = place(blocks, &nb, 0, pn[i].bytes, n, &high);
+        rq[nr] = (request){pn[i].bytes, 0, 0, n};
+        rq_of[i] = nr++;
         sum += pn[i].bytes;
     }
     for (int i = 0; i < n; i++) {
@@ -190,27 +261,67 @@ ct_status ct_pass_plan_memory(ct_plan *p) {
         if (pn[i].arena == CT_ARENA_NONE) {
             int dend = !keep_all && data_end ? data_end[i] : end;
             pn[i].arena = CT_ARENA_ACT;
-            int ib = keep_all ? -1 : inplace_block(p, blocks, nb, i);
-            if (ib >= 0) { /* in place: in[0]'s buffer lives on as i's output */
-                pn[i].offset = blocks[ib].off;
-                blocks[ib].end = dend;
+            int ir = keep_all ? -1 : inplace_request(p, rq, rq_of, i);
+            if (ir >= 0) { /* in place: in[0]'s buffer lives on as i's output */
+                rq[ir].end = dend;
+                rq_of[i] = ir;
             } else {
-                pn[i].offset = place(blocks, &nb, i, pn[i].bytes, dend, &high);
+                rq[nr] = (request){pn[i].bytes, 0, i, dend};
+                rq_of[i] = nr++;
             }
             sum += pn[i].bytes;
         }
         if (pn[i].aux_bytes) {
-            pn[i].aux_offset = place(blocks, &nb, i, ct_align_up(pn[i].aux_bytes, CT_ALIGN), end, &high);
+            rq[nr] = (request){ct_align_up(pn[i].aux_bytes, CT_ALIGN), 0, i, end};
+            aux_rq[i] = nr++;
             sum += ct_align_up(pn[i].aux_bytes, CT_ALIGN);
         }
         /* FP32 copies of low-precision I/O live only while the node runs */
         if (pn[i].cvt_bytes) {
-            pn[i].cvt_offset = place(blocks, &nb, i, pn[i].cvt_bytes, keep_all ? n : i, &high);
+            rq[nr] = (request){pn[i].cvt_bytes, 0, i, keep_all ? n : i};
+            cvt_rq[i] = nr++;
             sum += pn[i].cvt_bytes;
         }
     }
-    free(blocks);
     free(data_end);
+    /* the placements (see the file comment); offsets of the smallest */
+    int *order = malloc(sizeof(int) * (size_t)(2 * nr + 1));
+    size_t *best = malloc(sizeof(size_t) * (size_t)(nr + 1));
+    int64_t *delta = malloc(sizeof(int64_t) * (size_t)(n + 2));
+    if (!order || !best || !delta) {
+        free(order);
+        free(best);
+        free(delta);
+        free(rq);
+        free(rq_of);
+        return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory planning activations");
+    }
+    int *ord = order + nr;
+    static int (*const orders[])(const void *, const void *) = {NULL, by_size_desc, by_area_desc, by_length_desc};
+    p->act_bytes_min = live_peak(rq, nr, n, delta);
+    size_t high = SIZE_MAX;
+    for (int v = 0; v < (int)(sizeof orders / sizeof orders[0]) && high > p->act_bytes_min; v++) {
+        for (int k = 0; k < nr; k++) order[k] = k;
+        g_sort_rq = rq;
+        if (orders[v]) qsort(order, (size_t)nr, sizeof *order, orders[v]);
+        size_t h = place_all(rq, nr, order, ord);
+        if (h < high) {
+            high = h;
+            for (int k = 0; k < nr; k++) best[k] = rq[k].off;
+        }
+    }
+    if (!nr) high = 0;
+    for (int k = 0; k < nr; k++) rq[k].off = best[k];
+    for (int i = 0; i < n; i++) {
+        if (rq_of[i] >= 0 && pn[i].arena == CT_ARENA_ACT) pn[i].offset = rq[rq_of[i]].off;
+        if (aux_rq[i] >= 0) pn[i].aux_offset = rq[aux_rq[i]].off;
+        if (cvt_rq[i] >= 0) pn[i].cvt_offset = rq[cvt_rq[i]].off;
+    }
+    free(order);
+    free(best);
+    free(delta);
+    free(rq);
+    free(rq_of);
     p->act_bytes = high;
     p->act_bytes_no_reuse = sum;
     return CT_OK;

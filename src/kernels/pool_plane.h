@@ -9,9 +9,12 @@
  *
  * Window (oh, ow) reads rows ih = oh*sh - ph + i*dh (i < kh) and columns
  * iw = ow*sw - pw + j*dw; taps outside the input are skipped. Max pooling
- * saves the flat index ih*W+iw of the first maximum in window order (the
- * first NaN if any: NaN propagates, as in PyTorch), -1 when no tap is inside
- * the input (output -inf). Average pooling divides by the taps inside the
+ * saves where the first maximum in window order is (the first NaN if any:
+ * NaN propagates, as in PyTorch): its tap i*kw + j as one byte when the
+ * window has at most 255 taps (every CNN's 2x2 and 3x3: a quarter of an
+ * int32 index, and the largest saved state of a CNN's forward), 255 when no
+ * tap is inside the input (output -inf); for bigger windows the flat index
+ * ih*W+iw as int32, -1 for none (ct_maxpool_arg_size). Average pooling divides by the taps inside the
  * padded input [-ph, H+ph) x [-pw, W+pw) (count_include_pad; PyTorch's
  * divisor, which is smaller than kh*kw only for a ceil_mode window that runs
  * past the padding) or by the taps inside the input (count_include_pad = 0);
@@ -28,7 +31,13 @@ typedef struct {
     int64_t NC, H, W, OH, OW;
     int64_t KH, KW, SH, SW, PH, PW, DH, DW;
     int include_pad;
+    int arg_wide; /* max pooling's saved argmax: 1 int32 flat indices, 0 one byte taps */
 } ct_pool_dims;
+
+#define CT_POOL_NO_TAP 255 /* one-byte argmax of a window with no tap inside the input */
+
+/* Bytes per output element of max pooling's saved argmax for a kh x kw window. */
+static inline size_t ct_maxpool_arg_size(int64_t kh, int64_t kw) { return kh * kw > 255 ? 4 : 1; }
 
 /* x is the (N, C, H, W) side, y the pooled side. */
 static inline ct_pool_dims ct_pool_get(const ct_node_def *n, const ct_tensor *x, const ct_tensor *y) {
@@ -47,14 +56,20 @@ static inline ct_pool_dims ct_pool_get(const ct_node_def *n, const ct_tensor *x,
     d.DH = n->ia[6];
     d.DW = n->ia[7];
     d.include_pad = n->fa[0] != 0.0f;
+    d.arg_wide = ct_maxpool_arg_size(d.KH, d.KW) == 4;
     return d;
 }
 
-static inline void ct_maxpool_plane(const float *x, float *y, int32_t *arg, const ct_pool_dims *d) {
+/* Plane nc's saved argmax within the node's aux. */
+static inline void *ct_maxpool_arg_plane(void *arg, int64_t nc, const ct_pool_dims *d) {
+    return (char *)arg + (size_t)(nc * d->OH * d->OW) * (d->arg_wide ? 4 : 1);
+}
+
+static inline void ct_maxpool_plane(const float *x, float *y, void *arg, const ct_pool_dims *d) {
     for (int64_t oh = 0; oh < d->OH; oh++)
         for (int64_t ow = 0; ow < d->OW; ow++) {
             float best = -INFINITY;
-            int64_t bi = -1;
+            int64_t bi = -1, bt = CT_POOL_NO_TAP;
             for (int64_t i = 0; i < d->KH; i++) {
                 int64_t ih = oh * d->SH - d->PH + i * d->DH;
                 if (ih < 0 || ih >= d->H) continue;
@@ -66,20 +81,33 @@ static inline void ct_maxpool_plane(const float *x, float *y, int32_t *arg, cons
                     if (bi < 0 || v > best || isnan(v)) {
                         best = v;
                         bi = ih * d->W + iw;
+                        bt = i * d->KW + j;
                     }
                 }
             }
             y[oh * d->OW + ow] = best;
-            arg[oh * d->OW + ow] = (int32_t)bi;
+            if (d->arg_wide) ((int32_t *)arg)[oh * d->OW + ow] = (int32_t)bi;
+            else ((uint8_t *)arg)[oh * d->OW + ow] = (uint8_t)bt;
         }
 }
 
-/* dx = scatter-add of dy at the saved argmax (zero elsewhere) */
-static inline void ct_maxpool_bwd_plane(const float *dy, const int32_t *arg, float *dx, const ct_pool_dims *d) {
-    const int64_t OHW = d->OH * d->OW;
+/* dx = scatter-add of dy at the saved argmax (zero elsewhere), in output order */
+static inline void ct_maxpool_bwd_plane(const float *dy, const void *arg, float *dx, const ct_pool_dims *d) {
     memset(dx, 0, (size_t)(d->H * d->W) * sizeof *dx);
-    for (int64_t o = 0; o < OHW; o++)
-        if (arg[o] >= 0) dx[arg[o]] += dy[o];
+    for (int64_t oh = 0; oh < d->OH; oh++)
+        for (int64_t ow = 0; ow < d->OW; ow++) {
+            const int64_t o = oh * d->OW + ow;
+            int64_t at;
+            if (d->arg_wide) {
+                at = ((const int32_t *)arg)[o];
+                if (at < 0) continue;
+            } else {
+                int64_t t = ((const uint8_t *)arg)[o];
+                if (t == CT_POOL_NO_TAP) continue;
+                at = (oh * d->SH - d->PH + t / d->KW * d->DH) * d->W + ow * d->SW - d->PW + t % d->KW * d->DW;
+            }
+            dx[at] += dy[o];
+        }
 }
 
 /* Taps of one axis inside [lo, hi) for the window starting at s. */

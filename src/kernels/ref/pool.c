@@ -9,9 +9,8 @@ ct_status ct_k_maxpool2d_ref(ct_kargs *k) {
     ct_pool_dims d = ct_pool_get(k->node, &k->in[0], &k->out);
     const float *x = k->in[0].data;
     float *y = k->out.data;
-    int32_t *arg = k->aux;
     const int64_t HW = d.H * d.W, OHW = d.OH * d.OW;
-    for (int64_t nc = 0; nc < d.NC; nc++) ct_maxpool_plane(x + nc * HW, y + nc * OHW, arg + nc * OHW, &d);
+    for (int64_t nc = 0; nc < d.NC; nc++) ct_maxpool_plane(x + nc * HW, y + nc * OHW, ct_maxpool_arg_plane(k->aux, nc, &d), &d);
     return CT_OK;
 }
 
@@ -19,10 +18,10 @@ ct_status ct_k_maxpool2d_ref(ct_kargs *k) {
 ct_status ct_k_maxpool2d_bwd_ref(ct_kargs *k) {
     ct_pool_dims d = ct_pool_get(k->node, &k->out, &k->in[0]);
     const float *dy = k->in[0].data;
-    const int32_t *arg = k->in_aux[1];
     float *dx = k->out.data;
     const int64_t HW = d.H * d.W, OHW = d.OH * d.OW;
-    for (int64_t nc = 0; nc < d.NC; nc++) ct_maxpool_bwd_plane(dy + nc * OHW, arg + nc * OHW, dx + nc * HW, &d);
+    for (int64_t nc = 0; nc < d.NC; nc++)
+        ct_maxpool_bwd_plane(dy + nc * OHW, ct_maxpool_arg_plane(k->in_aux[1], nc, &d), dx + nc * HW, &d);
     return CT_OK;
 }
 

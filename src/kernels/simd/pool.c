@@ -44,6 +44,12 @@ static inline vf pl_fsel(pl_mask m, vf a, vf b) { return _mm512_mask_blend_ps(m,
 static inline vi pl_isel(pl_mask m, vi a, vi b) { return _mm512_mask_blend_epi32(m, a, b); }
 /* v where a == b, else 0 */
 static inline vf pl_keep_eq(vi a, vi b, vf v) { return _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(a, b), v); }
+/* t <= VW one-byte taps from / to int32 lanes (lanes past t load CT_POOL_NO_TAP) */
+static inline vi pl_tap_load(const uint8_t *p, int t) {
+    __m128i b = _mm_mask_loadu_epi8(_mm_set1_epi8((char)CT_POOL_NO_TAP), (__mmask16)((1u << t) - 1), p);
+    return _mm512_cvtepu8_epi32(b);
+}
+static inline void pl_tap_store(uint8_t *p, vi v, int t) { _mm_mask_storeu_epi8(p, (__mmask16)((1u << t) - 1), _mm512_cvtepi32_epi8(v)); }
 /* (lo, hi) = 2*VW consecutive floats -> even-indexed and odd-indexed ones */
 static inline void pl_deint(vf lo, vf hi, vf *ev, vf *od) {
     const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -73,6 +79,19 @@ static inline vi pl_isel(pl_mask m, vi a, vi b) {
     return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), m));
 }
 static inline vf pl_keep_eq(vi a, vi b, vf v) { return _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a, b)), v); }
+static inline vi pl_tap_load(const uint8_t *p, int t) {
+    uint8_t b[16];
+    memset(b, CT_POOL_NO_TAP, sizeof b);
+    memcpy(b, p, (size_t)t);
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)b));
+}
+static inline void pl_tap_store(uint8_t *p, vi v, int t) {
+    /* int32 lanes in 0..255: the saturating packs keep them */
+    __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    uint8_t b[16];
+    _mm_storeu_si128((__m128i *)b, _mm_packus_epi16(w, w));
+    memcpy(p, b, (size_t)t);
+}
 static inline void pl_deint(vf lo, vf hi, vf *ev, vf *od) {
     /* per 128-bit lane: (lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6), then reorder 64-bit pairs 0 2 1 3 */
     vf e = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)), o = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
@@ -148,9 +167,10 @@ static inline void pl_pairs(const float *row, int64_t off, int64_t plane, int t,
     else pl_load_pairs(row, t, ev, od);
 }
 
-static void maxpool_2x2_plane(const float *x, float *y, int32_t *arg, const pl_dims *d) {
+/* the argmax as one-byte taps (pool_plane.h): 0 1 / 2 3 in window order */
+static void maxpool_2x2_plane(const float *x, float *y, uint8_t *arg, const pl_dims *d) {
     const int64_t W = d->W, HW = d->H * d->W, OHW = d->OH * d->OW;
-    const vi lane2 = pl_lane2(), one = pl_iset1(1), wv = pl_iset1((int32_t)W), w1 = pl_iset1((int32_t)W + 1);
+    const vi t1 = pl_iset1(1), t2 = pl_iset1(2), t3 = pl_iset1(3);
     for (int64_t oh = 0; oh < d->OH; oh++) {
         int64_t i0 = 2 * oh * W;
         for (int64_t ow = 0; ow < d->OW; ow += VW) {
@@ -158,29 +178,22 @@ static void maxpool_2x2_plane(const float *x, float *y, int32_t *arg, const pl_d
             vf a, b, c, e;
             pl_pairs(x + i0 + 2 * ow, i0 + 2 * ow, HW, t, &a, &b);
             pl_pairs(x + i0 + W + 2 * ow, i0 + W + 2 * ow, HW, t, &c, &e);
-            vi ia = pl_iadd(pl_iset1((int32_t)(i0 + 2 * ow)), lane2);
             /* window order: (0,0) (0,1) (1,0) (1,1), as the reference */
             vf best = a;
-            vi bi = ia;
+            vi bi = pl_iset1(0);
             pl_mask m = pl_take(b, best);
             best = pl_fsel(m, best, b);
-            bi = pl_isel(m, bi, pl_iadd(ia, one));
+            bi = pl_isel(m, bi, t1);
             m = pl_take(c, best);
             best = pl_fsel(m, best, c);
-            bi = pl_isel(m, bi, pl_iadd(ia, wv));
+            bi = pl_isel(m, bi, t2);
             m = pl_take(e, best);
             best = pl_fsel(m, best, e);
-            bi = pl_isel(m, bi, pl_iadd(ia, w1));
+            bi = pl_isel(m, bi, t3);
             int64_t o = oh * d->OW + ow;
-            if (o + VW <= OHW) {
-                vstore(y + o, best);
-                pl_istore(arg + o, bi);
-            } else {
-                int32_t tmp[VW];
-                vtail_store(y + o, best, t);
-                pl_istore(tmp, bi);
-                memcpy(arg + o, tmp, (size_t)t * sizeof *arg);
-            }
+            if (o + VW <= OHW) vstore(y + o, best);
+            else vtail_store(y + o, best, t);
+            pl_tap_store(arg + o, bi, t);
         }
     }
 }
@@ -190,7 +203,6 @@ ct_status CT_FN(maxpool2d)(ct_kargs *k) {
     const int nt = pl_threads(k, d.NC * d.H * d.W);
     if (!pl_io_ok(k, &d, nt)) return CT_E_UNSUPPORTED;
     const ct_tensor *X = &k->in[0], *Y = &k->out;
-    int32_t *arg = k->aux;
     int fast = pl_is_2x2(&d);
     int64_t HW = d.H * d.W, OHW = d.OH * d.OW;
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -199,8 +211,8 @@ ct_status CT_FN(maxpool2d)(ct_kargs *k) {
         pl_tiles(k, &d, sx, sy, HW, &xb, &yb);
         const float *x = ct_tile_in(X, nc * HW, HW, xb);
         float *y = ct_tile_out(Y, nc * OHW, yb);
-        if (fast) maxpool_2x2_plane(x, y, arg + nc * OHW, &d);
-        else ct_maxpool_plane(x, y, arg + nc * OHW, &d);
+        if (fast) maxpool_2x2_plane(x, y, ct_maxpool_arg_plane(k->aux, nc, &d), &d);
+        else ct_maxpool_plane(x, y, ct_maxpool_arg_plane(k->aux, nc, &d), &d);
         ct_tile_put(Y, nc * OHW, OHW, yb);
     }
     return CT_OK;
@@ -223,29 +235,19 @@ static inline void pl_store_row(float *p, int64_t off, int64_t HW, int t, int sp
     if (n1) vtail_store(p + VW, hi, n1);
 }
 
-static void maxpool_bwd_2x2_plane(const float *dy, const int32_t *arg, float *dx, const pl_dims *d) {
+static void maxpool_bwd_2x2_plane(const float *dy, const uint8_t *arg, float *dx, const pl_dims *d) {
     const int64_t W = d->W, HW = d->H * d->W, OHW = d->OH * d->OW;
-    const vi lane2 = pl_lane2(), one = pl_iset1(1), wv = pl_iset1((int32_t)W), w1 = pl_iset1((int32_t)W + 1);
+    const vi t0 = pl_iset1(0), t1 = pl_iset1(1), t2 = pl_iset1(2), t3 = pl_iset1(3);
     for (int64_t oh = 0; oh < d->OH; oh++) {
         int64_t i0 = 2 * oh * W;
         for (int64_t ow = 0; ow < d->OW; ow += VW) {
             int t = (int)CT_MIN(VW, d->OW - ow);
             int64_t o = oh * d->OW + ow;
-            vf gv;
-            vi av;
-            if (o + VW <= OHW) {
-                gv = vload(dy + o);
-                av = pl_iload(arg + o);
-            } else {
-                int32_t tmp[VW];
-                for (int l = 0; l < VW; l++) tmp[l] = l < t ? arg[o + l] : -1;
-                gv = vtail_load(dy + o, t);
-                av = pl_iload(tmp);
-            }
-            vi ia = pl_iadd(pl_iset1((int32_t)(i0 + 2 * ow)), lane2);
+            vf gv = o + VW <= OHW ? vload(dy + o) : vtail_load(dy + o, t);
+            vi av = pl_tap_load(arg + o, t);
             /* + 0 turns -0 into +0 as the reference's 0 + dy does */
-            vf a = vadd(pl_keep_eq(av, ia, gv), vzero()), b = vadd(pl_keep_eq(av, pl_iadd(ia, one), gv), vzero());
-            vf c = vadd(pl_keep_eq(av, pl_iadd(ia, wv), gv), vzero()), e = vadd(pl_keep_eq(av, pl_iadd(ia, w1), gv), vzero());
+            vf a = vadd(pl_keep_eq(av, t0, gv), vzero()), b = vadd(pl_keep_eq(av, t1, gv), vzero());
+            vf c = vadd(pl_keep_eq(av, t2, gv), vzero()), e = vadd(pl_keep_eq(av, t3, gv), vzero());
             vf lo0, hi0, lo1, hi1;
             pl_inter(a, b, &lo0, &hi0);
             pl_inter(c, e, &lo1, &hi1);
@@ -263,7 +265,6 @@ ct_status CT_FN(maxpool2d_bwd)(ct_kargs *k) {
     const int nt = pl_threads(k, d.NC * d.H * d.W);
     if (!pl_io_ok(k, &d, nt)) return CT_E_UNSUPPORTED;
     const ct_tensor *DY = &k->in[0], *DX = &k->out;
-    const int32_t *arg = k->in_aux[1];
     int fast = pl_is_2x2(&d);
     int64_t HW = d.H * d.W, OHW = d.OH * d.OW;
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -273,9 +274,9 @@ ct_status CT_FN(maxpool2d_bwd)(ct_kargs *k) {
         const float *dy = ct_tile_in(DY, nc * OHW, OHW, db);
         float *dx = ct_tile_out(DX, nc * HW, xb);
         if (fast) {
-            maxpool_bwd_2x2_plane(dy, arg + nc * OHW, dx, &d);
+            maxpool_bwd_2x2_plane(dy, ct_maxpool_arg_plane(k->in_aux[1], nc, &d), dx, &d);
         } else {
-            ct_maxpool_bwd_plane(dy, arg + nc * OHW, dx, &d); /* the reference's scatter-add */
+            ct_maxpool_bwd_plane(dy, ct_maxpool_arg_plane(k->in_aux[1], nc, &d), dx, &d); /* the reference's scatter-add */
         }
         ct_tile_put(DX, nc * HW, HW, xb);
     }
