@@ -92,6 +92,19 @@ static int by_area_desc(const void *a, const void *b) { /* bytes x lifetime */
     return tie(x, y, a, b);
 }
 
+/* The placement's invariant: requests that overlap in time do not overlap
+ * in memory, and all lie below `high`. Returns the first offending pair
+ * (*a, *b; b = -1: a past high), or 0. */
+static int placement_broken(const request *rq, int nr, size_t high, int *a, int *b) {
+    for (int x = 0; x < nr; x++) {
+        if (rq[x].off + rq[x].size > high) return *a = x, *b = -1, 1;
+        for (int y = x + 1; y < nr; y++)
+            if (overlaps(&rq[x], &rq[y]) && rq[x].off < rq[y].off + rq[y].size && rq[y].off < rq[x].off + rq[x].size)
+                return *a = x, *b = y, 1;
+    }
+    return 0;
+}
+
 /* The most bytes live at once: no placement can be smaller. */
 static size_t live_peak(const request *rq, int nr, int n, int64_t *delta) {
     memset(delta, 0, sizeof *delta * (size_t)(n + 2));
@@ -312,6 +325,19 @@ ct_status ct_pass_plan_memory(ct_plan *p) {
     }
     if (!nr) high = 0;
     for (int k = 0; k < nr; k++) rq[k].off = best[k];
+    int ba, bb;
+    if (placement_broken(rq, nr, high, &ba, &bb)) {
+        ct_status e = ct_set_error(p->ctx, CT_E_INTERNAL,
+                                   "compile: the memory planner placed buffer %d (nodes %d..%d) over %d; please report this "
+                                   "with the model (ctrain graph); the recipe key memory_opt = false avoids reuse",
+                                   ba, rq[ba].start, rq[ba].end, bb);
+        free(order);
+        free(best);
+        free(delta);
+        free(rq);
+        free(rq_of);
+        return e;
+    }
     for (int i = 0; i < n; i++) {
         if (rq_of[i] >= 0 && pn[i].arena == CT_ARENA_ACT) pn[i].offset = rq[rq_of[i]].off;
         if (aux_rq[i] >= 0) pn[i].aux_offset = rq[aux_rq[i]].off;
