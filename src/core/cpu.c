@@ -65,12 +65,6 @@ ct_isa ct_cpu_best_isa(const ct_cpu_features *f) {
 
 /* ---- BF16 dot products against FP32 FMAs (ct_cpu_bf16_dot_ratio) ---- */
 
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 #define CT_X12(op) op(0) op(1) op(2) op(3) op(4) op(5) op(6) op(7) op(8) op(9) op(10) op(11)
 #define CT_DP(i) "vdpbf16ps %%zmm12, %%zmm13, %%zmm" #i "\n\t"
 #define CT_FM(i) "vfmadd231ps %%zmm12, %%zmm13, %%zmm" #i "\n\t"
@@ -88,14 +82,14 @@ static double mono_s(void) {
                      :                                                                         \
                      : CT_ZMM_CLOBBERS)
 static double time_chains(int dp, uint64_t n) {
-    double t0 = mono_s();
+    double t0 = ct_now_s();
 #if defined(__x86_64__)
     if (dp) CT_CHAINS(CT_DP, n);
     else CT_CHAINS(CT_FM, n);
 #else
     (void)dp, (void)n;
 #endif
-    return mono_s() - t0;
+    return ct_now_s() - t0;
 }
 
 static double g_dot_ratio;

@@ -40,6 +40,10 @@ ct_isa ct_cpu_best_isa(const ct_cpu_features *f);
  * instruction rate), where BF16 matmuls only pay on AMX. */
 double ct_cpu_bf16_dot_ratio(void);
 
+/* The monotonic clock (clock.c): nanoseconds / seconds since an arbitrary start. */
+int64_t ct_now_ns(void);
+double ct_now_s(void);
+
 /* Propagate a failing status. */
 #define CT_TRY(expr)                                \
     do {                                            \

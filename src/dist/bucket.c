@@ -93,11 +93,7 @@ struct ct_buckets {
     int quit;
 };
 
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
+static double now_us(void) { return 1e-3 * (double)ct_now_ns(); }
 
 void ct_bucket_opts_default(ct_bucket_opts *o) {
     if (!o) return;

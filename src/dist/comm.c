@@ -46,12 +46,6 @@ struct ct_comm_request {
     int avg;
 };
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int env_int(const char *name, long *v) {
     const char *e = getenv(name);
     if (!e || !*e) return 0;
@@ -75,10 +69,8 @@ int ct_comm_launched(void) {
 
 void ct_comm_enter(ct_comm *c, const char *what) {
     if (!c) return;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     atomic_store(&c->busy_what, what);
-    atomic_store(&c->busy_ns, (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+    atomic_store(&c->busy_ns, (long long)ct_now_ns());
 }
 
 void ct_comm_leave(ct_comm *c) {
@@ -88,9 +80,7 @@ void ct_comm_leave(ct_comm *c) {
 int ct_comm_busy(ct_comm *c, double *seconds, const char **what) {
     long long t = c ? atomic_load(&c->busy_ns) : 0;
     if (!t) return 0;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    if (seconds) *seconds = 1e-9 * (double)((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec - t);
+    if (seconds) *seconds = 1e-9 * (double)((long long)ct_now_ns() - t);
     if (what) *what = atomic_load(&c->busy_what);
     return 1;
 }
@@ -238,7 +228,7 @@ static ct_status allreduce(ct_comm *c, void *x, size_t n, size_t esize, MPI_Data
     c->st.allreduce_calls++;
     c->st.allreduce_bytes += n * esize;
     if (!c->mpi || n == 0) return CT_OK;
-    double t0 = now();
+    double t0 = ct_now_s();
     ct_comm_enter(c, what);
     for (size_t off = 0; off < n;) {
         int k = (int)CT_MIN(n - off, (size_t)INT_MAX);
@@ -247,7 +237,7 @@ static ct_status allreduce(ct_comm *c, void *x, size_t n, size_t esize, MPI_Data
         off += (size_t)k;
     }
     ct_comm_leave(c);
-    c->st.seconds += now() - t0;
+    c->st.seconds += ct_now_s() - t0;
     return CT_OK;
 }
 
@@ -278,7 +268,7 @@ ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int root) {
     c->st.broadcast_calls++;
     c->st.broadcast_bytes += bytes;
     if (!c->mpi || bytes == 0) return CT_OK;
-    double t0 = now();
+    double t0 = ct_now_s();
     ct_comm_enter(c, "MPI_Bcast");
     for (size_t off = 0; off < bytes;) {
         int k = (int)CT_MIN(bytes - off, (size_t)INT_MAX);
@@ -287,18 +277,18 @@ ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int root) {
         off += (size_t)k;
     }
     ct_comm_leave(c);
-    c->st.seconds += now() - t0;
+    c->st.seconds += ct_now_s() - t0;
     return CT_OK;
 }
 
 /* Polls r until it completes: spins ~50 us, then sleeps 10 us, doubling up to 1 ms between polls. */
 static int wait_polite(MPI_Request *r) {
     int done = 0, err;
-    double t0 = now();
+    double t0 = ct_now_s();
     long sleep_ns = 10000;
     while (!done) {
         if ((err = MPI_Test(r, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return err;
-        if (done || now() - t0 < 50e-6) continue;
+        if (done || ct_now_s() - t0 < 50e-6) continue;
         struct timespec ts = {0, sleep_ns};
         nanosleep(&ts, NULL);
         if (sleep_ns < 1000000) sleep_ns *= 2;
@@ -311,14 +301,14 @@ ct_status ct_comm_barrier(ct_comm *c) {
     CT_TRY(ct_comm_claim(c, "ct_comm_barrier"));
     c->st.barrier_calls++;
     if (!c->mpi || c->size == 1) return CT_OK;
-    double t0 = now();
+    double t0 = ct_now_s();
     MPI_Request r;
     ct_comm_enter(c, "MPI_Ibarrier");
     int err = MPI_Ibarrier(c->comm, &r);
     if (err == MPI_SUCCESS) err = wait_polite(&r);
     if (err != MPI_SUCCESS) return mpi_fail(c, err, "MPI_Ibarrier");
     ct_comm_leave(c);
-    c->st.seconds += now() - t0;
+    c->st.seconds += ct_now_s() - t0;
     return CT_OK;
 }
 
@@ -336,12 +326,12 @@ ct_status ct_comm_allgather(ct_comm *c, const void *send, size_t bytes, void *re
         if (bytes) memmove(recv, send, bytes);
         return CT_OK;
     }
-    double t0 = now();
+    double t0 = ct_now_s();
     ct_comm_enter(c, "MPI_Allgather");
     int err = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->comm);
     if (err != MPI_SUCCESS) return mpi_fail(c, err, "MPI_Allgather");
     ct_comm_leave(c);
-    c->st.seconds += now() - t0;
+    c->st.seconds += ct_now_s() - t0;
     return CT_OK;
 }
 
@@ -450,14 +440,14 @@ ct_status ct_comm_wait(ct_comm_request *r) {
     if (!r) return CT_E_INVALID_ARG;
     if (!r->active) return CT_OK;
     ct_comm_enter(r->c, "MPI_Wait (nonblocking allreduce)");
-    const double t0 = now();
+    const double t0 = ct_now_s();
     int err = MPI_Wait(&r->req, MPI_STATUS_IGNORE); /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker): started in ct_comm_iallreduce_f32 */
     if (err != MPI_SUCCESS) {
         r->active = 0;
         return mpi_fail(r->c, err, "MPI_Wait (nonblocking allreduce)");
     }
     ct_comm_leave(r->c);
-    r->c->st.seconds += now() - t0;
+    r->c->st.seconds += ct_now_s() - t0;
     finish(r);
     return CT_OK;
 }

@@ -21,12 +21,6 @@
 /* The ring from this many bytes (ct_comm_ring_threshold_bytes): see docs/distributed.md, "ZeRO". */
 #define CT_RS_RING_FROM_DEFAULT ((size_t)1 << 20)
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* MPI messages in pieces of at most 2^28 floats (counts are int). */
 #define PIECE ((size_t)1 << 28)
 
@@ -56,7 +50,7 @@ ct_status ct_comm_tree_allreduce_f32(ct_comm *c, float *x, size_t n, float *tmp)
     st->allreduce_calls++;
     st->allreduce_bytes += n * sizeof(float);
     if (size == 1 || n == 0) return CT_OK;
-    double t0 = now();
+    double t0 = ct_now_s();
     ct_comm_enter(c, "MPI_Sendrecv (deterministic tree allreduce)");
     for (int mask = 1; mask < size; mask <<= 1) {
         const int peer = rank ^ mask;
@@ -67,7 +61,7 @@ ct_status ct_comm_tree_allreduce_f32(ct_comm *c, float *x, size_t n, float *tmp)
             for (size_t i = 0; i < n; i++) x[i] = tmp[i] + x[i];
     }
     ct_comm_leave(c);
-    st->seconds += now() - t0;
+    st->seconds += ct_now_s() - t0;
     return CT_OK;
 }
 
@@ -129,7 +123,7 @@ ct_status ct_comm_reduce_scatter_f32(ct_comm *c, float *x, const size_t *counts,
     if (algo == CT_RS_AUTO) algo = total * sizeof(float) >= ct_comm_ring_threshold_bytes() ? CT_RS_RING : CT_RS_MPI;
     if (algo == CT_RS_RING && !tmp)
         return ct_set_error(ct_comm_context(c), CT_E_INVALID_ARG, "ct_comm_reduce_scatter_f32: the ring needs tmp");
-    double t0 = now();
+    double t0 = ct_now_s();
     size_t *off = malloc(sizeof(size_t) * ((size_t)size + 1));
     if (!off) return ct_set_error(ct_comm_context(c), CT_E_OOM, "out of memory for %d offsets", size);
     off[0] = 0;
@@ -161,7 +155,7 @@ ct_status ct_comm_reduce_scatter_f32(ct_comm *c, float *x, const size_t *counts,
     }
     free(off);
     ct_comm_leave(c);
-    st->seconds += now() - t0;
+    st->seconds += ct_now_s() - t0;
     return s;
 }
 
@@ -176,7 +170,7 @@ ct_status ct_comm_allgatherv_f32(ct_comm *c, float *x, const size_t *counts) {
     if (total > (size_t)INT_MAX)
         return ct_set_error(ct_comm_context(c), CT_E_INVALID_ARG,
                             "ct_comm_allgatherv_f32: %zu floats in all is more than INT_MAX", total);
-    double t0 = now();
+    double t0 = ct_now_s();
     int *cnt = NULL, *dsp = NULL;
     ct_status s = int_counts(c, counts, &cnt, &dsp);
     ct_comm_enter(c, "MPI_Allgatherv");
@@ -187,7 +181,7 @@ ct_status ct_comm_allgatherv_f32(ct_comm *c, float *x, const size_t *counts) {
     free(cnt);
     free(dsp);
     ct_comm_leave(c);
-    st->seconds += now() - t0;
+    st->seconds += ct_now_s() - t0;
     return s;
 }
 
@@ -211,7 +205,7 @@ ct_status ct_comm_gatherv_f32(ct_comm *c, const float *send, const size_t *count
     if (total > (size_t)INT_MAX)
         return ct_set_error(ct_comm_context(c), CT_E_INVALID_ARG,
                             "ct_comm_gatherv_f32: %zu floats in all is more than INT_MAX", total);
-    double t0 = now();
+    double t0 = ct_now_s();
     int *cnt = NULL, *dsp = NULL;
     ct_status s = int_counts(c, counts, &cnt, &dsp);
     ct_comm_enter(c, "MPI_Gatherv");
@@ -222,6 +216,6 @@ ct_status ct_comm_gatherv_f32(ct_comm *c, const float *send, const size_t *count
     free(cnt);
     free(dsp);
     ct_comm_leave(c);
-    st->seconds += now() - t0;
+    st->seconds += ct_now_s() - t0;
     return s;
 }

@@ -22,12 +22,6 @@ struct ct_metrics {
     char path[512];
 };
 
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void put_num(FILE *f, const char *key, double v) {
     if (isfinite(v)) fprintf(f, ",\"%s\":%.7g", key, v);
     else fprintf(f, ",\"%s\":null", key);
@@ -42,7 +36,7 @@ static ct_status check(ct_metrics *m) {
 
 static ct_status flush(ct_metrics *m) {
     if (fflush(m->f) != 0 && !m->failed) m->failed = errno ? errno : EIO;
-    m->last_flush = mono_s();
+    m->last_flush = ct_now_s();
     return check(m);
 }
 
@@ -86,7 +80,7 @@ ct_status ct_metrics_log_step(ct_metrics *m, const ct_metrics_step *s) {
     if (s->loss_scale >= 0) put_num(m->f, "loss_scale", s->loss_scale);
     put_num(m->f, "time", s->time_s);
     fputs("}\n", m->f);
-    if (mono_s() - m->last_flush >= FLUSH_S) return flush(m);
+    if (ct_now_s() - m->last_flush >= FLUSH_S) return flush(m);
     return check(m);
 }
 
@@ -123,7 +117,7 @@ ct_status ct_metrics_log_scaler_event(ct_metrics *m, const ct_scale_record *e) {
         put_str(m->f, e->tensor);
     }
     fputs("}\n", m->f);
-    if (mono_s() - m->last_flush >= FLUSH_S) return flush(m);
+    if (ct_now_s() - m->last_flush >= FLUSH_S) return flush(m);
     return check(m);
 }
 
