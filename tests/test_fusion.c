@@ -423,6 +423,49 @@ TEST(memory_opt_off_gives_every_value_its_buffer) {
     ct_context_free(ctx);
 }
 
+/* Element-wise nodes whose first input dies at them (ct_op_info.inplace:
+ * unary_bwd, binary, scale, dropout) write over it: the plan with reuse has
+ * such nodes and trains bit for bit as the plan that gives every value its
+ * own buffer, in FP32 and BF16, with the fast kernels (and the reference
+ * ones for the MLP). */
+TEST(in_place_nodes_match_separate_buffers) {
+    static const struct {
+        const char *model;
+        int64_t batch;
+        int classes;
+    } k[] = {{"mlp", 8, 10}, {"gpt-char-small", 2, 65}};
+    for (int isa = 0; isa < 2; isa++)
+        for (int m = 0; m < 2; m++)
+            for (int bf = 0; bf < 2; bf++) {
+                if (!isa && m) continue; /* the reference kernels: the MLP (a GPT step takes seconds there) */
+                ct_context *ctx = test_ctx(isa ? -1 : CT_ISA_REF, isa);
+                ct_precision prec = bf ? CT_PRECISION_BF16 : CT_PRECISION_FP32;
+                ct_plan *p[2] = {0};
+                ct_node in, labels;
+                for (int opt = 0; opt < 2; opt++) {
+                    CHECK_OK(ctx, model_plan_prec(ctx, k[m].model, k[m].batch, 1, opt, 0, prec, &p[opt], &in, &labels));
+                    CHECK_OK(ctx, fill_and_step(p[opt], in, labels, k[m].classes));
+                }
+                int inplace = 0;
+                const ct_plan *q = p[1];
+                for (int i = 0; i < q->g.n; i++) {
+                    const ct_node_def *d = &q->g.nodes[i];
+                    if (!q->pn[i].live || q->pn[i].arena != CT_ARENA_ACT || !ct_op_table(d->op)->inplace) continue;
+                    ct_node r = q->pn[d->in[0]].root;
+                    inplace += q->pn[r].arena == CT_ARENA_ACT && q->pn[r].offset == q->pn[i].offset;
+                }
+                int same;
+                double diff = plan_diff(p[1], p[0], &same);
+                printf("    %s %-15s %s: %d nodes in place, max rel diff vs separate buffers %.2e%s\n",
+                       isa ? "fast" : "ref ", k[m].model, bf ? "bf16" : "fp32", inplace, diff,
+                       same ? " (bit-identical)" : "");
+                CHECK(inplace > 0);
+                CHECK(same);
+                for (int i = 0; i < 2; i++) ct_plan_free(p[i]);
+                ct_context_free(ctx);
+            }
+}
+
 TEST(summary_dot_and_registry) {
     ct_context *ctx = test_ctx(-1, 1);
     ct_plan *p;
@@ -466,5 +509,5 @@ TEST(summary_dot_and_registry) {
 
 TEST_MAIN(T(seeds_json_rule_fuses_conv_bias), T(bad_rules_are_named), T(levels_give_equal_results),
           T(residual_add_relu_equals_unfused), T(bf16_cast_fold_equals_unfused), T(gelu_backward_keeps_the_activation_for_the_weight_gradient),
-          T(level2_cuts_activation_memory), T(memory_opt_off_gives_every_value_its_buffer),
+          T(level2_cuts_activation_memory), T(memory_opt_off_gives_every_value_its_buffer), T(in_place_nodes_match_separate_buffers),
           T(summary_dot_and_registry))

@@ -184,10 +184,9 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
     case CT_OP_LINEAR: {
         ct_node x = in[0], w = in[1];
         int64_t O = g->nodes[w].shape[0], I = g->nodes[w].shape[1];
-        if (needs(req, x)) {
-            CT_TRY(bmatmul(g, dy, w, 0, 0, &t));
-            CT_TRY(accumulate(g, grads, fresh, x, t));
-        }
+        /* Weight and bias gradients first: x, often saved for dW only, is
+         * then freed before dx is allocated, and the parameter gradients a
+         * bucket waits for are final sooner. The conv rule does the same. */
         if (needs(req, w)) {
             CT_TRY(breshape(g, dy, 2, (int64_t[]){-1, O}, &u));
             CT_TRY(breshape(g, x, 2, (int64_t[]){-1, I}, &v));
@@ -198,13 +197,13 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
             CT_TRY(sum_except(g, dy, D.ndim - 1, &t));
             CT_TRY(accumulate(g, grads, fresh, in[2], t));
         }
+        if (needs(req, x)) {
+            CT_TRY(bmatmul(g, dy, w, 0, 0, &t));
+            CT_TRY(accumulate(g, grads, fresh, x, t));
+        }
         return CT_OK;
     }
     case CT_OP_CONV2D:
-        if (needs(req, in[0])) {
-            CT_TRY(bnode(g, CT_OP_CONV2D_BWD_DATA, 2, (ct_node[]){dy, in[1]}, &D, in[0], &t));
-            CT_TRY(accumulate(g, grads, fresh, in[0], t));
-        }
         if (needs(req, in[1])) {
             CT_TRY(bnode(g, CT_OP_CONV2D_BWD_WEIGHT, 2, (ct_node[]){dy, in[0]}, &D, in[1], &t));
             CT_TRY(accumulate(g, grads, fresh, in[1], t));
@@ -212,6 +211,10 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
         if (D.n_in > 2 && needs(req, in[2])) {
             CT_TRY(sum_except(g, dy, 1, &t));
             CT_TRY(accumulate(g, grads, fresh, in[2], t));
+        }
+        if (needs(req, in[0])) {
+            CT_TRY(bnode(g, CT_OP_CONV2D_BWD_DATA, 2, (ct_node[]){dy, in[1]}, &D, in[0], &t));
+            CT_TRY(accumulate(g, grads, fresh, in[0], t));
         }
         return CT_OK;
     case CT_OP_MAXPOOL2D:

@@ -562,13 +562,16 @@ static int reshape_for_dw(const ct_graph *g, ct_node rs, ct_node v) {
 
 /* After gelu+linear: the activation's backward d = UNARY_BWD(a, h) (a the
  * linear's dx) runs after the weight gradient m = MATMUL_PRO(u, h), which
- * recomputes act(h). Instead d keeps the activation (UNARY_BWD_KEEP, moved to
- * m's place, one pass over h for both) and the weight gradient reads it
- * (MATMUL_AUX, at d's place). Node ids stay topological: d's inputs come
- * before m, and every reader of m comes after d (else nothing changes). */
+ * recomputes act(h). Instead d keeps the activation (UNARY_BWD_KEEP, one pass
+ * over h for both) and the weight gradient reads it (MATMUL_AUX) after it.
+ * Autodiff emits a linear's weight gradient before its dx (m < a < d), so
+ * the three rotate: a's matmul moves to m's place, the keep node to a's and
+ * the weight gradient to d's. (With a < m the two swap places.) Node ids stay
+ * topological: a's inputs come before m, a's and d's readers after them, and
+ * every reader of m comes after d (else nothing changes). */
 static void keep_activation(ct_plan *p, ct_node h, int kind, ct_node m) {
     ct_graph *g = &p->g;
-    reader r[MAX_READERS], rd[MAX_READERS], rm[MAX_READERS];
+    reader r[MAX_READERS], rd[MAX_READERS], rm[MAX_READERS], ra[MAX_READERS];
     int nr = readers_of(g, h, r, MAX_READERS);
     if (nr > MAX_READERS) return;
     ct_node d = CT_NONE;
@@ -580,24 +583,51 @@ static void keep_activation(ct_plan *p, ct_node h, int kind, ct_node m) {
         if (d != CT_NONE) return; /* two backwards of one activation: leave them */
         d = r[i].node;
     }
-    if (d == CT_NONE || d <= m || g->nodes[d].in[0] >= m || g->nodes[d].in[1] >= m) return;
+    if (d == CT_NONE || d <= m || g->nodes[d].in[1] >= m) return;
+    ct_node a = g->nodes[d].in[0];
+    int rotate = a > m, na = 0;
+    if (rotate) {
+        const ct_node_def *A = &g->nodes[a];
+        if (p->fused_group[a] >= 0 || A->op == CT_OP_RESHAPE) return;
+        for (int j = 0; j < A->n_in; j++)
+            if (A->in[j] >= m) return;
+        na = readers_of(g, a, ra, MAX_READERS);
+        if (na > MAX_READERS) return;
+    } else if (a == m) {
+        return;
+    }
     int nd = readers_of(g, d, rd, MAX_READERS), nm = readers_of(g, m, rm, MAX_READERS);
     if (nd > MAX_READERS || nm > MAX_READERS) return;
     for (int i = 0; i < nm; i++)
         if (rm[i].node <= d) return;
-    ct_node_def K = g->nodes[d], M = g->nodes[m];
+    ct_node k = rotate ? a : m; /* where the keep node goes */
+    ct_node_def K = g->nodes[d], M = g->nodes[m], A = g->nodes[a];
     K.op = CT_OP_UNARY_BWD_KEEP;
     M.op = CT_OP_MATMUL_AUX;
     M.n_in = 2;
-    M.in[1] = m; /* the keep node, read for its aux */
+    M.in[1] = k; /* the keep node, read for its aux */
     for (int j = 2; j < (int)(sizeof M.ia / sizeof M.ia[0]); j++) M.ia[j] = 0;
     M.fa[0] = 0.0f;
-    g->nodes[m] = K;
+    if (rotate) {
+        K.in[0] = m;
+        g->nodes[m] = A;
+        for (int i = 0; i < na; i++)
+            if (ra[i].node != d) g->nodes[ra[i].node].in[ra[i].slot] = m;
+        /* m left the group for a (the keep node) */
+        ct_fused_group *gr = &p->groups[p->fused_group[m]];
+        for (int i = 0; i < gr->n_nodes; i++)
+            if (gr->nodes[i] == m) gr->nodes[i] = a;
+        p->fused_group[a] = p->fused_group[m];
+        p->fused_group[m] = -1;
+    }
+    g->nodes[k] = K;
     g->nodes[d] = M;
-    for (int i = 0; i < nd; i++) g->nodes[rd[i].node].in[rd[i].slot] = m;
+    for (int i = 0; i < nd; i++) g->nodes[rd[i].node].in[rd[i].slot] = k;
     for (int i = 0; i < nm; i++) g->nodes[rm[i].node].in[rm[i].slot] = d;
-    for (int i = 0; i < p->n_params; i++) /* either may be a parameter's gradient */
-        p->param_grads[i] = p->param_grads[i] == m ? d : p->param_grads[i] == d ? m : p->param_grads[i];
+    for (int i = 0; i < p->n_params; i++) { /* any of them may be a parameter's gradient */
+        ct_node q = p->param_grads[i];
+        p->param_grads[i] = q == m ? d : q == d ? k : rotate && q == a ? m : q;
+    }
     group_add_node(p, d);
 }
 

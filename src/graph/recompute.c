@@ -157,6 +157,9 @@ ct_status ct_pass_recompute(ct_plan *p) {
         }
     for (int i = 0; i < nf; i++) {
         if (seg[i] < 0 || keep[i]) continue;
+        /* a parameter's low-precision copy stays: it lives between steps in
+         * the weight-copy arena, so a recomputed copy would only add bytes */
+        if (old[i].op == CT_OP_CAST && old[old[i].in[0]].op == CT_OP_PARAM) continue;
         if (old[i].op == CT_OP_RESHAPE) drop[i] = drop[old[i].in[0]];
         else drop[i] = (op_kind(old[i].op) & mask) != 0;
     }

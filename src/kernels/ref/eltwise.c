@@ -92,7 +92,7 @@ ct_status ct_k_dropout_ref(ct_kargs *k) {
     float *y = k->out.data, p = k->node->fa[0];
     int64_t n = ct_tensor_numel(&k->out);
     if (!k->training || p == 0.0f) {
-        memcpy(y, x, (size_t)n * sizeof *y);
+        if (y != x) memcpy(y, x, (size_t)n * sizeof *y); /* in place (ct_op_info.inplace): nothing to do */
         return CT_OK;
     }
     float scale = 1.0f / (1.0f - p);
