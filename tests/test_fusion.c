@@ -466,6 +466,44 @@ TEST(in_place_nodes_match_separate_buffers) {
             }
 }
 
+/* The plan describes its activation peak (ctrain graph prints it): the
+ * bytes by kind add up to the lower bound, those by dtype to the values,
+ * the largest buffers are sorted and live there; gpt-char-small's autocast
+ * peak is in backward, where the saved forward values dominate and the
+ * FP32 residual stream is what FP32 remains. */
+TEST(activation_peak_is_described) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_plan *p;
+    ct_node in, labels;
+    CHECK_OK(ctx, model_plan_prec(ctx, "gpt-char-small", 8, 1, 1, 1, CT_PRECISION_BF16, &p, &in, &labels));
+    const ct_act_peak *pk = &p->act_peak;
+    CHECK(pk->at >= p->n_fwd && pk->at < p->g.n);
+    CHECK(pk->inputs + pk->fwd + pk->bwd + pk->aux + pk->cvt == p->act_bytes_min);
+    size_t by = 0;
+    for (int d = 0; d < CT_DTYPE_COUNT; d++) by += pk->by_dtype[d];
+    CHECK(by == pk->inputs + pk->fwd + pk->bwd);
+    CHECK(pk->fwd > pk->bwd && pk->by_dtype[CT_BF16] > pk->by_dtype[CT_F32] && pk->by_dtype[CT_F32] > 0);
+    CHECK(pk->n_top == CT_PEAK_TOP);
+    for (int k = 0; k < pk->n_top; k++) {
+        CHECK(k == 0 || pk->top[k].bytes <= pk->top[k - 1].bytes);
+        CHECK(pk->top[k].node <= pk->at && pk->top[k].bytes <= p->act_bytes_min);
+    }
+    const char *path = test_tmp_path("summary.txt");
+    FILE *f = fopen(path, "w");
+    CHECK(f);
+    CHECK_OK(ctx, ct_plan_write_summary(p, f));
+    fclose(f);
+    f = fopen(path, "r");
+    CHECK(f);
+    static char buf[1 << 17];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    CHECK(strstr(buf, "at that peak, node ") && strstr(buf, "values by dtype: f32 ") && strstr(buf, "largest: "));
+    ct_plan_free(p);
+    ct_context_free(ctx);
+}
+
 TEST(summary_dot_and_registry) {
     ct_context *ctx = test_ctx(-1, 1);
     ct_plan *p;
@@ -509,5 +547,5 @@ TEST(summary_dot_and_registry) {
 
 TEST_MAIN(T(seeds_json_rule_fuses_conv_bias), T(bad_rules_are_named), T(levels_give_equal_results),
           T(residual_add_relu_equals_unfused), T(bf16_cast_fold_equals_unfused), T(gelu_backward_keeps_the_activation_for_the_weight_gradient),
-          T(level2_cuts_activation_memory), T(memory_opt_off_gives_every_value_its_buffer), T(in_place_nodes_match_separate_buffers),
+          T(level2_cuts_activation_memory), T(memory_opt_off_gives_every_value_its_buffer), T(in_place_nodes_match_separate_buffers), T(activation_peak_is_described),
           T(summary_dot_and_registry))

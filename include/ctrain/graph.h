@@ -532,7 +532,7 @@ int ct_plan_fusion_count(const ct_plan *p, const char *pattern);
 /* How often rule i of the compile's fusion_rules matched (-1: no such rule). */
 int ct_plan_fusion_rule_matches(const ct_plan *p, int i);
 /* The plan as text (ctrain graph): nodes with op, shape, kernel and fused
- * group; the fused groups; memory by category; the peak. */
+ * group; the fused groups; memory by category; the peak and what is live there. */
 ct_status ct_plan_write_summary(const ct_plan *p, FILE *f);
 /* Graphviz DOT of the forward and backward graphs (live nodes), each fused
  * group a cluster. */

@@ -1,6 +1,6 @@
 /* src/graph/fusion_report.c - the plan as text and as Graphviz DOT (ctrain
  * graph): live nodes with op, shape, dtype, kernel and fused group; the fused
- * groups; memory by category and the peak. */
+ * groups; memory by category and the peak (with what is live there). */
 #include <string.h>
 
 #include "plan.h"
@@ -83,6 +83,25 @@ ct_status ct_plan_write_summary(const ct_plan *p, FILE *f) {
     fprintf(f, "    all, no reuse       %10.2f\n", MIB(p->act_bytes_no_reuse));
     fprintf(f, "  activation arena      %10.2f  (placed by lifetime, reuse %s; the most bytes live at once: %.2f)\n",
             MIB(p->act_bytes), p->memory_opt ? "on" : "off", MIB(p->act_bytes_min));
+    const ct_act_peak *pk = &p->act_peak;
+    if (p->memory_opt && pk->at >= 0 && pk->at < p->g.n) {
+        const ct_node_def *at = &p->g.nodes[pk->at];
+        fprintf(f, "    at that peak, node %d (%s, %s %s):\n", pk->at, at->name,
+                at->flags & CT_NODE_BACKWARD ? "backward" : "forward", ct_op_table(at->op)->name);
+        fprintf(f, "      forward values %.2f, backward values %.2f, saved state %.2f, FP32 copies %.2f, inputs %.2f\n",
+                MIB(pk->fwd), MIB(pk->bwd), MIB(pk->aux), MIB(pk->cvt), MIB(pk->inputs));
+        fprintf(f, "      values by dtype:");
+        for (int d = 0; d < CT_DTYPE_COUNT; d++)
+            if (pk->by_dtype[d]) fprintf(f, " %s %.2f", ct_dtype_name((ct_dtype)d), MIB(pk->by_dtype[d]));
+        fprintf(f, "\n      largest:");
+        for (int k = 0; k < pk->n_top; k++) {
+            const ct_node_def *d = &p->g.nodes[pk->top[k].node];
+            fprintf(f, "%s %s%s %s %.2f", k ? "," : "", d->name,
+                    pk->top[k].kind == 1 ? " (saved state)" : pk->top[k].kind == 2 ? " (FP32 copies)" : "",
+                    pk->top[k].kind == 0 ? ct_dtype_name(d->dtype) : "", MIB(pk->top[k].bytes));
+        }
+        fprintf(f, "\n");
+    }
     fprintf(f, "  workspace             %10.2f\n", MIB(p->ws_bytes));
     fprintf(f, "  peak (all of the above) %8.2f\n",
             MIB(pb * (p->loss != CT_NONE ? 2 : 1) + bb + p->wcast_bytes + p->act_bytes + p->ws_bytes));

@@ -43,6 +43,21 @@ typedef struct ct_plan_node {
     void *data, *aux, *cache;
 } ct_plan_node;
 
+/* The activation arena at its peak (the first node at which the most bytes
+ * are live): bytes by kind and by dtype, and the largest buffers. */
+#define CT_PEAK_TOP 5
+typedef struct ct_act_peak {
+    int at;                 /* node index, -1: no activations             */
+    size_t inputs, fwd, bwd, aux, cvt; /* inputs; forward / backward values; saved state; FP32 copies */
+    size_t by_dtype[CT_DTYPE_COUNT]; /* values and inputs by their dtype  */
+    int n_top;
+    struct {
+        ct_node node;
+        uint8_t kind;       /* 0 value, 1 saved state (aux), 2 FP32 copies */
+        size_t bytes;
+    } top[CT_PEAK_TOP];
+} ct_act_peak;
+
 struct ct_plan {
     ct_context *ctx;
     ct_graph g;          /* owned snapshot incl. backward nodes               */
@@ -102,6 +117,7 @@ struct ct_plan {
     int memory_opt;          /* 0: every value its own block (no reuse)       */
     size_t act_bytes_no_reuse; /* the activation arena without reuse         */
     size_t act_bytes_min;    /* the most activation bytes live at once: no placement is smaller */
+    ct_act_peak act_peak;    /* what is live then (ctrain graph prints it)    */
     int n_groups;            /* fused groups                                  */
     ct_fused_group *groups;
     int *fused_group;        /* node -> its group, -1 (NULL until fusion ran) */
