@@ -44,6 +44,14 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
   expect truncated_idx 1 "E70002.*truncated" -- "$CT" train --data-dir "$tmp/trunc"
   expect corrupt_idx 1 "E70002" -- "$CT" train --data-dir "$tmp/corrupt"
   expect short_real_run 0 "test acc" -- "$CT" train --epochs 1 --max-steps 30 --batch-size 64 --hidden 64 --threads 2
+  # recomputation that lowers the peak (the deep MLP) runs without a warning
+  out=$(timeout -k 5 300 "$CT" train --recipe recipes/mnist_deep_mlp_accum_recompute.json --epochs 1 --max-steps 2 --threads 2 --quiet 2>&1)
+  rc=$?
+  if [ "$rc" -eq 0 ] && printf '%s' "$out" | grep -q "^done: 2 steps" && ! printf '%s' "$out" | grep -q "warning: recomputation"; then
+    ok "recompute that pays: no warning"
+  else
+    bad "recompute that pays (rc $rc) warned or failed" "$out"
+  fi
   # profiler: DIR/trace.json and the doctor's verdict; an unwritable DIR only warns
   expect profile_run 0 "profile: .*/prof/trace.json.*compute utilization.*memory.*communication.*data stall" -- \
     "$CT" train --epochs 1 --max-steps 20 --batch-size 64 --hidden 64 --threads 2 --profile "$tmp/prof"
@@ -90,6 +98,10 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
     # --set overrides a recipe key (here the precision: the plan then has BF16 weight copies); a bad value names it
     expect graph_cnn_bf16 0 "bf16 weight copies" -- "$CT" graph --recipe recipes/fashion_cnn.json --set precision=bf16
     expect graph_bad_set 1 "'bf17' is not one of" -- "$CT" graph --recipe recipes/fashion_cnn.json --set precision=bf17 --quiet
+    # recompute_every where it would raise the peak (the recomputed first block meets backward's working set):
+    # the run says so, with both figures, and trains without it
+    expect recompute_no_gain 0 "warning: recomputation \(recompute_every 1.*would not lower.*\(4[0-9.]+ MiB with it, 3[0-9.]+ without.*training without it.*37\.[0-9] MiB activations.*done: 2 steps" -- \
+      "$CT" train --recipe recipes/fashion_cnn.json --set recompute_every=1 --epochs 1 --max-steps 2 --threads 2 --quiet
     size=$(stat -c %s "$tmp/prof_cnn/trace.json" 2>/dev/null || echo 0)
     [ "$size" -gt 0 ] && [ "$size" -lt 4000000 ] && ok "cnn trace is bounded ($size bytes)" || bad "cnn trace size $size"
   else
