@@ -466,6 +466,22 @@ TEST(in_place_nodes_match_separate_buffers) {
             }
 }
 
+/* The plan's summary (dot 0) or DOT (dot 1), written to the test file `name`
+ * and read back into buf (NUL-terminated, cut at size - 1). */
+static ct_status plan_text(const ct_plan *p, int dot, const char *name, char *buf, size_t size) {
+    const char *path = test_tmp_path(name);
+    FILE *f = fopen(path, "w");
+    if (!f) return CT_E_IO;
+    ct_status s = dot ? ct_plan_write_dot(p, f) : ct_plan_write_summary(p, f);
+    if (fclose(f) != 0 && s == CT_OK) s = CT_E_IO;
+    if (s != CT_OK) return s;
+    if (!(f = fopen(path, "r"))) return CT_E_IO;
+    size_t n = fread(buf, 1, size - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return CT_OK;
+}
+
 /* The plan describes its activation peak (ctrain graph prints it): the
  * bytes by kind add up to the lower bound, those by dtype to the values,
  * the largest buffers are sorted and live there; gpt-char-small's autocast
@@ -488,17 +504,8 @@ TEST(activation_peak_is_described) {
         CHECK(k == 0 || pk->top[k].bytes <= pk->top[k - 1].bytes);
         CHECK(pk->top[k].node <= pk->at && pk->top[k].bytes <= p->act_bytes_min);
     }
-    const char *path = test_tmp_path("summary.txt");
-    FILE *f = fopen(path, "w");
-    CHECK(f);
-    CHECK_OK(ctx, ct_plan_write_summary(p, f));
-    fclose(f);
-    f = fopen(path, "r");
-    CHECK(f);
     static char buf[1 << 17];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    fclose(f);
+    CHECK_OK(ctx, plan_text(p, 0, "summary.txt", buf, sizeof buf));
     CHECK(strstr(buf, "at that peak, node ") && strstr(buf, "values by dtype: f32 ") && strstr(buf, "largest: "));
     ct_plan_free(p);
     ct_context_free(ctx);
@@ -509,17 +516,8 @@ TEST(summary_dot_and_registry) {
     ct_plan *p;
     ct_node in, labels;
     CHECK_OK(ctx, model_plan(ctx, "cnn", 4, 1, 1, 1, &p, &in, &labels));
-    const char *path = test_tmp_path("plan.dot");
-    FILE *f = fopen(path, "w");
-    CHECK(f);
-    CHECK_OK(ctx, ct_plan_write_dot(p, f));
-    fclose(f);
-    f = fopen(path, "r");
-    CHECK(f);
     static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    fclose(f);
+    CHECK_OK(ctx, plan_text(p, 1, "plan.dot", buf, sizeof buf));
     CHECK(!strncmp(buf, "digraph plan {", 14) && strstr(buf, "subgraph cluster_fused_1") &&
           strstr(buf, "batchnorm+relu") && strstr(buf, "relu_mask_bwd"));
     ct_plan_free(p);

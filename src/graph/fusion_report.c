@@ -96,9 +96,11 @@ ct_status ct_plan_write_summary(const ct_plan *p, FILE *f) {
         fprintf(f, "\n      largest:");
         for (int k = 0; k < pk->n_top; k++) {
             const ct_node_def *d = &p->g.nodes[pk->top[k].node];
-            fprintf(f, "%s %s%s %s %.2f", k ? "," : "", d->name,
-                    pk->top[k].kind == 1 ? " (saved state)" : pk->top[k].kind == 2 ? " (FP32 copies)" : "",
-                    pk->top[k].kind == 0 ? ct_dtype_name(d->dtype) : "", MIB(pk->top[k].bytes));
+            fprintf(f, "%s %s %s %.2f", k ? "," : "", d->name,
+                    pk->top[k].kind == 1   ? "(saved state)"
+                    : pk->top[k].kind == 2 ? "(FP32 copies)"
+                                           : ct_dtype_name(d->dtype),
+                    MIB(pk->top[k].bytes));
         }
         fprintf(f, "\n");
     }
