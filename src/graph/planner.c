@@ -122,45 +122,44 @@ static size_t live_peak(const request *rq, int nr, int n, int64_t *delta, int *a
     return (size_t)peak;
 }
 
-/* What is live at the peak t: each request's owner is the last node at or
- * before t that it serves (in place, a buffer serves several nodes). */
+/* What is live at the peak t. A request's owner is the last node at or
+ * before t that it serves (in place, one buffer serves several nodes);
+ * own: nr ints of scratch. */
 static void describe_peak(ct_plan *p, const request *rq, int nr, const int *rq_of, const int *aux_rq,
-                          const int *cvt_rq, int t) {
+                          const int *cvt_rq, int t, int *own) {
     ct_act_peak *pk = &p->act_peak;
     memset(pk, 0, sizeof *pk);
     pk->at = t;
     if (t < 0) return;
     const ct_graph *g = &p->g;
-    for (int i = 0; i <= t && i < g->n; i++) {
-        for (int kind = 0; kind < 3; kind++) {
-            int k = (kind == 0 ? rq_of : kind == 1 ? aux_rq : cvt_rq)[i];
-            if (k < 0 || k >= nr || rq[k].start > t || rq[k].end < t) continue;
-            if (kind == 0 && rq_of[i] == k) { /* skip i if a later node (<= t) took the buffer over in place */
-                int later = 0;
-                for (int j = i + 1; j <= t && j < g->n && !later; j++) later = rq_of[j] == k;
-                if (later) continue;
-            }
-            size_t b = rq[k].size;
-            const ct_node_def *d = &g->nodes[i];
-            if (kind == 1) pk->aux += b;
-            else if (kind == 2) pk->cvt += b;
-            else {
-                if (d->op == CT_OP_INPUT) pk->inputs += b;
-                else if (d->flags & CT_NODE_BACKWARD) pk->bwd += b;
-                else pk->fwd += b;
-                if ((unsigned)d->dtype < CT_DTYPE_COUNT) pk->by_dtype[d->dtype] += b;
-            }
-            /* the largest, in order (ties: the earlier node first) */
-            int pos = pk->n_top;
-            while (pos > 0 && pk->top[pos - 1].bytes < b) pos--;
-            if (pos >= CT_PEAK_TOP) continue;
-            int last = pk->n_top < CT_PEAK_TOP ? pk->n_top : CT_PEAK_TOP - 1;
-            memmove(&pk->top[pos + 1], &pk->top[pos], sizeof pk->top[0] * (size_t)(last - pos));
-            pk->top[pos].node = i;
-            pk->top[pos].kind = (uint8_t)kind;
-            pk->top[pos].bytes = b;
-            if (pk->n_top < CT_PEAK_TOP) pk->n_top++;
+    const int *const of[3] = {rq_of, aux_rq, cvt_rq}; /* kind 0 value, 1 saved state, 2 FP32 copies */
+    for (int k = 0; k < nr; k++) own[k] = -1;
+    for (int i = 0; i <= t && i < g->n; i++)
+        for (int kind = 0; kind < 3; kind++)
+            if (of[kind][i] >= 0 && of[kind][i] < nr) own[of[kind][i]] = 3 * i + kind;
+    for (int k = 0; k < nr; k++) {
+        if (own[k] < 0 || rq[k].start > t || rq[k].end < t) continue;
+        const int i = own[k] / 3, kind = own[k] % 3;
+        const size_t b = rq[k].size;
+        const ct_node_def *d = &g->nodes[i];
+        if (kind == 1) pk->aux += b;
+        else if (kind == 2) pk->cvt += b;
+        else {
+            if (d->op == CT_OP_INPUT) pk->inputs += b;
+            else if (d->flags & CT_NODE_BACKWARD) pk->bwd += b;
+            else pk->fwd += b;
+            if ((unsigned)d->dtype < CT_DTYPE_COUNT) pk->by_dtype[d->dtype] += b;
         }
+        /* the largest, in order (ties: the earlier request first) */
+        int pos = pk->n_top;
+        while (pos > 0 && pk->top[pos - 1].bytes < b) pos--;
+        if (pos >= CT_PEAK_TOP) continue;
+        int last = pk->n_top < CT_PEAK_TOP ? pk->n_top : CT_PEAK_TOP - 1;
+        memmove(&pk->top[pos + 1], &pk->top[pos], sizeof pk->top[0] * (size_t)(last - pos));
+        pk->top[pos].node = i;
+        pk->top[pos].kind = (uint8_t)kind;
+        pk->top[pos].bytes = b;
+        if (pk->n_top < CT_PEAK_TOP) pk->n_top++;
     }
 }
 
@@ -357,7 +356,7 @@ ct_status ct_pass_plan_memory(ct_plan *p) {
     static int (*const orders[])(const void *, const void *) = {NULL, by_size_desc, by_area_desc, by_length_desc};
     int peak_at;
     p->act_bytes_min = live_peak(rq, nr, n, delta, &peak_at);
-    describe_peak(p, rq, nr, rq_of, aux_rq, cvt_rq, peak_at);
+    describe_peak(p, rq, nr, rq_of, aux_rq, cvt_rq, peak_at, order); /* order: scratch until the placements */
     size_t high = SIZE_MAX;
     for (int v = 0; v < (int)(sizeof orders / sizeof orders[0]) && high > p->act_bytes_min; v++) {
         for (int k = 0; k < nr; k++) order[k] = k;
