@@ -15,7 +15,7 @@ CFLAGS_BASE += -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-re
                -fno-omit-frame-pointer
 LDSAN := -fsanitize=address,undefined,float-cast-overflow
 endif
-# Open MPI (src/dist/): the library and the CLI still run as one process without mpirun
+# Open MPI (src/comm/): the library and the CLI still run as one process without mpirun
 MPI_CFLAGS := $(shell pkg-config --cflags ompi-c)
 MPI_LIBS   := $(shell pkg-config --libs ompi-c)
 # libjpeg-turbo and libpng (src/data/image_decode.c); pkg-config where it knows them

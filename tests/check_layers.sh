@@ -7,7 +7,7 @@
 #   0 core     src/core     context, tensors, IR types, the one CPU probe
 #   1 kernels  src/kernels  every kernel, all ISA dispatch, conversions,
 #                           optimizer update loops
-#   1 dist     src/dist     the communicator (MPI): world, collectives
+#   1 dist     src/comm     the communicator (MPI): world, collectives
 #   2 graph    src/graph src/models  builders, autodiff, passes, planner, executor
 #   3 optim    src/optim src/amp
 #   4 io       src/io src/prof src/data
@@ -25,7 +25,7 @@ layer_of() { # path relative to the root -> "rank name", or nothing
   case "$1" in
     src/core/*) echo "0 core" ;;
     src/kernels/*) echo "1 kernels" ;;
-    src/dist/*) echo "1 dist" ;;
+    src/comm/*) echo "1 dist" ;;
     src/graph/* | src/models/*) echo "2 graph" ;;
     src/optim/* | src/amp/*) echo "3 optim/amp" ;;
     src/io/* | src/prof/* | src/data/*) echo "4 io/prof/data" ;;

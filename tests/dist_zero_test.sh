@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/dist_zero_test.sh - ZeRO and the deterministic mode (docs/distributed.md).
 # Every mpirun runs under `timeout -k`, on a 640-image MNIST subset:
-#   - the collectives of src/dist/zero.c and the sharded optimizer on 2 and 4
+#   - the collectives of src/comm/zero_collectives.c and the sharded optimizer on 2 and 4
 #     ranks (tests/test_dist_zero);
 #   - zero_stage 1 and 2 end with the weights of zero_stage 0 (DDP) within FP32
 #     tolerance at 2 and 4 ranks for AdamW and SGD with momentum; stage 2 is

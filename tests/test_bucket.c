@@ -1,5 +1,5 @@
 /* tests/test_bucket.c - gradient buckets (ct_buckets, include/ctrain/dist.h;
- * src/dist/bucket.c).
+ * src/comm/bucket.c).
  *
  *   test_bucket                 on a world of one process (planning, no MPI)
  *   mpirun -np N test_bucket    every reduction checked on every rank

@@ -1,5 +1,5 @@
 /* tests/test_dist_zero.c - the collectives of the deterministic mode and of
- * ZeRO (src/dist/zero.c) and the sharded optimizer (ct_optimizer_set_shard).
+ * ZeRO (src/comm/zero_collectives.c) and the sharded optimizer (ct_optimizer_set_shard).
  *
  *   test_dist_zero                  the tests on a world of one process
  *   mpirun -np N test_dist_zero     the same tests on N ranks (tests/dist_zero_test.sh)
@@ -217,7 +217,7 @@ static int bench(int reps) {
     MPI_Comm m = MPI_COMM_WORLD;
     const int kbs[] = {256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536};
     if (rank == 0) {
-        printf("| buffer | MPI_Reduce_scatter_block | ring (zero.c) | faster |\n|---:|---:|---:|---|\n");
+        printf("| buffer | MPI_Reduce_scatter_block | ring (zero_collectives.c) | faster |\n|---:|---:|---:|---|\n");
         fflush(stdout);
     }
     for (int k = 0; k < 9; k++) {

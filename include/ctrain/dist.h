@@ -1,6 +1,6 @@
 /* ctrain/dist.h - the communicator: the processes of one training job (the
  * "world"), each with a rank in [0, size), and the collectives data parallel
- * training needs (src/dist/comm.c, over MPI).
+ * training needs (src/comm/comm.c, over MPI).
  *
  * A program that is started by an MPI launcher (mpirun / mpiexec, Slurm's
  * srun, any PMIx or PMI launcher: ct_comm_launched) gets a world of all the
@@ -124,7 +124,7 @@ ct_status ct_comm_wait(ct_comm_request *r);
  * completes like ct_comm_iallreduce_f32 (ct_comm_test / ct_comm_wait). */
 ct_status ct_comm_iallreduce_half(ct_comm *c, uint16_t *x, size_t n, int bf16, ct_comm_request *r);
 
-/* ---- gradient buckets (src/dist/bucket.c, docs/distributed.md) ----------------- */
+/* ---- gradient buckets (src/comm/bucket.c, docs/distributed.md) ----------------- */
 /* The gradient arena cut into buckets, each a contiguous range of whole
  * parameters, filled in the order backward finalizes the gradients while
  * the next parameter is a neighbour in the arena (or would be but for
@@ -210,7 +210,7 @@ typedef struct ct_comm_stats {
     uint64_t allgather_calls, allgather_bytes;
     uint64_t barrier_calls;
     double seconds;
-    uint64_t reduce_scatter_calls, reduce_scatter_bytes; /* ZeRO (zero.c): bytes of the whole buffer */
+    uint64_t reduce_scatter_calls, reduce_scatter_bytes; /* ZeRO (zero_collectives.c): bytes of the whole buffer */
 } ct_comm_stats;
 void ct_comm_get_stats(const ct_comm *c, ct_comm_stats *out);
 
@@ -224,7 +224,7 @@ int ct_comm_busy(ct_comm *c, double *seconds, const char **what);
 void ct_comm_enter(ct_comm *c, const char *what);
 void ct_comm_leave(ct_comm *c);
 
-/* ---- deterministic and sharded collectives (src/dist/zero.c) -------------------------------------
+/* ---- deterministic and sharded collectives (src/comm/zero_collectives.c) -------------------------
  * For the deterministic mode and ZeRO (docs/distributed.md). */
 
 /* In place, every rank: x (n) <- the sum over the ranks, added in a fixed
@@ -240,7 +240,7 @@ ct_status ct_comm_tree_allreduce_f32(ct_comm *c, float *x, size_t n, float *tmp)
 typedef enum ct_rs_algo {
     CT_RS_AUTO = 0, /* MPI below ct_comm_ring_threshold_bytes, the ring from there */
     CT_RS_MPI,      /* MPI_Reduce_scatter (in place)                                */
-    CT_RS_RING,     /* a ring of size - 1 MPI_Sendrecv steps (zero.c)               */
+    CT_RS_RING,     /* a ring of size - 1 MPI_Sendrecv steps (zero_collectives.c)          */
 } ct_rs_algo;
 /* Sum-reduce-scatter in place: x holds sum(counts) floats on every rank
  * (counts[0..size) the segments, in rank order); afterwards rank r's

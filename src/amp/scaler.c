@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "amp/scaler_internal.h"
+#include "amp/scaler_history.h"
 #include "ctrain/amp.h"
 
 struct ct_scaler {

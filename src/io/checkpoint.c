@@ -28,7 +28,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "amp/scaler_internal.h"
+#include "amp/scaler_history.h"
 #include "core/internal.h"
 #include "ctrain/checkpoint.h"
 #include "io/safetensors.h"

@@ -1,6 +1,6 @@
 /* src/train/data_parallel.c - what the trainer does on several ranks
  * (ct_train_opts.comm; docs/distributed.md), each part a call on the
- * communicator of src/dist/:
+ * communicator of src/comm/:
  *   start:      the task's share of every global batch (ct_task.shard), the
  *               per-rank recipe (batch_size / world), the ranks agree on the
  *               recipe and the plan (hashes), rank 0's weights and buffers

@@ -4,7 +4,7 @@
  * recipe's bucket_size_mb / overlap_communication / comm_progress /
  * grad_compression, fed by the plan's grad-ready hook, and shown: the
  * header's line, the profiler's per-bucket events and the run's summary.
- * The reduction itself is src/dist/bucket.c. */
+ * The reduction itself is src/comm/bucket.c. */
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>

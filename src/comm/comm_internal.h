@@ -1,9 +1,9 @@
-/* src/dist/comm_internal.h - what the collectives outside comm.c (zero.c)
+/* src/comm/comm_internal.h - what the collectives outside comm.c (zero_collectives.c)
  * need of the communicator: its MPI communicator (MPI_COMM_NULL for a world
  * of one process), its context, its statistics, and comm.c's error message
  * for a failed MPI call. */
-#ifndef CT_DIST_COMM_INTERNAL_H
-#define CT_DIST_COMM_INTERNAL_H
+#ifndef CT_COMM_COMM_INTERNAL_H
+#define CT_COMM_COMM_INTERNAL_H
 
 #include <mpi.h>
 
@@ -15,7 +15,7 @@ ct_comm_stats *ct_comm_stats_mut(ct_comm *c);
 ct_status ct_comm_mpi_fail(ct_comm *c, int err, const char *what);
 /* ct_buckets (bucket.c) lends the communicator to its progress thread
  * between ct_buckets_begin and ct_buckets_finish; meanwhile every blocking
- * collective (comm.c, zero.c) refuses with CT_E_STATE (ct_comm_claim)
+ * collective (comm.c, zero_collectives.c) refuses with CT_E_STATE (ct_comm_claim)
  * instead of racing the thread (MPI_THREAD_SERIALIZED) or sending its
  * collective between two buckets on one rank only. */
 void ct_comm_lend(ct_comm *c, int on);

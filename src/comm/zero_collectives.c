@@ -1,5 +1,5 @@
-/* src/dist/zero.c - the collectives of the deterministic mode and of ZeRO
- * (dist.h; docs/distributed.md):
+/* src/comm/zero_collectives.c - the collectives ZeRO and the deterministic mode add to the
+ * communicator (dist.h; docs/distributed.md):
  *   - a tree allreduce whose additions have one fixed shape (recursive
  *     doubling, lower + higher at every level), so that leaves summed
  *     pairwise on one rank and across ranks give the same bits at any

@@ -1,4 +1,4 @@
-/* src/dist/bucket.c - gradient buckets (dist.h, docs/distributed.md): the
+/* src/comm/bucket.c - gradient buckets (dist.h, docs/distributed.md): the
  * gradient arena cut into contiguous ranges of whole parameters, each summed
  * over the ranks by its own nonblocking allreduce, in place (no copy unless
  * compressed).
@@ -314,11 +314,11 @@ ct_status ct_buckets_create(ct_context *ctx, ct_comm *c, float *arena, size_t n_
         n_ready_params += pos[p] != INT_MAX;
         if (!k || p < k->p0 || p >= k->p0 + k->np)
             s = ct_set_error(ctx, CT_E_INTERNAL, "gradient buckets: parameter %d is in no bucket's range (a bug in "
-                             "src/dist/bucket.c: please report it)", p);
+                             "src/comm/bucket.c: please report it)", p);
     }
     if (s == CT_OK && (n_in != n_params || n_need != n_ready_params))
         s = ct_set_error(ctx, CT_E_INTERNAL, "gradient buckets: %d of %d parameters in the buckets, %d of %d "
-                         "gradients waited for (a bug in src/dist/bucket.c: please report it)", n_in, n_params,
+                         "gradients waited for (a bug in src/comm/bucket.c: please report it)", n_in, n_params,
                          n_need, n_ready_params);
     if (B->queue) memset(B->queue, 0, ((size_t)n_params + 1) * sizeof *B->queue);
     if (s == CT_OK && B->nb == 0 && n_floats) { /* no parameters: one bucket of the whole arena */

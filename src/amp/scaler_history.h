@@ -1,9 +1,10 @@
-/* src/amp/scaler_internal.h - the loss-scale history as text, for the
+/* src/amp/scaler_history.h - the loss-scale history as text, for the
  * checkpoint's metadata (src/io/checkpoint.c; docs/checkpoint-format.md):
  * a JSON array of [step, "event", "scale as a C99 hex float", param,
- * "tensor"], oldest first. */
-#ifndef CT_AMP_SCALER_INTERNAL_H
-#define CT_AMP_SCALER_INTERNAL_H
+ * "tensor"], oldest first. amp exports this header to the layers above
+ * (tests/check_layers.sh); the rest of the scaler is include/ctrain/amp.h. */
+#ifndef CT_AMP_SCALER_HISTORY_H
+#define CT_AMP_SCALER_HISTORY_H
 
 #include "ctrain/amp.h"
 
