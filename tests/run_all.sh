@@ -5,7 +5,9 @@
 # tests again with the ISA forced lower (CT_ISA=avx2 without oneDNN, and
 # CT_ISA=ref) so the fallback kernels run on this machine too, and the
 # native-BF16 test with oneDNN held below AVX-512 (its fallback). The layer
-# check (tests/check_layers.sh: includes point down only) and gcc's static
+# check (tests/check_layers.sh: the layer table; includes point down into
+# exported headers, calls point down and no file circles, by nm on the objects
+# built here), the function-size check (tests/check_size.sh) and gcc's static
 # analyzer (tests/lint_test.sh: make lint-gcc, docs/lint.md) run first.
 # Prints per-suite results and a final "N passed, N failed" line.
 #
@@ -58,6 +60,7 @@ make -j"$JOBS" BUILD=build >/dev/null || { echo "build failed"; make BUILD=build
 make -j"$JOBS" BUILD=build-asan SAN=1 OPT=-O1 >/dev/null || { echo "sanitizer build failed"; echo "0 passed, 1 failed"; exit 1; }
 
 run_suite "layers" bash tests/check_layers.sh
+run_suite "size" bash tests/check_size.sh
 run_suite "lint" bash tests/lint_test.sh
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:log_path=$san_dir/report

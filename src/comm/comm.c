@@ -452,7 +452,7 @@ ct_status ct_comm_wait(ct_comm_request *r) {
     return CT_OK;
 }
 
-/* ---- for the other collectives of src/comm/ (zero_collectives.c; comm_internal.h) -------------
+/* ---- for the other collectives of src/comm/ (zero_collectives.c; comm_internal.h) ----------- */
 MPI_Comm ct_comm_mpi_handle(ct_comm *c) { return c && c->mpi ? c->comm : MPI_COMM_NULL; }
 ct_context *ct_comm_context(ct_comm *c) { return c ? c->ctx : NULL; }
 ct_comm_stats *ct_comm_stats_mut(ct_comm *c) { return c ? &c->st : NULL; }
