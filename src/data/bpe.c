@@ -263,34 +263,41 @@ static size_t nul_escape(const char *t, size_t n) {
     return n;
 }
 
-/* Parses t[0..n) as one JSON object with only white space after it. */
-static ct_status parse_encoder(ct_context *ctx, const char *path, const char *t, size_t n, cJSON **root) {
-    *root = NULL;
+/* Parses t[0..n) as one JSON object with only white space after it: the
+ * object, or NULL with the error set (always CT_E_CORRUPT). */
+static cJSON *parse_encoder(ct_context *ctx, const char *path, const char *t, size_t n) {
     size_t first = 0, last = n;
     while (first < n && is_blank(t[first])) first++;
     while (last > first && is_blank(t[last - 1])) last--;
-    if (first >= n || t[first] != '{') return json_error(ctx, path, t, n, first, "not a JSON object (expected '{')");
+    const char *what = NULL;
+    size_t at = first;
     const char *nul = memchr(t, 0, n);
-    if (nul) return json_error(ctx, path, t, n, (size_t)(nul - t), "a NUL byte in a text file");
+    if (first >= n || t[first] != '{') what = "not a JSON object (expected '{')";
+    else if (nul) what = "a NUL byte in a text file", at = (size_t)(nul - t);
+    if (what) {
+        json_error(ctx, path, t, n, at, what);
+        return NULL;
+    }
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(t, n, &end, 0);
-    size_t at = end && end >= t ? (size_t)(end - t) : first;
-    /* cut short: cJSON points at the last byte when the text ran out, just
-     * after the opening quote of a string that is never closed */
-    if (!j && at < last && at > 0 && t[at - 1] == '"' && !memchr(t + at, '"', last - at)) at = last;
-    if (!j && at + 1 >= last)
-        return json_error(ctx, path, t, n, n, "the file ends before the object is closed with '}'");
-    if (!j) return json_error(ctx, path, t, n, at, "not valid JSON");
+    at = end && end >= t ? (size_t)(end - t) : first;
+    if (!j) {
+        /* cut short: cJSON points at the last byte when the text ran out, just
+         * after the opening quote of a string that is never closed */
+        if (at < last && at > 0 && t[at - 1] == '"' && !memchr(t + at, '"', last - at)) at = last;
+        if (at + 1 >= last) json_error(ctx, path, t, n, n, "the file ends before the object is closed with '}'");
+        else json_error(ctx, path, t, n, at, "not valid JSON");
+        return NULL;
+    }
     while (at < n && is_blank(t[at])) at++;
     size_t z = nul_escape(t, n);
-    ct_status s = CT_OK;
-    if (at < n) s = json_error(ctx, path, t, n, at, "text after the end of the object");
+    if (at < n) what = "text after the end of the object";
     else if (z < n)
-        s = json_error(ctx, path, t, n, z,
-                       "a string holds the character U+0000, which is not one of GPT-2's 256 byte characters");
-    if (s != CT_OK) cJSON_Delete(j);
-    else *root = j;
-    return s;
+        what = "a string holds the character U+0000, which is not one of GPT-2's 256 byte characters", at = z;
+    if (!what) return j;
+    json_error(ctx, path, t, n, at, what);
+    cJSON_Delete(j);
+    return NULL;
 }
 
 /* One key of encoder.json: its bytes at file + off, and its id. */
@@ -413,9 +420,9 @@ static ct_status index_strings(ct_context *ctx, ct_bpe *b, const char *path, con
 /* encoder.json -> b->file (the tokens' bytes), b->off/len (by id), b->n, the string table. */
 static ct_status load_encoder(ct_context *ctx, ct_bpe *b, const char *path, const int16_t *cp_to_byte) {
     size_t n;
-    cJSON *root = NULL;
     CT_TRY(ct_text_read_file(ctx, path, &b->file, &n));
-    CT_TRY(parse_encoder(ctx, path, b->file, n, &root));
+    cJSON *root = parse_encoder(ctx, path, b->file, n);
+    if (!root) return CT_E_CORRUPT;
     size_t cnt = 0;
     for (const cJSON *e = root->child; e; e = e->next) cnt++;
     ct_status s = CT_OK;
