@@ -65,9 +65,16 @@ static int parse_num(const char *flag, const char *v, double *out) {
     return 1;
 }
 
-int ct_cli_sample(int argc, char **argv) {
-    const char *ckpt = NULL, *prompt = "\n";
-    double tokens = 200, temp = 1.0, top_k = 0, seed = 0, threads = 0;
+/* The flags of `ctrain sample`. */
+typedef struct {
+    const char *ckpt, *prompt;
+    double tokens, temp, top_k, seed, threads;
+} sample_args;
+
+/* Reads and checks the flags: -1 to go on, else the exit code (0 after
+ * --help; 2 or 1 after printing the error). */
+static int sample_parse(int argc, char **argv, sample_args *sa) {
+    *sa = (sample_args){.prompt = "\n", .tokens = 200, .temp = 1.0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -80,146 +87,164 @@ int ct_cli_sample(int argc, char **argv) {
         }
         const char *v = argv[++i];
         int ok = 1;
-        if (!strcmp(a, "--checkpoint")) ckpt = v;
-        else if (!strcmp(a, "--prompt")) prompt = v;
-        else if (!strcmp(a, "--tokens")) ok = parse_num(a, v, &tokens);
-        else if (!strcmp(a, "--temperature")) ok = parse_num(a, v, &temp);
-        else if (!strcmp(a, "--top-k")) ok = parse_num(a, v, &top_k);
-        else if (!strcmp(a, "--seed")) ok = parse_num(a, v, &seed);
-        else if (!strcmp(a, "--threads")) ok = parse_num(a, v, &threads);
+        if (!strcmp(a, "--checkpoint")) sa->ckpt = v;
+        else if (!strcmp(a, "--prompt")) sa->prompt = v;
+        else if (!strcmp(a, "--tokens")) ok = parse_num(a, v, &sa->tokens);
+        else if (!strcmp(a, "--temperature")) ok = parse_num(a, v, &sa->temp);
+        else if (!strcmp(a, "--top-k")) ok = parse_num(a, v, &sa->top_k);
+        else if (!strcmp(a, "--seed")) ok = parse_num(a, v, &sa->seed);
+        else if (!strcmp(a, "--threads")) ok = parse_num(a, v, &sa->threads);
         else {
             fprintf(stderr, "ctrain: error: unknown option '%s' (see ctrain sample --help)\n", a);
             return 2;
         }
         if (!ok) return 2;
     }
-    if (!ckpt) {
+    if (!sa->ckpt) {
         fprintf(stderr, "ctrain: error: --checkpoint DIR is required (a save dir of `ctrain train` with model gpt)\n");
         return 2;
     }
-    if (!(temp > 0)) return cli_error(CT_E_INVALID_ARG, "--temperature must be > 0, got %g", temp);
-    if (top_k < 0 || top_k != floor(top_k))
-        return cli_error(CT_E_INVALID_ARG, "--top-k must be an integer >= 0 (0: all tokens), got %g", top_k);
-    if (tokens < 0 || tokens != floor(tokens) || tokens > 1e9)
-        return cli_error(CT_E_INVALID_ARG, "--tokens must be an integer >= 0, got %g", tokens);
-    if (seed < 0 || seed != floor(seed)) return cli_error(CT_E_INVALID_ARG, "--seed must be an integer >= 0");
+    if (!(sa->temp > 0)) return cli_error(CT_E_INVALID_ARG, "--temperature must be > 0, got %g", sa->temp);
+    if (sa->top_k < 0 || sa->top_k != floor(sa->top_k))
+        return cli_error(CT_E_INVALID_ARG, "--top-k must be an integer >= 0 (0: all tokens), got %g", sa->top_k);
+    if (sa->tokens < 0 || sa->tokens != floor(sa->tokens) || sa->tokens > 1e9)
+        return cli_error(CT_E_INVALID_ARG, "--tokens must be an integer >= 0, got %g", sa->tokens);
+    if (sa->seed < 0 || sa->seed != floor(sa->seed))
+        return cli_error(CT_E_INVALID_ARG, "--seed must be an integer >= 0");
+    return -1;
+}
 
+/* What sampling holds. The steps below return 0, a library error (-1, the
+ * status in s) or an exit code after printing the error (1). */
+typedef struct {
+    ct_context *ctx;
+    ct_status s;
+    ct_train_state *st;
+    ct_recipe r;
+    ct_tokenizer *tok;
+    ct_gpt_config gc;
+    ct_graph *g;
+    ct_plan *plan;
+    ct_tensor ti, tl; /* the plan's input ids and logits */
+    int32_t *seq;     /* the prompt's ids, then the generated ones */
+    int64_t n;        /* ids in seq */
+    cand *c;
+    char *vocab;
+} sampler;
+
+#define SAMPLE_TRY(expr)                                                                                      \
+    do {                                                                                                      \
+        if ((sm->s = (expr)) != CT_OK) return -1;                                                             \
+    } while (0)
+
+/* The checkpoint's recipe (a GPT), its tokenizer and the model's config. */
+static int load_model(sampler *sm, const char *ckpt) {
+    ct_recipe_default(&sm->r);
+    if (!(sm->st = calloc(1, sizeof *sm->st))) return cli_error(CT_E_OOM, "out of memory");
+    ct_train_state_init(sm->st);
+    SAMPLE_TRY(ct_checkpoint_load(sm->ctx, ckpt, NULL, NULL, sm->st));
+    if (!sm->st->recipe_json[0])
+        return cli_error(CT_E_CONFIG, "checkpoint '%s' holds no recipe (not written by ctrain train)", sm->st->path);
+    SAMPLE_TRY(ct_recipe_parse_json(sm->ctx, sm->st->recipe_json, &sm->r));
+    if (sm->r.model != CT_MODEL_GPT)
+        return cli_error(CT_E_CONFIG, "checkpoint '%s' is a '%s' model; ctrain sample needs a GPT (model gpt)",
+                         sm->st->path, ct_recipe_enum_name("model", (int)sm->r.model));
+    if (sm->r.tokenizer == CT_TOKENIZER_CHAR) {
+        char vpath[4200];
+        size_t vlen = 0;
+        snprintf(vpath, sizeof vpath, "%s/%s", sm->st->path, CT_TRAIN_VOCAB_FILE);
+        SAMPLE_TRY(ct_text_read_file(sm->ctx, vpath, &sm->vocab, &vlen));
+        SAMPLE_TRY(ct_tokenizer_char_from_vocab(sm->ctx, sm->vocab, vlen, &sm->tok));
+    } else {
+        SAMPLE_TRY(ct_train_tokenizer(sm->ctx, &sm->r, NULL, 0, &sm->tok));
+    }
+    SAMPLE_TRY(ct_train_gpt_config(sm->ctx, &sm->r, ct_tokenizer_vocab_size(sm->tok), &sm->gc));
+    sm->gc.dropout = 0.0f;
+    return 0;
+}
+
+/* prompt -> sm->seq (a byte outside the char vocabulary is reported here),
+ * with room for the generated tokens. */
+static int encode_prompt(sampler *sm, const sample_args *sa) {
+    size_t plen = strlen(sa->prompt);
+    int64_t cap = (int64_t)plen + (int64_t)sa->tokens + 1;
+    if (!(sm->seq = malloc(sizeof *sm->seq * (size_t)cap)) || !(sm->c = malloc(sizeof *sm->c * (size_t)sm->gc.vocab)))
+        return cli_error(CT_E_OOM, "out of memory");
+    if (plen && (sm->s = ct_tokenizer_encode(sm->tok, sa->prompt, plen, sm->seq, cap, &sm->n)) != CT_OK)
+        return cli_error(sm->s, "--prompt: %s", cli_msg(ct_context_last_error(sm->ctx)));
+    if (sm->n == 0)
+        return cli_error(CT_E_INVALID_ARG, "--prompt is empty; give at least one character of the vocabulary");
+    return 0;
+}
+
+/* The forward-only plan of shape (1, context) with the checkpoint's weights. */
+static int build_plan(sampler *sm, const char *ckpt) {
+    ct_node in, logits;
+    SAMPLE_TRY(ct_graph_create(sm->ctx, &sm->g));
+    SAMPLE_TRY(ct_input(sm->g, "ids", CT_I32, 2, (int64_t[]){1, sm->gc.context}, &in));
+    SAMPLE_TRY(ct_model_gpt(sm->g, in, &sm->gc, &logits));
+    ct_compile_opts cop;
+    ct_compile_opts_default(&cop);
+    cop.build_backward = 0;
+    SAMPLE_TRY(ct_compile(sm->g, CT_NONE, 1, &logits, &cop, &sm->plan));
+    SAMPLE_TRY(ct_checkpoint_load(sm->ctx, ckpt, sm->plan, NULL, NULL));
+    ct_plan_tensor(sm->plan, in, &sm->ti);
+    ct_plan_tensor(sm->plan, logits, &sm->tl);
+    if (sm->tl.dtype != CT_F32) return cli_error(CT_E_INTERNAL, "the sampling plan's logits are not FP32");
+    return 0;
+}
+
+/* Prints the prompt, then each generated token as it is drawn. */
+static int generate(sampler *sm, const sample_args *sa) {
+    const int64_t C = sm->gc.context, V = sm->gc.vocab;
+    uint64_t rng = (uint64_t)sa->seed;
+    fwrite(sa->prompt, 1, strlen(sa->prompt), stdout);
+    fflush(stdout);
+    for (int64_t t = 0; t < (int64_t)sa->tokens; t++) {
+        int64_t w = sm->n < C ? sm->n : C, first = sm->n - w;
+        int32_t *x = sm->ti.data;
+        memcpy(x, sm->seq + first, sizeof *x * (size_t)w);
+        memset(x + w, 0, sizeof *x * (size_t)(C - w));
+        SAMPLE_TRY(ct_plan_forward(sm->plan, 0));
+        const float *lg = (const float *)sm->tl.data + (w - 1) * V;
+        int32_t id = sample_id(lg, V, sa->temp, (int64_t)sa->top_k, sm->c, &rng);
+        sm->seq[sm->n++] = id;
+        char *out = NULL;
+        size_t ol = 0;
+        SAMPLE_TRY(ct_tokenizer_decode_alloc(sm->tok, &sm->seq[sm->n - 1], 1, &out, &ol));
+        fwrite(out, 1, ol, stdout);
+        fflush(stdout);
+        ct_free(sm->ctx, out);
+    }
+    printf("\n");
+    return 0;
+}
+
+int ct_cli_sample(int argc, char **argv) {
+    sample_args sa;
+    int rc = sample_parse(argc, argv, &sa);
+    if (rc >= 0) return rc;
     ct_context_opts co;
     ct_context_opts_default(&co);
-    co.num_threads = (int)threads;
-    ct_context *ctx = NULL;
-    ct_status s = ct_context_create(&co, &ctx);
+    co.num_threads = (int)sa.threads;
+    sampler sm = {0};
+    ct_status s = ct_context_create(&co, &sm.ctx);
     if (s != CT_OK) {
         fprintf(stderr, "ctrain: error: cannot create a context (%s)\n", ct_status_name(s));
         return 1;
     }
-    int rc = 1;
-    ct_train_state *st = calloc(1, sizeof *st);
-    ct_tokenizer *tok = NULL;
-    ct_graph *g = NULL;
-    ct_plan *plan = NULL;
-    int32_t *ids = NULL, *seq = NULL;
-    cand *c = NULL;
-    char *vocab = NULL, *out = NULL;
-    ct_recipe r;
-    ct_recipe_default(&r);
-    if (!st) {
-        rc = cli_error(CT_E_OOM, "out of memory");
-        goto out;
-    }
-    ct_train_state_init(st);
-    if ((s = ct_checkpoint_load(ctx, ckpt, NULL, NULL, st)) != CT_OK) goto out_err;
-    if (!st->recipe_json[0]) {
-        rc = cli_error(CT_E_CONFIG, "checkpoint '%s' holds no recipe (not written by ctrain train)", st->path);
-        goto out;
-    }
-    if ((s = ct_recipe_parse_json(ctx, st->recipe_json, &r)) != CT_OK) goto out_err;
-    if (r.model != CT_MODEL_GPT) {
-        rc = cli_error(CT_E_CONFIG, "checkpoint '%s' is a '%s' model; ctrain sample needs a GPT (model gpt)", st->path,
-                       ct_recipe_enum_name("model", (int)r.model));
-        goto out;
-    }
-    if (r.tokenizer == CT_TOKENIZER_CHAR) {
-        char vpath[4200];
-        size_t vlen = 0;
-        snprintf(vpath, sizeof vpath, "%s/%s", st->path, CT_TRAIN_VOCAB_FILE);
-        if ((s = ct_text_read_file(ctx, vpath, &vocab, &vlen)) != CT_OK) goto out_err;
-        if ((s = ct_tokenizer_char_from_vocab(ctx, vocab, vlen, &tok)) != CT_OK) goto out_err;
-    } else if ((s = ct_train_tokenizer(ctx, &r, NULL, 0, &tok)) != CT_OK) {
-        goto out_err;
-    }
-    ct_gpt_config gc;
-    if ((s = ct_train_gpt_config(ctx, &r, ct_tokenizer_vocab_size(tok), &gc)) != CT_OK) goto out_err;
-    gc.dropout = 0.0f;
-    const int64_t C = gc.context, V = gc.vocab;
-    /* prompt -> ids (a byte outside the char vocabulary is reported here) */
-    size_t plen = strlen(prompt);
-    int64_t n = 0, cap = (int64_t)plen + (int64_t)tokens + 1;
-    if (!(seq = malloc(sizeof *seq * (size_t)cap)) || !(ids = calloc((size_t)C, sizeof *ids)) ||
-        !(c = malloc(sizeof *c * (size_t)V))) {
-        rc = cli_error(CT_E_OOM, "out of memory");
-        goto out;
-    }
-    if (plen && (s = ct_tokenizer_encode(tok, prompt, plen, seq, cap, &n)) != CT_OK) {
-        rc = cli_error(s, "--prompt: %s", cli_msg(ct_context_last_error(ctx)));
-        goto out;
-    }
-    if (n == 0) {
-        rc = cli_error(CT_E_INVALID_ARG, "--prompt is empty; give at least one character of the vocabulary");
-        goto out;
-    }
-    ct_node in, logits;
-    if ((s = ct_graph_create(ctx, &g)) != CT_OK) goto out_err;
-    if ((s = ct_input(g, "ids", CT_I32, 2, (int64_t[]){1, C}, &in)) != CT_OK) goto out_err;
-    if ((s = ct_model_gpt(g, in, &gc, &logits)) != CT_OK) goto out_err;
-    ct_compile_opts cop;
-    ct_compile_opts_default(&cop);
-    cop.build_backward = 0;
-    if ((s = ct_compile(g, CT_NONE, 1, &logits, &cop, &plan)) != CT_OK) goto out_err;
-    if ((s = ct_checkpoint_load(ctx, ckpt, plan, NULL, NULL)) != CT_OK) goto out_err;
-    ct_tensor ti, tl;
-    ct_plan_tensor(plan, in, &ti);
-    ct_plan_tensor(plan, logits, &tl);
-    if (tl.dtype != CT_F32) {
-        rc = cli_error(CT_E_INTERNAL, "the sampling plan's logits are not FP32");
-        goto out;
-    }
-    uint64_t rng = (uint64_t)seed;
-    int64_t n_prompt = n;
-    fwrite(prompt, 1, plen, stdout);
-    fflush(stdout);
-    for (int64_t t = 0; t < (int64_t)tokens; t++) {
-        int64_t w = n < C ? n : C, first = n - w;
-        int32_t *x = ti.data;
-        memcpy(x, seq + first, sizeof *x * (size_t)w);
-        memset(x + w, 0, sizeof *x * (size_t)(C - w));
-        if ((s = ct_plan_forward(plan, 0)) != CT_OK) goto out_err;
-        const float *lg = (const float *)tl.data + (w - 1) * V;
-        int32_t id = sample_id(lg, V, temp, (int64_t)top_k, c, &rng);
-        seq[n++] = id;
-        size_t ol = 0;
-        if ((s = ct_tokenizer_decode_alloc(tok, &seq[n - 1], 1, &out, &ol)) != CT_OK) goto out_err;
-        fwrite(out, 1, ol, stdout);
-        fflush(stdout);
-        ct_free(ctx, out);
-        out = NULL;
-    }
-    (void)n_prompt;
-    printf("\n");
-    rc = 0;
-    goto out;
-out_err:
-    rc = cli_fail(ctx, s, "sampling failed");
-out:
-    if (out) ct_free(ctx, out);
-    if (vocab) ct_free(ctx, vocab);
-    free(c);
-    free(ids);
-    free(seq);
-    ct_plan_free(plan);
-    ct_graph_free(g);
-    ct_tokenizer_free(tok);
-    free(st);
-    ct_context_free(ctx);
+    rc = load_model(&sm, sa.ckpt);
+    if (rc == 0) rc = encode_prompt(&sm, &sa);
+    if (rc == 0) rc = build_plan(&sm, sa.ckpt);
+    if (rc == 0) rc = generate(&sm, &sa);
+    if (rc < 0) rc = cli_fail(sm.ctx, sm.s, "sampling failed");
+    if (sm.vocab) ct_free(sm.ctx, sm.vocab);
+    free(sm.c);
+    free(sm.seq);
+    ct_plan_free(sm.plan);
+    ct_graph_free(sm.g);
+    ct_tokenizer_free(sm.tok);
+    free(sm.st);
+    ct_context_free(sm.ctx);
     return rc;
 }

@@ -174,13 +174,17 @@ static void model_text(const ct_recipe *r, char *buf, size_t len) {
     }
 }
 
-int ct_cli_train(int argc, char **argv) {
-    ct_recipe r;
-    ct_recipe_default(&r);
-    int quiet = 0;
-    const char *recipe_path = NULL, *resume = NULL;
-    const char *report_dir = NULL; /* --report DIR: DIR/metrics.jsonl and DIR/report.html */
-    /* pass 1: --help, --recipe, --resume, --report and --quiet */
+/* The flags the first pass reads. */
+typedef struct {
+    const char *recipe_path, *resume;
+    const char *report_dir; /* --report DIR: DIR/metrics.jsonl and DIR/report.html */
+    int quiet;
+} train_args;
+
+/* Pass 1: --help, --help-keys, --recipe, --resume, --report and --quiet.
+ * -1 to go on, else the exit code (0 after a help text, 2 after an error). */
+static int parse_pass1(int argc, char **argv, train_args *ta) {
+    *ta = (train_args){0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -192,7 +196,7 @@ int ct_cli_train(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(a, "--quiet")) {
-            quiet = 1;
+            ta->quiet = 1;
         } else if (!strcmp(a, "--recipe") || !strcmp(a, "--resume") || !strcmp(a, "--report")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "ctrain: error: %s needs a %s\n", a,
@@ -200,11 +204,140 @@ int ct_cli_train(int argc, char **argv) {
                 return 2;
             }
             const char *v = argv[++i];
-            if (!strcmp(a, "--recipe")) recipe_path = v;
-            else if (!strcmp(a, "--resume")) resume = v;
-            else report_dir = v;
+            if (!strcmp(a, "--recipe")) ta->recipe_path = v;
+            else if (!strcmp(a, "--resume")) ta->resume = v;
+            else ta->report_dir = v;
         }
     }
+    return -1;
+}
+
+/* The recipe key a flag sets: its key, "" for --set, NULL if unknown. */
+static const char *flag_key(const char *a) {
+    for (int k = 0; k < ct_recipe_num_keys(); k++) {
+        const ct_recipe_key_info *ki = ct_recipe_key_at(k);
+        if (ki->flag && !strcmp(a, ki->flag)) return ki->key;
+    }
+    return !strcmp(a, "--set") ? "" : NULL;
+}
+
+/* Pass 2: the flags onto r, --optimizer first (it resets that optimizer's
+ * defaults), then the rest in order. 0, 2 after a usage error, or -1 with
+ * the library's status in *s. */
+static int apply_flags(ct_context *ctx, int argc, char **argv, ct_recipe *r, ct_status *s) {
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 1; i < argc; i++) {
+            const char *a = argv[i];
+            if (!a || !strcmp(a, "--quiet")) continue; /* argv[i < argc] is never NULL; the analyzer cannot know */
+            if (!strcmp(a, "--recipe") || !strcmp(a, "--resume") || !strcmp(a, "--report")) {
+                if (i + 1 < argc) i++; /* pass 1 checked the value is there */
+                continue;
+            }
+            const char *key = flag_key(a);
+            if (!key) {
+                fprintf(stderr, "ctrain: error: unknown option '%s' (see ctrain train --help)\n", a);
+                return 2;
+            }
+            if (i + 1 >= argc) {
+                fprintf(stderr, "ctrain: error: %s needs a value\n", a);
+                return 2;
+            }
+            const char *val = argv[++i];
+            char kv[512];
+            const char *k = key, *v = val;
+            if (!*key) { /* --set key=value */
+                if (!cli_split_set(val, kv, sizeof kv, &v)) {
+                    fprintf(stderr, "ctrain: error: --set needs KEY=VALUE, got '%s'\n", val);
+                    return 2;
+                }
+                k = kv;
+            }
+            if ((pass == 0) != !strcmp(k, "optimizer.name")) continue;
+            if ((*s = ct_recipe_set(ctx, r, k, v)) != CT_OK) return -1;
+        }
+    return 0;
+}
+
+/* --resume: this run's model must be the checkpoint's (else 1, the error
+ * printed); rank 0 notes the paths stored in the checkpoint that are not
+ * followed. */
+static int check_resume(const ct_recipe *ck, const ct_recipe *r, const train_args *ta, int rank) {
+    char was[512], now[512];
+    model_text(ck, was, sizeof was);
+    model_text(r, now, sizeof now);
+    if (strcmp(was, now))
+        return cli_error(CT_E_CONFIG,
+                         "--resume: this run's model (%s) differs from the checkpoint's (%s); drop the model flags "
+                         "to resume with the recipe stored in %s",
+                         now, was, ta->resume);
+    if (rank != 0) return 0;
+    /* paths stored in a checkpoint are informational: say which ones this run does not follow (rank 0 says it) */
+    if (strcmp(ck->save_dir, r->save_dir))
+        fprintf(stderr, "ctrain: note: checkpoints go to '%s'; the checkpoint names save_dir '%s', which is not "
+                "used (paths stored in a checkpoint are never followed)\n", r->save_dir, ck->save_dir);
+    if (ck->metrics_file[0] && !r->metrics_file[0] && !ta->report_dir)
+        fprintf(stderr, "ctrain: note: the checkpoint names metrics_file '%s', which is not used; pass --metrics "
+                "FILE to continue a metrics log\n", ck->metrics_file);
+    if (ck->profile_dir[0] && !r->profile_dir[0])
+        fprintf(stderr, "ctrain: note: the checkpoint names profile_dir '%s', which is not used; pass --profile "
+                "DIR to profile this run\n", ck->profile_dir);
+    return 0;
+}
+
+/* The recipe the run's context is made from: the recipe's seed, threads and memory budget. Data parallel:
+ * threads 0 (all cores) shares this host's cores among its ranks, and ranks > 0 draw their own dropout masks
+ * (a seed of their own: rank 0 keeps the recipe's, and its initial weights go to every rank) */
+static ct_recipe context_recipe(const ct_recipe *r, ct_comm *world) {
+    ct_recipe cr = *r;
+    const int rank = ct_comm_rank(world), n_ranks = ct_comm_size(world);
+    if (n_ranks > 1) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        if (cr.threads == 0) cr.threads = (int)CT_CLI_MAX(1, cores / ct_comm_local_size(world));
+        if (rank > 0) cr.seed = r->seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)rank);
+    }
+    return cr;
+}
+
+/* --report DIR: creates DIR and names DIR/metrics.jsonl in mpath. 0, or 1
+ * with the error printed. */
+static int report_start(const char *dir, char *mpath, size_t cap) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return cli_error(CT_E_IO, "--report: cannot create directory '%s': %s", dir, strerror(errno));
+    snprintf(mpath, cap, "%s/metrics.jsonl", dir);
+    return 0;
+}
+
+/* ct_train, under the comm_timeout watchdog when data parallel. */
+static ct_status train_watched(ct_context *ctx, const ct_recipe *r, ct_comm *world, const train_args *ta,
+                               const char *mpath) {
+    ct_train_opts to;
+    ct_train_opts_default(&to);
+    to.comm = world;
+    to.out = stdout;
+    to.quiet = ta->quiet;
+    to.resume = ta->resume;
+    to.metrics_path = ta->report_dir ? mpath : NULL;
+    to.step_hook = crash_at_step;
+    to.checkpoint_hook = crash_point;
+    ct_train_result res;
+    watchdog wd = {.c = world, .timeout = r->comm_timeout};
+    atomic_init(&wd.stop, 0);
+    if (ct_comm_size(world) > 1 && r->comm_timeout > 0)
+        wd.running = pthread_create(&wd.th, NULL, watchdog_main, &wd) == 0;
+    ct_status s = ct_train(ctx, r, &to, &res);
+    if (wd.running) {
+        atomic_store(&wd.stop, 1);
+        pthread_join(wd.th, NULL);
+    }
+    return s;
+}
+
+int ct_cli_train(int argc, char **argv) {
+    ct_recipe r;
+    ct_recipe_default(&r);
+    train_args ta;
+    int rc = parse_pass1(argc, argv, &ta);
+    if (rc >= 0) return rc;
     ct_context *ctx = NULL;
     ct_context_opts co;
     ct_context_opts_default(&co);
@@ -214,88 +347,23 @@ int ct_cli_train(int argc, char **argv) {
                 ct_status_name(s));
         return 1;
     }
-    int rc = 1;
+    rc = 1;
     /* the processes of the job: one without a launcher (no MPI call), else every rank mpirun / srun started */
     ct_comm *world = NULL;
     if ((s = ct_comm_world_create(ctx, &world)) != CT_OK) goto out_err;
-    const int rank = ct_comm_rank(world), n_ranks = ct_comm_size(world);
     ct_recipe ck_recipe; /* the recipe the checkpoint stores (its paths are not used) */
     /* the checkpoint's recipe first, without the paths it names; the recipe file and flags apply on top */
-    if (resume && (s = ct_train_resume_recipe(ctx, resume, &r, &ck_recipe)) != CT_OK) goto out_err;
-    if (recipe_path && (s = ct_recipe_load_file(ctx, recipe_path, &r)) != CT_OK) goto out_err;
-    /* pass 2: --optimizer first (it resets that optimizer's defaults), then the rest in order */
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 1; i < argc; i++) {
-            const char *a = argv[i];
-            if (!a || !strcmp(a, "--quiet")) continue; /* argv[i < argc] is never NULL; the analyzer cannot know */
-            if (!strcmp(a, "--recipe") || !strcmp(a, "--resume") || !strcmp(a, "--report")) {
-                if (i + 1 < argc) i++; /* pass 1 checked the value is there */
-                continue;
-            }
-            const char *key = NULL;
-            for (int k = 0; k < ct_recipe_num_keys() && !key; k++) {
-                const ct_recipe_key_info *ki = ct_recipe_key_at(k);
-                if (ki->flag && !strcmp(a, ki->flag)) key = ki->key;
-            }
-            if (!key && !strcmp(a, "--set")) key = "";
-            if (!key) {
-                fprintf(stderr, "ctrain: error: unknown option '%s' (see ctrain train --help)\n", a);
-                rc = 2;
-                goto out;
-            }
-            if (i + 1 >= argc) {
-                fprintf(stderr, "ctrain: error: %s needs a value\n", a);
-                rc = 2;
-                goto out;
-            }
-            const char *val = argv[++i];
-            char kv[512];
-            const char *k = key, *v = val;
-            if (!*key) { /* --set key=value */
-                if (!cli_split_set(val, kv, sizeof kv, &v)) {
-                    fprintf(stderr, "ctrain: error: --set needs KEY=VALUE, got '%s'\n", val);
-                    rc = 2;
-                    goto out;
-                }
-                k = kv;
-            }
-            if ((pass == 0) != !strcmp(k, "optimizer.name")) continue;
-            if ((s = ct_recipe_set(ctx, &r, k, v)) != CT_OK) goto out_err;
-        }
+    if (ta.resume && (s = ct_train_resume_recipe(ctx, ta.resume, &r, &ck_recipe)) != CT_OK) goto out_err;
+    if (ta.recipe_path && (s = ct_recipe_load_file(ctx, ta.recipe_path, &r)) != CT_OK) goto out_err;
+    int bad = apply_flags(ctx, argc, argv, &r, &s);
+    if (bad < 0) goto out_err;
+    if (bad) {
+        rc = bad;
+        goto out;
+    }
     if ((s = ct_recipe_validate(ctx, &r)) != CT_OK) goto out_err;
-    if (resume) {
-        char was[512], now[512];
-        model_text(&ck_recipe, was, sizeof was);
-        model_text(&r, now, sizeof now);
-        if (strcmp(was, now)) {
-            rc = cli_error(CT_E_CONFIG,
-                           "--resume: this run's model (%s) differs from the checkpoint's (%s); drop the model flags "
-                           "to resume with the recipe stored in %s",
-                           now, was, resume);
-            goto out;
-        }
-    }
-    if (resume && rank == 0) {
-        /* paths stored in a checkpoint are informational: say which ones this run does not follow (rank 0 says it) */
-        if (strcmp(ck_recipe.save_dir, r.save_dir))
-            fprintf(stderr, "ctrain: note: checkpoints go to '%s'; the checkpoint names save_dir '%s', which is not "
-                    "used (paths stored in a checkpoint are never followed)\n", r.save_dir, ck_recipe.save_dir);
-        if (ck_recipe.metrics_file[0] && !r.metrics_file[0] && !report_dir)
-            fprintf(stderr, "ctrain: note: the checkpoint names metrics_file '%s', which is not used; pass --metrics "
-                    "FILE to continue a metrics log\n", ck_recipe.metrics_file);
-        if (ck_recipe.profile_dir[0] && !r.profile_dir[0])
-            fprintf(stderr, "ctrain: note: the checkpoint names profile_dir '%s', which is not used; pass --profile "
-                    "DIR to profile this run\n", ck_recipe.profile_dir);
-    }
-    /* a context with the recipe's seed, threads and memory budget. Data parallel: threads 0 (all cores) shares
-     * this host's cores among its ranks, and ranks > 0 draw their own dropout masks (a seed of their own: rank 0
-     * keeps the recipe's, and its initial weights go to every rank) */
-    ct_recipe cr = r;
-    if (n_ranks > 1) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        if (cr.threads == 0) cr.threads = (int)CT_CLI_MAX(1, cores / ct_comm_local_size(world));
-        if (rank > 0) cr.seed = r.seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)rank);
-    }
+    if (ta.resume && check_resume(&ck_recipe, &r, &ta, ct_comm_rank(world))) goto out;
+    ct_recipe cr = context_recipe(&r, world);
     ct_context_free(ctx);
     ctx = NULL;
     if ((s = ct_train_context_create(&cr, &ctx)) != CT_OK) {
@@ -304,39 +372,15 @@ int ct_cli_train(int argc, char **argv) {
     }
     ct_comm_set_context(world, ctx);
     char mpath[600] = "";
-    if (report_dir) {
-        if (mkdir(report_dir, 0777) != 0 && errno != EEXIST) {
-            rc = cli_error(CT_E_IO, "--report: cannot create directory '%s': %s", report_dir, strerror(errno));
-            goto out;
-        }
-        snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", report_dir);
-    }
-    ct_train_opts to;
-    ct_train_opts_default(&to);
-    to.comm = world;
-    to.out = stdout;
-    to.quiet = quiet;
-    to.resume = resume;
-    to.metrics_path = report_dir ? mpath : NULL;
-    to.step_hook = crash_at_step;
-    to.checkpoint_hook = crash_point;
-    ct_train_result res;
-    watchdog wd = {.c = world, .timeout = r.comm_timeout};
-    atomic_init(&wd.stop, 0);
-    if (n_ranks > 1 && r.comm_timeout > 0) wd.running = pthread_create(&wd.th, NULL, watchdog_main, &wd) == 0;
-    s = ct_train(ctx, &r, &to, &res);
-    if (wd.running) {
-        atomic_store(&wd.stop, 1);
-        pthread_join(wd.th, NULL);
-    }
-    if (s != CT_OK) {
+    if (ta.report_dir && report_start(ta.report_dir, mpath, sizeof mpath)) goto out;
+    if ((s = train_watched(ctx, &r, world, &ta, mpath)) != CT_OK) {
         fflush(stdout);
         fprintf(stderr, "\n");
         goto out_err;
     }
-    if (report_dir && rank == 0) {
+    if (ta.report_dir && ct_comm_rank(world) == 0) {
         char hpath[700];
-        snprintf(hpath, sizeof hpath, "%s/report.html", report_dir);
+        snprintf(hpath, sizeof hpath, "%s/report.html", ta.report_dir);
         if (ct_report_html(mpath, hpath) != 0) goto out;
         printf("report: %s\n", hpath);
     }

@@ -1,5 +1,6 @@
-/* src/data/bpe.c - GPT-2 byte-level BPE: encoder.json / vocab.bpe parsing,
- * GPT-2's pre-tokenization regex, merges by rank.
+/* src/data/bpe.c - GPT-2 byte-level BPE: encoder.json (JSON, read with
+ * cJSON) and vocab.bpe loading, GPT-2's pre-tokenization regex, merges by
+ * rank.
  *
  * Tokens are kept as raw byte strings: the keys of encoder.json and the
  * symbols of vocab.bpe are written in GPT-2's byte-to-unicode alphabet (256
@@ -16,7 +17,9 @@
  * reference looks ranks up by the string "a,b", which differs only when a
  * symbol contains a comma and the joined strings of two different pairs
  * coincide (not seen in the golden cases). */
+#include <cjson/cJSON.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,7 +29,7 @@
 
 struct ct_bpe {
     int32_t n;          /* tokens (ids 0..n-1)                             */
-    char *file;         /* encoder.json's bytes; key bytes are decoded in place */
+    char *file;         /* the tokens' bytes, written over encoder.json's text */
     int64_t *off;       /* n: token id -> offset of its bytes in file        */
     int32_t *len;       /* n: token id -> byte count                         */
     int32_t byte_id[256];
@@ -211,274 +214,239 @@ static ct_status alloc0(ct_context *ctx, size_t bytes, void **out) {
     return CT_OK;
 }
 
-typedef struct {
-    ct_context *ctx;
-    const char *path;
-    char *s;
-    size_t n, p;
-    int line;
-} jparser;
+/* ---- encoder.json (parsed by cJSON) ------------------------------------------------ */
 
-static void jskip(jparser *j) {
-    while (j->p < j->n) {
-        char c = j->s[j->p];
-        if (c == '\n') j->line++;
-        else if (c != ' ' && c != '\t' && c != '\r') break;
-        j->p++;
+/* Maps GPT-2 characters s[0..n) (UTF-8) to bytes in buf (at most n). 0 when
+ * one is not a character of the table: *bad is its code point, or -1 for
+ * bytes that are not valid UTF-8. */
+static int gpt2_bytes(const uint8_t *s, size_t n, const int16_t *cp_to_byte, uint8_t *buf, size_t *out,
+                      int32_t *bad) {
+    size_t w = 0;
+    for (size_t p = 0; p < n;) {
+        int l;
+        int32_t cp = utf8_next(s + p, n - p, &l);
+        if (cp < 0 || cp >= BPE_CP_MAX || !cp_to_byte[cp]) {
+            *bad = cp;
+            return 0;
+        }
+        buf[w++] = (uint8_t)(cp_to_byte[cp] - 1);
+        p += (size_t)l;
     }
+    *out = w;
+    return 1;
 }
 
-static ct_status jerr(jparser *j, const char *what) {
+static int is_blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+/* A syntax error at byte `at` of encoder.json's text t[0..n). */
+static ct_status json_error(ct_context *ctx, const char *path, const char *t, size_t n, size_t at, const char *what) {
     char near[64];
-    size_t m = CT_MIN(j->n - j->p, (size_t)20);
-    return ct_set_error(j->ctx, CT_E_CORRUPT,
+    int line = 1;
+    at = CT_MIN(at, n);
+    for (size_t i = 0; i < at; i++) line += t[i] == '\n';
+    return ct_set_error(ctx, CT_E_CORRUPT,
                         "%s line %d (byte %zu): %s (near \"%s\"); encoder.json must be a JSON object of token "
                         "-> integer id: fetch it again with scripts/setup.sh",
-                        j->path, j->line, j->p, what, show((const uint8_t *)j->s + j->p, m, near, sizeof near));
+                        path, line, at, what,
+                        show((const uint8_t *)t + at, CT_MIN(n - at, (size_t)20), near, sizeof near));
 }
 
-static int hexval(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
+/* Offset of the first \u0000 escape in the valid JSON text t[0..n), or n:
+ * cJSON ends a string there, so a key holding it would lose its tail. Every
+ * backslash of valid JSON starts an escape. */
+static size_t nul_escape(const char *t, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++)
+        if (t[i] == '\\') {
+            if (t[i + 1] == 'u' && n - i >= 6 && !memcmp(t + i + 2, "0000", 4)) return i;
+            i++;
+        }
+    return n;
 }
 
-/* Parses a JSON string at j->p (the opening quote) and writes its
- * characters, mapped to bytes by GPT-2's table, in place starting at the
- * quote (the bytes are never longer than the JSON text). *start, *len: the
- * bytes. Characters outside the table are CT_E_CORRUPT. */
-static ct_status jstring_bytes(jparser *j, const int16_t *cp_to_byte, size_t *start, size_t *len) {
-    if (j->p >= j->n || j->s[j->p] != '"') return jerr(j, "expected a string key");
-    size_t w = j->p, p = j->p + 1;
-    *start = w;
-    for (;;) {
-        if (p >= j->n) {
-            j->p = p;
-            return jerr(j, "unterminated string");
-        }
-        uint8_t c = (uint8_t)j->s[p];
-        int32_t cp;
-        if (c == '"') {
-            p++;
-            break;
-        }
-        if (c < 0x20) {
-            j->p = p;
-            return jerr(j, "control character inside a string");
-        }
-        if (c == '\\') {
-            char e = p + 1 < j->n ? j->s[p + 1] : 0;
-            switch (e) {
-                case '"': cp = '"'; break;
-                case '\\': cp = '\\'; break;
-                case '/': cp = '/'; break;
-                case 'b': cp = 8; break;
-                case 'f': cp = 12; break;
-                case 'n': cp = 10; break;
-                case 'r': cp = 13; break;
-                case 't': cp = 9; break;
-                case 'u': {
-                    cp = 0;
-                    for (int i = 0; i < 4; i++) {
-                        int h = p + 2 + (size_t)i < j->n ? hexval(j->s[p + 2 + (size_t)i]) : -1;
-                        if (h < 0) {
-                            j->p = p;
-                            return jerr(j, "bad \\u escape");
-                        }
-                        cp = cp * 16 + h;
-                    }
-                    p += 4;
-                    break;
-                }
-                default: j->p = p; return jerr(j, "bad escape in a string");
-            }
-            p += 2;
-        } else {
-            int l;
-            cp = utf8_next((const uint8_t *)j->s + p, j->n - p, &l);
-            if (cp < 0) {
-                j->p = p;
-                return jerr(j, "invalid UTF-8 in a string");
-            }
-            p += (size_t)l;
-        }
-        if (cp >= BPE_CP_MAX || !cp_to_byte[cp]) {
-            j->p = p;
-            return ct_set_error(j->ctx, CT_E_CORRUPT,
-                                "%s line %d: a key holds the character U+%04X, which is not one of GPT-2's 256 "
-                                "byte characters; this is not GPT-2's encoder.json: fetch it with scripts/setup.sh",
-                                j->path, j->line, (unsigned)cp);
-        }
-        j->s[w++] = (char)(cp_to_byte[cp] - 1);
+/* Parses t[0..n) as one JSON object with only white space after it: the
+ * object, or NULL with the error set (always CT_E_CORRUPT). */
+static cJSON *parse_encoder(ct_context *ctx, const char *path, const char *t, size_t n) {
+    size_t first = 0, last = n;
+    while (first < n && is_blank(t[first])) first++;
+    while (last > first && is_blank(t[last - 1])) last--;
+    const char *what = NULL;
+    size_t at = first;
+    const char *nul = memchr(t, 0, n);
+    if (first >= n || t[first] != '{') what = "not a JSON object (expected '{')";
+    else if (nul) what = "a NUL byte in a text file", at = (size_t)(nul - t);
+    if (what) {
+        json_error(ctx, path, t, n, at, what);
+        return NULL;
     }
-    *len = w - *start;
-    j->p = p;
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(t, n, &end, 0);
+    at = end && end >= t ? (size_t)(end - t) : first;
+    if (!j) {
+        /* cut short: cJSON points at the last byte when the text ran out, just
+         * after the opening quote of a string that is never closed */
+        if (at < last && at > 0 && t[at - 1] == '"' && !memchr(t + at, '"', last - at)) at = last;
+        if (at + 1 >= last) json_error(ctx, path, t, n, n, "the file ends before the object is closed with '}'");
+        else json_error(ctx, path, t, n, at, "not valid JSON");
+        return NULL;
+    }
+    while (at < n && is_blank(t[at])) at++;
+    size_t z = nul_escape(t, n);
+    if (at < n) what = "text after the end of the object";
+    else if (z < n)
+        what = "a string holds the character U+0000, which is not one of GPT-2's 256 byte characters", at = z;
+    if (!what) return j;
+    json_error(ctx, path, t, n, at, what);
+    cJSON_Delete(j);
+    return NULL;
+}
+
+/* One key of encoder.json: its bytes at file + off, and its id. */
+typedef struct {
+    int64_t off;
+    int32_t len, id;
+} enc_entry;
+
+/* The id of an entry's value: an integer in [0, 2^31) (0 if it is not). */
+static int entry_id(const cJSON *v, int32_t *id) {
+    if (!cJSON_IsNumber(v)) return 0;
+    double d = v->valuedouble;
+    if (!(d >= 0 && d < 2147483648.0) || signbit(d) || d != (double)(int32_t)d) return 0;
+    *id = (int32_t)d;
+    return 1;
+}
+
+/* Decodes the keys of root's entries (in order, entry i + 1 in messages)
+ * into b->file from its start (the text is no longer needed: a key's bytes
+ * are never more than its JSON text) and reads their ids. */
+static ct_status read_entries(ct_context *ctx, ct_bpe *b, const char *path, const cJSON *root,
+                              const int16_t *cp_to_byte, enc_entry *ent) {
+    size_t w = 0;
+    int32_t i = 0;
+    for (const cJSON *e = root->child; e; e = e->next, i++) {
+        char kb[64];
+        size_t kl = strlen(e->string), len = 0;
+        int32_t bad = 0;
+        if (!gpt2_bytes((const uint8_t *)e->string, kl, cp_to_byte, (uint8_t *)b->file + w, &len, &bad)) {
+            show((const uint8_t *)e->string, kl, kb, sizeof kb);
+            if (bad < 0)
+                return ct_set_error(ctx, CT_E_CORRUPT,
+                                    "%s entry %d: the key \"%s\" is not valid UTF-8; this is not GPT-2's "
+                                    "encoder.json: fetch it with scripts/setup.sh",
+                                    path, i + 1, kb);
+            return ct_set_error(ctx, CT_E_CORRUPT,
+                                "%s entry %d: the key \"%s\" holds the character U+%04X, which is not one of "
+                                "GPT-2's 256 byte characters; this is not GPT-2's encoder.json: fetch it with "
+                                "scripts/setup.sh",
+                                path, i + 1, kb, (unsigned)bad);
+        }
+        if (!entry_id(e, &ent[i].id))
+            return ct_set_error(ctx, CT_E_CORRUPT,
+                                "%s entry %d: the value of key \"%s\" is not an integer token id in [0, 2^31); "
+                                "encoder.json must map every token to an integer id: fetch it again with "
+                                "scripts/setup.sh",
+                                path, i + 1, show((const uint8_t *)b->file + w, len, kb, sizeof kb));
+        ent[i].off = (int64_t)w;
+        ent[i].len = (int32_t)len;
+        w += len;
+    }
     return CT_OK;
 }
 
-/* encoder.json -> b->file, b->off/len (by id), b->n, the string table. */
-static ct_status load_encoder(ct_context *ctx, ct_bpe *b, const char *path, const int16_t *cp_to_byte) {
-    size_t n;
-    CT_TRY(ct_text_read_file(ctx, path, &b->file, &n));
-    size_t cap = 1; /* entries <= number of ':' */
-    for (size_t i = 0; i < n; i++) cap += b->file[i] == ':';
-    if (cap > (size_t)INT32_MAX)
-        return ct_set_error(ctx, CT_E_CORRUPT, "%s has too many entries; it is not GPT-2's encoder.json", path);
-    int64_t *koff = NULL;
-    int32_t *klen = NULL, *kid = NULL, *kline = NULL;
-    ct_status s = alloc0(ctx, cap * sizeof(int64_t), (void **)&koff);
-    if (s == CT_OK) s = alloc0(ctx, cap * sizeof(int32_t), (void **)&klen);
-    if (s == CT_OK) s = alloc0(ctx, cap * sizeof(int32_t), (void **)&kid);
-    if (s == CT_OK) s = alloc0(ctx, cap * sizeof(int32_t), (void **)&kline);
-    jparser j = {ctx, path, b->file, n, 0, 1};
-    int32_t cnt = 0;
-    if (s == CT_OK) {
-        jskip(&j);
-        if (j.p >= n || j.s[j.p] != '{') s = jerr(&j, "not a JSON object (expected '{')");
-        else j.p++;
-    }
-    if (s == CT_OK) {
-        jskip(&j);
-        if (j.p < n && j.s[j.p] == '}') j.p++;
-        else
-            for (;;) {
-                size_t ks = 0, kl = 0;
-                jskip(&j);
-                int line = j.line;
-                if ((s = jstring_bytes(&j, cp_to_byte, &ks, &kl)) != CT_OK) break;
-                jskip(&j);
-                if (j.p >= n || j.s[j.p] != ':') {
-                    s = jerr(&j, "expected ':' after a key");
-                    break;
-                }
-                j.p++;
-                jskip(&j);
-                size_t v0 = j.p;
-                int neg = j.p < n && j.s[j.p] == '-';
-                if (neg) j.p++;
-                int64_t v = 0;
-                int digits = 0, big = 0;
-                while (j.p < n && j.s[j.p] >= '0' && j.s[j.p] <= '9') {
-                    v = v * 10 + (j.s[j.p++] - '0');
-                    if (v > INT32_MAX) big = 1, v = INT32_MAX;
-                    digits++;
-                }
-                int frac = j.p < n && (j.s[j.p] == '.' || j.s[j.p] == 'e' || j.s[j.p] == 'E');
-                if (!digits || neg || big || frac) {
-                    char kb[64];
-                    j.p = v0;
-                    s = ct_set_error(ctx, CT_E_CORRUPT,
-                                     "%s line %d: the value of key \"%s\" is not an integer token id in [0, 2^31); "
-                                     "encoder.json must map every token to an integer id: fetch it again with "
-                                     "scripts/setup.sh",
-                                     path, j.line, show((const uint8_t *)j.s + ks, kl, kb, sizeof kb));
-                    break;
-                }
-                koff[cnt] = (int64_t)ks;
-                klen[cnt] = (int32_t)kl;
-                kid[cnt] = (int32_t)v;
-                kline[cnt] = line;
-                cnt++;
-                jskip(&j);
-                if (j.p < n && j.s[j.p] == ',') {
-                    j.p++;
-                    continue;
-                }
-                if (j.p < n && j.s[j.p] == '}') {
-                    j.p++;
-                    break;
-                }
-                s = jerr(&j, "expected ',' or '}' after a value");
-                break;
-            }
-    }
-    if (s == CT_OK) {
-        jskip(&j);
-        if (j.p < n) s = jerr(&j, "text after the end of the object");
-    }
-    if (s == CT_OK && cnt == 0)
-        s = ct_set_error(ctx, CT_E_CORRUPT, "%s is an empty object; it is not GPT-2's encoder.json", path);
-    /* ids must be exactly 0..cnt-1 */
-    b->n = cnt;
-    if (s == CT_OK) s = alloc0(ctx, (size_t)cnt * sizeof(int64_t), (void **)&b->off);
-    if (s == CT_OK) s = alloc0(ctx, (size_t)cnt * sizeof(int32_t), (void **)&b->len);
-    int32_t *idx = kid; /* reused below: id -> entry + 1 kept in b->len's twin */
-    int32_t *seen = NULL;
-    if (s == CT_OK) s = alloc0(ctx, (size_t)cnt * sizeof(int32_t), (void **)&seen);
-    for (int32_t i = 0; s == CT_OK && i < cnt; i++) {
+/* b->off / b->len by id: the ids must be exactly 0..n-1. seen[id] = entry
+ * index + 1. */
+static ct_status index_ids(ct_context *ctx, ct_bpe *b, const char *path, const enc_entry *ent, int32_t *seen) {
+    int32_t cnt = b->n;
+    CT_TRY(alloc0(ctx, (size_t)cnt * sizeof(int64_t), (void **)&b->off));
+    CT_TRY(alloc0(ctx, (size_t)cnt * sizeof(int32_t), (void **)&b->len));
+    for (int32_t i = 0; i < cnt; i++) {
         char kb[64], kb2[64];
-        int32_t id = idx[i];
-        if (id >= cnt) {
-            s = ct_set_error(ctx, CT_E_CORRUPT,
-                             "%s line %d: key \"%s\" has id %d, but the %d entries must have the ids 0..%d; fetch "
-                             "encoder.json again with scripts/setup.sh",
-                             path, kline[i], show((const uint8_t *)b->file + koff[i], (size_t)klen[i], kb, sizeof kb),
-                             id, cnt, cnt - 1);
-            break;
-        }
+        int32_t id = ent[i].id;
+        if (id >= cnt)
+            return ct_set_error(ctx, CT_E_CORRUPT,
+                                "%s entry %d: key \"%s\" has id %d, but the %d entries must have the ids 0..%d; "
+                                "fetch encoder.json again with scripts/setup.sh",
+                                path, i + 1,
+                                show((const uint8_t *)b->file + ent[i].off, (size_t)ent[i].len, kb, sizeof kb), id,
+                                cnt, cnt - 1);
         if (seen[id]) {
             int32_t o = seen[id] - 1;
-            s = ct_set_error(ctx, CT_E_CORRUPT,
-                             "%s line %d: duplicate id %d: key \"%s\" (line %d) and key \"%s\" both have it; fetch "
-                             "encoder.json again with scripts/setup.sh",
-                             path, kline[i], id, show((const uint8_t *)b->file + koff[o], (size_t)klen[o], kb, sizeof kb),
-                             kline[o], show((const uint8_t *)b->file + koff[i], (size_t)klen[i], kb2, sizeof kb2));
-            break;
+            return ct_set_error(ctx, CT_E_CORRUPT,
+                                "%s entry %d: duplicate id %d: key \"%s\" (entry %d) and key \"%s\" both have it; "
+                                "fetch encoder.json again with scripts/setup.sh",
+                                path, i + 1, id,
+                                show((const uint8_t *)b->file + ent[o].off, (size_t)ent[o].len, kb, sizeof kb), o + 1,
+                                show((const uint8_t *)b->file + ent[i].off, (size_t)ent[i].len, kb2, sizeof kb2));
         }
         seen[id] = i + 1;
-        b->off[id] = koff[i];
-        b->len[id] = klen[i];
+        b->off[id] = ent[i].off;
+        b->len[id] = ent[i].len;
     }
-    /* string table */
+    return CT_OK;
+}
+
+/* The string table (bytes -> id) and the 256 byte tokens. */
+static ct_status index_strings(ct_context *ctx, ct_bpe *b, const char *path, const int32_t *seen) {
+    int32_t cnt = b->n;
     uint32_t slots = 1;
-    while (slots < 2u * (uint32_t)(cnt > 0 ? cnt : 1)) slots <<= 1;
+    while (slots < 2u * (uint32_t)cnt) slots <<= 1;
     b->str_mask = slots - 1;
-    if (s == CT_OK) s = alloc0(ctx, (size_t)slots * sizeof(int32_t), (void **)&b->str_slot);
-    for (int32_t id = 0; s == CT_OK && id < cnt; id++) {
+    CT_TRY(alloc0(ctx, (size_t)slots * sizeof(int32_t), (void **)&b->str_slot));
+    for (int32_t id = 0; id < cnt; id++) {
         uint32_t k = str_find(b, (const uint8_t *)b->file + b->off[id], (size_t)b->len[id]);
         if (b->str_slot[k]) {
             char kb[64];
             int32_t o = b->str_slot[k] - 1;
-            s = ct_set_error(ctx, CT_E_CORRUPT,
-                             "%s line %d: duplicate key \"%s\" (also on line %d); fetch encoder.json again with "
-                             "scripts/setup.sh",
-                             path, kline[seen[id] - 1],
-                             show((const uint8_t *)b->file + b->off[id], (size_t)b->len[id], kb, sizeof kb),
-                             kline[seen[o] - 1]);
-            break;
+            return ct_set_error(ctx, CT_E_CORRUPT,
+                                "%s entry %d: duplicate key \"%s\" (also entry %d); fetch encoder.json again with "
+                                "scripts/setup.sh",
+                                path, seen[id],
+                                show((const uint8_t *)b->file + b->off[id], (size_t)b->len[id], kb, sizeof kb),
+                                seen[o]);
         }
         b->str_slot[k] = id + 1;
     }
-    for (int c = 0; s == CT_OK && c < 256; c++) {
+    for (int c = 0; c < 256; c++) {
         uint8_t ch = (uint8_t)c;
         b->byte_id[c] = str_id(b, &ch, 1);
         if (b->byte_id[c] < 0)
-            s = ct_set_error(ctx, CT_E_CORRUPT,
-                             "%s has no token for the byte 0x%02X; GPT-2's encoder.json has one for each of the 256 "
-                             "bytes: fetch it again with scripts/setup.sh",
-                             path, c);
+            return ct_set_error(ctx, CT_E_CORRUPT,
+                                "%s has no token for the byte 0x%02X; GPT-2's encoder.json has one for each of the "
+                                "256 bytes: fetch it again with scripts/setup.sh",
+                                path, c);
     }
-    ct_free(ctx, koff);
-    ct_free(ctx, klen);
-    ct_free(ctx, kid);
-    ct_free(ctx, kline);
+    return CT_OK;
+}
+
+/* encoder.json -> b->file (the tokens' bytes), b->off/len (by id), b->n, the string table. */
+static ct_status load_encoder(ct_context *ctx, ct_bpe *b, const char *path, const int16_t *cp_to_byte) {
+    size_t n;
+    CT_TRY(ct_text_read_file(ctx, path, &b->file, &n));
+    cJSON *root = parse_encoder(ctx, path, b->file, n);
+    if (!root) return CT_E_CORRUPT;
+    size_t cnt = 0;
+    for (const cJSON *e = root->child; e; e = e->next) cnt++;
+    ct_status s = CT_OK;
+    if (cnt == 0) s = ct_set_error(ctx, CT_E_CORRUPT, "%s is an empty object; it is not GPT-2's encoder.json", path);
+    else if (cnt > (size_t)INT32_MAX / 2)
+        s = ct_set_error(ctx, CT_E_CORRUPT, "%s has too many entries; it is not GPT-2's encoder.json", path);
+    enc_entry *ent = NULL;
+    int32_t *seen = NULL;
+    if (s == CT_OK) s = alloc0(ctx, cnt * sizeof *ent, (void **)&ent);
+    if (s == CT_OK) s = read_entries(ctx, b, path, root, cp_to_byte, ent);
+    cJSON_Delete(root);
+    b->n = (int32_t)CT_MIN(cnt, (size_t)INT32_MAX);
+    if (s == CT_OK) s = alloc0(ctx, cnt * sizeof(int32_t), (void **)&seen);
+    if (s == CT_OK) s = index_ids(ctx, b, path, ent, seen);
+    if (s == CT_OK) s = index_strings(ctx, b, path, seen);
+    ct_free(ctx, ent);
     ct_free(ctx, seen);
     return s;
 }
 
 /* Maps a vocab.bpe symbol (GPT-2 characters, UTF-8) to bytes in buf. */
 static int symbol_bytes(const uint8_t *s, size_t n, const int16_t *cp_to_byte, uint8_t *buf, size_t *out) {
-    size_t w = 0;
-    for (size_t p = 0; p < n;) {
-        int l;
-        int32_t cp = utf8_next(s + p, n - p, &l);
-        if (cp < 0 || cp >= BPE_CP_MAX || !cp_to_byte[cp]) return 0;
-        buf[w++] = (uint8_t)(cp_to_byte[cp] - 1);
-        p += (size_t)l;
-    }
-    *out = w;
-    return 1;
+    int32_t bad;
+    return gpt2_bytes(s, n, cp_to_byte, buf, out, &bad);
 }
 
 static ct_status load_merges(ct_context *ctx, ct_bpe *b, const char *path, const int16_t *cp_to_byte) {
