@@ -1,10 +1,14 @@
-/* src/train/train_internal.h - the built-in tasks (task_image.c, task_text.c)
- * and the trainer's data parallel parts (data_parallel.c). */
+/* src/train/train_internal.h - the built-in tasks (task_image.c, task_text.c),
+ * the trainer's run and its replaceable step (trainer.c, step.c, progress.c)
+ * and the data parallel parts (data_parallel.c, dp_buckets.c, zero.c). */
 #ifndef CT_TRAIN_INTERNAL_H
 #define CT_TRAIN_INTERNAL_H
+#include <stdio.h>
+
 #include "ctrain/ctrain.h"
 #include "ctrain/train.h"
 #include "ctrain/dist.h"
+#include "ctrain/metrics.h"
 #include "ctrain/profile.h"
 
 ct_status ct_task_image_create(ct_context *ctx, const ct_recipe *r, ct_task **out);
@@ -80,4 +84,171 @@ void ct_dp_buckets_trace(const ct_buckets *b, ct_profiler *prof);
 ct_status ct_dp_residual_gather(ct_context *ctx, ct_comm *c, ct_buckets *b, void **blob, size_t *size);
 ct_status ct_dp_residual_load(ct_context *ctx, ct_comm *c, ct_buckets *b, const char *step_dir, char *note,
                               size_t note_len);
+
+/* ---- the run and its step --------------------------------------------------------------------
+ *
+ * The trainer (trainer.c) is a loop over named parts:
+ *
+ *   run:    setup -> start_run (resume or initial weights) -> begin_output (header, metrics, profiler)
+ *           -> epochs -> finish_run (restore best, last checkpoint, summary, health)
+ *   epoch:  begin_epoch -> { train_step -> log_step -> maybe_checkpoint -> show progress } until its
+ *           end or the data runs out -> evaluate_epoch -> end_epoch (plateau, early stopping)
+ *
+ * THE SEAM. train_step calls R->train_step (a ct_step_fn chosen at setup: ct_step_default) once per
+ * optimizer step. A pipeline schedule (GPipe / 1F1B: micro-batches interleaved with sends and receives
+ * between stages) replaces exactly that function and keeps everything around it.
+ *
+ * What the step must do, in this order:
+ *   - if io->first and it accumulates: start from a zero gradient arena (an unfinished accumulation of
+ *     the last epoch is dropped);
+ *   - read and run the micro-batches (forward and backward, R->micro_n of them; the task's next_batch
+ *     with io->step and the micro-batch's index); each backward sees the loss gradient scaled by the
+ *     scaler's scale / R->grad_div; io->batches counts the batches read, io->loss / correct / rows /
+ *     units / n the micro-batches' statistics;
+ *   - when next_batch gives 0 rows, the epoch's data is exhausted: the statistics of the micro-batches
+ *     read so far are reduced (ct_step_reduce_stats, when io->n > 0) and the step returns with
+ *     io->done 0, without reducing gradients or updating;
+ *   - reduce the gradients over the ranks (data parallel buckets, ZeRO's reduce-scatter or the
+ *     deterministic tree) before any other collective of the step;
+ *   - ct_step_reduce_stats: the statistics over the ranks and the loss check that ends the run on a
+ *     non-finite or diverged loss (before the update);
+ *   - with a loss scaler: unscale and the overflow check (any rank's); on overflow the update is
+ *     skipped; else clipping (io->grad_norm) and the optimizer update at io->lr (ZeRO: then the
+ *     parameters' allgather); then the scaler's update (io->stop: loss_scale.floor = stop says so);
+ *     io->zero_grads: every gradient was exactly zero;
+ *   - leave a zero gradient arena when it accumulates, set io->done 1.
+ * It may read everything in ct_run; it writes only the plan's arenas, the optimizer, the scaler, the
+ * ZeRO / bucket state, the profiler's events of the step ("batch", "comm", "amp", "optimizer step"),
+ * R->grad_reduces, R->grad_wait_s and R->first_loss (through ct_step_reduce_stats).
+ *
+ * What the trainer does around it: the learning rate (io->lr from the schedule), the epoch's running
+ * totals and rates, the step counter and the profiler's step boundary, the scaler's events in the
+ * metrics log and the first overflow (from ct_scaler_last_events after a done step), the metrics log,
+ * the step hook, checkpoints, the progress display, evaluation, the plateau schedule, early stopping
+ * and the run's summary and health report. */
+
+typedef struct ct_run ct_run;
+
+/* One optimizer step: "in" set by the trainer, "out" by the step (zeroed before it). */
+typedef struct {
+    /* in */
+    int64_t step;       /* optimizer steps done before this one                       */
+    int64_t epoch;      /* 0-based                                                    */
+    float lr;           /* the schedule's learning rate for this step                 */
+    int first;          /* the epoch's first step                                     */
+    /* out */
+    int done;           /* 1: the step ran (updated, or skipped by the scaler); 0: the data ran out first */
+    int stop;           /* the loss scaler asks the run to stop                       */
+    int zero_grads;     /* the update's gradients were all exactly zero               */
+    float grad_norm;    /* the global norm before clipping (clip_grad_norm > 0), else 0 */
+    int64_t batches;    /* batches read (deterministic: global batches)               */
+    int n;              /* micro-batches in the statistics below (after the ranks' reduction: 1 in deterministic) */
+    double loss;        /* sum of the micro-batches' mean losses (the ranks' mean)    */
+    double correct, rows;
+    double units;       /* samples / real (unpadded) tokens, over the ranks           */
+} ct_step_io;
+
+typedef ct_status (*ct_step_fn)(ct_run *R, ct_step_io *io);
+
+/* The default step (step.c): micro-batches with accumulation, the gradient reduction, the scaler,
+ * clipping and the update, as described above. */
+ct_status ct_step_default(ct_run *R, ct_step_io *io);
+/* io's statistics over the ranks (data parallel sums, the deterministic tree's loss), then the check of
+ * their mean loss: not finite, or more than divergence_factor times the run's first loss, ends the run
+ * (CT_E_NONFINITE). A replacement step calls it once per step, before the update. */
+ct_status ct_step_reduce_stats(ct_run *R, ct_step_io *io);
+
+/* The running totals of an epoch (since its start, or restored from a mid-epoch checkpoint). */
+typedef struct {
+    int64_t end;        /* the step the epoch ends at (or the run's total)            */
+    int64_t b;          /* batches read                                                */
+    double loss;        /* sum of the micro-batches' mean losses                       */
+    int64_t correct, seen;
+    double start;       /* seconds (ct_run_now_s)                                      */
+    double mk_loss;     /* the totals at the last step, for the metrics log's per-step values */
+    int64_t mk_correct, mk_seen;
+    int first;          /* no step yet                                                 */
+} ct_epoch;
+
+struct ct_run {
+    ct_context *ctx;
+    const ct_recipe *r;
+    const ct_train_opts *o;
+    FILE *out;                  /* NULL: quiet rank */
+    ct_task *task;
+    ct_plan *plan;
+    ct_optimizer *opt;
+    ct_scaler *scaler;
+    ct_schedule *sched;
+    ct_metrics *mx;
+    ct_profiler *prof;
+    ct_early_stop es;
+    ct_train_state *st;
+    ct_step_fn train_step;      /* the step (setup: ct_step_default) */
+    float *best;                /* restore-best copy of params + buffers */
+    int have_best;
+    float *par, *buf;
+    size_t n_par, n_buf;
+    int accum;
+    int64_t total, per_epoch, steps_per_epoch;
+    double start;
+    /* what went wrong quietly, reported at the end (report_health) */
+    float *grads;               /* the gradient arena: n_par floats */
+    uint64_t skipped0;          /* the scaler's skipped total when this run started */
+    int64_t zero_grad_steps;    /* steps whose gradients were all exactly zero      */
+    int64_t first_overflow_step;
+    char first_overflow[64];    /* the first tensor an overflowing step named       */
+    double first_loss;          /* the run's first loss (divergence_factor); <0: none yet */
+    /* data parallel (docs/distributed.md) */
+    ct_comm *comm;              /* NULL: one process                                  */
+    int rank, world;
+    ct_recipe local;            /* the recipe of this rank's plan: batch_size / world  */
+    int64_t grad_reduces;       /* allreduces of the gradient arena                   */
+    ct_zero *zero;              /* zero_stage > 0 or deterministic (zero.c); else NULL */
+    int micro_n;                /* micro-batches per step: accum, or (deterministic) this rank's chunks */
+    int grad_div;               /* the loss gradient's divisor: accum x world, or (deterministic) the chunks */
+    ct_buckets *bk;             /* the gradient buckets (dp_buckets.c); NULL: one rank */
+    double grad_wait_s;         /* the training thread blocked in gradient reductions */
+    void *resid;                /* the ranks' compression residuals for the checkpoint being saved */
+    size_t resid_size;
+    /* rates: the samples / real (unpadded) tokens trained, over every rank (task batch_units) */
+    double units_done, ep_units; /* this run (since it started or resumed); this epoch, in this run */
+    /* the loop's position */
+    int64_t step, step0, ep;
+    ct_task_eval ev;            /* the last evaluation (or the checkpoint's) */
+    int stopped;                /* early stopping or the loss scaler ended the run */
+    int data_epochs;            /* the task's epochs come from its data (else eval intervals) */
+    int quiet, tty;             /* tty: a terminal on one rank: \r progress lines */
+    ct_comm_stats cs0;          /* the communicator's statistics when training started */
+    /* the checkpoint resumed from (R->st is reused by the saves) */
+    int resumed;
+    int64_t ck_batch, ck_ep;
+    double ck_loss;
+    int64_t ck_correct, ck_seen;
+    int ck_stopped;
+};
+
+/* Shared by trainer.c, step.c and progress.c. */
+static inline double ct_run_now_s(void) { return 1e-6 * ct_profiler_now_us(); }
+/* The loss scaling the recipe asks for: loss_scale.mode, auto resolved by precision (amp/). */
+ct_amp_scaling ct_run_scaling(const ct_recipe *r);
+/* Floats of optimizer state per parameter (optim.h's state layout). */
+int ct_run_optim_state_per_param(const ct_optim_opts *o);
+
+/* ---- output (progress.c): every line the run prints ---------------------------------------- */
+void ct_run_say(ct_run *R, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The run's header: the task, threads and kernels, data parallel / ZeRO / deterministic, lr scaling,
+ * precision, the recipe (rj: its JSON) and the checkpoint resumed from. */
+void ct_progress_header(ct_run *R, const char *rj);
+/* After a done step: the progress line or bar (every log_every steps, or on a terminal). */
+void ct_progress_step(ct_run *R, const ct_epoch *E, const ct_step_io *io);
+/* The scaler asked to stop (loss_scale.floor = stop). */
+void ct_progress_scaler_stop(ct_run *R);
+/* The epoch's line after its evaluation (eval_s: the evaluation's seconds). */
+void ct_progress_epoch(ct_run *R, const ct_epoch *E, double eval_s);
+/* The "done:" line and, data parallel, the communication lines (res->comm_seconds). */
+void ct_progress_summary(ct_run *R, ct_train_result *res, double seconds, const ct_mem_stats *ms);
+/* After the run: skipped and all-zero-gradient steps, a non-finite last evaluation (warnings, or an
+ * error when nothing was trained); n: the steps of this run. */
+ct_status ct_progress_health(ct_run *R, ct_train_result *res, int64_t n);
 #endif

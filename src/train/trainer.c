@@ -1,15 +1,15 @@
-/* src/train/trainer.c - the one training loop (train.h): plan, optimizer,
- * loss scaler, schedule, then epochs of steps, each step a few named parts:
- *   next batch -> forward -> backward (x accumulate_steps)
- *   -> optimizer step (unscale + overflow check, clip, step or skip, scale update)
- *   -> metrics, checkpoint, progress
- * and at each epoch's end: evaluate -> plateau -> early stopping.
- * Data parallel (ct_train_opts.comm), the parts in data_parallel.c: each
- * rank builds the plan for its share of the batch, the gradients are reduced
- * at the optimizer step, statistics and evaluations are combined, rank 0
+/* src/train/trainer.c - the one training loop (train.h): setup (plan,
+ * optimizer, loss scaler, schedule, the step), then the run as named parts:
+ *   start_run -> begin_output -> epochs -> finish_run
+ *   epoch: begin_epoch -> { train_step -> log_step -> maybe_checkpoint
+ *          -> progress } -> evaluate_epoch -> end_epoch
+ * train_step calls the step through its seam (R->train_step, the default
+ * in step.c; the contract in train_internal.h); every printed line is in
+ * progress.c. Data parallel (ct_train_opts.comm), the parts in
+ * data_parallel.c: each rank builds the plan for its share of the batch,
+ * the gradients are reduced in the step, evaluations are combined, rank 0
  * prints and saves. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,15 +75,6 @@ ct_status ct_task_create(ct_context *ctx, const ct_recipe *r, ct_task **out) {
 
 void ct_task_free(ct_task *t) {
     if (t && t->free) t->free(t);
-}
-
-static double now_s(void) { return 1e-6 * ct_profiler_now_us(); }
-
-static void fmt_time(double s, char *buf, size_t len) {
-    if (!(s >= 0) || s > 1e7) s = 0;
-    int t = (int)(s + 0.5);
-    if (t >= 3600) snprintf(buf, len, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
-    else snprintf(buf, len, "%d:%02d", t / 60, t % 60);
 }
 
 double ct_train_scaled_lr(const ct_recipe *r) {
@@ -173,7 +164,7 @@ static ct_status build_plan(ct_context *ctx, ct_task *t, const ct_recipe *r, int
 }
 
 /* Floats of optimizer state per parameter (optim.h's state layout). */
-static int optim_state_per_param(const ct_optim_opts *o) {
+int ct_run_optim_state_per_param(const ct_optim_opts *o) {
     switch (o->kind) {
     case CT_OPTIM_SGD: return o->momentum != 0;
     case CT_OPTIM_ADAM: case CT_OPTIM_ADAMW: return 2 + (o->amsgrad != 0);
@@ -192,7 +183,7 @@ static ct_status plan_bytes(ct_context *ctx, ct_task *t, const ct_recipe *r, dou
     ct_plan_get_stats(p, &ps);
     ct_plan_free(p);
     *act = (double)ps.activation_bytes + (double)ps.workspace_bytes;
-    *bytes = (double)ps.param_bytes * (1.0 + optim_state_per_param(&r->optim)) + (double)ps.grad_bytes +
+    *bytes = (double)ps.param_bytes * (1.0 + ct_run_optim_state_per_param(&r->optim)) + (double)ps.grad_bytes +
              (double)ps.buffer_bytes + (double)ps.weight_copy_bytes + *act;
     return CT_OK;
 }
@@ -292,73 +283,8 @@ static ct_status budget_advice(ct_context *ctx, ct_task *t, const ct_recipe *r, 
                         o ? ". Options" : "; nothing smaller fits: raise memory_budget", adv);
 }
 
-/* ---- the run -------------------------------------------------------------------------------- */
-
-typedef struct {
-    ct_context *ctx;
-    const ct_recipe *r;
-    const ct_train_opts *o;
-    FILE *out;
-    ct_task *task;
-    ct_plan *plan;
-    ct_optimizer *opt;
-    ct_scaler *scaler;
-    ct_schedule *sched;
-    ct_metrics *mx;
-    ct_profiler *prof;
-    ct_early_stop es;
-    ct_train_state *st;
-    float *best; /* restore-best copy of params + buffers */
-    int have_best;
-    float *par, *buf;
-    size_t n_par, n_buf;
-    int accum;
-    int64_t total, per_epoch, steps_per_epoch;
-    double start;
-    /* what went wrong quietly, reported at the end (report_health) */
-    float *grads; /* the gradient arena: n_par floats */
-    uint64_t skipped0;          /* the scaler's skipped total when this run started */
-    int64_t zero_grad_steps;    /* steps whose gradients were all exactly zero      */
-    int64_t first_overflow_step;
-    char first_overflow[64];    /* the first tensor an overflowing step named       */
-    double first_loss;          /* the run's first loss (divergence_factor); <0: none yet */
-    /* data parallel (docs/distributed.md) */
-    ct_comm *comm;              /* NULL: one process                                  */
-    int rank, world;
-    ct_recipe local;            /* the recipe of this rank's plan: batch_size / world  */
-    int64_t grad_reduces;       /* allreduces of the gradient arena                   */
-    ct_zero *zero;              /* zero_stage > 0 or deterministic (zero.c); else NULL */
-    int micro_n;                /* micro-batches per step: accum, or (deterministic) this rank's chunks */
-    int grad_div;               /* the loss gradient's divisor: accum x world, or (deterministic) the chunks */
-    ct_buckets *bk;             /* the gradient buckets (dp_buckets.c); NULL: one rank */
-    double grad_wait_s;         /* the training thread blocked in gradient reductions */
-    void *resid;                /* the ranks' compression residuals for the checkpoint being saved */
-    size_t resid_size;
-    /* rates: the samples / real (unpadded) tokens trained, over every rank (task batch_units) */
-    double units_done, ep_units; /* this run (since it started or resumed); this epoch, in this run */
-} run_t;
-
-/* What the micro-batches of one optimizer step saw: summed over them here,
- * then over the ranks (step_stats). */
-typedef struct {
-    double loss;     /* sum of the micro-batches' mean losses */
-    double correct, rows;
-    double units;    /* samples / real (unpadded) tokens      */
-    int n;           /* micro-batches                         */
-} step_acc;
-
-static void say(run_t *R, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(run_t *R, const char *fmt, ...) {
-    if (!R->out) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(R->out, fmt, ap);
-    va_end(ap);
-    fflush(R->out);
-}
-
 /* The loss scaling the recipe asks for: loss_scale.mode, auto resolved by precision (amp/). */
-static ct_amp_scaling recipe_scaling(const ct_recipe *r) {
+ct_amp_scaling ct_run_scaling(const ct_recipe *r) {
     switch (r->scale_mode) {
     case CT_SCALE_AUTO: return ct_amp_default_scaling(r->precision);
     case CT_SCALE_DYNAMIC: return CT_AMP_SCALING_DYNAMIC;
@@ -367,9 +293,9 @@ static ct_amp_scaling recipe_scaling(const ct_recipe *r) {
     }
 }
 
-static ct_status make_scaler(run_t *R) {
+static ct_status make_scaler(ct_run *R) {
     const ct_recipe *r = R->r;
-    ct_amp_scaling mode = recipe_scaling(r);
+    ct_amp_scaling mode = ct_run_scaling(r);
     if (mode == CT_AMP_SCALING_NONE) return CT_OK;
     ct_scaler_opts o;
     ct_scaler_opts_default(&o);
@@ -386,33 +312,16 @@ static ct_status make_scaler(run_t *R) {
     return ct_scaler_create(R->ctx, &o, &R->scaler);
 }
 
-static void print_precision(run_t *R) {
-    const ct_recipe *r = R->r;
-    if (r->precision == CT_PRECISION_FP32) return;
-    const char *pn = ct_precision_name(r->precision);
-    say(R, "  precision %s: %d casts, loss scaling %s%s%s\n", pn, ct_plan_num_casts(R->plan),
-        ct_amp_scaling_name(recipe_scaling(r)),
-        r->keep_fp32[0] ? ", kept in fp32: " : "", r->keep_fp32);
-    const ct_cpu_features *f = ct_context_cpu(R->ctx);
-    int bf16 = r->precision == CT_PRECISION_BF16 || r->precision == CT_PRECISION_BF16_PURE;
-    int hw = bf16 ? (f->amx_bf16 && f->amx_permitted) || (f->avx512_bf16 && f->os_avx512) : f->avx512_fp16 && f->os_avx512;
-    if (!hw)
-        say(R,
-            "  note: this CPU has no %s matrix unit (%s): %s saves activation memory and gives %s numerics, but "
-            "every op computes in FP32 on converted copies, so steps are slower than fp32\n",
-            bf16 ? "BF16" : "FP16", bf16 ? "AMX-BF16 / AVX512-BF16" : "AVX512-FP16", pn, bf16 ? "BF16" : "FP16");
-}
-
 /* ---- profiler (profile_dir): a failure only warns, training goes on ------------------------- */
 
-static void profile_start(run_t *R) {
+static void profile_start(ct_run *R) {
     ct_profiler_opts po;
     ct_profiler_opts_default(&po);
     po.skip_steps = 1;
     po.warmup_steps = 2;
     po.record_steps = 10;
     if (ct_profiler_create(R->ctx, &po, &R->prof) != CT_OK || ct_plan_set_profiler(R->plan, R->prof) != CT_OK) {
-        say(R, "warning: profiler: %s; training without it\n", ct_context_last_error(R->ctx));
+        ct_run_say(R, "warning: profiler: %s; training without it\n", ct_context_last_error(R->ctx));
         ct_profiler_free(R->prof);
         R->prof = NULL;
         return;
@@ -420,7 +329,7 @@ static void profile_start(run_t *R) {
     mkdir(R->r->profile_dir, 0777); /* an existing or unwritable directory is reported when the trace is written */
 }
 
-static void profile_finish(run_t *R) {
+static void profile_finish(ct_run *R) {
     if (!R->prof) return;
     ct_plan_stats ps;
     ct_plan_get_stats(R->plan, &ps);
@@ -432,22 +341,22 @@ static void profile_finish(run_t *R) {
     if (R->rank > 0) snprintf(path, sizeof path, "%s/trace.rank%d.json", R->r->profile_dir, R->rank);
     else snprintf(path, sizeof path, "%s/trace.json", R->r->profile_dir);
     if (ct_profiler_write(R->prof, path) != CT_OK) {
-        say(R, "warning: %s (training results are unaffected)\n", ct_context_last_error(R->ctx));
+        ct_run_say(R, "warning: %s (training results are unaffected)\n", ct_context_last_error(R->ctx));
         return;
     }
-    say(R, "profile: %s (%zu events, %llu dropped; open in chrome://tracing or ui.perfetto.dev)\n", path,
+    ct_run_say(R, "profile: %s (%zu events, %llu dropped; open in chrome://tracing or ui.perfetto.dev)\n", path,
         ct_profiler_num_events(R->prof), (unsigned long long)ct_profiler_dropped(R->prof));
     ct_doctor_report dr;
     if (ct_doctor_analyze_file(R->ctx, path, &dr) == CT_OK) {
         if (R->out) ct_doctor_print(&dr, R->out);
     } else {
-        say(R, "warning: doctor: %s\n", ct_context_last_error(R->ctx));
+        ct_run_say(R, "warning: doctor: %s\n", ct_context_last_error(R->ctx));
     }
 }
 
 /* ---- checkpoints --------------------------------------------------------------------------- */
 
-static ct_status save(run_t *R, int64_t step, int64_t ep, int64_t b, double run_loss, int64_t correct, int64_t seen,
+static ct_status save(ct_run *R, int64_t step, int64_t ep, int64_t b, double run_loss, int64_t correct, int64_t seen,
                       const ct_task_eval *ev, int finished) {
     ct_train_state *st = R->st;
     ct_train_state_init(st);
@@ -483,14 +392,14 @@ static ct_status save(run_t *R, int64_t step, int64_t ep, int64_t b, double run_
     o.n_files = nf;
     CT_TRY(ct_checkpoint_save_ex(R->ctx, R->r->save_dir, R->plan, R->opt, st, &o));
     size_t dl = strlen(R->r->save_dir);
-    say(R, "  checkpoint: step %lld -> %s%sstep-%06lld%s\n", (long long)step, R->r->save_dir,
+    ct_run_say(R, "  checkpoint: step %lld -> %s%sstep-%06lld%s\n", (long long)step, R->r->save_dir,
         dl && R->r->save_dir[dl - 1] == '/' ? "" : "/", (long long)step, finished ? " (end of run)" : "");
     return CT_OK;
 }
 
 /* save() on rank 0 only; data parallel: first rank 0's buffers to all and a check that the weights are the
  * same on every rank, then the others wait for rank 0 and share its status. */
-static ct_status checkpoint(run_t *R, int64_t step, int64_t ep, int64_t b, double run_loss, int64_t correct,
+static ct_status checkpoint(ct_run *R, int64_t step, int64_t ep, int64_t b, double run_loss, int64_t correct,
                             int64_t seen, const ct_task_eval *ev, int finished) {
     if (R->world > 1) {
         char when[64];
@@ -509,201 +418,11 @@ static ct_status checkpoint(run_t *R, int64_t step, int64_t ep, int64_t b, doubl
 }
 
 /* The task's evaluation; data parallel: on rank 0's buffers, each rank its part, combined. */
-static ct_status evaluate(run_t *R, ct_task_eval *ev) {
+static ct_status evaluate(ct_run *R, ct_task_eval *ev) {
     CT_TRY(ct_dp_broadcast_state(R->comm, R->plan, 1));
     CT_TRY(R->task->evaluate(R->task, ev));
     if (ct_zero_deterministic(R->zero)) return CT_OK; /* every rank evaluated the whole split */
     return ct_dp_reduce_eval(R->comm, R->task, ev);
-}
-
-/* The step's statistics, summed over its micro-batches and (data parallel) the ranks, added to the epoch's
- * running totals, then checked: a loss that is not finite (without a loss scaler, which zeroes an overflowed
- * forward's loss and skips the step) or that diverged ends the run. */
-static ct_status step_stats(run_t *R, step_acc *a, int64_t step, int64_t ep, float lr, double *run_loss,
-                            int64_t *correct, int64_t *seen) {
-    if (ct_zero_deterministic(R->zero) && a->n) {
-        /* the chunk losses summed in chunk order (the same double at any world size), as one mean per step */
-        double cr[3] = {a->correct, a->rows, a->units};
-        CT_TRY(ct_comm_allreduce_f64(R->comm, cr, 3, CT_REDUCE_SUM)); /* integers: exact in any order */
-        a->correct = cr[0], a->rows = cr[1], a->units = cr[2];
-        CT_TRY(ct_zero_det_reduce(R->zero, &a->loss));
-        R->grad_reduces++;
-        a->n = 1;
-    } else {
-        CT_TRY(ct_dp_reduce_step(R->comm, &a->loss, &a->correct, &a->rows, &a->units));
-    }
-    R->units_done += a->units, R->ep_units += a->units;
-    const double loss = a->n ? a->loss / a->n : 0.0;
-    *run_loss += a->loss;
-    *correct += (int64_t)a->correct;
-    *seen += (int64_t)a->rows;
-    memset(a, 0, sizeof *a);
-    const ct_recipe *r = R->r;
-    if (!isfinite(loss))
-        return ct_set_error(R->ctx, CT_E_NONFINITE,
-                            "the loss became %g at step %lld (epoch %lld, lr %g); lower optimizer.lr, check the data "
-                            "for NaN/inf (detect_anomaly: true names the first op)",
-                            loss, (long long)step + 1, (long long)ep + 1, (double)lr);
-    if (R->first_loss < 0.0 && loss > 0.0) R->first_loss = loss;
-    if (r->divergence_factor > 0.0f && R->first_loss > 0.0 && loss > (double)r->divergence_factor * fmax(R->first_loss, 1.0))
-        return ct_set_error(R->ctx, CT_E_NONFINITE,
-                            "the loss %g at step %lld (epoch %lld, lr %g) is more than divergence_factor %g times the "
-                            "run's first loss %g: training diverged; lower optimizer.lr or add warmup "
-                            "(divergence_factor: 0 turns this check off)",
-                            loss, (long long)step + 1, (long long)ep + 1, (double)lr, (double)r->divergence_factor,
-                            R->first_loss);
-    return CT_OK;
-}
-
-/* ---- one optimizer step -------------------------------------------------------------------- */
-
-/* The step's gradients summed over the ranks (data parallel or ZeRO), before anything else of the step
- * talks to the other ranks: with comm_progress thread the progress thread may still be starting buckets
- * until ct_buckets_finish returns, and MPI_THREAD_SERIALIZED allows no other MPI call meanwhile (and the
- * ranks must issue their collectives in the same order: a statistics allreduce slipping between two
- * buckets on one rank only would pair with a bucket on the other). */
-static ct_status reduce_gradients(run_t *R) {
-    const int zero = ct_zero_stage(R->zero) > 0;
-    if (zero) { /* ZeRO: each rank reduces, checks, clips and updates its segment; then the allgather */
-        double ta = R->prof ? ct_profiler_now_us() : 0;
-        CT_TRY(ct_zero_reduce_grads(R->zero));
-        R->grad_reduces++;
-        if (R->prof) ct_profiler_event(R->prof, "reduce-scatter gradients", "comm", ta, ct_profiler_now_us(), NULL);
-    } else if (R->world > 1 && !ct_zero_deterministic(R->zero)) {
-        /* data parallel: the mean gradient of the global batch on every rank, the same bits everywhere, so the
-         * overflow check, the clipping norm and the step below agree across ranks without more messages */
-        double ta = ct_profiler_now_us();
-        if (R->bk) CT_TRY(ct_buckets_finish(R->bk, NULL)); /* the buckets not sent during backward, and the wait */
-        else CT_TRY(ct_dp_reduce_grads(R->comm, R->plan));
-        double tb = ct_profiler_now_us();
-        R->grad_wait_s += 1e-6 * (tb - ta);
-        R->grad_reduces++;
-        if (R->prof) ct_profiler_event(R->prof, R->bk ? "wait for gradient buckets" : "allreduce gradients", "comm", ta,
-                                       tb, NULL);
-        if (R->bk) ct_dp_buckets_trace(R->bk, R->prof);
-    }
-    return CT_OK;
-}
-
-/* With a loss scaler: unscale + inf/NaN check in one pass, then (all
- * finite) clipping and the step, else the step is skipped; then the
- * scaler's update, traced in the profiler's "amp" category. */
-static ct_status optimizer_step(run_t *R, float lr, float *gnorm, int *stop) {
-    const ct_recipe *r = R->r;
-    int overflow = 0, bad_param = -1;
-    *gnorm = 0.0f;
-    const int zero = ct_zero_stage(R->zero) > 0;
-    if (R->scaler) CT_TRY(ct_scaler_unscale(R->scaler, R->plan, &overflow, &bad_param));
-    int all_zero = 0; /* ZeRO: each rank holds its segment only: the overflow and the zero check over all */
-    if (zero) CT_TRY(ct_zero_agree(R->zero, &overflow, &all_zero));
-    if (!overflow) {
-        /* all-zero gradients train nothing (an FP16 scale so small they underflow, or a dead model): counted
-         * and reported at the end; the scan stops at the first nonzero value, so it costs nothing normally */
-        size_t i = 0;
-        if (!zero)
-            while (i < R->n_par && R->grads[i] == 0.0f) i++;
-        if (zero ? all_zero : i == R->n_par) R->zero_grad_steps++;
-        if (r->clip_grad_norm > 0.0f) {
-            if (zero) CT_TRY(ct_zero_clip_grad_norm(R->zero, r->clip_grad_norm, gnorm)); /* the norm over all segments */
-            else CT_TRY(ct_clip_grad_norm(R->plan, r->clip_grad_norm, 2.0f, gnorm));
-        }
-        if (r->clip_grad_value > 0.0f) CT_TRY(ct_clip_grad_value(R->plan, r->clip_grad_value));
-        CT_TRY(ct_optimizer_set_lr(R->opt, lr));
-        CT_TRY(ct_optimizer_step(R->opt));
-        if (zero) {
-            double tg = R->prof ? ct_profiler_now_us() : 0;
-            CT_TRY(ct_zero_allgather_params(R->zero));
-            if (R->prof) ct_profiler_event(R->prof, "allgather parameters", "comm", tg, ct_profiler_now_us(), NULL);
-        }
-    }
-    if (!R->scaler) return CT_OK;
-    double ts = R->prof ? ct_profiler_now_us() : 0;
-    CT_TRY(ct_scaler_update(R->scaler, R->plan, overflow, bad_param));
-    /* the loss-scale history: each event in the metrics log and in the trace's "amp" category */
-    const ct_scale_record *ev = NULL;
-    int n_ev = 0;
-    ct_scaler_last_events(R->scaler, &ev, &n_ev);
-    for (int i = 0; i < n_ev; i++) {
-        if (ev[i].event == CT_SCALE_OVERFLOW && R->first_overflow_step < 0) {
-            R->first_overflow_step = ev[i].step;
-            snprintf(R->first_overflow, sizeof R->first_overflow, "%s", ev[i].tensor[0] ? ev[i].tensor : "?");
-        }
-        if (R->mx) CT_TRY(ct_metrics_log_scaler_event(R->mx, &ev[i]));
-        if (!R->prof) continue;
-        char args[192];
-        snprintf(args, sizeof args, "{\"event\": \"%s\", \"scale\": %g, \"first_nonfinite\": \"%.60s\"}",
-                 ct_scale_event_name(ev[i].event), (double)ev[i].scale, ev[i].tensor);
-        ct_profiler_event(R->prof, ev[i].event == CT_SCALE_GROWTH ? "loss scale grown" : ev[i].event == CT_SCALE_BACKOFF
-                                       ? "loss scale backoff" : "overflow: update skipped",
-                          "amp", ts, ct_profiler_now_us(), args);
-    }
-    if (ct_scaler_should_stop(R->scaler)) {
-        say(R, "\n  loss scaler: the scale stayed at loss_scale.min_scale %g for %d overflows in a row; stopping "
-            "(loss_scale.floor = stop). Check the data and the learning rate, or train in bf16\n",
-            (double)r->scale_min, r->scale_floor_patience);
-        *stop = 1;
-    }
-    return CT_OK;
-}
-
-/* ---- what went wrong quietly ------------------------------------------------------------------ */
-
-/* After the run (its checkpoint saved): steps the loss scaler skipped and
- * steps whose gradients were all zero. Some are normal (a dynamic scale
- * finding its level); most of the steps is a warning; all of them means
- * nothing was trained, an error (a static scale that always overflows needs
- * 2 steps to tell, a dynamic one 17: enough halvings to go from the default
- * 65536 to 1). */
-static ct_status report_health(run_t *R, ct_train_result *res, int64_t n) {
-    int64_t skipped = 0;
-    if (R->scaler) {
-        ct_scaler_totals tot;
-        ct_scaler_get_totals(R->scaler, &tot);
-        skipped = (int64_t)(tot.overflows - R->skipped0);
-    }
-    res->skipped_steps = skipped;
-    res->zero_grad_steps = R->zero_grad_steps;
-    if (!isfinite(res->eval_loss))
-        say(R, "  warning: the last evaluation's loss is %g: the model's output is not finite on the %s data%s\n",
-            res->eval_loss, R->task->eval_split,
-            R->scaler ? " (in FP16 the forward may overflow: keep_fp32 for the layer, or train in bf16)" : "");
-    if (n <= 0) return CT_OK;
-    const int dynamic = recipe_scaling(R->r) == CT_AMP_SCALING_DYNAMIC;
-    char scale[48] = "";
-    if (R->scaler) snprintf(scale, sizeof scale, "%g", (double)ct_scaler_scale(R->scaler));
-    if (skipped > 0)
-        say(R, "  loss scaler: %lld of %lld steps skipped (inf/NaN gradients; the first in '%s' at step %lld)\n",
-            (long long)skipped, (long long)n, R->first_overflow, (long long)R->first_overflow_step + 1);
-    if (skipped == n && n >= (dynamic ? 17 : 2))
-        return ct_set_error(R->ctx, CT_E_NONFINITE,
-                            "every one of the %lld steps overflowed and was skipped: nothing was trained (first "
-                            "non-finite gradient in '%s'); %s",
-                            (long long)n, R->first_overflow,
-                            dynamic ? "check the data and optimizer.lr (the scale went down to its minimum without "
-                                      "helping), or train in bf16"
-                                    : "the static loss scale is too high: lower loss_scale.init_scale or use "
-                                      "loss_scale.mode: dynamic");
-    if (2 * skipped > n)
-        say(R, "  warning: the loss scaler skipped most steps (%lld of %lld): only %lld updated the weights; %s%s%s\n",
-            (long long)skipped, (long long)n, (long long)(n - skipped),
-            dynamic ? "the dynamic scale (now " : "lower loss_scale.init_scale or use loss_scale.mode: dynamic",
-            dynamic ? scale : "",
-            dynamic ? ") may still be coming down from a high loss_scale.init_scale; otherwise check optimizer.lr "
-                      "and the data for inf/NaN" : "");
-    if (R->zero_grad_steps == 0) return CT_OK;
-    const char *why = R->scaler ? "the loss scale is so small that the FP16 gradients underflow: raise loss_scale.init_scale "
-                                  "or use loss_scale.mode: dynamic"
-                                : "the loss does not depend on the weights (dead activations, a frozen model or a "
-                                  "constant loss)";
-    if (R->zero_grad_steps == n - skipped && n >= 2)
-        return ct_set_error(R->ctx, CT_E_CONFIG,
-                            "the gradients were all exactly zero in every step that ran (%lld of %lld): nothing was "
-                            "trained; %s%s%s",
-                            (long long)R->zero_grad_steps, (long long)n, why, R->scaler ? ", scale now " : "", scale);
-    if (2 * R->zero_grad_steps > n)
-        say(R, "  warning: the gradients were all exactly zero in %lld of %lld steps; %s\n",
-            (long long)R->zero_grad_steps, (long long)n, why);
-    return CT_OK;
 }
 
 /* ---- the loop ------------------------------------------------------------------------------ */
@@ -713,7 +432,7 @@ static ct_status report_health(run_t *R, ct_train_result *res, int64_t n) {
  * backward's working set at the peak: the Fashion CNN at fusion level 1
  * needs 49.4 MiB with recompute_every 1 against 37.5 without), the run
  * trains without it and says so. Compares two plan_only compiles. */
-static ct_status recompute_pays(run_t *R) {
+static ct_status recompute_pays(ct_run *R) {
     ct_recipe *r = &R->local;
     if ((r->recompute_every <= 0 && r->recompute_ops == CT_RECOMPUTE_OPS_NONE) || !r->memory_opt) return CT_OK;
     ct_recipe off = *r;
@@ -723,7 +442,7 @@ static ct_status recompute_pays(run_t *R) {
     CT_TRY(plan_bytes(R->ctx, R->task, r, &b_on, &a_on));
     CT_TRY(plan_bytes(R->ctx, R->task, &off, &b_off, &a_off));
     if (a_on < a_off) return CT_OK;
-    say(R, "warning: recomputation (recompute_every %d, recompute_ops %s) would not lower this model's activation "
+    ct_run_say(R, "warning: recomputation (recompute_every %d, recompute_ops %s) would not lower this model's activation "
            "peak (%.1f MiB with it, %.1f without; `ctrain graph --set recompute_every=N` shows both): training "
            "without it\n",
         r->recompute_every,
@@ -733,7 +452,7 @@ static ct_status recompute_pays(run_t *R) {
     return CT_OK;
 }
 
-static ct_status setup(run_t *R, ct_train_result *res) {
+static ct_status setup(ct_run *R, ct_train_result *res) {
     ct_context *ctx = R->ctx;
     const ct_recipe *r = R->r;
     R->accum = r->accumulate_steps;
@@ -796,6 +515,7 @@ static ct_status setup(run_t *R, ct_train_result *res) {
                             r->sync_batchnorm ? "sync_batchnorm false" : "grad_compression none");
     if (!R->zero) CT_TRY(ct_dp_buckets_create(ctx, R->comm, R->plan, r, &R->bk));
     R->first_overflow_step = -1;
+    R->train_step = ct_step_default; /* the seam (train_internal.h): a pipeline schedule sets its own */
     R->first_loss = -1.0;
     ct_plan_buffer_arena(R->plan, &R->buf, &R->n_buf);
     if (r->early_stop_patience > 0 && r->early_stop_restore_best &&
@@ -807,43 +527,33 @@ static ct_status setup(run_t *R, ct_train_result *res) {
     return ct_dp_agree(ctx, R->comm, r, R->plan, R->task);
 }
 
-static ct_status run_loop(run_t *R, ct_train_result *res) {
+/* The checkpoint resumed from (its schedule, early stopping, scaler and position), or the initial
+ * weights; then every rank starts from rank 0's weights and ZeRO takes its shard. */
+static ct_status start_run(ct_run *R) {
     ct_context *ctx = R->ctx;
     const ct_recipe *r = R->r;
-    ct_task *t = R->task;
-    ct_status s;
-    const int data_epochs = t->epochs_from_data, quiet = R->o->quiet;
-    /* mpirun gives its ranks a pseudo-terminal whatever the user's output is: data parallel prints lines */
-    const int tty = R->out && isatty(fileno(R->out)) && R->world == 1;
-    int64_t step = 0, step0 = 0, ep = 0;
-    ct_task_eval ev = {.loss = 0};
-    int stopped = 0, resumed = 0;
     ct_train_state *ck = R->st;
-    int64_t ck_batch = 0, ck_ep = 0;
-    double ck_loss = 0;
-    int64_t ck_correct = 0, ck_seen = 0;
-    int ck_stopped = 0;
     if (R->o->resume) {
         CT_TRY(ct_checkpoint_load(ctx, R->o->resume, R->plan, R->opt, ck));
         char note[256];
         CT_TRY(ct_dp_residual_load(ctx, R->comm, R->bk, ck->path, note, sizeof note));
-        if (note[0]) say(R, "  note: %s\n", note);
+        if (note[0]) ct_run_say(R, "  note: %s\n", note);
         if (ck->has_schedule) CT_TRY(ct_schedule_set_state(R->sched, &ck->schedule));
         if (ck->has_early_stop) R->es = ck->early_stop;
         if (ck->has_scaler && R->scaler) CT_TRY(ct_scaler_set_state(R->scaler, &ck->scaler));
-        resumed = 1;
-        step = step0 = ck->step;
-        ep = data_epochs ? ck->epoch : step / R->steps_per_epoch;
-        ck_ep = ep;
-        ck_batch = ck->batch_in_epoch;
-        ck_loss = ck->epoch_loss_sum, ck_correct = ck->epoch_correct, ck_seen = ck->epoch_seen;
-        ev.loss = ck->test_loss;
-        ev.accuracy = ck->test_acc;
-        stopped = ck_stopped = R->es.stopped;
+        R->resumed = 1;
+        R->step = R->step0 = ck->step;
+        R->ep = R->data_epochs ? ck->epoch : R->step / R->steps_per_epoch;
+        R->ck_ep = R->ep;
+        R->ck_batch = ck->batch_in_epoch;
+        R->ck_loss = ck->epoch_loss_sum, R->ck_correct = ck->epoch_correct, R->ck_seen = ck->epoch_seen;
+        R->ev.loss = ck->test_loss;
+        R->ev.accuracy = ck->test_acc;
+        R->stopped = R->ck_stopped = R->es.stopped;
     } else if (r->init_weights[0]) { /* e.g. torchvision weights (scripts/torchvision_to_safetensors.py) */
-        s = ct_weights_load(ctx, r->init_weights, R->plan);
+        ct_status s = ct_weights_load(ctx, r->init_weights, R->plan);
         if (s != CT_OK) return ct_wrap_error(ctx, s, "recipe key 'init_weights': ", NULL);
-        if (!quiet) say(R, "  initial weights from %s\n", r->init_weights);
+        if (!R->quiet) ct_run_say(R, "  initial weights from %s\n", r->init_weights);
     }
     /* data parallel: every rank starts from rank 0's weights (the same seed, or the same checkpoint, gave them
      * already: this makes sure) */
@@ -854,277 +564,224 @@ static ct_status run_loop(run_t *R, ct_train_result *res) {
         ct_scaler_get_totals(R->scaler, &tot);
         R->skipped0 = tot.overflows;
     }
-    /* header */
-    ct_plan_stats ps;
-    ct_plan_get_stats(R->plan, &ps);
-    char line[1024], rj[8192];
-    t->describe(t, &ps, line, sizeof line);
-    say(R, "ctrain train: %s\n", line);
-    say(R, "  threads %d, kernels: %s%s, %lld steps of %lld x %lld rows%s\n", ct_context_num_threads(ctx),
-        ct_isa_name(ct_context_isa(ctx)), ct_context_use_onednn(ctx) ? " + oneDNN" : "", (long long)R->total,
-        (long long)r->batch_size, (long long)R->accum, data_epochs ? "" : " (tokens: x context)");
-    if (R->world > 1 && R->bk) {
-        char bl[512];
-        ct_dp_buckets_describe(R->bk, r, ct_plan_grad_ready_order(R->plan, NULL, 0), bl, sizeof bl);
-        say(R, "  data parallel: %d ranks x %lld rows (global batch %lld), gradients (%.2f MiB) averaged in %s\n",
-            R->world, (long long)R->local.batch_size, (long long)r->batch_size,
-            (double)R->n_par * sizeof(float) / 1048576.0, bl);
-    }
-    else if (R->world > 1)
-        say(R, "  data parallel: %d ranks x %lld rows (global batch %lld), gradients averaged by %s of "
-            "%.2f MiB per step\n", R->world, (long long)(r->batch_size / R->world), (long long)r->batch_size,
-            ct_zero_stage(R->zero) > 0 ? "one reduce-scatter" : ct_zero_deterministic(R->zero)
-                                             ? "one fixed-tree allreduce" : "one allreduce",
-            (double)R->n_par * sizeof(float) / 1048576.0);
-    if (ct_zero_stage(R->zero) > 0) {
-        float *ost = NULL;
-        size_t on = 0;
-        double gb, sb;
-        ct_optimizer_state(R->opt, &ost, &on);
-        ct_zero_memory(R->zero, R->n_par, on, &gb, &sb);
-        say(R, "  zero_stage %d: per rank %.2f MiB parameters, %.2f MiB optimizer state (1/%d of %.2f MiB), %.2f MiB "
-            "gradients between steps%s; reduce-scatter + allgather per step\n", ct_zero_stage(R->zero),
-            (double)R->n_par * sizeof(float) / 1048576.0, sb / 1048576.0, R->world,
-            (double)optim_state_per_param(&r->optim) * (double)R->n_par * sizeof(float) / 1048576.0, gb / 1048576.0,
-            ct_zero_stage(R->zero) == 2 ? " (the rest released after the reduce-scatter; the whole gradient exists "
-                                          "from backward to the reduce-scatter)" : "");
-    }
-    if (r->deterministic)
-        say(R, "  deterministic: %d chunks of %lld rows per global batch, %d on each rank, gradients added in one "
-            "fixed tree (bit-identical at any power-of-two world size dividing %d with the same threads per rank)\n",
-            r->deterministic_chunks, (long long)R->local.batch_size, ct_zero_local_chunks(R->zero),
-            r->deterministic_chunks);
-    if (r->lr_scaling != CT_LR_SCALING_NONE)
-        say(R, "  lr_scaling %s: global batch %lld, base %lld: lr %g -> %g\n",
-            ct_recipe_enum_name("lr_scaling", (int)r->lr_scaling), (long long)(r->batch_size * R->accum),
-            (long long)r->lr_base_batch, (double)r->optim.lr, ct_train_scaled_lr(r));
-    print_precision(R);
+    return CT_OK;
+}
+
+/* The header, the metrics log, the profiler and the clocks. */
+static ct_status begin_output(ct_run *R) {
+    const ct_recipe *r = R->r;
+    char rj[8192];
     if (ct_recipe_to_json(r, rj, sizeof rj) < 0) snprintf(rj, sizeof rj, "(out of memory)");
-    say(R, "  recipe: %s\n", rj);
-    if (resumed) {
-        if (data_epochs)
-            say(R, "  resumed from %s: step %lld, epoch %lld, batch %lld%s\n", ck->path, (long long)step,
-                (long long)ep + 1, (long long)ck_batch, ck->finished ? " (the run had ended)" : "");
-        else
-            say(R, "  resumed from %s: step %lld%s\n", ck->path, (long long)step, ck->finished ? " (the run had ended)" : "");
-    }
+    ct_progress_header(R, rj);
     const char *mpath = R->o->metrics_path ? R->o->metrics_path : r->metrics_file;
-    if (mpath && mpath[0] && R->rank == 0) CT_TRY(ct_metrics_open(ctx, mpath, resumed, rj, &R->mx));
+    if (mpath && mpath[0] && R->rank == 0) CT_TRY(ct_metrics_open(R->ctx, mpath, R->resumed, rj, &R->mx));
     if (r->profile_dir[0]) profile_start(R); /* every rank: rank k > 0 writes trace.rank<k>.json */
-    R->start = now_s();
-    ct_comm_stats cs0;
-    ct_comm_get_stats(R->comm, &cs0);
-    for (; !stopped && step < R->total && (!data_epochs || ep < r->epochs); ep++) {
-        const int64_t ep_end = data_epochs ? R->total : CT_MIN(R->total, (ep + 1) * R->steps_per_epoch);
-        int64_t b = 0, correct = 0, seen = 0;
-        double run_loss = 0, ep_start = now_s();
-        R->ep_units = 0;
-        if (resumed && step == step0 && ep == ck_ep && (ck_batch > 0 || !data_epochs)) {
-            b = ck_batch; /* mid-epoch: skip what was consumed, restore the running totals */
-            run_loss = ck_loss, correct = ck_correct, seen = ck_seen;
-        }
-        CT_TRY(t->start_epoch(t, ep, data_epochs ? b : 0));
-        int micro = 0;
-        step_acc sa = {0};
-        double mk_loss = run_loss; /* running totals at the last step, for the metrics log */
-        int64_t mk_correct = correct, mk_seen = seen;
-        if (R->accum > 1) CT_TRY(ct_plan_zero_grads(R->plan));
-        while (!stopped && step < ep_end) {
-            /* next batch */
-            double td = R->prof ? ct_profiler_now_us() : 0;
-            int64_t rows = 0;
-            CT_TRY(t->next_batch(t, step, micro, &rows));
-            if (rows == 0) break; /* the epoch's data is exhausted */
-            if (R->prof) ct_profiler_event(R->prof, "batch", "data", td, ct_profiler_now_us(), NULL);
-            float lr = ct_schedule_lr(R->sched, step), loss;
-            if (R->scaler)
-                CT_TRY(ct_plan_set_loss_scale(R->plan, ct_scaler_scale(R->scaler) / (float)R->grad_div));
-            /* forward, backward (bn_stats_once: running statistics from the step's last micro-batch only;
-             * deterministic: from the global batch's first chunk only, which is rank 0's at any world size) */
-            if (r->bn_stats_once) ct_plan_set_update_running_stats(R->plan, micro == R->accum - 1);
-            if (r->deterministic) ct_plan_set_update_running_stats(R->plan, R->rank == 0 && micro == 0);
-            CT_TRY(ct_plan_forward(R->plan, 1));
-            ct_plan_loss(R->plan, &loss);
-            if (!isfinite(loss) && R->scaler) loss = 0.0f; /* FP16 overflowed in the forward: the scaler skips this step */
-            /* data parallel: the last micro-batch's backward sends each bucket as soon as its gradients are final */
-            if (R->bk && micro == R->accum - 1) CT_TRY(ct_buckets_begin(R->bk));
-            CT_TRY(ct_plan_backward(R->plan));
-            b += !r->deterministic || micro == 0; /* deterministic: the chunks are one global batch */
-            if (r->deterministic) CT_TRY(ct_zero_det_push(R->zero, micro, loss));
-            sa.loss += loss;
-            if (t->has_accuracy) sa.correct += (double)t->batch_correct(t, rows);
-            sa.rows += (double)rows;
-            sa.units += t->batch_units ? (double)t->batch_units(t) : (double)(rows * t->unit_per_row);
-            sa.n++;
-            /* more micro-batches before this step: nothing is sent (data parallel) until the last one */
-            if (++micro < R->micro_n) continue;
-            micro = 0;
-            CT_TRY(reduce_gradients(R));
-            CT_TRY(step_stats(R, &sa, step, ep, lr, &run_loss, &correct, &seen));
-            /* optimizer step */
-            double to = R->prof ? ct_profiler_now_us() : 0;
-            float gnorm = 0.0f;
-            CT_TRY(optimizer_step(R, lr, &gnorm, &stopped));
-            if (R->accum > 1) CT_TRY(ct_plan_zero_grads(R->plan));
-            step++;
-            if (R->prof) {
-                ct_profiler_event(R->prof, "optimizer step", "optimizer", to, ct_profiler_now_us(), NULL);
-                ct_profiler_step(R->prof);
-            }
-            /* metrics */
-            if (R->mx) {
-                ct_metrics_step ml = {step, (int)ep + 1, (run_loss - mk_loss) / R->accum,
-                                      seen > mk_seen ? (double)(correct - mk_correct) / (double)(seen - mk_seen) : 0.0,
-                                      lr, (double)(seen - mk_seen), r->clip_grad_norm > 0.0f ? gnorm : -1.0,
-                                      R->scaler ? (double)ct_scaler_scale(R->scaler) : -1.0, now_s() - R->start};
-                CT_TRY(ct_metrics_log_step(R->mx, &ml));
-            }
-            mk_loss = run_loss, mk_correct = correct, mk_seen = seen;
-            if (R->o->step_hook) R->o->step_hook(R->o->hook_user, step);
-            /* checkpoint */
-            if (r->save_dir[0] && r->save_every > 0 && step % r->save_every == 0 && step < R->total) {
-                if (tty && !quiet) say(R, "\n");
-                CT_TRY(checkpoint(R, step, ep, b, run_loss, correct, seen, &ev, 0));
-            }
-            /* progress */
-            int show = data_epochs ? (tty ? (b % 5 == 0 || b == R->per_epoch) : (b % r->log_every == 0))
-                                   : (tty ? 1 : (step % r->log_every == 0 || step == R->total));
-            if (!quiet && show) {
-                double el = now_s() - R->start;
-                char eta[32], head[96], acc[32] = "", nb[32] = "", sb[64] = "";
-                fmt_time(el / (double)(step - step0) * (double)(R->total - step), eta, sizeof eta);
-                if (data_epochs) {
-                    int bar = (int)(20 * b / R->per_epoch);
-                    char bb[24];
-                    for (int i = 0; i < 20; i++) bb[i] = i < bar ? '#' : '.';
-                    bb[20] = 0;
-                    snprintf(head, sizeof head, "epoch %lld/%d [%s] %lld/%lld", (long long)ep + 1, r->epochs, bb,
-                             (long long)b, (long long)R->per_epoch);
-                } else {
-                    snprintf(head, sizeof head, "step %lld/%lld", (long long)step, (long long)R->total);
-                }
-                if (t->has_accuracy) snprintf(acc, sizeof acc, "  acc %5.2f%%", 100.0 * (double)correct / (double)seen);
-                if (r->clip_grad_norm > 0.0f) snprintf(nb, sizeof nb, "  grad norm %.3g", (double)gnorm);
-                if (R->scaler) {
-                    ct_scaler_state ss;
-                    ct_scaler_get_state(R->scaler, &ss);
-                    snprintf(sb, sizeof sb, "  scale %g skipped %llu", (double)ss.scale, (unsigned long long)ss.skipped);
-                }
-                say(R, "%s%s  loss %.4f%s  lr %.2e%s%s  %.0f %s/s  %.0f ms/step  ETA %s%s", tty ? "\r" : "  ", head,
-                    run_loss / (double)b, acc, (double)lr, nb, sb,
-                    R->units_done / el, t->unit,
-                    1e3 * el / (double)(step - step0), eta, tty ? "\033[K" : "\n");
-            }
-        }
-        /* the micro-batches of an unfinished accumulation at the epoch's end count in its totals */
-        if (sa.n) CT_TRY(step_stats(R, &sa, step, ep, ct_schedule_lr(R->sched, step), &run_loss, &correct, &seen));
-        /* evaluate */
-        double te = now_s(), pe = R->prof ? ct_profiler_now_us() : 0;
-        ct_profiler_set_ops_enabled(R->prof, 0); /* evaluation: one "eval" event, not part of a step */
-        CT_TRY(evaluate(R, &ev));
-        ct_profiler_set_ops_enabled(R->prof, 1);
-        if (R->prof) ct_profiler_event(R->prof, "evaluate", "eval", pe, ct_profiler_now_us(), NULL);
-        if (R->mx) CT_TRY(ct_metrics_log_eval(R->mx, (int)ep + 1, step, ev.loss, ev.accuracy, now_s() - R->start));
-        char head[64], tacc[40] = "", eacc[40] = "", tail[160];
-        if (data_epochs) snprintf(head, sizeof head, "epoch %lld/%d", (long long)ep + 1, r->epochs);
-        else snprintf(head, sizeof head, "step %lld/%lld", (long long)step, (long long)R->total);
-        if (t->has_accuracy) {
-            snprintf(tacc, sizeof tacc, "  train acc %.2f%%", seen ? 100.0 * (double)correct / (double)seen : 0.0);
-            snprintf(eacc, sizeof eacc, "  %s acc %.2f%%", t->eval_split, 100.0 * ev.accuracy);
-        }
-        double ep_time = now_s() - ep_start;
-        if (ev.detail[0]) snprintf(tail, sizeof tail, "  %s, %.1f s)", ev.detail, now_s() - te);
-        else snprintf(tail, sizeof tail, "  %.1f s  %.0f %s/s", ep_time, R->ep_units / ep_time, t->unit);
-        say(R, "%s%s  train loss %.4f%s  %s loss %.4f%s%s\n", tty && !quiet ? "\r\033[K" : "", head,
-            b ? run_loss / (double)b : 0.0, tacc, t->eval_split, ev.loss, eacc, tail);
-        /* plateau, early stopping */
-        if (ct_schedule_observe(R->sched, ev.loss))
-            say(R, "  plateau: %s loss did not improve; lr -> %.3g\n", t->eval_split, ct_schedule_lr_f64(R->sched, step));
-        int is_best = 0;
-        const int es_max = r->early_stop_mode == CT_EARLY_STOP_MAX;
-        if (r->early_stop_patience > 0 && ct_early_stop_update(&R->es, es_max ? ev.accuracy : ev.loss, &is_best)) {
-            say(R, "  early stop: %s %s did not improve by %g for %d %s; best %.4f at %s %lld\n", t->eval_split,
-                es_max ? "accuracy" : "loss", (double)r->early_stop_min_delta, r->early_stop_patience,
-                data_epochs ? "epochs" : "evaluations", R->es.best, data_epochs ? "epoch" : "evaluation",
-                (long long)R->es.best_epoch + 1);
-            R->es.stopped = 1;
-            stopped = 1;
-            res->stopped_early = 1;
-        }
-        if (is_best && R->best) {
-            memcpy(R->best, R->par, R->n_par * sizeof(float));
-            memcpy(R->best + R->n_par, R->buf, R->n_buf * sizeof(float));
-            R->have_best = 1;
-        }
+    R->start = ct_run_now_s();
+    ct_comm_get_stats(R->comm, &R->cs0);
+    return CT_OK;
+}
+
+/* The epoch's data from its start, or (resumed mid-epoch) from the checkpoint's batch with its totals. */
+static ct_status begin_epoch(ct_run *R, ct_epoch *E) {
+    memset(E, 0, sizeof *E);
+    E->end = R->data_epochs ? R->total : CT_MIN(R->total, (R->ep + 1) * R->steps_per_epoch);
+    E->start = ct_run_now_s();
+    E->first = 1;
+    R->ep_units = 0;
+    if (R->resumed && R->step == R->step0 && R->ep == R->ck_ep && (R->ck_batch > 0 || !R->data_epochs)) {
+        E->b = R->ck_batch; /* mid-epoch: skip what was consumed, restore the running totals */
+        E->loss = R->ck_loss, E->correct = R->ck_correct, E->seen = R->ck_seen;
     }
-    if (stopped && R->best) {
-        if (R->have_best) {
-            memcpy(R->par, R->best, R->n_par * sizeof(float));
-            ct_plan_params_changed(R->plan); /* written through the pointer taken at start */
-            memcpy(R->buf, R->best + R->n_par, R->n_buf * sizeof(float));
-            CT_TRY(evaluate(R, &ev));
-            if (t->has_accuracy)
-                say(R, "  restored the best weights (%s %lld): %s loss %.4f, %s acc %.2f%%\n",
-                    data_epochs ? "epoch" : "evaluation", (long long)R->es.best_epoch + 1, t->eval_split, ev.loss,
-                    t->eval_split, 100.0 * ev.accuracy);
-            else
-                say(R, "  restored the best weights (%s %lld): %s loss %.4f\n", data_epochs ? "epoch" : "evaluation",
-                    (long long)R->es.best_epoch + 1, t->eval_split, ev.loss);
-        } else {
-            say(R, "  warning: the best evaluation (%lld) came before the resume; its weights were not kept, the final "
-                "weights stay\n", (long long)R->es.best_epoch + 1);
-        }
+    CT_TRY(R->task->start_epoch(R->task, R->ep, R->data_epochs ? E->b : 0));
+    E->mk_loss = E->loss; /* running totals at the last step, for the metrics log */
+    E->mk_correct = E->correct, E->mk_seen = E->seen;
+    return CT_OK;
+}
+
+/* One optimizer step through the seam (R->train_step) at the schedule's lr; its statistics into the
+ * epoch's totals. io->done 0: the epoch's data ran out. */
+static ct_status train_step(ct_run *R, ct_epoch *E, ct_step_io *io) {
+    memset(io, 0, sizeof *io);
+    io->step = R->step;
+    io->epoch = R->ep;
+    io->lr = ct_schedule_lr(R->sched, R->step);
+    io->first = E->first;
+    CT_TRY(R->train_step(R, io));
+    E->first = 0;
+    E->b += io->batches;
+    if (io->n) {
+        R->units_done += io->units, R->ep_units += io->units;
+        E->loss += io->loss;
+        E->correct += (int64_t)io->correct;
+        E->seen += (int64_t)io->rows;
     }
-    if (r->save_dir[0] && (!resumed || step > step0 || stopped != ck_stopped))
-        CT_TRY(checkpoint(R, step, data_epochs ? ep : step / (R->steps_per_epoch ? R->steps_per_epoch : 1), 0, 0, 0, 0,
-                          &ev, 1));
-    CT_TRY(ct_dp_same_weights(ctx, R->comm, R->plan, "at the end of the run"));
-    double tt = now_s() - R->start;
+    if (!io->done) return CT_OK;
+    R->step++;
+    R->zero_grad_steps += io->zero_grads;
+    if (io->stop) {
+        ct_progress_scaler_stop(R);
+        R->stopped = 1;
+    }
+    return CT_OK;
+}
+
+/* The loss scaler's events of the step (the first overflow, the metrics log), the profiler's step
+ * boundary, the step's line in the metrics log and the step hook. */
+static ct_status log_step(ct_run *R, ct_epoch *E, const ct_step_io *io) {
+    const ct_recipe *r = R->r;
+    const ct_scale_record *sev = NULL;
+    int n_ev = 0;
+    if (R->scaler) ct_scaler_last_events(R->scaler, &sev, &n_ev);
+    for (int i = 0; i < n_ev; i++) {
+        if (sev[i].event == CT_SCALE_OVERFLOW && R->first_overflow_step < 0) {
+            R->first_overflow_step = sev[i].step;
+            snprintf(R->first_overflow, sizeof R->first_overflow, "%s", sev[i].tensor[0] ? sev[i].tensor : "?");
+        }
+        if (R->mx) CT_TRY(ct_metrics_log_scaler_event(R->mx, &sev[i]));
+    }
+    if (R->prof) ct_profiler_step(R->prof);
+    if (R->mx) {
+        ct_metrics_step ml = {R->step, (int)R->ep + 1, (E->loss - E->mk_loss) / R->accum,
+                              E->seen > E->mk_seen ? (double)(E->correct - E->mk_correct) / (double)(E->seen - E->mk_seen)
+                                                   : 0.0,
+                              io->lr, (double)(E->seen - E->mk_seen), r->clip_grad_norm > 0.0f ? io->grad_norm : -1.0,
+                              R->scaler ? (double)ct_scaler_scale(R->scaler) : -1.0, ct_run_now_s() - R->start};
+        CT_TRY(ct_metrics_log_step(R->mx, &ml));
+    }
+    E->mk_loss = E->loss, E->mk_correct = E->correct, E->mk_seen = E->seen;
+    if (R->o->step_hook) R->o->step_hook(R->o->hook_user, R->step);
+    return CT_OK;
+}
+
+/* Every save_every steps (not at the run's end: finish_run saves that one). */
+static ct_status maybe_checkpoint(ct_run *R, const ct_epoch *E) {
+    const ct_recipe *r = R->r;
+    if (!(r->save_dir[0] && r->save_every > 0 && R->step % r->save_every == 0 && R->step < R->total)) return CT_OK;
+    if (R->tty && !R->quiet) ct_run_say(R, "\n");
+    return checkpoint(R, R->step, R->ep, E->b, E->loss, E->correct, E->seen, &R->ev, 0);
+}
+
+/* The evaluation at the epoch's end (its own "eval" event in the trace), its metrics line and the
+ * epoch's line. */
+static ct_status evaluate_epoch(ct_run *R, const ct_epoch *E) {
+    double te = ct_run_now_s(), pe = R->prof ? ct_profiler_now_us() : 0;
+    ct_profiler_set_ops_enabled(R->prof, 0); /* evaluation: one "eval" event, not part of a step */
+    CT_TRY(evaluate(R, &R->ev));
+    ct_profiler_set_ops_enabled(R->prof, 1);
+    if (R->prof) ct_profiler_event(R->prof, "evaluate", "eval", pe, ct_profiler_now_us(), NULL);
+    if (R->mx)
+        CT_TRY(ct_metrics_log_eval(R->mx, (int)R->ep + 1, R->step, R->ev.loss, R->ev.accuracy,
+                                   ct_run_now_s() - R->start));
+    ct_progress_epoch(R, E, ct_run_now_s() - te);
+    return CT_OK;
+}
+
+/* After the evaluation: the plateau schedule, early stopping and the best weights' copy. */
+static ct_status end_epoch(ct_run *R, ct_train_result *res) {
+    const ct_recipe *r = R->r;
+    const ct_task *t = R->task;
+    if (ct_schedule_observe(R->sched, R->ev.loss))
+        ct_run_say(R, "  plateau: %s loss did not improve; lr -> %.3g\n", t->eval_split,
+                   ct_schedule_lr_f64(R->sched, R->step));
+    int is_best = 0;
+    const int es_max = r->early_stop_mode == CT_EARLY_STOP_MAX;
+    if (r->early_stop_patience > 0 && ct_early_stop_update(&R->es, es_max ? R->ev.accuracy : R->ev.loss, &is_best)) {
+        ct_run_say(R, "  early stop: %s %s did not improve by %g for %d %s; best %.4f at %s %lld\n", t->eval_split,
+                   es_max ? "accuracy" : "loss", (double)r->early_stop_min_delta, r->early_stop_patience,
+                   R->data_epochs ? "epochs" : "evaluations", R->es.best, R->data_epochs ? "epoch" : "evaluation",
+                   (long long)R->es.best_epoch + 1);
+        R->es.stopped = 1;
+        R->stopped = 1;
+        res->stopped_early = 1;
+    }
+    if (is_best && R->best) {
+        memcpy(R->best, R->par, R->n_par * sizeof(float));
+        memcpy(R->best + R->n_par, R->buf, R->n_buf * sizeof(float));
+        R->have_best = 1;
+    }
+    return CT_OK;
+}
+
+/* One epoch: steps until its end, the run's stop or the end of its data; then its evaluation. */
+static ct_status run_epoch(ct_run *R, ct_train_result *res) {
+    ct_epoch E;
+    CT_TRY(begin_epoch(R, &E));
+    while (!R->stopped && R->step < E.end) {
+        ct_step_io io;
+        CT_TRY(train_step(R, &E, &io));
+        if (!io.done) break; /* the epoch's data is exhausted */
+        CT_TRY(log_step(R, &E, &io));
+        CT_TRY(maybe_checkpoint(R, &E));
+        ct_progress_step(R, &E, &io);
+    }
+    CT_TRY(evaluate_epoch(R, &E));
+    return end_epoch(R, res);
+}
+
+/* Early stopping with early_stop_restore_best: the best evaluation's weights back, evaluated again. */
+static ct_status restore_best(ct_run *R) {
+    const ct_task *t = R->task;
+    const char *unit = R->data_epochs ? "epoch" : "evaluation";
+    if (!R->have_best) {
+        ct_run_say(R, "  warning: the best evaluation (%lld) came before the resume; its weights were not kept, the "
+                   "final weights stay\n", (long long)R->es.best_epoch + 1);
+        return CT_OK;
+    }
+    memcpy(R->par, R->best, R->n_par * sizeof(float));
+    ct_plan_params_changed(R->plan); /* written through the pointer taken at start */
+    memcpy(R->buf, R->best + R->n_par, R->n_buf * sizeof(float));
+    CT_TRY(evaluate(R, &R->ev));
+    if (t->has_accuracy)
+        ct_run_say(R, "  restored the best weights (%s %lld): %s loss %.4f, %s acc %.2f%%\n", unit,
+                   (long long)R->es.best_epoch + 1, t->eval_split, R->ev.loss, t->eval_split, 100.0 * R->ev.accuracy);
+    else
+        ct_run_say(R, "  restored the best weights (%s %lld): %s loss %.4f\n", unit, (long long)R->es.best_epoch + 1,
+                   t->eval_split, R->ev.loss);
+    return CT_OK;
+}
+
+/* The best weights (early stopping), the last checkpoint, the check that the ranks agree, the profile,
+ * the summary, the metrics log's end and the result; then the health report. */
+static ct_status finish_run(ct_run *R, ct_train_result *res) {
+    const ct_recipe *r = R->r;
+    if (R->stopped && R->best) CT_TRY(restore_best(R));
+    if (r->save_dir[0] && (!R->resumed || R->step > R->step0 || R->stopped != R->ck_stopped))
+        CT_TRY(checkpoint(R, R->step,
+                          R->data_epochs ? R->ep : R->step / (R->steps_per_epoch ? R->steps_per_epoch : 1), 0, 0, 0,
+                          0, &R->ev, 1));
+    CT_TRY(ct_dp_same_weights(R->ctx, R->comm, R->plan, "at the end of the run"));
+    double tt = ct_run_now_s() - R->start;
     profile_finish(R);
     ct_mem_stats ms;
-    ct_context_mem_stats(ctx, &ms);
-    char accs[48] = "";
-    if (t->has_accuracy) snprintf(accs, sizeof accs, ", %s accuracy %.2f%%", t->eval_split, 100.0 * ev.accuracy);
-    say(R, "done: %lld steps in %.1f s (%.0f ms/step, %.0f %s/s), %s loss %.4f%s, peak memory %.1f MiB\n",
-        (long long)step, tt, 1e3 * tt / (double)(step > step0 ? step - step0 : 1),
-        R->units_done / (tt > 0 ? tt : 1), t->unit, t->eval_split, ev.loss,
-        accs, (double)ms.peak_bytes / 1048576.0);
-    if (R->world > 1) {
-        ct_comm_stats cs;
-        ct_comm_get_stats(R->comm, &cs);
-        res->comm_seconds = cs.seconds - cs0.seconds;
-        char rs[48] = "";
-        if (cs.reduce_scatter_calls)
-            snprintf(rs, sizeof rs, ", %llu reduce-scatter", (unsigned long long)cs.reduce_scatter_calls);
-        say(R, "communication (rank 0): %lld gradient %s (one per optimizer step), %llu collectives in all "
-            "(%llu allreduce, %llu broadcast, %llu allgather, %llu barrier%s; %.2f MiB), %.2f s of the training inside "
-            "them (%.1f%%)\n",
-            (long long)R->grad_reduces, ct_zero_stage(R->zero) > 0 ? "reduce-scatters" : "allreduces",
-            (unsigned long long)(cs.allreduce_calls + cs.broadcast_calls + cs.allgather_calls + cs.barrier_calls +
-                                 cs.reduce_scatter_calls),
-            (unsigned long long)cs.allreduce_calls, (unsigned long long)cs.broadcast_calls,
-            (unsigned long long)cs.allgather_calls, (unsigned long long)cs.barrier_calls, rs,
-            (double)(cs.allreduce_bytes + cs.broadcast_bytes + cs.allgather_bytes + cs.reduce_scatter_bytes) /
-                1048576.0,
-            res->comm_seconds, tt > 0 ? 100.0 * res->comm_seconds / tt : 0.0);
-        say(R, "communication share (rank 0): %.1f%% of the training blocked on the gradients (%.2f s over %lld "
-            "steps, %.2f ms/step)\n", tt > 0 ? 100.0 * R->grad_wait_s / tt : 0.0, R->grad_wait_s,
-            (long long)R->grad_reduces, R->grad_reduces ? 1e3 * R->grad_wait_s / (double)R->grad_reduces : 0.0);
-    }
+    ct_context_mem_stats(R->ctx, &ms);
+    ct_progress_summary(R, res, tt, &ms);
     res->grad_allreduces = R->grad_reduces;
     if (R->mx) {
-        ct_metrics_log_done(R->mx, step, tt, ev.loss, ev.accuracy, (double)ms.peak_bytes / 1048576.0);
-        s = ct_metrics_close(R->mx);
+        ct_metrics_log_done(R->mx, R->step, tt, R->ev.loss, R->ev.accuracy, (double)ms.peak_bytes / 1048576.0);
+        ct_status s = ct_metrics_close(R->mx);
         R->mx = NULL;
         CT_TRY(s);
     }
-    res->steps = step;
+    res->steps = R->step;
     res->seconds = tt;
-    res->eval_loss = ev.loss;
-    res->eval_accuracy = ev.accuracy;
+    res->eval_loss = R->ev.loss;
+    res->eval_accuracy = R->ev.accuracy;
     res->peak_bytes = ms.peak_bytes;
-    res->stopped_early |= stopped;
-    return report_health(R, res, step - step0);
+    res->stopped_early |= R->stopped;
+    return ct_progress_health(R, res, R->step - R->step0);
+}
+
+/* The run: start (resume or initial weights), the header, epochs of steps, the end. */
+static ct_status run_loop(ct_run *R, ct_train_result *res) {
+    R->data_epochs = R->task->epochs_from_data;
+    R->quiet = R->o->quiet;
+    /* mpirun gives its ranks a pseudo-terminal whatever the user's output is: data parallel prints lines */
+    R->tty = R->out && isatty(fileno(R->out)) && R->world == 1;
+    CT_TRY(start_run(R));
+    CT_TRY(begin_output(R));
+    for (; !R->stopped && R->step < R->total && (!R->data_epochs || R->ep < R->r->epochs); R->ep++)
+        CT_TRY(run_epoch(R, res));
+    return finish_run(R, res);
 }
 
 ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, ct_train_result *res) {
@@ -1138,7 +795,7 @@ ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, 
     if (!res) res = &dummy;
     memset(res, 0, sizeof *res);
     CT_TRY(ct_recipe_validate(ctx, r));
-    run_t R = {.ctx = ctx, .r = r, .o = o, .out = o->out};
+    ct_run R = {.ctx = ctx, .r = r, .o = o, .out = o->out};
     ct_status s = CT_OK;
     R.comm = o->comm;
     R.rank = ct_comm_rank(o->comm);

@@ -1,0 +1,185 @@
+/* src/train/step.c - the default training step (ct_step_default, the seam in
+ * train_internal.h): one optimizer step of the run, in named parts:
+ *   micro-batches (next batch -> forward -> backward, x accumulate_steps)
+ *   -> reduce_gradients (data parallel buckets, ZeRO's reduce-scatter)
+ *   -> ct_step_reduce_stats (the statistics over the ranks, the loss check)
+ *   -> update (unscale + overflow check, clip, optimizer step or skip, scale update).
+ * The trainer (trainer.c) calls it once per optimizer step through
+ * ct_run.train_step; a pipeline schedule replaces it. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "train_internal.h"
+
+/* One micro-batch: next batch, forward, backward; its statistics into io. *rows 0: the data ran out. */
+static ct_status micro_batch(ct_run *R, ct_step_io *io, int micro, int64_t *rows) {
+    const ct_recipe *r = R->r;
+    ct_task *t = R->task;
+    double td = R->prof ? ct_profiler_now_us() : 0;
+    *rows = 0;
+    CT_TRY(t->next_batch(t, io->step, micro, rows));
+    if (*rows == 0) return CT_OK; /* the epoch's data is exhausted */
+    if (R->prof) ct_profiler_event(R->prof, "batch", "data", td, ct_profiler_now_us(), NULL);
+    float loss;
+    if (R->scaler) CT_TRY(ct_plan_set_loss_scale(R->plan, ct_scaler_scale(R->scaler) / (float)R->grad_div));
+    /* forward, backward (bn_stats_once: running statistics from the step's last micro-batch only;
+     * deterministic: from the global batch's first chunk only, which is rank 0's at any world size) */
+    if (r->bn_stats_once) ct_plan_set_update_running_stats(R->plan, micro == R->accum - 1);
+    if (r->deterministic) ct_plan_set_update_running_stats(R->plan, R->rank == 0 && micro == 0);
+    CT_TRY(ct_plan_forward(R->plan, 1));
+    ct_plan_loss(R->plan, &loss);
+    if (!isfinite(loss) && R->scaler) loss = 0.0f; /* FP16 overflowed in the forward: the scaler skips this step */
+    /* data parallel: the last micro-batch's backward sends each bucket as soon as its gradients are final */
+    if (R->bk && micro == R->accum - 1) CT_TRY(ct_buckets_begin(R->bk));
+    CT_TRY(ct_plan_backward(R->plan));
+    io->batches += !r->deterministic || micro == 0; /* deterministic: the chunks are one global batch */
+    if (r->deterministic) CT_TRY(ct_zero_det_push(R->zero, micro, loss));
+    io->loss += loss;
+    if (t->has_accuracy) io->correct += (double)t->batch_correct(t, *rows);
+    io->rows += (double)*rows;
+    io->units += t->batch_units ? (double)t->batch_units(t) : (double)(*rows * t->unit_per_row);
+    io->n++;
+    return CT_OK;
+}
+
+/* The step's gradients summed over the ranks (data parallel or ZeRO), before anything else of the step
+ * talks to the other ranks: with comm_progress thread the progress thread may still be starting buckets
+ * until ct_buckets_finish returns, and MPI_THREAD_SERIALIZED allows no other MPI call meanwhile (and the
+ * ranks must issue their collectives in the same order: a statistics allreduce slipping between two
+ * buckets on one rank only would pair with a bucket on the other). */
+static ct_status reduce_gradients(ct_run *R) {
+    const int zero = ct_zero_stage(R->zero) > 0;
+    if (zero) { /* ZeRO: each rank reduces, checks, clips and updates its segment; then the allgather */
+        double ta = R->prof ? ct_profiler_now_us() : 0;
+        CT_TRY(ct_zero_reduce_grads(R->zero));
+        R->grad_reduces++;
+        if (R->prof) ct_profiler_event(R->prof, "reduce-scatter gradients", "comm", ta, ct_profiler_now_us(), NULL);
+    } else if (R->world > 1 && !ct_zero_deterministic(R->zero)) {
+        /* data parallel: the mean gradient of the global batch on every rank, the same bits everywhere, so the
+         * overflow check, the clipping norm and the step below agree across ranks without more messages */
+        double ta = ct_profiler_now_us();
+        if (R->bk) CT_TRY(ct_buckets_finish(R->bk, NULL)); /* the buckets not sent during backward, and the wait */
+        else CT_TRY(ct_dp_reduce_grads(R->comm, R->plan));
+        double tb = ct_profiler_now_us();
+        R->grad_wait_s += 1e-6 * (tb - ta);
+        R->grad_reduces++;
+        if (R->prof) ct_profiler_event(R->prof, R->bk ? "wait for gradient buckets" : "allreduce gradients", "comm", ta,
+                                       tb, NULL);
+        if (R->bk) ct_dp_buckets_trace(R->bk, R->prof);
+    }
+    return CT_OK;
+}
+
+/* The loss check of ct_step_reduce_stats: loss is the step's mean. */
+static ct_status check_loss(ct_run *R, const ct_step_io *io, double loss) {
+    const ct_recipe *r = R->r;
+    if (!isfinite(loss))
+        return ct_set_error(R->ctx, CT_E_NONFINITE,
+                            "the loss became %g at step %lld (epoch %lld, lr %g); lower optimizer.lr, check the data "
+                            "for NaN/inf (detect_anomaly: true names the first op)",
+                            loss, (long long)io->step + 1, (long long)io->epoch + 1, (double)io->lr);
+    if (R->first_loss < 0.0 && loss > 0.0) R->first_loss = loss;
+    if (r->divergence_factor > 0.0f && R->first_loss > 0.0 && loss > (double)r->divergence_factor * fmax(R->first_loss, 1.0))
+        return ct_set_error(R->ctx, CT_E_NONFINITE,
+                            "the loss %g at step %lld (epoch %lld, lr %g) is more than divergence_factor %g times the "
+                            "run's first loss %g: training diverged; lower optimizer.lr or add warmup "
+                            "(divergence_factor: 0 turns this check off)",
+                            loss, (long long)io->step + 1, (long long)io->epoch + 1, (double)io->lr,
+                            (double)r->divergence_factor, R->first_loss);
+    return CT_OK;
+}
+
+/* A loss that is not finite (without a loss scaler, which zeroes an overflowed forward's loss and skips
+ * the step) or that diverged ends the run. */
+ct_status ct_step_reduce_stats(ct_run *R, ct_step_io *io) {
+    if (ct_zero_deterministic(R->zero) && io->n) {
+        /* the chunk losses summed in chunk order (the same double at any world size), as one mean per step */
+        double cr[3] = {io->correct, io->rows, io->units};
+        CT_TRY(ct_comm_allreduce_f64(R->comm, cr, 3, CT_REDUCE_SUM)); /* integers: exact in any order */
+        io->correct = cr[0], io->rows = cr[1], io->units = cr[2];
+        CT_TRY(ct_zero_det_reduce(R->zero, &io->loss));
+        R->grad_reduces++;
+        io->n = 1;
+    } else {
+        CT_TRY(ct_dp_reduce_step(R->comm, &io->loss, &io->correct, &io->rows, &io->units));
+    }
+    return check_loss(R, io, io->n ? io->loss / io->n : 0.0);
+}
+
+/* All finite: the all-zero check, clipping, the optimizer's update and (ZeRO) the parameters' allgather. */
+static ct_status update(ct_run *R, ct_step_io *io, int all_zero) {
+    const ct_recipe *r = R->r;
+    const int zero = ct_zero_stage(R->zero) > 0;
+    /* all-zero gradients train nothing (an FP16 scale so small they underflow, or a dead model): counted
+     * and reported at the end; the scan stops at the first nonzero value, so it costs nothing normally */
+    size_t i = 0;
+    if (!zero)
+        while (i < R->n_par && R->grads[i] == 0.0f) i++;
+    io->zero_grads = zero ? all_zero : i == R->n_par;
+    if (r->clip_grad_norm > 0.0f) {
+        if (zero) CT_TRY(ct_zero_clip_grad_norm(R->zero, r->clip_grad_norm, &io->grad_norm)); /* over all segments */
+        else CT_TRY(ct_clip_grad_norm(R->plan, r->clip_grad_norm, 2.0f, &io->grad_norm));
+    }
+    if (r->clip_grad_value > 0.0f) CT_TRY(ct_clip_grad_value(R->plan, r->clip_grad_value));
+    CT_TRY(ct_optimizer_set_lr(R->opt, io->lr));
+    CT_TRY(ct_optimizer_step(R->opt));
+    if (zero) {
+        double tg = R->prof ? ct_profiler_now_us() : 0;
+        CT_TRY(ct_zero_allgather_params(R->zero));
+        if (R->prof) ct_profiler_event(R->prof, "allgather parameters", "comm", tg, ct_profiler_now_us(), NULL);
+    }
+    return CT_OK;
+}
+
+/* The scaler's update and its events in the trace's "amp" category (the trainer logs them in the
+ * metrics log); io->stop when the scale stayed at its floor (loss_scale.floor = stop). */
+static ct_status scaler_update(ct_run *R, ct_step_io *io, int overflow, int bad_param) {
+    double ts = R->prof ? ct_profiler_now_us() : 0;
+    CT_TRY(ct_scaler_update(R->scaler, R->plan, overflow, bad_param));
+    const ct_scale_record *ev = NULL;
+    int n_ev = 0;
+    ct_scaler_last_events(R->scaler, &ev, &n_ev);
+    for (int i = 0; i < n_ev && R->prof; i++) {
+        char args[192];
+        snprintf(args, sizeof args, "{\"event\": \"%s\", \"scale\": %g, \"first_nonfinite\": \"%.60s\"}",
+                 ct_scale_event_name(ev[i].event), (double)ev[i].scale, ev[i].tensor);
+        ct_profiler_event(R->prof, ev[i].event == CT_SCALE_GROWTH ? "loss scale grown" : ev[i].event == CT_SCALE_BACKOFF
+                                       ? "loss scale backoff" : "overflow: update skipped",
+                          "amp", ts, ct_profiler_now_us(), args);
+    }
+    io->stop = ct_scaler_should_stop(R->scaler);
+    return CT_OK;
+}
+
+/* With a loss scaler: unscale + inf/NaN check in one pass, then (all finite) clipping and the update,
+ * else the update is skipped; then the scaler's update. */
+static ct_status optimizer_step(ct_run *R, ct_step_io *io) {
+    int overflow = 0, bad_param = -1;
+    io->grad_norm = 0.0f;
+    if (R->scaler) CT_TRY(ct_scaler_unscale(R->scaler, R->plan, &overflow, &bad_param));
+    int all_zero = 0; /* ZeRO: each rank holds its segment only: the overflow and the zero check over all */
+    if (ct_zero_stage(R->zero) > 0) CT_TRY(ct_zero_agree(R->zero, &overflow, &all_zero));
+    if (!overflow) CT_TRY(update(R, io, all_zero));
+    return R->scaler ? scaler_update(R, io, overflow, bad_param) : CT_OK;
+}
+
+ct_status ct_step_default(ct_run *R, ct_step_io *io) {
+    if (io->first && R->accum > 1) CT_TRY(ct_plan_zero_grads(R->plan));
+    for (int micro = 0; micro < R->micro_n; micro++) {
+        int64_t rows = 0;
+        CT_TRY(micro_batch(R, io, micro, &rows));
+        /* the micro-batches of an unfinished accumulation at the epoch's end count in its totals */
+        if (rows == 0) return io->n ? ct_step_reduce_stats(R, io) : CT_OK;
+        /* more micro-batches before this step: nothing is sent (data parallel) until the last one */
+    }
+    CT_TRY(reduce_gradients(R));
+    CT_TRY(ct_step_reduce_stats(R, io));
+    double to = R->prof ? ct_profiler_now_us() : 0;
+    CT_TRY(optimizer_step(R, io));
+    if (R->accum > 1) CT_TRY(ct_plan_zero_grads(R->plan));
+    if (R->prof) ct_profiler_event(R->prof, "optimizer step", "optimizer", to, ct_profiler_now_us(), NULL);
+    io->done = 1;
+    return CT_OK;
+}
