@@ -1,5 +1,6 @@
 /* src/graph/autodiff.c - reverse-mode autodiff: every backward rule lives in
- * this file, in one switch over the op enum (ct_autodiff). Rules emit ordinary
+ * this file; one switch over the op enum (rule) picks the rule of the op's
+ * family (rule_matmul, rule_norm, rule_binary, ...). Rules emit ordinary
  * graph nodes, so backward is planned and executed like forward. */
 #include <stdio.h>
 #include <string.h>
@@ -113,7 +114,7 @@ static ct_status bmatmul(ct_graph *g, ct_node a, ct_node b, int ta, int tb, ct_n
     return mark(g, *out);
 }
 
-/* Sums all dims except the last `keep` trailing ones... here: except dim `keep_dim`. */
+/* Sums x over every dim except `keep_dim`. */
 static ct_status sum_except(ct_graph *g, ct_node x, int keep_dim, ct_node *out) {
     int nd = g->nodes[x].ndim;
     uint32_t mask = 0;
@@ -127,270 +128,365 @@ static ct_status sum_except(ct_graph *g, ct_node x, int keep_dim, ct_node *out) 
     return mark(g, *out);
 }
 
-static int needs(const uint8_t *req, ct_node n) { return req[n] != 0; }
+/* What a backward rule works from: node n (D: a copy, as pushing nodes may
+ * reallocate g->nodes), its output's gradient dy, the gradients accumulated
+ * so far, which nodes need one (req), and the first node the rule creates. */
+typedef struct {
+    ct_graph *g;
+    ct_node_def D;
+    ct_node n, dy, fresh;
+    ct_node *grads;
+    const uint8_t *req;
+} rule_ctx;
 
-static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const uint8_t *req) {
-    /* Copy: pushing nodes may reallocate g->nodes. */
-    const ct_node_def D = g->nodes[n];
-    const ct_node fresh = g->n; /* nodes this rule creates */
-    const ct_node *in = D.in;
-    ct_node t, u, v;
-    switch (D.op) {
-    case CT_OP_INPUT: case CT_OP_PARAM: case CT_OP_BUFFER:
-        return CT_OK;
-    case CT_OP_MATMUL: {
-        ct_node a = in[0], b = in[1];
-        int ta = (int)D.ia[0], tb = (int)D.ia[1];
-        int nd = D.ndim, b2d = g->nodes[b].ndim == 2 && nd > 2;
-        if (needs(req, a)) {
-            if (!ta) CT_TRY(bmatmul(g, dy, b, 0, !tb, &t));
-            else if (!b2d) CT_TRY(bmatmul(g, b, dy, tb, 1, &t));
-            else {
-                int perm[CT_MAX_DIMS];
-                for (int i = 0; i < nd; i++) perm[i] = i;
-                perm[nd - 2] = nd - 1; perm[nd - 1] = nd - 2;
-                CT_TRY(bmatmul(g, dy, b, 0, !tb, &u));
-                store_for_grad(g, a, u);
-                CT_TRY(ct_transpose(g, u, perm, &t));
-                CT_TRY(mark(g, t));
-            }
-            CT_TRY(accumulate(g, grads, fresh, a, t));
-        }
-        if (needs(req, b)) {
-            if (b2d && !ta) {
-                const ct_node_def *A = &g->nodes[a];
-                int64_t K = A->shape[A->ndim - 1], Nn = D.shape[nd - 1];
-                CT_TRY(breshape(g, a, 2, (int64_t[]){-1, K}, &u));
-                CT_TRY(breshape(g, dy, 2, (int64_t[]){-1, Nn}, &v));
-                if (!tb) CT_TRY(bmatmul(g, u, v, 1, 0, &t));
-                else CT_TRY(bmatmul(g, v, u, 1, 0, &t));
-            } else if (b2d) {
-                uint32_t mask = 0;
-                for (int i = 0; i < nd - 2; i++) mask |= 1u << i;
-                if (!tb) CT_TRY(bmatmul(g, a, dy, !ta, 0, &u));
-                else CT_TRY(bmatmul(g, dy, a, 1, ta, &u));
-                store_for_grad(g, b, u);
-                CT_TRY(ct_sum(g, u, mask, 0, &t));
-                CT_TRY(mark(g, t));
-            } else if (!tb) {
-                CT_TRY(bmatmul(g, a, dy, !ta, 0, &t));
-            } else {
-                CT_TRY(bmatmul(g, dy, a, 1, ta, &t));
-            }
-            CT_TRY(accumulate(g, grads, fresh, b, t));
-        }
-        return CT_OK;
+static int needs(const rule_ctx *c, ct_node x) { return c->req[x] != 0; }
+
+/* Adds t to the gradient of x (accumulate). */
+static ct_status add_grad(const rule_ctx *c, ct_node x, ct_node t) {
+    return accumulate(c->g, c->grads, c->fresh, x, t);
+}
+
+/* A backward node `op` with output shape and attributes like in[0]'s, whose
+ * result is in[0]'s gradient contribution (the one-node rules). */
+static ct_status grad_node(const rule_ctx *c, ct_op op, int n_in, const ct_node *in) {
+    ct_node t;
+    CT_TRY(bnode(c->g, op, n_in, in, &c->D, c->D.in[0], &t));
+    return add_grad(c, c->D.in[0], t);
+}
+
+static ct_status no_rule(const rule_ctx *c) {
+    return ct_set_error(c->g->ctx, CT_E_UNSUPPORTED, "autodiff: no backward rule for op '%s' (node '%s')",
+                        ct_op_table(c->D.op)->name, c->D.name);
+}
+
+/* matmul y = op(a) op(b): da. A batched a times a 2-D b transposed
+ * (ia[0]) is dy b^T transposed back. */
+static ct_status matmul_grad_a(const rule_ctx *c) {
+    ct_graph *g = c->g;
+    ct_node a = c->D.in[0], b = c->D.in[1], dy = c->dy, t, u;
+    int ta = (int)c->D.ia[0], tb = (int)c->D.ia[1];
+    int nd = c->D.ndim, b2d = g->nodes[b].ndim == 2 && nd > 2;
+    if (!ta) CT_TRY(bmatmul(g, dy, b, 0, !tb, &t));
+    else if (!b2d) CT_TRY(bmatmul(g, b, dy, tb, 1, &t));
+    else {
+        int perm[CT_MAX_DIMS];
+        for (int i = 0; i < nd; i++) perm[i] = i;
+        perm[nd - 2] = nd - 1; perm[nd - 1] = nd - 2;
+        CT_TRY(bmatmul(g, dy, b, 0, !tb, &u));
+        store_for_grad(g, a, u);
+        CT_TRY(ct_transpose(g, u, perm, &t));
+        CT_TRY(mark(g, t));
     }
-    case CT_OP_LINEAR: {
-        ct_node x = in[0], w = in[1];
-        int64_t O = g->nodes[w].shape[0], I = g->nodes[w].shape[1];
-        /* Weight and bias gradients first: x, often saved for dW only, is
-         * then freed before dx is allocated, and the parameter gradients a
-         * bucket waits for are final sooner. The conv rule does the same. */
-        if (needs(req, w)) {
-            CT_TRY(breshape(g, dy, 2, (int64_t[]){-1, O}, &u));
-            CT_TRY(breshape(g, x, 2, (int64_t[]){-1, I}, &v));
-            CT_TRY(bmatmul(g, u, v, 1, 0, &t));
-            CT_TRY(accumulate(g, grads, fresh, w, t));
-        }
-        if (D.n_in > 2 && needs(req, in[2])) {
-            CT_TRY(sum_except(g, dy, D.ndim - 1, &t));
-            CT_TRY(accumulate(g, grads, fresh, in[2], t));
-        }
-        if (needs(req, x)) {
-            CT_TRY(bmatmul(g, dy, w, 0, 0, &t));
-            CT_TRY(accumulate(g, grads, fresh, x, t));
-        }
-        return CT_OK;
+    return add_grad(c, a, t);
+}
+
+/* matmul: db. A 2-D b shared by a batched a: one GEMM over the flattened
+ * batch (a not transposed), or a batch of GEMMs summed over the batch. */
+static ct_status matmul_grad_b(const rule_ctx *c) {
+    ct_graph *g = c->g;
+    ct_node a = c->D.in[0], b = c->D.in[1], dy = c->dy, t, u, v;
+    int ta = (int)c->D.ia[0], tb = (int)c->D.ia[1];
+    int nd = c->D.ndim, b2d = g->nodes[b].ndim == 2 && nd > 2;
+    if (b2d && !ta) {
+        const ct_node_def *A = &g->nodes[a];
+        int64_t K = A->shape[A->ndim - 1], Nn = c->D.shape[nd - 1];
+        CT_TRY(breshape(g, a, 2, (int64_t[]){-1, K}, &u));
+        CT_TRY(breshape(g, dy, 2, (int64_t[]){-1, Nn}, &v));
+        if (!tb) CT_TRY(bmatmul(g, u, v, 1, 0, &t));
+        else CT_TRY(bmatmul(g, v, u, 1, 0, &t));
+    } else if (b2d) {
+        uint32_t mask = 0;
+        for (int i = 0; i < nd - 2; i++) mask |= 1u << i;
+        if (!tb) CT_TRY(bmatmul(g, a, dy, !ta, 0, &u));
+        else CT_TRY(bmatmul(g, dy, a, 1, ta, &u));
+        store_for_grad(g, b, u);
+        CT_TRY(ct_sum(g, u, mask, 0, &t));
+        CT_TRY(mark(g, t));
+    } else if (!tb) {
+        CT_TRY(bmatmul(g, a, dy, !ta, 0, &t));
+    } else {
+        CT_TRY(bmatmul(g, dy, a, 1, ta, &t));
     }
-    case CT_OP_CONV2D:
-        if (needs(req, in[1])) {
-            CT_TRY(bnode(g, CT_OP_CONV2D_BWD_WEIGHT, 2, (ct_node[]){dy, in[0]}, &D, in[1], &t));
-            CT_TRY(accumulate(g, grads, fresh, in[1], t));
-        }
-        if (D.n_in > 2 && needs(req, in[2])) {
-            CT_TRY(sum_except(g, dy, 1, &t));
-            CT_TRY(accumulate(g, grads, fresh, in[2], t));
-        }
-        if (needs(req, in[0])) {
-            CT_TRY(bnode(g, CT_OP_CONV2D_BWD_DATA, 2, (ct_node[]){dy, in[1]}, &D, in[0], &t));
-            CT_TRY(accumulate(g, grads, fresh, in[0], t));
-        }
-        return CT_OK;
-    case CT_OP_MAXPOOL2D:
-        CT_TRY(bnode(g, CT_OP_MAXPOOL2D_BWD, 2, (ct_node[]){dy, n}, &D, in[0], &t));
-        return accumulate(g, grads, fresh, in[0], t);
-    case CT_OP_AVGPOOL2D:
-        CT_TRY(bnode(g, CT_OP_AVGPOOL2D_BWD, 1, &dy, &D, in[0], &t));
-        return accumulate(g, grads, fresh, in[0], t);
-    case CT_OP_BATCHNORM:
-    case CT_OP_LAYERNORM: {
-        int bn = D.op == CT_OP_BATCHNORM;
-        if (needs(req, in[0])) {
-            CT_TRY(bnode(g, bn ? CT_OP_BATCHNORM_BWD_DATA : CT_OP_LAYERNORM_BWD_DATA, 4,
-                         (ct_node[]){dy, in[0], in[1], n}, &D, in[0], &t));
-            CT_TRY(accumulate(g, grads, fresh, in[0], t));
-        }
-        if (needs(req, in[1])) {
-            CT_TRY(bnode(g, bn ? CT_OP_BATCHNORM_BWD_GAMMA : CT_OP_LAYERNORM_BWD_GAMMA, 3,
-                         (ct_node[]){dy, in[0], n}, &D, in[1], &t));
-            CT_TRY(accumulate(g, grads, fresh, in[1], t));
-        }
-        if (D.n_in > 2 && needs(req, in[2])) { /* layernorm's bias is optional */
-            if (bn) CT_TRY(sum_except(g, dy, 1, &t));
-            else CT_TRY(sum_except(g, dy, D.ndim - 1, &t));
-            CT_TRY(accumulate(g, grads, fresh, in[2], t));
-        }
-        return CT_OK;
+    return add_grad(c, b, t);
+}
+
+static ct_status rule_matmul(const rule_ctx *c) {
+    if (needs(c, c->D.in[0])) CT_TRY(matmul_grad_a(c));
+    if (needs(c, c->D.in[1])) CT_TRY(matmul_grad_b(c));
+    return CT_OK;
+}
+
+/* linear y = x w^T + bias. Weight and bias gradients first: x, often saved
+ * for dW only, is then freed before dx is allocated, and the parameter
+ * gradients a bucket waits for are final sooner. The conv rule does the same. */
+static ct_status rule_linear(const rule_ctx *c) {
+    ct_graph *g = c->g;
+    const ct_node *in = c->D.in;
+    ct_node x = in[0], w = in[1], dy = c->dy, t, u, v;
+    int64_t O = g->nodes[w].shape[0], I = g->nodes[w].shape[1];
+    if (needs(c, w)) {
+        CT_TRY(breshape(g, dy, 2, (int64_t[]){-1, O}, &u));
+        CT_TRY(breshape(g, x, 2, (int64_t[]){-1, I}, &v));
+        CT_TRY(bmatmul(g, u, v, 1, 0, &t));
+        CT_TRY(add_grad(c, w, t));
     }
+    if (c->D.n_in > 2 && needs(c, in[2])) {
+        CT_TRY(sum_except(g, dy, c->D.ndim - 1, &t));
+        CT_TRY(add_grad(c, in[2], t));
+    }
+    if (needs(c, x)) {
+        CT_TRY(bmatmul(g, dy, w, 0, 0, &t));
+        CT_TRY(add_grad(c, x, t));
+    }
+    return CT_OK;
+}
+
+/* conv2d (x, w, bias): weight and bias gradients first, as linear's. */
+static ct_status rule_conv2d(const rule_ctx *c) {
+    ct_graph *g = c->g;
+    const ct_node *in = c->D.in;
+    ct_node dy = c->dy, t;
+    if (needs(c, in[1])) {
+        CT_TRY(bnode(g, CT_OP_CONV2D_BWD_WEIGHT, 2, (ct_node[]){dy, in[0]}, &c->D, in[1], &t));
+        CT_TRY(add_grad(c, in[1], t));
+    }
+    if (c->D.n_in > 2 && needs(c, in[2])) {
+        CT_TRY(sum_except(g, dy, 1, &t));
+        CT_TRY(add_grad(c, in[2], t));
+    }
+    if (needs(c, in[0])) {
+        CT_TRY(bnode(g, CT_OP_CONV2D_BWD_DATA, 2, (ct_node[]){dy, in[1]}, &c->D, in[0], &t));
+        CT_TRY(add_grad(c, in[0], t));
+    }
+    return CT_OK;
+}
+
+/* max pooling reads its saved argmax (node n's aux); average pooling dy only. */
+static ct_status rule_pool(const rule_ctx *c) {
+    if (c->D.op == CT_OP_MAXPOOL2D) return grad_node(c, CT_OP_MAXPOOL2D_BWD, 2, (ct_node[]){c->dy, c->n});
+    return grad_node(c, CT_OP_AVGPOOL2D_BWD, 1, &c->dy);
+}
+
+/* batchnorm and layernorm (x, gamma, bias): the backward nodes read the
+ * statistics the forward node n saved. */
+static ct_status rule_norm(const rule_ctx *c) {
+    ct_graph *g = c->g;
+    const ct_node *in = c->D.in;
+    ct_node dy = c->dy, n = c->n, t;
+    int bn = c->D.op == CT_OP_BATCHNORM;
+    if (needs(c, in[0])) {
+        CT_TRY(bnode(g, bn ? CT_OP_BATCHNORM_BWD_DATA : CT_OP_LAYERNORM_BWD_DATA, 4,
+                     (ct_node[]){dy, in[0], in[1], n}, &c->D, in[0], &t));
+        CT_TRY(add_grad(c, in[0], t));
+    }
+    if (needs(c, in[1])) {
+        CT_TRY(bnode(g, bn ? CT_OP_BATCHNORM_BWD_GAMMA : CT_OP_LAYERNORM_BWD_GAMMA, 3,
+                     (ct_node[]){dy, in[0], n}, &c->D, in[1], &t));
+        CT_TRY(add_grad(c, in[1], t));
+    }
+    if (c->D.n_in > 2 && needs(c, in[2])) { /* layernorm's bias is optional */
+        if (bn) CT_TRY(sum_except(g, dy, 1, &t));
+        else CT_TRY(sum_except(g, dy, c->D.ndim - 1, &t));
+        CT_TRY(add_grad(c, in[2], t));
+    }
+    return CT_OK;
+}
+
+/* The one-input element-wise ops: unary, scale, dropout, cast. */
+static ct_status rule_eltwise(const rule_ctx *c) {
+    const ct_node x = c->D.in[0];
+    ct_node t;
+    switch (c->D.op) {
     case CT_OP_UNARY: {
         /* relu, sigmoid, tanh differentiate from the output; gelu, silu from the input */
-        int k = (int)D.ia[0];
+        int k = (int)c->D.ia[0];
         int from_out = k == CT_UNARY_RELU || k == CT_UNARY_SIGMOID || k == CT_UNARY_TANH;
-        ct_node_def A = D;
+        ct_node_def A = c->D;
         A.ia[1] = from_out;
-        CT_TRY(bnode(g, CT_OP_UNARY_BWD, 2, (ct_node[]){dy, from_out ? n : in[0]}, &A, in[0], &t));
-        return accumulate(g, grads, fresh, in[0], t);
+        CT_TRY(bnode(c->g, CT_OP_UNARY_BWD, 2, (ct_node[]){c->dy, from_out ? c->n : x}, &A, x, &t));
+        return add_grad(c, x, t);
     }
     case CT_OP_SCALE:
-        CT_TRY(ct_scale(g, dy, D.fa[0], &t));
-        CT_TRY(mark(g, t));
-        return accumulate(g, grads, fresh, in[0], t);
-    case CT_OP_BINARY: {
-        ct_node a = in[0], b = in[1];
-        switch ((ct_binary_kind)D.ia[0]) {
-        case CT_BIN_ADD:
-        case CT_BIN_SUB:
-            if (needs(req, a)) {
-                CT_TRY(sum_to(g, dy, a, &t));
-                CT_TRY(accumulate(g, grads, fresh, a, t));
-            }
-            if (needs(req, b)) {
-                u = dy;
-                if (D.ia[0] == CT_BIN_SUB) {
-                    CT_TRY(ct_scale(g, dy, -1.0f, &u));
-                    CT_TRY(mark(g, u));
-                }
-                CT_TRY(sum_to(g, u, b, &t));
-                CT_TRY(accumulate(g, grads, fresh, b, t));
-            }
-            return CT_OK;
-        case CT_BIN_MUL:
-            if (needs(req, a)) {
-                CT_TRY(ct_mul(g, dy, b, &u));
-                CT_TRY(mark(g, u));
-                CT_TRY(sum_to(g, u, a, &t));
-                CT_TRY(accumulate(g, grads, fresh, a, t));
-            }
-            if (needs(req, b)) {
-                CT_TRY(ct_mul(g, dy, a, &u));
-                CT_TRY(mark(g, u));
-                CT_TRY(sum_to(g, u, b, &t));
-                CT_TRY(accumulate(g, grads, fresh, b, t));
-            }
-            return CT_OK;
-        case CT_BIN_DIV:
-            if (needs(req, a)) {
-                CT_TRY(ct_div(g, dy, b, &u));
-                CT_TRY(mark(g, u));
-                CT_TRY(sum_to(g, u, a, &t));
-                CT_TRY(accumulate(g, grads, fresh, a, t));
-            }
-            if (needs(req, b)) { /* d(a/b)/db = -y/b */
-                CT_TRY(ct_mul(g, dy, n, &u));
-                CT_TRY(mark(g, u));
-                CT_TRY(ct_div(g, u, b, &v));
-                CT_TRY(mark(g, v));
-                CT_TRY(ct_scale(g, v, -1.0f, &u));
-                CT_TRY(mark(g, u));
-                CT_TRY(sum_to(g, u, b, &t));
-                CT_TRY(accumulate(g, grads, fresh, b, t));
-            }
-            return CT_OK;
-        default:
-            break;
+        CT_TRY(ct_scale(c->g, c->dy, c->D.fa[0], &t));
+        CT_TRY(mark(c->g, t));
+        return add_grad(c, x, t);
+    case CT_OP_DROPOUT: /* the same counter-based mask, regenerated from (seed, stream, step) */
+        return grad_node(c, CT_OP_DROPOUT, 1, &c->dy);
+    case CT_OP_CAST: /* accumulate casts the gradient back to the input's dtype */
+        return add_grad(c, x, c->dy);
+    default:
+        return no_rule(c);
+    }
+}
+
+/* Sums u to x's shape (undoing broadcasting) and adds it to x's gradient. */
+static ct_status add_grad_sum_to(const rule_ctx *c, ct_node x, ct_node u) {
+    ct_node t;
+    CT_TRY(sum_to(c->g, u, x, &t));
+    return add_grad(c, x, t);
+}
+
+/* ct_mul/ct_div/ct_scale of dy, tagged as backward. */
+static ct_status bmul(ct_graph *g, ct_node a, ct_node b, ct_node *out) {
+    CT_TRY(ct_mul(g, a, b, out));
+    return mark(g, *out);
+}
+static ct_status bdiv(ct_graph *g, ct_node a, ct_node b, ct_node *out) {
+    CT_TRY(ct_div(g, a, b, out));
+    return mark(g, *out);
+}
+static ct_status bscale(ct_graph *g, ct_node x, float s, ct_node *out) {
+    CT_TRY(ct_scale(g, x, s, out));
+    return mark(g, *out);
+}
+
+/* Broadcasting binary ops y = a (op) b. */
+static ct_status rule_binary(const rule_ctx *c) {
+    ct_graph *g = c->g;
+    ct_node a = c->D.in[0], b = c->D.in[1], dy = c->dy, u, v;
+    switch ((ct_binary_kind)c->D.ia[0]) {
+    case CT_BIN_ADD:
+    case CT_BIN_SUB:
+        if (needs(c, a)) CT_TRY(add_grad_sum_to(c, a, dy));
+        if (needs(c, b)) {
+            u = dy;
+            if (c->D.ia[0] == CT_BIN_SUB) CT_TRY(bscale(g, dy, -1.0f, &u));
+            CT_TRY(add_grad_sum_to(c, b, u));
         }
-        break;
+        return CT_OK;
+    case CT_BIN_MUL:
+        if (needs(c, a)) {
+            CT_TRY(bmul(g, dy, b, &u));
+            CT_TRY(add_grad_sum_to(c, a, u));
+        }
+        if (needs(c, b)) {
+            CT_TRY(bmul(g, dy, a, &u));
+            CT_TRY(add_grad_sum_to(c, b, u));
+        }
+        return CT_OK;
+    case CT_BIN_DIV:
+        if (needs(c, a)) {
+            CT_TRY(bdiv(g, dy, b, &u));
+            CT_TRY(add_grad_sum_to(c, a, u));
+        }
+        if (needs(c, b)) { /* d(a/b)/db = -y/b */
+            CT_TRY(bmul(g, dy, c->n, &u));
+            CT_TRY(bdiv(g, u, b, &v));
+            CT_TRY(bscale(g, v, -1.0f, &u));
+            CT_TRY(add_grad_sum_to(c, b, u));
+        }
+        return CT_OK;
+    default:
+        return no_rule(c);
     }
-    case CT_OP_SUM: {
-        /* reshape dy to keepdim form, then broadcast back to x's shape */
-        const ct_node_def *X = &g->nodes[in[0]];
-        int64_t ks[CT_MAX_DIMS];
-        for (int i = 0; i < X->ndim; i++) ks[i] = (D.ia[0] >> i) & 1 ? 1 : X->shape[i];
-        u = dy;
-        if (!D.ia[1]) CT_TRY(breshape(g, dy, X->ndim, ks, &u));
-        CT_TRY(bnode(g, CT_OP_BROADCAST_TO, 1, &u, &D, in[0], &t));
-        return accumulate(g, grads, fresh, in[0], t);
-    }
-    case CT_OP_RESHAPE: {
-        const ct_node_def *X = &g->nodes[in[0]];
-        int64_t s[CT_MAX_DIMS];
+}
+
+/* sum, reshape, transpose: dy brought back to the input's shape. */
+static ct_status rule_shape(const rule_ctx *c) {
+    ct_graph *g = c->g;
+    const ct_node_def *D = &c->D;
+    const ct_node x = D->in[0];
+    ct_node t, u;
+    const ct_node_def *X = &g->nodes[x];
+    int64_t s[CT_MAX_DIMS];
+    switch (D->op) {
+    case CT_OP_SUM: /* reshape dy to keepdim form, then broadcast back to x's shape */
+        for (int i = 0; i < X->ndim; i++) s[i] = (D->ia[0] >> i) & 1 ? 1 : X->shape[i];
+        u = c->dy;
+        if (!D->ia[1]) CT_TRY(breshape(g, c->dy, X->ndim, s, &u));
+        CT_TRY(bnode(g, CT_OP_BROADCAST_TO, 1, &u, D, x, &t));
+        return add_grad(c, x, t);
+    case CT_OP_RESHAPE:
         memcpy(s, X->shape, sizeof s);
-        CT_TRY(breshape(g, dy, X->ndim, s, &t));
-        return accumulate(g, grads, fresh, in[0], t);
-    }
+        CT_TRY(breshape(g, c->dy, X->ndim, s, &t));
+        return add_grad(c, x, t);
     case CT_OP_TRANSPOSE: {
         int inv[CT_MAX_DIMS];
-        for (int i = 0; i < D.ndim; i++) inv[D.ia[i]] = i;
-        CT_TRY(ct_transpose(g, dy, inv, &t));
+        for (int i = 0; i < D->ndim; i++) inv[D->ia[i]] = i;
+        CT_TRY(ct_transpose(g, c->dy, inv, &t));
         CT_TRY(mark(g, t));
-        return accumulate(g, grads, fresh, in[0], t);
+        return add_grad(c, x, t);
     }
+    default:
+        return no_rule(c);
+    }
+}
+
+/* concat, slice and pad (slice_bwd): each other's backward. */
+static ct_status rule_slice_concat(const rule_ctx *c) {
+    ct_graph *g = c->g;
+    const ct_node_def *D = &c->D;
+    ct_node t;
+    switch (D->op) {
     case CT_OP_CONCAT: {
-        int axis = (int)D.ia[0];
+        int axis = (int)D->ia[0];
         int64_t off = 0;
-        for (int i = 0; i < D.n_in; i++) {
-            int64_t len = g->nodes[in[i]].shape[axis];
-            if (needs(req, in[i])) {
-                CT_TRY(ct_slice(g, dy, axis, off, off + len, &t));
+        for (int i = 0; i < D->n_in; i++) {
+            int64_t len = g->nodes[D->in[i]].shape[axis];
+            if (needs(c, D->in[i])) {
+                CT_TRY(ct_slice(g, c->dy, axis, off, off + len, &t));
                 CT_TRY(mark(g, t));
-                CT_TRY(accumulate(g, grads, fresh, in[i], t));
+                CT_TRY(add_grad(c, D->in[i], t));
             }
             off += len;
         }
         return CT_OK;
     }
     case CT_OP_SLICE:
-        CT_TRY(bnode(g, CT_OP_SLICE_BWD, 1, &dy, &D, in[0], &t));
-        return accumulate(g, grads, fresh, in[0], t);
+        return grad_node(c, CT_OP_SLICE_BWD, 1, &c->dy);
     case CT_OP_SLICE_BWD: /* ct_pad: the slice of dy where x sits */
-        CT_TRY(ct_slice(g, dy, (int)D.ia[0], D.ia[1], D.ia[2], &t));
+        CT_TRY(ct_slice(g, c->dy, (int)D->ia[0], D->ia[1], D->ia[2], &t));
         CT_TRY(mark(g, t));
-        return accumulate(g, grads, fresh, in[0], t);
-    case CT_OP_SOFTMAX:
-    case CT_OP_LOG_SOFTMAX:
-        CT_TRY(bnode(g, D.op == CT_OP_SOFTMAX ? CT_OP_SOFTMAX_BWD : CT_OP_LOG_SOFTMAX_BWD, 2, (ct_node[]){dy, n},
-                     &D, in[0], &t));
-        return accumulate(g, grads, fresh, in[0], t);
-    case CT_OP_CROSS_ENTROPY:
-        CT_TRY(bnode(g, CT_OP_CROSS_ENTROPY_BWD, 3, (ct_node[]){dy, in[0], in[1]}, &D, in[0], &t));
-        return accumulate(g, grads, fresh, in[0], t);
-    case CT_OP_DROPOUT:
-        /* the same counter-based mask, regenerated from (seed, stream, step) */
-        CT_TRY(bnode(g, CT_OP_DROPOUT, 1, &dy, &D, in[0], &t));
-        return accumulate(g, grads, fresh, in[0], t);
-    case CT_OP_CAST: /* accumulate casts the gradient back to the input's dtype */
-        return accumulate(g, grads, fresh, in[0], dy);
-    case CT_OP_ATTENTION: {
-        /* one node for d_qkv: recomputes the probabilities from q, k and the saved log-sum-exp */
-        ct_node bin[4] = {dy, in[0], n, D.n_in > 1 ? in[1] : CT_NONE};
-        CT_TRY(bnode(g, CT_OP_ATTENTION_BWD, D.n_in > 1 ? 4 : 3, bin, &D, in[0], &t));
-        return accumulate(g, grads, fresh, in[0], t);
-    }
-    case CT_OP_WINDOW_BIAS:
-        CT_TRY(bnode(g, CT_OP_WINDOW_BIAS_BWD, 1, &dy, &D, in[0], &t));
-        return accumulate(g, grads, fresh, in[0], t);
-    case CT_OP_EMBEDDING:
-        if (needs(req, in[0])) {
-            CT_TRY(bnode(g, CT_OP_EMBEDDING_BWD, 2, (ct_node[]){dy, in[1]}, &D, in[0], &t));
-            CT_TRY(accumulate(g, grads, fresh, in[0], t));
-        }
-        return CT_OK;
+        return add_grad(c, D->in[0], t);
     default:
-        break;
+        return no_rule(c);
     }
-    return ct_set_error(g->ctx, CT_E_UNSUPPORTED, "autodiff: no backward rule for op '%s' (node '%s')",
-                        ct_op_table(D.op)->name, D.name);
+}
+
+/* softmax and log-softmax differentiate from their output; cross-entropy
+ * (logits, labels) from the logits. */
+static ct_status rule_softmax_loss(const rule_ctx *c) {
+    const ct_node *in = c->D.in;
+    if (c->D.op == CT_OP_CROSS_ENTROPY) return grad_node(c, CT_OP_CROSS_ENTROPY_BWD, 3, (ct_node[]){c->dy, in[0], in[1]});
+    return grad_node(c, c->D.op == CT_OP_SOFTMAX ? CT_OP_SOFTMAX_BWD : CT_OP_LOG_SOFTMAX_BWD, 2,
+                     (ct_node[]){c->dy, c->n});
+}
+
+/* attention (qkv, optional bias) and its window bias. */
+static ct_status rule_attention(const rule_ctx *c) {
+    const ct_node *in = c->D.in;
+    if (c->D.op == CT_OP_WINDOW_BIAS) return grad_node(c, CT_OP_WINDOW_BIAS_BWD, 1, &c->dy);
+    /* one node for d_qkv: recomputes the probabilities from q, k and the saved log-sum-exp */
+    ct_node bin[4] = {c->dy, in[0], c->n, c->D.n_in > 1 ? in[1] : CT_NONE};
+    return grad_node(c, CT_OP_ATTENTION_BWD, c->D.n_in > 1 ? 4 : 3, bin);
+}
+
+/* embedding (table, ids): the table's gradient only. */
+static ct_status rule_embedding(const rule_ctx *c) {
+    if (!needs(c, c->D.in[0])) return CT_OK;
+    return grad_node(c, CT_OP_EMBEDDING_BWD, 2, (ct_node[]){c->dy, c->D.in[1]});
+}
+
+/* Emits the backward nodes of node n, whose output gradient is dy. */
+static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const uint8_t *req) {
+    const rule_ctx c = {.g = g, .D = g->nodes[n], .n = n, .dy = dy, .fresh = g->n, .grads = grads, .req = req};
+    switch (c.D.op) {
+    case CT_OP_INPUT: case CT_OP_PARAM: case CT_OP_BUFFER:
+        return CT_OK;
+    case CT_OP_MATMUL: return rule_matmul(&c);
+    case CT_OP_LINEAR: return rule_linear(&c);
+    case CT_OP_CONV2D: return rule_conv2d(&c);
+    case CT_OP_MAXPOOL2D: case CT_OP_AVGPOOL2D: return rule_pool(&c);
+    case CT_OP_BATCHNORM: case CT_OP_LAYERNORM: return rule_norm(&c);
+    case CT_OP_UNARY: case CT_OP_SCALE: case CT_OP_DROPOUT: case CT_OP_CAST: return rule_eltwise(&c);
+    case CT_OP_BINARY: return rule_binary(&c);
+    case CT_OP_SUM: case CT_OP_RESHAPE: case CT_OP_TRANSPOSE: return rule_shape(&c);
+    case CT_OP_CONCAT: case CT_OP_SLICE: case CT_OP_SLICE_BWD: return rule_slice_concat(&c);
+    case CT_OP_SOFTMAX: case CT_OP_LOG_SOFTMAX: case CT_OP_CROSS_ENTROPY: return rule_softmax_loss(&c);
+    case CT_OP_ATTENTION: case CT_OP_WINDOW_BIAS: return rule_attention(&c);
+    case CT_OP_EMBEDDING: return rule_embedding(&c);
+    default: return no_rule(&c);
+    }
 }
 
 ct_status ct_autodiff(ct_graph *g, ct_node loss, ct_node seed, ct_node *grads, uint8_t *req) {

@@ -189,11 +189,16 @@ static int weight_cast_param(const ct_plan *p, int i) {
     return -1;
 }
 
-ct_status ct_pass_plan_memory(ct_plan *p) {
-    ct_graph *g = &p->g;
+static ct_status oom(ct_plan *p) {
+    return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory planning activations");
+}
+
+/* Storage roots (a reshape aliases its input's root) and last uses: the
+ * last live node that reads a node or, through an alias, its root. */
+static void find_last_uses(ct_plan *p) {
+    const ct_graph *g = &p->g;
     ct_plan_node *pn = p->pn;
     int n = g->n;
-    /* storage roots and last uses */
     for (int i = 0; i < n; i++) {
         pn[i].root = g->nodes[i].op == CT_OP_RESHAPE ? pn[g->nodes[i].in[0]].root : i;
         pn[i].last_use = i;
@@ -212,44 +217,61 @@ ct_status ct_pass_plan_memory(ct_plan *p) {
         ct_node r = pn[i].root;
         if (pn[i].live && pn[r].last_use < pn[i].last_use) pn[r].last_use = pn[i].last_use;
     }
-    /* A node's output lives to its last reader of the data; readers of the
-     * saved state only (ct_op_info.state_inputs: a backward naming its
-     * forward node) keep just the aux or nothing, so e.g. batchnorm+relu's
-     * output is freed in forward while its mask bits wait for backward, and
-     * an autocast plan's FP32 layernorm output dies once its BF16 cast is
-     * made, not when layernorm_bwd reads the statistics. */
-    int *data_end = NULL;
-    if (p->memory_opt) {
-        data_end = malloc(sizeof(int) * (size_t)n);
-        if (!data_end) return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory planning activations");
-        for (int i = 0; i < n; i++) data_end[i] = i;
-        for (int i = 0; i < n; i++) {
-            if (!pn[i].live) continue;
-            const ct_node_def *d = &g->nodes[i];
-            uint8_t st = ct_op_table(d->op)->state_inputs;
-            for (int j = 0; j < d->n_in; j++) {
-                if (st & (1u << j)) continue;
-                ct_node r = pn[d->in[j]].root;
-                if (data_end[r] < i) data_end[r] = i;
-            }
+}
+
+/* memory_opt: a node's output lives to its last reader of the data
+ * (data_end, n ints); readers of the saved state only
+ * (ct_op_info.state_inputs: a backward naming its forward node) keep just
+ * the aux or nothing, so e.g. batchnorm+relu's output is freed in forward
+ * while its mask bits wait for backward, and an autocast plan's FP32
+ * layernorm output dies once its BF16 cast is made, not when
+ * layernorm_bwd reads the statistics. */
+static void find_data_ends(const ct_plan *p, int *data_end) {
+    const ct_graph *g = &p->g;
+    const ct_plan_node *pn = p->pn;
+    int n = g->n;
+    for (int i = 0; i < n; i++) data_end[i] = i;
+    for (int i = 0; i < n; i++) {
+        if (!pn[i].live) continue;
+        const ct_node_def *d = &g->nodes[i];
+        uint8_t st = ct_op_table(d->op)->state_inputs;
+        for (int j = 0; j < d->n_in; j++) {
+            if (st & (1u << j)) continue;
+            ct_node r = pn[d->in[j]].root;
+            if (data_end[r] < i) data_end[r] = i;
         }
-        for (int i = 0; i < n; i++) { /* aliases: their readers read the root's data */
-            ct_node r = pn[i].root;
-            if (pn[i].live && r != i && data_end[r] < pn[i].last_use) data_end[r] = pn[i].last_use;
-        }
+    }
+    for (int i = 0; i < n; i++) { /* aliases: their readers read the root's data */
+        ct_node r = pn[i].root;
+        if (pn[i].live && r != i && data_end[r] < pn[i].last_use) data_end[r] = pn[i].last_use;
+    }
+}
+
+/* The loss and the outputs are read after the step: their storage lives to
+ * its end (time n). data_end: NULL without memory_opt. */
+static void keep_results(ct_plan *p, int *data_end) {
+    ct_plan_node *pn = p->pn;
+    int n = p->g.n;
+    if (data_end) {
         if (p->loss != CT_NONE) data_end[pn[p->loss].root] = n;
         for (int i = 0; i < p->n_outputs; i++) data_end[pn[p->outputs[i]].root] = n;
     }
     if (p->loss != CT_NONE) pn[pn[p->loss].root].last_use = n;
     for (int i = 0; i < p->n_outputs; i++) pn[pn[p->outputs[i]].root].last_use = n;
-    /* parameters and their gradients */
+}
+
+/* Parameters and their gradients share one layout: each tensor at a
+ * 64-byte aligned float offset (param_off). With accumulate_grads the
+ * gradients are planned as activations instead. */
+static void lay_out_params(ct_plan *p) {
+    ct_plan_node *pn = p->pn;
     size_t off = 0;
     for (int i = 0; i < p->n_params; i++) {
         ct_node q = p->params[i];
         p->param_off[i] = off;
         pn[q].arena = CT_ARENA_PARAM;
         pn[q].offset = off * sizeof(float);
-        off += ct_align_up((size_t)ct_node_numel(&g->nodes[q]), CT_ALIGN / sizeof(float));
+        off += ct_align_up((size_t)ct_node_numel(&p->g.nodes[q]), CT_ALIGN / sizeof(float));
         if (p->param_grads[i] != CT_NONE) {
             ct_node gq = p->param_grads[i];
             if (!p->accumulate_grads) { /* accumulate: planned as an activation below */
@@ -260,18 +282,27 @@ ct_status ct_pass_plan_memory(ct_plan *p) {
         }
     }
     p->n_param_floats = off;
-    off = 0;
-    for (int i = 0; i < n; i++) {
-        if (g->nodes[i].op != CT_OP_BUFFER) continue;
-        pn[i].arena = CT_ARENA_BUFFER;
-        pn[i].offset = off * sizeof(float);
-        off += ct_align_up((size_t)ct_node_numel(&g->nodes[i]), CT_ALIGN / sizeof(float));
+}
+
+/* Buffers (batchnorm running statistics): one arena, 64-byte aligned. */
+static void lay_out_buffers(ct_plan *p) {
+    size_t off = 0;
+    for (int i = 0; i < p->g.n; i++) {
+        if (p->g.nodes[i].op != CT_OP_BUFFER) continue;
+        p->pn[i].arena = CT_ARENA_BUFFER;
+        p->pn[i].offset = off * sizeof(float);
+        off += ct_align_up((size_t)ct_node_numel(&p->g.nodes[i]), CT_ALIGN / sizeof(float));
     }
     p->n_buffer_floats = off;
-    /* low-precision weight copies: at their parameter's element offset in an
-     * arena of the parameters' layout, kept between steps (one dtype per plan) */
+}
+
+/* Low-precision weight copies: at their parameter's element offset in an
+ * arena of the parameters' layout, kept between steps (one dtype per plan). */
+static void place_weight_casts(ct_plan *p) {
+    const ct_graph *g = &p->g;
+    ct_plan_node *pn = p->pn;
     p->wcast_bytes = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < g->n; i++) {
         int k = pn[i].live ? weight_cast_param(p, i) : -1;
         if (k < 0 || (p->wcast_bytes && g->nodes[i].dtype != p->wcast_dtype)) continue;
         p->wcast_dtype = g->nodes[i].dtype;
@@ -280,67 +311,91 @@ ct_status ct_pass_plan_memory(ct_plan *p) {
         pn[i].offset = p->param_off[k] * ct_dtype_size(p->wcast_dtype);
         pn[i].bytes = (size_t)ct_node_numel(&g->nodes[i]) * ct_dtype_size(p->wcast_dtype);
     }
-    /* activations: inputs live for the whole step, the rest by lifetime.
-     * Requests: per node its output (rq_of), aux and FP32 copies (cvt). */
-    request *rq = malloc(sizeof(request) * (size_t)(3 * n + 2));
-    int *rq_of = malloc(sizeof(int) * (size_t)(3 * (n + 1))), *aux_rq = rq_of + n + 1, *cvt_rq = aux_rq + n + 1;
-    if (!rq || !rq_of) {
-        free(rq);
-        free(rq_of);
-        free(data_end);
-        return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory planning activations");
-    }
-    for (int i = 0; i < 3 * (n + 1); i++) rq_of[i] = -1;
-    int nr = 0;
-    size_t sum = 0; /* the arena without reuse */
-    const int keep_all = !p->memory_opt; /* memory_opt off: nothing is ever freed */
-    /* inputs are written before the step starts, wherever they were declared:
-     * they occupy their memory for the whole step (time 0 to n) */
+}
+
+/* The activation arena's requests rq[0..nr): per node its output (rq_of),
+ * saved state (aux_rq) and FP32 copies (cvt_rq), -1: none; sum: the arena
+ * without reuse. */
+typedef struct {
+    request *rq;
+    int nr;
+    int *rq_of, *aux_rq, *cvt_rq;
+    size_t sum;
+} requests;
+
+static int add_request(requests *R, size_t size, int start, int end) {
+    R->rq[R->nr] = (request){size, 0, start, end};
+    R->sum += size;
+    return R->nr++;
+}
+
+/* Inputs are written before the step starts, wherever they were declared:
+ * they occupy their memory for the whole step (time 0 to n). */
+static void add_input_requests(ct_plan *p, requests *R) {
+    ct_plan_node *pn = p->pn;
+    int n = p->g.n;
     for (int i = 0; i < n; i++) {
-        const ct_node_def *d = &g->nodes[i];
+        const ct_node_def *d = &p->g.nodes[i];
         if (!pn[i].live || d->op != CT_OP_INPUT) continue;
         pn[i].bytes = ct_align_up((size_t)ct_node_numel(d) * ct_dtype_size(d->dtype), CT_ALIGN);
         pn[i].arena = CT_ARENA_ACT;
-        rq[nr] = (request){pn[i].bytes, 0, 0, n};
-        rq_of[i] = nr++;
-        sum += pn[i].bytes;
+        R->rq_of[i] = add_request(R, pn[i].bytes, 0, n);
     }
-    for (int i = 0; i < n; i++) {
-        const ct_node_def *d = &g->nodes[i];
-        if (!pn[i].live || d->op == CT_OP_INPUT) continue;
-        if (pn[i].arena != CT_ARENA_WCAST) pn[i].bytes = ct_align_up((size_t)ct_node_numel(d) * ct_dtype_size(d->dtype), CT_ALIGN);
-        if (d->op == CT_OP_RESHAPE) {
-            pn[i].arena = CT_ARENA_ALIAS;
-            continue;
-        }
-        int end = keep_all ? n : pn[i].last_use;
-        if (pn[i].arena == CT_ARENA_NONE) {
-            int dend = !keep_all && data_end ? data_end[i] : end;
-            pn[i].arena = CT_ARENA_ACT;
-            int ir = keep_all ? -1 : inplace_request(p, rq, rq_of, i);
-            if (ir >= 0) { /* in place: in[0]'s buffer lives on as i's output */
-                rq[ir].end = dend;
-                rq_of[i] = ir;
-            } else {
-                rq[nr] = (request){pn[i].bytes, 0, i, dend};
-                rq_of[i] = nr++;
-            }
-            sum += pn[i].bytes;
-        }
-        if (pn[i].aux_bytes) {
-            rq[nr] = (request){ct_align_up(pn[i].aux_bytes, CT_ALIGN), 0, i, end};
-            aux_rq[i] = nr++;
-            sum += ct_align_up(pn[i].aux_bytes, CT_ALIGN);
-        }
-        /* FP32 copies of low-precision I/O live only while the node runs */
-        if (pn[i].cvt_bytes) {
-            rq[nr] = (request){pn[i].cvt_bytes, 0, i, keep_all ? n : i};
-            cvt_rq[i] = nr++;
-            sum += pn[i].cvt_bytes;
+}
+
+/* Node i's requests: its output, by lifetime (to its data end, or in place
+ * over in[0]'s buffer), unless another arena holds it or it is an alias;
+ * its saved state to its last use; FP32 copies of low-precision I/O only
+ * while it runs. keep_all (memory_opt off): everything lives to the end. */
+static void add_node_requests(ct_plan *p, requests *R, const int *data_end, int keep_all, int i) {
+    ct_plan_node *pn = p->pn;
+    const ct_node_def *d = &p->g.nodes[i];
+    int n = p->g.n;
+    if (pn[i].arena != CT_ARENA_WCAST) pn[i].bytes = ct_align_up((size_t)ct_node_numel(d) * ct_dtype_size(d->dtype), CT_ALIGN);
+    if (d->op == CT_OP_RESHAPE) {
+        pn[i].arena = CT_ARENA_ALIAS;
+        return;
+    }
+    int end = keep_all ? n : pn[i].last_use;
+    if (pn[i].arena == CT_ARENA_NONE) {
+        int dend = !keep_all && data_end ? data_end[i] : end;
+        pn[i].arena = CT_ARENA_ACT;
+        int ir = keep_all ? -1 : inplace_request(p, R->rq, R->rq_of, i);
+        if (ir >= 0) { /* in place: in[0]'s buffer lives on as i's output */
+            R->rq[ir].end = dend;
+            R->rq_of[i] = ir;
+            R->sum += pn[i].bytes;
+        } else {
+            R->rq_of[i] = add_request(R, pn[i].bytes, i, dend);
         }
     }
-    free(data_end);
-    /* the placements (see the file comment); offsets of the smallest */
+    if (pn[i].aux_bytes) R->aux_rq[i] = add_request(R, ct_align_up(pn[i].aux_bytes, CT_ALIGN), i, end);
+    if (pn[i].cvt_bytes) R->cvt_rq[i] = add_request(R, pn[i].cvt_bytes, i, keep_all ? n : i);
+}
+
+/* Every activation request of the plan (inputs first); sets each node's
+ * bytes and arena (ACT or ALIAS) on the way. */
+static ct_status collect_requests(ct_plan *p, const int *data_end, requests *R) {
+    int n = p->g.n;
+    R->rq = malloc(sizeof(request) * (size_t)(3 * n + 2));
+    R->rq_of = malloc(sizeof(int) * (size_t)(3 * (n + 1)));
+    if (!R->rq || !R->rq_of) return oom(p);
+    R->aux_rq = R->rq_of + n + 1;
+    R->cvt_rq = R->aux_rq + n + 1;
+    for (int i = 0; i < 3 * (n + 1); i++) R->rq_of[i] = -1;
+    add_input_requests(p, R);
+    for (int i = 0; i < n; i++)
+        if (p->pn[i].live && p->g.nodes[i].op != CT_OP_INPUT) add_node_requests(p, R, data_end, !p->memory_opt, i);
+    return CT_OK;
+}
+
+/* Places the requests in every order (see the file comment) and leaves the
+ * smallest placement's offsets in R->rq; *high: its size. Sets the lower
+ * bound (act_bytes_min) and what is live at that peak (act_peak) first. */
+static ct_status place_requests(ct_plan *p, requests *R, size_t *high) {
+    static int (*const orders[])(const void *, const void *) = {NULL, by_size_desc, by_area_desc, by_length_desc};
+    request *rq = R->rq;
+    int nr = R->nr, n = p->g.n;
     int *order = malloc(sizeof(int) * (size_t)(2 * nr + 1));
     size_t *best = malloc(sizeof(size_t) * (size_t)(nr + 1));
     int64_t *delta = malloc(sizeof(int64_t) * (size_t)(n + 2));
@@ -348,53 +403,75 @@ ct_status ct_pass_plan_memory(ct_plan *p) {
         free(order);
         free(best);
         free(delta);
-        free(rq);
-        free(rq_of);
-        return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory planning activations");
+        return oom(p);
     }
     int *ord = order + nr;
-    static int (*const orders[])(const void *, const void *) = {NULL, by_size_desc, by_area_desc, by_length_desc};
     int peak_at;
     p->act_bytes_min = live_peak(rq, nr, n, delta, &peak_at);
-    describe_peak(p, rq, nr, rq_of, aux_rq, cvt_rq, peak_at, order); /* order: scratch until the placements */
-    size_t high = SIZE_MAX;
-    for (int v = 0; v < (int)(sizeof orders / sizeof orders[0]) && high > p->act_bytes_min; v++) {
+    describe_peak(p, rq, nr, R->rq_of, R->aux_rq, R->cvt_rq, peak_at, order); /* order: scratch until the placements */
+    *high = SIZE_MAX;
+    for (int v = 0; v < (int)(sizeof orders / sizeof orders[0]) && *high > p->act_bytes_min; v++) {
         for (int k = 0; k < nr; k++) order[k] = k;
         g_sort_rq = rq;
         if (orders[v]) qsort(order, (size_t)nr, sizeof *order, orders[v]);
         size_t h = place_all(rq, nr, order, ord);
-        if (h < high) {
-            high = h;
+        if (h < *high) {
+            *high = h;
             for (int k = 0; k < nr; k++) best[k] = rq[k].off;
         }
     }
-    if (!nr) high = 0;
+    if (!nr) *high = 0;
     for (int k = 0; k < nr; k++) rq[k].off = best[k];
-    int ba, bb;
-    if (placement_broken(rq, nr, high, &ba, &bb)) {
-        ct_status e = ct_set_error(p->ctx, CT_E_INTERNAL,
-                                   "compile: the memory planner placed buffer %d (nodes %d..%d) over %d; please report this "
-                                   "with the model (ctrain graph); the recipe key memory_opt = false avoids reuse",
-                                   ba, rq[ba].start, rq[ba].end, bb);
-        free(order);
-        free(best);
-        free(delta);
-        free(rq);
-        free(rq_of);
-        return e;
-    }
-    for (int i = 0; i < n; i++) {
-        if (rq_of[i] >= 0 && pn[i].arena == CT_ARENA_ACT) pn[i].offset = rq[rq_of[i]].off;
-        if (aux_rq[i] >= 0) pn[i].aux_offset = rq[aux_rq[i]].off;
-        if (cvt_rq[i] >= 0) pn[i].cvt_offset = rq[cvt_rq[i]].off;
-    }
     free(order);
     free(best);
     free(delta);
-    free(rq);
-    free(rq_of);
-    p->act_bytes = high;
-    p->act_bytes_no_reuse = sum;
     return CT_OK;
 }
 
+static ct_status check_placement(ct_plan *p, const requests *R, size_t high) {
+    int ba, bb;
+    if (!placement_broken(R->rq, R->nr, high, &ba, &bb)) return CT_OK;
+    return ct_set_error(p->ctx, CT_E_INTERNAL,
+                        "compile: the memory planner placed buffer %d (nodes %d..%d) over %d; please report this "
+                        "with the model (ctrain graph); the recipe key memory_opt = false avoids reuse",
+                        ba, R->rq[ba].start, R->rq[ba].end, bb);
+}
+
+/* Points each node's output, aux and FP32 copies at their requests' offsets. */
+static void write_offsets(ct_plan *p, const requests *R) {
+    ct_plan_node *pn = p->pn;
+    for (int i = 0; i < p->g.n; i++) {
+        if (R->rq_of[i] >= 0 && pn[i].arena == CT_ARENA_ACT) pn[i].offset = R->rq[R->rq_of[i]].off;
+        if (R->aux_rq[i] >= 0) pn[i].aux_offset = R->rq[R->aux_rq[i]].off;
+        if (R->cvt_rq[i] >= 0) pn[i].cvt_offset = R->rq[R->cvt_rq[i]].off;
+    }
+}
+
+ct_status ct_pass_plan_memory(ct_plan *p) {
+    find_last_uses(p);
+    int *data_end = NULL;
+    if (p->memory_opt) {
+        data_end = malloc(sizeof(int) * (size_t)p->g.n);
+        if (!data_end) return oom(p);
+        find_data_ends(p, data_end);
+    }
+    keep_results(p, data_end);
+    lay_out_params(p);
+    lay_out_buffers(p);
+    place_weight_casts(p);
+    /* activations: inputs live for the whole step, the rest by lifetime */
+    requests R = {0};
+    ct_status s = collect_requests(p, data_end, &R);
+    free(data_end);
+    size_t high = 0;
+    if (s == CT_OK) s = place_requests(p, &R, &high);
+    if (s == CT_OK) s = check_placement(p, &R, high);
+    if (s == CT_OK) {
+        write_offsets(p, &R);
+        p->act_bytes = high;
+        p->act_bytes_no_reuse = R.sum;
+    }
+    free(R.rq);
+    free(R.rq_of);
+    return s;
+}
