@@ -93,7 +93,9 @@ TEST(seeds_json_rule_fuses_conv_bias) {
     int same;
     double d = plan_diff(f.p, u.p, &same);
     printf("    fused vs unfused: max rel diff %.2e%s\n", d, same ? " (bit-identical)" : "");
-    CHECK(d <= 1e-6);
+    /* oneDNN's AVX2 convolution adds a fused bias at another point of its accumulation than a
+     * separate bias_add: 1.8e-6 on Zen 3 (a wrong fusion differs by O(1)) */
+    CHECK(d <= 1e-5);
     ct_plan_free(f.p);
     ct_plan_free(u.p);
     ct_fusion_rules_free(rules);
