@@ -5,7 +5,8 @@
  *          -> progress } -> evaluate_epoch -> end_epoch
  * train_step calls the step through its seam (R->train_step, the default
  * in step.c; the contract in train_internal.h); every printed line is in
- * progress.c. Data parallel (ct_train_opts.comm), the parts in
+ * progress.c; what the recipe implies (scaled LR, schedule, loss scaling)
+ * in run_recipe.c. Data parallel (ct_train_opts.comm), the parts in
  * data_parallel.c: each rank builds the plan for its share of the batch,
  * the gradients are reduced in the step, evaluations are combined, rank 0
  * prints and saves. */
@@ -77,58 +78,6 @@ void ct_task_free(ct_task *t) {
     if (t && t->free) t->free(t);
 }
 
-double ct_train_scaled_lr(const ct_recipe *r) {
-    double lr = r->optim.lr;
-    int64_t b = r->batch_size * r->accumulate_steps, b0 = r->lr_base_batch;
-    switch (r->lr_scaling) {
-    case CT_LR_SCALING_LINEAR: return ct_lr_scale_for_batch(lr, b, b0, 0);
-    case CT_LR_SCALING_SQRT: return ct_lr_scale_for_batch(lr, b, b0, 1);
-    case CT_LR_SCALING_LINEAR_THEN_SQRT: {
-        int64_t bs = r->lr_sqrt_from_batch > 0 ? r->lr_sqrt_from_batch : 8 * b0;
-        if (b <= bs) return ct_lr_scale_for_batch(lr, b, b0, 0);
-        return ct_lr_scale_for_batch(ct_lr_scale_for_batch(lr, bs, b0, 0), b, bs, 1);
-    }
-    default: return lr;
-    }
-}
-
-/* The recipe's schedule over `total` steps (lengths left at 0 span the run
- * after warmup; "cosine" decays to min_lr at the end of the run). */
-ct_status ct_train_schedule(ct_context *ctx, const ct_recipe *r, int64_t total, ct_schedule **out) {
-    ct_schedule_kind kind = r->schedule;
-    int64_t w = r->warmup_steps, rest = total - w > 1 ? total - w : 1;
-    if (kind == CT_SCHED_COSINE && total - w < 1) kind = CT_SCHED_CONSTANT;
-    double lr = ct_train_scaled_lr(r);
-    ct_schedule_opts o;
-    ct_schedule_opts_default(&o, kind, lr);
-    o.warmup_steps = kind == CT_SCHED_ONE_CYCLE || kind == CT_SCHED_PLATEAU ? 0 : w;
-    o.warmup_start_factor = r->warmup_start_factor; /* 0: the ramp lr*(t+1)/W, in both */
-    o.min_lr = r->min_lr;
-    o.gamma = r->gamma;
-    o.step_size = r->step_size;
-    o.n_milestones = r->n_milestones;
-    for (int i = 0; i < r->n_milestones && i < CT_SCHED_MAX_MILESTONES; i++) o.milestones[i] = r->milestones[i];
-    o.t_max = rest;
-    o.t_0 = r->t_0;
-    o.t_mult = r->t_mult;
-    o.start_factor = 1.0;
-    o.end_factor = r->end_factor;
-    o.total_iters = rest;
-    o.power = r->power;
-    o.max_lr = lr;
-    o.total_steps = total;
-    o.pct_start = r->pct_start;
-    o.anneal_linear = r->anneal == CT_ANNEAL_LINEAR;
-    o.div_factor = r->div_factor;
-    o.final_div_factor = r->final_div_factor;
-    o.rsqrt_timescale = w;
-    o.factor = r->plateau_factor;
-    o.patience = r->plateau_patience;
-    o.threshold = r->plateau_threshold;
-    o.cooldown = r->plateau_cooldown;
-    return ct_schedule_create(ctx, &o, out);
-}
-
 /* ---- plan and memory budget ---------------------------------------------------------------- */
 
 static void compile_opts(const ct_recipe *r, ct_compile_opts *co) {
@@ -161,18 +110,6 @@ static ct_status build_plan(ct_context *ctx, ct_task *t, const ct_recipe *r, int
     ct_fusion_rules_free(rules);
     ct_graph_free(g);
     return s;
-}
-
-/* Floats of optimizer state per parameter (optim.h's state layout). */
-int ct_run_optim_state_per_param(const ct_optim_opts *o) {
-    switch (o->kind) {
-    case CT_OPTIM_SGD: return o->momentum != 0;
-    case CT_OPTIM_ADAM: case CT_OPTIM_ADAMW: return 2 + (o->amsgrad != 0);
-    case CT_OPTIM_RMSPROP: return 1 + (o->momentum > 0) + (o->centered != 0);
-    case CT_OPTIM_ADAGRAD: return 1;
-    case CT_OPTIM_LAMB: return 2;
-    default: return 2;
-    }
 }
 
 /* Bytes the run's plan and optimizer take for recipe r (a plan_only compile). */
@@ -281,16 +218,6 @@ static ct_status budget_advice(ct_context *ctx, ct_task *t, const ct_recipe *r, 
                         "buffers allocated on first use come on top%s%s",
                         MIB(budget), MIB(base + need), MIB(base), MIB(need - act), MIB(act),
                         o ? ". Options" : "; nothing smaller fits: raise memory_budget", adv);
-}
-
-/* The loss scaling the recipe asks for: loss_scale.mode, auto resolved by precision (amp/). */
-ct_amp_scaling ct_run_scaling(const ct_recipe *r) {
-    switch (r->scale_mode) {
-    case CT_SCALE_AUTO: return ct_amp_default_scaling(r->precision);
-    case CT_SCALE_DYNAMIC: return CT_AMP_SCALING_DYNAMIC;
-    case CT_SCALE_STATIC: return CT_AMP_SCALING_STATIC;
-    default: return CT_AMP_SCALING_NONE;
-    }
 }
 
 static ct_status make_scaler(ct_run *R) {
