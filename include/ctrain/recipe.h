@@ -245,7 +245,8 @@ int ct_recipe_get(const ct_recipe *r, const char *key, char *buf, size_t len);
 /* 1 when the key's value in r differs from the default recipe's (with the
  * optimizer's own defaults), 0 when equal, -1 for an unknown key. */
 int ct_recipe_is_set(const ct_recipe *r, const char *key);
-/* The models mask as text ("mlp, cnn"). */
+/* The models mask as text: "image models" or "text models" for a whole
+ * family (CT_MODEL_TABLE), else the names ("mlp, cnn"). */
 void ct_recipe_models_text(unsigned models, char *buf, size_t len);
 /* Writes the recipe as JSON into buf (for logs): the same as
  * ct_recipe_to_json_full. */

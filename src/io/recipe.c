@@ -354,12 +354,21 @@ static unsigned key_models(const key_def *k) {
     return mask;
 }
 
-void ct_recipe_models_text(unsigned models, char *buf, size_t len) {
+/* The models of mask `models` by name: "mlp, cnn". */
+static void models_list(unsigned models, char *buf, size_t len) {
     size_t o = 0;
     if (len) buf[0] = 0;
     for (int m = 0; m < CT_MODEL_COUNT; m++)
         if (models & (1u << m) && o < len)
             o += (size_t)snprintf(buf + o, len - o, "%s%s", o ? ", " : "", ct_model_name((ct_model_kind)m));
+}
+
+void ct_recipe_models_text(unsigned models, char *buf, size_t len) {
+    unsigned family[2] = {0, 0};
+    for (int m = 0; m < CT_MODEL_COUNT; m++) family[ct_model_family_of((ct_model_kind)m)] |= 1u << m;
+    if (models == family[CT_MODEL_FAMILY_IMAGE]) snprintf(buf, len, "image models");
+    else if (models == family[CT_MODEL_FAMILY_TEXT]) snprintf(buf, len, "text models");
+    else models_list(models, buf, len);
 }
 
 void ct_recipe_default(ct_recipe *r) {
@@ -741,7 +750,7 @@ static ct_status check_keys_apply(ct_context *ctx, const ct_recipe *r) {
         const key_def *k = &k_keys[i];
         if (key_applies(k, r->model) || key_is_default(r, &base, k)) continue;
         char ms[256];
-        ct_recipe_models_text(key_models(k), ms, sizeof ms);
+        models_list(key_models(k), ms, sizeof ms);
         return ct_set_error(ctx, CT_E_CONFIG,
                             "recipe key '%s' does not apply to model '%s' (it applies to %s); remove it or pick one "
                             "of those models",
