@@ -749,7 +749,7 @@ static ct_status check_keys_apply(ct_context *ctx, const ct_recipe *r) {
     for (size_t i = 0; i < N_KEYS; i++) {
         const key_def *k = &k_keys[i];
         if (key_applies(k, r->model) || key_is_default(r, &base, k)) continue;
-        char ms[256];
+        char ms[512];
         models_list(key_models(k), ms, sizeof ms);
         return ct_set_error(ctx, CT_E_CONFIG,
                             "recipe key '%s' does not apply to model '%s' (it applies to %s); remove it or pick one "
@@ -822,8 +822,10 @@ ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
 
 static ct_recipe_key_info k_info[sizeof k_keys / sizeof k_keys[0]];
 /* the choices of each key split once: k_choice[key][value] is the value's name */
-#define MAX_CHOICES 16
-static char k_choice_buf[sizeof k_keys / sizeof k_keys[0]][192];
+/* the longest choice list is the model's (the table's rows) or one of 16 values in 192 characters */
+#define MAX_CHOICES (CT_MODEL_COUNT > 16 ? CT_MODEL_COUNT : 16)
+#define CHOICE_LEN (sizeof(CT_MODEL_TABLE(MODEL_CHOICE_)) > 192 ? sizeof(CT_MODEL_TABLE(MODEL_CHOICE_)) : 192)
+static char k_choice_buf[sizeof k_keys / sizeof k_keys[0]][CHOICE_LEN];
 static const char *k_choice[sizeof k_keys / sizeof k_keys[0]][MAX_CHOICES];
 static int k_n_choice[sizeof k_keys / sizeof k_keys[0]];
 static pthread_once_t k_info_once = PTHREAD_ONCE_INIT;
