@@ -157,7 +157,8 @@ typedef enum ct_model_family { CT_MODEL_FAMILY_IMAGE = 0, CT_MODEL_FAMILY_TEXT }
     X(EFFICIENTNET_B4, efficientnet_b4, IMAGE, "dropout drop_path " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B4") \
     X(SWIN_T, swin_t, IMAGE, "drop_path window " CT_MODEL_VISION_KEYS_, "torchvision Swin-T")                     \
     X(SWIN_S, swin_s, IMAGE, "drop_path window " CT_MODEL_VISION_KEYS_, "torchvision Swin-S")                     \
-    X(SWIN_B, swin_b, IMAGE, "drop_path window " CT_MODEL_VISION_KEYS_, "torchvision Swin-B")
+    X(SWIN_B, swin_b, IMAGE, "drop_path window " CT_MODEL_VISION_KEYS_, "torchvision Swin-B")                     \
+    X(LINEAR, linear, IMAGE, "", "logistic regression: one linear layer on the flattened image (784-10, MNIST)")
 
 #define CT_MODEL_ENUM_(ID, name, family, keys, desc) CT_MODEL_##ID,
 typedef enum ct_model_kind { CT_MODEL_TABLE(CT_MODEL_ENUM_) CT_MODEL_COUNT } ct_model_kind;
