@@ -70,19 +70,25 @@ const char *ct_model_builtin_desc(int i) {
 }
 
 ct_status ct_model_find(ct_context *ctx, const char *name, ct_model_kind *kind, const char **preset) {
-    for (int i = 0; name && ct_model_builtin_name(i); i++) {
-        if (strcmp(ct_model_builtin_name(i), name)) continue;
-        int m, p;
-        builtin_at(i, &m, &p);
+    for (int m = 0; name && m < CT_MODEL_COUNT; m++) {
+        const ct_model_preset *ps = k_rows[m].def->presets;
+        const char *hit = NULL;
+        int found = !strcmp(k_rows[m].name, name);
+        for (int p = 0; !found && ps && ps[p].name; p++)
+            if (!strcmp(ps[p].name, name)) hit = ps[p].name, found = 1;
+        if (!found) continue;
         if (kind) *kind = (ct_model_kind)m;
-        if (preset) *preset = p < 0 ? NULL : k_rows[m].def->presets[p].name;
+        if (preset) *preset = hit;
         return CT_OK;
     }
     char list[1024];
     size_t o = 0;
     list[0] = 0;
-    for (int i = 0; ct_model_builtin_name(i) && o < sizeof list; i++)
-        o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", ct_model_builtin_name(i));
+    for (int i = 0; o < sizeof list; i++) {
+        const char *n = ct_model_builtin_name(i);
+        if (!n) break;
+        o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", n);
+    }
     return ct_set_error(ctx, CT_E_INVALID_ARG, "model '%s' is unknown; built-in models: %s", name ? name : "(null)",
                         list);
 }

@@ -26,14 +26,18 @@ int ct_vision_num_archs(void) {
     return n;
 }
 
-const char *ct_vision_arch_name(int i) { return arch_at(i) ? arch_at(i)->name : NULL; }
+const char *ct_vision_arch_name(int i) {
+    const ct_model_row *m = arch_at(i);
+    return m ? m->name : NULL;
+}
 
 static ct_status unknown_arch(ct_context *ctx, const char *name) {
     char list[256];
     size_t o = 0;
     list[0] = 0;
-    for (int i = 0; arch_at(i) && o < sizeof list; i++)
-        o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", arch_at(i)->name);
+    const ct_model_row *m;
+    for (int i = 0; (m = arch_at(i)) && o < sizeof list; i++)
+        o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", m->name);
     return ct_set_error(ctx, CT_E_INVALID_ARG, "unknown image model '%s'; known: %s", name ? name : "(null)", list);
 }
 
