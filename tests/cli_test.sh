@@ -17,6 +17,15 @@ gen=$("$CT" train --help-keys markdown 2>&1)
 doc=$(sed -n '/<!-- keys:begin/,/<!-- keys:end/p' docs/recipes.md | sed '1d;$d')
 [ -n "$gen" ] && [ "$gen" = "$doc" ] && ok docs_key_table_generated ||
   bad "docs/recipes.md's key table differs from 'ctrain train --help-keys markdown' (regenerate it)" "$(diff <(echo "$gen") <(echo "$doc") | head -5)"
+# ctrain graph --model: every model and preset name that recipes/, the README and docs/ use, and every
+# name of the model table (graph --help lists them), builds; an unknown one lists them all
+names=$( (grep -ohE '"(model|type|preset)": *"[^"]+"' recipes/*.json | sed -E 's/.*: *"([^"]+)"/\1/'
+          grep -ohE -- '--model [a-z][a-z0-9_-]*' README.md docs/*.md | sed 's/--model //'
+          "$CT" graph --help | sed -n 's/.*print the parameter count of a built-in model: *//p' | tr ',' '\n') |
+        tr -d ' ' | sort -u)
+for m in $names; do expect "graph_model_$m" 0 "^$m: [0-9]+ parameters" -- "$CT" graph --model "$m"; done
+expect graph_model_unknown 1 "model 'resnet-1000' is unknown; built-in models: mlp, cnn, gpt, gpt-char-small.*bert-large" \
+  -- "$CT" graph --model resnet-1000
 expect unknown_command 2 "unknown command" -- "$CT" frobnicate
 expect unknown_flag 2 "unknown option '--epoch'" -- "$CT" train --epoch 3
 expect missing_value 2 "needs a value" -- "$CT" train --lr

@@ -44,6 +44,12 @@ expect bert_large 0 "bert \(2 layers.*precision bf16.*done: 2 steps" -- \
   "$CT" train --recipe recipes/bert_large.json --set n_layer=2 --set n_head=2 --set d_model=64 --set context=32 \
   --set batch_size=2 --set accumulate_steps=2 --set max_steps=2 --set eval_every=2 --set eval_batches=1 \
   --set warmup_steps=1 --set save_dir= --threads 2
+# a preset's name is a model: "model": "bert-large" is bert with its preset bert-large (16 heads, d_model 1024; the
+# README and recipes/bert_large.json name it), 2 of its 24 layers here
+printf '{"model": "bert-large", "dataset": "moby-dick"}\n' > "$tmp/bert_large_name.json"
+expect model_is_a_preset_name 0 "bert \(2 layers, 16 heads, d_model 1024.*\"preset\":\"bert-large\".*done: 2 steps" -- \
+  "$CT" train --recipe "$tmp/bert_large_name.json" --set n_layer=2 --set context=32 --set batch_size=2 \
+  --set max_steps=2 --set eval_every=2 --set eval_batches=1 --set save_dir= --threads 2
 # swin_b: AdamW, 20 warm-up epochs + cosine to min_lr, clipping, BF16 (its drop path declines BF16 I/O: it ran on
 # BF16 data as FP32 and gave NaN before). At 32x32 its maps (8x8, 4x4, 2x2, 1x1) are padded to the window 7 as
 # torchvision pads them; 224x224 (the folder's images resized) needs no padding
@@ -74,4 +80,13 @@ printf '{"model": {"type": "resnet18", "depth": 3}}\n' > "$tmp/bad_key.json"
 expect unknown_model_key 1 "unknown recipe key 'model.depth'" -- "$CT" train --recipe "$tmp/bad_key.json"
 expect num_classes_too_few 1 "num_classes.*5 is fewer than the dataset's 10" -- \
   "$CT" train --model resnet18 --set num_classes=5 --set width_div=16 --data-dir "$tmp/mn" --batch-size 8 --max-steps 1
+# linear (logistic regression), the model added with one line of the model table and src/models/linear.c: a recipe
+# trains it on MNIST for 100 steps (about 89% test accuracy), its keys are the image family's only
+printf '{"model": "linear", "dataset": "mnist", "batch_size": 64, "epochs": 1, "max_steps": 100,\n "optimizer": {"name": "sgd", "lr": 0.01, "momentum": 0.9}, "schedule": "constant"}\n' > "$tmp/linear.json"
+out=$("$CT" train --recipe "$tmp/linear.json" --threads 2 2>&1)
+acc=$(printf '%s' "$out" | sed -n 's/^done: 100 steps.*test accuracy \([0-9.]*\)%.*/\1/p')
+[ -n "$acc" ] && printf '%s' "$out" | grep -q "linear on mnist (60000 train" && awk "BEGIN{exit !($acc > 85)}" &&
+  ok "linear_recipe ($acc% test accuracy)" || bad linear_recipe "$out"
+expect linear_no_hidden 1 "recipe key 'hidden' does not apply to model 'linear' \(it applies to mlp\)" -- \
+  "$CT" train --recipe "$tmp/linear.json" --hidden 32
 summary "models recipes"

@@ -416,7 +416,69 @@ static void drop_path_case(int isa) {
 TEST(drop_path_ref) { drop_path_case(CT_ISA_REF); }
 TEST(drop_path_best) { drop_path_case(-1); }
 
-TEST_MAIN(T(torchvision_names_and_counts), T(params_by_name), T(bad_configs), T(drop_path_ref), T(drop_path_best),
+
+/* The model table (CT_MODEL_TABLE, src/models/registry.c): every row and
+ * preset is found and built by name, its recipe keys exist and apply to it,
+ * and the names the README and recipes/ use are among them. */
+TEST(model_table) {
+    ct_context *ctx;
+    CHECK_OK(NULL, ct_context_create(NULL, &ctx));
+    int rows = 0;
+    for (int m = 0; m < CT_MODEL_COUNT; m++) {
+        const char *name = ct_model_name((ct_model_kind)m);
+        ct_model_kind k = CT_MODEL_COUNT;
+        const char *preset = "x";
+        CHECK_OK(ctx, ct_model_find(ctx, name, &k, &preset));
+        CHECK_MSG(k == (ct_model_kind)m && !preset, "row %d '%s' found as %d", m, name, (int)k);
+        CHECK(ct_model_desc((ct_model_kind)m)[0]);
+        char keys[256];
+        snprintf(keys, sizeof keys, "%s", ct_model_keys((ct_model_kind)m));
+        for (char *w = strtok(keys, " "); w; w = strtok(NULL, " ")) {
+            const ct_recipe_key_info *ki = ct_recipe_key_find(w);
+            CHECK_MSG(ki && (ki->models & (1u << m)), "model '%s' lists recipe key '%s', which %s", name, w,
+                      ki ? "does not apply to it" : "does not exist");
+        }
+        for (int j = 0; ct_model_preset_name((ct_model_kind)m, j); j++) {
+            CHECK(ct_model_family_of((ct_model_kind)m) == CT_MODEL_FAMILY_TEXT);
+            CHECK_OK(ctx, ct_model_find(ctx, ct_model_preset_name((ct_model_kind)m, j), &k, &preset));
+            CHECK(k == (ct_model_kind)m && !strcmp(preset, ct_model_preset_name((ct_model_kind)m, j)));
+        }
+        rows++;
+    }
+    CHECK(rows == CT_MODEL_COUNT && !strcmp(ct_model_name(CT_MODEL_COUNT), "?"));
+    /* every name builds (graph only) and has parameters */
+    int names = 0;
+    for (int i = 0; ct_model_builtin_name(i); i++, names++) {
+        const char *name = ct_model_builtin_name(i);
+        ct_graph *g;
+        CHECK_OK(ctx, ct_graph_create(ctx, &g));
+        ct_node logits;
+        CHECK_MSG(ct_model_by_name(g, name, 2, &logits) == CT_OK, "ct_model_by_name(%s): %s", name,
+                  ct_context_last_error(ctx));
+        int64_t n = 0;
+        CHECK_OK(ctx, ct_model_num_params_by_name(ctx, name, 0, &n));
+        CHECK_MSG(n > 0, "%s: %lld parameters", name, (long long)n);
+        CHECK(ct_model_builtin_desc(i) && ct_model_builtin_desc(i)[0]);
+        ct_graph_free(g);
+    }
+    CHECK(names == ct_model_num_builtin() && !ct_model_builtin_name(names));
+    static const char *const used[] = {"mlp", "cnn", "gpt", "bert", "gpt-char-small", "gpt2-124m", "bert-base",
+                                       "bert-large", "resnet18", "resnet50", "efficientnet_b0", "efficientnet_b4",
+                                       "swin_t", "swin_b"};
+    for (size_t i = 0; i < sizeof used / sizeof used[0]; i++)
+        CHECK_MSG(ct_model_find(ctx, used[i], NULL, NULL) == CT_OK, "'%s' is not a built-in model", used[i]);
+    ct_model_kind k;
+    const char *preset;
+    CHECK_OK(ctx, ct_model_find(ctx, "bert-large", &k, &preset));
+    CHECK(k == CT_MODEL_BERT && !strcmp(preset, "bert-large"));
+    CHECK(ct_model_find(ctx, "resnet-1000", &k, NULL) == CT_E_INVALID_ARG &&
+          strstr(ct_context_last_error(ctx), "bert-large"));
+    CHECK(ct_model_is_vision(CT_MODEL_SWIN_B) && !ct_model_is_vision(CT_MODEL_CNN) &&
+          ct_model_family_of(CT_MODEL_GPT) == CT_MODEL_FAMILY_TEXT);
+    ct_context_free(ctx);
+}
+
+TEST_MAIN(T(model_table), T(torchvision_names_and_counts), T(params_by_name), T(bad_configs), T(drop_path_ref), T(drop_path_best),
           T(resnet18c_ref), T(resnet18c_avx2), T(resnet18c_default), T(resnet50_ref), T(resnet50_avx2),
           T(resnet50_default), T(effb0_ref), T(effb0_avx2), T(effb0_default), T(swin_ref), T(swin_avx2),
           T(swin_default), T(swin_pad_ref), T(swin_pad_default), T(resnet18c_bf16), T(resnet50_bf16), T(effb0_bf16), T(swin_bf16), T(swin_pad_bf16))

@@ -261,6 +261,53 @@ TEST(model_section) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(model_section), T(parses_a_full_recipe), T(malformed_json_names_line_and_column), T(unknown_keys_and_bad_values_are_named),
+
+/* The recipe follows the model table (CT_MODEL_TABLE): the model choices are
+ * its rows in order, a preset's name picks its model and preset, the presets
+ * and the keys that apply come from the rows. */
+TEST(model_table_drives_the_recipe) {
+    ct_context *ctx = test_ctx(-1, 1);
+    char want[512] = "";
+    for (int m = 0; m < CT_MODEL_COUNT; m++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s", m ? "|" : "", ct_model_name((ct_model_kind)m));
+    const ct_recipe_key_info *k = ct_recipe_key_find("model");
+    CHECK_MSG(!strcmp(k->choices, want), "model choices '%s', table '%s'", k->choices, want);
+    for (int m = 0; m < CT_MODEL_COUNT; m++)
+        CHECK(!strcmp(ct_recipe_enum_name("model", m), ct_model_name((ct_model_kind)m)));
+    CHECK(!strcmp(ct_recipe_key_find("preset")->choices, "|gpt-char-small|gpt2-124m|bert-base|bert-large"));
+    CHECK(ct_recipe_key_find("window")->models == ((1u << CT_MODEL_SWIN_T) | (1u << CT_MODEL_SWIN_S) | (1u << CT_MODEL_SWIN_B)));
+    CHECK(ct_recipe_key_find("hidden")->models == (1u << CT_MODEL_MLP));
+    CHECK(ct_recipe_key_find("data_dir")->models & (1u << CT_MODEL_EFFICIENTNET_B4));
+    CHECK(!(ct_recipe_key_find("data_dir")->models & (1u << CT_MODEL_BERT)));
+    ct_recipe r;
+    ct_recipe_default(&r);
+    CHECK_OK(ctx, ct_recipe_set(ctx, &r, "model", "bert-large")); /* README, recipes/bert_large.json */
+    CHECK(r.model == CT_MODEL_BERT && !strcmp(r.preset, "bert-large"));
+    r.dataset = CT_DATASET_MOBY_DICK;
+    CHECK_OK(ctx, ct_recipe_validate(ctx, &r));
+    ct_recipe_default(&r);
+    CHECK_OK(ctx, ct_recipe_parse_json(ctx, "{\"model\": \"gpt2-124m\", \"dataset\": \"moby-dick\"}", &r));
+    CHECK(r.model == CT_MODEL_GPT && !strcmp(r.preset, "gpt2-124m"));
+    CHECK_OK(ctx, ct_recipe_validate(ctx, &r));
+    CHECK_OK(ctx, ct_recipe_set(ctx, &r, "preset", "bert-base"));
+    CHECK(ct_recipe_validate(ctx, &r) == CT_E_CONFIG &&
+          strstr(ct_context_last_error(ctx), "preset 'bert-base' is not a gpt preset (gpt-char-small, gpt2-124m | "
+                                             "bert-base, bert-large)"));
+    ct_recipe_default(&r);
+    CHECK(ct_recipe_set(ctx, &r, "model", "resnet-1000") == CT_E_CONFIG &&
+          strstr(ct_context_last_error(ctx), "is not one of mlp|cnn|gpt|bert|resnet18"));
+    r.dataset = CT_DATASET_MOBY_DICK;
+    CHECK(ct_recipe_validate(ctx, &r) == CT_E_CONFIG &&
+          strstr(ct_context_last_error(ctx), "it needs model 'gpt' or 'bert'"));
+    ct_recipe_default(&r);
+    CHECK_OK(ctx, ct_recipe_set(ctx, &r, "model", "swin_t"));
+    CHECK_OK(ctx, ct_recipe_set(ctx, &r, "cifar_stem", "true"));
+    CHECK(ct_recipe_validate(ctx, &r) == CT_E_CONFIG &&
+          strstr(ct_context_last_error(ctx), "'cifar_stem' does not apply to model 'swin_t' (it applies to resnet18, "
+                                             "resnet34, resnet50, resnet101)"));
+    ct_context_free(ctx);
+}
+
+TEST_MAIN(T(model_table_drives_the_recipe), T(model_section), T(parses_a_full_recipe), T(malformed_json_names_line_and_column), T(unknown_keys_and_bad_values_are_named),
           T(shipped_recipes_parse), T(enum_keys_match_library_enums), T(key_table_is_queryable),
           T(keys_that_do_not_apply_are_rejected), T(memory_budget_and_lr_scaling))

@@ -115,10 +115,76 @@ ct_status ct_model_bert(ct_graph *g, ct_node ids, ct_node key_valid, ct_node tok
                         ct_node position_ids, const ct_bert_config *cfg, ct_node *mlm_logits);
 int64_t ct_bert_num_params(const ct_bert_config *cfg);
 
+/* ---- the model table ----------------------------------------------------------
+ * THE list of built-in models: one line each, and nothing else names a model.
+ * It is an X-macro so that one list gives both the public enum below (a
+ * recipe stores a model as CT_MODEL_<ID>, its row's index) and the rows of
+ * src/models/registry.c (checked against CT_MODEL_COUNT by a static
+ * assertion), from which the recipe's `model` choices, the presets, the
+ * "key does not apply to model" checks, `ctrain graph --model`, the help
+ * text and docs/recipes.md all follow. A header list (rather than a table in
+ * registry.c alone) keeps a named, stable enum for the API while a new
+ * model is still one line here plus its builder's file:
+ *   X(ID, name, family, keys, description)
+ *   ID      CT_MODEL_<ID>
+ *   name    the recipe's `model` value and `ctrain graph --model NAME`; also
+ *           names the builder: src/models/<file>.c defines
+ *           `const ct_model_def ct_model_def_<name>` (its builder functions,
+ *           default configuration and presets; src/models/model_def.h)
+ *   family  IMAGE (images -> class logits, the image task) or TEXT (token ids
+ *           -> logits over the vocabulary, the text task); the family's recipe
+ *           keys apply to every model of it (docs/recipes.md)
+ *   keys    the other model-specific recipe keys that apply to it, space
+ *           separated (any other key set away from its default is an error)
+ * Rows are only ever appended: CT_MODEL_<ID> values are part of the API. */
+typedef enum ct_model_family { CT_MODEL_FAMILY_IMAGE = 0, CT_MODEL_FAMILY_TEXT } ct_model_family;
+
+#define CT_MODEL_VISION_KEYS_ "bn_stats_once num_classes width_div max_blocks"
+#define CT_MODEL_TABLE(X)                                                                                             \
+    X(MLP, mlp, IMAGE, "hidden activation dropout", "MLP: linear + activation hidden layers (784-1024-1024-10, MNIST)") \
+    X(CNN, cnn, IMAGE, "channels bn_stats_once sync_batchnorm",                                                     \
+      "CNN: conv3x3-batchnorm-relu-maxpool blocks + linear (conv32-conv64, 1x28x28, Fashion-MNIST)")               \
+    X(GPT, gpt, TEXT, "dropout", "GPT (nanoGPT), causal language model")                                          \
+    X(BERT, bert, TEXT, "dropout", "BERT encoder with the masked-LM head")                                        \
+    X(RESNET18, resnet18, IMAGE, "cifar_stem " CT_MODEL_VISION_KEYS_, "torchvision ResNet-18")                     \
+    X(RESNET34, resnet34, IMAGE, "cifar_stem " CT_MODEL_VISION_KEYS_, "torchvision ResNet-34")                     \
+    X(RESNET50, resnet50, IMAGE, "cifar_stem " CT_MODEL_VISION_KEYS_, "torchvision ResNet-50")                     \
+    X(RESNET101, resnet101, IMAGE, "cifar_stem " CT_MODEL_VISION_KEYS_, "torchvision ResNet-101")                  \
+    X(EFFICIENTNET_B0, efficientnet_b0, IMAGE, "dropout drop_path " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B0") \
+    X(EFFICIENTNET_B1, efficientnet_b1, IMAGE, "dropout drop_path " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B1") \
+    X(EFFICIENTNET_B2, efficientnet_b2, IMAGE, "dropout drop_path " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B2") \
+    X(EFFICIENTNET_B3, efficientnet_b3, IMAGE, "dropout drop_path " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B3") \
+    X(EFFICIENTNET_B4, efficientnet_b4, IMAGE, "dropout drop_path " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B4") \
+    X(SWIN_T, swin_t, IMAGE, "drop_path window " CT_MODEL_VISION_KEYS_, "torchvision Swin-T")                     \
+    X(SWIN_S, swin_s, IMAGE, "drop_path window " CT_MODEL_VISION_KEYS_, "torchvision Swin-S")                     \
+    X(SWIN_B, swin_b, IMAGE, "drop_path window " CT_MODEL_VISION_KEYS_, "torchvision Swin-B")                     \
+    X(LINEAR, linear, IMAGE, "", "logistic regression: one linear layer on the flattened image (784-10, MNIST)")
+
+#define CT_MODEL_ENUM_(ID, name, family, keys, desc) CT_MODEL_##ID,
+typedef enum ct_model_kind { CT_MODEL_TABLE(CT_MODEL_ENUM_) CT_MODEL_COUNT } ct_model_kind;
+#undef CT_MODEL_ENUM_
+
+/* A row's name ("resnet18"), family, extra recipe keys ("" for none) and
+ * description; "?" / "" for an out-of-range kind. */
+const char *ct_model_name(ct_model_kind m);
+ct_model_family ct_model_family_of(ct_model_kind m);
+const char *ct_model_keys(ct_model_kind m);
+const char *ct_model_desc(ct_model_kind m);
+/* Preset i of a model ("gpt2-124m" for gpt, i = 1; i = 0 is the default), or
+ * NULL past the last (models without presets: always NULL). */
+const char *ct_model_preset_name(ct_model_kind m, int i);
+/* A row's name or a preset's name -> its model and preset (NULL for a row's
+ * name; `preset` may be NULL). Unknown: CT_E_INVALID_ARG listing every name
+ * (ctx may be NULL). */
+ct_status ct_model_find(ct_context *ctx, const char *name, ct_model_kind *kind, const char **preset);
+
 /* Built-in models by name (src/models/registry.c; `ctrain graph --model`):
- * declares the model's input for `batch` rows and builds it; out: the
- * logits. An unknown name is CT_E_INVALID_ARG listing the names. */
+ * a row's name or a preset's; declares the model's input for `batch` rows
+ * and builds it with its default configuration; out: the logits. An
+ * unknown name is CT_E_INVALID_ARG listing the names. */
 ct_status ct_model_by_name(ct_graph *g, const char *name, int64_t batch, ct_node *out);
+/* Every name ct_model_by_name takes: each row's name, followed by its
+ * presets' (i in [0, ct_model_num_builtin())). */
 int ct_model_num_builtin(void);
 const char *ct_model_builtin_name(int i); /* NULL when out of range */
 const char *ct_model_builtin_desc(int i);

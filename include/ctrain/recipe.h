@@ -19,16 +19,8 @@ extern "C" {
 #define CT_RECIPE_MAX_LAYERS 8
 
 /* Enumerated keys are parsed once into these enums; ct_recipe_enum_name
- * gives the text form back. */
-typedef enum ct_model_kind {
-    CT_MODEL_MLP = 0, CT_MODEL_CNN, CT_MODEL_GPT, CT_MODEL_BERT,
-    /* torchvision image classifiers (ct_model_vision in models.h; the enum
-     * name is the architecture's name) */
-    CT_MODEL_RESNET18, CT_MODEL_RESNET34, CT_MODEL_RESNET50, CT_MODEL_RESNET101,
-    CT_MODEL_EFFICIENTNET_B0, CT_MODEL_EFFICIENTNET_B1, CT_MODEL_EFFICIENTNET_B2, CT_MODEL_EFFICIENTNET_B3,
-    CT_MODEL_EFFICIENTNET_B4, CT_MODEL_SWIN_T, CT_MODEL_SWIN_S, CT_MODEL_SWIN_B,
-    CT_MODEL_COUNT
-} ct_model_kind;
+ * gives the text form back. The model (ct_model_kind) is a row of the model
+ * table (CT_MODEL_TABLE in models.h). */
 /* 1 for the torchvision image classifiers (resnet*, efficientnet_*, swin_*). */
 int ct_model_is_vision(ct_model_kind m);
 typedef enum ct_dataset_kind {
@@ -107,7 +99,7 @@ typedef struct ct_recipe {
     int recompute_every;     /* activation checkpointing every N layers (0: off) */
     ct_recompute_kinds recompute_ops; /* op kinds recomputed                 */
     /* language models (model gpt / bert; tools/train_text.c) */
-    char preset[16];         /* gpt-char-small | gpt2-124m | bert-base | bert-large ("": the model's default) */
+    char preset[16];         /* a preset of the model (ct_model_preset_name; "": its first) */
     int n_layer, n_head;     /* 0: the preset's                                 */
     int64_t d_model, context;/* 0: the preset's                                 */
     ct_tokenizer_choice tokenizer;
@@ -205,6 +197,12 @@ ct_status ct_recipe_set(ct_context *ctx, ct_recipe *r, const char *key, const ch
  * cannot (e.g. 'tokenizer' for an MLP, 'augment' for GPT) is a CT_E_CONFIG
  * error naming the key and the models it applies to. */
 ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r);
+/* Builds the recipe's model (its row's builder, src/models/) on input x with
+ * the recipe's model keys (hidden, channels, width_div, preset, ...):
+ * n_classes outputs (image: the dataset's classes; text: the vocabulary).
+ * The text task builds its language model with its own sizes (the recipe's
+ * n_layer, d_model, ...); for text models this builds the preset. */
+ct_status ct_model_build(ct_graph *g, ct_node x, const ct_recipe *r, int64_t n_classes, ct_node *logits);
 
 /* ---- the key table, queryable (as zstd's ZSTD_cParam_getBounds) ---------- */
 typedef enum ct_recipe_key_type {
@@ -218,7 +216,8 @@ typedef enum ct_recipe_key_type {
     CT_KEY_BYTES,   /* a size: a number of bytes or "512M", "8G"      */
 } ct_recipe_key_type;
 
-/* Models a key applies to: bit (1 << ct_model_kind). */
+/* Models a key applies to: bit (1 << ct_model_kind), from the model table
+ * (the family's keys and each row's own; CT_MODEL_TABLE in models.h). */
 #define CT_KEY_MODELS_ALL ((1u << CT_MODEL_COUNT) - 1)
 
 typedef struct ct_recipe_key_info {
@@ -246,7 +245,8 @@ int ct_recipe_get(const ct_recipe *r, const char *key, char *buf, size_t len);
 /* 1 when the key's value in r differs from the default recipe's (with the
  * optimizer's own defaults), 0 when equal, -1 for an unknown key. */
 int ct_recipe_is_set(const ct_recipe *r, const char *key);
-/* The models mask as text ("mlp, cnn"). */
+/* The models mask as text: "image models" or "text models" for a whole
+ * family (CT_MODEL_TABLE), else the names ("mlp, cnn"). */
 void ct_recipe_models_text(unsigned models, char *buf, size_t len);
 /* Writes the recipe as JSON into buf (for logs): the same as
  * ct_recipe_to_json_full. */

@@ -22,43 +22,39 @@ typedef struct {
     size_t size;         /* string capacity / list count offset                    */
     double lo, hi;       /* inclusive range for numbers / list items               */
     const char *choices; /* K_ENUM: "a|b|c" in the enum's order (value = index)     */
-    unsigned models;     /* models the key applies to                              */
+    int models;          /* M_ALL, M_IMG, M_LM or M_ROW: the models it applies to   */
     const char *flag;    /* the `ctrain train` flag, or NULL (--set KEY=VALUE)      */
     const char *help;
 } key_def;
 
 #define OFF(f) offsetof(ct_recipe, f)
 #define SZ(f) sizeof(((ct_recipe *)0)->f)
-#define M_ALL CT_KEY_MODELS_ALL
-#define M_MLP (1u << CT_MODEL_MLP)
-#define M_CNN (1u << CT_MODEL_CNN)
-#define M_RESNET ((1u << CT_MODEL_RESNET18) | (1u << CT_MODEL_RESNET34) | (1u << CT_MODEL_RESNET50) | (1u << CT_MODEL_RESNET101))
-#define M_EFF ((1u << CT_MODEL_EFFICIENTNET_B0) | (1u << CT_MODEL_EFFICIENTNET_B1) | (1u << CT_MODEL_EFFICIENTNET_B2) | \
-               (1u << CT_MODEL_EFFICIENTNET_B3) | (1u << CT_MODEL_EFFICIENTNET_B4))
-#define M_SWIN ((1u << CT_MODEL_SWIN_T) | (1u << CT_MODEL_SWIN_S) | (1u << CT_MODEL_SWIN_B))
-#define M_VIS (M_RESNET | M_EFF | M_SWIN)
-#define M_IMG (M_MLP | M_CNN | M_VIS)
-#define M_LM ((1u << CT_MODEL_GPT) | (1u << CT_MODEL_BERT))
-#define M_DROP (M_MLP | M_LM | M_EFF)
-#define MODELS "mlp|cnn|gpt|bert|resnet18|resnet34|resnet50|resnet101|efficientnet_b0|efficientnet_b1|efficientnet_b2|" \
-               "efficientnet_b3|efficientnet_b4|swin_t|swin_s|swin_b"
+/* Which models a key applies to (ct_recipe_key_info.models follows from the model table):
+ * every model, the models of one family, or the rows that list the key (CT_MODEL_TABLE in models.h). */
+enum { M_ALL = 0, M_IMG, M_LM, M_ROW };
+/* "mlp|cnn|...": the rows' names, in the table's (the enum's) order */
+#define MODEL_CHOICE_(ID, nm, fam, keys, desc) "|" #nm
+#define MODELS (CT_MODEL_TABLE(MODEL_CHOICE_) + 1)
 /* enum keys whose values are library enums: the choices follow their order
  * (tests/test_recipe.c checks them against ct_schedule_kind_name and
  * ct_precision_name) */
 #define SCHEDULES "constant|step|multistep|exponential|cosine|cosine_restarts|linear|polynomial|one_cycle|inverse_sqrt|plateau"
 #define PRECISIONS "fp32|bf16|fp16|bf16-pure|fp16-pure"
 
+/* Texts that follow from the model table, written once (fill_model_texts):
+ * the choices and help of `preset`, the help of `model`. */
+static char k_presets[256], k_preset_help[256], k_model_help[512];
+
 /* The one table of recipe keys: parsing, validation, --help and the key
  * list in docs/recipes.md (`ctrain train --help-keys markdown`) come from it. */
 static const key_def k_keys[] = {
-    {"model", K_ENUM, OFF(model), 0, 0, 0, MODELS, M_ALL, "--model",
-     "the model: mlp, cnn, resnet*, efficientnet_* and swin_* (torchvision's) train on images, gpt and bert on text"},
-    {"hidden", K_LIST, OFF(hidden), OFF(n_hidden), 1, 1 << 20, NULL, M_MLP, "--hidden", "MLP hidden layer sizes, e.g. 1024,1024"},
-    {"activation", K_ENUM, OFF(activation), 0, 0, 0, "relu|gelu|gelu-tanh|silu|tanh", M_MLP, NULL,
+    {"model", K_ENUM, OFF(model), 0, 0, 0, MODELS, M_ALL, "--model", k_model_help},
+    {"hidden", K_LIST, OFF(hidden), OFF(n_hidden), 1, 1 << 20, NULL, M_ROW, "--hidden", "MLP hidden layer sizes, e.g. 1024,1024"},
+    {"activation", K_ENUM, OFF(activation), 0, 0, 0, "relu|gelu|gelu-tanh|silu|tanh", M_ROW, NULL,
      "MLP hidden activation (gelu: exact erf GELU, gelu-tanh: its tanh approximation)"},
-    {"channels", K_LIST, OFF(channels), OFF(n_channels), 1, 1 << 16, NULL, M_CNN, "--channels",
+    {"channels", K_LIST, OFF(channels), OFF(n_channels), 1, 1 << 16, NULL, M_ROW, "--channels",
      "CNN conv block channels, e.g. 32,64 (conv3x3-batchnorm-relu-maxpool per block)"},
-    {"dropout", K_F32, OFF(dropout), 0, 0, 0.999, NULL, M_DROP, "--dropout",
+    {"dropout", K_F32, OFF(dropout), 0, 0, 0.999, NULL, M_ROW, "--dropout",
      "dropout probability (MLP hidden layers; GPT/BERT: replaces the preset's; efficientnet: before the classifier)"},
     {"dataset", K_ENUM, OFF(dataset), 0, 0, 0, "mnist|fashion-mnist|moby-dick|imagefolder|cifar10|cifar100", M_ALL,
      "--dataset",
@@ -145,8 +141,7 @@ static const key_def k_keys[] = {
      "false: every activation its own buffer, no reuse (to measure what reuse saves)"},
     {"optimizer.no_decay_bias_norm", K_BOOL, OFF(optim.no_decay_bias_norm), 0, 0, 1, NULL, M_ALL, NULL,
      "no weight decay on 1-D parameters (biases, norm weights)"},
-    {"preset", K_STR, OFF(preset), SZ(preset), 0, 0, "|gpt-char-small|gpt2-124m|bert-base|bert-large", M_LM, NULL,
-     "model size preset (gpt: gpt-char-small, bert: bert-base when empty)"},
+    {"preset", K_STR, OFF(preset), SZ(preset), 0, 0, k_presets, M_LM, NULL, k_preset_help},
     {"n_layer", K_INT, OFF(n_layer), 0, 0, 1024, NULL, M_LM, NULL, "transformer blocks (0: the preset's)"},
     {"n_head", K_INT, OFF(n_head), 0, 0, 1024, NULL, M_LM, NULL, "attention heads (0: the preset's)"},
     {"d_model", K_I64, OFF(d_model), 0, 0, 1 << 16, NULL, M_LM, NULL, "model width (0: the preset's)"},
@@ -198,7 +193,7 @@ static const key_def k_keys[] = {
      "error: the run fails with advice; stop: it stops cleanly (checkpoint written)"},
     {"memory_budget", K_BYTES, OFF(memory_budget), 0, 0, 9.2e18, NULL, M_ALL, "--memory-budget",
      "bytes the run may allocate, e.g. \"8G\" (0: no limit); a plan that does not fit fails with E60003 and advice"},
-    {"bn_stats_once", K_BOOL, OFF(bn_stats_once), 0, 0, 1, NULL, M_CNN | M_VIS, NULL,
+    {"bn_stats_once", K_BOOL, OFF(bn_stats_once), 0, 0, 1, NULL, M_ROW, NULL,
      "with accumulate_steps > 1: update batchnorm running statistics on the last micro-batch of a step only"},
     {"lr_scaling", K_ENUM, OFF(lr_scaling), 0, 0, 0, "none|linear|sqrt|linear_then_sqrt", M_ALL, NULL,
      "scale optimizer.lr by the global batch (batch_size x accumulate_steps) over lr_base_batch"},
@@ -254,7 +249,7 @@ static const key_def k_keys[] = {
      "data parallel overlap: who drives MPI during backward (a communication thread, or the grad-ready hook)"},
     {"grad_compression", K_ENUM, OFF(grad_compression), 0, 0, 0, "none|bf16|fp16", M_ALL, NULL,
      "data parallel: send gradients as bf16/fp16 with error feedback (each rank keeps what rounding lost)"},
-    {"sync_batchnorm", K_BOOL, OFF(sync_batchnorm), 0, 0, 1, NULL, M_CNN, NULL,
+    {"sync_batchnorm", K_BOOL, OFF(sync_batchnorm), 0, 0, 1, NULL, M_ROW, NULL,
      "data parallel: batchnorm's batch statistics over the global batch (reduced across ranks); default per rank"},
     {"dynamic_shapes", K_BOOL, OFF(dynamic_shapes), 0, 0, 1, NULL, M_ALL, NULL,
      "compile for the maximum batch / length and run smaller ones at their size: the last partial image batch "
@@ -266,14 +261,14 @@ static const key_def k_keys[] = {
      "text_docs: each batch draws its rows from one of this many buckets of similar-length documents (1: any)"},
     {"pad_to_multiple", K_I64, OFF(pad_to_multiple), 0, 1, 1 << 20, NULL, M_LM, NULL,
      "text_docs: a batch's sequence length is its longest document rounded up to a multiple of this"},
-    {"cifar_stem", K_BOOL, OFF(cifar_stem), 0, 0, 1, NULL, M_RESNET, NULL,
+    {"cifar_stem", K_BOOL, OFF(cifar_stem), 0, 0, 1, NULL, M_ROW, NULL,
      "resnet: 3x3 stride-1 first conv and no max pool (for 32x32 images)"},
-    {"num_classes", K_I64, OFF(num_classes), 0, 0, 1 << 24, NULL, M_VIS, NULL,
+    {"num_classes", K_I64, OFF(num_classes), 0, 0, 1 << 24, NULL, M_ROW, NULL,
      "classifier outputs (0: the dataset's classes; at least those)"},
-    {"width_div", K_INT, OFF(width_div), 0, 1, 64, NULL, M_VIS, NULL,
+    {"width_div", K_INT, OFF(width_div), 0, 1, 64, NULL, M_ROW, NULL,
      "divide every width by this (reduced variants; resnet: must divide 64)"},
-    {"max_blocks", K_INT, OFF(max_blocks), 0, 0, 64, NULL, M_VIS, NULL, "at most this many blocks per stage (0: all)"},
-    {"window", K_INT, OFF(window), 0, 0, 64, NULL, M_SWIN, NULL,
+    {"max_blocks", K_INT, OFF(max_blocks), 0, 0, 64, NULL, M_ROW, NULL, "at most this many blocks per stage (0: all)"},
+    {"window", K_INT, OFF(window), 0, 0, 64, NULL, M_ROW, NULL,
      "swin: the attention window (0: 7, torchvision's); maps that are no multiple of it are zero-padded as "
      "torchvision pads them (small images: a smaller window wastes less, e.g. 2 or 4 for 32x32 or 64x64)"},
     {"init_weights", K_STR, OFF(init_weights), SZ(init_weights), 0, 0, NULL, M_ALL, NULL,
@@ -281,11 +276,100 @@ static const key_def k_keys[] = {
      "scripts/torchvision_to_safetensors.py); a resumed run keeps its checkpoint's"},
     {"warmup_epochs", K_F32, OFF(warmup_epochs), 0, 0, 1e6, NULL, M_ALL, NULL,
      "warm-up length in epochs (rounded up to optimizer steps; text: eval_every steps per epoch); replaces warmup_steps"},
-    {"drop_path", K_F32, OFF(drop_path), 0, -1, 0.999, NULL, M_EFF | M_SWIN, NULL,
+    {"drop_path", K_F32, OFF(drop_path), 0, -1, 0.999, NULL, M_ROW, NULL,
      "efficientnet, swin: stochastic depth rate of the last block, linear in the block index (-1: torchvision's "
      "0.2; swin_t/s/b 0.2/0.3/0.5)"},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
+
+/* ---- what follows from the model table ---------------------------------------------------- */
+
+static pthread_once_t k_texts_once = PTHREAD_ONCE_INIT;
+
+/* Appends the names of the models of `family` to buf ("mlp, cnn, ..."). */
+static size_t family_names(char *buf, size_t len, size_t o, ct_model_family family, const char *sep) {
+    int first = 1;
+    for (int m = 0; m < CT_MODEL_COUNT; m++) {
+        if (ct_model_family_of((ct_model_kind)m) != family || o >= len) continue;
+        o += (size_t)snprintf(buf + o, len - o, "%s%s", first ? "" : sep, ct_model_name((ct_model_kind)m));
+        first = 0;
+    }
+    return o;
+}
+
+/* The presets of model m into buf: "a, b" (sep ", ") or "|a|b" (sep "|", lead 1). */
+static size_t preset_names(char *buf, size_t len, size_t o, ct_model_kind m, const char *sep, int lead) {
+    for (int j = 0; ct_model_preset_name(m, j) && o < len; j++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%s", j || lead ? sep : "", ct_model_preset_name(m, j));
+    return o;
+}
+
+static void fill_model_texts(void) {
+    size_t o = 0, h = 0;
+    h += (size_t)snprintf(k_preset_help, sizeof k_preset_help, "model size preset (");
+    for (int m = 0; m < CT_MODEL_COUNT; m++) {
+        if (!ct_model_preset_name((ct_model_kind)m, 0) || h >= sizeof k_preset_help) continue;
+        o = preset_names(k_presets, sizeof k_presets, o, (ct_model_kind)m, "|", 1);
+        h += (size_t)snprintf(k_preset_help + h, sizeof k_preset_help - h, "%s: ", ct_model_name((ct_model_kind)m));
+        h = preset_names(k_preset_help, sizeof k_preset_help, h, (ct_model_kind)m, ", ", 0);
+        if (h < sizeof k_preset_help) h += (size_t)snprintf(k_preset_help + h, sizeof k_preset_help - h, "; ");
+    }
+    if (h < sizeof k_preset_help) snprintf(k_preset_help + h, sizeof k_preset_help - h, "\"\": the first)");
+    size_t n = (size_t)snprintf(k_model_help, sizeof k_model_help, "the model (docs/models.md): ");
+    n = family_names(k_model_help, sizeof k_model_help, n, CT_MODEL_FAMILY_TEXT, " and ");
+    if (n < sizeof k_model_help)
+        n += (size_t)snprintf(k_model_help + n, sizeof k_model_help - n, " train on text, the others on images; a "
+                              "preset's name (");
+    for (int m = 0; m < CT_MODEL_COUNT && n < sizeof k_model_help; m++)
+        if (ct_model_preset_name((ct_model_kind)m, 0)) {
+            if (k_model_help[n - 1] != '(') n += (size_t)snprintf(k_model_help + n, sizeof k_model_help - n, ", ");
+            n = preset_names(k_model_help, sizeof k_model_help, n, (ct_model_kind)m, ", ", 0);
+        }
+    if (n < sizeof k_model_help) snprintf(k_model_help + n, sizeof k_model_help - n, ") picks its model and preset");
+}
+static void model_texts(void) { pthread_once(&k_texts_once, fill_model_texts); }
+
+/* `word` is one of the space-separated words of list. */
+static int has_word(const char *list, const char *word) {
+    size_t n = strlen(word);
+    for (const char *p = list; (p = strstr(p, word)); p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || !p[n])) return 1;
+    return 0;
+}
+
+/* Key k applies to model m: every model, its family, or m's row lists it. */
+static int key_applies(const key_def *k, ct_model_kind m) {
+    switch (k->models) {
+    case M_IMG: return ct_model_family_of(m) == CT_MODEL_FAMILY_IMAGE;
+    case M_LM: return ct_model_family_of(m) == CT_MODEL_FAMILY_TEXT;
+    case M_ROW: return has_word(ct_model_keys(m), k->key);
+    default: return 1;
+    }
+}
+
+static unsigned key_models(const key_def *k) {
+    unsigned mask = 0;
+    for (int m = 0; m < CT_MODEL_COUNT; m++)
+        if (key_applies(k, (ct_model_kind)m)) mask |= 1u << m;
+    return mask;
+}
+
+/* The models of mask `models` by name: "mlp, cnn". */
+static void models_list(unsigned models, char *buf, size_t len) {
+    size_t o = 0;
+    if (len) buf[0] = 0;
+    for (int m = 0; m < CT_MODEL_COUNT; m++)
+        if (models & (1u << m) && o < len)
+            o += (size_t)snprintf(buf + o, len - o, "%s%s", o ? ", " : "", ct_model_name((ct_model_kind)m));
+}
+
+void ct_recipe_models_text(unsigned models, char *buf, size_t len) {
+    unsigned family[2] = {0, 0};
+    for (int m = 0; m < CT_MODEL_COUNT; m++) family[ct_model_family_of((ct_model_kind)m)] |= 1u << m;
+    if (models == family[CT_MODEL_FAMILY_IMAGE]) snprintf(buf, len, "image models");
+    else if (models == family[CT_MODEL_FAMILY_TEXT]) snprintf(buf, len, "text models");
+    else models_list(models, buf, len);
+}
 
 void ct_recipe_default(ct_recipe *r) {
     memset(r, 0, sizeof *r);
@@ -433,6 +517,15 @@ static ct_status set_string(ct_context *ctx, ct_recipe *r, const key_def *k, con
             return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': '%s' is not a size (bytes, or e.g. 512M, 8G)",
                                 k->key, v);
         return set_number(ctx, r, k, b);
+    }
+    model_texts();
+    ct_model_kind model;
+    const char *preset = NULL;
+    if (k->off == OFF(model) && !in_choices(k->choices, v) && ct_model_find(NULL, v, &model, &preset) == CT_OK &&
+        preset) { /* a preset's name: its model and the preset */
+        r->model = model;
+        snprintf(r->preset, sizeof r->preset, "%s", preset);
+        return CT_OK;
     }
     if (k->choices && !in_choices(k->choices, v))
         return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': '%s' is not one of %s", k->key, v, k->choices);
@@ -607,19 +700,6 @@ ct_status ct_recipe_load_file(ct_context *ctx, const char *path, ct_recipe *r) {
     return s;
 }
 
-static const char *const k_model_names[CT_MODEL_COUNT] = {
-    "mlp", "cnn", "gpt", "bert", "resnet18", "resnet34", "resnet50", "resnet101", "efficientnet_b0",
-    "efficientnet_b1", "efficientnet_b2", "efficientnet_b3", "efficientnet_b4", "swin_t", "swin_s", "swin_b"};
-
-int ct_model_is_vision(ct_model_kind m) { return m >= CT_MODEL_RESNET18 && m <= CT_MODEL_SWIN_B; }
-
-void ct_recipe_models_text(unsigned models, char *buf, size_t len) {
-    size_t o = 0;
-    if (len) buf[0] = 0;
-    for (int m = 0; m < CT_MODEL_COUNT; m++)
-        if (models & (1u << m) && o < len) o += (size_t)snprintf(buf + o, len - o, "%s%s", o ? ", " : "", k_model_names[m]);
-}
-
 /* What r's keys are compared with: ct_recipe_default with the optimizer's
  * own defaults (optimizer.name resets them). */
 static void baseline(const ct_recipe *r, ct_recipe *base) {
@@ -645,22 +725,44 @@ static int key_is_default(const ct_recipe *r, const ct_recipe *base, const key_d
     return 1;
 }
 
-ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
-    if ((unsigned)r->model >= CT_MODEL_COUNT) return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'model': not a model");
-    const char *model = k_model_names[r->model];
-    /* a key set away from its default must apply to the model: never silently ignored */
+/* The recipe's preset is one of its model's: a CT_E_CONFIG error listing every model's presets otherwise. */
+static ct_status check_preset(ct_context *ctx, const ct_recipe *r) {
+    if (!r->preset[0]) return CT_OK;
+    for (int j = 0; ct_model_preset_name(r->model, j); j++)
+        if (!strcmp(r->preset, ct_model_preset_name(r->model, j))) return CT_OK;
+    char all[256];
+    size_t o = 0;
+    all[0] = 0;
+    for (int m = 0; m < CT_MODEL_COUNT; m++)
+        if (ct_model_preset_name((ct_model_kind)m, 0) && o < sizeof all) {
+            if (o) o += (size_t)snprintf(all + o, sizeof all - o, " | ");
+            o = preset_names(all, sizeof all, o, (ct_model_kind)m, ", ", 0);
+        }
+    return ct_set_error(ctx, CT_E_CONFIG, "preset '%s' is not a %s preset (%s)", r->preset, ct_model_name(r->model),
+                        all);
+}
+
+/* A key set away from its default must apply to the model: never silently ignored. */
+static ct_status check_keys_apply(ct_context *ctx, const ct_recipe *r) {
     ct_recipe base;
     baseline(r, &base);
     for (size_t i = 0; i < N_KEYS; i++) {
         const key_def *k = &k_keys[i];
-        if (k->models & (1u << r->model) || key_is_default(r, &base, k)) continue;
-        char ms[256];
-        ct_recipe_models_text(k->models, ms, sizeof ms);
+        if (key_applies(k, r->model) || key_is_default(r, &base, k)) continue;
+        char ms[512];
+        models_list(key_models(k), ms, sizeof ms);
         return ct_set_error(ctx, CT_E_CONFIG,
                             "recipe key '%s' does not apply to model '%s' (it applies to %s); remove it or pick one "
                             "of those models",
-                            k->key, model, ms);
+                            k->key, ct_model_name(r->model), ms);
     }
+    return CT_OK;
+}
+
+ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
+    if ((unsigned)r->model >= CT_MODEL_COUNT) return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'model': not a model");
+    const char *model = ct_model_name(r->model);
+    CT_TRY(check_keys_apply(ctx, r));
     if (r->model == CT_MODEL_MLP && r->n_hidden < 0) return ct_set_error(ctx, CT_E_CONFIG, "mlp needs 'hidden'");
     if (r->model == CT_MODEL_CNN && r->n_channels < 1)
         return ct_set_error(ctx, CT_E_CONFIG, "cnn needs 'channels', e.g. [32, 64]");
@@ -669,15 +771,17 @@ ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
                             r->width_div);
     if (r->warmup_epochs > 0 && r->warmup_steps > 0)
         return ct_set_error(ctx, CT_E_CONFIG, "recipe keys 'warmup_epochs' and 'warmup_steps' are both set; keep one");
-    int lm = r->model == CT_MODEL_GPT || r->model == CT_MODEL_BERT;
+    int lm = ct_model_family_of(r->model) == CT_MODEL_FAMILY_TEXT;
     if (lm && r->dataset != CT_DATASET_MOBY_DICK && !r->text_file[0])
         return ct_set_error(ctx, CT_E_CONFIG, "model '%s' trains on text: set dataset 'moby-dick' or 'text_file'",
                             model);
-    if (!lm && r->dataset == CT_DATASET_MOBY_DICK)
-        return ct_set_error(ctx, CT_E_CONFIG, "dataset 'moby-dick' is text: it needs model 'gpt' or 'bert'");
-    if (lm && r->preset[0] && strncmp(r->preset, model, strlen(model)))
-        return ct_set_error(ctx, CT_E_CONFIG, "preset '%s' is not a %s preset (gpt-char-small, gpt2-124m | bert-base, "
-                            "bert-large)", r->preset, model);
+    if (!lm && r->dataset == CT_DATASET_MOBY_DICK) {
+        char text[128] = "'";
+        size_t o = family_names(text, sizeof text - 1, 1, CT_MODEL_FAMILY_TEXT, "' or '");
+        snprintf(text + o, sizeof text - o, "'");
+        return ct_set_error(ctx, CT_E_CONFIG, "dataset 'moby-dick' is text: it needs model %s", text);
+    }
+    if (lm) CT_TRY(check_preset(ctx, r));
     if (lm && r->early_stop_mode == CT_EARLY_STOP_MAX)
         return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'early_stop_mode': 'max' watches the test accuracy, which "
                             "model '%s' does not measure; use 'min' (the validation loss)", model);
@@ -718,13 +822,16 @@ ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
 
 static ct_recipe_key_info k_info[sizeof k_keys / sizeof k_keys[0]];
 /* the choices of each key split once: k_choice[key][value] is the value's name */
-#define MAX_CHOICES 16
-static char k_choice_buf[sizeof k_keys / sizeof k_keys[0]][192];
+/* the longest choice list is the model's (the table's rows) or one of 16 values in 192 characters */
+#define MAX_CHOICES (CT_MODEL_COUNT > 16 ? CT_MODEL_COUNT : 16)
+#define CHOICE_LEN (sizeof(CT_MODEL_TABLE(MODEL_CHOICE_)) > 192 ? sizeof(CT_MODEL_TABLE(MODEL_CHOICE_)) : 192)
+static char k_choice_buf[sizeof k_keys / sizeof k_keys[0]][CHOICE_LEN];
 static const char *k_choice[sizeof k_keys / sizeof k_keys[0]][MAX_CHOICES];
 static int k_n_choice[sizeof k_keys / sizeof k_keys[0]];
 static pthread_once_t k_info_once = PTHREAD_ONCE_INIT;
 
 static void build_info(void) {
+    model_texts();
     for (size_t i = 0; i < N_KEYS; i++) {
         const key_def *k = &k_keys[i];
         ct_recipe_key_info *o = &k_info[i];
@@ -740,7 +847,7 @@ static void build_info(void) {
         o->lo = k->lo;
         o->hi = k->hi;
         o->choices = k->type == K_ENUM || k->type == K_ENUM_OPT || (k->type == K_STR && k->choices) ? k->choices : NULL;
-        o->models = k->models;
+        o->models = key_models(k);
         o->flag = k->flag;
         o->help = k->help;
         switch (k->type) {

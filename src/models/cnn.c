@@ -2,8 +2,7 @@
  * batchnorm -> ReLU -> maxpool 2x2, then flatten and a linear classifier. */
 #include <stdio.h>
 
-#include "core/internal.h"
-#include "ctrain/models.h"
+#include "model_def.h"
 
 ct_status ct_model_cnn(ct_graph *g, ct_node x, int n_blocks, const int64_t *channels, int64_t n_classes,
                        ct_node *logits) {
@@ -52,3 +51,22 @@ ct_status ct_model_cnn(ct_graph *g, ct_node x, int n_blocks, const int64_t *chan
     CT_TRY(ct_linear(g, x, w, b, logits));
     return ct_node_set_name(g, *logits, "fc");
 }
+
+/* ---- its row of the model table ------------------------------------------------------------ */
+
+/* Default: conv32-conv64 + linear on (batch, 1, 28, 28), 10 classes (Fashion-MNIST). */
+static ct_status cnn_default(ct_graph *g, const ct_model_row *m, const char *preset, int64_t batch, int64_t n_classes,
+                             ct_node *out) {
+    (void)m, (void)preset;
+    ct_node x;
+    CT_TRY(ct_input(g, "x", CT_F32, 4, (int64_t[]){batch, 1, 28, 28}, &x));
+    return ct_model_cnn(g, x, 2, (int64_t[]){32, 64}, n_classes ? n_classes : 10, out);
+}
+
+static ct_status cnn_build(ct_graph *g, const ct_model_row *m, ct_node x, const ct_recipe *r, int64_t n_classes,
+                           ct_node *out) {
+    (void)m;
+    return ct_model_cnn(g, x, r->n_channels, r->channels, n_classes, out);
+}
+
+const ct_model_def ct_model_def_cnn = {.build_default = cnn_default, .build = cnn_build};

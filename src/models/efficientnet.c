@@ -77,8 +77,9 @@ static ct_status mbconv(ct_graph *g, ct_node x, const char *pre, int expand, int
     return ct_node_set_name(g, y, pre);
 }
 
-ct_status ct_model_efficientnet(ct_graph *g, ct_node x, const ct_vision_config *c, double width_mult,
-                                double depth_mult, ct_node *logits) {
+static ct_status efficientnet(ct_graph *g, ct_node x, const ct_vision_config *c, const ct_vis_arch *a,
+                              ct_node *logits) {
+    double width_mult = a->width_mult, depth_mult = a->depth_mult;
     /* expand ratio, kernel, stride, in, out, layers (torchvision's bneck_conf) */
     static const int k_conf[7][6] = {{1, 3, 1, 32, 16, 1},   {6, 3, 2, 16, 24, 2},   {6, 5, 2, 24, 40, 2},
                                      {6, 3, 2, 40, 80, 3},   {6, 5, 1, 80, 112, 3},  {6, 5, 2, 112, 192, 4},
@@ -118,3 +119,18 @@ ct_status ct_model_efficientnet(ct_graph *g, ct_node x, const ct_vision_config *
     CT_TRY(ct_linear(g, y, w, b, logits));
     return ct_node_set_name(g, *logits, "classifier.1");
 }
+
+/* ---- its rows of the model table: width and depth multipliers, classifier dropout ------------ */
+
+#define EFFICIENTNET_DEF_(b, wm, dm, drop)                                                                           \
+    const ct_model_def ct_model_def_efficientnet_##b = {                                                          \
+        .build_default = ct_vis_build_default,                                                                    \
+        .build = ct_vis_build_recipe,                                                                             \
+        .config = &(const ct_vis_arch){                                                                           \
+            .build = efficientnet, .width_mult = wm, .depth_mult = dm, .dropout = drop, .drop_path = 0.2f},       \
+        .vision = 1};
+EFFICIENTNET_DEF_(b0, 1.0, 1.0, 0.2f)
+EFFICIENTNET_DEF_(b1, 1.0, 1.1, 0.2f)
+EFFICIENTNET_DEF_(b2, 1.1, 1.2, 0.3f)
+EFFICIENTNET_DEF_(b3, 1.2, 1.4, 0.3f)
+EFFICIENTNET_DEF_(b4, 1.4, 1.8, 0.4f)

@@ -5,8 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/internal.h"
-#include "ctrain/models.h"
+#include "model_def.h"
 
 static const char *const k_act_names[CT_ACT_COUNT] = {"relu", "gelu", "gelu-tanh", "silu", "tanh"};
 
@@ -73,3 +72,22 @@ ct_status ct_model_mlp(ct_graph *g, ct_node x, int n_hidden, const int64_t *hidd
     *logits = x;
     return CT_OK;
 }
+
+/* ---- its row of the model table ------------------------------------------------------------ */
+
+/* Default: 784-1024-1024-10 on (batch, 784), ReLU, no dropout (MNIST). */
+static ct_status mlp_default(ct_graph *g, const ct_model_row *m, const char *preset, int64_t batch, int64_t n_classes,
+                             ct_node *out) {
+    (void)m, (void)preset;
+    ct_node x;
+    CT_TRY(ct_input(g, "x", CT_F32, 2, (int64_t[]){batch, 784}, &x));
+    return ct_model_mlp(g, x, 2, (int64_t[]){1024, 1024}, n_classes ? n_classes : 10, CT_ACT_RELU, 0.0f, out);
+}
+
+static ct_status mlp_build(ct_graph *g, const ct_model_row *m, ct_node x, const ct_recipe *r, int64_t n_classes,
+                           ct_node *out) {
+    (void)m;
+    return ct_model_mlp(g, x, r->n_hidden, r->hidden, n_classes, r->activation, r->dropout, out);
+}
+
+const ct_model_def ct_model_def_mlp = {.build_default = mlp_default, .build = mlp_build};

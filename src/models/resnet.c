@@ -34,7 +34,8 @@ static ct_status block(ct_graph *g, ct_node x, const char *pre, int bottleneck, 
     return ct_node_set_name(g, *out, pre);
 }
 
-ct_status ct_model_resnet(ct_graph *g, ct_node x, const ct_vision_config *c, int depth, ct_node *logits) {
+static ct_status resnet(ct_graph *g, ct_node x, const ct_vision_config *c, const ct_vis_arch *a, ct_node *logits) {
+    int depth = a->resnet_depth;
     static const int k_blocks[4][4] = {{2, 2, 2, 2}, {3, 4, 6, 3}, {3, 4, 6, 3}, {3, 4, 23, 3}};
     int v = depth == 18 ? 0 : depth == 34 ? 1 : depth == 50 ? 2 : 3, bottleneck = depth >= 50;
     int64_t div = c->width_div;
@@ -63,3 +64,18 @@ ct_status ct_model_resnet(ct_graph *g, ct_node x, const ct_vision_config *c, int
     CT_TRY(ct_linear(g, y, w, b, logits));
     return ct_node_set_name(g, *logits, "fc");
 }
+
+/* ---- its rows of the model table ------------------------------------------------------------- */
+
+#define RESNET_DEF_(depth)                                                                                         \
+    const ct_model_def ct_model_def_resnet##depth = {.build_default = ct_vis_build_default,                      \
+                                                     .build = ct_vis_build_recipe,                                \
+                                                     .config = &(const ct_vis_arch){.build = resnet,              \
+                                                                                    .resnet_depth = depth,        \
+                                                                                    .width_mult = 1,              \
+                                                                                    .depth_mult = 1},             \
+                                                     .vision = 1};
+RESNET_DEF_(18)
+RESNET_DEF_(34)
+RESNET_DEF_(50)
+RESNET_DEF_(101)

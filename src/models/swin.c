@@ -115,8 +115,9 @@ static ct_status block(ct_graph *g, ct_node x, const char *pre, int64_t N, int64
     return ct_node_set_name(g, *out, pre);
 }
 
-ct_status ct_model_swin(ct_graph *g, ct_node x, const ct_vision_config *c, int64_t embed, const int *depths,
-                        const int *heads, ct_node *logits) {
+static ct_status swin(ct_graph *g, ct_node x, const ct_vision_config *c, const ct_vis_arch *a, ct_node *logits) {
+    int64_t embed = a->swin_embed;
+    const int *depths = a->depths, *heads = a->heads;
     ct_context *ctx = ct_graph_context(g);
     int nd;
     int64_t s[CT_MAX_DIMS];
@@ -184,3 +185,21 @@ ct_status ct_model_swin(ct_graph *g, ct_node x, const ct_vision_config *c, int64
     CT_TRY(ct_node_set_name(g, y, "avgpool"));
     return linear(g, y, "head", c->num_classes, dim, 1, logits);
 }
+
+/* ---- its rows of the model table: embedding width, depths, heads, stochastic depth ------------ */
+
+#define SWIN_DEF_(v, embed, d2, h0, dp)                                                                              \
+    const ct_model_def ct_model_def_swin_##v = {                                                                  \
+        .build_default = ct_vis_build_default,                                                                    \
+        .build = ct_vis_build_recipe,                                                                             \
+        .config = &(const ct_vis_arch){.build = swin,                                                             \
+                                       .width_mult = 1,                                                           \
+                                       .depth_mult = 1,                                                           \
+                                       .swin_embed = embed,                                                       \
+                                       .depths = {2, 2, d2, 2},                                                   \
+                                       .heads = {h0, 2 * h0, 4 * h0, 8 * h0},                                     \
+                                       .drop_path = dp},                                                          \
+        .vision = 1};
+SWIN_DEF_(t, 96, 6, 3, 0.2f)
+SWIN_DEF_(s, 96, 18, 3, 0.3f)
+SWIN_DEF_(b, 128, 18, 4, 0.5f)

@@ -6,8 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/internal.h"
-#include "ctrain/models.h"
+#include "model_def.h"
 
 /* ---- building blocks ----------------------------------------------------------------------------- */
 
@@ -93,18 +92,37 @@ static ct_status check_dims(ct_context *ctx, const char *model, int64_t vocab, i
 
 /* ---- GPT ------------------------------------------------------------------------------------------ */
 
+/* The presets: names and descriptions (the model table's), then the configurations, in the same order. */
+static const ct_model_preset k_gpt_presets[] = {
+    {"gpt-char-small", "GPT, 6 layers, d_model 384, context 256, 65 characters"},
+    {"gpt2-124m", "GPT-2 small, 12 layers, d_model 768, context 1024"},
+    {NULL, NULL},
+};
+static const ct_gpt_config k_gpt_configs[] = {
+    {.vocab = 65, .context = 256, .n_layer = 6, .n_head = 6, .d_model = 384, .dropout = 0.2f, .bias = 1, .gelu_tanh = 0},
+    {.vocab = 50257, .context = 1024, .n_layer = 12, .n_head = 12, .d_model = 768, .dropout = 0.1f, .bias = 1,
+     .gelu_tanh = 1},
+};
+_Static_assert(sizeof k_gpt_configs / sizeof k_gpt_configs[0] + 1 == sizeof k_gpt_presets / sizeof k_gpt_presets[0],
+               "one configuration per GPT preset");
+
+/* The index of preset `name` in ps, or -1; "valid presets: a, b" into list. */
+static int find_preset(const ct_model_preset *ps, const char *name, char *list, size_t len) {
+    size_t o = 0;
+    list[0] = 0;
+    for (int i = 0; ps[i].name; i++) {
+        if (!strcmp(ps[i].name, name)) return i;
+        if (o < len) o += (size_t)snprintf(list + o, len - o, "%s%s", i ? ", " : "", ps[i].name);
+    }
+    return -1;
+}
+
 ct_status ct_gpt_preset(ct_context *ctx, const char *name, ct_gpt_config *out) {
     if (!name || !out) return ct_set_error(ctx, CT_E_INVALID_ARG, "gpt preset: name and out must not be NULL");
-    if (!strcmp(name, "gpt-char-small")) {
-        *out = (ct_gpt_config){.vocab = 65, .context = 256, .n_layer = 6, .n_head = 6, .d_model = 384,
-                               .dropout = 0.2f, .bias = 1, .gelu_tanh = 0};
-    } else if (!strcmp(name, "gpt2-124m")) {
-        *out = (ct_gpt_config){.vocab = 50257, .context = 1024, .n_layer = 12, .n_head = 12, .d_model = 768,
-                               .dropout = 0.1f, .bias = 1, .gelu_tanh = 1};
-    } else {
-        return ct_set_error(ctx, CT_E_INVALID_ARG, "gpt preset '%s' is unknown; valid presets: gpt-char-small, gpt2-124m",
-                            name);
-    }
+    char list[128];
+    int i = find_preset(k_gpt_presets, name, list, sizeof list);
+    if (i < 0) return ct_set_error(ctx, CT_E_INVALID_ARG, "gpt preset '%s' is unknown; valid presets: %s", name, list);
+    *out = k_gpt_configs[i];
     return CT_OK;
 }
 
@@ -160,19 +178,27 @@ ct_status ct_model_gpt(ct_graph *g, ct_node ids, const ct_gpt_config *c, ct_node
 
 /* ---- BERT ----------------------------------------------------------------------------------------- */
 
+static const ct_model_preset k_bert_presets[] = {
+    {"bert-base", "BERT-base, 12 layers, d_model 768, MLM head"},
+    {"bert-large", "BERT-large, 24 layers, d_model 1024, MLM head"},
+    {NULL, NULL},
+};
+static const ct_bert_config k_bert_configs[] = {
+    {.vocab = 30522, .context = 512, .n_layer = 12, .n_head = 12, .d_model = 768, .d_ff = 3072, .type_vocab = 2,
+     .dropout = 0.1f, .ln_eps = 1e-12f},
+    {.vocab = 30522, .context = 512, .n_layer = 24, .n_head = 16, .d_model = 1024, .d_ff = 4096, .type_vocab = 2,
+     .dropout = 0.1f, .ln_eps = 1e-12f},
+};
+_Static_assert(sizeof k_bert_configs / sizeof k_bert_configs[0] + 1 == sizeof k_bert_presets / sizeof k_bert_presets[0],
+               "one configuration per BERT preset");
+
 ct_status ct_bert_preset(ct_context *ctx, const char *name, ct_bert_config *out) {
     if (!name || !out) return ct_set_error(ctx, CT_E_INVALID_ARG, "bert preset: name and out must not be NULL");
-    *out = (ct_bert_config){.vocab = 30522, .context = 512, .n_layer = 12, .n_head = 12, .d_model = 768,
-                            .d_ff = 3072, .type_vocab = 2, .dropout = 0.1f, .ln_eps = 1e-12f};
-    if (!strcmp(name, "bert-base")) return CT_OK;
-    if (!strcmp(name, "bert-large")) {
-        out->n_layer = 24;
-        out->n_head = 16;
-        out->d_model = 1024;
-        out->d_ff = 4096;
-        return CT_OK;
-    }
-    return ct_set_error(ctx, CT_E_INVALID_ARG, "bert preset '%s' is unknown; valid presets: bert-base, bert-large", name);
+    char list[128];
+    int i = find_preset(k_bert_presets, name, list, sizeof list);
+    if (i < 0) return ct_set_error(ctx, CT_E_INVALID_ARG, "bert preset '%s' is unknown; valid presets: %s", name, list);
+    *out = k_bert_configs[i];
+    return CT_OK;
 }
 
 int64_t ct_bert_num_params(const ct_bert_config *c) {
@@ -264,3 +290,62 @@ ct_status ct_model_bert(ct_graph *g, ct_node ids, ct_node key_valid, ct_node tok
     CT_TRY(ct_param(g, "cls.predictions.bias", 1, (int64_t[]){c->vocab}, CT_INIT_ZEROS, D, &bias));
     return ct_add(g, h, bias, mlm_logits);
 }
+
+/* ---- their rows of the model table ------------------------------------------------------------
+ * By name and for ct_model_build: the preset (the recipe's, or the first) on
+ * ids (batch, context), with n_classes (> 0) as the vocabulary. The text
+ * task (src/train/task_text.c) applies the recipe's sizes itself. */
+
+static ct_status gpt_on(ct_graph *g, ct_node ids, const char *preset, int64_t vocab, ct_node *out) {
+    ct_gpt_config c;
+    CT_TRY(ct_gpt_preset(ct_graph_context(g), preset && preset[0] ? preset : k_gpt_presets[0].name, &c));
+    if (vocab > 0) c.vocab = vocab;
+    return ct_model_gpt(g, ids, &c, out);
+}
+static ct_status gpt_default(ct_graph *g, const ct_model_row *m, const char *preset, int64_t batch, int64_t vocab,
+                             ct_node *out) {
+    (void)m;
+    ct_gpt_config c;
+    CT_TRY(ct_gpt_preset(ct_graph_context(g), preset ? preset : k_gpt_presets[0].name, &c));
+    ct_node ids;
+    CT_TRY(ct_input(g, "ids", CT_I32, 2, (int64_t[]){batch, c.context}, &ids));
+    return gpt_on(g, ids, preset, vocab, out);
+}
+static ct_status gpt_build(ct_graph *g, const ct_model_row *m, ct_node x, const ct_recipe *r, int64_t vocab,
+                           ct_node *out) {
+    (void)m;
+    return gpt_on(g, x, r->preset, vocab, out);
+}
+static int64_t gpt_params(const char *preset) {
+    ct_gpt_config c;
+    return ct_gpt_preset(NULL, preset ? preset : k_gpt_presets[0].name, &c) == CT_OK ? ct_gpt_num_params(&c) : 0;
+}
+const ct_model_def ct_model_def_gpt = {.build_default = gpt_default, .build = gpt_build, .num_params = gpt_params,
+                                       .presets = k_gpt_presets};
+
+static ct_status bert_on(ct_graph *g, ct_node ids, const char *preset, int64_t vocab, ct_node *out) {
+    ct_bert_config c;
+    CT_TRY(ct_bert_preset(ct_graph_context(g), preset && preset[0] ? preset : k_bert_presets[0].name, &c));
+    if (vocab > 0) c.vocab = vocab;
+    return ct_model_bert(g, ids, CT_NONE, CT_NONE, CT_NONE, &c, out);
+}
+static ct_status bert_default(ct_graph *g, const ct_model_row *m, const char *preset, int64_t batch, int64_t vocab,
+                              ct_node *out) {
+    (void)m;
+    ct_bert_config c;
+    CT_TRY(ct_bert_preset(ct_graph_context(g), preset ? preset : k_bert_presets[0].name, &c));
+    ct_node ids;
+    CT_TRY(ct_input(g, "ids", CT_I32, 2, (int64_t[]){batch, c.context}, &ids));
+    return bert_on(g, ids, preset, vocab, out);
+}
+static ct_status bert_build(ct_graph *g, const ct_model_row *m, ct_node x, const ct_recipe *r, int64_t vocab,
+                            ct_node *out) {
+    (void)m;
+    return bert_on(g, x, r->preset, vocab, out);
+}
+static int64_t bert_params(const char *preset) {
+    ct_bert_config c;
+    return ct_bert_preset(NULL, preset ? preset : k_bert_presets[0].name, &c) == CT_OK ? ct_bert_num_params(&c) : 0;
+}
+const ct_model_def ct_model_def_bert = {.build_default = bert_default, .build = bert_build, .num_params = bert_params,
+                                        .presets = k_bert_presets};

@@ -1,8 +1,8 @@
 /* src/train/task_image.c - the image task: IDX datasets (MNIST,
  * Fashion-MNIST) through the loader or the background prefetcher, image
  * folders (JPEG/PNG) and CIFAR decoded and transformed by the prefetcher's
- * threads (ctrain/image.h; evaluation: Resize + CenterCrop), an MLP, a
- * CNN or a torchvision classifier (resnet*, efficientnet_*, swin_*) with cross entropy, training accuracy from the logits, and test
+ * threads (ctrain/image.h; evaluation: Resize + CenterCrop), any image model
+ * of the model table (ct_model_build) with cross entropy, training accuracy from the logits, and test
  * loss / accuracy evaluated on the t10k split every epoch. Data parallel
  * (shard): the loader / prefetcher hand this rank its rows of every global
  * batch, and the evaluation covers every size-th test batch. */
@@ -66,21 +66,7 @@ static ct_status img_build(ct_task *t, ct_graph *g, const ct_recipe *r, ct_node 
     ct_node x, y, logits;
     CT_TRY(ct_input(g, "images", CT_F32, 4, xs, &x));
     CT_TRY(ct_input(g, "labels", CT_I32, 1, (int64_t[]){r->batch_size}, &y));
-    if (r->model == CT_MODEL_MLP) CT_TRY(ct_model_mlp(g, x, r->n_hidden, r->hidden, ds->n_classes, r->activation, r->dropout, &logits));
-    else if (ct_model_is_vision(r->model)) {
-        ct_vision_config vc;
-        CT_TRY(ct_vision_config_default(it->ctx, ct_recipe_enum_name("model", (int)r->model), &vc));
-        if (r->num_classes && r->num_classes < ds->n_classes)
-            return ct_set_error(it->ctx, CT_E_CONFIG, "recipe key 'num_classes': %lld is fewer than the dataset's %lld "
-                                "classes; set 0 (the dataset's) or at least %lld",
-                                (long long)r->num_classes, (long long)ds->n_classes, (long long)ds->n_classes);
-        vc.num_classes = r->num_classes ? r->num_classes : ds->n_classes;
-        vc.cifar_stem = r->cifar_stem, vc.width_div = r->width_div, vc.max_blocks = r->max_blocks;
-        vc.window = r->window;
-        if (r->drop_path >= 0) vc.drop_path = r->drop_path; /* -1: the model's */
-        vc.dropout = r->dropout;
-        CT_TRY(ct_model_vision(g, x, &vc, &logits));
-    } else CT_TRY(ct_model_cnn(g, x, r->n_channels, r->channels, ds->n_classes, &logits));
+    CT_TRY(ct_model_build(g, x, r, ds->n_classes, &logits)); /* the model table's builder (src/models/) */
     CT_TRY(ct_cross_entropy(g, logits, y, r->label_smoothing, -100, loss));
     it->x = x, it->y = y, it->logits = logits;
     keep[0] = logits;
@@ -428,6 +414,45 @@ static void img_free(ct_task *t) {
     free(t);
 }
 
+/* The image-set key set away from its default (they do nothing for IDX data), or NULL. */
+static const char *image_set_key(const ct_recipe *r) {
+    ct_recipe d;
+    ct_recipe_default(&d);
+    return strcmp(r->train_dir, d.train_dir) ? "train_dir" : strcmp(r->val_dir, d.val_dir) ? "val_dir"
+           : r->image_size != d.image_size ? "image_size" : r->image_channels != d.image_channels
+           ? "image_channels" : r->resize_size != d.resize_size ? "resize_size" : r->mean[0] ? "mean"
+           : r->std[0] ? "std" : r->crop_scale_min != d.crop_scale_min ? "crop_scale_min"
+           : r->crop_scale_max != d.crop_scale_max ? "crop_scale_max" : r->crop_ratio_min != d.crop_ratio_min
+           ? "crop_ratio_min" : r->crop_ratio_max != d.crop_ratio_max ? "crop_ratio_max"
+           : r->hflip != d.hflip ? "hflip" : r->crop_padding ? "crop_padding" : r->bad_images != d.bad_images ? "bad_images" : NULL;
+}
+
+/* MNIST / Fashion-MNIST (IDX files): the splits, the loader and the prefetcher. */
+static ct_status open_idx(image_task *it, const ct_recipe *r) {
+    ct_context *ctx = it->ctx;
+    char dir[300];
+    const char *ds = ct_recipe_enum_name("dataset", (int)r->dataset);
+    if (r->data_dir[0]) snprintf(dir, sizeof dir, "%s", r->data_dir);
+    else snprintf(dir, sizeof dir, "data/%s", ds);
+    const char *key = image_set_key(r);
+    if (key)
+        return ct_set_error(ctx, CT_E_CONFIG,
+                            "recipe key '%s' applies to dataset imagefolder, cifar10 or cifar100, not to the "
+                            "IDX dataset '%s'; remove it or change the dataset",
+                            key, ds);
+    const float mean = r->dataset == CT_DATASET_MNIST ? 0.1307f : 0.2860f;
+    const float stdv = r->dataset == CT_DATASET_MNIST ? 0.3081f : 0.3530f;
+    it->mean = mean;
+    it->stdv = stdv;
+    ct_status s = ct_dataset_load_idx(ctx, dir, "train", mean, stdv, &it->train);
+    if (s == CT_OK) s = ct_dataset_load_idx(ctx, dir, "t10k", mean, stdv, &it->test);
+    if (s == CT_E_IO || s == CT_E_CORRUPT) /* name the fix: the data comes from scripts/setup.sh */
+        ct_wrap_error(ctx, s, NULL, "; run scripts/setup.sh to install the datasets into data/, or set data_dir");
+    if (s == CT_OK) s = ct_loader_create(ctx, &it->train, r->batch_size, 1, drop_last(it), r->seed, &it->ld);
+    if (s == CT_OK && (r->prefetch > 0 || r->augment)) s = make_prefetcher(it, 0, 0);
+    return s;
+}
+
 ct_status ct_task_image_create(ct_context *ctx, const ct_recipe *r, ct_task **out) {
     *out = NULL;
     ct_task *t = calloc(1, sizeof *t);
@@ -460,50 +485,12 @@ ct_status ct_task_image_create(ct_context *ctx, const ct_recipe *r, ct_task **ou
     it->rank = 0;
     it->size = 1;
     it->self = t;
-    char dir[300];
-    const char *ds = ct_recipe_enum_name("dataset", (int)r->dataset);
+    ct_status s;
     if (r->dataset == CT_DATASET_IMAGEFOLDER || r->dataset == CT_DATASET_CIFAR10 || r->dataset == CT_DATASET_CIFAR100) {
-        ct_status s = open_image_sets(it, r);
+        s = open_image_sets(it, r);
         if (s == CT_OK) s = ct_loader_create(ctx, &it->train, r->batch_size, 1, 1, r->seed, &it->ld);
         if (s == CT_OK) s = make_prefetcher(it, 0, 0);
-        if (s != CT_OK) {
-            img_free(t);
-            return s;
-        }
-        *out = t;
-        return CT_OK;
-    }
-    if (r->data_dir[0]) snprintf(dir, sizeof dir, "%s", r->data_dir);
-    else snprintf(dir, sizeof dir, "data/%s", ds);
-    { /* the image-set keys do nothing for IDX data: set away from their defaults they are errors */
-        ct_recipe d;
-        ct_recipe_default(&d);
-        const char *key = strcmp(r->train_dir, d.train_dir) ? "train_dir" : strcmp(r->val_dir, d.val_dir) ? "val_dir"
-                          : r->image_size != d.image_size ? "image_size" : r->image_channels != d.image_channels
-                          ? "image_channels" : r->resize_size != d.resize_size ? "resize_size" : r->mean[0] ? "mean"
-                          : r->std[0] ? "std" : r->crop_scale_min != d.crop_scale_min ? "crop_scale_min"
-                          : r->crop_scale_max != d.crop_scale_max ? "crop_scale_max" : r->crop_ratio_min != d.crop_ratio_min
-                          ? "crop_ratio_min" : r->crop_ratio_max != d.crop_ratio_max ? "crop_ratio_max"
-                          : r->hflip != d.hflip ? "hflip" : r->crop_padding ? "crop_padding" : r->bad_images != d.bad_images ? "bad_images" : NULL;
-        if (key) {
-            ct_status s = ct_set_error(ctx, CT_E_CONFIG,
-                                       "recipe key '%s' applies to dataset imagefolder, cifar10 or cifar100, not to the "
-                                       "IDX dataset '%s'; remove it or change the dataset",
-                                       key, ds);
-            img_free(t);
-            return s;
-        }
-    }
-    const float mean = r->dataset == CT_DATASET_MNIST ? 0.1307f : 0.2860f;
-    const float stdv = r->dataset == CT_DATASET_MNIST ? 0.3081f : 0.3530f;
-    it->mean = mean;
-    it->stdv = stdv;
-    ct_status s = ct_dataset_load_idx(ctx, dir, "train", mean, stdv, &it->train);
-    if (s == CT_OK) s = ct_dataset_load_idx(ctx, dir, "t10k", mean, stdv, &it->test);
-    if (s == CT_E_IO || s == CT_E_CORRUPT) /* name the fix: the data comes from scripts/setup.sh */
-        ct_wrap_error(ctx, s, NULL, "; run scripts/setup.sh to install the datasets into data/, or set data_dir");
-    if (s == CT_OK) s = ct_loader_create(ctx, &it->train, r->batch_size, 1, drop_last(it), r->seed, &it->ld);
-    if (s == CT_OK && (r->prefetch > 0 || r->augment)) s = make_prefetcher(it, 0, 0);
+    } else s = open_idx(it, r);
     if (s != CT_OK) {
         img_free(t);
         return s;
