@@ -30,12 +30,12 @@ static void print_keys(FILE *f, int markdown) {
     static const char *const tn[] = {"int", "uint", "float", "bool", "string", "enum", "list", "bytes"};
     for (int i = 0; i < ct_recipe_num_keys(); i++) {
         const ct_recipe_key_info *k = ct_recipe_key_at(i);
-        char dv[128], range[160] = "", models[256];
+        char dv[128], bounds[64] = "", models[1024];
         ct_recipe_get(&def, k->key, dv, sizeof dv);
-        if (k->choices) snprintf(range, sizeof range, "%s", k->choices);
-        else if (k->type == CT_KEY_INT || k->type == CT_KEY_UINT || k->type == CT_KEY_FLOAT || k->type == CT_KEY_LIST ||
-                 k->type == CT_KEY_BYTES)
-            snprintf(range, sizeof range, "[%g, %g]", k->lo, k->hi);
+        const char *range = k->choices ? k->choices : bounds; /* choices grow with the model table: not copied */
+        if (!k->choices && (k->type == CT_KEY_INT || k->type == CT_KEY_UINT || k->type == CT_KEY_FLOAT ||
+                            k->type == CT_KEY_LIST || k->type == CT_KEY_BYTES))
+            snprintf(bounds, sizeof bounds, "[%g, %g]", k->lo, k->hi);
         ct_recipe_models_text(k->models, models, sizeof models);
         if (k->models == CT_KEY_MODELS_ALL) snprintf(models, sizeof models, "all");
         if (markdown)

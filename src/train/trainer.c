@@ -64,7 +64,7 @@ ct_status ct_train_resume_recipe(ct_context *ctx, const char *resume, ct_recipe 
 
 /* The built-in task of a validated recipe. */
 static ct_status task_for(ct_context *ctx, const ct_recipe *r, ct_task **out) {
-    if (r->model == CT_MODEL_GPT || r->model == CT_MODEL_BERT) return ct_task_text_create(ctx, r, out);
+    if (ct_model_family_of(r->model) == CT_MODEL_FAMILY_TEXT) return ct_task_text_create(ctx, r, out);
     return ct_task_image_create(ctx, r, out);
 }
 
