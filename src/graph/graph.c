@@ -25,12 +25,6 @@ void ct_graph_free(ct_graph *g) {
 
 ct_context *ct_graph_context(const ct_graph *g) { return g->ctx; }
 
-int64_t ct_node_numel(const ct_node_def *d) {
-    int64_t n = 1;
-    for (int i = 0; i < d->ndim; i++) n *= d->shape[i];
-    return n;
-}
-
 ct_status ct_graph_push(ct_graph *g, const ct_node_def *def, ct_node *out) {
     if (g->n == g->cap) {
         int cap = g->cap ? g->cap * 2 : 64;

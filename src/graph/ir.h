@@ -20,7 +20,12 @@ struct ct_graph {
 ct_status ct_graph_push(ct_graph *g, const ct_node_def *def, ct_node *out);
 /* Checks that n names an existing node; sets an error naming `op` if not. */
 ct_status ct_graph_check_node(ct_graph *g, ct_node n, const char *op);
-int64_t ct_node_numel(const ct_node_def *d);
+/* Elements of a node's output (1 for a scalar). */
+static inline int64_t ct_node_numel(const ct_node_def *d) {
+    int64_t n = 1;
+    for (int i = 0; i < d->ndim; i++) n *= d->shape[i];
+    return n;
+}
 /* Mixed-precision graphs: the dtype a node's output is stored in, from its
  * inputs (graph.c holds the rule). */
 ct_dtype ct_graph_infer_dtype(const ct_graph *g, const ct_node_def *d);
@@ -104,7 +109,7 @@ ct_status ct_k_eltwise_chain_ref(ct_kargs *k);
 ct_status ct_k_eltwise_chain_avx2(ct_kargs *k);
 ct_status ct_k_eltwise_chain_avx512(ct_kargs *k);
 
-/* Low-precision weight copies (plan.c): the arena of BF16/FP16 copies of
+/* Low-precision weight copies (plan_accessors.c): the arena of BF16/FP16 copies of
  * the parameters in their arena layout (NULL: the plan has none) and its
  * dtype; after writing the casts of the whole parameter arena into it, the
  * optimizer marks them current with ct_plan_weight_copies_written. */
