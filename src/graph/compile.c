@@ -113,6 +113,7 @@ ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *
         ct_compile_opts_default(&dflt);
         opts = &dflt;
     }
+    CT_TRY(ct_op_table_check(ctx)); /* a row without its facts: a bug, caught by every test */
     if (loss != CT_NONE) CT_TRY(ct_graph_check_node(src, loss, "compile"));
     for (int i = 0; i < n_outputs; i++) CT_TRY(ct_graph_check_node(src, outputs[i], "compile"));
     ct_plan *p = calloc(1, sizeof *p);
