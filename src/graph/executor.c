@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "ctrain/convert.h"
-#include "kernels/kernels.h"
 #include "plan.h"
 
 /* Node i's kernel cache slot for the selected shapes: oneDNN primitives are
