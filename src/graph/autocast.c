@@ -32,19 +32,6 @@ ct_status ct_precision_parse(ct_context *ctx, const char *name, ct_precision *ou
                         name ? name : "(null)");
 }
 
-typedef enum { CLS_FOLLOW = 0, CLS_LOW, CLS_F32 } op_class;
-
-static op_class policy(ct_op op) {
-    switch (op) {
-    case CT_OP_MATMUL: case CT_OP_LINEAR: case CT_OP_CONV2D: case CT_OP_ATTENTION:
-        return CLS_LOW;
-    case CT_OP_SOFTMAX: case CT_OP_LOG_SOFTMAX: case CT_OP_CROSS_ENTROPY: case CT_OP_SUM:
-        return CLS_F32;
-    default:
-        return CLS_FOLLOW;
-    }
-}
-
 /* keep_fp32 token match: a node name, a module prefix ("fc2" for
  * "fc2.weight"), or an op kind. */
 static int token_matches(const ct_node_def *d, const char *tok, size_t len) {
@@ -114,7 +101,7 @@ ct_status ct_pass_autocast(ct_plan *p) {
     for (int i = 0; i < n && s == CT_OK; i++) {
         ct_node_def d = old->nodes[i];
         if (!is_leaf(d.op)) {
-            op_class cls = kept_fp32(p->keep_fp32, &d) ? CLS_F32 : policy(d.op);
+            int cls = kept_fp32(p->keep_fp32, &d) ? CT_AUTOCAST_F32 : ct_op_table(d.op)->autocast; /* ct_autocast_class */
             for (int j = 0; j < d.n_in && s == CT_OK; j++) {
                 ct_node src = d.in[j];
                 const ct_node_def *S = &old->nodes[src];
@@ -123,8 +110,8 @@ ct_status ct_pass_autocast(ct_plan *p) {
                     d.in[j] = map[src];
                     continue;
                 }
-                if (cls == CLS_LOW) want = low;
-                else if (cls == CLS_F32) want = CT_F32;
+                if (cls == CT_AUTOCAST_LOW) want = low;
+                else if (cls == CT_AUTOCAST_F32) want = CT_F32;
                 else if (pure && (S->op == CT_OP_PARAM || S->op == CT_OP_INPUT)) want = low;
                 /* batchnorm updates its running statistics in place: never a copy */
                 if ((d.op == CT_OP_BATCHNORM && j >= 3) || S->op == CT_OP_BUFFER) want = have;

@@ -25,12 +25,6 @@ void ct_graph_free(ct_graph *g) {
 
 ct_context *ct_graph_context(const ct_graph *g) { return g->ctx; }
 
-int64_t ct_node_numel(const ct_node_def *d) {
-    int64_t n = 1;
-    for (int i = 0; i < d->ndim; i++) n *= d->shape[i];
-    return n;
-}
-
 ct_status ct_graph_push(ct_graph *g, const ct_node_def *def, ct_node *out) {
     if (g->n == g->cap) {
         int cap = g->cap ? g->cap * 2 : 64;
@@ -47,7 +41,8 @@ ct_status ct_graph_push(ct_graph *g, const ct_node_def *def, ct_node *out) {
     return CT_OK;
 }
 
-/* Mixed precision: the dtype of a node's stored output. Normalization keeps
+/* Mixed precision: the dtype of a node's stored output, by its op's
+ * out_dtype column (op_table.c). Normalization keeps
  * its input's dtype (its FP32 gamma/beta/statistics do not promote it);
  * gradients of parameters and of f32 statistics are FP32; everything else
  * promotes as PyTorch does: FP32 when any float input is FP32 (or BF16 meets
@@ -55,15 +50,11 @@ ct_status ct_graph_push(ct_graph *g, const ct_node_def *def, ct_node *out) {
  * do not count. */
 ct_dtype ct_graph_infer_dtype(const ct_graph *g, const ct_node_def *d) {
     const ct_node_def *in = g->nodes;
-    switch (d->op) {
-    case CT_OP_BATCHNORM: case CT_OP_LAYERNORM: case CT_OP_EMBEDDING: case CT_OP_SUM_TO: case CT_OP_BROADCAST_TO:
-        return in[d->in[0]].dtype;
-    case CT_OP_BATCHNORM_BWD_DATA: case CT_OP_LAYERNORM_BWD_DATA: case CT_OP_CROSS_ENTROPY_BWD:
-        return in[d->in[1]].dtype;
-    case CT_OP_BATCHNORM_BWD_GAMMA: case CT_OP_LAYERNORM_BWD_GAMMA: case CT_OP_EMBEDDING_BWD:
-    case CT_OP_CROSS_ENTROPY:
-        return CT_F32;
-    default: break;
+    switch ((ct_out_dtype)ct_op_table(d->op)->out_dtype) { /* the op table's out_dtype column */
+    case CT_OUT_IN0: return in[d->in[0]].dtype;
+    case CT_OUT_IN1: return in[d->in[1]].dtype;
+    case CT_OUT_F32: return CT_F32;
+    case CT_OUT_PROMOTE: break;
     }
     ct_dtype t = CT_DTYPE_COUNT;
     for (int i = 0; i < d->n_in; i++) {

@@ -20,19 +20,26 @@ struct ct_graph {
 ct_status ct_graph_push(ct_graph *g, const ct_node_def *def, ct_node *out);
 /* Checks that n names an existing node; sets an error naming `op` if not. */
 ct_status ct_graph_check_node(ct_graph *g, ct_node n, const char *op);
-int64_t ct_node_numel(const ct_node_def *d);
+/* Elements of a node's output (1 for a scalar). */
+static inline int64_t ct_node_numel(const ct_node_def *d) {
+    int64_t n = 1;
+    for (int i = 0; i < d->ndim; i++) n *= d->shape[i];
+    return n;
+}
 /* Mixed-precision graphs: the dtype a node's output is stored in, from its
  * inputs (graph.c holds the rule). */
 ct_dtype ct_graph_infer_dtype(const ct_graph *g, const ct_node_def *d);
-/* Cost model (cost.c): estimated FLOPs of a node (matmul/linear 2*M*N*K,
- * conv 2*out*C/g*KH*KW, attention 4*B*T*T*D fwd / 10*B*T*T*D bwd, halved when
- * causal, other ops 1 per output element) and bytes of its output + inputs. */
+/* Cost model (cost.c): estimated FLOPs of a node by its op's cost column
+ * (ct_cost_kind) and bytes of its output + inputs. */
 double ct_node_flops(const ct_graph *g, const ct_node_def *d);
 double ct_node_bytes(const ct_graph *g, const ct_node_def *d);
 /* Appends a CAST of x to dtype dt (mixed graphs only). */
 ct_status ct_graph_cast(ct_graph *g, ct_node x, ct_dtype dt, ct_node *out);
 
 /* ---- the op table (op_table.c) ------------------------------------------------ */
+/* One row per op: its name, per-op facts (recompute / autocast class, cost
+ * formula, output dtype rule), kernels per slot, saved-state and scratch
+ * sizes and how its kernels meet low-precision I/O. */
 
 /* Bytes of saved state / scratch this node needs (may be NULL: none). */
 typedef size_t (*ct_size_fn)(const ct_graph *g, const ct_node_def *d);
@@ -41,8 +48,42 @@ typedef void (*ct_cache_free_fn)(void *cache);
 
 enum { CT_KERNEL_REF = 0, CT_KERNEL_AVX2, CT_KERNEL_AVX512, CT_KERNEL_ONEDNN, CT_KERNEL_SLOTS };
 
+/* Per-op facts the passes read: columns of the op table that every row sets
+ * (0 is "not set": ct_op_table_check fails every compile then). */
+/* recompute column: the CT_RECOMPUTE_* kind (include/ctrain/graph.h) the
+ * recompute pass may drop, or this (outside CT_RECOMPUTE_ALL): never. */
+enum { CT_RECOMPUTE_NEVER = 1u << 15 };
+/* autocast column: the dtype the autocast pass gives a node's float inputs. */
+typedef enum {
+    CT_AUTOCAST_FOLLOW = 1, /* as they come (the pure policies cast parameters and inputs) */
+    CT_AUTOCAST_LOW,        /* the low-precision dtype (matmul, linear, conv2d, attention) */
+    CT_AUTOCAST_F32         /* FP32 (softmax, log_softmax, cross_entropy, sum)           */
+} ct_autocast_class;
+/* cost column: which formula of the cost model (cost.c) counts its FLOPs. */
+typedef enum {
+    CT_COST_ELEMENTWISE = 1, /* one flop per output element                              */
+    CT_COST_MATMUL,          /* 2*M*N*K per batch                                         */
+    CT_COST_LINEAR,          /* 2 * rows * in * out                                       */
+    CT_COST_CONV2D,          /* 2 * out numel * C/groups*KH*KW                            */
+    CT_COST_CONV2D_BWD,      /* data or weight gradient: 2 * numel(dy) * C/groups*KH*KW   */
+    CT_COST_ATTENTION,       /* 4*B*T*T*D forward, 10*B*T*T*D backward, halved when causal */
+    CT_COST_FUSED_GEMM       /* a fused GEMM: as its GEMM (linear, matmul or conv2d)      */
+} ct_cost_kind;
+/* out_dtype column: the dtype of a node's output in a mixed-precision graph
+ * (ct_graph_infer_dtype, graph.c). */
+typedef enum {
+    CT_OUT_PROMOTE = 1, /* FP32 when any float input is FP32 (or BF16 meets FP16), else theirs */
+    CT_OUT_IN0,         /* in[0]'s (normalization: its FP32 gamma/beta do not promote it)  */
+    CT_OUT_IN1,         /* in[1]'s                                                         */
+    CT_OUT_F32          /* FP32 (parameter gradients, f32 statistics, the loss)            */
+} ct_out_dtype;
+
 typedef struct ct_op_info {
     const char *name;
+    uint16_t recompute; /* CT_RECOMPUTE_* kind or CT_RECOMPUTE_NEVER */
+    uint8_t autocast;   /* ct_autocast_class                         */
+    uint8_t cost;       /* ct_cost_kind                              */
+    uint8_t out_dtype;  /* ct_out_dtype                              */
     ct_kernel_fn kernel[CT_KERNEL_SLOTS];
     ct_size_fn aux_bytes;
     ct_size_fn ws_bytes;
@@ -79,6 +120,9 @@ typedef struct ct_op_info {
 } ct_op_info;
 
 const ct_op_info *ct_op_table(ct_op op);
+/* CT_OK when every op's row sets every per-op fact column; else
+ * CT_E_INTERNAL naming the op and the column (ct_compile checks it). */
+ct_status ct_op_table_check(ct_context *ctx);
 const char *ct_kernel_slot_name(int slot);
 /* How a node's kernel meets low-precision I/O. */
 typedef enum { CT_LOWP_NONE = 0, CT_LOWP_NATIVE_BF16, CT_LOWP_NATIVE_F16, CT_LOWP_COPIED } ct_lowp_mode;
@@ -104,7 +148,7 @@ ct_status ct_k_eltwise_chain_ref(ct_kargs *k);
 ct_status ct_k_eltwise_chain_avx2(ct_kargs *k);
 ct_status ct_k_eltwise_chain_avx512(ct_kargs *k);
 
-/* Low-precision weight copies (plan.c): the arena of BF16/FP16 copies of
+/* Low-precision weight copies (plan_accessors.c): the arena of BF16/FP16 copies of
  * the parameters in their arena layout (NULL: the plan has none) and its
  * dtype; after writing the casts of the whole parameter arena into it, the
  * optimizer marks them current with ct_plan_weight_copies_written. */

@@ -1,6 +1,8 @@
-/* src/graph/op_table.c - the op table: name, kernels per slot, and the sizes
- * of saved state for every op. Adding an op = one row here, its builder in
- * graph.c, its rule in autodiff.c, its kernels in src/kernels/. */
+/* src/graph/op_table.c - the op table: for every op its name, its per-op
+ * facts (recompute and autocast class, cost formula, output dtype rule), its
+ * kernels per slot, and the sizes of its saved state and scratch. Adding an
+ * op = one row here, its builder in graph.c, its rule in autodiff.c, its
+ * kernels in src/kernels/. */
 #include "graph/ir.h"
 #include "kernels/kernels.h"
 #include "kernels/pool_plane.h"
@@ -8,71 +10,90 @@
 #define SIMD(op) [CT_KERNEL_REF] = ct_k_##op##_ref, [CT_KERNEL_AVX2] = ct_k_##op##_avx2, [CT_KERNEL_AVX512] = ct_k_##op##_avx512
 #define DNNL(op) [CT_KERNEL_REF] = ct_k_##op##_ref, [CT_KERNEL_ONEDNN] = ct_k_##op##_onednn
 #define SIMD_DNNL(op) SIMD(op), [CT_KERNEL_ONEDNN] = ct_k_##op##_onednn
+/* The per-op fact columns, in order: recompute kind (CT_RECOMPUTE_*, NEVER),
+ * autocast class (CT_AUTOCAST_*), cost formula (CT_COST_*), output dtype
+ * rule (CT_OUT_*); ir.h describes each. */
+#define FACTS(rc, ac, cost, out) CT_RECOMPUTE_##rc, CT_AUTOCAST_##ac, CT_COST_##cost, CT_OUT_##out
 
 /* Unsized, so that a missing last row is caught by the assert below (a row
- * missing in the middle is caught by tests/test_ops.c: every op has a name). */
+ * missing in the middle is caught by tests/test_ops.c: every op has a name;
+ * a row without its facts fails every compile: ct_op_table_check). The
+ * facts come right after the name, so a row written without them does not
+ * compile. */
 static const ct_op_info k_ops[] = {
-    [CT_OP_INPUT] = {"input", {0}, 0, 0, 0},
-    [CT_OP_PARAM] = {"param", {0}, 0, 0, 0},
-    [CT_OP_BUFFER] = {"buffer", {0}, 0, 0, 0},
-    [CT_OP_MATMUL] = {"matmul", {DNNL(matmul)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
-    [CT_OP_LINEAR] = {"linear", {DNNL(linear)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
-    [CT_OP_CONV2D] = {"conv2d", {DNNL(conv2d)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
-    [CT_OP_MAXPOOL2D] = {"maxpool2d", {SIMD(maxpool2d)}, ct_aux_maxpool2d, ct_ws_pool, 0, .simd_lowp = 1},
-    [CT_OP_AVGPOOL2D] = {"avgpool2d", {SIMD(avgpool2d)}, 0, ct_ws_pool, 0, .simd_lowp = 1},
-    [CT_OP_BATCHNORM] = {"batchnorm", {SIMD(batchnorm)}, ct_aux_batchnorm, 0, 0, .simd_lowp = 1},
-    [CT_OP_LAYERNORM] = {"layernorm", {SIMD(layernorm)}, ct_aux_layernorm, 0, 0, .simd_lowp = 1},
-    [CT_OP_UNARY] = {"unary", {SIMD(unary)}, 0, 0, 0, .simd_lowp = 1},
-    [CT_OP_SCALE] = {"scale", {SIMD(scale)}, 0, 0, 0, .simd_lowp = 1, .inplace = 1},
-    [CT_OP_BINARY] = {"binary", {SIMD(binary)}, 0, 0, 0, .simd_lowp = 1, .inplace = 1},
-    [CT_OP_SUM] = {"sum", {SIMD(sum)}, 0, ct_ws_sum, 0, .simd_lowp = 1},
-    [CT_OP_RESHAPE] = {"reshape", {0}, 0, 0, 0},
-    [CT_OP_TRANSPOSE] = {"transpose", {SIMD(transpose)}, 0, 0, 0},
-    [CT_OP_CONCAT] = {"concat", {SIMD(concat)}, 0, 0, 0, .simd_lowp = 1},
-    [CT_OP_SLICE] = {"slice", {SIMD(slice)}, 0, 0, 0, .simd_lowp = 1},
-    [CT_OP_SOFTMAX] = {"softmax", {SIMD(softmax)}, 0, 0, 0, .simd_lowp = 1},
-    [CT_OP_LOG_SOFTMAX] = {"log_softmax", {SIMD(log_softmax)}, 0, 0, 0, .simd_lowp = 1},
-    [CT_OP_CROSS_ENTROPY] = {"cross_entropy", {SIMD(cross_entropy)}, 0, 0, 0},
-    [CT_OP_DROPOUT] = {"dropout", {SIMD(dropout)}, 0, 0, 0, .simd_lowp = 1, .inplace = 1},
-    [CT_OP_EMBEDDING] = {"embedding", {SIMD(embedding)}, 0, 0, 0, .simd_lowp = 1},
-    [CT_OP_CAST] = {"cast", {[CT_KERNEL_REF] = ct_k_cast}, 0, 0, 0, 0, 1},
-    [CT_OP_ATTENTION] = {"attention", {SIMD_DNNL(attention)}, ct_aux_attention, ct_ws_attention, ct_onednn_cache_free, 0, .onednn_bf16 = 1, .simd_lowp = 1, .onednn_lowp_only = 1},
-    [CT_OP_UNARY_BWD] = {"unary_bwd", {SIMD(unary_bwd)}, 0, 0, 0, .simd_lowp = 1, .inplace = 1},
-    [CT_OP_BROADCAST_TO] = {"broadcast_to", {SIMD(broadcast_to)}, 0, 0, 0},
-    [CT_OP_SUM_TO] = {"sum_to", {SIMD(sum_to)}, 0, 0, 0, .simd_lowp = 1},
-    [CT_OP_CONV2D_BWD_DATA] = {"conv2d_bwd_data", {DNNL(conv2d_bwd_data)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0, 1},
-    [CT_OP_CONV2D_BWD_WEIGHT] = {"conv2d_bwd_weight", {DNNL(conv2d_bwd_weight)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0, 1},
-    [CT_OP_MAXPOOL2D_BWD] = {"maxpool2d_bwd", {SIMD(maxpool2d_bwd)}, 0, ct_ws_pool, 0, 1u << 1, 0, .simd_lowp = 1},
-    [CT_OP_AVGPOOL2D_BWD] = {"avgpool2d_bwd", {SIMD(avgpool2d_bwd)}, 0, ct_ws_pool, 0, .simd_lowp = 1},
-    [CT_OP_BATCHNORM_BWD_DATA] = {"batchnorm_bwd_data", {SIMD(batchnorm_bwd_data)}, 0, 0, 0, 1u << 3, 0, .simd_lowp = 1},
-    [CT_OP_BATCHNORM_BWD_GAMMA] = {"batchnorm_bwd_gamma", {SIMD(batchnorm_bwd_gamma)}, 0, 0, 0, 1u << 2, 0, .simd_lowp = 1},
-    [CT_OP_LAYERNORM_BWD_DATA] = {"layernorm_bwd_data", {SIMD(layernorm_bwd_data)}, 0, 0, 0, 1u << 3, 0, .simd_lowp = 1},
-    [CT_OP_LAYERNORM_BWD_GAMMA] = {"layernorm_bwd_gamma", {SIMD(layernorm_bwd_gamma)}, 0, 0, 0, 1u << 2, 0, .simd_lowp = 1},
-    [CT_OP_SLICE_BWD] = {"slice_bwd", {SIMD(slice_bwd)}, 0, 0, 0, .simd_lowp = 1},
-    [CT_OP_SOFTMAX_BWD] = {"softmax_bwd", {SIMD(softmax_bwd)}, 0, 0, 0, .simd_lowp = 1},
-    [CT_OP_LOG_SOFTMAX_BWD] = {"log_softmax_bwd", {SIMD(log_softmax_bwd)}, 0, 0, 0, .simd_lowp = 1},
-    [CT_OP_CROSS_ENTROPY_BWD] = {"cross_entropy_bwd", {SIMD(cross_entropy_bwd)}, 0, 0, 0},
-    [CT_OP_EMBEDDING_BWD] = {"embedding_bwd", {SIMD(embedding_bwd)}, 0, 0, 0, .simd_lowp = 1},
-    [CT_OP_ATTENTION_BWD] = {"attention_bwd", {SIMD_DNNL(attention_bwd)}, 0, ct_ws_attention, ct_onednn_cache_free, 0, .onednn_bf16 = 1, .simd_lowp = 1, .onednn_lowp_only = 1},
-    [CT_OP_BN_RELU] = {"batchnorm+relu", {SIMD(bn_relu)}, ct_aux_bn_relu, 0, 0, .simd_lowp = 1},
-    [CT_OP_RELU_MASK_BWD] = {"relu_mask_bwd", {SIMD(relu_mask_bwd)}, 0, 0, 0, 1u << 1, 0, .simd_lowp = 1},
-    [CT_OP_LINEAR_PRO] = {"linear_prologue", {SIMD_DNNL(linear_pro)}, ct_aux_linear_pro, ct_ws_gemm_pro, ct_onednn_cache_free},
-    [CT_OP_MATMUL_PRO] = {"matmul_prologue", {SIMD_DNNL(matmul_pro)}, 0, ct_ws_gemm_pro, ct_onednn_cache_free},
-    [CT_OP_DROPOUT_ADD] = {"dropout+add", {SIMD(dropout_add)}, 0, 0, 0},
-    [CT_OP_GEMM_RELU] = {"gemm+relu", {DNNL(gemm_relu)}, 0, 0, ct_onednn_cache_free},
-    [CT_OP_ADD_RELU] = {"add+relu", {SIMD(add_relu)}, 0, 0, 0},
-    [CT_OP_ELTWISE_CHAIN] = {"eltwise_chain", {SIMD(eltwise_chain)}, 0, 0, 0},
-    [CT_OP_WINDOW_BIAS] = {"window_bias", {[CT_KERNEL_REF] = ct_k_window_bias_ref}, 0, 0, 0},
-    [CT_OP_WINDOW_BIAS_BWD] = {"window_bias_bwd", {[CT_KERNEL_REF] = ct_k_window_bias_bwd_ref}, 0, ct_ws_sum, 0},
-    [CT_OP_UNARY_BWD_KEEP] = {"unary_bwd_keep", {SIMD(unary_bwd_keep)}, ct_aux_unary_bwd_keep, 0, 0, .inplace = 1},
-    [CT_OP_MATMUL_AUX] = {"matmul_aux", {DNNL(matmul_aux)}, 0, 0, ct_onednn_cache_free, 1u << 1},
+    [CT_OP_INPUT] = {"input", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {0}, 0, 0, 0},
+    [CT_OP_PARAM] = {"param", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {0}, 0, 0, 0},
+    [CT_OP_BUFFER] = {"buffer", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {0}, 0, 0, 0},
+    [CT_OP_MATMUL] = {"matmul", FACTS(MATMUL, LOW, MATMUL, PROMOTE), {DNNL(matmul)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
+    [CT_OP_LINEAR] = {"linear", FACTS(MATMUL, LOW, LINEAR, PROMOTE), {DNNL(linear)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
+    [CT_OP_CONV2D] = {"conv2d", FACTS(MATMUL, LOW, CONV2D, PROMOTE), {DNNL(conv2d)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
+    [CT_OP_MAXPOOL2D] = {"maxpool2d", FACTS(REDUCE, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(maxpool2d)}, ct_aux_maxpool2d, ct_ws_pool, 0, .simd_lowp = 1},
+    [CT_OP_AVGPOOL2D] = {"avgpool2d", FACTS(REDUCE, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(avgpool2d)}, 0, ct_ws_pool, 0, .simd_lowp = 1},
+    [CT_OP_BATCHNORM] = {"batchnorm", FACTS(NORM, FOLLOW, ELEMENTWISE, IN0), {SIMD(batchnorm)}, ct_aux_batchnorm, 0, 0, .simd_lowp = 1},
+    [CT_OP_LAYERNORM] = {"layernorm", FACTS(NORM, FOLLOW, ELEMENTWISE, IN0), {SIMD(layernorm)}, ct_aux_layernorm, 0, 0, .simd_lowp = 1},
+    [CT_OP_UNARY] = {"unary", FACTS(ACTIVATION, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(unary)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_SCALE] = {"scale", FACTS(ELTWISE, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(scale)}, 0, 0, 0, .simd_lowp = 1, .inplace = 1},
+    [CT_OP_BINARY] = {"binary", FACTS(ELTWISE, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(binary)}, 0, 0, 0, .simd_lowp = 1, .inplace = 1},
+    [CT_OP_SUM] = {"sum", FACTS(REDUCE, F32, ELEMENTWISE, PROMOTE), {SIMD(sum)}, 0, ct_ws_sum, 0, .simd_lowp = 1},
+    [CT_OP_RESHAPE] = {"reshape", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {0}, 0, 0, 0},
+    [CT_OP_TRANSPOSE] = {"transpose", FACTS(SHAPE, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(transpose)}, 0, 0, 0},
+    [CT_OP_CONCAT] = {"concat", FACTS(SHAPE, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(concat)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_SLICE] = {"slice", FACTS(SHAPE, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(slice)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_SOFTMAX] = {"softmax", FACTS(SOFTMAX, F32, ELEMENTWISE, PROMOTE), {SIMD(softmax)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_LOG_SOFTMAX] = {"log_softmax", FACTS(SOFTMAX, F32, ELEMENTWISE, PROMOTE), {SIMD(log_softmax)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_CROSS_ENTROPY] = {"cross_entropy", FACTS(SOFTMAX, F32, ELEMENTWISE, F32), {SIMD(cross_entropy)}, 0, 0, 0},
+    [CT_OP_DROPOUT] = {"dropout", FACTS(DROPOUT, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(dropout)}, 0, 0, 0, .simd_lowp = 1, .inplace = 1},
+    [CT_OP_EMBEDDING] = {"embedding", FACTS(MATMUL, FOLLOW, ELEMENTWISE, IN0), {SIMD(embedding)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_CAST] = {"cast", FACTS(ELTWISE, FOLLOW, ELEMENTWISE, PROMOTE), {[CT_KERNEL_REF] = ct_k_cast}, 0, 0, 0, 0, 1},
+    [CT_OP_ATTENTION] = {"attention", FACTS(MATMUL, LOW, ATTENTION, PROMOTE), {SIMD_DNNL(attention)}, ct_aux_attention, ct_ws_attention, ct_onednn_cache_free, 0, .onednn_bf16 = 1, .simd_lowp = 1, .onednn_lowp_only = 1},
+    [CT_OP_UNARY_BWD] = {"unary_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(unary_bwd)}, 0, 0, 0, .simd_lowp = 1, .inplace = 1},
+    [CT_OP_BROADCAST_TO] = {"broadcast_to", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN0), {SIMD(broadcast_to)}, 0, 0, 0},
+    [CT_OP_SUM_TO] = {"sum_to", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN0), {SIMD(sum_to)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_CONV2D_BWD_DATA] = {"conv2d_bwd_data", FACTS(NEVER, FOLLOW, CONV2D_BWD, PROMOTE), {DNNL(conv2d_bwd_data)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0, 1},
+    [CT_OP_CONV2D_BWD_WEIGHT] = {"conv2d_bwd_weight", FACTS(NEVER, FOLLOW, CONV2D_BWD, PROMOTE), {DNNL(conv2d_bwd_weight)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0, 1},
+    [CT_OP_MAXPOOL2D_BWD] = {"maxpool2d_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(maxpool2d_bwd)}, 0, ct_ws_pool, 0, 1u << 1, 0, .simd_lowp = 1},
+    [CT_OP_AVGPOOL2D_BWD] = {"avgpool2d_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(avgpool2d_bwd)}, 0, ct_ws_pool, 0, .simd_lowp = 1},
+    [CT_OP_BATCHNORM_BWD_DATA] = {"batchnorm_bwd_data", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN1), {SIMD(batchnorm_bwd_data)}, 0, 0, 0, 1u << 3, 0, .simd_lowp = 1},
+    [CT_OP_BATCHNORM_BWD_GAMMA] = {"batchnorm_bwd_gamma", FACTS(NEVER, FOLLOW, ELEMENTWISE, F32), {SIMD(batchnorm_bwd_gamma)}, 0, 0, 0, 1u << 2, 0, .simd_lowp = 1},
+    [CT_OP_LAYERNORM_BWD_DATA] = {"layernorm_bwd_data", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN1), {SIMD(layernorm_bwd_data)}, 0, 0, 0, 1u << 3, 0, .simd_lowp = 1},
+    [CT_OP_LAYERNORM_BWD_GAMMA] = {"layernorm_bwd_gamma", FACTS(NEVER, FOLLOW, ELEMENTWISE, F32), {SIMD(layernorm_bwd_gamma)}, 0, 0, 0, 1u << 2, 0, .simd_lowp = 1},
+    [CT_OP_SLICE_BWD] = {"slice_bwd", FACTS(SHAPE, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(slice_bwd)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_SOFTMAX_BWD] = {"softmax_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(softmax_bwd)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_LOG_SOFTMAX_BWD] = {"log_softmax_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(log_softmax_bwd)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_CROSS_ENTROPY_BWD] = {"cross_entropy_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN1), {SIMD(cross_entropy_bwd)}, 0, 0, 0},
+    [CT_OP_EMBEDDING_BWD] = {"embedding_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, F32), {SIMD(embedding_bwd)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_ATTENTION_BWD] = {"attention_bwd", FACTS(NEVER, FOLLOW, ATTENTION, PROMOTE), {SIMD_DNNL(attention_bwd)}, 0, ct_ws_attention, ct_onednn_cache_free, 0, .onednn_bf16 = 1, .simd_lowp = 1, .onednn_lowp_only = 1},
+    [CT_OP_BN_RELU] = {"batchnorm+relu", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(bn_relu)}, ct_aux_bn_relu, 0, 0, .simd_lowp = 1},
+    [CT_OP_RELU_MASK_BWD] = {"relu_mask_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(relu_mask_bwd)}, 0, 0, 0, 1u << 1, 0, .simd_lowp = 1},
+    [CT_OP_LINEAR_PRO] = {"linear_prologue", FACTS(NEVER, FOLLOW, FUSED_GEMM, PROMOTE), {SIMD_DNNL(linear_pro)}, ct_aux_linear_pro, ct_ws_gemm_pro, ct_onednn_cache_free},
+    [CT_OP_MATMUL_PRO] = {"matmul_prologue", FACTS(NEVER, FOLLOW, FUSED_GEMM, PROMOTE), {SIMD_DNNL(matmul_pro)}, 0, ct_ws_gemm_pro, ct_onednn_cache_free},
+    [CT_OP_DROPOUT_ADD] = {"dropout+add", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(dropout_add)}, 0, 0, 0},
+    [CT_OP_GEMM_RELU] = {"gemm+relu", FACTS(NEVER, FOLLOW, FUSED_GEMM, PROMOTE), {DNNL(gemm_relu)}, 0, 0, ct_onednn_cache_free},
+    [CT_OP_ADD_RELU] = {"add+relu", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(add_relu)}, 0, 0, 0},
+    [CT_OP_ELTWISE_CHAIN] = {"eltwise_chain", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(eltwise_chain)}, 0, 0, 0},
+    [CT_OP_WINDOW_BIAS] = {"window_bias", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {[CT_KERNEL_REF] = ct_k_window_bias_ref}, 0, 0, 0},
+    [CT_OP_WINDOW_BIAS_BWD] = {"window_bias_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {[CT_KERNEL_REF] = ct_k_window_bias_bwd_ref}, 0, ct_ws_sum, 0},
+    [CT_OP_UNARY_BWD_KEEP] = {"unary_bwd_keep", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(unary_bwd_keep)}, ct_aux_unary_bwd_keep, 0, 0, .inplace = 1},
+    [CT_OP_MATMUL_AUX] = {"matmul_aux", FACTS(NEVER, FOLLOW, FUSED_GEMM, PROMOTE), {DNNL(matmul_aux)}, 0, 0, ct_onednn_cache_free, 1u << 1},
 };
 
 _Static_assert(sizeof k_ops / sizeof k_ops[0] == CT_OP_COUNT, "k_ops needs one row per ct_op: add the new op's row");
 
 const ct_op_info *ct_op_table(ct_op op) {
-    static const ct_op_info bad = {"invalid", {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const ct_op_info bad = {"invalid", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     return (unsigned)op < CT_OP_COUNT ? &k_ops[op] : &bad;
+}
+
+ct_status ct_op_table_check(ct_context *ctx) {
+    for (int op = 0; op < CT_OP_COUNT; op++) {
+        const ct_op_info *r = &k_ops[op];
+        const char *col = !r->name ? "name" : !r->recompute ? "recompute" : !r->autocast ? "autocast" : !r->cost ? "cost"
+                        : !r->out_dtype ? "out_dtype" : NULL;
+        if (col)
+            return ct_set_error(ctx, CT_E_INTERNAL, "op table: op %d ('%s') has no %s column; fill its row in src/graph/op_table.c",
+                                op, r->name ? r->name : "?", col);
+    }
+    return CT_OK;
 }
 
 const char *ct_kernel_slot_name(int slot) {

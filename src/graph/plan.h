@@ -1,5 +1,9 @@
 /* src/graph/plan.h - the compiled plan: graph snapshot with backward nodes,
- * kernel choice and memory placement for every node. Internal. */
+ * kernel choice and memory placement for every node, and the functions the
+ * graph layer's files share about it. Internal. The plan is built by
+ * compile.c (the pass list) with its passes (autocast.c, recompute.c,
+ * fusion*.c, kernel_select.c, planner.c, allocate.c), run by executor.c,
+ * given more shapes by dynamic_shapes.c and read through plan_accessors.c. */
 #ifndef CT_GRAPH_PLAN_H
 #define CT_GRAPH_PLAN_H
 
@@ -142,8 +146,38 @@ static inline ct_node ct_plan_map(const ct_plan *p, ct_node n) {
     return p->user_map ? p->user_map[n] : n;
 }
 
+/* The graph whose shapes the executor runs: the selected variant's
+ * (ct_plan_set_shape) or the compiled one. */
+static inline const ct_graph *ct_plan_run_graph(const ct_plan *p) { return p->variant ? &p->variants[p->variant - 1]->g : &p->g; }
+
+/* Node n's value in this plan's memory with the selected shapes: a variant's
+ * smaller tensor is the contiguous row-major prefix of the buffer planned
+ * for the maximum. */
+static inline ct_tensor ct_plan_node_tensor(const ct_plan *p, ct_node n) {
+    const ct_node_def *d = &ct_plan_run_graph(p)->nodes[n];
+    return ct_tensor_make(p->pn[n].data, d->dtype, d->ndim, d->shape);
+}
+
+/* Kernel selection (kernel_select.c). Picks the best allowed kernel for
+ * node i strictly after slot `after` in the preference order (-1: from the
+ * top) into p->pn[i]; 0 when none is left (the executor's fallback). */
+int ct_plan_pick_kernel(ct_plan *p, int i, int after);
+/* Mixed precision: a kernel without low-precision I/O reads an FP32 copy of
+ * a BF16/FP16 input j, unless it reads only that input's saved state. */
+int ct_lowp_copies_input(const ct_op_info *info, int j);
+/* Bytes of the FP32 copies node d needs when its kernel gets FP32 views of
+ * its low-precision I/O; *low: whether it has any. */
+size_t ct_lowp_copy_bytes(const ct_graph *g, const ct_node_def *d, int *low);
+/* Plan node i's kernel: "avx512 bf16", "convert+onednn f32", ... and the
+ * implementation oneDNN chose (or the slot's name). */
+const char *ct_node_kernel_desc(const ct_plan *p, int i);
+const char *ct_node_kernel_impl(const ct_plan *p, int i);
+
 /* Graph passes run by ct_compile, in order. */
 typedef ct_status (*ct_pass_fn)(ct_plan *p);
+/* compile.c: autodiff, then liveness (dead-node elimination). */
+/* kernel_select.c: a kernel per live node (after liveness). */
+ct_status ct_pass_select_kernels(ct_plan *p);
 /* planner.c: memory planning (after kernel selection): arena, offset and
  * bytes of every live node, act_bytes. */
 ct_status ct_pass_plan_memory(ct_plan *p);
@@ -159,5 +193,8 @@ void ct_fusion_chain_apply(ct_plan *p, const ct_node *chain, int n);
 /* autocast.c: mixed precision (before autodiff): inserts casts per the
  * precision policy and keep_fp32; rebuilds the forward graph. */
 ct_status ct_pass_autocast(ct_plan *p);
+/* allocate.c: the arenas, node pointers and initial values (last; skipped
+ * by plan_only compiles). */
+ct_status ct_pass_allocate(ct_plan *p);
 
 #endif

@@ -39,22 +39,6 @@
 static int is_anchor(ct_op op) { return op == CT_OP_LINEAR || op == CT_OP_MATMUL || op == CT_OP_CONV2D; }
 static int is_leaf(ct_op op) { return op == CT_OP_INPUT || op == CT_OP_PARAM || op == CT_OP_BUFFER; }
 
-/* The CT_RECOMPUTE_* kind of a forward op (0: never recomputed). */
-static uint32_t op_kind(ct_op op) {
-    switch (op) {
-    case CT_OP_UNARY: return CT_RECOMPUTE_ACTIVATION;
-    case CT_OP_SCALE: case CT_OP_BINARY: case CT_OP_CAST: return CT_RECOMPUTE_ELTWISE;
-    case CT_OP_DROPOUT: return CT_RECOMPUTE_DROPOUT;
-    case CT_OP_BATCHNORM: case CT_OP_LAYERNORM: return CT_RECOMPUTE_NORM;
-    case CT_OP_MAXPOOL2D: case CT_OP_AVGPOOL2D: case CT_OP_SUM: return CT_RECOMPUTE_REDUCE;
-    case CT_OP_TRANSPOSE: case CT_OP_CONCAT: case CT_OP_SLICE: case CT_OP_SLICE_BWD: return CT_RECOMPUTE_SHAPE;
-    case CT_OP_SOFTMAX: case CT_OP_LOG_SOFTMAX: case CT_OP_CROSS_ENTROPY: return CT_RECOMPUTE_SOFTMAX;
-    case CT_OP_LINEAR: case CT_OP_MATMUL: case CT_OP_CONV2D: case CT_OP_EMBEDDING: case CT_OP_ATTENTION:
-        return CT_RECOMPUTE_MATMUL;
-    default: return 0;
-    }
-}
-
 typedef struct {
     ct_plan *p;
     const ct_node_def *old;  /* the graph before the pass                */
@@ -112,44 +96,26 @@ static void emit_copies(rc_state *st, ct_node v) {
     }
 }
 
-ct_status ct_pass_recompute(ct_plan *p) {
-    int every = p->recompute_every;
-    uint32_t mask = p->recompute_ops;
-    if (every < 0)
-        return ct_set_error(p->ctx, CT_E_INVALID_ARG, "compile: recompute_every %d must be >= 0", every);
-    if (mask & ~(uint32_t)CT_RECOMPUTE_ALL)
-        return ct_set_error(p->ctx, CT_E_INVALID_ARG,
-                            "compile: recompute_ops 0x%x has bits outside CT_RECOMPUTE_ALL (0x%x)", (unsigned)mask,
-                            (unsigned)CT_RECOMPUTE_ALL);
-    if (p->seed == CT_NONE || (every == 0 && mask == 0)) return CT_OK; /* off, or forward only */
-    if (!mask) mask = CT_RECOMPUTE_ALL;
-    int per = every > 0 ? every : 1;
-    ct_graph *g = &p->g;
-    int n = g->n, nf = p->n_fwd;
-    const ct_node_def *old = g->nodes;
+static ct_status oom(ct_plan *p) { return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory in the recompute pass"); }
 
-    int n_layers = 0;
-    for (int i = 0; i < nf; i++) n_layers += is_anchor(old[i].op);
-    if (n_layers < 2) return CT_OK; /* only the last layer: nothing to recompute */
-
-    int *seg = malloc(sizeof(int) * (size_t)nf);
-    uint8_t *drop = calloc((size_t)nf, 1), *keep = calloc((size_t)nf, 1);
-    if (!seg || !drop || !keep) {
-        free(seg);
-        free(drop);
-        free(keep);
-        return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory in the recompute pass");
-    }
-    /* segments: -1 = never recomputed (leaves, nodes before the first anchor,
-     * the last layer) */
+/* seg[i]: the segment of forward node i, -1 = never recomputed (leaves,
+ * nodes before the first anchor, the last layer). */
+static void mark_segments(const ct_node_def *old, int nf, int n_layers, int per, int *seg) {
     for (int i = 0, layer = -1; i < nf; i++) {
         if (is_anchor(old[i].op)) layer++;
         seg[i] = is_leaf(old[i].op) || layer < 0 || layer == n_layers - 1 ? -1 : layer / per;
     }
-    /* kept: the loss, the outputs; in checkpoint mode the boundaries */
+}
+
+/* R before the pay-off: forward nodes of a segment whose kind (the op
+ * table's recompute column) is in the mask, except keep[]: the loss, the
+ * outputs and in checkpoint mode the segment boundaries; aliases follow. */
+static void choose_dropped(const ct_plan *p, const int *seg, int checkpoint, uint32_t mask, uint8_t *keep, uint8_t *drop) {
+    const ct_node_def *old = p->g.nodes;
+    const int nf = p->n_fwd;
     if (p->loss != CT_NONE) keep[p->loss] = 1;
     for (int i = 0; i < p->n_outputs; i++) keep[p->outputs[i]] = 1;
-    if (every > 0)
+    if (checkpoint)
         for (int i = 0; i < nf; i++) {
             if (is_leaf(old[i].op)) continue;
             for (int j = 0; j < old[i].n_in; j++)
@@ -161,44 +127,40 @@ ct_status ct_pass_recompute(ct_plan *p) {
          * the weight-copy arena, so a recomputed copy would only add bytes */
         if (old[i].op == CT_OP_CAST && old[old[i].in[0]].op == CT_OP_PARAM) continue;
         if (old[i].op == CT_OP_RESHAPE) drop[i] = drop[old[i].in[0]];
-        else drop[i] = (op_kind(old[i].op) & mask) != 0;
+        else drop[i] = (ct_op_table(old[i].op)->recompute & mask) != 0; /* its kind (op table) */
     }
     /* a kept alias keeps its storage root; then aliases follow their input */
     for (int i = nf - 1; i >= 0; i--)
         if (old[i].op == CT_OP_RESHAPE && !drop[i]) drop[old[i].in[0]] = 0;
     for (int i = 0; i < nf; i++)
         if (old[i].op == CT_OP_RESHAPE && drop[i] && !drop[old[i].in[0]]) drop[i] = 0;
-    /* Pay-off per segment: recompute a segment only if the bytes it stops
-     * retaining for backward (dropped values backward reads, with their saved
-     * state) exceed the bytes its copies newly retain (non-dropped inputs of
-     * the needed copies that backward did not read anyway). E.g. a ReLU
-     * recomputed from a linear output that nothing else keeps saves nothing. */
+}
+
+/* Pay-off per segment: recompute a segment only if the bytes it stops
+ * retaining for backward (dropped values backward reads, with their saved
+ * state) exceed the bytes its copies newly retain (non-dropped inputs of
+ * the needed copies that backward did not read anyway). E.g. a ReLU
+ * recomputed from a linear output that nothing else keeps saves nothing.
+ * Clears drop[] for the segments that do not pay. */
+static ct_status apply_payoff(ct_plan *p, const int *seg, int n_seg, const uint8_t *keep, uint8_t *drop) {
+    const ct_graph *g = &p->g;
+    const ct_node_def *old = g->nodes;
+    const int n = g->n, nf = p->n_fwd;
     uint8_t *rb = calloc((size_t)nf, 1), *need = calloc((size_t)nf, 1), *cost_seen = calloc((size_t)nf, 1);
-    int n_seg = (n_layers - 1 + per - 1) / per;
     double *saved = calloc((size_t)n_seg + 1, sizeof(double)), *cost = calloc((size_t)n_seg + 1, sizeof(double));
-    if (!rb || !need || !cost_seen || !saved || !cost) {
-        free(rb);
-        free(need);
-        free(cost_seen);
-        free(saved);
-        free(cost);
-        free(seg);
-        free(keep);
-        free(drop);
-        return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory in the recompute pass");
-    }
-    for (int i = nf; i < n; i++) {
+    ct_status s = rb && need && cost_seen && saved && cost ? CT_OK : oom(p);
+    for (int i = nf; s == CT_OK && i < n; i++) {
         if (!(old[i].flags & CT_NODE_BACKWARD)) continue;
         for (int j = 0; j < old[i].n_in; j++)
             if (old[i].in[j] < nf) rb[old[i].in[j]] = need[old[i].in[j]] = 1;
     }
-    for (int i = nf - 1; i >= 0; i--) {
+    for (int i = nf - 1; s == CT_OK && i >= 0; i--) {
         if (old[i].op == CT_OP_RESHAPE && rb[i]) rb[old[i].in[0]] = 1; /* an alias retains its root */
         if (!drop[i]) need[i] = 0;
         if (!need[i]) continue;
         for (int j = 0; j < old[i].n_in; j++) need[old[i].in[j]] = 1; /* cleared above unless dropped */
     }
-    for (int i = 0; i < nf; i++) {
+    for (int i = 0; s == CT_OK && i < nf; i++) {
         if (!need[i]) continue;
         const ct_node_def *d = &old[i];
         if (rb[i] && d->op != CT_OP_RESHAPE) {
@@ -214,25 +176,25 @@ ct_status ct_pass_recompute(ct_plan *p) {
             cost[seg[i]] += (double)ct_node_numel(&old[u]) * (double)ct_dtype_size(old[u].dtype);
         }
     }
-    for (int i = 0; i < nf; i++)
+    for (int i = 0; s == CT_OK && i < nf; i++)
         if (drop[i] && !(saved[seg[i]] > cost[seg[i]])) drop[i] = 0;
-    for (int i = 0; i < nf; i++) /* aliases follow their input again */
+    for (int i = 0; s == CT_OK && i < nf; i++) /* aliases follow their input again */
         if (old[i].op == CT_OP_RESHAPE && drop[i] && !drop[old[i].in[0]]) drop[i] = 0;
     free(rb);
     free(need);
     free(cost_seen);
     free(saved);
     free(cost);
-    free(seg);
-    free(keep);
+    return s;
+}
 
-    int n_drop = 0;
-    for (int i = 0; i < nf; i++) n_drop += drop[i];
-    if (!n_drop) {
-        free(drop);
-        return CT_OK;
-    }
-    rc_state st = {.p = p, .old = old, .nf = nf, .drop = drop};
+/* Rebuilds the node array: every backward reader of a node of R reads its
+ * copy, inserted (with the copies it needs) just before the first such
+ * reader; every stored id is remapped. */
+static ct_status rewire(ct_plan *p, const uint8_t *drop, int n_drop) {
+    ct_graph *g = &p->g;
+    const int n = g->n, nf = p->n_fwd;
+    rc_state st = {.p = p, .old = g->nodes, .nf = nf, .drop = drop};
     st.copy = malloc(sizeof(ct_node) * (size_t)nf);
     st.out = malloc(sizeof(ct_node_def) * (size_t)(n + n_drop));
     st.stack = malloc(sizeof(int) * (size_t)nf);
@@ -246,12 +208,11 @@ ct_status ct_pass_recompute(ct_plan *p) {
         free(st.list);
         free(st.seen);
         free(map);
-        free(drop);
-        return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory in the recompute pass");
+        return oom(p);
     }
     for (int i = 0; i < nf; i++) st.copy[i] = CT_NONE;
     for (int i = 0; i < n; i++) {
-        ct_node_def d = old[i];
+        ct_node_def d = st.old[i];
         int bwd = i >= nf && (d.flags & CT_NODE_BACKWARD);
         for (int j = 0; j < d.n_in; j++) {
             ct_node u = d.in[j];
@@ -281,6 +242,38 @@ ct_status ct_pass_recompute(ct_plan *p) {
     free(st.list);
     free(st.seen);
     free(map);
-    free(drop);
     return CT_OK;
+}
+
+ct_status ct_pass_recompute(ct_plan *p) {
+    int every = p->recompute_every;
+    uint32_t mask = p->recompute_ops;
+    if (every < 0)
+        return ct_set_error(p->ctx, CT_E_INVALID_ARG, "compile: recompute_every %d must be >= 0", every);
+    if (mask & ~(uint32_t)CT_RECOMPUTE_ALL)
+        return ct_set_error(p->ctx, CT_E_INVALID_ARG,
+                            "compile: recompute_ops 0x%x has bits outside CT_RECOMPUTE_ALL (0x%x)", (unsigned)mask,
+                            (unsigned)CT_RECOMPUTE_ALL);
+    if (p->seed == CT_NONE || (every == 0 && mask == 0)) return CT_OK; /* off, or forward only */
+    if (!mask) mask = CT_RECOMPUTE_ALL;
+    const int per = every > 0 ? every : 1, nf = p->n_fwd;
+    int n_layers = 0;
+    for (int i = 0; i < nf; i++) n_layers += is_anchor(p->g.nodes[i].op);
+    if (n_layers < 2) return CT_OK; /* only the last layer: nothing to recompute */
+
+    int *seg = malloc(sizeof(int) * (size_t)nf);
+    uint8_t *drop = calloc((size_t)nf, 1), *keep = calloc((size_t)nf, 1);
+    ct_status s = seg && drop && keep ? CT_OK : oom(p);
+    if (s == CT_OK) {
+        mark_segments(p->g.nodes, nf, n_layers, per, seg);
+        choose_dropped(p, seg, every > 0, mask, keep, drop);
+        s = apply_payoff(p, seg, (n_layers - 1 + per - 1) / per, keep, drop);
+    }
+    int n_drop = 0;
+    for (int i = 0; s == CT_OK && i < nf; i++) n_drop += drop[i];
+    if (n_drop) s = rewire(p, drop, n_drop);
+    free(seg);
+    free(keep);
+    free(drop);
+    return s;
 }
