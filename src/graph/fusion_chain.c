@@ -8,9 +8,9 @@
  * input, the other inputs are the binary steps' operands; ia[j] encodes step
  * j (see STEP_* below), fa[] the scale factors and dropout rates.
  *
- * The kernel is generated from the op table: it walks the tensor in blocks
- * of CHAIN_BLOCK elements that stay in cache and runs, per step, the op
- * table's kernel of that op for the node's slot (reference kernels for the
+ * The kernel walks the tensor in blocks of CHAIN_BLOCK elements that stay
+ * in cache and runs, per step, the kernel of that op for the node's slot,
+ * the same ones the op table lists (k_step below; reference kernels for the
  * reference slot, the AVX2 / AVX-512 kernels for those) on views of the
  * block (dropout steps too: ct_kargs.elem0 gives the block's place, so the
  * mask is drawn by global element index). Every step computes exactly what
@@ -23,6 +23,18 @@
 
 #define CHAIN_BLOCK 2048
 #define CHAIN_MAX 8
+
+/* The step ops' kernels per slot: the op table's (op_table.c) for these four
+ * ops. Written here rather than read from the table because the table lists
+ * this file's chain kernel: reading it back would make the two files call
+ * into each other. test_fusion checks chains bit-identical to the unfused ops. */
+#define STEP_KERNELS(op) {[CT_KERNEL_REF] = ct_k_##op##_ref, [CT_KERNEL_AVX2] = ct_k_##op##_avx2, [CT_KERNEL_AVX512] = ct_k_##op##_avx512}
+static const ct_kernel_fn k_step[CT_OP_COUNT][CT_KERNEL_AVX512 + 1] = {
+    [CT_OP_UNARY] = STEP_KERNELS(unary),
+    [CT_OP_SCALE] = STEP_KERNELS(scale),
+    [CT_OP_BINARY] = STEP_KERNELS(binary),
+    [CT_OP_DROPOUT] = STEP_KERNELS(dropout),
+};
 
 /* step encoding in an int64: bits 0-7 op, 8-15 kind, 16-19 operand input
  * index, 20 the chain value is the right operand, 21-22 fa index, 32-63
@@ -148,7 +160,7 @@ static ct_status run_chain(ct_kargs *k, int slot) {
     ct_kernel_fn fn[CHAIN_MAX] = {0};
     for (int s = 0; s < steps; s++) {
         ct_op op = step_op(d->ia[s]);
-        fn[s] = ct_op_table(op)->kernel[slot];
+        fn[s] = (unsigned)op < CT_OP_COUNT && slot <= CT_KERNEL_AVX512 ? k_step[op][slot] : NULL;
         if (!fn[s]) return CT_E_UNSUPPORTED;
     }
     int nth = n >= 65536 ? k->nthreads : 1;
