@@ -25,7 +25,7 @@
  * scores are CT_ATT_ROWS x T. The workspace layout is
  * ct_attention_dnnl_layout (kernels.h).
  *
- * Kernel selection (plan.c) picks this kernel only for a BF16 plan whose
+ * Kernel selection (graph/kernel_select.c) picks this kernel only for a BF16 plan whose
  * attention I/O is BF16 and where ct_context_lowp_native says oneDNN runs
  * BF16 (ct_op_info.onednn_lowp_only); any other I/O declines. */
 #include <math.h>

@@ -17,7 +17,7 @@
  * AVX-512 oneDNN 2.6 emulates BF16 in its JIT kernels (slower than the FP32
  * copies; this is how the path is tested without BF16 hardware), and below
  * AVX-512 it has no BF16 primitive at all, so every node falls back to FP32
- * copies at its first run (the executor's fallback, plan.c).
+ * copies at its first run (the executor's fallback, graph/executor.c).
  * CT_BF16_NATIVE=0 turns it off. FP16 is never native: oneDNN 2.6 has no
  * FP16 matmul or convolution on CPUs. */
 #include <stdio.h>

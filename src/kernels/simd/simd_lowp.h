@@ -2,7 +2,7 @@
  * (issue 12, items 3 and 4): the helpers with which an AVX2 / AVX-512
  * kernel reads BF16 / FP16 tensors and writes BF16 / FP16 outputs itself,
  * instead of getting FP32 copies of whole tensors from the executor
- * (plan.c's lowp_to_f32).
+ * (graph/executor.c's lowp_to_f32).
  *
  * Every conversion here is in registers and bit-identical to the scalar
  * ones of tensor.h (ct_f32_to_bf16, ct_bf16_to_f32, ct_f32_to_f16,
@@ -36,7 +36,7 @@
  * A kernel takes low-precision I/O when its op's row in op_table.c has
  * simd_lowp set; a configuration it does not cover (e.g. a row longer than
  * CT_BF16_TILE) returns CT_E_UNSUPPORTED before touching anything, and the
- * executor falls back to FP32 copies for that node (plan.c). A kernel sees
+ * executor falls back to FP32 copies for that node (graph/executor.c). A kernel sees
  * one low-precision dtype at a time (ct_lowp_io): plans never mix BF16 and
  * FP16. */
 #ifndef CT_SIMD_LOWP_H
