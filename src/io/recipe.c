@@ -34,7 +34,7 @@ typedef struct {
 enum { M_ALL = 0, M_IMG, M_LM, M_ROW };
 /* "mlp|cnn|...": the rows' names, in the table's (the enum's) order */
 #define MODEL_CHOICE_(ID, nm, fam, keys, desc) "|" #nm
-#define MODELS (CT_MODEL_TABLE(MODEL_CHOICE_) + 1)
+#define MODELS (&CT_MODEL_TABLE(MODEL_CHOICE_)[1]) /* without the first "|" */
 /* enum keys whose values are library enums: the choices follow their order
  * (tests/test_recipe.c checks them against ct_schedule_kind_name and
  * ct_precision_name) */
