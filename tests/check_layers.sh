@@ -12,7 +12,7 @@
 #      public API) is not a layer: any file may include it, and its headers
 #      include only each other;
 #   4. symbols (needs the objects of `make BUILD=build`, else a SKIP line):
-#      nm on build/obj/src/**/*.o; A.o -> B.o when A.o has an undefined
+#      nm on build/obj/src/**/*.o and build/obj/tools/*.o; A.o -> B.o when A.o has an undefined
 #      symbol that B.o defines. (a) no object uses a symbol of a higher (or
 #      sibling) layer; (b) no file circles: every strongly connected
 #      component of that graph with more than one file fails, naming the
@@ -144,9 +144,10 @@ def layer_of(src):
             return int(rank), name
     return None
 
-# object -> source (build/obj/src/x/y.o, y.avx2.o, y.avx512.o -> src/x/y.c); objects of deleted sources are stale
+# object -> source (build/obj/src/x/y.o, y.avx2.o, y.avx512.o -> src/x/y.c; build/obj/tools/t.o -> tools/t.c);
+# objects of deleted sources are stale
 objs = {}
-for root, _, files in os.walk("build/obj/src"):
+for root, _, files in [w for top in ("build/obj/src", "build/obj/tools") for w in os.walk(top)]:
     for f in files:
         if f.endswith(".o"):
             o = os.path.join(root, f)
