@@ -112,6 +112,70 @@ TEST(agree_names_the_rank) {
     ct_context_clear_error(g_ctx);
 }
 
+/* One grid: the coordinates follow the documented order, and an allreduce inside each group sums exactly
+ * the world ranks of that group's members. Returns the number of mismatches (printed). */
+static int grid_mismatches(const ct_comm_grid *g) {
+    const int r = ct_comm_rank(g_world), T = g->tensor, D = g->data, P = g->pipeline;
+    int bad = 0;
+    bad += T * D * P != ct_comm_size(g_world);
+    bad += ct_comm_grid_world_rank(g, g->tensor_rank, g->data_rank, g->pipeline_rank) != r;
+    bad += r % T != g->tensor_rank; /* tensor neighbours are consecutive world ranks */
+    bad += ct_comm_size(g->tensor_group) != T || ct_comm_rank(g->tensor_group) != g->tensor_rank;
+    bad += ct_comm_size(g->data_group) != D || ct_comm_rank(g->data_group) != g->data_rank;
+    bad += ct_comm_size(g->pipeline_group) != P || ct_comm_rank(g->pipeline_group) != g->pipeline_rank;
+    ct_comm *groups[3] = {g->tensor_group, g->data_group, g->pipeline_group};
+    for (int k = 0; k < 3; k++) {
+        double x = r, want = 0;
+        int n = k == 0 ? T : k == 1 ? D : P;
+        for (int i = 0; i < n; i++)
+            want += ct_comm_grid_world_rank(g, k == 0 ? i : g->tensor_rank, k == 1 ? i : g->data_rank,
+                                            k == 2 ? i : g->pipeline_rank);
+        if (ct_comm_allreduce_f64(groups[k], &x, 1, CT_REDUCE_SUM) != CT_OK || x != want) bad++;
+    }
+    if (bad)
+        fprintf(stderr, "  rank %d grid %dx%dx%d (t %d d %d p %d): %d mismatches\n", r, T, D, P, g->tensor_rank,
+                g->data_rank, g->pipeline_rank, bad);
+    return bad;
+}
+
+/* Process groups for every factorization of the world: tensor x data x pipeline. */
+TEST(process_grid_every_factorization) {
+    const int S = ct_comm_size(g_world);
+    int grids = 0;
+    for (int t = 1; t <= S; t++)
+        for (int p = 1; t * p <= S; p++) {
+            if (S % (t * p)) continue;
+            ct_comm_grid *g = NULL;
+            CHECK_OK(g_ctx, ct_comm_grid_create(g_world, t, p, &g));
+            int bad = grid_mismatches(g);
+            ct_comm_grid_free(g);
+            CHECK_MSG(!bad, "grid tensor %d pipeline %d", t, p);
+            grids++;
+        }
+    CHECK(grids >= 1);
+    printf("    %d grids on %d rank%s\n", grids, S, S == 1 ? "" : "s");
+}
+
+/* Sizes that do not factor the world, or that differ between ranks: a clear error on every rank, no hang. */
+TEST(process_grid_bad_sizes) {
+    const int S = ct_comm_size(g_world);
+    ct_comm_grid *g = (ct_comm_grid *)&g; /* must become NULL */
+    CHECK(ct_comm_grid_create(g_world, S + 1, 1, &g) == CT_E_CONFIG && g == NULL);
+    const char *m = ct_context_last_error(g_ctx);
+    CHECK_MSG(strstr(m, "does not factor into tensor parallel") && strstr(m, "mpirun -np"), "%s", m);
+    CHECK(ct_comm_grid_create(g_world, 0, 1, &g) == CT_E_INVALID_ARG);
+    CHECK(ct_comm_grid_create(g_world, 1, -2, &g) == CT_E_INVALID_ARG);
+    CHECK(ct_comm_grid_create(NULL, 1, 1, &g) == CT_E_INVALID_ARG);
+    if (S > 1) { /* rank 0 asks for no tensor parallelism, the others for all of it: both factor, they disagree */
+        ct_status s = ct_comm_grid_create(g_world, ct_comm_rank(g_world) ? S : 1, 1, &g);
+        CHECK(s == CT_E_DIST && g == NULL);
+        m = ct_context_last_error(g_ctx);
+        CHECK_MSG(strstr(m, "the process grid") && strstr(m, "differs between the ranks"), "%s", m);
+    }
+    ct_comm_grid_free(NULL);
+    ct_context_clear_error(g_ctx);
+}
+
 /* A bucket: a contiguous range reduced with a nonblocking allreduce, driven by ct_comm_test. */
 TEST(nonblocking_allreduce) {
     const int rank = ct_comm_rank(g_world), S = ct_comm_size(g_world);
@@ -333,7 +397,8 @@ int main(int argc, char **argv) {
     static const ct_test_case cases[] = {T(world_rank_and_size), T(allreduce_ops), T(broadcast_allgather_barrier),
                                          T(bad_arguments), T(agree_names_the_rank), T(nonblocking_allreduce),
                                          T(stats_count_bytes), T(launcher_detection), T(shards_make_the_whole_batch),
-                                         T(task_without_shard_is_refused)};
+                                         T(task_without_shard_is_refused),
+                                         T(process_grid_every_factorization), T(process_grid_bad_sizes)};
     g_ctx = test_ctx(-1, 1);
     if (ct_comm_world_create(g_ctx, &g_world) != CT_OK) {
         fprintf(stderr, "test_dist: %s\n", ct_context_last_error(g_ctx));

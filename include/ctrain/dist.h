@@ -105,6 +105,30 @@ uint64_t ct_hash64(const void *data, size_t len, uint64_t h);
  * an allgather, so every rank sees all the hashes and fails alike. */
 ct_status ct_comm_agree(ct_comm *c, const char *what, uint64_t hash, const char *advice);
 
+/* ---- process groups ------------------------------------------------------------- */
+/* The world factored as tensor x data x pipeline: world size = tensor * data *
+ * pipeline. Rank order (Megatron's): tensor-parallel neighbours are consecutive
+ * world ranks (so, with mpirun's by-slot mapping, on the same host first), then
+ * data, then pipeline:
+ *     world rank = tensor_rank + tensor * (data_rank + data * pipeline_rank)
+ * Each group is a communicator of its own, for every collective of this header:
+ * the tensor group holds the ranks that differ only in tensor_rank, and so on.
+ * Built for tensor and pipeline parallelism; data parallel alone is the grid
+ * (1, world, 1). */
+typedef struct ct_comm_grid {
+    int tensor, data, pipeline;                /* the group sizes                    */
+    int tensor_rank, data_rank, pipeline_rank; /* this rank's place in each group    */
+    ct_comm *tensor_group, *data_group, *pipeline_group;
+} ct_comm_grid;
+/* Collective over world (every rank calls it with the same sizes: checked with
+ * ct_comm_agree, so a mismatch is CT_E_DIST naming the ranks, not a hang). A
+ * world whose size is not a multiple of tensor * pipeline is CT_E_CONFIG saying
+ * which sizes fit. The groups are freed by ct_comm_grid_free, before the world. */
+ct_status ct_comm_grid_create(ct_comm *world, int tensor, int pipeline, ct_comm_grid **out);
+void ct_comm_grid_free(ct_comm_grid *g); /* accepts NULL */
+/* The world rank at a place of the grid (the order above). */
+int ct_comm_grid_world_rank(const ct_comm_grid *g, int tensor_rank, int data_rank, int pipeline_rank);
+
 /* ---- nonblocking ---------------------------------------------------------------- */
 typedef struct ct_comm_request ct_comm_request;
 ct_status ct_comm_request_create(ct_comm *c, ct_comm_request **out);

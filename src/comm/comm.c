@@ -156,6 +156,49 @@ ct_status ct_comm_world_create(ct_context *ctx, ct_comm **out) {
     return CT_OK;
 }
 
+ct_status ct_comm_split(ct_comm *parent, int color, int key, const char *what, ct_comm **out) {
+    if (!parent || !out) return ct_set_error(parent ? parent->ctx : NULL, CT_E_INVALID_ARG, "ct_comm_split: NULL argument");
+    *out = NULL;
+    ct_comm *c = calloc(1, sizeof *c);
+    if (!c) return ct_set_error(parent->ctx, CT_E_OOM, "out of memory creating the %s communicator", what);
+    c->ctx = parent->ctx;
+    c->size = c->local_size = 1;
+    c->comm = MPI_COMM_NULL;
+    c->half_op[0] = c->half_op[1] = MPI_OP_NULL;
+    if (!parent->mpi) { /* a world of one process: every group is that process */
+        *out = c;
+        return CT_OK;
+    }
+    c->mpi = 1;
+    char call[96];
+    snprintf(call, sizeof call, "MPI_Comm_split (the %s groups)", what);
+    int err;
+    ct_status s = ct_comm_claim(parent, "ct_comm_split");
+    if (s == CT_OK) ct_comm_enter(parent, call);
+    if (s == CT_OK && (err = MPI_Comm_split(parent->comm, color, key, &c->comm)) != MPI_SUCCESS)
+        s = mpi_fail(parent, err, call);
+    if (s == CT_OK) {
+        ct_comm_leave(parent);
+        MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(c->comm, &c->rank);
+        MPI_Comm_size(c->comm, &c->size);
+        MPI_Comm local = MPI_COMM_NULL;
+        if ((err = MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &local)) != MPI_SUCCESS)
+            s = mpi_fail(c, err, "MPI_Comm_split_type (a group's ranks on this host)");
+        else {
+            MPI_Comm_rank(local, &c->local_rank);
+            MPI_Comm_size(local, &c->local_size);
+            MPI_Comm_free(&local);
+        }
+    }
+    if (s != CT_OK) {
+        ct_comm_free(c);
+        return s;
+    }
+    *out = c;
+    return CT_OK;
+}
+
 void ct_comm_free(ct_comm *c) {
     if (!c) return;
     if (c->mpi) {

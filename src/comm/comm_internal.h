@@ -1,7 +1,7 @@
-/* src/comm/comm_internal.h - what the collectives outside comm.c (zero_collectives.c)
- * need of the communicator: its MPI communicator (MPI_COMM_NULL for a world
- * of one process), its context, its statistics, and comm.c's error message
- * for a failed MPI call. */
+/* src/comm/comm_internal.h - what the files outside comm.c (zero_collectives.c,
+ * bucket.c, groups.c) need of the communicator: its MPI communicator
+ * (MPI_COMM_NULL for a world of one process), its context, its statistics,
+ * comm.c's error message for a failed MPI call, and sub-communicators. */
 #ifndef CT_COMM_COMM_INTERNAL_H
 #define CT_COMM_COMM_INTERNAL_H
 
@@ -19,6 +19,11 @@ ct_status ct_comm_mpi_fail(ct_comm *c, int err, const char *what);
  * instead of racing the thread (MPI_THREAD_SERIALIZED) or sending its
  * collective between two buckets on one rank only. */
 void ct_comm_lend(ct_comm *c, int on);
+/* A sub-communicator (collective over parent, MPI_Comm_split): the parent's ranks of
+ * the same color, ordered by key; `what` names the groups in messages ("tensor
+ * parallel"). Under a world of one process, a group of one without MPI. Freed by
+ * ct_comm_free (which finalizes nothing: the world owns MPI). */
+ct_status ct_comm_split(ct_comm *parent, int color, int key, const char *what, ct_comm **out);
 ct_status ct_comm_claim(ct_comm *c, const char *fn);
 
 #endif
