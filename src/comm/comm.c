@@ -98,6 +98,27 @@ static ct_status mpi_fail(ct_comm *c, int err, const char *what) {
                         what, c ? c->rank : 0, c ? c->size : 1, msg[0] ? msg : "no message from MPI");
 }
 
+/* c's ranks on this host: local_rank / local_size. */
+static ct_status find_local(ct_comm *c, const char *what) {
+    MPI_Comm local = MPI_COMM_NULL;
+    int err = MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &local);
+    if (err != MPI_SUCCESS) return mpi_fail(c, err, what);
+    MPI_Comm_rank(local, &c->local_rank);
+    MPI_Comm_size(local, &c->local_size);
+    MPI_Comm_free(&local);
+    return CT_OK;
+}
+
+/* *out = c when s is CT_OK, else c freed. */
+static ct_status finish_create(ct_comm *c, ct_status s, ct_comm **out) {
+    if (s != CT_OK) {
+        ct_comm_free(c);
+        return s;
+    }
+    *out = c;
+    return CT_OK;
+}
+
 ct_status ct_comm_world_create(ct_context *ctx, ct_comm **out) {
     if (!out) return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_comm_world_create: out must not be NULL");
     *out = NULL;
@@ -139,21 +160,8 @@ ct_status ct_comm_world_create(ct_context *ctx, ct_comm **out) {
     if (s == CT_OK) MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
     if (s == CT_OK && (err = MPI_Comm_rank(c->comm, &c->rank)) != MPI_SUCCESS) s = mpi_fail(c, err, "MPI_Comm_rank");
     if (s == CT_OK && (err = MPI_Comm_size(c->comm, &c->size)) != MPI_SUCCESS) s = mpi_fail(c, err, "MPI_Comm_size");
-    MPI_Comm local = MPI_COMM_NULL;
-    if (s == CT_OK && (err = MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &local)) !=
-                          MPI_SUCCESS)
-        s = mpi_fail(c, err, "MPI_Comm_split_type (the ranks of this host)");
-    if (s == CT_OK) {
-        MPI_Comm_rank(local, &c->local_rank);
-        MPI_Comm_size(local, &c->local_size);
-        MPI_Comm_free(&local);
-    }
-    if (s != CT_OK) {
-        ct_comm_free(c);
-        return s;
-    }
-    *out = c;
-    return CT_OK;
+    if (s == CT_OK) s = find_local(c, "MPI_Comm_split_type (the ranks of this host)");
+    return finish_create(c, s, out);
 }
 
 ct_status ct_comm_split(ct_comm *parent, int color, int key, const char *what, ct_comm **out) {
@@ -182,21 +190,9 @@ ct_status ct_comm_split(ct_comm *parent, int color, int key, const char *what, c
         MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
         MPI_Comm_rank(c->comm, &c->rank);
         MPI_Comm_size(c->comm, &c->size);
-        MPI_Comm local = MPI_COMM_NULL;
-        if ((err = MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &local)) != MPI_SUCCESS)
-            s = mpi_fail(c, err, "MPI_Comm_split_type (a group's ranks on this host)");
-        else {
-            MPI_Comm_rank(local, &c->local_rank);
-            MPI_Comm_size(local, &c->local_size);
-            MPI_Comm_free(&local);
-        }
+        s = find_local(c, "MPI_Comm_split_type (a group's ranks on this host)");
     }
-    if (s != CT_OK) {
-        ct_comm_free(c);
-        return s;
-    }
-    *out = c;
-    return CT_OK;
+    return finish_create(c, s, out);
 }
 
 void ct_comm_free(ct_comm *c) {
