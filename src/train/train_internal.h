@@ -192,7 +192,7 @@ struct ct_run {
     int accum;
     int64_t total, per_epoch, steps_per_epoch;
     double start;
-    /* what went wrong quietly, reported at the end (report_health) */
+    /* what went wrong quietly, reported at the end (ct_progress_health) */
     float *grads;               /* the gradient arena: n_par floats */
     uint64_t skipped0;          /* the scaler's skipped total when this run started */
     int64_t zero_grad_steps;    /* steps whose gradients were all exactly zero      */
@@ -228,7 +228,7 @@ struct ct_run {
     int ck_stopped;
 };
 
-/* Shared by trainer.c, step.c and progress.c. */
+/* Shared by trainer.c, step.c and progress.c; the two functions below are in run_recipe.c. */
 static inline double ct_run_now_s(void) { return 1e-6 * ct_profiler_now_us(); }
 /* The loss scaling the recipe asks for: loss_scale.mode, auto resolved by precision (amp/). */
 ct_amp_scaling ct_run_scaling(const ct_recipe *r);
