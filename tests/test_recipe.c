@@ -293,6 +293,20 @@ TEST(model_table_drives_the_recipe) {
     CHECK(ct_recipe_validate(ctx, &r) == CT_E_CONFIG &&
           strstr(ct_context_last_error(ctx), "preset 'bert-base' is not a gpt preset (gpt-char-small, gpt2-124m | "
                                              "bert-base, bert-large)"));
+    /* one file naming a preset as its model and another preset: an error in either key order */
+    static const char *const contradict[] = {
+        "{\"model\": \"gpt2-124m\", \"preset\": \"gpt-char-small\", \"dataset\": \"moby-dick\"}",
+        "{\"preset\": \"gpt-char-small\", \"model\": \"gpt2-124m\", \"dataset\": \"moby-dick\"}",
+        "{\"model\": {\"type\": \"gpt2-124m\", \"preset\": \"gpt-char-small\"}, \"dataset\": \"moby-dick\"}"};
+    for (int i = 0; i < 3; i++) {
+        ct_recipe_default(&r);
+        CHECK(ct_recipe_parse_json(ctx, contradict[i], &r) == CT_E_CONFIG &&
+              strstr(ct_context_last_error(ctx), "recipe key 'model' is 'gpt2-124m', a preset's name (model gpt, preset "
+                                                 "gpt2-124m), but 'preset' is 'gpt-char-small'; keep one of the two"));
+    }
+    ct_recipe_default(&r); /* the same preset twice agrees */
+    CHECK_OK(ctx, ct_recipe_parse_json(ctx, "{\"model\": \"bert-large\", \"preset\": \"bert-large\"}", &r));
+    CHECK(r.model == CT_MODEL_BERT && !strcmp(r.preset, "bert-large"));
     ct_recipe_default(&r);
     CHECK(ct_recipe_set(ctx, &r, "model", "resnet-1000") == CT_E_CONFIG &&
           strstr(ct_context_last_error(ctx), "is not one of mlp|cnn|gpt|bert|resnet18"));

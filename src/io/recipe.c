@@ -652,6 +652,25 @@ static ct_status apply_json(ct_context *ctx, const cJSON *obj, const char *prefi
     return CT_OK;
 }
 
+/* A string member of obj, or of its "model" section (section_key there), or NULL. */
+static const char *json_model_str(const cJSON *obj, const char *key, const char *section_key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    const cJSON *sec = cJSON_GetObjectItemCaseSensitive(obj, "model");
+    if (!cJSON_IsString(v) && cJSON_IsObject(sec)) v = cJSON_GetObjectItemCaseSensitive(sec, section_key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* "model": a preset's name with a "preset" naming another: the recipe contradicts itself, whatever the key order. */
+static ct_status check_model_preset(ct_context *ctx, const cJSON *root) {
+    const char *model = json_model_str(root, "model", "type"), *preset = json_model_str(root, "preset", "preset");
+    const char *implied = NULL;
+    ct_model_kind kind;
+    if (!model || !preset || ct_model_find(NULL, model, &kind, &implied) != CT_OK || !implied || !strcmp(implied, preset))
+        return CT_OK;
+    return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'model' is '%s', a preset's name (model %s, preset %s), but 'preset' "
+                        "is '%s'; keep one of the two", model, ct_model_name(kind), implied, preset);
+}
+
 ct_status ct_recipe_parse_json(ct_context *ctx, const char *json, ct_recipe *r) {
     if (!json || !r) return CT_E_INVALID_ARG;
     const char *endp = NULL;
@@ -667,7 +686,8 @@ ct_status ct_recipe_parse_json(ct_context *ctx, const char *json, ct_recipe *r) 
     }
     ct_status s = CT_OK;
     if (!cJSON_IsObject(root)) s = ct_set_error(ctx, CT_E_CONFIG, "recipe must be a JSON object {...}");
-    else s = apply_json(ctx, root, "", r);
+    else s = check_model_preset(ctx, root);
+    if (s == CT_OK) s = apply_json(ctx, root, "", r);
     cJSON_Delete(root);
     return s;
 }
