@@ -192,6 +192,72 @@ ct_status ct_embedding(ct_graph *g, ct_node weight, ct_node ids, ct_node *out);
  * recomputes the probabilities. */
 ct_status ct_attention(ct_graph *g, ct_node qkv, int n_head, int causal, ct_node key_valid, ct_node *out);
 
+/* ---- tensor parallelism (Megatron-style; docs/distributed.md) ----------------
+ * A graph built for tensor parallelism is one rank's part of the model: its
+ * parameters are shards of the whole model's, and collective ops join the
+ * ranks of the tensor group. Every rank of the group builds the same graph
+ * (same nodes in the same order, shards of equal shapes), so their
+ * collectives meet in the same order. */
+typedef struct ct_comm ct_comm; /* ctrain/dist.h */
+/* The tensor group the graph's collectives run over; NULL or a group of one
+ * rank: none (every collective op below is then the identity / the plain op).
+ * Set before building: the builders (GPT, BERT) shard by it. The group must
+ * outlive every plan compiled from the graph. */
+ct_status ct_graph_set_tensor_group(ct_graph *g, ct_comm *group);
+ct_comm *ct_graph_tensor_group(const ct_graph *g); /* NULL when none          */
+int ct_graph_tensor_rank(const ct_graph *g);       /* 0 when none             */
+int ct_graph_tensor_size(const ct_graph *g);       /* 1 when none             */
+
+/* How a parameter is cut across the tensor group (ct_param_set_shard,
+ * ct_plan_param_shard). The whole tensor, of shape `full` along `dim`
+ * (other dims as the shard's), is padded to `padded` (a multiple of
+ * groups x ranks: Megatron's vocabulary padding; = full otherwise) and
+ * viewed as `groups` equal blocks along dim (3 for a fused q|k|v weight);
+ * each block is cut into `ranks` equal slices and rank r holds slice r of
+ * every block, blocks in order. Indices >= full along dim are padding (no
+ * element of the whole tensor: zero-initialized, never saved). */
+typedef struct ct_shard {
+    int dim;         /* the split dimension; -1: not split (every tensor rank holds a copy) */
+    int rank, ranks; /* this shard's place; the tensor group's size                         */
+    int groups;      /* blocks along dim, each split alike (1 plain, 3 for q|k|v)            */
+    int64_t full;    /* size of dim in the whole tensor                                    */
+    int64_t padded;  /* size of dim in the padded whole tensor                              */
+} ct_shard;
+/* Marks param `p` (shape: the shard's) as this rank's shard of a whole
+ * tensor split along dim into groups (rank and ranks: the graph's tensor
+ * group); full: the whole tensor's size along dim (may be < padded =
+ * shard size x ranks). The initial values are the whole tensor's at the
+ * shard's positions (the same as one process draws). */
+ct_status ct_param_set_shard(ct_graph *g, ct_node p, int dim, int groups, int64_t full);
+/* The shape of the whole tensor (padding stripped) from a shard's shape. */
+void ct_shard_full_shape(const ct_shard *s, int ndim, const int64_t *shard_shape, int64_t *full_shape);
+/* Copies between a whole tensor (full_shape, FP32) and a shard (shard_shape):
+ * to_shard 1: shard <- whole at the shard's positions (padding 0); 0: whole <-
+ * shard (only the whole tensor's elements this shard holds are written). */
+void ct_shard_copy(const ct_shard *s, int ndim, const int64_t *shard_shape, float *whole, float *shard, int to_shard);
+
+/* Identity forward, sum over the tensor group backward: the input of a
+ * column-parallel layer (Megatron's f). */
+ct_status ct_tp_copy(ct_graph *g, ct_node x, ct_node *out);
+/* Sum over the tensor group forward, identity backward: the output of a
+ * row-parallel layer (Megatron's g). */
+ct_status ct_tp_reduce(ct_graph *g, ct_node x, ct_node *out);
+/* Vocabulary-parallel embedding: weight (R, D) holds rows [row0, row0 + R)
+ * of the whole table; ids I32 (...) -> (..., D): the row for ids in range,
+ * zeros for the others (no collective: ct_tp_reduce sums the ranks' parts).
+ * The gradient goes to the rows in range only. */
+ct_status ct_embedding_rows(ct_graph *g, ct_node weight, ct_node ids, int64_t row0, ct_node *out);
+/* Vocabulary-parallel cross entropy: logits (N, Vl) are columns
+ * [rank x Vl, (rank + 1) x Vl) of the whole (N, Vl x ranks) logits over the
+ * graph's tensor group; columns >= vocab (padding) are masked out of the
+ * softmax and the loss. labels I32 (N) (the same on every rank), ignore_index
+ * and label_smoothing (over the vocab real classes) as ct_cross_entropy; the
+ * same scalar on every rank. The whole logits are never formed: each row's
+ * max and sum of exponentials are reduced over the group (a few floats per
+ * row). Without a tensor group: ct_cross_entropy over the first vocab columns. */
+ct_status ct_cross_entropy_vp(ct_graph *g, ct_node logits, ct_node labels, float label_smoothing, int ignore_index,
+                              int64_t vocab, ct_node *out);
+
 /* Introspection */
 int ct_graph_num_nodes(const ct_graph *g);
 ct_status ct_node_shape(const ct_graph *g, ct_node n, int *ndim, int64_t shape[CT_MAX_DIMS]);
@@ -445,6 +511,11 @@ void ct_plan_set_node_hook(ct_plan *p, ct_node_hook_fn fn, void *user);
 int ct_plan_num_params(const ct_plan *p);
 ct_status ct_plan_param_info(const ct_plan *p, int i, const char **name, ct_tensor *value,
                              ct_tensor *grad);
+/* Parameter i's place in the tensor group (dim -1 for a whole tensor or a
+ * copy every tensor rank holds); CT_E_INVALID_ARG for i out of range. */
+ct_status ct_plan_param_shard(const ct_plan *p, int i, ct_shard *out);
+/* The plan's tensor group (its graph's; NULL when none). */
+ct_comm *ct_plan_tensor_group(const ct_plan *p);
 /* Buffers (non-trainable state: batchnorm running_mean / running_var) in
  * arena order (the order ct_buffer declared them); `value` views the buffer
  * arena (FP32), writable. Any out-pointer may be NULL. i out of range ->

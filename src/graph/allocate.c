@@ -3,6 +3,7 @@
  * copies, scratch), every node's data pointer in them, and the parameters'
  * and buffers' initial values. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan.h"
@@ -66,8 +67,25 @@ ct_status ct_pass_allocate(ct_plan *p) {
     const int nth = ct_context_num_threads(p->ctx);
     for (int i = 0; i < p->n_params; i++) {
         const ct_node_def *d = &g->nodes[p->params[i]];
-        init_values(pn[p->params[i]].data, ct_node_numel(d), d->init, d->fan_in, d->fa[0] > 0 ? d->fa[0] : 0.02f, seed,
-                    0x5EED000000ull + (uint64_t)i, nth);
+        ct_shard sh;
+        ct_node_shard(g, d, &sh);
+        float *x = pn[p->params[i]].data, *whole = x;
+        int64_t numel = ct_node_numel(d), full[CT_MAX_DIMS];
+        if (sh.dim >= 0) { /* a shard: the whole tensor's values (one process's) at the shard's positions */
+            ct_shard_full_shape(&sh, d->ndim, d->shape, full);
+            numel = 1;
+            for (int k = 0; k < d->ndim; k++) numel *= full[k];
+            if (!(whole = malloc((size_t)numel * sizeof(float))))
+                return ct_set_error(p->ctx, CT_E_OOM, "out of memory initializing '%s' (%lld floats)", d->name,
+                                    (long long)numel);
+        }
+        int64_t fan_in = d->fan_in;
+        init_values(whole, numel, d->init, fan_in, d->fa[0] > 0 ? d->fa[0] : 0.02f, seed, 0x5EED000000ull + (uint64_t)i,
+                    nth);
+        if (whole != x) {
+            ct_shard_copy(&sh, d->ndim, d->shape, whole, x, 1);
+            free(whole);
+        }
     }
     for (int i = 0; i < g->n; i++)
         if (g->nodes[i].op == CT_OP_BUFFER)

@@ -120,6 +120,9 @@ ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *
     if (!p) return ct_set_error(ctx, CT_E_OOM, "compile: out of memory");
     p->ctx = ctx;
     p->g.ctx = ctx;
+    p->g.tp = src->tp;
+    p->g.tp_rank = src->tp_rank;
+    p->g.tp_size = src->tp_size ? src->tp_size : 1;
     p->loss = opts->build_backward ? loss : CT_NONE;
     p->seed = CT_NONE;
     p->loss_scale = 1.0f;

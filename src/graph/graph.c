@@ -13,6 +13,7 @@ ct_status ct_graph_create(ct_context *ctx, ct_graph **out) {
     ct_graph *g = calloc(1, sizeof *g);
     if (!g) return ct_set_error(ctx, CT_E_OOM, "out of memory creating a graph");
     g->ctx = ctx;
+    g->tp_size = 1;
     *out = g;
     return CT_OK;
 }

@@ -14,7 +14,17 @@ struct ct_graph {
      * float inputs and infer each node's dtype (ct_graph_infer_dtype). User
      * graphs are FP32 and keep this 0. */
     int mixed;
+    /* tensor parallelism (ct_graph_set_tensor_group): the group, this rank's
+     * place and its size (1: none). A param node's shard (ct_param_set_shard)
+     * is in its ia[]: CT_SHARD_IA_* below. */
+    struct ct_comm *tp;
+    int tp_rank, tp_size;
 };
+/* A param node's shard attributes: ia[DIM] = split dim + 1 (0: not split),
+ * ia[GROUPS], ia[FULL], ia[PADDED] as ct_shard's. */
+enum { CT_SHARD_IA_DIM = 4, CT_SHARD_IA_GROUPS, CT_SHARD_IA_FULL, CT_SHARD_IA_PADDED };
+/* A param node's shard (rank / ranks: g's tensor group). */
+void ct_node_shard(const ct_graph *g, const ct_node_def *d, ct_shard *out);
 
 /* Appends a node (copying *def); shape/dtype must be filled. */
 ct_status ct_graph_push(ct_graph *g, const ct_node_def *def, ct_node *out);
