@@ -293,7 +293,9 @@ static ct_recipe context_recipe(const ct_recipe *r, ct_comm *world) {
     if (n_ranks > 1) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         if (cr.threads == 0) cr.threads = (int)CT_CLI_MAX(1, cores / ct_comm_local_size(world));
-        if (rank > 0) cr.seed = r->seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)rank);
+        /* tensor parallel: the ranks of one tensor group draw the same masks (their data rank's seed) */
+        const int data_rank = rank / (r->tensor_parallel > 1 ? r->tensor_parallel : 1);
+        if (data_rank > 0) cr.seed = r->seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)data_rank);
     }
     return cr;
 }

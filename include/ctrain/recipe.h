@@ -141,6 +141,9 @@ typedef struct ct_recipe {
     int deterministic;       /* bit-identical results at any world size          */
     int deterministic_chunks;/* K: chunks of every global batch (default 4)       */
     float comm_timeout;      /* CLI: seconds a rank may wait in one collective (0: forever) */
+    /* tensor parallelism (gpt, bert; docs/distributed.md): the world is tensor x data ranks */
+    int tensor_parallel;     /* T: ranks one model is split over (1: none); data parallel = world / T */
+    int grad_reduce_method;  /* the copies every tensor rank holds: 0 mean, 1 sum of their gradients */
     /* image data (dataset imagefolder / cifar10 / cifar100; ctrain/image.h) */
     char train_dir[64];      /* imagefolder: training subfolder of data_dir ("train") */
     char val_dir[64];        /* imagefolder: evaluation subfolder of data_dir ("val") */

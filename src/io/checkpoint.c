@@ -31,6 +31,7 @@
 #include "amp/scaler_history.h"
 #include "core/internal.h"
 #include "ctrain/checkpoint.h"
+#include "ctrain/dist.h"
 #include "io/safetensors.h"
 
 #define MODEL_FILE "model.safetensors"
@@ -232,6 +233,92 @@ static ct_status optim_tensors(ct_context *ctx, ct_plan *p, ct_optimizer *opt, c
     return CT_OK;
 }
 
+/* ---- tensor parallelism: shards <-> whole tensors ------------------------------------------
+ * A plan built for tensor parallelism (ct_graph_set_tensor_group) holds shards of some parameters.
+ * Checkpoints stay in the one-process format: a save gathers each shard (and its optimizer state) into the
+ * whole tensor on tensor rank 0, which writes; a load gives every rank its slices of the whole tensors. */
+
+typedef struct {
+    ct_shard sh;                 /* dim -1: not a shard                  */
+    int64_t shape[CT_MAX_DIMS];  /* the shard's shape                    */
+} tp_part;
+
+/* parts[k] for each tensor of t (model: parameters then buffers; else optimizer blocks of np parameters);
+ * a shard's entry in t gets the whole tensor's shape and numel (its data still the shard). NULL without
+ * tensor parallelism. */
+static ct_status tp_parts(ct_context *ctx, ct_plan *p, ct_st_tensor *t, int n, int model, tp_part **out) {
+    *out = NULL;
+    if (!ct_plan_tensor_group(p)) return CT_OK;
+    const int np = ct_plan_num_params(p);
+    tp_part *parts = calloc((size_t)n + 1, sizeof *parts);
+    if (!parts) return ct_set_error(ctx, CT_E_OOM, "checkpoint: out of memory");
+    for (int k = 0; k < n; k++) {
+        parts[k].sh.dim = -1;
+        int i = model ? (k < np ? k : -1) : k % np;
+        if (i < 0 || ct_plan_param_shard(p, i, &parts[k].sh) != CT_OK || parts[k].sh.dim < 0) continue;
+        memcpy(parts[k].shape, t[k].shape, sizeof parts[k].shape);
+        ct_shard_full_shape(&parts[k].sh, t[k].ndim, parts[k].shape, t[k].shape);
+        t[k].numel = 1;
+        for (int d = 0; d < t[k].ndim; d++) t[k].numel *= (size_t)t[k].shape[d];
+    }
+    *out = parts;
+    return CT_OK;
+}
+
+/* Every tensor rank calls it with the same list: each shard goes to tensor rank 0, which puts the whole tensor
+ * into a new buffer (t[k].data; listed in bufs for the caller to free). */
+static ct_status tp_gather(ct_context *ctx, ct_plan *p, ct_st_tensor *t, const tp_part *parts, int n, float **bufs) {
+    ct_comm *tp = ct_plan_tensor_group(p);
+    const int T = ct_comm_size(tp), root = ct_comm_rank(tp) == 0;
+    size_t counts[1024];
+    if (T > 1024) return ct_set_error(ctx, CT_E_CONFIG, "checkpoint: tensor groups of more than 1024 ranks");
+    for (int k = 0; k < n; k++) {
+        bufs[k] = NULL;
+        if (parts[k].sh.dim < 0) continue;
+        size_t m = 1;
+        for (int d = 0; d < t[k].ndim; d++) m *= (size_t)parts[k].shape[d];
+        for (int q = 0; q < T; q++) counts[q] = m;
+        float *all = root ? malloc(m * (size_t)T * sizeof(float)) : NULL;
+        float *whole = root ? calloc(t[k].numel + 1, sizeof(float)) : NULL;
+        ct_status s = root && (!all || !whole) ? ct_set_error(ctx, CT_E_OOM, "checkpoint: out of memory gathering "
+                                                              "'%s' (%zu floats)", t[k].name, t[k].numel) : CT_OK;
+        /* a rank without memory still takes part, so that nobody waits forever */
+        ct_status g = ct_comm_gatherv_f32(tp, t[k].data, counts, all ? all : whole, 0);
+        if (s == CT_OK) s = g;
+        for (int q = 0; s == CT_OK && root && q < T; q++) {
+            tp_part pq = parts[k];
+            pq.sh.rank = q;
+            ct_shard_copy(&pq.sh, t[k].ndim, pq.shape, whole, all + (size_t)q * m, 0);
+        }
+        free(all);
+        bufs[k] = whole;
+        if (whole) t[k].data = whole;
+        if (s != CT_OK) return s;
+    }
+    return CT_OK;
+}
+
+static void free_bufs(float **bufs, int n) {
+    for (int k = 0; bufs && k < n; k++) free(bufs[k]);
+    free(bufs);
+}
+
+/* Tensor rank 0 of a save: the model's (mt) and the optimizer's (ot, may be NULL) shards made whole. */
+static ct_status tp_whole(ct_context *ctx, ct_plan *plan, ct_st_tensor *mt, int mn, ct_st_tensor *ot, int on,
+                          float ***mbufs, float ***obufs) {
+    tp_part *mp = NULL, *op = NULL;
+    ct_status s = tp_parts(ctx, plan, mt, mn, 1, &mp);
+    if (s == CT_OK && ot) s = tp_parts(ctx, plan, ot, on, 0, &op);
+    if (s == CT_OK && (!(*mbufs = calloc((size_t)mn + 1, sizeof **mbufs)) ||
+                       (ot && !(*obufs = calloc((size_t)on + 1, sizeof **obufs)))))
+        s = ct_set_error(ctx, CT_E_OOM, "checkpoint: out of memory");
+    if (s == CT_OK) s = tp_gather(ctx, plan, mt, mp, mn, *mbufs);
+    if (s == CT_OK && ot) s = tp_gather(ctx, plan, ot, op, on, *obufs);
+    free(mp);
+    free(op);
+    return s;
+}
+
 /* ---- weights ----------------------------------------------------------------------------- */
 
 ct_status ct_weights_save(ct_context *ctx, const char *path, ct_plan *plan) {
@@ -262,23 +349,27 @@ ct_status ct_weights_save(ct_context *ctx, const char *path, ct_plan *plan) {
 
 static ct_status load_model_file(ct_context *ctx, const char *path, ct_plan *plan, int require_crc,
                                  uint32_t *crc_out, ct_st_file *f, ct_st_tensor **t_out, const unsigned char ***src_out,
-                                 int *n_out) {
+                                 tp_part **parts_out, int *n_out) {
     CT_TRY(ct_st_read(ctx, path, require_crc, f));
     ct_st_tensor *t = NULL;
+    tp_part *parts = NULL;
     int n = 0;
     ct_status s = model_tensors(ctx, plan, &t, &n);
+    if (s == CT_OK) s = tp_parts(ctx, plan, t, n, 1, &parts); /* tensor parallel: match the whole tensors */
     const unsigned char **src = s == CT_OK ? calloc((size_t)n + 1, sizeof *src) : NULL;
     if (s == CT_OK && !src) s = ct_set_error(ctx, CT_E_OOM, "checkpoint: out of memory");
     if (s == CT_OK) s = ct_st_match(ctx, path, f, t, n, src);
     if (s != CT_OK) {
         free(t);
         free(src);
+        free(parts);
         ct_st_close(f);
         return s;
     }
     if (crc_out) *crc_out = f->crc;
     *t_out = t;
     *src_out = src;
+    *parts_out = parts;
     *n_out = n;
     return CT_OK;
 }
@@ -293,8 +384,13 @@ static void zero_model(ct_plan *plan) {
     if (nb) memset(buffers, 0, nb * sizeof(float));
 }
 
-static void copy_in(const ct_st_tensor *t, const unsigned char **src, int n) {
-    for (int i = 0; i < n; i++) memcpy(t[i].data, src[i], t[i].numel * sizeof(float));
+/* A shard (parts[i], tensor parallel) takes its slices of the whole tensor in the file. */
+static void copy_in(const ct_st_tensor *t, const unsigned char **src, const tp_part *parts, int n) {
+    for (int i = 0; i < n; i++) {
+        if (parts && parts[i].sh.dim >= 0)
+            ct_shard_copy(&parts[i].sh, t[i].ndim, parts[i].shape, (float *)(uintptr_t)src[i], t[i].data, 1);
+        else memcpy(t[i].data, src[i], t[i].numel * sizeof(float));
+    }
 }
 
 ct_status ct_weights_load(ct_context *ctx, const char *path, ct_plan *plan) {
@@ -302,12 +398,14 @@ ct_status ct_weights_load(ct_context *ctx, const char *path, ct_plan *plan) {
     ct_st_file f;
     ct_st_tensor *t;
     const unsigned char **src;
+    tp_part *parts;
     int n;
-    CT_TRY(load_model_file(ctx, path, plan, 0, NULL, &f, &t, &src, &n));
+    CT_TRY(load_model_file(ctx, path, plan, 0, NULL, &f, &t, &src, &parts, &n));
     zero_model(plan);
-    copy_in(t, src, n);
+    copy_in(t, src, parts, n);
     free(t);
     free(src);
+    free(parts);
     ct_st_close(&f);
     return CT_OK;
 }
@@ -626,13 +724,14 @@ ct_status ct_checkpoint_load(ct_context *ctx, const char *path, ct_plan *plan, c
     ct_st_file sf = {0}, mf = {0};
     ct_st_tensor *mt = NULL, *ot = NULL;
     const unsigned char **msrc = NULL, **osrc = NULL;
+    tp_part *mparts = NULL, *oparts = NULL; /* tensor parallel: the shards */
     int mn = 0, on = 0;
     ct_status s = ct_st_read(ctx, sp, 1, &sf);
     if (s == CT_OK) s = parse_state_meta(ctx, sp, &sf, st);
     if (s == CT_OK) s = check_extra_files(ctx, dir, sp, &sf);
     if (s == CT_OK && plan) {
         uint32_t mcrc = 0;
-        s = load_model_file(ctx, mp, plan, 1, &mcrc, &mf, &mt, &msrc, &mn);
+        s = load_model_file(ctx, mp, plan, 1, &mcrc, &mf, &mt, &msrc, &mparts, &mn);
         char hex[16];
         snprintf(hex, sizeof hex, "%08lx", (unsigned long)mcrc);
         const char *want = ct_st_meta_str(&sf, "model_crc32");
@@ -660,6 +759,7 @@ ct_status ct_checkpoint_load(ct_context *ctx, const char *path, ct_plan *plan, c
                              "centered differ); resume with the same optimizer settings",
                              sp, kind, list, kind, mine);
         if (s == CT_OK) s = optim_tensors(ctx, plan, opt, &ot, &on);
+        if (s == CT_OK) s = tp_parts(ctx, plan, ot, on, 0, &oparts);
         if (s == CT_OK && !(osrc = calloc((size_t)on + 1, sizeof *osrc)))
             s = ct_set_error(ctx, CT_E_OOM, "checkpoint: out of memory");
         if (s == CT_OK) s = ct_st_match(ctx, sp, &sf, ot, on, osrc);
@@ -669,11 +769,11 @@ ct_status ct_checkpoint_load(ct_context *ctx, const char *path, ct_plan *plan, c
         if (plan) {
             /* alignment padding back to zero, as a fresh plan has it */
             zero_model(plan);
-            copy_in(mt, msrc, mn);
+            copy_in(mt, msrc, mparts, mn);
             ct_plan_set_step(plan, st->optimizer_steps);
         }
         if (opt) {
-            copy_in(ot, osrc, on);
+            copy_in(ot, osrc, oparts, on);
             ct_optimizer_set_steps(opt, st->optimizer_steps);
         }
         snprintf(st->path, sizeof st->path, "%s", dir);
@@ -683,6 +783,8 @@ ct_status ct_checkpoint_load(ct_context *ctx, const char *path, ct_plan *plan, c
     free(ot);
     free(msrc);
     free(osrc);
+    free(mparts);
+    free(oparts);
     ct_st_close(&sf);
     ct_st_close(&mf);
     free(st);
@@ -766,10 +868,37 @@ static ct_status write_extra_file(ct_context *ctx, const char *dir, const ct_che
     return CT_OK;
 }
 
+static ct_status save_ex(ct_context *ctx, const char *dir, ct_plan *plan, ct_optimizer *opt, const ct_train_state *st,
+                         const ct_checkpoint_opts *o, ct_st_tensor *mt, int mn, ct_st_tensor *ot, int on);
+
+/* The plan's and optimizer's tensors (tensor parallel: every rank of the plan's tensor group calls it, a
+ * collective; tensor rank 0 gathers the shards into whole tensors and writes the one-process checkpoint, and
+ * every rank returns its status). */
 ct_status ct_checkpoint_save_ex(ct_context *ctx, const char *dir, ct_plan *plan, ct_optimizer *opt,
                                 const ct_train_state *st, const ct_checkpoint_opts *o) {
     if (!dir || !plan || !st)
         return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_checkpoint_save: dir, plan and state must not be NULL");
+    ct_comm *tp = ct_plan_tensor_group(plan);
+    ct_st_tensor *mt = NULL, *ot = NULL;
+    float **mbufs = NULL, **obufs = NULL; /* tensor parallel: the whole tensors gathered from the shards */
+    int mn = 0, on = 0;
+    ct_status s = model_tensors(ctx, plan, &mt, &mn);
+    if (s == CT_OK && opt) s = optim_tensors(ctx, plan, opt, &ot, &on);
+    if (s == CT_OK && tp) s = tp_whole(ctx, plan, mt, mn, ot, on, &mbufs, &obufs);
+    if (s == CT_OK && (!tp || ct_comm_rank(tp) == 0)) s = save_ex(ctx, dir, plan, opt, st, o, mt, mn, ot, on);
+    free(mt);
+    free(ot);
+    free_bufs(mbufs, mn);
+    free_bufs(obufs, on);
+    if (!tp) return s;
+    ct_status w = s; /* the writer's status, which every tensor rank returns */
+    ct_status b = ct_comm_broadcast(tp, &w, sizeof w, 0);
+    return s != CT_OK ? s : b != CT_OK ? b : w;
+}
+
+static ct_status save_ex(ct_context *ctx, const char *dir, ct_plan *plan, ct_optimizer *opt, const ct_train_state *st,
+                         const ct_checkpoint_opts *o, ct_st_tensor *mt, int mn, ct_st_tensor *ot, int on) {
+    (void)plan;
     if (st->step < 0) return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_checkpoint_save: step %lld < 0", (long long)st->step);
     ct_checkpoint_opts def;
     if (!o) {
@@ -787,15 +916,11 @@ ct_status ct_checkpoint_save_ex(ct_context *ctx, const char *dir, ct_plan *plan,
     char tmp[PATH_MAX], final[PATH_MAX], p[PATH_MAX], name[48], fkeys[MAX_FILES][24];
     join_path(tmp, sizeof tmp, dir, ".tmp-XXXXXX");
     if (!mkdtemp(tmp)) return ct_set_error(ctx, CT_E_IO, "cannot create a directory in '%s': %s", dir, strerror(errno));
-    ct_st_tensor *mt = NULL, *ot = NULL;
-    int mn = 0, on = 0;
     uint32_t mcrc = 0;
     ct_optim_opts oo;
     ct_st_meta *m = calloc(1, sizeof *m);
     char *history = st->has_scaler ? ct_scaler_history_to_json(&st->scaler) : NULL;
     ct_status s = m && (history || !st->has_scaler) ? CT_OK : ct_set_error(ctx, CT_E_OOM, "checkpoint: out of memory");
-    if (s == CT_OK) s = model_tensors(ctx, plan, &mt, &mn);
-    if (s == CT_OK && opt) s = optim_tensors(ctx, plan, opt, &ot, &on);
     if (s == CT_OK) {
         ct_st_meta mm = {0};
         ct_st_meta_set(&mm, "format", "pt");
@@ -821,8 +946,6 @@ ct_status ct_checkpoint_save_ex(ct_context *ctx, const char *dir, ct_plan *plan,
         join_path(p, sizeof p, tmp, STATE_FILE);
         s = ct_st_write(ctx, p, p, ot, on, m, o->fsync, NULL);
     }
-    free(mt);
-    free(ot);
     free(m);
     for (int i = 0; s == CT_OK && i < o->n_files; i++) s = write_extra_file(ctx, tmp, &o->files[i], o->fsync);
     free(history);

@@ -208,6 +208,12 @@ static const key_def k_keys[] = {
      "gradients are added in one fixed tree"},
     {"deterministic_chunks", K_INT, OFF(deterministic_chunks), 0, 1, 1024, NULL, M_IMG, NULL,
      "deterministic: chunks per global batch (a power of two; the world size must divide it)"},
+    {"tensor_parallel", K_INT, OFF(tensor_parallel), 0, 1, 1024, NULL, M_LM, NULL,
+     "Megatron-style tensor parallelism: consecutive groups of this many ranks split each layer (attention heads, "
+     "the MLP's hidden units, the vocabulary); it must divide n_head and d_ff; data parallel is world / T"},
+    {"grad_reduce_method", K_ENUM, OFF(grad_reduce_method), 0, 0, 0, "mean|sum", M_LM, NULL,
+     "tensor parallel: the gradient of a parameter every tensor rank holds a copy of (layernorms, biases after a "
+     "row-parallel layer) is the mean of the ranks' (= one process's) or their sum (T times larger)"},
     {"comm_timeout", K_F32, OFF(comm_timeout), 0, 0, 1e7, NULL, M_ALL, NULL,
      "data parallel (ctrain train): end the job when a rank waits this many seconds in one collective: another rank "
      "hangs (0: wait forever)"},
@@ -403,6 +409,7 @@ void ct_recipe_default(ct_recipe *r) {
     r->log_every = 100;
     r->accumulate_steps = 1;
     r->deterministic_chunks = 4;
+    r->tensor_parallel = 1;
     r->divergence_factor = 1e4f;
     r->early_stop_mode = CT_EARLY_STOP_MIN;
     r->recompute_ops = CT_RECOMPUTE_OPS_NONE;

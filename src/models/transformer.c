@@ -35,6 +35,87 @@ static ct_status linear(tb *b, ct_node x, const char *name, int64_t in, int64_t 
     return ct_node_set_name(b->g, *y, nm(b, buf, "%s", name));
 }
 
+/* ---- tensor parallelism (Megatron-LM's layers; the graph's tensor group, docs/distributed.md) ----
+ * With a tensor group of T > 1 ranks each rank builds its part: a column-parallel layer holds out / T
+ * output features (groups > 1: a fused q|k|v weight, each of the groups split alike) and reads its input
+ * through tp_copy (identity forward, the ranks' gradients summed backward); a row-parallel layer holds
+ * in / T input features, sums the ranks' partial outputs with tp_reduce and then adds its bias (one copy
+ * on every rank). Parameters are declared in the same order as with T = 1, so each shard starts with
+ * one process's values at its positions. T = 1 builds exactly the plain layers. */
+
+static int tp_size(const tb *b) { return ct_graph_tensor_size(b->g); }
+
+static ct_status col_linear(tb *b, ct_node x, const char *name, int64_t in, int64_t out, int bias, float std,
+                            int groups, ct_node *y) {
+    const int T = tp_size(b);
+    if (T == 1) return linear(b, x, name, in, out, bias, std, y);
+    char buf[128];
+    ct_node w, bb = CT_NONE;
+    CT_TRY(ct_param_normal(b->g, nm(b, buf, "%s.weight", name), 2, (int64_t[]){out / T, in}, std, &w));
+    CT_TRY(ct_param_set_shard(b->g, w, 0, groups, out));
+    if (bias) {
+        CT_TRY(ct_param(b->g, nm(b, buf, "%s.bias", name), 1, (int64_t[]){out / T}, CT_INIT_ZEROS, in, &bb));
+        CT_TRY(ct_param_set_shard(b->g, bb, 0, groups, out));
+    }
+    CT_TRY(ct_tp_copy(b->g, x, &x));
+    CT_TRY(ct_linear(b->g, x, w, bb, y));
+    return ct_node_set_name(b->g, *y, nm(b, buf, "%s", name));
+}
+
+static ct_status row_linear(tb *b, ct_node x, const char *name, int64_t in, int64_t out, int bias, float std,
+                            ct_node *y) {
+    const int T = tp_size(b);
+    if (T == 1) return linear(b, x, name, in, out, bias, std, y);
+    char buf[128];
+    ct_node w, bb = CT_NONE;
+    CT_TRY(ct_param_normal(b->g, nm(b, buf, "%s.weight", name), 2, (int64_t[]){out, in / T}, std, &w));
+    CT_TRY(ct_param_set_shard(b->g, w, 1, 1, in));
+    if (bias) CT_TRY(ct_param(b->g, nm(b, buf, "%s.bias", name), 1, (int64_t[]){out}, CT_INIT_ZEROS, in, &bb));
+    CT_TRY(ct_linear(b->g, x, w, CT_NONE, y));
+    CT_TRY(ct_node_set_name(b->g, *y, nm(b, buf, "%s", name)));
+    CT_TRY(ct_tp_reduce(b->g, *y, y));
+    if (bias) CT_TRY(ct_add(b->g, *y, bb, y));
+    return CT_OK;
+}
+
+/* The vocabulary's rows on this rank: V padded to a multiple of T (Megatron's make-vocab-size-divisible-by),
+ * T equal slices; the padding rows are zeros, never looked up and masked out of the loss. */
+static int64_t vocab_local(const tb *b, int64_t V) { return (V + tp_size(b) - 1) / tp_size(b); }
+
+/* The embedding table (name, (V, D) ~ N(0, std)): this rank's rows of it. */
+static ct_status vocab_table(tb *b, const char *name, int64_t V, int64_t D, float std, ct_node *table) {
+    CT_TRY(ct_param_normal(b->g, name, 2, (int64_t[]){vocab_local(b, V), D}, std, table));
+    return tp_size(b) > 1 ? ct_param_set_shard(b->g, *table, 0, 1, V) : CT_OK;
+}
+
+/* The rows of ids, summed over the tensor group (each id's row lives on one rank). */
+static ct_status vocab_lookup(tb *b, ct_node table, ct_node ids, ct_node *x) {
+    if (tp_size(b) == 1) return ct_embedding(b->g, table, ids, x);
+    int nd;
+    int64_t s[CT_MAX_DIMS];
+    CT_TRY(ct_node_shape(b->g, table, &nd, s));
+    CT_TRY(ct_embedding_rows(b->g, table, ids, (int64_t)ct_graph_tensor_rank(b->g) * s[0], x));
+    return ct_tp_reduce(b->g, *x, x);
+}
+
+/* x (B, T, D) times this rank's rows of the (tied) table: its columns of the logits (B, T, V / T); with one
+ * rank the whole logits. */
+static ct_status vocab_logits(tb *b, ct_node x, ct_node table, ct_node *logits) {
+    if (tp_size(b) > 1) CT_TRY(ct_tp_copy(b->g, x, &x));
+    return ct_matmul(b->g, x, table, 0, 1, logits);
+}
+
+/* T divides the heads and the MLP's hidden units (the vocabulary is padded instead). */
+static ct_status check_tp(ct_graph *g, const char *model, int n_head, int64_t d_ff) {
+    const int T = ct_graph_tensor_size(g);
+    if (n_head % T || d_ff % T)
+        return ct_set_error(ct_graph_context(g), CT_E_CONFIG,
+                            "%s: tensor_parallel %d must divide n_head %d and d_ff %lld (each rank takes whole heads "
+                            "and an equal part of the MLP); use a tensor_parallel that divides both",
+                            model, T, n_head, (long long)d_ff);
+    return CT_OK;
+}
+
 /* <name>.weight = 1, <name>.bias = 0 (when bias) over the last dim */
 static ct_status layernorm(tb *b, ct_node x, const char *name, int64_t D, int bias, float eps, ct_node *y) {
     char buf[128];
@@ -140,13 +221,15 @@ ct_status ct_model_gpt(ct_graph *g, ct_node ids, const ct_gpt_config *c, ct_node
     CT_TRY(check_dims(ctx, "gpt", c->vocab, c->context, c->n_layer, c->n_head, c->d_model, c->dropout));
     int64_t T, D = c->d_model;
     CT_TRY(check_ids(g, "gpt", ids, c->context, &T));
+    CT_TRY(check_tp(g, "gpt", c->n_head, 4 * D));
     const float eps = 1e-5f, std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)(c->n_layer ? c->n_layer : 1));
+    const int H = c->n_head / ct_graph_tensor_size(g); /* this rank's heads */
     tb b = {g, "transformer."};
     char buf[128];
     ct_node wte, wpe, x, pos, h, a;
-    CT_TRY(ct_param_normal(g, "transformer.wte.weight", 2, (int64_t[]){c->vocab, D}, std, &wte));
+    CT_TRY(vocab_table(&b, "transformer.wte.weight", c->vocab, D, std, &wte));
     CT_TRY(ct_param_normal(g, "transformer.wpe.weight", 2, (int64_t[]){c->context, D}, std, &wpe));
-    CT_TRY(ct_embedding(g, wte, ids, &x));
+    CT_TRY(vocab_lookup(&b, wte, ids, &x));
     CT_TRY(ct_node_set_name(g, x, "transformer.wte"));
     /* positions 0..T-1, a slice also when T = context: a plan compiled for
      * the maximum T runs shorter sequences (ct_plan_add_shape) only if every
@@ -157,22 +240,22 @@ ct_status ct_model_gpt(ct_graph *g, ct_node ids, const ct_gpt_config *c, ct_node
     for (int i = 0; i < c->n_layer; i++) {
         snprintf(b.prefix, sizeof b.prefix, "transformer.h.%d.", i);
         CT_TRY(layernorm(&b, x, "ln_1", D, c->bias, eps, &h));
-        CT_TRY(linear(&b, h, "attn.c_attn", D, 3 * D, c->bias, std, &h));
-        CT_TRY(ct_attention(g, h, c->n_head, 1, CT_NONE, &a));
+        CT_TRY(col_linear(&b, h, "attn.c_attn", D, 3 * D, c->bias, std, 3, &h));
+        CT_TRY(ct_attention(g, h, H, 1, CT_NONE, &a));
         CT_TRY(ct_node_set_name(g, a, nm(&b, buf, "attn")));
-        CT_TRY(linear(&b, a, "attn.c_proj", D, D, c->bias, proj_std, &a));
+        CT_TRY(row_linear(&b, a, "attn.c_proj", D, D, c->bias, proj_std, &a));
         CT_TRY(dropout(&b, a, c->dropout, &a));
         CT_TRY(ct_add(g, x, a, &x));
         CT_TRY(layernorm(&b, x, "ln_2", D, c->bias, eps, &h));
-        CT_TRY(linear(&b, h, "mlp.c_fc", D, 4 * D, c->bias, std, &h));
+        CT_TRY(col_linear(&b, h, "mlp.c_fc", D, 4 * D, c->bias, std, 1, &h));
         CT_TRY(ct_gelu(g, h, c->gelu_tanh, &h));
-        CT_TRY(linear(&b, h, "mlp.c_proj", 4 * D, D, c->bias, proj_std, &h));
+        CT_TRY(row_linear(&b, h, "mlp.c_proj", 4 * D, D, c->bias, proj_std, &h));
         CT_TRY(dropout(&b, h, c->dropout, &h));
         CT_TRY(ct_add(g, x, h, &x));
     }
     snprintf(b.prefix, sizeof b.prefix, "transformer.");
     CT_TRY(layernorm(&b, x, "ln_f", D, c->bias, eps, &x));
-    CT_TRY(ct_matmul(g, x, wte, 0, 1, logits)); /* lm_head tied to wte */
+    CT_TRY(vocab_logits(&b, x, wte, logits)); /* lm_head tied to wte */
     return ct_node_set_name(g, *logits, "lm_head");
 }
 
@@ -244,15 +327,17 @@ ct_status ct_model_bert(ct_graph *g, ct_node ids, ct_node key_valid, ct_node tok
     CT_TRY(check_ids(g, "bert", ids, c->context, &T));
     CT_TRY(check_opt_ids(g, "token_type_ids", token_type_ids, ids, 0));
     CT_TRY(check_opt_ids(g, "position_ids", position_ids, ids, 1));
+    CT_TRY(check_tp(g, "bert", c->n_head, c->d_ff));
     const float std = 0.02f, eps = c->ln_eps;
+    const int H = c->n_head / ct_graph_tensor_size(g); /* this rank's heads */
     tb b = {g, "bert.embeddings."};
     char buf[128];
     ct_node word, pos, type, x, p, t, h, a;
-    CT_TRY(ct_param_normal(g, "bert.embeddings.word_embeddings.weight", 2, (int64_t[]){c->vocab, D}, std, &word));
+    CT_TRY(vocab_table(&b, "bert.embeddings.word_embeddings.weight", c->vocab, D, std, &word));
     CT_TRY(ct_param_normal(g, "bert.embeddings.position_embeddings.weight", 2, (int64_t[]){c->context, D}, std, &pos));
     CT_TRY(ct_param_normal(g, "bert.embeddings.token_type_embeddings.weight", 2, (int64_t[]){c->type_vocab, D}, std,
                            &type));
-    CT_TRY(ct_embedding(g, word, ids, &x));
+    CT_TRY(vocab_lookup(&b, word, ids, &x));
     CT_TRY(ct_node_set_name(g, x, "bert.embeddings.word_embeddings"));
     p = pos;
     if (position_ids != CT_NONE) CT_TRY(ct_embedding(g, pos, position_ids, &p)); /* rows looked up */
@@ -266,16 +351,16 @@ ct_status ct_model_bert(ct_graph *g, ct_node ids, ct_node key_valid, ct_node tok
     CT_TRY(dropout(&b, x, c->dropout, &x));
     for (int i = 0; i < c->n_layer; i++) {
         snprintf(b.prefix, sizeof b.prefix, "bert.encoder.layer.%d.", i);
-        CT_TRY(linear(&b, x, "attention.qkv", D, 3 * D, 1, std, &h));
-        CT_TRY(ct_attention(g, h, c->n_head, 0, key_valid, &a));
+        CT_TRY(col_linear(&b, x, "attention.qkv", D, 3 * D, 1, std, 3, &h));
+        CT_TRY(ct_attention(g, h, H, 0, key_valid, &a));
         CT_TRY(ct_node_set_name(g, a, nm(&b, buf, "attention")));
-        CT_TRY(linear(&b, a, "attention.output.dense", D, D, 1, std, &a));
+        CT_TRY(row_linear(&b, a, "attention.output.dense", D, D, 1, std, &a));
         CT_TRY(dropout(&b, a, c->dropout, &a));
         CT_TRY(ct_add(g, a, x, &a));
         CT_TRY(layernorm(&b, a, "attention.output.LayerNorm", D, 1, eps, &x));
-        CT_TRY(linear(&b, x, "intermediate.dense", D, c->d_ff, 1, std, &h));
+        CT_TRY(col_linear(&b, x, "intermediate.dense", D, c->d_ff, 1, std, 1, &h));
         CT_TRY(ct_gelu(g, h, 0, &h));
-        CT_TRY(linear(&b, h, "output.dense", c->d_ff, D, 1, std, &h));
+        CT_TRY(row_linear(&b, h, "output.dense", c->d_ff, D, 1, std, &h));
         CT_TRY(dropout(&b, h, c->dropout, &h));
         CT_TRY(ct_add(g, h, x, &h));
         CT_TRY(layernorm(&b, h, "output.LayerNorm", D, 1, eps, &x));
@@ -285,9 +370,10 @@ ct_status ct_model_bert(ct_graph *g, ct_node ids, ct_node key_valid, ct_node tok
     CT_TRY(linear(&b, x, "transform.dense", D, D, 1, std, &h));
     CT_TRY(ct_gelu(g, h, 0, &h));
     CT_TRY(layernorm(&b, h, "transform.LayerNorm", D, 1, eps, &h));
-    CT_TRY(ct_matmul(g, h, word, 0, 1, &h)); /* decoder tied to the word embeddings */
+    CT_TRY(vocab_logits(&b, h, word, &h)); /* decoder tied to the word embeddings */
     CT_TRY(ct_node_set_name(g, h, "cls.predictions.decoder"));
-    CT_TRY(ct_param(g, "cls.predictions.bias", 1, (int64_t[]){c->vocab}, CT_INIT_ZEROS, D, &bias));
+    CT_TRY(ct_param(g, "cls.predictions.bias", 1, (int64_t[]){vocab_local(&b, c->vocab)}, CT_INIT_ZEROS, D, &bias));
+    if (tp_size(&b) > 1) CT_TRY(ct_param_set_shard(g, bias, 0, 1, c->vocab));
     return ct_add(g, h, bias, mlm_logits);
 }
 

@@ -112,14 +112,13 @@ ct_status ct_step_reduce_stats(ct_run *R, ct_step_io *io) {
 static ct_status update(ct_run *R, ct_step_io *io, int all_zero) {
     const ct_recipe *r = R->r;
     const int zero = ct_zero_stage(R->zero) > 0;
-    /* all-zero gradients train nothing (an FP16 scale so small they underflow, or a dead model): counted
-     * and reported at the end; the scan stops at the first nonzero value, so it costs nothing normally */
-    size_t i = 0;
-    if (!zero)
-        while (i < R->n_par && R->grads[i] == 0.0f) i++;
-    io->zero_grads = zero ? all_zero : i == R->n_par;
+    io->zero_grads = all_zero;
     if (r->clip_grad_norm > 0.0f) {
-        if (zero) CT_TRY(ct_zero_clip_grad_norm(R->zero, r->clip_grad_norm, &io->grad_norm)); /* over all segments */
+        size_t b = 0, e = R->n_par;
+        if (R->tp) { /* tensor parallel: over the shards of the tensor group (and ZeRO's segments) */
+            if (zero) ct_zero_segment(R->zero, &b, &e);
+            CT_TRY(ct_tp_clip_grad_norm(R, b, e, zero ? R->comm : NULL, r->clip_grad_norm, &io->grad_norm));
+        } else if (zero) CT_TRY(ct_zero_clip_grad_norm(R->zero, r->clip_grad_norm, &io->grad_norm)); /* all segments */
         else CT_TRY(ct_clip_grad_norm(R->plan, r->clip_grad_norm, 2.0f, &io->grad_norm));
     }
     if (r->clip_grad_value > 0.0f) CT_TRY(ct_clip_grad_value(R->plan, r->clip_grad_value));
@@ -159,8 +158,17 @@ static ct_status optimizer_step(ct_run *R, ct_step_io *io) {
     int overflow = 0, bad_param = -1;
     io->grad_norm = 0.0f;
     if (R->scaler) CT_TRY(ct_scaler_unscale(R->scaler, R->plan, &overflow, &bad_param));
-    int all_zero = 0; /* ZeRO: each rank holds its segment only: the overflow and the zero check over all */
+    /* ZeRO: each rank holds its segment only, tensor parallel its shards: the overflow and the zero check over
+     * all. All-zero gradients train nothing (an FP16 scale so small they underflow, or a dead model): counted
+     * and reported at the end; the scan stops at the first nonzero value, so it costs nothing normally */
+    int all_zero = 0;
     if (ct_zero_stage(R->zero) > 0) CT_TRY(ct_zero_agree(R->zero, &overflow, &all_zero));
+    else {
+        size_t i = 0;
+        while (i < R->n_par && R->grads[i] == 0.0f) i++;
+        all_zero = i == R->n_par;
+    }
+    CT_TRY(ct_tp_agree(R, &overflow, &all_zero));
     if (!overflow) CT_TRY(update(R, io, all_zero));
     return R->scaler ? scaler_update(R, io, overflow, bad_param) : CT_OK;
 }
@@ -175,6 +183,7 @@ ct_status ct_step_default(ct_run *R, ct_step_io *io) {
         /* more micro-batches before this step: nothing is sent (data parallel) until the last one */
     }
     CT_TRY(reduce_gradients(R));
+    CT_TRY(ct_tp_reduce_copies(R)); /* tensor parallel: the replicated parameters' gradients (grad_reduce_method) */
     CT_TRY(ct_step_reduce_stats(R, io));
     double to = R->prof ? ct_profiler_now_us() : 0;
     CT_TRY(optimizer_step(R, io));

@@ -107,11 +107,16 @@ static ct_status txt_build(ct_task *t, ct_graph *g, const ct_recipe *r, ct_node 
     if (tt->bert) CT_TRY(ct_input(g, "key_valid", CT_I32, 2, (int64_t[]){B, T}, &tt->kv));
     if (tt->bert) CT_TRY(ct_model_bert(g, tt->ids, tt->kv, CT_NONE, CT_NONE, &tt->bc, &logits));
     else CT_TRY(ct_model_gpt(g, tt->ids, &tt->gc, &logits));
-    int64_t V = tt->bert ? tt->bc.vocab : tt->gc.vocab;
+    /* tensor parallel: this rank's columns of the logits (the vocabulary padded to a multiple of the ranks) */
+    int64_t V = tt->bert ? tt->bc.vocab : tt->gc.vocab, ls[CT_MAX_DIMS];
+    int nd;
+    CT_TRY(ct_node_shape(g, logits, &nd, ls));
     ct_node flat, lab1;
-    CT_TRY(ct_reshape(g, logits, 2, (int64_t[]){B * T, V}, &flat));
+    CT_TRY(ct_reshape(g, logits, 2, (int64_t[]){B * T, ls[nd - 1]}, &flat));
     CT_TRY(ct_reshape(g, tt->labels, 1, (int64_t[]){B * T}, &lab1));
-    CT_TRY(ct_cross_entropy(g, flat, lab1, r->label_smoothing, CT_TEXT_IGNORE_LABEL, loss));
+    if (ct_graph_tensor_size(g) > 1)
+        CT_TRY(ct_cross_entropy_vp(g, flat, lab1, r->label_smoothing, CT_TEXT_IGNORE_LABEL, V, loss));
+    else CT_TRY(ct_cross_entropy(g, flat, lab1, r->label_smoothing, CT_TEXT_IGNORE_LABEL, loss));
     *n_keep = 0;
     return CT_OK;
 }

@@ -54,6 +54,8 @@ ct_status ct_zero_shard(ct_zero *z);
 ct_status ct_zero_reduce_grads(ct_zero *z);
 /* After the unscale: *overflow becomes any rank's, *all_zero whether every rank's segment is all zeros. */
 ct_status ct_zero_agree(ct_zero *z, int *overflow, int *all_zero);
+/* This rank's segment [*b, *e) of the gradient arena. */
+void ct_zero_segment(const ct_zero *z, size_t *b, size_t *e);
 /* Clipping by the global norm over the ranks' segments (ct_clip_grad_norm's arithmetic). */
 ct_status ct_zero_clip_grad_norm(ct_zero *z, float max_norm, float *total);
 /* Every rank's updated parameters to every rank. */
@@ -200,8 +202,19 @@ struct ct_run {
     char first_overflow[64];    /* the first tensor an overflowing step named       */
     double first_loss;          /* the run's first loss (divergence_factor); <0: none yet */
     /* data parallel (docs/distributed.md) */
-    ct_comm *comm;              /* NULL: one process                                  */
-    int rank, world;
+    ct_comm *comm;              /* data parallel's ranks (the world, or with tensor parallelism the data group);
+                                   NULL: one process */
+    ct_comm *world_comm;        /* every rank of the job (the caller's communicator)  */
+    ct_comm_grid *grid;         /* tensor parallel (tensor_parallel > 1): the groups; else NULL */
+    ct_comm *tp;                /* the tensor group (grid's), NULL without tensor parallelism */
+    int tp_rank, tp_size;       /* this rank's place in it (0, 1 without)             */
+    size_t *tp_copy_ranges;     /* tensor parallel: [offset, floats] of each parameter every tensor rank
+                                   holds a copy of, in the gradient arena (n_tp_copy_ranges pairs) */
+    int n_tp_copy_ranges;
+    float *tp_copies;           /* their gradients packed for one allreduce (n_tp_copies floats) */
+    size_t n_tp_copies;
+    int rank, world;            /* this rank's place among data parallel's ranks      */
+    int wrank;                  /* its rank in the job (the world): 0 shows the run, writes the logs */
     ct_recipe local;            /* the recipe of this rank's plan: batch_size / world  */
     int64_t grad_reduces;       /* allreduces of the gradient arena                   */
     ct_zero *zero;              /* zero_stage > 0 or deterministic (zero.c); else NULL */
@@ -227,6 +240,21 @@ struct ct_run {
     int64_t ck_correct, ck_seen;
     int ck_stopped;
 };
+
+/* Tensor parallelism (tensor_parallel.c; docs/distributed.md). ct_tp_setup, before the data parallel
+ * setup: the recipe's tensor_parallel against the world and the task; the grid of groups; R->comm becomes the
+ * data group (everything data parallel then runs among the ranks holding the same shards). ct_tp_bind, after
+ * the plan: the parameters every tensor rank holds a copy of. The step's parts: their gradients reduced
+ * over the tensor group (grad_reduce_method), the overflow / all-zero decision and the clipping norm over
+ * the tensor group (replicated copies counted once). All are no-ops without tensor parallelism. */
+ct_status ct_tp_setup(ct_run *R);
+ct_status ct_tp_bind(ct_run *R);
+ct_status ct_tp_reduce_copies(ct_run *R);
+ct_status ct_tp_agree(ct_run *R, int *overflow, int *all_zero);
+/* The global norm of the gradient arena's [b, e) over the tensor group and (data != NULL: ZeRO's
+ * segments) the data group, as ct_clip_grad_norm; [b, e) scaled by the clip coefficient. */
+ct_status ct_tp_clip_grad_norm(ct_run *R, size_t b, size_t e, ct_comm *data, float max_norm, float *total);
+void ct_tp_free(ct_run *R);
 
 /* Shared by trainer.c, step.c and progress.c; the two functions below are in run_recipe.c. */
 static inline double ct_run_now_s(void) { return 1e-6 * ct_profiler_now_us(); }

@@ -94,12 +94,13 @@ static void compile_opts(const ct_recipe *r, ct_compile_opts *co) {
 }
 
 /* Builds the task's graph for r and compiles it (plan_only: sizes only). */
-static ct_status build_plan(ct_context *ctx, ct_task *t, const ct_recipe *r, int plan_only, ct_plan **out) {
+static ct_status build_plan(ct_context *ctx, ct_comm *tp, ct_task *t, const ct_recipe *r, int plan_only, ct_plan **out) {
     ct_graph *g;
     CT_TRY(ct_graph_create(ctx, &g));
     ct_node loss = CT_NONE, keep[8];
     int n_keep = 0;
-    ct_status s = t->build(t, g, r, &loss, &n_keep, keep);
+    ct_status s = ct_graph_set_tensor_group(g, tp); /* tensor parallel: the builders take this rank's part */
+    if (s == CT_OK) s = t->build(t, g, r, &loss, &n_keep, keep);
     ct_compile_opts co;
     compile_opts(r, &co);
     co.plan_only = plan_only;
@@ -113,9 +114,9 @@ static ct_status build_plan(ct_context *ctx, ct_task *t, const ct_recipe *r, int
 }
 
 /* Bytes the run's plan and optimizer take for recipe r (a plan_only compile). */
-static ct_status plan_bytes(ct_context *ctx, ct_task *t, const ct_recipe *r, double *bytes, double *act) {
+static ct_status plan_bytes(ct_context *ctx, ct_comm *tp, ct_task *t, const ct_recipe *r, double *bytes, double *act) {
     ct_plan *p = NULL;
-    CT_TRY(build_plan(ctx, t, r, 1, &p));
+    CT_TRY(build_plan(ctx, tp, t, r, 1, &p));
     ct_plan_stats ps;
     ct_plan_get_stats(p, &ps);
     ct_plan_free(p);
@@ -145,10 +146,10 @@ static ct_status first_use(ct_task *t, ct_plan *p) {
 
 /* Recipe r for real under the context's budget: plan, optimizer, first_use.
  * 1 when it all fits. */
-static int trial_fits(ct_context *ctx, ct_task *t, const ct_recipe *r) {
+static int trial_fits(ct_context *ctx, ct_comm *tp, ct_task *t, const ct_recipe *r) {
     ct_plan *p = NULL;
     ct_optimizer *opt = NULL;
-    ct_status s = build_plan(ctx, t, r, 0, &p);
+    ct_status s = build_plan(ctx, tp, t, r, 0, &p);
     if (s == CT_OK) s = ct_optimizer_create(p, &r->optim, &opt);
     if (s == CT_OK) s = t->bind(t, p);
     if (s == CT_OK) s = first_use(t, p);
@@ -163,11 +164,11 @@ static int trial_fits(ct_context *ctx, ct_task *t, const ct_recipe *r) {
 /* The run did not fit in memory_budget: E60003 naming what the run needs
  * and, for each way out, the bytes it saves (plan statistics) and whether
  * the run then fits (tried for real: a plan, one step). */
-static ct_status budget_advice(ct_context *ctx, ct_task *t, const ct_recipe *r, size_t base_bytes, int world) {
+static ct_status budget_advice(ct_context *ctx, ct_comm *tp, ct_task *t, const ct_recipe *r, size_t base_bytes, int world) {
     const double budget = (double)r->memory_budget, base = (double)base_bytes;
     double need, act;
     ct_context_clear_error(ctx);
-    if (plan_bytes(ctx, t, r, &need, &act) != CT_OK) return CT_E_OOM;
+    if (plan_bytes(ctx, tp, t, r, &need, &act) != CT_OK) return CT_E_OOM;
     char adv[1400];
     size_t o = 0;
 #define ADV(...) (o += (size_t)snprintf(adv + (o < sizeof adv ? o : sizeof adv), o < sizeof adv ? sizeof adv - o : 0, __VA_ARGS__))
@@ -179,13 +180,13 @@ static ct_status budget_advice(ct_context *ctx, ct_task *t, const ct_recipe *r, 
             ct_recipe v = *r;
             v.recompute_every = n;
             double b, a;
-            if (plan_bytes(ctx, t, &v, &b, &a) == CT_OK && b < best) best = b, best_n = n;
+            if (plan_bytes(ctx, tp, t, &v, &b, &a) == CT_OK && b < best) best = b, best_n = n;
         }
         if (best_n) {
             ct_recipe v = *r;
             v.recompute_every = best_n;
             ADV("%srecompute_every=%d saves %.1f MiB (%s)", o ? "; " : ": ", best_n, MIB(need - best),
-                base + best <= budget && trial_fits(ctx, t, &v) ? "fits" : "not enough alone");
+                base + best <= budget && trial_fits(ctx, tp, t, &v) ? "fits" : "not enough alone");
         }
     }
     /* a smaller batch: the largest power-of-two fraction that fits (data parallel: r is one rank's share, the
@@ -194,8 +195,8 @@ static ct_status budget_advice(ct_context *ctx, ct_task *t, const ct_recipe *r, 
         ct_recipe v = *r;
         v.batch_size = b;
         double nb, a;
-        if (plan_bytes(ctx, t, &v, &nb, &a) != CT_OK) break;
-        int fits = base + nb <= budget && trial_fits(ctx, t, &v);
+        if (plan_bytes(ctx, tp, t, &v, &nb, &a) != CT_OK) break;
+        int fits = base + nb <= budget && trial_fits(ctx, tp, t, &v);
         if (fits || b == 1) {
             ADV("%sbatch_size=%lld saves %.1f MiB (%s)", o ? "; " : ": ", (long long)b * world, MIB(need - nb),
                 fits ? "fits" : "not enough alone");
@@ -206,9 +207,9 @@ static ct_status budget_advice(ct_context *ctx, ct_task *t, const ct_recipe *r, 
         ct_recipe v = *r;
         v.precision = CT_PRECISION_BF16;
         double nb, a;
-        if (plan_bytes(ctx, t, &v, &nb, &a) == CT_OK && nb < need)
+        if (plan_bytes(ctx, tp, t, &v, &nb, &a) == CT_OK && nb < need)
             ADV("%sprecision=bf16 saves %.1f MiB (%s)", o ? "; " : ": ", MIB(need - nb),
-                base + nb <= budget && trial_fits(ctx, t, &v) ? "fits" : "not enough alone");
+                base + nb <= budget && trial_fits(ctx, tp, t, &v) ? "fits" : "not enough alone");
     }
 #undef ADV
     ct_context_clear_error(ctx);
@@ -265,7 +266,7 @@ static void profile_finish(ct_run *R) {
     if (ct_optimizer_state(R->opt, &ost, &on) != CT_OK) on = 0;
     ct_profiler_set_memory(R->prof, &ps, on * sizeof(float), (size_t)R->r->memory_budget);
     char path[600];
-    if (R->rank > 0) snprintf(path, sizeof path, "%s/trace.rank%d.json", R->r->profile_dir, R->rank);
+    if (R->wrank > 0) snprintf(path, sizeof path, "%s/trace.rank%d.json", R->r->profile_dir, R->wrank);
     else snprintf(path, sizeof path, "%s/trace.json", R->r->profile_dir);
     if (ct_profiler_write(R->prof, path) != CT_OK) {
         ct_run_say(R, "warning: %s (training results are unaffected)\n", ct_context_last_error(R->ctx));
@@ -366,8 +367,8 @@ static ct_status recompute_pays(ct_run *R) {
     off.recompute_every = 0;
     off.recompute_ops = CT_RECOMPUTE_OPS_NONE;
     double b_on, a_on, b_off, a_off;
-    CT_TRY(plan_bytes(R->ctx, R->task, r, &b_on, &a_on));
-    CT_TRY(plan_bytes(R->ctx, R->task, &off, &b_off, &a_off));
+    CT_TRY(plan_bytes(R->ctx, R->tp, R->task, r, &b_on, &a_on));
+    CT_TRY(plan_bytes(R->ctx, R->tp, R->task, &off, &b_off, &a_off));
     if (a_on < a_off) return CT_OK;
     ct_run_say(R, "warning: recomputation (recompute_every %d, recompute_ops %s) would not lower this model's activation "
            "peak (%.1f MiB with it, %.1f without; `ctrain graph --set recompute_every=N` shows both): training "
@@ -386,7 +387,8 @@ static ct_status setup(ct_run *R, ct_train_result *res) {
     ct_mem_stats ms0;
     ct_context_mem_stats(ctx, &ms0);
     CT_TRY(recompute_pays(R));
-    ct_status s = build_plan(ctx, R->task, &R->local, 0, &R->plan);
+    ct_status s = build_plan(ctx, R->tp, R->task, &R->local, 0, &R->plan);
+    if (s == CT_OK) s = ct_tp_bind(R);
     if (s == CT_OK) s = ct_zero_create(ctx, R->comm, r, R->plan, &R->zero);
     if (s == CT_OK) s = ct_zero_optimizer_create(R->zero, R->plan, &r->optim, R->o->resume != NULL, &R->opt);
     if (s == CT_OK) s = R->task->bind(R->task, R->plan);
@@ -397,7 +399,7 @@ static ct_status setup(ct_run *R, ct_train_result *res) {
         ct_plan_free(R->plan);
         R->opt = NULL;
         R->plan = NULL;
-        return budget_advice(ctx, R->task, &R->local, ms0.bytes_in_use, R->world);
+        return budget_advice(ctx, R->tp, R->task, &R->local, ms0.bytes_in_use, R->world);
     }
     CT_TRY(s);
     /* "loss / accumulation_steps": each micro-batch's gradient is added into the arena. Data parallel also
@@ -440,7 +442,11 @@ static ct_status setup(ct_run *R, ct_train_result *res) {
                             r->sync_batchnorm ? "sync_batchnorm" : "grad_compression",
                             ct_zero_stage(R->zero) > 0 ? "zero_stage 1/2" : "deterministic: true",
                             r->sync_batchnorm ? "sync_batchnorm false" : "grad_compression none");
-    if (!R->zero) CT_TRY(ct_dp_buckets_create(ctx, R->comm, R->plan, r, &R->bk));
+    /* tensor parallel: the tensor group's collectives run during backward on this thread, and MPI takes one
+     * thread's calls at a time (MPI_THREAD_SERIALIZED): the buckets progress from the grad-ready hook */
+    ct_recipe rb = *r;
+    if (R->tp) rb.comm_progress = CT_BUCKET_PROGRESS_HOOK;
+    if (!R->zero) CT_TRY(ct_dp_buckets_create(ctx, R->comm, R->plan, &rb, &R->bk));
     R->first_overflow_step = -1;
     R->train_step = ct_step_default; /* the seam (train_internal.h): a pipeline schedule sets its own */
     R->first_loss = -1.0;
@@ -451,7 +457,8 @@ static ct_status setup(ct_run *R, ct_train_result *res) {
     if (!(R->st = calloc(1, sizeof *R->st))) return ct_set_error(ctx, CT_E_OOM, "out of memory");
     ct_train_state_init(R->st);
     (void)res;
-    return ct_dp_agree(ctx, R->comm, r, R->plan, R->task);
+    /* every rank of the job (tensor parallel: the shards have equal names and shapes on every rank) */
+    return ct_dp_agree(ctx, R->world_comm, r, R->plan, R->task);
 }
 
 /* The checkpoint resumed from (its schedule, early stopping, scaler and position), or the initial
@@ -501,7 +508,7 @@ static ct_status begin_output(ct_run *R) {
     if (ct_recipe_to_json(r, rj, sizeof rj) < 0) snprintf(rj, sizeof rj, "(out of memory)");
     ct_progress_header(R, rj);
     const char *mpath = R->o->metrics_path ? R->o->metrics_path : r->metrics_file;
-    if (mpath && mpath[0] && R->rank == 0) CT_TRY(ct_metrics_open(R->ctx, mpath, R->resumed, rj, &R->mx));
+    if (mpath && mpath[0] && R->wrank == 0) CT_TRY(ct_metrics_open(R->ctx, mpath, R->resumed, rj, &R->mx));
     if (r->profile_dir[0]) profile_start(R); /* every rank: rank k > 0 writes trace.rank<k>.json */
     R->start = ct_run_now_s();
     ct_comm_get_stats(R->comm, &R->cs0);
@@ -727,9 +734,11 @@ ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, 
     R.comm = o->comm;
     R.rank = ct_comm_rank(o->comm);
     R.world = ct_comm_size(o->comm);
+    R.wrank = R.rank;
     if (R.rank != 0) R.out = NULL; /* rank 0 alone shows the run */
+    s = ct_tp_setup(&R); /* tensor parallel: R.comm, R.rank and R.world become the data group's */
     R.task = o->task;
-    if (!R.task) s = task_for(ctx, r, &R.task);
+    if (s == CT_OK && !R.task) s = task_for(ctx, r, &R.task);
     if (s == CT_OK) s = ct_dp_setup(ctx, R.comm, R.task, r, &R.local);
     if (s == CT_OK) s = ct_zero_check(ctx, r, R.task, R.world);
     if (s == CT_OK && r->deterministic) { /* the plan is built for one chunk; this rank reads K / N of them */
@@ -751,5 +760,6 @@ ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, 
     ct_optimizer_free(R.opt);
     ct_plan_free(R.plan);
     if (!o->task) ct_task_free(R.task);
+    ct_tp_free(&R);
     return s;
 }

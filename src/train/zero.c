@@ -213,6 +213,11 @@ ct_status ct_zero_agree(ct_zero *z, int *overflow, int *all_zero) {
     return CT_OK;
 }
 
+void ct_zero_segment(const ct_zero *z, size_t *b, size_t *e) {
+    *b = z->offs[z->rank];
+    *e = *b + z->counts[z->rank];
+}
+
 ct_status ct_zero_clip_grad_norm(ct_zero *z, float max_norm, float *total) {
     float *g;
     CT_TRY(ct_plan_param_arena(z->plan, NULL, &g, NULL));
