@@ -347,5 +347,142 @@ TEST(deep_mlp_memory_and_time) {
     ct_context_free(ctx);
 }
 
+
+/* ---- recompute_blocks: checkpointing by transformer blocks ---------------------------------------- */
+
+/* A 4-block GPT (bert: BERT) with dropout 0.1 on ids (2, 32), its loss
+ * compiled with recompute_blocks = blocks (every = recompute_every). */
+static ct_status lm_plan(ct_context *ctx, int bert, int blocks, int every, ct_plan **p, ct_node *ids, ct_node *lab) {
+    ct_graph *g;
+    ct_node logits, flat, loss;
+    const int64_t V = 65, B = 2, T = 32;
+    ct_gpt_config gc = {V, T, 4, 2, 32, 0.1f, 1, 0};
+    ct_bert_config bc = {V, T, 4, 2, 32, 64, 2, 0.1f, 1e-12f};
+    *p = NULL;
+    ct_status s = ct_graph_create(ctx, &g);
+    if (s != CT_OK) return s;
+    s = ct_input(g, "ids", CT_I32, 2, (int64_t[]){B, T}, ids);
+    if (s == CT_OK) s = ct_input(g, "labels", CT_I32, 1, (int64_t[]){B * T}, lab);
+    if (s == CT_OK)
+        s = bert ? ct_model_bert(g, *ids, CT_NONE, CT_NONE, CT_NONE, &bc, &logits) : ct_model_gpt(g, *ids, &gc, &logits);
+    if (s == CT_OK) s = ct_reshape(g, logits, 2, (int64_t[]){B * T, V}, &flat);
+    if (s == CT_OK) s = ct_cross_entropy(g, flat, *lab, 0.0f, -100, &loss);
+    ct_compile_opts o;
+    ct_compile_opts_default(&o);
+    o.recompute_blocks = blocks;
+    o.recompute_every = every;
+    if (s == CT_OK) s = ct_compile(g, loss, 0, NULL, &o, p);
+    ct_graph_free(g);
+    if (s != CT_OK) return s;
+    ct_tensor t;
+    ct_plan_tensor(*p, *ids, &t);
+    for (int i = 0; i < B * T; i++) ((int32_t *)t.data)[i] = (i * 7 + 3) % (int)V;
+    ct_plan_tensor(*p, *lab, &t);
+    for (int i = 0; i < B * T; i++) ((int32_t *)t.data)[i] = (i * 11 + 5) % (int)V;
+    return CT_OK;
+}
+
+/* Recompute copies (CT_NODE_RECOMPUTE) whose name starts with prefix. */
+static int copies_named(const ct_plan *p, const char *prefix) {
+    int n = 0;
+    for (int i = 0; i < p->g.n; i++)
+        n += (p->g.nodes[i].flags & CT_NODE_RECOMPUTE) && !strncmp(p->g.nodes[i].name, prefix, strlen(prefix));
+    return n;
+}
+
+/* recompute_blocks 1, 2, 4 against 0: the loss and every gradient bit for
+ * bit over two steps (dropout active: its masks are regenerated), fewer
+ * activation bytes with 1 and 2; the last block is recomputed, the tail
+ * (final norm, head, loss) never. */
+static void check_blocks(int bert) {
+    ct_context *ctx = test_ctx(-1, 1);
+    const char *last = bert ? "bert.encoder.layer.3." : "transformer.h.3.";
+    const char *tail = bert ? "cls." : "transformer.ln_f";
+    static const int k_blocks[] = {0, 1, 2, 4};
+    ct_plan *p[4] = {0};
+    ct_node ids, lab;
+    for (int c = 0; c < 4; c++) CHECK_OK(ctx, lm_plan(ctx, bert, k_blocks[c], 0, &p[c], &ids, &lab));
+    ct_plan_stats st[4];
+    for (int c = 0; c < 4 && p[c]; c++) ct_plan_get_stats(p[c], &st[c]);
+    for (uint64_t stepno = 1; stepno <= 2 && p[0] && p[1] && p[2] && p[3]; stepno++) {
+        float loss[4], *w[4], *gr[4];
+        size_t np[4];
+        for (int c = 0; c < 4; c++) {
+            ct_plan_set_step(p[c], stepno);
+            CHECK_OK(ctx, ct_plan_forward(p[c], 1));
+            CHECK_OK(ctx, ct_plan_backward(p[c]));
+            CHECK_OK(ctx, ct_plan_loss(p[c], &loss[c]));
+            CHECK_OK(ctx, ct_plan_param_arena(p[c], &w[c], &gr[c], &np[c]));
+        }
+        for (int c = 1; c < 4; c++) {
+            CHECK_MSG(!memcmp(&loss[0], &loss[c], sizeof loss[0]), "%s blocks=%d step %d: loss %.9g vs %.9g",
+                      bert ? "bert" : "gpt", k_blocks[c], (int)stepno, (double)loss[c], (double)loss[0]);
+            CHECK_MSG(np[c] == np[0] && same_bits(gr[0], gr[c], np[0] * sizeof(float)),
+                      "%s blocks=%d step %d: gradient %zu of %zu differs", bert ? "bert" : "gpt", k_blocks[c],
+                      (int)stepno, first_diff(gr[0], gr[c], np[0]), np[0]);
+        }
+        for (int c = 0; c < 4; c++)
+            for (size_t i = 0; i < np[c]; i++) w[c][i] -= 0.05f * gr[c][i];
+    }
+    for (int c = 1; c < 4 && p[c]; c++) {
+        int n_last = copies_named(p[c], last), n_tail = copies_named(p[c], tail);
+        printf("    %s recompute_blocks=%d: activations %zu -> %zu bytes (%+.0f%%), %d nodes -> %d, last block copies "
+               "%d, tail copies %d; loss and gradients identical\n",
+               bert ? "bert" : "gpt", k_blocks[c], st[0].activation_bytes, st[c].activation_bytes,
+               100.0 * ((double)st[c].activation_bytes / (double)st[0].activation_bytes - 1.0), (int)st[0].n_nodes,
+               (int)st[c].n_nodes, n_last, n_tail);
+        CHECK_MSG(n_tail == 0, "recompute_blocks=%d: %d copies of the tail (%s...)", k_blocks[c], n_tail, tail);
+        if (k_blocks[c] <= 2) {
+            CHECK_MSG(st[c].activation_bytes < st[0].activation_bytes, "recompute_blocks=%d: %zu bytes, not fewer than %zu",
+                      k_blocks[c], st[c].activation_bytes, st[0].activation_bytes);
+            CHECK_MSG(n_last > 0, "recompute_blocks=%d: the last block (%s...) is not recomputed", k_blocks[c], last);
+        }
+    }
+    CHECK(copies_named(p[0], "") == 0);
+    for (int c = 0; c < 4; c++) ct_plan_free(p[c]);
+    ct_context_free(ctx);
+}
+
+TEST(gpt_recompute_blocks_bit_exact_and_smaller) { check_blocks(0); }
+TEST(bert_recompute_blocks_bit_exact_and_smaller) { check_blocks(1); }
+
+/* recompute_blocks with recompute_every, negative, or on a graph without
+ * block marks: CT_E_INVALID_ARG naming the fix; ct_graph_mark_block checks x. */
+TEST(recompute_blocks_errors) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_plan *p = NULL;
+    ct_node ids, lab;
+    CHECK(lm_plan(ctx, 0, 2, 1, &p, &ids, &lab) == CT_E_INVALID_ARG && !p);
+    CHECK(strstr(ct_context_last_error(ctx), "use one"));
+    CHECK(lm_plan(ctx, 1, -1, 0, &p, &ids, &lab) == CT_E_INVALID_ARG && !p);
+    CHECK(strstr(ct_context_last_error(ctx), "recompute_blocks -1"));
+    ct_graph *g;
+    CHECK_OK(ctx, ct_graph_create(ctx, &g));
+    ct_node x, y, logits, loss;
+    CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){4, 6}, &x));
+    CHECK_OK(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){4}, &y));
+    CHECK_OK(ctx, ct_model_mlp(g, x, 2, (int64_t[]){8, 8}, 3, CT_ACT_RELU, 0.1f, &logits));
+    CHECK_OK(ctx, ct_cross_entropy(g, logits, y, 0, -100, &loss));
+    ct_compile_opts o;
+    ct_compile_opts_default(&o);
+    CHECK(o.recompute_blocks == 0);
+    o.recompute_blocks = 1;
+    CHECK(ct_compile(g, loss, 0, NULL, &o, &p) == CT_E_INVALID_ARG && !p);
+    printf("    %s\n", ct_context_last_error(ctx));
+    CHECK(strstr(ct_context_last_error(ctx), "has none: use recompute_every"));
+    CHECK(ct_graph_mark_block(g, 12345) != CT_OK);
+    /* one marked block (no previous block to repeat): it joins the tail, nothing is recomputed */
+    CHECK_OK(ctx, ct_graph_mark_block(g, logits));
+    ct_node l2;
+    CHECK_OK(ctx, ct_scale(g, loss, 0.5f, &l2));
+    CHECK_OK(ctx, ct_compile(g, l2, 0, NULL, &o, &p));
+    CHECK(copies_named(p, "") == 0);
+    ct_plan_free(p);
+    ct_graph_free(g);
+    ct_context_free(ctx);
+}
+
 TEST_MAIN(T(mlp_dropout_recompute_is_bit_exact), T(cnn_batchnorm_recompute_is_bit_exact_and_updates_running_stats_once),
-          T(bf16_recompute_reads_the_kept_weight_copies), T(recompute_options), T(deep_mlp_memory_and_time))
+          T(bf16_recompute_reads_the_kept_weight_copies), T(recompute_options), T(deep_mlp_memory_and_time),
+          T(gpt_recompute_blocks_bit_exact_and_smaller), T(bert_recompute_blocks_bit_exact_and_smaller),
+          T(recompute_blocks_errors))

@@ -98,4 +98,21 @@ expect sample_missing_checkpoint 1 "no checkpoint at" -- "$CT" sample --checkpoi
 expect sample_bert_checkpoint 1 "'bert' model; ctrain sample needs a GPT" -- "$CT" sample --checkpoint "$tmp/bert"
 expect sample_no_checkpoint_flag 2 "--checkpoint DIR is required" -- "$CT" sample --tokens 5
 
+# recompute_blocks (checkpointing by transformer blocks): the activation arena of `ctrain graph` falls for the
+# presets gpt-char-small and gpt2-124m (batch 8, their full context; plan only, nothing allocated)
+arena() { "$CT" graph --recipe "$1" "${@:2}" --quiet 2>&1 | sed -n 's/.*activation arena \([0-9.]*\) MiB.*/\1/p'; }
+for m in gpt-char-small gpt2-124m; do
+  printf '{"model": "%s", "dataset": "moby-dick", "batch_size": 8}\n' "$m" > "$tmp/$m.json"
+  a0=$(arena "$tmp/$m.json"); a2=$(arena "$tmp/$m.json" --set recompute_blocks=2)
+  echo "       $m batch 8: activation arena $a0 MiB, with recompute_blocks=2 $a2 MiB"
+  if [ -n "$a0" ] && [ -n "$a2" ] && awk -v a="$a0" -v b="$a2" 'BEGIN { exit !(b < a) }'; then ok "recompute_blocks_arena_$m"
+  else bad "recompute_blocks_arena_$m ($a0 -> $a2 MiB)"; fi
+done
+expect recompute_blocks_train 0 "recompute_blocks.*done: 3 steps" -- \
+  "$CT" train "${TINY[@]}" --set n_layer=2 --set recompute_blocks=1 --max-steps 3 --set log_every=1
+expect recompute_blocks_with_every 1 "'recompute_every' \(1\) and 'recompute_blocks' \(2\) are both set; use one" -- \
+  "$CT" train "${TINY[@]}" --set recompute_every=1 --set recompute_blocks=2
+expect recompute_blocks_not_cnn 1 "'recompute_blocks' does not apply to model 'cnn'" -- \
+  "$CT" train --model cnn --set recompute_blocks=1
+
 summary text_cli_test

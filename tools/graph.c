@@ -147,6 +147,7 @@ int ct_cli_graph(int argc, char **argv) {
         co.keep_fp32 = r.keep_fp32;
         co.accumulate_grads = r.accumulate_steps > 1;
         co.recompute_every = r.recompute_every;
+        co.recompute_blocks = r.recompute_blocks;
         co.recompute_ops = r.recompute_ops == CT_RECOMPUTE_OPS_CHEAP ? CT_RECOMPUTE_CHEAP
                            : r.recompute_ops == CT_RECOMPUTE_OPS_ALL ? CT_RECOMPUTE_ALL
                                                                      : 0;

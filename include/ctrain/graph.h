@@ -266,6 +266,12 @@ const char *ct_node_name(const ct_graph *g, ct_node n);
 const char *ct_node_op_name(const ct_graph *g, ct_node n);
 /* Sets the name of a node (layer names are used in errors and traces). */
 ct_status ct_node_set_name(ct_graph *g, ct_node n, const char *name);
+/* x is the input of a new block (a transformer layer): the nodes built from
+ * here until the next mark belong to that block (its first node is flagged,
+ * so every copy of the graph keeps the marks). The recompute pass's
+ * ct_compile_opts.recompute_blocks groups blocks into segments. Builders
+ * call it at the top of each block (ct_model_gpt, ct_model_bert). */
+ct_status ct_graph_mark_block(ct_graph *g, ct_node x);
 
 /* ---- compile and run ----------------------------------------------------- */
 /* Op kinds for ct_compile_opts.recompute_ops (a bitmask). */
@@ -371,10 +377,27 @@ typedef struct ct_compile_opts {
      *    the listed op kinds (CT_RECOMPUTE_*, e.g. CT_RECOMPUTE_CHEAP) are
      *    recomputed from their inputs during backward, in every layer.
      *  - both 0 (default): everything backward reads is kept.
+     *  - recompute_blocks = N >= 1 (instead of recompute_every): by blocks
+     *    (ct_graph_mark_block: transformer layers) rather than layers, as
+     *    PyTorch's checkpoint_sequential over the blocks. Blocks are grouped
+     *    from the first into segments of N; only the segment boundaries
+     *    (the inputs of blocks 0, N, 2N, ... and whatever else a segment
+     *    passes to another) are kept, the rest of each segment is recomputed
+     *    in backward, every op kind (collectives too: a recomputed
+     *    segment repeats its tensor-parallel collectives in the same order
+     *    on every rank) but those the pass never recomputes; recompute_ops,
+     *    if set, limits the kinds. Nodes before the first block and after
+     *    the last (final norm, head, loss) are never recomputed. The end of
+     *    the last block is where its node sequence, repeating the previous
+     *    block's op for op, ends; if it does not repeat it, the last block
+     *    is kept with the tail. Setting both recompute_every and
+     *    recompute_blocks, or recompute_blocks on a graph without block
+     *    marks, is CT_E_INVALID_ARG.
      * Gradients, the loss and running statistics are bit for bit those of
      * the plan without recomputation (same kernels, same inputs). */
     int recompute_every;
     uint32_t recompute_ops;
+    int recompute_blocks;
     /* 1: run every pass but the allocation: the plan reports its memory
      * (ct_plan_get_stats) without taking it, and cannot run (forward and
      * backward return CT_E_STATE). For sizing a configuration before paying

@@ -98,6 +98,7 @@ typedef struct ct_recipe {
     float clip_grad_value;   /* clamp every gradient to [-v, v] (0: off)          */
     int recompute_every;     /* activation checkpointing every N layers (0: off) */
     ct_recompute_kinds recompute_ops; /* op kinds recomputed                 */
+    int recompute_blocks;    /* activation checkpointing every N transformer blocks (0: off) */
     /* language models (model gpt / bert; tools/train_text.c) */
     char preset[16];         /* a preset of the model (ct_model_preset_name; "": its first) */
     int n_layer, n_head;     /* 0: the preset's                                 */

@@ -122,6 +122,8 @@ enum {
     CT_NODE_KEEP_STATS = 8, /* node flag (batchnorm): a training-mode forward uses batch
                                statistics but leaves the running stats untouched
                                (ct_plan_set_update_running_stats(p, 0)) */
+    CT_NODE_BLOCK = 16, /* node flag: the first node of a block (ct_graph_mark_block); the
+                           recompute pass's recompute_blocks segments are groups of blocks */
 };
 
 typedef struct ct_node_def {

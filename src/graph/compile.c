@@ -97,6 +97,7 @@ void ct_compile_opts_default(ct_compile_opts *o) {
     o->accumulate_grads = 0;
     o->recompute_every = 0;
     o->recompute_ops = 0;
+    o->recompute_blocks = 0;
     o->plan_only = 0;
     o->fusion_level = 0; /* the library's plans stay as they were; recipes default to 1 */
     o->fusion_rules = NULL;
@@ -129,6 +130,7 @@ ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *
     p->accumulate_grads = opts->accumulate_grads != 0;
     p->recompute_every = opts->recompute_every;
     p->recompute_ops = opts->recompute_ops;
+    p->recompute_blocks = opts->recompute_blocks;
     p->plan_only = opts->plan_only;
     p->precision = opts->precision;
     p->fusion_level = opts->fusion_level;

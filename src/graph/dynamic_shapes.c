@@ -76,6 +76,7 @@ ct_status ct_plan_add_shape(ct_plan *p, ct_graph *g, ct_node loss, int n_outputs
     o.accumulate_grads = p->accumulate_grads;
     o.recompute_every = p->recompute_every;
     o.recompute_ops = p->recompute_ops;
+    o.recompute_blocks = p->recompute_blocks;
     o.fusion_level = p->fusion_level; /* the same fusions, so the same nodes */
     o.fusion_rules = p->rules_copy;
     o.memory_opt = p->memory_opt;

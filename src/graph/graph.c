@@ -37,6 +37,10 @@ ct_status ct_graph_push(ct_graph *g, const ct_node_def *def, ct_node *out) {
     g->nodes[g->n] = *def;
     if (g->mixed && def->op != CT_OP_CAST && def->n_in > 0) g->nodes[g->n].dtype = ct_graph_infer_dtype(g, def);
     if (!def->name[0]) snprintf(g->nodes[g->n].name, CT_NAME_LEN, "%s_%d", ct_op_table(def->op)->name, g->n);
+    if (g->block_pending) { /* ct_graph_mark_block: this node starts a block */
+        g->nodes[g->n].flags |= CT_NODE_BLOCK;
+        g->block_pending = 0;
+    }
     if (out) *out = g->n;
     g->n++;
     return CT_OK;
@@ -824,6 +828,12 @@ ct_dtype ct_node_dtype(const ct_graph *g, ct_node n) { return n >= 0 && n < g->n
 const char *ct_node_name(const ct_graph *g, ct_node n) { return n >= 0 && n < g->n ? g->nodes[n].name : ""; }
 const char *ct_node_op_name(const ct_graph *g, ct_node n) {
     return n >= 0 && n < g->n ? ct_op_table(g->nodes[n].op)->name : "";
+}
+ct_status ct_graph_mark_block(ct_graph *g, ct_node x) {
+    if (!g) return CT_E_INVALID_ARG;
+    CT_TRY(ct_graph_check_node(g, x, "mark_block"));
+    g->block_pending = 1; /* ct_graph_push flags the block's first node */
+    return CT_OK;
 }
 ct_status ct_node_set_name(ct_graph *g, ct_node n, const char *name) {
     CT_TRY(ct_graph_check_node(g, n, "set_name"));

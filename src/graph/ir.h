@@ -19,6 +19,8 @@ struct ct_graph {
      * is in its ia[]: CT_SHARD_IA_* below. */
     struct ct_comm *tp;
     int tp_rank, tp_size;
+    /* ct_graph_mark_block: the next node pushed gets CT_NODE_BLOCK. */
+    int block_pending;
 };
 /* A param node's shard attributes: ia[DIM] = split dim + 1 (0: not split),
  * ia[GROUPS], ia[FULL], ia[PADDED] as ct_shard's. */

@@ -98,6 +98,7 @@ struct ct_plan {
     void *grad_ready_user;
     int recompute_every;     /* ct_compile_opts, read by the recompute pass    */
     uint32_t recompute_ops;
+    int recompute_blocks;    /* ct_compile_opts: checkpointing by blocks       */
     int plan_only; /* compiled without allocation (ct_compile_opts.plan_only) */
     ct_node_hook_fn node_hook; /* per-node events (ct_plan_set_node_hook); NULL: off */
     void *node_hook_user;

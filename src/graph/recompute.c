@@ -1,6 +1,6 @@
 /* src/graph/recompute.c - activation checkpointing as a graph pass (runs
  * after autodiff, before liveness; ct_compile_opts.recompute_every /
- * recompute_ops).
+ * recompute_blocks / recompute_ops).
  *
  * Layers: a "layer" is an anchor node (linear, matmul, conv2d) and the
  * forward nodes after it, in node order, up to the next anchor. Nodes before
@@ -9,6 +9,15 @@
  * recomputed. Checkpoint mode groups the other layers from the first into
  * segments of recompute_every layers; selective mode (recompute_every = 0)
  * uses one segment per layer.
+ *
+ * Blocks (recompute_blocks = N, checkpoint mode): segments are groups of N
+ * blocks marked by the builder (ct_graph_mark_block flags a block's first
+ * node) instead of layers; nodes before the first block and after the last
+ * (block_segments says where it ends) are never recomputed. Only the segment
+ * assignment differs: R, the pay-off and the rewiring are the same. A
+ * recomputed segment's copies run in forward order between the same
+ * backward nodes on every rank, so its collectives (tensor parallelism)
+ * are repeated in the same order everywhere.
  *
  * The dropped set R: forward nodes of a segment whose op kind is in the mask
  * (recompute_ops, all kinds when 0), except the loss, the outputs, and in
@@ -88,7 +97,7 @@ static void emit_copies(rc_state *st, ct_node v) {
         ct_node_def c = st->old[u];
         for (int j = 0; j < c.n_in; j++)
             if (st->drop[c.in[j]]) c.in[j] = st->copy[c.in[j]]; /* forward ids do not move */
-        c.flags |= CT_NODE_BACKWARD | CT_NODE_RECOMPUTE;
+        c.flags = (c.flags | CT_NODE_BACKWARD | CT_NODE_RECOMPUTE) & ~(uint32_t)CT_NODE_BLOCK;
         copy_name(c.name, st->old[u].name);
         st->out[st->m] = c;
         st->copy[u] = st->m++;
@@ -105,6 +114,41 @@ static void mark_segments(const ct_node_def *old, int nf, int n_layers, int per,
         if (is_anchor(old[i].op)) layer++;
         seg[i] = is_leaf(old[i].op) || layer < 0 || layer == n_layers - 1 ? -1 : layer / per;
     }
+}
+
+/* Block mode (recompute_blocks): the forward nodes flagged CT_NODE_BLOCK
+ * (ct_graph_mark_block). */
+static int count_blocks(const ct_node_def *old, int nf) {
+    int n = 0;
+    for (int i = 0; i < nf; i++) n += (old[i].flags & CT_NODE_BLOCK) != 0;
+    return n;
+}
+
+/* Block mode: block b is the nodes from its flagged first node up to the
+ * next block's; the last block ends where its op sequence, repeating the
+ * previous block's (same length, same op and input count node for node),
+ * ends: the nodes after it (final norm, head, loss) are the tail. When it
+ * does not repeat it (or there is no previous block) the last block joins
+ * the tail. seg[i] = block / per, -1 for leaves, nodes before the first
+ * block and the tail. Returns the number of segments. */
+static int block_segments(const ct_node_def *old, int nf, int per, int *seg) {
+    int last = -1, prev = -1;
+    for (int i = 0; i < nf; i++)
+        if (old[i].flags & CT_NODE_BLOCK) prev = last, last = i;
+    int end = last; /* the tail's first node */
+    if (prev >= 0 && last + (last - prev) <= nf) {
+        int same = 1;
+        for (int k = 0; k < last - prev && same; k++)
+            same = old[prev + k].op == old[last + k].op && old[prev + k].n_in == old[last + k].n_in;
+        if (same) end = last + (last - prev);
+    }
+    int n_blocks = 0;
+    for (int i = 0, b = -1; i < nf; i++) {
+        if (old[i].flags & CT_NODE_BLOCK) b++;
+        if (i < end && (old[i].flags & CT_NODE_BLOCK)) n_blocks++;
+        seg[i] = is_leaf(old[i].op) || b < 0 || i >= end ? -1 : b / per;
+    }
+    return (n_blocks + per - 1) / per;
 }
 
 /* R before the pay-off: forward nodes of a segment whose kind (the op
@@ -246,28 +290,46 @@ static ct_status rewire(ct_plan *p, const uint8_t *drop, int n_drop) {
 }
 
 ct_status ct_pass_recompute(ct_plan *p) {
-    int every = p->recompute_every;
+    const int every = p->recompute_every, blocks = p->recompute_blocks, nf = p->n_fwd;
     uint32_t mask = p->recompute_ops;
     if (every < 0)
         return ct_set_error(p->ctx, CT_E_INVALID_ARG, "compile: recompute_every %d must be >= 0", every);
+    if (blocks < 0)
+        return ct_set_error(p->ctx, CT_E_INVALID_ARG, "compile: recompute_blocks %d must be >= 0", blocks);
+    if (every > 0 && blocks > 0)
+        return ct_set_error(p->ctx, CT_E_INVALID_ARG,
+                            "compile: recompute_every %d and recompute_blocks %d are both set: use one "
+                            "(recompute_blocks checkpoints by transformer blocks, recompute_every by layers)",
+                            every, blocks);
     if (mask & ~(uint32_t)CT_RECOMPUTE_ALL)
         return ct_set_error(p->ctx, CT_E_INVALID_ARG,
                             "compile: recompute_ops 0x%x has bits outside CT_RECOMPUTE_ALL (0x%x)", (unsigned)mask,
                             (unsigned)CT_RECOMPUTE_ALL);
-    if (p->seed == CT_NONE || (every == 0 && mask == 0)) return CT_OK; /* off, or forward only */
+    if (blocks > 0 && count_blocks(p->g.nodes, nf) == 0)
+        return ct_set_error(p->ctx, CT_E_INVALID_ARG,
+                            "compile: recompute_blocks %d needs a model built of blocks (ct_graph_mark_block: the "
+                            "transformers mark theirs); this graph has none: use recompute_every (by layers)",
+                            blocks);
+    if (p->seed == CT_NONE || (every == 0 && blocks == 0 && mask == 0)) return CT_OK; /* off, or forward only */
     if (!mask) mask = CT_RECOMPUTE_ALL;
-    const int per = every > 0 ? every : 1, nf = p->n_fwd;
+    const int per = blocks > 0 ? blocks : every > 0 ? every : 1;
     int n_layers = 0;
     for (int i = 0; i < nf; i++) n_layers += is_anchor(p->g.nodes[i].op);
-    if (n_layers < 2) return CT_OK; /* only the last layer: nothing to recompute */
+    if (blocks == 0 && n_layers < 2) return CT_OK; /* only the last layer: nothing to recompute */
 
     int *seg = malloc(sizeof(int) * (size_t)nf);
     uint8_t *drop = calloc((size_t)nf, 1), *keep = calloc((size_t)nf, 1);
     ct_status s = seg && drop && keep ? CT_OK : oom(p);
-    if (s == CT_OK) {
+    int n_seg = 0;
+    if (s == CT_OK && blocks > 0) {
+        n_seg = block_segments(p->g.nodes, nf, per, seg);
+    } else if (s == CT_OK) {
         mark_segments(p->g.nodes, nf, n_layers, per, seg);
-        choose_dropped(p, seg, every > 0, mask, keep, drop);
-        s = apply_payoff(p, seg, (n_layers - 1 + per - 1) / per, keep, drop);
+        n_seg = (n_layers - 1 + per - 1) / per;
+    }
+    if (s == CT_OK && n_seg > 0) {
+        choose_dropped(p, seg, every > 0 || blocks > 0, mask, keep, drop);
+        s = apply_payoff(p, seg, n_seg, keep, drop);
     }
     int n_drop = 0;
     for (int i = 0; s == CT_OK && i < nf; i++) n_drop += drop[i];

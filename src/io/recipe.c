@@ -131,6 +131,8 @@ static const key_def k_keys[] = {
     {"clip_grad_value", K_F32, OFF(clip_grad_value), 0, 0, 1e9, NULL, M_ALL, NULL, "clamp every gradient to [-v, v] (0: off)"},
     {"recompute_every", K_INT, OFF(recompute_every), 0, 0, 1e6, NULL, M_ALL, NULL,
      "activation checkpointing: keep every N-th layer's boundary, recompute the rest in backward (0: off)"},
+    {"recompute_blocks", K_INT, OFF(recompute_blocks), 0, 0, 1e6, NULL, M_LM, NULL,
+     "activation checkpointing by transformer blocks: keep the input of every N-th block, recompute the rest of each group of N in backward (checkpoint_sequential; not with recompute_every; 0: off)"},
     {"recompute_ops", K_ENUM, OFF(recompute_ops), 0, 0, 0, "none|cheap|all", M_ALL, NULL,
      "op kinds recomputed (cheap: activations, elementwise, dropout, norms); alone: selective recomputation per layer"},
     {"fusion_level", K_INT, OFF(fusion_level), 0, 0, 2, NULL, M_ALL, NULL,
@@ -798,6 +800,10 @@ ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
                             r->width_div);
     if (r->warmup_epochs > 0 && r->warmup_steps > 0)
         return ct_set_error(ctx, CT_E_CONFIG, "recipe keys 'warmup_epochs' and 'warmup_steps' are both set; keep one");
+    if (r->recompute_every > 0 && r->recompute_blocks > 0)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe keys 'recompute_every' (%d) and 'recompute_blocks' (%d) are both "
+                            "set; use one (recompute_blocks: by transformer blocks, recompute_every: by layers)",
+                            r->recompute_every, r->recompute_blocks);
     int lm = ct_model_family_of(r->model) == CT_MODEL_FAMILY_TEXT;
     if (lm && r->dataset != CT_DATASET_MOBY_DICK && !r->text_file[0])
         return ct_set_error(ctx, CT_E_CONFIG, "model '%s' trains on text: set dataset 'moby-dick' or 'text_file'",

@@ -239,6 +239,7 @@ ct_status ct_model_gpt(ct_graph *g, ct_node ids, const ct_gpt_config *c, ct_node
     CT_TRY(dropout(&b, x, c->dropout, &x));
     for (int i = 0; i < c->n_layer; i++) {
         snprintf(b.prefix, sizeof b.prefix, "transformer.h.%d.", i);
+        CT_TRY(ct_graph_mark_block(g, x)); /* recompute_blocks' unit */
         CT_TRY(layernorm(&b, x, "ln_1", D, c->bias, eps, &h));
         CT_TRY(col_linear(&b, h, "attn.c_attn", D, 3 * D, c->bias, std, 3, &h));
         CT_TRY(ct_attention(g, h, H, 1, CT_NONE, &a));
@@ -351,6 +352,7 @@ ct_status ct_model_bert(ct_graph *g, ct_node ids, ct_node key_valid, ct_node tok
     CT_TRY(dropout(&b, x, c->dropout, &x));
     for (int i = 0; i < c->n_layer; i++) {
         snprintf(b.prefix, sizeof b.prefix, "bert.encoder.layer.%d.", i);
+        CT_TRY(ct_graph_mark_block(g, x)); /* recompute_blocks' unit */
         CT_TRY(col_linear(&b, x, "attention.qkv", D, 3 * D, 1, std, 3, &h));
         CT_TRY(ct_attention(g, h, H, 0, key_valid, &a));
         CT_TRY(ct_node_set_name(g, a, nm(&b, buf, "attention")));

@@ -84,6 +84,7 @@ static void compile_opts(const ct_recipe *r, ct_compile_opts *co) {
     ct_compile_opts_default(co);
     co->accumulate_grads = r->accumulate_steps > 1;
     co->recompute_every = r->recompute_every;
+    co->recompute_blocks = r->recompute_blocks;
     co->recompute_ops = r->recompute_ops == CT_RECOMPUTE_OPS_CHEAP ? CT_RECOMPUTE_CHEAP
                         : r->recompute_ops == CT_RECOMPUTE_OPS_ALL ? CT_RECOMPUTE_ALL
                                                                    : 0;
@@ -362,18 +363,21 @@ static ct_status evaluate(ct_run *R, ct_task_eval *ev) {
  * trains without it and says so. Compares two plan_only compiles. */
 static ct_status recompute_pays(ct_run *R) {
     ct_recipe *r = &R->local;
-    if ((r->recompute_every <= 0 && r->recompute_ops == CT_RECOMPUTE_OPS_NONE) || !r->memory_opt) return CT_OK;
+    if ((r->recompute_every <= 0 && r->recompute_blocks <= 0 && r->recompute_ops == CT_RECOMPUTE_OPS_NONE) ||
+        !r->memory_opt)
+        return CT_OK;
     ct_recipe off = *r;
     off.recompute_every = 0;
+    off.recompute_blocks = 0;
     off.recompute_ops = CT_RECOMPUTE_OPS_NONE;
     double b_on, a_on, b_off, a_off;
     CT_TRY(plan_bytes(R->ctx, R->tp, R->task, r, &b_on, &a_on));
     CT_TRY(plan_bytes(R->ctx, R->tp, R->task, &off, &b_off, &a_off));
     if (a_on < a_off) return CT_OK;
-    ct_run_say(R, "warning: recomputation (recompute_every %d, recompute_ops %s) would not lower this model's activation "
-           "peak (%.1f MiB with it, %.1f without; `ctrain graph --set recompute_every=N` shows both): training "
-           "without it\n",
-        r->recompute_every,
+    ct_run_say(R, "warning: recomputation (recompute_every %d, recompute_blocks %d, recompute_ops %s) would not lower "
+           "this model's activation peak (%.1f MiB with it, %.1f without; `ctrain graph --set recompute_every=N` or "
+           "`--set recompute_blocks=N` shows both): training without it\n",
+        r->recompute_every, r->recompute_blocks,
         r->recompute_ops == CT_RECOMPUTE_OPS_CHEAP ? "cheap" : r->recompute_ops == CT_RECOMPUTE_OPS_ALL ? "all" : "none",
         MIB(a_on), MIB(a_off));
     *r = off;
