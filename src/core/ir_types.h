@@ -104,7 +104,7 @@ typedef enum ct_op {
     CT_OP_MATMUL_AUX,  /* matmul(a, aux of in[1] viewed 2D (rows, last dim of in[1])):
                           in: a, a UNARY_BWD_KEEP node (read for its aux and shape only);
                           ia[0] trans_a, ia[1] trans_b as MATMUL                         */
-    /* tensor parallelism (graph/tp_ops.c: the collective kernels live there, as
+    /* tensor parallelism (graph/tp_kernels.c: the collective kernels live there, as
        kernels may not call the communicator; ct_kargs.group is the group) */
     CT_OP_TP_COPY,     /* identity forward (Megatron's f); backward: a TP_REDUCE of dy    */
     CT_OP_TP_REDUCE,   /* in: x; sum over the tensor group (Megatron's g); backward: dy   */
@@ -180,7 +180,7 @@ typedef struct ct_kargs {
     uint64_t seed;
     int nthreads;
     struct ct_comm *group;              /* the graph's tensor group (NULL: none): only the
-                                           collective ops' kernels (graph/tp_ops.c) use it;
+                                           collective ops' kernels (graph/tp_kernels.c) use it;
                                            kernels in src/kernels never call it */
 } ct_kargs;
 

@@ -153,7 +153,7 @@ size_t ct_aux_bn_relu(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_linear_pro(const ct_graph *g, const ct_node_def *d);
 size_t ct_ws_gemm_pro(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_unary_bwd_keep(const ct_graph *g, const ct_node_def *d);
-/* Tensor parallelism's collective ops (tp_ops.c): their kernels call the
+/* Tensor parallelism's collective ops (tp_kernels.c): their kernels call the
  * communicator (ct_kargs.group), so they live in the graph layer. */
 ct_status ct_k_tp_copy(ct_kargs *k);
 ct_status ct_k_tp_reduce(ct_kargs *k);

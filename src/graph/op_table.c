@@ -75,7 +75,7 @@ static const ct_op_info k_ops[] = {
     [CT_OP_WINDOW_BIAS_BWD] = {"window_bias_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {[CT_KERNEL_REF] = ct_k_window_bias_bwd_ref}, 0, ct_ws_sum, 0},
     [CT_OP_UNARY_BWD_KEEP] = {"unary_bwd_keep", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(unary_bwd_keep)}, ct_aux_unary_bwd_keep, 0, 0, .inplace = 1},
     [CT_OP_MATMUL_AUX] = {"matmul_aux", FACTS(NEVER, FOLLOW, FUSED_GEMM, PROMOTE), {DNNL(matmul_aux)}, 0, 0, ct_onednn_cache_free, 1u << 1},
-    /* tensor parallelism (tp_ops.c): tp_copy / tp_reduce are recomputable (ELTWISE): every rank
+    /* tensor parallelism (tp_kernels.c): tp_copy / tp_reduce are recomputable (ELTWISE): every rank
        replays them in the same order; tp_copy copies any dtype's bytes, tp_reduce sums FP32
        (low-precision I/O through the executor's FP32 copies) */
     [CT_OP_TP_COPY] = {"tp_copy", FACTS(ELTWISE, FOLLOW, ELEMENTWISE, PROMOTE), {[CT_KERNEL_REF] = ct_k_tp_copy}, 0, 0, 0, .lowp_native = 1, .inplace = 1},

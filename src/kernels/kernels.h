@@ -38,7 +38,7 @@ ct_status ct_k_window_bias_ref(ct_kargs *k);
 ct_status ct_k_window_bias_bwd_ref(ct_kargs *k);
 
 /* The vocabulary-parallel cross entropy (kernels/ref/cross_entropy_vp.c): the
- * local steps of the forward, whose kernel (graph/tp_ops.c) runs them with
+ * local steps of the forward, whose kernel (graph/tp_kernels.c) runs them with
  * the tensor group's allreduces between (aux: 4 x rows doubles), and the
  * backward (no collective). */
 ct_status ct_ce_vp_check_labels(ct_kargs *k, int64_t *count);

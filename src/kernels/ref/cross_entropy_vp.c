@@ -2,7 +2,7 @@
  * vocabulary-parallel cross entropy (CT_OP_CROSS_ENTROPY_VP): this rank's
  * logits (..., Vl) are the global columns [col0, col0 + Vl); global columns
  * >= vocab are padding, absent from the softmax and the loss. The forward
- * kernel (graph/tp_ops.c) runs the steps below with the tensor group's
+ * kernel (graph/tp_kernels.c) runs the steps below with the tensor group's
  * allreduces between them (kernels never call the communicator); the
  * backward needs no collective and lives here whole.
  *
