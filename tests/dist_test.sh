@@ -3,6 +3,7 @@
 # mpirun runs under `timeout -k`, on a 640-image MNIST subset with a small
 # MLP (no dropout), 2 epochs of global batch 32 = 40 steps:
 #   - the communicator's collectives on 2 and 4 ranks (tests/test_dist);
+#   - tensor parallelism's collective ops on 2 and 4 ranks (tests/test_tp_mpi);
 #   - 2 and 4 ranks (4 oversubscribed) end with the weights of one process
 #     on the same global batch, within FP32 reduction tolerance (test_dist
 #     maxdiff), and show the same global loss / accuracy; rank 0 alone prints
@@ -46,6 +47,9 @@ mpi_units collectives "$TD" 60 "the communicator's tests"
 # the gradient buckets' tests (tests/test_bucket.c): planning, the sums with a progress thread, from the hook
 # and after backward, compression with error feedback, an inf on one rank reaching all
 mpi_units buckets "$(dirname "$TD")/test_bucket" 90 "the gradient buckets' tests"
+# tensor parallelism's collective ops (tests/test_tp_mpi.c): vocabulary-parallel cross entropy against one
+# process (V = 10 over 4 ranks: padding), tp_reduce / tp_copy forward and backward, the vocabulary-parallel embedding
+mpi_units tp_ops "$(dirname "$TD")/test_tp_mpi" 90 "tensor parallelism's ops' tests"
 
 # ---- data parallel equals one process ---------------------------------------------------------------
 A=(--data-dir "$tmp/data" --hidden 32 --batch-size 32 --epochs 2 --seed 5 --threads 1 --optimizer adamw --lr 0.003

@@ -8,7 +8,8 @@
  *     compiled plan of some case, so a new op fails here until it has a case.
  *     Backward ops are covered through their forward op's case (its finite
  *     difference check runs them); exempt are the leaves (input, param,
- *     buffer) and cast, which only the autocast pass inserts (test_amp.c and
+ *     buffer), tp_copy and tp_reduce, which exist only with a tensor group
+ *     (tests/test_tp_mpi.c), and cast, which only the autocast pass inserts (test_amp.c and
  *     test_convert.c cover it).
  * A case builds its op from parameters (so every float input gets a
  * gradient) and returns the op's output node. */
@@ -129,6 +130,13 @@ CASE(c_attention_mask, CT_TRY(P(g, "qkv", ND(2, 5, 18), &a)); CT_TRY(ct_input(g,
 /* cross entropy is a scalar loss itself: the harness multiplies by R[0] */
 CASE(c_cross_entropy, CT_TRY(P(g, "x", ND(6, 7), &a)); CT_TRY(ct_input(g, "labels", CT_I32, 1, S(6), &b));
      CT_TRY(ct_cross_entropy(g, a, b, 0.1f, 3, out)))
+/* vocabulary-parallel cross entropy without a tensor group: 9 columns, the
+ * last 2 padding (vocab 7); embedding_rows: rows [3, 8) of an 11-row table,
+ * the other ids give zero rows */
+CASE(c_cross_entropy_vp, CT_TRY(P(g, "x", ND(6, 9), &a)); CT_TRY(ct_input(g, "labels", CT_I32, 1, S(6), &b));
+     CT_TRY(ct_cross_entropy_vp(g, a, b, 0.1f, 3, 7, out)))
+CASE(c_embedding_rows, CT_TRY(P(g, "w", ND(5, 6), &a)); CT_TRY(ct_input(g, "ids", CT_I32, 2, S(3, 4), &b));
+     CT_TRY(ct_embedding_rows(g, a, b, 3, out)))
 /* N-D logits (B, T, V), classes last, labels (B, T) */
 CASE(c_cross_entropy_3d, CT_TRY(P(g, "x", ND(2, 3, 7), &a)); CT_TRY(ct_input(g, "labels", CT_I32, 2, S(2, 3), &b));
      CT_TRY(ct_cross_entropy(g, a, b, 0.1f, 3, out)))
@@ -196,6 +204,7 @@ static const op_case k_cases[] = {
     {"linear_ln_pro", c_linear_ln_pro, 0}, {"linear_gelu_pro", c_linear_gelu_pro, 0}, {"dropout_add", c_dropout_add, 0},
     {"conv_relu", c_conv_relu, 0}, {"linear_relu", c_linear_relu, 0}, {"add_relu", c_add_relu, 0},
     {"eltwise_chain", c_eltwise_chain, 0},
+    {"cross_entropy_vp", c_cross_entropy_vp, 1}, {"embedding_rows", c_embedding_rows, 0}, /* vp: reference only */
 };
 #define N_CASES (int)(sizeof k_cases / sizeof k_cases[0])
 
@@ -403,7 +412,10 @@ TEST(onednn_matches_reference) { compare_fast(-1, 1, "best"); }
 
 /* Ops no case needs to produce (see the header). */
 static int exempt_op(ct_op op) {
-    return op == CT_OP_INPUT || op == CT_OP_PARAM || op == CT_OP_BUFFER || op == CT_OP_CAST;
+    /* tp_copy / tp_reduce exist only in a graph with a tensor group of more
+     * than one rank (without one they are no node): tests/test_tp_mpi.c */
+    return op == CT_OP_INPUT || op == CT_OP_PARAM || op == CT_OP_BUFFER || op == CT_OP_CAST || op == CT_OP_TP_COPY ||
+           op == CT_OP_TP_REDUCE;
 }
 
 TEST(every_op_has_a_case) {

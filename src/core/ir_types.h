@@ -45,7 +45,10 @@ typedef enum ct_op {
     CT_OP_DROPOUT,     /* fa[0]=p; ia[0]=RNG stream (the forward node's id); ia[1]=0:
                           one decision per element, else per row of ia[1] elements
                           (drop path / stochastic depth: decision i / ia[1])            */
-    CT_OP_EMBEDDING,   /* in: weight, ids                                                 */
+    CT_OP_EMBEDDING,   /* in: weight, ids; ia[1] = 0: ct_embedding (an id outside [0, V) is
+                          an error); 1: ct_embedding_rows, the weight holds rows
+                          [ia[0], ia[0] + V) of the whole table and an id outside them
+                          gives a zero row (the backward skips it)                      */
     CT_OP_CAST,        /* dtype conversion (autocast pass); out dtype = node dtype         */
     CT_OP_ATTENTION,   /* in: qkv (B,T,3D)[, key_valid I32 (B,T)]; ia: 0 n_head 1 causal;
                           fa[0]=scale; aux: log-sum-exp per (b, h, t), -inf for a
@@ -66,7 +69,7 @@ typedef enum ct_op {
     CT_OP_SOFTMAX_BWD, /* in: dy, y                                                       */
     CT_OP_LOG_SOFTMAX_BWD, /* in: dy, y                                                   */
     CT_OP_CROSS_ENTROPY_BWD, /* in: dloss, logits, labels; attrs as forward              */
-    CT_OP_EMBEDDING_BWD, /* in: dy, ids; out shape = weight's                             */
+    CT_OP_EMBEDDING_BWD, /* in: dy, ids; out shape = weight's; attrs as forward          */
     CT_OP_ATTENTION_BWD, /* in: dy, qkv, fwd[, key_valid]; out: d_qkv; attrs as forward     */
     /* fused ops (the fusion pass, src/graph/fusion.c; kernels in kernels/ref/fused.c
        and kernels/simd/fused.c) */
@@ -101,6 +104,16 @@ typedef enum ct_op {
     CT_OP_MATMUL_AUX,  /* matmul(a, aux of in[1] viewed 2D (rows, last dim of in[1])):
                           in: a, a UNARY_BWD_KEEP node (read for its aux and shape only);
                           ia[0] trans_a, ia[1] trans_b as MATMUL                         */
+    /* tensor parallelism (graph/tp_kernels.c: the collective kernels live there, as
+       kernels may not call the communicator; ct_kargs.group is the group) */
+    CT_OP_TP_COPY,     /* identity forward (Megatron's f); backward: a TP_REDUCE of dy    */
+    CT_OP_TP_REDUCE,   /* in: x; sum over the tensor group (Megatron's g); backward: dy   */
+    CT_OP_CROSS_ENTROPY_VP, /* in: logits (..., Vl), labels; fa[0] smoothing; ia: 0
+                          ignore_index 1 vocab 2 col0 (this rank's first global column);
+                          aux: per row gmax, sum of exp, target logit, sum of the real
+                          logits (doubles; after the run the sum of exp is the log-sum-exp) */
+    CT_OP_CROSS_ENTROPY_VP_BWD, /* in: dloss, logits, labels, fwd; attrs as forward; no
+                          collective                                                    */
     CT_OP_COUNT
 } ct_op;
 
@@ -168,6 +181,9 @@ typedef struct ct_kargs {
                                            a block, as the eltwise chain does)   */
     uint64_t seed;
     int nthreads;
+    struct ct_comm *group;              /* the graph's tensor group (NULL: none): only the
+                                           collective ops' kernels (graph/tp_kernels.c) use it;
+                                           kernels in src/kernels never call it */
 } ct_kargs;
 
 /* Batchnorm kernels: 1 when this call updates the running statistics

@@ -88,7 +88,7 @@ ct_status ct_pass_autocast(ct_plan *p) {
     const int pure = p->precision == CT_PRECISION_BF16_PURE || p->precision == CT_PRECISION_FP16_PURE;
     const ct_dtype low = p->precision == CT_PRECISION_BF16 || p->precision == CT_PRECISION_BF16_PURE ? CT_BF16 : CT_F16;
     const int n = old->n;
-    ct_graph ng = {.ctx = p->ctx, .mixed = 1};
+    ct_graph ng = {.ctx = p->ctx, .mixed = 1, .tp = old->tp, .tp_rank = old->tp_rank, .tp_size = old->tp_size};
     ct_node *map = calloc((size_t)(n ? n : 1), sizeof(ct_node));
     ct_node *memo = malloc(sizeof(ct_node) * 2 * (size_t)(n ? n : 1)); /* [old id][0: low, 1: f32] */
     if (!map || !memo) {

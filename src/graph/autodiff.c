@@ -467,6 +467,26 @@ static ct_status rule_embedding(const rule_ctx *c) {
     return grad_node(c, CT_OP_EMBEDDING_BWD, 2, (ct_node[]){c->dy, c->D.in[1]});
 }
 
+/* tensor parallelism: tp_copy's gradient is dy summed over the tensor group
+ * (a tp_reduce node), tp_reduce's is dy itself; the vocabulary-parallel
+ * cross entropy's backward reads the row statistics its forward saved. */
+static ct_status rule_tp(const rule_ctx *c) {
+    const ct_node *in = c->D.in;
+    switch (c->D.op) {
+    case CT_OP_TP_COPY: {
+        ct_node t;
+        CT_TRY(bnode(c->g, CT_OP_TP_REDUCE, 1, &c->dy, NULL, in[0], &t));
+        return add_grad(c, in[0], t);
+    }
+    case CT_OP_TP_REDUCE:
+        return add_grad(c, in[0], c->dy);
+    case CT_OP_CROSS_ENTROPY_VP:
+        return grad_node(c, CT_OP_CROSS_ENTROPY_VP_BWD, 4, (ct_node[]){c->dy, in[0], in[1], c->n});
+    default:
+        return no_rule(c);
+    }
+}
+
 /* Emits the backward nodes of node n, whose output gradient is dy. */
 static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const uint8_t *req) {
     const rule_ctx c = {.g = g, .D = g->nodes[n], .n = n, .dy = dy, .fresh = g->n, .grads = grads, .req = req};
@@ -485,6 +505,7 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
     case CT_OP_SOFTMAX: case CT_OP_LOG_SOFTMAX: case CT_OP_CROSS_ENTROPY: return rule_softmax_loss(&c);
     case CT_OP_ATTENTION: case CT_OP_WINDOW_BIAS: return rule_attention(&c);
     case CT_OP_EMBEDDING: return rule_embedding(&c);
+    case CT_OP_TP_COPY: case CT_OP_TP_REDUCE: case CT_OP_CROSS_ENTROPY_VP: return rule_tp(&c);
     default: return no_rule(&c);
     }
 }

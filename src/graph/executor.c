@@ -197,6 +197,7 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     k.elem0 = 0;
     k.seed = ct_context_seed(p->ctx);
     k.nthreads = ct_context_num_threads(p->ctx);
+    k.group = p->g.tp; /* the tensor group, for the collective ops (tp_kernels.c) */
     ct_kargs raw = k; /* the node's own tensors */
     ct_status s = CT_OK;
     if (pn->lowp_io) /* FP32 views and copies of low-precision I/O (select_kernels sized them) */

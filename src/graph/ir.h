@@ -155,6 +155,12 @@ size_t ct_aux_bn_relu(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_linear_pro(const ct_graph *g, const ct_node_def *d);
 size_t ct_ws_gemm_pro(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_unary_bwd_keep(const ct_graph *g, const ct_node_def *d);
+/* Tensor parallelism's collective ops (tp_kernels.c): their kernels call the
+ * communicator (ct_kargs.group), so they live in the graph layer. */
+ct_status ct_k_tp_copy(ct_kargs *k);
+ct_status ct_k_tp_reduce(ct_kargs *k);
+ct_status ct_k_cross_entropy_vp(ct_kargs *k);
+size_t ct_aux_cross_entropy_vp(const ct_graph *g, const ct_node_def *d);
 /* Elementwise chains (fusion_chain.c): the kernels, generated from this table. */
 ct_status ct_k_eltwise_chain_ref(ct_kargs *k);
 ct_status ct_k_eltwise_chain_avx2(ct_kargs *k);

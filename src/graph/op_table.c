@@ -75,6 +75,13 @@ static const ct_op_info k_ops[] = {
     [CT_OP_WINDOW_BIAS_BWD] = {"window_bias_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {[CT_KERNEL_REF] = ct_k_window_bias_bwd_ref}, 0, ct_ws_sum, 0},
     [CT_OP_UNARY_BWD_KEEP] = {"unary_bwd_keep", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(unary_bwd_keep)}, ct_aux_unary_bwd_keep, 0, 0, .inplace = 1},
     [CT_OP_MATMUL_AUX] = {"matmul_aux", FACTS(NEVER, FOLLOW, FUSED_GEMM, PROMOTE), {DNNL(matmul_aux)}, 0, 0, ct_onednn_cache_free, 1u << 1},
+    /* tensor parallelism (tp_kernels.c): tp_copy / tp_reduce are recomputable (ELTWISE): every rank
+       replays them in the same order; tp_copy copies any dtype's bytes, tp_reduce sums FP32
+       (low-precision I/O through the executor's FP32 copies) */
+    [CT_OP_TP_COPY] = {"tp_copy", FACTS(ELTWISE, FOLLOW, ELEMENTWISE, PROMOTE), {[CT_KERNEL_REF] = ct_k_tp_copy}, 0, 0, 0, .lowp_native = 1, .inplace = 1},
+    [CT_OP_TP_REDUCE] = {"tp_reduce", FACTS(ELTWISE, FOLLOW, ELEMENTWISE, PROMOTE), {[CT_KERNEL_REF] = ct_k_tp_reduce}, 0, 0, 0, .inplace = 1},
+    [CT_OP_CROSS_ENTROPY_VP] = {"cross_entropy_vp", FACTS(NEVER, F32, ELEMENTWISE, F32), {[CT_KERNEL_REF] = ct_k_cross_entropy_vp}, ct_aux_cross_entropy_vp, 0, 0},
+    [CT_OP_CROSS_ENTROPY_VP_BWD] = {"cross_entropy_vp_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN1), {[CT_KERNEL_REF] = ct_k_cross_entropy_vp_bwd_ref}, 0, 0, 0, 1u << 3},
 };
 
 _Static_assert(sizeof k_ops / sizeof k_ops[0] == CT_OP_COUNT, "k_ops needs one row per ct_op: add the new op's row");

@@ -1,7 +1,7 @@
 /* src/graph/shard.c - tensor parallelism's bookkeeping: the graph's tensor
  * group, the shards of parameters (which part of the whole tensor each
  * rank holds) and the copies between a whole tensor and a shard that
- * initialization and checkpoints use. The collective ops are in tp_ops.c. */
+ * initialization and checkpoints use. The collective ops are in tp_ops.c (builders) and tp_kernels.c. */
 #include <string.h>
 
 #include "ctrain/dist.h"

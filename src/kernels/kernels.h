@@ -37,6 +37,16 @@ CT_KERNEL_OPS(CT_DECL_SIMD)
 ct_status ct_k_window_bias_ref(ct_kargs *k);
 ct_status ct_k_window_bias_bwd_ref(ct_kargs *k);
 
+/* The vocabulary-parallel cross entropy (kernels/ref/cross_entropy_vp.c): the
+ * local steps of the forward, whose kernel (graph/tp_kernels.c) runs them with
+ * the tensor group's allreduces between (aux: 4 x rows doubles), and the
+ * backward (no collective). */
+ct_status ct_ce_vp_check_labels(ct_kargs *k, int64_t *count);
+void ct_ce_vp_local_max(const ct_kargs *k, double *aux);  /* aux[r] <- this rank's row max          */
+void ct_ce_vp_local_sums(const ct_kargs *k, double *aux); /* after the max's allreduce: the sums    */
+float ct_ce_vp_loss(const ct_kargs *k, double *aux, int64_t count); /* after the sums' allreduce */
+ct_status ct_k_cross_entropy_vp_bwd_ref(ct_kargs *k);
+
 /* oneDNN kernels (matmul family and convolutions). */
 ct_status ct_k_matmul_onednn(ct_kargs *k);
 ct_status ct_k_linear_onednn(ct_kargs *k);

@@ -10,12 +10,17 @@
  * BF16 / FP16 I/O (simd_lowp.h): the weight and the output of the lookup
  * may be 16-bit (rows copied as they are, or converted in registers when
  * the dtypes differ); the gradient reads a 16-bit dy, converted in
- * registers, into the FP32 dW. */
+ * registers, into the FP32 dW.
+ *
+ * Rows mode (node ia[1] = 1, ct_embedding_rows): the weight holds rows
+ * [row0 = ia[0], row0 + V) of the whole table; an id outside gives a zero
+ * row and no gradient (no id is an error). */
 #include <string.h>
 
 #include "simd_lowp.h"
 
 static ct_status em_check_ids(ct_kargs *k, const int32_t *ids, int64_t n, int64_t V) {
+    if (k->node->ia[1]) return CT_OK; /* rows mode: every id is valid */
     for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= V)
             return ct_set_error(k->ctx, CT_E_INVALID_ARG,
@@ -23,6 +28,13 @@ static ct_status em_check_ids(ct_kargs *k, const int32_t *ids, int64_t n, int64_
                                 "tokenizer or vocab_size",
                                 (int)ids[i], (long long)i, (long long)V);
     return CT_OK;
+}
+
+/* the weight's row of an id, -1 for none (rows mode: outside the rows) */
+static inline int64_t em_row(const ct_kargs *k, int32_t id, int64_t V) {
+    if (!k->node->ia[1]) return id;
+    int64_t r = (int64_t)id - k->node->ia[0];
+    return r >= 0 && r < V ? r : -1;
 }
 
 static inline int em_threads(const ct_kargs *k, int64_t work) {
@@ -43,8 +55,9 @@ ct_status CT_FN(embedding)(ct_kargs *k) {
         int64_t es = (int64_t)ct_dtype_size(Y->dtype);
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t i = 0; i < n; i++) {
-            int64_t r = (int64_t)ids[i] * D;
-            if (W->dtype == Y->dtype)
+            int64_t r = em_row(k, ids[i], V) * D;
+            if (r < 0) memset((char *)Y->data + i * D * es, 0, (size_t)(D * es)); /* +0 in every float dtype */
+            else if (W->dtype == Y->dtype)
                 memcpy((char *)Y->data + i * D * es, (const char *)W->data + r * es, (size_t)(D * es));
             else if (Y->dtype == low)
                 ct_f32_to_lp(w + r, (uint16_t *)Y->data + i * D, (size_t)D, low);
@@ -54,15 +67,21 @@ ct_status CT_FN(embedding)(ct_kargs *k) {
         return CT_OK;
     }
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t i = 0; i < n; i++) memcpy(y + i * D, w + (int64_t)ids[i] * D, (size_t)D * sizeof *y);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = em_row(k, ids[i], V);
+        if (r < 0) memset(y + i * D, 0, (size_t)D * sizeof *y);
+        else memcpy(y + i * D, w + r * D, (size_t)D * sizeof *y);
+    }
     return CT_OK;
 }
 
-/* dw[id, d0:d1] += dy[i, d0:d1] for all positions i in order */
-static void em_scatter_cols(float *dw, const float *dy, const int32_t *ids, int64_t n, int64_t D, int64_t d0,
-                            int64_t d1) {
+/* dw[row(id), d0:d1] += dy[i, d0:d1] for all positions i in order */
+static void em_scatter_cols(const ct_kargs *k, float *dw, const float *dy, const int32_t *ids, int64_t n, int64_t V,
+                            int64_t D, int64_t d0, int64_t d1) {
     for (int64_t i = 0; i < n; i++) {
-        float *o = dw + (int64_t)ids[i] * D;
+        int64_t row = em_row(k, ids[i], V);
+        if (row < 0) continue;
+        float *o = dw + row * D;
         const float *g = dy + i * D;
         int64_t d = d0;
         for (; d + 2 * VW <= d1; d += 2 * VW) {
@@ -78,10 +97,12 @@ static void em_scatter_cols(float *dw, const float *dy, const int32_t *ids, int6
 }
 
 /* the same with a BF16 / FP16 dy (dtype dt, converted in registers) */
-static void em_scatter_cols_lp(float *dw, const uint16_t *dy, ct_dtype dt, const int32_t *ids, int64_t n, int64_t D,
-                               int64_t d0, int64_t d1) {
+static void em_scatter_cols_lp(const ct_kargs *k, float *dw, const uint16_t *dy, ct_dtype dt, const int32_t *ids,
+                               int64_t n, int64_t V, int64_t D, int64_t d0, int64_t d1) {
     for (int64_t i = 0; i < n; i++) {
-        float *o = dw + (int64_t)ids[i] * D;
+        int64_t row = em_row(k, ids[i], V);
+        if (row < 0) continue;
+        float *o = dw + row * D;
         const uint16_t *g = dy + i * D;
         int64_t d = d0;
         for (; d + VW <= d1; d += VW) vstore(o + d, vadd(vload(o + d), vload_lp(g + d, dt)));
@@ -113,8 +134,8 @@ ct_status CT_FN(embedding_bwd)(ct_kargs *k) {
 #pragma omp for schedule(static)
         for (int p = 0; p < nparts; p++) {
             int64_t d0 = nvec * p / nparts * VW, d1 = CT_MIN(D, nvec * (p + 1) / nparts * VW);
-            if (k->in[0].dtype != CT_F32) em_scatter_cols_lp(dw, k->in[0].data, k->in[0].dtype, ids, n, D, d0, d1);
-            else em_scatter_cols(dw, dy, ids, n, D, d0, d1);
+            if (k->in[0].dtype != CT_F32) em_scatter_cols_lp(k, dw, k->in[0].data, k->in[0].dtype, ids, n, V, D, d0, d1);
+            else em_scatter_cols(k, dw, dy, ids, n, V, D, d0, d1);
         }
     }
     return CT_OK;
