@@ -66,11 +66,18 @@ typedef struct ct_gpt_config {
 } ct_gpt_config;
 
 /* "gpt-char-small" (6 layers, d 384, 6 heads, context 256, vocab 65,
- * dropout 0.2, bias, exact GELU) or "gpt2-124m" (12/12/768, context 1024,
- * vocab 50257, dropout 0.1, bias, tanh GELU). ctx (may be NULL) receives the
- * message for an unknown name. */
+ * dropout 0.2, bias, exact GELU), "gpt2-124m" (12/12/768, context 1024,
+ * vocab 50257, dropout 0.1, bias, tanh GELU), "gpt2-medium" (24 layers, 16
+ * heads, d 1024: 354,823,168 parameters as Hugging Face's) or "gpt2-large"
+ * (36/20/1280: 774,030,080). ctx (may be NULL) receives the message for an
+ * unknown name. */
 ct_status ct_gpt_preset(ct_context *ctx, const char *name, ct_gpt_config *out);
-/* ids I32 (B, T), T <= context -> logits (B, T, vocab). */
+/* ids I32 (B, T), T <= context -> logits (B, T, vocab). With a tensor group
+ * of T ranks on g (ct_graph_set_tensor_group; Megatron-style, docs/
+ * distributed.md): this rank's part of the model (heads and MLP units split,
+ * T must divide n_head and 4 d_model; the vocabulary padded to a multiple of
+ * T) and its columns of the logits, (B, T, ceil(vocab / T)): use
+ * ct_cross_entropy_vp on them. ct_model_bert likewise (T divides d_ff). */
 ct_status ct_model_gpt(ct_graph *g, ct_node ids, const ct_gpt_config *cfg, ct_node *logits);
 /* Number of parameters ct_model_gpt creates (lm_head tied: not counted twice). */
 int64_t ct_gpt_num_params(const ct_gpt_config *cfg);

@@ -177,11 +177,17 @@ static ct_status check_dims(ct_context *ctx, const char *model, int64_t vocab, i
 static const ct_model_preset k_gpt_presets[] = {
     {"gpt-char-small", "GPT, 6 layers, d_model 384, context 256, 65 characters"},
     {"gpt2-124m", "GPT-2 small, 12 layers, d_model 768, context 1024"},
+    {"gpt2-medium", "GPT-2 medium (355M), 24 layers, d_model 1024, 16 heads, context 1024"},
+    {"gpt2-large", "GPT-2 large (774M), 36 layers, d_model 1280, 20 heads, context 1024"},
     {NULL, NULL},
 };
 static const ct_gpt_config k_gpt_configs[] = {
     {.vocab = 65, .context = 256, .n_layer = 6, .n_head = 6, .d_model = 384, .dropout = 0.2f, .bias = 1, .gelu_tanh = 0},
     {.vocab = 50257, .context = 1024, .n_layer = 12, .n_head = 12, .d_model = 768, .dropout = 0.1f, .bias = 1,
+     .gelu_tanh = 1},
+    {.vocab = 50257, .context = 1024, .n_layer = 24, .n_head = 16, .d_model = 1024, .dropout = 0.1f, .bias = 1,
+     .gelu_tanh = 1},
+    {.vocab = 50257, .context = 1024, .n_layer = 36, .n_head = 20, .d_model = 1280, .dropout = 0.1f, .bias = 1,
      .gelu_tanh = 1},
 };
 _Static_assert(sizeof k_gpt_configs / sizeof k_gpt_configs[0] + 1 == sizeof k_gpt_presets / sizeof k_gpt_presets[0],

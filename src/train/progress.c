@@ -46,9 +46,43 @@ static void print_precision(ct_run *R) {
             bf16 ? "BF16" : "FP16", bf16 ? "AMX-BF16 / AVX512-BF16" : "AVX512-FP16", pn, bf16 ? "BF16" : "FP16");
 }
 
-/* Data parallel, ZeRO and the deterministic mode. */
+/* Tensor parallel: the layout and what one rank holds. */
+static void header_tensor_parallel(ct_run *R) {
+    if (!R->tp) return;
+    double whole = 0, mine = 0, copies = 0;
+    for (int i = 0; i < ct_plan_num_params(R->plan); i++) {
+        ct_tensor v;
+        ct_shard sh;
+        int64_t full[CT_MAX_DIMS];
+        if (ct_plan_param_info(R->plan, i, NULL, &v, NULL) != CT_OK || ct_plan_param_shard(R->plan, i, &sh) != CT_OK)
+            continue;
+        ct_shard_full_shape(&sh, v.ndim, v.shape, full);
+        double n = 1, nf = 1;
+        for (int d = 0; d < v.ndim; d++) n *= (double)v.shape[d], nf *= (double)full[d];
+        whole += nf;
+        mine += n;
+        if (sh.dim < 0) copies += n;
+    }
+    float *ost = NULL;
+    size_t on = 0;
+    ct_optimizer_state(R->opt, &ost, &on);
+    ct_plan_stats ps;
+    ct_plan_get_stats(R->plan, &ps);
+    const double M = 1048576.0;
+    ct_run_say(R, "  layout: %d ranks = data parallel %d x tensor parallel %d (a tensor group is %d consecutive "
+                  "ranks); grad_reduce_method %s\n",
+               R->world * R->tp_size, R->world, R->tp_size, R->tp_size, R->r->grad_reduce_method == 1 ? "sum" : "mean");
+    ct_run_say(R, "  tensor parallel: %.2fM of the model's %.2fM parameters on each rank (%.2fM copies every tensor "
+                  "rank holds); per rank %.2f MiB parameters + %.2f MiB gradients + %.2f MiB optimizer state + %.2f "
+                  "MiB activations\n",
+               mine / 1e6, whole / 1e6, copies / 1e6, (double)ps.param_bytes / M, (double)ps.grad_bytes / M,
+               (double)on * sizeof(float) / M, (double)(ps.activation_bytes + ps.workspace_bytes) / M);
+}
+
+/* Tensor and data parallel, ZeRO and the deterministic mode. */
 static void header_parallel(ct_run *R) {
     const ct_recipe *r = R->r;
+    header_tensor_parallel(R);
     if (R->world > 1 && R->bk) {
         char bl[512];
         ct_dp_buckets_describe(R->bk, r, ct_plan_grad_ready_order(R->plan, NULL, 0), bl, sizeof bl);
