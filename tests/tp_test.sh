@@ -9,7 +9,8 @@
 #   - a tensor_parallel 2 checkpoint resumes at tensor_parallel 1 and at data 2 x tensor 2 and ends with the
 #     uninterrupted run's weights;
 #   - errors: a tensor_parallel that does not divide the heads or the ranks, an image model, ranks started
-#     with different tensor_parallel, a killed rank (the job ends within 30 s naming it).
+#     with different tensor_parallel, a killed rank (the job ends within 30 s naming it), a rank that hangs
+#     (comm_timeout ends the job naming the tensor parallel group and the MPI call).
 # Skipped (a SKIP line) only without mpirun.
 # usage: tests/tp_test.sh path/to/ctrain
 set -u
@@ -115,5 +116,19 @@ if [ "$rc" -ne 0 ] && [ "$el" -lt 30 ] && grep -qE "rank 1 .*(signal 9|Killed)" 
   ok "tensor rank 1 killed at step 15: the job ends in ${el} s, exit $rc, naming rank 1"
 else
   bad "killed tensor rank (rc $rc after $el s)" "$(cat "$tmp/kill.log")"
+fi
+# a tensor rank that hangs (SIGSTOP after step 15): the other waits inside a tensor-group collective of the
+# forward; comm_timeout 5 ends the job naming the group and the op
+start=$(date +%s)
+mrun "$tmp/hang.log" 60 -- "${MPI[@]}" -np 1 "$CT" train "${G[@]}" --set tensor_parallel=2 --set comm_timeout=5 \
+  --max-steps 100000 : -np 1 env CTRAIN_TEST_CRASH=stop:15 "$CT" train "${G[@]}" --set tensor_parallel=2 \
+  --set comm_timeout=5 --max-steps 100000
+rc=$?
+el=$(($(date +%s) - start))
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$el" -lt 30 ] &&
+   grep -qE "rank 0 of 2 has waited [0-9]+ s in MPI_[A-Za-z_]+[^:]* of the tensor parallel group for the other ranks \(comm_timeout 5 s\)" "$tmp/hang.log"; then
+  ok "tensor rank 1 stopped at step 15: comm_timeout 5 ends the job in ${el} s, exit $rc, naming the tensor parallel group"
+else
+  bad "hung tensor rank (rc $rc after $el s)" "$(tail -6 "$tmp/hang.log")"
 fi
 summary tp_test.sh

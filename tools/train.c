@@ -146,10 +146,12 @@ static void *watchdog_main(void *arg) {
         const char *what = NULL;
         if (ct_comm_busy(w->c, &sec, &what) && sec > w->timeout) {
             fprintf(stderr,
-                    "\nctrain: error: E80001 CT_E_DIST: rank %d of %d has waited %.0f s in %s for the other ranks "
-                    "(comm_timeout %g s): another rank hangs (stopped, deadlocked, or its host unreachable); ending "
-                    "the job. Raise comm_timeout if a rank is legitimately that slow (a checkpoint on a slow disk)\n",
-                    ct_comm_rank(w->c), ct_comm_size(w->c), sec, what ? what : "a collective", w->timeout);
+                    "\nctrain: error: E80001 CT_E_DIST: rank %d of %d has waited %.0f s in %s of %s for the other "
+                    "ranks (comm_timeout %g s): another rank hangs (stopped, deadlocked, or its host unreachable); "
+                    "ending the job. Raise comm_timeout if a rank is legitimately that slow (a checkpoint on a slow "
+                    "disk)\n",
+                    ct_comm_rank(w->c), ct_comm_size(w->c), sec, what ? what : "a collective",
+                    ct_comm_busy_group(w->c), w->timeout);
             fflush(stderr);
             fflush(stdout);
             _exit(3);

@@ -245,6 +245,11 @@ void ct_comm_get_stats(const ct_comm *c, ct_comm_stats *out);
  * a call that never returns means another rank hangs). ct_comm_enter /
  * ct_comm_leave mark such a call (for collectives written outside comm.c). */
 int ct_comm_busy(ct_comm *c, double *seconds, const char **what);
+/* Which communicator the call in progress is on: a group's calls (ct_comm_grid) also show on their world, so
+ * one watchdog on the world sees them all: "the world", "the tensor parallel group", ... */
+const char *ct_comm_busy_group(ct_comm *c);
+/* "the world" or the group's name ("the data parallel group"). */
+const char *ct_comm_name(const ct_comm *c);
 void ct_comm_enter(ct_comm *c, const char *what);
 void ct_comm_leave(ct_comm *c);
 

@@ -32,6 +32,9 @@ struct ct_comm {
     /* the blocking call in progress (ct_comm_busy, for a watchdog thread): since when (monotonic ns; 0: none) */
     atomic_llong busy_ns;
     _Atomic(const char *) busy_what;
+    _Atomic(const char *) busy_group; /* the group whose call it is ("the world", "the tensor parallel group") */
+    ct_comm *root;      /* a group's world (its calls also mark the world's busy state); NULL for the world */
+    char name[48];      /* "the world", "the tensor parallel group", ...    */
     MPI_Op half_op[2]; /* ct_comm_iallreduce_half: [0] fp16, [1] bf16 sums (created on first use) */
     /* a bucket progress thread makes MPI calls from ct_buckets_begin to ct_buckets_finish: no other call meanwhile */
     atomic_int lent;
@@ -67,14 +70,21 @@ int ct_comm_launched(void) {
     return 0;
 }
 
+/* A group's call marks its world too, so that a watchdog on the world sees every group's calls. */
 void ct_comm_enter(ct_comm *c, const char *what) {
     if (!c) return;
-    atomic_store(&c->busy_what, what);
-    atomic_store(&c->busy_ns, (long long)ct_now_ns());
+    long long now = (long long)ct_now_ns();
+    for (ct_comm *m = c; m; m = m == c ? c->root : NULL) {
+        atomic_store(&m->busy_what, what);
+        atomic_store(&m->busy_group, (const char *)c->name);
+        atomic_store(&m->busy_ns, now);
+    }
 }
 
 void ct_comm_leave(ct_comm *c) {
-    if (c) atomic_store(&c->busy_ns, 0LL);
+    if (!c) return;
+    atomic_store(&c->busy_ns, 0LL);
+    if (c->root) atomic_store(&c->root->busy_ns, 0LL);
 }
 
 int ct_comm_busy(ct_comm *c, double *seconds, const char **what) {
@@ -85,6 +95,13 @@ int ct_comm_busy(ct_comm *c, double *seconds, const char **what) {
     return 1;
 }
 
+const char *ct_comm_busy_group(ct_comm *c) {
+    const char *g = c ? atomic_load(&c->busy_group) : NULL;
+    return g && g[0] ? g : "the world";
+}
+
+const char *ct_comm_name(const ct_comm *c) { return c && c->name[0] ? c->name : "the world"; }
+
 /* CT_E_DIST naming the MPI call, the rank and MPI's message. */
 static ct_status mpi_fail(ct_comm *c, int err, const char *what) {
     ct_comm_leave(c);
@@ -93,9 +110,9 @@ static ct_status mpi_fail(ct_comm *c, int err, const char *what) {
     if (MPI_Error_string(err, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error %d", err);
     msg[MPI_MAX_ERROR_STRING] = 0;
     return ct_set_error(c ? c->ctx : NULL, CT_E_DIST,
-                        "%s failed on rank %d of %d: %s; another rank may have died or the network failed (see the "
-                        "launcher's messages, docs/distributed.md)",
-                        what, c ? c->rank : 0, c ? c->size : 1, msg[0] ? msg : "no message from MPI");
+                        "%s failed on rank %d of %d of %s: %s; another rank may have died or the network failed (see "
+                        "the launcher's messages, docs/distributed.md)",
+                        what, c ? c->rank : 0, c ? c->size : 1, ct_comm_name(c), msg[0] ? msg : "no message from MPI");
 }
 
 /* c's ranks on this host: local_rank / local_size. */
@@ -170,6 +187,8 @@ ct_status ct_comm_split(ct_comm *parent, int color, int key, const char *what, c
     ct_comm *c = calloc(1, sizeof *c);
     if (!c) return ct_set_error(parent->ctx, CT_E_OOM, "out of memory creating the %s communicator", what);
     c->ctx = parent->ctx;
+    c->root = parent->root ? parent->root : parent;
+    snprintf(c->name, sizeof c->name, "the %s group", what);
     c->size = c->local_size = 1;
     c->comm = MPI_COMM_NULL;
     c->half_op[0] = c->half_op[1] = MPI_OP_NULL;
