@@ -63,7 +63,7 @@ mrun "$tmp/a4.log" 180 -- "${MPI[@]}" -np 4 "$CT" train "${G[@]}" "${A[@]}" --se
   --save-dir "$tmp/a4"
 rc=$?
 if [ "$rc" -eq 0 ] && grep -q "layout: 4 ranks = data parallel 2 x tensor parallel 2" "$tmp/a4.log" &&
-   grep -qE "tensor parallel: .* parameters on each rank .* MiB parameters \+ .* MiB gradients \+ .* MiB optimizer state \+ .* MiB activations" "$tmp/a4.log" &&
+   grep -qE "per rank: .* MiB parameters \+ .* MiB gradients \+ .* MiB optimizer state \+ .* MiB activations" "$tmp/a4.log" &&
    grep -q "zero_stage 1: per rank" "$tmp/a4.log" && clean "dp2 x tp2" "$tmp/a4.log"; then
   ok "data 2 x tensor 2 with zero_stage 1: the header shows the layout and the per-rank memory"
 else

@@ -46,9 +46,9 @@ static void print_precision(ct_run *R) {
             bf16 ? "BF16" : "FP16", bf16 ? "AMX-BF16 / AVX512-BF16" : "AVX512-FP16", pn, bf16 ? "BF16" : "FP16");
 }
 
-/* Tensor parallel: the layout and what one rank holds. */
-static void header_tensor_parallel(ct_run *R) {
-    if (!R->tp) return;
+/* Several ranks: the layout (tensor parallel) and what one rank holds. */
+static void header_per_rank(ct_run *R) {
+    if (ct_comm_size(R->world_comm) == 1) return;
     double whole = 0, mine = 0, copies = 0;
     for (int i = 0; i < ct_plan_num_params(R->plan); i++) {
         ct_tensor v;
@@ -69,20 +69,24 @@ static void header_tensor_parallel(ct_run *R) {
     ct_plan_stats ps;
     ct_plan_get_stats(R->plan, &ps);
     const double M = 1048576.0;
-    ct_run_say(R, "  layout: %d ranks = data parallel %d x tensor parallel %d (a tensor group is %d consecutive "
-                  "ranks); grad_reduce_method %s\n",
-               R->world * R->tp_size, R->world, R->tp_size, R->tp_size, R->r->grad_reduce_method == 1 ? "sum" : "mean");
-    ct_run_say(R, "  tensor parallel: %.2fM of the model's %.2fM parameters on each rank (%.2fM copies every tensor "
-                  "rank holds); per rank %.2f MiB parameters + %.2f MiB gradients + %.2f MiB optimizer state + %.2f "
-                  "MiB activations\n",
-               mine / 1e6, whole / 1e6, copies / 1e6, (double)ps.param_bytes / M, (double)ps.grad_bytes / M,
-               (double)on * sizeof(float) / M, (double)(ps.activation_bytes + ps.workspace_bytes) / M);
+    if (R->tp)
+        ct_run_say(R, "  layout: %d ranks = data parallel %d x tensor parallel %d (a tensor group is %d consecutive "
+                      "ranks); grad_reduce_method %s; %.2fM of the model's %.2fM parameters on each rank (%.3fM "
+                      "copies every tensor rank holds)\n",
+                   R->world * R->tp_size, R->world, R->tp_size, R->tp_size,
+                   R->r->grad_reduce_method == 1 ? "sum" : "mean", mine / 1e6, whole / 1e6, copies / 1e6);
+    ct_run_say(R, "  per rank: %.2f MiB parameters + %.2f MiB gradients + %.2f MiB optimizer state + %.2f MiB "
+                  "activations = %.2f MiB model state and activations\n",
+               (double)ps.param_bytes / M, (double)ps.grad_bytes / M, (double)on * sizeof(float) / M,
+               (double)(ps.activation_bytes + ps.workspace_bytes) / M,
+               (double)(ps.param_bytes + ps.grad_bytes + on * sizeof(float) + ps.activation_bytes +
+                        ps.workspace_bytes) / M);
 }
 
 /* Tensor and data parallel, ZeRO and the deterministic mode. */
 static void header_parallel(ct_run *R) {
     const ct_recipe *r = R->r;
-    header_tensor_parallel(R);
+    header_per_rank(R);
     if (R->world > 1 && R->bk) {
         char bl[512];
         ct_dp_buckets_describe(R->bk, r, ct_plan_grad_ready_order(R->plan, NULL, 0), bl, sizeof bl);
@@ -239,6 +243,18 @@ void ct_progress_summary(ct_run *R, ct_train_result *res, double tt, const ct_me
                R->units_done / (tt > 0 ? tt : 1), t->unit, t->eval_split, R->ev.loss,
                accs, (double)ms->peak_bytes / 1048576.0);
     if (R->world > 1) summary_comm(R, res, tt);
+    if (R->tp) {
+        ct_comm_stats cs;
+        ct_comm_get_stats(R->tp, &cs);
+        const double sec = cs.seconds - R->tp_cs0.seconds;
+        ct_run_say(R, "tensor parallel (rank 0): %llu collectives in the tensor group (%.2f MiB), %.2f s of the training "
+                   "inside them (%.1f%%; the layers' allreduces in forward and backward)\n",
+                   (unsigned long long)(cs.allreduce_calls - R->tp_cs0.allreduce_calls + cs.allgather_calls -
+                                        R->tp_cs0.allgather_calls + cs.broadcast_calls - R->tp_cs0.broadcast_calls),
+                   (double)(cs.allreduce_bytes - R->tp_cs0.allreduce_bytes) / 1048576.0, sec,
+                   tt > 0 ? 100.0 * sec / tt : 0.0);
+        res->comm_seconds += sec;
+    }
 }
 
 /* After the run (its checkpoint saved): steps the loss scaler skipped and

@@ -233,6 +233,7 @@ struct ct_run {
     int data_epochs;            /* the task's epochs come from its data (else eval intervals) */
     int quiet, tty;             /* tty: a terminal on one rank: \r progress lines */
     ct_comm_stats cs0;          /* the communicator's statistics when training started */
+    ct_comm_stats tp_cs0;       /* the tensor group's                                  */
     /* the checkpoint resumed from (R->st is reused by the saves) */
     int resumed;
     int64_t ck_batch, ck_ep;

@@ -516,6 +516,7 @@ static ct_status begin_output(ct_run *R) {
     if (r->profile_dir[0]) profile_start(R); /* every rank: rank k > 0 writes trace.rank<k>.json */
     R->start = ct_run_now_s();
     ct_comm_get_stats(R->comm, &R->cs0);
+    if (R->tp) ct_comm_get_stats(R->tp, &R->tp_cs0);
     return CT_OK;
 }
 
@@ -714,7 +715,7 @@ static ct_status run_loop(ct_run *R, ct_train_result *res) {
     R->data_epochs = R->task->epochs_from_data;
     R->quiet = R->o->quiet;
     /* mpirun gives its ranks a pseudo-terminal whatever the user's output is: data parallel prints lines */
-    R->tty = R->out && isatty(fileno(R->out)) && R->world == 1;
+    R->tty = R->out && isatty(fileno(R->out)) && ct_comm_size(R->world_comm) == 1;
     CT_TRY(start_run(R));
     CT_TRY(begin_output(R));
     for (; !R->stopped && R->step < R->total && (!R->data_epochs || R->ep < R->r->epochs); R->ep++)
