@@ -537,7 +537,8 @@ static void rows_drop_path(const ct_kargs *k, float s, int64_t lo, int64_t hi) {
     vf vs = vset1(s), z = vset1(0.0f);
     const ct_tensor *x = &k->in[0], *y = &k->out;
     for (int64_t r = lo; r < hi; r++) {
-        int keep = ct_dropout_keep(k->seed, (uint64_t)k->node->ia[0], k->step, (uint64_t)((k->sample_elem0 + k->elem0) / row + r), p);
+        const uint64_t ri = (uint64_t)((k->sample_elem0 + k->elem0) / row + r); /* the row's RNG counter */
+        int keep = ct_dropout_keep(k->seed, (uint64_t)k->node->ia[0], k->step, ri, p);
         const int64_t o = r * row;
         for (int64_t i = 0; i < row; i += VW) {
             int t = (int)CT_MIN((int64_t)VW, row - i);
