@@ -287,17 +287,14 @@ static int check_resume(const ct_recipe *ck, const ct_recipe *r, const train_arg
 }
 
 /* The recipe the run's context is made from: the recipe's seed, threads and memory budget. Data parallel:
- * threads 0 (all cores) shares this host's cores among its ranks, and ranks > 0 draw their own dropout masks
- * (a seed of their own: rank 0 keeps the recipe's, and its initial weights go to every rank) */
+ * threads 0 (all cores) shares this host's cores among its ranks. Every rank keeps the recipe's seed: dropout's
+ * masks are keyed by global sample (ct_plan_set_sample_offset), not by rank, so they do not depend on the
+ * world size, and with tensor parallelism the ranks of a tensor group draw the same masks */
 static ct_recipe context_recipe(const ct_recipe *r, ct_comm *world) {
     ct_recipe cr = *r;
-    const int rank = ct_comm_rank(world), n_ranks = ct_comm_size(world);
-    if (n_ranks > 1) {
+    if (ct_comm_size(world) > 1) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         if (cr.threads == 0) cr.threads = (int)CT_CLI_MAX(1, cores / ct_comm_local_size(world));
-        /* tensor parallel: the ranks of one tensor group draw the same masks (their data rank's seed) */
-        const int data_rank = rank / (r->tensor_parallel > 1 ? r->tensor_parallel : 1);
-        if (data_rank > 0) cr.seed = r->seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)data_rank);
     }
     return cr;
 }

@@ -446,6 +446,19 @@ ct_status ct_plan_backward(ct_plan *p);
 ct_status ct_plan_zero_grads(ct_plan *p);
 /* Step counter used by dropout's RNG stream; the optimizer advances it. */
 void ct_plan_set_step(ct_plan *p, uint64_t step);
+/* Dropout keyed by global sample: the global index of the first sample
+ * (row 0 of the batch dimension, dim 0 of the inputs) the next forwards and
+ * backwards hold (default 0). Dropout and drop_path draw the mask of
+ * element e of a node's output from (context seed, the node, the step,
+ * e + first_sample x numel / B), B the batch (dim 0 of the plan's first
+ * input, in the selected shapes): a plan run over rows [s, s + b) of a
+ * batch with offset s draws exactly the masks one plan run over the whole
+ * batch draws for those rows, at any split. A node whose size is not a
+ * multiple of B is keyed as with offset 0. Data parallel and the
+ * deterministic mode set it before every micro-batch (docs/distributed.md),
+ * so masks do not depend on the rank or the world size. */
+ct_status ct_plan_set_sample_offset(ct_plan *p, int64_t first_sample);
+int64_t ct_plan_sample_offset(const ct_plan *p);
 /* Batchnorm running statistics (default on). Off: a training-mode forward
  * still normalizes with the batch's statistics (outputs and gradients are
  * unchanged) but leaves running_mean / running_var bit for bit untouched,

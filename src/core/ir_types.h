@@ -179,6 +179,14 @@ typedef struct ct_kargs {
                                            output: dropout's RNG counter (nonzero
                                            only when a fused kernel runs an op on
                                            a block, as the eltwise chain does)   */
+    int64_t sample_elem0;               /* dropout's RNG counter offset for the
+                                           plan's first sample (ct_plan_set_sample_offset):
+                                           first_sample x (numel / batch); dropout
+                                           keys element e by sample_elem0 + elem0 + e,
+                                           so a plan run over rows [s, s + b) of a
+                                           batch draws exactly the masks one run
+                                           over the whole batch draws there. 0 in
+                                           one process.                          */
     uint64_t seed;
     int nthreads;
     struct ct_comm *group;              /* the graph's tensor group (NULL: none): only the

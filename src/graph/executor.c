@@ -164,6 +164,20 @@ static ct_status lowp_fallback(ct_plan *p, int i, const ct_kargs *raw, ct_kargs 
     return lowp_to_f32(p, k->node, k, p->cvt_spill);
 }
 
+/* Dropout's RNG counter offset of node d when the plan's batch row 0 is
+ * global sample first_sample (ct_plan_set_sample_offset): first_sample x
+ * the node's elements per sample, numel / B with B the batch (dim 0 of the
+ * plan's first input in the selected shapes); 0 for a node whose size is
+ * not a multiple of B (not per sample). */
+static int64_t sample_elem0(const ct_plan *p, const ct_node_def *d) {
+    const ct_graph *g = ct_plan_run_graph(p);
+    int64_t B = 0;
+    for (int i = 0; i < g->n && !B; i++)
+        if (g->nodes[i].op == CT_OP_INPUT) B = g->nodes[i].ndim > 0 ? g->nodes[i].shape[0] : 1;
+    int64_t n = ct_node_numel(d);
+    return B > 0 && n % B == 0 ? p->first_sample * (n / B) : 0;
+}
+
 static ct_status run_node(ct_plan *p, int i, int training) {
     /* A shape variant's node: its shapes and shape-derived attributes (a
      * mean's 1/n, a slice's end), the plan's flags (running stats switch). */
@@ -195,6 +209,7 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     k.training = training;
     k.step = p->step;
     k.elem0 = 0;
+    k.sample_elem0 = p->first_sample ? sample_elem0(p, d) : 0;
     k.seed = ct_context_seed(p->ctx);
     k.nthreads = ct_context_num_threads(p->ctx);
     k.group = p->g.tp; /* the tensor group, for the collective ops (tp_kernels.c) */
@@ -287,6 +302,17 @@ ct_status ct_plan_zero_grads(ct_plan *p) {
 }
 
 void ct_plan_set_step(ct_plan *p, uint64_t step) { p->step = step; }
+
+ct_status ct_plan_set_sample_offset(ct_plan *p, int64_t first_sample) {
+    if (!p) return CT_E_INVALID_ARG;
+    if (first_sample < 0)
+        return ct_set_error(p->ctx, CT_E_INVALID_ARG, "ct_plan_set_sample_offset: first_sample %lld is negative",
+                            (long long)first_sample);
+    p->first_sample = first_sample;
+    return CT_OK;
+}
+
+int64_t ct_plan_sample_offset(const ct_plan *p) { return p ? p->first_sample : 0; }
 
 void ct_plan_set_update_running_stats(ct_plan *p, int on) {
     if (!p) return;

@@ -91,6 +91,7 @@ struct ct_plan {
     void *ws;
     size_t ws_bytes;
     uint64_t step;
+    int64_t first_sample; /* ct_plan_set_sample_offset: dropout's global sample of batch row 0 */
     float loss_scale;    /* backward's seed value                             */
     int anomaly;         /* check every output for NaN/inf (ct_plan_set_anomaly) */
     int accumulate_grads; /* final param grads are activations added into the grad arena */

@@ -205,10 +205,10 @@ static const key_def k_keys[] = {
     {"zero_stage", K_INT, OFF(zero_stage), 0, 0, 2, NULL, M_ALL, NULL,
      "data parallel: 0 every rank keeps the whole optimizer state; 1 each rank keeps and updates its shard "
      "(reduce-scatter + allgather); 2 also releases the gradients outside its shard between steps"},
-    {"deterministic", K_BOOL, OFF(deterministic), 0, 0, 1, NULL, M_IMG, NULL,
+    {"deterministic", K_BOOL, OFF(deterministic), 0, 0, 1, NULL, M_ALL, NULL,
      "bit-identical weights and losses at 1, 2, 4, ... ranks: batches cut into deterministic_chunks chunks whose "
      "gradients are added in one fixed tree"},
-    {"deterministic_chunks", K_INT, OFF(deterministic_chunks), 0, 1, 1024, NULL, M_IMG, NULL,
+    {"deterministic_chunks", K_INT, OFF(deterministic_chunks), 0, 1, 1024, NULL, M_ALL, NULL,
      "deterministic: chunks per global batch (a power of two; the world size must divide it)"},
     {"tensor_parallel", K_INT, OFF(tensor_parallel), 0, 1, 1024, NULL, M_LM, NULL,
      "Megatron-style tensor parallelism: consecutive groups of this many ranks split each layer (attention heads, "

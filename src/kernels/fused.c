@@ -107,8 +107,10 @@ ct_status ct_k_dropout_add_ref(ct_kargs *k) {
         return CT_OK;
     }
     float scale = 1.0f / (1.0f - p);
+    const uint64_t e0 = (uint64_t)k->sample_elem0; /* the plan's first sample (ct_kargs.sample_elem0) */
     for (int64_t i = 0; i < n; i++)
-        y[i] = r[i] + (ct_dropout_keep(k->seed, (uint64_t)k->node->ia[0], k->step, (uint64_t)i, p) ? a[i] * scale : 0.0f);
+        y[i] = r[i] +
+               (ct_dropout_keep(k->seed, (uint64_t)k->node->ia[0], k->step, e0 + (uint64_t)i, p) ? a[i] * scale : 0.0f);
     return CT_OK;
 }
 

@@ -13,6 +13,15 @@
 #include "core/internal.h"
 #include "train_internal.h"
 
+/* The global index of micro-batch `micro`'s first sample, dropout's key (ct_plan_set_sample_offset: masks
+ * by global sample, the same at any world size): deterministic: chunk rank x K/N + micro of the global
+ * batch; else this rank's rows of the micro-th global batch of the step (one process: micro x batch_size). */
+static int64_t first_sample(const ct_run *R, int micro) {
+    const int64_t Bg = R->r->batch_size, b = Bg / (R->world > 0 ? R->world : 1);
+    if (ct_zero_deterministic(R->zero)) return R->rank * b + (int64_t)micro * R->local.batch_size;
+    return (int64_t)micro * Bg + R->rank * b;
+}
+
 /* One micro-batch: next batch, forward, backward; its statistics into io. *rows 0: the data ran out. */
 static ct_status micro_batch(ct_run *R, ct_step_io *io, int micro, int64_t *rows) {
     const ct_recipe *r = R->r;
@@ -28,6 +37,7 @@ static ct_status micro_batch(ct_run *R, ct_step_io *io, int micro, int64_t *rows
      * deterministic: from the global batch's first chunk only, which is rank 0's at any world size) */
     if (r->bn_stats_once) ct_plan_set_update_running_stats(R->plan, micro == R->accum - 1);
     if (r->deterministic) ct_plan_set_update_running_stats(R->plan, R->rank == 0 && micro == 0);
+    CT_TRY(ct_plan_set_sample_offset(R->plan, first_sample(R, micro)));
     CT_TRY(ct_plan_forward(R->plan, 1));
     ct_plan_loss(R->plan, &loss);
     if (!isfinite(loss) && R->scaler) loss = 0.0f; /* FP16 overflowed in the forward: the scaler skips this step */

@@ -5,7 +5,8 @@
  * perplexity) every eval_every steps. The char tokenizer's vocabulary goes
  * into every checkpoint (tokenizer.vocab) for `ctrain sample`. Data
  * parallel (shard): each rank cuts its rows out of the global batch and
- * evaluates its part of the validation windows. */
+ * evaluates its part of the validation windows. Deterministic mode (chunk):
+ * each rank runs its chunks of the global batch and evaluates all of it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,7 +85,8 @@ typedef struct {
     uint8_t vocab[256]; /* char tokenizer: id -> byte, for checkpoints */
     size_t n_vocab;
     int rank, size;     /* data parallel: this rank's rows of every batch, its part of the evaluation */
-    int32_t *g;         /* data parallel: one global batch (size * B rows): ids | labels | key_valid */
+    int chunks;         /* deterministic (txt_chunk): this rank's chunks of a global batch, each B rows; 0: off */
+    int32_t *g;         /* data parallel / deterministic: one global batch (global_rows): ids | labels | key_valid */
     /* text_docs: variable-length documents, each batch at its own length on
      * a plan compiled for (B, context) (docs/dynamic-shapes.md) */
     ct_text_docs docs;
@@ -171,6 +173,17 @@ static ct_status txt_use_shape(text_task *tt, int64_t b, int64_t T) {
     return txt_views(tt);
 }
 
+/* The rows of a global batch: B x size, deterministic x chunks too (= the recipe's batch_size). */
+static int64_t global_rows(const text_task *tt) { return tt->B * tt->size * (tt->chunks ? tt->chunks : 1); }
+
+/* The first row of micro-batch `micro` in its global batch: this rank's rows, deterministic its chunk. */
+static int64_t row_offset(const text_task *tt, int micro) {
+    return tt->chunks ? (tt->rank * tt->chunks + micro) * tt->B : tt->rank * tt->B;
+}
+
+/* The ranks that split the evaluation: every rank evaluates all of it in the deterministic mode. */
+static int eval_ranks(const text_task *tt) { return tt->chunks ? 1 : tt->size; }
+
 /* text_docs: the documents docs[0, n) as rows of the plan's inputs at length
  * T (MLM draws keyed by (seed, key)); the plan runs (n, T) (dynamic_shapes)
  * or (B, context) with the rows past n and the positions past T padding. */
@@ -192,11 +205,11 @@ static ct_status docs_rows(text_task *tt, const int64_t *docs, int64_t n, int64_
 /* text_docs training batch `key`: the global batch's documents (one length
  * bucket), its length from all of them (every rank runs the same shape),
  * this rank's rows. */
-static ct_status docs_next(text_task *tt, uint64_t key) {
-    const int64_t B = tt->B, Bg = B * tt->size;
+static ct_status docs_next(text_task *tt, uint64_t key, int64_t off) {
+    const int64_t B = tt->B, Bg = global_rows(tt);
     ct_text_docs_pick(&tt->docs, Bg, tt->r.seed, key, tt->rowdocs);
     int64_t T = ct_text_docs_seq_len(&tt->docs, tt->rowdocs, Bg, !tt->bert, tt->r.pad_to_multiple, tt->T);
-    const int64_t *mine = tt->rowdocs + tt->rank * B;
+    const int64_t *mine = tt->rowdocs + off;
     tt->units = 0; /* the rows' real tokens (a document longer than the row is cut) */
     for (int64_t i = 0; i < B; i++) tt->units += CT_MIN(tt->docs.len[mine[i]], T);
     return docs_rows(tt, mine, B, T, tt->r.seed, key);
@@ -209,7 +222,7 @@ static ct_status docs_evaluate(text_task *tt, double *tot, double *w, int64_t *r
     for (int64_t first = 0, j = 0;; first += B, j++) {
         int64_t n = ct_text_docs_val(&tt->docs, first, B, tt->rowdocs);
         if (n == 0) break;
-        if (j % tt->size != tt->rank) continue;
+        if (j % eval_ranks(tt) != tt->rank % eval_ranks(tt)) continue;
         int64_t T = ct_text_docs_seq_len(&tt->docs, tt->rowdocs, n, !tt->bert, tt->r.pad_to_multiple, tt->T);
         CT_TRY(docs_rows(tt, tt->rowdocs, n, T, tt->r.seed ^ 0x5eed5eedULL, (uint64_t)j));
         const int32_t *lab = tt->tl.data;
@@ -231,16 +244,16 @@ static ct_status txt_start_epoch(ct_task *t, int64_t epoch, int64_t skip) {
     return CT_OK;
 }
 
-/* The batch of (seed, key) from a split: of B rows, or data parallel this
- * rank's B rows of the global batch of size * B rows (made whole, then cut). */
-static ct_status fill(text_task *tt, ct_text_split split, uint64_t seed, uint64_t key) {
-    const int64_t B = tt->B, T = tt->T, Bg = B * tt->size;
+/* The batch of (seed, key) from a split: of B rows, or (data parallel, deterministic) rows [row, row + B)
+ * of the global batch of global_rows (made whole, then cut). */
+static ct_status fill(text_task *tt, ct_text_split split, uint64_t seed, uint64_t key, int64_t row) {
+    const int64_t B = tt->B, T = tt->T, Bg = global_rows(tt);
     int32_t *ids = tt->ti.data, *lab = tt->tl.data, *kv = tt->bert ? tt->tk.data : NULL;
-    if (tt->size > 1) ids = tt->g, lab = tt->g + Bg * T, kv = tt->bert ? tt->g + 2 * Bg * T : NULL;
+    if (Bg != B) ids = tt->g, lab = tt->g + Bg * T, kv = tt->bert ? tt->g + 2 * Bg * T : NULL;
     if (!tt->bert) CT_TRY(ct_text_lm_batch(&tt->ds, split, Bg, T, seed, key, ids, lab));
     else CT_TRY(ct_text_mlm_batch(&tt->ds, split, Bg, T, tt->mask_id, seed, key, ids, lab, kv));
-    if (tt->size == 1) return CT_OK;
-    const size_t off = (size_t)(tt->rank * B * T), n = (size_t)(B * T) * sizeof(int32_t);
+    if (Bg == B) return CT_OK;
+    const size_t off = (size_t)(row * T), n = (size_t)(B * T) * sizeof(int32_t);
     memcpy(tt->ti.data, ids + off, n);
     memcpy(tt->tl.data, lab + off, n);
     if (tt->bert) memcpy(tt->tk.data, kv + off, n);
@@ -253,57 +266,72 @@ static ct_status txt_next(ct_task *t, int64_t step, int micro, int64_t *rows) {
     text_task *tt = t->impl;
     *rows = tt->B;
     tt->units = tt->B * tt->T;
-    if (tt->docs.n_docs) return docs_next(tt, (uint64_t)(step * tt->r.accumulate_steps + micro));
-    CT_TRY(fill(tt, CT_SPLIT_TRAIN, tt->r.seed, (uint64_t)(step * tt->r.accumulate_steps + micro)));
+    /* deterministic: the chunks of one global batch per step (accumulate_steps is 1) */
+    const uint64_t key = (uint64_t)(tt->chunks ? step : step * tt->r.accumulate_steps + micro);
+    if (tt->docs.n_docs) return docs_next(tt, key, row_offset(tt, micro));
+    CT_TRY(fill(tt, CT_SPLIT_TRAIN, tt->r.seed, key, row_offset(tt, micro)));
     *rows = tt->B;
     return CT_OK;
 }
 
-/* Validation loss (mean over predicted tokens). GPT: the sequential windows
- * of the validation split, the first eval_batches * B of them (0: all).
- * BERT: eval_batches (0: 20) masked batches of a fixed seed, the same at
- * every evaluation. Data parallel (B = the global batch / size): GPT's
- * windows in runs of B, run j on rank j % size (the first eval_batches x
- * the global batch of them); BERT: this rank's rows of each global batch. */
-static ct_status txt_evaluate(ct_task *t, ct_task_eval *out) {
-    text_task *tt = t->impl;
+/* One evaluation forward of the plan's batch: its loss x n into *tot, n into *w (n: the predicted tokens). */
+static ct_status eval_forward(text_task *tt, int64_t n, double *tot, double *w) {
+    CT_TRY(ct_plan_forward(tt->plan, 0));
+    float l;
+    ct_plan_loss(tt->plan, &l);
+    *tot += (double)l * (double)n;
+    *w += (double)n;
+    return CT_OK;
+}
+
+/* BERT: eval_batches (0: 20) masked global batches of a fixed seed; this rank's rows of each (deterministic:
+ * all of its chunks). */
+static ct_status bert_evaluate(text_task *tt, double *tot, double *w, int64_t *windows) {
     const ct_recipe *r = &tt->r;
-    double tot = 0, w = 0;
-    int64_t windows = 0, B = tt->B, T = tt->T;
-    if (tt->docs.n_docs) CT_TRY(docs_evaluate(tt, &tot, &w, &windows));
-    else if (tt->bert) {
-        int64_t nb = r->eval_batches > 0 ? r->eval_batches : 20;
-        for (int64_t b = 0; b < nb; b++) {
-            CT_TRY(fill(tt, CT_SPLIT_VAL, r->seed ^ 0x5eed5eedULL, (uint64_t)b));
+    const int64_t B = tt->B, T = tt->T, nb = r->eval_batches > 0 ? r->eval_batches : 20;
+    const int64_t parts = tt->chunks ? global_rows(tt) / B : 1;
+    for (int64_t b = 0; b < nb; b++) {
+        for (int64_t c = 0; c < parts; c++) {
+            CT_TRY(fill(tt, CT_SPLIT_VAL, r->seed ^ 0x5eed5eedULL, (uint64_t)b, tt->chunks ? c * B : tt->rank * B));
             const int32_t *lab = tt->tl.data;
             int64_t n = 0;
             for (int64_t i = 0; i < B * T; i++) n += lab[i] != CT_TEXT_IGNORE_LABEL;
             if (!n) continue;
-            CT_TRY(ct_plan_forward(tt->plan, 0));
-            float l;
-            ct_plan_loss(tt->plan, &l);
-            tot += (double)l * (double)n;
-            w += (double)n;
-            windows += B;
-        }
-    } else {
-        int64_t nw = ct_text_eval_windows(&tt->ds, CT_SPLIT_VAL, T);
-        if (r->eval_batches > 0 && r->eval_batches * B * tt->size < nw) nw = r->eval_batches * B * tt->size;
-        for (int64_t first = 0; first < nw; first += B) {
-            if (first / B % tt->size != tt->rank) continue;
-            int64_t got = 0, want = nw - first < B ? nw - first : B;
-            CT_TRY(ct_text_eval_batch(&tt->ds, CT_SPLIT_VAL, T, first, want, tt->ti.data, tt->tl.data, &got));
-            if (got <= 0) break;
-            int32_t *lab = tt->tl.data, *ids = tt->ti.data;
-            for (int64_t i = got * T; i < B * T; i++) lab[i] = CT_TEXT_IGNORE_LABEL, ids[i] = 0;
-            CT_TRY(ct_plan_forward(tt->plan, 0));
-            float l;
-            ct_plan_loss(tt->plan, &l);
-            tot += (double)l * (double)(got * T);
-            w += (double)(got * T);
-            windows += got;
+            CT_TRY(eval_forward(tt, n, tot, w));
+            *windows += B;
         }
     }
+    return CT_OK;
+}
+
+/* GPT: the sequential windows of the validation split, the first eval_batches x the global batch of them
+ * (0: all), in runs of B, run j on rank j % size (deterministic: every run on every rank). */
+static ct_status gpt_evaluate(text_task *tt, double *tot, double *w, int64_t *windows) {
+    const int64_t B = tt->B, T = tt->T, ranks = eval_ranks(tt);
+    int64_t nw = ct_text_eval_windows(&tt->ds, CT_SPLIT_VAL, T);
+    if (tt->r.eval_batches > 0 && tt->r.eval_batches * global_rows(tt) < nw) nw = tt->r.eval_batches * global_rows(tt);
+    for (int64_t first = 0; first < nw; first += B) {
+        if (first / B % ranks != tt->rank % ranks) continue;
+        int64_t got = 0, want = nw - first < B ? nw - first : B;
+        CT_TRY(ct_text_eval_batch(&tt->ds, CT_SPLIT_VAL, T, first, want, tt->ti.data, tt->tl.data, &got));
+        if (got <= 0) break;
+        int32_t *lab = tt->tl.data, *ids = tt->ti.data;
+        for (int64_t i = got * T; i < B * T; i++) lab[i] = CT_TEXT_IGNORE_LABEL, ids[i] = 0;
+        CT_TRY(eval_forward(tt, got * T, tot, w));
+        *windows += got;
+    }
+    return CT_OK;
+}
+
+/* Validation loss (mean over predicted tokens): text_docs' documents, BERT's masked batches or GPT's
+ * windows. Data parallel: this rank's part (the trainer combines them); deterministic: all of it. */
+static ct_status txt_evaluate(ct_task *t, ct_task_eval *out) {
+    text_task *tt = t->impl;
+    double tot = 0, w = 0;
+    int64_t windows = 0;
+    if (tt->docs.n_docs) CT_TRY(docs_evaluate(tt, &tot, &w, &windows));
+    else if (tt->bert) CT_TRY(bert_evaluate(tt, &tot, &w, &windows));
+    else CT_TRY(gpt_evaluate(tt, &tot, &w, &windows));
     out->loss = w > 0 ? tot / w : 0;
     out->accuracy = 0;
     out->count = w;
@@ -319,6 +347,17 @@ static void txt_eval_detail(ct_task *t, ct_task_eval *ev) {
              tt->docs.n_docs ? "documents" : "windows");
 }
 
+/* The buffer of one global batch (fill, data parallel and deterministic). */
+static ct_status global_batch(text_task *tt) {
+    const int64_t Bg = tt->r.batch_size;
+    free(tt->g);
+    tt->g = malloc((size_t)(3 * Bg * tt->T) * sizeof(int32_t));
+    if (!tt->g)
+        return ct_set_error(tt->ctx, CT_E_OOM, "out of memory for a global batch of %lld x %lld tokens",
+                            (long long)Bg, (long long)tt->T);
+    return CT_OK;
+}
+
 static ct_status txt_shard(ct_task *t, int rank, int size) {
     text_task *tt = t->impl;
     const int64_t Bg = tt->r.batch_size; /* divides by size: the trainer checked */
@@ -329,12 +368,18 @@ static ct_status txt_shard(ct_task *t, int rank, int size) {
         if (!(tt->rowdocs = malloc((size_t)(Bg > 1 ? Bg : 1) * sizeof *tt->rowdocs)))
             return ct_set_error(tt->ctx, CT_E_OOM, "out of memory for a batch of %lld documents", (long long)Bg);
     }
-    free(tt->g);
-    tt->g = NULL;
-    if (size > 1 && !(tt->g = malloc((size_t)(3 * Bg * tt->T) * sizeof(int32_t))))
-        return ct_set_error(tt->ctx, CT_E_OOM, "out of memory for a global batch of %lld x %lld tokens",
-                            (long long)Bg, (long long)tt->T);
-    return CT_OK;
+    return size > 1 ? global_batch(tt) : CT_OK;
+}
+
+/* The deterministic mode: this rank's rows of a global batch in n chunks (train.h, ct_task.chunk). */
+static ct_status txt_chunk(ct_task *t, int n) {
+    text_task *tt = t->impl;
+    const int64_t rows = tt->r.batch_size / tt->size; /* this rank's rows of a global batch */
+    if (n < 1 || rows % n)
+        return ct_set_error(tt->ctx, CT_E_CONFIG, "deterministic: %lld rows per rank do not cut into %d chunks",
+                            (long long)rows, n);
+    tt->chunks = n;
+    return global_batch(tt);
 }
 
 static void txt_describe(ct_task *t, const ct_plan_stats *ps, char *buf, size_t len) {
@@ -399,6 +444,7 @@ ct_status ct_task_text_create(ct_context *ctx, const ct_recipe *r, ct_task **out
     t->describe = txt_describe;
     t->checkpoint_files = txt_files;
     t->shard = txt_shard;
+    t->chunk = txt_chunk;
     t->eval_detail = txt_eval_detail;
     t->free = txt_free;
     tt->rank = 0;

@@ -77,14 +77,10 @@ ct_status ct_zero_check(ct_context *ctx, const ct_recipe *r, ct_task *t, int wor
         return ct_set_error(ctx, CT_E_CONFIG,
                             "deterministic: true does not support accumulate_steps > 1 yet: raise batch_size instead "
                             "(the chunks are the micro-batches)");
-    if (r->dropout > 0.0f)
-        return ct_set_error(ctx, CT_E_CONFIG,
-                            "deterministic: true does not support dropout yet (its masks are drawn per rank and step, "
-                            "not per sample); set dropout 0");
     if (!t->chunk)
         return ct_set_error(ctx, CT_E_CONFIG,
                             "deterministic: true is not supported by the %s task yet (it has no ct_task.chunk); the "
-                            "image models (mlp, cnn) support it",
+                            "image models and the text tasks (gpt, bert) support it",
                             t->name ? t->name : "custom");
     return CT_OK;
 }

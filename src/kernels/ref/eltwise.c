@@ -96,7 +96,7 @@ ct_status ct_k_dropout_ref(ct_kargs *k) {
         return CT_OK;
     }
     float scale = 1.0f / (1.0f - p);
-    int64_t row = k->node->ia[1], e0 = k->elem0; /* drop path: one decision per row */
+    int64_t row = k->node->ia[1], e0 = k->sample_elem0 + k->elem0; /* drop path: one decision per row */
     for (int64_t i = 0; i < n; i++)
         y[i] = ct_dropout_keep(k->seed, (uint64_t)k->node->ia[0], k->step,
                                (uint64_t)(row > 0 ? (e0 + i) / row : e0 + i), p)

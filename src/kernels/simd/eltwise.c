@@ -230,7 +230,7 @@ struct ew_job {
     float *y2; /* UNARY_BWD_KEEP: the activation */
     float s;
     const ct_kargs *k; /* dropout */
-    int64_t base;      /* dropout: flat index of a[0] in the whole output (ct_kargs.elem0, plus the tile's
+    int64_t base;      /* dropout: RNG counter of a[0] (ct_kargs.sample_elem0 + elem0, plus the tile's
                           offset for BF16 tiles) */
     /* BF16 / FP16 I/O: the tensors, and the FP32 chunk function run on each tile */
     const ct_tensor *ta, *tb, *ty;
@@ -537,7 +537,8 @@ static void rows_drop_path(const ct_kargs *k, float s, int64_t lo, int64_t hi) {
     vf vs = vset1(s), z = vset1(0.0f);
     const ct_tensor *x = &k->in[0], *y = &k->out;
     for (int64_t r = lo; r < hi; r++) {
-        int keep = ct_dropout_keep(k->seed, (uint64_t)k->node->ia[0], k->step, (uint64_t)(k->elem0 / row + r), p);
+        const uint64_t ri = (uint64_t)((k->sample_elem0 + k->elem0) / row + r); /* the row's RNG counter */
+        int keep = ct_dropout_keep(k->seed, (uint64_t)k->node->ia[0], k->step, ri, p);
         const int64_t o = r * row;
         for (int64_t i = 0; i < row; i += VW) {
             int t = (int)CT_MIN((int64_t)VW, row - i);
@@ -551,7 +552,7 @@ static void rows_drop_path(const ct_kargs *k, float s, int64_t lo, int64_t hi) {
 ct_status CT_FN(dropout)(ct_kargs *k) {
     float p = k->node->fa[0];
     int64_t n = ct_tensor_numel(&k->out);
-    ew_job j = {.a = k->in[0].data, .y = k->out.data, .k = k, .base = k->elem0};
+    ew_job j = {.a = k->in[0].data, .y = k->out.data, .k = k, .base = k->sample_elem0 + k->elem0};
     chunk_fn fn = chunk_dropout;
     if (!k->training || p == 0.0f) {
         fn = chunk_copy;

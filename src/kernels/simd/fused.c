@@ -71,23 +71,26 @@ ct_status CT_FN(dropout_add)(ct_kargs *k) {
     const uint64_t key = (stream << 32) ^ k->step;
     const uint32_t thr = ct_dropout_thr(p);
     const vf vs = vset1(scale);
+    /* element i's RNG counter is e0 + i (the plan's first sample, ct_kargs.sample_elem0); the 64-wide path
+     * needs e0 a multiple of 4: else every block the scalar way */
+    const uint64_t e0 = (uint64_t)k->sample_elem0;
     int64_t n64 = n / 64;
 #pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
     for (int64_t b = 0; b < n64; b++) {
         uint64_t bits;
         int64_t i0 = 64 * b;
-        if (ct_dropout_bits64(k->seed, key, (uint64_t)i0, thr, &bits)) { /* 64 decisions, vectorized Philox */
+        if (!(e0 & 3) && ct_dropout_bits64(k->seed, key, e0 + (uint64_t)i0, thr, &bits)) { /* 64 decisions at once */
             for (int q = 0; q < 64; q += VW) {
                 vf d = vand(vmul(vload(a + i0 + q), vs), ct_vmask_bits((unsigned)(bits >> q) & ((1u << VW) - 1)));
                 vstore(y + i0 + q, vadd(vload(r + i0 + q), d));
             }
         } else {
             for (int64_t i = i0; i < i0 + 64; i++)
-                y[i] = r[i] + (ct_dropout_keep(k->seed, stream, k->step, (uint64_t)i, p) ? a[i] * scale : 0.0f);
+                y[i] = r[i] + (ct_dropout_keep(k->seed, stream, k->step, e0 + (uint64_t)i, p) ? a[i] * scale : 0.0f);
         }
     }
     for (int64_t i = 64 * n64; i < n; i++)
-        y[i] = r[i] + (ct_dropout_keep(k->seed, stream, k->step, (uint64_t)i, p) ? a[i] * scale : 0.0f);
+        y[i] = r[i] + (ct_dropout_keep(k->seed, stream, k->step, e0 + (uint64_t)i, p) ? a[i] * scale : 0.0f);
     return CT_OK;
 }
 
