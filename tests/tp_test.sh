@@ -4,6 +4,7 @@
 #     shards, loss and every gradient within 1e-5, no whole logits, recompute_blocks bit for bit);
 #   - a small GPT trained 20 steps (FP32, no dropout) at tensor_parallel 2 and 4 ends with the weights of one
 #     process (the checkpoint is the one-process file, gathered from the shards), BERT at 2;
+#   - with dropout 0.1, tensor parallel 2 and data 2 x tensor 2 end with one process's weights (the same masks);
 #   - data parallel 2 x tensor parallel 2 with ZeRO-1 and accumulation on 4 ranks equals one process over
 #     20 steps; the header shows the layout and the per-rank memory;
 #   - a tensor_parallel 2 checkpoint resumes at tensor_parallel 1 and at data 2 x tensor 2 and ends with the
@@ -71,6 +72,20 @@ else
 fi
 within_files "data 2 x tensor 2, ZeRO-1, accumulation: 20 steps end with the weights of one process" \
   "$tmp/a1/step-000020/model.safetensors" "$tmp/a4/step-000020/model.safetensors" $TOL
+
+# dropout 0.1: every layout draws one process's masks (keyed by random op, step and global sample, one seed)
+D=("${G[@]}" --dropout 0.1)
+mrun "$tmp/d1.log" 120 -- "$CT" train "${D[@]}" --save-dir "$tmp/d1"
+mrun "$tmp/d2.log" 180 -- "${MPI[@]}" -np 2 "$CT" train "${D[@]}" --set tensor_parallel=2 --save-dir "$tmp/d2"
+mrun "$tmp/d4.log" 180 -- "${MPI[@]}" -np 4 "$CT" train "${D[@]}" --set tensor_parallel=2 --save-dir "$tmp/d4"
+within_files "gpt with dropout 0.1 at tensor_parallel 2 ends with the weights of one process" \
+  "$tmp/d1/step-000020/model.safetensors" "$tmp/d2/step-000020/model.safetensors" $TOL
+within_files "gpt with dropout 0.1 at data 2 x tensor 2 ends with the weights of one process" \
+  "$tmp/d1/step-000020/model.safetensors" "$tmp/d4/step-000020/model.safetensors" $TOL
+m=$("$TD" maxdiff "$tmp/d1/step-000020/model.safetensors" "$tmp/g1/step-000020/model.safetensors" 2>&1 |
+  sed -nE 's/^max abs diff ([^ ]+) over.*/\1/p')
+awk -v m="${m:-0}" 'BEGIN { exit !(m > 1e-3) }' && ok "(control) dropout changes the weights (max abs diff $m)" ||
+  bad "dropout 0.1 changed nothing (max abs diff '$m')"
 
 # a tensor_parallel 2 checkpoint (step 10 of gt2) resumes at tensor_parallel 1 and at data 2 x tensor 2
 for how in 1 4; do

@@ -714,7 +714,7 @@ ct_status ct_dropout(ct_graph *g, ct_node x, float p, ct_node *out) {
     def_init(&d, CT_OP_DROPOUT, 1, &x);
     def_shape(&d, N(g, x)->ndim, N(g, x)->shape);
     d.fa[0] = p;
-    d.ia[0] = g->n; /* RNG stream: this node's id */
+    d.ia[0] = g->n_rng++; /* RNG stream: the graph's n-th random op (the same when tensor parallelism adds nodes) */
     return ct_graph_push(g, &d, out);
 }
 
@@ -730,7 +730,7 @@ ct_status ct_drop_path(ct_graph *g, ct_node x, float p, ct_node *out) {
     def_init(&d, CT_OP_DROPOUT, 1, &x);
     def_shape(&d, X->ndim, X->shape);
     d.fa[0] = p;
-    d.ia[0] = g->n; /* RNG stream: this node's id */
+    d.ia[0] = g->n_rng++; /* RNG stream: the graph's n-th random op (the same when tensor parallelism adds nodes) */
     int64_t row = 1;
     for (int i = 1; i < X->ndim; i++) row *= X->shape[i];
     d.ia[1] = row; /* one keep decision per sample */

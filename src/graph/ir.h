@@ -19,6 +19,7 @@ struct ct_graph {
      * is in its ia[]: CT_SHARD_IA_* below. */
     struct ct_comm *tp;
     int tp_rank, tp_size;
+    int n_rng; /* random ops (dropout, drop_path) built so far: each one's RNG stream */
     /* ct_graph_mark_block: the next node pushed gets CT_NODE_BLOCK. */
     int block_pending;
 };
