@@ -15,6 +15,7 @@
  *  - recompute_blocks 1 gives the same loss and gradients bit for bit, with
  *    a smaller activation arena, also when split (the collectives of a block
  *    are replayed in the same order on every rank);
+ *  - BF16 (autocast) split is within the BF16 goldens' tolerance of FP32 whole;
  *  - a tensor_parallel that does not divide the heads is a clear error. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -50,7 +51,7 @@ static void on_node(void *user, const ct_node_event *ev) {
 }
 
 /* bert 0: GPT (4 heads, d 32, 2 layers); 1: BERT (d_ff 64). group: the tensor group or NULL. */
-static ct_status build(int bert, ct_comm *group, int recompute_blocks, model_run *m) {
+static ct_status build_p(int bert, ct_comm *group, int recompute_blocks, ct_precision prec, model_run *m) {
     memset(m, 0, sizeof *m);
     ct_graph *g;
     TRY(ct_graph_create(g_ctx, &g));
@@ -79,6 +80,7 @@ static ct_status build(int bert, ct_comm *group, int recompute_blocks, model_run
     ct_compile_opts co;
     ct_compile_opts_default(&co);
     co.recompute_blocks = recompute_blocks;
+    co.precision = prec;
     if (s == CT_OK) s = ct_compile(g, m->loss, 0, NULL, &co, &m->p);
     ct_graph_free(g);
     TRY(s);
@@ -98,6 +100,10 @@ static ct_status build(int bert, ct_comm *group, int recompute_blocks, model_run
     TRY(ct_plan_backward(m->p));
     ct_plan_set_node_hook(m->p, NULL, NULL);
     return ct_plan_loss(m->p, &m->l);
+}
+
+static ct_status build(int bert, ct_comm *group, int recompute_blocks, model_run *m) {
+    return build_p(bert, group, recompute_blocks, CT_PRECISION_FP32, m);
 }
 
 /* The split plan's shards against the whole plan's tensors: values (bit for bit) and gradients. */
@@ -190,6 +196,48 @@ static void recompute_blocks_same_bits(int bert) {
 TEST(gpt_recompute_blocks_same_bits) { recompute_blocks_same_bits(0); }
 TEST(bert_recompute_blocks_same_bits) { recompute_blocks_same_bits(1); }
 
+/* BF16 (autocast) split against FP32 whole: within the BF16 goldens' tolerance (tests/golden.h GOLDEN_BF16_TOL:
+ * the loss relative, each gradient as |g - ref| / |ref| over the tensor) */
+static void bf16_within_golden_tolerance(int bert) {
+    model_run sp, wh;
+    CHECK_OK(g_ctx, build_p(bert, g_world, 0, CT_PRECISION_BF16, &sp));
+    CHECK_OK(g_ctx, build(bert, NULL, 0, &wh));
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < ct_plan_num_params(sp.p); i++) {
+        const char *name;
+        ct_tensor v, g, wg;
+        ct_shard sh;
+        CHECK_OK(g_ctx, ct_plan_param_info(sp.p, i, &name, &v, &g));
+        CHECK_OK(g_ctx, ct_plan_param_shard(sp.p, i, &sh));
+        CHECK_OK(g_ctx, ct_plan_param_info(wh.p, i, NULL, NULL, &wg));
+        size_t n = (size_t)ct_tensor_numel(&g);
+        float *eg = malloc(n * sizeof(float));
+        CHECK(eg != NULL);
+        if (sh.dim >= 0) ct_shard_copy(&sh, g.ndim, g.shape, wg.data, eg, 1);
+        else memcpy(eg, wg.data, n * sizeof(float));
+        double num = 0, den = 0;
+        for (size_t k = 0; k < n; k++) {
+            double d = (double)((float *)g.data)[k] - eg[k];
+            num += d * d;
+            den += (double)eg[k] * eg[k];
+        }
+        free(eg);
+        double e = den > 0 ? sqrt(num / den) : sqrt(num);
+        if (e > worst) worst = e, worst_name = name;
+    }
+    double lrel = fabs((double)sp.l - wh.l) / fabs((double)wh.l);
+    printf("  %s bf16, tensor_parallel %d: loss %.5f vs fp32 %.5f (rel %.2e), worst gradient %.2e (%s)\n",
+           bert ? "bert" : "gpt", ct_comm_size(g_world), (double)sp.l, (double)wh.l, lrel, worst, worst_name);
+    CHECK(lrel <= 2e-2);
+    CHECK_MSG(worst <= 2e-2, "%s off by %.3g", worst_name, worst);
+    ct_plan_free(sp.p);
+    ct_plan_free(wh.p);
+}
+
+TEST(gpt_bf16_within_golden_tolerance) { bf16_within_golden_tolerance(0); }
+TEST(bert_bf16_within_golden_tolerance) { bf16_within_golden_tolerance(1); }
+
 TEST(heads_must_divide) {
     if (ct_comm_size(g_world) < 2) return; /* every size divides with one rank */
     ct_graph *g;
@@ -207,6 +255,7 @@ TEST(heads_must_divide) {
 int main(int argc, char **argv) {
     static const ct_test_case cases[] = {T(gpt_equals_one_process), T(bert_equals_one_process),
                                          T(gpt_recompute_blocks_same_bits), T(bert_recompute_blocks_same_bits),
+                                         T(gpt_bf16_within_golden_tolerance), T(bert_bf16_within_golden_tolerance),
                                          T(heads_must_divide)};
     g_ctx = test_ctx(-1, 1);
     if (ct_comm_world_create(g_ctx, &g_world) != CT_OK) {
