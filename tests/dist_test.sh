@@ -210,16 +210,9 @@ else
   bad "different recipes (rc $rc)" "$(cat "$tmp/mis.log")"
 fi
 
-start=$(date +%s)
-mrun "$tmp/kill.log" 60 -- "${MPI[@]}" -np 1 "$CT" train "${A[@]}" --epochs 100 : \
+job_ends "rank 1 killed (SIGKILL) at step 30, named" "$tmp/kill.log" "rank 1 .*(signal 9|Killed)" -- \
+  "${MPI[@]}" -np 1 "$CT" train "${A[@]}" --epochs 100 : \
   -np 1 env CTRAIN_TEST_CRASH=step:30 "$CT" train "${A[@]}" --epochs 100
-rc=$?
-el=$(($(date +%s) - start))
-if [ "$rc" -ne 0 ] && [ "$el" -lt 30 ] && grep -qE "rank 1 .*(signal 9|Killed)" "$tmp/kill.log"; then
-  ok "rank 1 killed (SIGKILL) at step 30: the job ends in ${el} s, exit $rc, naming rank 1"
-else
-  bad "killed rank (rc $rc after $el s)" "$(cat "$tmp/kill.log")"
-fi
 
 # a small GPT on Moby-Dick: the text task's shards and its split validation
 G=(--model gpt --set dataset=moby-dick --set n_layer=1 --set d_model=32 --set n_head=2 --set context=16 --dropout 0

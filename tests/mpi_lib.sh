@@ -5,6 +5,9 @@
 #   mrun LOG SECS -- command...   runs with a time limit, output to LOG, returns the exit code
 #   clean NAME LOG                no sanitizer report in LOG
 #   within_files NAME A B TOL     two safetensors files differ by at most TOL ($TD maxdiff)
+#   job_ends NAME LOG PATTERN -- command...
+#                                 a job with a killed or hung rank: it must fail (not by the 60 s limit) within
+#                                 30 s with a line matching the extended regex PATTERN
 mpi_preflight() {
   if ! command -v mpirun >/dev/null 2>&1; then
     echo "  SKIP mpirun is not installed (scripts/setup.sh installs openmpi-bin libopenmpi-dev): no $2"
@@ -61,4 +64,18 @@ mpi_units() {
       bad "$label on $n ranks (rc $rc, $good ranks passed)" "$(grep -vE '^  ok' "$log")"
     fi
   done
+}
+
+job_ends() {
+  local name=$1 log=$2 pat=$3 start rc el
+  shift 4
+  start=$(date +%s)
+  mrun "$log" 60 -- "$@"
+  rc=$?
+  el=$(($(date +%s) - start))
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$el" -lt 30 ] && grep -qE "$pat" "$log"; then
+    ok "$name: the job ends in ${el} s, exit $rc"
+  else
+    bad "$name (rc $rc after $el s, want a line matching '$pat')" "$(grep -v epoch "$log" | tail -12)"
+  fi
 }

@@ -62,6 +62,22 @@ int ct_test_main(const char *suite, const ct_test_case *cases, int n, int argc, 
 #define T(fn) {#fn, fn}
 
 /* Helpers shared by tests (tests/util.c) */
+/* MPI test binaries (run alone: a world of one): *ctx = test_ctx(-1, 1) and *world; returns 0, or 1 after
+ * printing why and "<suite>: 0 passed, 1 failed" when the world cannot be created. test_mpi_finish frees
+ * both and returns rc. */
+int test_mpi_start(const char *suite, ct_context **ctx, ct_comm **world);
+int test_mpi_finish(ct_context *ctx, ct_comm *world, int rc);
+
+/* One forward + backward of a cross entropy over a (rows, cols) logits param set to logits, with labels
+ * (rows): vp 1 is cross_entropy_vp (the real classes: vocab; group: the graph's tensor group, may be NULL),
+ * vp 0 ct_cross_entropy over every column. The caller frees out->p. */
+typedef struct {
+    ct_plan *p;
+    ct_node x, y, loss;
+    float l;
+} test_ce_run;
+ct_status test_ce_plan(ct_context *ctx, ct_comm *group, int vp, int64_t rows, int64_t cols, int64_t vocab, float eps,
+                       int ignore, const float *logits, const int32_t *labels, test_ce_run *out);
 ct_context *test_ctx(int isa, int use_onednn); /* isa -1: best */
 /* max over i of |a-b| / max(|b|, floor) */
 double test_max_rel(const float *a, const float *b, size_t n, double floor);

@@ -507,14 +507,7 @@ int main(int argc, char **argv) {
                                          T(nothing_is_sent_before_begin), T(plan_backward_order),
                                          T(trace_tracks_and_doctor_share), T(plan_tiles_the_arena_for_any_order),
                                          T(a_blocking_call_waits_for_the_progress_thread)};
-    g_ctx = test_ctx(-1, 1);
-    if (ct_comm_world_create(g_ctx, &g_world) != CT_OK) {
-        fprintf(stderr, "test_bucket: %s\n", ct_context_last_error(g_ctx));
-        printf("test_bucket: 0 passed, 1 failed\n");
-        return 1;
-    }
+    if (test_mpi_start("test_bucket", &g_ctx, &g_world)) return 1;
     int rc = ct_test_main(__FILE__, cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
-    ct_comm_free(g_world);
-    ct_context_free(g_ctx);
-    return rc;
+    return test_mpi_finish(g_ctx, g_world, rc);
 }

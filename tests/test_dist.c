@@ -399,14 +399,7 @@ int main(int argc, char **argv) {
                                          T(stats_count_bytes), T(launcher_detection), T(shards_make_the_whole_batch),
                                          T(task_without_shard_is_refused),
                                          T(process_grid_every_factorization), T(process_grid_bad_sizes)};
-    g_ctx = test_ctx(-1, 1);
-    if (ct_comm_world_create(g_ctx, &g_world) != CT_OK) {
-        fprintf(stderr, "test_dist: %s\n", ct_context_last_error(g_ctx));
-        printf("test_dist: 0 passed, 1 failed\n");
-        return 1;
-    }
+    if (test_mpi_start("test_dist", &g_ctx, &g_world)) return 1;
     int rc = ct_test_main(__FILE__, cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
-    ct_comm_free(g_world);
-    ct_context_free(g_ctx);
-    return rc;
+    return test_mpi_finish(g_ctx, g_world, rc);
 }

@@ -257,16 +257,9 @@ int main(int argc, char **argv) {
     static const ct_test_case cases[] = {T(tree_allreduce_is_world_size_independent),
                                          T(reduce_scatter_mpi_and_ring_allgatherv_gatherv), T(bad_arguments_are_errors),
                                          T(sharded_optimizer_equals_whole)};
-    g_ctx = test_ctx(-1, 1);
-    if (ct_comm_world_create(g_ctx, &g_world) != CT_OK) {
-        fprintf(stderr, "test_dist_zero: %s\n", ct_context_last_error(g_ctx));
-        printf("test_dist_zero: 0 passed, 1 failed\n");
-        return 1;
-    }
+    if (test_mpi_start("test_dist_zero", &g_ctx, &g_world)) return 1;
     int rc;
     if (argc > 1 && !strcmp(argv[1], "bench")) rc = bench(argc > 2 ? atoi(argv[2]) : 5);
     else rc = ct_test_main(__FILE__, cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
-    ct_comm_free(g_world);
-    ct_context_free(g_ctx);
-    return rc;
+    return test_mpi_finish(g_ctx, g_world, rc);
 }

@@ -257,14 +257,7 @@ int main(int argc, char **argv) {
                                          T(gpt_recompute_blocks_same_bits), T(bert_recompute_blocks_same_bits),
                                          T(gpt_bf16_within_golden_tolerance), T(bert_bf16_within_golden_tolerance),
                                          T(heads_must_divide)};
-    g_ctx = test_ctx(-1, 1);
-    if (ct_comm_world_create(g_ctx, &g_world) != CT_OK) {
-        fprintf(stderr, "test_tp_model: %s\n", ct_context_last_error(g_ctx));
-        printf("test_tp_model: 0 passed, 1 failed\n");
-        return 1;
-    }
+    if (test_mpi_start("test_tp_model", &g_ctx, &g_world)) return 1;
     int rc = ct_test_main(__FILE__, cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
-    ct_comm_free(g_world);
-    ct_context_free(g_ctx);
-    return rc;
+    return test_mpi_finish(g_ctx, g_world, rc);
 }

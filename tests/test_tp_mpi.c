@@ -27,35 +27,10 @@ static ct_comm *g_world;
 enum { NR = 6, V = 10 };
 static const int32_t k_labels[NR] = {9, 0, 4, 7, 3, 9};
 
-/* one forward + backward of a (rows, cols) logits param through ce */
-typedef struct {
-    ct_plan *p;
-    ct_node x, y, loss;
-    float l;
-} run;
-
+/* one forward + backward of a (NR, cols) logits param through ce (vp: over the world as the tensor group) */
+typedef test_ce_run run;
 static ct_status ce_run(int vp, int64_t cols, float eps, int ignore, const float *logits, run *o) {
-    ct_graph *g;
-    ct_status s = ct_graph_create(g_ctx, &g);
-    if (s != CT_OK) return s;
-    o->p = NULL;
-    if (vp) s = ct_graph_set_tensor_group(g, g_world);
-    if (s == CT_OK) s = ct_param(g, "x", 2, (int64_t[]){NR, cols}, CT_INIT_ZEROS, 1, &o->x);
-    if (s == CT_OK) s = ct_input(g, "y", CT_I32, 1, (int64_t[]){NR}, &o->y);
-    if (s == CT_OK && vp) s = ct_cross_entropy_vp(g, o->x, o->y, eps, ignore, V, &o->loss);
-    if (s == CT_OK && !vp) s = ct_cross_entropy(g, o->x, o->y, eps, ignore, &o->loss);
-    if (s == CT_OK) s = ct_compile(g, o->loss, 0, NULL, NULL, &o->p);
-    ct_graph_free(g);
-    ct_tensor tx, ty;
-    if (s == CT_OK) s = ct_plan_tensor(o->p, o->x, &tx);
-    if (s == CT_OK) s = ct_plan_tensor(o->p, o->y, &ty);
-    if (s != CT_OK) return s;
-    memcpy(tx.data, logits, (size_t)(NR * cols) * sizeof(float));
-    memcpy(ty.data, k_labels, sizeof k_labels);
-    s = ct_plan_forward(o->p, 1);
-    if (s == CT_OK) s = ct_plan_backward(o->p);
-    if (s == CT_OK) s = ct_plan_loss(o->p, &o->l);
-    return s;
+    return test_ce_plan(g_ctx, g_world, vp, NR, cols, V, eps, ignore, logits, k_labels, o);
 }
 
 static void ce_vp_case(float eps, int ignore) {
@@ -208,14 +183,7 @@ int main(int argc, char **argv) {
     static const ct_test_case cases[] = {T(cross_entropy_vp_equals_one_process), T(tp_reduce_sums_forward_identity_backward),
                                          T(tp_reduce_bf16_autocast), T(tp_copy_identity_forward_sums_backward),
                                          T(vocab_parallel_embedding_equals_the_whole_table)};
-    g_ctx = test_ctx(-1, 1);
-    if (ct_comm_world_create(g_ctx, &g_world) != CT_OK) {
-        fprintf(stderr, "test_tp_mpi: %s\n", ct_context_last_error(g_ctx));
-        printf("test_tp_mpi: 0 passed, 1 failed\n");
-        return 1;
-    }
+    if (test_mpi_start("test_tp_mpi", &g_ctx, &g_world)) return 1;
     int rc = ct_test_main(__FILE__, cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
-    ct_comm_free(g_world);
-    ct_context_free(g_ctx);
-    return rc;
+    return test_mpi_finish(g_ctx, g_world, rc);
 }

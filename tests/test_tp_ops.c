@@ -23,34 +23,13 @@ static void fill_logits(float *x, int64_t cols, int64_t vocab, float pad) {
 
 static const int32_t k_labels[N_ROWS] = {2, 0, 4, 1, 4, 3, 1};
 
-typedef struct {
-    ct_plan *p;
-    ct_node x, y, loss;
-    float l;
-} ce_run;
+typedef test_ce_run ce_run;
 
 /* one forward + backward of (vp ? cross_entropy_vp over cols columns : cross_entropy over vocab) */
 static ct_status ce_build_run(ct_context *ctx, int vp, int64_t cols, int64_t vocab, float eps, int ignore, ce_run *o) {
-    ct_graph *g;
-    ct_status s = ct_graph_create(ctx, &g);
-    if (s != CT_OK) return s;
-    o->p = NULL;
-    s = ct_param(g, "x", 2, (int64_t[]){N_ROWS, cols}, CT_INIT_ZEROS, 1, &o->x);
-    if (s == CT_OK) s = ct_input(g, "y", CT_I32, 1, (int64_t[]){N_ROWS}, &o->y);
-    if (s == CT_OK && vp) s = ct_cross_entropy_vp(g, o->x, o->y, eps, ignore, vocab, &o->loss);
-    if (s == CT_OK && !vp) s = ct_cross_entropy(g, o->x, o->y, eps, ignore, &o->loss);
-    if (s == CT_OK) s = ct_compile(g, o->loss, 0, NULL, NULL, &o->p);
-    ct_graph_free(g);
-    ct_tensor tx, ty;
-    if (s == CT_OK) s = ct_plan_tensor(o->p, o->x, &tx);
-    if (s == CT_OK) s = ct_plan_tensor(o->p, o->y, &ty);
-    if (s != CT_OK) return s;
-    fill_logits(tx.data, cols, vocab, 1e3f);
-    memcpy(ty.data, k_labels, sizeof k_labels);
-    s = ct_plan_forward(o->p, 1);
-    if (s == CT_OK) s = ct_plan_backward(o->p);
-    if (s == CT_OK) s = ct_plan_loss(o->p, &o->l);
-    return s;
+    float x[N_ROWS * 16];
+    fill_logits(x, cols, vocab, 1e3f);
+    return test_ce_plan(ctx, NULL, vp, N_ROWS, cols, vocab, eps, ignore, x, k_labels, o);
 }
 
 TEST(tp_copy_and_reduce_are_identities_without_a_group) {

@@ -235,3 +235,42 @@ ct_status test_weighted_sum(ct_graph *g, ct_node y, ct_node *r, ct_node *loss) {
     CT_TRY(ct_mul(g, y, *r, &t));
     return ct_sum(g, t, (1u << nd) - 1, 0, loss);
 }
+
+int test_mpi_start(const char *suite, ct_context **ctx, ct_comm **world) {
+    *ctx = test_ctx(-1, 1);
+    if (ct_comm_world_create(*ctx, world) == CT_OK) return 0;
+    fprintf(stderr, "%s: %s\n", suite, ct_context_last_error(*ctx));
+    printf("%s: 0 passed, 1 failed\n", suite);
+    return 1;
+}
+
+int test_mpi_finish(ct_context *ctx, ct_comm *world, int rc) {
+    ct_comm_free(world);
+    ct_context_free(ctx);
+    return rc;
+}
+
+ct_status test_ce_plan(ct_context *ctx, ct_comm *group, int vp, int64_t rows, int64_t cols, int64_t vocab, float eps,
+                       int ignore, const float *logits, const int32_t *labels, test_ce_run *o) {
+    ct_graph *g;
+    ct_status s = ct_graph_create(ctx, &g);
+    if (s != CT_OK) return s;
+    o->p = NULL;
+    if (vp && group) s = ct_graph_set_tensor_group(g, group);
+    if (s == CT_OK) s = ct_param(g, "x", 2, (int64_t[]){rows, cols}, CT_INIT_ZEROS, 1, &o->x);
+    if (s == CT_OK) s = ct_input(g, "y", CT_I32, 1, (int64_t[]){rows}, &o->y);
+    if (s == CT_OK && vp) s = ct_cross_entropy_vp(g, o->x, o->y, eps, ignore, vocab, &o->loss);
+    if (s == CT_OK && !vp) s = ct_cross_entropy(g, o->x, o->y, eps, ignore, &o->loss);
+    if (s == CT_OK) s = ct_compile(g, o->loss, 0, NULL, NULL, &o->p);
+    ct_graph_free(g);
+    ct_tensor tx, ty;
+    if (s == CT_OK) s = ct_plan_tensor(o->p, o->x, &tx);
+    if (s == CT_OK) s = ct_plan_tensor(o->p, o->y, &ty);
+    if (s != CT_OK) return s;
+    memcpy(tx.data, logits, (size_t)(rows * cols) * sizeof(float));
+    memcpy(ty.data, labels, (size_t)rows * sizeof(int32_t));
+    s = ct_plan_forward(o->p, 1);
+    if (s == CT_OK) s = ct_plan_backward(o->p);
+    if (s == CT_OK) s = ct_plan_loss(o->p, &o->l);
+    return s;
+}
