@@ -2,7 +2,7 @@
 # bench/tp.sh - tensor parallel against data parallel on the same ranks (docs/distributed.md): 2 ranks x 1
 # thread (mpirun -np 2), the same recipe and global batch, tensor_parallel 2 (the model split) against
 # tensor_parallel 1 (data parallel: the model replicated). For each workload and layout it prints the step time
-# (the run's ms/step after a warm-up run of the same plan), the communication share (the tensor group's
+# (the mean of the steps after the first), the communication share (the tensor group's
 # collectives, or the gradient allreduce's blocked time, over the training time) and what one rank holds
 # (parameters + gradients + optimizer state + activations, from the run header). Layouts alternate within a
 # round; the table shows the median over the rounds. Tensor parallel's model state per rank should be about
@@ -81,7 +81,10 @@ measure() { # workload layout(tp|dp) round
     --max-steps "$STEPS" --set eval_every=0 --set eval_batches=1 --set threads=1 --set log_every=1 --set save_dir= ||
     { echo "bench/tp.sh: $w $lay failed: $(tail -3 "$log")" >&2; echo "- - - -"; return; }
   local ms comm mem act
-  ms=$(sed -nE 's/^done: [0-9]+ steps in [0-9.]+ s \(([0-9.]+) ms\/step.*/\1/p' "$log" | tail -1)
+  # the progress lines' ms/step is the mean since the start: the steps after the first (warm-up: first-use
+  # allocations, oneDNN primitives) are (N x last - first) / (N - 1)
+  ms=$(sed -nE 's/^  step ([0-9]+)\/[0-9]+ .* ([0-9.]+) ms\/step.*/\1 \2/p' "$log" |
+    awk 'NR == 1 { f = $2 } { n = $1; l = $2 } END { if (n > 1) printf "%.0f", (n * l - f) / (n - 1) }')
   if [ "$tp" = 2 ]; then comm=$(sed -nE 's/^tensor parallel \(rank 0\): .*inside them \(([0-9.]+)%.*/\1/p' "$log")
   else comm=$(sed -nE 's/^communication share \(rank 0\): ([0-9.]+)% .*/\1/p' "$log"); fi
   mem=$(sed -nE 's/.*per rank: ([0-9.]+) MiB parameters \+ ([0-9.]+) MiB gradients \+ ([0-9.]+) MiB optimizer state.*/\1 \2 \3/p' "$log" |
