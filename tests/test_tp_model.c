@@ -16,10 +16,13 @@
  *    a smaller activation arena, also when split (the collectives of a block
  *    are replayed in the same order on every rank);
  *  - BF16 (autocast) split is within the BF16 goldens' tolerance of FP32 whole;
+ *  - ct_weights_save of the split plan writes the one-process file (the whole plan loads one process's
+ *    weights from it, the split plan its shards);
  *  - a tensor_parallel that does not divide the heads is a clear error. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "test.h"
 
@@ -238,6 +241,40 @@ static void bf16_within_golden_tolerance(int bert) {
 TEST(gpt_bf16_within_golden_tolerance) { bf16_within_golden_tolerance(0); }
 TEST(bert_bf16_within_golden_tolerance) { bf16_within_golden_tolerance(1); }
 
+/* ct_weights_save on a split plan (every rank calls it) writes the one-process file: the whole plan loads it and
+ * holds one process's initial weights; the split plan loads it back into its shards */
+TEST(weights_file_is_the_one_process_file) {
+    model_run sp, wh;
+    CHECK_OK(g_ctx, build(0, g_world, 0, &sp));
+    CHECK_OK(g_ctx, build(0, NULL, 0, &wh));
+    long pid = (long)getpid();
+    CHECK_OK(g_ctx, ct_comm_broadcast(g_world, &pid, sizeof pid, 0));
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/test_tp_model.%ld.safetensors", pid);
+    CHECK_OK(g_ctx, ct_weights_save(g_ctx, path, sp.p)); /* sp's values are still the initial ones */
+    float *wp, *sp_par;
+    size_t wn, sn;
+    CHECK_OK(g_ctx, ct_plan_param_arena(wh.p, &wp, NULL, &wn));
+    CHECK_OK(g_ctx, ct_plan_param_arena(sp.p, &sp_par, NULL, &sn));
+    float *wcopy = malloc(wn * sizeof(float)), *scopy = malloc(sn * sizeof(float));
+    CHECK(wcopy && scopy);
+    memcpy(wcopy, wp, wn * sizeof(float));
+    memcpy(scopy, sp_par, sn * sizeof(float));
+    memset(wp, 0, wn * sizeof(float));
+    memset(sp_par, 0, sn * sizeof(float));
+    ct_status lw = ct_weights_load(g_ctx, path, wh.p), ls = ct_weights_load(g_ctx, path, sp.p);
+    CHECK_OK(g_ctx, ct_comm_barrier(g_world));
+    if (ct_comm_rank(g_world) == 0) remove(path);
+    CHECK_OK(g_ctx, lw);
+    CHECK_OK(g_ctx, ls);
+    CHECK_MSG(!memcmp(wcopy, wp, wn * sizeof(float)), "the file is not one process's initial weights");
+    CHECK_MSG(!memcmp(scopy, sp_par, sn * sizeof(float)), "the shards loaded from the file differ");
+    free(wcopy);
+    free(scopy);
+    ct_plan_free(sp.p);
+    ct_plan_free(wh.p);
+}
+
 TEST(heads_must_divide) {
     if (ct_comm_size(g_world) < 2) return; /* every size divides with one rank */
     ct_graph *g;
@@ -256,7 +293,7 @@ int main(int argc, char **argv) {
     static const ct_test_case cases[] = {T(gpt_equals_one_process), T(bert_equals_one_process),
                                          T(gpt_recompute_blocks_same_bits), T(bert_recompute_blocks_same_bits),
                                          T(gpt_bf16_within_golden_tolerance), T(bert_bf16_within_golden_tolerance),
-                                         T(heads_must_divide)};
+                                         T(weights_file_is_the_one_process_file), T(heads_must_divide)};
     if (test_mpi_start("test_tp_model", &g_ctx, &g_world)) return 1;
     int rc = ct_test_main(__FILE__, cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
     return test_mpi_finish(g_ctx, g_world, rc);

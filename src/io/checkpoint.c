@@ -321,23 +321,19 @@ static ct_status tp_whole(ct_context *ctx, ct_plan *plan, ct_st_tensor *mt, int 
 
 /* ---- weights ----------------------------------------------------------------------------- */
 
-ct_status ct_weights_save(ct_context *ctx, const char *path, ct_plan *plan) {
-    if (!path || !plan) return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_weights_save: path and plan must not be NULL");
+/* The file of ct_weights_save from the model's tensors t (n): a temporary file, written, renamed. */
+static ct_status write_weights(ct_context *ctx, const char *path, ct_st_tensor *t, int n) {
     char dir[PATH_MAX], tmp[PATH_MAX];
     dir_of(path, dir, sizeof dir);
     join_path(tmp, sizeof tmp, dir, ".tmp-XXXXXX");
     int fd = mkstemp(tmp);
     if (fd < 0) return ct_set_error(ctx, CT_E_IO, "cannot create a file in '%s': %s", dir, strerror(errno));
     close(fd);
-    ct_st_tensor *t = NULL;
-    int n = 0;
     ct_st_meta m = {0};
     ct_st_meta_set(&m, "format", "pt");
     ct_st_meta_set(&m, "ctrain_format", "weights");
     ct_st_meta_set(&m, "ctrain_version", FORMAT_VERSION);
-    ct_status s = model_tensors(ctx, plan, &t, &n);
-    if (s == CT_OK) s = ct_st_write(ctx, tmp, path, t, n, &m, 1, NULL);
-    free(t);
+    ct_status s = ct_st_write(ctx, tmp, path, t, n, &m, 1, NULL);
     if (s == CT_OK && rename(tmp, path) != 0)
         s = ct_set_error(ctx, CT_E_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
     if (s != CT_OK) {
@@ -345,6 +341,23 @@ ct_status ct_weights_save(ct_context *ctx, const char *path, ct_plan *plan) {
         return s;
     }
     return fsync_dir(ctx, dir);
+}
+
+/* Tensor parallel: a collective over the plan's tensor group (tensor rank 0 gathers and writes). */
+ct_status ct_weights_save(ct_context *ctx, const char *path, ct_plan *plan) {
+    if (!path || !plan) return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_weights_save: path and plan must not be NULL");
+    ct_st_tensor *t = NULL;
+    int n = 0;
+    float **bufs = NULL, **none = NULL; /* tensor parallel: the whole tensors */
+    ct_comm *tp = ct_plan_tensor_group(plan);
+    ct_status s = model_tensors(ctx, plan, &t, &n);
+    if (s == CT_OK && tp) s = tp_whole(ctx, plan, t, n, NULL, 0, &bufs, &none);
+    if (s == CT_OK && (!tp || ct_comm_rank(tp) == 0)) s = write_weights(ctx, path, t, n);
+    free(t);
+    free_bufs(bufs, n);
+    if (!tp) return s;
+    ct_status w = s, b = ct_comm_broadcast(tp, &w, sizeof w, 0); /* every tensor rank returns the writer's status */
+    return s != CT_OK ? s : b != CT_OK ? b : w;
 }
 
 static ct_status load_model_file(ct_context *ctx, const char *path, ct_plan *plan, int require_crc,
