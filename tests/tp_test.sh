@@ -57,8 +57,9 @@ rc=$?
 within_files "bert at tensor_parallel 2 ends with the weights of one process" \
   "$tmp/b1/step-000020/model.safetensors" "$tmp/b2/step-000020/model.safetensors" $TOL
 
-# data 2 x tensor 2 on 4 ranks with ZeRO-1 and 2 micro-batches per step, against one process accumulating alike
-A=(--set accumulate_steps=2)
+# data 2 x tensor 2 on 4 ranks with ZeRO-1, 2 micro-batches per step and clipping (the norm over the shards
+# and segments), against one process accumulating alike; then ZeRO-2
+A=(--set accumulate_steps=2 --set clip_grad_norm=0.5)
 mrun "$tmp/a1.log" 120 -- "$CT" train "${G[@]}" "${A[@]}" --save-dir "$tmp/a1"
 mrun "$tmp/a4.log" 180 -- "${MPI[@]}" -np 4 "$CT" train "${G[@]}" "${A[@]}" --set tensor_parallel=2 --set zero_stage=1 \
   --save-dir "$tmp/a4"
@@ -70,8 +71,12 @@ if [ "$rc" -eq 0 ] && grep -q "layout: 4 ranks = data parallel 2 x tensor parall
 else
   bad "data 2 x tensor 2 (rc $rc)" "$(grep -E "layout|tensor parallel|zero_stage|rror" "$tmp/a4.log")"
 fi
-within_files "data 2 x tensor 2, ZeRO-1, accumulation: 20 steps end with the weights of one process" \
+within_files "data 2 x tensor 2, ZeRO-1, accumulation, clipping: 20 steps end with the weights of one process" \
   "$tmp/a1/step-000020/model.safetensors" "$tmp/a4/step-000020/model.safetensors" $TOL
+mrun "$tmp/z4.log" 180 -- "${MPI[@]}" -np 4 "$CT" train "${G[@]}" "${A[@]}" --set tensor_parallel=2 --set zero_stage=2 \
+  --save-dir "$tmp/z4"
+within_files "data 2 x tensor 2, ZeRO-2 (rc $?): the weights of one process" \
+  "$tmp/a1/step-000020/model.safetensors" "$tmp/z4/step-000020/model.safetensors" $TOL
 
 # dropout 0.1: every layout draws one process's masks (keyed by random op, step and global sample, one seed)
 D=("${G[@]}" --dropout 0.1)
