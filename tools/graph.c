@@ -159,6 +159,10 @@ int ct_cli_graph(int argc, char **argv) {
     int rc = 0;
     if (s == CT_OK) {
         printf("recipe %s: model %s, batch %lld\n", recipe, ct_recipe_enum_name("model", (int)r.model), (long long)r.batch_size);
+        if (r.tensor_parallel > 1)
+            printf("note: tensor_parallel %d: this is the whole model as one process builds it; under mpirun each rank "
+                   "holds 1/%d of the split layers (the run header shows one rank's memory)\n",
+                   r.tensor_parallel, r.tensor_parallel);
         if (quiet) {
             ct_plan_stats ps;
             ct_plan_get_stats(p, &ps);
