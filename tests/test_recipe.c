@@ -274,7 +274,7 @@ TEST(model_table_drives_the_recipe) {
     CHECK_MSG(!strcmp(k->choices, want), "model choices '%s', table '%s'", k->choices, want);
     for (int m = 0; m < CT_MODEL_COUNT; m++)
         CHECK(!strcmp(ct_recipe_enum_name("model", m), ct_model_name((ct_model_kind)m)));
-    CHECK(!strcmp(ct_recipe_key_find("preset")->choices, "|gpt-char-small|gpt2-124m|bert-base|bert-large"));
+    CHECK(!strcmp(ct_recipe_key_find("preset")->choices, "|gpt-char-small|gpt2-124m|gpt2-medium|gpt2-large|bert-base|bert-large"));
     CHECK(ct_recipe_key_find("window")->models == ((1u << CT_MODEL_SWIN_T) | (1u << CT_MODEL_SWIN_S) | (1u << CT_MODEL_SWIN_B)));
     CHECK(ct_recipe_key_find("hidden")->models == (1u << CT_MODEL_MLP));
     CHECK(ct_recipe_key_find("data_dir")->models & (1u << CT_MODEL_EFFICIENTNET_B4));
@@ -291,7 +291,8 @@ TEST(model_table_drives_the_recipe) {
     CHECK_OK(ctx, ct_recipe_validate(ctx, &r));
     CHECK_OK(ctx, ct_recipe_set(ctx, &r, "preset", "bert-base"));
     CHECK(ct_recipe_validate(ctx, &r) == CT_E_CONFIG &&
-          strstr(ct_context_last_error(ctx), "preset 'bert-base' is not a gpt preset (gpt-char-small, gpt2-124m | "
+          strstr(ct_context_last_error(ctx), "preset 'bert-base' is not a gpt preset (gpt-char-small, gpt2-124m, "
+                                             "gpt2-medium, gpt2-large | "
                                              "bert-base, bert-large)"));
     /* one file naming a preset as its model and another preset: an error in either key order */
     static const char *const contradict[] = {

@@ -77,6 +77,10 @@ mrun "$tmp/z4.log" 180 -- "${MPI[@]}" -np 4 "$CT" train "${G[@]}" "${A[@]}" --se
   --save-dir "$tmp/z4"
 within_files "data 2 x tensor 2, ZeRO-2 (rc $?): the weights of one process" \
   "$tmp/a1/step-000020/model.safetensors" "$tmp/z4/step-000020/model.safetensors" $TOL
+for z in a4 z4; do # the optimizer state: gathered over the data group (ZeRO) and the tensor group
+  within_files "data 2 x tensor 2 ($z): the checkpoint's optimizer state is one process's" \
+    "$tmp/a1/step-000020/train_state.safetensors" "$tmp/$z/step-000020/train_state.safetensors" $TOL
+done
 
 # dropout 0.1: every layout draws one process's masks (keyed by random op, step and global sample, one seed)
 D=("${G[@]}" --dropout 0.1)
