@@ -198,13 +198,13 @@ ct_status ct_attention(ct_graph *g, ct_node qkv, int n_head, int causal, ct_node
  * ranks of the tensor group. Every rank of the group builds the same graph
  * (same nodes in the same order, shards of equal shapes), so their
  * collectives meet in the same order. */
-typedef struct ct_comm ct_comm; /* ctrain/dist.h */
+struct ct_comm; /* ctrain/dist.h's ct_comm (a typedef there; C99 allows it once) */
 /* The tensor group the graph's collectives run over; NULL or a group of one
  * rank: none (every collective op below is then the identity / the plain op).
  * Set before building: the builders (GPT, BERT) shard by it. The group must
  * outlive every plan compiled from the graph. */
-ct_status ct_graph_set_tensor_group(ct_graph *g, ct_comm *group);
-ct_comm *ct_graph_tensor_group(const ct_graph *g); /* NULL when none          */
+ct_status ct_graph_set_tensor_group(ct_graph *g, struct ct_comm *group);
+struct ct_comm *ct_graph_tensor_group(const ct_graph *g); /* NULL when none          */
 int ct_graph_tensor_rank(const ct_graph *g);       /* 0 when none             */
 int ct_graph_tensor_size(const ct_graph *g);       /* 1 when none             */
 
@@ -551,7 +551,7 @@ ct_status ct_plan_param_info(const ct_plan *p, int i, const char **name, ct_tens
  * copy every tensor rank holds); CT_E_INVALID_ARG for i out of range. */
 ct_status ct_plan_param_shard(const ct_plan *p, int i, ct_shard *out);
 /* The plan's tensor group (its graph's; NULL when none). */
-ct_comm *ct_plan_tensor_group(const ct_plan *p);
+struct ct_comm *ct_plan_tensor_group(const ct_plan *p);
 /* Buffers (non-trainable state: batchnorm running_mean / running_var) in
  * arena order (the order ct_buffer declared them); `value` views the buffer
  * arena (FP32), writable. Any out-pointer may be NULL. i out of range ->
