@@ -298,6 +298,12 @@ static ct_status tp_gather(ct_context *ctx, ct_plan *p, ct_st_tensor *t, const t
     return CT_OK;
 }
 
+/* After a tensor-parallel save (s: this rank's status): every tensor rank returns the writer's (rank 0's). */
+static ct_status tp_writer_status(ct_comm *tp, ct_status s) {
+    ct_status w = s, b = ct_comm_broadcast(tp, &w, sizeof w, 0);
+    return s != CT_OK ? s : b != CT_OK ? b : w;
+}
+
 static void free_bufs(float **bufs, int n) {
     for (int k = 0; bufs && k < n; k++) free(bufs[k]);
     free(bufs);
@@ -355,9 +361,7 @@ ct_status ct_weights_save(ct_context *ctx, const char *path, ct_plan *plan) {
     if (s == CT_OK && (!tp || ct_comm_rank(tp) == 0)) s = write_weights(ctx, path, t, n);
     free(t);
     free_bufs(bufs, n);
-    if (!tp) return s;
-    ct_status w = s, b = ct_comm_broadcast(tp, &w, sizeof w, 0); /* every tensor rank returns the writer's status */
-    return s != CT_OK ? s : b != CT_OK ? b : w;
+    return tp ? tp_writer_status(tp, s) : s;
 }
 
 static ct_status load_model_file(ct_context *ctx, const char *path, ct_plan *plan, int require_crc,
@@ -881,7 +885,7 @@ static ct_status write_extra_file(ct_context *ctx, const char *dir, const ct_che
     return CT_OK;
 }
 
-static ct_status save_ex(ct_context *ctx, const char *dir, ct_plan *plan, ct_optimizer *opt, const ct_train_state *st,
+static ct_status save_ex(ct_context *ctx, const char *dir, ct_optimizer *opt, const ct_train_state *st,
                          const ct_checkpoint_opts *o, ct_st_tensor *mt, int mn, ct_st_tensor *ot, int on);
 
 /* The plan's and optimizer's tensors (tensor parallel: every rank of the plan's tensor group calls it, a
@@ -898,20 +902,16 @@ ct_status ct_checkpoint_save_ex(ct_context *ctx, const char *dir, ct_plan *plan,
     ct_status s = model_tensors(ctx, plan, &mt, &mn);
     if (s == CT_OK && opt) s = optim_tensors(ctx, plan, opt, &ot, &on);
     if (s == CT_OK && tp) s = tp_whole(ctx, plan, mt, mn, ot, on, &mbufs, &obufs);
-    if (s == CT_OK && (!tp || ct_comm_rank(tp) == 0)) s = save_ex(ctx, dir, plan, opt, st, o, mt, mn, ot, on);
+    if (s == CT_OK && (!tp || ct_comm_rank(tp) == 0)) s = save_ex(ctx, dir, opt, st, o, mt, mn, ot, on);
     free(mt);
     free(ot);
     free_bufs(mbufs, mn);
     free_bufs(obufs, on);
-    if (!tp) return s;
-    ct_status w = s; /* the writer's status, which every tensor rank returns */
-    ct_status b = ct_comm_broadcast(tp, &w, sizeof w, 0);
-    return s != CT_OK ? s : b != CT_OK ? b : w;
+    return tp ? tp_writer_status(tp, s) : s;
 }
 
-static ct_status save_ex(ct_context *ctx, const char *dir, ct_plan *plan, ct_optimizer *opt, const ct_train_state *st,
+static ct_status save_ex(ct_context *ctx, const char *dir, ct_optimizer *opt, const ct_train_state *st,
                          const ct_checkpoint_opts *o, ct_st_tensor *mt, int mn, ct_st_tensor *ot, int on) {
-    (void)plan;
     if (st->step < 0) return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_checkpoint_save: step %lld < 0", (long long)st->step);
     ct_checkpoint_opts def;
     if (!o) {

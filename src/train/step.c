@@ -118,17 +118,47 @@ ct_status ct_step_reduce_stats(ct_run *R, ct_step_io *io) {
     return check_loss(R, io, io->n ? io->loss / io->n : 0.0);
 }
 
+/* The part of the gradient arena this rank decides on: ZeRO's segment, else all of it (tensor parallel:
+ * its shards). The other ranks hold the rest: the decisions below are reduced over the data group (ZeRO)
+ * and the tensor group. */
+static void my_part(const ct_run *R, size_t *b, size_t *e) {
+    *b = 0;
+    *e = R->n_par;
+    ct_zero_segment(R->zero, b, e);
+}
+
+/* Any rank's overflow, and whether every rank's part is all zeros, over the groups that hold the other parts. */
+static ct_status agree(const ct_run *R, int *overflow, int *all_zero) {
+    double f[2] = {*overflow ? 1.0 : 0.0, *all_zero ? 0.0 : 1.0};
+    if (ct_zero_stage(R->zero) > 0 && R->world > 1) CT_TRY(ct_comm_allreduce_f64(R->comm, f, 2, CT_REDUCE_MAX));
+    if (R->tp) CT_TRY(ct_comm_allreduce_f64(R->tp, f, 2, CT_REDUCE_MAX));
+    *overflow = f[0] > 0.0;
+    *all_zero = f[1] == 0.0;
+    return CT_OK;
+}
+
+/* Clipping by the global norm of the parts (ct_clip_grad_norm's arithmetic: clip_coef = max_norm / (norm +
+ * 1e-6), at most 1, in float). */
+static ct_status clip_parts(ct_run *R, float max_norm, float *total) {
+    size_t b, e;
+    my_part(R, &b, &e);
+    double ss = ct_tp_sumsq(R, R->grads, b, e);
+    if (ct_zero_stage(R->zero) > 0) CT_TRY(ct_comm_allreduce_f64(R->comm, &ss, 1, CT_REDUCE_SUM));
+    if (R->tp) CT_TRY(ct_comm_allreduce_f64(R->tp, &ss, 1, CT_REDUCE_SUM));
+    const float tn = (float)sqrt(ss), coef = max_norm / (tn + 1e-6f), cl = coef > 1.0f ? 1.0f : coef;
+    if (cl != 1.0f)
+        for (size_t i = b; i < e; i++) R->grads[i] *= cl;
+    *total = tn;
+    return CT_OK;
+}
+
 /* All finite: the all-zero check, clipping, the optimizer's update and (ZeRO) the parameters' allgather. */
 static ct_status update(ct_run *R, ct_step_io *io, int all_zero) {
     const ct_recipe *r = R->r;
     const int zero = ct_zero_stage(R->zero) > 0;
     io->zero_grads = all_zero;
     if (r->clip_grad_norm > 0.0f) {
-        size_t b = 0, e = R->n_par;
-        if (R->tp) { /* tensor parallel: over the shards of the tensor group (and ZeRO's segments) */
-            if (zero) ct_zero_segment(R->zero, &b, &e);
-            CT_TRY(ct_tp_clip_grad_norm(R, b, e, zero ? R->comm : NULL, r->clip_grad_norm, &io->grad_norm));
-        } else if (zero) CT_TRY(ct_zero_clip_grad_norm(R->zero, r->clip_grad_norm, &io->grad_norm)); /* all segments */
+        if (zero || R->tp) CT_TRY(clip_parts(R, r->clip_grad_norm, &io->grad_norm)); /* over every rank's part */
         else CT_TRY(ct_clip_grad_norm(R->plan, r->clip_grad_norm, 2.0f, &io->grad_norm));
     }
     if (r->clip_grad_value > 0.0f) CT_TRY(ct_clip_grad_value(R->plan, r->clip_grad_value));
@@ -171,14 +201,11 @@ static ct_status optimizer_step(ct_run *R, ct_step_io *io) {
     /* ZeRO: each rank holds its segment only, tensor parallel its shards: the overflow and the zero check over
      * all. All-zero gradients train nothing (an FP16 scale so small they underflow, or a dead model): counted
      * and reported at the end; the scan stops at the first nonzero value, so it costs nothing normally */
-    int all_zero = 0;
-    if (ct_zero_stage(R->zero) > 0) CT_TRY(ct_zero_agree(R->zero, &overflow, &all_zero));
-    else {
-        size_t i = 0;
-        while (i < R->n_par && R->grads[i] == 0.0f) i++;
-        all_zero = i == R->n_par;
-    }
-    CT_TRY(ct_tp_agree(R, &overflow, &all_zero));
+    size_t i, e;
+    my_part(R, &i, &e);
+    while (i < e && R->grads[i] == 0.0f) i++;
+    int all_zero = i == e;
+    CT_TRY(agree(R, &overflow, &all_zero));
     if (!overflow) CT_TRY(update(R, io, all_zero));
     return R->scaler ? scaler_update(R, io, overflow, bad_param) : CT_OK;
 }

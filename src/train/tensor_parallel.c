@@ -6,7 +6,6 @@
  * layers: reduced with grad_reduce_method), and the step's global decisions
  * (overflow, all-zero gradients, the clipping norm) over the tensor group,
  * where each rank holds only its shards. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,40 +111,18 @@ ct_status ct_tp_reduce_copies(ct_run *R) {
     return CT_OK;
 }
 
-ct_status ct_tp_agree(ct_run *R, int *overflow, int *all_zero) {
-    if (!R->tp) return CT_OK;
-    double f[2] = {*overflow ? 1.0 : 0.0, *all_zero ? 0.0 : 1.0}; /* any rank's overflow, any rank's nonzero */
-    CT_TRY(ct_comm_allreduce_f64(R->tp, f, 2, CT_REDUCE_MAX));
-    *overflow = f[0] > 0.0;
-    *all_zero = f[1] == 0.0;
-    return CT_OK;
-}
-
-/* Sum of squares of [b, e): a copy every tensor rank holds counts on tensor rank 0 only. */
-static double sumsq(const ct_run *R, const float *g, size_t b, size_t e) {
+/* Sum of squares of [b, e): the copies every tensor rank holds count on tensor rank 0 only (the copy ranges
+ * are in arena order, so the walk skips them). */
+double ct_tp_sumsq(const ct_run *R, const float *g, size_t b, size_t e) {
     double ss = 0.0;
-    for (size_t i = b; i < e; i++) ss += (double)g[i] * (double)g[i];
-    if (!R->tp || R->tp_rank == 0) return ss;
-    for (int i = 0; i < R->n_tp_copy_ranges; i++) {
-        const size_t *rg = R->tp_copy_ranges + 2 * i;
-        size_t lo = CT_MAX(b, rg[0]), hi = CT_MIN(e, rg[0] + rg[1]);
-        for (size_t k = lo; k < hi; k++) ss -= (double)g[k] * (double)g[k];
+    size_t i = b;
+    for (int c = 0; R->tp && R->tp_rank > 0 && c < R->n_tp_copy_ranges && i < e; c++) {
+        const size_t *rg = R->tp_copy_ranges + 2 * c;
+        for (; i < e && i < rg[0]; i++) ss += (double)g[i] * (double)g[i];
+        if (i < rg[0] + rg[1]) i = rg[0] + rg[1];
     }
+    for (; i < e; i++) ss += (double)g[i] * (double)g[i];
     return ss;
-}
-
-ct_status ct_tp_clip_grad_norm(ct_run *R, size_t b, size_t e, ct_comm *data, float max_norm, float *total) {
-    float *g;
-    CT_TRY(ct_plan_param_arena(R->plan, NULL, &g, NULL));
-    double ss = sumsq(R, g, b, e);
-    if (data) CT_TRY(ct_comm_allreduce_f64(data, &ss, 1, CT_REDUCE_SUM));
-    if (R->tp) CT_TRY(ct_comm_allreduce_f64(R->tp, &ss, 1, CT_REDUCE_SUM));
-    /* as ct_clip_grad_norm (PyTorch): clip_coef = max_norm / (total_norm + 1e-6), at most 1, in float */
-    const float tn = (float)sqrt(fmax(ss, 0.0)), coef = max_norm / (tn + 1e-6f), cl = coef > 1.0f ? 1.0f : coef;
-    if (cl != 1.0f)
-        for (size_t i = b; i < e; i++) g[i] *= cl;
-    *total = tn;
-    return CT_OK;
 }
 
 void ct_tp_free(ct_run *R) {

@@ -52,12 +52,8 @@ int ct_zero_local_chunks(const ct_zero *z);  /* deterministic: K / world micro-b
 ct_status ct_zero_shard(ct_zero *z);
 /* Reduce-scatter of the gradients; the arena outside this rank's segment zeroed (stage 2: released). */
 ct_status ct_zero_reduce_grads(ct_zero *z);
-/* After the unscale: *overflow becomes any rank's, *all_zero whether every rank's segment is all zeros. */
-ct_status ct_zero_agree(ct_zero *z, int *overflow, int *all_zero);
-/* This rank's segment [*b, *e) of the gradient arena. */
+/* ZeRO (stage > 0): this rank's segment [*b, *e) of the gradient arena; else *b, *e untouched. */
 void ct_zero_segment(const ct_zero *z, size_t *b, size_t *e);
-/* Clipping by the global norm over the ranks' segments (ct_clip_grad_norm's arithmetic). */
-ct_status ct_zero_clip_grad_norm(ct_zero *z, float max_norm, float *total);
 /* Every rank's updated parameters to every rank. */
 ct_status ct_zero_allgather_params(ct_zero *z);
 /* whole 1: rank 0's optimizer gathers the whole state (for a checkpoint); whole 0: a shard again. */
@@ -246,15 +242,15 @@ struct ct_run {
  * setup: the recipe's tensor_parallel against the world and the task; the grid of groups; R->comm becomes the
  * data group (everything data parallel then runs among the ranks holding the same shards). ct_tp_bind, after
  * the plan: the parameters every tensor rank holds a copy of. The step's parts: their gradients reduced
- * over the tensor group (grad_reduce_method), the overflow / all-zero decision and the clipping norm over
- * the tensor group (replicated copies counted once). All are no-ops without tensor parallelism. */
+ * over the tensor group (grad_reduce_method); the step (step.c) takes the overflow / all-zero decision and
+ * the clipping norm over the tensor group too (replicated copies counted once, ct_tp_sumsq). No-ops without
+ * tensor parallelism. */
 ct_status ct_tp_setup(ct_run *R);
 ct_status ct_tp_bind(ct_run *R);
 ct_status ct_tp_reduce_copies(ct_run *R);
-ct_status ct_tp_agree(ct_run *R, int *overflow, int *all_zero);
-/* The global norm of the gradient arena's [b, e) over the tensor group and (data != NULL: ZeRO's
- * segments) the data group, as ct_clip_grad_norm; [b, e) scaled by the clip coefficient. */
-ct_status ct_tp_clip_grad_norm(ct_run *R, size_t b, size_t e, ct_comm *data, float max_norm, float *total);
+/* Sum of squares of the gradient arena's [b, e), the copies every tensor rank holds counted on tensor rank 0
+ * only (the step's clipping norm). */
+double ct_tp_sumsq(const ct_run *R, const float *g, size_t b, size_t e);
 void ct_tp_free(ct_run *R);
 
 /* Shared by trainer.c, step.c and progress.c; the two functions below are in run_recipe.c. */

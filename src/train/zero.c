@@ -196,37 +196,10 @@ ct_status ct_zero_reduce_grads(ct_zero *z) {
     return CT_OK;
 }
 
-ct_status ct_zero_agree(ct_zero *z, int *overflow, int *all_zero) {
-    float *g;
-    CT_TRY(ct_plan_param_arena(z->plan, NULL, &g, NULL));
-    const size_t b = z->offs[z->rank], e = b + z->counts[z->rank];
-    size_t i = b;
-    while (i < e && g[i] == 0.0f) i++;
-    double f[2] = {*overflow ? 1.0 : 0.0, i < e ? 1.0 : 0.0}; /* any rank's overflow, any rank's nonzero */
-    if (z->world > 1) CT_TRY(ct_comm_allreduce_f64(z->c, f, 2, CT_REDUCE_MAX));
-    *overflow = f[0] > 0.0;
-    *all_zero = f[1] == 0.0;
-    return CT_OK;
-}
-
 void ct_zero_segment(const ct_zero *z, size_t *b, size_t *e) {
+    if (!z || z->stage == 0) return;
     *b = z->offs[z->rank];
     *e = *b + z->counts[z->rank];
-}
-
-ct_status ct_zero_clip_grad_norm(ct_zero *z, float max_norm, float *total) {
-    float *g;
-    CT_TRY(ct_plan_param_arena(z->plan, NULL, &g, NULL));
-    const size_t b = z->offs[z->rank], e = b + z->counts[z->rank];
-    double ss = 0.0;
-    for (size_t i = b; i < e; i++) ss += (double)g[i] * (double)g[i];
-    CT_TRY(ct_comm_allreduce_f64(z->c, &ss, 1, CT_REDUCE_SUM));
-    /* as ct_clip_grad_norm (PyTorch): clip_coef = max_norm / (total_norm + 1e-6), at most 1, in float */
-    const float tn = (float)sqrt(ss), coef = max_norm / (tn + 1e-6f), cl = coef > 1.0f ? 1.0f : coef;
-    if (cl != 1.0f)
-        for (size_t i = b; i < e; i++) g[i] *= cl;
-    *total = tn;
-    return CT_OK;
 }
 
 ct_status ct_zero_allgather_params(ct_zero *z) {
