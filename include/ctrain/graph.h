@@ -421,8 +421,88 @@ typedef struct ct_compile_opts {
     /* 1 (default): activations share memory by lifetime. 0: every value gets
      * its own buffer (to measure what reuse saves). */
     int memory_opt;
+    /* Pipeline parallelism: compile only some pieces of the graph (NULL,
+     * default: all of it). See "pipeline stages" below. Read during
+     * ct_compile only. */
+    const struct ct_stage_opts *stage;
 } ct_compile_opts;
 void ct_compile_opts_default(ct_compile_opts *o);
+
+/* ---- pipeline stages ------------------------------------------------------
+ * A model built of blocks (ct_graph_mark_block) is cut into consecutive
+ * pieces at block starts: piece k holds the computing nodes from the first
+ * node of block cuts[k-1] up to the first node of block cuts[k]; the nodes
+ * before the first cut belong to piece 0, those after the last cut to the
+ * last piece. Leaves (inputs, parameters, buffers) go with every piece that
+ * reads them: a parameter read by two pieces (a tied embedding and LM head)
+ * is in both, with the same initial values; keeping the copies equal (the sum
+ * of their gradients) is the caller's. A value computed in piece a and read
+ * in piece b > a crosses every boundary between them: it is an output
+ * ("link") of pieces a .. b-1 and an input of pieces a+1 .. b (relayed).
+ * Both sides of a boundary list its links in the same order (by the value's
+ * node in the whole graph), so a sender and a receiver agree on them
+ * without talking.
+ *
+ * A plan compiled with ct_compile_opts.stage holds the pieces `held`
+ * (ascending, no two consecutive: interleaved schedules give a rank pieces
+ * r, r + P, ...). Each held piece is a "part" of the plan: forward and
+ * backward run one part at a time (ct_plan_set_part). A part's inputs are
+ * its incoming links (written before forward; their gradients read after
+ * backward), its outputs its outgoing links (read after forward; their
+ * gradients written before backward). The loss, when its piece is held,
+ * is seeded by backward as usual (ct_plan_set_loss_scale); the outgoing
+ * links' gradients are the other seeds. Node ids stay the whole graph's:
+ * ct_plan_tensor of a node that no held piece has is CT_E_INVALID_ARG
+ * (ct_plan_has_node tells). Parameters are initialized as in the whole
+ * graph (the same values at any cut). */
+typedef struct ct_stage_opts {
+    int n_pieces;         /* >= 1                                            */
+    const int *cuts;      /* n_pieces - 1 block indices, ascending, >= 1     */
+    int n_held;           /* >= 1                                            */
+    const int *held;      /* piece indices, ascending, none consecutive      */
+} ct_stage_opts;
+/* Blocks of a graph (ct_graph_mark_block calls that flagged a node). */
+int ct_graph_num_blocks(const ct_graph *g);
+/* Block b's name: its first node's name (for a block that starts with a
+ * parameter, "layer2.0.conv1.weight"; ct_graph_find_block matches names by
+ * prefix up to a dot). */
+const char *ct_graph_block_name(const ct_graph *g, int b);
+/* The first block whose first node's name is `name` or starts with
+ * "<name>."; CT_E_INVALID_ARG naming the blocks if none. */
+ct_status ct_graph_find_block(const ct_graph *g, const char *name, int *block);
+/* Cut points for n_pieces pieces that balance, per piece, the cost model's
+ * forward FLOPs and the parameter bytes (each as a share of the whole, the
+ * sum of the two; the largest piece as small as possible). cuts gets
+ * n_pieces - 1 block indices. CT_E_CONFIG when the graph has fewer than
+ * n_pieces - 1 blocks. */
+ct_status ct_graph_balance_cuts(const ct_graph *g, int n_pieces, int *cuts);
+/* Per piece of a cut (n_pieces entries): forward FLOPs and parameter floats
+ * (a parameter counted in every piece that reads it). */
+ct_status ct_graph_piece_costs(const ct_graph *g, int n_pieces, const int *cuts, double *flops, double *param_floats);
+
+/* The plan's parts (held pieces; 1 without ct_compile_opts.stage). */
+int ct_plan_num_parts(const ct_plan *p);
+/* The part forward / backward run (0 .. parts-1), or -1: all (default). */
+ct_status ct_plan_set_part(ct_plan *p, int part);
+/* Links of part `part`: dir 0 incoming (inputs), 1 outgoing (outputs). */
+int ct_plan_num_links(const ct_plan *p, int part, int dir);
+/* Link i of a part: its value (incoming: the input to write before forward;
+ * outgoing: the output to read after forward) and its gradient (incoming:
+ * read after backward; outgoing: the seed to write before backward). A
+ * gradient's data is NULL when the value has none (integer values, or no
+ * parameter depends on it): send zeros / write nothing. The tensors may be
+ * BF16 / FP16 in a mixed-precision plan (ct_convert to FP32 for the wire). */
+ct_status ct_plan_link(ct_plan *p, int part, int dir, int i, ct_tensor *value, ct_tensor *grad);
+/* 1 when node n of the whole graph is in this plan. */
+int ct_plan_has_node(const ct_plan *p, ct_node n);
+/* Activation slots: n copies of the activation arena (n >= 1; the plan has
+ * one). Forward and backward run in the selected slot: micro-batches in
+ * flight each keep their activations in a slot of their own. Slot 0 is the
+ * compiled arena; others are allocated here (counted by the context's
+ * allocator: ct_plan_get_stats's act_bytes stays one arena). */
+ct_status ct_plan_set_act_slots(ct_plan *p, int n);
+ct_status ct_plan_use_act_slot(ct_plan *p, int slot);
+int ct_plan_num_act_slots(const ct_plan *p);
 
 /* Takes a snapshot of the graph: g may be freed afterwards. `loss` is a
  * scalar node (CT_NONE for a forward-only plan). `outputs` are nodes whose

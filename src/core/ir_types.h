@@ -137,6 +137,9 @@ enum {
                                (ct_plan_set_update_running_stats(p, 0)) */
     CT_NODE_BLOCK = 16, /* node flag: the first node of a block (ct_graph_mark_block); the
                            recompute pass's recompute_blocks segments are groups of blocks */
+    CT_NODE_GRAD_INPUT = 32, /* node flag (an input): autodiff computes its gradient (a
+                                pipeline stage's incoming link, graph/stage.c) */
+    CT_NODE_PART_SHIFT = 24  /* flags >> this: a pipeline plan's part + 1 (0: from the inputs) */
 };
 
 typedef struct ct_node_def {

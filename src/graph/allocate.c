@@ -80,7 +80,8 @@ ct_status ct_pass_allocate(ct_plan *p) {
                                     (long long)numel);
         }
         int64_t fan_in = d->fan_in;
-        init_values(whole, numel, d->init, fan_in, d->fa[0] > 0 ? d->fa[0] : 0.02f, seed, 0x5EED000000ull + (uint64_t)i,
+        init_values(whole, numel, d->init, fan_in, d->fa[0] > 0 ? d->fa[0] : 0.02f, seed,
+                    0x5EED000000ull + (uint64_t)(p->param_seq ? p->param_seq[i] : i), /* the whole graph's */
                     nth);
         if (whole != x) {
             ct_shard_copy(&sh, d->ndim, d->shape, whole, x, 1);

@@ -137,12 +137,18 @@ ct_status ct_pass_autocast(ct_plan *p) {
     }
     free(old->nodes);
     p->g = ng;
-    p->user_map = map;
     p->n_fwd = ng.n;
     for (int i = 0; i < p->n_params; i++) p->params[i] = map[p->params[i]];
     for (int i = 0; i < p->n_outputs; i++) p->outputs[i] = map[p->outputs[i]];
-    if (p->loss != CT_NONE) {
-        p->loss = map[p->loss];
+    const ct_node loss = p->loss != CT_NONE ? map[p->loss] : CT_NONE;
+    if (p->user_map) { /* a pipeline stage's map (user -> stage graph) composed with this one */
+        for (int u = 0; u < p->n_user; u++) p->user_map[u] = p->user_map[u] >= 0 ? map[p->user_map[u]] : CT_NONE;
+        free(map);
+    } else {
+        p->user_map = map;
+    }
+    if (loss != CT_NONE) {
+        p->loss = loss;
         /* NOLINTNEXTLINE(clang-analyzer-core.NullDereference): ng holds every node (ct_graph_push, graph.c) */
         if (ng.nodes[p->loss].dtype != CT_F32) { /* autodiff needs an FP32 scalar loss */
             ct_node c;

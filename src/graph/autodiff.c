@@ -510,23 +510,35 @@ static ct_status rule(ct_graph *g, ct_node n, ct_node dy, ct_node *grads, const 
     }
 }
 
-ct_status ct_autodiff(ct_graph *g, ct_node loss, ct_node seed, ct_node *grads, uint8_t *req) {
+ct_status ct_autodiff_roots(ct_graph *g, int n_roots, const ct_node *roots, const ct_node *seeds, ct_node *grads,
+                            uint8_t *req) {
     int n_fwd = g->n;
-    /* requires-grad: a node depends on a trainable parameter */
+    /* requires-grad: a node depends on a trainable parameter or on an input whose gradient is wanted */
     for (int i = 0; i < n_fwd; i++) {
         const ct_node_def *d = &g->nodes[i];
-        req[i] = d->op == CT_OP_PARAM;
+        req[i] = d->op == CT_OP_PARAM || (d->op == CT_OP_INPUT && (d->flags & CT_NODE_GRAD_INPUT));
         if (!ct_dtype_is_float(d->dtype)) continue; /* integer ids/labels carry no gradient */
         for (int j = 0; j < d->n_in && !req[i]; j++) req[i] = req[d->in[j]];
     }
     for (int i = 0; i < n_fwd; i++) grads[i] = CT_NONE;
-    if (!req[loss])
+    int any = 0;
+    for (int r = 0; r < n_roots; r++) {
+        if (!req[roots[r]]) continue; /* nothing it depends on is trained */
+        if (grads[roots[r]] != CT_NONE)
+            return ct_set_error(g->ctx, CT_E_INTERNAL, "autodiff: '%s' is seeded twice", g->nodes[roots[r]].name);
+        grads[roots[r]] = seeds[r];
+        any = 1;
+    }
+    if (!any)
         return ct_set_error(g->ctx, CT_E_INVALID_ARG, "autodiff: the loss '%s' does not depend on any parameter",
-                            g->nodes[loss].name);
-    grads[loss] = seed;
+                            n_roots ? g->nodes[roots[0]].name : "(none)");
     for (int n = n_fwd - 1; n >= 0; n--) {
         if (grads[n] == CT_NONE || !req[n] || g->nodes[n].op == CT_OP_PARAM) continue;
         CT_TRY(rule(g, n, grads[n], grads, req));
     }
     return CT_OK;
+}
+
+ct_status ct_autodiff(ct_graph *g, ct_node loss, ct_node seed, ct_node *grads, uint8_t *req) {
+    return ct_autodiff_roots(g, 1, &loss, &seed, grads, req);
 }

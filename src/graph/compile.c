@@ -4,6 +4,7 @@
  * autodiff and liveness passes themselves; ct_plan_free. The other passes
  * live in their own files (autocast.c, recompute.c, fusion.c,
  * kernel_select.c, planner.c, allocate.c). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,23 +24,55 @@ static ct_status ensure_exclusive(ct_plan *p, ct_node *gnode, const uint8_t *cla
     return CT_OK;
 }
 
+/* The seeds of backward: the loss's (p->seed, the loss scale) and each outgoing link's gradient (a pipeline
+ * stage's, written by the caller): an input of the link's dtype and shape, kept in p->outputs. */
+static ct_status make_seeds(ct_plan *p, ct_node *roots, ct_node *seeds, int *nr) {
+    ct_graph *g = &p->g;
+    *nr = 0;
+    if (p->loss != CT_NONE) {
+        const ct_node_def *L = &g->nodes[p->loss];
+        if (L->ndim != 0 || L->dtype != CT_F32)
+            return ct_set_error(p->ctx, CT_E_SHAPE, "compile: the loss '%s' must be an f32 scalar", L->name);
+        CT_TRY(ct_input(g, "loss.grad", CT_F32, 0, NULL, &p->seed));
+        g->nodes[p->seed].flags |= g->nodes[p->loss].flags & ~((1u << CT_NODE_PART_SHIFT) - 1u);
+        roots[*nr] = p->loss, seeds[(*nr)++] = p->seed;
+    }
+    for (int i = 0; i < p->n_links; i++) {
+        ct_stage_link *l = &p->links[i];
+        const ct_node v = p->outputs[l->value];
+        if (l->dir != 1 || !ct_dtype_is_float(g->nodes[v].dtype)) continue;
+        char name[CT_NAME_LEN];
+        snprintf(name, sizeof name, "%.*s.grad", CT_NAME_LEN - 8, g->nodes[v].name);
+        ct_node sd;
+        CT_TRY(ct_input(g, name, g->nodes[v].dtype, g->nodes[v].ndim, g->nodes[v].shape, &sd));
+        g->nodes[sd].flags |= (uint32_t)(l->part + 1) << CT_NODE_PART_SHIFT;
+        CT_TRY(ct_stage_keep(p, sd, &l->grad));
+        roots[*nr] = v, seeds[(*nr)++] = sd;
+    }
+    return CT_OK;
+}
+
 static ct_status pass_autodiff(ct_plan *p) {
     ct_graph *g = &p->g;
-    if (p->loss == CT_NONE) return CT_OK;
-    const ct_node_def *L = &g->nodes[p->loss];
-    if (L->ndim != 0 || L->dtype != CT_F32)
-        return ct_set_error(p->ctx, CT_E_SHAPE, "compile: the loss '%s' must be an f32 scalar", L->name);
-    CT_TRY(ct_input(g, "loss.grad", CT_F32, 0, NULL, &p->seed));
+    int n_out = 0;
+    for (int i = 0; i < p->n_links; i++) n_out += p->links[i].dir == 1;
+    if (!p->build_backward || (p->loss == CT_NONE && !n_out)) return CT_OK;
+    ct_node *roots = malloc(sizeof(ct_node) * (size_t)(n_out + 1)), *seeds = malloc(sizeof(ct_node) * (size_t)(n_out + 1));
+    int nr = 0;
+    ct_status s = roots && seeds ? make_seeds(p, roots, seeds, &nr) : ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory");
     int n_fwd = g->n;
-    ct_node *grads = malloc((size_t)n_fwd * sizeof *grads);
-    uint8_t *req = calloc((size_t)n_fwd, 1);
-    if (!grads || !req) {
-        free(grads);
-        free(req);
-        return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory in autodiff");
-    }
-    ct_status s = ct_autodiff(g, p->loss, p->seed, grads, req);
+    ct_node *grads = s == CT_OK ? malloc((size_t)n_fwd * sizeof *grads) : NULL;
+    uint8_t *req = s == CT_OK ? calloc((size_t)n_fwd, 1) : NULL;
+    if (s == CT_OK && (!grads || !req)) s = ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory in autodiff");
+    if (s == CT_OK) s = ct_autodiff_roots(g, nr, roots, seeds, grads, req);
     for (int i = 0; s == CT_OK && i < p->n_params; i++) p->param_grads[i] = grads[p->params[i]];
+    for (int i = 0; s == CT_OK && i < p->n_links; i++) { /* incoming links: their gradients, kept */
+        ct_stage_link *l = &p->links[i];
+        ct_node in = p->outputs[l->value];
+        if (l->dir == 0 && req[in] && grads[in] != CT_NONE) s = ct_stage_keep(p, grads[in], &l->grad);
+    }
+    free(roots);
+    free(seeds);
     free(grads);
     free(req);
     CT_TRY(s);
@@ -79,6 +112,7 @@ static const struct {
     const char *name;
     ct_pass_fn fn;
 } k_passes[] = {
+    {"stage", ct_pass_stage},
     {"autocast", ct_pass_autocast},
     {"autodiff", pass_autodiff},
     {"recompute", ct_pass_recompute},
@@ -102,6 +136,7 @@ void ct_compile_opts_default(ct_compile_opts *o) {
     o->fusion_level = 0; /* the library's plans stay as they were; recipes default to 1 */
     o->fusion_rules = NULL;
     o->memory_opt = 1;
+    o->stage = NULL;
 }
 
 ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *outputs, const ct_compile_opts *opts,
@@ -125,6 +160,9 @@ ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *
     p->g.tp_rank = src->tp_rank;
     p->g.tp_size = src->tp_size ? src->tp_size : 1;
     p->loss = opts->build_backward ? loss : CT_NONE;
+    p->build_backward = opts->build_backward;
+    p->stage_opts = opts->stage;
+    p->run_part = -1;
     p->seed = CT_NONE;
     p->loss_scale = 1.0f;
     p->accumulate_grads = opts->accumulate_grads != 0;
@@ -182,6 +220,8 @@ ct_status ct_compile(ct_graph *src, ct_node loss, int n_outputs, const ct_node *
         if (p->plan_only && k_passes[i].fn == ct_pass_allocate) break;
         if (s == CT_OK) s = k_passes[i].fn(p);
     }
+    if (s == CT_OK) s = ct_stage_parts(p);
+    p->stage_opts = NULL;
     p->fusion_rules = NULL; /* the caller's: read during compile only; the copy serves ct_plan_add_shape */
     if (s == CT_OK && opts->fusion_rules && !(p->rules_copy = ct_fusion_rules_clone(opts->fusion_rules)))
         s = ct_set_error(p->ctx, CT_E_OOM, "out of memory copying the fusion rules");
@@ -209,7 +249,15 @@ void ct_plan_free(ct_plan *p) {
     ct_free(p->ctx, p->param_arena);
     ct_free(p->ctx, p->grad_arena);
     ct_free(p->ctx, p->buffer_arena);
-    ct_free(p->ctx, p->act_arena);
+    if (p->act_slots) {
+        for (int k = 0; k < p->n_act_slots; k++) ct_free(p->ctx, p->act_slots[k]);
+        free(p->act_slots);
+    } else {
+        ct_free(p->ctx, p->act_arena);
+    }
+    free(p->part);
+    free(p->param_seq);
+    free(p->links);
     ct_free(p->ctx, p->wcast_arena);
     ct_free(p->ctx, p->ws);
     ct_free(p->ctx, p->cvt_spill);

@@ -250,13 +250,17 @@ static ct_status run_node(ct_plan *p, int i, int training) {
 
 static int is_leaf(ct_op op) { return op == CT_OP_INPUT || op == CT_OP_PARAM || op == CT_OP_BUFFER || op == CT_OP_RESHAPE; }
 
+/* A pipeline plan runs one part at a time (ct_plan_set_part): nodes of the other parts wait; shared nodes
+ * (from parameters and data inputs only) run with every part. */
+static int other_part(const ct_plan *p, int i) { return p->part && p->run_part >= 0 && p->part[i] >= 0 && p->part[i] != p->run_part; }
+
 ct_status ct_plan_forward(ct_plan *p, int training) {
     if (!p) return CT_E_INVALID_ARG;
     if (p->plan_only) return ct_set_error(p->ctx, CT_E_STATE, "this plan was compiled with plan_only: it has no memory to run in");
     const int skip_wcast = p->wcast_fresh; /* the weight copies already hold the parameters' casts */
     for (int i = 0; i < p->g.n; i++) {
         const ct_node_def *d = &p->g.nodes[i];
-        if (!p->pn[i].live || (d->flags & CT_NODE_BACKWARD) || is_leaf(d->op)) continue;
+        if (!p->pn[i].live || (d->flags & CT_NODE_BACKWARD) || is_leaf(d->op) || other_part(p, i)) continue;
         if (skip_wcast && p->pn[i].arena == CT_ARENA_WCAST) continue;
         CT_TRY(run_node(p, i, training));
     }
@@ -278,12 +282,12 @@ static void accumulate_grad(ct_plan *p, int i, int pi) {
 ct_status ct_plan_backward(ct_plan *p) {
     if (!p) return CT_E_INVALID_ARG;
     if (p->plan_only) return ct_set_error(p->ctx, CT_E_STATE, "this plan was compiled with plan_only: it has no memory to run in");
-    if (p->seed == CT_NONE)
+    if (p->g.n == p->n_fwd || (p->seed == CT_NONE && !p->n_links))
         return ct_set_error(p->ctx, CT_E_STATE, "backward: this plan was compiled without a loss (forward only)");
-    *(float *)p->pn[p->seed].data = p->loss_scale;
+    if (p->seed != CT_NONE) *(float *)p->pn[p->seed].data = p->loss_scale;
     for (int i = p->n_fwd; i < p->g.n; i++) {
         const ct_node_def *d = &p->g.nodes[i];
-        if (!p->pn[i].live || !(d->flags & CT_NODE_BACKWARD) || is_leaf(d->op)) continue;
+        if (!p->pn[i].live || !(d->flags & CT_NODE_BACKWARD) || is_leaf(d->op) || other_part(p, i)) continue;
         CT_TRY(run_node(p, i, 1));
         int pi = p->pn[i].grad_of_param;
         if (pi >= 0 && p->accumulate_grads) accumulate_grad(p, i, pi);

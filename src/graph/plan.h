@@ -62,6 +62,15 @@ typedef struct ct_act_peak {
     } top[CT_PEAK_TOP];
 } ct_act_peak;
 
+/* A pipeline link (graph/stage.c): a value crossing between a held piece and its neighbour. */
+typedef struct ct_stage_link {
+    int part, dir;      /* the held piece's part; 0 incoming, 1 outgoing              */
+    ct_node whole;      /* the value's node in the whole (user's) graph              */
+    int value;          /* index in p->outputs: the input (incoming) / value (outgoing) */
+    int grad;           /* index in p->outputs: its gradient (incoming) / seed input
+                           (outgoing); -1: none                                       */
+} ct_stage_link;
+
 struct ct_plan {
     ct_context *ctx;
     ct_graph g;          /* owned snapshot incl. backward nodes               */
@@ -137,6 +146,17 @@ struct ct_plan {
     struct ct_plan **variants;
     int n_variants;
     int variant;
+    /* pipeline stages (stage.c; ct_compile_opts.stage) */
+    const ct_stage_opts *stage_opts; /* during compile only                       */
+    int build_backward;      /* ct_compile_opts.build_backward                    */
+    int n_parts;             /* held pieces (0: the whole graph)                  */
+    int run_part;            /* ct_plan_set_part: -1 all                          */
+    signed char *part;       /* per node: its part, -1 shared (NULL: no parts)     */
+    int *param_seq;          /* param i's place among the whole graph's (init streams); NULL: i */
+    ct_stage_link *links;
+    int n_links;
+    char **act_slots;        /* ct_plan_set_act_slots: [0] the compiled arena     */
+    int n_act_slots, act_slot;
 };
 
 /* A copy of r (NULL for NULL or out of memory; fusion.c). */
@@ -198,5 +218,10 @@ ct_status ct_pass_autocast(ct_plan *p);
 /* allocate.c: the arenas, node pointers and initial values (last; skipped
  * by plan_only compiles). */
 ct_status ct_pass_allocate(ct_plan *p);
+/* Pipeline stages (stage.c): the held pieces only (the first pass), then every node's part (after the
+ * passes); ct_stage_keep appends a node to p->outputs (kept to the end, remapped by every pass). */
+ct_status ct_pass_stage(ct_plan *p);
+ct_status ct_stage_parts(ct_plan *p);
+ct_status ct_stage_keep(ct_plan *p, ct_node id, int *idx);
 
 #endif

@@ -274,7 +274,7 @@ static ct_status rewire(ct_plan *p, const uint8_t *drop, int n_drop) {
     g->nodes = st.out;
     g->n = st.m;
     g->cap = n + n_drop;
-    p->seed = map[p->seed];
+    if (p->seed != CT_NONE) p->seed = map[p->seed];
     if (p->loss != CT_NONE) p->loss = map[p->loss];
     for (int i = 0; i < p->n_outputs; i++) p->outputs[i] = map[p->outputs[i]];
     for (int i = 0; i < p->n_params; i++) {
@@ -310,7 +310,7 @@ ct_status ct_pass_recompute(ct_plan *p) {
                             "compile: recompute_blocks %d needs a model built of blocks (ct_graph_mark_block: the "
                             "transformers mark theirs); this graph has none: use recompute_every (by layers)",
                             blocks);
-    if (p->seed == CT_NONE || (every == 0 && blocks == 0 && mask == 0)) return CT_OK; /* off, or forward only */
+    if (p->g.n == p->n_fwd || (every == 0 && blocks == 0 && mask == 0)) return CT_OK; /* off, or forward only */
     if (!mask) mask = CT_RECOMPUTE_ALL;
     const int per = blocks > 0 ? blocks : every > 0 ? every : 1;
     int n_layers = 0;

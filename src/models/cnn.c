@@ -22,6 +22,7 @@ ct_status ct_model_cnn(ct_graph *g, ct_node x, int n_blocks, const int64_t *chan
         int64_t c = channels[i];
         if (c < 1) return ct_set_error(ctx, CT_E_INVALID_ARG, "cnn: block %d has %lld channels", i, (long long)c);
         ct_node w, gam, bet, rm, rv, y;
+        CT_TRY(ct_graph_mark_block(g, x)); /* each conv block, and the head, a block: pipeline cuts */
         snprintf(name, sizeof name, "conv%d.weight", i + 1);
         CT_TRY(ct_param(g, name, 4, (int64_t[]){c, cin, 3, 3}, CT_INIT_KAIMING_UNIFORM, cin * 9, &w));
         CT_TRY(ct_conv2d(g, x, w, CT_NONE, 1, 1, 1, 1, &y));
@@ -43,6 +44,7 @@ ct_status ct_model_cnn(ct_graph *g, ct_node x, int n_blocks, const int64_t *chan
         x = y;
         cin = c;
     }
+    CT_TRY(ct_graph_mark_block(g, x));
     CT_TRY(ct_flatten(g, x, &x));
     CT_TRY(ct_node_shape(g, x, &nd, s));
     ct_node w, b;

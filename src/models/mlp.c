@@ -55,6 +55,7 @@ ct_status ct_model_mlp(ct_graph *g, ct_node x, int n_hidden, const int64_t *hidd
         int64_t out = i < n_hidden ? hidden[i] : n_classes;
         if (out < 1) return ct_set_error(ctx, CT_E_INVALID_ARG, "mlp: hidden layer %d has size %lld", i, (long long)out);
         ct_node w, b, y;
+        CT_TRY(ct_graph_mark_block(g, x)); /* each layer a block: pipeline stages cut between them */
         snprintf(name, sizeof name, "fc%d.weight", i + 1);
         CT_TRY(ct_param(g, name, 2, (int64_t[]){out, in}, CT_INIT_KAIMING_UNIFORM, in, &w));
         snprintf(name, sizeof name, "fc%d.bias", i + 1);

@@ -52,9 +52,11 @@ static ct_status resnet(ct_graph *g, ct_node x, const ct_vision_config *c, const
         if (c->max_blocks > 0 && n > c->max_blocks) n = c->max_blocks;
         for (int i = 0; i < n; i++) {
             snprintf(pre, sizeof pre, "layer%d.%d", s + 1, i);
+            CT_TRY(ct_graph_mark_block(g, y)); /* each residual block, and the head, a block: pipeline cuts */
             CT_TRY(block(g, y, pre, bottleneck, (64 << s) / div, i == 0 && s > 0 ? 2 : 1, &y));
         }
     }
+    CT_TRY(ct_graph_mark_block(g, y));
     CT_TRY(ct_global_avgpool(g, y, &y));
     CT_TRY(ct_node_set_name(g, y, "avgpool"));
     int64_t f = ct_vis_channels(g, y);
