@@ -460,6 +460,10 @@ typedef struct ct_stage_opts {
     const int *cuts;      /* n_pieces - 1 block indices, ascending, >= 1     */
     int n_held;           /* >= 1                                            */
     const int *held;      /* piece indices, ascending, none consecutive      */
+    /* The pipeline group (NULL: none): the processes holding the pieces, for
+     * the collectives over the whole model (ct_weights_save, checkpoints:
+     * the stages' tensors gathered into the one-process file). */
+    struct ct_comm *group;
 } ct_stage_opts;
 /* Blocks of a graph (ct_graph_mark_block calls that flagged a node). */
 int ct_graph_num_blocks(const ct_graph *g);
@@ -493,6 +497,12 @@ int ct_plan_num_links(const ct_plan *p, int part, int dir);
  * parameter depends on it): send zeros / write nothing. The tensors may be
  * BF16 / FP16 in a mixed-precision plan (ct_convert to FP32 for the wire). */
 ct_status ct_plan_link(ct_plan *p, int part, int dir, int i, ct_tensor *value, ct_tensor *grad);
+/* The pipeline group of ct_stage_opts (NULL: none). */
+struct ct_comm *ct_plan_pipeline_group(const ct_plan *p);
+/* The whole graph's index of parameter / buffer i of this plan (its place
+ * in the one-process plan's order; i itself without stages). */
+int ct_plan_param_order(const ct_plan *p, int i);
+int ct_plan_buffer_order(const ct_plan *p, int i);
 /* 1 when node n of the whole graph is in this plan. */
 int ct_plan_has_node(const ct_plan *p, ct_node n);
 /* Activation slots: n copies of the activation arena (n >= 1; the plan has

@@ -153,6 +153,8 @@ struct ct_plan {
     int run_part;            /* ct_plan_set_part: -1 all                          */
     signed char *part;       /* per node: its part, -1 shared (NULL: no parts)     */
     int *param_seq;          /* param i's place among the whole graph's (init streams); NULL: i */
+    int *buffer_seq;         /* the same for buffers (in graph order); NULL: i        */
+    struct ct_comm *pp;      /* ct_stage_opts.group                                   */
     ct_stage_link *links;
     int n_links;
     char **act_slots;        /* ct_plan_set_act_slots: [0] the compiled arena     */

@@ -286,6 +286,21 @@ static ct_status rebind(ct_plan *p, cut_ctx *c, int n_user_out) {
             p->param_grads[p->n_params] = CT_NONE;
             p->param_seq[p->n_params++] = seq_of[u];
         }
+    int nb = 0, kb = 0;
+    for (int i = 0, k = 0; i < c->g->n; i++)
+        if (c->g->nodes[i].op == CT_OP_BUFFER) seq_of[i] = k++;
+    for (int i = 0; i < c->ng.n; i++) nb += c->ng.nodes[i].op == CT_OP_BUFFER;
+    if (!(p->buffer_seq = malloc(sizeof(int) * (size_t)(nb + 1)))) {
+        free(seq_of);
+        return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory");
+    }
+    for (int i = 0; i < c->ng.n; i++)
+        if (c->ng.nodes[i].op == CT_OP_BUFFER) {
+            int u = 0;
+            while (u < c->g->n && c->map[u] != i) u++;
+            p->buffer_seq[kb] = u < c->g->n ? seq_of[u] : kb;
+            kb++;
+        }
     free(seq_of);
     int k = 0; /* the user's outputs that a held piece computes; the loss */
     for (int i = 0; i < n_user_out; i++)
@@ -334,6 +349,7 @@ ct_status ct_pass_stage(ct_plan *p) {
     p->n_fwd = c.ng.n;
     p->user_map = c.map;
     p->n_parts = so->n_held;
+    p->pp = so->group;
     return CT_OK;
 }
 
@@ -442,3 +458,9 @@ ct_status ct_plan_use_act_slot(ct_plan *p, int slot) {
 }
 
 int ct_plan_num_act_slots(const ct_plan *p) { return p && p->n_act_slots ? p->n_act_slots : 1; }
+
+struct ct_comm *ct_plan_pipeline_group(const ct_plan *p) { return p ? p->pp : NULL; }
+int ct_plan_param_order(const ct_plan *p, int i) { return p && p->param_seq && i >= 0 && i < p->n_params ? p->param_seq[i] : i; }
+int ct_plan_buffer_order(const ct_plan *p, int i) {
+    return p && p->buffer_seq && i >= 0 && i < ct_plan_num_buffers(p) ? p->buffer_seq[i] : i;
+}
