@@ -235,8 +235,22 @@ typedef struct ct_comm_stats {
     uint64_t barrier_calls;
     double seconds;
     uint64_t reduce_scatter_calls, reduce_scatter_bytes; /* ZeRO (zero_collectives.c): bytes of the whole buffer */
+    uint64_t send_calls, send_bytes, recv_calls, recv_bytes; /* point to point (pipeline stages) */
 } ct_comm_stats;
 void ct_comm_get_stats(const ct_comm *c, ct_comm_stats *out);
+
+/* ---- point to point (pipeline stages) ------------------------------------------------------
+ * Nonblocking: the buffer belongs to the request until it completes (ct_comm_test, ct_comm_wait or
+ * ct_comm_wait_for). peer: a rank of c; tag: 0 .. ct_comm_max_tag(c). A world of one has no peer. */
+ct_status ct_comm_isend(ct_comm *c, const void *buf, size_t bytes, int peer, int tag, ct_comm_request *r);
+ct_status ct_comm_irecv(ct_comm *c, void *buf, size_t bytes, int peer, int tag, ct_comm_request *r);
+/* Waits at most timeout_s seconds (<= 0: forever), polling politely and marked busy with `what` for a
+ * watchdog. Not done by then: CT_E_DIST "... waited N s for <what>", the request left active (cancelled
+ * when the caller frees it with ct_comm_request_cancel). */
+ct_status ct_comm_wait_for(ct_comm_request *r, double timeout_s, const char *what);
+/* Cancels an active point-to-point request (after a timeout) and frees it; accepts NULL. */
+void ct_comm_request_cancel(ct_comm_request *r);
+int ct_comm_max_tag(const ct_comm *c);
 
 /* ---- watchdog ---------------------------------------------------------------------------------
  * 1 while this process is inside a blocking call of the communicator (a

@@ -453,8 +453,11 @@ void ct_compile_opts_default(ct_compile_opts *o);
  * is seeded by backward as usual (ct_plan_set_loss_scale); the outgoing
  * links' gradients are the other seeds. Node ids stay the whole graph's:
  * ct_plan_tensor of a node that no held piece has is CT_E_INVALID_ARG
- * (ct_plan_has_node tells). Parameters are initialized as in the whole
- * graph (the same values at any cut). */
+ * (ct_plan_has_node tells). Every data input of the whole graph is an input of
+ * every stage plan, and an output passed to ct_compile that no held piece
+ * computes is a stand-in input of its shape (values meaningless): a task
+ * writes and reads the same tensors on every stage. Parameters are
+ * initialized as in the whole graph (the same values at any cut). */
 typedef struct ct_stage_opts {
     int n_pieces;         /* >= 1                                            */
     const int *cuts;      /* n_pieces - 1 block indices, ascending, >= 1     */
@@ -513,6 +516,10 @@ int ct_plan_has_node(const ct_plan *p, ct_node n);
 ct_status ct_plan_set_act_slots(ct_plan *p, int n);
 ct_status ct_plan_use_act_slot(ct_plan *p, int slot);
 int ct_plan_num_act_slots(const ct_plan *p);
+/* The data inputs (the graph's inputs, not the links' or seeds) of slot
+ * `from` copied into slot `to`: a micro-batch read once, run by several
+ * parts in their own slots. */
+ct_status ct_plan_copy_inputs(ct_plan *p, int from, int to);
 
 /* Takes a snapshot of the graph: g may be freed afterwards. `loss` is a
  * scalar node (CT_NONE for a forward-only plan). `outputs` are nodes whose

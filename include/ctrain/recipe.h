@@ -145,6 +145,11 @@ typedef struct ct_recipe {
     /* tensor parallelism (gpt, bert; docs/distributed.md): the world is tensor x data ranks */
     int tensor_parallel;     /* T: ranks one model is split over (1: none); data parallel = world / T */
     int grad_reduce_method;  /* the copies every tensor rank holds: 0 mean, 1 sum of their gradients */
+    /* pipeline parallelism (docs/distributed.md): the world is tensor x data x pipeline ranks */
+    int pipeline_stages;     /* P: consecutive pieces of the model on P ranks (1: none)          */
+    int pipeline_schedule;   /* 0 1f1b, 1 gpipe, 2 interleaved                                   */
+    int virtual_stages;      /* interleaved: pieces per rank (0: 2)                               */
+    char pipeline_split[256];/* cut points: block indices or names, comma-separated ("": balanced) */
     /* image data (dataset imagefolder / cifar10 / cifar100; ctrain/image.h) */
     char train_dir[64];      /* imagefolder: training subfolder of data_dir ("train") */
     char val_dir[64];        /* imagefolder: evaluation subfolder of data_dir ("val") */

@@ -510,6 +510,96 @@ ct_status ct_comm_wait(ct_comm_request *r) {
     return CT_OK;
 }
 
+/* ---- point to point ------------------------------------------------------------------------ */
+
+static ct_status p2p_check(ct_comm *c, const void *buf, size_t bytes, int peer, int tag, ct_comm_request *r,
+                           const char *fn) {
+    if (!c) return CT_E_INVALID_ARG;
+    if ((!buf && bytes) || !r || r->c != c)
+        return ct_set_error(c->ctx, CT_E_INVALID_ARG, "%s: NULL buffer or a request of another communicator", fn);
+    if (r->active) return ct_set_error(c->ctx, CT_E_STATE, "%s: the request is still active; wait for it first", fn);
+    if (peer < 0 || peer >= c->size || peer == c->rank || !c->mpi)
+        return ct_set_error(c->ctx, CT_E_INVALID_ARG, "%s: peer %d is not another rank of %s (%d ranks)", fn, peer,
+                            ct_comm_name(c), c->size);
+    if (tag < 0 || tag > ct_comm_max_tag(c))
+        return ct_set_error(c->ctx, CT_E_INVALID_ARG, "%s: tag %d outside 0 .. %d", fn, tag, ct_comm_max_tag(c));
+    if (bytes > (size_t)INT_MAX)
+        return ct_set_error(c->ctx, CT_E_INVALID_ARG, "%s: %zu bytes is more than INT_MAX", fn, bytes);
+    r->x = NULL, r->n = 0, r->avg = 0;
+    return CT_OK;
+}
+
+int ct_comm_max_tag(const ct_comm *c) {
+    if (!c || !c->mpi) return 32767;
+    int *ub = NULL, flag = 0;
+    MPI_Comm_get_attr(c->comm, MPI_TAG_UB, &ub, &flag);
+    return flag && ub ? *ub : 32767;
+}
+
+ct_status ct_comm_isend(ct_comm *c, const void *buf, size_t bytes, int peer, int tag, ct_comm_request *r) {
+    CT_TRY(p2p_check(c, buf, bytes, peer, tag, r, "ct_comm_isend"));
+    c->st.send_calls++;
+    c->st.send_bytes += bytes;
+    int err = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &r->req);
+    if (err != MPI_SUCCESS) return mpi_fail(c, err, "MPI_Isend"); /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker) */
+    r->active = 1;
+    return CT_OK; /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker): completed in ct_comm_wait_for / ct_comm_test */
+}
+
+ct_status ct_comm_irecv(ct_comm *c, void *buf, size_t bytes, int peer, int tag, ct_comm_request *r) {
+    CT_TRY(p2p_check(c, buf, bytes, peer, tag, r, "ct_comm_irecv"));
+    c->st.recv_calls++;
+    c->st.recv_bytes += bytes;
+    int err = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &r->req);
+    if (err != MPI_SUCCESS) return mpi_fail(c, err, "MPI_Irecv"); /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker) */
+    r->active = 1;
+    return CT_OK; /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker): completed in ct_comm_wait_for / ct_comm_test */
+}
+
+ct_status ct_comm_wait_for(ct_comm_request *r, double timeout_s, const char *what) {
+    if (!r) return CT_E_INVALID_ARG;
+    if (!r->active) return CT_OK;
+    ct_comm *c = r->c;
+    ct_comm_enter(c, what);
+    const double t0 = ct_now_s();
+    long sleep_ns = 10000;
+    for (;;) {
+        int done = 0, err = MPI_Test(&r->req, &done, MPI_STATUS_IGNORE);
+        if (err != MPI_SUCCESS) {
+            r->active = 0;
+            return mpi_fail(c, err, what);
+        }
+        if (done) break;
+        const double t = ct_now_s() - t0;
+        if (timeout_s > 0 && t > timeout_s) {
+            ct_comm_leave(c);
+            c->st.seconds += t;
+            return ct_set_error(c->ctx, CT_E_DIST,
+                                "rank %d of %s waited %.0f s for %s (comm_timeout %g s): that rank hangs (stopped, "
+                                "deadlocked, or its host unreachable), or its stage runs another configuration; raise "
+                                "comm_timeout if a stage is legitimately that slow",
+                                c->rank, ct_comm_name(c), t, what, timeout_s);
+        }
+        if (t < 50e-6) continue;
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        if (sleep_ns < 1000000) sleep_ns *= 2;
+    }
+    ct_comm_leave(c);
+    c->st.seconds += ct_now_s() - t0;
+    r->active = 0;
+    return CT_OK;
+}
+
+void ct_comm_request_cancel(ct_comm_request *r) {
+    if (!r) return;
+    if (r->active && r->c->mpi) {
+        MPI_Cancel(&r->req);
+        MPI_Request_free(&r->req);
+    }
+    free(r);
+}
+
 /* ---- for the other collectives of src/comm/ (zero_collectives.c; comm_internal.h) ----------- */
 MPI_Comm ct_comm_mpi_handle(ct_comm *c) { return c && c->mpi ? c->comm : MPI_COMM_NULL; }
 ct_context *ct_comm_context(ct_comm *c) { return c ? c->ctx : NULL; }

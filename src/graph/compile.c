@@ -258,6 +258,7 @@ void ct_plan_free(ct_plan *p) {
     free(p->part);
     free(p->param_seq);
     free(p->buffer_seq);
+    free(p->stand_ins);
     free(p->links);
     ct_free(p->ctx, p->wcast_arena);
     ct_free(p->ctx, p->ws);

@@ -155,6 +155,8 @@ struct ct_plan {
     int *param_seq;          /* param i's place among the whole graph's (init streams); NULL: i */
     int *buffer_seq;         /* the same for buffers (in graph order); NULL: i        */
     struct ct_comm *pp;      /* ct_stage_opts.group                                   */
+    int *stand_ins;          /* user nodes whose plan node is a stand-in input (stage.c) */
+    int n_stand_ins;
     ct_stage_link *links;
     int n_links;
     char **act_slots;        /* ct_plan_set_act_slots: [0] the compiled arena     */

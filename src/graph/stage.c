@@ -253,6 +253,29 @@ static ct_status copy_piece(ct_plan *p, cut_ctx *c, int k, int h) {
     return CT_OK;
 }
 
+/* Every data input of the whole graph, and a stand-in input for each of the caller's outputs that no held
+ * piece computes (its values meaningless; ct_plan_has_node says 0): a task fills and reads the same tensors
+ * on every stage. */
+static ct_status placeholders(ct_plan *p, cut_ctx *c, int n_user_out) {
+    const ct_graph *g = c->g;
+    for (int u = 0; u < g->n; u++) {
+        int out = 0;
+        for (int i = 0; i < n_user_out && !out; i++) out = p->outputs[i] == u;
+        if (c->map[u] != CT_NONE || (g->nodes[u].op != CT_OP_INPUT && !out)) continue;
+        ct_node_def d = {.op = CT_OP_INPUT, .dtype = g->nodes[u].dtype, .ndim = g->nodes[u].ndim};
+        memcpy(d.shape, g->nodes[u].shape, sizeof d.shape);
+        memcpy(d.name, g->nodes[u].name, sizeof d.name);
+        CT_TRY(push(c, &d, &c->map[u]));
+        if (out) { /* a stand-in: not one of the plan's nodes for ct_plan_has_node */
+            int *a = realloc(p->stand_ins, sizeof(int) * (size_t)(p->n_stand_ins + 1));
+            if (!a) return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory");
+            p->stand_ins = a;
+            a[p->n_stand_ins++] = u;
+        }
+    }
+    return CT_OK;
+}
+
 /* The last piece reading each value (its own piece when nothing later does). */
 static void last_consumers(const ct_graph *g, const int *piece, int *lastc) {
     for (int i = 0; i < g->n; i++) lastc[i] = piece[i];
@@ -337,6 +360,7 @@ ct_status ct_pass_stage(ct_plan *p) {
     /* the links are appended to p->outputs after the user's (rebind moves them) */
     p->n_outputs = n_user_out + (p->loss != CT_NONE);
     for (int h = 0; s == CT_OK && h < so->n_held; h++) s = copy_piece(p, &c, so->held[h], h);
+    if (s == CT_OK) s = placeholders(p, &c, n_user_out);
     if (s == CT_OK) s = rebind(p, &c, n_user_out); /* p->outputs / loss: user ids until here */
     free(piece), free(lastc), free(c.loc);
     if (s != CT_OK) {
@@ -410,7 +434,25 @@ ct_status ct_plan_link(ct_plan *p, int part, int dir, int i, ct_tensor *value, c
                         dir ? "outgoing" : "incoming", i);
 }
 
-int ct_plan_has_node(const ct_plan *p, ct_node n) { return p && ct_plan_map(p, n) >= 0; }
+int ct_plan_has_node(const ct_plan *p, ct_node n) {
+    if (!p || ct_plan_map(p, n) < 0) return 0;
+    for (int i = 0; i < p->n_stand_ins; i++)
+        if (p->stand_ins[i] == n) return 0;
+    return 1;
+}
+
+ct_status ct_plan_copy_inputs(ct_plan *p, int from, int to) {
+    if (!p || from < 0 || to < 0 || from >= ct_plan_num_act_slots(p) || to >= ct_plan_num_act_slots(p))
+        return CT_E_INVALID_ARG;
+    if (from == to || !p->act_slots) return CT_OK;
+    for (int i = 0; i < p->g.n; i++) {
+        const ct_node_def *d = &p->g.nodes[i];
+        if (d->op != CT_OP_INPUT || (d->flags >> CT_NODE_PART_SHIFT) || i == p->seed || p->pn[i].arena != CT_ARENA_ACT)
+            continue;
+        memcpy(p->act_slots[to] + p->pn[i].offset, p->act_slots[from] + p->pn[i].offset, p->pn[i].bytes);
+    }
+    return CT_OK;
+}
 
 /* Every node's storage in the activation arena `base` (slot switch). */
 static void rebase(ct_plan *p, char *base) {

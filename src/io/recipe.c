@@ -216,6 +216,21 @@ static const key_def k_keys[] = {
     {"grad_reduce_method", K_ENUM, OFF(grad_reduce_method), 0, 0, 0, "mean|sum", M_LM, NULL,
      "tensor parallel: the gradient of a parameter every tensor rank holds a copy of (layernorms, biases after a "
      "row-parallel layer) is the mean of the ranks' (= one process's) or their sum (T times larger)"},
+    {"pipeline_stages", K_INT, OFF(pipeline_stages), 0, 1, 256, NULL, M_ALL, NULL,
+     "pipeline parallelism: the model cut into this many consecutive stages (at block boundaries: transformer "
+     "layers, MLP layers, CNN / ResNet blocks), one per group of ranks; activations and their gradients go between "
+     "neighbours; the micro-batches of a step are accumulate_steps (micro_batches)"},
+    {"pipeline_schedule", K_ENUM, OFF(pipeline_schedule), 0, 0, 0, "1f1b|gpipe|interleaved", M_ALL, NULL,
+     "pipeline: gpipe runs every micro-batch's forward, then the backwards (holds all of them); 1f1b alternates "
+     "once the pipeline is full (a stage holds at most P of them); interleaved gives each rank virtual_stages "
+     "pieces (a smaller bubble, more messages)"},
+    {"micro_batches", K_INT, OFF(accumulate_steps), 0, 1, 1e6, NULL, M_ALL, NULL,
+     "pipeline: the micro-batches of one optimizer step, each of batch_size rows (the same key as accumulate_steps)"},
+    {"virtual_stages", K_INT, OFF(virtual_stages), 0, 0, 64, NULL, M_ALL, NULL,
+     "pipeline_schedule interleaved: pieces per rank (0: 2); the model is cut into pipeline_stages x this many"},
+    {"pipeline_split", K_STR, OFF(pipeline_split), SZ(pipeline_split), 0, 0, NULL, M_ALL, NULL,
+     "pipeline: where the stages start, comma-separated: block indices (\"4,8,12\") or block names "
+     "(\"layer3,layer4\"); \"\" (default): cuts balancing each stage's FLOPs and parameter bytes"},
     {"comm_timeout", K_F32, OFF(comm_timeout), 0, 0, 1e7, NULL, M_ALL, NULL,
      "data parallel (ctrain train): end the job when a rank waits this many seconds in one collective: another rank "
      "hangs (0: wait forever)"},
@@ -412,6 +427,7 @@ void ct_recipe_default(ct_recipe *r) {
     r->accumulate_steps = 1;
     r->deterministic_chunks = 4;
     r->tensor_parallel = 1;
+    r->pipeline_stages = 1;
     r->divergence_factor = 1e4f;
     r->early_stop_mode = CT_EARLY_STOP_MIN;
     r->recompute_ops = CT_RECOMPUTE_OPS_NONE;
