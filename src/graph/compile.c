@@ -259,6 +259,7 @@ void ct_plan_free(ct_plan *p) {
     free(p->param_seq);
     free(p->buffer_seq);
     free(p->stand_ins);
+    free(p->stage_arrays);
     free(p->links);
     ct_free(p->ctx, p->wcast_arena);
     ct_free(p->ctx, p->ws);

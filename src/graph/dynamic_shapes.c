@@ -72,7 +72,8 @@ ct_status ct_plan_add_shape(ct_plan *p, ct_graph *g, ct_node loss, int n_outputs
     ct_compile_opts_default(&o);
     o.precision = p->precision;
     o.keep_fp32 = p->keep_fp32;
-    o.build_backward = p->loss != CT_NONE;
+    o.build_backward = p->build_backward && (p->loss != CT_NONE || p->n_links);
+    o.stage = p->stage_arrays ? &p->stage_keep : NULL; /* a pipeline stage: the same pieces */
     o.accumulate_grads = p->accumulate_grads;
     o.recompute_every = p->recompute_every;
     o.recompute_ops = p->recompute_ops;

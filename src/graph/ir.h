@@ -174,4 +174,9 @@ ct_status ct_k_eltwise_chain_avx512(ct_kargs *k);
 uint16_t *ct_plan_weight_copies(ct_plan *p, ct_dtype *dtype);
 void ct_plan_weight_copies_written(ct_plan *p);
 
+/* A forward interposer (pipeline evaluation, train/pipeline.c): while set, ct_plan_forward(p, training)
+ * calls fn(user, p, training) instead, with the interposer unset during the call (fn runs the plan's
+ * forward itself, around its receives and sends). NULL: none. */
+typedef ct_status (*ct_forward_fn)(void *user, ct_plan *p, int training);
+void ct_plan_set_forward_fn(ct_plan *p, ct_forward_fn fn, void *user);
 #endif

@@ -157,6 +157,10 @@ struct ct_plan {
     struct ct_comm *pp;      /* ct_stage_opts.group                                   */
     int *stand_ins;          /* user nodes whose plan node is a stand-in input (stage.c) */
     int n_stand_ins;
+    ct_stage_opts stage_keep; /* a copy of ct_compile_opts.stage (cuts / held: stage_arrays) for add_shape */
+    int *stage_arrays;
+    ct_forward_fn fwd_fn;    /* ct_plan_set_forward_fn (ir.h)                         */
+    void *fwd_user;
     ct_stage_link *links;
     int n_links;
     char **act_slots;        /* ct_plan_set_act_slots: [0] the compiled arena     */

@@ -374,6 +374,13 @@ ct_status ct_pass_stage(ct_plan *p) {
     p->user_map = c.map;
     p->n_parts = so->n_held;
     p->pp = so->group;
+    if (!(p->stage_arrays = malloc(sizeof(int) * (size_t)(so->n_pieces + so->n_held))))
+        return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory");
+    p->stage_keep = *so; /* for ct_plan_add_shape's compiles of the same cut */
+    if (so->n_pieces > 1) memcpy(p->stage_arrays, so->cuts, sizeof(int) * (size_t)(so->n_pieces - 1));
+    memcpy(p->stage_arrays + so->n_pieces, so->held, sizeof(int) * (size_t)so->n_held);
+    p->stage_keep.cuts = p->stage_arrays;
+    p->stage_keep.held = p->stage_arrays + so->n_pieces;
     return CT_OK;
 }
 

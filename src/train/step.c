@@ -16,7 +16,7 @@
 /* The global index of micro-batch `micro`'s first sample, dropout's key (ct_plan_set_sample_offset: masks
  * by global sample, the same at any world size): deterministic: chunk rank x K/N + micro of the global
  * batch; else this rank's rows of the micro-th global batch of the step (one process: micro x batch_size). */
-static int64_t first_sample(const ct_run *R, int micro) {
+int64_t ct_step_first_sample(const ct_run *R, int micro) {
     const int64_t Bg = R->r->batch_size, b = Bg / (R->world > 0 ? R->world : 1);
     if (ct_zero_deterministic(R->zero)) return R->rank * b + (int64_t)micro * R->local.batch_size;
     return (int64_t)micro * Bg + R->rank * b;
@@ -37,7 +37,7 @@ static ct_status micro_batch(ct_run *R, ct_step_io *io, int micro, int64_t *rows
      * deterministic: from the global batch's first chunk only, which is rank 0's at any world size) */
     if (r->bn_stats_once) ct_plan_set_update_running_stats(R->plan, micro == R->accum - 1);
     if (r->deterministic) ct_plan_set_update_running_stats(R->plan, R->rank == 0 && micro == 0);
-    CT_TRY(ct_plan_set_sample_offset(R->plan, first_sample(R, micro)));
+    CT_TRY(ct_plan_set_sample_offset(R->plan, ct_step_first_sample(R, micro)));
     CT_TRY(ct_plan_forward(R->plan, 1));
     ct_plan_loss(R->plan, &loss);
     if (!isfinite(loss) && R->scaler) loss = 0.0f; /* FP16 overflowed in the forward: the scaler skips this step */
@@ -132,6 +132,7 @@ static ct_status agree(const ct_run *R, int *overflow, int *all_zero) {
     double f[2] = {*overflow ? 1.0 : 0.0, *all_zero ? 0.0 : 1.0};
     if (ct_zero_stage(R->zero) > 0 && R->world > 1) CT_TRY(ct_comm_allreduce_f64(R->comm, f, 2, CT_REDUCE_MAX));
     if (R->tp) CT_TRY(ct_comm_allreduce_f64(R->tp, f, 2, CT_REDUCE_MAX));
+    if (R->pp) CT_TRY(ct_comm_allreduce_f64(R->pp, f, 2, CT_REDUCE_MAX)); /* every stage's part */
     *overflow = f[0] > 0.0;
     *all_zero = f[1] == 0.0;
     return CT_OK;
@@ -142,9 +143,10 @@ static ct_status agree(const ct_run *R, int *overflow, int *all_zero) {
 static ct_status clip_parts(ct_run *R, float max_norm, float *total) {
     size_t b, e;
     my_part(R, &b, &e);
-    double ss = ct_tp_sumsq(R, R->grads, b, e);
+    double ss = R->pp ? ct_pp_sumsq(R, R->grads, b, e) : ct_tp_sumsq(R, R->grads, b, e);
     if (ct_zero_stage(R->zero) > 0) CT_TRY(ct_comm_allreduce_f64(R->comm, &ss, 1, CT_REDUCE_SUM));
     if (R->tp) CT_TRY(ct_comm_allreduce_f64(R->tp, &ss, 1, CT_REDUCE_SUM));
+    if (R->pp) CT_TRY(ct_comm_allreduce_f64(R->pp, &ss, 1, CT_REDUCE_SUM));
     const float tn = (float)sqrt(ss), coef = max_norm / (tn + 1e-6f), cl = coef > 1.0f ? 1.0f : coef;
     if (cl != 1.0f)
         for (size_t i = b; i < e; i++) R->grads[i] *= cl;
@@ -158,7 +160,7 @@ static ct_status update(ct_run *R, ct_step_io *io, int all_zero) {
     const int zero = ct_zero_stage(R->zero) > 0;
     io->zero_grads = all_zero;
     if (r->clip_grad_norm > 0.0f) {
-        if (zero || R->tp) CT_TRY(clip_parts(R, r->clip_grad_norm, &io->grad_norm)); /* over every rank's part */
+        if (zero || R->tp || R->pp) CT_TRY(clip_parts(R, r->clip_grad_norm, &io->grad_norm)); /* every rank's part */
         else CT_TRY(ct_clip_grad_norm(R->plan, r->clip_grad_norm, 2.0f, &io->grad_norm));
     }
     if (r->clip_grad_value > 0.0f) CT_TRY(ct_clip_grad_value(R->plan, r->clip_grad_value));
@@ -210,6 +212,16 @@ static ct_status optimizer_step(ct_run *R, ct_step_io *io) {
     return R->scaler ? scaler_update(R, io, overflow, bad_param) : CT_OK;
 }
 
+ct_status ct_step_update(ct_run *R, ct_step_io *io) {
+    CT_TRY(ct_step_reduce_stats(R, io));
+    double to = R->prof ? ct_profiler_now_us() : 0;
+    CT_TRY(optimizer_step(R, io));
+    if (R->accum > 1) CT_TRY(ct_plan_zero_grads(R->plan));
+    if (R->prof) ct_profiler_event(R->prof, "optimizer step", "optimizer", to, ct_profiler_now_us(), NULL);
+    io->done = 1;
+    return CT_OK;
+}
+
 ct_status ct_step_default(ct_run *R, ct_step_io *io) {
     if (io->first && R->accum > 1) CT_TRY(ct_plan_zero_grads(R->plan));
     for (int micro = 0; micro < R->micro_n; micro++) {
@@ -221,11 +233,5 @@ ct_status ct_step_default(ct_run *R, ct_step_io *io) {
     }
     CT_TRY(reduce_gradients(R));
     CT_TRY(ct_tp_reduce_copies(R)); /* tensor parallel: the replicated parameters' gradients (grad_reduce_method) */
-    CT_TRY(ct_step_reduce_stats(R, io));
-    double to = R->prof ? ct_profiler_now_us() : 0;
-    CT_TRY(optimizer_step(R, io));
-    if (R->accum > 1) CT_TRY(ct_plan_zero_grads(R->plan));
-    if (R->prof) ct_profiler_event(R->prof, "optimizer step", "optimizer", to, ct_profiler_now_us(), NULL);
-    io->done = 1;
-    return CT_OK;
+    return ct_step_update(R, io);
 }

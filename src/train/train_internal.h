@@ -126,6 +126,7 @@ ct_status ct_dp_residual_load(ct_context *ctx, ct_comm *c, ct_buckets *b, const 
  * and the run's summary and health report. */
 
 typedef struct ct_run ct_run;
+typedef struct ct_pipe ct_pipe; /* pipeline.c */
 
 /* One optimizer step: "in" set by the trainer, "out" by the step (zeroed before it). */
 typedef struct {
@@ -155,6 +156,11 @@ ct_status ct_step_default(ct_run *R, ct_step_io *io);
  * their mean loss: not finite, or more than divergence_factor times the run's first loss, ends the run
  * (CT_E_NONFINITE). A replacement step calls it once per step, before the update. */
 ct_status ct_step_reduce_stats(ct_run *R, ct_step_io *io);
+/* The end of a step after the gradients were reduced: ct_step_reduce_stats, the scaler's unscale and
+ * overflow check, clipping and the update (ZeRO: the allgather), a zero gradient arena, io->done. */
+ct_status ct_step_update(ct_run *R, ct_step_io *io);
+/* The global index of micro-batch `micro`'s first sample (dropout's key). */
+int64_t ct_step_first_sample(const ct_run *R, int micro);
 
 /* The running totals of an epoch (since its start, or restored from a mid-epoch checkpoint). */
 typedef struct {
@@ -230,6 +236,11 @@ struct ct_run {
     int quiet, tty;             /* tty: a terminal on one rank: \r progress lines */
     ct_comm_stats cs0;          /* the communicator's statistics when training started */
     ct_comm_stats tp_cs0;       /* the tensor group's                                  */
+    /* pipeline parallel (pipeline.c) */
+    ct_comm *pp;                /* the pipeline group (grid's), NULL without          */
+    int pp_rank, pp_size;       /* this rank's stage (0, 1 without)                    */
+    ct_pipe *pipe;
+    ct_comm_stats pp_cs0;
     /* the checkpoint resumed from (R->st is reused by the saves) */
     int resumed;
     int64_t ck_batch, ck_ep;
@@ -252,6 +263,48 @@ ct_status ct_tp_reduce_copies(ct_run *R);
  * only (the step's clipping norm). */
 double ct_tp_sumsq(const ct_run *R, const float *g, size_t b, size_t e);
 void ct_tp_free(ct_run *R);
+
+/* ---- pipeline parallelism (pipeline.c, pp_schedule.c; docs/distributed.md) -------------------
+ * pipeline_stages P: the model cut into P x v pieces (v = virtual_stages with the interleaved schedule, else
+ * 1); pipeline rank r holds pieces r, r + P, ... as the parts of its stage plan. The world is tensor x data x
+ * pipeline (ct_comm_grid); R->comm is the data group, R->pp the pipeline group. The step (ct_pp_step) replaces
+ * ct_step_default: the schedule's forwards and backwards of the micro-batches, activations and gradients sent
+ * between neighbouring pieces (nonblocking sends, timed receives naming the stage, micro-batch, direction and
+ * peer), then the data parallel reduction, the tied parameters' gradients summed between the stages that
+ * hold them, and the update with the overflow check and the clipping norm over every stage. */
+enum { CT_PP_1F1B = 0, CT_PP_GPIPE = 1, CT_PP_INTERLEAVED = 2 };
+typedef struct {
+    uint8_t fwd;   /* 1 forward, 0 backward */
+    uint8_t chunk; /* the rank's part (piece chunk x P + rank) */
+    int micro;
+} ct_pp_action;
+/* The actions of pipeline rank r (2 x M x v of them) into out. */
+int ct_pp_schedule(int kind, int P, int v, int M, int r, ct_pp_action *out);
+const char *ct_pp_schedule_name(int kind);
+#define CT_PP_MAX_SIM 256
+typedef struct {
+    int finished;               /* every rank ran every action                         */
+    int time_units;             /* the makespan, a forward or a backward one unit        */
+    double bubble;              /* the idle share of each rank's time in that model      */
+    int slots[CT_PP_MAX_SIM];   /* per rank: the most micro-batches in flight (activations held) */
+} ct_pp_sim;
+/* All ranks of a schedule together (receives block, sends do not): CT_E_INTERNAL if it deadlocks. */
+ct_status ct_pp_simulate(ct_context *ctx, int kind, int P, int v, int M, ct_pp_sim *out);
+/* Before the task and the data parallel setup: the recipe's pipeline keys against the world and the model;
+ * the grid of groups (with ct_tp_setup's tensor size). */
+ct_status ct_pp_setup(ct_run *R);
+/* The stage options of this rank for the task's whole graph g (cuts balanced or pipeline_split). */
+ct_status ct_pp_stage_opts(ct_run *R, const ct_graph *g, ct_stage_opts *so);
+/* After the plan: slots, buffers, links agreed with the neighbours, tied parameters. */
+ct_status ct_pp_bind(ct_run *R);
+ct_status ct_pp_step(ct_run *R, ct_step_io *io);
+/* The task's evaluation through the pipeline (every stage runs it; the last stage's result to all). */
+ct_status ct_pp_evaluate(ct_run *R, ct_task_eval *ev);
+/* The per-stage lines of the run's header. */
+void ct_pp_describe(const ct_run *R, char *buf, size_t len);
+/* The overflow flags / all-zero flags and sums of squares of the step over the pipeline group. */
+double ct_pp_sumsq(const ct_run *R, const float *g, size_t b, size_t e);
+void ct_pp_free(ct_run *R);
 
 /* Shared by trainer.c, step.c and progress.c; the two functions below are in run_recipe.c. */
 static inline double ct_run_now_s(void) { return 1e-6 * ct_profiler_now_us(); }
