@@ -11,7 +11,10 @@
  *    step, and loads into the whole plan and optimizer with equal values; one saved from the whole plan (two
  *    steps) loads into the stages with equal values and step count;
  *  - a file with an extra tensor is the "from another model" error on every rank, and so is a whole file
- *    loaded by stages that leave a piece to nobody (the model cut into P + 1 pieces). */
+ *    loaded by stages that leave half the model to nobody (every rank holding the first of two pieces); a
+ *    stage whose file is missing fails every rank's load (no rank waits);
+ *  - at 4 ranks, tensor 2 x pipeline 2 (ct_comm_grid): the weights file and both checkpoint files are one
+ *    process's byte for byte, and checkpoints load both ways with every shard equal to its slice. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,28 +38,40 @@ typedef struct {
     ct_node ids, labels, loss;
 } model;
 
-static ct_status build(model *m) {
+/* tp: the tensor group (NULL: none) */
+static ct_status build_tp(model *m, ct_comm *tp) {
     TRY(ct_graph_create(g_ctx, &m->g));
     ct_graph *g = m->g;
     ct_node logits, flat, lab;
-    ct_status s = ct_input(g, "ids", CT_I32, 2, (int64_t[]){B, TT}, &m->ids);
+    int nd;
+    int64_t ls[CT_MAX_DIMS];
+    ct_status s = tp ? ct_graph_set_tensor_group(g, tp) : CT_OK;
+    if (s == CT_OK) s = ct_input(g, "ids", CT_I32, 2, (int64_t[]){B, TT}, &m->ids);
     if (s == CT_OK) s = ct_input(g, "labels", CT_I32, 2, (int64_t[]){B, TT}, &m->labels);
     ct_gpt_config c = {.vocab = V, .context = TT, .n_layer = 4, .n_head = 2, .d_model = 16, .dropout = 0.0f,
                        .bias = 1, .gelu_tanh = 1};
     if (s == CT_OK) s = ct_model_gpt(g, m->ids, &c, &logits);
-    if (s == CT_OK) s = ct_reshape(g, logits, 2, (int64_t[]){B * TT, V}, &flat);
+    if (s == CT_OK) s = ct_node_shape(g, logits, &nd, ls); /* tensor parallel: the vocabulary's shard */
+    if (s == CT_OK) s = ct_reshape(g, logits, 2, (int64_t[]){B * TT, ls[nd - 1]}, &flat);
     if (s == CT_OK) s = ct_reshape(g, m->labels, 1, (int64_t[]){B * TT}, &lab);
-    if (s == CT_OK) s = ct_cross_entropy(g, flat, lab, 0.0f, -100, &m->loss);
+    if (s == CT_OK && tp) s = ct_cross_entropy_vp(g, flat, lab, 0.0f, -100, V, &m->loss);
+    if (s == CT_OK && !tp) s = ct_cross_entropy(g, flat, lab, 0.0f, -100, &m->loss);
     return s;
 }
 
-/* piece < 0: the whole plan; else the stage plan holding `piece` of n_pieces (cut at `cuts`), group the world */
-static ct_status compile(const model *m, int n_pieces, const int *cuts, int piece, ct_plan **out) {
+static ct_status build(model *m) { return build_tp(m, NULL); }
+
+/* piece < 0: the whole plan; else the stage plan holding `piece` of n_pieces (cut at `cuts`), pipeline group pp */
+static ct_status compile_pp(const model *m, int n_pieces, const int *cuts, int piece, ct_comm *pp, ct_plan **out) {
     ct_compile_opts co;
     ct_compile_opts_default(&co);
-    ct_stage_opts so = {.n_pieces = n_pieces, .cuts = cuts, .n_held = 1, .held = &piece, .group = g_world};
+    ct_stage_opts so = {.n_pieces = n_pieces, .cuts = cuts, .n_held = 1, .held = &piece, .group = pp};
     if (piece >= 0) co.stage = &so;
     return ct_compile(m->g, m->loss, 0, NULL, &co, out);
+}
+
+static ct_status compile(const model *m, int n_pieces, const int *cuts, int piece, ct_plan **out) {
+    return compile_pp(m, n_pieces, cuts, piece, g_world, out);
 }
 
 typedef struct {
@@ -162,17 +177,20 @@ static int compare_v(ct_plan *st, ct_optimizer *sopt, ct_plan *wh, ct_optimizer 
                 continue;
             found = 1;
             const size_t n = (size_t)ct_tensor_numel(&v);
-            if (n != (size_t)ct_tensor_numel(&w) || memcmp(v.data, w.data, n * sizeof(float))) {
-                if (verbose) fprintf(stderr, "  '%s' differs\n", name);
-                return -1;
+            ct_shard sh = {.dim = -1}; /* tensor parallel: the stage holds a slice of the whole tensor */
+            if (!buf && ct_plan_param_shard(st, bi, &sh) != CT_OK) return -1;
+            float *want = malloc(n * sizeof(float) + 1);
+            int same = want && (sh.dim >= 0 || n == (size_t)ct_tensor_numel(&w));
+            for (size_t b = 0; same && b <= (buf ? 0 : blocks); b++) { /* b 0: the value, then the state blocks */
+                const float *have = b ? sstate + (b - 1) * sn + ((float *)v.data - sarena) : v.data;
+                float *whole = b ? wstate + (b - 1) * wn + ((float *)w.data - warena) : w.data;
+                if (sh.dim >= 0) ct_shard_copy(&sh, v.ndim, v.shape, whole, want, 1);
+                else memcpy(want, whole, n * sizeof(float));
+                same = !memcmp(have, want, n * sizeof(float));
+                if (!same && verbose) fprintf(stderr, "  '%s' (state block %d) differs\n", name, (int)b - 1);
             }
-            for (size_t b = 0; !buf && b < blocks; b++) {
-                const float *a = sstate + b * sn + ((float *)v.data - sarena), *c = wstate + b * wn + ((float *)w.data - warena);
-                if (memcmp(a, c, n * sizeof(float))) {
-                    if (verbose) fprintf(stderr, "  optimizer state block %zu of '%s' differs\n", b, name);
-                    return -1;
-                }
-            }
+            free(want);
+            if (!same) return -1;
             compared++;
         }
         if (!found) {
@@ -402,9 +420,120 @@ TEST(extra_tensor_is_another_model) {
     release(&p);
 }
 
+/* The stage's gradients: the slices of the whole plan's (a stage of a tensor-parallel model holds shards). */
+static ct_status copy_grads(ct_plan *st, ct_plan *wh) {
+    for (int i = 0; i < ct_plan_num_params(st); i++) {
+        const char *name, *wname;
+        ct_tensor g, wg;
+        ct_shard sh;
+        TRY(ct_plan_param_info(st, i, &name, NULL, &g));
+        TRY(ct_plan_param_shard(st, i, &sh));
+        int j = 0;
+        while (j < ct_plan_num_params(wh) && ct_plan_param_info(wh, j, &wname, NULL, &wg) == CT_OK && strcmp(name, wname))
+            j++;
+        if (j == ct_plan_num_params(wh)) return CT_E_INTERNAL;
+        if (sh.dim >= 0) ct_shard_copy(&sh, g.ndim, g.shape, wg.data, g.data, 1);
+        else memcpy(g.data, wg.data, (size_t)ct_tensor_numel(&g) * sizeof(float));
+    }
+    return CT_OK;
+}
+
+/* tensor 2 x pipeline 2 (4 ranks): the shards gathered within each stage, then the stages on pipeline rank 0 */
+TEST(tensor_and_pipeline_parallel) {
+    const int me = ct_comm_rank(g_world);
+    if (ct_comm_size(g_world) != 4) {
+        printf("  skipped: needs 4 ranks (tensor 2 x pipeline 2)\n");
+        return;
+    }
+    ct_comm_grid *grid;
+    CHECK_OK(g_ctx, ct_comm_grid_create(g_world, 2, 2, &grid));
+    model m, wm;
+    int cuts[1];
+    ct_plan *st, *wh, *wh2;
+    CHECK_OK(g_ctx, build_tp(&m, grid->tensor_group));
+    CHECK_OK(g_ctx, ct_graph_balance_cuts(m.g, 2, cuts));
+    CHECK_OK(g_ctx, compile_pp(&m, 2, cuts, grid->pipeline_rank, grid->pipeline_group, &st));
+    ct_graph_free(m.g);
+    CHECK_OK(g_ctx, build(&wm));
+    CHECK_OK(g_ctx, compile(&wm, 0, NULL, -1, &wh));
+    CHECK_OK(g_ctx, compile(&wm, 0, NULL, -1, &wh2));
+    ct_graph_free(wm.g);
+    char a[160], b[160], c[160], d[160], fa[240], fb[240];
+    job_path(a, sizeof a, "tp-stages.safetensors");
+    job_path(b, sizeof b, "tp-whole.safetensors");
+    job_path(c, sizeof c, "tp-ckpt-stages");
+    job_path(d, sizeof d, "tp-ckpt-whole");
+    /* the weights file */
+    CHECK_OK(g_ctx, ct_weights_save(g_ctx, a, st));
+    ct_status ws = me == 0 ? ct_weights_save(g_ctx, b, wh) : CT_OK;
+    CHECK_OK(g_ctx, ct_comm_barrier(g_world));
+    int same[3] = {me == 0 && same_file(a, b), 0, 0};
+    /* a checkpoint after one AdamW step on the same gradients */
+    ct_optim_opts oo;
+    ct_optim_opts_default(&oo, CT_OPTIM_ADAMW);
+    ct_optimizer *so, *wo, *w2o;
+    CHECK_OK(g_ctx, ct_optimizer_create(st, &oo, &so));
+    CHECK_OK(g_ctx, ct_optimizer_create(wh, &oo, &wo));
+    CHECK_OK(g_ctx, ct_optimizer_create(wh2, &oo, &w2o));
+    fill_params(wh, 0, 1);
+    CHECK_OK(g_ctx, copy_grads(st, wh));
+    CHECK_OK(g_ctx, ct_optimizer_step(so));
+    CHECK_OK(g_ctx, ct_optimizer_step(wo));
+    ct_train_state ts;
+    ct_train_state_init(&ts);
+    ts.step = 1;
+    ct_checkpoint_opts co;
+    ct_checkpoint_opts_default(&co);
+    co.fsync = 0;
+    CHECK_OK(g_ctx, ct_checkpoint_save_ex(g_ctx, c, st, so, &ts, &co));
+    if (me == 0 && ws == CT_OK) ws = ct_checkpoint_save_ex(g_ctx, d, wh, wo, &ts, &co);
+    CHECK_OK(g_ctx, ct_comm_barrier(g_world));
+    const char *files[2] = {"model.safetensors", "train_state.safetensors"};
+    for (int k = 0; me == 0 && k < 2; k++) {
+        snprintf(fa, sizeof fa, "%s/step-000001/%s", c, files[k]);
+        snprintf(fb, sizeof fb, "%s/step-000001/%s", d, files[k]);
+        same[1 + k] = same_file(fa, fb);
+    }
+    CHECK_OK(g_ctx, ct_comm_broadcast(g_world, same, sizeof same, 0));
+    /* the stages' checkpoint into a whole plan; a whole plan's (two steps) into the stages */
+    ct_train_state got;
+    ct_status l1 = ct_checkpoint_load(g_ctx, c, wh2, w2o, &got);
+    int n1 = l1 == CT_OK ? compare(st, so, wh2, w2o) : -1;
+    fill_params(wh, 0, 2);
+    CHECK_OK(g_ctx, ct_optimizer_step(wo));
+    ts.step = 2;
+    if (me == 0 && ws == CT_OK) ws = ct_checkpoint_save_ex(g_ctx, d, wh, wo, &ts, &co);
+    CHECK_OK(g_ctx, ct_comm_barrier(g_world));
+    ct_status l2 = ct_checkpoint_load(g_ctx, d, st, so, &got);
+    int n2 = l2 == CT_OK ? compare(st, so, wh, wo) : -1;
+    CHECK_OK(g_ctx, ct_comm_barrier(g_world));
+    if (me == 0) {
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s' '%s'", a, b, c, d);
+        CHECK(system(cmd) == 0);
+    }
+    printf("  rank %d (tensor %d, pipeline %d): one-process files: weights %d, model %d, state %d; stages -> whole %d "
+           "tensors equal, whole -> stages %d\n",
+           me, grid->tensor_rank, grid->pipeline_rank, same[0], same[1], same[2], n1, n2);
+    CHECK_OK(g_ctx, ws);
+    CHECK_OK(g_ctx, l1);
+    CHECK_OK(g_ctx, l2);
+    CHECK_MSG(same[0] && same[1] && same[2], "the files differ from one process's");
+    CHECK(n1 == ct_plan_num_params(st) && n1 > 0);
+    CHECK(n2 == n1 && ct_optimizer_steps(so) == 2);
+    ct_optimizer_free(so);
+    ct_optimizer_free(wo);
+    ct_optimizer_free(w2o);
+    ct_plan_free(st);
+    ct_plan_free(wh);
+    ct_plan_free(wh2);
+    ct_comm_grid_free(grid);
+}
+
 int main(int argc, char **argv) {
     static const ct_test_case cases[] = {T(stages_write_the_one_process_file), T(whole_file_loads_into_stages),
-                                         T(checkpoints_between_stages_and_whole), T(extra_tensor_is_another_model)};
+                                         T(checkpoints_between_stages_and_whole), T(extra_tensor_is_another_model),
+                                         T(tensor_and_pipeline_parallel)};
     if (test_mpi_start("test_pp_ckpt", &g_ctx, &g_world)) return 1;
     if (ct_comm_size(g_world) == 1)
         printf("test_pp_ckpt: a world of one: the one stage is the whole model (run under mpirun -np 2 or 4 for "
