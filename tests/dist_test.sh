@@ -50,6 +50,9 @@ mpi_units buckets "$(dirname "$TD")/test_bucket" 90 "the gradient buckets' tests
 # tensor parallelism's collective ops (tests/test_tp_mpi.c): vocabulary-parallel cross entropy against one
 # process (V = 10 over 4 ranks: padding), tp_reduce / tp_copy forward and backward, the vocabulary-parallel embedding
 mpi_units tp_ops "$(dirname "$TD")/test_tp_mpi" 90 "tensor parallelism's ops' tests"
+# pipeline stages' weights files and checkpoints (tests/test_pp_ckpt.c): the stages write the one-process file
+# byte for byte, load a whole-model file and checkpoint (and the whole plan theirs), a tensor no stage has is refused
+mpi_units pp_ckpt "$(dirname "$TD")/test_pp_ckpt" 120 "pipeline stages' checkpoints' tests"
 
 # ---- data parallel equals one process ---------------------------------------------------------------
 A=(--data-dir "$tmp/data" --hidden 32 --batch-size 32 --epochs 2 --seed 5 --threads 1 --optimizer adamw --lr 0.003

@@ -115,11 +115,21 @@ ct_status ct_checkpoint_resolve(ct_context *ctx, const char *path, char *out, si
  * (it has `latest`), a step dir's parent otherwise. */
 ct_status ct_checkpoint_save_dir(ct_context *ctx, const char *path, char *out, size_t len);
 
+/* Tensor and pipeline parallelism: a plan with a tensor group and/or a
+ * pipeline group (ct_stage_opts.group) makes the saves and loads below
+ * collectives over those groups, in the one-process format: a save gathers
+ * the shards (tensor rank 0) and then every stage's tensors (pipeline rank
+ * 0), which writes the file alone, each tensor once in the whole model's
+ * order; every rank returns the writer's status. A load gives each stage its
+ * tensors by name (each tensor rank its slices); a tensor of the file that no
+ * stage holds is CT_E_CONFIG ("from another model") on every rank. */
+
 /* Weights alone: a safetensors file with every parameter and buffer,
  * written atomically (tmp file, fsync, rename, fsync of the directory). */
 ct_status ct_weights_save(ct_context *ctx, const char *path, ct_plan *plan);
 /* Loads a safetensors file written by ct_weights_save (or any F32
- * safetensors file with exactly the plan's tensor names and shapes). */
+ * safetensors file with exactly the plan's tensor names and shapes; a
+ * pipeline stage: the stages' tensors together). */
 ct_status ct_weights_load(ct_context *ctx, const char *path, ct_plan *plan);
 
 #ifdef __cplusplus

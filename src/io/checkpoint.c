@@ -32,6 +32,7 @@
 #include "core/internal.h"
 #include "ctrain/checkpoint.h"
 #include "ctrain/dist.h"
+#include "io/pp_files.h"
 #include "io/safetensors.h"
 
 #define MODEL_FILE "model.safetensors"
@@ -298,9 +299,10 @@ static ct_status tp_gather(ct_context *ctx, ct_plan *p, ct_st_tensor *t, const t
     return CT_OK;
 }
 
-/* After a tensor-parallel save (s: this rank's status): every tensor rank returns the writer's (rank 0's). */
-static ct_status tp_writer_status(ct_comm *tp, ct_status s) {
-    ct_status w = s, b = ct_comm_broadcast(tp, &w, sizeof w, 0);
+/* After a tensor- or pipeline-parallel save (s: this rank's status): every rank of the group returns the
+ * writer's (rank 0's). */
+static ct_status writer_status(ct_comm *c, ct_status s) {
+    ct_status w = s, b = ct_comm_broadcast(c, &w, sizeof w, 0);
     return s != CT_OK ? s : b != CT_OK ? b : w;
 }
 
@@ -322,6 +324,44 @@ static ct_status tp_whole(ct_context *ctx, ct_plan *plan, ct_st_tensor *mt, int 
     if (s == CT_OK && ot) s = tp_gather(ctx, plan, ot, op, on, *obufs);
     free(mp);
     free(op);
+    return s;
+}
+
+/* ---- pipeline stages: the stages' tensors <-> the one-process file ----------------------------
+ * A stage plan (ct_compile_opts.stage with a pipeline group) holds some of the model's parameters and buffers.
+ * A save gathers every stage's tensors (after tensor parallelism's gather within the stage) on pipeline rank
+ * 0, which writes the one-process file: the whole model's order, a tensor held by several stages once
+ * (src/io/pp_files.c). A load takes each stage's tensors by name, and checks over the group that the stages
+ * took every tensor of the file. */
+
+/* The place in the whole model of each of the n entries of model_tensors (model 1: parameters, then buffers
+ * after all parameters) or optim_tensors (state block b's parameters after block b - 1's). */
+static int64_t *order_keys(ct_plan *p, int n, int model) {
+    const int np = ct_plan_num_params(p);
+    int64_t *keys = malloc(((size_t)n + 1) * sizeof *keys);
+    for (int k = 0; keys && k < n; k++) {
+        if (model) keys[k] = k < np ? ct_plan_param_order(p, k) : ((int64_t)1 << 32) | ct_plan_buffer_order(p, k - np);
+        else keys[k] = ((int64_t)(k / np) << 32) | ct_plan_param_order(p, k % np);
+    }
+    return keys;
+}
+
+/* Collective over the pipeline group: on pipeline rank 0, *t (n) becomes the whole model's list (the old one
+ * freed; its data in *buf, or still the plan's). contribute 0: a tensor rank other than 0 (shards). */
+static ct_status pp_whole(ct_context *ctx, ct_plan *plan, ct_status s, int contribute, int model, ct_st_tensor **t,
+                          int *n, float **buf) {
+    ct_comm *pp = ct_plan_pipeline_group(plan);
+    int64_t *keys = s == CT_OK ? order_keys(plan, *n, model) : NULL;
+    if (s == CT_OK && !keys) s = ct_set_error(ctx, CT_E_OOM, "checkpoint: out of memory");
+    ct_st_tensor *all = NULL;
+    int n_all = 0;
+    s = ct_pp_gather(ctx, pp, s, *t, keys, *n, contribute, &all, &n_all, buf);
+    free(keys);
+    if (s == CT_OK && ct_comm_rank(pp) == 0) {
+        free(*t);
+        *t = all;
+        *n = n_all;
+    }
     return s;
 }
 
@@ -349,25 +389,34 @@ static ct_status write_weights(ct_context *ctx, const char *path, ct_st_tensor *
     return fsync_dir(ctx, dir);
 }
 
-/* Tensor parallel: a collective over the plan's tensor group (tensor rank 0 gathers and writes). */
+/* Tensor parallel: a collective over the plan's tensor group (tensor rank 0 gathers and writes); pipeline
+ * stages: also over the pipeline group (pipeline rank 0 writes). */
 ct_status ct_weights_save(ct_context *ctx, const char *path, ct_plan *plan) {
     if (!path || !plan) return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_weights_save: path and plan must not be NULL");
     ct_st_tensor *t = NULL;
     int n = 0;
     float **bufs = NULL, **none = NULL; /* tensor parallel: the whole tensors */
-    ct_comm *tp = ct_plan_tensor_group(plan);
+    float *pbuf = NULL; /* pipeline stages: the other stages' tensors */
+    ct_comm *tp = ct_plan_tensor_group(plan), *pp = ct_plan_pipeline_group(plan);
     ct_status s = model_tensors(ctx, plan, &t, &n);
+    const int nt = n; /* bufs' length */
     if (s == CT_OK && tp) s = tp_whole(ctx, plan, t, n, NULL, 0, &bufs, &none);
-    if (s == CT_OK && (!tp || ct_comm_rank(tp) == 0)) s = write_weights(ctx, path, t, n);
+    int writer = !tp || ct_comm_rank(tp) == 0;
+    if (pp) s = pp_whole(ctx, plan, s, writer, 1, &t, &n, &pbuf);
+    if (pp) writer = writer && ct_comm_rank(pp) == 0;
+    if (s == CT_OK && writer) s = write_weights(ctx, path, t, n);
     free(t);
-    free_bufs(bufs, n);
-    return tp ? tp_writer_status(tp, s) : s;
+    free(pbuf);
+    free_bufs(bufs, nt);
+    if (pp) s = writer_status(pp, s);
+    return tp ? writer_status(tp, s) : s;
 }
 
 static ct_status load_model_file(ct_context *ctx, const char *path, ct_plan *plan, int require_crc,
                                  uint32_t *crc_out, ct_st_file *f, ct_st_tensor **t_out, const unsigned char ***src_out,
-                                 tp_part **parts_out, int *n_out) {
+                                 tp_part **parts_out, int *n_out, unsigned char **claimed_out) {
     CT_TRY(ct_st_read(ctx, path, require_crc, f));
+    unsigned char *claimed = NULL; /* pipeline stages: the file's tensors this stage takes */
     ct_st_tensor *t = NULL;
     tp_part *parts = NULL;
     int n = 0;
@@ -375,11 +424,14 @@ static ct_status load_model_file(ct_context *ctx, const char *path, ct_plan *pla
     if (s == CT_OK) s = tp_parts(ctx, plan, t, n, 1, &parts); /* tensor parallel: match the whole tensors */
     const unsigned char **src = s == CT_OK ? calloc((size_t)n + 1, sizeof *src) : NULL;
     if (s == CT_OK && !src) s = ct_set_error(ctx, CT_E_OOM, "checkpoint: out of memory");
-    if (s == CT_OK) s = ct_st_match(ctx, path, f, t, n, src);
+    if (s == CT_OK && claimed_out && !(claimed = malloc((size_t)f->n_tensors + 1)))
+        s = ct_set_error(ctx, CT_E_OOM, "checkpoint: out of memory");
+    if (s == CT_OK) s = claimed ? ct_st_match_part(ctx, path, f, t, n, src, claimed) : ct_st_match(ctx, path, f, t, n, src);
     if (s != CT_OK) {
         free(t);
         free(src);
         free(parts);
+        free(claimed);
         ct_st_close(f);
         return s;
     }
@@ -388,6 +440,7 @@ static ct_status load_model_file(ct_context *ctx, const char *path, ct_plan *pla
     *src_out = src;
     *parts_out = parts;
     *n_out = n;
+    if (claimed_out) *claimed_out = claimed;
     return CT_OK;
 }
 
@@ -412,19 +465,27 @@ static void copy_in(const ct_st_tensor *t, const unsigned char **src, const tp_p
 
 ct_status ct_weights_load(ct_context *ctx, const char *path, ct_plan *plan) {
     if (!path || !plan) return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_weights_load: path and plan must not be NULL");
-    ct_st_file f;
-    ct_st_tensor *t;
-    const unsigned char **src;
-    tp_part *parts;
-    int n;
-    CT_TRY(load_model_file(ctx, path, plan, 0, NULL, &f, &t, &src, &parts, &n));
-    zero_model(plan);
-    copy_in(t, src, parts, n);
+    ct_st_file f = {0};
+    ct_st_tensor *t = NULL;
+    const unsigned char **src = NULL;
+    tp_part *parts = NULL;
+    unsigned char *claimed = NULL;
+    int n = 0;
+    ct_comm *pp = ct_plan_pipeline_group(plan);
+    ct_status s = load_model_file(ctx, path, plan, 0, NULL, &f, &t, &src, &parts, &n, pp ? &claimed : NULL);
+    if (pp) /* every tensor of the file taken by some stage */
+        s = ct_pp_check(ctx, pp, s, 1, (const ct_st_file *const[]){&f}, (const char *const[]){path},
+                        (unsigned char *const[]){claimed});
+    if (s == CT_OK) {
+        zero_model(plan);
+        copy_in(t, src, parts, n);
+    }
     free(t);
     free(src);
     free(parts);
+    free(claimed);
     ct_st_close(&f);
-    return CT_OK;
+    return s;
 }
 
 /* ---- checkpoints ------------------------------------------------------------------------- */
@@ -732,23 +793,27 @@ ct_status ct_checkpoint_load(ct_context *ctx, const char *path, ct_plan *plan, c
                              ct_train_state *st_out) {
     if (!path) return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_checkpoint_load: path must not be NULL");
     if (opt && !plan) return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_checkpoint_load: an optimizer needs its plan");
-    char dir[PATH_MAX], sp[PATH_MAX], mp[PATH_MAX];
-    CT_TRY(ct_checkpoint_resolve(ctx, path, dir, sizeof dir));
-    join_path(sp, sizeof sp, dir, STATE_FILE);
-    join_path(mp, sizeof mp, dir, MODEL_FILE);
-    ct_train_state *st = malloc(sizeof *st);
-    if (!st) return ct_set_error(ctx, CT_E_OOM, "checkpoint: out of memory");
+    char dir[PATH_MAX], sp[PATH_MAX] = "", mp[PATH_MAX] = "";
+    ct_comm *pp = plan ? ct_plan_pipeline_group(plan) : NULL; /* pipeline stages: each takes its tensors */
+    ct_status s = ct_checkpoint_resolve(ctx, path, dir, sizeof dir);
+    if (s == CT_OK) {
+        join_path(sp, sizeof sp, dir, STATE_FILE);
+        join_path(mp, sizeof mp, dir, MODEL_FILE);
+    }
+    ct_train_state *st = s == CT_OK ? malloc(sizeof *st) : NULL;
+    if (s == CT_OK && !st) s = ct_set_error(ctx, CT_E_OOM, "checkpoint: out of memory");
     ct_st_file sf = {0}, mf = {0};
     ct_st_tensor *mt = NULL, *ot = NULL;
     const unsigned char **msrc = NULL, **osrc = NULL;
     tp_part *mparts = NULL, *oparts = NULL; /* tensor parallel: the shards */
+    unsigned char *mclaimed = NULL, *oclaimed = NULL;
     int mn = 0, on = 0;
-    ct_status s = ct_st_read(ctx, sp, 1, &sf);
+    if (s == CT_OK) s = ct_st_read(ctx, sp, 1, &sf);
     if (s == CT_OK) s = parse_state_meta(ctx, sp, &sf, st);
     if (s == CT_OK) s = check_extra_files(ctx, dir, sp, &sf);
     if (s == CT_OK && plan) {
         uint32_t mcrc = 0;
-        s = load_model_file(ctx, mp, plan, 1, &mcrc, &mf, &mt, &msrc, &mparts, &mn);
+        s = load_model_file(ctx, mp, plan, 1, &mcrc, &mf, &mt, &msrc, &mparts, &mn, pp ? &mclaimed : NULL);
         char hex[16];
         snprintf(hex, sizeof hex, "%08lx", (unsigned long)mcrc);
         const char *want = ct_st_meta_str(&sf, "model_crc32");
@@ -777,10 +842,14 @@ ct_status ct_checkpoint_load(ct_context *ctx, const char *path, ct_plan *plan, c
                              sp, kind, list, kind, mine);
         if (s == CT_OK) s = optim_tensors(ctx, plan, opt, &ot, &on);
         if (s == CT_OK) s = tp_parts(ctx, plan, ot, on, 0, &oparts);
-        if (s == CT_OK && !(osrc = calloc((size_t)on + 1, sizeof *osrc)))
+        if (s == CT_OK && (!(osrc = calloc((size_t)on + 1, sizeof *osrc)) ||
+                           (pp && !(oclaimed = malloc((size_t)sf.n_tensors + 1)))))
             s = ct_set_error(ctx, CT_E_OOM, "checkpoint: out of memory");
-        if (s == CT_OK) s = ct_st_match(ctx, sp, &sf, ot, on, osrc);
+        if (s == CT_OK) s = pp ? ct_st_match_part(ctx, sp, &sf, ot, on, osrc, oclaimed) : ct_st_match(ctx, sp, &sf, ot, on, osrc);
     }
+    if (pp) /* every tensor of both files taken by some stage (the train state's: with an optimizer) */
+        s = ct_pp_check(ctx, pp, s, 2, (const ct_st_file *const[]){&mf, &sf}, (const char *const[]){mp, sp},
+                        (unsigned char *const[]){mclaimed, opt ? oclaimed : NULL});
     if (s == CT_OK) {
         /* everything checked: now modify */
         if (plan) {
@@ -802,6 +871,8 @@ ct_status ct_checkpoint_load(ct_context *ctx, const char *path, ct_plan *plan, c
     free(osrc);
     free(mparts);
     free(oparts);
+    free(mclaimed);
+    free(oclaimed);
     ct_st_close(&sf);
     ct_st_close(&mf);
     free(st);
@@ -890,24 +961,37 @@ static ct_status save_ex(ct_context *ctx, const char *dir, ct_optimizer *opt, co
 
 /* The plan's and optimizer's tensors (tensor parallel: every rank of the plan's tensor group calls it, a
  * collective; tensor rank 0 gathers the shards into whole tensors and writes the one-process checkpoint, and
- * every rank returns its status). */
+ * every rank returns its status). Pipeline stages: also a collective over the pipeline group; pipeline rank 0
+ * (tensor rank 0) gathers every stage's tensors and writes the one-process checkpoint with its optimizer's step
+ * count and this call's train state; every rank returns the writer's status. */
 ct_status ct_checkpoint_save_ex(ct_context *ctx, const char *dir, ct_plan *plan, ct_optimizer *opt,
                                 const ct_train_state *st, const ct_checkpoint_opts *o) {
     if (!dir || !plan || !st)
         return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_checkpoint_save: dir, plan and state must not be NULL");
-    ct_comm *tp = ct_plan_tensor_group(plan);
+    ct_comm *tp = ct_plan_tensor_group(plan), *pp = ct_plan_pipeline_group(plan);
     ct_st_tensor *mt = NULL, *ot = NULL;
     float **mbufs = NULL, **obufs = NULL; /* tensor parallel: the whole tensors gathered from the shards */
+    float *mpbuf = NULL, *opbuf = NULL;   /* pipeline stages: the other stages' tensors */
     int mn = 0, on = 0;
     ct_status s = model_tensors(ctx, plan, &mt, &mn);
     if (s == CT_OK && opt) s = optim_tensors(ctx, plan, opt, &ot, &on);
+    const int mnt = mn, ont = on; /* the bufs' lengths */
     if (s == CT_OK && tp) s = tp_whole(ctx, plan, mt, mn, ot, on, &mbufs, &obufs);
-    if (s == CT_OK && (!tp || ct_comm_rank(tp) == 0)) s = save_ex(ctx, dir, opt, st, o, mt, mn, ot, on);
+    int writer = !tp || ct_comm_rank(tp) == 0;
+    if (pp) { /* both gathers on every rank (a rank without an optimizer adds none of its state) */
+        s = pp_whole(ctx, plan, s, writer, 1, &mt, &mn, &mpbuf);
+        s = pp_whole(ctx, plan, s, writer, 0, &ot, &on, &opbuf);
+        writer = writer && ct_comm_rank(pp) == 0;
+    }
+    if (s == CT_OK && writer) s = save_ex(ctx, dir, opt, st, o, mt, mn, opt ? ot : NULL, on);
     free(mt);
     free(ot);
-    free_bufs(mbufs, mn);
-    free_bufs(obufs, on);
-    return tp ? tp_writer_status(tp, s) : s;
+    free(mpbuf);
+    free(opbuf);
+    free_bufs(mbufs, mnt);
+    free_bufs(obufs, ont);
+    if (pp) s = writer_status(pp, s);
+    return tp ? writer_status(tp, s) : s;
 }
 
 static ct_status save_ex(ct_context *ctx, const char *dir, ct_optimizer *opt, const ct_train_state *st,

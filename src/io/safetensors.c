@@ -298,16 +298,22 @@ ct_status ct_st_read(ct_context *ctx, const char *path, int require_crc, ct_st_f
     return CT_OK;
 }
 
-/* Matches the file's tensors against `want` (same names, same shapes, no
- * others); src[i] is where want[i]'s data starts in the file. prefix limits
- * the file entries considered (NULL: all). */
-ct_status ct_st_match(ct_context *ctx, const char *shown, const ct_st_file *f, const ct_st_tensor *want, int n,
-                      const unsigned char **src) {
+/* The index of header entry e among the file's tensors (header order, __metadata__ skipped). */
+static int entry_index(const ct_st_file *f, const cJSON *e) {
+    int j = 0;
+    for (const cJSON *c = f->header->child; c && c != e; c = c->next) j += strcmp(c->string, "__metadata__") != 0;
+    return j;
+}
+
+/* want's tensors in the file with the same shapes; src[i] <- where want[i]'s data starts; claimed (may be
+ * NULL): claimed[j] <- 1 for the file's tensor j that want names. */
+static ct_status match_wanted(ct_context *ctx, const char *shown, const ct_st_file *f, const ct_st_tensor *want, int n,
+                              const unsigned char **src, unsigned char *claimed) {
     for (int i = 0; i < n; i++) {
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(f->header, want[i].name);
         char ws[96], fs[96];
         shape_text(want[i].ndim, want[i].shape, ws, sizeof ws);
-        if (!e)
+        if (!e || e == f->meta)
             return ct_set_error(ctx, CT_E_CONFIG,
                                 "'%s' is from another model: this model's tensor '%s' %s is not in it; resume with the "
                                 "recipe the checkpoint was saved with",
@@ -326,7 +332,16 @@ ct_status ct_st_match(ct_context *ctx, const char *shown, const ct_st_file *f, c
                                 shown, want[i].name, fs, ws);
         }
         src[i] = f->buf + f->data_off + b;
+        if (claimed) claimed[entry_index(f, e)] = 1;
     }
+    return CT_OK;
+}
+
+/* Matches the file's tensors against `want` (same names, same shapes, no
+ * others); src[i] is where want[i]'s data starts in the file. */
+ct_status ct_st_match(ct_context *ctx, const char *shown, const ct_st_file *f, const ct_st_tensor *want, int n,
+                      const unsigned char **src) {
+    CT_TRY(match_wanted(ctx, shown, f, want, n, src, NULL));
     if (f->n_tensors != n) {
         for (const cJSON *e = f->header->child; e; e = e->next) {
             if (!strcmp(e->string, "__metadata__")) continue;
@@ -341,6 +356,25 @@ ct_status ct_st_match(ct_context *ctx, const char *shown, const ct_st_file *f, c
         return ct_set_error(ctx, CT_E_CORRUPT, "'%s' names a tensor twice: the file is corrupt", shown);
     }
     return CT_OK;
+}
+
+ct_status ct_st_match_part(ct_context *ctx, const char *shown, const ct_st_file *f, const ct_st_tensor *want, int n,
+                           const unsigned char **src, unsigned char *claimed) {
+    memset(claimed, 0, (size_t)f->n_tensors);
+    return match_wanted(ctx, shown, f, want, n, src, claimed);
+}
+
+ct_status ct_st_unclaimed(ct_context *ctx, const char *shown, const ct_st_file *f, int j, const char *who) {
+    const cJSON *e = f->header->child;
+    for (int k = -1; e; e = e->next)
+        if (strcmp(e->string, "__metadata__") && ++k == j) break;
+    if (!e) return ct_set_error(ctx, CT_E_INTERNAL, "'%s' has no tensor %d", shown, j);
+    if (cJSON_GetObjectItemCaseSensitive(f->header, e->string) != e) /* a second entry of a claimed name */
+        return ct_set_error(ctx, CT_E_CORRUPT, "'%s' names tensor '%s' twice: the file is corrupt", shown, e->string);
+    return ct_set_error(ctx, CT_E_CONFIG,
+                        "'%s' is from another model: its tensor '%s' is not in this model (%s); resume with the recipe "
+                        "the checkpoint was saved with",
+                        shown, e->string, who);
 }
 
 const char *ct_st_meta_str(const ct_st_file *f, const char *key) {

@@ -58,6 +58,15 @@ void ct_st_close(ct_st_file *f);
  * others); src[i] is where want[i]'s data starts in the file. */
 ct_status ct_st_match(ct_context *ctx, const char *shown, const ct_st_file *f, const ct_st_tensor *want, int n,
                       const unsigned char **src);
+/* As ct_st_match for a part of the model (a pipeline stage's tensors): want's tensors must be in the file with
+ * the same shapes, the file may hold others; claimed (f->n_tensors bytes) <- 1 for the file's tensors (header
+ * order, __metadata__ skipped) that want names, 0 for the others. Every tensor of the file must be claimed by
+ * some stage: see ct_st_unclaimed. */
+ct_status ct_st_match_part(ct_context *ctx, const char *shown, const ct_st_file *f, const ct_st_tensor *want, int n,
+                           const unsigned char **src, unsigned char *claimed);
+/* The error for the file's tensor j (header order) that no part claimed: CT_E_CONFIG "from another model"
+ * (`who` says whose model lacks it), or CT_E_CORRUPT when it is a second entry of a name. */
+ct_status ct_st_unclaimed(ct_context *ctx, const char *shown, const ct_st_file *f, int j, const char *who);
 /* A string of __metadata__, NULL when absent. */
 const char *ct_st_meta_str(const ct_st_file *f, const char *key);
 
