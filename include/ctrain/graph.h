@@ -592,6 +592,7 @@ ct_status ct_plan_add_shape(ct_plan *p, ct_graph *g, ct_node loss, int n_outputs
                             int *variant);
 ct_status ct_plan_set_shape(ct_plan *p, int variant);
 int ct_plan_shape(const ct_plan *p);
+int ct_plan_num_shapes(const ct_plan *p); /* the compiled shapes and the variants added: 1 + variants */
 /* Value backward seeds d(loss) with (the loss scale; 1 by default). */
 ct_status ct_plan_set_loss_scale(ct_plan *p, float scale);
 

@@ -532,7 +532,7 @@ static ct_status p2p_check(ct_comm *c, const void *buf, size_t bytes, int peer, 
 int ct_comm_max_tag(const ct_comm *c) {
     if (!c || !c->mpi) return 32767;
     int *ub = NULL, flag = 0;
-    MPI_Comm_get_attr(c->comm, MPI_TAG_UB, &ub, &flag);
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag); /* defined on the world (every communicator's) */
     return flag && ub ? *ub : 32767;
 }
 

@@ -119,3 +119,5 @@ ct_status ct_plan_set_shape(ct_plan *p, int variant) {
 
 int ct_plan_shape(const ct_plan *p) { return p ? p->variant : 0; }
 
+
+int ct_plan_num_shapes(const ct_plan *p) { return p ? 1 + p->n_variants : 0; }

@@ -74,7 +74,7 @@ static uint64_t plan_hash(ct_plan *p, ct_task *t) {
     return ct_hash64(line, strlen(line), h);
 }
 
-ct_status ct_dp_agree(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, ct_task *t) {
+ct_status ct_dp_agree_recipe(ct_context *ctx, ct_comm *c, const ct_recipe *r) {
     if (ct_comm_size(c) == 1) return CT_OK;
     char *json = malloc(65536);
     if (!json) return ct_set_error(ctx, CT_E_OOM, "out of memory");
@@ -85,6 +85,12 @@ ct_status ct_dp_agree(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *
     CT_TRY(ct_comm_agree(c, "the recipe", h,
                          "every rank must run the same recipe: the same --recipe file and flags (and --resume the "
                          "same checkpoint)"));
+    return CT_OK;
+}
+
+ct_status ct_dp_agree(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, ct_task *t) {
+    if (ct_comm_size(c) == 1) return CT_OK;
+    CT_TRY(ct_dp_agree_recipe(ctx, c, r));
     return ct_comm_agree(c, "the plan (parameters, buffers, data sizes)", plan_hash(p, t),
                          "every rank must build the same model from the same data: check that data_dir holds the same "
                          "files on every host");

@@ -38,6 +38,7 @@ struct ct_pipe {
     float *tied_buf;
     size_t tied_cap;
     int eval_seq;             /* evaluation forwards, for their tags                          */
+    int max_tag, n_blocks;
     double busy_s, wall_s;    /* compute inside the schedule / the schedule's wall time        */
     int64_t steps;
     double ideal;             /* the schedule's bubble (simulated)                            */
@@ -89,6 +90,7 @@ ct_status ct_pp_setup(ct_run *R) {
     pp->v = pp->kind == CT_PP_INTERLEAVED ? (r->virtual_stages > 0 ? r->virtual_stages : 2) : 1;
     pp->M = r->accumulate_steps;
     pp->n_pieces = P * pp->v;
+    pp->max_tag = ct_comm_max_tag(R->comm);
     ct_pp_sim sim;
     CT_TRY(ct_pp_simulate(R->ctx, pp->kind, P, pp->v, pp->M, &sim));
     pp->ideal = sim.bubble;
@@ -99,6 +101,7 @@ ct_status ct_pp_setup(ct_run *R) {
 static ct_status cut(ct_run *R, const ct_graph *g) {
     ct_pipe *pp = R->pipe;
     const char *sp = R->r->pipeline_split;
+    pp->n_blocks = ct_graph_num_blocks(g);
     if (!sp[0]) return ct_graph_balance_cuts(g, pp->n_pieces, pp->cuts);
     int n = 0;
     char buf[256];
@@ -130,7 +133,10 @@ ct_status ct_pp_stage_opts(ct_run *R, const ct_graph *g, ct_stage_opts *so) {
 static int piece(const ct_pipe *pp, int r, int c) { return c * pp->P + r; }
 static int rank_of(const ct_pipe *pp, int k) { return k % pp->P; }
 /* tag: direction (0 activations, 1 gradients, 2 evaluation), piece, micro-batch (or evaluation count) */
-static int tag(const ct_pipe *pp, int dir, int k, int m) { return (dir * pp->n_pieces + k) * 4096 + m % 4096; }
+static int tag(const ct_pipe *pp, int dir, int k, int m) {
+    const int per = 5 * pp->n_pieces, mod = pp->max_tag / per > 4096 ? 4096 : pp->max_tag / per;
+    return (m % (mod > 0 ? mod : 1)) * per + dir * pp->n_pieces + k; /* messages of one pair never overtake */
+}
 
 /* Floats of part c's message in direction dir (0: its incoming values / their gradients; 1: outgoing),
  * grads: the gradient message (float links only). -1: a link of a dtype the wire does not carry. */
@@ -594,18 +600,25 @@ ct_status ct_pp_gather_memory(ct_run *R) {
 
 void ct_pp_describe(const ct_run *R, char *buf, size_t len) {
     const ct_pipe *pp = R->pipe;
-    size_t o = (size_t)snprintf(buf, len, "pipeline: %d stages%s, schedule %s, %d micro-batches per step (bubble %.1f%% "
-                                "ideal)", pp->P, pp->v > 1 ? " x 2 virtual" : "", ct_pp_schedule_name(pp->kind), pp->M,
+    size_t o = (size_t)snprintf(buf, len, "pipeline: %d stages x %d pieces each, schedule %s, %d micro-batches per "
+                                "step (bubble %.1f%% ideal)", pp->P, pp->v, ct_pp_schedule_name(pp->kind), pp->M,
                                 100.0 * pp->ideal);
-    if (pp->v > 2 && o < len) o += (size_t)snprintf(buf + o, len - o, " (%d virtual stages per rank)", pp->v);
     for (int q = 0; q < pp->P && q < 64 && o < len; q++) {
         int k0 = q, k1 = q + (pp->v - 1) * pp->P;
         int b0 = k0 ? pp->cuts[k0 - 1] : 0;
-        o += (size_t)snprintf(buf + o, len - o, "\n  stage %d: piece%s %d%s%d (from block %d), parameters %.1f MiB, "
-                              "activations %.1f MiB x %d micro-batches in flight = %.1f MiB", q, pp->v > 1 ? "s" : "",
-                              k0, pp->v > 1 ? ".." : "", pp->v > 1 ? k1 : -1, b0, pp->stage_mib[q][0],
+        char pieces[32];
+        if (pp->v > 1) snprintf(pieces, sizeof pieces, "pieces %d, %d%s", k0, k0 + pp->P, pp->v > 2 ? ", ..." : "");
+        else snprintf(pieces, sizeof pieces, "blocks %d..%d", b0, k1 + 1 < pp->n_pieces ? pp->cuts[k1] - 1 : pp->n_blocks - 1);
+        o += (size_t)snprintf(buf + o, len - o, "\n  stage %d: %s, parameters %.1f MiB, activations %.1f MiB x %d "
+                              "micro-batches in flight = %.1f MiB", q, pieces, pp->stage_mib[q][0],
                               pp->stage_mib[q][1], (int)pp->stage_mib[q][2], pp->stage_mib[q][1] * pp->stage_mib[q][2]);
     }
+}
+
+void ct_pp_bubble(const ct_run *R, double *measured, double *ideal) {
+    const ct_pipe *pp = R->pipe;
+    *measured = pp->wall_s > 0 ? 1.0 - pp->busy_s / pp->wall_s : 0.0;
+    *ideal = pp->ideal;
 }
 
 void ct_pp_free(ct_run *R) {

@@ -75,6 +75,12 @@ static void header_per_rank(ct_run *R) {
                       "copies every tensor rank holds)\n",
                    R->world * R->tp_size, R->world, R->tp_size, R->tp_size,
                    R->r->grad_reduce_method == 1 ? "sum" : "mean", mine / 1e6, whole / 1e6, copies / 1e6);
+    if (R->pipe) {
+        char pl[4096];
+        ct_pp_describe(R, pl, sizeof pl);
+        ct_run_say(R, "  layout: %d ranks = data parallel %d x tensor parallel %d x pipeline %d\n  %s\n",
+                   ct_comm_size(R->world_comm), R->world, R->tp_size, R->pp_size, pl);
+    }
     ct_run_say(R, "  per rank: %.2f MiB parameters + %.2f MiB gradients + %.2f MiB optimizer state + %.2f MiB "
                   "activations = %.2f MiB model state and activations\n",
                (double)ps.param_bytes / M, (double)ps.grad_bytes / M, (double)on * sizeof(float) / M,
@@ -253,6 +259,19 @@ void ct_progress_summary(ct_run *R, ct_train_result *res, double tt, const ct_me
                                         R->tp_cs0.allgather_calls + cs.broadcast_calls - R->tp_cs0.broadcast_calls),
                    (double)(cs.allreduce_bytes - R->tp_cs0.allreduce_bytes) / 1048576.0, sec,
                    tt > 0 ? 100.0 * sec / tt : 0.0);
+        res->comm_seconds += sec;
+    }
+    if (R->pipe) {
+        ct_comm_stats cs;
+        ct_comm_get_stats(R->pp, &cs);
+        const double sec = cs.seconds - R->pp_cs0.seconds;
+        double bubble, ideal;
+        ct_pp_bubble(R, &bubble, &ideal);
+        ct_run_say(R, "pipeline (rank 0): %.2f MiB sent, %.2f MiB received between stages, %.2f s of the training "
+                   "waiting for them (%.1f%%); bubble %.1f%% measured (idle inside the schedule), %.1f%% ideal\n",
+                   (double)(cs.send_bytes - R->pp_cs0.send_bytes) / 1048576.0,
+                   (double)(cs.recv_bytes - R->pp_cs0.recv_bytes) / 1048576.0, sec, tt > 0 ? 100.0 * sec / tt : 0.0,
+                   100.0 * bubble, 100.0 * ideal);
         res->comm_seconds += sec;
     }
 }

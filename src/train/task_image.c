@@ -116,8 +116,8 @@ static ct_status img_use_rows(image_task *it, int64_t rows) {
 
 static ct_status img_bind(ct_task *t, ct_plan *p) {
     image_task *it = t->impl;
+    if (it->plan != p || ct_plan_num_shapes(p) == 1) it->n_var = 0; /* a pipeline binds again per slot */
     it->plan = p;
-    it->n_var = 0;
     CT_TRY(ct_plan_set_shape(p, 0));
     CT_TRY(img_views(it));
     it->full = it->tx.shape[0];
@@ -214,7 +214,7 @@ static ct_status img_evaluate(ct_task *t, ct_task_eval *out) {
         int32_t *lab = it->ty.data;
         for (int64_t i = got; i < B; i++) lab[i] = -100;
         if ((s = ct_plan_forward(it->plan, 0)) != CT_OK) break;
-        float l;
+        float l = 0.0f; /* a pipeline stage without the loss reads none */
         ct_plan_loss(it->plan, &l);
         tot_loss += (double)l * (double)got;
         correct += argmax_correct(logits_f32(it), lab, got, it->tl.shape[1]); /* the logits' width: num_classes may exceed the dataset's */

@@ -132,8 +132,8 @@ static ct_status txt_views(text_task *tt) {
 
 static ct_status txt_bind(ct_task *t, ct_plan *p) {
     text_task *tt = t->impl;
+    if (tt->plan != p || ct_plan_num_shapes(p) == 1) tt->n_var = 0; /* a pipeline binds again per slot */
     tt->plan = p;
-    tt->n_var = 0;
     CT_TRY(ct_plan_set_shape(p, 0));
     CT_TRY(txt_views(tt));
     tt->B = tt->ti.shape[0];
@@ -230,7 +230,7 @@ static ct_status docs_evaluate(text_task *tt, double *tot, double *w, int64_t *r
         for (int64_t i = 0; i < all; i++) cnt += lab[i] != CT_TEXT_IGNORE_LABEL;
         if (!cnt) continue;
         CT_TRY(ct_plan_forward(tt->plan, 0));
-        float l;
+        float l = 0.0f; /* a pipeline stage without the loss reads none */
         ct_plan_loss(tt->plan, &l);
         *tot += (double)l * (double)cnt;
         *w += (double)cnt;
@@ -277,7 +277,7 @@ static ct_status txt_next(ct_task *t, int64_t step, int micro, int64_t *rows) {
 /* One evaluation forward of the plan's batch: its loss x n into *tot, n into *w (n: the predicted tokens). */
 static ct_status eval_forward(text_task *tt, int64_t n, double *tot, double *w) {
     CT_TRY(ct_plan_forward(tt->plan, 0));
-    float l;
+    float l = 0.0f; /* a pipeline stage without the loss reads none */
     ct_plan_loss(tt->plan, &l);
     *tot += (double)l * (double)n;
     *w += (double)n;

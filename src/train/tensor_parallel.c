@@ -16,7 +16,7 @@ ct_status ct_tp_setup(ct_run *R) {
     const ct_recipe *r = R->r;
     R->world_comm = R->comm;
     R->tp_size = 1;
-    if (r->tensor_parallel <= 1) return CT_OK;
+    if (r->tensor_parallel <= 1) return ct_tp_grid(R, 1);
     ct_context *ctx = R->ctx;
     const int T = r->tensor_parallel;
     if (r->model != CT_MODEL_GPT && r->model != CT_MODEL_BERT)
@@ -39,15 +39,30 @@ ct_status ct_tp_setup(ct_run *R) {
     if (ct_comm_size(R->comm) % T)
         return ct_set_error(ctx, CT_E_CONFIG, "tensor_parallel %d does not divide the %d ranks: start a multiple of %d "
                             "ranks (mpirun -np %d), or another tensor_parallel", T, ct_comm_size(R->comm), T, T);
+    return ct_tp_grid(R, T);
+}
+
+/* The grid tensor x data x pipeline (R->pp_size from ct_pp_setup): R->comm becomes the data group; R->tp and
+ * R->pp the tensor and pipeline groups (NULL when of size 1). Nothing without either. */
+ct_status ct_tp_grid(ct_run *R, int T) {
+    if (T <= 1 && R->pp_size <= 1) return CT_OK;
+    ct_context *ctx = R->ctx;
     ct_comm_set_context(R->comm, ctx);
-    CT_TRY(ct_comm_grid_create(R->comm, T, 1, &R->grid));
-    R->tp = R->grid->tensor_group;
-    R->tp_rank = R->grid->tensor_rank;
-    R->tp_size = T;
+    CT_TRY(ct_comm_grid_create(R->comm, T, R->pp_size, &R->grid));
+    if (T > 1) {
+        R->tp = R->grid->tensor_group;
+        R->tp_rank = R->grid->tensor_rank;
+        R->tp_size = T;
+        ct_comm_set_context(R->tp, ctx);
+    }
+    if (R->pp_size > 1) {
+        R->pp = R->grid->pipeline_group;
+        R->pp_rank = R->grid->pipeline_rank;
+        ct_comm_set_context(R->pp, ctx);
+    }
     R->comm = R->grid->data_group;
     R->rank = R->grid->data_rank;
     R->world = R->grid->data;
-    ct_comm_set_context(R->tp, ctx);
     ct_comm_set_context(R->comm, ctx);
     return CT_OK;
 }

@@ -20,6 +20,9 @@ ct_status ct_task_text_create(ct_context *ctx, const ct_recipe *r, ct_task **out
 ct_status ct_dp_setup(ct_context *ctx, ct_comm *c, ct_task *t, const ct_recipe *r, ct_recipe *local);
 /* The ranks run the same recipe and built the same plan (CT_E_DIST naming the ranks). */
 ct_status ct_dp_agree(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, ct_task *t);
+/* The recipe part of it alone (pipeline stages build different plans). */
+ct_status ct_dp_agree_recipe(ct_context *ctx, ct_comm *c, const ct_recipe *r);
+
 /* Rank 0's parameters (unless buffers_only) and buffers to every rank. */
 ct_status ct_dp_broadcast_state(ct_comm *c, ct_plan *p, int buffers_only);
 /* The parameters and buffers are the same bits on every rank ("when": "at step 20"). */
@@ -257,6 +260,7 @@ struct ct_run {
  * the clipping norm over the tensor group too (replicated copies counted once, ct_tp_sumsq). No-ops without
  * tensor parallelism. */
 ct_status ct_tp_setup(ct_run *R);
+ct_status ct_tp_grid(ct_run *R, int T);
 ct_status ct_tp_bind(ct_run *R);
 ct_status ct_tp_reduce_copies(ct_run *R);
 /* Sum of squares of the gradient arena's [b, e), the copies every tensor rank holds counted on tensor rank 0
@@ -302,6 +306,10 @@ ct_status ct_pp_step(ct_run *R, ct_step_io *io);
 ct_status ct_pp_evaluate(ct_run *R, ct_task_eval *ev);
 /* The per-stage lines of the run's header. */
 void ct_pp_describe(const ct_run *R, char *buf, size_t len);
+/* The run's bubble so far: idle share inside the schedules (measured), and the schedule's ideal. */
+void ct_pp_bubble(const ct_run *R, double *measured, double *ideal);
+/* Per stage: parameters, one activation slot, slots (collective over the pipeline group; the header's). */
+ct_status ct_pp_gather_memory(ct_run *R);
 /* The overflow flags / all-zero flags and sums of squares of the step over the pipeline group. */
 double ct_pp_sumsq(const ct_run *R, const float *g, size_t b, size_t e);
 void ct_pp_free(ct_run *R);

@@ -95,16 +95,19 @@ static void compile_opts(const ct_recipe *r, ct_compile_opts *co) {
 }
 
 /* Builds the task's graph for r and compiles it (plan_only: sizes only). */
-static ct_status build_plan(ct_context *ctx, ct_comm *tp, ct_task *t, const ct_recipe *r, int plan_only, ct_plan **out) {
+static ct_status build_plan(ct_context *ctx, ct_run *R, ct_task *t, const ct_recipe *r, int plan_only, ct_plan **out) {
     ct_graph *g;
     CT_TRY(ct_graph_create(ctx, &g));
     ct_node loss = CT_NONE, keep[8];
     int n_keep = 0;
-    ct_status s = ct_graph_set_tensor_group(g, tp); /* tensor parallel: the builders take this rank's part */
+    ct_status s = ct_graph_set_tensor_group(g, R->tp); /* tensor parallel: the builders take this rank's part */
     if (s == CT_OK) s = t->build(t, g, r, &loss, &n_keep, keep);
     ct_compile_opts co;
     compile_opts(r, &co);
     co.plan_only = plan_only;
+    ct_stage_opts so; /* pipeline parallel: this rank's pieces of the model */
+    if (s == CT_OK && R->pipe) s = ct_pp_stage_opts(R, g, &so);
+    if (R->pipe) co.stage = &so;
     ct_fusion_rules *rules = NULL;
     if (s == CT_OK && r->fusion_rules[0]) s = ct_fusion_rules_load(ctx, r->fusion_rules, &rules);
     co.fusion_rules = rules;
@@ -115,9 +118,9 @@ static ct_status build_plan(ct_context *ctx, ct_comm *tp, ct_task *t, const ct_r
 }
 
 /* Bytes the run's plan and optimizer take for recipe r (a plan_only compile). */
-static ct_status plan_bytes(ct_context *ctx, ct_comm *tp, ct_task *t, const ct_recipe *r, double *bytes, double *act) {
+static ct_status plan_bytes(ct_context *ctx, ct_run *R, ct_task *t, const ct_recipe *r, double *bytes, double *act) {
     ct_plan *p = NULL;
-    CT_TRY(build_plan(ctx, tp, t, r, 1, &p));
+    CT_TRY(build_plan(ctx, R, t, r, 1, &p));
     ct_plan_stats ps;
     ct_plan_get_stats(p, &ps);
     ct_plan_free(p);
@@ -147,10 +150,10 @@ static ct_status first_use(ct_task *t, ct_plan *p) {
 
 /* Recipe r for real under the context's budget: plan, optimizer, first_use.
  * 1 when it all fits. */
-static int trial_fits(ct_context *ctx, ct_comm *tp, ct_task *t, const ct_recipe *r) {
+static int trial_fits(ct_context *ctx, ct_run *R, ct_task *t, const ct_recipe *r) {
     ct_plan *p = NULL;
     ct_optimizer *opt = NULL;
-    ct_status s = build_plan(ctx, tp, t, r, 0, &p);
+    ct_status s = build_plan(ctx, R, t, r, 0, &p);
     if (s == CT_OK) s = ct_optimizer_create(p, &r->optim, &opt);
     if (s == CT_OK) s = t->bind(t, p);
     if (s == CT_OK) s = first_use(t, p);
@@ -165,11 +168,11 @@ static int trial_fits(ct_context *ctx, ct_comm *tp, ct_task *t, const ct_recipe 
 /* The run did not fit in memory_budget: E60003 naming what the run needs
  * and, for each way out, the bytes it saves (plan statistics) and whether
  * the run then fits (tried for real: a plan, one step). */
-static ct_status budget_advice(ct_context *ctx, ct_comm *tp, ct_task *t, const ct_recipe *r, size_t base_bytes, int world) {
+static ct_status budget_advice(ct_context *ctx, ct_run *R, ct_task *t, const ct_recipe *r, size_t base_bytes, int world) {
     const double budget = (double)r->memory_budget, base = (double)base_bytes;
     double need, act;
     ct_context_clear_error(ctx);
-    if (plan_bytes(ctx, tp, t, r, &need, &act) != CT_OK) return CT_E_OOM;
+    if (plan_bytes(ctx, R, t, r, &need, &act) != CT_OK) return CT_E_OOM;
     char adv[1400];
     size_t o = 0;
 #define ADV(...) (o += (size_t)snprintf(adv + (o < sizeof adv ? o : sizeof adv), o < sizeof adv ? sizeof adv - o : 0, __VA_ARGS__))
@@ -181,13 +184,13 @@ static ct_status budget_advice(ct_context *ctx, ct_comm *tp, ct_task *t, const c
             ct_recipe v = *r;
             v.recompute_every = n;
             double b, a;
-            if (plan_bytes(ctx, tp, t, &v, &b, &a) == CT_OK && b < best) best = b, best_n = n;
+            if (plan_bytes(ctx, R, t, &v, &b, &a) == CT_OK && b < best) best = b, best_n = n;
         }
         if (best_n) {
             ct_recipe v = *r;
             v.recompute_every = best_n;
             ADV("%srecompute_every=%d saves %.1f MiB (%s)", o ? "; " : ": ", best_n, MIB(need - best),
-                base + best <= budget && trial_fits(ctx, tp, t, &v) ? "fits" : "not enough alone");
+                base + best <= budget && trial_fits(ctx, R, t, &v) ? "fits" : "not enough alone");
         }
     }
     /* a smaller batch: the largest power-of-two fraction that fits (data parallel: r is one rank's share, the
@@ -196,8 +199,8 @@ static ct_status budget_advice(ct_context *ctx, ct_comm *tp, ct_task *t, const c
         ct_recipe v = *r;
         v.batch_size = b;
         double nb, a;
-        if (plan_bytes(ctx, tp, t, &v, &nb, &a) != CT_OK) break;
-        int fits = base + nb <= budget && trial_fits(ctx, tp, t, &v);
+        if (plan_bytes(ctx, R, t, &v, &nb, &a) != CT_OK) break;
+        int fits = base + nb <= budget && trial_fits(ctx, R, t, &v);
         if (fits || b == 1) {
             ADV("%sbatch_size=%lld saves %.1f MiB (%s)", o ? "; " : ": ", (long long)b * world, MIB(need - nb),
                 fits ? "fits" : "not enough alone");
@@ -208,9 +211,9 @@ static ct_status budget_advice(ct_context *ctx, ct_comm *tp, ct_task *t, const c
         ct_recipe v = *r;
         v.precision = CT_PRECISION_BF16;
         double nb, a;
-        if (plan_bytes(ctx, tp, t, &v, &nb, &a) == CT_OK && nb < need)
+        if (plan_bytes(ctx, R, t, &v, &nb, &a) == CT_OK && nb < need)
             ADV("%sprecision=bf16 saves %.1f MiB (%s)", o ? "; " : ": ", MIB(need - nb),
-                base + nb <= budget && trial_fits(ctx, tp, t, &v) ? "fits" : "not enough alone");
+                base + nb <= budget && trial_fits(ctx, R, t, &v) ? "fits" : "not enough alone");
     }
 #undef ADV
     ct_context_clear_error(ctx);
@@ -349,7 +352,8 @@ static ct_status checkpoint(ct_run *R, int64_t step, int64_t ep, int64_t b, doub
 /* The task's evaluation; data parallel: on rank 0's buffers, each rank its part, combined. */
 static ct_status evaluate(ct_run *R, ct_task_eval *ev) {
     CT_TRY(ct_dp_broadcast_state(R->comm, R->plan, 1));
-    CT_TRY(R->task->evaluate(R->task, ev));
+    if (R->pipe) CT_TRY(ct_pp_evaluate(R, ev)); /* through the stages; the last one's result */
+    else CT_TRY(R->task->evaluate(R->task, ev));
     if (ct_zero_deterministic(R->zero)) return CT_OK; /* every rank evaluated the whole split */
     return ct_dp_reduce_eval(R->comm, R->task, ev);
 }
@@ -371,8 +375,8 @@ static ct_status recompute_pays(ct_run *R) {
     off.recompute_blocks = 0;
     off.recompute_ops = CT_RECOMPUTE_OPS_NONE;
     double b_on, a_on, b_off, a_off;
-    CT_TRY(plan_bytes(R->ctx, R->tp, R->task, r, &b_on, &a_on));
-    CT_TRY(plan_bytes(R->ctx, R->tp, R->task, &off, &b_off, &a_off));
+    CT_TRY(plan_bytes(R->ctx, R, R->task, r, &b_on, &a_on));
+    CT_TRY(plan_bytes(R->ctx, R, R->task, &off, &b_off, &a_off));
     if (a_on < a_off) return CT_OK;
     ct_run_say(R, "warning: recomputation (recompute_every %d, recompute_blocks %d, recompute_ops %s) would not lower "
            "this model's activation peak (%.1f MiB with it, %.1f without; `ctrain graph --set recompute_every=N` or "
@@ -391,11 +395,12 @@ static ct_status setup(ct_run *R, ct_train_result *res) {
     ct_mem_stats ms0;
     ct_context_mem_stats(ctx, &ms0);
     CT_TRY(recompute_pays(R));
-    ct_status s = build_plan(ctx, R->tp, R->task, &R->local, 0, &R->plan);
+    ct_status s = build_plan(ctx, R, R->task, &R->local, 0, &R->plan);
     if (s == CT_OK) s = ct_tp_bind(R);
     if (s == CT_OK) s = ct_zero_create(ctx, R->comm, r, R->plan, &R->zero);
     if (s == CT_OK) s = ct_zero_optimizer_create(R->zero, R->plan, &r->optim, R->o->resume != NULL, &R->opt);
     if (s == CT_OK) s = R->task->bind(R->task, R->plan);
+    if (s == CT_OK && R->pipe) s = ct_pp_bind(R); /* slots, buffers, the neighbours' agreement, tied parameters */
     /* with a memory budget, the kernels' first use now: an E60003 then comes with advice, not mid-run */
     if (s == CT_OK && r->memory_budget > 0) s = first_use(R->task, R->plan);
     if (s == CT_E_OOM && r->memory_budget > 0) {
@@ -403,7 +408,7 @@ static ct_status setup(ct_run *R, ct_train_result *res) {
         ct_plan_free(R->plan);
         R->opt = NULL;
         R->plan = NULL;
-        return budget_advice(ctx, R->tp, R->task, &R->local, ms0.bytes_in_use, R->world);
+        return budget_advice(ctx, R, R->task, &R->local, ms0.bytes_in_use, R->world);
     }
     CT_TRY(s);
     /* "loss / accumulation_steps": each micro-batch's gradient is added into the arena. Data parallel also
@@ -450,9 +455,10 @@ static ct_status setup(ct_run *R, ct_train_result *res) {
      * thread's calls at a time (MPI_THREAD_SERIALIZED): the buckets progress from the grad-ready hook */
     ct_recipe rb = *r;
     if (R->tp) rb.comm_progress = CT_BUCKET_PROGRESS_HOOK;
-    if (!R->zero) CT_TRY(ct_dp_buckets_create(ctx, R->comm, R->plan, &rb, &R->bk));
+    /* pipeline parallel: the stage's gradients are reduced once its schedule ends (no buckets yet) */
+    if (!R->zero && !R->pipe) CT_TRY(ct_dp_buckets_create(ctx, R->comm, R->plan, &rb, &R->bk));
     R->first_overflow_step = -1;
-    R->train_step = ct_step_default; /* the seam (train_internal.h): a pipeline schedule sets its own */
+    R->train_step = R->pipe ? ct_pp_step : ct_step_default; /* the seam (train_internal.h) */
     R->first_loss = -1.0;
     ct_plan_buffer_arena(R->plan, &R->buf, &R->n_buf);
     if (r->early_stop_patience > 0 && r->early_stop_restore_best &&
@@ -461,8 +467,14 @@ static ct_status setup(ct_run *R, ct_train_result *res) {
     if (!(R->st = calloc(1, sizeof *R->st))) return ct_set_error(ctx, CT_E_OOM, "out of memory");
     ct_train_state_init(R->st);
     (void)res;
-    /* every rank of the job (tensor parallel: the shards have equal names and shapes on every rank) */
-    return ct_dp_agree(ctx, R->world_comm, r, R->plan, R->task);
+    /* every rank of the job (tensor parallel: the shards have equal names and shapes on every rank); pipeline
+     * parallel: the recipe over the job, the plan over the ranks of the same stage */
+    if (R->pipe) {
+        CT_TRY(ct_pp_gather_memory(R));
+        CT_TRY(ct_dp_agree_recipe(ctx, R->world_comm, r));
+        if (R->tp) CT_TRY(ct_dp_agree(ctx, R->tp, r, R->plan, R->task));
+    }
+    return ct_dp_agree(ctx, R->pipe ? R->comm : R->world_comm, r, R->plan, R->task);
 }
 
 /* The checkpoint resumed from (its schedule, early stopping, scaler and position), or the initial
@@ -517,6 +529,7 @@ static ct_status begin_output(ct_run *R) {
     R->start = ct_run_now_s();
     ct_comm_get_stats(R->comm, &R->cs0);
     if (R->tp) ct_comm_get_stats(R->tp, &R->tp_cs0);
+    if (R->pp) ct_comm_get_stats(R->pp, &R->pp_cs0);
     return CT_OK;
 }
 
@@ -741,7 +754,8 @@ ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, 
     R.world = ct_comm_size(o->comm);
     R.wrank = R.rank;
     if (R.rank != 0) R.out = NULL; /* rank 0 alone shows the run */
-    s = ct_tp_setup(&R); /* tensor parallel: R.comm, R.rank and R.world become the data group's */
+    s = ct_pp_setup(&R); /* pipeline parallel: the recipe's keys, the schedule */
+    if (s == CT_OK) s = ct_tp_setup(&R); /* the groups: R.comm, R.rank and R.world become the data group's */
     R.task = o->task;
     if (s == CT_OK && !R.task) s = task_for(ctx, r, &R.task);
     if (s == CT_OK) s = ct_dp_setup(ctx, R.comm, R.task, r, &R.local);
@@ -765,6 +779,7 @@ ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, 
     ct_optimizer_free(R.opt);
     ct_plan_free(R.plan);
     if (!o->task) ct_task_free(R.task);
+    ct_pp_free(&R);
     ct_tp_free(&R);
     return s;
 }
