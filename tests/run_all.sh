@@ -80,6 +80,7 @@ run_suite "models weights" tests/models_weights_test.sh build/ctrain
 run_suite "dist" tests/dist_test.sh build/ctrain
 run_suite "dist zero" tests/dist_zero_test.sh build/ctrain
 run_suite "tensor parallel" tests/tp_test.sh build/ctrain
+run_suite "pipeline parallel" tests/pp_test.sh build/ctrain
 run_suite "dist det text" tests/dist_det_text_test.sh build/ctrain
 run_suite "netns" tests/netns_test.sh build/ctrain
 run_suite "fuzz replay" bash tests/fuzz/replay.sh build
@@ -96,6 +97,7 @@ run_suite "asan models recipes" tests/models_recipe_test.sh build-asan/ctrain
 run_suite "asan dist" tests/dist_test.sh build-asan/ctrain
 run_suite "asan dist zero" tests/dist_zero_test.sh build-asan/ctrain
 run_suite "asan tensor parallel" tests/tp_test.sh build-asan/ctrain
+run_suite "asan pipeline parallel" tests/pp_test.sh build-asan/ctrain
 run_suite "asan dist det text" tests/dist_det_text_test.sh build-asan/ctrain
 run_suite "asan fuzz replay" bash tests/fuzz/replay.sh build-asan
 # fallbacks: the same end-to-end checks with lower ISAs

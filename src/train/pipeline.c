@@ -107,7 +107,7 @@ static ct_status cut(ct_run *R, const ct_graph *g) {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", sp);
     for (char *save = NULL, *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save), n++) {
-        if (n >= pp->n_pieces - 1) break;
+        if (n >= pp->n_pieces - 1) continue; /* counted: too many is an error below */
         char *end;
         long b = strtol(t, &end, 10);
         if (*end) CT_TRY(ct_graph_find_block(g, t, &pp->cuts[n]));

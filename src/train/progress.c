@@ -69,7 +69,7 @@ static void header_per_rank(ct_run *R) {
     ct_plan_stats ps;
     ct_plan_get_stats(R->plan, &ps);
     const double M = 1048576.0;
-    if (R->tp)
+    if (R->tp && !R->pipe) /* (a pipeline's layout line below names all three) */
         ct_run_say(R, "  layout: %d ranks = data parallel %d x tensor parallel %d (a tensor group is %d consecutive "
                       "ranks); grad_reduce_method %s; %.2fM of the model's %.2fM parameters on each rank (%.3fM "
                       "copies every tensor rank holds)\n",
