@@ -7,6 +7,8 @@
 #  - data 2 x pipeline 2, tensor 2 x pipeline 2 (4 ranks), data 2 x tensor 2 x pipeline 2 (8 ranks), ZeRO-1
 #    with clipping on data 2 x pipeline 2: one process's weights;
 #  - block checkpointing inside stages: the same weights, smaller activations; BF16 near one process;
+#  - dropout (masks by global sample, in backward too) within 1e-5; deterministic: true bit for bit with
+#    dropout at 2 stages, data 2 x 2 stages and 4 stages (gpipe);
 #  - layout-free checkpoints: a pipeline_stages 2 checkpoint resumes at 1 stage and at tensor_parallel 2, a
 #    one-process checkpoint at 4 stages, all ending with one process's weights;
 #  - 1F1B's first stage holds at most P / M of GPipe's activations (both printed);
@@ -57,6 +59,7 @@ same() {
 }
 
 ref g1 "${G[@]}"
+ref g1d "${G[@]}" --dropout 0.1
 for s in gpipe 1f1b interleaved; do
   same "gpt_pp2_$s" g1 2 $TOL "${G[@]}" --set pipeline_stages=2 --set pipeline_schedule=$s
   [ "$(val "$tmp/gpt_pp2_$s.log")" = "$(val "$tmp/g1.log")" ] && ok "gpt_pp2_$s: one process's validations" ||
@@ -110,6 +113,17 @@ awk -v a="$a0" -v b="$a1" 'BEGIN { exit !(b > 0 && b < a) }' && ok "recompute_bl
   bad "recompute_blocks in stages: activations '$a0' -> '$a1' MiB"
 ref b1 "${G[@]}" --set precision=bf16
 same gpt_pp2_bf16 b1 2 5e-3 "${G[@]}" --set precision=bf16 --set pipeline_stages=2
+
+# dropout: the masks are keyed by the micro-batch's global samples, in backward too (1F1B runs another
+# micro-batch's forward between a forward and its backward)
+same gpt_pp2_dropout g1d 2 $TOL "${G[@]}" --dropout 0.1 --set pipeline_stages=2
+# deterministic: the micro-batches are the chunks of the global batch, their gradients added in the chunk tree,
+# the tied embedding's two parts summed per chunk as one process does: bit for bit, with dropout, at any layout
+D=("${G[@]}" --dropout 0.1 --batch-size 16 --set micro_batches=1 --set deterministic=true --set deterministic_chunks=4)
+ref d1 "${D[@]}"
+same det_pp2 d1 2 0 "${D[@]}" --set pipeline_stages=2
+same det_dp2_pp2 d1 4 0 "${D[@]}" --set pipeline_stages=2
+same det_pp4_gpipe d1 4 0 "${D[@]}" --set pipeline_stages=4 --set pipeline_schedule=gpipe
 
 # checkpoints stay layout-free
 same resume_pp1 g1 1 $TOL "${G[@]}" --set pipeline_stages=1 --resume "$tmp/gpt_pp2_1f1b/step-000010"

@@ -39,6 +39,7 @@ struct ct_pipe {
     size_t tied_cap;
     int eval_seq;             /* evaluation forwards, for their tags                          */
     int max_tag, n_blocks;
+    double *det_loss;         /* deterministic: each micro-batch's loss (the last stage's)       */
     double busy_s, wall_s;    /* compute inside the schedule / the schedule's wall time        */
     int64_t steps;
     double ideal;             /* the schedule's bubble (simulated)                            */
@@ -51,8 +52,8 @@ struct ct_pipe {
 static ct_status check_recipe(ct_run *R, int P) {
     const ct_recipe *r = R->r;
     ct_context *ctx = R->ctx;
-    const char *no = r->deterministic ? "deterministic: true (use deterministic false: a pipeline run in FP32 "
-                                        "equals one process accumulating the same micro-batches)"
+    const char *no = r->deterministic && r->pipeline_schedule == CT_PP_INTERLEAVED
+                         ? "deterministic: true and pipeline_schedule interleaved (use 1f1b or gpipe)"
                      : r->grad_compression != CT_GRAD_COMPRESSION_NONE ? "grad_compression (use none)"
                      : r->memory_budget > 0 ? "memory_budget (remove it)"
                      : r->sync_batchnorm ? "sync_batchnorm (use false)"
@@ -327,8 +328,13 @@ static ct_status alloc_buffers(ct_run *R) {
 ct_status ct_pp_bind(ct_run *R) {
     ct_pipe *pp = R->pipe;
     if (!pp) return CT_OK;
+    /* deterministic: the micro-batches are this rank's chunks of the global batch, each gradient a leaf of the
+     * chunk tree (zero.c) as soon as its backward ends */
+    if (ct_zero_deterministic(R->zero)) pp->M = ct_zero_local_chunks(R->zero);
     ct_pp_sim sim;
     CT_TRY(ct_pp_simulate(R->ctx, pp->kind, pp->P, pp->v, pp->M, &sim));
+    pp->ideal = sim.bubble;
+    if (!(pp->det_loss = calloc((size_t)pp->M, sizeof(double)))) return ct_set_error(R->ctx, CT_E_OOM, "out of memory");
     pp->n_slots = sim.slots[R->pp_rank < CT_PP_MAX_SIM ? R->pp_rank : CT_PP_MAX_SIM - 1];
     if (pp->n_slots < 1) pp->n_slots = 1;
     CT_TRY(ct_plan_set_act_slots(R->plan, pp->n_slots));
@@ -368,7 +374,7 @@ static ct_status load(ct_run *R, ct_step_io *io, int c, int m, int slot, int64_t
     CT_TRY(t->next_batch(t, io->step, m, rows));
     if (R->prof) ct_profiler_event(R->prof, "batch", "data", td, ct_profiler_now_us(), NULL);
     pp->shape_of[slot] = ct_plan_shape(R->plan);
-    io->batches++;
+    io->batches += !R->r->deterministic || m == 0; /* deterministic: the chunks are one global batch */
     return CT_OK;
 }
 
@@ -399,6 +405,7 @@ static ct_status forward(ct_run *R, ct_step_io *io, const ct_pp_action *a, int64
         return ct_set_error(R->ctx, CT_E_INTERNAL, "pipeline: the data ran out at micro-batch %d of a step", m);
     }
     if (R->r->bn_stats_once) ct_plan_set_update_running_stats(R->plan, m == pp->M - 1);
+    if (R->r->deterministic) ct_plan_set_update_running_stats(R->plan, R->rank == 0 && m == 0); /* chunk 0's */
     CT_TRY(ct_plan_set_sample_offset(R->plan, ct_step_first_sample(R, m)));
     if (k > 0) CT_TRY(receive(R, c, 0, m, 0));
     const double t0 = ct_profiler_now_us();
@@ -410,10 +417,17 @@ static ct_status forward(ct_run *R, ct_step_io *io, const ct_pp_action *a, int64
         snprintf(name, sizeof name, "forward mb %d (piece %d)", m, k);
         ct_profiler_event(R->prof, name, "pipeline", t0, t1, NULL);
     }
-    if (k == pp->n_pieces - 1) stats(R, io, *rows);
-    else CT_TRY(send(R, c, 0, m, slot, 0));
+    if (k == pp->n_pieces - 1) {
+        const double before = io->loss;
+        stats(R, io, *rows);
+        pp->det_loss[m] = io->loss - before;
+    } else {
+        CT_TRY(send(R, c, 0, m, slot, 0));
+    }
     return CT_OK;
 }
+
+static ct_status reduce_tied(ct_run *R);
 
 static ct_status backward(ct_run *R, const ct_pp_action *a) {
     ct_pipe *pp = R->pipe;
@@ -421,6 +435,7 @@ static ct_status backward(ct_run *R, const ct_pp_action *a) {
     CT_TRY(ct_plan_use_act_slot(R->plan, slot));
     CT_TRY(ct_plan_set_part(R->plan, c));
     CT_TRY(ct_plan_set_shape(R->plan, pp->shape_of[slot]));
+    CT_TRY(ct_plan_set_sample_offset(R->plan, ct_step_first_sample(R, m))); /* dropout's masks: this micro-batch's */
     if (k + 1 < pp->n_pieces) CT_TRY(receive(R, c, 1, m, 0));
     const double t0 = ct_profiler_now_us();
     CT_TRY(ct_plan_backward(R->plan));
@@ -433,6 +448,10 @@ static ct_status backward(ct_run *R, const ct_pp_action *a) {
     }
     if (k > 0) CT_TRY(send(R, c, 1, m, slot, 0));
     pp->slot_used[slot] = 0;
+    if (ct_zero_deterministic(R->zero)) { /* this chunk's gradient, the tied copies summed as one process does */
+        CT_TRY(reduce_tied(R));
+        CT_TRY(ct_zero_det_push(R->zero, m, pp->det_loss[m]));
+    }
     return CT_OK;
 }
 
@@ -490,6 +509,9 @@ static ct_status share_stats(ct_run *R, ct_step_io *io) {
 }
 
 static ct_status reduce_gradients(ct_run *R) {
+    if (ct_zero_deterministic(R->zero)) /* the chunk tree reduces in ct_step_reduce_stats; its losses: the last stage's */
+        return ct_comm_broadcast(R->pp, ct_zero_det_losses(R->zero), sizeof(double) * (size_t)R->pipe->M,
+                                 rank_of(R->pipe, R->pipe->n_pieces - 1));
     double ta = ct_profiler_now_us();
     if (ct_zero_stage(R->zero) > 0) CT_TRY(ct_zero_reduce_grads(R->zero));
     else if (R->world > 1) CT_TRY(ct_dp_reduce_grads(R->comm, R->plan));
@@ -628,7 +650,7 @@ void ct_pp_free(ct_run *R) {
     for (int i = 0; pp->sbuf && i < nb; i++) free(pp->sbuf[i]);
     for (int i = 0; pp->sreq && i < nb; i++) ct_comm_request_cancel(pp->sreq[i]);
     free(pp->sbuf), free(pp->sreq), free(pp->rbuf), free(pp->slot_of), free(pp->shape_of), free(pp->slot_used);
-    free(pp->acts), free(pp->tied), free(pp->tied_buf);
+    free(pp->acts), free(pp->tied), free(pp->tied_buf), free(pp->det_loss);
     free(pp);
     R->pipe = NULL;
 }

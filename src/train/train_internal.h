@@ -67,6 +67,8 @@ void ct_zero_memory(const ct_zero *z, size_t n_par, size_t state_floats, double 
 ct_status ct_zero_det_push(ct_zero *z, int micro, double loss);
 /* Deterministic: after the last chunk: the tree over the ranks; *loss the global batch's mean loss. */
 ct_status ct_zero_det_reduce(ct_zero *z, double *loss);
+/* Deterministic: this rank's chunk losses (pushed so far), for a pipeline's last stage to share. */
+double *ct_zero_det_losses(ct_zero *z);
 /* Gradient buckets (dp_buckets.c): *out NULL on one rank; else planned from
  * the plan's layout and backward order with the recipe's bucket keys, and
  * fed by the plan's grad-ready hook (ct_buckets_begin arms them before the

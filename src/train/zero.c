@@ -261,6 +261,8 @@ ct_status ct_zero_det_push(ct_zero *z, int micro, double loss) {
     return CT_OK;
 }
 
+double *ct_zero_det_losses(ct_zero *z) { return z ? z->losses : NULL; }
+
 ct_status ct_zero_det_reduce(ct_zero *z, double *loss) {
     float *g;
     size_t n;
