@@ -158,7 +158,8 @@ static void choose_dropped(const ct_plan *p, const int *seg, int checkpoint, uin
     const ct_node_def *old = p->g.nodes;
     const int nf = p->n_fwd;
     if (p->loss != CT_NONE) keep[p->loss] = 1;
-    for (int i = 0; i < p->n_outputs; i++) keep[p->outputs[i]] = 1;
+    for (int i = 0; i < p->n_outputs; i++) /* (a pipeline stage keeps backward nodes too: its links' gradients) */
+        if (p->outputs[i] < nf) keep[p->outputs[i]] = 1;
     if (checkpoint)
         for (int i = 0; i < nf; i++) {
             if (is_leaf(old[i].op)) continue;
