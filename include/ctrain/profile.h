@@ -117,6 +117,17 @@ typedef struct ct_doctor_report {
     ct_verdict v_compute, v_memory, v_comm, v_data;
     ct_doctor_amp amp;
     ct_verdict v_amp;          /* unknown: no amp events (no loss scaling, or none recorded) */
+    /* Pipeline parallelism (a trace of a pipeline rank: "pipeline schedule" events). The bubble is the
+     * idle share of the schedules: 1 - (the "pipeline" forward / backward events' time inside them) /
+     * their time, over all recorded schedules; the ideal is the schedule's own (args.ideal:
+     * (P-1)/(M+P-1) for gpipe and 1f1b, less for interleaved). -1: unknown. */
+    int pipeline_steps;        /* "pipeline schedule" events; 0: not a pipeline trace              */
+    double pipeline_time_us, pipeline_busy_us, pipeline_recv_us; /* schedules, compute, receives inside */
+    double pipeline_bubble;    /* measured, from the events                                        */
+    double pipeline_bubble_args; /* the last schedule's args.bubble: the trainer's running measure  */
+    double pipeline_ideal;     /* the last schedule's args.ideal                                   */
+    double pipeline_comm_share;/* "pipeline_comm" receives inside the schedules / step time         */
+    ct_verdict v_pipeline;     /* ok: bubble <= ideal + 10 points; unknown: no schedule events      */
 } ct_doctor_report;
 
 /* Thresholds: utilization >= 75%, memory 70-90% of the budget,
