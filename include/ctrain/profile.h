@@ -24,7 +24,16 @@
  * trainer's wait for the gradients; the doctor's communication share, on
  * track 2) and "comm_bucket" (each gradient bucket's allreduce from start
  * to completion, overlapping backward, on track 3; not counted in the
- * share). The event buffer is allocated once at create (opts.max_events);
+ * share). Pipeline parallelism (src/train/pipeline.c) adds "pipeline" on
+ * track 4 ("pipeline micro-batches": "forward mb <m> (piece <k>)" and
+ * "backward mb <m> (piece <k>)", each micro-batch's compute, and once per
+ * step "pipeline schedule" spanning the whole schedule, args {"bubble": the
+ * trainer's measure so far, "ideal": the schedule's}) and "pipeline_comm" on
+ * track 5 ("pipeline sends and receives": "receive activations" / "receive
+ * gradients", the blocking waits for the neighbouring stages, and 1 us
+ * markers "send activations" / "send gradients" when a nonblocking send
+ * starts); the doctor's pipeline bubble and pipeline communication share
+ * come from them. The event buffer is allocated once at create (opts.max_events);
  * when it is full further events are dropped and counted (metadata
  * "dropped_events"): recording never allocates. */
 #ifndef CTRAIN_PROFILE_H
