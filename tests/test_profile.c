@@ -274,8 +274,8 @@ TEST(bounded_buffer_counts_drops) {
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "metadata");
     CHECK(num_of(md, "dropped_events") == (double)ct_profiler_dropped(prof));
     CHECK(num_of(md, "max_events") == 10 && strstr(str_of(md, "dropped_note"), "max_events"));
-    /* + process_name and the 3 tracks' thread_name */
-    CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "traceEvents")) == 14);
+    /* + process_name and the 5 tracks' thread_name */
+    CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "traceEvents")) == 16);
     cJSON_Delete(root);
     free(txt);
     unlink(path);
@@ -478,5 +478,124 @@ TEST(doctor_huge_counts) {
     ct_context_free(ctx);
 }
 
+/* Each category on its track: ops and caller events on "training" (tid 1), comm 2, comm_bucket 3,
+ * pipeline 4 ("pipeline micro-batches"), pipeline_comm 5 ("pipeline sends and receives"). */
+TEST(tracks_by_category) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_profiler_opts po;
+    ct_profiler_opts_default(&po);
+    po.skip_steps = po.warmup_steps = po.record_steps = 0;
+    ct_profiler *prof;
+    CHECK_OK(ctx, ct_profiler_create(ctx, &po, &prof));
+    const char *cats[] = {"data", "comm", "comm_bucket", "pipeline", "pipeline_comm", "optimizer"};
+    const int want[] = {1, 2, 3, 4, 5, 1};
+    double t = ct_profiler_now_us();
+    for (int i = 0; i < 6; i++) ct_profiler_event(prof, cats[i], cats[i], t + i, t + i + 1, NULL);
+    ct_profiler_step(prof);
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/ct_test_profile_t%d.json", (int)getpid());
+    CHECK_OK(ctx, ct_profiler_write(prof, path));
+    char *txt = slurp(path, NULL);
+    cJSON *root = txt ? cJSON_Parse(txt) : NULL;
+    CHECK(root != NULL);
+    const cJSON *e;
+    int seen = 0, names = 0;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(root, "traceEvents")) {
+        const char *ph = str_of(e, "ph");
+        if (ph && !strcmp(ph, "M") && !strcmp(str_of(e, "name"), "thread_name")) {
+            const char *tn = str_of(cJSON_GetObjectItemCaseSensitive(e, "args"), "name");
+            int tid = (int)num_of(e, "tid");
+            names += (tid == 4 && !strcmp(tn, "pipeline micro-batches")) +
+                     (tid == 5 && !strcmp(tn, "pipeline sends and receives")) + (tid == 1 && !strcmp(tn, "training"));
+            continue;
+        }
+        const char *cat = str_of(e, "cat");
+        for (int i = 0; cat && i < 6; i++)
+            if (!strcmp(cat, cats[i])) {
+                CHECK_MSG((int)num_of(e, "tid") == want[i], "%s on track %g", cat, num_of(e, "tid"));
+                seen++;
+            }
+    }
+    CHECK(seen == 6 && names == 3);
+    cJSON_Delete(root);
+    free(txt);
+    unlink(path);
+    ct_profiler_free(prof);
+    ct_context_free(ctx);
+}
+
+/* A pipeline rank's trace: two 1200 us steps, each with a "pipeline schedule" of 1000 us; compute
+ * ("forward/backward mb") 700 us in the first, 900 us in the second: bubble 1 - 1600 / 2000 = 20%;
+ * receives 150 + 50 us inside the schedules: 200 / 2400 of step time. An evaluation's forward and
+ * receive outside the schedules and a send marker do not count. */
+static char *pp_trace(double ideal) {
+    char *b = malloc(4096);
+#define PEV(name, cat, ts, dur) "{\"ph\": \"X\", \"name\": \"" #name "\", \"cat\": \"" #cat "\", \"ts\": " #ts ", \"dur\": " #dur "}, "
+    snprintf(b, 4096,
+             "{\"traceEvents\": ["
+             PEV(step, step, 0, 1200) PEV(step, step, 2000, 1200)
+             "{\"ph\": \"X\", \"name\": \"pipeline schedule\", \"cat\": \"pipeline\", \"ts\": 100, \"dur\": 1000, "
+             "\"args\": {\"bubble\": 0.21, \"ideal\": %g}}, "
+             "{\"ph\": \"X\", \"name\": \"pipeline schedule\", \"cat\": \"pipeline\", \"ts\": 2100, \"dur\": 1000, "
+             "\"args\": {\"bubble\": 0.21, \"ideal\": %g}}, "
+             PEV(backward mb 1 (piece 0), pipeline, 800, 200) PEV(forward mb 0 (piece 0), pipeline, 100, 150)
+             PEV(forward mb 1 (piece 0), pipeline, 300, 150) PEV(backward mb 0 (piece 0), pipeline, 500, 200)
+             PEV(receive gradients, pipeline_comm, 250, 50) PEV(receive gradients, pipeline_comm, 700, 100)
+             PEV(send activations, pipeline_comm, 260, 1)
+             PEV(forward mb 0 (piece 0), pipeline, 2100, 500) PEV(backward mb 0 (piece 0), pipeline, 2600, 400)
+             PEV(receive gradients, pipeline_comm, 3000, 50)
+             PEV(forward mb 0 (piece 0), pipeline, 4000, 500) PEV(receive activations, pipeline_comm, 4500, 100)
+             "{\"ph\": \"X\", \"name\": \"linear\", \"cat\": \"op\", \"ts\": 100, \"dur\": 10, \"args\": {\"flops\": 1}}"
+             "], \"metadata\": {\"peak_flops\": 1e9}}",
+             ideal, ideal);
+#undef PEV
+    return b;
+}
+
+TEST(doctor_pipeline_bubble) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_doctor_report r;
+    CHECK(doctor_on(ctx, pp_trace(0.15), &r));
+    CHECK_MSG(r.pipeline_steps == 2 && fabs(r.pipeline_bubble - 0.2) < 1e-9 && fabs(r.pipeline_ideal - 0.15) < 1e-9 &&
+                  fabs(r.pipeline_bubble_args - 0.21) < 1e-9,
+              "%d schedules, bubble %g ideal %g args %g", r.pipeline_steps, r.pipeline_bubble, r.pipeline_ideal,
+              r.pipeline_bubble_args);
+    CHECK_MSG(fabs(r.pipeline_comm_share - 200.0 / 2400.0) < 1e-9 && r.pipeline_recv_us == 200 &&
+                  r.pipeline_busy_us == 1600 && r.pipeline_time_us == 2000,
+              "comm %g recv %g busy %g", r.pipeline_comm_share, r.pipeline_recv_us, r.pipeline_busy_us);
+    CHECK(r.v_pipeline == CT_VERDICT_OK && r.steps == 2);
+    char buf[4096] = {0};
+    FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+    CHECK(f != NULL);
+    ct_doctor_print(&r, f);
+    fclose(f);
+    CHECK_MSG(strstr(buf, "[ok]   pipeline bubble 20.0% of the schedule (ideal 15.0%") && strstr(buf, "21.0%") &&
+                  strstr(buf, "pipeline communication 8.3% of step time") && strstr(buf, "50% of the bubble") &&
+                  !strstr(buf, "single process"),
+              "%s", buf);
+    /* the same trace against a smaller ideal: more than 10 points over it */
+    CHECK(doctor_on(ctx, pp_trace(0.05), &r));
+    CHECK(r.v_pipeline == CT_VERDICT_WARN && fabs(r.pipeline_bubble - 0.2) < 1e-9);
+    memset(buf, 0, sizeof buf);
+    f = fmemopen(buf, sizeof buf - 1, "w");
+    CHECK(f != NULL);
+    ct_doctor_print(&r, f);
+    fclose(f);
+    CHECK_MSG(strstr(buf, "[warn] pipeline bubble 20.0%") && strstr(buf, "micro_batches") &&
+                  strstr(buf, "interleaved") && strstr(buf, "pipeline_stages") && strstr(buf, "pipeline_split"),
+              "%s", buf);
+    /* no schedule events: no pipeline verdict and no line */
+    CHECK(doctor_on(ctx, synth(0.8e6, 10, 100, 80, 100), &r));
+    CHECK(r.pipeline_steps == 0 && r.v_pipeline == CT_VERDICT_UNKNOWN && r.pipeline_bubble == -1);
+    memset(buf, 0, sizeof buf);
+    f = fmemopen(buf, sizeof buf - 1, "w");
+    CHECK(f != NULL);
+    ct_doctor_print(&r, f);
+    fclose(f);
+    CHECK_MSG(!strstr(buf, "pipeline"), "%s", buf);
+    ct_context_free(ctx);
+}
+
 TEST_MAIN(T(profiled_mlp_trace), T(node_hook_events), T(bounded_buffer_counts_drops), T(unwritable_dir_is_io_error), T(doctor_thresholds),
-          T(doctor_loss_scale_summary), T(doctor_bad_traces), T(doctor_huge_counts))
+          T(doctor_loss_scale_summary), T(doctor_bad_traces), T(doctor_huge_counts),
+          T(tracks_by_category), T(doctor_pipeline_bubble))

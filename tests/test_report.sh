@@ -130,4 +130,28 @@ printf '{"type":"step","step":9007199254740988,"loss":1}\n{"type":"step","step":
 EXPECT_TIMEOUT=20 expect steps_near_2p53_drawn 0 "report:" -- "${capped[@]}" "$CT" report "$tmp/near53.jsonl" -o "$tmp/near53.html"
 check steps_near_2p53_sane sane_html "$tmp/near53.html"
 
+# a profiled pipeline run (2 ranks, 1f1b, 4 micro-batches: ideal bubble 1/5): every rank's trace has the
+# pipeline tracks, and the doctor (at the end of the run, and on rank 1's trace) prints the bubble
+if command -v mpirun >/dev/null 2>&1; then
+  . "$(dirname "$0")/mpi_lib.sh"
+  mrun "$tmp/pp.log" 120 -- "${MPI[@]}" -np 2 "$CT" train --model gpt --set dataset=moby-dick --set n_layer=4 \
+    --set d_model=32 --set n_head=4 --set context=16 --batch-size 8 --max-steps 20 --set threads=1 \
+    --set accumulate_steps=4 --set pipeline_stages=2 --set profile_dir="$tmp/pp"
+  rc=$?
+  check "pipeline_run_ends (rc $rc)" [ "$rc" -eq 0 ]
+  check pipeline_run_clean clean pipeline_run "$tmp/pp.log"
+  bubble='\] +pipeline bubble [0-9.]+% of the schedule \(ideal 20\.0% for this schedule; target <= ideal \+ 10 points\) in 10 recorded steps; the trainer measured [0-9.]+%'
+  check pipeline_run_doctor_bubble grep -qE "$bubble" "$tmp/pp.log"
+  check pipeline_run_doctor_comm grep -qE 'pipeline communication [0-9.]+% of step time' "$tmp/pp.log"
+  "$CT" doctor "$tmp/pp/trace.rank1.json" > "$tmp/pp1.txt" 2>&1
+  check pipeline_doctor_rank1 grep -qE "$bubble" "$tmp/pp1.txt"
+  for t in "$tmp/pp/trace.json" "$tmp/pp/trace.rank1.json"; do
+    check "pipeline_tracks $(basename "$t")" grep -q '"tid": 4, "args": {"name": "pipeline micro-batches"}' "$t"
+    check "pipeline_compute_on_track_4 $(basename "$t")" grep -qE '"tid": 4, .*"name": "backward mb 3 \(piece [01]\)", "cat": "pipeline"' "$t"
+    check "pipeline_comm_on_track_5 $(basename "$t")" grep -qE '"tid": 5, .*"name": "receive (activations|gradients)", "cat": "pipeline_comm"' "$t"
+  done
+else
+  echo "  SKIP mpirun is not installed: no profiled pipeline run"
+fi
+
 summary test_report.sh

@@ -115,4 +115,27 @@ expect recompute_blocks_with_every 1 "'recompute_every' \(1\) and 'recompute_blo
 expect recompute_blocks_not_cnn 1 "'recompute_blocks' does not apply to model 'cnn'" -- \
   "$CT" train --model cnn --set recompute_blocks=1
 
+# ctrain graph with pipeline_stages 2: one line per stage (its blocks, FLOPs, parameters, activations x the
+# micro-batches its schedule keeps in flight); the stages' parameters add up to the model's plus the tied
+# embedding (85 characters x d_model 32 = 2720, in the first stage and the last); no MPI
+printf '{"model": "gpt", "dataset": "moby-dick", "n_layer": 4, "d_model": 32, "n_head": 4, "context": 16, "batch_size": 8, "accumulate_steps": 4, "pipeline_stages": 2}\n' > "$tmp/pp.json"
+out=$("$CT" graph --recipe "$tmp/pp.json" --quiet 2>&1)
+model=$(printf '%s\n' "$out" | sed -nE 's/^pipeline stages: .*; model ([0-9]+) parameters, the stages hold ([0-9]+) .*/\1/p')
+held=$(printf '%s\n' "$out" | sed -nE 's/^pipeline stages: .*; model ([0-9]+) parameters, the stages hold ([0-9]+) .*/\2/p')
+stages=$(printf '%s\n' "$out" | sed -nE 's/^  stage [0-9]+: .*, ([0-9]+) parameters \(.*/\1/p')
+sum=$(printf '%s\n' "$stages" | awk '{ s += $1 } END { print s + 0 }')
+if [ "$(printf '%s\n' "$stages" | grep -c .)" -eq 2 ] && [ -n "$model" ] && [ "$sum" = "$held" ] &&
+   [ $((held - model)) -eq 2720 ] && printf '%s\n' "$out" | grep -qE "^  stage 0: blocks 0\.\.1 .* x 2 micro-batches in flight" &&
+   printf '%s\n' "$out" | grep -qE "^  stage 1: blocks 2\.\.3 .* x 1 micro-batch in flight"; then
+  ok "graph_pipeline_stages (model $model parameters, stages $(echo $stages | tr ' ' '+') = $held)"
+else bad "graph_pipeline_stages (model '$model', held '$held', stages '$stages')" "$out"; fi
+expect graph_pipeline_gpipe 0 "stage 0: .*x 4 micro-batches in flight.*stage 1: .*x 4 micro-batches in flight" -- \
+  "$CT" graph --recipe "$tmp/pp.json" --quiet --set pipeline_schedule=gpipe
+expect graph_pipeline_split 0 "stage 0: block 0 \(transformer\.h\.0\..*stage 1: blocks 1\.\.3" -- \
+  "$CT" graph --recipe "$tmp/pp.json" --quiet --set pipeline_split=transformer.h.1
+expect graph_pipeline_interleaved 0 "2 stages x 2 pieces each.*stage 0: piece 0 \(block 0 .*piece 2 \(block 2 .*x 5 micro-batches" -- \
+  "$CT" graph --recipe "$tmp/pp.json" --quiet --set pipeline_schedule=interleaved
+expect graph_pipeline_bad_split 1 "pipeline_split: 'nope' names no block of this model" -- \
+  "$CT" graph --recipe "$tmp/pp.json" --quiet --set pipeline_split=nope
+
 summary text_cli_test

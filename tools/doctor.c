@@ -11,7 +11,9 @@ int ct_cli_doctor(int argc, char **argv) {
     if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
         printf("usage: ctrain doctor TRACE\n\nReads a Chrome trace (ctrain train --profile DIR writes DIR/trace.json)\n"
                "and prints compute utilization, memory use, communication and data-stall shares and the\n"
-               "loss-scale story (overflows, backoffs, growths, final scale, first non-finite tensor) with advice.\n"
+               "loss-scale story (overflows, backoffs, growths, final scale, first non-finite tensor) with advice;\n"
+               "for a pipeline rank's trace (trace.rank<k>.json), also the pipeline bubble against the\n"
+               "schedule's ideal and the time spent receiving from the neighbouring stages.\n"
                "Exit code 0 when the trace could be read, 1 otherwise.\n");
         return 0;
     }

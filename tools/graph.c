@@ -1,7 +1,8 @@
 /* tools/graph.c - `ctrain graph`: the compiled plan of a recipe's model as
  * text (nodes, kernels, fused groups, memory by category, peak) and as
- * Graphviz DOT (forward and backward, fused groups as clusters); or the
- * parameter count of a built-in model (--model NAME). */
+ * Graphviz DOT (forward and backward, fused groups as clusters), and with
+ * pipeline_stages > 1 each stage's blocks, FLOPs, parameters and activations;
+ * or the parameter count of a built-in model (--model NAME). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,9 @@ static void usage(FILE *f) {
                "Compiles the recipe's training plan without allocating it (the model's data is read for its\n"
                "shapes) and prints every live node with its op, shape, kernel and fused group, the fused\n"
                "groups, the fusion rules that matched, and memory by category with the peak and what is live\n"
-               "there (by kind and dtype, the largest buffers).\n"
+               "there (by kind and dtype, the largest buffers). With pipeline_stages > 1, also each stage: its\n"
+               "blocks (pipeline_split, else balanced), forward FLOPs, parameters, and activations times the\n"
+               "micro-batches its schedule keeps in flight (each stage plan compiled here, no MPI).\n"
                "\n"
                "  --recipe FILE       the recipe (its fusion_level, fusion_rules and memory_opt apply)\n"
                "  --set KEY=VALUE     a recipe key as train's --set (e.g. precision=bf16, batch_size=64)\n"
@@ -27,6 +30,13 @@ static void usage(FILE *f) {
                "  --model NAME        print the parameter count of a built-in model:");
     for (int i = 0; i < ct_model_num_builtin(); i++) fprintf(f, "%s %s", i ? "," : "", ct_model_builtin_name(i));
     fprintf(f, "\n");
+}
+
+static void human_flops(double v, char *buf, size_t len) {
+    const char *pre[] = {"", "K", "M", "G", "T", "P"};
+    int i = 0;
+    while (v >= 1000 && i < 5) v /= 1000, i++;
+    snprintf(buf, len, "%.3g %sFLOP", v, pre[i]);
 }
 
 static int model_params(const char *name) {
@@ -57,6 +67,155 @@ static int model_params(const char *name) {
     ct_graph_free(g);
     ct_context_free(ctx);
     return 0;
+}
+
+static void compile_opts_of(const ct_recipe *r, ct_fusion_rules *rules, ct_compile_opts *co) {
+    ct_compile_opts_default(co);
+    co->plan_only = 1;
+    co->precision = r->precision;
+    co->keep_fp32 = r->keep_fp32;
+    co->accumulate_grads = r->accumulate_steps > 1;
+    co->recompute_every = r->recompute_every;
+    co->recompute_blocks = r->recompute_blocks;
+    co->recompute_ops = r->recompute_ops == CT_RECOMPUTE_OPS_CHEAP ? CT_RECOMPUTE_CHEAP
+                        : r->recompute_ops == CT_RECOMPUTE_OPS_ALL ? CT_RECOMPUTE_ALL
+                                                                   : 0;
+    co->fusion_level = r->fusion_level;
+    co->fusion_rules = rules;
+    co->memory_opt = r->memory_opt;
+}
+
+/* ---- pipeline stages (recipe key pipeline_stages > 1; src/train/pipeline.c runs them) ---- */
+enum { PP_1F1B = 0, PP_GPIPE = 1, PP_INTERLEAVED = 2, PP_MAX_PIECES = 256 };
+typedef struct {
+    ct_graph *g;
+    ct_node loss;
+    int n_keep;
+    const ct_node *keep;
+    const ct_compile_opts *co;
+} pp_build;
+
+/* The cut as the trainer makes it: pipeline_split's block indices or names (comma-separated), else
+ * balanced (ct_graph_balance_cuts). *said: 1 when the message was printed here. */
+static ct_status pp_cuts(const ct_recipe *r, const ct_graph *g, int n_pieces, int v, int *cuts, int *said) {
+    const char *sp = r->pipeline_split;
+    if (!sp[0]) return ct_graph_balance_cuts(g, n_pieces, cuts);
+    int n = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", sp);
+    for (char *save = NULL, *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save), n++) {
+        if (n >= n_pieces - 1) break;
+        char *end;
+        long b = strtol(t, &end, 10);
+        if (*end) {
+            ct_status s = ct_graph_find_block(g, t, &cuts[n]);
+            if (s != CT_OK) return s;
+        } else {
+            cuts[n] = (int)b;
+        }
+    }
+    if (n != n_pieces - 1) {
+        *said = cli_error(CT_E_CONFIG, "pipeline_split \"%s\" names %d cut points; %d pieces (pipeline_stages %d x "
+                          "virtual_stages %d) need %d", sp, n, n_pieces, r->pipeline_stages, v, n_pieces - 1);
+        return CT_E_CONFIG;
+    }
+    return CT_OK;
+}
+
+/* The micro-batches whose activations stage r holds at once (the schedule's warm-up plus one): gpipe all M,
+ * 1f1b min(P - r, M), interleaved (Megatron's warm-up of (P - r - 1) x 2 + (v - 1) x P virtual micro-batches)
+ * that plus one, at most M x v. */
+static int pp_in_flight(int kind, int P, int v, int M, int r) {
+    if (kind == PP_GPIPE) return M;
+    if (kind == PP_1F1B || v == 1) return P - r < M ? P - r : M;
+    const int N = M * v, w = (P - r - 1) * 2 + (v - 1) * P, nw = M == P ? N : w < N ? w : N;
+    return nw + 1 < N ? nw + 1 : N;
+}
+
+static int64_t graph_params(const ct_graph *g, int *tensors) {
+    int64_t n = 0;
+    *tensors = 0;
+    for (int i = 0; i < ct_graph_num_nodes(g); i++) {
+        if (strcmp(ct_node_op_name(g, i), "param")) continue;
+        int nd;
+        int64_t sh[8], e = 1;
+        if (ct_node_shape(g, i, &nd, sh) != CT_OK) continue;
+        for (int k = 0; k < nd; k++) e *= sh[k];
+        n += e;
+        (*tensors)++;
+    }
+    return n;
+}
+
+/* One stage's pieces as "blocks 0..2 (wte .. h.1)", or for several "pieces 0 (blocks 0..1), 2 (...)". */
+static void pp_blocks(const ct_graph *g, int n_pieces, const int *cuts, int P, int v, int r, char *out, size_t len) {
+    const int nb = ct_graph_num_blocks(g);
+    size_t o = 0;
+    out[0] = 0;
+    for (int c = 0; c < v && o < len; c++) {
+        const int k = c * P + r, b0 = k ? cuts[k - 1] : 0, b1 = k + 1 < n_pieces ? cuts[k] - 1 : nb - 1;
+        const char *n0 = b0 >= 0 && b0 < nb ? ct_graph_block_name(g, b0) : "?";
+        const char *n1 = b1 >= 0 && b1 < nb ? ct_graph_block_name(g, b1) : "?";
+        if (v > 1) o += (size_t)snprintf(out + o, len - o, "%spiece %d (", c ? ", " : "", k);
+        if (o < len && b1 > b0)
+            o += (size_t)snprintf(out + o, len - o, "blocks %d..%d (%s .. %s)", b0, b1, n0 ? n0 : "?", n1 ? n1 : "?");
+        else if (o < len)
+            o += (size_t)snprintf(out + o, len - o, "block %d (%s)", b0, n0 ? n0 : "?");
+        if (v > 1 && o < len) o += (size_t)snprintf(out + o, len - o, ")");
+    }
+}
+
+/* Per stage: its blocks, forward FLOPs and parameters (ct_graph_piece_costs), and its activations (a
+ * plan_only compile of the stage plan) times the micro-batches the schedule keeps in flight. */
+static ct_status print_pipeline(const ct_recipe *r, const pp_build *b, int *said) {
+    const int P = r->pipeline_stages, kind = r->pipeline_schedule, M = r->accumulate_steps > 0 ? r->accumulate_steps : 1;
+    const int v = kind == PP_INTERLEAVED ? (r->virtual_stages > 0 ? r->virtual_stages : 2) : 1, n = P * v;
+    if (kind != PP_INTERLEAVED && r->virtual_stages > 1)
+        *said = cli_error(CT_E_CONFIG, "virtual_stages %d needs pipeline_schedule interleaved", r->virtual_stages);
+    else if (kind == PP_INTERLEAVED && (v < 2 || M % P))
+        *said = cli_error(CT_E_CONFIG, "pipeline_schedule interleaved needs virtual_stages >= 2 (it is %d) and "
+                          "micro_batches a multiple of pipeline_stages %d (it is %d)", v, P, M);
+    else if (n > PP_MAX_PIECES)
+        *said = cli_error(CT_E_CONFIG, "pipeline: %d x %d pieces is more than %d", P, v, PP_MAX_PIECES);
+    if (*said) return CT_E_CONFIG;
+    int cuts[PP_MAX_PIECES], held[PP_MAX_PIECES], tensors;
+    double flops[PP_MAX_PIECES], params[PP_MAX_PIECES], held_params = 0;
+    ct_status s = pp_cuts(r, b->g, n, v, cuts, said);
+    if (s == CT_OK) s = ct_graph_piece_costs(b->g, n, cuts, flops, params);
+    if (s != CT_OK) return s;
+    for (int k = 0; k < n; k++) held_params += params[k];
+    const int64_t model = graph_params(b->g, &tensors);
+    printf("pipeline stages: %d stages x %d piece%s each (%d blocks), schedule %s, %d micro-batches", P, v,
+           v > 1 ? "s" : "", ct_graph_num_blocks(b->g), ct_recipe_enum_name("pipeline_schedule", kind), M);
+    if (kind != PP_INTERLEAVED) printf(" (ideal bubble (P-1)/(M+P-1) = %.1f%%)", 100.0 * (P - 1) / (M + P - 1));
+    printf("; model %lld parameters, the stages hold %.0f (a parameter read by two stages, like a tied "
+           "embedding, is in both)\n", (long long)model, held_params);
+    for (int q = 0; q < P; q++) {
+        double fl = 0, pa = 0;
+        for (int c = 0; c < v; c++) {
+            held[c] = c * P + q;
+            fl += flops[held[c]];
+            pa += params[held[c]];
+        }
+        const ct_stage_opts so = {.n_pieces = n, .cuts = cuts, .n_held = v, .held = held};
+        ct_compile_opts co = *b->co;
+        co.stage = &so;
+        ct_plan *sp = NULL;
+        s = ct_compile(b->g, b->loss, b->n_keep, b->keep, &co, &sp);
+        if (s != CT_OK) return s;
+        ct_plan_stats ps;
+        ct_plan_get_stats(sp, &ps);
+        ct_plan_free(sp);
+        const double act = (double)ps.activation_bytes / 1048576.0;
+        const int fly = pp_in_flight(kind, P, v, M, q);
+        char blocks[512], fs[32];
+        pp_blocks(b->g, n, cuts, P, v, q, blocks, sizeof blocks);
+        human_flops(fl, fs, sizeof fs);
+        printf("  stage %d: %s, forward %s, %.0f parameters (%.2f MiB), activations %.2f MiB x %d micro-batch%s in "
+               "flight = %.2f MiB\n", q, blocks, fs, pa, pa * 4 / 1048576.0, act, fly, fly == 1 ? "" : "es",
+               act * fly);
+    }
+    return CT_OK;
 }
 
 int ct_cli_graph(int argc, char **argv) {
@@ -139,23 +298,9 @@ int ct_cli_graph(int argc, char **argv) {
     if (s == CT_OK) s = ct_graph_create(ctx, &g);
     if (s == CT_OK) s = t->build(t, g, &r, &loss, &n_keep, keep);
     if (s == CT_OK && r.fusion_rules[0]) s = ct_fusion_rules_load(ctx, r.fusion_rules, &rules);
-    if (s == CT_OK) {
-        ct_compile_opts co;
-        ct_compile_opts_default(&co);
-        co.plan_only = 1;
-        co.precision = r.precision;
-        co.keep_fp32 = r.keep_fp32;
-        co.accumulate_grads = r.accumulate_steps > 1;
-        co.recompute_every = r.recompute_every;
-        co.recompute_blocks = r.recompute_blocks;
-        co.recompute_ops = r.recompute_ops == CT_RECOMPUTE_OPS_CHEAP ? CT_RECOMPUTE_CHEAP
-                           : r.recompute_ops == CT_RECOMPUTE_OPS_ALL ? CT_RECOMPUTE_ALL
-                                                                     : 0;
-        co.fusion_level = r.fusion_level;
-        co.fusion_rules = rules;
-        co.memory_opt = r.memory_opt;
-        s = ct_compile(g, loss, n_keep, keep, &co, &p);
-    }
+    ct_compile_opts co;
+    compile_opts_of(&r, rules, &co);
+    if (s == CT_OK) s = ct_compile(g, loss, n_keep, keep, &co, &p);
     int rc = 0;
     if (s == CT_OK) {
         printf("recipe %s: model %s, batch %lld\n", recipe, ct_recipe_enum_name("model", (int)r.model), (long long)r.batch_size);
@@ -175,6 +320,12 @@ int ct_cli_graph(int argc, char **argv) {
             s = ct_plan_write_summary(p, stdout);
             for (int i = 0; s == CT_OK && i < ct_fusion_rules_count(rules); i++)
                 printf("  rule %d: %s\n", i + 1, ct_fusion_rule_desc(rules, i));
+        }
+        if (s == CT_OK && r.pipeline_stages > 1) {
+            const pp_build b = {g, loss, n_keep, keep, &co};
+            int said = 0;
+            s = print_pipeline(&r, &b, &said);
+            if (said) rc = 1, s = CT_OK, dot = NULL;
         }
     }
     if (s == CT_OK && dot) {

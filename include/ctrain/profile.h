@@ -24,7 +24,16 @@
  * trainer's wait for the gradients; the doctor's communication share, on
  * track 2) and "comm_bucket" (each gradient bucket's allreduce from start
  * to completion, overlapping backward, on track 3; not counted in the
- * share). The event buffer is allocated once at create (opts.max_events);
+ * share). Pipeline parallelism (src/train/pipeline.c) adds "pipeline" on
+ * track 4 ("pipeline micro-batches": "forward mb <m> (piece <k>)" and
+ * "backward mb <m> (piece <k>)", each micro-batch's compute, and once per
+ * step "pipeline schedule" spanning the whole schedule, args {"bubble": the
+ * trainer's measure so far, "ideal": the schedule's}) and "pipeline_comm" on
+ * track 5 ("pipeline sends and receives": "receive activations" / "receive
+ * gradients", the blocking waits for the neighbouring stages, and 1 us
+ * markers "send activations" / "send gradients" when a nonblocking send
+ * starts); the doctor's pipeline bubble and pipeline communication share
+ * come from them. The event buffer is allocated once at create (opts.max_events);
  * when it is full further events are dropped and counted (metadata
  * "dropped_events"): recording never allocates. */
 #ifndef CTRAIN_PROFILE_H
@@ -117,6 +126,17 @@ typedef struct ct_doctor_report {
     ct_verdict v_compute, v_memory, v_comm, v_data;
     ct_doctor_amp amp;
     ct_verdict v_amp;          /* unknown: no amp events (no loss scaling, or none recorded) */
+    /* Pipeline parallelism (a trace of a pipeline rank: "pipeline schedule" events). The bubble is the
+     * idle share of the schedules: 1 - (the "pipeline" forward / backward events' time inside them) /
+     * their time, over all recorded schedules; the ideal is the schedule's own (args.ideal:
+     * (P-1)/(M+P-1) for gpipe and 1f1b, less for interleaved). -1: unknown. */
+    int pipeline_steps;        /* "pipeline schedule" events; 0: not a pipeline trace              */
+    double pipeline_time_us, pipeline_busy_us, pipeline_recv_us; /* schedules, compute, receives inside */
+    double pipeline_bubble;    /* measured, from the events                                        */
+    double pipeline_bubble_args; /* the last schedule's args.bubble: the trainer's running measure  */
+    double pipeline_ideal;     /* the last schedule's args.ideal                                   */
+    double pipeline_comm_share;/* "pipeline_comm" receives inside the schedules / step time         */
+    ct_verdict v_pipeline;     /* ok: bubble <= ideal + 10 points; unknown: no schedule events      */
 } ct_doctor_report;
 
 /* Thresholds: utilization >= 75%, memory 70-90% of the budget,

@@ -55,6 +55,95 @@ static void amp_event(ct_doctor_amp *a, const cJSON *e) {
     if (scale > 0) a->final_scale = scale;
 }
 
+/* ---- pipeline: the "pipeline schedule" events, the micro-batches' compute and the receives ---- */
+typedef struct {
+    double t0, t1, bubble, ideal;
+} pp_span;
+typedef struct {
+    pp_span *v;
+    int n, cap;
+} pp_spans;
+typedef struct {
+    pp_spans sched, work, recv; /* schedules; forward / backward compute; blocking receives */
+    int oom;
+} pp_acc;
+
+static void spans_add(pp_spans *a, int *oom, double t0, double t1, double bubble, double ideal) {
+    if (a->n == a->cap) {
+        if (a->cap >= (1 << 26)) return (void)(*oom = 1);
+        pp_span *nv = realloc(a->v, (size_t)(a->cap = a->cap ? 2 * a->cap : 64) * sizeof *nv);
+        if (!nv) return (void)(*oom = 1);
+        a->v = nv;
+    }
+    a->v[a->n++] = (pp_span){t0, t1, bubble, ideal};
+}
+
+/* One "pipeline" or "pipeline_comm" event (profile.h names them). */
+static void pp_event(pp_acc *a, const cJSON *e, const char *cat, double ts, double dur) {
+    const char *name = str(e, "name");
+    if (!name || !(dur >= 0)) return;
+    if (!strcmp(cat, "pipeline_comm")) {
+        if (!strncmp(name, "receive", 7)) spans_add(&a->recv, &a->oom, ts, ts + dur, 0, 0);
+    } else if (!strcmp(name, "pipeline schedule")) {
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
+        spans_add(&a->sched, &a->oom, ts, ts + dur, num(args, "bubble", -1), num(args, "ideal", -1));
+    } else if (!strncmp(name, "forward", 7) || !strncmp(name, "backward", 8)) {
+        spans_add(&a->work, &a->oom, ts, ts + dur, 0, 0);
+    }
+}
+
+static int by_start(const void *x, const void *y) {
+    const pp_span *a = x, *b = y;
+    return a->t0 < b->t0 ? -1 : a->t0 > b->t0;
+}
+
+/* The time of the spans of a (sorted by start, one thread: none overlap) inside [t0, t1]. */
+static double inside(const pp_spans *a, double t0, double t1) {
+    int lo = 0, hi = a->n; /* the first span ending after t0 */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (a->v[mid].t1 <= t0) lo = mid + 1;
+        else hi = mid;
+    }
+    double sum = 0;
+    for (int i = lo; i < a->n && a->v[i].t0 < t1; i++) {
+        double b = a->v[i].t0 > t0 ? a->v[i].t0 : t0, e = a->v[i].t1 < t1 ? a->v[i].t1 : t1;
+        if (e > b) sum += e - b;
+    }
+    return sum;
+}
+
+/* The bubble over the recorded schedules: their idle share (1 - compute / time), the trainer's own
+ * measure and the ideal (the last schedule's args), the receives' share of step time and the verdict. */
+static void pp_finish(pp_acc *a, ct_doctor_report *r, double step_t) {
+    r->pipeline_bubble = r->pipeline_bubble_args = r->pipeline_ideal = -1;
+    r->pipeline_steps = a->sched.n;
+    r->v_pipeline = CT_VERDICT_UNKNOWN;
+    if (a->sched.n) {
+        qsort(a->work.v, (size_t)a->work.n, sizeof *a->work.v, by_start);
+        qsort(a->recv.v, (size_t)a->recv.n, sizeof *a->recv.v, by_start);
+        double wall = 0, busy = 0, recv = 0;
+        for (int i = 0; i < a->sched.n; i++) {
+            const pp_span *s = &a->sched.v[i];
+            wall += s->t1 - s->t0;
+            busy += inside(&a->work, s->t0, s->t1);
+            recv += inside(&a->recv, s->t0, s->t1);
+            if (s->bubble >= 0) r->pipeline_bubble_args = s->bubble;
+            if (s->ideal >= 0) r->pipeline_ideal = s->ideal;
+        }
+        r->pipeline_time_us = wall;
+        r->pipeline_busy_us = busy;
+        r->pipeline_recv_us = recv;
+        if (wall > 0) {
+            r->pipeline_bubble = 1.0 - busy / wall;
+            r->pipeline_comm_share = step_t > 0 ? recv / step_t : recv / wall;
+            double ideal = r->pipeline_ideal > 0 ? r->pipeline_ideal : 0;
+            r->v_pipeline = r->pipeline_bubble <= ideal + 0.10 ? CT_VERDICT_OK : CT_VERDICT_WARN;
+        }
+    }
+    free(a->sched.v), free(a->work.v), free(a->recv.v);
+}
+
 static ct_status analyze(ct_context *ctx, const char *what, const char *json, size_t len, ct_doctor_report *r) {
     memset(r, 0, sizeof *r);
     r->utilization = r->memory_share = -1;
@@ -103,6 +192,7 @@ static ct_status analyze(ct_context *ctx, const char *what, const char *json, si
     /* the steps the trace times: op events of other steps (none from ctrain) do not count */
     int n_steps = 0, cap = 0;
     double *step_ids = NULL;
+    pp_acc pa = {0};
     cJSON_ArrayForEach(e, evs) {
         const cJSON *cat = cJSON_GetObjectItemCaseSensitive(e, "cat");
         if (!cJSON_IsString(cat) || strcmp(cat->valuestring, "step")) continue;
@@ -131,6 +221,8 @@ static ct_status analyze(ct_context *ctx, const char *what, const char *json, si
             comm += dur;
         } else if (!strcmp(c, "amp")) {
             amp_event(&r->amp, e);
+        } else if (!strncmp(c, "pipeline", 8)) {
+            pp_event(&pa, e, c, ts, dur);
         } else if (!strcmp(c, "op")) {
             const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
             double st = num(args, "step", -1);
@@ -143,6 +235,12 @@ static ct_status analyze(ct_context *ctx, const char *what, const char *json, si
     if (step_t <= 0 && t_max > t_min) step_t = t_max - t_min; /* no step events: the span of the trace */
     r->step_time_us = step_t;
     r->flops = flops;
+    const int pp_oom = pa.oom;
+    pp_finish(&pa, r, step_t);
+    if (pp_oom) {
+        cJSON_Delete(root);
+        return ct_set_error(ctx, CT_E_OOM, "doctor: out of memory reading the pipeline events of '%s'", what);
+    }
     r->dropped = count_of(num(md, "dropped_events", 0));
     r->achieved_flops = step_t > 0 ? flops / (step_t * 1e-6) : 0;
     /* the peak of the units that ran the work (profiler.c: BF16 units' time at their peak), else FP32's */
@@ -213,6 +311,33 @@ static void human(double v, const char *unit, char *buf, size_t len) {
     snprintf(buf, len, "%.3g %s%s", v, pre[i], unit);
 }
 
+/* The bubble against the schedule's ideal, and the receives' share (a trace with "pipeline schedule" events). */
+static void print_pipeline(const ct_doctor_report *r, FILE *f) {
+    char ideal[48] = "unknown", trainer[80] = "";
+    if (r->pipeline_ideal >= 0) snprintf(ideal, sizeof ideal, "%.1f%%", 100 * r->pipeline_ideal);
+    if (r->pipeline_bubble_args >= 0)
+        snprintf(trainer, sizeof trainer, "; the trainer measured %.1f%% over all its steps",
+                 100 * r->pipeline_bubble_args);
+    if (r->v_pipeline == CT_VERDICT_UNKNOWN) {
+        fprintf(f, "  %s pipeline bubble: unknown (%d schedule events of no duration)\n", tag(r->v_pipeline),
+                r->pipeline_steps);
+        return;
+    }
+    fprintf(f, "  %s pipeline bubble %.1f%% of the schedule (ideal %s for this schedule; target <= ideal + 10 "
+               "points) in %d recorded step%s%s%s\n",
+            tag(r->v_pipeline), 100 * r->pipeline_bubble, ideal, r->pipeline_steps, r->pipeline_steps == 1 ? "" : "s",
+            trainer,
+            r->v_pipeline == CT_VERDICT_OK ? ""
+            : ": the stages wait more than the schedule needs: raise micro_batches (the ideal is (P-1)/(M+P-1)), "
+              "use pipeline_schedule interleaved (virtual_stages 2), use fewer pipeline_stages, or balance the "
+              "stages (the slowest stage sets the pace: compare them with ctrain graph and move cuts with "
+              "pipeline_split)");
+    double idle = r->pipeline_time_us - r->pipeline_busy_us;
+    fprintf(f, "         pipeline communication %.1f%% of step time (blocking receives of activations and gradients "
+               "from the neighbouring stages: %.0f%% of the bubble)\n",
+            100 * r->pipeline_comm_share, idle > 0 ? 100 * r->pipeline_recv_us / idle : 0.0);
+}
+
 void ct_doctor_print(const ct_doctor_report *r, FILE *f) {
     char a[32], b[32];
     fprintf(f, "doctor: %d recorded steps, %lld events%s, %.3f ms per step\n", r->steps, (long long)r->events,
@@ -247,12 +372,15 @@ void ct_doctor_print(const ct_doctor_report *r, FILE *f) {
             r->v_comm == CT_VERDICT_WARN ? ": the step waits for its gradients' allreduce: overlap it with backward "
                                            "(overlap_communication true, smaller bucket_size_mb so the first "
                                            "buckets start earlier), or send less (grad_compression bf16)"
-            : r->comm_share == 0 ? " (no communication events: single process)" : "");
+            : r->comm_share == 0 ? (r->pipeline_steps ? " (no gradient reduction waits)"
+                                                      : " (no communication events: single process)")
+                                 : "");
     fprintf(f, "  %s data stall (host transfer) %.1f%% of step time (target < 5%%)%s\n", tag(r->v_data),
             100 * r->data_share,
             r->v_data == CT_VERDICT_WARN ? ": the loader stalls the step: load batches ahead on background "
                                            "threads (raise prefetch and prefetch_threads)"
                                          : "");
+    if (r->pipeline_steps) print_pipeline(r, f);
     const ct_doctor_amp *m = &r->amp;
     if (r->v_amp == CT_VERDICT_UNKNOWN) {
         fprintf(f, "  %s loss scale: no amp events in the trace (no loss scaling, or no overflow or growth in the "

@@ -360,19 +360,30 @@ static double step_capacity(const ct_profiler *p, const step_acc *s) {
     return cap;
 }
 
+/* An event's track (Chrome trace tid): ops and caller events on the training track (1), unless their
+ * category has a track of its own. */
+static int track_of(const prof_event *e) {
+    if (e->node >= 0) return 1;
+    static const char *const cats[4] = {"comm", "comm_bucket", "pipeline", "pipeline_comm"};
+    for (int t = 0; t < 4; t++)
+        if (!strcmp(e->cat, cats[t])) return t + 2;
+    return 1;
+}
+
 static void write_events(ct_profiler *p, FILE *f, double base, int pid) {
     fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 1, \"args\": {\"name\": \"ctrain\"}}",
             pid);
-    /* the tracks: the training thread, its waits for communication, the gradient buckets' allreduces */
-    static const char *const tracks[3] = {"training", "communication (blocking)", "gradient buckets (allreduce)"};
-    for (int t = 0; t < 3; t++)
+    /* the tracks: the training thread, its waits for communication, the gradient buckets' allreduces, the
+     * pipeline's micro-batches (and its schedule) and its sends and receives */
+    static const char *const tracks[5] = {"training", "communication (blocking)", "gradient buckets (allreduce)",
+                                          "pipeline micro-batches", "pipeline sends and receives"};
+    for (int t = 0; t < 5; t++)
         fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"args\": {\"name\": \"%s\"}}",
                 pid, t + 1, tracks[t]);
     for (size_t i = 0; i < p->n_ev; i++) {
         const prof_event *e = &p->ev[i];
         fprintf(f, ",\n{\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, ", pid,
-                e->node >= 0 ? 1 : !strcmp(e->cat, "comm") ? 2 : !strcmp(e->cat, "comm_bucket") ? 3 : 1, e->ts - base,
-                e->dur);
+                track_of(e), e->ts - base, e->dur);
         if (e->node >= 0) {
             const node_info *n = &p->nodes[e->node];
             fprintf(f, "\"name\": ");

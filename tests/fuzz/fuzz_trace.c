@@ -24,7 +24,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(r.amp.events >= 0 && r.amp.overflows <= r.amp.events && r.amp.backoffs <= r.amp.events &&
                    r.amp.growths <= r.amp.events,
                "amp counts within the amp events");
-    ct_verdict v[] = {r.v_compute, r.v_memory, r.v_comm, r.v_data, r.v_amp};
+    FUZZ_CHECK(r.pipeline_steps >= 0 && r.pipeline_steps <= r.events, "0 <= pipeline schedules <= events");
+    ct_verdict v[] = {r.v_compute, r.v_memory, r.v_comm, r.v_data, r.v_amp, r.v_pipeline};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         FUZZ_CHECK(v[i] == CT_VERDICT_OK || v[i] == CT_VERDICT_WARN || v[i] == CT_VERDICT_UNKNOWN, "a verdict");
     FUZZ_CHECK(memchr(r.amp.first_nonfinite, 0, sizeof r.amp.first_nonfinite) != NULL, "a terminated tensor name");

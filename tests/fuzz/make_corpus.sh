@@ -109,6 +109,8 @@ put('safetensors', 'overlap.safetensors',
 # ---- traces ---------------------------------------------------------------------------------
 put('trace', 'truncated.json', open(os.path.join(C, 'trace', 'mlp.json'), 'rb').read()[:700])
 put('trace', 'no-events.json', '{"displayTimeUnit": "ms", "events": []}')
+# a pipeline rank's step: a schedule, its micro-batches' compute, a receive and a send marker
+put('trace', 'pipeline.json', '{"traceEvents": [{"ph": "X", "name": "step", "cat": "step", "ts": 0, "dur": 1200, "args": {"step": 4}}, {"ph": "X", "name": "pipeline schedule", "cat": "pipeline", "ts": 100, "dur": 1000, "args": {"bubble": 0.3, "ideal": 0.2}}, {"ph": "X", "name": "forward mb 0 (piece 0)", "cat": "pipeline", "ts": 100, "dur": 150}, {"ph": "X", "name": "forward mb 1 (piece 0)", "cat": "pipeline", "ts": 300, "dur": 150}, {"ph": "X", "name": "receive gradients", "cat": "pipeline_comm", "ts": 450, "dur": 50}, {"ph": "X", "name": "send activations", "cat": "pipeline_comm", "ts": 260, "dur": 1}, {"ph": "X", "name": "backward mb 0 (piece 0)", "cat": "pipeline", "ts": 500, "dur": 200}, {"ph": "X", "name": "backward mb 1 (piece 0)", "cat": "pipeline", "ts": 800, "dur": 200}], "metadata": {"peak_flops": 1000000000.0}}\n')
 
 # ---- metrics logs: malformed lines --------------------------------------------------------
 put('report', 'malformed.jsonl', '{"type":"step","step":1,"loss":2.5,"lr":0.1}\nhello\n{"type":"step"}\n'
