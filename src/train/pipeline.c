@@ -271,7 +271,8 @@ static ct_status find_tied(ct_run *R) {
     const int most = (int)d;
     uint64_t *mine = calloc((size_t)most + 1, sizeof *mine), *all = calloc((size_t)(most + 1) * (size_t)P, sizeof *all);
     pp->tied = calloc((size_t)np + 1, sizeof *pp->tied);
-    ct_status s = mine && all && pp->tied ? CT_OK : ct_set_error(R->ctx, CT_E_OOM, "out of memory");
+    R->pp_skip = calloc(2 * (size_t)np + 2, sizeof *R->pp_skip);
+    ct_status s = mine && all && pp->tied && R->pp_skip ? CT_OK : ct_set_error(R->ctx, CT_E_OOM, "out of memory");
     for (int i = 0; s == CT_OK && i < np; i++) {
         const char *name;
         ct_plan_param_info(R->plan, i, &name, NULL, NULL);
@@ -289,9 +290,25 @@ static ct_status find_tied(ct_run *R) {
         if (t.n_holders < 2) continue;
         t.first = t.holders[0] == R->pp_rank;
         pp->tied[pp->n_tied++] = t;
+        if (!t.first) { /* the clipping norm counts it on its lowest holder only (ct_run_sumsq) */
+            ct_tensor g;
+            float *grads;
+            ct_plan_param_info(R->plan, i, NULL, NULL, &g);
+            ct_plan_param_arena(R->plan, NULL, &grads, NULL);
+            R->pp_skip[2 * R->n_pp_skip] = (size_t)((float *)g.data - grads);
+            R->pp_skip[2 * R->n_pp_skip++ + 1] = (size_t)ct_tensor_numel(&g);
+        }
     }
     free(mine);
     free(all);
+    for (int i = 0; s == CT_OK && i < pp->n_tied; i++) { /* the buffer of their exchange: the largest */
+        ct_tensor g;
+        ct_plan_param_info(R->plan, pp->tied[i].param, NULL, NULL, &g);
+        const size_t need = (size_t)ct_tensor_numel(&g) * (size_t)pp->tied[i].n_holders;
+        if (need > pp->tied_cap) pp->tied_cap = need;
+    }
+    if (s == CT_OK && pp->n_tied && !(pp->tied_buf = malloc(pp->tied_cap * sizeof(float))))
+        s = ct_set_error(R->ctx, CT_E_OOM, "out of memory for the tied parameters' gradients");
     return s;
 }
 
@@ -464,12 +481,8 @@ static ct_status reduce_tied(ct_run *R) {
         ct_tensor g;
         CT_TRY(ct_plan_param_info(R->plan, t->param, NULL, NULL, &g));
         const size_t n = (size_t)ct_tensor_numel(&g);
-        if (n * (size_t)t->n_holders > pp->tied_cap) {
-            free(pp->tied_buf);
-            pp->tied_cap = n * (size_t)t->n_holders;
-            if (!(pp->tied_buf = malloc(pp->tied_cap * sizeof(float))))
-                return ct_set_error(R->ctx, CT_E_OOM, "out of memory for the tied parameters' gradients");
-        }
+        if (n * (size_t)t->n_holders > pp->tied_cap)
+            return ct_set_error(R->ctx, CT_E_INTERNAL, "pipeline: the tied parameters' buffer is too small");
         ct_comm_request *q[32] = {0};
         ct_status s = CT_OK;
         snprintf(pp->what, sizeof pp->what, "the tied parameters' gradients between stages");
@@ -588,24 +601,6 @@ ct_status ct_pp_evaluate(ct_run *R, ct_task_eval *ev) {
 
 /* ---- what the rest of the trainer asks ------------------------------------------------------------ */
 
-/* The step's sum of squares over [b, e): a tied parameter counts on its lowest holder only (and tensor
- * parallel's copies on tensor rank 0 only, ct_tp_sumsq). */
-double ct_pp_sumsq(const ct_run *R, const float *g, size_t b, size_t e) {
-    const ct_pipe *pp = R->pipe;
-    double ss = 0.0;
-    size_t i = b;
-    for (int t = 0; t < pp->n_tied && i < e; t++) { /* tied params are listed in arena order */
-        const tied_param *tp = &pp->tied[t];
-        ct_tensor gr;
-        if (tp->first || ct_plan_param_info(R->plan, tp->param, NULL, NULL, &gr) != CT_OK) continue;
-        const size_t off = (size_t)((const float *)gr.data - g), n = (size_t)ct_tensor_numel(&gr);
-        if (off > i) ss += ct_tp_sumsq(R, g, i, off < e ? off : e);
-        if (off + n > i) i = off + n;
-    }
-    if (i < e) ss += ct_tp_sumsq(R, g, i, e);
-    return ss;
-}
-
 /* Per stage: its parameters, one activation slot and the slots it keeps (for the header). */
 ct_status ct_pp_gather_memory(ct_run *R) {
     ct_pipe *pp = R->pipe;
@@ -652,5 +647,7 @@ void ct_pp_free(ct_run *R) {
     free(pp->sbuf), free(pp->sreq), free(pp->rbuf), free(pp->slot_of), free(pp->shape_of), free(pp->slot_used);
     free(pp->acts), free(pp->tied), free(pp->tied_buf), free(pp->det_loss);
     free(pp);
+    free(R->pp_skip);
+    R->pp_skip = NULL;
     R->pipe = NULL;
 }

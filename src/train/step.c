@@ -143,7 +143,7 @@ static ct_status agree(const ct_run *R, int *overflow, int *all_zero) {
 static ct_status clip_parts(ct_run *R, float max_norm, float *total) {
     size_t b, e;
     my_part(R, &b, &e);
-    double ss = R->pp ? ct_pp_sumsq(R, R->grads, b, e) : ct_tp_sumsq(R, R->grads, b, e);
+    double ss = ct_run_sumsq(R, R->grads, b, e);
     if (ct_zero_stage(R->zero) > 0) CT_TRY(ct_comm_allreduce_f64(R->comm, &ss, 1, CT_REDUCE_SUM));
     if (R->tp) CT_TRY(ct_comm_allreduce_f64(R->tp, &ss, 1, CT_REDUCE_SUM));
     if (R->pp) CT_TRY(ct_comm_allreduce_f64(R->pp, &ss, 1, CT_REDUCE_SUM));

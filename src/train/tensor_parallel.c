@@ -126,17 +126,31 @@ ct_status ct_tp_reduce_copies(ct_run *R) {
     return CT_OK;
 }
 
-/* Sum of squares of [b, e): the copies every tensor rank holds count on tensor rank 0 only (the copy ranges
- * are in arena order, so the walk skips them). */
-double ct_tp_sumsq(const ct_run *R, const float *g, size_t b, size_t e) {
+/* Sum of squares of [b, e) without the ranges rg (n pairs [offset, floats], in arena order). */
+static double sumsq_skip(const float *g, size_t b, size_t e, const size_t *rg, int n) {
     double ss = 0.0;
     size_t i = b;
-    for (int c = 0; R->tp && R->tp_rank > 0 && c < R->n_tp_copy_ranges && i < e; c++) {
-        const size_t *rg = R->tp_copy_ranges + 2 * c;
+    for (int c = 0; c < n && i < e; c++, rg += 2) {
         for (; i < e && i < rg[0]; i++) ss += (double)g[i] * (double)g[i];
         if (i < rg[0] + rg[1]) i = rg[0] + rg[1];
     }
     for (; i < e; i++) ss += (double)g[i] * (double)g[i];
+    return ss;
+}
+
+/* The copies every tensor rank holds count on tensor rank 0 only, a pipeline's tied parameters on their lowest
+ * stage only (both lists in arena order; a parameter is in at most one: tied parameters are whole tensors). */
+double ct_run_sumsq(const ct_run *R, const float *g, size_t b, size_t e) {
+    const size_t *tc = R->tp_copy_ranges;
+    const int ntc = R->tp && R->tp_rank > 0 ? R->n_tp_copy_ranges : 0;
+    double ss = 0.0;
+    size_t i = b;
+    for (int t = 0; t < R->n_pp_skip && i < e; t++) {
+        const size_t off = R->pp_skip[2 * t], n = R->pp_skip[2 * t + 1];
+        if (off > i) ss += sumsq_skip(g, i, off < e ? off : e, tc, ntc);
+        if (off + n > i) i = off + n;
+    }
+    if (i < e) ss += sumsq_skip(g, i, e, tc, ntc);
     return ss;
 }
 

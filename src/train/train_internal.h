@@ -246,6 +246,8 @@ struct ct_run {
     int pp_rank, pp_size;       /* this rank's stage (0, 1 without)                    */
     ct_pipe *pipe;
     ct_comm_stats pp_cs0;
+    size_t *pp_skip;            /* [offset, floats] of the tied parameters whose lowest holder is another stage */
+    int n_pp_skip;
     /* the checkpoint resumed from (R->st is reused by the saves) */
     int resumed;
     int64_t ck_batch, ck_ep;
@@ -259,15 +261,16 @@ struct ct_run {
  * data group (everything data parallel then runs among the ranks holding the same shards). ct_tp_bind, after
  * the plan: the parameters every tensor rank holds a copy of. The step's parts: their gradients reduced
  * over the tensor group (grad_reduce_method); the step (step.c) takes the overflow / all-zero decision and
- * the clipping norm over the tensor group too (replicated copies counted once, ct_tp_sumsq). No-ops without
+ * the clipping norm over the tensor group too (replicated copies counted once, ct_run_sumsq). No-ops without
  * tensor parallelism. */
 ct_status ct_tp_setup(ct_run *R);
 ct_status ct_tp_grid(ct_run *R, int T);
 ct_status ct_tp_bind(ct_run *R);
 ct_status ct_tp_reduce_copies(ct_run *R);
-/* Sum of squares of the gradient arena's [b, e), the copies every tensor rank holds counted on tensor rank 0
- * only (the step's clipping norm). */
-double ct_tp_sumsq(const ct_run *R, const float *g, size_t b, size_t e);
+/* Sum of squares of the gradient arena's [b, e), every copy counted once (the step's clipping norm): the
+ * copies every tensor rank holds on tensor rank 0 only, a pipeline's tied parameters on their lowest stage
+ * only (R->pp_skip: the others'). */
+double ct_run_sumsq(const ct_run *R, const float *g, size_t b, size_t e);
 void ct_tp_free(ct_run *R);
 
 /* ---- pipeline parallelism (pipeline.c, pp_schedule.c; docs/distributed.md) -------------------
@@ -312,8 +315,6 @@ void ct_pp_describe(const ct_run *R, char *buf, size_t len);
 void ct_pp_bubble(const ct_run *R, double *measured, double *ideal);
 /* Per stage: parameters, one activation slot, slots (collective over the pipeline group; the header's). */
 ct_status ct_pp_gather_memory(ct_run *R);
-/* The overflow flags / all-zero flags and sums of squares of the step over the pipeline group. */
-double ct_pp_sumsq(const ct_run *R, const float *g, size_t b, size_t e);
 void ct_pp_free(ct_run *R);
 
 /* Shared by trainer.c, step.c and progress.c; the two functions below are in run_recipe.c. */

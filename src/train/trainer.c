@@ -388,6 +388,19 @@ static ct_status recompute_pays(ct_run *R) {
     return CT_OK;
 }
 
+/* Every rank of the job runs the same recipe and plan (tensor parallel: the shards have equal names and shapes
+ * on every rank); pipeline parallel: the recipe over the job, the plan over the ranks of the same stage. */
+static ct_status agree_ranks(ct_run *R) {
+    if (!(R->st = calloc(1, sizeof *R->st))) return ct_set_error(R->ctx, CT_E_OOM, "out of memory"); /* (saves') */
+    ct_train_state_init(R->st);
+    if (R->pipe) {
+        CT_TRY(ct_pp_gather_memory(R));
+        CT_TRY(ct_dp_agree_recipe(R->ctx, R->world_comm, R->r));
+        if (R->tp) CT_TRY(ct_dp_agree(R->ctx, R->tp, R->r, R->plan, R->task));
+    }
+    return ct_dp_agree(R->ctx, R->pipe ? R->comm : R->world_comm, R->r, R->plan, R->task);
+}
+
 static ct_status setup(ct_run *R, ct_train_result *res) {
     ct_context *ctx = R->ctx;
     const ct_recipe *r = R->r;
@@ -464,17 +477,8 @@ static ct_status setup(ct_run *R, ct_train_result *res) {
     if (r->early_stop_patience > 0 && r->early_stop_restore_best &&
         !(R->best = malloc((R->n_par + R->n_buf + 1) * sizeof(float))))
         return ct_set_error(ctx, CT_E_OOM, "out of memory keeping a copy of the best weights (early_stop_restore_best)");
-    if (!(R->st = calloc(1, sizeof *R->st))) return ct_set_error(ctx, CT_E_OOM, "out of memory");
-    ct_train_state_init(R->st);
     (void)res;
-    /* every rank of the job (tensor parallel: the shards have equal names and shapes on every rank); pipeline
-     * parallel: the recipe over the job, the plan over the ranks of the same stage */
-    if (R->pipe) {
-        CT_TRY(ct_pp_gather_memory(R));
-        CT_TRY(ct_dp_agree_recipe(ctx, R->world_comm, r));
-        if (R->tp) CT_TRY(ct_dp_agree(ctx, R->tp, r, R->plan, R->task));
-    }
-    return ct_dp_agree(ctx, R->pipe ? R->comm : R->world_comm, r, R->plan, R->task);
+    return agree_ranks(R);
 }
 
 /* The checkpoint resumed from (its schedule, early stopping, scaler and position), or the initial
