@@ -95,33 +95,6 @@ typedef struct {
     const ct_compile_opts *co;
 } pp_build;
 
-/* The cut as the trainer makes it: pipeline_split's block indices or names (comma-separated), else
- * balanced (ct_graph_balance_cuts). *said: 1 when the message was printed here. */
-static ct_status pp_cuts(const ct_recipe *r, const ct_graph *g, int n_pieces, int v, int *cuts, int *said) {
-    const char *sp = r->pipeline_split;
-    if (!sp[0]) return ct_graph_balance_cuts(g, n_pieces, cuts);
-    int n = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", sp);
-    for (char *save = NULL, *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save), n++) {
-        if (n >= n_pieces - 1) break;
-        char *end;
-        long b = strtol(t, &end, 10);
-        if (*end) {
-            ct_status s = ct_graph_find_block(g, t, &cuts[n]);
-            if (s != CT_OK) return s;
-        } else {
-            cuts[n] = (int)b;
-        }
-    }
-    if (n != n_pieces - 1) {
-        *said = cli_error(CT_E_CONFIG, "pipeline_split \"%s\" names %d cut points; %d pieces (pipeline_stages %d x "
-                          "virtual_stages %d) need %d", sp, n, n_pieces, r->pipeline_stages, v, n_pieces - 1);
-        return CT_E_CONFIG;
-    }
-    return CT_OK;
-}
-
 /* The micro-batches whose activations stage r holds at once (the schedule's warm-up plus one): gpipe all M,
  * 1f1b min(P - r, M), interleaved (Megatron's warm-up of (P - r - 1) x 2 + (v - 1) x P virtual micro-batches)
  * that plus one, at most M x v. */
@@ -180,7 +153,7 @@ static ct_status print_pipeline(const ct_recipe *r, const pp_build *b, int *said
     if (*said) return CT_E_CONFIG;
     int cuts[PP_MAX_PIECES], held[PP_MAX_PIECES], tensors;
     double flops[PP_MAX_PIECES], params[PP_MAX_PIECES], held_params = 0;
-    ct_status s = pp_cuts(r, b->g, n, v, cuts, said);
+    ct_status s = ct_graph_parse_cuts(b->g, r->pipeline_split, n, cuts); /* the trainer's cut */
     if (s == CT_OK) s = ct_graph_piece_costs(b->g, n, cuts, flops, params);
     if (s != CT_OK) return s;
     for (int k = 0; k < n; k++) held_params += params[k];

@@ -483,6 +483,10 @@ ct_status ct_graph_find_block(const ct_graph *g, const char *name, int *block);
  * n_pieces - 1 block indices. CT_E_CONFIG when the graph has fewer than
  * n_pieces - 1 blocks. */
 ct_status ct_graph_balance_cuts(const ct_graph *g, int n_pieces, int *cuts);
+/* The cut of a recipe's pipeline_split: "" balanced (ct_graph_balance_cuts),
+ * else n_pieces - 1 comma-separated block indices or names
+ * (ct_graph_find_block); CT_E_CONFIG naming the text when they are not. */
+ct_status ct_graph_parse_cuts(const ct_graph *g, const char *text, int n_pieces, int *cuts);
 /* Per piece of a cut (n_pieces entries): forward FLOPs and parameter floats
  * (a parameter counted in every piece that reads it). */
 ct_status ct_graph_piece_costs(const ct_graph *g, int n_pieces, const int *cuts, double *flops, double *param_floats);

@@ -171,6 +171,30 @@ ct_status ct_graph_balance_cuts(const ct_graph *g, int n_pieces, int *cuts) {
     return CT_OK;
 }
 
+ct_status ct_graph_parse_cuts(const ct_graph *g, const char *text, int n_pieces, int *cuts) {
+    if (!g || !cuts || n_pieces < 1) return CT_E_INVALID_ARG;
+    if (!text || !text[0]) return ct_graph_balance_cuts(g, n_pieces, cuts);
+    int n = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", text);
+    for (char *save = NULL, *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save), n++) {
+        if (n >= n_pieces - 1) continue; /* counted: too many is the error below */
+        char *end;
+        long b = strtol(t, &end, 10);
+        if (*end) CT_TRY(ct_graph_find_block(g, t, &cuts[n]));
+        else cuts[n] = b < 0 || b > 1 << 20 ? -1 : (int)b;
+    }
+    if (n != n_pieces - 1)
+        return ct_set_error(g->ctx, CT_E_CONFIG, "pipeline_split \"%s\" names %d cut points; %d pieces need %d", text, n,
+                            n_pieces, n_pieces - 1);
+    for (int k = 0; k < n; k++) /* the same checks as the compile's */
+        if (cuts[k] < 1 || cuts[k] >= ct_graph_num_blocks(g) || (k && cuts[k] <= cuts[k - 1]))
+            return ct_set_error(g->ctx, CT_E_CONFIG, "pipeline_split \"%s\": cut points must be ascending block "
+                                "indices in 1 .. %d (the model has %d blocks)", text, ct_graph_num_blocks(g) - 1,
+                                ct_graph_num_blocks(g));
+    return CT_OK;
+}
+
 /* ---- the compile pass ------------------------------------------------------------------ */
 
 static ct_status check_held(ct_plan *p, const ct_stage_opts *so) {

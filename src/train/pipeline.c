@@ -100,24 +100,8 @@ ct_status ct_pp_setup(ct_run *R) {
 
 /* The cut: pipeline_split's block indices or names, else balanced. */
 static ct_status cut(ct_run *R, const ct_graph *g) {
-    ct_pipe *pp = R->pipe;
-    const char *sp = R->r->pipeline_split;
-    pp->n_blocks = ct_graph_num_blocks(g);
-    if (!sp[0]) return ct_graph_balance_cuts(g, pp->n_pieces, pp->cuts);
-    int n = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", sp);
-    for (char *save = NULL, *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save), n++) {
-        if (n >= pp->n_pieces - 1) continue; /* counted: too many is an error below */
-        char *end;
-        long b = strtol(t, &end, 10);
-        if (*end) CT_TRY(ct_graph_find_block(g, t, &pp->cuts[n]));
-        else pp->cuts[n] = (int)b;
-    }
-    if (n != pp->n_pieces - 1)
-        return ct_set_error(R->ctx, CT_E_CONFIG, "pipeline_split \"%s\" names %d cut points; %d pieces (pipeline_stages "
-                            "%d x virtual_stages %d) need %d", sp, n, pp->n_pieces, pp->P, pp->v, pp->n_pieces - 1);
-    return CT_OK;
+    R->pipe->n_blocks = ct_graph_num_blocks(g);
+    return ct_graph_parse_cuts(g, R->r->pipeline_split, R->pipe->n_pieces, R->pipe->cuts);
 }
 
 ct_status ct_pp_stage_opts(ct_run *R, const ct_graph *g, ct_stage_opts *so) {
