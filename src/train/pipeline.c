@@ -40,6 +40,9 @@ struct ct_pipe {
     int eval_seq;             /* evaluation forwards, for their tags                          */
     int max_tag, n_blocks;
     double *det_loss;         /* deterministic: each micro-batch's loss (the last stage's)       */
+    ct_comm_request *pre;     /* the next action's receive, posted early (post_next)            */
+    float *prebuf;
+    int pre_on, pre_c, pre_grads, pre_m;
     double busy_s, wall_s;    /* compute inside the schedule / the schedule's wall time        */
     int64_t steps;
     double ideal;             /* the schedule's bubble (simulated)                            */
@@ -173,22 +176,42 @@ static void describe_wait(ct_run *R, int grads, int eval, int m, int from, int t
 static ct_status receive(ct_run *R, int c, int grads, int m, int eval) {
     ct_pipe *pp = R->pipe;
     const int k = piece(pp, R->pp_rank, c), from = grads ? k + 1 : k - 1;
-    const int64_t n = link_floats(R->plan, c, grads, grads);
-    ct_comm_request *q;
     describe_wait(R, grads, eval, m, from, k);
     double t0 = R->prof ? ct_profiler_now_us() : 0;
-    CT_TRY(ct_comm_request_create(R->pp, &q));
-    ct_status s = ct_comm_irecv(R->pp, pp->rbuf, (size_t)n * sizeof(float), rank_of(pp, from),
-                                tag(pp, eval ? 2 : grads, from, m), q);
-    if (s == CT_OK) s = wait_for(R, q);
-    if (s != CT_OK) {
-        ct_comm_request_cancel(q);
-        return s;
+    float *buf = pp->rbuf;
+    if (pp->pre_on && pp->pre_c == c && pp->pre_grads == grads && pp->pre_m == m && !eval) { /* posted early */
+        pp->pre_on = 0;
+        CT_TRY(wait_for(R, pp->pre));
+        buf = pp->prebuf;
+    } else {
+        const int64_t n = link_floats(R->plan, c, grads, grads);
+        ct_comm_request *q;
+        CT_TRY(ct_comm_request_create(R->pp, &q));
+        ct_status s = ct_comm_irecv(R->pp, pp->rbuf, (size_t)n * sizeof(float), rank_of(pp, from),
+                                    tag(pp, eval ? 2 : grads, from, m), q);
+        if (s == CT_OK) s = wait_for(R, q);
+        if (s != CT_OK) {
+            ct_comm_request_cancel(q);
+            return s;
+        }
+        ct_comm_request_free(q);
     }
-    ct_comm_request_free(q);
     if (R->prof) ct_profiler_event(R->prof, grads ? "receive gradients" : "receive activations", "pipeline_comm", t0,
                                    ct_profiler_now_us(), NULL);
-    return wire(R, c, grads, grads, pp->rbuf, 0);
+    return wire(R, c, grads, grads, buf, 0);
+}
+
+/* The receive the next action needs, posted before this one computes (its message arrives meanwhile); into
+ * a buffer of the largest (the compiled shape's) size: a smaller variant's message fits. */
+static ct_status post_next(ct_run *R, const ct_pp_action *a) {
+    ct_pipe *pp = R->pipe;
+    const int k = piece(pp, R->pp_rank, a->chunk), grads = !a->fwd, from = grads ? k + 1 : k - 1;
+    if (pp->pre_on || from < 0 || from >= pp->n_pieces) return CT_OK;
+    const size_t n = pp->wire[a->chunk][grads];
+    CT_TRY(ct_comm_irecv(R->pp, pp->prebuf, n * sizeof(float), rank_of(pp, from), tag(pp, grads, from, a->micro),
+                         pp->pre));
+    pp->pre_on = 1, pp->pre_c = a->chunk, pp->pre_grads = grads, pp->pre_m = a->micro;
+    return CT_OK;
 }
 
 /* Sends part c's outgoing values (grads 0, to the next piece) or its incoming links' gradients (grads 1, to
@@ -310,13 +333,15 @@ static ct_status alloc_buffers(ct_run *R) {
         }
     const int nb = pp->v * 2 * pp->n_slots;
     pp->rbuf = malloc(most * sizeof(float));
+    pp->prebuf = malloc(most * sizeof(float));
     pp->sbuf = calloc((size_t)nb, sizeof *pp->sbuf);
     pp->sreq = calloc((size_t)nb, sizeof *pp->sreq);
     pp->slot_of = malloc(sizeof(int) * (size_t)(pp->v * pp->M));
     pp->shape_of = calloc((size_t)pp->n_slots, sizeof(int));
     pp->slot_used = calloc((size_t)pp->n_slots, 1);
-    if (!pp->rbuf || !pp->sbuf || !pp->sreq || !pp->slot_of || !pp->shape_of || !pp->slot_used)
+    if (!pp->rbuf || !pp->prebuf || !pp->sbuf || !pp->sreq || !pp->slot_of || !pp->shape_of || !pp->slot_used)
         return ct_set_error(R->ctx, CT_E_OOM, "out of memory for the pipeline's buffers");
+    CT_TRY(ct_comm_request_create(R->pp, &pp->pre));
     for (int i = 0; i < nb; i++) {
         const int c = i / (2 * pp->n_slots), grads = (i / pp->n_slots) % 2;
         if (!(pp->sbuf[i] = malloc((pp->wire[c][grads ? 0 : 1] + 1) * sizeof(float))))
@@ -529,9 +554,17 @@ ct_status ct_pp_step(ct_run *R, ct_step_io *io) {
     const double t0 = ct_profiler_now_us();
     for (int i = 0; i < pp->n_acts; i++) {
         int64_t rows = 1;
+        if (i + 1 < pp->n_acts) CT_TRY(post_next(R, &pp->acts[i + 1])); /* overlaps this action's compute */
         if (pp->acts[i].fwd) CT_TRY(forward(R, io, &pp->acts[i], &rows));
         else CT_TRY(backward(R, &pp->acts[i]));
-        if (rows == 0) return CT_OK; /* no data: the epoch ends (nothing was sent) */
+        if (rows == 0) { /* no data: the epoch ends (nothing was sent; the early receive will not come) */
+            if (pp->pre_on) {
+                ct_comm_request_cancel(pp->pre);
+                pp->pre_on = 0;
+                CT_TRY(ct_comm_request_create(R->pp, &pp->pre));
+            }
+            return CT_OK;
+        }
     }
     CT_TRY(wait_sends(R));
     const double t1 = ct_profiler_now_us();
@@ -628,7 +661,9 @@ void ct_pp_free(ct_run *R) {
     const int nb = pp->v * 2 * pp->n_slots;
     for (int i = 0; pp->sbuf && i < nb; i++) free(pp->sbuf[i]);
     for (int i = 0; pp->sreq && i < nb; i++) ct_comm_request_cancel(pp->sreq[i]);
-    free(pp->sbuf), free(pp->sreq), free(pp->rbuf), free(pp->slot_of), free(pp->shape_of), free(pp->slot_used);
+    if (pp->pre_on) ct_comm_request_cancel(pp->pre);
+    else ct_comm_request_free(pp->pre);
+    free(pp->sbuf), free(pp->sreq), free(pp->rbuf), free(pp->prebuf), free(pp->slot_of), free(pp->shape_of), free(pp->slot_used);
     free(pp->acts), free(pp->tied), free(pp->tied_buf), free(pp->det_loss);
     free(pp);
     free(R->pp_skip);
