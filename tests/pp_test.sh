@@ -3,7 +3,8 @@
 #  - a small GPT (4 blocks, tied embedding) at pipeline_stages 2 with gpipe, 1f1b and interleaved, and at 4
 #    stages, ends 20 steps with the weights of one process accumulating the same 4 micro-batches (1e-5), with
 #    the same validation losses;
-#  - the CNN at 2 stages (gpipe, 1f1b) and interleaved (4 pieces) ends with one process's weights bit for bit;
+#  - the CNN at 2 stages (gpipe, 1f1b) and interleaved (4 pieces), ResNet-18 (small) at 2 stages end with one
+#    process's weights bit for bit; BERT at 2 stages within 1e-5;
 #  - data 2 x pipeline 2, tensor 2 x pipeline 2 (4 ranks), data 2 x tensor 2 x pipeline 2 (8 ranks), ZeRO-1
 #    with clipping on data 2 x pipeline 2: one process's weights;
 #  - block checkpointing inside stages: the same weights, smaller activations; BF16 near one process;
@@ -95,6 +96,15 @@ if [ "${kg:-0}" = 8 ] && [ "${kf:-0}" = 2 ] && awk -v g="$mg" -v f="$mf" 'BEGIN 
 else
   bad "activations in flight: gpipe '$kg $mg', 1f1b '$kf $mf'"
 fi
+
+# ResNet (residual blocks, batchnorm: bit for bit) and BERT (an MLM head, key masks)
+RN=(--model resnet18 --set dataset=mnist --set width_div=16 --set max_blocks=1 --set cifar_stem=true --batch-size 8
+    --max-steps 20 --set threads=1 --set micro_batches=2 --set epochs=1 --set save_every=10)
+ref rn1 "${RN[@]}"
+same resnet_pp2 rn1 2 0 "${RN[@]}" --set pipeline_stages=2
+BE=("${G[@]/gpt/bert}")
+ref be1 "${BE[@]}"
+same bert_pp2 be1 2 $TOL "${BE[@]}" --set pipeline_stages=2
 
 # composed with data and tensor parallelism, ZeRO-1 and clipping
 same gpt_dp2_pp2 g1 4 $TOL "${G[@]}" --set pipeline_stages=2
