@@ -49,18 +49,6 @@ static int exists(const char *p) {
     return stat(p, &sb) == 0;
 }
 
-static unsigned char *read_all(const char *p, size_t *n) {
-    FILE *f = fopen(p, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)sz + 1);
-    *n = fread(b, 1, (size_t)sz, f);
-    fclose(f);
-    return b;
-}
-
 static void write_all(const char *p, const unsigned char *b, size_t n) {
     FILE *f = fopen(p, "wb");
     if (!f) return;
@@ -70,7 +58,7 @@ static void write_all(const char *p, const unsigned char *b, size_t n) {
 
 static void copy_file(const char *from, const char *to) {
     size_t n;
-    unsigned char *b = read_all(from, &n);
+    unsigned char *b = test_read_file(from, &n);
     if (b) write_all(to, b, n);
     free(b);
 }
@@ -294,7 +282,7 @@ TEST(flipped_bytes_are_corrupt) {
         snprintf(keep, sizeof keep, "%s.orig", p);
         copy_file(p, keep);
         size_t n;
-        unsigned char *orig = read_all(keep, &n);
+        unsigned char *orig = test_read_file(keep, &n);
         CHECK(orig && n > 100);
         for (size_t i = 0; i < n; i++) {
             unsigned char *mod = malloc(n);
@@ -328,7 +316,7 @@ TEST(train_state_without_scaler_history_loads) {
     CHECK(small_ckpt(&a, "oldscaler", sd, sizeof sd));
     path_in(p, sizeof p, sd, "train_state.safetensors");
     size_t n;
-    unsigned char *buf = read_all(p, &n);
+    unsigned char *buf = test_read_file(p, &n);
     CHECK(buf && n > 8);
     uint64_t hl;
     memcpy(&hl, buf, 8);
@@ -381,7 +369,7 @@ TEST(truncated_files_are_corrupt) {
     for (int fi = 0; fi < 2; fi++) {
         path_in(p, sizeof p, sd, files[fi]);
         size_t n;
-        unsigned char *orig = read_all(p, &n);
+        unsigned char *orig = test_read_file(p, &n);
         CHECK(orig);
         int saw_truncated = 0;
         for (size_t len = 0; len < n; len++) {
@@ -451,7 +439,7 @@ static void read_latest(const char *dir, char *out, size_t len) {
     char p[700];
     path_in(p, sizeof p, dir, "latest");
     size_t n = 0;
-    unsigned char *b = read_all(p, &n);
+    unsigned char *b = test_read_file(p, &n);
     snprintf(out, len, "%.*s", b ? (int)n : 0, b ? (const char *)b : "");
     free(b);
 }
@@ -868,7 +856,7 @@ static void pytorch_check(int cnn) {
     snprintf(cmd, sizeof cmd, "%s scripts/load_safetensors.py --verify %s >/dev/null 2>&1", python(), p);
     CHECK(WEXITSTATUS(system(cmd)) == 0);
     size_t n;
-    unsigned char *b = read_all(p, &n);
+    unsigned char *b = test_read_file(p, &n);
     b[n - 1] ^= 1;
     write_all(p, b, n);
     free(b);

@@ -106,22 +106,10 @@ static void job_path(char *out, size_t len, const char *what) {
     snprintf(out, len, "/tmp/test_pp_ckpt.%ld.%s", pid, what);
 }
 
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)sz + 1);
-    *n = b && fread(b, 1, (size_t)sz, f) == (size_t)sz ? (size_t)sz : 0;
-    fclose(f);
-    return b;
-}
-
 /* 1 when the two files hold the same bytes */
 static int same_file(const char *a, const char *b) {
     size_t na = 0, nb = 0;
-    unsigned char *x = read_all(a, &na), *y = read_all(b, &nb);
+    unsigned char *x = test_read_file(a, &na), *y = test_read_file(b, &nb);
     int same = x && y && na && na == nb && !memcmp(x, y, na);
     if (x && y && !same) fprintf(stderr, "  '%s' (%zu bytes) and '%s' (%zu bytes) differ\n", a, na, b, nb);
     free(x);
@@ -341,7 +329,7 @@ TEST(checkpoints_between_stages_and_whole) {
 /* The whole file with one more tensor "zzz.extra" (1 float), without its CRC (a weights file need not have one). */
 static int write_with_extra(const char *from, const char *to) {
     size_t n = 0;
-    unsigned char *b = read_all(from, &n);
+    unsigned char *b = test_read_file(from, &n);
     if (!b || n < 8) return 0;
     uint64_t hl;
     memcpy(&hl, b, 8);

@@ -274,3 +274,16 @@ ct_status test_ce_plan(ct_context *ctx, ct_comm *group, int vp, int64_t rows, in
     if (s == CT_OK) s = ct_plan_loss(o->p, &o->l);
     return s;
 }
+
+unsigned char *test_read_file(const char *path, size_t *n) {
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = sz >= 0 ? malloc((size_t)sz + 1) : NULL;
+    *n = b && fread(b, 1, (size_t)sz, f) == (size_t)sz ? (size_t)sz : 0;
+    fclose(f);
+    return b;
+}

@@ -39,6 +39,21 @@ static void human_flops(double v, char *buf, size_t len) {
     snprintf(buf, len, "%.3g %sFLOP", v, pre[i]);
 }
 
+static int64_t graph_params(const ct_graph *g, int *tensors) {
+    int64_t n = 0;
+    *tensors = 0;
+    for (int i = 0; i < ct_graph_num_nodes(g); i++) {
+        if (strcmp(ct_node_op_name(g, i), "param")) continue;
+        int nd;
+        int64_t sh[8], e = 1;
+        if (ct_node_shape(g, i, &nd, sh) != CT_OK) continue;
+        for (int k = 0; k < nd; k++) e *= sh[k];
+        n += e;
+        (*tensors)++;
+    }
+    return n;
+}
+
 static int model_params(const char *name) {
     ct_context *ctx = NULL;
     ct_graph *g = NULL;
@@ -52,17 +67,8 @@ static int model_params(const char *name) {
         ct_context_free(ctx);
         return rc;
     }
-    int64_t n = 0;
     int tensors = 0;
-    for (int i = 0; i < ct_graph_num_nodes(g); i++) {
-        if (strcmp(ct_node_op_name(g, i), "param")) continue;
-        int nd;
-        int64_t sh[8], e = 1;
-        if (ct_node_shape(g, i, &nd, sh) != CT_OK) continue;
-        for (int k = 0; k < nd; k++) e *= sh[k];
-        n += e;
-        tensors++;
-    }
+    const int64_t n = graph_params(g, &tensors);
     printf("%s: %lld parameters in %d tensors (%.2fM)\n", name, (long long)n, tensors, (double)n / 1e6);
     ct_graph_free(g);
     ct_context_free(ctx);
@@ -70,19 +76,9 @@ static int model_params(const char *name) {
 }
 
 static void compile_opts_of(const ct_recipe *r, ct_fusion_rules *rules, ct_compile_opts *co) {
-    ct_compile_opts_default(co);
+    ct_recipe_compile_opts(r, co); /* the trainer's */
     co->plan_only = 1;
-    co->precision = r->precision;
-    co->keep_fp32 = r->keep_fp32;
-    co->accumulate_grads = r->accumulate_steps > 1;
-    co->recompute_every = r->recompute_every;
-    co->recompute_blocks = r->recompute_blocks;
-    co->recompute_ops = r->recompute_ops == CT_RECOMPUTE_OPS_CHEAP ? CT_RECOMPUTE_CHEAP
-                        : r->recompute_ops == CT_RECOMPUTE_OPS_ALL ? CT_RECOMPUTE_ALL
-                                                                   : 0;
-    co->fusion_level = r->fusion_level;
     co->fusion_rules = rules;
-    co->memory_opt = r->memory_opt;
 }
 
 /* ---- pipeline stages (recipe key pipeline_stages > 1; src/train/pipeline.c runs them) ---- */
@@ -105,20 +101,6 @@ static int pp_in_flight(int kind, int P, int v, int M, int r) {
     return nw + 1 < N ? nw + 1 : N;
 }
 
-static int64_t graph_params(const ct_graph *g, int *tensors) {
-    int64_t n = 0;
-    *tensors = 0;
-    for (int i = 0; i < ct_graph_num_nodes(g); i++) {
-        if (strcmp(ct_node_op_name(g, i), "param")) continue;
-        int nd;
-        int64_t sh[8], e = 1;
-        if (ct_node_shape(g, i, &nd, sh) != CT_OK) continue;
-        for (int k = 0; k < nd; k++) e *= sh[k];
-        n += e;
-        (*tensors)++;
-    }
-    return n;
-}
 
 /* One stage's pieces as "blocks 0..2 (wte .. h.1)", or for several "pieces 0 (blocks 0..1), 2 (...)". */
 static void pp_blocks(const ct_graph *g, int n_pieces, const int *cuts, int P, int v, int r, char *out, size_t len) {

@@ -206,6 +206,9 @@ ct_status ct_recipe_set(ct_context *ctx, ct_recipe *r, const char *key, const ch
  * cannot (e.g. 'tokenizer' for an MLP, 'augment' for GPT) is a CT_E_CONFIG
  * error naming the key and the models it applies to. */
 ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r);
+/* The compile options a recipe asks for (precision, keep_fp32, accumulation, recomputation, fusion level,
+ * memory reuse); the rest stays ct_compile_opts_default's (fusion_rules: load r->fusion_rules yourself). */
+void ct_recipe_compile_opts(const ct_recipe *r, ct_compile_opts *co);
 /* Builds the recipe's model (its row's builder, src/models/) on input x with
  * the recipe's model keys (hidden, channels, width_div, preset, ...):
  * n_classes outputs (image: the dataset's classes; text: the vocabulary).

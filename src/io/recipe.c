@@ -1066,3 +1066,17 @@ int ct_recipe_to_json_full(const ct_recipe *r, char *buf, size_t len) {
     cJSON_free(text);
     return n;
 }
+
+void ct_recipe_compile_opts(const ct_recipe *r, ct_compile_opts *co) {
+    ct_compile_opts_default(co);
+    co->accumulate_grads = r->accumulate_steps > 1;
+    co->recompute_every = r->recompute_every;
+    co->recompute_blocks = r->recompute_blocks;
+    co->recompute_ops = r->recompute_ops == CT_RECOMPUTE_OPS_CHEAP ? CT_RECOMPUTE_CHEAP
+                        : r->recompute_ops == CT_RECOMPUTE_OPS_ALL ? CT_RECOMPUTE_ALL
+                                                                   : 0;
+    co->precision = r->precision;
+    co->keep_fp32 = r->keep_fp32;
+    co->fusion_level = r->fusion_level;
+    co->memory_opt = r->memory_opt;
+}

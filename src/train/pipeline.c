@@ -417,6 +417,20 @@ static void stats(ct_run *R, ct_step_io *io, int64_t rows) {
     io->n++;
 }
 
+/* One forward (training) or backward of the selected part, its time counted as busy and traced. */
+static ct_status compute(ct_run *R, int fwd, int m, int k) {
+    const double t0 = ct_profiler_now_us();
+    CT_TRY(fwd ? ct_plan_forward(R->plan, 1) : ct_plan_backward(R->plan));
+    const double t1 = ct_profiler_now_us();
+    R->pipe->busy_s += 1e-6 * (t1 - t0);
+    if (R->prof) {
+        char name[48];
+        snprintf(name, sizeof name, "%s mb %d (piece %d)", fwd ? "forward" : "backward", m, k);
+        ct_profiler_event(R->prof, name, "pipeline", t0, t1, NULL);
+    }
+    return CT_OK;
+}
+
 static ct_status forward(ct_run *R, ct_step_io *io, const ct_pp_action *a, int64_t *rows) {
     ct_pipe *pp = R->pipe;
     const int c = a->chunk, m = a->micro, k = piece(pp, R->pp_rank, c);
@@ -434,15 +448,7 @@ static ct_status forward(ct_run *R, ct_step_io *io, const ct_pp_action *a, int64
     if (R->r->deterministic) ct_plan_set_update_running_stats(R->plan, R->rank == 0 && m == 0); /* chunk 0's */
     CT_TRY(ct_plan_set_sample_offset(R->plan, ct_step_first_sample(R, m)));
     if (k > 0) CT_TRY(receive(R, c, 0, m, 0));
-    const double t0 = ct_profiler_now_us();
-    CT_TRY(ct_plan_forward(R->plan, 1));
-    const double t1 = ct_profiler_now_us();
-    pp->busy_s += 1e-6 * (t1 - t0);
-    if (R->prof) {
-        char name[48];
-        snprintf(name, sizeof name, "forward mb %d (piece %d)", m, k);
-        ct_profiler_event(R->prof, name, "pipeline", t0, t1, NULL);
-    }
+    CT_TRY(compute(R, 1, m, k));
     if (k == pp->n_pieces - 1) {
         const double before = io->loss;
         stats(R, io, *rows);
@@ -463,15 +469,7 @@ static ct_status backward(ct_run *R, const ct_pp_action *a) {
     CT_TRY(ct_plan_set_shape(R->plan, pp->shape_of[slot]));
     CT_TRY(ct_plan_set_sample_offset(R->plan, ct_step_first_sample(R, m))); /* dropout's masks: this micro-batch's */
     if (k + 1 < pp->n_pieces) CT_TRY(receive(R, c, 1, m, 0));
-    const double t0 = ct_profiler_now_us();
-    CT_TRY(ct_plan_backward(R->plan));
-    const double t1 = ct_profiler_now_us();
-    pp->busy_s += 1e-6 * (t1 - t0);
-    if (R->prof) {
-        char name[48];
-        snprintf(name, sizeof name, "backward mb %d (piece %d)", m, k);
-        ct_profiler_event(R->prof, name, "pipeline", t0, t1, NULL);
-    }
+    CT_TRY(compute(R, 0, m, k));
     if (k > 0) CT_TRY(send(R, c, 1, m, slot, 0));
     pp->slot_used[slot] = 0;
     if (ct_zero_deterministic(R->zero)) { /* this chunk's gradient, the tied copies summed as one process does */

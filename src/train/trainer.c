@@ -80,20 +80,6 @@ void ct_task_free(ct_task *t) {
 
 /* ---- plan and memory budget ---------------------------------------------------------------- */
 
-static void compile_opts(const ct_recipe *r, ct_compile_opts *co) {
-    ct_compile_opts_default(co);
-    co->accumulate_grads = r->accumulate_steps > 1;
-    co->recompute_every = r->recompute_every;
-    co->recompute_blocks = r->recompute_blocks;
-    co->recompute_ops = r->recompute_ops == CT_RECOMPUTE_OPS_CHEAP ? CT_RECOMPUTE_CHEAP
-                        : r->recompute_ops == CT_RECOMPUTE_OPS_ALL ? CT_RECOMPUTE_ALL
-                                                                   : 0;
-    co->precision = r->precision;
-    co->keep_fp32 = r->keep_fp32;
-    co->fusion_level = r->fusion_level;
-    co->memory_opt = r->memory_opt;
-}
-
 /* Builds the task's graph for r and compiles it (plan_only: sizes only). */
 static ct_status build_plan(ct_context *ctx, ct_run *R, ct_task *t, const ct_recipe *r, int plan_only, ct_plan **out) {
     ct_graph *g;
@@ -103,7 +89,7 @@ static ct_status build_plan(ct_context *ctx, ct_run *R, ct_task *t, const ct_rec
     ct_status s = ct_graph_set_tensor_group(g, R->tp); /* tensor parallel: the builders take this rank's part */
     if (s == CT_OK) s = t->build(t, g, r, &loss, &n_keep, keep);
     ct_compile_opts co;
-    compile_opts(r, &co);
+    ct_recipe_compile_opts(r, &co);
     co.plan_only = plan_only;
     ct_stage_opts so; /* pipeline parallel: this rank's pieces of the model */
     if (s == CT_OK && R->pipe) s = ct_pp_stage_opts(R, g, &so);
