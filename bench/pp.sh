@@ -19,9 +19,11 @@
 #   bench/pp.sh --micro 8 --layouts "1f1b 1f1b@9"   # the default split against stage 1 starting at block 9
 #   bench/pp.sh --netns 1gbit                # the two ranks on two "hosts": network namespaces joined by a
 #                                            # veth link limited to 1 Gbit/s (scripts/netns_mpirun.sh; root)
-# Time (2-core Zen 3 shared with other jobs, load ~4): each run spends ~25-30 s starting (GPT-2 BPE over
-# moby-dick, 124M parameters initialised) plus STEPS steps; with the defaults (context 32, batch 2, 3 steps) one
-# run of M = 4 takes ~45-60 s, M = 16 ~2 min: all 15 rows ~20-25 min; --micro 4 (5 rows) ~5 min.
+# Time (2-core Zen 3 shared with other jobs, load 3-5, 2026-12-03): each run spends ~25-30 s starting (GPT-2
+# BPE over moby-dick, 124M parameters initialised) plus STEPS steps; with the defaults (context 32, batch 2,
+# 3 steps) one run of M = 4 takes ~55 s, M = 16 ~70 s: the default 15 rows ~15 minutes (M = 4: 4.5 min,
+# M = 8: 4.6 min with 6 layouts, M = 16: 7 min with 6 layouts); over --netns ~20% less (the ranks start in
+# parallel).
 # Options (or the environment variable in brackets):
 #   --rounds N [ROUNDS=1]   --micro "4 8 16" [MICRO]   --steps N [STEPS=3]
 #   --context N [CONTEXT=32] --batch N [BATCH=2] (rows per micro-batch; even: data parallel splits it)
