@@ -120,7 +120,7 @@ measure() { # layout M round
   bm=- bi=-
   case "$lay" in
   gpipe | 1f1b | interleaved | *@*)
-    read -r sent bm bi < <(sed -nE 's/^pipeline \(rank 0\): ([0-9.]+) MiB sent, .*bubble ([0-9.]+)% measured.*, ([0-9.]+)% ideal.*/\1 \2 \3/p' "$log" |
+    read -r sent bm bi < <(sed -nE 's/^pipeline \(rank 0\): ([0-9.]+) MiB sent.*bubble ([0-9.]+)% measured.*, ([0-9.]+)% ideal.*/\1 \2 \3/p' "$log" |
       awk -v s="$STEPS" '{ printf "%.1f %s %s\n", $1 / s, $2, $3 }') || true ;;
   tp)
     sent=$(sed -nE 's/^tensor parallel \(rank 0\): [0-9]+ collectives in the tensor group \(([0-9.]+) MiB\).*/\1/p' "$log" |

@@ -478,8 +478,9 @@ const char *ct_graph_block_name(const ct_graph *g, int b);
  * "<name>."; CT_E_INVALID_ARG naming the blocks if none. */
 ct_status ct_graph_find_block(const ct_graph *g, const char *name, int *block);
 /* Cut points for n_pieces pieces that balance, per piece, the cost model's
- * forward FLOPs and the parameter bytes (each as a share of the whole, the
- * sum of the two; the largest piece as small as possible). cuts gets
+ * forward FLOPs and the parameter bytes it holds (a tied parameter in every
+ * piece that reads it; each as a share of the whole, the sum of the two; the
+ * largest piece as small as possible). cuts gets
  * n_pieces - 1 block indices. CT_E_CONFIG when the graph has fewer than
  * n_pieces - 1 blocks. */
 ct_status ct_graph_balance_cuts(const ct_graph *g, int n_pieces, int *cuts);

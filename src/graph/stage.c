@@ -127,20 +127,21 @@ ct_status ct_graph_balance_cuts(const ct_graph *g, int n_pieces, int *cuts) {
     double *pf = calloc((size_t)nb + 1, sizeof *pf), *pp = calloc((size_t)nb + 1, sizeof *pp);
     double *best = malloc(sizeof(double) * (size_t)(nb + 1) * (size_t)(n_pieces + 1));
     int *from = malloc(sizeof(int) * (size_t)(nb + 1) * (size_t)(n_pieces + 1));
-    uint8_t *seen = calloc((size_t)g->n + 1, 1);
+    int *seen = malloc(sizeof(int) * ((size_t)g->n + 1)); /* per parameter: the last unit it was counted in */
     if (!pf || !pp || !best || !from || !seen) {
         free(pf), free(pp), free(best), free(from), free(seen);
         return ct_set_error(g->ctx, CT_E_OOM, "pipeline: out of memory");
     }
     double tf = 0, tp = 0;
+    for (int i = 0; i < g->n; i++) seen[i] = -1;
     for (int i = 0, u = -1; i < g->n; i++) {
         const ct_node_def *d = &g->nodes[i];
         if (d->flags & CT_NODE_BLOCK) u++;
         const int unit = u < 0 ? 0 : u;
         if (!is_leaf(d)) pf[unit + 1] += ct_node_flops(g, d), tf += ct_node_flops(g, d);
         for (int j = 0; j < d->n_in; j++)
-            if (g->nodes[d->in[j]].op == CT_OP_PARAM && !seen[d->in[j]]) {
-                seen[d->in[j]] = 1;
+            if (g->nodes[d->in[j]].op == CT_OP_PARAM && seen[d->in[j]] != unit) {
+                seen[d->in[j]] = unit; /* a tied parameter counts in every unit that reads it: each stage holds it */
                 double f = (double)ct_node_numel(&g->nodes[d->in[j]]);
                 pp[unit + 1] += f, tp += f;
             }

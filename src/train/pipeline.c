@@ -44,6 +44,7 @@ struct ct_pipe {
     float *prebuf;
     int pre_on, pre_c, pre_grads, pre_m;
     double busy_s, wall_s;    /* compute inside the schedule / the schedule's wall time        */
+    double tied_bytes;        /* sent of tied parameters' gradients                           */
     int64_t steps;
     double ideal;             /* the schedule's bubble (simulated)                            */
     double stage_mib[64][3];  /* per stage (first 64): parameters, one activation slot, slots (ct_pp_bind) */
@@ -503,6 +504,7 @@ static ct_status reduce_tied(ct_run *R) {
             if (s == CT_OK) s = ct_comm_request_create(R->pp, &q[2 * h + 1]);
             const int tg = tag(pp, 4, i % pp->n_pieces, 0);
             if (s == CT_OK) s = ct_comm_isend(R->pp, g.data, n * sizeof(float), t->holders[h], tg, q[2 * h]);
+            pp->tied_bytes += (double)(n * sizeof(float));
             if (s == CT_OK) s = ct_comm_irecv(R->pp, dst, n * sizeof(float), t->holders[h], tg, q[2 * h + 1]);
         }
         for (int j = 0; j < 2 * t->n_holders; j++) {
@@ -652,6 +654,8 @@ void ct_pp_bubble(const ct_run *R, double *measured, double *ideal) {
     *measured = pp->wall_s > 0 ? 1.0 - pp->busy_s / pp->wall_s : 0.0;
     *ideal = pp->ideal;
 }
+
+double ct_pp_tied_mib(const ct_run *R) { return R->pipe->tied_bytes / 1048576.0; }
 
 void ct_pp_free(ct_run *R) {
     ct_pipe *pp = R->pipe;

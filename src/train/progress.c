@@ -81,12 +81,13 @@ static void header_per_rank(ct_run *R) {
         ct_run_say(R, "  layout: %d ranks = data parallel %d x tensor parallel %d x pipeline %d\n  %s\n",
                    ct_comm_size(R->world_comm), R->world, R->tp_size, R->pp_size, pl);
     }
+    /* a pipeline stage keeps one activation arena per micro-batch in flight (rank 0's stage: the first) */
+    const double act = (double)ps.activation_bytes * ct_plan_num_act_slots(R->plan) + (double)ps.workspace_bytes;
     ct_run_say(R, "  per rank: %.2f MiB parameters + %.2f MiB gradients + %.2f MiB optimizer state + %.2f MiB "
-                  "activations = %.2f MiB model state and activations\n",
-               (double)ps.param_bytes / M, (double)ps.grad_bytes / M, (double)on * sizeof(float) / M,
-               (double)(ps.activation_bytes + ps.workspace_bytes) / M,
-               (double)(ps.param_bytes + ps.grad_bytes + on * sizeof(float) + ps.activation_bytes +
-                        ps.workspace_bytes) / M);
+                  "activations%s = %.2f MiB model state and activations\n",
+               (double)ps.param_bytes / M, (double)ps.grad_bytes / M, (double)on * sizeof(float) / M, act / M,
+               R->pipe ? " (in flight)" : "",
+               ((double)(ps.param_bytes + ps.grad_bytes + on * sizeof(float)) + act) / M);
 }
 
 /* Tensor and data parallel, ZeRO and the deterministic mode. */
@@ -267,9 +268,10 @@ void ct_progress_summary(ct_run *R, ct_train_result *res, double tt, const ct_me
         const double sec = cs.seconds - R->pp_cs0.seconds;
         double bubble, ideal;
         ct_pp_bubble(R, &bubble, &ideal);
-        ct_run_say(R, "pipeline (rank 0): %.2f MiB sent, %.2f MiB received between stages, %.2f s of the training "
-                   "waiting for them (%.1f%%); bubble %.1f%% measured (idle inside the schedule), %.1f%% ideal\n",
-                   (double)(cs.send_bytes - R->pp_cs0.send_bytes) / 1048576.0,
+        ct_run_say(R, "pipeline (rank 0): %.2f MiB sent (%.2f MiB of them the tied parameters' gradients), %.2f MiB "
+                   "received between stages, %.2f s of the training waiting for them (%.1f%%); bubble %.1f%% measured "
+                   "(idle inside the schedule), %.1f%% ideal\n",
+                   (double)(cs.send_bytes - R->pp_cs0.send_bytes) / 1048576.0, ct_pp_tied_mib(R),
                    (double)(cs.recv_bytes - R->pp_cs0.recv_bytes) / 1048576.0, sec, tt > 0 ? 100.0 * sec / tt : 0.0,
                    100.0 * bubble, 100.0 * ideal);
         res->comm_seconds += sec;

@@ -313,6 +313,8 @@ ct_status ct_pp_evaluate(ct_run *R, ct_task_eval *ev);
 void ct_pp_describe(const ct_run *R, char *buf, size_t len);
 /* The run's bubble so far: idle share inside the schedules (measured), and the schedule's ideal. */
 void ct_pp_bubble(const ct_run *R, double *measured, double *ideal);
+/* MiB this rank sent of tied parameters' gradients so far. */
+double ct_pp_tied_mib(const ct_run *R);
 /* Per stage: parameters, one activation slot, slots (collective over the pipeline group; the header's). */
 ct_status ct_pp_gather_memory(ct_run *R);
 void ct_pp_free(ct_run *R);
