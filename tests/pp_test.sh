@@ -85,16 +85,17 @@ for s in gpipe 1f1b; do same "cnn_pp2_$s" c1 2 0 "${C[@]}" --set pipeline_stages
 C3=("${C[@]}" --channels 8,16,16)
 ref c3 "${C3[@]}"
 same cnn_pp2_interleaved c3 2 0 "${C3[@]}" --set pipeline_stages=2 --set pipeline_schedule=interleaved
-# 1F1B's first stage keeps P of the M = 8 micro-batches' activations, GPipe all of them
-inflight() { sed -nE 's/^  stage 0: .* x ([0-9]+) micro-batches in flight = ([0-9.]+) MiB/\1 \2/p' "$1"; }
+# 1F1B's first stage keeps what backward reads for P of the M = 8 micro-batches, GPipe for all of them
+inflight() { sed -nE 's/^  stage 0: .*activations ([0-9.]+) MiB \+ ([0-9.]+) MiB kept for backward x ([0-9]+) micro-batches in flight = ([0-9.]+) MiB/\3 \2 \4/p' "$1"; }
 peak() { sed -nE 's/.*peak memory ([0-9.]+) MiB.*/\1/p' "$1"; }
-read -r kg mg < <(inflight "$tmp/cnn_pp2_gpipe.log")
-read -r kf mf < <(inflight "$tmp/cnn_pp2_1f1b.log")
-echo "       first stage, M = 8: gpipe ${kg:-?} micro-batches = ${mg:-?} MiB of activations (peak $(peak "$tmp/cnn_pp2_gpipe.log") MiB), 1f1b ${kf:-?} = ${mf:-?} MiB (peak $(peak "$tmp/cnn_pp2_1f1b.log") MiB)"
-if [ "${kg:-0}" = 8 ] && [ "${kf:-0}" = 2 ] && awk -v g="$mg" -v f="$mf" 'BEGIN { exit !(f > 0 && f <= g * 2 / 8 + 1e-9) }'; then
-  ok "1f1b's first stage holds 2 of 8 micro-batches: $mf MiB <= P/M x gpipe's $mg MiB"
+read -r kg sg tg < <(inflight "$tmp/cnn_pp2_gpipe.log")
+read -r kf sf tf < <(inflight "$tmp/cnn_pp2_1f1b.log")
+echo "       first stage, M = 8: gpipe keeps ${kg:-?} x ${sg:-?} MiB (activations ${tg:-?} MiB, peak $(peak "$tmp/cnn_pp2_gpipe.log") MiB), 1f1b ${kf:-?} x ${sf:-?} MiB (activations ${tf:-?} MiB, peak $(peak "$tmp/cnn_pp2_1f1b.log") MiB)"
+if [ "${kg:-0}" = 8 ] && [ "${kf:-0}" = 2 ] && awk -v kg="$kg" -v sg="$sg" -v kf="$kf" -v sf="$sf" -v tg="$tg" -v tf="$tf" \
+     'BEGIN { exit !(sf > 0 && kf * sf <= kg * sg * 2 / 8 + 1e-9 && tf < tg) }'; then
+  ok "1f1b's first stage keeps 2 of 8 micro-batches: $kf x $sf MiB <= P/M x gpipe's $kg x $sg MiB; activations $tf < $tg MiB"
 else
-  bad "activations in flight: gpipe '$kg $mg', 1f1b '$kf $mf'"
+  bad "activations in flight: gpipe '$kg $sg $tg', 1f1b '$kf $sf $tf'"
 fi
 
 # ResNet (residual blocks, batchnorm: bit for bit) and BERT (an MLM head, key masks)
@@ -117,7 +118,7 @@ same gpt_dp2_pp2_zero1 gc1 4 $TOL "${G[@]}" --set clip_grad_norm=0.5 --set pipel
 
 # block checkpointing inside the stages; BF16
 same gpt_pp2_recompute g1 2 $TOL "${G[@]}" --set pipeline_stages=2 --set recompute_blocks=1
-act() { sed -nE 's/^  stage 0: .*activations ([0-9.]+) MiB x.*/\1/p' "$1"; }
+act() { sed -nE 's/^  stage 0: .*activations ([0-9.]+) MiB \+.*/\1/p' "$1"; }
 a0=$(act "$tmp/gpt_pp2_1f1b.log"); a1=$(act "$tmp/gpt_pp2_recompute.log")
 awk -v a="$a0" -v b="$a1" 'BEGIN { exit !(b > 0 && b < a) }' && ok "recompute_blocks 1 in stages: activations $a0 -> $a1 MiB" ||
   bad "recompute_blocks in stages: activations '$a0' -> '$a1' MiB"

@@ -8,8 +8,10 @@
  *    the whole gradient) in FP32: loss and every gradient bit for bit
  *    (GPT's tied gradient within 1e-6: summed in another order);
  *  - interleaved parts (two plans holding pieces {0, 2} and {1, 3});
- *  - micro-batches in activation slots: two forwards in flight, then their
- *    backwards, accumulate the whole plan's two-micro-batch gradient;
+ *  - micro-batches in flight: every forward first, each keeping what its
+ *    backward reads in a slot (ct_plan_save_activations), then the
+ *    backwards (restored): the whole plan's accumulated gradient, the
+ *    plans' arenas overwritten in between; a slot is smaller than the arena;
  *  - BF16 autocast stages within the BF16 tolerance of the whole plan;
  *  - balanced cuts (cost per piece), block names, and errors: a cut outside
  *    the blocks, an empty piece, held pieces out of order. */
@@ -115,26 +117,31 @@ typedef struct {
 static ct_status run_staged(ct_context *ctx, staged *S, int kind, const model *m, int n_mb, float *loss) {
     *loss = 0;
     for (int r = 0; r < S->n_plans; r++) {
-        ct_status s = ct_plan_set_act_slots(S->p[r], n_mb);
+        ct_status s = ct_plan_set_act_slots(S->p[r], n_mb * ct_plan_num_parts(S->p[r]));
         if (s == CT_OK) s = ct_plan_zero_grads(S->p[r]);
         if (s == CT_OK) s = ct_plan_set_loss_scale(S->p[r], 1.0f / (float)n_mb);
         if (s != CT_OK) return s;
     }
+    /* every forward first (slot mb x parts + part keeps what its backward reads), then the backwards: the plans'
+     * arenas are overwritten in between */
     for (int mb = 0; mb < n_mb; mb++)
         for (int k = 0; k < S->n_pieces; k++) {
             ct_plan *p = S->p[k % S->n_plans];
-            ct_status s = ct_plan_use_act_slot(p, mb);
-            if (s == CT_OK) s = ct_plan_set_part(p, k / S->n_plans);
-            if (s == CT_OK) fill(p, kind, m, mb);
-            if (s == CT_OK && k) s = pass_links(ctx, S->p[(k - 1) % S->n_plans], (k - 1) / S->n_plans, p, k / S->n_plans, 0);
+            const int part = k / S->n_plans, slot = mb * ct_plan_num_parts(p) + part;
+            ct_status s = ct_plan_set_part(p, part);
+            if (s == CT_OK && part == 0) fill(p, kind, m, mb);
+            if (s == CT_OK && part > 0) s = ct_plan_restore_inputs(p, mb * ct_plan_num_parts(p)); /* part 0's */
+            if (s == CT_OK && k) s = pass_links(ctx, S->p[(k - 1) % S->n_plans], (k - 1) / S->n_plans, p, part, 0);
             if (s == CT_OK) s = ct_plan_forward(p, 1);
+            if (s == CT_OK) s = ct_plan_save_activations(p, slot);
             if (s != CT_OK) return s;
         }
     for (int mb = 0; mb < n_mb; mb++)
         for (int k = S->n_pieces - 1; k >= 0; k--) {
             ct_plan *p = S->p[k % S->n_plans];
-            ct_status s = ct_plan_use_act_slot(p, mb);
-            if (s == CT_OK) s = ct_plan_set_part(p, k / S->n_plans);
+            const int part = k / S->n_plans;
+            ct_status s = ct_plan_set_part(p, part);
+            if (s == CT_OK) s = ct_plan_restore_activations(p, mb * ct_plan_num_parts(p) + part);
             if (s == CT_OK && k + 1 < S->n_pieces)
                 s = pass_links(ctx, S->p[(k + 1) % S->n_plans], (k + 1) / S->n_plans, p, k / S->n_plans, 1);
             if (s == CT_OK) s = ct_plan_backward(p);
@@ -225,6 +232,12 @@ static void check_cut(int kind, ct_precision prec, int n_pieces, const int *cuts
         CHECK(ct_plan_num_parts(S.p[r]) == nh);
     }
     ct_graph_free(m.g);
+    ct_plan_stats ps;
+    ct_plan_get_stats(S.p[0], &ps);
+    const size_t kept = ct_plan_saved_bytes(S.p[0], -1);
+    /* disjoint ranges of the arena (at most all of it) */
+    CHECK_MSG(kept > 0 && kept <= ps.activation_bytes,
+              "a slot keeps %zu of the arena's %zu bytes", kept, (size_t)ps.activation_bytes);
     float lw, ls;
     CHECK_OK(ctx, run_whole(w, kind, &m, n_mb, &lw));
     CHECK_OK(ctx, run_staged(ctx, &S, kind, &m, n_mb, &ls));
@@ -232,9 +245,10 @@ static void check_cut(int kind, ct_precision prec, int n_pieces, const int *cuts
     char what[256] = "";
     CHECK_MSG(ltol == 0 ? ls == lw : fabs(ls - lw) <= ltol * fabs(lw), "loss %.9g staged, %.9g whole", ls, lw);
     CHECK_MSG(compare(w, &S, gtol, &worst, what, sizeof what), "%s", what);
-    printf("    %s %s, %d pieces on %d plans, %d micro-batches: loss %.7g (whole %.7g), gradients within %.2g\n",
-           kind == MLP ? "mlp" : kind == CNN ? "cnn" : "gpt", prec == CT_PRECISION_FP32 ? "fp32" : "bf16", n_pieces,
-           n_plans, n_mb, ls, lw, worst);
+    printf("    %s %s, %d pieces on %d plans, %d micro-batches: loss %.7g (whole %.7g), gradients within %.2g; a slot "
+           "keeps %zu of the arena's %zu bytes\n", kind == MLP ? "mlp" : kind == CNN ? "cnn" : "gpt",
+           prec == CT_PRECISION_FP32 ? "fp32" : "bf16", n_pieces, n_plans, n_mb, ls, lw, worst, kept,
+           (size_t)ps.activation_bytes);
     for (int r = 0; r < n_plans; r++) ct_plan_free(S.p[r]);
     ct_plan_free(w);
     ct_context_free(ctx);

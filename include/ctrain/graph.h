@@ -513,18 +513,24 @@ int ct_plan_param_order(const ct_plan *p, int i);
 int ct_plan_buffer_order(const ct_plan *p, int i);
 /* 1 when node n of the whole graph is in this plan. */
 int ct_plan_has_node(const ct_plan *p, ct_node n);
-/* Activation slots: n copies of the activation arena (n >= 1; the plan has
- * one). Forward and backward run in the selected slot: micro-batches in
- * flight each keep their activations in a slot of their own. Slot 0 is the
- * compiled arena; others are allocated here (counted by the context's
- * allocator: ct_plan_get_stats's act_bytes stays one arena). */
+/* Micro-batches in flight (pipeline schedules). The plan keeps one
+ * activation arena; a slot keeps what one micro-batch's backward reads: the
+ * values and saved state of its forward still read after the forward (the
+ * planner's lifetimes), and the data inputs. After a forward of the selected
+ * part, ct_plan_save_activations(p, k) copies them into slot k; before its
+ * backward, ct_plan_restore_activations(p, k) copies them back (the part
+ * must be the one saved). ct_plan_restore_inputs(p, k) copies back only the
+ * data inputs (another part's forward of the same micro-batch). A slot is
+ * ct_plan_saved_bytes(p, -1) bytes (the largest part's; counted by the
+ * context's allocator), far less than the arena when backward's
+ * temporaries dominate it. ct_plan_set_act_slots frees earlier slots. */
 ct_status ct_plan_set_act_slots(ct_plan *p, int n);
-ct_status ct_plan_use_act_slot(ct_plan *p, int slot);
-int ct_plan_num_act_slots(const ct_plan *p);
-/* The data inputs (the graph's inputs, not the links' or seeds) of slot
- * `from` copied into slot `to`: a micro-batch read once, run by several
- * parts in their own slots. */
-ct_status ct_plan_copy_inputs(ct_plan *p, int from, int to);
+int ct_plan_num_act_slots(const ct_plan *p); /* 0 before ct_plan_set_act_slots */
+ct_status ct_plan_save_activations(ct_plan *p, int slot);
+ct_status ct_plan_restore_activations(ct_plan *p, int slot);
+ct_status ct_plan_restore_inputs(ct_plan *p, int slot);
+/* Bytes a slot holds for `part` (-1: the largest part's); plan_only plans too. */
+size_t ct_plan_saved_bytes(const ct_plan *p, int part);
 
 /* Takes a snapshot of the graph: g may be freed afterwards. `loss` is a
  * scalar node (CT_NONE for a forward-only plan). `outputs` are nodes whose

@@ -249,12 +249,10 @@ void ct_plan_free(ct_plan *p) {
     ct_free(p->ctx, p->param_arena);
     ct_free(p->ctx, p->grad_arena);
     ct_free(p->ctx, p->buffer_arena);
-    if (p->act_slots) {
-        for (int k = 0; k < p->n_act_slots; k++) ct_free(p->ctx, p->act_slots[k]);
-        free(p->act_slots);
-    } else {
-        ct_free(p->ctx, p->act_arena);
-    }
+    for (int k = 0; k < p->n_act_slots; k++) ct_free(p->ctx, p->act_slots[k]);
+    free(p->act_slots);
+    free(p->slot_part);
+    ct_free(p->ctx, p->act_arena);
     free(p->part);
     free(p->param_seq);
     free(p->buffer_seq);

@@ -163,8 +163,10 @@ struct ct_plan {
     void *fwd_user;
     ct_stage_link *links;
     int n_links;
-    char **act_slots;        /* ct_plan_set_act_slots: [0] the compiled arena     */
-    int n_act_slots, act_slot;
+    char **act_slots;        /* ct_plan_set_act_slots: what backward reads, per micro-batch in flight */
+    int *slot_part;          /* the part each slot holds (-2: none)               */
+    int n_act_slots;
+    size_t slot_bytes;
 };
 
 /* A copy of r (NULL for NULL or out of memory; fusion.c). */

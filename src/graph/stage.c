@@ -473,65 +473,132 @@ int ct_plan_has_node(const ct_plan *p, ct_node n) {
     return 1;
 }
 
-ct_status ct_plan_copy_inputs(ct_plan *p, int from, int to) {
-    if (!p || from < 0 || to < 0 || from >= ct_plan_num_act_slots(p) || to >= ct_plan_num_act_slots(p))
-        return CT_E_INVALID_ARG;
-    if (from == to || !p->act_slots) return CT_OK;
-    for (int i = 0; i < p->g.n; i++) {
+
+/* ---- micro-batches in flight: what backward reads, saved per slot ------------------------------ */
+
+/* The activation-arena ranges part `part` (-1: every node) leaves for its backward: the values and saved state
+ * of its forward nodes (and shared ones) still read after the forward, and the data inputs; sorted by offset,
+ * merged. *in[k]: range k is a data input's. Returns the count (ranges: 2 x that many). */
+static int saved_ranges(const ct_plan *p, int part, size_t *rg, uint8_t *in) {
+    const ct_plan_node *pn = p->pn;
+    int n = 0;
+    for (int i = 0; i < p->n_fwd; i++) {
         const ct_node_def *d = &p->g.nodes[i];
-        if (d->op != CT_OP_INPUT || (d->flags >> CT_NODE_PART_SHIFT) || i == p->seed || p->pn[i].arena != CT_ARENA_ACT)
-            continue;
-        memcpy(p->act_slots[to] + p->pn[i].offset, p->act_slots[from] + p->pn[i].offset, p->pn[i].bytes);
+        if (!pn[i].live || (p->part && part >= 0 && p->part[i] >= 0 && p->part[i] != part)) continue;
+        const int input = d->op == CT_OP_INPUT && !(d->flags >> CT_NODE_PART_SHIFT) && i != p->seed;
+        const int late = pn[i].last_use >= p->n_fwd || input;
+        ct_node r = pn[i].arena == CT_ARENA_ALIAS ? pn[i].root : i;
+        if (late && pn[r].arena == CT_ARENA_ACT && pn[r].bytes) {
+            rg[2 * n] = pn[r].offset, rg[2 * n + 1] = pn[r].bytes, in[n++] = (uint8_t)input;
+        }
+        if (late && pn[i].aux_bytes) rg[2 * n] = pn[i].aux_offset, rg[2 * n + 1] = pn[i].aux_bytes, in[n++] = 0;
     }
-    return CT_OK;
+    for (int a = 1; a < n; a++) /* insertion sort by offset (a few hundred ranges) */
+        for (int b = a; b > 0 && rg[2 * b] < rg[2 * b - 2]; b--) {
+            size_t t0 = rg[2 * b], t1 = rg[2 * b + 1];
+            uint8_t t2 = in[b];
+            rg[2 * b] = rg[2 * b - 2], rg[2 * b + 1] = rg[2 * b - 1], in[b] = in[b - 1];
+            rg[2 * b - 2] = t0, rg[2 * b - 1] = t1, in[b - 1] = t2;
+        }
+    int m = 0;
+    for (int k = 0; k < n; k++) { /* overlapping ranges (an alias and its root): one */
+        if (m && rg[2 * k] < rg[2 * (m - 1)] + rg[2 * (m - 1) + 1]) {
+            size_t e = rg[2 * k] + rg[2 * k + 1], me = rg[2 * (m - 1)] + rg[2 * (m - 1) + 1];
+            if (e > me) rg[2 * (m - 1) + 1] = e - rg[2 * (m - 1)];
+            in[m - 1] = (uint8_t)(in[m - 1] && in[k]);
+            continue;
+        }
+        rg[2 * m] = rg[2 * k], rg[2 * m + 1] = rg[2 * k + 1], in[m++] = in[k];
+    }
+    return m;
 }
 
-/* Every node's storage in the activation arena `base` (slot switch). */
-static void rebase(ct_plan *p, char *base) {
-    p->act_arena = base;
-    for (int i = 0; i < p->g.n; i++) {
-        ct_plan_node *q = &p->pn[i];
-        if (q->arena == CT_ARENA_ACT) q->data = base + q->offset;
-        if (q->aux_bytes) q->aux = base + q->aux_offset;
+/* Copies part's saved ranges between the arena and stash (to_stash 1: arena -> stash); inputs_only: the
+ * data inputs alone. Returns the bytes of all its ranges. */
+static size_t copy_saved(ct_plan *p, int part, char *stash, int to_stash, int inputs_only) {
+    const int cap = 2 * p->n_fwd + 2;
+    size_t *rg = malloc(sizeof(size_t) * 2 * (size_t)cap);
+    uint8_t *in = malloc((size_t)cap);
+    size_t o = 0;
+    if (!rg || !in) {
+        free(rg), free(in);
+        return (size_t)-1;
     }
-    for (int i = 0; i < p->g.n; i++)
-        if (p->pn[i].arena == CT_ARENA_ALIAS) p->pn[i].data = p->pn[p->pn[i].root].data;
+    const int n = saved_ranges(p, part, rg, in);
+    for (int k = 0; k < n; k++) {
+        if (stash && (!inputs_only || in[k]))
+            memcpy(to_stash ? stash + o : p->act_arena + rg[2 * k], to_stash ? p->act_arena + rg[2 * k] : stash + o,
+                   rg[2 * k + 1]);
+        o += rg[2 * k + 1];
+    }
+    free(rg), free(in);
+    return o;
+}
+
+size_t ct_plan_saved_bytes(const ct_plan *p, int part) {
+    if (!p || !p->pn) return 0;
+    size_t most = 0;
+    for (int c = part < 0 ? 0 : part; c < (part < 0 ? ct_plan_num_parts(p) : part + 1); c++) {
+        size_t b = copy_saved((ct_plan *)(uintptr_t)p, p->n_parts ? c : -1, NULL, 0, 0);
+        if (b != (size_t)-1 && b > most) most = b;
+    }
+    return most;
 }
 
 ct_status ct_plan_set_act_slots(ct_plan *p, int n) {
     if (!p || n < 1 || n > 4096) return CT_E_INVALID_ARG;
     if (p->plan_only) return ct_set_error(p->ctx, CT_E_STATE, "act_slots: a plan_only plan has no memory");
-    if (!p->act_slots) {
-        if (!(p->act_slots = calloc(1, sizeof *p->act_slots))) return ct_set_error(p->ctx, CT_E_OOM, "out of memory");
-        p->act_slots[0] = p->act_arena;
-        p->n_act_slots = 1;
-    }
-    if (n < p->n_act_slots) { /* fewer: back to slot 0, the others freed */
-        rebase(p, p->act_slots[0]);
-        p->act_slot = 0;
-        for (int k = n; k < p->n_act_slots; k++) ct_free(p->ctx, p->act_slots[k]);
-        p->n_act_slots = n;
-        return CT_OK;
-    }
-    char **s = realloc(p->act_slots, sizeof *s * (size_t)n);
-    if (!s) return ct_set_error(p->ctx, CT_E_OOM, "out of memory");
-    p->act_slots = s;
-    for (int k = p->n_act_slots; k < n; k++) {
-        CT_TRY(ct_alloc(p->ctx, p->act_bytes, (void **)&s[k]));
-        memset(s[k], 0, p->act_bytes);
+    for (int k = 0; k < p->n_act_slots; k++) ct_free(p->ctx, p->act_slots[k]);
+    free(p->act_slots);
+    free(p->slot_part);
+    p->n_act_slots = 0;
+    p->act_slots = calloc((size_t)n, sizeof *p->act_slots);
+    p->slot_part = malloc(sizeof(int) * (size_t)n);
+    if (!p->act_slots || !p->slot_part) return ct_set_error(p->ctx, CT_E_OOM, "out of memory");
+    p->slot_bytes = ct_plan_saved_bytes(p, -1);
+    for (int k = 0; k < n; k++) {
+        CT_TRY(ct_alloc(p->ctx, p->slot_bytes ? p->slot_bytes : 1, (void **)&p->act_slots[k]));
+        p->slot_part[k] = -2;
         p->n_act_slots = k + 1;
     }
     return CT_OK;
 }
 
-ct_status ct_plan_use_act_slot(ct_plan *p, int slot) {
-    if (!p || slot < 0 || slot >= ct_plan_num_act_slots(p)) return CT_E_INVALID_ARG;
-    if (p->act_slots && slot != p->act_slot) rebase(p, p->act_slots[slot]);
-    p->act_slot = slot;
+static ct_status slot_check(ct_plan *p, int slot, const char *fn) {
+    if (!p) return CT_E_INVALID_ARG;
+    if (slot < 0 || slot >= p->n_act_slots)
+        return ct_set_error(p->ctx, CT_E_INVALID_ARG, "%s: slot %d outside the %d of ct_plan_set_act_slots", fn, slot,
+                            p->n_act_slots);
     return CT_OK;
 }
 
-int ct_plan_num_act_slots(const ct_plan *p) { return p && p->n_act_slots ? p->n_act_slots : 1; }
+ct_status ct_plan_save_activations(ct_plan *p, int slot) {
+    CT_TRY(slot_check(p, slot, "save_activations"));
+    const int part = p->n_parts ? p->run_part : -1;
+    if (copy_saved(p, part, p->act_slots[slot], 1, 0) == (size_t)-1) return ct_set_error(p->ctx, CT_E_OOM, "out of memory");
+    p->slot_part[slot] = part;
+    return CT_OK;
+}
+
+ct_status ct_plan_restore_activations(ct_plan *p, int slot) {
+    CT_TRY(slot_check(p, slot, "restore_activations"));
+    const int part = p->n_parts ? p->run_part : -1;
+    if (p->slot_part[slot] != part)
+        return ct_set_error(p->ctx, CT_E_STATE, "restore_activations: slot %d holds part %d, not part %d", slot,
+                            p->slot_part[slot], part);
+    if (copy_saved(p, part, p->act_slots[slot], 0, 0) == (size_t)-1) return ct_set_error(p->ctx, CT_E_OOM, "out of memory");
+    return CT_OK;
+}
+
+ct_status ct_plan_restore_inputs(ct_plan *p, int slot) {
+    CT_TRY(slot_check(p, slot, "restore_inputs"));
+    if (p->slot_part[slot] < -1) return ct_set_error(p->ctx, CT_E_STATE, "restore_inputs: slot %d holds nothing", slot);
+    if (copy_saved(p, p->slot_part[slot], p->act_slots[slot], 0, 1) == (size_t)-1)
+        return ct_set_error(p->ctx, CT_E_OOM, "out of memory");
+    return CT_OK;
+}
+
+int ct_plan_num_act_slots(const ct_plan *p) { return p ? p->n_act_slots : 0; }
 
 struct ct_comm *ct_plan_pipeline_group(const ct_plan *p) { return p ? p->pp : NULL; }
 int ct_plan_param_order(const ct_plan *p, int i) { return p && p->param_seq && i >= 0 && i < p->n_params ? p->param_seq[i] : i; }

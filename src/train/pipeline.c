@@ -47,7 +47,7 @@ struct ct_pipe {
     double tied_bytes;        /* sent of tied parameters' gradients                           */
     int64_t steps;
     double ideal;             /* the schedule's bubble (simulated)                            */
-    double stage_mib[64][3];  /* per stage (first 64): parameters, one activation slot, slots (ct_pp_bind) */
+    double stage_mib[64][4];  /* per stage (first 64): parameters, the activation arena, slots, one slot's MiB */
     char what[192];           /* the wait in progress, for messages and the watchdog          */
 };
 
@@ -384,20 +384,20 @@ static int take_slot(ct_pipe *pp) {
     return -1;
 }
 
-/* The micro-batch's data in this slot: read by the rank's first part (the task's views on this slot), copied
- * from that part's slot by the others. *rows 0: the data ran out. */
+/* The micro-batch's data in the plan's inputs: read by the rank's first part, restored from that part's slot
+ * by the others. *rows 0: the data ran out. */
 static ct_status load(ct_run *R, ct_step_io *io, int c, int m, int slot, int64_t *rows) {
     ct_pipe *pp = R->pipe;
     ct_task *t = R->task;
     if (c > 0) {
         const int from = pp->slot_of[m];
-        CT_TRY(ct_plan_copy_inputs(R->plan, from, slot));
+        CT_TRY(ct_plan_restore_inputs(R->plan, from));
         pp->shape_of[slot] = pp->shape_of[from];
         *rows = 1;
         return ct_plan_set_shape(R->plan, pp->shape_of[slot]);
     }
     double td = R->prof ? ct_profiler_now_us() : 0;
-    CT_TRY(t->bind(t, R->plan)); /* the task's tensors: this slot's */
+    CT_TRY(t->bind(t, R->plan)); /* the compiled shape */
     CT_TRY(t->next_batch(t, io->step, m, rows));
     if (R->prof) ct_profiler_event(R->prof, "batch", "data", td, ct_profiler_now_us(), NULL);
     pp->shape_of[slot] = ct_plan_shape(R->plan);
@@ -438,7 +438,6 @@ static ct_status forward(ct_run *R, ct_step_io *io, const ct_pp_action *a, int64
     const int slot = take_slot(pp);
     if (slot < 0) return ct_set_error(R->ctx, CT_E_INTERNAL, "pipeline: no free activation slot for micro-batch %d", m);
     pp->slot_of[c * pp->M + m] = slot;
-    CT_TRY(ct_plan_use_act_slot(R->plan, slot));
     CT_TRY(ct_plan_set_part(R->plan, c));
     CT_TRY(load(R, io, c, m, slot, rows));
     if (*rows == 0) {
@@ -450,6 +449,7 @@ static ct_status forward(ct_run *R, ct_step_io *io, const ct_pp_action *a, int64
     CT_TRY(ct_plan_set_sample_offset(R->plan, ct_step_first_sample(R, m)));
     if (k > 0) CT_TRY(receive(R, c, 0, m, 0));
     CT_TRY(compute(R, 1, m, k));
+    CT_TRY(ct_plan_save_activations(R->plan, slot)); /* what its backward reads, until then */
     if (k == pp->n_pieces - 1) {
         const double before = io->loss;
         stats(R, io, *rows);
@@ -465,9 +465,9 @@ static ct_status reduce_tied(ct_run *R);
 static ct_status backward(ct_run *R, const ct_pp_action *a) {
     ct_pipe *pp = R->pipe;
     const int c = a->chunk, m = a->micro, k = piece(pp, R->pp_rank, c), slot = pp->slot_of[c * pp->M + m];
-    CT_TRY(ct_plan_use_act_slot(R->plan, slot));
     CT_TRY(ct_plan_set_part(R->plan, c));
     CT_TRY(ct_plan_set_shape(R->plan, pp->shape_of[slot]));
+    CT_TRY(ct_plan_restore_activations(R->plan, slot));
     CT_TRY(ct_plan_set_sample_offset(R->plan, ct_step_first_sample(R, m))); /* dropout's masks: this micro-batch's */
     if (k + 1 < pp->n_pieces) CT_TRY(receive(R, c, 1, m, 0));
     CT_TRY(compute(R, 0, m, k));
@@ -576,7 +576,6 @@ ct_status ct_pp_step(ct_run *R, ct_step_io *io) {
         ct_profiler_event(R->prof, "pipeline schedule", "pipeline", t0, t1, args);
     }
     CT_TRY(ct_plan_set_part(R->plan, -1));
-    CT_TRY(ct_plan_use_act_slot(R->plan, 0));
     CT_TRY(R->task->bind(R->task, R->plan));
     CT_TRY(reduce_gradients(R));
     CT_TRY(share_stats(R, io));
@@ -604,7 +603,6 @@ static ct_status eval_forward(void *user, ct_plan *p, int training) {
 ct_status ct_pp_evaluate(ct_run *R, ct_task_eval *ev) {
     ct_pipe *pp = R->pipe;
     ct_task *t = R->task;
-    CT_TRY(ct_plan_use_act_slot(R->plan, 0));
     CT_TRY(t->bind(t, R->plan));
     ct_plan_set_forward_fn(R->plan, eval_forward, R);
     ct_status s = t->evaluate(t, ev);
@@ -623,11 +621,12 @@ ct_status ct_pp_gather_memory(ct_run *R) {
     ct_pipe *pp = R->pipe;
     ct_plan_stats ps;
     ct_plan_get_stats(R->plan, &ps);
-    double mine[3] = {(double)ps.param_bytes / 1048576.0, (double)ps.activation_bytes / 1048576.0, pp->n_slots};
+    double mine[4] = {(double)ps.param_bytes / 1048576.0, (double)ps.activation_bytes / 1048576.0, pp->n_slots,
+                      (double)ct_plan_saved_bytes(R->plan, -1) / 1048576.0};
     double *all = malloc(sizeof mine * (size_t)pp->P);
     if (!all) return ct_set_error(R->ctx, CT_E_OOM, "out of memory");
     ct_status s = ct_comm_allgather(R->pp, mine, sizeof mine, all);
-    for (int q = 0; s == CT_OK && q < pp->P && q < 64; q++) memcpy(pp->stage_mib[q], all + 3 * q, sizeof mine);
+    for (int q = 0; s == CT_OK && q < pp->P && q < 64; q++) memcpy(pp->stage_mib[q], all + 4 * q, sizeof mine);
     free(all);
     return s;
 }
@@ -643,9 +642,10 @@ void ct_pp_describe(const ct_run *R, char *buf, size_t len) {
         char pieces[32];
         if (pp->v > 1) snprintf(pieces, sizeof pieces, "pieces %d, %d%s", k0, k0 + pp->P, pp->v > 2 ? ", ..." : "");
         else snprintf(pieces, sizeof pieces, "blocks %d..%d", b0, k1 + 1 < pp->n_pieces ? pp->cuts[k1] - 1 : pp->n_blocks - 1);
-        o += (size_t)snprintf(buf + o, len - o, "\n  stage %d: %s, parameters %.1f MiB, activations %.1f MiB x %d "
-                              "micro-batches in flight = %.1f MiB", q, pieces, pp->stage_mib[q][0],
-                              pp->stage_mib[q][1], (int)pp->stage_mib[q][2], pp->stage_mib[q][1] * pp->stage_mib[q][2]);
+        const double *m = pp->stage_mib[q];
+        o += (size_t)snprintf(buf + o, len - o, "\n  stage %d: %s, parameters %.1f MiB, activations %.1f MiB + %.2f MiB "
+                              "kept for backward x %d micro-batches in flight = %.1f MiB", q, pieces, m[0], m[1], m[3],
+                              (int)m[2], m[1] + m[3] * m[2]);
     }
 }
 

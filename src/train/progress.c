@@ -81,8 +81,9 @@ static void header_per_rank(ct_run *R) {
         ct_run_say(R, "  layout: %d ranks = data parallel %d x tensor parallel %d x pipeline %d\n  %s\n",
                    ct_comm_size(R->world_comm), R->world, R->tp_size, R->pp_size, pl);
     }
-    /* a pipeline stage keeps one activation arena per micro-batch in flight (rank 0's stage: the first) */
-    const double act = (double)ps.activation_bytes * ct_plan_num_act_slots(R->plan) + (double)ps.workspace_bytes;
+    /* a pipeline stage keeps what backward reads per micro-batch in flight (rank 0's stage: the first) */
+    const double act = (double)ps.activation_bytes + (double)ps.workspace_bytes +
+                       (double)ct_plan_saved_bytes(R->plan, -1) * ct_plan_num_act_slots(R->plan);
     ct_run_say(R, "  per rank: %.2f MiB parameters + %.2f MiB gradients + %.2f MiB optimizer state + %.2f MiB "
                   "activations%s = %.2f MiB model state and activations\n",
                (double)ps.param_bytes / M, (double)ps.grad_bytes / M, (double)on * sizeof(float) / M, act / M,
