@@ -121,7 +121,7 @@ static void pp_blocks(const ct_graph *g, int n_pieces, const int *cuts, int P, i
 }
 
 /* Per stage: its blocks, forward FLOPs and parameters (ct_graph_piece_costs), and its activations (a
- * plan_only compile of the stage plan) times the micro-batches the schedule keeps in flight. */
+ * plan_only compile of the stage plan) plus what backward reads (ct_plan_saved_bytes) per micro-batch in flight. */
 static ct_status print_pipeline(const ct_recipe *r, const pp_build *b, int *said) {
     const int P = r->pipeline_stages, kind = r->pipeline_schedule, M = r->accumulate_steps > 0 ? r->accumulate_steps : 1;
     const int v = kind == PP_INTERLEAVED ? (r->virtual_stages > 0 ? r->virtual_stages : 2) : 1, n = P * v;
@@ -160,15 +160,15 @@ static ct_status print_pipeline(const ct_recipe *r, const pp_build *b, int *said
         if (s != CT_OK) return s;
         ct_plan_stats ps;
         ct_plan_get_stats(sp, &ps);
+        const double act = (double)ps.activation_bytes / 1048576.0, kept = (double)ct_plan_saved_bytes(sp, -1) / 1048576.0;
         ct_plan_free(sp);
-        const double act = (double)ps.activation_bytes / 1048576.0;
         const int fly = pp_in_flight(kind, P, v, M, q);
         char blocks[512], fs[32];
         pp_blocks(b->g, n, cuts, P, v, q, blocks, sizeof blocks);
         human_flops(fl, fs, sizeof fs);
-        printf("  stage %d: %s, forward %s, %.0f parameters (%.2f MiB), activations %.2f MiB x %d micro-batch%s in "
-               "flight = %.2f MiB\n", q, blocks, fs, pa, pa * 4 / 1048576.0, act, fly, fly == 1 ? "" : "es",
-               act * fly);
+        printf("  stage %d: %s, forward %s, %.0f parameters (%.2f MiB), activations %.2f MiB + %.2f MiB kept for "
+               "backward x %d micro-batch%s in flight = %.2f MiB\n", q, blocks, fs, pa, pa * 4 / 1048576.0, act, kept,
+               fly, fly == 1 ? "" : "es", act + kept * fly);
     }
     return CT_OK;
 }
