@@ -120,8 +120,8 @@ static void pp_finish(pp_acc *a, ct_doctor_report *r, double step_t) {
     r->pipeline_steps = a->sched.n;
     r->v_pipeline = CT_VERDICT_UNKNOWN;
     if (a->sched.n) {
-        qsort(a->work.v, (size_t)a->work.n, sizeof *a->work.v, by_start);
-        qsort(a->recv.v, (size_t)a->recv.n, sizeof *a->recv.v, by_start);
+        if (a->work.n) qsort(a->work.v, (size_t)a->work.n, sizeof *a->work.v, by_start); /* (NULL when none) */
+        if (a->recv.n) qsort(a->recv.v, (size_t)a->recv.n, sizeof *a->recv.v, by_start);
         double wall = 0, busy = 0, recv = 0;
         for (int i = 0; i < a->sched.n; i++) {
             const pp_span *s = &a->sched.v[i];
