@@ -62,7 +62,8 @@ int ct_test_main(const char *suite, const ct_test_case *cases, int n, int argc, 
 #define T(fn) {#fn, fn}
 
 /* Helpers shared by tests (tests/util.c) */
-/* A whole file (*n its bytes; NULL when it cannot be read). The caller frees it. */
+/* A whole file, NUL-terminated (*n its bytes, n may be NULL; NULL when it cannot be read whole). The caller
+ * frees it. */
 unsigned char *test_read_file(const char *path, size_t *n);
 /* MPI test binaries (run alone: a world of one): *ctx = test_ctx(-1, 1) and *world; returns 0, or 1 after
  * printing why and "<suite>: 0 passed, 1 failed" when the world cannot be created. test_mpi_finish frees

@@ -10,23 +10,6 @@
 #include "graph/plan.h"
 #include "prof/prof_internal.h"
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    if (b) b[n] = 0;
-    fclose(f);
-    if (len) *len = (size_t)n;
-    return b;
-}
-
 static int executed_nodes(const ct_plan *p) {
     int n = 0;
     for (int i = 0; i < p->g.n; i++) {
@@ -94,7 +77,7 @@ TEST(profiled_mlp_trace) {
     snprintf(path, sizeof path, "/tmp/ct_test_profile_%d.json", (int)getpid());
     CHECK_OK(ctx, ct_profiler_write(prof, path));
     size_t len;
-    char *txt = slurp(path, &len);
+    char *txt = (char *)test_read_file(path, &len);
     CHECK(txt != NULL);
     cJSON *root = cJSON_Parse(txt);
     CHECK_MSG(root != NULL, "the trace is not valid JSON");
@@ -268,7 +251,7 @@ TEST(bounded_buffer_counts_drops) {
     char path[256];
     snprintf(path, sizeof path, "/tmp/ct_test_profile_b%d.json", (int)getpid());
     CHECK_OK(ctx, ct_profiler_write(prof, path));
-    char *txt = slurp(path, NULL);
+    char *txt = (char *)test_read_file(path, NULL);
     cJSON *root = txt ? cJSON_Parse(txt) : NULL;
     CHECK(root != NULL);
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "metadata");
@@ -495,7 +478,7 @@ TEST(tracks_by_category) {
     char path[256];
     snprintf(path, sizeof path, "/tmp/ct_test_profile_t%d.json", (int)getpid());
     CHECK_OK(ctx, ct_profiler_write(prof, path));
-    char *txt = slurp(path, NULL);
+    char *txt = (char *)test_read_file(path, NULL);
     cJSON *root = txt ? cJSON_Parse(txt) : NULL;
     CHECK(root != NULL);
     const cJSON *e;

@@ -276,14 +276,20 @@ ct_status test_ce_plan(ct_context *ctx, ct_comm *group, int vp, int64_t rows, in
 }
 
 unsigned char *test_read_file(const char *path, size_t *n) {
-    *n = 0;
+    if (n) *n = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
     long sz = ftell(f);
     fseek(f, 0, SEEK_SET);
     unsigned char *b = sz >= 0 ? malloc((size_t)sz + 1) : NULL;
-    *n = b && fread(b, 1, (size_t)sz, f) == (size_t)sz ? (size_t)sz : 0;
+    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) { /* a short read: nothing */
+        free(b);
+        b = NULL;
+    }
     fclose(f);
+    if (!b) return NULL;
+    b[sz] = 0; /* text files read as C strings */
+    if (n) *n = (size_t)sz;
     return b;
 }
