@@ -252,6 +252,7 @@ void ct_plan_free(ct_plan *p) {
     for (int k = 0; k < p->n_act_slots; k++) ct_free(p->ctx, p->act_slots[k]);
     free(p->act_slots);
     free(p->slot_part);
+    ct_saved_sets_free(p);
     ct_free(p->ctx, p->act_arena);
     free(p->part);
     free(p->param_seq);

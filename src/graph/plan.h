@@ -62,6 +62,15 @@ typedef struct ct_act_peak {
     } top[CT_PEAK_TOP];
 } ct_act_peak;
 
+/* What a micro-batch's backward reads (graph/stage.c): n activation-arena ranges [offset, bytes] in rg (in[k]:
+ * range k is a data input's), bytes in all. */
+typedef struct ct_saved_set {
+    int n;
+    size_t *rg;
+    uint8_t *in;
+    size_t bytes;
+} ct_saved_set;
+
 /* A pipeline link (graph/stage.c): a value crossing between a held piece and its neighbour. */
 typedef struct ct_stage_link {
     int part, dir;      /* the held piece's part; 0 incoming, 1 outgoing              */
@@ -167,6 +176,8 @@ struct ct_plan {
     int *slot_part;          /* the part each slot holds (-2: none)               */
     int n_act_slots;
     size_t slot_bytes;
+    ct_saved_set *saved;     /* per part + 1 (0: every part), made by ct_plan_set_act_slots */
+    int n_saved;
 };
 
 /* A copy of r (NULL for NULL or out of memory; fusion.c). */
@@ -233,5 +244,7 @@ ct_status ct_pass_allocate(ct_plan *p);
 ct_status ct_pass_stage(ct_plan *p);
 ct_status ct_stage_parts(ct_plan *p);
 ct_status ct_stage_keep(ct_plan *p, ct_node id, int *idx);
+/* Frees the plan's saved sets (ct_plan_set_act_slots'; ct_plan_free). */
+void ct_saved_sets_free(ct_plan *p);
 
 #endif

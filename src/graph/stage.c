@@ -55,20 +55,25 @@ ct_status ct_graph_find_block(const ct_graph *g, const char *name, int *block) {
                         names, nb ? "" : "(none: the model is not built of blocks)");
 }
 
+/* The cut points: ascending block indices after block 0 (what: the message's subject). */
+static ct_status check_cuts(const ct_graph *g, int n_cuts, const int *cuts, const char *what) {
+    const int nb = ct_graph_num_blocks(g);
+    for (int k = 0; k < n_cuts; k++)
+        if (cuts[k] < 1 || cuts[k] >= nb || (k && cuts[k] <= cuts[k - 1]))
+            return ct_set_error(g->ctx, CT_E_CONFIG,
+                                "%s: cut %d at block %d: cuts must be ascending block indices in 1 .. %d (the model "
+                                "has %d blocks)",
+                                what, k, cuts[k], nb - 1, nb);
+    return CT_OK;
+}
+
 /* piece[i] of every non-leaf node for a cut (leaves: -1). CT_E_CONFIG on a bad cut or an empty piece. */
 static ct_status assign_pieces(const ct_graph *g, int n_pieces, const int *cuts, int *piece) {
-    const int nb = ct_graph_num_blocks(g);
     int start[256];
     if (n_pieces < 1 || n_pieces > 256)
         return ct_set_error(g->ctx, CT_E_CONFIG, "pipeline: %d pieces (1 .. 256)", n_pieces);
-    for (int k = 0; k + 1 < n_pieces; k++) {
-        if (cuts[k] < 1 || cuts[k] >= nb || (k && cuts[k] <= cuts[k - 1]))
-            return ct_set_error(g->ctx, CT_E_CONFIG,
-                                "pipeline: cut %d at block %d: cuts must be ascending block indices in 1 .. %d (the "
-                                "model has %d blocks)",
-                                k, cuts[k], nb - 1, nb);
-        start[k] = block_start(g, cuts[k]);
-    }
+    CT_TRY(check_cuts(g, n_pieces - 1, cuts, "pipeline"));
+    for (int k = 0; k + 1 < n_pieces; k++) start[k] = block_start(g, cuts[k]);
     int *count = calloc((size_t)n_pieces, sizeof *count);
     if (!count) return ct_set_error(g->ctx, CT_E_OOM, "pipeline: out of memory");
     for (int i = 0, k = 0; i < g->n; i++) {
@@ -188,12 +193,9 @@ ct_status ct_graph_parse_cuts(const ct_graph *g, const char *text, int n_pieces,
     if (n != n_pieces - 1)
         return ct_set_error(g->ctx, CT_E_CONFIG, "pipeline_split \"%s\" names %d cut points; %d pieces need %d", text, n,
                             n_pieces, n_pieces - 1);
-    for (int k = 0; k < n; k++) /* the same checks as the compile's */
-        if (cuts[k] < 1 || cuts[k] >= ct_graph_num_blocks(g) || (k && cuts[k] <= cuts[k - 1]))
-            return ct_set_error(g->ctx, CT_E_CONFIG, "pipeline_split \"%s\": cut points must be ascending block "
-                                "indices in 1 .. %d (the model has %d blocks)", text, ct_graph_num_blocks(g) - 1,
-                                ct_graph_num_blocks(g));
-    return CT_OK;
+    char what[300];
+    snprintf(what, sizeof what, "pipeline_split \"%s\"", text);
+    return check_cuts(g, n, cuts, what);
 }
 
 /* ---- the compile pass ------------------------------------------------------------------ */
@@ -342,13 +344,16 @@ static ct_status rebind(ct_plan *p, cut_ctx *c, int n_user_out) {
         free(seq_of);
         return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory");
     }
+    int *ord = malloc(sizeof(int) * ((size_t)c->ng.n + 1)); /* a stage node -> its whole buffer index */
+    if (!ord) {
+        free(seq_of);
+        return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory");
+    }
+    for (int u = 0; u < c->g->n; u++)
+        if (c->g->nodes[u].op == CT_OP_BUFFER && c->map[u] != CT_NONE) ord[c->map[u]] = seq_of[u];
     for (int i = 0; i < c->ng.n; i++)
-        if (c->ng.nodes[i].op == CT_OP_BUFFER) {
-            int u = 0;
-            while (u < c->g->n && c->map[u] != i) u++;
-            p->buffer_seq[kb] = u < c->g->n ? seq_of[u] : kb;
-            kb++;
-        }
+        if (c->ng.nodes[i].op == CT_OP_BUFFER) p->buffer_seq[kb++] = ord[i];
+    free(ord);
     free(seq_of);
     int k = 0; /* the user's outputs that a held piece computes; the loss */
     for (int i = 0; i < n_user_out; i++)
@@ -513,34 +518,54 @@ static int saved_ranges(const ct_plan *p, int part, size_t *rg, uint8_t *in) {
     return m;
 }
 
-/* Copies part's saved ranges between the arena and stash (to_stash 1: arena -> stash); inputs_only: the
- * data inputs alone. Returns the bytes of all its ranges. */
-static size_t copy_saved(ct_plan *p, int part, char *stash, int to_stash, int inputs_only) {
+/* Part `part`'s saved ranges (-1: every part's) into *ss (its arrays allocated). */
+static ct_status saved_set_make(const ct_plan *p, int part, ct_saved_set *ss) {
     const int cap = 2 * p->n_fwd + 2;
-    size_t *rg = malloc(sizeof(size_t) * 2 * (size_t)cap);
-    uint8_t *in = malloc((size_t)cap);
+    memset(ss, 0, sizeof *ss);
+    ss->rg = malloc(sizeof(size_t) * 2 * (size_t)cap);
+    ss->in = malloc((size_t)cap);
+    if (!ss->rg || !ss->in) {
+        free(ss->rg), free(ss->in);
+        ss->rg = NULL, ss->in = NULL;
+        return ct_set_error(p->ctx, CT_E_OOM, "out of memory");
+    }
+    ss->n = saved_ranges(p, part, ss->rg, ss->in);
+    for (int k = 0; k < ss->n; k++) ss->bytes += ss->rg[2 * k + 1];
+    return CT_OK;
+}
+
+void ct_saved_sets_free(ct_plan *p) {
+    for (int e = 0; p->saved && e < p->n_saved; e++) free(p->saved[e].rg), free(p->saved[e].in);
+    free(p->saved);
+    p->saved = NULL;
+    p->n_saved = 0;
+}
+
+/* Copies a saved set's ranges between the arena and a stash (to_stash 1: arena -> stash); inputs_only: the
+ * data inputs alone. */
+static void copy_saved(ct_plan *p, const ct_saved_set *ss, char *stash, int to_stash, int inputs_only) {
     size_t o = 0;
-    if (!rg || !in) {
-        free(rg), free(in);
-        return (size_t)-1;
+    for (int k = 0; k < ss->n; k++) {
+        if (!inputs_only || ss->in[k])
+            memcpy(to_stash ? stash + o : p->act_arena + ss->rg[2 * k], to_stash ? p->act_arena + ss->rg[2 * k] : stash + o,
+                   ss->rg[2 * k + 1]);
+        o += ss->rg[2 * k + 1];
     }
-    const int n = saved_ranges(p, part, rg, in);
-    for (int k = 0; k < n; k++) {
-        if (stash && (!inputs_only || in[k]))
-            memcpy(to_stash ? stash + o : p->act_arena + rg[2 * k], to_stash ? p->act_arena + rg[2 * k] : stash + o,
-                   rg[2 * k + 1]);
-        o += rg[2 * k + 1];
-    }
-    free(rg), free(in);
-    return o;
 }
 
 size_t ct_plan_saved_bytes(const ct_plan *p, int part) {
     if (!p || !p->pn) return 0;
     size_t most = 0;
     for (int c = part < 0 ? 0 : part; c < (part < 0 ? ct_plan_num_parts(p) : part + 1); c++) {
-        size_t b = copy_saved((ct_plan *)(uintptr_t)p, p->n_parts ? c : -1, NULL, 0, 0);
-        if (b != (size_t)-1 && b > most) most = b;
+        const int pt = p->n_parts ? c : -1;
+        if (p->saved) { /* computed by ct_plan_set_act_slots */
+            if (p->saved[pt + 1].bytes > most) most = p->saved[pt + 1].bytes;
+            continue;
+        }
+        ct_saved_set ss;
+        if (saved_set_make(p, pt, &ss) != CT_OK) return 0;
+        if (ss.bytes > most) most = ss.bytes;
+        free(ss.rg), free(ss.in);
     }
     return most;
 }
@@ -551,10 +576,18 @@ ct_status ct_plan_set_act_slots(ct_plan *p, int n) {
     for (int k = 0; k < p->n_act_slots; k++) ct_free(p->ctx, p->act_slots[k]);
     free(p->act_slots);
     free(p->slot_part);
+    ct_saved_sets_free(p);
     p->n_act_slots = 0;
     p->act_slots = calloc((size_t)n, sizeof *p->act_slots);
     p->slot_part = malloc(sizeof(int) * (size_t)n);
-    if (!p->act_slots || !p->slot_part) return ct_set_error(p->ctx, CT_E_OOM, "out of memory");
+    /* the ranges of each part (entry part + 1; entry 0: all of them), once: the plan's layout is fixed */
+    ct_saved_set *ss = calloc((size_t)ct_plan_num_parts(p) + 1, sizeof *ss);
+    if (!p->act_slots || !p->slot_part || !ss) {
+        free(ss);
+        return ct_set_error(p->ctx, CT_E_OOM, "out of memory");
+    }
+    p->saved = ss;
+    for (int e = 0; e <= ct_plan_num_parts(p); e++, p->n_saved++) CT_TRY(saved_set_make(p, e - 1, &ss[e]));
     p->slot_bytes = ct_plan_saved_bytes(p, -1);
     for (int k = 0; k < n; k++) {
         CT_TRY(ct_alloc(p->ctx, p->slot_bytes ? p->slot_bytes : 1, (void **)&p->act_slots[k]));
@@ -575,7 +608,7 @@ static ct_status slot_check(ct_plan *p, int slot, const char *fn) {
 ct_status ct_plan_save_activations(ct_plan *p, int slot) {
     CT_TRY(slot_check(p, slot, "save_activations"));
     const int part = p->n_parts ? p->run_part : -1;
-    if (copy_saved(p, part, p->act_slots[slot], 1, 0) == (size_t)-1) return ct_set_error(p->ctx, CT_E_OOM, "out of memory");
+    copy_saved(p, &p->saved[part + 1], p->act_slots[slot], 1, 0);
     p->slot_part[slot] = part;
     return CT_OK;
 }
@@ -586,15 +619,14 @@ ct_status ct_plan_restore_activations(ct_plan *p, int slot) {
     if (p->slot_part[slot] != part)
         return ct_set_error(p->ctx, CT_E_STATE, "restore_activations: slot %d holds part %d, not part %d", slot,
                             p->slot_part[slot], part);
-    if (copy_saved(p, part, p->act_slots[slot], 0, 0) == (size_t)-1) return ct_set_error(p->ctx, CT_E_OOM, "out of memory");
+    copy_saved(p, &p->saved[part + 1], p->act_slots[slot], 0, 0);
     return CT_OK;
 }
 
 ct_status ct_plan_restore_inputs(ct_plan *p, int slot) {
     CT_TRY(slot_check(p, slot, "restore_inputs"));
     if (p->slot_part[slot] < -1) return ct_set_error(p->ctx, CT_E_STATE, "restore_inputs: slot %d holds nothing", slot);
-    if (copy_saved(p, p->slot_part[slot], p->act_slots[slot], 0, 1) == (size_t)-1)
-        return ct_set_error(p->ctx, CT_E_OOM, "out of memory");
+    copy_saved(p, &p->saved[p->slot_part[slot] + 1], p->act_slots[slot], 0, 1);
     return CT_OK;
 }
 
