@@ -357,7 +357,7 @@ ct_status ct_pp_bind(ct_run *R) {
     if (!pp) return CT_OK;
     /* deterministic: the micro-batches are this rank's chunks of the global batch, each gradient a leaf of the
      * chunk tree (zero.c) as soon as its backward ends */
-    if (ct_zero_deterministic(R->zero)) pp->M = ct_zero_local_chunks(R->zero);
+    if (R->det) pp->M = ct_det_local_chunks(R->det);
     ct_pp_sim sim;
     CT_TRY(ct_pp_simulate(R->ctx, pp->kind, pp->P, pp->v, pp->M, &sim));
     pp->ideal = sim.bubble;
@@ -473,9 +473,9 @@ static ct_status backward(ct_run *R, const ct_pp_action *a) {
     CT_TRY(compute(R, 0, m, k));
     if (k > 0) CT_TRY(send(R, c, 1, m, slot, 0));
     pp->slot_used[slot] = 0;
-    if (ct_zero_deterministic(R->zero)) { /* this chunk's gradient, the tied copies summed as one process does */
+    if (R->det) { /* this chunk's gradient, the tied copies summed as one process does */
         CT_TRY(reduce_tied(R));
-        CT_TRY(ct_zero_det_push(R->zero, m, pp->det_loss[m]));
+        CT_TRY(ct_det_push(R->det, m, pp->det_loss[m]));
     }
     return CT_OK;
 }
@@ -531,8 +531,8 @@ static ct_status share_stats(ct_run *R, ct_step_io *io) {
 }
 
 static ct_status reduce_gradients(ct_run *R) {
-    if (ct_zero_deterministic(R->zero)) /* the chunk tree reduces in ct_step_reduce_stats; its losses: the last stage's */
-        return ct_comm_broadcast(R->pp, ct_zero_det_losses(R->zero), sizeof(double) * (size_t)R->pipe->M,
+    if (R->det) /* the chunk tree reduces in ct_step_reduce_stats; its losses: the last stage's */
+        return ct_comm_broadcast(R->pp, ct_det_losses(R->det), sizeof(double) * (size_t)R->pipe->M,
                                  rank_of(R->pipe, R->pipe->n_pieces - 1));
     double ta = ct_profiler_now_us();
     if (ct_zero_stage(R->zero) > 0) CT_TRY(ct_zero_reduce_grads(R->zero));

@@ -105,7 +105,7 @@ static void header_parallel(ct_run *R) {
     else if (R->world > 1)
         ct_run_say(R, "  data parallel: %d ranks x %lld rows (global batch %lld), gradients averaged by %s of "
                    "%.2f MiB per step\n", R->world, (long long)(r->batch_size / R->world), (long long)r->batch_size,
-                   ct_zero_stage(R->zero) > 0 ? "one reduce-scatter" : ct_zero_deterministic(R->zero)
+                   ct_zero_stage(R->zero) > 0 ? "one reduce-scatter" : R->det
                                                     ? "one fixed-tree allreduce" : "one allreduce",
                    (double)R->n_par * sizeof(float) / 1048576.0);
     if (ct_zero_stage(R->zero) > 0) {
@@ -126,7 +126,7 @@ static void header_parallel(ct_run *R) {
         ct_run_say(R, "  deterministic: %d chunks of %lld rows per global batch, %d on each rank, gradients added in "
                    "one fixed tree (bit-identical at any power-of-two world size dividing %d with the same threads "
                    "per rank)\n", r->deterministic_chunks, (long long)R->local.batch_size,
-                   ct_zero_local_chunks(R->zero), r->deterministic_chunks);
+                   ct_det_local_chunks(R->det), r->deterministic_chunks);
 }
 
 void ct_progress_header(ct_run *R, const char *rj) {

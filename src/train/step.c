@@ -18,7 +18,7 @@
  * batch; else this rank's rows of the micro-th global batch of the step (one process: micro x batch_size). */
 int64_t ct_step_first_sample(const ct_run *R, int micro) {
     const int64_t Bg = R->r->batch_size, b = Bg / (R->world > 0 ? R->world : 1);
-    if (ct_zero_deterministic(R->zero)) return R->rank * b + (int64_t)micro * R->local.batch_size;
+    if (R->det) return R->rank * b + (int64_t)micro * R->local.batch_size;
     return (int64_t)micro * Bg + R->rank * b;
 }
 
@@ -45,7 +45,7 @@ static ct_status micro_batch(ct_run *R, ct_step_io *io, int micro, int64_t *rows
     if (R->bk && micro == R->accum - 1) CT_TRY(ct_buckets_begin(R->bk));
     CT_TRY(ct_plan_backward(R->plan));
     io->batches += !r->deterministic || micro == 0; /* deterministic: the chunks are one global batch */
-    if (r->deterministic) CT_TRY(ct_zero_det_push(R->zero, micro, loss));
+    if (r->deterministic) CT_TRY(ct_det_push(R->det, micro, loss));
     io->loss += loss;
     if (t->has_accuracy) io->correct += (double)t->batch_correct(t, *rows);
     io->rows += (double)*rows;
@@ -66,7 +66,7 @@ static ct_status reduce_gradients(ct_run *R) {
         CT_TRY(ct_zero_reduce_grads(R->zero));
         R->grad_reduces++;
         if (R->prof) ct_profiler_event(R->prof, "reduce-scatter gradients", "comm", ta, ct_profiler_now_us(), NULL);
-    } else if (R->world > 1 && !ct_zero_deterministic(R->zero)) {
+    } else if (R->world > 1 && !R->det) {
         /* data parallel: the mean gradient of the global batch on every rank, the same bits everywhere, so the
          * overflow check, the clipping norm and the step below agree across ranks without more messages */
         double ta = ct_profiler_now_us();
@@ -104,12 +104,12 @@ static ct_status check_loss(ct_run *R, const ct_step_io *io, double loss) {
 /* A loss that is not finite (without a loss scaler, which zeroes an overflowed forward's loss and skips
  * the step) or that diverged ends the run. */
 ct_status ct_step_reduce_stats(ct_run *R, ct_step_io *io) {
-    if (ct_zero_deterministic(R->zero) && io->n) {
+    if (R->det && io->n) {
         /* the chunk losses summed in chunk order (the same double at any world size), as one mean per step */
         double cr[3] = {io->correct, io->rows, io->units};
         CT_TRY(ct_comm_allreduce_f64(R->comm, cr, 3, CT_REDUCE_SUM)); /* integers: exact in any order */
         io->correct = cr[0], io->rows = cr[1], io->units = cr[2];
-        CT_TRY(ct_zero_det_reduce(R->zero, &io->loss));
+        CT_TRY(ct_det_reduce(R->det, &io->loss));
         R->grad_reduces++;
         io->n = 1;
     } else {

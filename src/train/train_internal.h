@@ -38,19 +38,16 @@ ct_status ct_dp_reduce_eval(ct_comm *c, ct_task *t, ct_task_eval *ev);
  * every rank waits for it and returns rank 0's status. */
 ct_status ct_dp_after_save(ct_context *ctx, ct_comm *c, ct_status s);
 
-/* ZeRO and the deterministic mode (zero.c; docs/distributed.md). ct_zero_create
- * gives NULL for zero_stage 0 without deterministic. */
+/* ZeRO (zero.c; docs/distributed.md). ct_zero_create gives NULL for zero_stage 0. */
 typedef struct ct_zero ct_zero;
-/* The recipe's zero_stage / deterministic keys against the world and the task. */
-ct_status ct_zero_check(ct_context *ctx, const ct_recipe *r, ct_task *t, int world);
+/* The recipe's zero_stage against its other keys. */
+ct_status ct_zero_check(ct_context *ctx, const ct_recipe *r);
 ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, ct_zero **out);
 /* The run's optimizer: with ZeRO the state of this rank's shard only, unless `whole` (a resume loads the whole
  * state first; ct_zero_shard then cuts it). z may be NULL (a whole optimizer). */
 ct_status ct_zero_optimizer_create(ct_zero *z, ct_plan *p, const ct_optim_opts *o, int whole, ct_optimizer **out);
 void ct_zero_free(ct_zero *z);
 int ct_zero_stage(const ct_zero *z);         /* 0 for NULL */
-int ct_zero_deterministic(const ct_zero *z); /* 0 for NULL */
-int ct_zero_local_chunks(const ct_zero *z);  /* deterministic: K / world micro-batches per step; else 1 */
 /* The optimizer's state becomes this rank's shard (after a resume has loaded the whole state). */
 ct_status ct_zero_shard(ct_zero *z);
 /* Reduce-scatter of the gradients; the arena outside this rank's segment zeroed (stage 2: released). */
@@ -63,12 +60,20 @@ ct_status ct_zero_allgather_params(ct_zero *z);
 ct_status ct_zero_gather_state(ct_zero *z, int whole);
 /* Bytes per rank between steps: gradients resident (stage 2: the segment) and the optimizer state. */
 void ct_zero_memory(const ct_zero *z, size_t n_par, size_t state_floats, double *grads_between, double *state);
-/* Deterministic: after chunk `micro`'s backward (its mean loss), into the pairwise tree. */
-ct_status ct_zero_det_push(ct_zero *z, int micro, double loss);
-/* Deterministic: after the last chunk: the tree over the ranks; *loss the global batch's mean loss. */
-ct_status ct_zero_det_reduce(ct_zero *z, double *loss);
-/* Deterministic: this rank's chunk losses (pushed so far), for a pipeline's last stage to share. */
-double *ct_zero_det_losses(ct_zero *z);
+/* The deterministic mode (deterministic.c; docs/distributed.md): ct_det_create gives NULL without
+ * deterministic: true. */
+typedef struct ct_det ct_det;
+/* The recipe's deterministic keys against the world and the task. */
+ct_status ct_det_check(ct_context *ctx, const ct_recipe *r, ct_task *t, int world);
+ct_status ct_det_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, ct_det **out);
+void ct_det_free(ct_det *d);
+int ct_det_local_chunks(const ct_det *d); /* K / world micro-batches per step; 1 for NULL */
+/* After chunk `micro`'s backward (its mean loss), into the pairwise tree. */
+ct_status ct_det_push(ct_det *d, int micro, double loss);
+/* After the last chunk: the tree over the ranks; *loss the global batch's mean loss. */
+ct_status ct_det_reduce(ct_det *d, double *loss);
+/* This rank's chunk losses (pushed so far), for a pipeline's last stage to share. */
+double *ct_det_losses(ct_det *d);
 /* Gradient buckets (dp_buckets.c): *out NULL on one rank; else planned from
  * the plan's layout and backward order with the recipe's bucket keys, and
  * fed by the plan's grad-ready hook (ct_buckets_begin arms them before the
@@ -224,7 +229,8 @@ struct ct_run {
     int wrank;                  /* its rank in the job (the world): 0 shows the run, writes the logs */
     ct_recipe local;            /* the recipe of this rank's plan: batch_size / world  */
     int64_t grad_reduces;       /* allreduces of the gradient arena                   */
-    ct_zero *zero;              /* zero_stage > 0 or deterministic (zero.c); else NULL */
+    ct_zero *zero;              /* zero_stage > 0 (zero.c); else NULL                  */
+    ct_det *det;                /* deterministic: true (deterministic.c); else NULL    */
     int micro_n;                /* micro-batches per step: accum, or (deterministic) this rank's chunks */
     int grad_div;               /* the loss gradient's divisor: accum x world, or (deterministic) the chunks */
     ct_buckets *bk;             /* the gradient buckets (dp_buckets.c); NULL: one rank */

@@ -340,7 +340,7 @@ static ct_status evaluate(ct_run *R, ct_task_eval *ev) {
     CT_TRY(ct_dp_broadcast_state(R->comm, R->plan, 1));
     if (R->pipe) CT_TRY(ct_pp_evaluate(R, ev)); /* through the stages; the last one's result */
     else CT_TRY(R->task->evaluate(R->task, ev));
-    if (ct_zero_deterministic(R->zero)) return CT_OK; /* every rank evaluated the whole split */
+    if (R->det) return CT_OK; /* every rank evaluated the whole split */
     return ct_dp_reduce_eval(R->comm, R->task, ev);
 }
 
@@ -397,6 +397,7 @@ static ct_status setup(ct_run *R, ct_train_result *res) {
     ct_status s = build_plan(ctx, R, R->task, &R->local, 0, &R->plan);
     if (s == CT_OK) s = ct_tp_bind(R);
     if (s == CT_OK) s = ct_zero_create(ctx, R->comm, r, R->plan, &R->zero);
+    if (s == CT_OK) s = ct_det_create(ctx, R->comm, r, R->plan, &R->det);
     if (s == CT_OK) s = ct_zero_optimizer_create(R->zero, R->plan, &r->optim, R->o->resume != NULL, &R->opt);
     if (s == CT_OK) s = R->task->bind(R->task, R->plan);
     if (s == CT_OK && R->pipe) s = ct_pp_bind(R); /* slots, buffers, the neighbours' agreement, tied parameters */
@@ -413,8 +414,8 @@ static ct_status setup(ct_run *R, ct_train_result *res) {
     /* "loss / accumulation_steps": each micro-batch's gradient is added into the arena. Data parallel also
      * divides by the world size (each rank's rows are that share of the global batch) and the allreduce sums:
      * the gradients have the magnitudes of one process, so FP16 overflows at the same loss scale */
-    R->micro_n = ct_zero_deterministic(R->zero) ? ct_zero_local_chunks(R->zero) : R->accum;
-    R->grad_div = ct_zero_deterministic(R->zero) ? r->deterministic_chunks : R->accum * R->world;
+    R->micro_n = R->det ? ct_det_local_chunks(R->det) : R->accum;
+    R->grad_div = R->det ? r->deterministic_chunks : R->accum * R->world;
     if (R->grad_div > 1) CT_TRY(ct_plan_set_loss_scale(R->plan, 1.0f / (float)R->grad_div));
     if (r->detect_anomaly) ct_plan_set_anomaly(R->plan, 1);
     CT_TRY(make_scaler(R));
@@ -443,7 +444,7 @@ static ct_status setup(ct_run *R, ct_train_result *res) {
                               r->early_stop_mode == CT_EARLY_STOP_MAX));
     ct_plan_param_arena(R->plan, &R->par, &R->grads, &R->n_par);
     /* buckets for DDP (zero_stage 0); ZeRO reduce-scatters and the deterministic mode reduces in its tree */
-    if (R->zero && R->world > 1 && (r->grad_compression != CT_GRAD_COMPRESSION_NONE || r->sync_batchnorm))
+    if ((R->zero || R->det) && R->world > 1 && (r->grad_compression != CT_GRAD_COMPRESSION_NONE || r->sync_batchnorm))
         return ct_set_error(ctx, CT_E_CONFIG,
                             "%s works with the gradient buckets of zero_stage 0 only, not with %s: set %s, or "
                             "zero_stage 0 and deterministic false",
@@ -455,7 +456,7 @@ static ct_status setup(ct_run *R, ct_train_result *res) {
     ct_recipe rb = *r;
     if (R->tp) rb.comm_progress = CT_BUCKET_PROGRESS_HOOK;
     /* pipeline parallel: the stage's gradients are reduced once its schedule ends (no buckets yet) */
-    if (!R->zero && !R->pipe) CT_TRY(ct_dp_buckets_create(ctx, R->comm, R->plan, &rb, &R->bk));
+    if (!R->zero && !R->det && !R->pipe) CT_TRY(ct_dp_buckets_create(ctx, R->comm, R->plan, &rb, &R->bk));
     R->first_overflow_step = -1;
     R->train_step = R->pipe ? ct_pp_step : ct_step_default; /* the seam (train_internal.h) */
     R->first_loss = -1.0;
@@ -749,7 +750,8 @@ ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, 
     R.task = o->task;
     if (s == CT_OK && !R.task) s = task_for(ctx, r, &R.task);
     if (s == CT_OK) s = ct_dp_setup(ctx, R.comm, R.task, r, &R.local);
-    if (s == CT_OK) s = ct_zero_check(ctx, r, R.task, R.world);
+    if (s == CT_OK) s = ct_zero_check(ctx, r);
+    if (s == CT_OK) s = ct_det_check(ctx, r, R.task, R.world);
     if (s == CT_OK && r->deterministic) { /* the plan is built for one chunk; this rank reads K / N of them */
         R.local.batch_size = r->batch_size / r->deterministic_chunks;
         s = R.task->chunk(R.task, r->deterministic_chunks / R.world);
@@ -766,6 +768,7 @@ ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, 
     ct_schedule_free(R.sched);
     ct_scaler_free(R.scaler);
     ct_zero_free(R.zero);
+    ct_det_free(R.det);
     ct_optimizer_free(R.opt);
     ct_plan_free(R.plan);
     if (!o->task) ct_task_free(R.task);

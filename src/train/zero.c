@@ -1,4 +1,4 @@
-/* src/train/zero.c - ZeRO stages 1 and 2 and the deterministic mode, the
+/* src/train/zero.c - ZeRO stages 1 and 2, the
  * trainer's parts (docs/distributed.md):
  *
  * ZeRO (zero_stage 1 | 2): the gradient arena is cut into one segment per
@@ -16,12 +16,7 @@
  * full gradient is still there: stage 2 lowers the memory between steps, not
  * the peak (that needs the reduce-scatter per bucket during backward).
  * Checkpoints stay whole: rank 0 gathers the state shards before writing.
- *
- * Deterministic mode: every global batch is cut into K chunks; the plan is
- * built for one chunk; rank r computes chunks [r*K/N, (r+1)*K/N), keeps
- * their gradients apart and adds them in a pairwise tree, and the ranks add
- * their subtrees with ct_comm_tree_allreduce_f32: the same binary tree of
- * additions whatever N, so the same bits. */
+ * The deterministic mode is deterministic.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,15 +37,9 @@ struct ct_zero {
     size_t *counts, *offs; /* each rank's segment                                  */
     float *tmp;            /* the ring's receive buffer (the largest segment)      */
     int madvise_ok;        /* stage 2: released pages read back as zeros            */
-    /* deterministic mode */
-    int chunks, local;     /* K, and K / N chunks on this rank                     */
-    float *level[8];       /* the pairwise tree's pending left subtrees           */
-    double *losses;        /* this rank's chunk losses, then all K in chunk order  */
 };
 
-static int is_pow2(int x) { return x > 0 && !(x & (x - 1)); }
-
-ct_status ct_zero_check(ct_context *ctx, const ct_recipe *r, ct_task *t, int world) {
+ct_status ct_zero_check(ct_context *ctx, const ct_recipe *r) {
     if (r->zero_stage > 0 && r->deterministic)
         return ct_set_error(ctx, CT_E_CONFIG,
                             "zero_stage %d and deterministic: true do not go together yet: the deterministic mode "
@@ -61,33 +50,12 @@ ct_status ct_zero_check(ct_context *ctx, const ct_recipe *r, ct_task *t, int wor
                             "zero_stage %d cannot shard lamb's state (its trust ratio needs each parameter's whole "
                             "update); use zero_stage 0 with lamb, or adamw",
                             r->zero_stage);
-    if (!r->deterministic) return CT_OK;
-    const int K = r->deterministic_chunks;
-    if (!is_pow2(world) || K % world || !is_pow2(K / world) || K / world > 128)
-        return ct_set_error(ctx, CT_E_CONFIG,
-                            "deterministic: true with deterministic_chunks %d needs a power-of-two number of ranks that "
-                            "divides it (1, 2, 4, ... up to %d), not %d ranks",
-                            K, K, world);
-    if (r->batch_size % K)
-        return ct_set_error(ctx, CT_E_CONFIG,
-                            "deterministic: true cuts every batch into deterministic_chunks %d chunks: batch_size %lld "
-                            "does not divide by it; use a multiple of %d",
-                            K, (long long)r->batch_size, K);
-    if (r->accumulate_steps > 1)
-        return ct_set_error(ctx, CT_E_CONFIG,
-                            "deterministic: true does not support accumulate_steps > 1 yet: raise batch_size instead "
-                            "(the chunks are the micro-batches)");
-    if (!t->chunk)
-        return ct_set_error(ctx, CT_E_CONFIG,
-                            "deterministic: true is not supported by the %s task yet (it has no ct_task.chunk); the "
-                            "image models and the text tasks (gpt, bert) support it",
-                            t->name ? t->name : "custom");
     return CT_OK;
 }
 
 ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, ct_zero **out) {
     *out = NULL;
-    if (r->zero_stage == 0 && !r->deterministic) return CT_OK;
+    if (r->zero_stage == 0) return CT_OK;
     ct_zero *z = calloc(1, sizeof *z);
     if (!z) return ct_set_error(ctx, CT_E_OOM, "out of memory");
     z->ctx = ctx, z->c = c, z->plan = p;
@@ -98,7 +66,7 @@ ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_pla
     z->counts = calloc((size_t)z->world, sizeof(size_t));
     z->offs = calloc((size_t)z->world + 1, sizeof(size_t));
     if (s == CT_OK && (!z->counts || !z->offs)) s = ct_set_error(ctx, CT_E_OOM, "out of memory");
-    if (s == CT_OK && z->stage > 0) {
+    if (s == CT_OK) {
         size_t per = ct_align_up((z->n + (size_t)z->world - 1) / (size_t)z->world, 64), mx = 0;
         for (int k = 0; k < z->world; k++) {
             z->offs[k] = CT_MIN((size_t)k * per, z->n);
@@ -109,22 +77,6 @@ ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_pla
         z->madvise_ok = z->stage == 2;
         if (z->world > 1 && !(z->tmp = malloc(CT_MAX(mx, (size_t)1) * sizeof(float))))
             s = ct_set_error(ctx, CT_E_OOM, "out of memory for the reduce-scatter buffer (%zu floats)", mx);
-    }
-    if (s == CT_OK && r->deterministic) {
-        z->chunks = r->deterministic_chunks;
-        z->local = z->chunks / z->world;
-        int levels = 0;
-        while ((1 << levels) < z->local) levels++;
-        for (int l = 0; l < levels && s == CT_OK; l++)
-            if (!(z->level[l] = malloc(CT_MAX(z->n, (size_t)1) * sizeof(float))))
-                s = ct_set_error(ctx, CT_E_OOM, "deterministic: out of memory for the chunk gradients (%zu floats)",
-                                 z->n);
-        free(z->tmp); /* (ZeRO's, were both on: ct_zero_check refuses that) */
-        z->tmp = NULL;
-        if (s == CT_OK && z->world > 1 && !(z->tmp = malloc(CT_MAX(z->n, (size_t)1) * sizeof(float))))
-            s = ct_set_error(ctx, CT_E_OOM, "deterministic: out of memory for the tree allreduce (%zu floats)", z->n);
-        if (s == CT_OK && !(z->losses = calloc((size_t)z->chunks, sizeof(double))))
-            s = ct_set_error(ctx, CT_E_OOM, "out of memory");
     }
     if (s != CT_OK) {
         ct_zero_free(z);
@@ -146,14 +98,10 @@ void ct_zero_free(ct_zero *z) {
     free(z->counts);
     free(z->offs);
     free(z->tmp);
-    for (int l = 0; l < 8; l++) free(z->level[l]);
-    free(z->losses);
     free(z);
 }
 
 int ct_zero_stage(const ct_zero *z) { return z ? z->stage : 0; }
-int ct_zero_deterministic(const ct_zero *z) { return z && z->chunks > 0; }
-int ct_zero_local_chunks(const ct_zero *z) { return z && z->chunks ? z->local : 1; }
 
 ct_status ct_zero_shard(ct_zero *z) {
     if (!z || z->stage == 0) return CT_OK;
@@ -243,42 +191,4 @@ void ct_zero_memory(const ct_zero *z, size_t n_par, size_t state_floats, double 
     *state = (double)state_floats * sizeof(float);
     *grads_between = z && z->stage == 2 && z->world > 1 && z->madvise_ok ? (double)z->counts[z->rank] * sizeof(float)
                                                                           : full;
-}
-
-/* ---- deterministic mode ------------------------------------------------------------------------ */
-
-ct_status ct_zero_det_push(ct_zero *z, int micro, double loss) {
-    float *g;
-    size_t n;
-    CT_TRY(ct_plan_param_arena(z->plan, NULL, &g, &n));
-    z->losses[micro] = loss;
-    int i = micro, l = 0;
-    for (; i & 1; i >>= 1, l++) { /* a completed pair: the left subtree (lower chunks) + this one */
-        const float *left = z->level[l];
-        for (size_t k = 0; k < n; k++) g[k] = left[k] + g[k];
-    }
-    if (micro < z->local - 1) memcpy(z->level[l], g, n * sizeof(float));
-    return CT_OK;
-}
-
-double *ct_zero_det_losses(ct_zero *z) { return z ? z->losses : NULL; }
-
-ct_status ct_zero_det_reduce(ct_zero *z, double *loss) {
-    float *g;
-    size_t n;
-    CT_TRY(ct_plan_param_arena(z->plan, NULL, &g, &n));
-    CT_TRY(ct_comm_tree_allreduce_f32(z->c, g, n, z->tmp));
-    /* the chunk losses in chunk order, summed in that order: the same double at any world size */
-    if (z->world > 1) {
-        double *mine = malloc((size_t)z->local * sizeof(double));
-        if (!mine) return ct_set_error(z->ctx, CT_E_OOM, "out of memory");
-        memcpy(mine, z->losses, (size_t)z->local * sizeof(double));
-        ct_status s = ct_comm_allgather(z->c, mine, (size_t)z->local * sizeof(double), z->losses);
-        free(mine);
-        CT_TRY(s);
-    }
-    double sum = 0.0;
-    for (int k = 0; k < z->chunks; k++) sum += z->losses[k];
-    *loss = sum / z->chunks;
-    return CT_OK;
 }
