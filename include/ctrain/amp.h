@@ -113,6 +113,9 @@ float ct_scaler_scale(const ct_scaler *s);
  * detects inf/NaN. *found is 1 when any gradient is not finite; *param is
  * the index of the first such parameter (arena order) or -1. */
 ct_status ct_scaler_unscale(ct_scaler *s, ct_plan *plan, int *found, int *param);
+/* The same over the gradient arena's [begin, end) only (ZeRO: this rank's segment; the rest is another
+ * rank's and may not be resident). [begin, end) outside the arena -> CT_E_INVALID_ARG. */
+ct_status ct_scaler_unscale_range(ct_scaler *s, ct_plan *plan, size_t begin, size_t end, int *found, int *param);
 /* Updates the scale for a step that had (found != 0) or had not an
  * overflow, and records the event with the name of parameter `param`. */
 ct_status ct_scaler_update(ct_scaler *s, ct_plan *plan, int found, int param);

@@ -147,6 +147,15 @@ ct_status ct_comm_wait(ct_comm_request *r);
  * result is the same bits on every rank. For compressed gradient buckets;
  * completes like ct_comm_iallreduce_f32 (ct_comm_test / ct_comm_wait). */
 ct_status ct_comm_iallreduce_half(ct_comm *c, uint16_t *x, size_t n, int bf16, ct_comm_request *r);
+/* ZeRO's nonblocking v-collectives, in place on x, which holds counts[k] elements for each rank k back to
+ * back (rank k's segment at counts[0] + ... + counts[k-1]; each at most INT_MAX, and so their sum). A
+ * reduce-scatter leaves in this rank's segment the sum of every rank's segment (the other segments are
+ * undefined afterwards); the half variant sums 16-bit floats as ct_comm_iallreduce_half does. An allgather
+ * fills every segment from its rank (this rank's segment is read, not written). The counts are copied; x
+ * must stay untouched until the request completes (ct_comm_test / ct_comm_wait). */
+ct_status ct_comm_ireduce_scatter_f32(ct_comm *c, float *x, const size_t *counts, ct_comm_request *r);
+ct_status ct_comm_ireduce_scatter_half(ct_comm *c, uint16_t *x, const size_t *counts, int bf16, ct_comm_request *r);
+ct_status ct_comm_iallgatherv_f32(ct_comm *c, float *x, const size_t *counts, ct_comm_request *r);
 
 /* ---- gradient buckets (src/comm/bucket.c, docs/distributed.md) ----------------- */
 /* The gradient arena cut into buckets, each a contiguous range of whole
@@ -182,6 +191,14 @@ typedef struct ct_bucket_opts {
     int overlap;               /* 1: start each bucket when its gradients are final    */
     ct_bucket_progress progress;
     ct_grad_compression compression;
+    /* ZeRO (shard mode): world + 1 increasing offsets of the ranks' segments of the arena (0 ... n_floats);
+     * each bucket is reduce-scattered: this rank's part of it ends as the sum over the ranks, the rest is
+     * undefined. NULL: each bucket is allreduced. Read by ct_buckets_create only. */
+    const size_t *shard_offs;
+    /* Called when a bucket's reduction completed, with its range of the arena, on the thread that completed
+     * it (the progress thread, or the caller's); NULL: none. */
+    void (*done)(void *user, size_t off, size_t n);
+    void *done_user;
 } ct_bucket_opts;
 /* 25 MiB buckets, a 1 MiB first bucket, overlap on, progress thread, no compression (PyTorch DDP's sizes). */
 void ct_bucket_opts_default(ct_bucket_opts *o);
@@ -197,6 +214,9 @@ typedef struct ct_buckets ct_buckets;
 ct_status ct_buckets_create(ct_context *ctx, ct_comm *c, float *arena, size_t n_floats, int n_params,
                             const size_t *param_off, const int *ready_order, int n_ready, const ct_bucket_opts *o, ct_buckets **out);
 void ct_buckets_free(ct_buckets *b); /* accepts NULL; waits for nothing: call after ct_buckets_finish */
+/* Hook progress (no thread): tests the started buckets (their completions run o.done) without starting any;
+ * for a caller that wants progress between gradients (ZeRO-3 calls it before every node). A no-op otherwise. */
+void ct_buckets_poll(ct_buckets *b);
 
 typedef struct ct_bucket_info {
     size_t off, n;        /* the range of the arena (floats)                          */

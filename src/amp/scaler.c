@@ -102,24 +102,35 @@ static size_t unscale_chunk(float *g, size_t n, float inv) {
 }
 
 ct_status ct_scaler_unscale(ct_scaler *s, ct_plan *plan, int *found, int *param) {
+    if (!plan) return CT_E_INVALID_ARG;
+    size_t n;
+    ct_plan_param_arena(plan, NULL, NULL, &n);
+    return ct_scaler_unscale_range(s, plan, 0, n, found, param);
+}
+
+ct_status ct_scaler_unscale_range(ct_scaler *s, ct_plan *plan, size_t begin, size_t end, int *found, int *param) {
     if (!s || !plan || !found || !param) return CT_E_INVALID_ARG;
     float *grads;
     size_t n;
     ct_plan_param_arena(plan, NULL, &grads, &n);
+    if (begin > end || end > n)
+        return ct_set_error(s->ctx, CT_E_INVALID_ARG, "ct_scaler_unscale_range: [%zu, %zu) is not inside the %zu "
+                            "gradients", begin, end, n);
+    const size_t len = end - begin;
     float inv = 1.0f / s->st.scale;
     int nth = ct_context_num_threads(s->ctx);
-    if (n < 65536) nth = 1;
-    size_t chunk = ct_align_up((n + (size_t)nth - 1) / (size_t)nth, 64);
-    size_t first = n;
+    if (len < 65536) nth = 1;
+    size_t chunk = ct_align_up((len + (size_t)nth - 1) / (size_t)nth, 64);
+    size_t first = end;
 #pragma omp parallel for num_threads(nth) schedule(static) reduction(min : first)
     for (int t = 0; t < nth; t++) {
-        size_t b = (size_t)t * chunk, e = CT_MIN(n, b + chunk);
+        size_t b = begin + (size_t)t * chunk, e = CT_MIN(end, b + chunk);
         if (b < e) {
             size_t f = unscale_chunk(grads + b, e - b, inv);
             if (f < e - b && b + f < first) first = b + f;
         }
     }
-    *found = first < n;
+    *found = first < end;
     *param = -1;
     for (int i = 0; *found && i < ct_plan_num_params(plan); i++) {
         ct_tensor gt;

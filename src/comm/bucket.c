@@ -37,7 +37,13 @@
  * becomes what the rounding lost (0 where the value is not finite, so an
  * overflowed step does not poison the next); the ranks sum the 16-bit
  * values (ct_comm_iallreduce_half) and the sum is widened back into the
- * arena. */
+ * arena.
+ *
+ * Shard mode (ZeRO, o.shard_offs): each bucket is reduce-scattered instead:
+ * its floats in rank k's segment of the arena go to rank k, summed (MPI
+ * leaves the result at the bucket's start; the request moves it to this
+ * rank's part), and o.done hears of every completed bucket, so that ZeRO can
+ * release the rest of its range at once. */
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -63,6 +69,8 @@ typedef struct bucket {
     int state;        /* B_*: written by the thread that owns MPI             */
     int queued;       /* written by the caller's thread (under the lock)      */
     uint16_t *half;   /* compressed copy (n), NULL without compression        */
+    size_t *counts;   /* shard mode: its floats in each rank's segment (world) */
+    size_t mine;      /* shard mode: where this rank's part starts in it      */
     ct_comm_request *req;
     double ready_us, start_us, end_us;
 } bucket;
@@ -127,26 +135,52 @@ static void compress(ct_buckets *B, bucket *k) {
     }
 }
 
+/* The sum back into the arena: all of the bucket, or (shard mode) this rank's part. */
 static void decompress(ct_buckets *B, bucket *k) {
-    if (B->o.compression == CT_GRAD_COMPRESSION_BF16) ct_bf16_to_f32_n(k->half, B->arena + k->off, k->n, CT_ISA_COUNT);
-    else ct_f16_to_f32_n(k->half, B->arena + k->off, k->n, CT_ISA_COUNT);
+    size_t b = 0, n = k->n;
+    if (k->counts) b = k->mine, n = k->counts[ct_comm_rank(B->c)];
+    if (B->o.compression == CT_GRAD_COMPRESSION_BF16) ct_bf16_to_f32_n(k->half + b, B->arena + k->off + b, n, CT_ISA_COUNT);
+    else ct_f16_to_f32_n(k->half + b, B->arena + k->off + b, n, CT_ISA_COUNT);
 }
 
-/* Starts bucket k's allreduce (the calling thread owns MPI now). */
+/* Starts bucket k's allreduce or reduce-scatter (the calling thread owns MPI now). */
 static ct_status start(ct_buckets *B, bucket *k) {
     k->start_us = now_us();
     k->state = B_STARTED;
-    if (k->half) {
-        compress(B, k);
-        return ct_comm_iallreduce_half(B->c, k->half, k->n, B->o.compression == CT_GRAD_COMPRESSION_BF16, k->req);
-    }
+    const int bf16 = B->o.compression == CT_GRAD_COMPRESSION_BF16;
+    if (k->half) compress(B, k);
+    if (k->counts)
+        return k->half ? ct_comm_ireduce_scatter_half(B->c, k->half, k->counts, bf16, k->req)
+                       : ct_comm_ireduce_scatter_f32(B->c, B->arena + k->off, k->counts, k->req);
+    if (k->half) return ct_comm_iallreduce_half(B->c, k->half, k->n, bf16, k->req);
     return ct_comm_iallreduce_f32(B->c, B->arena + k->off, k->n, CT_REDUCE_SUM, k->req);
 }
 
 static void complete(ct_buckets *B, bucket *k) {
     if (k->half) decompress(B, k);
+    if (B->o.done) B->o.done(B->o.done_user, k->off, k->n);
     k->end_us = now_us();
     k->state = B_DONE;
+}
+
+/* Shard mode: each bucket's floats in each rank's segment of the arena (o.shard_offs). */
+static ct_status shard_counts(ct_buckets *B) {
+    const int world = ct_comm_size(B->c), me = ct_comm_rank(B->c);
+    const size_t *so = B->o.shard_offs;
+    for (int k = 0; k < world; k++)
+        if (so[k] > so[k + 1] || so[world] != B->n_floats)
+            return ct_set_error(B->ctx, CT_E_INVALID_ARG, "ct_buckets_create: shard_offs must increase from 0 to the "
+                                "%zu floats of the arena", B->n_floats);
+    for (int i = 0; i < B->nb; i++) {
+        bucket *k = &B->b[i];
+        if (!(k->counts = calloc((size_t)world, sizeof(size_t)))) return ct_set_error(B->ctx, CT_E_OOM, "out of memory");
+        for (int r = 0; r < world; r++) {
+            size_t lo = CT_MAX(so[r], k->off), hi = CT_MIN(so[r + 1], k->off + k->n);
+            k->counts[r] = hi > lo ? hi - lo : 0;
+            if (r == me) k->mine = hi > lo ? lo - k->off : 0;
+        }
+    }
+    return CT_OK;
 }
 
 /* Tests the started buckets; returns how many completed. On an error every
@@ -339,6 +373,7 @@ ct_status ct_buckets_create(ct_context *ctx, ct_comm *c, float *arena, size_t n_
     if (s == CT_OK && o.compression != CT_GRAD_COMPRESSION_NONE && n_floats &&
         !(B->residual = calloc(n_floats, sizeof(float))))
         s = CT_E_OOM;
+    if (s == CT_OK && o.shard_offs) s = shard_counts(B);
     for (int i = 0; s == CT_OK && i < B->nb; i++) B->b[i].state = B_DONE;
     if (s == CT_OK && o.overlap && o.progress == CT_BUCKET_PROGRESS_THREAD && ct_comm_size(c) > 1) {
         if (pthread_mutex_init(&B->mu, NULL) || pthread_cond_init(&B->work, NULL) || pthread_cond_init(&B->done, NULL))
@@ -373,6 +408,7 @@ void ct_buckets_free(ct_buckets *B) {
     for (int i = 0; B->b && i < B->nb; i++) {
         ct_comm_request_free(B->b[i].req);
         free(B->b[i].half);
+        free(B->b[i].counts);
     }
     free(B->b);
     free(B->bucket_of);
@@ -466,6 +502,14 @@ void ct_buckets_grad_ready(ct_buckets *B, int param) {
     ct_status s = CT_OK;
     while (s == CT_OK && B->q_next < B->q_len) s = start(B, &B->b[B->queue[B->q_next++]]);
     int got = s == CT_OK ? test_started(B, &s) : 0;
+    if (s != CT_OK) fail_all(B, s);
+    else B->n_done += got;
+}
+
+void ct_buckets_poll(ct_buckets *B) {
+    if (!B || !B->armed || B->thread || B->err != CT_OK) return;
+    ct_status s = CT_OK;
+    int got = test_started(B, &s);
     if (s != CT_OK) fail_all(B, s);
     else B->n_done += got;
 }

@@ -47,6 +47,11 @@ struct ct_comm_request {
     float *x; /* CT_REDUCE_AVG: divided on completion */
     size_t n;
     int avg;
+    /* the v-collectives: int counts and displacements (world entries, kept until completion), and a
+     * reduce-scatter's move of its result from the start of the buffer to this rank's segment */
+    int *cnt, *dsp;
+    char *mv_base;
+    size_t mv_off, mv_bytes;
 };
 
 static int env_int(const char *name, long *v) {
@@ -444,13 +449,20 @@ ct_status ct_comm_request_create(ct_comm *c, ct_comm_request **out) {
     return CT_OK;
 }
 
-void ct_comm_request_free(ct_comm_request *r) { free(r); }
+void ct_comm_request_free(ct_comm_request *r) {
+    if (!r) return;
+    free(r->cnt);
+    free(r->dsp);
+    free(r);
+}
 
 static void finish(ct_comm_request *r) {
     if (r->avg && r->c->size > 1) {
         const float d = (float)r->c->size;
         for (size_t i = 0; i < r->n; i++) r->x[i] /= d;
     }
+    if (r->mv_bytes && r->mv_off) memmove(r->mv_base + r->mv_off, r->mv_base, r->mv_bytes);
+    r->mv_bytes = 0;
     r->active = 0; /* (its time in flight overlapped other work: the seconds count what ct_comm_wait blocked) */
 }
 
@@ -660,6 +672,91 @@ ct_status ct_comm_iallreduce_half(ct_comm *c, uint16_t *x, size_t n, int bf16, c
     if (err != MPI_SUCCESS) {
         r->active = 0;
         return mpi_fail(c, err, "MPI_Iallreduce (16-bit floats)"); /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker): see docs/lint.md */
+    }
+    return CT_OK; /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker): waited for in ct_comm_wait / ct_comm_test */
+}
+
+/* ---- nonblocking v-collectives (ZeRO's buckets and parameter gathers) ----------------------------- */
+
+/* The request's int counts / displacements for counts[] (elements of `elem` bytes), allocated on first use. */
+static ct_status v_counts(ct_comm *c, ct_comm_request *r, const size_t *counts, size_t elem, const char *fn, size_t *total) {
+    if (!r || r->c != c)
+        return ct_set_error(c->ctx, CT_E_INVALID_ARG, "%s: the request is NULL or of another communicator", fn);
+    if (r->active) return ct_set_error(c->ctx, CT_E_STATE, "%s: the request is still active; wait for it first", fn);
+    if (!counts) return ct_set_error(c->ctx, CT_E_INVALID_ARG, "%s: counts must not be NULL", fn);
+    if (!r->cnt && (!(r->cnt = malloc(sizeof(int) * (size_t)c->size)) || !(r->dsp = malloc(sizeof(int) * (size_t)c->size)))) {
+        free(r->cnt);
+        r->cnt = NULL;
+        return ct_set_error(c->ctx, CT_E_OOM, "out of memory for %d counts", c->size);
+    }
+    size_t off = 0;
+    for (int k = 0; k < c->size; k++) {
+        if (counts[k] > (size_t)INT_MAX || off > (size_t)INT_MAX)
+            return ct_set_error(c->ctx, CT_E_INVALID_ARG, "%s: %zu elements at %zu: more than INT_MAX; use smaller buckets",
+                                fn, counts[k], off);
+        r->cnt[k] = (int)counts[k], r->dsp[k] = (int)off;
+        off += counts[k];
+    }
+    (void)elem;
+    *total = off;
+    r->x = NULL, r->n = 0, r->avg = 0, r->mv_bytes = 0;
+    return CT_OK;
+}
+
+/* Starts the reduce-scatter (sum) of x in place: `type` / `op` the element type and sum. */
+static ct_status ireduce_scatter(ct_comm *c, void *x, const size_t *counts, size_t elem, MPI_Datatype type, MPI_Op op,
+                                 ct_comm_request *r, const char *fn) {
+    size_t total;
+    CT_TRY(v_counts(c, r, counts, elem, fn, &total));
+    if (!x && total) return ct_set_error(c->ctx, CT_E_INVALID_ARG, "%s: x must not be NULL", fn);
+    c->st.reduce_scatter_calls++;
+    c->st.reduce_scatter_bytes += total * elem;
+    r->active = 1;
+    if (!c->mpi || c->size == 1 || total == 0) {
+        finish(r);
+        return CT_OK;
+    }
+    r->mv_base = x, r->mv_off = (size_t)r->dsp[c->rank] * elem, r->mv_bytes = counts[c->rank] * elem;
+    int err = MPI_Ireduce_scatter(MPI_IN_PLACE, x, r->cnt, type, op, c->comm, &r->req);
+    if (err != MPI_SUCCESS) {
+        r->active = 0;
+        r->mv_bytes = 0;
+        return mpi_fail(c, err, "MPI_Ireduce_scatter"); /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker): see docs/lint.md */
+    }
+    return CT_OK; /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker): waited for in ct_comm_wait / ct_comm_test */
+}
+
+ct_status ct_comm_ireduce_scatter_f32(ct_comm *c, float *x, const size_t *counts, ct_comm_request *r) {
+    if (!c) return CT_E_INVALID_ARG;
+    return ireduce_scatter(c, x, counts, sizeof(float), MPI_FLOAT, MPI_SUM, r, "ct_comm_ireduce_scatter_f32");
+}
+
+ct_status ct_comm_ireduce_scatter_half(ct_comm *c, uint16_t *x, const size_t *counts, int bf16, ct_comm_request *r) {
+    if (!c) return CT_E_INVALID_ARG;
+    const int k = bf16 != 0;
+    int err;
+    if (c->mpi && c->half_op[k] == MPI_OP_NULL &&
+        (err = MPI_Op_create(k ? sum_bf16 : sum_f16, 1, &c->half_op[k])) != MPI_SUCCESS)
+        return mpi_fail(c, err, "MPI_Op_create (16-bit float sum)");
+    return ireduce_scatter(c, x, counts, sizeof(uint16_t), MPI_UINT16_T, c->half_op[k], r, "ct_comm_ireduce_scatter_half");
+}
+
+ct_status ct_comm_iallgatherv_f32(ct_comm *c, float *x, const size_t *counts, ct_comm_request *r) {
+    if (!c) return CT_E_INVALID_ARG;
+    size_t total;
+    CT_TRY(v_counts(c, r, counts, sizeof(float), "ct_comm_iallgatherv_f32", &total));
+    if (!x && total) return ct_set_error(c->ctx, CT_E_INVALID_ARG, "ct_comm_iallgatherv_f32: x must not be NULL");
+    c->st.allgather_calls++;
+    c->st.allgather_bytes += total * sizeof(float);
+    r->active = 1;
+    if (!c->mpi || c->size == 1 || total == 0) {
+        finish(r);
+        return CT_OK;
+    }
+    int err = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, r->cnt, r->dsp, MPI_FLOAT, c->comm, &r->req);
+    if (err != MPI_SUCCESS) {
+        r->active = 0;
+        return mpi_fail(c, err, "MPI_Iallgatherv"); /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker): see docs/lint.md */
     }
     return CT_OK; /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker): waited for in ct_comm_wait / ct_comm_test */
 }

@@ -254,6 +254,17 @@ static int is_leaf(ct_op op) { return op == CT_OP_INPUT || op == CT_OP_PARAM || 
  * (from parameters and data inputs only) run with every part. */
 static int other_part(const ct_plan *p, int i) { return p->part && p->run_part >= 0 && p->part[i] >= 0 && p->part[i] != p->run_part; }
 
+/* Whether ct_plan_forward runs node i (skip_wcast: the weight copies are current) / ct_plan_backward does. */
+static int runs_forward(const ct_plan *p, int i, int skip_wcast) {
+    const ct_node_def *d = &p->g.nodes[i];
+    if (!p->pn[i].live || (d->flags & CT_NODE_BACKWARD) || is_leaf(d->op) || other_part(p, i)) return 0;
+    return !(skip_wcast && p->pn[i].arena == CT_ARENA_WCAST);
+}
+static int runs_backward(const ct_plan *p, int i) {
+    const ct_node_def *d = &p->g.nodes[i];
+    return p->pn[i].live && (d->flags & CT_NODE_BACKWARD) && !is_leaf(d->op) && !other_part(p, i);
+}
+
 ct_status ct_plan_forward(ct_plan *p, int training) {
     if (!p) return CT_E_INVALID_ARG;
     if (p->plan_only) return ct_set_error(p->ctx, CT_E_STATE, "this plan was compiled with plan_only: it has no memory to run in");
@@ -266,12 +277,14 @@ ct_status ct_plan_forward(ct_plan *p, int training) {
         return s;
     }
     const int skip_wcast = p->wcast_fresh; /* the weight copies already hold the parameters' casts */
-    for (int i = 0; i < p->g.n; i++) {
-        const ct_node_def *d = &p->g.nodes[i];
-        if (!p->pn[i].live || (d->flags & CT_NODE_BACKWARD) || is_leaf(d->op) || other_part(p, i)) continue;
-        if (skip_wcast && p->pn[i].arena == CT_ARENA_WCAST) continue;
-        CT_TRY(run_node(p, i, training));
+    ct_status s = p->exec_hook ? p->exec_hook(p->exec_hook_user, CT_EXEC_BEGIN, 0, -1) : CT_OK;
+    for (int i = 0; s == CT_OK && i < p->g.n; i++) {
+        if (!runs_forward(p, i, skip_wcast)) continue;
+        if (p->exec_hook) s = p->exec_hook(p->exec_hook_user, CT_EXEC_NODE, 0, i);
+        if (s == CT_OK) s = run_node(p, i, training);
     }
+    if (p->exec_hook) p->exec_hook(p->exec_hook_user, CT_EXEC_END, 0, -1);
+    CT_TRY(s);
     ct_plan_weight_copies_written(p); /* whether they ran now or were current */
     return CT_OK;
 }
@@ -293,10 +306,12 @@ ct_status ct_plan_backward(ct_plan *p) {
     if (p->g.n == p->n_fwd || (p->seed == CT_NONE && !p->n_links))
         return ct_set_error(p->ctx, CT_E_STATE, "backward: this plan was compiled without a loss (forward only)");
     if (p->seed != CT_NONE) *(float *)p->pn[p->seed].data = p->loss_scale;
-    for (int i = p->n_fwd; i < p->g.n; i++) {
-        const ct_node_def *d = &p->g.nodes[i];
-        if (!p->pn[i].live || !(d->flags & CT_NODE_BACKWARD) || is_leaf(d->op) || other_part(p, i)) continue;
-        CT_TRY(run_node(p, i, 1));
+    ct_status s = p->exec_hook ? p->exec_hook(p->exec_hook_user, CT_EXEC_BEGIN, 1, -1) : CT_OK;
+    for (int i = p->n_fwd; s == CT_OK && i < p->g.n; i++) {
+        if (!runs_backward(p, i)) continue;
+        if (p->exec_hook) s = p->exec_hook(p->exec_hook_user, CT_EXEC_NODE, 1, i);
+        if (s == CT_OK) s = run_node(p, i, 1);
+        if (s != CT_OK) break;
         int pi = p->pn[i].grad_of_param;
         if (pi >= 0 && p->accumulate_grads) accumulate_grad(p, i, pi);
         if (pi >= 0 && p->grad_ready) {
@@ -305,7 +320,8 @@ ct_status ct_plan_backward(ct_plan *p) {
             p->grad_ready(p->grad_ready_user, pi, &t);
         }
     }
-    return CT_OK;
+    if (p->exec_hook) p->exec_hook(p->exec_hook_user, CT_EXEC_END, 1, -1);
+    return s;
 }
 
 ct_status ct_plan_zero_grads(ct_plan *p) {
@@ -360,8 +376,7 @@ void ct_plan_set_grad_ready(ct_plan *p, ct_grad_ready_fn fn, void *user) {
 int ct_plan_grad_ready_order(const ct_plan *p, int *order, int cap) {
     int n = 0;
     for (int i = p ? p->n_fwd : 0; p && i < p->g.n; i++) { /* ct_plan_backward's loop */
-        const ct_node_def *d = &p->g.nodes[i];
-        if (!p->pn[i].live || !(d->flags & CT_NODE_BACKWARD) || is_leaf(d->op) || p->pn[i].grad_of_param < 0) continue;
+        if (!runs_backward(p, i) || p->pn[i].grad_of_param < 0) continue;
         if (order && n < cap) order[n] = p->pn[i].grad_of_param;
         n++;
     }
@@ -378,4 +393,38 @@ void ct_plan_set_forward_fn(ct_plan *p, ct_forward_fn fn, void *user) {
     if (!p) return;
     p->fwd_fn = fn;
     p->fwd_user = user;
+}
+
+void ct_plan_set_exec_hook(ct_plan *p, ct_exec_hook_fn fn, void *user) {
+    if (!p) return;
+    p->exec_hook = fn;
+    p->exec_hook_user = fn ? user : NULL;
+}
+
+int ct_plan_exec_order(const ct_plan *p, int backward, int *nodes, int cap) {
+    int n = 0;
+    for (int i = backward ? p->n_fwd : 0; i < p->g.n; i++) {
+        if (backward ? !runs_backward(p, i) : !runs_forward(p, i, p->wcast_fresh)) continue;
+        if (nodes && n < cap) nodes[n] = i;
+        n++;
+    }
+    return n;
+}
+
+int ct_plan_node_param_reads(const ct_plan *p, int node, int *params, int cap) {
+    if (!p || node < 0 || node >= p->g.n) return 0;
+    const ct_node_def *d = &p->g.nodes[node];
+    int n = 0;
+    for (int j = 0; j < d->n_in; j++) {
+        ct_node r = d->in[j];
+        while (r != CT_NONE && p->pn[r].arena == CT_ARENA_ALIAS && p->pn[r].root != r) r = p->pn[r].root;
+        if (r == CT_NONE || p->g.nodes[r].op != CT_OP_PARAM) continue;
+        for (int k = 0; k < p->n_params; k++)
+            if (p->params[k] == r) {
+                if (params && n < cap) params[n] = k;
+                n++;
+                break;
+            }
+    }
+    return n;
 }

@@ -179,4 +179,18 @@ void ct_plan_weight_copies_written(ct_plan *p);
  * forward itself, around its receives and sends). NULL: none. */
 typedef ct_status (*ct_forward_fn)(void *user, ct_plan *p, int training);
 void ct_plan_set_forward_fn(ct_plan *p, ct_forward_fn fn, void *user);
+
+/* The executor's pass events (ZeRO-3, train/zero3.c, gathers parameters here): CT_EXEC_BEGIN before a
+ * forward (backward 0) or backward (backward 1) pass runs its first node, CT_EXEC_NODE before each node it
+ * runs (node: its id), CT_EXEC_END after the last (also when a node failed: the hook then cleans up; its
+ * status is ignored). A status other than CT_OK from BEGIN or NODE stops the pass with it. NULL: none. */
+typedef enum { CT_EXEC_BEGIN = 0, CT_EXEC_NODE, CT_EXEC_END } ct_exec_event;
+typedef ct_status (*ct_exec_hook_fn)(void *user, ct_exec_event ev, int backward, int node);
+void ct_plan_set_exec_hook(ct_plan *p, ct_exec_hook_fn fn, void *user);
+/* The nodes the next ct_plan_forward (backward 0) or ct_plan_backward (backward 1) will run, in order, for
+ * the plan's current part and weight copies: writes up to cap of them, returns how many there are. */
+int ct_plan_exec_order(const ct_plan *p, int backward, int *nodes, int cap);
+/* The parameters (arena index) whose values node reads: its inputs that are parameters or views of one.
+ * Writes up to cap, returns how many. */
+int ct_plan_node_param_reads(const ct_plan *p, int node, int *params, int cap);
 #endif

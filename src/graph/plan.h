@@ -120,6 +120,8 @@ struct ct_plan {
     int recompute_blocks;    /* ct_compile_opts: checkpointing by blocks       */
     int plan_only; /* compiled without allocation (ct_compile_opts.plan_only) */
     ct_node_hook_fn node_hook; /* per-node events (ct_plan_set_node_hook); NULL: off */
+    ct_exec_hook_fn exec_hook; /* before each executed node (ct_plan_set_exec_hook, ir.h); NULL: off */
+    void *exec_hook_user;
     void *node_hook_user;
     /* mixed precision (autocast.c) */
     ct_precision precision;

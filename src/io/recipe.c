@@ -202,9 +202,12 @@ static const key_def k_keys[] = {
     {"lr_base_batch", K_I64, OFF(lr_base_batch), 0, 1, 1 << 30, NULL, M_ALL, NULL, "the batch optimizer.lr was tuned for"},
     {"lr_sqrt_from_batch", K_I64, OFF(lr_sqrt_from_batch), 0, 0, 1 << 30, NULL, M_ALL, NULL,
      "linear_then_sqrt: linear up to this batch, sqrt beyond (0: 8 x lr_base_batch)"},
-    {"zero_stage", K_INT, OFF(zero_stage), 0, 0, 2, NULL, M_ALL, NULL,
+    {"zero_stage", K_INT, OFF(zero_stage), 0, 0, 3, NULL, M_ALL, NULL,
      "data parallel: 0 every rank keeps the whole optimizer state; 1 each rank keeps and updates its shard "
-     "(reduce-scatter + allgather); 2 also releases the gradients outside its shard between steps"},
+     "(bucketed reduce-scatter overlapped with backward + allgather); 2 also releases each gradient bucket outside "
+     "its shard as soon as it is reduced (the peak holds one shard plus the buckets in flight); 3 also shards the "
+     "parameters: each unit of bucket_size_mb is allgathered just before use in forward and backward, one unit "
+     "ahead, and released after"},
     {"deterministic", K_BOOL, OFF(deterministic), 0, 0, 1, NULL, M_ALL, NULL,
      "bit-identical weights and losses at 1, 2, 4, ... ranks: batches cut into deterministic_chunks chunks whose "
      "gradients are added in one fixed tree"},

@@ -22,7 +22,8 @@ static void on_grad_ready(void *user, int param, const ct_tensor *grad) {
     ct_buckets_grad_ready(user, param);
 }
 
-ct_status ct_dp_buckets_create(ct_context *ctx, ct_comm *c, ct_plan *p, const ct_recipe *r, ct_buckets **out) {
+ct_status ct_dp_buckets_create(ct_context *ctx, ct_comm *c, ct_plan *p, const ct_recipe *r, const size_t *shard_offs,
+                               void (*done)(void *user, size_t off, size_t n), void *done_user, ct_buckets **out) {
     *out = NULL;
     if (ct_comm_size(c) == 1) return CT_OK;
     float *g = NULL;
@@ -51,6 +52,9 @@ ct_status ct_dp_buckets_create(ct_context *ctx, ct_comm *c, ct_plan *p, const ct
          * at the same time (MPI_THREAD_SERIALIZED), so the buckets progress from the hook */
         if (r->sync_batchnorm) o.progress = CT_BUCKET_PROGRESS_HOOK;
         o.compression = (ct_grad_compression)r->grad_compression;
+        o.shard_offs = shard_offs;
+        o.done = done;
+        o.done_user = done_user;
         s = ct_buckets_create(ctx, c, g, n, np, off, order, n_ready, &o, out);
     }
     if (s == CT_OK) ct_plan_set_grad_ready(p, on_grad_ready, *out);

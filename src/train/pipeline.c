@@ -61,6 +61,7 @@ static ct_status check_recipe(ct_run *R, int P) {
                      : r->grad_compression != CT_GRAD_COMPRESSION_NONE ? "grad_compression (use none)"
                      : r->memory_budget > 0 ? "memory_budget (remove it)"
                      : r->sync_batchnorm ? "sync_batchnorm (use false)"
+                     : r->zero_stage == 3 ? "zero_stage 3 (use 1 or 2: the stage's parameters stay whole)"
                      : NULL;
     if (no) return ct_set_error(ctx, CT_E_CONFIG, "pipeline_stages %d with %s is not built yet", P, no);
     const int v = r->pipeline_schedule == CT_PP_INTERLEAVED ? (r->virtual_stages > 0 ? r->virtual_stages : 2) : 1;

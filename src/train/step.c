@@ -22,6 +22,26 @@ int64_t ct_step_first_sample(const ct_run *R, int micro) {
     return (int64_t)micro * Bg + R->rank * b;
 }
 
+/* The gradient buckets' reductions finished (those not started during backward start now), timed. */
+static ct_status wait_buckets(ct_run *R) {
+    double ta = ct_profiler_now_us();
+    CT_TRY(ct_buckets_finish(R->bk, NULL));
+    double tb = ct_profiler_now_us();
+    R->grad_wait_s += 1e-6 * (tb - ta);
+    R->grad_reduces++;
+    if (R->prof) {
+        ct_profiler_event(R->prof, R->zero ? "wait for reduce-scatter buckets" : "wait for gradient buckets", "comm",
+                          ta, tb, NULL);
+        ct_dp_buckets_trace(R->bk, R->prof);
+    }
+    return CT_OK;
+}
+
+/* A zero gradient arena (ZeRO-2/3: released rather than written, so that it takes no memory). */
+static ct_status clear_grads(ct_run *R) {
+    return R->zero && !R->pipe ? ct_zero_clear_grads(R->zero) : ct_plan_zero_grads(R->plan);
+}
+
 /* One micro-batch: next batch, forward, backward; its statistics into io. *rows 0: the data ran out. */
 static ct_status micro_batch(ct_run *R, ct_step_io *io, int micro, int64_t *rows) {
     const ct_recipe *r = R->r;
@@ -41,9 +61,13 @@ static ct_status micro_batch(ct_run *R, ct_step_io *io, int micro, int64_t *rows
     CT_TRY(ct_plan_forward(R->plan, 1));
     ct_plan_loss(R->plan, &loss);
     if (!isfinite(loss) && R->scaler) loss = 0.0f; /* FP16 overflowed in the forward: the scaler skips this step */
-    /* data parallel: the last micro-batch's backward sends each bucket as soon as its gradients are final */
-    if (R->bk && micro == R->accum - 1) CT_TRY(ct_buckets_begin(R->bk));
+    /* data parallel: the last micro-batch's backward sends each bucket as soon as its gradients are final
+     * (ZeRO-2/3 with accumulation: every micro-batch's, each reduced into the shard on its own) */
+    const int last = micro == R->accum - 1, each = ct_zero_micro_reduces(R->zero);
+    ct_zero_set_last_micro(R->zero, last);
+    if (R->bk && (last || each)) CT_TRY(ct_buckets_begin(R->bk));
     CT_TRY(ct_plan_backward(R->plan));
+    if (R->bk && each && !last) CT_TRY(wait_buckets(R));
     io->batches += !r->deterministic || micro == 0; /* deterministic: the chunks are one global batch */
     if (r->deterministic) CT_TRY(ct_det_push(R->det, micro, loss));
     io->loss += loss;
@@ -60,24 +84,19 @@ static ct_status micro_batch(ct_run *R, ct_step_io *io, int micro, int64_t *rows
  * ranks must issue their collectives in the same order: a statistics allreduce slipping between two
  * buckets on one rank only would pair with a bucket on the other). */
 static ct_status reduce_gradients(ct_run *R) {
-    const int zero = ct_zero_stage(R->zero) > 0;
-    if (zero) { /* ZeRO: each rank reduces, checks, clips and updates its segment; then the allgather */
+    if (R->bk && !R->det) return wait_buckets(R); /* data parallel or ZeRO's buckets: the same bits on every rank */
+    if (ct_zero_stage(R->zero) > 0 && !R->det) { /* ZeRO on one rank, or without buckets */
         double ta = R->prof ? ct_profiler_now_us() : 0;
         CT_TRY(ct_zero_reduce_grads(R->zero));
         R->grad_reduces++;
         if (R->prof) ct_profiler_event(R->prof, "reduce-scatter gradients", "comm", ta, ct_profiler_now_us(), NULL);
     } else if (R->world > 1 && !R->det) {
-        /* data parallel: the mean gradient of the global batch on every rank, the same bits everywhere, so the
-         * overflow check, the clipping norm and the step below agree across ranks without more messages */
         double ta = ct_profiler_now_us();
-        if (R->bk) CT_TRY(ct_buckets_finish(R->bk, NULL)); /* the buckets not sent during backward, and the wait */
-        else CT_TRY(ct_dp_reduce_grads(R->comm, R->plan));
+        CT_TRY(ct_dp_reduce_grads(R->comm, R->plan));
         double tb = ct_profiler_now_us();
         R->grad_wait_s += 1e-6 * (tb - ta);
         R->grad_reduces++;
-        if (R->prof) ct_profiler_event(R->prof, R->bk ? "wait for gradient buckets" : "allreduce gradients", "comm", ta,
-                                       tb, NULL);
-        if (R->bk) ct_dp_buckets_trace(R->bk, R->prof);
+        if (R->prof) ct_profiler_event(R->prof, "allreduce gradients", "comm", ta, tb, NULL);
     }
     return CT_OK;
 }
@@ -163,7 +182,12 @@ static ct_status update(ct_run *R, ct_step_io *io, int all_zero) {
         if (zero || R->tp || R->pp) CT_TRY(clip_parts(R, r->clip_grad_norm, &io->grad_norm)); /* every rank's part */
         else CT_TRY(ct_clip_grad_norm(R->plan, r->clip_grad_norm, 2.0f, &io->grad_norm));
     }
-    if (r->clip_grad_value > 0.0f) CT_TRY(ct_clip_grad_value(R->plan, r->clip_grad_value));
+    if (r->clip_grad_value > 0.0f && zero) { /* this rank's segment: the rest is not its to touch (or released) */
+        size_t b, e;
+        my_part(R, &b, &e);
+        const float c = r->clip_grad_value;
+        for (size_t k = b; k < e; k++) R->grads[k] = R->grads[k] > c ? c : R->grads[k] < -c ? -c : R->grads[k];
+    } else if (r->clip_grad_value > 0.0f) CT_TRY(ct_clip_grad_value(R->plan, r->clip_grad_value));
     CT_TRY(ct_optimizer_set_lr(R->opt, io->lr));
     CT_TRY(ct_optimizer_step(R->opt));
     if (zero) {
@@ -199,12 +223,12 @@ static ct_status scaler_update(ct_run *R, ct_step_io *io, int overflow, int bad_
 static ct_status optimizer_step(ct_run *R, ct_step_io *io) {
     int overflow = 0, bad_param = -1;
     io->grad_norm = 0.0f;
-    if (R->scaler) CT_TRY(ct_scaler_unscale(R->scaler, R->plan, &overflow, &bad_param));
+    size_t i, e;
+    my_part(R, &i, &e);
+    if (R->scaler) CT_TRY(ct_scaler_unscale_range(R->scaler, R->plan, i, e, &overflow, &bad_param));
     /* ZeRO: each rank holds its segment only, tensor parallel its shards: the overflow and the zero check over
      * all. All-zero gradients train nothing (an FP16 scale so small they underflow, or a dead model): counted
      * and reported at the end; the scan stops at the first nonzero value, so it costs nothing normally */
-    size_t i, e;
-    my_part(R, &i, &e);
     while (i < e && R->grads[i] == 0.0f) i++;
     int all_zero = i == e;
     CT_TRY(agree(R, &overflow, &all_zero));
@@ -216,14 +240,14 @@ ct_status ct_step_update(ct_run *R, ct_step_io *io) {
     CT_TRY(ct_step_reduce_stats(R, io));
     double to = R->prof ? ct_profiler_now_us() : 0;
     CT_TRY(optimizer_step(R, io));
-    if (R->accum > 1) CT_TRY(ct_plan_zero_grads(R->plan));
+    if (R->accum > 1) CT_TRY(clear_grads(R));
     if (R->prof) ct_profiler_event(R->prof, "optimizer step", "optimizer", to, ct_profiler_now_us(), NULL);
     io->done = 1;
     return CT_OK;
 }
 
 ct_status ct_step_default(ct_run *R, ct_step_io *io) {
-    if (io->first && R->accum > 1) CT_TRY(ct_plan_zero_grads(R->plan));
+    if (io->first && R->accum > 1) CT_TRY(clear_grads(R));
     for (int micro = 0; micro < R->micro_n; micro++) {
         int64_t rows = 0;
         CT_TRY(micro_batch(R, io, micro, &rows));

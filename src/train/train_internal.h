@@ -58,6 +58,35 @@ void ct_zero_segment(const ct_zero *z, size_t *b, size_t *e);
 ct_status ct_zero_allgather_params(ct_zero *z);
 /* whole 1: rank 0's optimizer gathers the whole state (for a checkpoint); whole 0: a shard again. */
 ct_status ct_zero_gather_state(ct_zero *z, int whole);
+/* ZeRO's gradient buckets (shard mode: each bucket reduce-scattered as soon as its gradients are final,
+ * overlapped with backward; stage 1 zeroes the rest of its range, stages 2 and 3 release it at once; stage 3:
+ * progressed from the executor's node hook, no thread); *out NULL on one rank. */
+ct_status ct_zero_buckets_create(ct_zero *z, const ct_recipe *r, ct_buckets **out);
+/* Stage >= 2 with accumulation: every micro-batch's gradients are reduce-scattered on their own (into a
+ * shard accumulator), so the step arms the buckets for each; ct_zero_set_last_micro says which one is last. */
+int ct_zero_micro_reduces(const ct_zero *z);
+void ct_zero_set_last_micro(ct_zero *z, int last);
+/* A zero gradient arena (stage >= 2: released, not written) and accumulator. */
+ct_status ct_zero_clear_grads(ct_zero *z);
+/* Stage 3's parameter gathers (zero3.c), NULL below stage 3. */
+typedef struct ct_zero3 ct_zero3;
+ct_zero3 *ct_zero_z3(const ct_zero *z);
+typedef struct {
+    int units;                 /* the parameters' units (contiguous ranges gathered together) */
+    size_t largest_unit_bytes;
+    int64_t gathers, releases; /* so far                                                        */
+    double gathered_bytes;
+    double wait_s;             /* the training thread blocked waiting for gathers               */
+} ct_zero3_stats;
+ct_status ct_zero3_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, const size_t *offs,
+                          ct_zero3 **out);
+void ct_zero3_free(ct_zero3 *z);
+/* The gradient buckets to test before every node (NULL: none). */
+void ct_zero3_set_buckets(ct_zero3 *z, ct_buckets *bk);
+/* whole 1: every parameter gathered (collective; a checkpoint, the best weights); whole 0: all but this rank's
+ * segment released again. z may be NULL (a no-op). */
+ct_status ct_zero3_whole(ct_zero3 *z, int whole);
+void ct_zero3_get_stats(const ct_zero3 *z, ct_zero3_stats *out);
 /* Bytes per rank between steps: gradients resident (stage 2: the segment) and the optimizer state. */
 void ct_zero_memory(const ct_zero *z, size_t n_par, size_t state_floats, double *grads_between, double *state);
 /* The deterministic mode (deterministic.c; docs/distributed.md): ct_det_create gives NULL without
@@ -75,10 +104,12 @@ ct_status ct_det_reduce(ct_det *d, double *loss);
 /* This rank's chunk losses (pushed so far), for a pipeline's last stage to share. */
 double *ct_det_losses(ct_det *d);
 /* Gradient buckets (dp_buckets.c): *out NULL on one rank; else planned from
- * the plan's layout and backward order with the recipe's bucket keys, and
+ * the plan's layout and backward order with the recipe's bucket keys (ZeRO: shard_offs, done: see
+ * ct_bucket_opts; NULL for data parallel), and
  * fed by the plan's grad-ready hook (ct_buckets_begin arms them before the
  * last micro-batch's backward, ct_buckets_finish reduces). */
-ct_status ct_dp_buckets_create(ct_context *ctx, ct_comm *c, ct_plan *p, const ct_recipe *r, ct_buckets **out);
+ct_status ct_dp_buckets_create(ct_context *ctx, ct_comm *c, ct_plan *p, const ct_recipe *r, const size_t *shard_offs,
+                               void (*done)(void *user, size_t off, size_t n), void *done_user, ct_buckets **out);
 /* Detaches the hook from p (may be NULL) and frees b (may be NULL). */
 void ct_dp_buckets_free(ct_plan *p, ct_buckets *b);
 /* "3 buckets (MiB: 0.04 3.00 4.00), overlapped with backward by ..." for the header. */

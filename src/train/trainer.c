@@ -319,6 +319,8 @@ static ct_status save(ct_run *R, int64_t step, int64_t ep, int64_t b, double run
  * same on every rank, then the others wait for rank 0 and share its status. */
 static ct_status checkpoint(ct_run *R, int64_t step, int64_t ep, int64_t b, double run_loss, int64_t correct,
                             int64_t seen, const ct_task_eval *ev, int finished) {
+    ct_zero3 *z3 = ct_zero_z3(R->zero);
+    CT_TRY(ct_zero3_whole(z3, 1)); /* ZeRO-3: every parameter here for the file, released again below */
     if (R->world > 1) {
         char when[64];
         snprintf(when, sizeof when, "at step %lld", (long long)step);
@@ -332,14 +334,18 @@ static ct_status checkpoint(ct_run *R, int64_t step, int64_t ep, int64_t b, doub
     R->resid = NULL;
     s = ct_dp_after_save(R->ctx, R->comm, s);
     CT_TRY(s);
+    CT_TRY(ct_zero3_whole(z3, 0));
     return ct_zero_gather_state(R->zero, 0);
 }
 
 /* The task's evaluation; data parallel: on rank 0's buffers, each rank its part, combined. */
 static ct_status evaluate(ct_run *R, ct_task_eval *ev) {
     CT_TRY(ct_dp_broadcast_state(R->comm, R->plan, 1));
+    /* ZeRO-3: the ranks evaluate different numbers of batches, so the whole model is gathered for it */
+    CT_TRY(ct_zero3_whole(ct_zero_z3(R->zero), 1));
     if (R->pipe) CT_TRY(ct_pp_evaluate(R, ev)); /* through the stages; the last one's result */
     else CT_TRY(R->task->evaluate(R->task, ev));
+    CT_TRY(ct_zero3_whole(ct_zero_z3(R->zero), 0));
     if (R->det) return CT_OK; /* every rank evaluated the whole split */
     return ct_dp_reduce_eval(R->comm, R->task, ev);
 }
@@ -443,20 +449,20 @@ static ct_status setup(ct_run *R, ct_train_result *res) {
     CT_TRY(ct_early_stop_init(ctx, &R->es, r->early_stop_patience, r->early_stop_min_delta,
                               r->early_stop_mode == CT_EARLY_STOP_MAX));
     ct_plan_param_arena(R->plan, &R->par, &R->grads, &R->n_par);
-    /* buckets for DDP (zero_stage 0); ZeRO reduce-scatters and the deterministic mode reduces in its tree */
-    if ((R->zero || R->det) && R->world > 1 && (r->grad_compression != CT_GRAD_COMPRESSION_NONE || r->sync_batchnorm))
+    /* the deterministic mode reduces in its tree: no buckets, so no compression and no batch sums in backward */
+    if (R->det && R->world > 1 && (r->grad_compression != CT_GRAD_COMPRESSION_NONE || r->sync_batchnorm))
         return ct_set_error(ctx, CT_E_CONFIG,
-                            "%s works with the gradient buckets of zero_stage 0 only, not with %s: set %s, or "
-                            "zero_stage 0 and deterministic false",
+                            "%s works with the gradient buckets, not with deterministic: true: set %s, or "
+                            "deterministic false",
                             r->sync_batchnorm ? "sync_batchnorm" : "grad_compression",
-                            ct_zero_stage(R->zero) > 0 ? "zero_stage 1/2" : "deterministic: true",
                             r->sync_batchnorm ? "sync_batchnorm false" : "grad_compression none");
     /* tensor parallel: the tensor group's collectives run during backward on this thread, and MPI takes one
      * thread's calls at a time (MPI_THREAD_SERIALIZED): the buckets progress from the grad-ready hook */
     ct_recipe rb = *r;
     if (R->tp) rb.comm_progress = CT_BUCKET_PROGRESS_HOOK;
     /* pipeline parallel: the stage's gradients are reduced once its schedule ends (no buckets yet) */
-    if (!R->zero && !R->det && !R->pipe) CT_TRY(ct_dp_buckets_create(ctx, R->comm, R->plan, &rb, &R->bk));
+    if (R->zero && !R->det && !R->pipe) CT_TRY(ct_zero_buckets_create(R->zero, &rb, &R->bk));
+    else if (!R->det && !R->pipe) CT_TRY(ct_dp_buckets_create(ctx, R->comm, R->plan, &rb, NULL, NULL, NULL, &R->bk));
     R->first_overflow_step = -1;
     R->train_step = R->pipe ? ct_pp_step : ct_step_default; /* the seam (train_internal.h) */
     R->first_loss = -1.0;
@@ -500,6 +506,7 @@ static ct_status start_run(ct_run *R) {
      * already: this makes sure) */
     CT_TRY(ct_dp_broadcast_state(R->comm, R->plan, 0));
     CT_TRY(ct_zero_shard(R->zero)); /* ZeRO: the whole state (perhaps resumed) becomes this rank's shard */
+    CT_TRY(ct_zero3_whole(ct_zero_z3(R->zero), 0)); /* ZeRO-3: and of the parameters, its segment only */
     if (R->scaler) {
         ct_scaler_totals tot;
         ct_scaler_get_totals(R->scaler, &tot);
@@ -638,8 +645,10 @@ static ct_status end_epoch(ct_run *R, ct_train_result *res) {
         res->stopped_early = 1;
     }
     if (is_best && R->best) {
+        CT_TRY(ct_zero3_whole(ct_zero_z3(R->zero), 1));
         memcpy(R->best, R->par, R->n_par * sizeof(float));
         memcpy(R->best + R->n_par, R->buf, R->n_buf * sizeof(float));
+        CT_TRY(ct_zero3_whole(ct_zero_z3(R->zero), 0));
         R->have_best = 1;
     }
     return CT_OK;
@@ -671,6 +680,7 @@ static ct_status restore_best(ct_run *R) {
         return CT_OK;
     }
     memcpy(R->par, R->best, R->n_par * sizeof(float));
+    CT_TRY(ct_zero3_whole(ct_zero_z3(R->zero), 0)); /* ZeRO-3: this rank keeps its segment of them */
     ct_plan_params_changed(R->plan); /* written through the pointer taken at start */
     memcpy(R->buf, R->best + R->n_par, R->n_buf * sizeof(float));
     CT_TRY(evaluate(R, &R->ev));
@@ -692,7 +702,9 @@ static ct_status finish_run(ct_run *R, ct_train_result *res) {
         CT_TRY(checkpoint(R, R->step,
                           R->data_epochs ? R->ep : R->step / (R->steps_per_epoch ? R->steps_per_epoch : 1), 0, 0, 0,
                           0, &R->ev, 1));
+    CT_TRY(ct_zero3_whole(ct_zero_z3(R->zero), 1));
     CT_TRY(ct_dp_same_weights(R->ctx, R->comm, R->plan, "at the end of the run"));
+    CT_TRY(ct_zero3_whole(ct_zero_z3(R->zero), 0));
     double tt = ct_run_now_s() - R->start;
     profile_finish(R);
     ct_mem_stats ms;

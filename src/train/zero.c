@@ -37,6 +37,12 @@ struct ct_zero {
     size_t *counts, *offs; /* each rank's segment                                  */
     float *tmp;            /* the ring's receive buffer (the largest segment)      */
     int madvise_ok;        /* stage 2: released pages read back as zeros            */
+    float *grads;          /* the gradient arena                                    */
+    int accum;             /* micro-batches per step                                */
+    int last;              /* the micro-batch being reduced is the step's last      */
+    float *acc;            /* stage >= 2 with accumulation: this rank's segment summed over the step's
+                              earlier micro-batches (each reduce-scattered on its own) */
+    ct_zero3 *z3;          /* stage 3: the parameter gathers (zero3.c)              */
 };
 
 ct_status ct_zero_check(ct_context *ctx, const ct_recipe *r) {
@@ -62,7 +68,9 @@ ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_pla
     z->stage = r->zero_stage;
     z->rank = ct_comm_rank(c);
     z->world = ct_comm_size(c);
-    ct_status s = ct_plan_param_arena(p, NULL, NULL, &z->n);
+    z->accum = r->accumulate_steps > 0 ? r->accumulate_steps : 1;
+    z->last = 1;
+    ct_status s = ct_plan_param_arena(p, NULL, &z->grads, &z->n);
     z->counts = calloc((size_t)z->world, sizeof(size_t));
     z->offs = calloc((size_t)z->world + 1, sizeof(size_t));
     if (s == CT_OK && (!z->counts || !z->offs)) s = ct_set_error(ctx, CT_E_OOM, "out of memory");
@@ -74,10 +82,15 @@ ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_pla
             mx = CT_MAX(mx, z->counts[k]);
         }
         z->offs[z->world] = z->n;
-        z->madvise_ok = z->stage == 2;
+        z->madvise_ok = z->stage >= 2;
         if (z->world > 1 && !(z->tmp = malloc(CT_MAX(mx, (size_t)1) * sizeof(float))))
             s = ct_set_error(ctx, CT_E_OOM, "out of memory for the reduce-scatter buffer (%zu floats)", mx);
+        if (s == CT_OK && z->stage >= 2 && z->accum > 1 && z->world > 1 &&
+            !(z->acc = calloc(CT_MAX(z->counts[z->rank], (size_t)1), sizeof(float))))
+            s = ct_set_error(ctx, CT_E_OOM, "out of memory for the gradient shard's accumulator (%zu floats)",
+                             z->counts[z->rank]);
     }
+    if (s == CT_OK && z->stage == 3) s = ct_zero3_create(ctx, c, r, p, z->offs, &z->z3);
     if (s != CT_OK) {
         ct_zero_free(z);
         return s;
@@ -98,6 +111,8 @@ void ct_zero_free(ct_zero *z) {
     free(z->counts);
     free(z->offs);
     free(z->tmp);
+    free(z->acc);
+    ct_zero3_free(z->z3);
     free(z);
 }
 
@@ -127,6 +142,58 @@ static void release(ct_zero *z, float *g, size_t b, size_t e) {
     memset(lo, 0, (size_t)(hi - lo));
 }
 
+/* A bucket's reduce-scatter completed (on the thread that completed it): this rank's part of [off, off + n)
+ * holds the sum over the ranks. Stage 1 zeroes the rest; stage 2 and 3 release it, and with accumulation
+ * every micro-batch is reduced on its own: before the step's last one the part is added into the shard's
+ * accumulator and released too (the next micro-batch's backward starts from zeros), in the last one the
+ * accumulator is added in. */
+static void bucket_done(void *user, size_t off, size_t n) {
+    ct_zero *z = user;
+    float *g = z->grads;
+    const size_t sb = z->offs[z->rank], se = sb + z->counts[z->rank];
+    size_t b = CT_MAX(off, sb), e = CT_MIN(off + n, se);
+    if (b >= e) b = e = off; /* no part of this rank's segment in it */
+    if (z->acc && b < e) {
+        float *a = z->acc + (b - sb);
+        if (!z->last) {
+            for (size_t i = 0; i < e - b; i++) a[i] += g[b + i];
+            b = e = off; /* all of it released */
+        } else {
+            for (size_t i = 0; i < e - b; i++) g[b + i] += a[i], a[i] = 0.0f;
+        }
+    }
+    if (z->stage == 1) {
+        memset(g + off, 0, (b - off) * sizeof(float));
+        memset(g + e, 0, (off + n - e) * sizeof(float));
+        return;
+    }
+    release(z, g, off, b);
+    release(z, g, e, off + n);
+}
+
+ct_status ct_zero_buckets_create(ct_zero *z, const ct_recipe *r, ct_buckets **out) {
+    ct_recipe rb = *r;
+    if (z->z3) rb.comm_progress = CT_BUCKET_PROGRESS_HOOK; /* the gathers' MPI calls are the training thread's */
+    CT_TRY(ct_dp_buckets_create(z->ctx, z->c, z->plan, &rb, z->offs, bucket_done, z, out));
+    ct_zero3_set_buckets(z->z3, *out);
+    return CT_OK;
+}
+
+int ct_zero_micro_reduces(const ct_zero *z) { return z && z->acc != NULL; }
+
+void ct_zero_set_last_micro(ct_zero *z, int last) {
+    if (z) z->last = last;
+}
+
+ct_status ct_zero_clear_grads(ct_zero *z) {
+    if (z->acc) memset(z->acc, 0, z->counts[z->rank] * sizeof(float));
+    if (z->stage >= 2 && z->world > 1) release(z, z->grads, 0, z->n);
+    else memset(z->grads, 0, z->n * sizeof(float));
+    return CT_OK;
+}
+
+ct_zero3 *ct_zero_z3(const ct_zero *z) { return z ? z->z3 : NULL; }
+
 ct_status ct_zero_reduce_grads(ct_zero *z) {
     float *g;
     size_t n;
@@ -134,7 +201,7 @@ ct_status ct_zero_reduce_grads(ct_zero *z) {
     CT_TRY(ct_comm_reduce_scatter_f32(z->c, g, z->counts, CT_RS_AUTO, z->tmp));
     if (z->world == 1) return CT_OK;
     const size_t b = z->offs[z->rank], e = b + z->counts[z->rank];
-    if (z->stage == 2) {
+    if (z->stage >= 2) {
         release(z, g, 0, b);
         release(z, g, e, n);
     } else {
@@ -151,6 +218,7 @@ void ct_zero_segment(const ct_zero *z, size_t *b, size_t *e) {
 }
 
 ct_status ct_zero_allgather_params(ct_zero *z) {
+    if (z->z3) return CT_OK; /* stage 3: each layer is gathered before use */
     float *p;
     CT_TRY(ct_plan_param_arena(z->plan, &p, NULL, NULL));
     return ct_comm_allgatherv_f32(z->c, p, z->counts);
@@ -189,6 +257,6 @@ ct_status ct_zero_gather_state(ct_zero *z, int whole) {
 void ct_zero_memory(const ct_zero *z, size_t n_par, size_t state_floats, double *grads_between, double *state) {
     const double full = (double)n_par * sizeof(float);
     *state = (double)state_floats * sizeof(float);
-    *grads_between = z && z->stage == 2 && z->world > 1 && z->madvise_ok ? (double)z->counts[z->rank] * sizeof(float)
+    *grads_between = z && z->stage >= 2 && z->world > 1 && z->madvise_ok ? (double)z->counts[z->rank] * sizeof(float)
                                                                           : full;
 }

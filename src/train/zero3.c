@@ -1,0 +1,326 @@
+/* src/train/zero3.c - ZeRO stage 3: the parameters sharded (docs/distributed.md, "ZeRO").
+ *
+ * Each rank keeps its segment of the parameter arena (the same segments as the gradients and the optimizer
+ * state); the rest of the arena is address space whose pages are handed back to the system (they read as
+ * zeros). The parameters are cut into units: contiguous ranges of the arena, filled in the order the
+ * forward first reads its parameters while the next one is a neighbour in the arena and the unit is under
+ * bucket_size_mb (a transformer block, or part of a large one). The executor's pass events
+ * (ct_plan_set_exec_hook) drive them:
+ *   - a pass begins: the nodes it will run (ct_plan_exec_order) give each unit its first and last use in
+ *     this pass; the first unit's allgather starts;
+ *   - before each node: the units it reads are waited for (started if they were not), and the next unit
+ *     in first-use order is started (prefetched one unit ahead, so its transfer overlaps this unit's
+ *     compute); units whose last use in this pass is behind are released; the gradient buckets are tested
+ *     (their reduce-scatters progress between nodes);
+ *   - the pass ends: whatever is still gathered is released.
+ * Forward and backward gather again (backward reads weights for the input gradients; activation
+ * checkpointing's recomputed nodes read them too, and they are simply nodes of the backward pass). The
+ * gathers and the gradient buckets' reduce-scatters are nonblocking collectives on the data group started
+ * from the training thread in the executor's order, the same on every rank (MPI_THREAD_SERIALIZED: the
+ * buckets use no progress thread under stage 3). A whole-model moment (a checkpoint, the best weights, the
+ * end-of-run check, an evaluation: its ranks run different numbers of batches, so per-pass gathers would
+ * not pair up) gathers everything (ct_zero3_whole) and releases it afterwards. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "graph/ir.h"
+#include "train_internal.h"
+
+enum { U_RELEASED = 0, U_GATHERING, U_RESIDENT };
+
+typedef struct {
+    size_t off, n;          /* its range of the arena                      */
+    size_t *counts;         /* its floats in each rank's segment          */
+    ct_comm_request *req;
+    int state;              /* U_*                                          */
+    int first, last;        /* this pass: positions of its first and last use (-1: none) */
+    int end_next;           /* this pass: the next unit whose last use is at the same position */
+} unit;
+
+struct ct_zero3 {
+    ct_context *ctx;
+    ct_comm *c;
+    ct_plan *plan;
+    ct_buckets *bk;         /* polled before every node (may be NULL)      */
+    float *par;
+    size_t n, sb, se;       /* the arena's floats; this rank's segment      */
+    int rank, world, madvise_ok;
+    int whole;              /* every parameter gathered (ct_zero3_whole): the passes gather nothing */
+    size_t *offs;           /* the ranks' segments (world + 1)              */
+    unit *u;
+    int nu;
+    int *unit_of;           /* parameter -> unit                            */
+    int *rd_start, *rd;     /* node -> the units it reads (CSR, deduplicated) */
+    int n_nodes;
+    /* the pass */
+    int *order, cap_order, n_order, pos;
+    int *seq, n_seq, next;  /* units by first use; the next to prefetch     */
+    int *end_at;            /* position -> the first unit whose last use is there (-1) */
+    ct_zero3_stats st;
+};
+
+/* Pages of par[b, e) back to the system (whole pages; the partial ones at the ends are left as they are:
+ * they are gathered again before any use). */
+static void release_range(ct_zero3 *z, size_t b, size_t e) {
+    if (b >= e || !z->madvise_ok) return;
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    char *lo = (char *)(z->par + b), *hi = (char *)(z->par + e);
+    char *a = (char *)(((uintptr_t)lo + pg - 1) / pg * pg), *d = (char *)((uintptr_t)hi / pg * pg);
+    if (a < d && madvise(a, (size_t)(d - a), MADV_DONTNEED) != 0) z->madvise_ok = 0;
+}
+
+static void release_unit(ct_zero3 *z, unit *u) {
+    release_range(z, u->off, CT_MAX(u->off, CT_MIN(u->off + u->n, z->sb)));
+    release_range(z, CT_MIN(u->off + u->n, CT_MAX(u->off, z->se)), u->off + u->n);
+    u->state = U_RELEASED;
+    z->st.releases++;
+}
+
+static ct_status start_unit(ct_zero3 *z, unit *u) {
+    if (u->state != U_RELEASED) return CT_OK;
+    u->state = U_GATHERING;
+    z->st.gathers++;
+    z->st.gathered_bytes += (double)u->n * sizeof(float);
+    return ct_comm_iallgatherv_f32(z->c, z->par + u->off, u->counts, u->req);
+}
+
+static ct_status wait_unit(ct_zero3 *z, unit *u) {
+    CT_TRY(start_unit(z, u));
+    if (u->state == U_GATHERING) {
+        int done = 0;
+        CT_TRY(ct_comm_test(u->req, &done));
+        if (!done) {
+            const double t0 = ct_now_s();
+            CT_TRY(ct_comm_wait(u->req));
+            z->st.wait_s += ct_now_s() - t0;
+        }
+        u->state = U_RESIDENT;
+    }
+    return CT_OK;
+}
+
+/* ---- units ------------------------------------------------------------------------------------- */
+
+/* Parameter i's range of the arena. */
+static void param_range(ct_zero3 *z, int i, size_t *b, size_t *e) {
+    ct_tensor v;
+    ct_plan_param_info(z->plan, i, NULL, &v, NULL);
+    *b = (size_t)((float *)v.data - z->par);
+    *e = *b + (size_t)ct_tensor_numel(&v);
+}
+
+/* Parameter i joins the current unit when it is its neighbour in the arena and the unit is under cap;
+ * else it opens a unit. */
+static void place(ct_zero3 *z, int i, size_t cap) {
+    size_t b, e;
+    param_range(z, i, &b, &e);
+    unit *u = z->nu ? &z->u[z->nu - 1] : NULL;
+    if (u && u->n * sizeof(float) < cap && (b == u->off + u->n || e == u->off)) {
+        if (e == u->off) u->off = b;
+        u->n += e - b;
+    } else {
+        u = &z->u[z->nu++];
+        u->off = b, u->n = e - b;
+    }
+    z->unit_of[i] = (int)(u - z->u);
+}
+
+/* The units from the forward's first reads (parameters no forward node reads: in arena order after them);
+ * then each unit's counts per rank and each node's units. */
+static ct_status plan_units(ct_zero3 *z, size_t cap) {
+    const int np = ct_plan_num_params(z->plan);
+    int n = ct_plan_exec_order(z->plan, 0, NULL, 0), buf[8];
+    int *order = malloc(((size_t)n + 1) * sizeof *order);
+    if (!order) return ct_set_error(z->ctx, CT_E_OOM, "out of memory planning ZeRO-3's units");
+    ct_plan_exec_order(z->plan, 0, order, n);
+    for (int k = 0; k < n; k++) {
+        int m = ct_plan_node_param_reads(z->plan, order[k], buf, 8);
+        for (int j = 0; j < m && j < 8; j++)
+            if (z->unit_of[buf[j]] < 0) place(z, buf[j], cap);
+    }
+    free(order);
+    for (int i = 0; i < np; i++)
+        if (z->unit_of[i] < 0) place(z, i, cap);
+    for (int k = 0; k < z->nu; k++) {
+        unit *u = &z->u[k];
+        if (!(u->counts = calloc((size_t)z->world, sizeof(size_t)))) return ct_set_error(z->ctx, CT_E_OOM, "out of memory");
+        for (int r = 0; r < z->world; r++) {
+            size_t lo = CT_MAX(z->offs[r], u->off), hi = CT_MIN(z->offs[r + 1], u->off + u->n);
+            u->counts[r] = hi > lo ? hi - lo : 0;
+        }
+        CT_TRY(ct_comm_request_create(z->c, &u->req));
+    }
+    int total = 0;
+    for (int i = 0; i < z->n_nodes; i++) total += ct_plan_node_param_reads(z->plan, i, NULL, 0);
+    z->rd_start = calloc((size_t)z->n_nodes + 1, sizeof(int));
+    z->rd = malloc(((size_t)total + 1) * sizeof(int));
+    if (!z->rd_start || !z->rd) return ct_set_error(z->ctx, CT_E_OOM, "out of memory");
+    for (int i = 0, w = 0; i < z->n_nodes; i++) {
+        z->rd_start[i] = w;
+        int m = ct_plan_node_param_reads(z->plan, i, buf, 8);
+        for (int j = 0; j < m && j < 8; j++) {
+            int uu = z->unit_of[buf[j]], dup = 0;
+            for (int q = z->rd_start[i]; q < w; q++) dup |= z->rd[q] == uu;
+            if (!dup) z->rd[w++] = uu;
+        }
+        z->rd_start[i + 1] = w;
+    }
+    return CT_OK;
+}
+
+/* ---- the pass ---------------------------------------------------------------------------------- */
+
+static ct_status pass_begin(ct_zero3 *z, int backward) {
+    int n = ct_plan_exec_order(z->plan, backward, NULL, 0);
+    if (n > z->cap_order) {
+        free(z->order);
+        free(z->end_at);
+        z->order = malloc((size_t)n * sizeof(int));
+        z->end_at = malloc((size_t)n * sizeof(int));
+        if (!z->order || !z->end_at) {
+            z->cap_order = 0;
+            return ct_set_error(z->ctx, CT_E_OOM, "out of memory");
+        }
+        z->cap_order = n;
+    }
+    z->n_order = ct_plan_exec_order(z->plan, backward, z->order, n);
+    z->n_seq = 0;
+    for (int k = 0; k < z->nu; k++) z->u[k].first = z->u[k].last = -1;
+    for (int pos = 0; pos < z->n_order; pos++) {
+        z->end_at[pos] = -1;
+        const int i = z->order[pos];
+        for (int q = z->rd_start[i]; q < z->rd_start[i + 1]; q++) {
+            unit *u = &z->u[z->rd[q]];
+            if (u->first < 0) z->seq[z->n_seq++] = z->rd[q], u->first = pos;
+            u->last = pos;
+        }
+    }
+    for (int k = 0; k < z->nu; k++)
+        if (z->u[k].last >= 0) z->u[k].end_next = z->end_at[z->u[k].last], z->end_at[z->u[k].last] = k;
+    z->pos = 0;
+    z->next = 0;
+    return z->n_seq ? start_unit(z, &z->u[z->seq[0]]) : CT_OK;
+}
+
+static ct_status pass_node(ct_zero3 *z, int node) {
+    while (z->pos < z->n_order && z->order[z->pos] != node) z->pos++; /* (the executor's order: equal) */
+    if (z->pos >= z->n_order) return CT_OK;
+    for (int k = z->pos > 0 ? z->end_at[z->pos - 1] : -1; k >= 0; k = z->u[k].end_next)
+        if (z->u[k].state == U_RESIDENT) release_unit(z, &z->u[k]);
+    for (int q = z->rd_start[node]; q < z->rd_start[node + 1]; q++) CT_TRY(wait_unit(z, &z->u[z->rd[q]]));
+    while (z->next < z->n_seq && z->u[z->seq[z->next]].first <= z->pos) z->next++;
+    if (z->next < z->n_seq) CT_TRY(start_unit(z, &z->u[z->seq[z->next]])); /* one unit ahead */
+    ct_buckets_poll(z->bk);
+    z->pos++;
+    return CT_OK;
+}
+
+/* The pass ended (or failed): gathers in flight completed, everything released. */
+static ct_status pass_end(ct_zero3 *z) {
+    ct_status s = CT_OK;
+    for (int k = 0; k < z->nu; k++) {
+        unit *u = &z->u[k];
+        if (u->state == U_GATHERING) {
+            ct_status w = ct_comm_wait(u->req);
+            if (s == CT_OK) s = w;
+        }
+        if (u->state != U_RELEASED) release_unit(z, u);
+    }
+    z->n_seq = 0;
+    return s;
+}
+
+static ct_status exec_hook(void *user, ct_exec_event ev, int backward, int node) {
+    ct_zero3 *z = user;
+    if (z->whole) return CT_OK;
+    if (ev == CT_EXEC_BEGIN) return pass_begin(z, backward);
+    if (ev == CT_EXEC_NODE) return pass_node(z, node);
+    return pass_end(z);
+}
+
+/* ---- the run's interface ----------------------------------------------------------------------- */
+
+ct_status ct_zero3_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, const size_t *offs,
+                          ct_zero3 **out) {
+    *out = NULL;
+    ct_zero3 *z = calloc(1, sizeof *z);
+    if (!z) return ct_set_error(ctx, CT_E_OOM, "out of memory");
+    z->ctx = ctx, z->c = c, z->plan = p;
+    z->rank = ct_comm_rank(c), z->world = ct_comm_size(c);
+    z->madvise_ok = 1;
+    ct_plan_stats ps;
+    ct_plan_get_stats(p, &ps);
+    z->n_nodes = ps.n_nodes;
+    ct_status s = ct_plan_param_arena(p, &z->par, NULL, &z->n);
+    const int np = ct_plan_num_params(p);
+    z->offs = malloc(((size_t)z->world + 1) * sizeof(size_t));
+    z->u = calloc((size_t)np + 1, sizeof *z->u);
+    z->unit_of = malloc(((size_t)np + 1) * sizeof(int));
+    z->seq = malloc(((size_t)np + 1) * sizeof(int));
+    if (s == CT_OK && (!z->offs || !z->u || !z->unit_of || !z->seq)) s = ct_set_error(ctx, CT_E_OOM, "out of memory");
+    if (s == CT_OK) {
+        memcpy(z->offs, offs, ((size_t)z->world + 1) * sizeof(size_t));
+        z->sb = offs[z->rank], z->se = offs[z->rank + 1];
+        for (int i = 0; i < np; i++) z->unit_of[i] = -1;
+        size_t cap = (size_t)((double)r->bucket_size_mb * 1048576.0);
+        s = plan_units(z, cap ? cap : SIZE_MAX);
+    }
+    if (s != CT_OK) {
+        ct_zero3_free(z);
+        return s;
+    }
+    if (z->world > 1) ct_plan_set_exec_hook(p, exec_hook, z);
+    *out = z;
+    return CT_OK;
+}
+
+void ct_zero3_free(ct_zero3 *z) {
+    if (!z) return;
+    if (z->world > 1 && z->plan) ct_plan_set_exec_hook(z->plan, NULL, NULL);
+    for (int k = 0; z->u && k < z->nu; k++) {
+        ct_comm_request_free(z->u[k].req);
+        free(z->u[k].counts);
+    }
+    free(z->u);
+    free(z->unit_of);
+    free(z->rd_start);
+    free(z->rd);
+    free(z->order);
+    free(z->end_at);
+    free(z->seq);
+    free(z->offs);
+    free(z);
+}
+
+void ct_zero3_set_buckets(ct_zero3 *z, ct_buckets *bk) {
+    if (z) z->bk = bk;
+}
+
+ct_status ct_zero3_whole(ct_zero3 *z, int whole) {
+    if (!z || z->world == 1) return CT_OK;
+    if (!whole) {
+        for (int k = 0; k < z->nu; k++) release_unit(z, &z->u[k]);
+        z->whole = 0;
+        return CT_OK;
+    }
+    size_t *counts = malloc((size_t)z->world * sizeof(size_t));
+    if (!counts) return ct_set_error(z->ctx, CT_E_OOM, "out of memory");
+    for (int r = 0; r < z->world; r++) counts[r] = z->offs[r + 1] - z->offs[r];
+    ct_status s = ct_comm_allgatherv_f32(z->c, z->par, counts);
+    free(counts);
+    for (int k = 0; s == CT_OK && k < z->nu; k++) z->u[k].state = U_RESIDENT;
+    z->whole = s == CT_OK;
+    z->st.gathered_bytes += (double)z->n * sizeof(float);
+    return s;
+}
+
+void ct_zero3_get_stats(const ct_zero3 *z, ct_zero3_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!z) return;
+    *out = z->st;
+    out->units = z->nu;
+    for (int k = 0; k < z->nu; k++) out->largest_unit_bytes = CT_MAX(out->largest_unit_bytes, z->u[k].n * sizeof(float));
+}
