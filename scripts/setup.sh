@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 # resnet18 weights into ctrain and back, and the golden generators use it
 PKGS="build-essential pkg-config libdnnl-dev libcjson-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev \
       libgomp1 groff-base libopenmpi-dev openmpi-bin dataset-fashion-mnist ca-certificates python3 \
-      python3-torchvision"
+      python3-torchvision time"
 if [ "${1:-}" = "--reference" ]; then
   PKGS="$PKGS python3 python3-torch python3-numpy libopenblas0-openmp"
 fi

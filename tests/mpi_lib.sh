@@ -48,6 +48,18 @@ within_files() {
     bad "$1 (max abs diff '${m:-?}', tolerance $4)" "$out"
   fi
 }
+# within_rel NAME FILE_A FILE_B TOL: per tensor, the largest difference is at most TOL times the tensor's
+# largest |value| (test_dist maxdiff's "max rel diff")
+within_rel() {
+  local out m
+  out=$("$TD" maxdiff "$2" "$3" 2>&1)
+  m=$(printf '%s' "$out" | sed -nE 's/.*max rel diff ([^ ]+) .*/\1/p')
+  if [ -n "$m" ] && awk -v m="$m" -v t="$4" 'BEGIN { exit !(m <= t) }'; then
+    ok "$1 (max rel diff $m <= $4)"
+  else
+    bad "$1 (max rel diff '${m:-?}', tolerance $4)" "$out"
+  fi
+}
 # mpi_units LABEL BINARY SECS WHAT: a C test binary (tests/test_*.c) under mpirun at 2 and 4 ranks; every
 # rank must report "<source>.c: N passed, 0 failed", with no sanitizer report
 mpi_units() {

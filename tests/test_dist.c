@@ -8,7 +8,7 @@
  *                                model.safetensors (any model; tensors matched
  *                                by name and shape, read by the library's
  *                                checked safetensors reader); prints
- *                                "max abs diff X over N weights" (tests/dist_test.sh) */
+ *                                "max abs diff X over N weights, max rel diff R ..." (tests/mpi_lib.sh) */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -354,7 +354,7 @@ static int maxdiff(int argc, char **argv) {
         fprintf(stderr, "test_dist maxdiff: %s\n", ct_context_last_error(ctx));
         goto out;
     }
-    double m = 0;
+    double m = 0, mrel = 0;
     size_t n = 0;
     int same = a.n_tensors == b.n_tensors;
     const cJSON *ea;
@@ -372,18 +372,23 @@ static int maxdiff(int argc, char **argv) {
         size_t a0 = (size_t)cJSON_GetArrayItem(oa, 0)->valuedouble, a1 = (size_t)cJSON_GetArrayItem(oa, 1)->valuedouble;
         size_t b0 = (size_t)cJSON_GetArrayItem(ob, 0)->valuedouble;
         const unsigned char *pa = a.buf + a.data_off + a0, *pb = b.buf + b.data_off + b0;
+        double tm = 0.0, ta_max = 0.0; /* this tensor's largest difference and largest |value| */
         for (size_t i = 0; i < (a1 - a0) / 4; i++, n++) {
             float x, y;
             memcpy(&x, pa + 4 * i, 4), memcpy(&y, pb + 4 * i, 4);
             double d = fabs((double)x - (double)y);
             if (d > m || d != d) m = d;
+            if (d > tm || d != d) tm = d;
+            if (fabs((double)x) > ta_max) ta_max = fabs((double)x);
         }
+        double rel = ta_max > 0.0 ? tm / ta_max : tm;
+        if (rel > mrel || rel != rel) mrel = rel;
     }
     if (!same) {
         fprintf(stderr, "test_dist maxdiff: %s and %s hold other tensors or shapes\n", argv[2], argv[3]);
         goto out;
     }
-    printf("max abs diff %.3g over %zu weights\n", m, n);
+    printf("max abs diff %.3g over %zu weights, max rel diff %.3g (per tensor, of its largest |value|)\n", m, n, mrel);
     rc = 0;
 out:
     ct_st_close(&a);

@@ -92,15 +92,40 @@ static void header_per_rank(ct_run *R) {
 }
 
 /* Tensor and data parallel, ZeRO and the deterministic mode. */
+/* ZeRO's memory per rank: what each stage shards, from ct_zero_memory. */
+static void header_zero(ct_run *R) {
+    const ct_recipe *r = R->r;
+    const int st = ct_zero_stage(R->zero);
+    float *ost = NULL;
+    size_t on = 0;
+    ct_zero_mem m;
+    ct_optimizer_state(R->opt, &ost, &on);
+    ct_zero_memory(R->zero, R->bk, on, &m);
+    const double mib = 1048576.0;
+    ct_run_say(R, "  zero_stage %d: per rank %.2f MiB optimizer state (1/%d of %.2f MiB); gradients %.2f MiB between "
+               "steps, %.2f MiB at the peak of backward%s; parameters %.2f MiB%s\n", st, m.state / mib, R->world,
+               (double)ct_run_optim_state_per_param(&r->optim) * (double)R->n_par * sizeof(float) / mib,
+               m.grads_between / mib, m.grads_peak / mib,
+               st >= 2 ? " (each bucket released outside the shard as soon as it is reduced)" : "", m.params / mib,
+               st == 3 ? "" : " (whole; allgathered after each update)");
+    if (st == 3) {
+        ct_zero3_stats zs;
+        ct_zero3_get_stats(ct_zero_z3(R->zero), &zs);
+        ct_run_say(R, "  zero_stage 3: parameters in %d unit%s of up to %.2f MiB, each allgathered before use in forward "
+                   "and in backward (one unit ahead) and released after: at most %.2f MiB of them at once\n",
+                   zs.units, zs.units == 1 ? "" : "s", (double)zs.largest_unit_bytes / mib, m.params_peak / mib);
+    }
+}
+
 static void header_parallel(ct_run *R) {
     const ct_recipe *r = R->r;
     header_per_rank(R);
     if (R->world > 1 && R->bk) {
         char bl[512];
         ct_dp_buckets_describe(R->bk, r, ct_plan_grad_ready_order(R->plan, NULL, 0), bl, sizeof bl);
-        ct_run_say(R, "  data parallel: %d ranks x %lld rows (global batch %lld), gradients (%.2f MiB) averaged in %s\n",
+        ct_run_say(R, "  data parallel: %d ranks x %lld rows (global batch %lld), gradients (%.2f MiB) %s in %s\n",
                    R->world, (long long)R->local.batch_size, (long long)r->batch_size,
-                   (double)R->n_par * sizeof(float) / 1048576.0, bl);
+                   (double)R->n_par * sizeof(float) / 1048576.0, R->zero ? "reduce-scattered" : "averaged", bl);
     }
     else if (R->world > 1)
         ct_run_say(R, "  data parallel: %d ranks x %lld rows (global batch %lld), gradients averaged by %s of "
@@ -108,20 +133,7 @@ static void header_parallel(ct_run *R) {
                    ct_zero_stage(R->zero) > 0 ? "one reduce-scatter" : R->det
                                                     ? "one fixed-tree allreduce" : "one allreduce",
                    (double)R->n_par * sizeof(float) / 1048576.0);
-    if (ct_zero_stage(R->zero) > 0) {
-        float *ost = NULL;
-        size_t on = 0;
-        double gb, sb;
-        ct_optimizer_state(R->opt, &ost, &on);
-        ct_zero_memory(R->zero, R->n_par, on, &gb, &sb);
-        ct_run_say(R, "  zero_stage %d: per rank %.2f MiB parameters, %.2f MiB optimizer state (1/%d of %.2f MiB), "
-                   "%.2f MiB gradients between steps%s; reduce-scatter + allgather per step\n", ct_zero_stage(R->zero),
-                   (double)R->n_par * sizeof(float) / 1048576.0, sb / 1048576.0, R->world,
-                   (double)ct_run_optim_state_per_param(&r->optim) * (double)R->n_par * sizeof(float) / 1048576.0,
-                   gb / 1048576.0,
-                   ct_zero_stage(R->zero) == 2 ? " (the rest released after the reduce-scatter; the whole gradient "
-                                                 "exists from backward to the reduce-scatter)" : "");
-    }
+    if (ct_zero_stage(R->zero) > 0) header_zero(R);
     if (r->deterministic)
         ct_run_say(R, "  deterministic: %d chunks of %lld rows per global batch, %d on each rank, gradients added in "
                    "one fixed tree (bit-identical at any power-of-two world size dividing %d with the same threads "

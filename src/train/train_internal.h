@@ -87,8 +87,14 @@ void ct_zero3_set_buckets(ct_zero3 *z, ct_buckets *bk);
  * segment released again. z may be NULL (a no-op). */
 ct_status ct_zero3_whole(ct_zero3 *z, int whole);
 void ct_zero3_get_stats(const ct_zero3 *z, ct_zero3_stats *out);
-/* Bytes per rank between steps: gradients resident (stage 2: the segment) and the optimizer state. */
-void ct_zero_memory(const ct_zero *z, size_t n_par, size_t state_floats, double *grads_between, double *state);
+/* Bytes per rank (z NULL: all 0): the optimizer state; the gradients resident between steps (stage 2, 3:
+ * the segment) and at their peak in backward (stage 2, 3: the segment, the two largest buckets in flight and
+ * with accumulation the shard's accumulator); the parameters between uses and at their peak (stage 3: the
+ * segment, and the segment plus two units, one in use and one prefetched). bk: the ZeRO buckets (NULL: none). */
+typedef struct {
+    double state, grads_between, grads_peak, params, params_peak;
+} ct_zero_mem;
+void ct_zero_memory(const ct_zero *z, const ct_buckets *bk, size_t state_floats, ct_zero_mem *m);
 /* The deterministic mode (deterministic.c; docs/distributed.md): ct_det_create gives NULL without
  * deterministic: true. */
 typedef struct ct_det ct_det;

@@ -254,9 +254,24 @@ ct_status ct_zero_gather_state(ct_zero *z, int whole) {
     return s;
 }
 
-void ct_zero_memory(const ct_zero *z, size_t n_par, size_t state_floats, double *grads_between, double *state) {
-    const double full = (double)n_par * sizeof(float);
-    *state = (double)state_floats * sizeof(float);
-    *grads_between = z && z->stage >= 2 && z->world > 1 && z->madvise_ok ? (double)z->counts[z->rank] * sizeof(float)
-                                                                          : full;
+void ct_zero_memory(const ct_zero *z, const ct_buckets *bk, size_t state_floats, ct_zero_mem *m) {
+    memset(m, 0, sizeof *m);
+    if (!z) return;
+    const double full = (double)z->n * sizeof(float), seg = (double)z->counts[z->rank] * sizeof(float);
+    size_t big = 0; /* the largest bucket: backward fills the next while the last is being reduced */
+    for (int i = 0; i < ct_buckets_count(bk); i++) {
+        ct_bucket_info bi;
+        if (ct_buckets_info(bk, i, &bi) == CT_OK) big = CT_MAX(big, bi.n);
+    }
+    const int sharded = z->stage >= 2 && z->world > 1 && z->madvise_ok;
+    m->state = (double)state_floats * sizeof(float);
+    m->grads_between = sharded ? seg : full;
+    m->grads_peak = sharded ? CT_MIN(full, seg + 2.0 * (double)big * sizeof(float) + (z->acc ? seg : 0.0)) : full;
+    m->params = m->params_peak = full;
+    if (z->z3 && z->world > 1) {
+        ct_zero3_stats st;
+        ct_zero3_get_stats(z->z3, &st);
+        m->params = seg;
+        m->params_peak = CT_MIN(full, seg + 2.0 * (double)st.largest_unit_bytes); /* one in use, one prefetched */
+    }
 }
