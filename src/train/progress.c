@@ -105,28 +105,32 @@ static void header_parallel(ct_run *R) {
     else if (R->world > 1)
         ct_run_say(R, "  data parallel: %d ranks x %lld rows (global batch %lld), gradients averaged by %s of "
                    "%.2f MiB per step\n", R->world, (long long)(r->batch_size / R->world), (long long)r->batch_size,
-                   ct_zero_stage(R->zero) > 0 ? "one reduce-scatter" : R->det
-                                                    ? "one fixed-tree allreduce" : "one allreduce",
+                   R->det ? "one fixed-tree allreduce" : ct_zero_stage(R->zero) > 0 ? "one reduce-scatter"
+                                                                                     : "one allreduce",
                    (double)R->n_par * sizeof(float) / 1048576.0);
     if (ct_zero_stage(R->zero) > 0) {
         float *ost = NULL;
         size_t on = 0;
         double gb, sb;
         ct_optimizer_state(R->opt, &ost, &on);
-        ct_zero_memory(R->zero, R->n_par, on, &gb, &sb);
+        ct_zero_memory(R->det ? NULL : R->zero, R->n_par, on, &gb, &sb); /* deterministic: whole gradients */
         ct_run_say(R, "  zero_stage %d: per rank %.2f MiB parameters, %.2f MiB optimizer state (1/%d of %.2f MiB), "
-                   "%.2f MiB gradients between steps%s; reduce-scatter + allgather per step\n", ct_zero_stage(R->zero),
+                   "%.2f MiB gradients between steps%s; %s + allgather per step\n", ct_zero_stage(R->zero),
                    (double)R->n_par * sizeof(float) / 1048576.0, sb / 1048576.0, R->world,
                    (double)ct_run_optim_state_per_param(&r->optim) * (double)R->n_par * sizeof(float) / 1048576.0,
                    gb / 1048576.0,
-                   ct_zero_stage(R->zero) == 2 ? " (the rest released after the reduce-scatter; the whole gradient "
-                                                 "exists from backward to the reduce-scatter)" : "");
+                   ct_zero_stage(R->zero) == 2 && !R->det ? " (the rest released after the reduce-scatter; the "
+                                                            "whole gradient exists from backward to the reduce-scatter)"
+                                                          : "",
+                   R->det ? "fixed-tree allreduce" : "reduce-scatter");
     }
     if (r->deterministic)
-        ct_run_say(R, "  deterministic: %d chunks of %lld rows per global batch, %d on each rank, gradients added in "
+        ct_run_say(R, "  deterministic: %d chunks of %lld rows per global batch, %d on each rank%s, gradients added in "
                    "one fixed tree (bit-identical at any power-of-two world size dividing %d with the same threads "
                    "per rank)\n", r->deterministic_chunks, (long long)R->local.batch_size,
-                   ct_det_local_chunks(R->det), r->deterministic_chunks);
+                   ct_det_local_chunks(R->det) / R->accum, R->accum > 1 ? " of each of the step's accumulate_steps "
+                                                                        "global batches" : "",
+                   r->deterministic_chunks);
 }
 
 void ct_progress_header(ct_run *R, const char *rj) {
