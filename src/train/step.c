@@ -238,7 +238,8 @@ ct_status ct_step_default(ct_run *R, ct_step_io *io) {
          * the task reads the step's global batches at micro-batch 0, all or none) */
         if (rows == 0 && R->det && micro > 0)
             return ct_set_error(R->ctx, CT_E_INTERNAL, "deterministic: the %s task ran out of data at micro-batch %d "
-                                "of a step (it must read the step's batches at micro-batch 0)", R->task->name, micro);
+                                "of a step (it must read the step's batches at micro-batch 0)",
+                                R->task->name ? R->task->name : "custom", micro);
         if (rows == 0) return io->n ? ct_step_reduce_stats(R, io) : CT_OK;
         /* more micro-batches before this step: nothing is sent (data parallel) until the last one */
     }
