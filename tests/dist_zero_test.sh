@@ -13,7 +13,9 @@
 #   - deterministic: true: the MLP and a CNN with batchnorm end bit for bit the
 #     same (model.safetensors compared byte for byte) at 1, 2 and 4 ranks, with
 #     the same losses printed; a run killed and resumed at another world size
-#     (2 -> 1, 1 -> 2, 4 -> 2) ends bit for bit as the uninterrupted one;
+#     (2 -> 1, 1 -> 2, 4 -> 2) ends bit for bit as the uninterrupted one; the CNN with accumulate_steps 8
+#     (an epoch of 20 batches: 2 steps, the last 4 batches dropped) and zero_stage 2 at 1, 2 and 4 ranks the
+#     same bits as zero_stage 0 in one process;
 #   - the errors: a world size that does not divide deterministic_chunks, lamb
 #     with zero_stage; a rank killed in a ZeRO run ends the job within 30 s,
 #     mpirun naming the rank; a rank that hangs (stopped) ends the job after
@@ -172,6 +174,23 @@ for pair in "2 1" "1 2" "4 2"; do
     same "deterministic: saved at np $from, resumed at np $to: the uninterrupted run's weights bit for bit" \
       "$tmp/dm1/$M" "$d/$M"
 done
+
+# deterministic with accumulate_steps 8 and ZeRO (the image task reads the step's 8 global batches at its first
+# micro-batch, all or none: 20 batches an epoch are 2 steps and 4 dropped), batchnorm: the same bits at 1, 2, 4
+t0=$(date +%s)
+CA=("${C[@]}" --epochs 2 --max-steps 0 --set accumulate_steps=8 --optimizer adamw)
+run "deterministic cnn accumulate_steps 8 np 1" 1 "$tmp/ca01.log" -- "${CA[@]}" --save-dir "$tmp/ca01"
+for n in 1 2 4; do
+  run "deterministic cnn accumulate_steps 8 zero_stage 2 np $n" $n "$tmp/ca2$n.log" -- "${CA[@]}" --set zero_stage=2 \
+    --save-dir "$tmp/ca2$n" &&
+    same "deterministic cnn, accumulate_steps 8, zero_stage 2 at np $n: zero_stage 0's weights and buffers bit for bit" \
+      "$tmp/ca01/step-000004/model.safetensors" "$tmp/ca2$n/step-000004/model.safetensors"
+done
+l1=$(lastline "$tmp/ca01.log") ln=$(lastline "$tmp/ca24.log")
+[ -n "$l1" ] && [ "$l1" = "$ln" ] && grep -q "epoch 2/2 \[.*\] 16/20 " "$tmp/ca01.log" &&
+  ok "... the same losses printed at np 4 ($ln), 16 of the epoch's 20 batches trained" ||
+  bad "deterministic cnn accumulation: '$ln' vs '$l1'" "$(grep 'epoch 2/2' "$tmp/ca01.log")"
+echo "  (deterministic accumulation with ZeRO: $(($(date +%s) - t0)) s)"
 
 # ---- errors ------------------------------------------------------------------------------------------------
 mrun "$tmp/e1.log" 60 -- "${MPI[@]}" -np 2 "$CT" train "${D[@]}" --set deterministic_chunks=3

@@ -100,8 +100,12 @@ struct ct_task {
      * micro-batch m (0 <= m < n) of a step writes the m-th of n equal
      * slices of this rank's rows of the step's global batch (reading the
      * global batch at m == 0); batches_per_epoch and start_epoch's skip
-     * still count global batches. evaluate covers the whole held-out split
-     * on every rank from then on (count as in one process). */
+     * still count global batches. With accumulate_steps A > 1 a step covers
+     * A global batches and m runs to n x A: micro-batch m writes slice m / A
+     * of this rank's rows of the step's global batch m % A (the batches of
+     * plain accumulation; a task reading them at m == 0 reads all A or, at
+     * the epoch's end, none: 0 rows at m == 0). evaluate covers the whole
+     * held-out split on every rank from then on (count as in one process). */
     ct_status (*chunk)(ct_task *t, int n);
 };
 

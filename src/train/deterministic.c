@@ -4,7 +4,14 @@
  * [r*K/N, (r+1)*K/N), keeps their gradients apart and adds them in a
  * pairwise tree, and the ranks add their subtrees with
  * ct_comm_tree_allreduce_f32: the same binary tree of additions whatever N,
- * so the same bits. */
+ * so the same bits.
+ *
+ * With accumulate_steps A (a power of two) a step covers A global batches,
+ * A x K leaves: chunk k of batch a is leaf g = k*A + a, so rank r holds the
+ * contiguous leaves [r*K/N*A, (r+1)*K/N*A) (its chunks of every batch) and
+ * the tree is the same at any N. This rank's micro-batch m is leaf
+ * r*K/N*A + m: batch a = m % A, chunk r*K/N + m / A (ct_task.chunk,
+ * ct_step_first_sample). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,10 +24,11 @@ struct ct_det {
     ct_plan *plan;
     int rank, world;
     size_t n;              /* floats in the gradient arena                        */
-    int chunks, local;     /* K, and K / N chunks on this rank                     */
+    int chunks, local;     /* K, and this rank's leaves: K / N chunks x A batches    */
+    int accum;             /* A: the global batches of a step                        */
     float *level[8];       /* the pairwise tree's pending left subtrees           */
     float *tmp;            /* the tree allreduce's receive buffer                  */
-    double *losses;        /* this rank's chunk losses, then all K in chunk order  */
+    double *losses;        /* this rank's leaf losses, then all A x K in leaf order  */
 };
 
 static int is_pow2(int x) { return x > 0 && !(x & (x - 1)); }
@@ -38,10 +46,18 @@ ct_status ct_det_check(ct_context *ctx, const ct_recipe *r, ct_task *t, int worl
                             "deterministic: true cuts every batch into deterministic_chunks %d chunks: batch_size %lld "
                             "does not divide by it; use a multiple of %d",
                             K, (long long)r->batch_size, K);
-    if (r->accumulate_steps > 1)
+    const int A = r->accumulate_steps;
+    if (!is_pow2(A) || (K / world) * A > 128)
         return ct_set_error(ctx, CT_E_CONFIG,
-                            "deterministic: true does not support accumulate_steps > 1 yet: raise batch_size instead "
-                            "(the chunks are the micro-batches)");
+                            "deterministic: true with accumulate_steps %d needs a power of two (1, 2, 4, ...) with "
+                            "deterministic_chunks / ranks x accumulate_steps at most 128 (it is %d): the chunks of the "
+                            "step's %d global batches are the leaves of one fixed tree",
+                            A, (K / world) * A, A);
+    if (A > 1 && r->pipeline_stages > 1)
+        return ct_set_error(ctx, CT_E_CONFIG,
+                            "deterministic: true with pipeline_stages %d needs micro_batches (accumulate_steps) 1, "
+                            "not %d: the pipeline's micro-batches are the chunks",
+                            r->pipeline_stages, A);
     if (!t->chunk)
         return ct_set_error(ctx, CT_E_CONFIG,
                             "deterministic: true is not supported by the %s task yet (it has no ct_task.chunk); the "
@@ -60,7 +76,8 @@ ct_status ct_det_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan
     z->world = ct_comm_size(c);
     ct_status s = ct_plan_param_arena(p, NULL, NULL, &z->n);
     z->chunks = r->deterministic_chunks;
-    z->local = z->chunks / z->world;
+    z->accum = r->accumulate_steps;
+    z->local = z->chunks / z->world * z->accum;
     int levels = 0;
     while ((1 << levels) < z->local) levels++;
     for (int l = 0; l < levels && s == CT_OK; l++)
@@ -68,7 +85,7 @@ ct_status ct_det_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan
             s = ct_set_error(ctx, CT_E_OOM, "deterministic: out of memory for the chunk gradients (%zu floats)", z->n);
     if (s == CT_OK && z->world > 1 && !(z->tmp = malloc(CT_MAX(z->n, (size_t)1) * sizeof(float))))
         s = ct_set_error(ctx, CT_E_OOM, "deterministic: out of memory for the tree allreduce (%zu floats)", z->n);
-    if (s == CT_OK && !(z->losses = calloc((size_t)z->chunks, sizeof(double))))
+    if (s == CT_OK && !(z->losses = calloc((size_t)(z->chunks * z->accum), sizeof(double))))
         s = ct_set_error(ctx, CT_E_OOM, "out of memory");
     if (s != CT_OK) {
         ct_det_free(z);
@@ -109,7 +126,8 @@ ct_status ct_det_reduce(ct_det *z, double *loss) {
     size_t n;
     CT_TRY(ct_plan_param_arena(z->plan, NULL, &g, &n));
     CT_TRY(ct_comm_tree_allreduce_f32(z->c, g, n, z->tmp));
-    /* the chunk losses in chunk order, summed in that order: the same double at any world size */
+    /* the leaf losses in leaf order (the ranks' in rank order), summed in that order: the same double at any
+     * world size */
     if (z->world > 1) {
         double *mine = malloc((size_t)z->local * sizeof(double));
         if (!mine) return ct_set_error(z->ctx, CT_E_OOM, "out of memory");
@@ -119,7 +137,7 @@ ct_status ct_det_reduce(ct_det *z, double *loss) {
         CT_TRY(s);
     }
     double sum = 0.0;
-    for (int k = 0; k < z->chunks; k++) sum += z->losses[k];
-    *loss = sum / z->chunks;
+    for (int k = 0; k < z->chunks * z->accum; k++) sum += z->losses[k];
+    *loss = sum / z->chunks; /* the A batches' mean losses, summed */
     return CT_OK;
 }

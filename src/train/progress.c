@@ -102,11 +102,14 @@ static void header_zero(ct_run *R) {
     ct_optimizer_state(R->opt, &ost, &on);
     ct_zero_memory(R->zero, R->bk, on, &m);
     const double mib = 1048576.0;
+    if (R->det) /* the deterministic tree reduces whole gradients: they stay whole */
+        m.grads_between = m.grads_peak = (double)R->n_par * sizeof(float);
     ct_run_say(R, "  zero_stage %d: per rank %.2f MiB optimizer state (1/%d of %.2f MiB); gradients %.2f MiB between "
                "steps, %.2f MiB at the peak of backward%s; parameters %.2f MiB%s\n", st, m.state / mib, R->world,
                (double)ct_run_optim_state_per_param(&r->optim) * (double)R->n_par * sizeof(float) / mib,
                m.grads_between / mib, m.grads_peak / mib,
-               st >= 2 ? " (each bucket released outside the shard as soon as it is reduced)" : "", m.params / mib,
+               st >= 2 && !R->det ? " (each bucket released outside the shard as soon as it is reduced)" : "",
+               m.params / mib,
                st == 3 ? "" : " (whole; allgathered after each update)");
     if (st == 3) {
         ct_zero3_stats zs;
@@ -130,15 +133,17 @@ static void header_parallel(ct_run *R) {
     else if (R->world > 1)
         ct_run_say(R, "  data parallel: %d ranks x %lld rows (global batch %lld), gradients averaged by %s of "
                    "%.2f MiB per step\n", R->world, (long long)(r->batch_size / R->world), (long long)r->batch_size,
-                   ct_zero_stage(R->zero) > 0 ? "one reduce-scatter" : R->det
-                                                    ? "one fixed-tree allreduce" : "one allreduce",
+                   R->det ? "one fixed-tree allreduce" : ct_zero_stage(R->zero) > 0 ? "one reduce-scatter"
+                                                                                     : "one allreduce",
                    (double)R->n_par * sizeof(float) / 1048576.0);
     if (ct_zero_stage(R->zero) > 0) header_zero(R);
     if (r->deterministic)
-        ct_run_say(R, "  deterministic: %d chunks of %lld rows per global batch, %d on each rank, gradients added in "
+        ct_run_say(R, "  deterministic: %d chunks of %lld rows per global batch, %d on each rank%s, gradients added in "
                    "one fixed tree (bit-identical at any power-of-two world size dividing %d with the same threads "
                    "per rank)\n", r->deterministic_chunks, (long long)R->local.batch_size,
-                   ct_det_local_chunks(R->det), r->deterministic_chunks);
+                   ct_det_local_chunks(R->det) / R->accum, R->accum > 1 ? " of each of the step's accumulate_steps "
+                                                                        "global batches" : "",
+                   r->deterministic_chunks);
 }
 
 void ct_progress_header(ct_run *R, const char *rj) {

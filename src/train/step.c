@@ -14,11 +14,13 @@
 #include "train_internal.h"
 
 /* The global index of micro-batch `micro`'s first sample, dropout's key (ct_plan_set_sample_offset: masks
- * by global sample, the same at any world size): deterministic: chunk rank x K/N + micro of the global
- * batch; else this rank's rows of the micro-th global batch of the step (one process: micro x batch_size). */
+ * by global sample, the same at any world size): deterministic: chunk rank x K/N + micro / A of the step's
+ * global batch micro % A (deterministic.c); else this rank's rows of the micro-th global batch of the step
+ * (one process: micro x batch_size). */
 int64_t ct_step_first_sample(const ct_run *R, int micro) {
     const int64_t Bg = R->r->batch_size, b = Bg / (R->world > 0 ? R->world : 1);
-    if (R->det) return R->rank * b + (int64_t)micro * R->local.batch_size;
+    const int A = R->accum > 0 ? R->accum : 1;
+    if (R->det) return (int64_t)(micro % A) * Bg + R->rank * b + (int64_t)(micro / A) * R->local.batch_size;
     return (int64_t)micro * Bg + R->rank * b;
 }
 
@@ -42,6 +44,11 @@ static ct_status clear_grads(ct_run *R) {
     return R->zero && !R->pipe ? ct_zero_clear_grads(R->zero) : ct_plan_zero_grads(R->plan);
 }
 
+/* ZeRO's gradients are reduce-scattered (each rank reduces, checks and clips its segment). Not in the
+ * deterministic mode: its tree gives every rank the whole summed gradient, checked and clipped whole as
+ * zero_stage 0 does (the same bits at any world size); ZeRO then updates the segment and allgathers. */
+static int zero_segments(const ct_run *R) { return ct_zero_stage(R->zero) > 0 && !R->det; }
+
 /* One micro-batch: next batch, forward, backward; its statistics into io. *rows 0: the data ran out. */
 static ct_status micro_batch(ct_run *R, ct_step_io *io, int micro, int64_t *rows) {
     const ct_recipe *r = R->r;
@@ -54,7 +61,7 @@ static ct_status micro_batch(ct_run *R, ct_step_io *io, int micro, int64_t *rows
     float loss;
     if (R->scaler) CT_TRY(ct_plan_set_loss_scale(R->plan, ct_scaler_scale(R->scaler) / (float)R->grad_div));
     /* forward, backward (bn_stats_once: running statistics from the step's last micro-batch only;
-     * deterministic: from the global batch's first chunk only, which is rank 0's at any world size) */
+     * deterministic: from the step's first chunk only, which is rank 0's micro-batch 0 at any world size) */
     if (r->bn_stats_once) ct_plan_set_update_running_stats(R->plan, micro == R->accum - 1);
     if (r->deterministic) ct_plan_set_update_running_stats(R->plan, R->rank == 0 && micro == 0);
     CT_TRY(ct_plan_set_sample_offset(R->plan, ct_step_first_sample(R, micro)));
@@ -68,7 +75,7 @@ static ct_status micro_batch(ct_run *R, ct_step_io *io, int micro, int64_t *rows
     if (R->bk && (last || each)) CT_TRY(ct_buckets_begin(R->bk));
     CT_TRY(ct_plan_backward(R->plan));
     if (R->bk && each && !last) CT_TRY(wait_buckets(R));
-    io->batches += !r->deterministic || micro == 0; /* deterministic: the chunks are one global batch */
+    io->batches += !r->deterministic || micro < R->accum; /* deterministic: micro-batch a < A reads batch a */
     if (r->deterministic) CT_TRY(ct_det_push(R->det, micro, loss));
     io->loss += loss;
     if (t->has_accuracy) io->correct += (double)t->batch_correct(t, *rows);
@@ -130,7 +137,7 @@ ct_status ct_step_reduce_stats(ct_run *R, ct_step_io *io) {
         io->correct = cr[0], io->rows = cr[1], io->units = cr[2];
         CT_TRY(ct_det_reduce(R->det, &io->loss));
         R->grad_reduces++;
-        io->n = 1;
+        io->n = R->accum; /* io->loss: the sum of the step's global batches' mean losses */
     } else {
         CT_TRY(ct_dp_reduce_step(R->comm, &io->loss, &io->correct, &io->rows, &io->units));
     }
@@ -143,13 +150,13 @@ ct_status ct_step_reduce_stats(ct_run *R, ct_step_io *io) {
 static void my_part(const ct_run *R, size_t *b, size_t *e) {
     *b = 0;
     *e = R->n_par;
-    ct_zero_segment(R->zero, b, e);
+    if (zero_segments(R)) ct_zero_segment(R->zero, b, e);
 }
 
 /* Any rank's overflow, and whether every rank's part is all zeros, over the groups that hold the other parts. */
 static ct_status agree(const ct_run *R, int *overflow, int *all_zero) {
     double f[2] = {*overflow ? 1.0 : 0.0, *all_zero ? 0.0 : 1.0};
-    if (ct_zero_stage(R->zero) > 0 && R->world > 1) CT_TRY(ct_comm_allreduce_f64(R->comm, f, 2, CT_REDUCE_MAX));
+    if (zero_segments(R) && R->world > 1) CT_TRY(ct_comm_allreduce_f64(R->comm, f, 2, CT_REDUCE_MAX));
     if (R->tp) CT_TRY(ct_comm_allreduce_f64(R->tp, f, 2, CT_REDUCE_MAX));
     if (R->pp) CT_TRY(ct_comm_allreduce_f64(R->pp, f, 2, CT_REDUCE_MAX)); /* every stage's part */
     *overflow = f[0] > 0.0;
@@ -163,7 +170,7 @@ static ct_status clip_parts(ct_run *R, float max_norm, float *total) {
     size_t b, e;
     my_part(R, &b, &e);
     double ss = ct_run_sumsq(R, R->grads, b, e);
-    if (ct_zero_stage(R->zero) > 0) CT_TRY(ct_comm_allreduce_f64(R->comm, &ss, 1, CT_REDUCE_SUM));
+    if (zero_segments(R)) CT_TRY(ct_comm_allreduce_f64(R->comm, &ss, 1, CT_REDUCE_SUM));
     if (R->tp) CT_TRY(ct_comm_allreduce_f64(R->tp, &ss, 1, CT_REDUCE_SUM));
     if (R->pp) CT_TRY(ct_comm_allreduce_f64(R->pp, &ss, 1, CT_REDUCE_SUM));
     const float tn = (float)sqrt(ss), coef = max_norm / (tn + 1e-6f), cl = coef > 1.0f ? 1.0f : coef;
@@ -179,7 +186,8 @@ static ct_status update(ct_run *R, ct_step_io *io, int all_zero) {
     const int zero = ct_zero_stage(R->zero) > 0;
     io->zero_grads = all_zero;
     if (r->clip_grad_norm > 0.0f) {
-        if (zero || R->tp || R->pp) CT_TRY(clip_parts(R, r->clip_grad_norm, &io->grad_norm)); /* every rank's part */
+        if (zero_segments(R) || R->tp || R->pp) /* every rank's part */
+            CT_TRY(clip_parts(R, r->clip_grad_norm, &io->grad_norm));
         else CT_TRY(ct_clip_grad_norm(R->plan, r->clip_grad_norm, 2.0f, &io->grad_norm));
     }
     if (r->clip_grad_value > 0.0f && zero) { /* this rank's segment: the rest is not its to touch (or released) */
@@ -251,7 +259,12 @@ ct_status ct_step_default(ct_run *R, ct_step_io *io) {
     for (int micro = 0; micro < R->micro_n; micro++) {
         int64_t rows = 0;
         CT_TRY(micro_batch(R, io, micro, &rows));
-        /* the micro-batches of an unfinished accumulation at the epoch's end count in its totals */
+        /* the micro-batches of an unfinished accumulation at the epoch's end count in its totals (deterministic:
+         * the task reads the step's global batches at micro-batch 0, all or none) */
+        if (rows == 0 && R->det && micro > 0)
+            return ct_set_error(R->ctx, CT_E_INTERNAL, "deterministic: the %s task ran out of data at micro-batch %d "
+                                "of a step (it must read the step's batches at micro-batch 0)",
+                                R->task->name ? R->task->name : "custom", micro);
         if (rows == 0) return io->n ? ct_step_reduce_stats(R, io) : CT_OK;
         /* more micro-batches before this step: nothing is sent (data parallel) until the last one */
     }

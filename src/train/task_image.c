@@ -26,9 +26,10 @@ typedef struct {
     size_t logits_cap;
     int rank, size;    /* data parallel: this rank's share of batches and evaluation */
     float mean, stdv;  /* the normalization (the prefetcher pads with a normalized 0) */
-    /* deterministic mode (img_chunk): this rank's rows of a global batch read into stage_x / stage_y, then
-     * handed to the plan in `chunks` slices; the evaluation covers the whole test split on every rank */
-    int chunks;
+    /* deterministic mode (img_chunk): this rank's rows of the step's `accum` global batches read into
+     * stage_x / stage_y, then handed to the plan in `chunks` slices of each; the evaluation covers the whole
+     * test split on every rank */
+    int chunks, accum;
     float *stage_x;
     int32_t *stage_y;
     int64_t stage_rows;
@@ -147,26 +148,39 @@ static ct_status img_start_epoch(ct_task *t, int64_t epoch, int64_t skip) {
     return skip > 0 ? ct_loader_skip(it->ld, skip) : CT_OK;
 }
 
+/* Deterministic: micro-batch m is slice m / A of this rank's rows of the step's global batch m % A (A =
+ * accum; ct_task.chunk). The A batches are read at m == 0: all of them, or (the epoch's end) none: every
+ * rank's step then ends at micro-batch 0. Every batch is whole (drop_last). */
+static ct_status next_chunk(image_task *it, int micro, int64_t *rows) {
+    const int64_t per = it->r.batch_size / it->size, b = it->tx.shape[0];
+    const size_t px = (size_t)(ct_tensor_numel(&it->tx) / b);
+    if (micro == 0) {
+        it->stage_rows = 0;
+        for (int a = 0; a < it->accum; a++) {
+            int64_t n = 0;
+            float *x = it->stage_x + (size_t)(a * per) * px;
+            CT_TRY(it->pf ? ct_prefetcher_next(it->pf, x, it->stage_y + a * per, &n)
+                          : ct_loader_next(it->ld, x, it->stage_y + a * per, &n));
+            if (n < per) { /* the epoch's end */
+                it->stage_rows = 0;
+                break;
+            }
+            it->stage_rows += n;
+        }
+    }
+    *rows = 0;
+    if (it->stage_rows < it->accum * per) return CT_OK;
+    const int64_t lo = (int64_t)(micro % it->accum) * per + (int64_t)(micro / it->accum) * b;
+    memcpy(it->tx.data, it->stage_x + (size_t)lo * px, (size_t)b * px * sizeof(float));
+    memcpy(it->ty.data, it->stage_y + lo, (size_t)b * sizeof(int32_t));
+    *rows = b;
+    return img_use_rows(it, b);
+}
+
 static ct_status img_next(ct_task *t, int64_t step, int micro, int64_t *rows) {
     image_task *it = t->impl;
     (void)step;
-    if (it->chunks > 1) { /* deterministic: slice `micro` of this rank's rows, read at micro 0 */
-        if (micro == 0) {
-            CT_TRY(it->pf ? ct_prefetcher_next(it->pf, it->stage_x, it->stage_y, &it->stage_rows)
-                          : ct_loader_next(it->ld, it->stage_x, it->stage_y, &it->stage_rows));
-        }
-        const int64_t b = it->tx.shape[0], lo = CT_MIN((int64_t)micro * b, it->stage_rows);
-        const int64_t n = CT_MIN(b, it->stage_rows - lo);
-        const size_t px = (size_t)(ct_tensor_numel(&it->tx) / b);
-        if (n > 0) {
-            memcpy(it->tx.data, it->stage_x + (size_t)lo * px, (size_t)n * px * sizeof(float));
-            memcpy(it->ty.data, it->stage_y + lo, (size_t)n * sizeof(int32_t));
-        }
-        *rows = n > 0 ? n : 0;
-        /* dynamic shapes: a short chunk (an evaluation-sized remainder never reaches here: deterministic drops
-         * the last partial global batch, drop_last) */
-        return n > 0 ? img_use_rows(it, n) : CT_OK;
-    }
+    if (it->chunks > 1 || it->accum > 1) return next_chunk(it, micro, rows);
     CT_TRY(it->pf ? ct_prefetcher_next(it->pf, it->tx.data, it->ty.data, rows)
                   : ct_loader_next(it->ld, it->tx.data, it->ty.data, rows));
     /* dynamic_shapes: the last partial batch trains at its size (the loader
@@ -369,10 +383,11 @@ static ct_status img_chunk(ct_task *t, int n) {
         return ct_set_error(it->ctx, CT_E_CONFIG, "deterministic: %lld rows per rank do not cut into %d chunks",
                             (long long)rows, n);
     it->chunks = n;
+    it->accum = it->r.accumulate_steps > 1 ? it->r.accumulate_steps : 1; /* the step's global batches */
     free(it->stage_x);
     free(it->stage_y);
-    it->stage_x = malloc((size_t)rows * px * sizeof(float));
-    it->stage_y = malloc((size_t)rows * sizeof(int32_t));
+    it->stage_x = malloc((size_t)(rows * it->accum) * px * sizeof(float));
+    it->stage_y = malloc((size_t)(rows * it->accum) * sizeof(int32_t));
     if (!it->stage_x || !it->stage_y)
         return ct_set_error(it->ctx, CT_E_OOM, "out of memory for the deterministic mode's batch (%lld rows)",
                             (long long)rows);

@@ -176,9 +176,13 @@ static ct_status txt_use_shape(text_task *tt, int64_t b, int64_t T) {
 /* The rows of a global batch: B x size, deterministic x chunks too (= the recipe's batch_size). */
 static int64_t global_rows(const text_task *tt) { return tt->B * tt->size * (tt->chunks ? tt->chunks : 1); }
 
-/* The first row of micro-batch `micro` in its global batch: this rank's rows, deterministic its chunk. */
+/* The step's global batches: accumulate_steps (deterministic micro-batch m reads batch m % A: ct_task.chunk). */
+static int accum(const text_task *tt) { return tt->r.accumulate_steps > 0 ? tt->r.accumulate_steps : 1; }
+
+/* The first row of micro-batch `micro` in its global batch: this rank's rows, deterministic its chunk
+ * rank x chunks + micro / A. */
 static int64_t row_offset(const text_task *tt, int micro) {
-    return tt->chunks ? (tt->rank * tt->chunks + micro) * tt->B : tt->rank * tt->B;
+    return tt->chunks ? (tt->rank * tt->chunks + micro / accum(tt)) * tt->B : tt->rank * tt->B;
 }
 
 /* The ranks that split the evaluation: every rank evaluates all of it in the deterministic mode. */
@@ -266,8 +270,8 @@ static ct_status txt_next(ct_task *t, int64_t step, int micro, int64_t *rows) {
     text_task *tt = t->impl;
     *rows = tt->B;
     tt->units = tt->B * tt->T;
-    /* deterministic: the chunks of one global batch per step (accumulate_steps is 1) */
-    const uint64_t key = (uint64_t)(tt->chunks ? step : step * tt->r.accumulate_steps + micro);
+    /* the step's global batch micro (deterministic: micro % A, its chunk by row_offset): keyed by (step, batch) */
+    const uint64_t key = (uint64_t)(step * accum(tt) + (tt->chunks ? micro % accum(tt) : micro));
     if (tt->docs.n_docs) return docs_next(tt, key, row_offset(tt, micro));
     CT_TRY(fill(tt, CT_SPLIT_TRAIN, tt->r.seed, key, row_offset(tt, micro)));
     *rows = tt->B;

@@ -102,10 +102,13 @@ typedef struct ct_det ct_det;
 ct_status ct_det_check(ct_context *ctx, const ct_recipe *r, ct_task *t, int world);
 ct_status ct_det_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, ct_det **out);
 void ct_det_free(ct_det *d);
-int ct_det_local_chunks(const ct_det *d); /* K / world micro-batches per step; 1 for NULL */
-/* After chunk `micro`'s backward (its mean loss), into the pairwise tree. */
+/* This rank's micro-batches per step: K / world chunks x accumulate_steps A (micro-batch m: global batch
+ * m % A of the step, chunk rank x K / world + m / A of it); 1 for NULL */
+int ct_det_local_chunks(const ct_det *d);
+/* After micro-batch `micro`'s backward (its mean loss), into the pairwise tree. */
 ct_status ct_det_push(ct_det *d, int micro, double loss);
-/* After the last chunk: the tree over the ranks; *loss the global batch's mean loss. */
+/* After the last micro-batch: the tree over the ranks; *loss the sum of the step's A global batches' mean
+ * losses (A = 1: the global batch's mean loss). */
 ct_status ct_det_reduce(ct_det *d, double *loss);
 /* This rank's chunk losses (pushed so far), for a pipeline's last stage to share. */
 double *ct_det_losses(ct_det *d);
@@ -188,7 +191,7 @@ typedef struct {
     int zero_grads;     /* the update's gradients were all exactly zero               */
     float grad_norm;    /* the global norm before clipping (clip_grad_norm > 0), else 0 */
     int64_t batches;    /* batches read (deterministic: global batches)               */
-    int n;              /* micro-batches in the statistics below (after the ranks' reduction: 1 in deterministic) */
+    int n;              /* micro-batches in the statistics below (deterministic, after the ranks' reduction: A) */
     double loss;        /* sum of the micro-batches' mean losses (the ranks' mean)    */
     double correct, rows;
     double units;       /* samples / real (unpadded) tokens, over the ranks           */

@@ -421,7 +421,7 @@ static ct_status setup(ct_run *R, ct_train_result *res) {
      * divides by the world size (each rank's rows are that share of the global batch) and the allreduce sums:
      * the gradients have the magnitudes of one process, so FP16 overflows at the same loss scale */
     R->micro_n = R->det ? ct_det_local_chunks(R->det) : R->accum;
-    R->grad_div = R->det ? r->deterministic_chunks : R->accum * R->world;
+    R->grad_div = R->det ? r->deterministic_chunks * R->accum : R->accum * R->world; /* det: the step's leaves */
     if (R->grad_div > 1) CT_TRY(ct_plan_set_loss_scale(R->plan, 1.0f / (float)R->grad_div));
     if (r->detect_anomaly) ct_plan_set_anomaly(R->plan, 1);
     CT_TRY(make_scaler(R));
@@ -766,6 +766,7 @@ ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, 
     if (s == CT_OK) s = ct_det_check(ctx, r, R.task, R.world);
     if (s == CT_OK && r->deterministic) { /* the plan is built for one chunk; this rank reads K / N of them */
         R.local.batch_size = r->batch_size / r->deterministic_chunks;
+        R.local.accumulate_steps = 1; /* every chunk's gradient apart (a leaf of the tree), not accumulated */
         s = R.task->chunk(R.task, r->deterministic_chunks / R.world);
     }
     if (s == CT_OK) s = setup(&R, res);

@@ -16,7 +16,10 @@
  * full gradient is still there: stage 2 lowers the memory between steps, not
  * the peak (that needs the reduce-scatter per bucket during backward).
  * Checkpoints stay whole: rank 0 gathers the state shards before writing.
- * The deterministic mode is deterministic.c. */
+ * The deterministic mode is deterministic.c; with ZeRO its tree allreduce
+ * replaces the reduce-scatter (every rank gets the whole summed gradient,
+ * checked and clipped whole: step.c), then the segment's update and the
+ * allgather as here. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,11 +49,6 @@ struct ct_zero {
 };
 
 ct_status ct_zero_check(ct_context *ctx, const ct_recipe *r) {
-    if (r->zero_stage > 0 && r->deterministic)
-        return ct_set_error(ctx, CT_E_CONFIG,
-                            "zero_stage %d and deterministic: true do not go together yet: the deterministic mode "
-                            "reduces whole gradients in a fixed tree; use zero_stage 0 with it",
-                            r->zero_stage);
     if (r->zero_stage > 0 && r->optim.kind == CT_OPTIM_LAMB)
         return ct_set_error(ctx, CT_E_CONFIG,
                             "zero_stage %d cannot shard lamb's state (its trust ratio needs each parameter's whole "
