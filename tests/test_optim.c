@@ -1,6 +1,7 @@
 /* tests/test_optim.c - the optimizers against PyTorch 1.13 (golden file
  * tests/golden/optim_pytorch.ctg from scripts/make_optim_golden.py), fast vs
- * reference for every kind, validation messages, and no allocation per step. */
+ * reference for every kind, validation messages, no allocation per step, and
+ * LAMB's reduce hook (ZeRO). */
 #include <stdint.h>
 
 #include "test.h"
@@ -577,6 +578,109 @@ TEST(optimizer_owns_its_learning_rate) {
     ct_context_free(ctx);
 }
 
+/* LAMB's reduce hook (ct_optimizer_set_reduce, ZeRO): on the whole arena it gets each tensor's sums of w^2 (checked
+ * against the weights before the step) and u^2, once per step, and a hook that returns them unchanged leaves the
+ * step bit for bit as without one; its error ends the step; a shard without a hook is CT_E_STATE. */
+typedef struct {
+    int calls;
+    size_t n;
+    const float *w_before;
+    const size_t *off, *len;
+    int wrong_ww, nonpositive_uu;
+    ct_status ret;
+} reduce_probe;
+
+static ct_status probe_reduce(void *user, double *x, size_t n) {
+    reduce_probe *r = user;
+    r->calls++;
+    r->n = n;
+    for (size_t i = 0; i < n / 2 && i < 3; i++) {
+        double ww = 0;
+        for (size_t k = 0; k < r->len[i]; k++) ww += (double)r->w_before[r->off[i] + k] * r->w_before[r->off[i] + k];
+        r->wrong_ww += fabs(x[2 * i] - ww) > 1e-5 * ww; /* the SIMD kernels sum in float lanes */
+        r->nonpositive_uu += !(x[2 * i + 1] > 0);
+    }
+    return r->ret;
+}
+
+TEST(lamb_reduce_hook) {
+    int nd[3] = {2, 1, 2};
+    int64_t shapes[3][4] = {{90, 70}, {30}, {20, 9}}; /* w0: 6300 floats, two LAMB blocks */
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_plan *p1, *p2;
+    CHECK_OK(ctx, test_params_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &p1));
+    CHECK_OK(ctx, test_params_plan(ctx, 3, nd, (const int64_t(*)[4])shapes, &p2));
+    ct_optim_opts o;
+    ct_optim_opts_default(&o, CT_OPTIM_LAMB);
+    o.lr = 0.01f;
+    o.weight_decay = 0.05f;
+    o.no_decay_bias_norm = 1;
+    ct_optimizer *plain, *hooked;
+    CHECK_OK(ctx, ct_optimizer_create(p1, &o, &plain));
+    CHECK_OK(ctx, ct_optimizer_create(p2, &o, &hooked));
+    CHECK_OK(ctx, ct_optimizer_set_group(plain, "w2", 0.5f, 0.2f));
+    CHECK_OK(ctx, ct_optimizer_set_group(hooked, "w2", 0.5f, 0.2f));
+    float *w1, *g1, *w2, *g2;
+    size_t n, off[3], len[3];
+    ct_plan_param_arena(p1, &w1, &g1, &n);
+    ct_plan_param_arena(p2, &w2, &g2, &n);
+    for (int i = 0; i < 3; i++) {
+        ct_tensor v;
+        CHECK_OK(ctx, ct_plan_param_info(p2, i, NULL, &v, NULL));
+        off[i] = (size_t)((float *)v.data - w2);
+        len[i] = (size_t)ct_tensor_numel(&v);
+    }
+    float *before = malloc(n * sizeof *before);
+    CHECK(before);
+    reduce_probe r = {0, 0, before, off, len, 0, 0, CT_OK};
+    CHECK_OK(ctx, ct_optimizer_set_reduce(hooked, probe_reduce, &r));
+    test_fill_uniform(w1, n, 3, -1, 1);
+    memcpy(w2, w1, n * sizeof *w1);
+    for (int it = 0; it < 3; it++) {
+        test_fill_uniform(g1, n, 50 + (unsigned)it, -1, 1);
+        memcpy(g2, g1, n * sizeof *g1);
+        memcpy(before, w2, n * sizeof *w2);
+        CHECK_OK(ctx, ct_optimizer_step(plain));
+        CHECK_OK(ctx, ct_optimizer_step(hooked));
+    }
+    int same = !memcmp(w1, w2, n * sizeof *w1), moved = memcmp(w2, before, n * sizeof *w2) != 0;
+    CHECK_MSG(r.calls == 3 && r.n == 6, "the hook: %d calls with n %zu (want 3, 6)", r.calls, r.n);
+    CHECK_MSG(!r.wrong_ww && !r.nonpositive_uu, "the sums handed to the hook: %d wrong w^2, %d u^2 <= 0", r.wrong_ww,
+              r.nonpositive_uu);
+    CHECK_MSG(same && moved, "a hook that sums over one rank changes the step (same %d, moved %d)", same, moved);
+    /* the hook's error ends the step with it */
+    r.ret = CT_E_IO;
+    CHECK(ct_optimizer_step(hooked) == CT_E_IO && r.calls == 4);
+    /* other optimizers never call it */
+    ct_optimizer *sgd;
+    ct_optim_opts so;
+    ct_optim_opts_default(&so, CT_OPTIM_SGD);
+    CHECK_OK(ctx, ct_optimizer_create(p1, &so, &sgd));
+    CHECK_OK(ctx, ct_optimizer_set_reduce(sgd, probe_reduce, &r));
+    CHECK_OK(ctx, ct_optimizer_step(sgd));
+    CHECK(r.calls == 4);
+    ct_optimizer_free(sgd);
+    /* a sharded LAMB without a hook: CT_E_STATE naming the call; with one removed (NULL) the same */
+    ct_optimizer *sh;
+    CHECK_OK(ctx, ct_optimizer_create_shard(p2, &o, 64, 4096 + 64, &sh));
+    ct_status s = ct_optimizer_step(sh);
+    CHECK_MSG(s == CT_E_STATE && strstr(ct_context_last_error(ctx), "ct_optimizer_set_reduce"), "got %s: %s",
+              ct_status_name(s), ct_context_last_error(ctx));
+    CHECK(ct_optimizer_steps(sh) == 0);
+    CHECK_OK(ctx, ct_optimizer_set_shard(hooked, 64, 128));
+    CHECK_OK(ctx, ct_optimizer_set_reduce(hooked, NULL, NULL));
+    CHECK(ct_optimizer_step(hooked) == CT_E_STATE);
+    CHECK(ct_optimizer_set_reduce(NULL, probe_reduce, &r) == CT_E_INVALID_ARG);
+    free(before);
+    ct_optimizer_free(sh);
+    ct_optimizer_free(plain);
+    ct_optimizer_free(hooked);
+    ct_plan_free(p1);
+    ct_plan_free(p2);
+    ct_context_free(ctx);
+}
+
 TEST_MAIN(T(optimizers_match_pytorch), T(optimizers_fast_match_reference), T(optimizers_validate_with_field_names),
           T(optimizer_step_allocates_nothing), T(param_groups_no_decay_bias_norm), T(param_groups_by_prefix),
-          T(optimizer_owns_its_learning_rate))
+          T(optimizer_owns_its_learning_rate),
+          T(lamb_reduce_hook))

@@ -85,7 +85,8 @@ uint64_t ct_optimizer_steps(const ct_optimizer *opt);
 /* Reference (plain C) update, used by tests against the fast path. */
 ct_status ct_optimizer_step_ref(ct_optimizer *opt);
 /* State arena: consecutive blocks of n floats each (n = the param arena's
- * size, same layout as the param arena), in this order:
+ * size, same layout as the param arena; a shard's: end - begin floats, see
+ * ct_optimizer_set_shard), in this order:
  *   SGD      momentum_buffer (only when momentum != 0; else no state)
  *   Adam(W)  exp_avg, exp_avg_sq, then max_exp_avg_sq when amsgrad
  *   RMSprop  square_avg, then momentum_buffer when momentum > 0, then
@@ -101,9 +102,28 @@ ct_status ct_optimizer_state(ct_optimizer *opt, float **state, size_t *n);
  * part of the old state inside the new range is kept, the rest starts as at
  * creation; [0, n) makes the optimizer whole again (a rank gathering the
  * shards for a checkpoint). ct_optimizer_state then returns the shard's
- * state. LAMB cannot be sharded (its trust ratios need the whole update):
- * CT_E_CONFIG. Allocates the new state, frees the old. */
+ * state. Allocates the new state, frees the old. LAMB shards too: its
+ * per-tensor trust ratio ||w|| / ||u|| needs the norms over each whole
+ * tensor, which spans several ranks' shards, so a sharded LAMB needs a
+ * reduce function (ct_optimizer_set_reduce) on every rank; without one its
+ * step fails with CT_E_STATE (a shard of [0, n) needs none). */
 ct_status ct_optimizer_set_shard(ct_optimizer *opt, size_t begin, size_t end);
+/* LAMB under ZeRO: fn(user, x, n) must replace x[0..n) by its elementwise sum
+ * over the ranks (an allreduce, sum, in double; every rank gets the same
+ * sums) and return CT_OK; it is called by every rank's ct_optimizer_step, once
+ * per LAMB step, with n = 2 x the plan's number of parameters and x[2i],
+ * x[2i + 1] = the sums of w^2 and of u^2 (u: the update before the trust
+ * ratio, weight decay included) over the part of parameter i inside this
+ * rank's shard (0 when none is). The step then applies each parameter's
+ * trust ratio sqrt(x[2i]) / sqrt(x[2i + 1]) (1 when either is 0) to the
+ * shard's part. A status other than CT_OK ends the step with it (the moments
+ * are already updated: the run should stop; fn sets the context's message).
+ * fn NULL removes it. Without a shard, fn is called too (a sum over one rank
+ * changes nothing); without a shard and fn the step is exactly the
+ * whole-arena LAMB. Other optimizers never call fn. The ZeRO trainer sets it
+ * to ct_comm_allreduce_f64 over its ranks. */
+typedef ct_status (*ct_optim_reduce_fn)(void *user, double *x, size_t n);
+ct_status ct_optimizer_set_reduce(ct_optimizer *opt, ct_optim_reduce_fn fn, void *user);
 /* ct_optimizer_create with the state of [begin, end) only from the start
  * (as ct_optimizer_set_shard, without ever allocating the whole state). */
 ct_status ct_optimizer_create_shard(ct_plan *plan, const ct_optim_opts *opts, size_t begin, size_t end,

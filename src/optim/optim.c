@@ -12,6 +12,16 @@
  * are the sums of the blocks' partial sums in block order, so the result does
  * not depend on the thread count. A step allocates nothing.
  *
+ * ZeRO (ct_optimizer_set_shard): the state and the update cover the shard
+ * [sh_begin, sh_end) only. Elementwise optimizers need nothing else. LAMB's
+ * blocks are the whole arena's blocks cut at the shard's ends (the parts
+ * inside it); its step sums w^2 and u^2 per tensor over the shard's part (0
+ * for tensors outside), hands the 2 x n_tensors sums to the reduce callback
+ * (ct_optimizer_set_reduce: the ZeRO trainer's allreduce over the ranks), and
+ * applies each tensor's trust ratio from the reduced sums to the shard's
+ * part. The optimizer layer calls no communication itself. Without a shard
+ * and without a callback the step is exactly the whole-arena LAMB.
+ *
  * Parameter groups: every parameter has an lr multiplier and a weight decay
  * (ct_optimizer_set_group, the no_decay_bias_norm switch). The arena is cut
  * into runs of consecutive tensors with equal hyperparameters (tables sized
@@ -46,6 +56,10 @@ struct ct_optimizer {
     size_t *blk_begin, *blk_len;
     double *blk_sums;  /* 2 per block: sum p^2, sum u^2 */
     float *t_scale;    /* per tensor: lr * trust ratio */
+    double *t_sums;    /* per tensor: sum p^2, sum u^2 (over the shard, then reduced) */
+    size_t *t_len;     /* per tensor: floats                                          */
+    ct_optim_reduce_fn reduce_fn; /* ct_optimizer_set_reduce (NULL: none)             */
+    void *reduce_user;
     /* parameter groups: per tensor (arena order) and per run */
     int n_params, n_runs;
     float *grp_lr, *grp_wd;  /* as set by ct_optimizer_set_group            */
@@ -163,34 +177,47 @@ static size_t state_blocks(const ct_optim_opts *o) {
     return 0;
 }
 
-static ct_status lamb_setup(ct_optimizer *o) {
-    float *p;
-    ct_plan_param_arena(o->plan, &p, NULL, NULL);
-    int nt = ct_plan_num_params(o->plan), nb = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        nb = 0;
-        for (int i = 0; i < nt; i++) {
-            ct_tensor v;
-            CT_TRY(ct_plan_param_info(o->plan, i, NULL, &v, NULL));
-            size_t off = (size_t)((float *)v.data - p), len = (size_t)ct_tensor_numel(&v);
-            for (size_t b = 0; b < len; b += LAMB_BLOCK, nb++)
-                if (pass) {
-                    o->blk_tensor[nb] = i;
-                    o->blk_begin[nb] = off + b;
-                    o->blk_len[nb] = CT_MIN(len - b, (size_t)LAMB_BLOCK);
-                }
-        }
-        if (!pass) {
-            size_t k = (size_t)(nb ? nb : 1), kt = (size_t)(nt ? nt : 1);
-            CT_TRY(ct_alloc(o->ctx, k * sizeof(int), (void **)&o->blk_tensor));
-            CT_TRY(ct_alloc(o->ctx, k * sizeof(size_t), (void **)&o->blk_begin));
-            CT_TRY(ct_alloc(o->ctx, k * sizeof(size_t), (void **)&o->blk_len));
-            CT_TRY(ct_alloc(o->ctx, 2 * k * sizeof(double), (void **)&o->blk_sums));
-            CT_TRY(ct_alloc(o->ctx, kt * sizeof(float), (void **)&o->t_scale));
+/* LAMB's blocks: each tensor cut into LAMB_BLOCK floats from its start (as
+ * the whole arena), then every block cut to the shard [sh_begin, sh_end)
+ * (those outside it dropped): never more blocks than the whole arena's, so
+ * the tables sized by lamb_setup hold any shard's. */
+static void lamb_blocks(ct_optimizer *o) {
+    int nb = 0;
+    for (int i = 0; i < o->n_tensors; i++) {
+        const size_t off = o->t_off[i], len = o->t_len[i];
+        for (size_t b = 0; b < len; b += LAMB_BLOCK) {
+            const size_t blen = CT_MIN(len - b, (size_t)LAMB_BLOCK);
+            const size_t lo = CT_MAX(off + b, o->sh_begin), hi = CT_MIN(off + b + blen, o->sh_end);
+            if (lo >= hi) continue;
+            o->blk_tensor[nb] = i;
+            o->blk_begin[nb] = lo;
+            o->blk_len[nb] = hi - lo;
+            nb++;
         }
     }
-    o->n_tensors = nt;
     o->n_blocks = nb;
+}
+
+/* The tables of lamb_blocks, sized for the whole arena's blocks (after groups_setup: t_off). */
+static ct_status lamb_setup(ct_optimizer *o) {
+    int nt = ct_plan_num_params(o->plan), nb = 0;
+    size_t kt = (size_t)(nt ? nt : 1);
+    CT_TRY(ct_alloc(o->ctx, kt * sizeof(size_t), (void **)&o->t_len));
+    for (int i = 0; i < nt; i++) {
+        ct_tensor v;
+        CT_TRY(ct_plan_param_info(o->plan, i, NULL, &v, NULL));
+        o->t_len[i] = (size_t)ct_tensor_numel(&v);
+        nb += (int)((o->t_len[i] + LAMB_BLOCK - 1) / LAMB_BLOCK);
+    }
+    size_t k = (size_t)(nb ? nb : 1);
+    CT_TRY(ct_alloc(o->ctx, k * sizeof(int), (void **)&o->blk_tensor));
+    CT_TRY(ct_alloc(o->ctx, k * sizeof(size_t), (void **)&o->blk_begin));
+    CT_TRY(ct_alloc(o->ctx, k * sizeof(size_t), (void **)&o->blk_len));
+    CT_TRY(ct_alloc(o->ctx, 2 * k * sizeof(double), (void **)&o->blk_sums));
+    CT_TRY(ct_alloc(o->ctx, kt * sizeof(float), (void **)&o->t_scale));
+    CT_TRY(ct_alloc(o->ctx, 2 * kt * sizeof(double), (void **)&o->t_sums));
+    o->n_tensors = nt;
+    lamb_blocks(o);
     return CT_OK;
 }
 
@@ -300,11 +327,10 @@ ct_status ct_optimizer_create_shard(ct_plan *plan, const ct_optim_opts *opts, si
     o->sh_end = o->n;
     if (end != SIZE_MAX || begin != 0) { /* ZeRO: the state of [begin, end) only */
         const size_t n = o->n;
-        if (begin > end || end > n || (opts->kind == CT_OPTIM_LAMB && (begin || end != n))) {
+        if (begin > end || end > n) {
             free(o);
-            return ct_set_error(ctx, opts->kind == CT_OPTIM_LAMB ? CT_E_CONFIG : CT_E_INVALID_ARG,
-                                "%s: shard [%zu, %zu) of the %zu-float arena: %s", kind_name(opts->kind), begin, end,
-                                n, opts->kind == CT_OPTIM_LAMB ? "lamb cannot shard its state (ZeRO)" : "out of range");
+            return ct_set_error(ctx, CT_E_INVALID_ARG, "%s: shard [%zu, %zu) of the %zu-float arena: out of range",
+                                kind_name(opts->kind), begin, end, n);
         }
         o->sh_begin = begin;
         o->sh_end = end;
@@ -332,6 +358,8 @@ void ct_optimizer_free(ct_optimizer *o) {
     ct_free(o->ctx, o->blk_len);
     ct_free(o->ctx, o->blk_sums);
     ct_free(o->ctx, o->t_scale);
+    ct_free(o->ctx, o->t_sums);
+    ct_free(o->ctx, o->t_len);
     ct_free(o->ctx, o->grp_lr);
     ct_free(o->ctx, o->grp_wd);
     ct_free(o->ctx, o->eff_wd);
@@ -370,12 +398,16 @@ ct_status ct_optimizer_state(ct_optimizer *o, float **state, size_t *n) {
     }
 #define AT(ptr) ((ptr) ? (ptr) + b : NULL)
 
-static void lamb_step(ct_optimizer *o, float *p, const float *g, float lr, ct_isa isa, int nth) {
+/* LAMB over the shard's blocks (the whole arena's without a shard): moments and the blocks' partial sums,
+ * the per-tensor sums in block order (reduced over the ranks by the callback), the trust ratios, the update.
+ * The state blocks cover the shard: element a of the arena is state[a - sh_begin]. */
+static ct_status lamb_step(ct_optimizer *o, float *p, const float *g, float lr, ct_isa isa, int nth) {
     const ct_optim_opts *op = &o->o;
     ct_lamb_hp hp = {op->beta1, op->beta2, op->eps, op->weight_decay,
                      (float)(1.0 - pow((double)op->beta1, (double)o->t)),
                      (float)(1.0 - pow((double)op->beta2, (double)o->t))};
-    float *m = o->state, *v = o->state + o->n;
+    const size_t sb = o->sh_begin;
+    float *m = o->state, *v = o->state + (o->sh_end - sb);
     void (*f1)(const float *, const float *, float *, float *, size_t, const ct_lamb_hp *, double *) = PICK(lamb1);
     void (*f2)(float *, const float *, const float *, size_t, const ct_lamb_hp *, float) = PICK(lamb2);
     int nb = o->n_blocks;
@@ -385,9 +417,9 @@ static void lamb_step(ct_optimizer *o, float *p, const float *g, float lr, ct_is
         ct_lamb_hp th = hp;
         th.weight_decay = o->eff_wd[o->blk_tensor[k]];
         o->blk_sums[2 * k] = o->blk_sums[2 * k + 1] = 0;
-        f1(p + b, g + b, m + b, v + b, o->blk_len[k], &th, o->blk_sums + 2 * k);
+        f1(p + b, g + b, m + (b - sb), v + (b - sb), o->blk_len[k], &th, o->blk_sums + 2 * k);
     }
-    for (int i = 0; i < o->n_tensors; i++) o->t_scale[i] = 0;
+    for (int i = 0; i < 2 * o->n_tensors; i++) o->t_sums[i] = 0; /* tensors outside the shard: 0 */
     for (int k = 0; k < nb;) { /* blocks of one tensor are consecutive */
         int i = o->blk_tensor[k];
         double pp = 0, uu = 0;
@@ -395,7 +427,16 @@ static void lamb_step(ct_optimizer *o, float *p, const float *g, float lr, ct_is
             pp += o->blk_sums[2 * k];
             uu += o->blk_sums[2 * k + 1];
         }
-        double wn = sqrt(pp), un = sqrt(uu);
+        o->t_sums[2 * i] = pp;
+        o->t_sums[2 * i + 1] = uu;
+    }
+    if (o->reduce_fn) { /* ZeRO: every rank's part of every tensor */
+        /* its failure (a rank lost: the comm layer's message stays in the context) ends the step with the
+         * moments already updated: the run stops */
+        CT_TRY(o->reduce_fn(o->reduce_user, o->t_sums, 2 * (size_t)o->n_tensors));
+    }
+    for (int i = 0; i < o->n_tensors; i++) {
+        double wn = sqrt(o->t_sums[2 * i]), un = sqrt(o->t_sums[2 * i + 1]);
         double trust = wn > 0 && un > 0 ? wn / un : 1.0;
         o->t_scale[i] = (float)((double)(lr * o->grp_lr[i]) * trust);
     }
@@ -404,8 +445,9 @@ static void lamb_step(ct_optimizer *o, float *p, const float *g, float lr, ct_is
         size_t b = o->blk_begin[k];
         ct_lamb_hp th = hp;
         th.weight_decay = o->eff_wd[o->blk_tensor[k]];
-        f2(p + b, m + b, v + b, o->blk_len[k], &th, o->t_scale[o->blk_tensor[k]]);
+        f2(p + b, m + (b - sb), v + (b - sb), o->blk_len[k], &th, o->t_scale[o->blk_tensor[k]]);
     }
+    return CT_OK;
 }
 
 static void cast_copy(const float *src, uint16_t *dst, size_t n, ct_dtype dt, ct_isa isa) {
@@ -483,9 +525,15 @@ static ct_status step(ct_optimizer *o, int use_ref) {
     ct_dtype wdt = CT_F32;
     uint16_t *wa = o->o.kind != CT_OPTIM_LAMB && o->sh_begin == 0 && o->sh_end == n ? ct_plan_weight_copies(o->plan, &wdt)
                                                                                      : NULL;
+    if (o->o.kind == CT_OPTIM_LAMB && !o->reduce_fn && (o->sh_begin != 0 || o->sh_end != n))
+        return ct_set_error(o->ctx, CT_E_STATE,
+                            "lamb: sharded over [%zu, %zu) of the %zu-float arena (ZeRO) without a reduce function: "
+                            "its trust ratios need every rank's part of each tensor; call ct_optimizer_set_reduce "
+                            "with a sum over the ranks (an allreduce) before stepping",
+                            o->sh_begin, o->sh_end, n);
     o->t++;
     if (o->o.kind == CT_OPTIM_LAMB) {
-        lamb_step(o, p, g, lr, isa, nth);
+        CT_TRY(lamb_step(o, p, g, lr, isa, nth));
     } else if (o->n_runs == 1) { /* no groups: the whole arena (or the shard), all threads */
         update_run(o, p, g, o->sh_begin, o->sh_end - o->sh_begin, lr * o->run_lr[0], o->run_wd[0], isa, nth, wa, wdt);
     } else {
@@ -536,10 +584,6 @@ ct_status ct_optimizer_set_shard(ct_optimizer *o, size_t begin, size_t end) {
     if (begin > end || end > o->n)
         return ct_set_error(o->ctx, CT_E_INVALID_ARG, "%s: shard [%zu, %zu) is not inside the %zu-float arena",
                             ct_optim_kind_name(o->o.kind), begin, end, o->n);
-    if (o->o.kind == CT_OPTIM_LAMB && (begin != 0 || end != o->n))
-        return ct_set_error(o->ctx, CT_E_CONFIG,
-                            "lamb cannot shard its state (ZeRO): its trust ratio needs every parameter's whole "
-                            "update; use zero_stage 0 with lamb, or adamw");
     const size_t nb = state_blocks(&o->o), len = end - begin, old_len = o->sh_end - o->sh_begin;
     float *ns = NULL;
     CT_TRY(ct_alloc(o->ctx, CT_MAX(nb * len, (size_t)1) * sizeof(float), (void **)&ns));
@@ -554,6 +598,14 @@ ct_status ct_optimizer_set_shard(ct_optimizer *o, size_t begin, size_t end) {
     o->sh_begin = begin;
     o->sh_end = end;
     o->n_state = nb * len;
+    if (o->o.kind == CT_OPTIM_LAMB) lamb_blocks(o); /* the blocks cut to the new shard */
+    return CT_OK;
+}
+
+ct_status ct_optimizer_set_reduce(ct_optimizer *o, ct_optim_reduce_fn fn, void *user) {
+    if (!o) return CT_E_INVALID_ARG;
+    o->reduce_fn = fn;
+    o->reduce_user = fn ? user : NULL;
     return CT_OK;
 }
 

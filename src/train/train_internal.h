@@ -40,11 +40,10 @@ ct_status ct_dp_after_save(ct_context *ctx, ct_comm *c, ct_status s);
 
 /* ZeRO (zero.c; docs/distributed.md). ct_zero_create gives NULL for zero_stage 0. */
 typedef struct ct_zero ct_zero;
-/* The recipe's zero_stage against its other keys. */
-ct_status ct_zero_check(ct_context *ctx, const ct_recipe *r);
 ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, ct_zero **out);
 /* The run's optimizer: with ZeRO the state of this rank's shard only, unless `whole` (a resume loads the whole
- * state first; ct_zero_shard then cuts it). z may be NULL (a whole optimizer). */
+ * state first; ct_zero_shard then cuts it). LAMB gets an allreduce over the ranks as its reduce function
+ * (ct_optimizer_set_reduce). z may be NULL (a whole optimizer). */
 ct_status ct_zero_optimizer_create(ct_zero *z, ct_plan *p, const ct_optim_opts *o, int whole, ct_optimizer **out);
 void ct_zero_free(ct_zero *z);
 int ct_zero_stage(const ct_zero *z);         /* 0 for NULL */

@@ -762,7 +762,6 @@ ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, 
     R.task = o->task;
     if (s == CT_OK && !R.task) s = task_for(ctx, r, &R.task);
     if (s == CT_OK) s = ct_dp_setup(ctx, R.comm, R.task, r, &R.local);
-    if (s == CT_OK) s = ct_zero_check(ctx, r);
     if (s == CT_OK) s = ct_det_check(ctx, r, R.task, R.world);
     if (s == CT_OK && r->deterministic) { /* the plan is built for one chunk; this rank reads K / N of them */
         R.local.batch_size = r->batch_size / r->deterministic_chunks;

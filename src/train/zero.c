@@ -15,6 +15,8 @@
  * gradient arena as one block for backward, so at the end of backward the
  * full gradient is still there: stage 2 lowers the memory between steps, not
  * the peak (that needs the reduce-scatter per bucket during backward).
+ * LAMB's trust ratios: each rank sums w^2 and u^2 per tensor over its segment
+ * and the optimizer's reduce callback (lamb_reduce) adds them over the ranks.
  * Checkpoints stay whole: rank 0 gathers the state shards before writing.
  * The deterministic mode is deterministic.c; with ZeRO its tree allreduce
  * replaces the reduce-scatter (every rank gets the whole summed gradient,
@@ -47,15 +49,6 @@ struct ct_zero {
                               earlier micro-batches (each reduce-scattered on its own) */
     ct_zero3 *z3;          /* stage 3: the parameter gathers (zero3.c)              */
 };
-
-ct_status ct_zero_check(ct_context *ctx, const ct_recipe *r) {
-    if (r->zero_stage > 0 && r->optim.kind == CT_OPTIM_LAMB)
-        return ct_set_error(ctx, CT_E_CONFIG,
-                            "zero_stage %d cannot shard lamb's state (its trust ratio needs each parameter's whole "
-                            "update); use zero_stage 0 with lamb, or adamw",
-                            r->zero_stage);
-    return CT_OK;
-}
 
 ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, ct_zero **out) {
     *out = NULL;
@@ -97,9 +90,15 @@ ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_pla
     return CT_OK;
 }
 
+/* LAMB's per-tensor sums of w^2 and u^2 over every rank's segment (ct_optimizer_set_reduce). */
+static ct_status lamb_reduce(void *user, double *x, size_t n) {
+    return ct_comm_allreduce_f64(((ct_zero *)user)->c, x, n, CT_REDUCE_SUM);
+}
+
 ct_status ct_zero_optimizer_create(ct_zero *z, ct_plan *p, const ct_optim_opts *o, int whole, ct_optimizer **out) {
     if (!z || z->stage == 0 || whole) CT_TRY(ct_optimizer_create(p, o, out));
     else CT_TRY(ct_optimizer_create_shard(p, o, z->offs[z->rank], z->offs[z->rank] + z->counts[z->rank], out));
+    if (z && z->stage > 0 && o->kind == CT_OPTIM_LAMB) CT_TRY(ct_optimizer_set_reduce(*out, lamb_reduce, z));
     if (z) z->opt = *out;
     return CT_OK;
 }
