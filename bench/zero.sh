@@ -77,10 +77,11 @@ steps_for() { if [ "$1" -gt "$CORES" ]; then echo "$MEMSTEPS"; else echo "$STEPS
 # every rank runs under /usr/bin/time, which writes its maximum resident set (KiB) into PREFIX.rank<R>
 # shellcheck disable=SC2016 # expanded by the rank's bash
 RSS_WRAP=(bash -c 'exec /usr/bin/time -f %M -o "$0.rank$OMPI_COMM_WORLD_RANK" "$@"')
-rss_max() { cat "$1".rank* 2>/dev/null | awk '{ k = $1 / 1024; if (k > m) m = k } END { if (NR) printf "%.0f", m; else print "-" }'; }
-rss_all() { for f in "$1".rank*; do [ -e "$f" ] && printf '%.0f ' "$(awk '{ print $1 / 1024 }' "$f")"; done; }
-# the median of the step times after the first two (seconds, one per line on stdin)
-median_tail() { tail -n +3 | bench_median; }
+# (a rank that failed has "Command exited with non-zero status N" before the number)
+rss_max() { cat "$1".rank* 2>/dev/null | awk '/^[0-9]+$/ { k = $1 / 1024; if (k > m) m = k; c++ } END { if (c) printf "%.0f", m; else print "-" }'; }
+rss_all() { for f in "$1".rank*; do [ -e "$f" ] && printf '%.0f ' "$(awk '/^[0-9]+$/ { print $1 / 1024 }' "$f")"; done; }
+# the median of the step times after the first two (seconds, one per line on stdin), 2 decimals
+median_tail() { tail -n +3 | bench_median | awk '{ if ($1 == "-") print; else printf "%.2f\n", $1 }'; }
 
 Z3_MSG=""
 FSDP_ERR=""
