@@ -215,7 +215,7 @@ name() { case "$1" in dp) echo "DP (zero_stage 0)" ;; z1) echo "ZeRO-1" ;; z2) e
   done
   echo
   [ -n "$FSDP_ERR" ] && echo "DDP*: PyTorch's FSDP did not run ($FSDP_ERR); the row shows the same round's DDP."
-  echo "* more ranks than the $CORES cores: $MEMSTEPS steps, memory only (no step time)."
+  for n in $RANKS; do [ "$n" -gt "$CORES" ] && { echo "* more ranks than the $CORES cores: $MEMSTEPS steps, memory only (no step time)."; break; }; done
   echo "Peak: VmHWM (maximum resident set) of the largest rank; model state: the header's parameters + gradients +"
   echo "optimizer state per rank; s/step: the median of steps 3..$STEPS (the round median when --rounds > 1)."
   for n in $RANKS; do
