@@ -45,29 +45,20 @@ LAYOUTS=${LAYOUTS:-"gpipe 1f1b interleaved tp dp"}
 PRECISION=${PRECISION:-fp32}
 CT=${CT:-build/ctrain}
 NETNS=${NETNS:-}
+BENCH=pp
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 while [ $# -gt 0 ]; do
   case "$1" in
-  --rounds) ROUNDS=$2; shift ;;
   --micro) MICRO=$2; shift ;;
-  --steps) STEPS=$2; shift ;;
-  --context) CONTEXT=$2; shift ;;
-  --batch) BATCH=$2; shift ;;
   --layouts) LAYOUTS=$2; shift ;;
-  --precision) PRECISION=$2; shift ;;
-  --netns) NETNS=$2; shift ;;
-  -h | --help) sed -n '2,/^# Logs/p' "$SELF"; exit 0 ;;
-  *) echo "bench/pp.sh: unknown option $1 (--help)" >&2; exit 2 ;;
+  *) bench_opt "$@" || bench_die "unknown option $1 (--help)"; shift ;;
   esac
   shift
 done
-[ "$STEPS" -ge 2 ] || { echo "bench/pp.sh: --steps must be >= 2 (the first step is not timed)" >&2; exit 2; }
-[ $((BATCH % 2)) = 0 ] || { echo "bench/pp.sh: --batch must be even (data parallel splits it over 2 ranks)" >&2; exit 2; }
-command -v mpirun >/dev/null || { echo "bench/pp.sh: mpirun is not installed (scripts/setup.sh)" >&2; exit 2; }
-[ -x "$CT" ] || nice make -j2 "$CT" >/dev/null
-[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-LOG=build/bench-pp/$(date -u +%Y%m%d-%H%M%S)
-mkdir -p "$LOG"
+[ "$STEPS" -ge 2 ] || bench_die "--steps must be >= 2 (the first step is not timed)"
+[ $((BATCH % 2)) = 0 ] || bench_die "--batch must be even (data parallel splits it over 2 ranks)"
+bench_setup
 
 recipe_args() { # M -> ctrain train arguments (without the layout)
   echo "--model gpt --set preset=gpt2-124m --set dataset=moby-dick --set tokenizer=gpt2 --set context=$CONTEXT
@@ -95,28 +86,15 @@ layout_name() {
   esac
 }
 
-launch() { # log, args...: 2 ranks, on one host or two network namespaces
-  local log=$1
-  shift
-  if [ -n "$NETNS" ]; then
-    CT_NETNS_RATE=$NETNS timeout -k 10 3600 scripts/netns_mpirun.sh -n 1 -- --bind-to none "$@" >"$log" 2>&1
-  else
-    timeout -k 10 3600 mpirun --bind-to none -np 2 "$@" >"$log" 2>&1
-  fi
-}
-
 # one run -> "ms/step bubble-measured bubble-ideal MiB-sent/step state-MiB/rank activations-MiB/rank peak-MiB"
 measure() { # layout M round
   local lay=$1 m=$2 r=$3 log
   log=$LOG/$lay-m$m-$r.log
   # shellcheck disable=SC2046
-  launch "$log" "$CT" train $(recipe_args "$m") $(layout_args "$lay") ||
+  bench_launch "$log" 2 "$CT" train $(recipe_args "$m") $(layout_args "$lay") ||
     { echo "bench/pp.sh: $lay M=$m failed: $(tail -3 "$log" | tr '\n' ' ')" >&2; echo "- - - - - - -"; return; }
   local ms bm bi sent st act peak
-  # the progress lines' ms/step is the mean since the start: the steps after the first (warm-up: first-use
-  # allocations, oneDNN primitives) are (N x last - first) / (N - 1)
-  ms=$(sed -nE 's/^  step ([0-9]+)\/[0-9]+ .* ([0-9.]+) ms\/step.*/\1 \2/p' "$log" |
-    awk 'NR == 1 { f = $2 } { n = $1; l = $2 } END { if (n > 1) printf "%.0f", (n * l - f) / (n - 1) }')
+  ms=$(bench_ms_mean "$log")  # the steps after the first
   bm=- bi=-
   case "$lay" in
   gpipe | 1f1b | interleaved | *@*)
@@ -128,9 +106,8 @@ measure() { # layout M round
   dp) # one allreduce of all the gradients per optimizer step (the header's payload)
     sent=$(sed -nE 's/^  data parallel: .*gradients \(([0-9.]+) MiB\) averaged.*/\1/p; s/^  data parallel: .* of ([0-9.]+) MiB per step.*/\1/p' "$log" | head -1) ;;
   esac
-  st=$(sed -nE 's/.*per rank: ([0-9.]+) MiB parameters \+ ([0-9.]+) MiB gradients \+ ([0-9.]+) MiB optimizer state.*/\1 \2 \3/p' "$log" |
-    awk '{ printf "%.1f", $1 + $2 + $3 }')
-  act=$(sed -nE 's/.*MiB optimizer state \+ ([0-9.]+) MiB activations.*/\1/p' "$log")
+  st=$(bench_header_state "$log" | awk '{ printf "%.1f", $1 + $2 + $3 }')
+  act=$(bench_header_act "$log")
   # pipeline: stage 0's activations times the micro-batches it holds in flight
   case "$lay" in gpipe | 1f1b | interleaved | *@*)
     act=$(sed -nE 's/^  stage 0: .* = ([0-9.]+) MiB$/\1/p' "$log" | head -1) ;;
@@ -138,8 +115,6 @@ measure() { # layout M round
   peak=$(sed -nE 's/^done: .*peak memory ([0-9.]+) MiB.*/\1/p' "$log")
   echo "${ms:--} ${bm:--} ${bi:--} ${sent:--} ${st:--} ${act:--} ${peak:--}"
 }
-
-median() { sort -g | awk '{ a[NR] = $1 } END { if (NR == 0 || a[1] == "-") print "-"; else print a[int((NR + 1) / 2)] }'; }
 
 {
   echo "bench/pp.sh: gpt2-124m, 2 ranks x 1 thread, $PRECISION, M micro-batches of $BATCH x $CONTEXT tokens per step," \
@@ -155,7 +130,7 @@ for m in $MICRO; do
   for lay in $LAYOUTS; do
     vals=()
     for c in 1 2 3 4 5 6 7; do
-      vals+=("$(for r in $(seq 1 "$ROUNDS"); do echo "${R[$lay-$r]}" | cut -d' ' -f$c; done | median)")
+      vals+=("$(for r in $(seq 1 "$ROUNDS"); do echo "${R[$lay-$r]}" | cut -d' ' -f$c; done | bench_median)")
     done
     bub=-
     [ "${vals[1]}" != - ] && bub="${vals[1]}% / ${vals[2]}%"

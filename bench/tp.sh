@@ -30,26 +30,17 @@ BATCH=${BATCH:-4}
 PRECISION=${PRECISION:-fp32}
 CT=${CT:-build/ctrain}
 NETNS=${NETNS:-}
+BENCH=tp
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 while [ $# -gt 0 ]; do
   case "$1" in
-  --rounds) ROUNDS=$2; shift ;;
   --workloads) WORKLOADS=$2; shift ;;
-  --steps) STEPS=$2; shift ;;
-  --context) CONTEXT=$2; shift ;;
-  --batch) BATCH=$2; shift ;;
-  --precision) PRECISION=$2; shift ;;
-  --netns) NETNS=$2; shift ;;
-  -h | --help) sed -n '2,/^# Logs/p' "$SELF"; exit 0 ;;
-  *) echo "bench/tp.sh: unknown option $1 (--help)" >&2; exit 2 ;;
+  *) bench_opt "$@" || bench_die "unknown option $1 (--help)"; shift ;;
   esac
   shift
 done
-command -v mpirun >/dev/null || { echo "bench/tp.sh: mpirun is not installed (scripts/setup.sh)" >&2; exit 2; }
-[ -x "$CT" ] || nice make -j2 "$CT" >/dev/null
-[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-LOG=build/bench-tp/$(date -u +%Y%m%d-%H%M%S)
-mkdir -p "$LOG"
+bench_setup
 
 recipe_args() { # workload -> ctrain train arguments (without the layout)
   case "$1" in
@@ -61,39 +52,23 @@ recipe_args() { # workload -> ctrain train arguments (without the layout)
   esac
 }
 
-launch() { # log, args...: 2 ranks, on one host or two network namespaces
-  local log=$1
-  shift
-  if [ -n "$NETNS" ]; then
-    CT_NETNS_RATE=$NETNS timeout -k 10 3600 scripts/netns_mpirun.sh -n 1 -- --bind-to none "$@" >"$log" 2>&1
-  else
-    timeout -k 10 3600 mpirun --bind-to none -np 2 "$@" >"$log" 2>&1
-  fi
-}
-
 # one run: ms/step, comm %, per-rank MiB (model state = params + grads + optimizer), activations MiB
 measure() { # workload layout(tp|dp) round
   local w=$1 lay=$2 r=$3 tp=1 log
   [ "$lay" = tp ] && tp=2
   log=$LOG/$w-$lay-$r.log
   # shellcheck disable=SC2046
-  launch "$log" "$CT" train $(recipe_args "$w") --set tensor_parallel=$tp --set zero_stage=0 --set precision=$PRECISION \
+  bench_launch "$log" 2 "$CT" train $(recipe_args "$w") --set tensor_parallel=$tp --set zero_stage=0 --set precision=$PRECISION \
     --max-steps "$STEPS" --set eval_every=0 --set eval_batches=1 --set threads=1 --set log_every=1 --set save_dir= ||
     { echo "bench/tp.sh: $w $lay failed: $(tail -3 "$log")" >&2; echo "- - - -"; return; }
   local ms comm mem act
-  # the progress lines' ms/step is the mean since the start: the steps after the first (warm-up: first-use
-  # allocations, oneDNN primitives) are (N x last - first) / (N - 1)
-  ms=$(sed -nE 's/^  step ([0-9]+)\/[0-9]+ .* ([0-9.]+) ms\/step.*/\1 \2/p' "$log" |
-    awk 'NR == 1 { f = $2 } { n = $1; l = $2 } END { if (n > 1) printf "%.0f", (n * l - f) / (n - 1) }')
+  ms=$(bench_ms_mean "$log")  # the steps after the first
   if [ "$tp" = 2 ]; then comm=$(sed -nE 's/^tensor parallel \(rank 0\): .*inside them \(([0-9.]+)%.*/\1/p' "$log")
   else comm=$(sed -nE 's/^communication share \(rank 0\): ([0-9.]+)% .*/\1/p' "$log"); fi
-  mem=$(sed -nE 's/.*per rank: ([0-9.]+) MiB parameters \+ ([0-9.]+) MiB gradients \+ ([0-9.]+) MiB optimizer state.*/\1 \2 \3/p' "$log" |
-    awk '{ printf "%.1f", $1 + $2 + $3 }')
-  act=$(sed -nE 's/.*MiB optimizer state \+ ([0-9.]+) MiB activations.*/\1/p' "$log")
+  mem=$(bench_header_state "$log" | awk '{ printf "%.1f", $1 + $2 + $3 }')
+  act=$(bench_header_act "$log")
   echo "${ms:--} ${comm:--} ${mem:--} ${act:--}"
 }
-
-median() { sort -g | awk '{ a[NR] = $1 } END { if (NR == 0 || a[1] == "-") print "-"; else print a[int((NR + 1) / 2)] }'; }
 
 echo "bench/tp.sh: 2 ranks x 1 thread, $PRECISION, $STEPS steps per run, $ROUNDS round(s)${NETNS:+, two network namespaces at $NETNS}; logs in $LOG"
 printf '%-6s %-16s %10s %8s %22s %16s\n' workload layout "ms/step" "comm %" "model state MiB/rank" "activations MiB"
@@ -105,7 +80,7 @@ for w in $WORKLOADS; do
   for lay in dp tp; do
     vals=()
     for c in 1 2 3 4; do
-      vals+=("$(for r in $(seq 1 "$ROUNDS"); do echo "${R[$lay-$r]}" | cut -d' ' -f$c; done | median)")
+      vals+=("$(for r in $(seq 1 "$ROUNDS"); do echo "${R[$lay-$r]}" | cut -d' ' -f$c; done | bench_median)")
     done
     name=$([ "$lay" = tp ] && echo "tensor_parallel 2" || echo "data parallel 2")
     printf '%-6s %-16s %10s %8s %22s %16s\n' "$w" "$name" "${vals[0]}" "${vals[1]}" "${vals[2]}" "${vals[3]}"
