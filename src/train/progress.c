@@ -84,14 +84,19 @@ static void header_per_rank(ct_run *R) {
     /* a pipeline stage keeps what backward reads per micro-batch in flight (rank 0's stage: the first) */
     const double act = (double)ps.activation_bytes + (double)ps.workspace_bytes +
                        (double)ct_plan_saved_bytes(R->plan, -1) * ct_plan_num_act_slots(R->plan);
+    /* ZeRO: the peaks of what it shards (stage 2, 3: the gradients' in backward; stage 3: the parameters') */
+    double par = (double)ps.param_bytes, grad = (double)ps.grad_bytes;
+    if (R->zero && !R->det) {
+        ct_zero_mem zm;
+        ct_zero_memory(R->zero, R->bk, on, &zm);
+        par = zm.params_peak, grad = zm.grads_peak;
+    }
     ct_run_say(R, "  per rank: %.2f MiB parameters + %.2f MiB gradients + %.2f MiB optimizer state + %.2f MiB "
-                  "activations%s = %.2f MiB model state and activations\n",
-               (double)ps.param_bytes / M, (double)ps.grad_bytes / M, (double)on * sizeof(float) / M, act / M,
-               R->pipe ? " (in flight)" : "",
-               ((double)(ps.param_bytes + ps.grad_bytes + on * sizeof(float)) + act) / M);
+                  "activations%s = %.2f MiB model state and activations%s\n",
+               par / M, grad / M, (double)on * sizeof(float) / M, act / M, R->pipe ? " (in flight)" : "",
+               (par + grad + (double)on * sizeof(float) + act) / M, R->zero && !R->det ? " (ZeRO: at their peaks)" : "");
 }
 
-/* Tensor and data parallel, ZeRO and the deterministic mode. */
 /* ZeRO's memory per rank: what each stage shards, from ct_zero_memory. */
 static void header_zero(ct_run *R) {
     const ct_recipe *r = R->r;
@@ -120,6 +125,7 @@ static void header_zero(ct_run *R) {
     }
 }
 
+/* Tensor and data parallel, ZeRO and the deterministic mode. */
 static void header_parallel(ct_run *R) {
     const ct_recipe *r = R->r;
     header_per_rank(R);
