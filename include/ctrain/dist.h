@@ -156,6 +156,7 @@ ct_status ct_comm_iallreduce_half(ct_comm *c, uint16_t *x, size_t n, int bf16, c
 ct_status ct_comm_ireduce_scatter_f32(ct_comm *c, float *x, const size_t *counts, ct_comm_request *r);
 ct_status ct_comm_ireduce_scatter_half(ct_comm *c, uint16_t *x, const size_t *counts, int bf16, ct_comm_request *r);
 ct_status ct_comm_iallgatherv_f32(ct_comm *c, float *x, const size_t *counts, ct_comm_request *r);
+ct_status ct_comm_iallgatherv_u16(ct_comm *c, uint16_t *x, const size_t *counts, ct_comm_request *r); /* bf16 / fp16 */
 
 /* ---- gradient buckets (src/comm/bucket.c, docs/distributed.md) ----------------- */
 /* The gradient arena cut into buckets, each a contiguous range of whole

@@ -741,22 +741,32 @@ ct_status ct_comm_ireduce_scatter_half(ct_comm *c, uint16_t *x, const size_t *co
     return ireduce_scatter(c, x, counts, sizeof(uint16_t), MPI_UINT16_T, c->half_op[k], r, "ct_comm_ireduce_scatter_half");
 }
 
-ct_status ct_comm_iallgatherv_f32(ct_comm *c, float *x, const size_t *counts, ct_comm_request *r) {
-    if (!c) return CT_E_INVALID_ARG;
+static ct_status iallgatherv(ct_comm *c, void *x, const size_t *counts, size_t elem, MPI_Datatype type,
+                             ct_comm_request *r, const char *fn) {
     size_t total;
-    CT_TRY(v_counts(c, r, counts, sizeof(float), "ct_comm_iallgatherv_f32", &total));
-    if (!x && total) return ct_set_error(c->ctx, CT_E_INVALID_ARG, "ct_comm_iallgatherv_f32: x must not be NULL");
+    CT_TRY(v_counts(c, r, counts, elem, fn, &total));
+    if (!x && total) return ct_set_error(c->ctx, CT_E_INVALID_ARG, "%s: x must not be NULL", fn);
     c->st.allgather_calls++;
-    c->st.allgather_bytes += total * sizeof(float);
+    c->st.allgather_bytes += total * elem;
     r->active = 1;
     if (!c->mpi || c->size == 1 || total == 0) {
         finish(r);
         return CT_OK;
     }
-    int err = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, r->cnt, r->dsp, MPI_FLOAT, c->comm, &r->req);
+    int err = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, r->cnt, r->dsp, type, c->comm, &r->req);
     if (err != MPI_SUCCESS) {
         r->active = 0;
         return mpi_fail(c, err, "MPI_Iallgatherv"); /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker): see docs/lint.md */
     }
     return CT_OK; /* NOLINT(clang-analyzer-optin.mpi.MPI-Checker): waited for in ct_comm_wait / ct_comm_test */
+}
+
+ct_status ct_comm_iallgatherv_f32(ct_comm *c, float *x, const size_t *counts, ct_comm_request *r) {
+    if (!c) return CT_E_INVALID_ARG;
+    return iallgatherv(c, x, counts, sizeof(float), MPI_FLOAT, r, "ct_comm_iallgatherv_f32");
+}
+
+ct_status ct_comm_iallgatherv_u16(ct_comm *c, uint16_t *x, const size_t *counts, ct_comm_request *r) {
+    if (!c) return CT_E_INVALID_ARG;
+    return iallgatherv(c, x, counts, sizeof(uint16_t), MPI_UINT16_T, r, "ct_comm_iallgatherv_u16");
 }

@@ -276,8 +276,9 @@ ct_status ct_plan_forward(ct_plan *p, int training) {
         p->fwd_fn = fn;
         return s;
     }
-    const int skip_wcast = p->wcast_fresh; /* the weight copies already hold the parameters' casts */
+    /* (the hook first: ZeRO-3 may fill the weight copies itself) */
     ct_status s = p->exec_hook ? p->exec_hook(p->exec_hook_user, CT_EXEC_BEGIN, 0, -1) : CT_OK;
+    const int skip_wcast = p->wcast_fresh; /* the weight copies already hold the parameters' casts */
     for (int i = 0; s == CT_OK && i < p->g.n; i++) {
         if (!runs_forward(p, i, skip_wcast)) continue;
         if (p->exec_hook) s = p->exec_hook(p->exec_hook_user, CT_EXEC_NODE, 0, i);
@@ -427,4 +428,8 @@ int ct_plan_node_param_reads(const ct_plan *p, int node, int *params, int cap) {
             }
     }
     return n;
+}
+
+int ct_plan_node_is_weight_copy(const ct_plan *p, int node) {
+    return p && node >= 0 && node < p->g.n && p->pn[node].arena == CT_ARENA_WCAST;
 }

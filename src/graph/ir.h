@@ -173,6 +173,7 @@ ct_status ct_k_eltwise_chain_avx512(ct_kargs *k);
  * optimizer marks them current with ct_plan_weight_copies_written. */
 uint16_t *ct_plan_weight_copies(ct_plan *p, ct_dtype *dtype);
 void ct_plan_weight_copies_written(ct_plan *p);
+int ct_plan_weight_copies_fresh(const ct_plan *p); /* they equal the casts of the current parameters */
 
 /* A forward interposer (pipeline evaluation, train/pipeline.c): while set, ct_plan_forward(p, training)
  * calls fn(user, p, training) instead, with the interposer unset during the call (fn runs the plan's
@@ -181,7 +182,8 @@ typedef ct_status (*ct_forward_fn)(void *user, ct_plan *p, int training);
 void ct_plan_set_forward_fn(ct_plan *p, ct_forward_fn fn, void *user);
 
 /* The executor's pass events (ZeRO-3, train/zero3.c, gathers parameters here): CT_EXEC_BEGIN before a
- * forward (backward 0) or backward (backward 1) pass runs its first node, CT_EXEC_NODE before each node it
+ * forward (backward 0) or backward (backward 1) pass runs its first node (a forward's BEGIN comes before
+ * it looks whether the weight copies are current: the hook may write them), CT_EXEC_NODE before each node it
  * runs (node: its id), CT_EXEC_END after the last (also when a node failed: the hook then cleans up; its
  * status is ignored). A status other than CT_OK from BEGIN or NODE stops the pass with it. NULL: none. */
 typedef enum { CT_EXEC_BEGIN = 0, CT_EXEC_NODE, CT_EXEC_END } ct_exec_event;
@@ -193,4 +195,6 @@ int ct_plan_exec_order(const ct_plan *p, int backward, int *nodes, int cap);
 /* The parameters (arena index) whose values node reads: its inputs that are parameters or views of one.
  * Writes up to cap, returns how many. */
 int ct_plan_node_param_reads(const ct_plan *p, int node, int *params, int cap);
+/* Whether node is a forward cast of a parameter into the weight copies (ct_plan_weight_copies). */
+int ct_plan_node_is_weight_copy(const ct_plan *p, int node);
 #endif

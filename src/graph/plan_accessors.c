@@ -19,6 +19,7 @@ uint16_t *ct_plan_weight_copies(ct_plan *p, ct_dtype *dtype) {
 }
 
 void ct_plan_weight_copies_written(ct_plan *p) { p->wcast_fresh = p->wcast_bytes != 0; }
+int ct_plan_weight_copies_fresh(const ct_plan *p) { return p && p->wcast_fresh; }
 
 ct_status ct_plan_tensor(ct_plan *p, ct_node n, ct_tensor *out) {
     if (!p || !out) return CT_E_INVALID_ARG;

@@ -116,12 +116,19 @@ static void header_zero(ct_run *R) {
                st >= 2 && !R->det ? " (each bucket released outside the shard as soon as it is reduced)" : "",
                m.params / mib,
                st == 3 ? "" : " (whole; allgathered after each update)");
+    if (R->det)
+        ct_run_say(R, "  zero_stage %d with deterministic: whole gradients summed by the fixed-tree allreduce (the same "
+                   "bits at any world size), each rank updates its segment\n", st);
     if (st == 3) {
         ct_zero3_stats zs;
         ct_zero3_get_stats(ct_zero_z3(R->zero), &zs);
         ct_run_say(R, "  zero_stage 3: parameters in %d unit%s of up to %.2f MiB, each allgathered before use in forward "
                    "and in backward (one unit ahead) and released after: at most %.2f MiB of them at once\n",
                    zs.units, zs.units == 1 ? "" : "s", (double)zs.largest_unit_bytes / mib, m.params_peak / mib);
+    if (st == 3 && ct_zero_z3(R->zero) && zs.copies_bytes)
+        ct_run_say(R, "  zero_stage 3, %s: the 16-bit weight copies (%.2f MiB, resident) allgathered once per step "
+                   "from each rank's cast segment (half the bytes of the FP32 weights); the units hold the parameters "
+                   "read in FP32 only\n", ct_recipe_enum_name("precision", r->precision), (double)zs.copies_bytes / mib);
     }
 }
 

@@ -76,6 +76,7 @@ typedef struct {
     int64_t gathers, releases; /* so far                                                        */
     double gathered_bytes;
     double wait_s;             /* the training thread blocked waiting for gathers               */
+    size_t copies_bytes;       /* mixed precision: the 16-bit weight copies gathered once per step (0: none) */
 } ct_zero3_stats;
 ct_status ct_zero3_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, const size_t *offs,
                           ct_zero3 **out);

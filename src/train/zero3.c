@@ -13,6 +13,10 @@
  *     compute); units whose last use in this pass is behind are released; the gradient buckets are tested
  *     (their reduce-scatters progress between nodes);
  *   - the pass ends: whatever is still gathered is released.
+ * Mixed precision gathers the 16-bit weight copies instead (half the bytes): once per step, before the
+ * first forward after an update, each rank casts its segment into them and one allgather fills the rest;
+ * the forward's weight casts then do not run, and the units hold only the parameters read in FP32
+ * (normalization weights, biases that are not cast). The copies stay resident, as they do without ZeRO.
  * Forward and backward gather again (backward reads weights for the input gradients; activation
  * checkpointing's recomputed nodes read them too, and they are simply nodes of the backward pass). The
  * gathers and the gradient buckets' reduce-scatters are nonblocking collectives on the data group started
@@ -26,6 +30,7 @@
 #include <unistd.h>
 
 #include "core/internal.h"
+#include "ctrain/convert.h"
 #include "graph/ir.h"
 #include "train_internal.h"
 
@@ -49,6 +54,10 @@ struct ct_zero3 {
     size_t n, sb, se;       /* the arena's floats; this rank's segment      */
     int rank, world, madvise_ok;
     int whole;              /* every parameter gathered (ct_zero3_whole): the passes gather nothing */
+    uint16_t *copies;       /* mixed precision: the BF16 / FP16 weight copies (the arena's layout), else NULL */
+    ct_dtype copies_dt;
+    size_t *seg_counts;     /* the ranks' segments' floats (world)            */
+    ct_comm_request *copies_req;
     size_t *offs;           /* the ranks' segments (world + 1)              */
     unit *u;
     int nu;
@@ -137,6 +146,7 @@ static ct_status plan_units(ct_zero3 *z, size_t cap) {
     if (!order) return ct_set_error(z->ctx, CT_E_OOM, "out of memory planning ZeRO-3's units");
     ct_plan_exec_order(z->plan, 0, order, n);
     for (int k = 0; k < n; k++) {
+        if (z->copies && ct_plan_node_is_weight_copy(z->plan, order[k])) continue; /* (fill_copies does those) */
         int m = ct_plan_node_param_reads(z->plan, order[k], buf, 8);
         for (int j = 0; j < m && j < 8; j++)
             if (z->unit_of[buf[j]] < 0) place(z, buf[j], cap);
@@ -173,7 +183,26 @@ static ct_status plan_units(ct_zero3 *z, size_t cap) {
 
 /* ---- the pass ---------------------------------------------------------------------------------- */
 
+/* Mixed precision, before a forward whose weight copies are stale (the parameters changed): each rank casts
+ * its segment into the copies and one allgather of the 16-bit copies (half the bytes of the FP32 weights)
+ * gives every rank all of them; the forward's weight casts then do not run (nor gather their FP32 units). */
+static ct_status fill_copies(ct_zero3 *z) {
+    if (ct_plan_weight_copies_fresh(z->plan)) return CT_OK;
+    const size_t n = z->se - z->sb;
+    if (z->copies_dt == CT_BF16) ct_f32_to_bf16_n(z->par + z->sb, z->copies + z->sb, n, CT_ISA_COUNT);
+    else ct_f32_to_f16_n(z->par + z->sb, z->copies + z->sb, n, CT_ISA_COUNT);
+    const double t0 = ct_now_s();
+    CT_TRY(ct_comm_iallgatherv_u16(z->c, z->copies, z->seg_counts, z->copies_req));
+    CT_TRY(ct_comm_wait(z->copies_req));
+    z->st.wait_s += ct_now_s() - t0;
+    z->st.gathers++;
+    z->st.gathered_bytes += (double)z->n * sizeof(uint16_t);
+    ct_plan_weight_copies_written(z->plan);
+    return CT_OK;
+}
+
 static ct_status pass_begin(ct_zero3 *z, int backward) {
+    if (!backward && z->copies) CT_TRY(fill_copies(z));
     int n = ct_plan_exec_order(z->plan, backward, NULL, 0);
     if (n > z->cap_order) {
         free(z->order);
@@ -255,6 +284,8 @@ ct_status ct_zero3_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_pl
     ct_plan_get_stats(p, &ps);
     z->n_nodes = ps.n_nodes;
     ct_status s = ct_plan_param_arena(p, &z->par, NULL, &z->n);
+    z->copies = ct_plan_weight_copies(p, &z->copies_dt);
+    if (z->copies && z->copies_dt != CT_BF16 && z->copies_dt != CT_F16) z->copies = NULL;
     const int np = ct_plan_num_params(p);
     z->offs = malloc(((size_t)z->world + 1) * sizeof(size_t));
     z->u = calloc((size_t)np + 1, sizeof *z->u);
@@ -264,6 +295,11 @@ ct_status ct_zero3_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_pl
     if (s == CT_OK) {
         memcpy(z->offs, offs, ((size_t)z->world + 1) * sizeof(size_t));
         z->sb = offs[z->rank], z->se = offs[z->rank + 1];
+        if (!(z->seg_counts = malloc((size_t)z->world * sizeof(size_t)))) s = ct_set_error(ctx, CT_E_OOM, "out of memory");
+        for (int k = 0; s == CT_OK && k < z->world; k++) z->seg_counts[k] = offs[k + 1] - offs[k];
+        if (s == CT_OK && z->copies) s = ct_comm_request_create(c, &z->copies_req);
+    }
+    if (s == CT_OK) {
         for (int i = 0; i < np; i++) z->unit_of[i] = -1;
         size_t cap = (size_t)((double)r->bucket_size_mb * 1048576.0);
         s = plan_units(z, cap ? cap : SIZE_MAX);
@@ -292,6 +328,8 @@ void ct_zero3_free(ct_zero3 *z) {
     free(z->end_at);
     free(z->seq);
     free(z->offs);
+    free(z->seg_counts);
+    ct_comm_request_free(z->copies_req);
     free(z);
 }
 
@@ -306,11 +344,7 @@ ct_status ct_zero3_whole(ct_zero3 *z, int whole) {
         z->whole = 0;
         return CT_OK;
     }
-    size_t *counts = malloc((size_t)z->world * sizeof(size_t));
-    if (!counts) return ct_set_error(z->ctx, CT_E_OOM, "out of memory");
-    for (int r = 0; r < z->world; r++) counts[r] = z->offs[r + 1] - z->offs[r];
-    ct_status s = ct_comm_allgatherv_f32(z->c, z->par, counts);
-    free(counts);
+    ct_status s = ct_comm_allgatherv_f32(z->c, z->par, z->seg_counts);
     for (int k = 0; s == CT_OK && k < z->nu; k++) z->u[k].state = U_RESIDENT;
     z->whole = s == CT_OK;
     z->st.gathered_bytes += (double)z->n * sizeof(float);
@@ -322,5 +356,6 @@ void ct_zero3_get_stats(const ct_zero3 *z, ct_zero3_stats *out) {
     if (!z) return;
     *out = z->st;
     out->units = z->nu;
+    out->copies_bytes = z->copies ? z->n * sizeof(uint16_t) : 0;
     for (int k = 0; k < z->nu; k++) out->largest_unit_bytes = CT_MAX(out->largest_unit_bytes, z->u[k].n * sizeof(float));
 }
