@@ -73,6 +73,7 @@ run_suite "text cli" tests/text_cli_test.sh build/ctrain
 run_suite "image cli" tests/image_cli_test.sh build/ctrain
 run_suite "report" tests/test_report.sh build/ctrain
 run_suite "resume" tests/resume_test.sh build/ctrain
+run_suite "fit" tests/fit_test.sh build/ctrain
 run_suite "install" bash tests/install_test.sh
 run_suite "fault" tests/fault_test.sh build/ctrain
 run_suite "models recipes" tests/models_recipe_test.sh build/ctrain
