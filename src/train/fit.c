@@ -163,25 +163,32 @@ static ct_status add(ct_context *ctx, ct_task *t, const ct_recipe *v, int world,
     return CT_OK;
 }
 
-/* fit auto: the same global batch G = batch_size x accumulate_steps with accumulation a (a power of two dividing
- * G, or the recipe's), recomputation 0, 1, 2 and the precisions allowed. */
+/* fit auto: the same global batch G = batch_size x accumulate_steps with accumulation a (the powers of two
+ * dividing G up to 1024, and the recipe's own), recomputation 0, 1, 2 (a recomputation the model cannot take is
+ * left out) and the precisions allowed. */
 static ct_status enum_auto(ct_context *ctx, ct_task *t, const ct_recipe *r, int world, double base, ct_fit_table *ft) {
     const int64_t G = r->batch_size * r->accumulate_steps;
     const int n_prec = r->precision == CT_PRECISION_FP32 && r->fit_allow_bf16 ? 2 : 1;
-    for (int64_t a = 1; a <= G && a <= 1024; a *= 2) {
-        const int64_t acc = a > 1 && r->accumulate_steps > a / 2 && r->accumulate_steps < a ? r->accumulate_steps : a;
-        if (G % acc || (G / acc) % world) continue;
+    int64_t accs[16];
+    int n_acc = 0;
+    for (int64_t p = 1; p <= G && p <= 1024; p *= 2) {
+        if (r->accumulate_steps > p / 2 && r->accumulate_steps < p) accs[n_acc++] = r->accumulate_steps;
+        accs[n_acc++] = p;
+    }
+    for (int i = 0; i < n_acc; i++) {
+        if (G % accs[i] || (G / accs[i]) % world) continue;
         for (int rc = 0; rc <= 2; rc++)
             for (int pi = 0; pi < n_prec; pi++) {
                 ct_recipe v = *r;
-                v.accumulate_steps = (int)acc;
-                v.batch_size = G / acc;
+                v.accumulate_steps = (int)accs[i];
+                v.batch_size = G / accs[i];
                 v.recompute_blocks = is_text(r) ? rc : 0;
                 v.recompute_every = is_text(r) ? 0 : rc;
                 if (pi) v.precision = CT_PRECISION_BF16;
-                CT_TRY(add(ctx, t, &v, world, base, ft));
+                ct_status s = add(ctx, t, &v, world, base, ft);
+                if (s != CT_OK && rc > 0) ct_context_clear_error(ctx); /* e.g. a graph without blocks */
+                else CT_TRY(s);
             }
-        if (acc != a) a = acc; /* the recipe's own accumulation in between two powers of two */
     }
     return CT_OK;
 }
