@@ -55,6 +55,13 @@ if printf '%s' "$out" | grep -q "steps of $b x $a rows" && printf '%s' "$out" | 
    ! printf '%s' "$out" | grep -q "^fit "; then ok fit_resume_keeps_choice
 else bad fit_resume_keeps_choice "$(printf '%s\n' "$out" | grep -v '^  recipe')"; fi
 
+# a trial step that runs out of memory: the next candidate that fits is tried (CT_FIT_TRIAL_OOM=2: the first two)
+out=$(CT_FIT_TRIAL_OOM=2 timeout -k 5 120 "$CT" train "${R[@]}" --max-steps 1 --set eval_every=1 2>&1)
+if [ "$(printf '%s\n' "$out" | grep -c 'fits (tried: out of memory')" -eq 2 ] &&
+   printf '%s\n' "$out" | grep -qE '^  \* .*fits \(tried: fits' && printf '%s' "$out" | grep -q "done: 1 steps"; then
+  ok fit_trial_oom_takes_next
+else bad fit_trial_oom_takes_next "$(printf '%s\n' "$out" | grep -v '^  recipe')"; fi
+
 # fit max_batch: batch 16 grows (32 fits, 64 does not), the lr scaled linearly from lr_base_batch 16
 expect fit_max_batch_grows_lr_scaled 0 "fit max_batch.*chose batch_size 32 x accumulate_steps 1 \(global batch 32\).*steps of 32 x 1 rows.*lr_scaling linear: global batch 32, base 16: lr 0.001 -> 0.002.*step 1/2 .* lr 2.00e-03.*done: 2 steps" -- \
   "$CT" train "${R[@]}" --set fit=max_batch --set batch_size=16 --set lr_scaling=linear --set lr_base_batch=16 \
