@@ -93,6 +93,7 @@ run_suite "asan text cli" tests/text_cli_test.sh build-asan/ctrain
 run_suite "asan image cli" tests/image_cli_test.sh build-asan/ctrain
 run_suite "asan report" tests/test_report.sh build-asan/ctrain
 run_suite "asan resume" tests/resume_test.sh build-asan/ctrain
+run_suite "asan fit" tests/fit_test.sh build-asan/ctrain
 run_suite "asan fault" tests/fault_test.sh build-asan/ctrain
 run_suite "asan models recipes" tests/models_recipe_test.sh build-asan/ctrain
 run_suite "asan dist" tests/dist_test.sh build-asan/ctrain
