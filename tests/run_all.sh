@@ -73,6 +73,7 @@ run_suite "text cli" tests/text_cli_test.sh build/ctrain
 run_suite "image cli" tests/image_cli_test.sh build/ctrain
 run_suite "report" tests/test_report.sh build/ctrain
 run_suite "resume" tests/resume_test.sh build/ctrain
+run_suite "fit" tests/fit_test.sh build/ctrain
 run_suite "install" bash tests/install_test.sh
 run_suite "fault" tests/fault_test.sh build/ctrain
 run_suite "models recipes" tests/models_recipe_test.sh build/ctrain
@@ -92,6 +93,7 @@ run_suite "asan text cli" tests/text_cli_test.sh build-asan/ctrain
 run_suite "asan image cli" tests/image_cli_test.sh build-asan/ctrain
 run_suite "asan report" tests/test_report.sh build-asan/ctrain
 run_suite "asan resume" tests/resume_test.sh build-asan/ctrain
+run_suite "asan fit" tests/fit_test.sh build-asan/ctrain
 run_suite "asan fault" tests/fault_test.sh build-asan/ctrain
 run_suite "asan models recipes" tests/models_recipe_test.sh build-asan/ctrain
 run_suite "asan dist" tests/dist_test.sh build-asan/ctrain

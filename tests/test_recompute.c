@@ -432,6 +432,13 @@ static void check_blocks(int bert) {
                100.0 * ((double)st[c].activation_bytes / (double)st[0].activation_bytes - 1.0), (int)st[0].n_nodes,
                (int)st[c].n_nodes, n_last, n_tail);
         CHECK_MSG(n_tail == 0, "recompute_blocks=%d: %d copies of the tail (%s...)", k_blocks[c], n_tail, tail);
+        /* the cost model's totals (fit.c's step time): the same forward, backward with the recomputed nodes */
+        CHECK(st[0].flops_forward > 0 && st[0].flops_backward > st[0].flops_forward && st[0].bytes_moved > 0);
+        CHECK_MSG(fabs(st[c].flops_forward - st[0].flops_forward) <= 1e-9 * st[0].flops_forward,
+                  "recompute_blocks=%d: forward FLOPs %g, not %g", k_blocks[c], st[c].flops_forward, st[0].flops_forward);
+        CHECK_MSG(st[c].flops_backward > st[0].flops_backward || n_last == 0,
+                  "recompute_blocks=%d: backward FLOPs %g, not more than %g with nodes recomputed", k_blocks[c],
+                  st[c].flops_backward, st[0].flops_backward);
         if (k_blocks[c] <= 2) {
             CHECK_MSG(st[c].activation_bytes < st[0].activation_bytes, "recompute_blocks=%d: %zu bytes, not fewer than %zu",
                       k_blocks[c], st[c].activation_bytes, st[0].activation_bytes);

@@ -11,7 +11,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ctrain graph --recipe FILE [--set KEY=VALUE ...] [--dot FILE] [--fusion-level N] [--no-memory-opt]\n"
-               "                    [--quiet]\n"
+               "                    [--quiet] [--fit [--world N]]\n"
                "       ctrain graph --model NAME\n"
                "\n"
                "Compiles the recipe's training plan without allocating it (the model's data is read for its\n"
@@ -27,6 +27,9 @@ static void usage(FILE *f) {
                "  --fusion-level N    0, 1 or 2 instead of the recipe's (docs/fusion.md)\n"
                "  --no-memory-opt     every activation its own buffer (memory_opt false)\n"
                "  --quiet             the summary lines only, not every node\n"
+               "  --fit               the candidates of recipe key fit (auto unless the recipe says max_batch; needs\n"
+               "                      memory_budget): memory, estimated step time, fits / too big, the one chosen\n"
+               "  --world N           --fit: for N data parallel ranks (default 1)\n"
                "  --model NAME        print the parameter count of a built-in model:");
     for (int i = 0; i < ct_model_num_builtin(); i++) fprintf(f, "%s %s", i ? "," : "", ct_model_builtin_name(i));
     fprintf(f, "\n");
@@ -175,7 +178,7 @@ static ct_status print_pipeline(const ct_recipe *r, const pp_build *b, int *said
 
 int ct_cli_graph(int argc, char **argv) {
     const char *recipe = NULL, *dot = NULL, *model = NULL, *sets[32];
-    int level = -1, no_reuse = 0, quiet = 0, n_sets = 0;
+    int level = -1, no_reuse = 0, quiet = 0, n_sets = 0, fit = 0, world = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -184,6 +187,13 @@ int ct_cli_graph(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-memory-opt")) no_reuse = 1;
         else if (!strcmp(a, "--quiet")) quiet = 1;
+        else if (!strcmp(a, "--fit")) fit = 1;
+        else if (i + 1 < argc && !strcmp(a, "--world")) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 1 || v > 65536) return cli_error(CT_E_INVALID_ARG, "--world '%s' must be 1 or more\n", argv[i]);
+            world = (int)v;
+        }
         else if (i + 1 < argc && !strcmp(a, "--recipe")) recipe = argv[++i];
         else if (i + 1 < argc && !strcmp(a, "--dot")) dot = argv[++i];
         else if (i + 1 < argc && !strcmp(a, "--model")) model = argv[++i];
@@ -242,6 +252,7 @@ int ct_cli_graph(int argc, char **argv) {
     }
     if (level >= 0) r.fusion_level = level;
     if (no_reuse) r.memory_opt = 0;
+    if (fit && r.fit == CT_FIT_OFF) r.fit = CT_FIT_AUTO;
     s = ct_train_context_create(&r, &ctx);
     ct_task *t = NULL;
     ct_graph *g = NULL;
@@ -250,6 +261,13 @@ int ct_cli_graph(int argc, char **argv) {
     ct_node loss = CT_NONE, keep[8];
     int n_keep = 0;
     if (s == CT_OK) s = ct_task_create(ctx, &r, &t);
+    if (s == CT_OK && fit) { /* the table alone */
+        s = ct_train_fit_report(ctx, &r, t, world, stdout);
+        int rc = s == CT_OK ? 0 : cli_fail(ctx, s, "graph --fit");
+        ct_task_free(t);
+        ct_context_free(ctx);
+        return rc;
+    }
     if (s == CT_OK) s = ct_graph_create(ctx, &g);
     if (s == CT_OK) s = t->build(t, g, &r, &loss, &n_keep, keep);
     if (s == CT_OK && r.fusion_rules[0]) s = ct_fusion_rules_load(ctx, r.fusion_rules, &rules);

@@ -713,6 +713,9 @@ typedef struct ct_plan_stats {
      * casts, kept between steps (ct_plan_params_changed); model state, not
      * in activation_bytes (0: none) */
     size_t weight_copy_bytes;
+    /* the cost model (cost.c, as in the node events) summed over the live nodes: FLOPs of the forward
+     * graph and of backward (recomputed forward nodes included), and bytes read and written */
+    double flops_forward, flops_backward, bytes_moved;
 } ct_plan_stats;
 void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *out);
 

@@ -45,6 +45,10 @@ typedef enum ct_scale_floor { CT_SCALE_FLOOR_ERROR = 0, CT_SCALE_FLOOR_STOP } ct
  *   sqrt              lr x sqrt(B/B0)
  *   linear_then_sqrt  lr x B/B0 up to lr_sqrt_from_batch Bs, then
  *                     lr x Bs/B0 x sqrt(B/Bs) (continuous at Bs) */
+/* fit (needs memory_budget): off; auto: the fastest configuration of the same global batch that fits
+ * (accumulation, recomputation, zero_stage, bf16 with fit_allow_bf16); max_batch: the largest global batch that
+ * fits, the learning rate scaled by lr_scaling (src/train/fit.c) */
+typedef enum ct_fit_mode { CT_FIT_OFF = 0, CT_FIT_AUTO, CT_FIT_MAX_BATCH } ct_fit_mode;
 typedef enum ct_lr_scaling { CT_LR_SCALING_NONE = 0, CT_LR_SCALING_LINEAR, CT_LR_SCALING_SQRT, CT_LR_SCALING_LINEAR_THEN_SQRT } ct_lr_scaling;
 
 /* text_docs: train the language model on documents of the corpus (off:
@@ -191,6 +195,9 @@ typedef struct ct_recipe {
     float warmup_epochs;     /* warm-up length in epochs (0: warmup_steps counts) */
     char init_weights[256];  /* safetensors file the weights start from (ct_weights_load;
                                 not with resume); "": the initialization     */
+    /* runs that fit memory by themselves (src/train/fit.c; needs memory_budget) */
+    int fit;                 /* ct_fit_mode (default off)                       */
+    int fit_allow_bf16;      /* fit auto may switch precision fp32 to bf16 (default 0) */
 } ct_recipe;
 
 /* The default recipe: MLP 784-1024-1024-10 on MNIST, AdamW. */

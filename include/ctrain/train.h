@@ -171,8 +171,15 @@ typedef struct ct_train_result {
  * too high) or had all-zero gradients (underflow) (E40020, after the final
  * checkpoint is saved; most steps affected is a warning in the summary),
  * a plan over memory_budget (E60003, with advice naming the recompute_every,
- * batch_size or precision that fits and the bytes each saves), ... */
+ * batch_size or precision that fits and the bytes each saves; with recipe key
+ * fit the run picks such a configuration itself, or E60003 naming what the
+ * smallest candidate needs), ... */
 ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, ct_train_result *res);
+
+/* Recipe key fit (auto / max_batch, with memory_budget): the candidate configurations for `world` ranks, one line
+ * each with its memory, estimated step time and fits / too big, and the one the trainer would try first, printed to
+ * out without training (`ctrain graph --fit`); t builds the graphs (ct_task_create for r). */
+ct_status ct_train_fit_report(ct_context *ctx, const ct_recipe *r, ct_task *t, int world, FILE *out);
 
 /* The learning rate the recipe's lr_scaling gives for its global batch. */
 double ct_train_scaled_lr(const ct_recipe *r);

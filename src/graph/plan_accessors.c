@@ -156,6 +156,12 @@ void ct_plan_get_stats(const ct_plan *p, ct_plan_stats *o) {
         o->n_lowp_copied += p->pn[i].lowp_io;
         if (i >= p->n_fwd && p->pn[i].slot >= 0 && p->pn[i].slot < CT_KERNEL_SLOTS) o->n_backward_by_kernel[p->pn[i].slot]++;
     }
+    for (int i = 0; p->pn && i < p->g.n; i++) { /* leaves (inputs, parameters) compute nothing */
+        const ct_node_def *d = &p->g.nodes[i];
+        if (!p->pn[i].live || d->n_in == 0) continue;
+        *(i < p->n_fwd ? &o->flops_forward : &o->flops_backward) += ct_node_flops(&p->g, d);
+        o->bytes_moved += ct_node_bytes(&p->g, d);
+    }
 }
 
 ct_dtype ct_plan_node_dtype(const ct_plan *p, ct_node n) {

@@ -195,6 +195,12 @@ static const key_def k_keys[] = {
      "error: the run fails with advice; stop: it stops cleanly (checkpoint written)"},
     {"memory_budget", K_BYTES, OFF(memory_budget), 0, 0, 9.2e18, NULL, M_ALL, "--memory-budget",
      "bytes the run may allocate, e.g. \"8G\" (0: no limit); a plan that does not fit fails with E60003 and advice"},
+    {"fit", K_ENUM, OFF(fit), 0, 0, 0, "off|auto|max_batch", M_ALL, NULL,
+     "with memory_budget: auto trains the fastest configuration of the same global batch that fits (accumulate_steps, "
+     "recompute_blocks / recompute_every, zero_stage, bf16 with fit_allow_bf16); max_batch the largest global batch "
+     "that fits in 90% of the budget, lr scaled by lr_scaling; the header lists the candidates"},
+    {"fit_allow_bf16", K_BOOL, OFF(fit_allow_bf16), 0, 0, 1, NULL, M_ALL, NULL,
+     "fit auto may train a precision fp32 recipe in bf16 (off: fit never changes the precision)"},
     {"bn_stats_once", K_BOOL, OFF(bn_stats_once), 0, 0, 1, NULL, M_ROW, NULL,
      "with accumulate_steps > 1: update batchnorm running statistics on the last micro-batch of a step only"},
     {"lr_scaling", K_ENUM, OFF(lr_scaling), 0, 0, 0, "none|linear|sqrt|linear_then_sqrt", M_ALL, NULL,
@@ -863,6 +869,10 @@ ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
     if (r->bn_stats_once && r->accumulate_steps < 2)
         return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'bn_stats_once' needs accumulate_steps >= 2 (it keeps the "
                             "batchnorm running statistics of all but the last micro-batch of a step)");
+    if (r->fit != CT_FIT_OFF && r->memory_budget <= 0)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'fit' (%s) needs memory_budget > 0 (the memory to fit in, "
+                            "e.g. \"memory_budget\": \"8G\"); set it or remove fit",
+                            r->fit == CT_FIT_AUTO ? "auto" : "max_batch");
     if (r->lr_scaling == CT_LR_SCALING_LINEAR_THEN_SQRT && r->lr_sqrt_from_batch &&
         r->lr_sqrt_from_batch < r->lr_base_batch)
         return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'lr_sqrt_from_batch' (%lld) must be >= lr_base_batch (%lld)",

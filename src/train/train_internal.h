@@ -300,7 +300,43 @@ struct ct_run {
     double ck_loss;
     int64_t ck_correct, ck_seen;
     int ck_stopped;
+    ct_recipe fitted;           /* fit: the chosen recipe (R->r then points here; fit.c) */
 };
+
+/* ---- fit (fit.c): runs that fit memory_budget by themselves (recipe key fit) ------------------
+ * ZeRO stages the candidates go up to; the memory model (cost in fit.c) handles stage 3 already. */
+#define CT_FIT_MAX_ZERO_STAGE 3
+typedef struct {
+    ct_recipe r;        /* the run's recipe with this choice (global batch_size, accumulate_steps, ...) */
+    double bytes;       /* one rank: the data in use + its plan + the model state ZeRO leaves it */
+    double step_s;      /* estimated seconds per optimizer step (the cost model in fit.c) */
+    int fits;           /* bytes within 90% of memory_budget */
+    int tried;          /* -1 not tried; 0 its trial step ran out of memory; 1 it fit */
+    double rss;         /* tried: the process's resident bytes after the trial step */
+    int order;          /* its place in the enumeration (ties) */
+} ct_fit_cand;
+typedef struct {
+    ct_fit_cand *c;
+    int n, chosen;      /* chosen: index, -1 none */
+    int world, mode;    /* mode: ct_fit_mode (max_batch falls back to auto when nothing fits without accumulation) */
+    double base;        /* bytes in use before the plan (the task's data) */
+} ct_fit_table;
+/* The candidates of r (fit auto or max_batch) for `world` ranks, each a plan_only compile of task t, in the order
+ * they are tried; base: the bytes already in use. */
+ct_status ct_fit_table_build(ct_context *ctx, const ct_recipe *r, ct_task *t, int world, double base, ct_fit_table *ft);
+void ct_fit_table_free(ct_fit_table *ft);
+/* One line per candidate: its memory, its step time, fits / too big, the chosen one marked. */
+void ct_fit_table_print(const ct_fit_table *ft, const ct_recipe *r, FILE *f);
+/* "fit: chose ... : why" (ft->chosen >= 0). */
+void ct_fit_describe(const ct_fit_table *ft, const ct_recipe *orig, char *buf, size_t len);
+/* Before setup: the table, the first candidate that fits tried for real (plan, optimizer, one step), the next on
+ * E60003; the chosen recipe becomes R->fitted = *R->r, the task is made again for it and R->local is its share.
+ * CT_E_OOM naming the smallest candidate's need when nothing fits. */
+ct_status ct_fit_apply(ct_run *R);
+/* One training forward + backward and one eval forward of the task's first batch on plan p, the running
+ * statistics left alone: the kernels allocate their layout buffers on first use, which no plan statistic shows
+ * (the memory_budget check in trainer.c's setup and fit's trials). */
+ct_status ct_run_first_use(ct_task *t, ct_plan *p);
 
 /* Tensor parallelism (tensor_parallel.c; docs/distributed.md). ct_tp_setup, before the data parallel
  * setup: the recipe's tensor_parallel against the world and the task; the grid of groups; R->comm becomes the

@@ -116,23 +116,8 @@ static ct_status plan_bytes(ct_context *ctx, ct_run *R, ct_task *t, const ct_rec
     return CT_OK;
 }
 
-/* One training forward + backward and one eval forward of the task's first
- * batch on plan p, with the running statistics left alone: kernels allocate
- * their layout buffers on first use, which no plan statistic shows. Weights,
- * buffers and the optimizer are untouched; the gradient arena is overwritten
- * (or, accumulating, zeroed by the loop before its first step), and the
- * loop restarts the epoch, so the run is the same as without it. */
-static ct_status first_use(ct_task *t, ct_plan *p) {
-    int64_t rows = 0;
-    ct_status s = t->start_epoch(t, 0, 0);
-    if (s == CT_OK) s = t->next_batch(t, 0, 0, &rows);
-    ct_plan_set_update_running_stats(p, 0);
-    if (s == CT_OK) s = ct_plan_forward(p, 1);
-    if (s == CT_OK) s = ct_plan_backward(p);
-    if (s == CT_OK) s = ct_plan_forward(p, 0);
-    ct_plan_set_update_running_stats(p, 1);
-    return s;
-}
+/* The kernels' first use of plan p (ct_run_first_use, fit.c). */
+static ct_status first_use(ct_task *t, ct_plan *p) { return ct_run_first_use(t, p); }
 
 /* Recipe r for real under the context's budget: plan, optimizer, first_use.
  * 1 when it all fits. */
@@ -762,6 +747,8 @@ ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, 
     R.task = o->task;
     if (s == CT_OK && !R.task) s = task_for(ctx, r, &R.task);
     if (s == CT_OK) s = ct_dp_setup(ctx, R.comm, R.task, r, &R.local);
+    if (s == CT_OK && r->fit != CT_FIT_OFF) s = ct_fit_apply(&R); /* the chosen recipe: R.r = &R.fitted */
+    r = R.r;
     if (s == CT_OK) s = ct_det_check(ctx, r, R.task, R.world);
     if (s == CT_OK && r->deterministic) { /* the plan is built for one chunk; this rank reads K / N of them */
         R.local.batch_size = r->batch_size / r->deterministic_chunks;
