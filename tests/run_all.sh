@@ -80,6 +80,7 @@ run_suite "models recipes" tests/models_recipe_test.sh build/ctrain
 run_suite "models weights" tests/models_weights_test.sh build/ctrain
 run_suite "dist" tests/dist_test.sh build/ctrain
 run_suite "dist zero" tests/dist_zero_test.sh build/ctrain
+run_suite "zero3" tests/zero3_test.sh build/ctrain
 run_suite "tensor parallel" tests/tp_test.sh build/ctrain
 run_suite "pipeline parallel" tests/pp_test.sh build/ctrain
 run_suite "dist det text" tests/dist_det_text_test.sh build/ctrain
@@ -98,6 +99,7 @@ run_suite "asan fault" tests/fault_test.sh build-asan/ctrain
 run_suite "asan models recipes" tests/models_recipe_test.sh build-asan/ctrain
 run_suite "asan dist" tests/dist_test.sh build-asan/ctrain
 run_suite "asan dist zero" tests/dist_zero_test.sh build-asan/ctrain
+run_suite "asan zero3" tests/zero3_test.sh build-asan/ctrain
 run_suite "asan tensor parallel" tests/tp_test.sh build-asan/ctrain
 run_suite "asan pipeline parallel" tests/pp_test.sh build-asan/ctrain
 run_suite "asan dist det text" tests/dist_det_text_test.sh build-asan/ctrain

@@ -134,7 +134,9 @@ peak() { # NP STAGE: the largest peak RSS (KiB) of the ranks (GNU time, a file p
   P=$(cat "$tmp"/rss.* 2>/dev/null | grep -E '^[0-9]+$' | sort -n | tail -1)
   [ -n "$P" ] && [ "$(cat "$tmp"/rss.* | grep -cE '^[0-9]+$')" = "$1" ]
 }
-if [ -x /usr/bin/time ]; then
+if ldd "$CT" 2>/dev/null | grep -q libasan; then
+  echo "  SKIP peak RSS per rank: a sanitizer build (shadow memory)"
+elif [ -x /usr/bin/time ]; then
   for np in 2 4; do
     if peak $np 0 && p0=$P && peak $np 2 && p2=$P && peak $np 3 && p3=$P; then
       # what the shards save per rank: stage 2 the gradients' (N-1)/N, stage 3 also the parameters' (FP32, 50 MiB)
