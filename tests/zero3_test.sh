@@ -4,6 +4,7 @@
 # tensor, the largest difference over the tensor's largest |value|):
 #   - zero_stage 3 ends with DDP's weights within 1e-6 relative for the MLP, the CNN with sync_batchnorm,
 #     a small GPT and a small BERT, in FP32 and BF16, with AdamW and SGD with momentum, at 2 and 4 ranks;
+#     with LAMB (MLP, GPT), FP16 with the loss scaler (MLP) and tensor parallel 2 x data 2 (GPT);
 #   - with activation checkpointing (recompute_blocks for GPT, recompute_every for the CNN) and with
 #     gradient accumulation (every micro-batch reduce-scattered into the shard);
 #   - zero_stage 2 and 3 with bf16 gradient compression end with DDP-with-compression's weights;
@@ -77,6 +78,20 @@ for model in mlp cnn gpt bert; do
     pair "$model $1 $2 np $3" "$3" 3 -- "${A[@]}" "${O[@]}" --precision "$1"
   done
 done
+
+# ---- LAMB (per-tensor trust ratios from sums over the shards), the FP16 loss scaler, tensor parallel x ZeRO-3 -------
+for c in "mlp 2" "gpt 4"; do
+  set -- $c
+  args $1
+  opt lamb
+  pair "$1 fp32 lamb np $2" "$2" 3 -- "${A[@]}" "${O[@]}"
+done
+args mlp
+opt sgd
+pair "mlp fp16 sgd np 2" 2 3 -- "${A[@]}" "${O[@]}" --precision fp16
+args gpt
+opt adamw
+pair "gpt tensor_parallel 2 x data 2" 4 3 -- "${A[@]}" "${O[@]}" --set tensor_parallel=2
 
 # ---- activation checkpointing and accumulation ------------------------------------------------------------------
 args gpt
