@@ -38,26 +38,19 @@ clean() {
   if grep -q "Sanitizer" "$2"; then bad "$1: sanitizer report" "$(grep -A8 Sanitizer "$2" | head -20)"; return 1; fi
   return 0
 }
-within_files() {
-  local out m
-  out=$("$TD" maxdiff "$2" "$3" 2>&1)
-  m=$(printf '%s' "$out" | sed -nE 's/^max abs diff ([^ ]+) over.*/\1/p')
-  if [ -n "$m" ] && awk -v m="$m" -v t="$4" 'BEGIN { exit !(m <= t) }'; then
-    ok "$1 (max abs diff $m <= $4)"
-  else
-    bad "$1 (max abs diff '${m:-?}', tolerance $4)" "$out"
-  fi
-}
+within_files() { within_metric abs "$@"; }
 # within_rel NAME FILE_A FILE_B TOL: per tensor, the largest difference is at most TOL times the tensor's
 # largest |value| (test_dist maxdiff's "max rel diff")
-within_rel() {
+within_rel() { within_metric rel "$@"; }
+# within_metric abs|rel NAME A B TOL: test_dist maxdiff's "max abs diff" or "max rel diff" at most TOL
+within_metric() {
   local out m
-  out=$("$TD" maxdiff "$2" "$3" 2>&1)
-  m=$(printf '%s' "$out" | sed -nE 's/.*max rel diff ([^ ]+) .*/\1/p')
-  if [ -n "$m" ] && awk -v m="$m" -v t="$4" 'BEGIN { exit !(m <= t) }'; then
-    ok "$1 (max rel diff $m <= $4)"
+  out=$("$TD" maxdiff "$3" "$4" 2>&1)
+  m=$(printf '%s' "$out" | sed -nE "s/.*max $1 diff ([^ ,]+)[ ,].*/\\1/p")
+  if [ -n "$m" ] && awk -v m="$m" -v t="$5" 'BEGIN { exit !(m <= t) }'; then
+    ok "$2 (max $1 diff $m <= $5)"
   else
-    bad "$1 (max rel diff '${m:-?}', tolerance $4)" "$out"
+    bad "$2 (max $1 diff '${m:-?}', tolerance $5)" "$out"
   fi
 }
 # mpi_units LABEL BINARY SECS WHAT: a C test binary (tests/test_*.c) under mpirun at 2 and 4 ranks; every
