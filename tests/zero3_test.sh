@@ -172,4 +172,14 @@ else
   echo "  SKIP /usr/bin/time is not installed (scripts/setup.sh installs time): no peak RSS checks"
 fi
 
+# ctrain graph --world N: one rank's share without training (gpt_char_small: 41.12 MiB of FP32 parameters, AdamW)
+g3=$("$CT" graph --recipe recipes/gpt_char_small.json --set zero_stage=3 --world 4 --quiet 2>&1)
+g1=$("$CT" graph --recipe recipes/gpt_char_small.json --set zero_stage=1 --world 4 --quiet 2>&1)
+if printf '%s' "$g3" | grep -qE "zero_stage 3 on 4 ranks, per rank: parameters 10\.28 MiB .*gradients 10\.28 MiB between steps.*optimizer state 20\.56 MiB" &&
+   printf '%s' "$g1" | grep -qE "zero_stage 1 on 4 ranks, per rank: parameters 41\.12 MiB .*gradients 41\.12 MiB between steps.*optimizer state 20\.56 MiB"; then
+  ok "ctrain graph --world 4: zero_stage 3 shards parameters, gradients and state to 1/4, zero_stage 1 the state only"
+else
+  bad "ctrain graph --world 4 zero lines" "$(printf '%s\n%s' "$g3" "$g1" | grep -E 'zero|rror')"
+fi
+
 summary "zero3_test.sh"

@@ -29,7 +29,7 @@ static void usage(FILE *f) {
                "  --quiet             the summary lines only, not every node\n"
                "  --fit               the candidates of recipe key fit (auto unless the recipe says max_batch; needs\n"
                "                      memory_budget): memory, estimated step time, fits / too big, the one chosen\n"
-               "  --world N           --fit: for N data parallel ranks (default 1)\n"
+               "  --world N           --fit, and zero_stage's memory per rank: for N data parallel ranks (default 1)\n"
                "  --model NAME        print the parameter count of a built-in model:");
     for (int i = 0; i < ct_model_num_builtin(); i++) fprintf(f, "%s %s", i ? "," : "", ct_model_builtin_name(i));
     fprintf(f, "\n");
@@ -176,6 +176,32 @@ static ct_status print_pipeline(const ct_recipe *r, const pp_build *b, int *said
     return CT_OK;
 }
 
+/* zero_stage > 0: what one of `world` data parallel ranks holds (ct_train_zero_estimate; the plan here is the
+ * whole batch's, so the activations are one process's). */
+static void print_zero(const ct_recipe *r, ct_plan *p, int world) {
+    ct_plan_stats ps;
+    ct_plan_get_stats(p, &ps);
+    double largest = 0;
+    for (int i = 0; i < ct_plan_num_params(p); i++) {
+        ct_tensor v;
+        if (ct_plan_param_info(p, i, NULL, &v, NULL) == CT_OK && (double)ct_tensor_numel(&v) * 4 > largest)
+            largest = (double)ct_tensor_numel(&v) * 4;
+    }
+    ct_zero_estimate z;
+    ct_train_zero_estimate(r, &ps, largest, world, &z);
+    const double M = 1048576.0;
+    if (world < 2) {
+        printf("zero_stage %d: shards over data parallel ranks; --world N shows one rank's share\n", r->zero_stage);
+        return;
+    }
+    char cp[64] = "";
+    if (z.copies > 0) snprintf(cp, sizeof cp, ", %.2f MiB of 16-bit weight copies", z.copies / M);
+    printf("zero_stage %d on %d ranks, per rank: parameters %.2f MiB (peak %.2f), gradients %.2f MiB between steps "
+           "(peak in backward %.2f), optimizer state %.2f MiB%s; %.2f MiB at the peaks\n", r->zero_stage, world,
+           z.params / M, z.params_peak / M, z.grads_between / M, z.grads_peak / M, z.state / M, cp,
+           (z.params_peak + z.grads_peak + z.state + z.copies) / M);
+}
+
 int ct_cli_graph(int argc, char **argv) {
     const char *recipe = NULL, *dot = NULL, *model = NULL, *sets[32];
     int level = -1, no_reuse = 0, quiet = 0, n_sets = 0, fit = 0, world = 1;
@@ -294,6 +320,7 @@ int ct_cli_graph(int argc, char **argv) {
             for (int i = 0; s == CT_OK && i < ct_fusion_rules_count(rules); i++)
                 printf("  rule %d: %s\n", i + 1, ct_fusion_rule_desc(rules, i));
         }
+        if (s == CT_OK && r.zero_stage > 0) print_zero(&r, p, world);
         if (s == CT_OK && r.pipeline_stages > 1) {
             const pp_build b = {g, loss, n_keep, keep, &co};
             int said = 0;

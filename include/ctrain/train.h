@@ -181,6 +181,18 @@ ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, 
  * out without training (`ctrain graph --fit`); t builds the graphs (ct_task_create for r). */
 ct_status ct_train_fit_report(ct_context *ctx, const ct_recipe *r, ct_task *t, int world, FILE *out);
 
+/* What one data parallel rank holds of the model under the recipe's zero_stage on `world` ranks, in bytes, from
+ * the plan's statistics (ct_plan_get_stats of one rank's plan) and its largest parameter: the parameters between
+ * uses and at their peak (stage 3: 1/N, and 1/N plus two units of bucket_size_mb gathered), the gradients
+ * between steps and at backward's peak (stage 2, 3: 1/N, and 1/N plus two buckets in flight, plus the shard's
+ * accumulator with accumulate_steps), the optimizer state (stage >= 1: 1/N) and the 16-bit weight copies
+ * (whole). `ctrain graph --world N` prints it; fit's candidates use it. */
+typedef struct {
+    double params, params_peak, grads_between, grads_peak, state, copies;
+} ct_zero_estimate;
+void ct_train_zero_estimate(const ct_recipe *r, const ct_plan_stats *ps, double largest_param_bytes, int world,
+                            ct_zero_estimate *out);
+
 /* The learning rate the recipe's lr_scaling gives for its global batch. */
 double ct_train_scaled_lr(const ct_recipe *r);
 

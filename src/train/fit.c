@@ -119,19 +119,30 @@ static ct_status compile_stats(ct_context *ctx, ct_task *t, const ct_recipe *loc
     return CT_OK;
 }
 
-/* Bytes one rank holds for candidate c on `world` ranks and its estimated step time. ZeRO stage s: 1 the
- * optimizer state / N, 2 also the gradients / N plus two buckets in flight, 3 also the parameters / N plus two
- * units gathered (one in use, one prefetched; a unit is up to bucket_size_mb, or one larger parameter); the
- * low-precision weight copies stay whole (zero3.c gathers them once per step). */
+void ct_train_zero_estimate(const ct_recipe *r, const ct_plan_stats *ps, double largest, int world,
+                            ct_zero_estimate *out) {
+    const int z = world > 1 ? r->zero_stage : 0;
+    const double N = world > 1 ? world : 1, par = (double)ps->param_bytes, grad = (double)ps->grad_bytes;
+    const double state = par * ct_run_optim_state_per_param(&r->optim);
+    const double bucket = fmin((double)r->bucket_size_mb * 1048576.0, grad), unit = fmax(largest, fmin(bucket, par));
+    out->params = z >= 3 ? par / N : par;
+    out->params_peak = z >= 3 ? fmin(par, par / N + 2.0 * unit) : par;
+    out->grads_between = z >= 2 ? grad / N : grad;
+    out->grads_peak = z >= 2 ? fmin(grad, grad / N + 2.0 * bucket + (r->accumulate_steps > 1 ? grad / N : 0.0)) : grad;
+    out->state = z >= 1 ? state / N : state;
+    out->copies = (double)ps->weight_copy_bytes;
+}
+
+/* Bytes one rank holds for candidate c on `world` ranks (ct_train_zero_estimate's peaks) and its estimated step
+ * time. */
 static void cost(ct_fit_cand *c, const ct_plan_stats *ps, double largest, double base, int world) {
     const int z = world > 1 ? c->r.zero_stage : 0;
     const double N = world, par = (double)ps->param_bytes, grad = (double)ps->grad_bytes;
     const double state = par * ct_run_optim_state_per_param(&c->r.optim);
-    const double wcopy = (double)ps->weight_copy_bytes;
     const double act = (double)ps->activation_bytes + (double)ps->workspace_bytes;
-    const double bucket = fmin((double)c->r.bucket_size_mb * 1048576.0, grad), unit = fmax(largest, fmin(bucket, par));
-    c->bytes = base + (double)ps->buffer_bytes + act + wcopy + (z >= 3 ? fmin(par, par / N + 2.0 * unit) : par) +
-               (z >= 2 ? fmin(grad, grad / N + 2.0 * bucket) : grad) + (z >= 1 ? state / N : state);
+    ct_zero_estimate ze;
+    ct_train_zero_estimate(&c->r, ps, largest, world, &ze);
+    c->bytes = base + (double)ps->buffer_bytes + act + ze.copies + ze.params_peak + ze.grads_peak + ze.state;
     const double lowp = c->r.precision == CT_PRECISION_FP32 ? 1.0 : FIT_BF16;
     /* backward's FLOPs hold the recomputed forward nodes (the recompute pass puts them into the graph) */
     const double micro = (ps->flops_forward + ps->flops_backward) / (FIT_FLOPS * lowp) + ps->bytes_moved / FIT_MEM_BW +
