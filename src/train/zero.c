@@ -251,19 +251,50 @@ ct_status ct_zero_gather_state(ct_zero *z, int whole) {
     return s;
 }
 
+/* Stage 2/3: the most gradient bytes outside this rank's segment resident at once in backward, walking the
+ * order backward finalizes the parameters: a parameter's bytes are resident from its gradient until its bucket
+ * is released, counted one gradient after the bucket became ready (its reduce-scatter in flight meanwhile; the
+ * hook tests it at every node). A bucket whose last gradient comes late (a tied embedding, written first and
+ * final last) keeps what backward wrote of it all along. */
+static double outside_peak(const ct_zero *z, const ct_buckets *bk) {
+    const int np = ct_plan_num_params(z->plan), nr = ct_plan_grad_ready_order(z->plan, NULL, 0);
+    int *order = malloc(((size_t)nr + 1) * sizeof(int)), *bucket_of = malloc(((size_t)np + 1) * sizeof(int));
+    double *out = calloc((size_t)ct_buckets_count(bk) + 1, sizeof(double)), cur = 0.0, peak = 0.0;
+    int pending = -1; /* the bucket that became ready at the last gradient */
+    const size_t sb = z->offs[z->rank], se = sb + z->counts[z->rank];
+    for (int i = 0; order && bucket_of && out && i < ct_buckets_count(bk); i++) {
+        ct_bucket_info bi;
+        if (ct_buckets_info(bk, i, &bi) != CT_OK) continue;
+        for (int p = bi.first_param; p < bi.first_param + bi.n_params && p < np; p++) bucket_of[p] = i;
+    }
+    if (order && bucket_of && out) ct_plan_grad_ready_order(z->plan, order, nr);
+    for (int q = 0; order && bucket_of && out && q < nr; q++) {
+        ct_tensor v;
+        if (ct_plan_param_info(z->plan, order[q], NULL, NULL, &v) != CT_OK) continue;
+        const size_t b = (size_t)((float *)v.data - z->grads), e = b + (size_t)ct_tensor_numel(&v);
+        const size_t in = CT_MIN(e, se) > CT_MAX(b, sb) ? CT_MIN(e, se) - CT_MAX(b, sb) : 0;
+        const int k = bucket_of[order[q]];
+        const double bytes = (double)(e - b - in) * sizeof(float);
+        out[k] += bytes, cur += bytes;
+        peak = CT_MAX(peak, cur);
+        if (pending >= 0) cur -= out[pending], out[pending] = 0.0, pending = -1;
+        ct_bucket_info bi;
+        if (ct_buckets_info(bk, k, &bi) == CT_OK && q + 1 >= bi.ready_after) pending = k; /* bucket k is ready */
+    }
+    free(order);
+    free(bucket_of);
+    free(out);
+    return peak;
+}
+
 void ct_zero_memory(const ct_zero *z, const ct_buckets *bk, size_t state_floats, ct_zero_mem *m) {
     memset(m, 0, sizeof *m);
     if (!z) return;
     const double full = (double)z->n * sizeof(float), seg = (double)z->counts[z->rank] * sizeof(float);
-    size_t big = 0; /* the largest bucket: backward fills the next while the last is being reduced */
-    for (int i = 0; i < ct_buckets_count(bk); i++) {
-        ct_bucket_info bi;
-        if (ct_buckets_info(bk, i, &bi) == CT_OK) big = CT_MAX(big, bi.n);
-    }
     const int sharded = z->stage >= 2 && z->world > 1 && z->madvise_ok;
     m->state = (double)state_floats * sizeof(float);
     m->grads_between = sharded ? seg : full;
-    m->grads_peak = sharded ? CT_MIN(full, seg + 2.0 * (double)big * sizeof(float) + (z->acc ? seg : 0.0)) : full;
+    m->grads_peak = sharded ? CT_MIN(full, seg + outside_peak(z, bk) + (z->acc ? seg : 0.0)) : full;
     m->params = m->params_peak = full;
     if (z->z3 && z->world > 1) {
         ct_zero3_stats st;
