@@ -500,13 +500,221 @@ TEST(a_blocking_call_waits_for_the_progress_thread) {
     free(g);
 }
 
+/* ---- shard mode (ZeRO): each bucket reduce-scattered over the ranks' segments of the arena ------------------- */
+
+/* Uneven segments of the 6-parameter arena (offsets(): buckets {0,1} [0,4160), {2,3} [4160,12416), {4,5}
+ * [12416,13072)) cut inside buckets and parameters; at more than 2 ranks rank 1's segment is empty. */
+static void shard_cuts(size_t n, int S, size_t *so) {
+    so[0] = 0;
+    for (int r = 1; r < S; r++) so[r] = n * (size_t)r / (size_t)S + 37 * (size_t)r;
+    if (S > 2) so[2] = so[1];
+    if (S == 4) so[3] = 12700; /* inside parameter 4, the last bucket */
+    so[S] = n;
+}
+
+/* What o.done heard in one round; each call also checks that this rank's part of the range holds the sum already. */
+typedef struct done_log {
+    int n;
+    size_t off[32], len[32];
+    const float *arena, *want; /* the arena and the expected sums (this rank's segment [lo, hi)) */
+    size_t lo, hi;
+    int early;                 /* elements of a completed range not yet the sum when o.done was called */
+} done_log;
+
+static void on_done(void *user, size_t off, size_t n) {
+    done_log *d = user;
+    if (d->n < 32) d->off[d->n] = off, d->len[d->n] = n;
+    d->n++;
+    const size_t a = off > d->lo ? off : d->lo, b = off + n < d->hi ? off + n : d->hi;
+    for (size_t i = a; i < b; i++) d->early += d->arena[i] != d->want[i];
+}
+
+/* The calls of one round: each bucket's (off, n) exactly once, together the arena once. */
+static int done_covers(const ct_buckets *b, const done_log *d, size_t n) {
+    const int nb = ct_buckets_count(b);
+    if (d->n != nb || nb > 32) {
+        fprintf(stderr, "  o.done called %d times for %d buckets\n", d->n, nb);
+        return 0;
+    }
+    unsigned char *cover = calloc(n, 1);
+    int ok = cover != NULL;
+    for (int c = 0; ok && c < d->n; c++) {
+        int match = 0;
+        for (int i = 0; i < nb; i++) {
+            ct_bucket_info bi;
+            ct_buckets_info(b, i, &bi);
+            match += bi.off == d->off[c] && bi.n == d->len[c];
+        }
+        ok = match == 1 && d->off[c] + d->len[c] <= n;
+        for (size_t i = d->off[c]; ok && i < d->off[c] + d->len[c]; i++) cover[i]++;
+    }
+    for (size_t i = 0; ok && i < n; i++) ok = cover[i] == 1;
+    free(cover);
+    if (!ok) fprintf(stderr, "  o.done's ranges do not match the buckets or do not cover the arena once\n");
+    return ok;
+}
+
+/* Rank r's gradient in round `step`: quarters (exact sums) without compression; with it, values the 16-bit format
+ * cannot hold on two ranks per element (every rank's small integers for i % 5 == 0) so that the pairwise sums round
+ * once whatever their order. */
+static float shard_val(int r, size_t i, int step, int S, int comp) {
+    if (!comp) return (float)((int)((i * 13 + (size_t)r * 101 + (size_t)step * 7) % 199) - 99) * 0.25f;
+    if (i % 5 == 0) return (float)(r + 1 + (int)(i % 3));
+    const int a = (int)(i % (size_t)S), b = S > 1 ? (a + 1 + (int)((i / 7) % (size_t)(S - 1))) % S : a;
+    if (r != a && r != b) return 0.0f;
+    const float v = 1.0f + 0.001f * (float)((i * 7 + (size_t)r * 13 + (size_t)step * 31) % 1000 + 1);
+    return (i / 3) % 2 ? -v : v;
+}
+
+static float round16(float v, int bf16) {
+    return bf16 ? ct_bf16_to_f32(ct_f32_to_bf16(v)) : ct_f16_to_f32(ct_f32_to_f16(v));
+}
+
+/* Three rounds of shard mode: after ct_buckets_finish this rank's segment holds exactly the sum over the ranks
+ * (with compression: the 16-bit rounding of the sum of every rank's rounded g + residual, every rank's residual
+ * simulated here, and this rank's residual exact); o.done once per bucket per round with its range, each call
+ * after this rank's part of it holds the sum; only reduce-scatters are sent. poll: hook mode, the started buckets
+ * completed by ct_buckets_poll before ct_buckets_finish. */
+static void shard_mode(int overlap, ct_bucket_progress progress, ct_grad_compression comp, int poll) {
+    const int rank = ct_comm_rank(g_world), S = ct_comm_size(g_world);
+    const int bf16 = comp == CT_GRAD_COMPRESSION_BF16;
+    size_t off[7], n = offsets(off), so[65];
+    CHECK(S <= 64);
+    shard_cuts(n, S, so);
+    float *g = malloc(n * sizeof *g), *want = malloc(n * sizeof *want), *res = calloc((size_t)S * n, sizeof *res);
+    if (!g || !want || !res) free(g), free(want), free(res);
+    CHECK(g && want && res);
+    const int order[6] = {5, 4, 3, 2, 1, 0};
+    done_log d = {.arena = g, .want = want, .lo = so[rank], .hi = so[rank + 1]};
+    ct_bucket_opts o;
+    ct_bucket_opts_default(&o);
+    o.first_bucket_bytes = 2000, o.bucket_bytes = 20000;
+    o.overlap = overlap, o.progress = progress, o.compression = comp;
+    o.shard_offs = so, o.done = on_done, o.done_user = &d;
+    ct_buckets *b = NULL;
+    ct_status s = ct_buckets_create(g_ctx, g_world, g, n, 6, off, order, 6, &o, &b);
+    if (s != CT_OK) free(g), free(want), free(res);
+    CHECK_OK(g_ctx, s);
+    const int nb = ct_buckets_count(b);
+    ct_comm_stats st0, st1;
+    ct_comm_get_stats(g_world, &st0);
+    int ok = nb == 3, polled = 1, lost = 0, rounded = 0;
+    for (int step = 0; step < 3 && ok && s == CT_OK; step++) {
+        for (size_t i = 0; i < n; i++) {
+            float sum = 0;
+            for (int r = 0; r < S; r++) {
+                float v = shard_val(r, i, step, S, comp);
+                if (comp) { /* rank r's error feedback, as compress() computes it */
+                    float t = v + res[(size_t)r * n + i], q = round16(t, bf16);
+                    res[(size_t)r * n + i] = t - q;
+                    v = q;
+                }
+                sum += v;
+                if (r == rank) g[i] = shard_val(r, i, step, S, comp);
+            }
+            want[i] = comp ? round16(sum, bf16) : sum;
+            rounded += comp && want[i] != sum && i >= so[rank] && i < so[rank + 1];
+        }
+        d.n = d.early = 0;
+        if (poll) {
+            s = ct_buckets_begin(b);
+            for (int q = 0; s == CT_OK && q < 6; q++) ct_buckets_grad_ready(b, order[q]);
+            for (int t = 0; t < 20000 && d.n < nb; t++) { /* up to ~20 s; every rank keeps polling */
+                ct_buckets_poll(b);
+                if (d.n < nb) spin_us(1000);
+            }
+            polled = polled && d.n == nb && ct_buckets_started(b) == nb;
+            if (s == CT_OK) s = ct_buckets_finish(b, NULL);
+        } else {
+            int started;
+            s = reduce_like_backward(b, order, 6, overlap, &started);
+            ct_buckets_poll(b); /* after finish (and in thread mode): nothing to do */
+        }
+        ok = s == CT_OK && done_covers(b, &d, n) && d.early == 0;
+        for (size_t i = so[rank]; ok && i < so[rank + 1]; i++)
+            if (g[i] != want[i]) {
+                fprintf(stderr, "  step %d rank %d element %zu: %.9g, want %.9g\n", step, rank, i, (double)g[i],
+                        (double)want[i]);
+                ok = 0;
+            }
+        if (!ok) fprintf(stderr, "  step %d: %d done calls, %d early\n", step, d.n, d.early);
+        size_t nr = 0;
+        const float *mine = ct_buckets_residual(b, &nr);
+        if (comp) {
+            ok = ok && mine && nr == n && !memcmp(mine, res + (size_t)rank * n, n * sizeof *mine);
+            for (size_t i = 0; mine && i < nr; i++) lost += mine[i] != 0.0f;
+        }
+    }
+    ct_comm_get_stats(g_world, &st1);
+    ct_buckets_free(b);
+    free(g), free(want), free(res);
+    const int sent_ok = S == 1 || (st1.reduce_scatter_calls == st0.reduce_scatter_calls + 3 * (uint64_t)nb &&
+                                   st1.allreduce_calls == st0.allreduce_calls);
+    ok = all_ok(ok), polled = all_ok(polled);
+    CHECK_MSG(s == CT_OK, "%s", ct_context_last_error(g_ctx));
+    CHECK_MSG(ok, "overlap %d progress %d compression %d: a segment, a residual or o.done's calls are wrong", overlap,
+              (int)progress, (int)comp);
+    CHECK_MSG(polled, "ct_buckets_poll did not complete the started buckets");
+    CHECK_MSG(sent_ok, "%llu reduce-scatters (want %d), %llu allreduces", (unsigned long long)(st1.reduce_scatter_calls -
+              st0.reduce_scatter_calls), 3 * nb, (unsigned long long)(st1.allreduce_calls - st0.allreduce_calls));
+    /* the compressed values were chosen so that rounding loses something, and some sums round */
+    CHECK(!comp || (lost > (int)n / 4 && (S == 1 || rank == 1 || rounded > 0)));
+}
+
+TEST(shard_sum_with_a_progress_thread) { shard_mode(1, CT_BUCKET_PROGRESS_THREAD, CT_GRAD_COMPRESSION_NONE, 0); }
+TEST(shard_sum_from_the_hook_and_poll) {
+    shard_mode(1, CT_BUCKET_PROGRESS_HOOK, CT_GRAD_COMPRESSION_NONE, 0);
+    shard_mode(1, CT_BUCKET_PROGRESS_HOOK, CT_GRAD_COMPRESSION_NONE, 1);
+}
+TEST(shard_sum_after_backward) {
+    shard_mode(0, CT_BUCKET_PROGRESS_THREAD, CT_GRAD_COMPRESSION_NONE, 0);
+    shard_mode(0, CT_BUCKET_PROGRESS_HOOK, CT_GRAD_COMPRESSION_NONE, 0);
+}
+TEST(shard_compressed_with_error_feedback) {
+    shard_mode(1, CT_BUCKET_PROGRESS_THREAD, CT_GRAD_COMPRESSION_BF16, 0);
+    shard_mode(1, CT_BUCKET_PROGRESS_HOOK, CT_GRAD_COMPRESSION_BF16, 1);
+    shard_mode(1, CT_BUCKET_PROGRESS_HOOK, CT_GRAD_COMPRESSION_FP16, 0);
+}
+
+/* shard_offs that do not run from 0 to the arena's end, increasing, are refused (no collective is made). */
+TEST(shard_offs_must_cut_the_whole_arena) {
+    const int S = ct_comm_size(g_world);
+    size_t off[7], n = offsets(off), so[65];
+    CHECK(S <= 64);
+    float *g = calloc(n, sizeof *g);
+    CHECK(g);
+    const int order[6] = {5, 4, 3, 2, 1, 0};
+    ct_bucket_opts o;
+    ct_bucket_opts_default(&o);
+    o.shard_offs = so;
+    ct_status st[3];
+    for (int c = 0; c < 3; c++) {
+        shard_cuts(n, S, so);
+        if (c == 0) so[0] = 1;              /* not from 0 */
+        if (c == 1) so[S] = n - 1;          /* short of the end */
+        if (c == 2) so[1] = n + 1;          /* beyond the end (then decreasing, at more than one rank) */
+        ct_buckets *b = NULL;
+        st[c] = ct_buckets_create(g_ctx, g_world, g, n, 6, off, order, 6, &o, &b);
+        st[c] = st[c] == CT_OK || b ? CT_E_INTERNAL : st[c];
+        ct_buckets_free(b);
+    }
+    free(g);
+    ct_context_clear_error(g_ctx);
+    CHECK_MSG(st[0] == CT_E_INVALID_ARG, "shard_offs[0] = 1: %s", ct_status_name(st[0]));
+    CHECK_MSG(st[1] == CT_E_INVALID_ARG, "shard_offs[world] short: %s", ct_status_name(st[1]));
+    CHECK_MSG(st[2] == CT_E_INVALID_ARG, "shard_offs past the end: %s", ct_status_name(st[2]));
+}
+
 int main(int argc, char **argv) {
     static const ct_test_case cases[] = {T(plan_covers_the_arena_from_its_end), T(sum_with_a_progress_thread),
                                          T(sum_from_the_hook), T(sum_after_backward), T(sum_in_bf16_and_fp16),
                                          T(compression_keeps_what_rounding_lost), T(an_inf_on_one_rank_reaches_every_rank),
                                          T(nothing_is_sent_before_begin), T(plan_backward_order),
                                          T(trace_tracks_and_doctor_share), T(plan_tiles_the_arena_for_any_order),
-                                         T(a_blocking_call_waits_for_the_progress_thread)};
+                                         T(a_blocking_call_waits_for_the_progress_thread),
+                                         T(shard_sum_with_a_progress_thread), T(shard_sum_from_the_hook_and_poll),
+                                         T(shard_sum_after_backward), T(shard_compressed_with_error_feedback),
+                                         T(shard_offs_must_cut_the_whole_arena)};
     if (test_mpi_start("test_bucket", &g_ctx, &g_world)) return 1;
     int rc = ct_test_main(__FILE__, cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
     return test_mpi_finish(g_ctx, g_world, rc);

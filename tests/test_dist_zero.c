@@ -17,6 +17,7 @@
 
 #include <mpi.h>
 
+#include "ctrain/convert.h"
 #include "test.h"
 
 static ct_context *g_ctx;
@@ -275,6 +276,289 @@ TEST(sharded_lamb_equals_whole) {
     CHECK_MSG(S == 1 || d_loc > 1e-5, "without the allreduce the shards should differ (%g)", d_loc);
 }
 
+/* ---- ZeRO's nonblocking v-collectives (ct_comm_ireduce_scatter_*, ct_comm_iallgatherv_*) ------------------ */
+
+/* Round `it`'s uneven counts (offs: world + 1 offsets), one of them 0 by turns: rank 1, rank 0, none, the last. */
+static size_t vc_counts(int it, int S, size_t *counts, size_t *offs) {
+    const int zero = it % 4 == 0 ? 1 : it % 4 == 1 ? 0 : it % 4 == 3 ? S - 1 : -1;
+    size_t total = 0;
+    for (int r = 0; r < S; r++) {
+        counts[r] = S > 1 && r == zero ? 0 : 700 + (size_t)r * 131 + (size_t)it * 29;
+        offs[r] = total;
+        total += counts[r];
+    }
+    offs[S] = total;
+    return total;
+}
+
+/* Rank r's element i in round it: quarters in [-24.75, 24.75], so any sum over the ranks is exact in FP32. */
+static float vc_val(int r, size_t i, int it) {
+    return (float)((int)((i * 13 + (size_t)r * 101 + (size_t)it * 7) % 199) - 99) * 0.25f;
+}
+
+/* Completes r by ct_comm_test (polled; counts the tests) or by ct_comm_wait. */
+static ct_status vc_complete(ct_comm_request *r, int poll) {
+    if (!poll) return ct_comm_wait(r);
+    int done = 0;
+    ct_status s = CT_OK;
+    while (s == CT_OK && !done) s = ct_comm_test(r, &done);
+    return s;
+}
+
+/* Five rounds on one request (its counts change every round, a zero count for some rank): this rank's segment
+ * holds the exact sum of every rank's values there, moved from the buffer's start to the segment. */
+TEST(ireduce_scatter_f32_sums_into_this_ranks_segment) {
+    const int rank = ct_comm_rank(g_world), S = ct_comm_size(g_world);
+    CHECK(S <= 64);
+    size_t counts[64], offs[65];
+    ct_comm_request *r = NULL;
+    CHECK_OK(g_ctx, ct_comm_request_create(g_world, &r));
+    ct_comm_stats st0, st1;
+    ct_comm_get_stats(g_world, &st0);
+    ct_status s = CT_OK;
+    int bad = 0, moved = 0;
+    for (int it = 0; it < 5 && s == CT_OK; it++) {
+        size_t total = vc_counts(it, S, counts, offs);
+        float *x = malloc(total * sizeof *x);
+        if (!x) {
+            s = CT_E_OOM;
+            break;
+        }
+        for (size_t i = 0; i < total; i++) x[i] = vc_val(rank, i, it);
+        s = ct_comm_ireduce_scatter_f32(g_world, x, counts, r);
+        if (s == CT_OK) s = vc_complete(r, it % 2);
+        for (size_t i = 0; s == CT_OK && i < counts[rank]; i++) {
+            const size_t g = offs[rank] + i;
+            float want = 0;
+            for (int q = 0; q < S; q++) want += vc_val(q, g, it);
+            if (x[g] != want && bad++ < 5)
+                fprintf(stderr, "  round %d rank %d element %zu: %g, want %g\n", it, rank, g, (double)x[g], (double)want);
+            moved += offs[rank] > 0 && S > 1; /* the result had to move from the buffer's start */
+        }
+        free(x);
+    }
+    ct_comm_get_stats(g_world, &st1);
+    ct_comm_request_free(r);
+    CHECK_MSG(s == CT_OK, "%s", ct_context_last_error(g_ctx));
+    CHECK_MSG(!bad, "%d elements of this rank's segment are not the sum", bad);
+    CHECK(S == 1 || rank == 0 || moved > 0); /* (the check above covered a segment not at the start) */
+    CHECK(st1.reduce_scatter_calls == st0.reduce_scatter_calls + 5);
+}
+
+/* A 16-bit value (exact in bf16 / fp16): rank r's element i contributes when it is one of the element's two
+ * ranks, or every rank for i % 5 == 0 (small integers: exact sums). Two contributors' FP32 sum is exact, and the
+ * pairwise sums round it once whatever the reduction's order: the expected bits are the 16-bit rounding of the
+ * FP32 sum. */
+static float vc_half(int r, size_t i, int it, int bf16, int S) {
+    if (i % 5 == 0) return (float)(r + 1 + (int)(i % 3));
+    const int a = (int)(i % (size_t)S), b = S > 1 ? (a + 1 + (int)((i / 7) % (size_t)(S - 1))) % S : a;
+    if (r != a && r != b) return 0.0f;
+    uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)((size_t)r * 40503u + (size_t)it * 977u + 5u);
+    h ^= h >> 15;
+    h *= 0x2c1b3c6du;
+    h ^= h >> 12;
+    const int mbits = bf16 ? 7 : 10;
+    const float m = (float)((1u << mbits) + (h % (1u << mbits)));
+    const float v = ldexpf(m, (int)((h >> 16) % 5) - 2 - mbits); /* [0.25, 8) */
+    return (h >> 24) & 1 ? -v : v;
+}
+
+static uint16_t to16(float v, int bf16) { return bf16 ? ct_f32_to_bf16(v) : ct_f32_to_f16(v); }
+
+TEST(ireduce_scatter_half_rounds_the_fp32_sum) {
+    const int rank = ct_comm_rank(g_world), S = ct_comm_size(g_world);
+    CHECK(S <= 64);
+    size_t counts[64], offs[65];
+    ct_comm_request *r = NULL;
+    CHECK_OK(g_ctx, ct_comm_request_create(g_world, &r));
+    ct_status s = CT_OK;
+    int bad = 0, rounded = 0, checked = 0;
+    for (int it = 0; it < 8 && s == CT_OK; it++) {
+        const int bf16 = it % 2 == 0;
+        size_t total = vc_counts(it / 2, S, counts, offs);
+        uint16_t *x = malloc(total * sizeof *x);
+        if (!x) {
+            s = CT_E_OOM;
+            break;
+        }
+        for (size_t i = 0; i < total; i++) x[i] = to16(vc_half(rank, i, it, bf16, S), bf16);
+        s = ct_comm_ireduce_scatter_half(g_world, x, counts, bf16, r);
+        if (s == CT_OK) s = vc_complete(r, it % 3 == 0);
+        for (size_t i = 0; s == CT_OK && i < counts[rank]; i++) {
+            const size_t g = offs[rank] + i;
+            float sum = 0;
+            for (int q = 0; q < S; q++) sum += vc_half(q, g, it, bf16, S);
+            const uint16_t want = to16(sum, bf16);
+            const float back = bf16 ? ct_bf16_to_f32(want) : ct_f16_to_f32(want);
+            rounded += back != sum;
+            checked++;
+            if (x[g] != want && bad++ < 5)
+                fprintf(stderr, "  round %d (%s) rank %d element %zu: 0x%04x, want 0x%04x (FP32 sum %.9g)\n", it,
+                        bf16 ? "bf16" : "fp16", rank, g, x[g], want, (double)sum);
+        }
+        free(x);
+    }
+    ct_comm_request_free(r);
+    CHECK_MSG(s == CT_OK, "%s", ct_context_last_error(g_ctx));
+    CHECK_MSG(!bad, "%d of %d elements differ from the rounded FP32 sum", bad, checked);
+    CHECK_MSG(S == 1 || rounded > checked / 10, "only %d of %d sums needed rounding: the check does not bite", rounded,
+              checked);
+}
+
+/* Allgatherv in place on one request over five rounds (f32 and u16 by turns): every segment from its rank,
+ * nothing written outside the buffer (guards on both sides). */
+TEST(iallgatherv_fills_every_segment_from_its_rank) {
+    const int rank = ct_comm_rank(g_world), S = ct_comm_size(g_world);
+    CHECK(S <= 64);
+    enum { G = 16 };
+    size_t counts[64], offs[65];
+    ct_comm_request *r = NULL;
+    CHECK_OK(g_ctx, ct_comm_request_create(g_world, &r));
+    ct_status s = CT_OK;
+    int bad = 0, guards = 0;
+    for (int it = 0; it < 6 && s == CT_OK; it++) {
+        const size_t total = vc_counts(it, S, counts, offs);
+        const int u16 = it % 2;
+        float *xf = malloc((total + 2 * G) * sizeof *xf);
+        uint16_t *xh = malloc((total + 2 * G) * sizeof *xh);
+        if (!xf || !xh) {
+            free(xf), free(xh);
+            s = CT_E_OOM;
+            break;
+        }
+        for (size_t i = 0; i < total + 2 * G; i++) xf[i] = NAN, xh[i] = 0xfffe;
+        for (size_t i = offs[rank]; i < offs[rank + 1]; i++)
+            xf[G + i] = vc_val(rank, i, it), xh[G + i] = (uint16_t)(rank * 977 + (int)i * 31 + it);
+        s = u16 ? ct_comm_iallgatherv_u16(g_world, xh + G, counts, r) : ct_comm_iallgatherv_f32(g_world, xf + G, counts, r);
+        if (s == CT_OK) s = vc_complete(r, it % 3 == 1);
+        for (int q = 0; q < S && s == CT_OK; q++)
+            for (size_t i = offs[q]; i < offs[q + 1]; i++) {
+                int ok = u16 ? xh[G + i] == (uint16_t)(q * 977 + (int)i * 31 + it) : xf[G + i] == vc_val(q, i, it);
+                if (!ok && bad++ < 5) fprintf(stderr, "  round %d rank %d: segment %d element %zu wrong\n", it, rank, q, i);
+            }
+        for (size_t i = 0; i < G; i++)
+            guards += u16 ? xh[i] != 0xfffe || xh[G + total + i] != 0xfffe : !isnan(xf[i]) || !isnan(xf[G + total + i]);
+        free(xf), free(xh);
+    }
+    ct_comm_request_free(r);
+    CHECK_MSG(s == CT_OK, "%s", ct_context_last_error(g_ctx));
+    CHECK_MSG(!bad, "%d elements not gathered from their rank", bad);
+    CHECK_MSG(!guards, "%d guard elements outside the buffer were written", guards);
+}
+
+/* Bad arguments are errors (no MPI call is made, so the ranks stay in step); a request still in flight is
+ * refused with CT_E_STATE by every nonblocking call, and the refused call leaves the operation in flight intact
+ * (its result is right once waited for); the request is usable again afterwards. */
+TEST(v_collectives_bad_arguments_and_an_active_request) {
+    const int rank = ct_comm_rank(g_world), S = ct_comm_size(g_world);
+    CHECK(S <= 64);
+    size_t counts[64], offs[65], other[64], big[64];
+    const size_t total = vc_counts(2, S, counts, offs);
+    vc_counts(3, S, other, offs);
+    vc_counts(2, S, counts, offs);
+    float *x = malloc(total * sizeof *x);
+    uint16_t *h = malloc(total * sizeof *h);
+    ct_comm_request *r = NULL, *r2 = NULL;
+    CHECK(x && h);
+    CHECK_OK(g_ctx, ct_comm_request_create(g_world, &r));
+    CHECK_OK(g_ctx, ct_comm_request_create(g_world, &r2));
+    int e = 0; /* the first wrong answer, for the message */
+#define EXPECT(call, want)                                                                                        \
+    do {                                                                                                          \
+        ct_status s_ = (call);                                                                                    \
+        if (s_ != (want) && !e) e = __LINE__, fprintf(stderr, "  line %d: %s -> %s\n", __LINE__, #call, ct_status_name(s_)); \
+    } while (0)
+    EXPECT(ct_comm_ireduce_scatter_f32(g_world, x, NULL, r), CT_E_INVALID_ARG);
+    const int names = strstr(ct_context_last_error(g_ctx), "ct_comm_ireduce_scatter_f32") != NULL;
+    EXPECT(ct_comm_ireduce_scatter_half(g_world, h, NULL, 1, r), CT_E_INVALID_ARG);
+    EXPECT(ct_comm_iallgatherv_f32(g_world, x, NULL, r), CT_E_INVALID_ARG);
+    EXPECT(ct_comm_iallgatherv_u16(g_world, h, NULL, r), CT_E_INVALID_ARG);
+    EXPECT(ct_comm_ireduce_scatter_f32(NULL, x, counts, r), CT_E_INVALID_ARG);
+    EXPECT(ct_comm_iallgatherv_u16(NULL, h, counts, r), CT_E_INVALID_ARG);
+    EXPECT(ct_comm_ireduce_scatter_f32(g_world, x, counts, NULL), CT_E_INVALID_ARG);
+    EXPECT(ct_comm_iallgatherv_f32(g_world, x, counts, NULL), CT_E_INVALID_ARG);
+    EXPECT(ct_comm_ireduce_scatter_half(g_world, NULL, counts, 0, r), CT_E_INVALID_ARG);
+    EXPECT(ct_comm_iallgatherv_f32(g_world, NULL, counts, r), CT_E_INVALID_ARG);
+    memcpy(big, counts, sizeof big);
+    big[S - 1] = (size_t)INT_MAX + 1;
+    EXPECT(ct_comm_ireduce_scatter_f32(g_world, x, big, r), CT_E_INVALID_ARG);
+    EXPECT(ct_comm_iallgatherv_u16(g_world, h, big, r), CT_E_INVALID_ARG);
+    /* no elements at all: NULL x is fine, the request completes at once */
+    size_t zeros[64] = {0};
+    int done = 0;
+    EXPECT(ct_comm_ireduce_scatter_f32(g_world, NULL, zeros, r), CT_OK);
+    EXPECT(ct_comm_test(r, &done), CT_OK);
+    EXPECT(ct_comm_iallgatherv_u16(g_world, NULL, zeros, r), CT_OK);
+    EXPECT(ct_comm_wait(r), CT_OK);
+    /* an active request (only with MPI and more than one rank: a world of one completes at once) */
+    int bad = 0, refused_named = 1;
+    for (int kind = 0; kind < 4; kind++) {
+        for (size_t i = 0; i < total; i++) x[i] = vc_val(rank, i, kind), h[i] = 0;
+        for (size_t i = 0; i < total; i++) h[i] = ct_f32_to_bf16((float)(rank + 1 + (int)(i % 5)));
+        if (kind % 2) /* allgather: only this rank's segment is meaningful */
+            for (size_t i = offs[rank]; i < offs[rank + 1]; i++) h[i] = (uint16_t)(rank * 1000 + (int)i);
+        ct_status s = kind == 0 ? ct_comm_ireduce_scatter_f32(g_world, x, counts, r)
+                    : kind == 1 ? ct_comm_iallgatherv_f32(g_world, x, counts, r)
+                    : kind == 2 ? ct_comm_ireduce_scatter_half(g_world, h, counts, 1, r)
+                                : ct_comm_iallgatherv_u16(g_world, h, counts, r);
+        EXPECT(s, CT_OK);
+        if (S > 1) {
+            const ct_status st = CT_E_STATE;
+            EXPECT(ct_comm_ireduce_scatter_f32(g_world, x, other, r), st);
+            refused_named &= strstr(ct_context_last_error(g_ctx), "active") != NULL;
+            EXPECT(ct_comm_ireduce_scatter_half(g_world, h, other, 0, r), st);
+            EXPECT(ct_comm_iallgatherv_f32(g_world, x, other, r), st);
+            EXPECT(ct_comm_iallgatherv_u16(g_world, h, other, r), st);
+            EXPECT(ct_comm_iallreduce_f32(g_world, x, total, CT_REDUCE_SUM, r), st);
+            EXPECT(ct_comm_iallreduce_half(g_world, h, total, 1, r), st);
+            EXPECT(ct_comm_ireduce_scatter_f32(g_world, x, NULL, r), st); /* (the state is checked first) */
+        }
+        EXPECT(ct_comm_wait(r), CT_OK);
+        EXPECT(ct_comm_wait(r), CT_OK); /* idle: returns at once */
+        for (int q = 0; q < S; q++) {
+            if (kind % 2 == 0 && q != rank) continue;
+            for (size_t i = offs[q]; i < offs[q + 1]; i++) {
+                int ok;
+                if (kind == 0) {
+                    float want = 0;
+                    for (int p = 0; p < S; p++) want += vc_val(p, i, kind);
+                    ok = x[i] == want;
+                } else if (kind == 1) {
+                    ok = x[i] == vc_val(q, i, kind);
+                } else if (kind == 2) {
+                    ok = h[i] == ct_f32_to_bf16((float)(S * (S + 1) / 2 + S * (int)(i % 5)));
+                } else {
+                    ok = h[i] == (uint16_t)(q * 1000 + (int)i);
+                }
+                if (!ok && bad++ < 5) fprintf(stderr, "  kind %d rank %d element %zu wrong after a refused call\n", kind, rank, i);
+            }
+        }
+    }
+    /* reused after all that, with another request in flight at the same time */
+    for (size_t i = 0; i < total; i++) x[i] = vc_val(rank, i, 7);
+    for (size_t i = 0; i < total; i++) h[i] = (uint16_t)(rank * 1000 + (int)i);
+    EXPECT(ct_comm_ireduce_scatter_f32(g_world, x, counts, r), CT_OK);
+    EXPECT(ct_comm_iallgatherv_u16(g_world, h, counts, r2), CT_OK);
+    EXPECT(ct_comm_wait(r2), CT_OK);
+    EXPECT(ct_comm_wait(r), CT_OK);
+    for (size_t i = offs[rank]; i < offs[rank + 1]; i++) {
+        float want = 0;
+        for (int p = 0; p < S; p++) want += vc_val(p, i, 7);
+        bad += x[i] != want;
+    }
+    for (int q = 0; q < S; q++)
+        for (size_t i = offs[q]; i < offs[q + 1]; i++) bad += h[i] != (uint16_t)(q * 1000 + (int)i);
+#undef EXPECT
+    ct_comm_request_free(r);
+    ct_comm_request_free(r2);
+    free(x), free(h);
+    ct_context_clear_error(g_ctx);
+    CHECK_MSG(!e, "the first wrong status at line %d", e);
+    CHECK(names);
+    CHECK_MSG(refused_named, "the CT_E_STATE message should say the request is still active");
+    CHECK_MSG(!bad, "%d elements wrong", bad);
+}
+
 /* ---- bench: MPI_Reduce_scatter_block against the ring ------------------------------------------- */
 static double wall(void) {
     struct timespec ts;
@@ -331,7 +615,11 @@ int main(int argc, char **argv) {
     static const ct_test_case cases[] = {T(tree_allreduce_is_world_size_independent),
                                          T(reduce_scatter_mpi_and_ring_allgatherv_gatherv), T(bad_arguments_are_errors),
                                          T(sharded_optimizer_equals_whole),
-                                         T(sharded_lamb_equals_whole)};
+                                         T(sharded_lamb_equals_whole),
+                                         T(ireduce_scatter_f32_sums_into_this_ranks_segment),
+                                         T(ireduce_scatter_half_rounds_the_fp32_sum),
+                                         T(iallgatherv_fills_every_segment_from_its_rank),
+                                         T(v_collectives_bad_arguments_and_an_active_request)};
     if (test_mpi_start("test_dist_zero", &g_ctx, &g_world)) return 1;
     int rc;
     if (argc > 1 && !strcmp(argv[1], "bench")) rc = bench(argc > 2 ? atoi(argv[2]) : 5);

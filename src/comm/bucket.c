@@ -168,7 +168,7 @@ static ct_status shard_counts(ct_buckets *B) {
     const int world = ct_comm_size(B->c), me = ct_comm_rank(B->c);
     const size_t *so = B->o.shard_offs;
     for (int k = 0; k < world; k++)
-        if (so[k] > so[k + 1] || so[world] != B->n_floats)
+        if (so[k] > so[k + 1] || so[0] != 0 || so[world] != B->n_floats)
             return ct_set_error(B->ctx, CT_E_INVALID_ARG, "ct_buckets_create: shard_offs must increase from 0 to the "
                                 "%zu floats of the arena", B->n_floats);
     for (int i = 0; i < B->nb; i++) {
