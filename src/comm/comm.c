@@ -697,6 +697,9 @@ static ct_status v_counts(ct_comm *c, ct_comm_request *r, const size_t *counts, 
         r->cnt[k] = (int)counts[k], r->dsp[k] = (int)off;
         off += counts[k];
     }
+    if (off > (size_t)INT_MAX) /* (the header's promise: the sum fits too) */
+        return ct_set_error(c->ctx, CT_E_INVALID_ARG, "%s: %zu elements in all: more than INT_MAX; use smaller buckets",
+                            fn, off);
     (void)elem;
     *total = off;
     r->x = NULL, r->n = 0, r->avg = 0, r->mv_bytes = 0;

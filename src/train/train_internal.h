@@ -77,6 +77,8 @@ typedef struct {
     double gathered_bytes;
     double wait_s;             /* the training thread blocked waiting for gathers               */
     size_t copies_bytes;       /* mixed precision: the 16-bit weight copies gathered once per step (0: none) */
+    double peak_bytes;         /* the most parameter bytes outside the segment gathered at once in a pass
+                                  (from the schedule of forward and backward: units in use and the prefetched one) */
 } ct_zero3_stats;
 ct_status ct_zero3_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, const size_t *offs,
                           ct_zero3 **out);

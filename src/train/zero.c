@@ -300,6 +300,6 @@ void ct_zero_memory(const ct_zero *z, const ct_buckets *bk, size_t state_floats,
         ct_zero3_stats st;
         ct_zero3_get_stats(z->z3, &st);
         m->params = seg;
-        m->params_peak = CT_MIN(full, seg + 2.0 * (double)st.largest_unit_bytes); /* one in use, one prefetched */
+        m->params_peak = CT_MIN(full, seg + st.peak_bytes);
     }
 }

@@ -69,6 +69,7 @@ struct ct_zero3 {
     int *seq, n_seq, next;  /* units by first use; the next to prefetch     */
     int *end_at;            /* position -> the first unit whose last use is there (-1) */
     ct_zero3_stats st;
+    double peak;            /* the most bytes outside the segment gathered at once (pass_peak, at create) */
 };
 
 /* Pages of par[b, e) back to the system (whole pages; the partial ones at the ends are left as they are:
@@ -201,8 +202,9 @@ static ct_status fill_copies(ct_zero3 *z) {
     return CT_OK;
 }
 
-static ct_status pass_begin(ct_zero3 *z, int backward) {
-    if (!backward && z->copies) CT_TRY(fill_copies(z));
+/* The pass's schedule: the nodes it runs, each unit's first and last use, the units by first use, and the units
+ * whose last use is at each position. */
+static ct_status schedule(ct_zero3 *z, int backward) {
     int n = ct_plan_exec_order(z->plan, backward, NULL, 0);
     if (n > z->cap_order) {
         free(z->order);
@@ -221,6 +223,7 @@ static ct_status pass_begin(ct_zero3 *z, int backward) {
     for (int pos = 0; pos < z->n_order; pos++) {
         z->end_at[pos] = -1;
         const int i = z->order[pos];
+        if (!backward && z->copies && ct_plan_node_is_weight_copy(z->plan, i)) continue; /* (fill_copies) */
         for (int q = z->rd_start[i]; q < z->rd_start[i + 1]; q++) {
             unit *u = &z->u[z->rd[q]];
             if (u->first < 0) z->seq[z->n_seq++] = z->rd[q], u->first = pos;
@@ -231,6 +234,35 @@ static ct_status pass_begin(ct_zero3 *z, int backward) {
         if (z->u[k].last >= 0) z->u[k].end_next = z->end_at[z->u[k].last], z->end_at[z->u[k].last] = k;
     z->pos = 0;
     z->next = 0;
+    return CT_OK;
+}
+
+/* Bytes of a unit outside this rank's segment (what a gather brings in). */
+static double outside(const ct_zero3 *z, const unit *u) {
+    const size_t lo = CT_MAX(u->off, z->sb), hi = CT_MIN(u->off + u->n, z->se);
+    return (double)(u->n - (hi > lo ? hi - lo : 0)) * sizeof(float);
+}
+
+/* The most parameter bytes outside the segment gathered at once in a pass: the units between their first and
+ * last use, and the one prefetched. */
+static double pass_peak(ct_zero3 *z, int backward) {
+    if (schedule(z, backward) != CT_OK) return (double)z->n * sizeof(float);
+    double peak = 0.0;
+    for (int pos = 0, nx = 0; pos < z->n_order; pos++) {
+        double cur = 0.0;
+        for (int k = 0; k < z->nu; k++)
+            if (z->u[k].first >= 0 && z->u[k].first <= pos && pos <= z->u[k].last) cur += outside(z, &z->u[k]);
+        while (nx < z->n_seq && z->u[z->seq[nx]].first <= pos) nx++;
+        if (nx < z->n_seq) cur += outside(z, &z->u[z->seq[nx]]);
+        peak = CT_MAX(peak, cur);
+    }
+    z->n_seq = 0;
+    return peak;
+}
+
+static ct_status pass_begin(ct_zero3 *z, int backward) {
+    if (!backward && z->copies) CT_TRY(fill_copies(z));
+    CT_TRY(schedule(z, backward));
     return z->n_seq ? start_unit(z, &z->u[z->seq[0]]) : CT_OK;
 }
 
@@ -309,6 +341,7 @@ ct_status ct_zero3_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_pl
         return s;
     }
     if (z->world > 1) ct_plan_set_exec_hook(p, exec_hook, z);
+    z->peak = CT_MAX(pass_peak(z, 0), pass_peak(z, 1));
     *out = z;
     return CT_OK;
 }
@@ -356,6 +389,7 @@ void ct_zero3_get_stats(const ct_zero3 *z, ct_zero3_stats *out) {
     if (!z) return;
     *out = z->st;
     out->units = z->nu;
+    out->peak_bytes = z->peak;
     out->copies_bytes = z->copies ? z->n * sizeof(uint16_t) : 0;
     for (int k = 0; k < z->nu; k++) out->largest_unit_bytes = CT_MAX(out->largest_unit_bytes, z->u[k].n * sizeof(float));
 }
