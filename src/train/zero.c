@@ -257,8 +257,9 @@ ct_status ct_zero_gather_state(ct_zero *z, int whole) {
  * hook tests it at every node). A bucket whose last gradient comes late (a tied embedding, written first and
  * final last) keeps what backward wrote of it all along. */
 static double outside_peak(const ct_zero *z, const ct_buckets *bk) {
+    if (ct_buckets_count(bk) == 0) return (double)(z->n - z->counts[z->rank]) * sizeof(float); /* no buckets */
     const int np = ct_plan_num_params(z->plan), nr = ct_plan_grad_ready_order(z->plan, NULL, 0);
-    int *order = malloc(((size_t)nr + 1) * sizeof(int)), *bucket_of = malloc(((size_t)np + 1) * sizeof(int));
+    int *order = malloc(((size_t)nr + 1) * sizeof(int)), *bucket_of = calloc((size_t)np + 1, sizeof(int));
     double *out = calloc((size_t)ct_buckets_count(bk) + 1, sizeof(double)), cur = 0.0, peak = 0.0;
     int pending = -1; /* the bucket that became ready at the last gradient */
     const size_t sb = z->offs[z->rank], se = sb + z->counts[z->rank];
