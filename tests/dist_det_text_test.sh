@@ -10,7 +10,7 @@
 #     weights within FP32 tolerance and the same validations: the masks no longer depend on the rank;
 #   - with accumulate_steps 2 too (micro-batch m keyed by global samples m x batch_size + the rank's rows);
 #   - deterministic with accumulate_steps 2 (gpt-char-small cut small, dropout 0.2, clip_grad_norm 1) under
-#     zero_stage 0, 1 and 2 at 1, 2 and 4 ranks: model.safetensors byte for byte the same as one process
+#     zero_stage 0, 1, 2 and 3 at 1, 2 and 4 ranks: model.safetensors byte for byte the same as one process
 #     with zero_stage 0, and the metrics logs' losses and grad norms the same; it trains on the data and the
 #     dropout masks of plain accumulation (one process, not deterministic: within FP32 tolerance, the same
 #     grad norms printed); saved at 2 ranks (zero_stage 1) and resumed in one process it ends bit for bit as
@@ -95,14 +95,14 @@ GA=(--model gpt --set preset=gpt-char-small --set dataset=moby-dick --set n_laye
 DA=("${GA[@]}" "${DET[@]}")
 MA=step-000004/model.safetensors
 # the metrics log's step lines with their grad norms (clipping: the whole gradient's norm, as zero_stage 0)
-for z in 0 1 2; do
+for z in 0 1 2 3; do
   for n in 1 2 4; do
     run "deterministic accumulate_steps 2 zero_stage $z np $n" $n "$tmp/da$z$n.log" -- "${DA[@]}" \
       --set zero_stage=$z --save-dir "$tmp/da$z$n" --metrics "$tmp/da$z$n.jsonl"
   done
 done
 la=$(losses "$tmp/da01.jsonl")
-for z in 0 1 2; do
+for z in 0 1 2 3; do
   for n in 1 2 4; do
     [ "$z$n" = 01 ] && continue
     same "deterministic, accumulate_steps 2, dropout 0.2, zero_stage $z at np $n: one process's weights bit for bit" \

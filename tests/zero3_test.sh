@@ -4,7 +4,7 @@
 # tensor, the largest difference over the tensor's largest |value|):
 #   - zero_stage 3 ends with DDP's weights within 1e-6 relative for the MLP, the CNN with sync_batchnorm,
 #     a small GPT and a small BERT, in FP32 and BF16, with AdamW and SGD with momentum, at 2 and 4 ranks;
-#     with LAMB (MLP, GPT), FP16 with the loss scaler (MLP) and tensor parallel 2 x data 2 (GPT);
+#     with LAMB (MLP, GPT), FP16 with the loss scaler (MLP), tensor parallel 2 x data 2 and clipping (GPT);
 #   - with activation checkpointing (recompute_blocks for GPT, recompute_every for the CNN) and with
 #     gradient accumulation (every micro-batch reduce-scattered into the shard);
 #   - zero_stage 2 and 3 with bf16 gradient compression end with DDP-with-compression's weights;
@@ -92,6 +92,8 @@ pair "mlp fp16 sgd np 2" 2 3 -- "${A[@]}" "${O[@]}" --precision fp16
 args gpt
 opt adamw
 pair "gpt tensor_parallel 2 x data 2" 4 3 -- "${A[@]}" "${O[@]}" --set tensor_parallel=2
+# clipping by the global norm: each rank's segment's sum of squares, added over the ranks
+pair "gpt clip_grad_norm 0.05 np 4" 4 3 -- "${A[@]}" "${O[@]}" --set clip_grad_norm=0.05
 
 # ---- activation checkpointing and accumulation ------------------------------------------------------------------
 args gpt
