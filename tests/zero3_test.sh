@@ -5,6 +5,7 @@
 #   - zero_stage 3 ends with DDP's weights within 1e-6 relative for the MLP, the CNN with sync_batchnorm,
 #     a small GPT and a small BERT, in FP32 and BF16, with AdamW and SGD with momentum, at 2 and 4 ranks;
 #     with LAMB (MLP, GPT), FP16 with the loss scaler (MLP), tensor parallel 2 x data 2 and clipping (GPT);
+#   - an evaluation split unevenly over the ranks (the done ranks replay the others' gathers) equals DDP's;
 #   - with activation checkpointing (recompute_blocks for GPT, recompute_every for the CNN) and with
 #     gradient accumulation (every micro-batch reduce-scattered into the shard);
 #   - zero_stage 2 and 3 with bf16 gradient compression end with DDP-with-compression's weights;
@@ -94,6 +95,23 @@ opt adamw
 pair "gpt tensor_parallel 2 x data 2" 4 3 -- "${A[@]}" "${O[@]}" --set tensor_parallel=2
 # clipping by the global norm: each rank's segment's sum of squares, added over the ranks
 pair "gpt clip_grad_norm 0.05 np 4" 4 3 -- "${A[@]}" "${O[@]}" --set clip_grad_norm=0.05
+
+# ---- evaluation with uneven ranks: 194 test images on 4 ranks x 16 rows: 4 batches on some ranks, 3 on others;
+# each eval forward votes, the ranks that are done replay the others' gathers (not the whole model gathered)
+mnist_subset "$tmp/data194" train 640
+mnist_subset "$tmp/data194" t10k 194
+EV=(--data-dir "$tmp/data194" --hidden 32 --batch-size 64 --epochs 1 --seed 5 --threads 1 --set log_every=10)
+if run "uneven evaluation: DDP" 4 "$tmp/ev0.log" -- "${EV[@]}" &&
+   run "uneven evaluation: zero_stage 3" 4 "$tmp/ev3.log" -- "${EV[@]}" --set zero_stage=3; then
+  e0=$(grep -E "^epoch 1/1" "$tmp/ev0.log" | sed -E 's/  [0-9.]+ s .*//')
+  e3=$(grep -E "^epoch 1/1" "$tmp/ev3.log" | sed -E 's/  [0-9.]+ s .*//')
+  rp=$(sed -nE 's/.* ([0-9]+) evaluation forwards that ranks whose batches were done replayed.*/\1/p' "$tmp/ev3.log")
+  if [ -n "$e0" ] && [ "$e0" = "$e3" ] && [ "${rp:-0}" -ge 1 ]; then
+    ok "ZeRO-3 evaluates unevenly split test data as DDP does ($rp forwards replayed by the ranks that were done)"
+  else
+    bad "uneven evaluation: '$e3' (replays '${rp}') vs DDP '$e0'" "$(tail -3 "$tmp/ev3.log")"
+  fi
+fi
 
 # ---- activation checkpointing and accumulation ------------------------------------------------------------------
 args gpt

@@ -281,6 +281,13 @@ void ct_progress_summary(ct_run *R, ct_train_result *res, double tt, const ct_me
                R->units_done / (tt > 0 ? tt : 1), t->unit, t->eval_split, R->ev.loss,
                accs, (double)ms->peak_bytes / 1048576.0);
     if (R->world > 1) summary_comm(R, res, tt);
+    if (R->world > 1 && ct_zero_z3(R->zero)) {
+        ct_zero3_stats zs;
+        ct_zero3_get_stats(ct_zero_z3(R->zero), &zs);
+        ct_run_say(R, "zero_stage 3 (rank 0): %lld gathers (%.2f MiB), %.2f s waiting for them; %lld evaluation forwards "
+                   "that ranks whose batches were done replayed (gathers only)\n", (long long)zs.gathers,
+                   zs.gathered_bytes / 1048576.0, zs.wait_s, (long long)zs.replays);
+    }
     if (R->tp) {
         ct_comm_stats cs;
         ct_comm_get_stats(R->tp, &cs);

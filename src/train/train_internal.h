@@ -76,6 +76,7 @@ typedef struct {
     int64_t gathers, releases; /* so far                                                        */
     double gathered_bytes;
     double wait_s;             /* the training thread blocked waiting for gathers               */
+    int64_t replays;           /* evaluation forwards some rank replayed (gathers only: its batches were done) */
     size_t copies_bytes;       /* mixed precision: the 16-bit weight copies gathered once per step (0: none) */
     double peak_bytes;         /* the most parameter bytes outside the segment gathered at once in a pass
                                   (from the schedule of forward and backward: units in use and the prefetched one) */
@@ -88,6 +89,10 @@ void ct_zero3_set_buckets(ct_zero3 *z, ct_buckets *bk);
 /* whole 1: every parameter gathered (collective; a checkpoint, the best weights); whole 0: all but this rank's
  * segment released again. z may be NULL (a no-op). */
 ct_status ct_zero3_whole(ct_zero3 *z, int whole);
+/* Around the task's evaluation (begin 1 before, 0 after, on every rank; z may be NULL): the ranks evaluate
+ * different numbers of batches, so each eval forward votes and a rank that is done replays the others'
+ * forwards' gathers until none evaluates (collective). */
+ct_status ct_zero3_eval(ct_zero3 *z, int begin);
 void ct_zero3_get_stats(const ct_zero3 *z, ct_zero3_stats *out);
 /* Bytes per rank (z NULL: all 0): the optimizer state; the gradients resident between steps (stage 2, 3:
  * the segment) and at their peak in backward (stage 2, 3: the segment, the two largest buckets in flight and

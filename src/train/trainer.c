@@ -326,11 +326,11 @@ static ct_status checkpoint(ct_run *R, int64_t step, int64_t ep, int64_t b, doub
 /* The task's evaluation; data parallel: on rank 0's buffers, each rank its part, combined. */
 static ct_status evaluate(ct_run *R, ct_task_eval *ev) {
     CT_TRY(ct_dp_broadcast_state(R->comm, R->plan, 1));
-    /* ZeRO-3: the ranks evaluate different numbers of batches, so the whole model is gathered for it */
-    CT_TRY(ct_zero3_whole(ct_zero_z3(R->zero), 1));
+    /* ZeRO-3: the ranks evaluate different numbers of batches; the gathers pair up by a vote per forward */
+    CT_TRY(ct_zero3_eval(ct_zero_z3(R->zero), 1));
     if (R->pipe) CT_TRY(ct_pp_evaluate(R, ev)); /* through the stages; the last one's result */
     else CT_TRY(R->task->evaluate(R->task, ev));
-    CT_TRY(ct_zero3_whole(ct_zero_z3(R->zero), 0));
+    CT_TRY(ct_zero3_eval(ct_zero_z3(R->zero), 0));
     if (R->det) return CT_OK; /* every rank evaluated the whole split */
     return ct_dp_reduce_eval(R->comm, R->task, ev);
 }

@@ -21,9 +21,11 @@
  * checkpointing's recomputed nodes read them too, and they are simply nodes of the backward pass). The
  * gathers and the gradient buckets' reduce-scatters are nonblocking collectives on the data group started
  * from the training thread in the executor's order, the same on every rank (MPI_THREAD_SERIALIZED: the
- * buckets use no progress thread under stage 3). A whole-model moment (a checkpoint, the best weights, the
- * end-of-run check, an evaluation: its ranks run different numbers of batches, so per-pass gathers would
- * not pair up) gathers everything (ct_zero3_whole) and releases it afterwards. */
+ * buckets use no progress thread under stage 3). An evaluation keeps gathering per unit although its ranks
+ * run different numbers of batches: every eval forward starts with a vote (an allreduce of "still
+ * evaluating"), and a rank whose batches are done keeps voting 0 and replaying the forward's gathers (no
+ * compute) while any rank votes 1 (ct_zero3_eval). A whole-model moment (a checkpoint, the best weights, the
+ * end-of-run check) gathers everything (ct_zero3_whole) and releases it afterwards. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -54,6 +56,7 @@ struct ct_zero3 {
     size_t n, sb, se;       /* the arena's floats; this rank's segment      */
     int rank, world, madvise_ok;
     int whole;              /* every parameter gathered (ct_zero3_whole): the passes gather nothing */
+    int eval, replaying;    /* in an evaluation (ct_zero3_eval); replaying another rank's forward */
     uint16_t *copies;       /* mixed precision: the BF16 / FP16 weight copies (the arena's layout), else NULL */
     ct_dtype copies_dt;
     size_t *seg_counts;     /* the ranks' segments' floats (world)            */
@@ -260,7 +263,19 @@ static double pass_peak(ct_zero3 *z, int backward) {
     return peak;
 }
 
+/* An evaluation's vote before each forward: 1 from a rank still evaluating, 0 from one that is done; *any: some
+ * rank still is (its forward's gathers need this rank's segments). */
+static ct_status vote(ct_zero3 *z, int active, int *any) {
+    double f[2] = {active ? 1.0 : 0.0, active ? 0.0 : 1.0};
+    CT_TRY(ct_comm_allreduce_f64(z->c, f, 2, CT_REDUCE_MAX));
+    *any = f[0] > 0.0;
+    if (f[0] > 0.0 && f[1] > 0.0) z->st.replays++; /* a forward some rank replays (every rank counts it) */
+    return CT_OK;
+}
+
 static ct_status pass_begin(ct_zero3 *z, int backward) {
+    int any;
+    if (!backward && z->eval && !z->replaying) CT_TRY(vote(z, 1, &any));
     if (!backward && z->copies) CT_TRY(fill_copies(z));
     CT_TRY(schedule(z, backward));
     return z->n_seq ? start_unit(z, &z->u[z->seq[0]]) : CT_OK;
@@ -381,6 +396,33 @@ ct_status ct_zero3_whole(ct_zero3 *z, int whole) {
     for (int k = 0; s == CT_OK && k < z->nu; k++) z->u[k].state = U_RESIDENT;
     z->whole = s == CT_OK;
     z->st.gathered_bytes += (double)z->n * sizeof(float);
+    return s;
+}
+
+/* A forward's gathers and releases without its compute: this rank's part in another rank's forward. */
+static ct_status replay_forward(ct_zero3 *z) {
+    z->replaying = 1;
+    ct_status s = pass_begin(z, 0);
+    for (int pos = 0; s == CT_OK && pos < z->n_order; pos++) s = pass_node(z, z->order[pos]);
+    ct_status e = pass_end(z);
+    z->replaying = 0;
+    return s != CT_OK ? s : e;
+}
+
+ct_status ct_zero3_eval(ct_zero3 *z, int begin) {
+    if (!z || z->world == 1 || z->whole) return CT_OK;
+    if (begin) {
+        z->eval = 1;
+        return CT_OK;
+    }
+    /* done here: take part in the other ranks' remaining forwards, one vote each, until no rank evaluates */
+    ct_status s = CT_OK;
+    for (int any = 1; s == CT_OK;) {
+        s = vote(z, 0, &any);
+        if (s != CT_OK || !any) break;
+        s = replay_forward(z);
+    }
+    z->eval = 0;
     return s;
 }
 
