@@ -113,6 +113,17 @@ if run "uneven evaluation: DDP" 4 "$tmp/ev0.log" -- "${EV[@]}" &&
   fi
 fi
 
+# ---- early stopping restores the best weights: under ZeRO-3 each rank keeps and restores its segment only
+ES=(--data-dir "$tmp/data" --hidden 32 --batch-size 32 --epochs 4 --seed 5 --threads 1 --set log_every=100
+    --set early_stop_patience=1 --set early_stop_min_delta=10 --set early_stop_restore_best=true)
+for st in 0 3; do
+  run "early stop zero_stage $st" 2 "$tmp/es$st.log" -- "${ES[@]}" --set zero_stage=$st --save-dir "$tmp/es$st"
+done
+r0=$(grep "restored the best weights" "$tmp/es0.log"); r3=$(grep "restored the best weights" "$tmp/es3.log")
+[ -n "$r0" ] && [ "$r0" = "$r3" ] && cmp -s "$tmp/es0/step-000040/model.safetensors" "$tmp/es3/step-000040/model.safetensors" &&
+  ok "early stopping with early_stop_restore_best under ZeRO-3: DDP's restored weights and evaluation ($r3)" ||
+  bad "early stop restore under ZeRO-3: '$r3' vs '$r0'" "$(tail -3 "$tmp/es3.log")"
+
 # ---- activation checkpointing and accumulation ------------------------------------------------------------------
 args gpt
 opt adamw

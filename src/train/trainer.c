@@ -630,10 +630,11 @@ static ct_status end_epoch(ct_run *R, ct_train_result *res) {
         res->stopped_early = 1;
     }
     if (is_best && R->best) {
-        CT_TRY(ct_zero3_whole(ct_zero_z3(R->zero), 1));
-        memcpy(R->best, R->par, R->n_par * sizeof(float));
+        /* ZeRO-3: this rank's segment only (the copy's other pages are never touched: not resident) */
+        size_t b = 0, e = R->n_par;
+        if (ct_zero_z3(R->zero)) ct_zero_segment(R->zero, &b, &e);
+        memcpy(R->best + b, R->par + b, (e - b) * sizeof(float));
         memcpy(R->best + R->n_par, R->buf, R->n_buf * sizeof(float));
-        CT_TRY(ct_zero3_whole(ct_zero_z3(R->zero), 0));
         R->have_best = 1;
     }
     return CT_OK;
@@ -664,8 +665,9 @@ static ct_status restore_best(ct_run *R) {
                    "final weights stay\n", (long long)R->es.best_epoch + 1);
         return CT_OK;
     }
-    memcpy(R->par, R->best, R->n_par * sizeof(float));
-    CT_TRY(ct_zero3_whole(ct_zero_z3(R->zero), 0)); /* ZeRO-3: this rank keeps its segment of them */
+    size_t b = 0, e = R->n_par;
+    if (ct_zero_z3(R->zero)) ct_zero_segment(R->zero, &b, &e); /* ZeRO-3: each rank kept its segment */
+    memcpy(R->par + b, R->best + b, (e - b) * sizeof(float));
     ct_plan_params_changed(R->plan); /* written through the pointer taken at start */
     memcpy(R->buf, R->best + R->n_par, R->n_buf * sizeof(float));
     CT_TRY(evaluate(R, &R->ev));
