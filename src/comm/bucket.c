@@ -69,7 +69,7 @@ typedef struct bucket {
     int state;        /* B_*: written by the thread that owns MPI             */
     int queued;       /* written by the caller's thread (under the lock)      */
     uint16_t *half;   /* compressed copy (n), NULL without compression        */
-    size_t *counts;   /* shard mode: its floats in each rank's segment (world) */
+    size_t *counts;   /* shard mode: its floats in each rank's segment (world; in B->counts) */
     size_t mine;      /* shard mode: where this rank's part starts in it      */
     ct_comm_request *req;
     double ready_us, start_us, end_us;
@@ -87,6 +87,7 @@ struct ct_buckets {
     int *bucket_of;   /* parameter -> bucket                                  */
     unsigned char *seen; /* parameter reported ready in this round            */
     float *residual;  /* error feedback (n_floats), compression only          */
+    size_t *counts;   /* shard mode: every bucket's counts, world per bucket  */
     int armed;        /* between begin and finish                             */
     /* the queue of buckets to start, in start order (every rank the same) */
     int *queue;
@@ -171,9 +172,11 @@ static ct_status shard_counts(ct_buckets *B) {
         if (so[k] > so[k + 1] || so[0] != 0 || so[world] != B->n_floats)
             return ct_set_error(B->ctx, CT_E_INVALID_ARG, "ct_buckets_create: shard_offs must increase from 0 to the "
                                 "%zu floats of the arena", B->n_floats);
+    if (!(B->counts = calloc((size_t)world * (size_t)B->nb + 1, sizeof(size_t))))
+        return ct_set_error(B->ctx, CT_E_OOM, "out of memory");
     for (int i = 0; i < B->nb; i++) {
         bucket *k = &B->b[i];
-        if (!(k->counts = calloc((size_t)world, sizeof(size_t)))) return ct_set_error(B->ctx, CT_E_OOM, "out of memory");
+        k->counts = B->counts + (size_t)i * (size_t)world;
         for (int r = 0; r < world; r++) {
             size_t lo = CT_MAX(so[r], k->off), hi = CT_MIN(so[r + 1], k->off + k->n);
             k->counts[r] = hi > lo ? hi - lo : 0;
@@ -408,13 +411,13 @@ void ct_buckets_free(ct_buckets *B) {
     for (int i = 0; B->b && i < B->nb; i++) {
         ct_comm_request_free(B->b[i].req);
         free(B->b[i].half);
-        free(B->b[i].counts);
     }
     free(B->b);
     free(B->bucket_of);
     free(B->seen);
     free(B->queue);
     free(B->residual);
+    free(B->counts);
     free(B);
 }
 

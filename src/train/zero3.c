@@ -40,7 +40,7 @@ enum { U_RELEASED = 0, U_GATHERING, U_RESIDENT };
 
 typedef struct {
     size_t off, n;          /* its range of the arena                      */
-    size_t *counts;         /* its floats in each rank's segment          */
+    size_t *counts;         /* its floats in each rank's segment (in ct_zero3.counts) */
     ct_comm_request *req;
     int state;              /* U_*                                          */
     int first, last;        /* this pass: positions of its first and last use (-1: none) */
@@ -65,6 +65,7 @@ struct ct_zero3 {
     unit *u;
     int nu;
     int *unit_of;           /* parameter -> unit                            */
+    size_t *counts;         /* every unit's counts, world per unit          */
     int *rd_start, *rd;     /* node -> the units it reads (CSR, deduplicated) */
     int n_nodes;
     /* the pass */
@@ -158,9 +159,11 @@ static ct_status plan_units(ct_zero3 *z, size_t cap) {
     free(order);
     for (int i = 0; i < np; i++)
         if (z->unit_of[i] < 0) place(z, i, cap);
+    if (!(z->counts = calloc((size_t)z->world * (size_t)z->nu + 1, sizeof(size_t))))
+        return ct_set_error(z->ctx, CT_E_OOM, "out of memory");
     for (int k = 0; k < z->nu; k++) {
         unit *u = &z->u[k];
-        if (!(u->counts = calloc((size_t)z->world, sizeof(size_t)))) return ct_set_error(z->ctx, CT_E_OOM, "out of memory");
+        u->counts = z->counts + (size_t)k * (size_t)z->world;
         for (int r = 0; r < z->world; r++) {
             size_t lo = CT_MAX(z->offs[r], u->off), hi = CT_MIN(z->offs[r + 1], u->off + u->n);
             u->counts[r] = hi > lo ? hi - lo : 0;
@@ -366,8 +369,8 @@ void ct_zero3_free(ct_zero3 *z) {
     if (z->world > 1 && z->plan) ct_plan_set_exec_hook(z->plan, NULL, NULL);
     for (int k = 0; z->u && k < z->nu; k++) {
         ct_comm_request_free(z->u[k].req);
-        free(z->u[k].counts);
     }
+    free(z->counts);
     free(z->u);
     free(z->unit_of);
     free(z->rd_start);
