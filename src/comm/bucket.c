@@ -178,9 +178,8 @@ static ct_status shard_counts(ct_buckets *B) {
         bucket *k = &B->b[i];
         k->counts = B->counts + (size_t)i * (size_t)world;
         for (int r = 0; r < world; r++) {
-            size_t lo = CT_MAX(so[r], k->off), hi = CT_MIN(so[r + 1], k->off + k->n);
-            k->counts[r] = hi > lo ? hi - lo : 0;
-            if (r == me) k->mine = hi > lo ? lo - k->off : 0;
+            k->counts[r] = ct_overlap(so[r], so[r + 1], k->off, k->off + k->n);
+            if (r == me && k->counts[r]) k->mine = CT_MAX(so[r], k->off) - k->off;
         }
     }
     return CT_OK;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -223,4 +224,13 @@ float ct_rand_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
     uint32_t r[4];
     ct_philox(seed, stream, i >> 2, r);
     return (float)(r[i & 3] >> 8) * (1.0f / 16777216.0f);
+}
+
+int ct_release_pages(float *x, size_t b, size_t e, char **a, char **d) {
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    *a = (char *)(((uintptr_t)(x + b) + pg - 1) / pg * pg);
+    *d = (char *)((uintptr_t)(x + e) / pg * pg);
+    if (b >= e || *a >= *d) return 0;
+    if (madvise(*a, (size_t)(*d - *a), MADV_DONTNEED) != 0) return -1;
+    return *(volatile float *)*a == 0.0f && *(volatile float *)(*d - sizeof(float)) == 0.0f ? 1 : -1;
 }

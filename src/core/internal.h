@@ -55,6 +55,16 @@ double ct_now_s(void);
 #define CT_MAX(a, b) ((a) > (b) ? (a) : (b))
 
 static inline size_t ct_align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+/* The whole pages inside x[b, e) back to the system (madvise MADV_DONTNEED: they read as zeros and come back
+ * when written): 1 when released and reading back as zeros, 0 when the range holds no whole page, -1 when the
+ * system did not give them back as zeros; *a, *d: the pages' bounds (context.c; ZeRO's gradients and
+ * parameters). */
+int ct_release_pages(float *x, size_t b, size_t e, char **a, char **d);
+/* The length of [b0, e0) ∩ [b1, e1) (0 when they do not meet). */
+static inline size_t ct_overlap(size_t b0, size_t e0, size_t b1, size_t e1) {
+    const size_t lo = CT_MAX(b0, b1), hi = CT_MIN(e0, e1);
+    return hi > lo ? hi - lo : 0;
+}
 
 /* Temporary memory of kernels that need it only while they run, shared by
  * every node of a plan (they run one at a time): grown on demand by

@@ -125,10 +125,11 @@ static void header_zero(ct_run *R) {
         ct_run_say(R, "  zero_stage 3: parameters in %d unit%s of up to %.2f MiB, each allgathered before use in forward "
                    "and in backward (one unit ahead) and released after: at most %.2f MiB of them at once\n",
                    zs.units, zs.units == 1 ? "" : "s", (double)zs.largest_unit_bytes / mib, m.params_peak / mib);
-    if (st == 3 && ct_zero_z3(R->zero) && zs.copies_bytes)
-        ct_run_say(R, "  zero_stage 3, %s: the 16-bit weight copies (%.2f MiB, resident) allgathered once per step "
-                   "from each rank's cast segment (half the bytes of the FP32 weights); the units hold the parameters "
-                   "read in FP32 only\n", ct_recipe_enum_name("precision", r->precision), (double)zs.copies_bytes / mib);
+        if (zs.copies_bytes)
+            ct_run_say(R, "  zero_stage 3, %s: the 16-bit weight copies (%.2f MiB, resident) allgathered once per "
+                       "step from each rank's cast segment (half the bytes of the FP32 weights); the units hold the "
+                       "parameters read in FP32 only\n",
+                       ct_recipe_enum_name("precision", r->precision), (double)zs.copies_bytes / mib);
     }
 }
 

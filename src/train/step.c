@@ -91,13 +91,14 @@ static ct_status micro_batch(ct_run *R, ct_step_io *io, int micro, int64_t *rows
  * ranks must issue their collectives in the same order: a statistics allreduce slipping between two
  * buckets on one rank only would pair with a bucket on the other). */
 static ct_status reduce_gradients(ct_run *R) {
-    if (R->bk && !R->det) return wait_buckets(R); /* data parallel or ZeRO's buckets: the same bits on every rank */
-    if (ct_zero_stage(R->zero) > 0 && !R->det) { /* ZeRO on one rank, or without buckets */
+    if (R->det) return CT_OK; /* the deterministic tree reduces in ct_step_reduce_stats */
+    if (R->bk) return wait_buckets(R); /* data parallel or ZeRO's buckets: the same bits on every rank */
+    if (zero_segments(R)) { /* ZeRO on one rank, or without buckets */
         double ta = R->prof ? ct_profiler_now_us() : 0;
         CT_TRY(ct_zero_reduce_grads(R->zero));
         R->grad_reduces++;
         if (R->prof) ct_profiler_event(R->prof, "reduce-scatter gradients", "comm", ta, ct_profiler_now_us(), NULL);
-    } else if (R->world > 1 && !R->det) {
+    } else if (R->world > 1) {
         double ta = ct_profiler_now_us();
         CT_TRY(ct_dp_reduce_grads(R->comm, R->plan));
         double tb = ct_profiler_now_us();

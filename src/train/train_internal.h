@@ -81,8 +81,9 @@ typedef struct {
     double peak_bytes;         /* the most parameter bytes outside the segment gathered at once in a pass
                                   (from the schedule of forward and backward: units in use and the prefetched one) */
 } ct_zero3_stats;
+/* offs (world + 1) and counts (world): the ranks' segments, ct_zero's arrays (they outlive z). */
 ct_status ct_zero3_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, const size_t *offs,
-                          ct_zero3 **out);
+                          const size_t *counts, ct_zero3 **out);
 void ct_zero3_free(ct_zero3 *z);
 /* The gradient buckets to test before every node (NULL: none). */
 void ct_zero3_set_buckets(ct_zero3 *z, ct_buckets *bk);

@@ -116,8 +116,6 @@ static ct_status plan_bytes(ct_context *ctx, ct_run *R, ct_task *t, const ct_rec
     return CT_OK;
 }
 
-/* The kernels' first use of plan p (ct_run_first_use, fit.c). */
-static ct_status first_use(ct_task *t, ct_plan *p) { return ct_run_first_use(t, p); }
 
 /* Recipe r for real under the context's budget: plan, optimizer, first_use.
  * 1 when it all fits. */
@@ -127,7 +125,7 @@ static int trial_fits(ct_context *ctx, ct_run *R, ct_task *t, const ct_recipe *r
     ct_status s = build_plan(ctx, R, t, r, 0, &p);
     if (s == CT_OK) s = ct_optimizer_create(p, &r->optim, &opt);
     if (s == CT_OK) s = t->bind(t, p);
-    if (s == CT_OK) s = first_use(t, p);
+    if (s == CT_OK) s = ct_run_first_use(t, p);
     ct_optimizer_free(opt);
     ct_plan_free(p);
     ct_context_clear_error(ctx);
@@ -393,7 +391,7 @@ static ct_status setup(ct_run *R, ct_train_result *res) {
     if (s == CT_OK) s = R->task->bind(R->task, R->plan);
     if (s == CT_OK && R->pipe) s = ct_pp_bind(R); /* slots, buffers, the neighbours' agreement, tied parameters */
     /* with a memory budget, the kernels' first use now: an E60003 then comes with advice, not mid-run */
-    if (s == CT_OK && r->memory_budget > 0) s = first_use(R->task, R->plan);
+    if (s == CT_OK && r->memory_budget > 0) s = ct_run_first_use(R->task, R->plan);
     if (s == CT_E_OOM && r->memory_budget > 0) {
         ct_optimizer_free(R->opt);
         ct_plan_free(R->plan);
@@ -611,6 +609,13 @@ static ct_status evaluate_epoch(ct_run *R, const ct_epoch *E) {
     return CT_OK;
 }
 
+/* The parameters early stopping keeps (early_stop_restore_best): all of them, or under ZeRO-3 this rank's segment
+ * (the copy's other pages are never touched, so never resident). */
+static void best_range(const ct_run *R, size_t *b, size_t *e) {
+    *b = 0, *e = R->n_par;
+    if (ct_zero_z3(R->zero)) ct_zero_segment(R->zero, b, e);
+}
+
 /* After the evaluation: the plateau schedule, early stopping and the best weights' copy. */
 static ct_status end_epoch(ct_run *R, ct_train_result *res) {
     const ct_recipe *r = R->r;
@@ -630,9 +635,8 @@ static ct_status end_epoch(ct_run *R, ct_train_result *res) {
         res->stopped_early = 1;
     }
     if (is_best && R->best) {
-        /* ZeRO-3: this rank's segment only (the copy's other pages are never touched: not resident) */
-        size_t b = 0, e = R->n_par;
-        if (ct_zero_z3(R->zero)) ct_zero_segment(R->zero, &b, &e);
+        size_t b, e;
+        best_range(R, &b, &e);
         memcpy(R->best + b, R->par + b, (e - b) * sizeof(float));
         memcpy(R->best + R->n_par, R->buf, R->n_buf * sizeof(float));
         R->have_best = 1;
@@ -665,8 +669,8 @@ static ct_status restore_best(ct_run *R) {
                    "final weights stay\n", (long long)R->es.best_epoch + 1);
         return CT_OK;
     }
-    size_t b = 0, e = R->n_par;
-    if (ct_zero_z3(R->zero)) ct_zero_segment(R->zero, &b, &e); /* ZeRO-3: each rank kept its segment */
+    size_t b, e;
+    best_range(R, &b, &e);
     memcpy(R->par + b, R->best + b, (e - b) * sizeof(float));
     ct_plan_params_changed(R->plan); /* written through the pointer taken at start */
     memcpy(R->buf, R->best + R->n_par, R->n_buf * sizeof(float));

@@ -1,20 +1,20 @@
-/* src/train/zero.c - ZeRO stages 1 and 2, the
- * trainer's parts (docs/distributed.md):
+/* src/train/zero.c - ZeRO, the trainer's parts (docs/distributed.md); stage 3's parameter
+ * gathers are zero3.c:
  *
- * ZeRO (zero_stage 1 | 2): the gradient arena is cut into one segment per
- * rank (multiples of 64 floats, the last one shorter); after backward the
- * gradients are reduce-scattered (each rank gets the sum of its segment), the
- * rest of the arena is zeroed, the optimizer (its state allocated for the
- * segment only: ct_optimizer_set_shard) updates this rank's parameters, and
- * an allgather gives every rank every parameter again. The loss scaler's
- * overflow flag and the clipping norm are combined over the ranks. Stage 2
- * also hands the pages of the gradient arena outside this rank's segment back
- * to the operating system after the reduce-scatter (madvise MADV_DONTNEED;
- * they read as zeros and come back when backward writes them): between
- * steps the full gradient is not resident. The planner allocates the
- * gradient arena as one block for backward, so at the end of backward the
- * full gradient is still there: stage 2 lowers the memory between steps, not
- * the peak (that needs the reduce-scatter per bucket during backward).
+ * The gradient arena (and with it the parameters and the optimizer state) is
+ * cut into one segment per rank (multiples of 64 floats, the last one
+ * shorter). The gradient buckets run in shard mode (ct_zero_buckets_create):
+ * each bucket is reduce-scattered as soon as backward finishes it, and when
+ * it completes (bucket_done) stage 1 zeroes the rest of its range while
+ * stages 2 and 3 hand those pages back to the operating system (madvise
+ * MADV_DONTNEED; they read as zeros and come back when backward writes them),
+ * so the gradients resident at once are the segment plus the buckets in
+ * flight. With accumulation, stages 2 and 3 reduce every micro-batch into a
+ * shard accumulator. The optimizer (its state allocated for the segment only:
+ * ct_optimizer_create_shard) updates this rank's parameters; stages 1 and 2
+ * then allgather them. The loss scaler's overflow flag and the clipping norm
+ * are combined over the ranks (step.c). Without buckets (one rank, a pipeline
+ * stage) ct_zero_reduce_grads reduce-scatters the whole arena after backward.
  * LAMB's trust ratios: each rank sums w^2 and u^2 per tensor over its segment
  * and the optimizer's reduce callback (lamb_reduce) adds them over the ranks.
  * Checkpoints stay whole: rank 0 gathers the state shards before writing.
@@ -26,8 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "core/internal.h"
 #include "train_internal.h"
@@ -41,7 +39,7 @@ struct ct_zero {
     size_t n;              /* floats in the parameter / gradient arena           */
     size_t *counts, *offs; /* each rank's segment                                  */
     float *tmp;            /* the ring's receive buffer (the largest segment)      */
-    int madvise_ok;        /* stage 2: released pages read back as zeros            */
+    int madvise_ok;        /* stages 2, 3: released pages read back as zeros        */
     float *grads;          /* the gradient arena                                    */
     int accum;             /* micro-batches per step                                */
     int last;              /* the micro-batch being reduced is the step's last      */
@@ -81,7 +79,7 @@ ct_status ct_zero_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_pla
             s = ct_set_error(ctx, CT_E_OOM, "out of memory for the gradient shard's accumulator (%zu floats)",
                              z->counts[z->rank]);
     }
-    if (s == CT_OK && z->stage == 3) s = ct_zero3_create(ctx, c, r, p, z->offs, &z->z3);
+    if (s == CT_OK && z->stage == 3) s = ct_zero3_create(ctx, c, r, p, z->offs, z->counts, &z->z3);
     if (s != CT_OK) {
         ct_zero_free(z);
         return s;
@@ -105,11 +103,11 @@ ct_status ct_zero_optimizer_create(ct_zero *z, ct_plan *p, const ct_optim_opts *
 
 void ct_zero_free(ct_zero *z) {
     if (!z) return;
+    ct_zero3_free(z->z3); /* (it reads counts and offs) */
     free(z->counts);
     free(z->offs);
     free(z->tmp);
     free(z->acc);
-    ct_zero3_free(z->z3);
     free(z);
 }
 
@@ -126,16 +124,14 @@ ct_status ct_zero_shard(ct_zero *z) {
 /* Stage 2: the whole pages of g[b, e) back to the system, the partial ones zeroed. */
 static void release(ct_zero *z, float *g, size_t b, size_t e) {
     if (b >= e) return;
-    char *lo = (char *)(g + b), *hi = (char *)(g + e);
-    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    char *a = (char *)(((uintptr_t)lo + pg - 1) / pg * pg), *d = (char *)((uintptr_t)hi / pg * pg);
-    if (z->madvise_ok && a < d && madvise(a, (size_t)(d - a), MADV_DONTNEED) == 0 && *(volatile float *)a == 0.0f &&
-        *(volatile float *)(d - sizeof(float)) == 0.0f) {
+    char *lo = (char *)(g + b), *hi = (char *)(g + e), *a, *d;
+    const int r = z->madvise_ok ? ct_release_pages(g, b, e, &a, &d) : 0;
+    if (r == 1) {
         memset(lo, 0, (size_t)(a - lo));
         memset(d, 0, (size_t)(hi - d));
         return;
     }
-    if (a < d) z->madvise_ok = 0; /* the memory did not give pages back as zeros: from now on plain zeros */
+    if (r < 0) z->madvise_ok = 0; /* the memory did not give pages back as zeros: from now on plain zeros */
     memset(lo, 0, (size_t)(hi - lo));
 }
 
@@ -273,9 +269,8 @@ static double outside_peak(const ct_zero *z, const ct_buckets *bk) {
         ct_tensor v;
         if (ct_plan_param_info(z->plan, order[q], NULL, NULL, &v) != CT_OK) continue;
         const size_t b = (size_t)((float *)v.data - z->grads), e = b + (size_t)ct_tensor_numel(&v);
-        const size_t in = CT_MIN(e, se) > CT_MAX(b, sb) ? CT_MIN(e, se) - CT_MAX(b, sb) : 0;
         const int k = bucket_of[order[q]];
-        const double bytes = (double)(e - b - in) * sizeof(float);
+        const double bytes = (double)(e - b - ct_overlap(b, e, sb, se)) * sizeof(float);
         out[k] += bytes, cur += bytes;
         peak = CT_MAX(peak, cur);
         if (pending >= 0) cur -= out[pending], out[pending] = 0.0, pending = -1;

@@ -28,8 +28,6 @@
  * end-of-run check) gathers everything (ct_zero3_whole) and releases it afterwards. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "core/internal.h"
 #include "ctrain/convert.h"
@@ -59,9 +57,8 @@ struct ct_zero3 {
     int eval, replaying;    /* in an evaluation (ct_zero3_eval); replaying another rank's forward */
     uint16_t *copies;       /* mixed precision: the BF16 / FP16 weight copies (the arena's layout), else NULL */
     ct_dtype copies_dt;
-    size_t *seg_counts;     /* the ranks' segments' floats (world)            */
     ct_comm_request *copies_req;
-    size_t *offs;           /* the ranks' segments (world + 1)              */
+    const size_t *offs, *seg_counts; /* the ranks' segments: starts (world + 1) and floats (world), ct_zero's */
     unit *u;
     int nu;
     int *unit_of;           /* parameter -> unit                            */
@@ -79,11 +76,8 @@ struct ct_zero3 {
 /* Pages of par[b, e) back to the system (whole pages; the partial ones at the ends are left as they are:
  * they are gathered again before any use). */
 static void release_range(ct_zero3 *z, size_t b, size_t e) {
-    if (b >= e || !z->madvise_ok) return;
-    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    char *lo = (char *)(z->par + b), *hi = (char *)(z->par + e);
-    char *a = (char *)(((uintptr_t)lo + pg - 1) / pg * pg), *d = (char *)((uintptr_t)hi / pg * pg);
-    if (a < d && madvise(a, (size_t)(d - a), MADV_DONTNEED) != 0) z->madvise_ok = 0;
+    char *a, *d;
+    if (z->madvise_ok && ct_release_pages(z->par, b, e, &a, &d) < 0) z->madvise_ok = 0;
 }
 
 static void release_unit(ct_zero3 *z, unit *u) {
@@ -164,10 +158,7 @@ static ct_status plan_units(ct_zero3 *z, size_t cap) {
     for (int k = 0; k < z->nu; k++) {
         unit *u = &z->u[k];
         u->counts = z->counts + (size_t)k * (size_t)z->world;
-        for (int r = 0; r < z->world; r++) {
-            size_t lo = CT_MAX(z->offs[r], u->off), hi = CT_MIN(z->offs[r + 1], u->off + u->n);
-            u->counts[r] = hi > lo ? hi - lo : 0;
-        }
+        for (int r = 0; r < z->world; r++) u->counts[r] = ct_overlap(z->offs[r], z->offs[r + 1], u->off, u->off + u->n);
         CT_TRY(ct_comm_request_create(z->c, &u->req));
     }
     int total = 0;
@@ -245,8 +236,7 @@ static ct_status schedule(ct_zero3 *z, int backward) {
 
 /* Bytes of a unit outside this rank's segment (what a gather brings in). */
 static double outside(const ct_zero3 *z, const unit *u) {
-    const size_t lo = CT_MAX(u->off, z->sb), hi = CT_MIN(u->off + u->n, z->se);
-    return (double)(u->n - (hi > lo ? hi - lo : 0)) * sizeof(float);
+    return (double)(u->n - ct_overlap(u->off, u->off + u->n, z->sb, z->se)) * sizeof(float);
 }
 
 /* The most parameter bytes outside the segment gathered at once in a pass: the units between their first and
@@ -323,7 +313,7 @@ static ct_status exec_hook(void *user, ct_exec_event ev, int backward, int node)
 /* ---- the run's interface ----------------------------------------------------------------------- */
 
 ct_status ct_zero3_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_plan *p, const size_t *offs,
-                          ct_zero3 **out) {
+                          const size_t *counts, ct_zero3 **out) {
     *out = NULL;
     ct_zero3 *z = calloc(1, sizeof *z);
     if (!z) return ct_set_error(ctx, CT_E_OOM, "out of memory");
@@ -337,18 +327,13 @@ ct_status ct_zero3_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_pl
     z->copies = ct_plan_weight_copies(p, &z->copies_dt);
     if (z->copies && z->copies_dt != CT_BF16 && z->copies_dt != CT_F16) z->copies = NULL;
     const int np = ct_plan_num_params(p);
-    z->offs = malloc(((size_t)z->world + 1) * sizeof(size_t));
+    z->offs = offs, z->seg_counts = counts;
+    z->sb = offs[z->rank], z->se = offs[z->rank + 1];
     z->u = calloc((size_t)np + 1, sizeof *z->u);
     z->unit_of = malloc(((size_t)np + 1) * sizeof(int));
     z->seq = malloc(((size_t)np + 1) * sizeof(int));
-    if (s == CT_OK && (!z->offs || !z->u || !z->unit_of || !z->seq)) s = ct_set_error(ctx, CT_E_OOM, "out of memory");
-    if (s == CT_OK) {
-        memcpy(z->offs, offs, ((size_t)z->world + 1) * sizeof(size_t));
-        z->sb = offs[z->rank], z->se = offs[z->rank + 1];
-        if (!(z->seg_counts = malloc((size_t)z->world * sizeof(size_t)))) s = ct_set_error(ctx, CT_E_OOM, "out of memory");
-        for (int k = 0; s == CT_OK && k < z->world; k++) z->seg_counts[k] = offs[k + 1] - offs[k];
-        if (s == CT_OK && z->copies) s = ct_comm_request_create(c, &z->copies_req);
-    }
+    if (s == CT_OK && (!z->u || !z->unit_of || !z->seq)) s = ct_set_error(ctx, CT_E_OOM, "out of memory");
+    if (s == CT_OK && z->copies) s = ct_comm_request_create(c, &z->copies_req);
     if (s == CT_OK) {
         for (int i = 0; i < np; i++) z->unit_of[i] = -1;
         size_t cap = (size_t)((double)r->bucket_size_mb * 1048576.0);
@@ -378,8 +363,6 @@ void ct_zero3_free(ct_zero3 *z) {
     free(z->order);
     free(z->end_at);
     free(z->seq);
-    free(z->offs);
-    free(z->seg_counts);
     ct_comm_request_free(z->copies_req);
     free(z);
 }
