@@ -23,8 +23,9 @@ JOBS=${JOBS:-2}
 total_pass=0
 total_fail=0
 failed_suites=()
+fail_digest=$(mktemp)
 san_dir=$(mktemp -d)
-trap 'rm -rf "$san_dir"' EXIT
+trap 'rm -rf "$san_dir" "$fail_digest"' EXIT
 
 run_suite() { # label, command...
   local label=$1
@@ -53,6 +54,12 @@ run_suite() { # label, command...
   total_pass=$((total_pass + p))
   total_fail=$((total_fail + f))
   [ "$f" -eq 0 ] || failed_suites+=("$label")
+  # the failing lines (and the 8 indented lines of detail after each), kept for the digest at the end: CI shows
+  # only the tail of a long log
+  if [ "$f" -ne 0 ]; then
+    { echo "== $label"; printf '%s\n' "$out" | grep -A8 -E '^\s*FAIL' | head -n 40 | sed 's/^/   /'
+      [ "$rc" -ne 0 ] && [ -z "$line" ] && printf '%s\n' "$out" | tail -n 8 | sed 's/^/   /'; } >>"$fail_digest"
+  fi
 }
 
 echo "== building (normal and sanitizer builds)"
@@ -111,10 +118,18 @@ for isa in avx2 ref; do
     [ -x build/tests/$t ] && run_suite "CT_ISA=$isa CT_ONEDNN=$onednn $t" env CT_ISA=$isa CT_ONEDNN=$onednn build/tests/$t
   done
 done
+# subnormals kept (flush_subnormals off, PyTorch's default): the golden and PyTorch-parity tests hold both ways
+for t in test_golden test_models test_transformer test_optim test_fpenv; do
+  [ -x build/tests/$t ] && run_suite "CT_FLUSH_SUBNORMALS=0 $t" env CT_FLUSH_SUBNORMALS=0 build/tests/$t
+done
 # native BF16 where oneDNN has no BF16 primitive: every node falls back to FP32 copies
 run_suite "ONEDNN_MAX_CPU_ISA=AVX2 test_bf16_native" env ONEDNN_MAX_CPU_ISA=AVX2 build/tests/test_bf16_native
 
 echo
-if [ ${#failed_suites[@]} -gt 0 ]; then echo "failed suites: ${failed_suites[*]}"; fi
+if [ ${#failed_suites[@]} -gt 0 ]; then
+  echo "what failed (repeated from above):"
+  head -n 200 "$fail_digest"
+  echo "failed suites: ${failed_suites[*]}"
+fi
 echo "all suites: $total_pass passed, $total_fail failed"
 [ "$total_fail" -eq 0 ]

@@ -119,10 +119,15 @@ ES=(--data-dir "$tmp/data" --hidden 32 --batch-size 32 --epochs 4 --seed 5 --thr
 for st in 0 3; do
   run "early stop zero_stage $st" 2 "$tmp/es$st.log" -- "${ES[@]}" --set zero_stage=$st --save-dir "$tmp/es$st"
 done
+# the same restore (epoch, loss, accuracy) and DDP's restored weights within REL like every pair above (bit for bit
+# on this AVX2 machine; the suite promises 1e-6, not bits, across ISAs)
 r0=$(grep "restored the best weights" "$tmp/es0.log"); r3=$(grep "restored the best weights" "$tmp/es3.log")
-[ -n "$r0" ] && [ "$r0" = "$r3" ] && cmp -s "$tmp/es0/step-000040/model.safetensors" "$tmp/es3/step-000040/model.safetensors" &&
-  ok "early stopping with early_stop_restore_best under ZeRO-3: DDP's restored weights and evaluation ($r3)" ||
+if [ -n "$r0" ] && [ "$r0" = "$r3" ]; then
+  within_rel "early stopping with early_stop_restore_best under ZeRO-3: DDP's restored weights and evaluation ($r3)" \
+    "$tmp/es0/step-000040/model.safetensors" "$tmp/es3/step-000040/model.safetensors" $REL
+else
   bad "early stop restore under ZeRO-3: '$r3' vs '$r0'" "$(tail -3 "$tmp/es3.log")"
+fi
 
 # ---- activation checkpointing and accumulation ------------------------------------------------------------------
 args gpt

@@ -45,6 +45,20 @@ typedef struct ct_context_opts {
     const ct_allocator *allocator; /* NULL: aligned malloc                      */
     int isa;                  /* -1: best available (CT_ISA env var can lower)  */
     int use_onednn;           /* 1: oneDNN kernels where available (default)    */
+    /* 1 (default): subnormal floats are flushed to zero (x86 MXCSR FTZ and
+     * DAZ) in every thread that computes for this context: the caller's
+     * thread and the OpenMP workers for the duration of each call that
+     * computes (ct_plan_forward, ct_plan_backward, ct_optimizer_step,
+     * ct_train; the caller's and the workers' own MXCSR are restored when the
+     * outermost such call returns), the prefetch workers and the gradient
+     * buckets' progress thread. Values below 1.2e-38 become 0: gradients and
+     * Adam's second moments decay into that range late in training, and x86
+     * cores take microcode assists on them (the demo's epochs slowed from
+     * 2.7 s to 5.1 s on a Xeon). 0 keeps subnormals, as PyTorch does by
+     * default (torch.set_flush_denormal(False)); results can then differ from
+     * the default in the last bits. The environment variable
+     * CT_FLUSH_SUBNORMALS=0|1 overrides it. */
+    int flush_subnormals;
 } ct_context_opts;
 
 /* Fills opts with defaults (all threads, seed 0, no budget, best ISA). */
@@ -90,6 +104,7 @@ const char *ct_context_last_error(const ct_context *ctx);
 void ct_context_clear_error(ct_context *ctx);
 
 int ct_context_num_threads(const ct_context *ctx);
+int ct_context_flush_subnormals(const ct_context *ctx); /* 1: FTZ/DAZ on (ct_context_opts) */
 uint64_t ct_context_seed(const ct_context *ctx);
 /* Sums x (n doubles) in place across the processes of a data parallel job
  * (sync_batchnorm: BatchNorm's batch statistics over the global batch). */

@@ -70,6 +70,7 @@ typedef struct ct_recipe {
     int64_t max_steps;       /* stop after this many steps (0: no limit)        */
     uint64_t seed;
     int threads;             /* 0: all cores                                    */
+    int flush_subnormals;    /* 1 (default): FTZ/DAZ (ct_context_opts)          */
     ct_optim_opts optim;
     ct_schedule_kind schedule;
     int warmup_steps;

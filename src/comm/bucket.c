@@ -215,6 +215,7 @@ static void fail_all(ct_buckets *B, ct_status s) {
 
 static void *progress_main(void *arg) {
     ct_buckets *B = arg;
+    ct_fp_thread_flush(B->ctx); /* the reductions' sums: subnormals as in the compute threads */
     pthread_mutex_lock(&B->mu);
     for (;;) {
         while (!B->quit && B->q_next == B->q_len && B->n_done >= B->q_next) pthread_cond_wait(&B->work, &B->mu);

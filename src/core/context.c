@@ -19,6 +19,7 @@ struct ct_context {
     ct_cpu_features cpu;
     ct_isa isa;
     int use_onednn;
+    int flush_subnormals;
     ct_mem_stats mem;
     char err[1024];
     ct_batch_sum_fn batch_sum; /* sync_batchnorm (ct_context_set_batch_sum) */
@@ -132,6 +133,7 @@ void ct_context_opts_default(ct_context_opts *o) {
     memset(o, 0, sizeof *o);
     o->isa = -1;
     o->use_onednn = 1;
+    o->flush_subnormals = 1;
 }
 
 ct_status ct_context_create(const ct_context_opts *opts, ct_context **out) {
@@ -171,6 +173,9 @@ ct_status ct_context_create(const ct_context_opts *opts, ct_context **out) {
     }
     env = getenv("CT_ONEDNN");
     if (env && !strcmp(env, "0")) ctx->use_onednn = 0;
+    ctx->flush_subnormals = opts->flush_subnormals != 0;
+    env = getenv("CT_FLUSH_SUBNORMALS");
+    if (env && (!strcmp(env, "0") || !strcmp(env, "1"))) ctx->flush_subnormals = env[0] == '1';
     ctx->isa = isa;
     *out = ctx;
     return CT_OK;
@@ -190,6 +195,7 @@ ct_status ct_openmp_limit_spin(char *const *argv) {
 }
 
 int ct_context_num_threads(const ct_context *ctx) { return ctx->num_threads; }
+int ct_context_flush_subnormals(const ct_context *ctx) { return ctx ? ctx->flush_subnormals : 0; }
 uint64_t ct_context_seed(const ct_context *ctx) { return ctx->seed; }
 void ct_context_set_batch_sum(ct_context *ctx, ct_batch_sum_fn fn, void *user) {
     if (!ctx) return;

@@ -123,6 +123,7 @@ static void *worker(void *arg) {
     ct_prefetcher *pf = arg;
     const int64_t R = pf->o.buffer_size;
     ct_image scratch = {0};
+    ct_fp_thread_flush(pf->ctx); /* augmentation arithmetic: subnormals as in the compute threads */
     pthread_mutex_lock(&pf->mu);
     for (;;) {
         while (!pf->quit && !(pf->next_claim < pf->nb && pf->next_claim < pf->next_out + R))

@@ -265,8 +265,28 @@ static int runs_backward(const ct_plan *p, int i) {
     return p->pn[i].live && (d->flags & CT_NODE_BACKWARD) && !is_leaf(d->op) && !other_part(p, i);
 }
 
+static ct_status forward(ct_plan *p, int training);
+static ct_status backward(ct_plan *p);
+
+/* Both passes with subnormals flushed in every computing thread (ct_context_opts.flush_subnormals). */
 ct_status ct_plan_forward(ct_plan *p, int training) {
     if (!p) return CT_E_INVALID_ARG;
+    ct_fp_scope fp;
+    ct_fp_enter(p->ctx, &fp);
+    ct_status s = forward(p, training);
+    ct_fp_leave(&fp);
+    return s;
+}
+ct_status ct_plan_backward(ct_plan *p) {
+    if (!p) return CT_E_INVALID_ARG;
+    ct_fp_scope fp;
+    ct_fp_enter(p->ctx, &fp);
+    ct_status s = backward(p);
+    ct_fp_leave(&fp);
+    return s;
+}
+
+static ct_status forward(ct_plan *p, int training) {
     if (p->plan_only) return ct_set_error(p->ctx, CT_E_STATE, "this plan was compiled with plan_only: it has no memory to run in");
     if (p->fwd_fn) { /* an interposer (pipeline evaluation): it runs this forward itself */
         ct_forward_fn fn = p->fwd_fn;
@@ -301,8 +321,7 @@ static void accumulate_grad(ct_plan *p, int i, int pi) {
     for (int64_t j = 0; j < n; j++) dst[j] += src[j];
 }
 
-ct_status ct_plan_backward(ct_plan *p) {
-    if (!p) return CT_E_INVALID_ARG;
+static ct_status backward(ct_plan *p) {
     if (p->plan_only) return ct_set_error(p->ctx, CT_E_STATE, "this plan was compiled with plan_only: it has no memory to run in");
     if (p->g.n == p->n_fwd || (p->seed == CT_NONE && !p->n_links))
         return ct_set_error(p->ctx, CT_E_STATE, "backward: this plan was compiled without a loss (forward only)");

@@ -69,6 +69,10 @@ static const key_def k_keys[] = {
     {"max_steps", K_I64, OFF(max_steps), 0, 0, 1e15, NULL, M_ALL, "--max-steps", "stop after this many optimizer steps (0: no limit)"},
     {"seed", K_U64, OFF(seed), 0, 0, 1.8e19, NULL, M_ALL, "--seed", "parameter init, shuffling, dropout and batch sampling"},
     {"threads", K_INT, OFF(threads), 0, 0, 1024, NULL, M_ALL, "--threads", "compute threads (0: all cores)"},
+    {"flush_subnormals", K_BOOL, OFF(flush_subnormals), 0, 0, 1, NULL, M_ALL, NULL,
+     "flush subnormal floats (< 1.2e-38) to zero in every computing thread (x86 FTZ/DAZ): late in training they "
+     "slow x86 cores several-fold; false keeps them, as PyTorch does by default (results may differ in the last "
+     "bits); the environment variable CT_FLUSH_SUBNORMALS=0|1 overrides it"},
     {"optimizer.name", K_ENUM_OPT, OFF(optim.kind), 0, 0, 0, "sgd|adamw|adam|rmsprop|adagrad|lamb", M_ALL, "--optimizer",
      "the optimizer (PyTorch 1.13 semantics); resets the other optimizer keys to its defaults, so it applies first"},
     {"optimizer.lr", K_F32, OFF(optim.lr), 0, 0, 1e3, NULL, M_ALL, "--lr", "the base learning rate (peak of the schedule)"},
@@ -406,6 +410,7 @@ void ct_recipe_models_text(unsigned models, char *buf, size_t len) {
 void ct_recipe_default(ct_recipe *r) {
     memset(r, 0, sizeof *r);
     r->dynamic_shapes = 1;
+    r->flush_subnormals = 1;
     r->comm_progress = 1; /* hook: quiet, it hid more than the thread everywhere (docs/distributed.md) */
     r->length_buckets = 8;
     r->pad_to_multiple = 8;

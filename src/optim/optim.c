@@ -552,8 +552,16 @@ static ct_status step(ct_optimizer *o, int use_ref) {
     return CT_OK;
 }
 
-ct_status ct_optimizer_step(ct_optimizer *o) { return step(o, 0); }
-ct_status ct_optimizer_step_ref(ct_optimizer *o) { return step(o, 1); }
+static ct_status step_flushed(ct_optimizer *o, int ref) {
+    if (!o) return CT_E_INVALID_ARG;
+    ct_fp_scope fp;
+    ct_fp_enter(o->ctx, &fp);
+    ct_status s = step(o, ref);
+    ct_fp_leave(&fp);
+    return s;
+}
+ct_status ct_optimizer_step(ct_optimizer *o) { return step_flushed(o, 0); }
+ct_status ct_optimizer_step_ref(ct_optimizer *o) { return step_flushed(o, 1); }
 
 ct_status ct_optimizer_set_lr(ct_optimizer *o, float lr) {
     if (!o) return CT_E_INVALID_ARG;

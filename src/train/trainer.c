@@ -32,6 +32,7 @@ ct_status ct_train_context_create(const ct_recipe *r, ct_context **out) {
     co.seed = r->seed;
     co.num_threads = r->threads;
     co.memory_budget = (size_t)r->memory_budget;
+    co.flush_subnormals = r->flush_subnormals;
     return ct_context_create(&co, out);
 }
 
@@ -730,8 +731,19 @@ static ct_status run_loop(ct_run *R, ct_train_result *res) {
     return finish_run(R, res);
 }
 
+static ct_status train_run(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, ct_train_result *res);
+
+/* The whole run with subnormals flushed in every computing thread (ct_context_opts.flush_subnormals). */
 ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, ct_train_result *res) {
     if (!ctx || !r) return CT_E_INVALID_ARG;
+    ct_fp_scope fp;
+    ct_fp_enter(ctx, &fp);
+    ct_status s = train_run(ctx, r, o, res);
+    ct_fp_leave(&fp);
+    return s;
+}
+
+static ct_status train_run(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, ct_train_result *res) {
     ct_train_opts def;
     if (!o) {
         ct_train_opts_default(&def);
