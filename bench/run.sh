@@ -14,6 +14,9 @@
 #                             precision: "mlp-bf16 cnn-bf16" (PyTorch: torch.autocast bfloat16);
 #                             -bf16native / -bf16copies: ctrain's BF16 with CT_BF16_NATIVE=1 / =0
 #                             (matmul/linear/conv on oneDNN's BF16 primitives, or on FP32 copies)
+#   --table                   the whole table of ../shared/perf-amx.md in one command: every workload in FP32
+#                             and BF16 (mlp cnn gptchar gpt2 resnet50), 3 rounds x 5 steps after 2 warm-up,
+#                             PyTorch at its best, no perf/oneDNN breakdowns (options after it override)
 #   --bf16-compare            WORKLOADS="mlp mlp-bf16copies mlp-bf16native cnn cnn-bf16copies cnn-bf16native":
 #                             FP32 vs BF16 on FP32 copies vs native BF16 (the AMX / AVX512-BF16 check)
 #   PyTorch's configurations [TORCH_BEST=1]: OpenBLAS core types Haswell and (on AVX-512 CPUs)
@@ -34,6 +37,8 @@
 #                             overlap / bf16 compression at 2 ranks; its --help)
 #   --zero [OPTIONS]          ZeRO instead: bench/zero.sh OPTIONS (peak RSS per rank and step time of DP,
 #                             ZeRO-1/2/3 at 2 and 4 ranks against PyTorch DDP / FSDP; its --help)
+#   --subnormals [OPTIONS]    the demo trained to the end with subnormals flushed (default) and kept,
+#                             alternating: per-epoch times and the ratio (bench/subnormals.sh --help)
 #   BUILD=build-bench         build folder (the library and bench_step go there)
 # Logs of every run: $BUILD/bench/logs/<date>/.
 set -euo pipefail
@@ -67,6 +72,8 @@ while [ $# -gt 0 ]; do
     --threads) THREADS=$2; shift ;;
     --workloads) WORKLOADS=$2; shift ;;
     --bf16-compare) WORKLOADS="mlp mlp-bf16copies mlp-bf16native cnn cnn-bf16copies cnn-bf16native" ;;
+    --table) WORKLOADS="mlp mlp-bf16 cnn cnn-bf16 gptchar gptchar-bf16 gpt2 gpt2-bf16 resnet50 resnet50-bf16"
+             ROUNDS=3; STEPS=5; WARMUP=2; PERF=0; DNNL_BREAKDOWN=0 ;;
     --coretype) CORETYPE=$2; TORCH_BEST=0; shift ;;
     --foreach) TORCH_FOREACH=$2; TORCH_BEST=0; shift ;;
     --channels-last) TORCH_CHANNELS_LAST=$2; TORCH_BEST=0; shift ;;
@@ -78,6 +85,7 @@ while [ $# -gt 0 ]; do
     --tune) TUNE=1 ;;
     --dist) shift; exec bash "$(dirname "$SELF")/dist.sh" "$@" ;;
     --zero) shift; exec bash "$(dirname "$SELF")/zero.sh" "$@" ;;
+    --subnormals) shift; exec bash "$(dirname "$SELF")/subnormals.sh" "$@" ;;
     -h | --help) sed -n '2,/^# Logs/p' "$SELF"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 1 ;;
     esac
