@@ -39,6 +39,8 @@
 #                             ZeRO-1/2/3 at 2 and 4 ranks against PyTorch DDP / FSDP; its --help)
 #   --subnormals [OPTIONS]    the demo trained to the end with subnormals flushed (default) and kept,
 #                             alternating: per-epoch times and the ratio (bench/subnormals.sh --help)
+#   --gemm [OPTIONS]          the workloads' GEMMs inside the step vs oneDNN alone: builds and runs
+#                             $BUILD/bench/bench_gemm OPTIONS (--workloads, --rounds, --precision; its --help)
 #   BUILD=build-bench         build folder (the library and bench_step go there)
 # Logs of every run: $BUILD/bench/logs/<date>/.
 set -euo pipefail
@@ -86,6 +88,9 @@ while [ $# -gt 0 ]; do
     --dist) shift; exec bash "$(dirname "$SELF")/dist.sh" "$@" ;;
     --zero) shift; exec bash "$(dirname "$SELF")/zero.sh" "$@" ;;
     --subnormals) shift; exec bash "$(dirname "$SELF")/subnormals.sh" "$@" ;;
+    --gemm) shift; b=$BUILD; root=$(dirname "$(dirname "$SELF")")
+        nice make -s -C "$root/bench" BUILD="$b" bench_gemm >&2
+        exec nice "$root/$b/bench/bench_gemm" "$@" ;;
     -h | --help) sed -n '2,/^# Logs/p' "$SELF"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 1 ;;
     esac
