@@ -225,7 +225,10 @@ TEST(levels_give_equal_results) {
         CHECK(ct_plan_fusion_count(p[2], "gelu+linear") == (m == 1 ? 6 : 0));
         CHECK(ct_plan_fusion_count(p[2], "dropout+add") == (m == 1 ? 12 : 0)); /* the dropout of every residual */
         CHECK(ct_plan_fusion_count(p[1], "linear+relu") == (m == 2 ? 2 : 0));
-        CHECK(ct_plan_fusion_count(p[2], "eltwise_chain") == (m == 1 ? 1 : 0)); /* embeddings: add, dropout */
+        /* every block's two layernorm backwards absorb the residual gradient's add (levels 1 and 2), the
+           embeddings' one included: that add was the head of the one backward chain (add, dropout) */
+        for (int l = 1; l < 3; l++) CHECK(ct_plan_fusion_count(p[l], "layernorm_bwd+add") == (m == 1 ? 12 : 0));
+        CHECK(ct_plan_fusion_count(p[2], "eltwise_chain") == 0);
         for (int l = 0; l < 3; l++) ct_plan_free(p[l]);
         ct_context_free(ctx);
     }
@@ -260,15 +263,18 @@ TEST(bf16_cast_fold_equals_unfused) {
             ct_plan_get_stats(p[0], &s0);
             ct_plan_get_stats(p[1], &s1);
             printf("    %s %-15s bf16 level 1 vs 0: %d cast folds, casts %d -> %d, activations %.2f -> %.2f MiB, max "
-                   "rel diff %.2e%s\n",
+                   "rel diff %.2e%s (%zu -> %zu bytes)\n",
                    isa ? "fast" : "ref ", k[m].model, ct_plan_fusion_count(p[1], "cast_fold"), casts[0], casts[1],
-                   s0.activation_bytes / 1048576.0, s1.activation_bytes / 1048576.0, d, same ? " (bit-identical)" : "");
+                   s0.activation_bytes / 1048576.0, s1.activation_bytes / 1048576.0, d, same ? " (bit-identical)" : "",
+                   (size_t)s0.activation_bytes, (size_t)s1.activation_bytes);
             CHECK(same);
             if (m == 0) { /* the CNN's casts are the weights' and the logits' (read by cross-entropy): none folds */
                 CHECK(ct_plan_fusion_count(p[1], "cast_fold") == 26 && casts[1] == casts[0] - 26);
+                CHECK(ct_plan_fusion_count(p[1], "layernorm_bwd+add") == 12); /* FP32 residual gradients, BF16 dy */
                 /* no larger: the planner packs both to about the bytes live at once, and the peak lies
                    where no folded cast's FP32 buffer is live (level 0 frees them early) */
-                CHECK(s1.activation_bytes <= s0.activation_bytes);
+                CHECK(s1.activation_bytes <= s0.activation_bytes + 65536); /* layernorm_bwd+add (level 1) moves
+                   the packing by a few KiB (its node's output is new while the residual gradient lives) */
             }
             for (int l = 0; l < 2; l++) ct_plan_free(p[l]);
             ct_context_free(ctx);

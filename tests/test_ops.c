@@ -167,6 +167,10 @@ CASE(c_eltwise_chain, CT_TRY(P(g, "x", ND(6, 33), &a)); CT_TRY(P(g, "y", ND(6, 3
      CT_TRY(ct_dropout(g, d, 0.25f, &d)); CT_TRY(ct_relu(g, d, out)))
 CASE(c_linear_gelu_pro, CT_TRY(P(g, "x", ND(3, 4, 9), &a)); CT_TRY(ct_gelu(g, a, 0, &d)); CT_TRY(P(g, "w", ND(5, 9), &b));
      CT_TRY(ct_linear(g, d, b, CT_NONE, out)))
+/* a residual around a layernorm: the backward adds the residual gradient to the layernorm's dx
+   (layernorm_bwd+add: LAYERNORM_BWD_DATA with a 5th input); the square makes dy differ from it */
+CASE(c_ln_bwd_add, CT_TRY(P(g, "x", ND(3, 4, 9), &a)); CT_TRY(P(g, "g", ND(9), &b)); CT_TRY(P(g, "b", ND(9), &c));
+     CT_TRY(ct_layernorm(g, a, b, c, 1e-5f, &d)); CT_TRY(ct_mul(g, d, d, &d)); CT_TRY(ct_add(g, a, d, out)))
 
 typedef struct {
     const char *name;
@@ -203,7 +207,7 @@ static const op_case k_cases[] = {
     {"bn_relu", c_bn_relu, 0}, {"conv_bias_add", c_conv_bias_add, 0}, {"linear_bias_add", c_linear_bias_add, 0},
     {"linear_ln_pro", c_linear_ln_pro, 0}, {"linear_gelu_pro", c_linear_gelu_pro, 0}, {"dropout_add", c_dropout_add, 0},
     {"conv_relu", c_conv_relu, 0}, {"linear_relu", c_linear_relu, 0}, {"add_relu", c_add_relu, 0},
-    {"eltwise_chain", c_eltwise_chain, 0},
+    {"eltwise_chain", c_eltwise_chain, 0}, {"ln_bwd_add", c_ln_bwd_add, 0},
     {"cross_entropy_vp", c_cross_entropy_vp, 1}, {"embedding_rows", c_embedding_rows, 0}, /* vp: reference only */
 };
 #define N_CASES (int)(sizeof k_cases / sizeof k_cases[0])
@@ -427,6 +431,8 @@ TEST(every_op_has_a_case) {
         if (!h.plan) continue;
         for (int i = 0; i < h.plan->g.n; i++)
             if (h.plan->pn[i].live) seen[h.plan->g.nodes[i].op] = 1;
+        if (!strcmp(k_cases[ci].name, "ln_bwd_add")) /* its case runs the fused node (a 5-input layernorm_bwd_data) */
+            CHECK(ct_plan_fusion_count(h.plan, "layernorm_bwd+add") == 1);
         ct_plan_free(h.plan);
     }
     for (int op = 0; op < CT_OP_COUNT; op++) {

@@ -63,7 +63,8 @@ typedef enum ct_op {
     CT_OP_AVGPOOL2D_BWD,     /* in: dy; out shape = x's                                   */
     CT_OP_BATCHNORM_BWD_DATA,  /* in: dy, x, gamma, fwd                                   */
     CT_OP_BATCHNORM_BWD_GAMMA, /* in: dy, x, fwd                                          */
-    CT_OP_LAYERNORM_BWD_DATA,  /* in: dy, x, gamma, fwd                                   */
+    CT_OP_LAYERNORM_BWD_DATA,  /* in: dy, x, gamma, fwd[, r]: with r (fusion layernorm_bwd+add)
+                                  the output is dx + r, dx rounded to the node's dtype first */
     CT_OP_LAYERNORM_BWD_GAMMA, /* in: dy, x, fwd                                          */
     CT_OP_SLICE_BWD,   /* in: dy; out shape = x's; zero padding                           */
     CT_OP_SOFTMAX_BWD, /* in: dy, y                                                       */

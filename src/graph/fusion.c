@@ -31,6 +31,10 @@
  *                                (fusion_chain.c)
  *   level 1  conv2d+relu,        relu on the GEMM's output in place (GEMM_RELU):
  *            linear+relu         no buffer for the pre-activation
+ *   level 1  layernorm_bwd+add   backward: a layernorm's dx plus the residual
+ *                                gradient it is added to, in the layernorm
+ *                                backward's row pass (LAYERNORM_BWD_DATA with
+ *                                a 5th input); any float dtype, bit-identical
  *
  * Only nodes outside recompute copies fuse, FP32 ones except batchnorm+relu
  * (any float dtype: BF16 I/O in its fast kernels). Rules (ct_fusion_rules) name
@@ -48,7 +52,7 @@
 /* ---- the registry --------------------------------------------------------------------------------- */
 
 enum { PAT_CONV_BIAS = 0, PAT_LINEAR_BIAS, PAT_BN_RELU, PAT_ACT_LINEAR, PAT_LN_LINEAR, PAT_DROPOUT_ADD, PAT_CONV_RELU, PAT_LINEAR_RELU,
-       PAT_ADD_RELU, PAT_CHAIN, PAT_CAST_FOLD, PAT_COUNT };
+       PAT_ADD_RELU, PAT_CHAIN, PAT_CAST_FOLD, PAT_LN_BWD_ADD, PAT_COUNT };
 
 static const struct {
     const char *name;
@@ -67,6 +71,7 @@ static const struct {
     [PAT_ADD_RELU] = {"add+relu", 2, 0, {"add", "relu", NULL}},
     [PAT_CHAIN] = {"eltwise_chain", 2, 0, {"eltwise_chain", NULL, NULL}},
     [PAT_CAST_FOLD] = {"cast_fold", 1, 0, {"cast", NULL, NULL}},
+    [PAT_LN_BWD_ADD] = {"layernorm_bwd+add", 1, 0, {"layernorm_bwd", "add", NULL}},
 };
 
 int ct_fusion_num_patterns(void) { return PAT_COUNT; }
@@ -843,6 +848,45 @@ static ct_status try_cast_fold(fz *f, ct_node c, int *done) {
     return CT_OK;
 }
 
+/* Backward: add(layernorm_bwd_data(dy, x, gamma, fwd), r) -> layernorm_bwd_data
+ * with r as its 5th input: the kernel adds r's row to the row of dx it just
+ * wrote (rounded to the node's dtype), exactly the unfused add. Any float
+ * dtype (the SIMD kernel reads BF16 / FP16); dx must be read by the add only. */
+static ct_status try_ln_bwd_add(fz *f, ct_node n, int *done) {
+    ct_graph *g = &f->p->g;
+    const ct_node_def *A = &g->nodes[n];
+    *done = 0;
+    if (A->op != CT_OP_BINARY || A->ia[0] != CT_BIN_ADD || A->n_in != 2 || forward(A) || !plain_float(A) ||
+        A->in[0] == A->in[1] || f->p->fused_group[n] >= 0)
+        return CT_OK;
+    for (int side = 0; side < 2; side++) {
+        ct_node l = A->in[side], r = A->in[1 - side];
+        const ct_node_def *L = &g->nodes[l], *R = &g->nodes[r];
+        /* (l may be in a cast_fold group as its layernorm's state reader: that stays) */
+        if (L->op != CT_OP_LAYERNORM_BWD_DATA || L->n_in != 4 || forward(L) || !plain_float(L) || kept(f->p, l) ||
+            L->dtype != A->dtype || R->dtype != A->dtype)
+            continue;
+        if (L->ndim != A->ndim || R->ndim != A->ndim || memcmp(L->shape, A->shape, sizeof(int64_t) * (size_t)A->ndim) ||
+            memcmp(R->shape, A->shape, sizeof(int64_t) * (size_t)A->ndim))
+            continue;
+        reader rd[2];
+        if (readers_of(g, l, rd, 1) != 1) continue; /* the add only */
+        int is_grad = 0;
+        for (int i = 0; i < f->p->n_params; i++) is_grad |= f->p->param_grads[i] == l;
+        int rule;
+        if (is_grad || !enabled(f, PAT_LN_BWD_ADD, n, CT_NONE, &rule)) continue;
+        ct_node_def nd = *L;
+        nd.n_in = 5;
+        nd.in[4] = r;
+        nd.flags = A->flags;
+        snprintf(nd.name, sizeof nd.name, "%s", A->name);
+        CT_TRY(install(f, PAT_LN_BWD_ADD, rule, n, &nd, L->name, NULL, 0, CT_NONE));
+        *done = 1;
+        return CT_OK;
+    }
+    return CT_OK;
+}
+
 ct_status ct_pass_fusion(ct_plan *p) {
     ct_graph *g = &p->g;
     p->fused_group = malloc(sizeof(int) * (size_t)(g->n ? g->n : 1));
@@ -866,6 +910,11 @@ ct_status ct_pass_fusion(ct_plan *p) {
     for (int i = 0; i < g->n; i++) {
         int done = 0;
         CT_TRY(try_cast_fold(&f, i, &done));
+    }
+    /* backward: a layernorm's dx and the residual gradient added to it */
+    for (int i = 0; i < g->n; i++) {
+        int done = 0;
+        CT_TRY(try_ln_bwd_add(&f, i, &done));
     }
     /* then the elementwise chains that are left, forward and backward */
     for (int i = 0; i < g->n; i++) {

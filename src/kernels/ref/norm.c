@@ -221,6 +221,20 @@ ct_status ct_k_layernorm_ref(ct_kargs *k) {
 }
 
 /* in: dy, x, gamma, fwd -> dx */
+/* layernorm_bwd+add (fusion): dx += r (in[4]), dx first rounded to the node's
+ * dtype as the unfused layernorm backward's output is (a BF16 / FP16 plan's
+ * reference runs on FP32 copies), so the sum is the unfused add's bit for bit */
+static void ln_bwd_add_residual(const ct_kargs *k, float *dx, int64_t n) {
+    const float *res = k->in[4].data;
+    ct_dtype dt = k->node->dtype;
+    for (int64_t i = 0; i < n; i++) {
+        float v = dx[i];
+        if (dt == CT_BF16) v = ct_bf16_to_f32(ct_f32_to_bf16(v));
+        else if (dt == CT_F16) v = ct_f16_to_f32(ct_f32_to_f16(v));
+        dx[i] = v + res[i];
+    }
+}
+
 ct_status ct_k_layernorm_bwd_data_ref(ct_kargs *k) {
     const ct_tensor *X = &k->in[1];
     int64_t D = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / D;
@@ -241,6 +255,7 @@ ct_status ct_k_layernorm_bwd_data_ref(ct_kargs *k) {
             dx[r * D + i] = (float)(invstd[r] / (double)D * ((double)D * g - sg - xh * sgx));
         }
     }
+    if (k->node->n_in > 4) ln_bwd_add_residual(k, dx, R * D);
     return CT_OK;
 }
 

@@ -470,12 +470,35 @@ ct_status CT_FN(layernorm)(ct_kargs *k) {
     return CT_OK;
 }
 
+/* layernorm_bwd+add (fusion): the row of dx just stored (in L1) plus r's row,
+ * reading dx back as stored (rounded to a 16-bit output's dtype), so the sum
+ * is the unfused binary add's bit for bit. On FP32 copies of a 16-bit node
+ * (k->out FP32, the node's dtype 16-bit) dx is rounded to that dtype first,
+ * as the executor rounds the unfused output. */
+static void ln_add_row(const ct_kargs *k, const ct_tensor *DX, const ct_tensor *RES, int64_t o, int64_t D) {
+    ct_dtype nd = k->node->dtype;
+    if (DX->dtype == CT_F32 && ct_dtype_is_low(nd)) {
+        float *dx = (float *)DX->data + o;
+        const float *r = (const float *)RES->data + o;
+        for (int64_t i = 0; i < D; i++) dx[i] = ct_lp1_to_f32(ct_f32_to_lp1(dx[i], nd), nd) + r[i];
+        return;
+    }
+    int64_t i = 0;
+    for (; i + VW <= D; i += VW) ct_vst(DX, o + i, vadd(ct_vld(DX, o + i, VW), ct_vld(RES, o + i, VW)), VW);
+    if (i < D) {
+        int t = (int)(D - i);
+        ct_vst(DX, o + i, vadd(ct_vld(DX, o + i, t), ct_vld(RES, o + i, t)), t);
+    }
+}
+
 /* in: dy, x, gamma, fwd -> dx = invstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy*gamma;
  * xhat * mean(g*xhat) is computed as (x - mean) * (invstd * mean(g*xhat)) */
 ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
     const ct_tensor *X = &k->in[1], *DY = &k->in[0], *DX = &k->out;
     int64_t D = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / D;
     if (!nm_io_ok(k, 2, 3, D)) return CT_E_UNSUPPORTED;
+    const ct_tensor *RES = k->node->n_in > 4 ? &k->in[4] : NULL; /* layernorm_bwd+add: dx + r */
+    if (RES && RES->dtype != DX->dtype) return CT_E_UNSUPPORTED;
     const float *mean = k->in_aux[3], *invstd = mean + R;
     int nt = nm_threads(k, R * D);
     const ct_dtype hx = X->dtype, hd = DY->dtype;
@@ -499,6 +522,7 @@ ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
                 vf g = vmul(ct_vld(DY, o + i, t), vtail_load(gamma + i, t));
                 ct_vst(DX, o + i, vmul(vfma(vsub(ct_vld(X, o + i, t), vm), vc, vsub(g, vk)), vis), t);
             }
+            if (RES) ln_add_row(k, DX, RES, o, D);
         }
     }
     return CT_OK;
