@@ -56,6 +56,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 
+# shellcheck disable=SC2034 # read by bench/lib.sh
 BENCH=e2e
 # shellcheck source=bench/lib.sh
 . bench/lib.sh

@@ -9,7 +9,7 @@ ctrain: DIR/<wl>_ctrain_r<k>.jsonl (the run's metrics_file: "eval" and "done"
 records, times in seconds since training started). PyTorch:
 DIR/<wl>_torch_r<k>.log ("E2E eval ..." / "E2E done ..." lines, the same
 clock). Both: DIR/<wl>_<side>_r<k>.log.wall (process wall time, own CPU
-time, the cores other processes used meanwhile). An epoch's time includes its
+time (user + sys: on a shared machine the work done, spin-waiting included), the cores other processes used meanwhile). An epoch's time includes its
 evaluation on both sides."""
 import glob
 import json
@@ -137,6 +137,8 @@ def main():
         mfmt = "%.4f" if is_gpt else "%.2f"
         print("| training (train + evals) | | %s | %s | %s |" % (fmt(ct_tr), fmt(pt_tr), ratio(pt_tr, ct_tr)))
         print("| process wall (start to exit) | | %s | %s | %s |" % (fmt(ct_w), fmt(pt_w), ratio(pt_w, ct_w)))
+        ct_cpu, pt_cpu = med([r["wall"].get("cpu") for r in c]), med([r["wall"].get("cpu") for r in t])
+        print("| process CPU time (user + sys) | | %s | %s | %s |" % (fmt(ct_cpu), fmt(pt_cpu), ratio(pt_cpu, ct_cpu)))
         print("| final %s | | %s | %s | |" % (mname, fmt(ct_m, mfmt), fmt(pt_m, mfmt)))
         if len(c) > 1 or len(t) > 1:
             print("| final %s per run | | %s | %s | |" % (mname, " ".join(fmt(final_metric(r["done"], is_gpt), mfmt) for r in c),
