@@ -35,6 +35,8 @@
 #                            by default, mention it when you publish numbers)
 #   --dist [OPTIONS]          data parallel instead: bench/dist.sh OPTIONS (baseline / buckets /
 #                             overlap / bf16 compression at 2 ranks; its --help)
+#   --e2e [OPTIONS]           end to end instead: bench/e2e.sh OPTIONS (the full recipes trained to the end in
+#                             ctrain and PyTorch: per-epoch and wall time, final accuracy / val loss; its --help)
 #   --zero [OPTIONS]          ZeRO instead: bench/zero.sh OPTIONS (peak RSS per rank and step time of DP,
 #                             ZeRO-1/2/3 at 2 and 4 ranks against PyTorch DDP / FSDP; its --help)
 #   --subnormals [OPTIONS]    the demo trained to the end with subnormals flushed (default) and kept,
@@ -91,6 +93,7 @@ while [ $# -gt 0 ]; do
     --gemm) shift; b=$BUILD; root=$(dirname "$(dirname "$SELF")")
         nice make -s -C "$root/bench" BUILD="$b" bench_gemm >&2
         exec nice "$root/$b/bench/bench_gemm" "$@" ;;
+    --e2e) shift; exec bash "$(dirname "$SELF")/e2e.sh" "$@" ;;
     -h | --help) sed -n '2,/^# Logs/p' "$SELF"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 1 ;;
     esac
