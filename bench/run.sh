@@ -34,6 +34,8 @@
 #                             overlap / bf16 compression at 2 ranks; its --help)
 #   --zero [OPTIONS]          ZeRO instead: bench/zero.sh OPTIONS (peak RSS per rank and step time of DP,
 #                             ZeRO-1/2/3 at 2 and 4 ranks against PyTorch DDP / FSDP; its --help)
+#   --scale [ARGS]            scaling beyond this machine by simulation instead: bench/scale.py ARGS (the link's
+#                             latency/bandwidth, compute per op, DP/ZeRO/TP/PP projected to 8/16/64 ranks; its --help)
 #   BUILD=build-bench         build folder (the library and bench_step go there)
 # Logs of every run: $BUILD/bench/logs/<date>/.
 set -euo pipefail
@@ -78,6 +80,7 @@ while [ $# -gt 0 ]; do
     --tune) TUNE=1 ;;
     --dist) shift; exec bash "$(dirname "$SELF")/dist.sh" "$@" ;;
     --zero) shift; exec bash "$(dirname "$SELF")/zero.sh" "$@" ;;
+    --scale) shift; exec /usr/bin/python3 "$(dirname "$SELF")/scale.py" "$@" ;;
     -h | --help) sed -n '2,/^# Logs/p' "$SELF"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 1 ;;
     esac

@@ -1,0 +1,419 @@
+#!/usr/bin/python3
+"""bench/scale.py - scaling beyond this machine, by simulation (issue 32).
+
+Three stages (default: all three, logs under build/bench-scale/<date>/):
+
+  link      the link's latency and bandwidth: bench/pingpong (MPI ping-pong and
+            allreduce sweep, build-bench/bench/pingpong) on one host over shared
+            memory (Open MPI's sm/vader BTL, 2 and 4 ranks), and with one rank in each
+            of two network namespaces joined by a veth pair over the tcp BTL
+            (scripts/netns_mpirun.sh: mpirun with a plm_rsh_agent that runs the
+            daemon with `ip netns exec`), at 1, 10 and 100 gbit and unshaped.
+            Fits one-way time(bytes) = latency + bytes / bandwidth on the fastest
+            of 5 rounds per size (small sizes -> latency, >= 512 KiB -> bandwidth).
+  measure   compute and buckets: `ctrain train --profile` of each workload at 1, 2
+            and 4 ranks x --threads 1, R rounds, with the same rows per rank (weak scaling);
+            from the traces: step, forward, backward, optimizer and data time per
+            step, and each gradient bucket's bytes and when backward made it
+            ready (its allreduce's start, as a fraction of backward).
+  model     the projection: step time = compute + what the communication does
+            not hide.  DP: per bucket a ring allreduce 2(N-1)/N * bytes / bw +
+            2(N-1) * latency, started when the bucket is ready (or after the one
+            before it), overlapped with the rest of backward; ZeRO-2: the same
+            bytes as reduce-scatter, plus an allgather of the parameters after the
+            optimizer (not hidden); ZeRO-3: + an allgather of each layer's
+            parameters in forward and again in backward (hidden behind compute up
+            to its length); tensor parallel T (GPT): compute / T + 4 allreduces of
+            the activations per block (forward 2, backward 2), not hidden;
+            pipeline P (GPT, 1F1B, M = 4P micro-batches): compute / P * (M + P -
+            1) / M + the activations' sends.  First the model is checked against the
+            measured 2 and 4 ranks on this machine (shared memory; ranks beyond
+            the cores are oversubscribed, so compute is scaled by ranks x
+            threads / cores), then projected to 8, 16 and 64 ranks.
+
+  bench/scale.py                       # all: ~10 min on 2 cores
+  bench/scale.py link                  # the link only (root for the namespaces)
+  bench/scale.py model DIR             # the projection again from DIR's logs
+  bench/scale.py --workloads "mlp gptchar" measure
+Options: --workloads "mlp cnn gptchar gpt2" --ranks "8 16 64" --rounds R (measure: 3; the order of
+1, 2, 4 ranks alternates by round, the median round is used) --dir DIR (the logs; default a new
+build/bench-scale/<date>). CT=build/ctrain.
+"""
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CT = os.environ.get("CT", "build/ctrain")
+PINGPONG = "build-bench/bench/pingpong"
+CORES = os.cpu_count() or 1
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+
+# rows per rank, the ctrain train arguments, and (GPT) the shape for tensor / pipeline parallel
+WORKLOADS = {
+    "mlp": dict(rows=128, unit="samples", steps=16,
+                args="--recipe recipes/mnist_mlp.json"),
+    "cnn": dict(rows=128, unit="samples", steps=16,
+                args="--recipe recipes/fashion_cnn.json"),
+    "gptchar": dict(rows=8, unit="tokens", ctx=256, d=384, layers=6, steps=7,
+                    args="--recipe recipes/gpt_char_small.json --set eval_every=0 --set eval_batches=1 --save-every 0"),
+    "gpt2": dict(rows=2, unit="tokens", ctx=64, d=768, layers=12, steps=7,
+                 args="--model gpt --set preset=gpt2-124m --set dataset=moby-dick --set tokenizer=gpt2 --set context=64 "
+                      "--set optimizer.name=adamw --set clip_grad_norm=1 --dropout 0 --set eval_every=0 "
+                      "--set eval_batches=1 --save-every 0"),
+}
+LINKS = ["shm", "1gbit", "10gbit", "100gbit", "unshaped"]
+SEEDS = [("BERT-Large, 8 devices (seed)", "7.6x (380 samples/s)"),
+         ("Swin-B, 8 devices (seed)", "7.1x (890 samples/s)"),
+         ("BERT-Large, 128 devices, bucketing (seed)", "1820 -> 2470 samples/s (one allreduce -> buckets + overlap)")]
+
+
+def sh(cmd, log, timeout=900):
+    with open(log, "w") as f:
+        f.write("$ " + cmd + "\n")
+        f.flush()
+        r = subprocess.run(cmd, shell=True, cwd=ROOT, env=ENV, stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
+    return r.returncode
+
+
+# ---------------------------------------------------------------- link
+def run_link(d):
+    if not os.path.exists(os.path.join(ROOT, PINGPONG)):
+        subprocess.run("make -s -C bench pingpong", shell=True, cwd=ROOT, check=True)
+    for link in LINKS:
+        if link == "shm":
+            for n in (2, 4):
+                sh("timeout -k 5 300 nice mpirun --bind-to none -np %d %s --max-mb 32" % (n, PINGPONG),
+                   os.path.join(d, "link-shm%d.txt" % n))
+        else:
+            rate = "1000gbit" if link == "unshaped" else link
+            sh("timeout -k 5 300 nice scripts/netns_mpirun.sh -n 1 --rate %s -- %s --max-mb 32" % (rate, PINGPONG),
+               os.path.join(d, "link-%s.txt" % link))
+        print("  link %s measured" % link, file=sys.stderr)
+
+
+def parse_link(path):
+    pp, ar, note = {}, {}, ""
+    for line in open(path):
+        m = re.match(r"PP bytes=(\d+) us=([\d.]+) min_us=([\d.]+)", line)
+        if m:
+            pp[int(m.group(1))] = (float(m.group(2)), float(m.group(3)))
+        m = re.match(r"AR np=\d+ bytes=(\d+) us=([\d.]+) min_us=([\d.]+)", line)
+        if m:
+            ar[int(m.group(1))] = (float(m.group(2)), float(m.group(3)))
+        if line.startswith("netns: link"):
+            note = re.sub(r"; \d+ rank\(s\) per namespace$", "", line.split(": ", 2)[2].strip())
+    return pp, ar, note
+
+
+def fit_link(pp):
+    """latency (s) = the fastest small message; bandwidth (B/s) = least squares slope over >= 512 KiB"""
+    lat = min(v[1] for b, v in pp.items() if b <= 128) * 1e-6
+    big = [(b, v[1] * 1e-6) for b, v in pp.items() if b >= 512 * 1024]
+    n = len(big)
+    mx, my = sum(b for b, _ in big) / n, sum(t for _, t in big) / n
+    slope = sum((b - mx) * (t - my) for b, t in big) / sum((b - mx) ** 2 for b, _ in big)
+    return lat, 1.0 / slope
+
+
+def links(d):
+    out = {}
+    for link in LINKS:
+        p = os.path.join(d, "link-%s.txt" % (link + "2" if link == "shm" else link))
+        if not os.path.exists(p):
+            continue
+        pp, ar, note = parse_link(p)
+        if len(pp) < 4:
+            continue
+        lat, bw = fit_link(pp)
+        out[link] = dict(lat=lat, bw=bw, note=note or "Open MPI sm (vader) BTL, one host", ar={2: ar})
+        if link == "shm" and os.path.exists(os.path.join(d, "link-shm4.txt")):
+            out[link]["ar"][4] = parse_link(os.path.join(d, "link-shm4.txt"))[1]
+    return out
+
+
+def ar_measured(table, nbytes):
+    """the measured allreduce time (s, median round) at nbytes, log-log interpolated"""
+    xs = sorted(table)
+    if nbytes <= xs[0]:
+        return table[xs[0]][0] * 1e-6
+    for a, b in zip(xs, xs[1:]):
+        if nbytes <= b:
+            w = (math.log(nbytes) - math.log(a)) / (math.log(b) - math.log(a))
+            return math.exp((1 - w) * math.log(table[a][0]) + w * math.log(table[b][0])) * 1e-6
+    return table[xs[-1]][0] * 1e-6 * nbytes / xs[-1]
+
+
+# ---------------------------------------------------------------- measure
+def train_cmd(spec, rows, prof):
+    return ("%s train %s --batch-size %d --max-steps %d --threads 1 --set log_every=1 --save-dir %s/ck --profile %s" %
+            (CT, spec["args"], rows, spec["steps"], prof, prof))
+
+
+def run_measure(d, names, rounds):
+    """per round and workload: 1, 2 and 4 ranks (DP, same rows per rank), and 2 and 4 independent 1-rank
+    processes at once (solo: the compute under the same sharing of the cores, without communication)"""
+    for r in range(1, rounds + 1):
+        for w in names:
+            spec = WORKLOADS[w]
+            runs = [("np", 1), ("np", 2), ("np", 4), ("solo", 2), ("solo", 4)]
+            for kind, n in (runs if r % 2 else runs[::-1]):  # the order alternates by round (the load drifts)
+                prof = os.path.join(d, "%s-%s%d-r%d" % (w, kind, n, r))
+                if kind == "np":
+                    launch = "" if n == 1 else "mpirun --bind-to none -np %d " % n
+                    cmd = "timeout -k 5 900 nice " + launch + train_cmd(spec, spec["rows"] * n, prof)
+                else:
+                    cmd = " & ".join("timeout -k 5 900 nice " + train_cmd(spec, spec["rows"], "%s/p%d" % (prof, k))
+                                     for k in range(n)) + "; wait"
+                t0 = time.time()
+                rc = sh(cmd, prof + ".log")
+                print("  round %d: %s %s %d: rc %d, %.0f s" % (r, w, kind, n, rc, time.time() - t0), file=sys.stderr)
+
+
+def parse_run(prof):
+    """per-step means (s) of the profiled steps: step, fwd, bwd (span), opt, data; the buckets (bytes, ready fraction)"""
+    path = os.path.join(prof, "trace.json")
+    if not os.path.exists(path):
+        return None
+    ev = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "step")
+    r = dict(step=[], fwd=[], bwd=[], opt=[], data=[], wait=[], buckets={})
+    for s0, s1 in steps:
+        inside = [e for e in ev if s0 <= e["ts"] < s1]
+        bw = [e for e in inside if e.get("cat") == "op" and e["args"].get("phase") == "backward"]
+        fw = [e for e in inside if e.get("cat") == "op" and e["args"].get("phase") == "forward"]
+        if not bw:
+            continue
+        b0, b1 = min(e["ts"] for e in bw), max(e["ts"] + e["dur"] for e in bw)
+        r["step"].append(s1 - s0)
+        r["bwd"].append(b1 - b0)
+        r["fwd"].append(sum(e["dur"] for e in fw))
+        r["opt"].append(sum(e["dur"] for e in inside if e.get("cat") == "optimizer"))
+        r["data"].append(sum(e["dur"] for e in inside if e.get("cat") == "data"))
+        r["wait"].append(sum(e["dur"] for e in inside if e.get("cat") == "comm"))
+        for e in ev:
+            if e.get("cat") == "comm_bucket" and b0 - 1 <= e["ts"] <= b1 + 1e5 and e["ts"] < s1:
+                k = e["args"]["bucket"]
+                r["buckets"].setdefault(k, [e["args"]["bytes"], []])[1].append(min(1.0, (e["ts"] - b0) / (b1 - b0)))
+    out = {k: statistics.median(v) * 1e-6 for k, v in r.items() if k != "buckets" and v}
+    out["buckets"] = [(v[0], statistics.median(v[1])) for _, v in sorted(r["buckets"].items())]
+    return out
+
+
+# ---------------------------------------------------------------- model
+def ring_ar(nbytes, n, lat, bw):
+    return 0.0 if n < 2 else 2 * (n - 1) / n * nbytes / bw + 2 * (n - 1) * lat
+
+
+def ring_half(nbytes, n, lat, bw):  # reduce-scatter or allgather: half an allreduce
+    return 0.0 if n < 2 else (n - 1) / n * nbytes / bw + (n - 1) * lat
+
+
+def exposed(buckets, t_bwd, cost):
+    """buckets (bytes, ready fraction of backward) reduced in order, each started when ready and after the one
+    before; returns the time past the end of backward the last one completes"""
+    end = 0.0
+    for nbytes, frac in buckets:
+        end = max(end, frac * t_bwd) + cost(nbytes)
+    return max(0.0, end - t_bwd)
+
+
+def dp_step(c, n, cost, overlap=True):
+    t = c["compute"]
+    if not overlap:
+        return t + sum(cost(b) for b, _ in c["buckets"])
+    return t + exposed(c["buckets"], c["bwd"], cost)
+
+
+def project(c, w, n, lat, bw):
+    """step seconds of each layout at n ranks (each rank on its own cores), same rows per rank"""
+    grad = sum(b for b, _ in c["buckets"])
+    ar = lambda b: ring_ar(b, n, lat, bw)
+    half = lambda b: ring_half(b, n, lat, bw)
+    out = {"DP, one allreduce after backward": c["compute"] + ar(grad) + 2 * (n - 1) * lat,
+           "DP, buckets + overlap": dp_step(c, n, ar) + 2 * (n - 1) * lat}
+    out["ZeRO-2"] = dp_step(c, n, half) + half(grad) + 2 * (n - 1) * lat
+    fwd_ag = half(grad)  # every layer's parameters gathered before its forward, prefetched behind compute
+    out["ZeRO-3"] = (c["compute"] + max(0.0, fwd_ag - c["fwd"]) + exposed(c["buckets"], c["bwd"], lambda b: half(b) * 2)
+                     + 2 * (n - 1) * lat)
+    spec = WORKLOADS[w]
+    if "d" in spec:
+        act = spec["rows"] * n * spec["ctx"] * spec["d"] * 4  # the global batch's activations at a block boundary
+        # tensor parallel n: every rank computes 1/n of the global batch's work (n x one rank's rows)
+        out["tensor parallel %d" % n] = c["compute"] + 4 * spec["layers"] * ring_ar(act, n, lat, bw)
+        m = 4 * n
+        out["pipeline %d (1F1B, %d micro-batches)" % (n, m)] = (c["compute"] * (m + n - 1) / m
+                                                              + 2 * (m + n - 2) * (lat + act / m / bw))
+    return out
+
+
+def merged(d, w, kind, n):
+    """the rounds' runs of workload w (kind np: n ranks; solo: n processes at once, each a trace): the median
+    over the rounds (and processes) of each per-step median"""
+    runs = []
+    for f in sorted(os.listdir(d)):
+        if re.fullmatch(r"%s-%s%d(-r\d+)?" % (w, kind, n), f):
+            paths = [os.path.join(d, f)] if kind == "np" else [os.path.join(d, f, "p%d" % k) for k in range(n)]
+            for path in paths:
+                r = parse_run(path)
+                if r and "step" in r:
+                    runs.append(r)
+    if not runs:
+        return None
+    out = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "buckets"}
+    out["buckets"] = runs[0]["buckets"]
+    out["rounds"] = len(runs)
+    return out
+
+
+def calib(d, w):
+    runs = {n: merged(d, w, "np", n) for n in (1, 2, 4)}
+    runs.update({-n: merged(d, w, "solo", n) for n in (2, 4)})
+    if not runs[1] or not (runs[2] or runs[4]):
+        return None, runs
+    c = dict(runs[1])
+    c["compute"] = runs[1]["step"]
+    c["buckets"] = (runs[2] or runs[4])["buckets"]
+    return c, runs
+
+
+def model(d, names, ranks):
+    L = links(d)
+    cpu = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True, text=True).stdout.strip()
+    print("== scaling by simulation (bench/scale.py), logs %s" % d)
+    print("cpu: %s, %d cores; load average now %s" % (cpu, CORES, open("/proc/loadavg").read().split()[:3]))
+    print("\n== the link (bench/pingpong: one-way = half a ping-pong round trip; fastest of 5 rounds per size)")
+    print("| link | what | latency (us) | bandwidth (Gbit/s) | allreduce 2 ranks, 4 MiB (ms, median) |")
+    print("|---|---|--:|--:|--:|")
+    for k, v in L.items():
+        print("| %s | %s | %.1f | %.2f | %.2f |" % (k, v["note"], v["lat"] * 1e6, v["bw"] * 8e-9,
+                                                 ar_measured(v["ar"][2], 4 << 20) * 1e3))
+    cal = {}
+    print("\n== compute on this CPU (ctrain train --threads 1, 1 rank; medians of the profiled steps, ms)")
+    print("| workload | rows/rank | step | forward | backward | optimizer | data | gradients (MiB) | buckets: MiB @ ready (fraction of backward) |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|---|")
+    for w in names:
+        c, runs = calib(d, w)
+        if not c:
+            print("| %s | (not measured: see %s/%s-np*.log) |" % (w, d, w))
+            continue
+        cal[w] = (c, runs)
+        g = sum(b for b, _ in c["buckets"])
+        print("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %s |" % (
+            w, WORKLOADS[w]["rows"], c["step"] * 1e3, c["fwd"] * 1e3, c["bwd"] * 1e3, c["opt"] * 1e3, c["data"] * 1e3,
+            g / 2 ** 20, ", ".join("%.2f @ %.2f" % (b / 2 ** 20, f) for b, f in c["buckets"])))
+    print("\n== validation: projected against measured on this machine (shared memory, 1 thread per rank).")
+    print("   compute at N ranks = N independent 1-rank processes at once (solo: the same sharing of the %d cores" % CORES)
+    print("   and of the other jobs' load, no communication); the plain 1-rank x (N / cores) is shown for reference")
+    print("| workload | ranks | measured ms/step | compute (solo N) | projected (measured allreduce) | error | projected (ring, fitted shm link) | error | projected from 1 rank x N/cores | error |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    errs = []
+    shm = L.get("shm")
+    for w, (c, runs) in cal.items():
+        for n in (2, 4):
+            m, solo = runs.get(n), runs.get(-n)
+            if not m or not shm or n not in shm["ar"]:
+                continue
+            cells = []
+            for base in ((solo["step"], solo["bwd"]) if solo else None,
+                         (c["compute"] * max(1.0, n / CORES), c["bwd"] * max(1.0, n / CORES))):
+                if base is None:
+                    cells.append(None)
+                    continue
+                cc = dict(c, compute=base[0], bwd=base[1])
+                cells.append((dp_step(cc, n, lambda b: ar_measured(shm["ar"][n], b)),
+                              dp_step(cc, n, lambda b: ring_ar(b, n, shm["lat"], shm["bw"]))))
+            meas = m["step"]
+            row = "| %s | %d | %.1f | " % (w, n, meas * 1e3)
+            if cells[0]:
+                e1, e2 = cells[0][0] / meas - 1, cells[0][1] / meas - 1
+                errs.append(abs(e1))
+                row += "%.1f | %.1f | %+.0f%% | %.1f | %+.0f%% | " % (solo["step"] * 1e3, cells[0][0] * 1e3, 100 * e1,
+                                                                   cells[0][1] * 1e3, 100 * e2)
+            else:
+                row += "- | - | - | - | - | "
+            row += "%.1f | %+.0f%% |" % (cells[1][0] * 1e3, 100 * (cells[1][0] / meas - 1))
+            print(row)
+    if errs:
+        print("largest error (solo compute + measured allreduce): %.0f%%; median %.0f%% (goal: within 20%%)" %
+              (100 * max(errs), 100 * statistics.median(errs)))
+    print("\n== projection: scaling efficiency = throughput at N ranks / (N x one rank's); same rows per rank,")
+    print("   each rank on its own cores (compute as measured at 1 rank x 1 thread); links as measured above,")
+    print("   and 10 / 100 gbit also at their nominal rate with the veth's latency (the 'nominal' rows)")
+    for w, (c, _) in cal.items():
+        print("\n%s (%d %s per rank; one rank %.1f ms/step)" % (w, WORKLOADS[w]["rows"] * WORKLOADS[w].get("ctx", 1),
+                                                              WORKLOADS[w]["unit"], c["step"] * 1e3))
+        print("| link | layout | " + " | ".join("%d ranks" % n for n in ranks) + " |")
+        print("|---|---|" + "--:|" * len(ranks))
+        variants = [(k, v["lat"], v["bw"]) for k, v in L.items()]
+        if "unshaped" in L:
+            for rate in (10, 100):
+                variants.append(("%d gbit nominal" % rate, L["unshaped"]["lat"], rate * 1e9 / 8))
+        for k, lat, bw in variants:
+            rows = {}
+            for n in ranks:
+                for lay, t in project(c, w, n, lat, bw).items():
+                    rows.setdefault(re.sub(r"\d+ \(1F1B, \d+", "P (1F1B, 4P", re.sub(r"parallel \d+", "parallel N", lay)),
+                                    []).append((t, n))
+            for lay, ts in rows.items():
+                print("| %s | %s | %s |" % (k, lay, " | ".join("%.1f ms, %.2fx (%.0f%%)" % (
+                    t * 1e3, n * c["step"] / t, 100 * c["step"] / t) for t, n in ts)))
+    print("\n== the seeds' published figures (docs/seeds.md), beside the projection")
+    for a, b in SEEDS:
+        print("- %s: %s" % (a, b))
+
+
+def main(argv):
+    names, ranks, d, stages, rounds = list(WORKLOADS), [8, 16, 64], None, [], 3
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-h", "--help"):
+            print(__doc__)
+            return 0
+        if a == "--workloads":
+            names = argv[i + 1].split()
+            i += 1
+        elif a == "--ranks":
+            ranks = [int(x) for x in argv[i + 1].split()]
+            i += 1
+        elif a == "--rounds":
+            rounds = int(argv[i + 1])
+            i += 1
+        elif a == "--dir":
+            d = argv[i + 1]
+            i += 1
+        elif a in ("link", "measure", "model"):
+            stages.append(a)
+        elif stages == ["model"] and d is None:
+            d = a
+        else:
+            print("bench/scale.py: unknown argument %s (--help)" % a, file=sys.stderr)
+            return 2
+        i += 1
+    for w in names:
+        if w not in WORKLOADS:
+            print("bench/scale.py: unknown workload %s (%s)" % (w, " ".join(WORKLOADS)), file=sys.stderr)
+            return 2
+    stages = stages or ["link", "measure", "model"]
+    d = d or os.path.join(ROOT, "build/bench-scale", time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
+    os.makedirs(d, exist_ok=True)
+    if "link" in stages:
+        run_link(d)
+    if "measure" in stages:
+        if not os.path.exists(os.path.join(ROOT, CT)):
+            subprocess.run("nice make -j2 " + CT, shell=True, cwd=ROOT, check=True)
+        run_measure(d, names, rounds)
+    if "model" in stages:
+        model(d, names, ranks)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
