@@ -16,6 +16,8 @@ Three stages (default: all three, logs under build/bench-scale/<date>/):
             from the traces: step, forward, backward, optimizer and data time per
             step, and each gradient bucket's bytes and when backward made it
             ready (its allreduce's start, as a fraction of backward).
+  netns     the check where the link decides: mlp and cnn at 2 ranks across the namespaces at 1 and 10 gbit
+            (same rows per rank; root)
   model     the projection: step time = compute + what the communication does
             not hide.  DP: per bucket a ring allreduce 2(N-1)/N * bytes / bw +
             2(N-1) * latency, started when the bucket is ready (or after the one
@@ -34,8 +36,9 @@ Three stages (default: all three, logs under build/bench-scale/<date>/):
   bench/scale.py                       # all: ~10 min on 2 cores
   bench/scale.py link                  # the link only (root for the namespaces)
   bench/scale.py model DIR             # the projection again from DIR's logs
+  bench/scale.py selftest              # the model's arithmetic on hand-computed cases
   bench/scale.py --workloads "mlp gptchar" measure
-Options: --workloads "mlp cnn gptchar gpt2" --ranks "8 16 64" --rounds R (measure: 3; the order of
+Options: --workloads "mlp cnn gptchar gpt2" --ranks "8 16 64" --rounds R (measure: 3; --first-round K numbers them from K, to add rounds to DIR; the order of
 1, 2, 4 ranks alternates by round, the median round is used) --dir DIR (the logs; default a new
 build/bench-scale/<date>). CT=build/ctrain.
 """
@@ -156,10 +159,10 @@ def train_cmd(spec, rows, prof):
             (CT, spec["args"], rows, spec["steps"], prof, prof))
 
 
-def run_measure(d, names, rounds):
+def run_measure(d, names, rounds, first=1):
     """per round and workload: 1, 2 and 4 ranks (DP, same rows per rank), and 2 and 4 independent 1-rank
     processes at once (solo: the compute under the same sharing of the cores, without communication)"""
-    for r in range(1, rounds + 1):
+    for r in range(first, first + rounds):
         for w in names:
             spec = WORKLOADS[w]
             runs = [("np", 1), ("np", 2), ("np", 4), ("solo", 2), ("solo", 4)]
@@ -174,6 +177,25 @@ def run_measure(d, names, rounds):
                 t0 = time.time()
                 rc = sh(cmd, prof + ".log")
                 print("  round %d: %s %s %d: rc %d, %.0f s" % (r, w, kind, n, rc, time.time() - t0), file=sys.stderr)
+
+
+NETNS_RATES = ("1gbit", "10gbit")
+
+
+def run_netns(d, names, rounds):
+    """2 ranks across the two network namespaces (scripts/netns_mpirun.sh) at each of NETNS_RATES: the model's
+    check where the link, not the cores, decides (mlp and cnn only: the GPTs take minutes per run there)"""
+    for r in range(1, rounds + 1):
+        for w in [x for x in names if x in ("mlp", "cnn")]:
+            spec = WORKLOADS[w]
+            for rate in NETNS_RATES:
+                prof = os.path.join(d, "%s-ns%s2-r%d" % (w, rate, r))
+                cmd = ("timeout -k 10 900 nice scripts/netns_mpirun.sh -n 1 --rate %s -- " % rate
+                       + train_cmd(spec, spec["rows"] * 2, prof))
+                t0 = time.time()
+                rc = sh(cmd, prof + ".log")
+                print("  round %d: %s 2 ranks across namespaces at %s: rc %d, %.0f s" % (r, w, rate, rc, time.time() - t0),
+                      file=sys.stderr)
 
 
 def parse_run(prof):
@@ -201,8 +223,12 @@ def parse_run(prof):
             if e.get("cat") == "comm_bucket" and b0 - 1 <= e["ts"] <= b1 + 1e5 and e["ts"] < s1:
                 k = e["args"]["bucket"]
                 r["buckets"].setdefault(k, [e["args"]["bytes"], []])[1].append(min(1.0, (e["ts"] - b0) / (b1 - b0)))
-    out = {k: statistics.median(v) * 1e-6 for k, v in r.items() if k != "buckets" and v}
+                done = [x for x in bw if x["ts"] + x["dur"] <= e["ts"] + 1]  # the backward node that completed it
+                r.setdefault("nodes", {})[k] = max(done, key=lambda x: x["ts"] + x["dur"])["args"].get("node", "?") \
+                    if done else "?"
+    out = {k: statistics.median(v) * 1e-6 for k, v in r.items() if k not in ("buckets", "nodes") and v}
     out["buckets"] = [(v[0], statistics.median(v[1])) for _, v in sorted(r["buckets"].items())]
+    out["nodes"] = [r.get("nodes", {}).get(k, "?") for k in sorted(r["buckets"])]
     return out
 
 
@@ -238,9 +264,10 @@ def project(c, w, n, lat, bw):
     half = lambda b: ring_half(b, n, lat, bw)
     out = {"DP, one allreduce after backward": c["compute"] + ar(grad) + 2 * (n - 1) * lat,
            "DP, buckets + overlap": dp_step(c, n, ar) + 2 * (n - 1) * lat}
-    out["ZeRO-2"] = dp_step(c, n, half) + half(grad) + 2 * (n - 1) * lat
+    zc = dict(c, compute=c["compute"] - c.get("opt", 0.0) * (1 - 1 / n))  # the optimizer on 1/n of the parameters
+    out["ZeRO-2"] = dp_step(zc, n, half) + half(grad) + 2 * (n - 1) * lat
     fwd_ag = half(grad)  # every layer's parameters gathered before its forward, prefetched behind compute
-    out["ZeRO-3"] = (c["compute"] + max(0.0, fwd_ag - c["fwd"]) + exposed(c["buckets"], c["bwd"], lambda b: half(b) * 2)
+    out["ZeRO-3"] = (zc["compute"] + max(0.0, fwd_ag - c["fwd"]) + exposed(c["buckets"], c["bwd"], lambda b: half(b) * 2)
                      + 2 * (n - 1) * lat)
     spec = WORKLOADS[w]
     if "d" in spec:
@@ -266,8 +293,8 @@ def merged(d, w, kind, n):
                     runs.append(r)
     if not runs:
         return None
-    out = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "buckets"}
-    out["buckets"] = runs[0]["buckets"]
+    out = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k not in ("buckets", "nodes")}
+    out["buckets"], out["nodes"] = runs[0]["buckets"], runs[0]["nodes"]
     out["rounds"] = len(runs)
     return out
 
@@ -275,11 +302,12 @@ def merged(d, w, kind, n):
 def calib(d, w):
     runs = {n: merged(d, w, "np", n) for n in (1, 2, 4)}
     runs.update({-n: merged(d, w, "solo", n) for n in (2, 4)})
+    runs.update({rate: merged(d, w, "ns" + rate, 2) for rate in NETNS_RATES})
     if not runs[1] or not (runs[2] or runs[4]):
         return None, runs
     c = dict(runs[1])
     c["compute"] = runs[1]["step"]
-    c["buckets"] = (runs[2] or runs[4])["buckets"]
+    c["buckets"], c["nodes"] = (runs[2] or runs[4])["buckets"], (runs[2] or runs[4])["nodes"]
     return c, runs
 
 
@@ -296,7 +324,7 @@ def model(d, names, ranks):
                                                  ar_measured(v["ar"][2], 4 << 20) * 1e3))
     cal = {}
     print("\n== compute on this CPU (ctrain train --threads 1, 1 rank; medians of the profiled steps, ms)")
-    print("| workload | rows/rank | step | forward | backward | optimizer | data | gradients (MiB) | buckets: MiB @ ready (fraction of backward) |")
+    print("| workload | rows/rank | step | forward | backward | optimizer | data | gradients (MiB) | buckets: MiB @ ready (fraction of backward), after node |")
     print("|---|--:|--:|--:|--:|--:|--:|--:|---|")
     for w in names:
         c, runs = calib(d, w)
@@ -307,7 +335,7 @@ def model(d, names, ranks):
         g = sum(b for b, _ in c["buckets"])
         print("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %s |" % (
             w, WORKLOADS[w]["rows"], c["step"] * 1e3, c["fwd"] * 1e3, c["bwd"] * 1e3, c["opt"] * 1e3, c["data"] * 1e3,
-            g / 2 ** 20, ", ".join("%.2f @ %.2f" % (b / 2 ** 20, f) for b, f in c["buckets"])))
+            g / 2 ** 20, ", ".join("%.2f @ %.2f after %s" % (b / 2 ** 20, f, nd) for (b, f), nd in zip(c["buckets"], c["nodes"]))))
     print("\n== validation: projected against measured on this machine (shared memory, 1 thread per rank).")
     print("   compute at N ranks = N independent 1-rank processes at once (solo: the same sharing of the %d cores" % CORES)
     print("   and of the other jobs' load, no communication); the plain 1-rank x (N / cores) is shown for reference")
@@ -340,21 +368,33 @@ def model(d, names, ranks):
                 row += "- | - | - | - | - | "
             row += "%.1f | %+.0f%% |" % (cells[1][0] * 1e3, 100 * (cells[1][0] / meas - 1))
             print(row)
+    for w, (c, runs) in cal.items():
+        for rate in NETNS_RATES:
+            m, solo, lk = runs.get(rate), runs.get(-2), L.get(rate)
+            if not m or not solo or not lk:
+                continue
+            cc = dict(c, compute=solo["step"], bwd=solo["bwd"])
+            p1 = dp_step(cc, 2, lambda b: ar_measured(lk["ar"][2], b))
+            p2 = dp_step(cc, 2, lambda b: ring_ar(b, 2, lk["lat"], lk["bw"]))
+            e1, e2 = p1 / m["step"] - 1, p2 / m["step"] - 1
+            errs.append(abs(e1))
+            print("| %s | 2 across namespaces, %s | %.1f | %.1f | %.1f | %+.0f%% | %.1f | %+.0f%% | - | - |" % (
+                w, rate, m["step"] * 1e3, solo["step"] * 1e3, p1 * 1e3, 100 * e1, p2 * 1e3, 100 * e2))
     if errs:
         print("largest error (solo compute + measured allreduce): %.0f%%; median %.0f%% (goal: within 20%%)" %
               (100 * max(errs), 100 * statistics.median(errs)))
     print("\n== projection: scaling efficiency = throughput at N ranks / (N x one rank's); same rows per rank,")
     print("   each rank on its own cores (compute as measured at 1 rank x 1 thread); links as measured above,")
     print("   and 10 / 100 gbit also at their nominal rate with the veth's latency (the 'nominal' rows)")
+    variants = [(k, v["lat"], v["bw"]) for k, v in L.items()]
+    if "unshaped" in L:
+        for rate in (10, 100):
+            variants.append(("%d gbit nominal" % rate, L["unshaped"]["lat"], rate * 1e9 / 8))
     for w, (c, _) in cal.items():
         print("\n%s (%d %s per rank; one rank %.1f ms/step)" % (w, WORKLOADS[w]["rows"] * WORKLOADS[w].get("ctx", 1),
                                                               WORKLOADS[w]["unit"], c["step"] * 1e3))
         print("| link | layout | " + " | ".join("%d ranks" % n for n in ranks) + " |")
         print("|---|---|" + "--:|" * len(ranks))
-        variants = [(k, v["lat"], v["bw"]) for k, v in L.items()]
-        if "unshaped" in L:
-            for rate in (10, 100):
-                variants.append(("%d gbit nominal" % rate, L["unshaped"]["lat"], rate * 1e9 / 8))
         for k, lat, bw in variants:
             rows = {}
             for n in ranks:
@@ -364,19 +404,59 @@ def model(d, names, ranks):
             for lay, ts in rows.items():
                 print("| %s | %s | %s |" % (k, lay, " | ".join("%.1f ms, %.2fx (%.0f%%)" % (
                     t * 1e3, n * c["step"] / t, 100 * c["step"] / t) for t, n in ts)))
+    print("\n== summary: DP with buckets + overlap, scaling efficiency (speedup) at " + ", ".join(map(str, ranks)) + " ranks")
+    print("| workload | " + " | ".join(k for k, _, _ in variants) + " |")
+    print("|---|" + "--:|" * len(variants))
+    for w, (c, _) in cal.items():
+        cells = []
+        for _, lat, bw in variants:
+            cells.append(" / ".join("%.0f%% (%.1fx)" % (100 * c["step"] / t, n * c["step"] / t) for n, t in
+                                    ((n, project(c, w, n, lat, bw)["DP, buckets + overlap"]) for n in ranks)))
+        print("| %s | %s |" % (w, " | ".join(cells)))
     print("\n== the seeds' published figures (docs/seeds.md), beside the projection")
     for a, b in SEEDS:
         print("- %s: %s" % (a, b))
 
 
+def selftest():
+    """the model's arithmetic on hand-computed cases (bench/scale.py selftest; exits 1 on a failure)"""
+    fails = []
+
+    def check(name, got, want, tol=1e-9):
+        if abs(got - want) > tol * max(1.0, abs(want)):
+            fails.append("%s: got %r, want %r" % (name, got, want))
+    # ring allreduce of 8 MB over 4 ranks at 1 GB/s and 10 us: 2*3/4 * 8e6/1e9 + 6 * 10e-6 = 12.06 ms
+    check("ring_ar", ring_ar(8e6, 4, 10e-6, 1e9), 12.06e-3)
+    check("ring_ar 1 rank", ring_ar(8e6, 1, 10e-6, 1e9), 0.0)
+    check("reduce-scatter", ring_half(8e6, 4, 10e-6, 1e9), 6.03e-3)
+    # buckets ready at 0.5 and 1.0 of a 10 ms backward, 3 ms each: the first ends at 8, the second at 13 -> 3 exposed
+    check("exposed", exposed([(1, 0.5), (1, 1.0)], 10e-3, lambda b: 3e-3), 3e-3)
+    # a long first bucket delays the second: ready at 1 ms, done at 13; the second (ready at 10) 13 -> 16: 6 exposed
+    check("exposed queued", exposed([(2, 0.1), (1, 1.0)], 10e-3, lambda b: 12e-3 if b == 2 else 3e-3), 6e-3)
+    check("hidden", exposed([(1, 0.0)], 10e-3, lambda b: 5e-3), 0.0)
+    # the link fit recovers 5 us and 2 GB/s from exact one-way times
+    pp = {b: (0, (5e-6 + b / 2e9) * 1e6) for b in (8, 32, 128, 512 << 10, 2 << 20, 8 << 20)}
+    lat, bw = fit_link(pp)
+    check("fit latency", lat, 5e-6 + 8 / 2e9, 1e-6)
+    check("fit bandwidth", bw, 2e9, 1e-6)
+    table = {1024: (10.0, 9.0), 4096: (40.0, 36.0)}
+    check("interpolated allreduce", ar_measured(table, 2048), 20e-6, 1e-6)
+    for f in fails:
+        print("FAIL " + f)
+    print("bench/scale.py selftest: %d checks failed" % len(fails) if fails else "bench/scale.py selftest: all passed")
+    return 1 if fails else 0
+
+
 def main(argv):
-    names, ranks, d, stages, rounds = list(WORKLOADS), [8, 16, 64], None, [], 3
+    names, ranks, d, stages, rounds, first = list(WORKLOADS), [8, 16, 64], None, [], 3, 1
     i = 0
     while i < len(argv):
         a = argv[i]
         if a in ("-h", "--help"):
             print(__doc__)
             return 0
+        if a == "selftest":
+            return selftest()
         if a == "--workloads":
             names = argv[i + 1].split()
             i += 1
@@ -386,10 +466,13 @@ def main(argv):
         elif a == "--rounds":
             rounds = int(argv[i + 1])
             i += 1
+        elif a == "--first-round":
+            first = int(argv[i + 1])
+            i += 1
         elif a == "--dir":
             d = argv[i + 1]
             i += 1
-        elif a in ("link", "measure", "model"):
+        elif a in ("link", "measure", "netns", "model"):
             stages.append(a)
         elif stages == ["model"] and d is None:
             d = a
@@ -401,7 +484,7 @@ def main(argv):
         if w not in WORKLOADS:
             print("bench/scale.py: unknown workload %s (%s)" % (w, " ".join(WORKLOADS)), file=sys.stderr)
             return 2
-    stages = stages or ["link", "measure", "model"]
+    stages = stages or ["link", "measure", "netns", "model"]
     d = d or os.path.join(ROOT, "build/bench-scale", time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
     os.makedirs(d, exist_ok=True)
     if "link" in stages:
@@ -409,7 +492,9 @@ def main(argv):
     if "measure" in stages:
         if not os.path.exists(os.path.join(ROOT, CT)):
             subprocess.run("nice make -j2 " + CT, shell=True, cwd=ROOT, check=True)
-        run_measure(d, names, rounds)
+        run_measure(d, names, rounds, first)
+    if "netns" in stages:
+        run_netns(d, names, rounds)
     if "model" in stages:
         model(d, names, ranks)
     return 0
