@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench/scale.py - scaling beyond this machine, by simulation (issue 32).
 
-Three stages (default: all three, logs under build/bench-scale/<date>/):
+Four stages (default: all four, logs under build/bench-scale/<date>/):
 
   link      the link's latency and bandwidth: bench/pingpong (MPI ping-pong and
             allreduce sweep, build-bench/bench/pingpong) on one host over shared
@@ -33,7 +33,7 @@ Three stages (default: all three, logs under build/bench-scale/<date>/):
             the cores are oversubscribed, so compute is scaled by ranks x
             threads / cores), then projected to 8, 16 and 64 ranks.
 
-  bench/scale.py                       # all: ~10 min on 2 cores
+  bench/scale.py                       # all: ~40 min on 2 shared cores (gpt2 is most of it)
   bench/scale.py link                  # the link only (root for the namespaces)
   bench/scale.py model DIR             # the projection again from DIR's logs
   bench/scale.py selftest              # the model's arithmetic on hand-computed cases
