@@ -16,8 +16,8 @@ Four stages (default: all four, logs under build/bench-scale/<date>/):
             from the traces: step, forward, backward, optimizer and data time per
             step, and each gradient bucket's bytes and when backward made it
             ready (its allreduce's start, as a fraction of backward).
-  netns     the check where the link decides: mlp and cnn at 2 ranks across the namespaces at 1 and 10 gbit
-            (same rows per rank; root)
+  netns     the check where the link decides: mlp and cnn at 2 ranks across the namespaces at 1 and 10 gbit,
+            comm_progress hook (the default) and thread (same rows per rank; root)
   model     the projection: step time = compute + what the communication does
             not hide.  DP: per bucket a ring allreduce 2(N-1)/N * bytes / bw +
             2(N-1) * latency, started when the bucket is ready (or after the one
@@ -189,13 +189,14 @@ def run_netns(d, names, rounds):
         for w in [x for x in names if x in ("mlp", "cnn")]:
             spec = WORKLOADS[w]
             for rate in NETNS_RATES:
-                prof = os.path.join(d, "%s-ns%s2-r%d" % (w, rate, r))
-                cmd = ("timeout -k 10 900 nice scripts/netns_mpirun.sh -n 1 --rate %s -- " % rate
-                       + train_cmd(spec, spec["rows"] * 2, prof))
-                t0 = time.time()
-                rc = sh(cmd, prof + ".log")
-                print("  round %d: %s 2 ranks across namespaces at %s: rc %d, %.0f s" % (r, w, rate, rc, time.time() - t0),
-                      file=sys.stderr)
+                for mode in ("hook", "thread"):  # comm_progress: the default, and the progress thread
+                    prof = os.path.join(d, "%s-ns%s%s2-r%d" % (w, "" if mode == "hook" else "thread", rate, r))
+                    cmd = ("timeout -k 10 900 nice scripts/netns_mpirun.sh -n 1 --rate %s -- " % rate
+                           + train_cmd(spec, spec["rows"] * 2, prof) + " --set comm_progress=" + mode)
+                    t0 = time.time()
+                    rc = sh(cmd, prof + ".log")
+                    print("  round %d: %s 2 ranks across namespaces at %s, comm_progress %s: rc %d, %.0f s" %
+                          (r, w, rate, mode, rc, time.time() - t0), file=sys.stderr)
 
 
 def parse_run(prof):
@@ -303,6 +304,7 @@ def calib(d, w):
     runs = {n: merged(d, w, "np", n) for n in (1, 2, 4)}
     runs.update({-n: merged(d, w, "solo", n) for n in (2, 4)})
     runs.update({rate: merged(d, w, "ns" + rate, 2) for rate in NETNS_RATES})
+    runs.update({"thread" + rate: merged(d, w, "nsthread" + rate, 2) for rate in NETNS_RATES})
     if not runs[1] or not (runs[2] or runs[4]):
         return None, runs
     c = dict(runs[1])
@@ -364,8 +366,8 @@ def model(d, names, ranks):
             print("| %s | %d | %.1f | %.1f | %.1f | %+.0f%% | %.1f | %+.0f%% | %.1f | %+.0f%% |" % (
                 w, n, meas * 1e3, solo["step"] * 1e3, p1 * 1e3, 100 * e1, p2 * 1e3, 100 * e2, p3 * 1e3, 100 * e3))
     for w, (c, runs) in cal.items():
-        for rate in NETNS_RATES:
-            m, solo, lk = runs.get(rate), runs.get(-2), L.get(rate)
+        for rate, mode in [(x, y) for x in NETNS_RATES for y in ("hook", "thread")]:
+            m, solo, lk = runs.get(rate if mode == "hook" else "thread" + rate), runs.get(-2), L.get(rate)
             if not m or not solo or not lk:
                 continue
             cc = dict(c, compute=solo["step"], bwd=solo["bwd"])
@@ -375,8 +377,8 @@ def model(d, names, ranks):
             e1, e2, e3 = p1 / m["step"] - 1, p2 / m["step"] - 1, p3 / m["step"] - 1
             errs.append(abs(e1))
             errs_serial.append(abs(e3))
-            print("| %s | 2 across namespaces, %s | %.1f | %.1f | %.1f | %+.0f%% | %.1f | %+.0f%% | %.1f | %+.0f%% |" % (
-                w, rate, m["step"] * 1e3, solo["step"] * 1e3, p1 * 1e3, 100 * e1, p2 * 1e3, 100 * e2, p3 * 1e3, 100 * e3))
+            print("| %s | 2 across namespaces, %s, comm_progress %s | %.1f | %.1f | %.1f | %+.0f%% | %.1f | %+.0f%% | %.1f | %+.0f%% |" % (
+                w, rate, mode, m["step"] * 1e3, solo["step"] * 1e3, p1 * 1e3, 100 * e1, p2 * 1e3, 100 * e2, p3 * 1e3, 100 * e3))
     if errs:
         print("error, overlap model (solo compute + measured allreduce): largest %.0f%%, median %.0f%%; no-overlap model:"
               " largest %.0f%%, median %.0f%% (goal: within 20%%)" % (100 * max(errs), 100 * statistics.median(errs),
