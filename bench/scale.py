@@ -17,7 +17,7 @@ Four stages (default: all four, logs under build/bench-scale/<date>/):
             step, and each gradient bucket's bytes and when backward made it
             ready (its allreduce's start, as a fraction of backward).
   netns     the check where the link decides: mlp and cnn at 2 ranks across the namespaces at 1 and 10 gbit,
-            comm_progress hook (the default) and thread (same rows per rank; root)
+            comm_progress hook (the default) and thread (same rows per rank; root), and solo 2 beside them
   model     the projection: step time = compute + what the communication does
             not hide.  DP: per bucket a ring allreduce 2(N-1)/N * bytes / bw +
             2(N-1) * latency, started when the bucket is ready (or after the one
@@ -182,12 +182,15 @@ def run_measure(d, names, rounds, first=1):
 NETNS_RATES = ("1gbit", "10gbit")
 
 
-def run_netns(d, names, rounds):
+def run_netns(d, names, rounds, first=1):
     """2 ranks across the two network namespaces (scripts/netns_mpirun.sh) at each of NETNS_RATES: the model's
     check where the link, not the cores, decides (mlp and cnn only: the GPTs take minutes per run there)"""
-    for r in range(1, rounds + 1):
+    for r in range(first, first + rounds):
         for w in [x for x in names if x in ("mlp", "cnn")]:
             spec = WORKLOADS[w]
+            prof = os.path.join(d, "%s-nssolo2-r%d" % (w, r))  # the compute beside these runs (the load drifts)
+            sh(" & ".join("timeout -k 5 900 nice " + train_cmd(spec, spec["rows"], "%s/p%d" % (prof, k))
+                          for k in range(2)) + "; wait", prof + ".log")
             for rate in NETNS_RATES:
                 for mode in ("hook", "thread"):  # comm_progress: the default, and the progress thread
                     prof = os.path.join(d, "%s-ns%s%s2-r%d" % (w, "" if mode == "hook" else "thread", rate, r))
@@ -281,13 +284,14 @@ def project(c, w, n, lat, bw):
     return out
 
 
-def merged(d, w, kind, n):
+def merged(d, w, kind, n, only=None):
     """the rounds' runs of workload w (kind np: n ranks; solo: n processes at once, each a trace): the median
     over the rounds (and processes) of each per-step median"""
     runs = []
     for f in sorted(os.listdir(d)):
-        if re.fullmatch(r"%s-%s%d(-r\d+)?" % (w, kind, n), f):
-            paths = [os.path.join(d, f)] if kind != "solo" else [os.path.join(d, f, "p%d" % k) for k in range(n)]
+        mm = re.fullmatch(r"%s-%s%d(-r(\d+))?" % (w, kind, n), f)
+        if mm and (only is None or (mm.group(2) and int(mm.group(2)) in only)):
+            paths = [os.path.join(d, f)] if not kind.endswith("solo") else [os.path.join(d, f, "p%d" % k) for k in range(n)]
             for path in paths:
                 r = parse_run(path)
                 if r and "step" in r:
@@ -303,8 +307,11 @@ def merged(d, w, kind, n):
 def calib(d, w):
     runs = {n: merged(d, w, "np", n) for n in (1, 2, 4)}
     runs.update({-n: merged(d, w, "solo", n) for n in (2, 4)})
-    runs.update({rate: merged(d, w, "ns" + rate, 2) for rate in NETNS_RATES})
-    runs.update({"thread" + rate: merged(d, w, "nsthread" + rate, 2) for rate in NETNS_RATES})
+    # the namespace runs are compared with the solo runs of their own rounds (the load drifts between stages)
+    paired = {int(m.group(1)) for m in (re.fullmatch(r"%s-nssolo2-r(\d+)" % w, f) for f in os.listdir(d)) if m} or None
+    runs.update({rate: merged(d, w, "ns" + rate, 2, paired) for rate in NETNS_RATES})
+    runs.update({"thread" + rate: merged(d, w, "nsthread" + rate, 2, paired) for rate in NETNS_RATES})
+    runs["nssolo"] = merged(d, w, "nssolo", 2)
     if not runs[1] or not (runs[2] or runs[4]):
         return None, runs
     c = dict(runs[1])
@@ -367,7 +374,7 @@ def model(d, names, ranks):
                 w, n, meas * 1e3, solo["step"] * 1e3, p1 * 1e3, 100 * e1, p2 * 1e3, 100 * e2, p3 * 1e3, 100 * e3))
     for w, (c, runs) in cal.items():
         for rate, mode in [(x, y) for x in NETNS_RATES for y in ("hook", "thread")]:
-            m, solo, lk = runs.get(rate if mode == "hook" else "thread" + rate), runs.get(-2), L.get(rate)
+            m, solo, lk = runs.get(rate if mode == "hook" else "thread" + rate), runs.get("nssolo") or runs.get(-2), L.get(rate)
             if not m or not solo or not lk:
                 continue
             cc = dict(c, compute=solo["step"], bwd=solo["bwd"])
@@ -494,7 +501,7 @@ def main(argv):
             subprocess.run("nice make -j2 " + CT, shell=True, cwd=ROOT, check=True)
         run_measure(d, names, rounds, first)
     if "netns" in stages:
-        run_netns(d, names, rounds)
+        run_netns(d, names, rounds, first)
     if "model" in stages:
         model(d, names, ranks)
     return 0
