@@ -43,6 +43,8 @@
 #                             alternating: per-epoch times and the ratio (bench/subnormals.sh --help)
 #   --gemm [OPTIONS]          the workloads' GEMMs inside the step vs oneDNN alone: builds and runs
 #                             $BUILD/bench/bench_gemm OPTIONS (--workloads, --rounds, --precision; its --help)
+#   --scale [ARGS]            scaling beyond this machine by simulation instead: bench/scale.py ARGS (the link's
+#                             latency/bandwidth, compute per op, DP/ZeRO/TP/PP projected to 8/16/64 ranks; its --help)
 #   BUILD=build-bench         build folder (the library and bench_step go there)
 # Logs of every run: $BUILD/bench/logs/<date>/.
 set -euo pipefail
@@ -94,6 +96,7 @@ while [ $# -gt 0 ]; do
         nice make -s -C "$root/bench" BUILD="$b" bench_gemm >&2
         exec nice "$root/$b/bench/bench_gemm" "$@" ;;
     --e2e) shift; exec bash "$(dirname "$SELF")/e2e.sh" "$@" ;;
+    --scale) shift; exec /usr/bin/python3 "$(dirname "$SELF")/scale.py" "$@" ;;
     -h | --help) sed -n '2,/^# Logs/p' "$SELF"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 1 ;;
     esac
