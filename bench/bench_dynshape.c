@@ -29,15 +29,9 @@
 #include <time.h>
 
 #include "ctrain/ctrain.h"
+#define BENCH_NAME "bench_dynshape"
+#include "bench_util.h"
 
-#define DIE_IF(ctx, expr)                                                                              \
-    do {                                                                                               \
-        ct_status s_ = (expr);                                                                         \
-        if (s_ != CT_OK) {                                                                             \
-            fprintf(stderr, "bench_dynshape: %s failed: %s\n", #expr, ct_context_last_error(ctx));     \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
 
 static double now_s(void) {
     struct timespec ts;

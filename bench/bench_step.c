@@ -31,22 +31,11 @@
 #include <unistd.h>
 
 #include "ctrain/ctrain.h"
+#define BENCH_NAME "bench_step"
+#include "bench_util.h"
 
-#define DIE_IF(ctx, expr)                                                                         \
-    do {                                                                                          \
-        ct_status s_ = (expr);                                                                    \
-        if (s_ != CT_OK) {                                                                        \
-            fprintf(stderr, "bench_step: %s failed: %s: %s\n", #expr, ct_status_name(s_),         \
-                    (ctx) ? ct_context_last_error(ctx) : "");                                     \
-            exit(2);                                                                              \
-        }                                                                                         \
-    } while (0)
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
+static double now_ms(void) { return bench_now_ms(); }
 
 static double cpu_ms(void) { /* CPU time of all threads of this process */
     struct timespec ts;

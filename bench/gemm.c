@@ -48,17 +48,10 @@
 #pragma GCC diagnostic ignored "-Wstringop-overread"
 
 #include "ctrain/ctrain.h"
+#define BENCH_NAME "bench_gemm"
+#include "bench_util.h"
 #include "graph/plan.h"
 
-#define DIE_IF(ctx, expr)                                                                          \
-    do {                                                                                           \
-        ct_status s_ = (expr);                                                                     \
-        if (s_ != CT_OK) {                                                                         \
-            fprintf(stderr, "bench_gemm: %s failed: %s: %s\n", #expr, ct_status_name(s_),          \
-                    (ctx) ? ct_context_last_error(ctx) : "");                                      \
-            exit(2);                                                                               \
-        }                                                                                          \
-    } while (0)
 static int dn_verbose = 1; /* oneDNN failures are printed in the first round only */
 #define DN(call)                                                                                   \
     do {                                                                                           \
@@ -69,11 +62,7 @@ static int dn_verbose = 1; /* oneDNN failures are printed in the first round onl
         }                                                                                          \
     } while (0)
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
+static double now_ms(void) { return bench_now_ms(); }
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
