@@ -62,5 +62,3 @@ void ct_fp_leave(ct_fp_scope *s) {
 void ct_fp_thread_flush(const ct_context *ctx) {
     if (ctx && ct_context_flush_subnormals(ctx)) set_csr(get_csr() | CT_MXCSR_FLUSH);
 }
-
-int ct_fp_flushing(void) { return CT_MXCSR_FLUSH && (get_csr() & CT_MXCSR_FLUSH) == CT_MXCSR_FLUSH; }

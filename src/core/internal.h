@@ -63,7 +63,7 @@ int ct_release_pages(float *x, size_t b, size_t e, char **a, char **d);
 /* Subnormals flushed to zero while ctrain computes (fpenv.c; ct_context_opts.flush_subnormals): every call that
  * computes brackets its work with ct_fp_enter / ct_fp_leave (nested scopes are free; the outermost sets FTZ/DAZ
  * in the caller's thread and the OpenMP workers and restores their MXCSR on leave); the library's own threads
- * call ct_fp_thread_flush at their start. ct_fp_flushing: this thread's MXCSR has both bits (tests). */
+ * call ct_fp_thread_flush at their start. */
 typedef struct ct_fp_scope {
     unsigned saved;
     int threads, on;
@@ -71,7 +71,6 @@ typedef struct ct_fp_scope {
 void ct_fp_enter(const ct_context *ctx, ct_fp_scope *s);
 void ct_fp_leave(ct_fp_scope *s);
 void ct_fp_thread_flush(const ct_context *ctx);
-int ct_fp_flushing(void);
 /* The length of [b0, e0) ∩ [b1, e1) (0 when they do not meet). */
 static inline size_t ct_overlap(size_t b0, size_t e0, size_t b1, size_t e1) {
     const size_t lo = CT_MAX(b0, b1), hi = CT_MIN(e0, e1);
