@@ -102,6 +102,28 @@ TEST(environment_overrides) {
     ct_context_free(on);
 }
 
+/* a value that is not 0 or 1 is refused with a message naming the variable, not ignored */
+TEST(invalid_environment_refused) {
+    static const char *vars[] = {"CT_FLUSH_SUBNORMALS", "CT_ONEDNN", "CT_BF16_NATIVE", "CT_ISA"};
+    for (int v = 0; v < 4; v++) {
+        setenv(vars[v], "yes", 1);
+        char msg[256];
+        ct_context *ctx = NULL;
+        ct_context_opts o;
+        ct_context_opts_default(&o);
+        ct_status s = ct_context_create(&o, &ctx);
+        ct_status c = ct_context_env_check(msg, sizeof msg);
+        unsetenv(vars[v]);
+        CHECK_MSG(s == CT_E_CONFIG && ctx == NULL, "%s=yes: context status %d", vars[v], (int)s);
+        CHECK(c == CT_E_CONFIG);
+        CHECK_MSG(strstr(msg, vars[v]) && strstr(msg, "'yes'") && strstr(msg, v == 3 ? "ref, avx2 or avx512" : "0 or 1"),
+                  "message: %s", msg);
+        ct_context_free(ctx);
+    }
+    char msg[64] = "x";
+    CHECK(ct_context_env_check(msg, sizeof msg) == CT_OK && msg[0] == 0);
+}
+
 /* a caller that flushes already: its bits stay, and a context that keeps subnormals does not clear them */
 TEST(caller_mxcsr_restored_as_it_was) {
     unsetenv("CT_FLUSH_SUBNORMALS");
@@ -120,7 +142,7 @@ TEST(caller_mxcsr_restored_as_it_was) {
 }
 
 TEST_MAIN(T(default_flushes_in_every_thread), T(off_keeps_subnormals), T(environment_overrides),
-          T(caller_mxcsr_restored_as_it_was))
+          T(invalid_environment_refused), T(caller_mxcsr_restored_as_it_was))
 #else
 TEST(not_x86) { CHECK(1); }
 TEST_MAIN(T(not_x86))

@@ -25,8 +25,9 @@ int ct_cli_doctor(int argc, char **argv) {
     ct_context_opts co;
     ct_context_opts_default(&co);
     co.num_threads = 1;
-    if (ct_context_create(&co, &ctx) != CT_OK) {
-        fprintf(stderr, "ctrain: error: cannot create a context\n");
+    ct_status cs = ct_context_create(&co, &ctx);
+    if (cs != CT_OK) {
+        cli_context_fail(cs);
         return 1;
     }
     ct_doctor_report r;

@@ -23,7 +23,7 @@ int ct_cli_info(int argc, char **argv) {
     ct_context *ctx;
     ct_status s = ct_context_create(NULL, &ctx);
     if (s != CT_OK) {
-        fprintf(stderr, "ctrain: error: cannot create a context (%s); check CT_ISA\n", ct_status_name(s));
+        cli_context_fail(s);
         return 1;
     }
     const ct_cpu_features *f = ct_context_cpu(ctx);

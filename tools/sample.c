@@ -230,7 +230,7 @@ int ct_cli_sample(int argc, char **argv) {
     sampler sm = {0};
     ct_status s = ct_context_create(&co, &sm.ctx);
     if (s != CT_OK) {
-        fprintf(stderr, "ctrain: error: cannot create a context (%s)\n", ct_status_name(s));
+        cli_context_fail(s);
         return 1;
     }
     rc = load_model(&sm, sa.ckpt);

@@ -92,6 +92,16 @@ int cli_split_set(const char *arg, char *key, size_t cap, const char **val) {
     return 1;
 }
 
+int cli_context_fail(ct_status s) {
+    char msg[256];
+    if (ct_context_env_check(msg, sizeof msg) != CT_OK) {
+        fprintf(stderr, "ctrain: error: %s %s: %s\nctrain: hint: `ctrain --help` lists the CT_* variables\n",
+                ct_status_code(CT_E_CONFIG), ct_status_name(CT_E_CONFIG), msg);
+        return 1;
+    }
+    return cli_error(s, "cannot create a context");
+}
+
 int cli_error(ct_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -344,8 +354,7 @@ int ct_cli_train(int argc, char **argv) {
     ct_context_opts_default(&co);
     ct_status s = ct_context_create(&co, &ctx);
     if (s != CT_OK) {
-        fprintf(stderr, "ctrain: error: cannot create a context (%s); check CT_ISA (ref, avx2 or avx512)\n",
-                ct_status_name(s));
+        cli_context_fail(s);
         return 1;
     }
     rc = 1;

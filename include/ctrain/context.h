@@ -67,6 +67,12 @@ void ct_context_opts_default(ct_context_opts *opts);
  * see ct_openmp_limit_spin below, which a program calls first thing in main
  * to get the `ctrain` CLI's short spin. */
 ct_status ct_context_create(const ct_context_opts *opts, ct_context **out);
+/* Checks the environment variables ctrain reads (CT_ISA=ref|avx2|avx512,
+ * CT_ONEDNN, CT_FLUSH_SUBNORMALS and CT_BF16_NATIVE = 0|1): CT_OK, or
+ * CT_E_CONFIG with "environment variable X='v' is not valid: use ..." in msg
+ * (when msg is not NULL). ct_context_create returns CT_E_CONFIG for the same
+ * values, before it has a context to carry a message: call this to say why. */
+ct_status ct_context_env_check(char *msg, size_t len);
 void ct_context_free(ct_context *ctx); /* accepts NULL */
 
 /* OpenMP spin-waiting. ctrain and oneDNN run on GNU OpenMP (libgomp), whose

@@ -136,6 +136,34 @@ void ct_context_opts_default(ct_context_opts *o) {
     o->flush_subnormals = 1;
 }
 
+/* The variables ct_context_create reads (and CT_BF16_NATIVE, read at compile): a value
+ * that is not one of the accepted ones is an error, never silently ignored. */
+ct_status ct_context_env_check(char *msg, size_t len) {
+    static const struct {
+        const char *name, *accepted[4];
+    } vars[] = {{"CT_ISA", {"ref", "avx2", "avx512", NULL}},
+                {"CT_ONEDNN", {"0", "1", NULL}},
+                {"CT_FLUSH_SUBNORMALS", {"0", "1", NULL}},
+                {"CT_BF16_NATIVE", {"0", "1", NULL}}};
+    for (size_t v = 0; v < sizeof vars / sizeof vars[0]; v++) {
+        const char *e = getenv(vars[v].name);
+        if (!e || !*e) continue;
+        int ok = 0;
+        for (int j = 0; vars[v].accepted[j]; j++) ok |= !strcmp(e, vars[v].accepted[j]);
+        if (ok) continue;
+        if (msg && len) {
+            char acc[64] = "";
+            for (int j = 0; vars[v].accepted[j]; j++)
+                snprintf(acc + strlen(acc), sizeof acc - strlen(acc), "%s%s", j == 0 ? "" : vars[v].accepted[j + 1] ? ", " : " or ",
+                         vars[v].accepted[j]);
+            snprintf(msg, len, "environment variable %s='%.64s' is not valid: use %s, or unset it", vars[v].name, e, acc);
+        }
+        return CT_E_CONFIG;
+    }
+    if (msg && len) msg[0] = 0;
+    return CT_OK;
+}
+
 ct_status ct_context_create(const ct_context_opts *opts, ct_context **out) {
     ct_context_opts d;
     if (!out) return CT_E_INVALID_ARG;
@@ -159,15 +187,15 @@ ct_status ct_context_create(const ct_context_opts *opts, ct_context **out) {
     ct_isa isa = ct_cpu_best_isa(&ctx->cpu);
     if (opts->isa >= 0 && (ct_isa)opts->isa < isa) isa = (ct_isa)opts->isa;
     ctx->use_onednn = opts->use_onednn;
+    if (ct_context_env_check(NULL, 0) != CT_OK) {
+        free(ctx);
+        return CT_E_CONFIG; /* no context to carry the message: ct_context_env_check says which variable */
+    }
     const char *env = getenv("CT_ISA");
     if (env && *env) {
         ct_isa want = CT_ISA_COUNT;
         for (int i = 0; i < CT_ISA_COUNT; i++)
             if (!strcmp(env, ct_isa_name((ct_isa)i))) want = (ct_isa)i;
-        if (want == CT_ISA_COUNT) {
-            free(ctx);
-            return CT_E_CONFIG; /* no context to carry the message: caller reports */
-        }
         if (want < isa) isa = want;
         if (want == CT_ISA_REF) ctx->use_onednn = 0;
     }
@@ -175,7 +203,7 @@ ct_status ct_context_create(const ct_context_opts *opts, ct_context **out) {
     if (env && !strcmp(env, "0")) ctx->use_onednn = 0;
     ctx->flush_subnormals = opts->flush_subnormals != 0;
     env = getenv("CT_FLUSH_SUBNORMALS");
-    if (env && (!strcmp(env, "0") || !strcmp(env, "1"))) ctx->flush_subnormals = env[0] == '1';
+    if (env && *env) ctx->flush_subnormals = env[0] == '1';
     ctx->isa = isa;
     *out = ctx;
     return CT_OK;
