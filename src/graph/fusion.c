@@ -871,10 +871,8 @@ static ct_status try_ln_bwd_add(fz *f, ct_node n, int *done) {
             continue;
         reader rd[2];
         if (readers_of(g, l, rd, 1) != 1) continue; /* the add only */
-        int is_grad = 0;
-        for (int i = 0; i < f->p->n_params; i++) is_grad |= f->p->param_grads[i] == l;
         int rule;
-        if (is_grad || !enabled(f, PAT_LN_BWD_ADD, n, CT_NONE, &rule)) continue;
+        if (ct_plan_is_param_grad(f->p, l) || !enabled(f, PAT_LN_BWD_ADD, n, CT_NONE, &rule)) continue;
         ct_node_def nd = *L;
         nd.n_in = 5;
         nd.in[4] = r;

@@ -76,9 +76,7 @@ static int is_output(const ct_plan *p, ct_node v) {
 
 /* The only reader of v, or -1 (none, several, or a kept output). */
 static ct_node only_reader(const ct_plan *p, ct_node v) {
-    if (is_output(p, v)) return -1;
-    for (int i = 0; i < p->n_params; i++) /* a parameter's gradient is kept */
-        if (p->param_grads[i] == v) return -1;
+    if (is_output(p, v) || ct_plan_is_param_grad(p, v)) return -1; /* kept */
     ct_node r = -1;
     for (int i = v + 1; i < p->g.n; i++)
         for (int j = 0; j < p->g.nodes[i].n_in; j++)

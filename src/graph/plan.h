@@ -193,6 +193,12 @@ static inline ct_node ct_plan_map(const ct_plan *p, ct_node n) {
 
 /* The graph whose shapes the executor runs: the selected variant's
  * (ct_plan_set_shape) or the compiled one. */
+/* v is some parameter's gradient (kept: the optimizer reads it) */
+static inline int ct_plan_is_param_grad(const ct_plan *p, ct_node v) {
+    for (int i = 0; i < p->n_params; i++)
+        if (p->param_grads[i] == v) return 1;
+    return 0;
+}
 static inline const ct_graph *ct_plan_run_graph(const ct_plan *p) { return p->variant ? &p->variants[p->variant - 1]->g : &p->g; }
 
 /* Node n's value in this plan's memory with the selected shapes: a variant's
