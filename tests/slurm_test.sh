@@ -99,11 +99,12 @@ trap 'slurm_stop; rm -rf "$tmp"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# free_port: a TCP port nobody listens on (/proc/net/tcp{,6}), from 20000-59999
+# free_port [OTHER]: a TCP port nobody uses (/proc/net/tcp{,6}) and not OTHER, from 20000-31999 (below Linux's
+# ephemeral range, so that no client's port takes it before the daemon binds it)
 free_port() {
   local p hex
   while :; do
-    p=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+    p=$((20000 + RANDOM % 12000))
     hex=$(printf ':%04X ' $p)
     grep -q "$hex" /proc/net/tcp /proc/net/tcp6 2>/dev/null || [ "$p" = "${1:-}" ] || { echo $p; return; }
   done
