@@ -14,6 +14,10 @@ cd "$(dirname "$0")/.."
 PKGS="build-essential pkg-config libdnnl-dev libcjson-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev \
       libgomp1 groff-base libopenmpi-dev openmpi-bin dataset-fashion-mnist ca-certificates python3 \
       python3-torchvision time"
+# a single-node Slurm started by tests/slurm_test.sh (srun --mpi=pmix, sbatch; the pmix plugin is in
+# slurm-wlm-basic-plugins, a dependency of slurmd)
+SLURM_PKGS="munge slurmctld slurmd slurm-client"
+PKGS="$PKGS $SLURM_PKGS"
 if [ "${1:-}" = "--reference" ]; then
   PKGS="$PKGS python3 python3-torch python3-numpy libopenblas0-openmp"
 fi

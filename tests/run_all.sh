@@ -92,6 +92,7 @@ run_suite "tensor parallel" tests/tp_test.sh build/ctrain
 run_suite "pipeline parallel" tests/pp_test.sh build/ctrain
 run_suite "dist det text" tests/dist_det_text_test.sh build/ctrain
 run_suite "netns" tests/netns_test.sh build/ctrain
+run_suite "slurm" tests/slurm_test.sh build/ctrain
 run_suite "fuzz replay" bash tests/fuzz/replay.sh build
 for t in build-asan/tests/test_*; do
   run_suite "asan $(basename "$t")" "$t"
@@ -110,6 +111,7 @@ run_suite "asan zero3" tests/zero3_test.sh build-asan/ctrain
 run_suite "asan tensor parallel" tests/tp_test.sh build-asan/ctrain
 run_suite "asan pipeline parallel" tests/pp_test.sh build-asan/ctrain
 run_suite "asan dist det text" tests/dist_det_text_test.sh build-asan/ctrain
+run_suite "asan slurm" tests/slurm_test.sh build-asan/ctrain
 run_suite "asan fuzz replay" bash tests/fuzz/replay.sh build-asan
 # fallbacks: the same end-to-end checks with lower ISAs
 for isa in avx2 ref; do
