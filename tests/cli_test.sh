@@ -33,7 +33,22 @@ expect missing_value 2 "needs a value" -- "$CT" train --lr
 printf '{"epochs": 2,\n  "batch_size": }\n' > "$tmp/bad.json"
 expect malformed_recipe 1 "not valid JSON.*line 2" -- "$CT" train --recipe "$tmp/bad.json"
 printf '{"epochs": 2, "learning_rate": 0.1}\n' > "$tmp/unknown.json"
-expect unknown_recipe_key 1 "unknown recipe key 'learning_rate'" -- "$CT" train --recipe "$tmp/unknown.json"
+expect unknown_recipe_key 1 "unknown recipe key 'learning_rate' \(ctrain calls it 'optimizer.lr'\).*--help-keys" -- "$CT" train --recipe "$tmp/unknown.json"
+# a misspelt key: the closest keys, never the list of every key cut off mid-word
+printf '{"n_laye": 2}\n' > "$tmp/typo.json"
+expect unknown_key_suggests 1 "unknown recipe key 'n_laye' \(did you mean 'n_layer'\)" -- "$CT" train --recipe "$tmp/typo.json"
+"$CT" train --recipe "$tmp/typo.json" 2>"$tmp/typo.err" >/dev/null
+if grep -q "valid keys" "$tmp/typo.err" || [ "$(head -n 1 "$tmp/typo.err" | wc -c)" -gt 300 ]; then
+  bad unknown_key_short "$(head -c 400 "$tmp/typo.err")"
+else ok unknown_key_short; fi
+printf '{"accumulation_steps": 4}\n' > "$tmp/seed_key.json"
+expect seed_spelling 1 "ctrain calls it 'accumulate_steps'" -- "$CT" train --recipe "$tmp/seed_key.json"
+printf '{"epochs": 1,\n "batch_size": 8,\n "epochs": 2}\n' > "$tmp/dup.json"
+expect duplicate_key 1 "recipe key 'epochs' is given twice" -- "$CT" train --recipe "$tmp/dup.json"
+printf '{"optimizer": "sgd", "epochs": 1}\n' > "$tmp/shorthand.json"
+expect optimizer_shorthand 0 "model mlp" -- "$CT" graph --recipe "$tmp/shorthand.json"
+expect optimizer_shorthand_set 0 "model mlp" -- "$CT" graph --recipe "$tmp/shorthand.json" --set optimizer=lamb
+expect bad_env_value 1 "CT_FLUSH_SUBNORMALS='on' is not valid: use 0 or 1" -- env CT_FLUSH_SUBNORMALS=on "$CT" info
 expect out_of_range 1 "optimizer.lr.*out of range" -- "$CT" train --lr -1
 expect bad_beta 1 "beta1" -- "$CT" train --set optimizer.beta1=1.5
 expect missing_recipe 1 "cannot open recipe" -- "$CT" train --recipe "$tmp/nope.json"

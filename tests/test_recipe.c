@@ -323,6 +323,48 @@ TEST(model_table_drives_the_recipe) {
     ct_context_free(ctx);
 }
 
+/* an unknown key: "did you mean" (spelling, or another framework's name for it), never a dump of every key;
+ * a key given twice is an error; "optimizer": "sgd" is {"name": "sgd"} */
+TEST(unknown_keys_suggest_duplicates_refused_optimizer_shorthand) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_recipe r;
+    ct_recipe_default(&r);
+    static const char *cases[][2] = {{"{\"n_laye\": 2}", "did you mean 'n_layer'"},
+                                     {"{\"accumulation_steps\": 2}", "ctrain calls it 'accumulate_steps'"},
+                                     {"{\"keep_fp32_modules\": \"x\"}", "'keep_fp32'"},
+                                     {"{\"dynamic_scaling\": true}", "'loss_scale.mode'"},
+                                     {"{\"max_batch_size\": 32}", "'batch_size"},
+                                     {"{\"optimizer\": {\"betaa\": 0.9}}", "'optimizer.beta1' or 'optimizer.beta2'"},
+                                     {"{\"warmup\": 10}", "'warmup_steps'"},
+                                     {"{\"zzzzzzzz\": 1}", "--help-keys"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK(ct_recipe_parse_json(ctx, cases[i][0], &r) == CT_E_CONFIG);
+        const char *e = ct_context_last_error(ctx);
+        CHECK_MSG(contains(e, cases[i][1]) && contains(e, "--help-keys") && !contains(e, "valid keys") &&
+                      strlen(e) < 400, "%s: %s", cases[i][0], e);
+    }
+    CHECK(!contains(ct_context_last_error(ctx), "did you mean")); /* nothing close to zzzzzzzz */
+    CHECK(ct_recipe_set(ctx, &r, "optimizer.lrr", "0.1") == CT_E_CONFIG);
+    CHECK(contains(ct_context_last_error(ctx), "did you mean 'optimizer.lr'"));
+    /* duplicates, at the top level and in a section */
+    CHECK(ct_recipe_parse_json(ctx, "{\"epochs\": 1, \"batch_size\": 8, \"epochs\": 2}", &r) == CT_E_CONFIG);
+    CHECK_MSG(contains(ct_context_last_error(ctx), "'epochs' is given twice"), "%s", ct_context_last_error(ctx));
+    CHECK(ct_recipe_parse_json(ctx, "{\"optimizer\": {\"lr\": 0.1, \"lr\": 0.2}}", &r) == CT_E_CONFIG);
+    CHECK(contains(ct_context_last_error(ctx), "'optimizer.lr' is given twice"));
+    /* the shorthand, in JSON and with --set; a non-name, non-object is named */
+    ct_recipe_default(&r);
+    CHECK(ct_recipe_parse_json(ctx, "{\"optimizer\": \"sgd\", \"epochs\": 2}", &r) == CT_OK);
+    CHECK(r.optim.kind == CT_OPTIM_SGD && r.epochs == 2);
+    ct_recipe_default(&r);
+    CHECK(ct_recipe_set(ctx, &r, "optimizer", "lamb") == CT_OK && r.optim.kind == CT_OPTIM_LAMB);
+    CHECK(ct_recipe_parse_json(ctx, "{\"optimizer\": \"sgdx\"}", &r) == CT_E_CONFIG);
+    CHECK(contains(ct_context_last_error(ctx), "sgd|adamw"));
+    CHECK(ct_recipe_parse_json(ctx, "{\"optimizer\": 3}", &r) == CT_E_CONFIG);
+    CHECK(contains(ct_context_last_error(ctx), "must be a name"));
+    ct_context_free(ctx);
+}
+
 TEST_MAIN(T(model_table_drives_the_recipe), T(model_section), T(parses_a_full_recipe), T(malformed_json_names_line_and_column), T(unknown_keys_and_bad_values_are_named),
           T(shipped_recipes_parse), T(enum_keys_match_library_enums), T(key_table_is_queryable),
-          T(keys_that_do_not_apply_are_rejected), T(memory_budget_and_lr_scaling))
+          T(keys_that_do_not_apply_are_rejected), T(memory_budget_and_lr_scaling),
+          T(unknown_keys_suggest_duplicates_refused_optimizer_shorthand))

@@ -484,12 +484,91 @@ static const key_def *find_key(const char *key) {
     return NULL;
 }
 
-static ct_status unknown_key(ct_context *ctx, const char *key) {
-    char list[1024];
+/* Other frameworks' spellings (the seeds' own, PyTorch's, DeepSpeed's) of ctrain's keys. */
+static const struct {
+    const char *theirs, *ours;
+} k_aliases[] = {
+    {"accumulation_steps", "accumulate_steps"}, {"gradient_accumulation_steps", "accumulate_steps"},
+    {"keep_fp32_modules", "keep_fp32"}, {"dynamic_scaling", "loss_scale.mode"},
+    {"max_batch_size", "batch_size (with dynamic_shapes)"}, {"init_scale", "loss_scale.init_scale"},
+    {"growth_factor", "loss_scale.growth_factor"}, {"backoff_factor", "loss_scale.backoff_factor"},
+    {"growth_interval", "loss_scale.growth_interval"}, {"buffer_size", "prefetch"},
+    {"learning_rate", "optimizer.lr"}, {"lr", "optimizer.lr"}, {"weight_decay", "optimizer.weight_decay"},
+    {"momentum", "optimizer.momentum"}, {"betas", "optimizer.beta1 and optimizer.beta2"},
+    {"num_epochs", "epochs"}, {"max_epochs", "epochs"}, {"train_batch_size", "batch_size"},
+    {"micro_batch_size", "batch_size"}, {"grad_clip", "clip_grad_norm"}, {"max_grad_norm", "clip_grad_norm"},
+    {"gradient_clipping", "clip_grad_norm"}, {"mixed_precision", "precision"}, {"dtype", "precision"},
+    {"amp", "precision"}, {"lr_scheduler", "schedule"}, {"scheduler", "schedule"},
+    {"checkpoint_dir", "save_dir"}, {"output_dir", "save_dir"}, {"num_workers", "prefetch_threads"},
+    {"num_layers", "n_layer"}, {"num_heads", "n_head"}, {"hidden_size", "d_model"}, {"block_size", "context"},
+    {"seq_len", "context"}, {"stage", "zero_stage"}, {"zero_optimization.stage", "zero_stage"},
+    {"tensor_model_parallel_size", "tensor_parallel"}, {"pipeline_model_parallel_size", "pipeline_stages"},
+};
+
+/* Levenshtein distance of a and b, capped: returns cap + 1 once it is larger. */
+static int edit_distance(const char *a, const char *b, int cap) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return cap + 1;
+    int row[64];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0], best;
+        row[0] = best = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j], v = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < v) v = up + 1;
+            if (row[j - 1] + 1 < v) v = row[j - 1] + 1;
+            diag = up;
+            row[j] = v;
+            if (v < best) best = v;
+        }
+        if (best > cap) return cap + 1;
+    }
+    return row[lb];
+}
+
+/* The last dotted component of a key ("optimizer.lr" -> "lr"). */
+static const char *key_leaf(const char *k) {
+    const char *d = strrchr(k, '.');
+    return d ? d + 1 : k;
+}
+
+/* "did you mean" for key: another framework's spelling, or the keys closest in spelling (whole key or its last
+ * component), at most 3, written to out ("" when none is close). */
+static void suggest_keys(const char *key, char *out, size_t len) {
+    out[0] = 0;
+    const char *leaf = key_leaf(key);
+    for (size_t i = 0; i < sizeof k_aliases / sizeof k_aliases[0]; i++)
+        if (!strcmp(key, k_aliases[i].theirs) || !strcmp(leaf, k_aliases[i].theirs)) {
+            snprintf(out, len, "ctrain calls it '%s'", k_aliases[i].ours);
+            return;
+        }
+    int cap = strlen(leaf) <= 4 ? 1 : strlen(leaf) <= 8 ? 2 : 3, best[3] = {cap + 1, cap + 1, cap + 1};
+    size_t pick[3] = {0, 0, 0};
+    for (size_t i = 0; i < N_KEYS; i++) {
+        int d = edit_distance(key, k_keys[i].key, cap), dl = edit_distance(leaf, key_leaf(k_keys[i].key), cap);
+        if (dl < d) d = dl;
+        size_t lk = strlen(key);
+        if (d > 1 && lk >= 4 && !strncmp(k_keys[i].key, key, lk)) d = 1; /* "warmup" -> "warmup_steps" */
+        for (int j = 0; j < 3; j++)
+            if (d < best[j]) {
+                for (int m = 2; m > j; m--) { best[m] = best[m - 1]; pick[m] = pick[m - 1]; }
+                best[j] = d;
+                pick[j] = i;
+                break;
+            }
+    }
     size_t o = 0;
-    for (size_t i = 0; i < N_KEYS && o < sizeof list; i++)
-        o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", k_keys[i].key);
-    return ct_set_error(ctx, CT_E_CONFIG, "unknown recipe key '%s'; valid keys: %s (see docs/recipes.md)", key, list);
+    for (int j = 0; j < 3 && best[j] <= cap && o < len; j++)
+        o += (size_t)snprintf(out + o, len - o, "%s'%s'", j ? (j + 1 < 3 && best[j + 1] <= cap ? ", " : " or ") : "did you mean ",
+                              k_keys[pick[j]].key);
+}
+
+static ct_status unknown_key(ct_context *ctx, const char *key) {
+    char hint[256];
+    suggest_keys(key, hint, sizeof hint);
+    return ct_set_error(ctx, CT_E_CONFIG, "unknown recipe key '%s'%s%s%s; `ctrain train --help-keys` lists every key "
+                        "(docs/recipes.md)", key, hint[0] ? " (" : "", hint, hint[0] ? ")" : "");
 }
 
 /* The index of v in "a|b|c" (an empty choice matches ""), or -1. */
@@ -605,7 +684,7 @@ static ct_status set_list(ct_context *ctx, ct_recipe *r, const key_def *k, const
 
 ct_status ct_recipe_set(ct_context *ctx, ct_recipe *r, const char *key, const char *value) {
     if (!r || !key || !value) return CT_E_INVALID_ARG;
-    const key_def *k = find_key(key);
+    const key_def *k = find_key(!strcmp(key, "optimizer") ? "optimizer.name" : key); /* optimizer=sgd: its name */
     if (!k) return unknown_key(ctx, key);
     if (k->type == K_STR || k->type == K_ENUM_OPT || k->type == K_ENUM || k->type == K_BYTES)
         return set_string(ctx, r, k, value);
@@ -639,12 +718,27 @@ ct_status ct_recipe_set(ct_context *ctx, ct_recipe *r, const char *key, const ch
     return set_number(ctx, r, k, v);
 }
 
+/* A key given twice in one object: JSON allows it, cJSON keeps both, and the last would win silently. */
+static ct_status check_duplicates(ct_context *ctx, const cJSON *obj, const char *prefix) {
+    for (const cJSON *it = obj->child; it; it = it->next)
+        for (const cJSON *p = obj->child; p != it; p = p->next)
+            if (it->string && p->string && !strcmp(it->string, p->string))
+                return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s%s' is given twice; keep one", prefix, it->string);
+    return CT_OK;
+}
+
 static ct_status apply_json(ct_context *ctx, const cJSON *obj, const char *prefix, ct_recipe *r) {
+    CT_TRY(check_duplicates(ctx, obj, prefix));
     /* optimizer.name first so the kind's defaults do not override later keys */
     for (int pass = 0; pass < 2; pass++) {
         for (const cJSON *it = obj->child; it; it = it->next) {
             char key[128];
             snprintf(key, sizeof key, "%s%s", prefix, it->string ? it->string : "");
+            if (!strcmp(key, "optimizer") && cJSON_IsString(it)) /* "optimizer": "sgd" is {"name": "sgd"} */
+                snprintf(key, sizeof key, "optimizer.name");
+            else if (!strcmp(key, "optimizer") && !cJSON_IsObject(it))
+                return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'optimizer' must be a name (\"adamw\") or an object "
+                                    "({\"name\": \"adamw\", \"lr\": 0.001})");
             int is_name = !strcmp(key, "optimizer.name");
             if ((pass == 0) != is_name && !cJSON_IsObject(it)) continue;
             if (cJSON_IsObject(it)) {
