@@ -72,7 +72,8 @@ test: all
 # The shared library exports exactly the functions declared in include/ctrain/
 # (a version script generated from the headers); the installed `ctrain` is the
 # tested build/ctrain, linked against libctrain.a (docs/abi.md says why).
-VERSION      := 0.2.0
+# the library's version: include/ctrain/version.h's three numbers
+VERSION      := $(shell sed -n 's/^\#define CT_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$$/\2/p' include/ctrain/version.h | paste -sd.)
 SOVERSION    := 1
 PREFIX       ?= /usr/local
 BINDIR       ?= $(PREFIX)/bin

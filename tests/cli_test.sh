@@ -27,6 +27,13 @@ for m in $names; do expect "graph_model_$m" 0 "^$m: [0-9]+ parameters" -- "$CT" 
 expect graph_model_unknown 1 "model 'resnet-1000' is unknown; built-in models: mlp, cnn, gpt, gpt-char-small.*bert-large" \
   -- "$CT" graph --model resnet-1000
 expect unknown_command 2 "unknown command" -- "$CT" frobnicate
+# versions: the CLI's, the library's and the headers' agree (include/ctrain/version.h is the one source)
+ver=$(sed -n 's/^#define CT_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$/\2/p' include/ctrain/version.h | paste -sd.)
+expect version 0 "^ctrain $ver \(libctrain $ver, checkpoint format 1\)$" -- "$CT" --version
+# ctrain help CMD is CMD's help, not the top-level one
+expect help_cmd_train 0 "^usage: ctrain train" -- "$CT" help train
+expect help_cmd_sample 0 "^usage: ctrain sample" -- "$CT" help sample
+expect help_cmd_unknown 2 "unknown command 'frobnicate'" -- "$CT" help frobnicate
 expect unknown_flag 2 "unknown option '--epoch'" -- "$CT" train --epoch 3
 expect missing_value 2 "needs a value" -- "$CT" train --lr
 
@@ -67,7 +74,15 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
   printf '\x00\x00\x09\x03' | dd of="$tmp/corrupt/t10k-images-idx3-ubyte" bs=1 count=4 conv=notrunc 2>/dev/null
   expect truncated_idx 1 "E70002.*truncated" -- "$CT" train --data-dir "$tmp/trunc"
   expect corrupt_idx 1 "E70002" -- "$CT" train --data-dir "$tmp/corrupt"
-  expect short_real_run 0 "test acc" -- "$CT" train --epochs 1 --max-steps 30 --batch-size 64 --hidden 64 --threads 2
+  expect short_real_run 0 "test acc" -- "$CT" train --epochs 1 --max-steps 30 --batch-size 64 --hidden 64 --threads 2 \
+    --save-dir "$tmp/ver_ck"
+  # every file of a checkpoint records the library that wrote it (and the format it is in)
+  ckd="$tmp/ver_ck/$(cat "$tmp/ver_ck/latest" 2>/dev/null)"
+  for f in model.safetensors train_state.safetensors; do
+    if head -c 8192 "$ckd/$f" 2>/dev/null | grep -aq "\"ctrain_library\":\"$ver\"" &&
+       head -c 8192 "$ckd/$f" | grep -aq '"ctrain_version":"1"'; then ok "checkpoint_records_version_$f"
+    else bad "checkpoint_records_version_$f" "$(head -c 300 "$ckd/$f" 2>&1 | tr -c '[:print:]' '.')"; fi
+  done
   # recomputation that lowers the peak (the deep MLP) runs without a warning
   out=$(timeout -k 5 300 "$CT" train --recipe recipes/mnist_deep_mlp_accum_recompute.json --epochs 1 --max-steps 2 --threads 2 --quiet 2>&1)
   rc=$?

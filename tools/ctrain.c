@@ -18,11 +18,14 @@ static void usage(FILE *f) {
             "  doctor     read a profiler trace and give a verdict per KPI (ctrain doctor TRACE)\n"
             "  report     draw a metrics log as an HTML page (ctrain report --help)\n"
             "  graph      print a recipe's compiled plan: nodes, fused groups, memory; DOT (ctrain graph --help)\n"
-            "  help       this message\n"
+            "  help [CMD] this message, or CMD's options (the same as ctrain CMD --help)\n"
+            "  --version  the version of ctrain, its library and its checkpoint format\n"
             "\n"
             "environment:\n"
             "  CT_ISA=ref|avx2|avx512       lowers the kernel ISA (ref also disables oneDNN)\n"
-            "  CT_ONEDNN=0                  disables oneDNN kernels\n"
+            "  CT_ONEDNN=0|1                0 disables oneDNN kernels\n"
+            "  CT_FLUSH_SUBNORMALS=0|1      0 keeps subnormal floats (PyTorch's default; slower), 1 flushes them\n"
+            "  CT_BF16_NATIVE=0|1           0: BF16/FP16 plans run FP32 copies of every op (for comparison)\n"
             "  GOMP_SPINCOUNT, OMP_WAIT_POLICY\n"
             "                               OpenMP waiting; when neither is set, ctrain re-executes itself\n"
             "                               once with GOMP_SPINCOUNT=10000 (idle threads sleep sooner, which\n"
@@ -31,23 +34,37 @@ static void usage(FILE *f) {
             "exit status: 0 success, 1 error (the message says what to do), 2 usage error.\n");
 }
 
+/* argv[0] is the command */
+static int dispatch(int argc, char **argv) {
+    if (!strcmp(argv[0], "train")) return ct_cli_train(argc, argv);
+    if (!strcmp(argv[0], "sample")) return ct_cli_sample(argc, argv);
+    if (!strcmp(argv[0], "info")) return ct_cli_info(argc, argv);
+    if (!strcmp(argv[0], "doctor")) return ct_cli_doctor(argc, argv);
+    if (!strcmp(argv[0], "report")) return ct_cli_report(argc, argv);
+    if (!strcmp(argv[0], "graph")) return ct_cli_graph(argc, argv);
+    fprintf(stderr, "ctrain: unknown command '%s'\n\n", argv[0]);
+    usage(stderr);
+    return 2;
+}
+
 int main(int argc, char **argv) {
     /* libgomp's default spin-wait makes steps up to 5x slower on shared cores;
      * it reads the setting only at start-up, so this re-executes ctrain once
      * with GOMP_SPINCOUNT=10000 unless the user chose a policy (context.h).
      * On failure ctrain runs as is. */
     ct_openmp_limit_spin(argv);
+    if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version"))) {
+        printf("ctrain %s (libctrain %s, checkpoint format %s)\n", CT_VERSION_STRING, ct_version(),
+               ct_checkpoint_format_version());
+        return 0;
+    }
+    if (argc >= 3 && !strcmp(argv[1], "help")) { /* ctrain help CMD: CMD --help */
+        char *args[] = {argv[2], "--help", NULL};
+        if (strcmp(argv[2], "help")) return dispatch(2, args);
+    }
     if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    if (!strcmp(argv[1], "train")) return ct_cli_train(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "sample")) return ct_cli_sample(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "info")) return ct_cli_info(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "doctor")) return ct_cli_doctor(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "report")) return ct_cli_report(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "graph")) return ct_cli_graph(argc - 1, argv + 1);
-    fprintf(stderr, "ctrain: unknown command '%s'\n\n", argv[1]);
-    usage(stderr);
-    return 2;
+    return dispatch(argc - 1, argv + 1);
 }

@@ -109,6 +109,10 @@ ct_status ct_checkpoint_save_ex(ct_context *ctx, const char *dir, ct_plan *plan,
 ct_status ct_checkpoint_load(ct_context *ctx, const char *path, ct_plan *plan, ct_optimizer *opt,
                              ct_train_state *st);
 
+/* The checkpoint format's version ("1"; __metadata__.ctrain_version of every file). Files also record the
+ * library that wrote them (ctrain_library: ct_version()); a load needs the format, not the library, to match. */
+const char *ct_checkpoint_format_version(void);
+
 /* The step directory `path` resolves to (as ct_checkpoint_load does). */
 ct_status ct_checkpoint_resolve(ct_context *ctx, const char *path, char *out, size_t len);
 /* The save directory `path` belongs to: `path` itself when it is a save dir

@@ -1,6 +1,7 @@
 /* ctrain/ctrain.h - umbrella header. */
 #ifndef CTRAIN_CTRAIN_H
 #define CTRAIN_CTRAIN_H
+#include "version.h"
 #include "status.h"
 #include "context.h"
 #include "tensor.h"

@@ -1,5 +1,6 @@
 /* src/core/status.c - names, codes and advice for ct_status values. */
 #include "ctrain/status.h"
+#include "ctrain/version.h"
 
 typedef struct {
     const char *name, *code, *advice;
@@ -38,3 +39,5 @@ static const status_info *info(ct_status s) {
 const char *ct_status_name(ct_status s) { return info(s)->name; }
 const char *ct_status_code(ct_status s) { return info(s)->code; }
 const char *ct_status_advice(ct_status s) { return info(s)->advice; }
+
+const char *ct_version(void) { return CT_VERSION_STRING; }

@@ -32,6 +32,7 @@
 #include "core/internal.h"
 #include "ctrain/checkpoint.h"
 #include "ctrain/dist.h"
+#include "ctrain/version.h"
 #include "io/pp_files.h"
 #include "io/safetensors.h"
 
@@ -379,6 +380,7 @@ static ct_status write_weights(ct_context *ctx, const char *path, ct_st_tensor *
     ct_st_meta_set(&m, "format", "pt");
     ct_st_meta_set(&m, "ctrain_format", "weights");
     ct_st_meta_set(&m, "ctrain_version", FORMAT_VERSION);
+    ct_st_meta_set(&m, "ctrain_library", "%s", ct_version());
     ct_status s = ct_st_write(ctx, tmp, path, t, n, &m, 1, NULL);
     if (s == CT_OK && rename(tmp, path) != 0)
         s = ct_set_error(ctx, CT_E_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
@@ -519,6 +521,7 @@ static void fill_state_meta(ct_st_meta *m, const ct_train_state *st, const ct_op
     ct_st_meta_set(m, "format", "pt");
     ct_st_meta_set(m, "ctrain_format", "train_state");
     ct_st_meta_set(m, "ctrain_version", FORMAT_VERSION);
+    ct_st_meta_set(m, "ctrain_library", "%s", ct_version());
     ct_st_meta_set(m, "model_crc32", "%08lx", (unsigned long)model_crc);
     ct_st_meta_set(m, "model_tensors", "%d", n_model);
     ct_st_meta_set(m, "step", "%lld", (long long)st->step);
@@ -736,6 +739,8 @@ static ct_status check_extra_files(ct_context *ctx, const char *dir, const char 
     }
     return CT_OK;
 }
+
+const char *ct_checkpoint_format_version(void) { return FORMAT_VERSION; }
 
 ct_status ct_checkpoint_resolve(ct_context *ctx, const char *path, char *out, size_t len) {
     if (!path || !out) return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_checkpoint_resolve: path must not be NULL");
@@ -1023,6 +1028,7 @@ static ct_status save_ex(ct_context *ctx, const char *dir, ct_optimizer *opt, co
         ct_st_meta_set(&mm, "format", "pt");
         ct_st_meta_set(&mm, "ctrain_format", "weights");
         ct_st_meta_set(&mm, "ctrain_version", FORMAT_VERSION);
+        ct_st_meta_set(&mm, "ctrain_library", "%s", ct_version());
         ct_st_meta_set(&mm, "step", "%lld", (long long)st->step);
         join_path(p, sizeof p, tmp, MODEL_FILE);
         s = ct_st_write(ctx, p, p, mt, mn, &mm, o->fsync, &mcrc);
