@@ -18,7 +18,9 @@ BUILD=${1:-build}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 P=$tmp/prefix
-version=$(sed -n 's/^VERSION *:= *//p' Makefile)
+# the version's one source (the Makefile reads it from there too)
+version=$(sed -n 's/^#define CT_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$/\2/p' include/ctrain/version.h | paste -sd.)
+[[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] && ok "version $version from include/ctrain/version.h" || bad "version '$version'"
 soversion=$(sed -n 's/^SOVERSION *:= *//p' Makefile)
 export PKG_CONFIG_PATH=$P/lib/pkgconfig
 unset PKG_CONFIG_LIBDIR
@@ -75,10 +77,10 @@ for h in "$P"/include/ctrain/*.h; do
 done
 [ -z "$hdr_bad" ] && ok "each installed header compiles on its own (C99, -pedantic -Werror)" || bad "headers that do not compile alone:$hdr_bad"
 if command -v g++ >/dev/null; then
-  printf '#include <ctrain/ctrain.h>\nint main() { return ct_status_name(CT_OK)[0] == 0; }\n' > "$tmp/cxx.cpp"
+  printf '#include <ctrain/ctrain.h>\n#include <cstring>\nint main() { return ct_status_name(CT_OK)[0] == 0 || strcmp(ct_version(), CT_VERSION_STRING) || strcmp(CT_VERSION_STRING, "%s"); }\n' "$version" > "$tmp/cxx.cpp"
   out=$(g++ -std=c++11 -Wall -Wextra -Werror -pedantic "$tmp/cxx.cpp" -o "$tmp/cxx" $(pkg-config --cflags --libs ctrain) \
         -Wl,-rpath,"$P/lib" 2>&1 && "$tmp/cxx" 2>&1)
-  [ $? -eq 0 ] && ok "ctrain.h compiles and links as C++11" || bad "ctrain.h as C++" "$out"
+  [ $? -eq 0 ] && ok "ctrain.h compiles and links as C++11; ct_version() = CT_VERSION_STRING = $version" || bad "ctrain.h as C++" "$out"
 else
   bad "g++ is missing (build-essential; scripts/setup.sh)"
 fi

@@ -14,8 +14,16 @@
 /* MAJOR * 10000 + MINOR * 100 + PATCH, for #if */
 #define CT_VERSION (CT_VERSION_MAJOR * 10000 + CT_VERSION_MINOR * 100 + CT_VERSION_PATCH)
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* The version of the library loaded at run time ("0.2.0"), which may differ
  * from CT_VERSION_STRING when a program runs against another libctrain.so. */
 const char *ct_version(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
