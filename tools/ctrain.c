@@ -14,6 +14,8 @@ static void usage(FILE *f) {
             "commands:\n"
             "  train      train a model from a recipe (ctrain train --help)\n"
             "  sample     generate text with a GPT checkpoint (ctrain sample --help)\n"
+            "  eval       test accuracy, per-class accuracy and confusion matrix of an image checkpoint (ctrain eval --help)\n"
+            "  predict    top-k classes of JPEG/PNG files with an image checkpoint (ctrain predict --help)\n"
             "  info       show the CPU features and kernels ctrain will use\n"
             "  doctor     read a profiler trace and give a verdict per KPI (ctrain doctor TRACE)\n"
             "  report     draw a metrics log as an HTML page (ctrain report --help)\n"
@@ -43,6 +45,8 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "train")) return ct_cli_train(argc - 1, argv + 1);
     if (!strcmp(argv[1], "sample")) return ct_cli_sample(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "eval")) return ct_cli_eval(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "predict")) return ct_cli_predict(argc - 1, argv + 1);
     if (!strcmp(argv[1], "info")) return ct_cli_info(argc - 1, argv + 1);
     if (!strcmp(argv[1], "doctor")) return ct_cli_doctor(argc - 1, argv + 1);
     if (!strcmp(argv[1], "report")) return ct_cli_report(argc - 1, argv + 1);
