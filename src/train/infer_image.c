@@ -73,6 +73,7 @@ static ct_status folder_names(ct_classifier *c) {
         CT_TRY(ct_text_read_file(c->ctx, path, &c->names, &len));
         for (size_t i = 0; i < len; i++)
             if (c->names[i] == '\n') c->names[i] = 0, c->classes++;
+        if (len && c->names[len - 1]) c->classes++; /* a last line without '\n' (the buffer ends in NUL) */
     } else { /* a checkpoint from before classes.txt: the data's folders (only their names are read) */
         ct_image_set *set = NULL;
         char dir[4200];
