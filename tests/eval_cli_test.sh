@@ -5,8 +5,8 @@
 # folder (scripts/export_imagefolder.py): eval's accuracy equals the test
 # accuracy the trainer printed and stored, exactly (the same correct count);
 # the 500 test images written as PNG files (28 x 28 gray, and RGB with the gray
-# value in each channel) and predicted one by one give eval's confusion matrix
-# exactly; the image folder's class names come from the checkpoint
+# value in each channel; 56 x 56, resized) and predicted one by one give
+# eval's confusion matrix exactly; the image folder's class names come from the checkpoint
 # (classes.txt: predict needs no data); errors: a GPT checkpoint
 # (use ctrain sample), corrupt / missing / non-image files (the other files are
 # still predicted, exit 1), a missing dataset, bad flags.
@@ -32,13 +32,15 @@ def png(rows, w, ctype):
     ch = lambda k, b: struct.pack(">I", len(b)) + k + b + struct.pack(">I", zlib.crc32(k + b) & 0xFFFFFFFF)
     return (b"\x89PNG\r\n\x1a\n" + ch(b"IHDR", struct.pack(">IIBBBBB", w, len(rows), 8, ctype, 0, 0, 0)) +
             ch(b"IDAT", zlib.compress(b"".join(b"\0" + r for r in rows))) + ch(b"IEND", b""))
-os.makedirs(out + "/gray"); os.makedirs(out + "/rgb")
+os.makedirs(out + "/gray"); os.makedirs(out + "/rgb"); os.makedirs(out + "/big")
 with open(out + "/labels.txt", "w") as f:
     for i in range(len(lab)):
         rows = [img[i * 784 + y * 28: i * 784 + y * 28 + 28] for y in range(28)]
         open("%s/gray/%03d.png" % (out, i), "wb").write(png(rows, 28, 0))
         if i < 20:
             open("%s/rgb/%03d.png" % (out, i), "wb").write(png([bytes(v for v in r for _ in range(3)) for r in rows], 28, 2))
+            big = [bytes(v for v in r for _ in range(2)) for r in rows for _ in range(2)]  # 56 x 56, each pixel 2 x 2
+            open("%s/big/%03d.png" % (out, i), "wb").write(png(big, 56, 0))
         f.write("%d\n" % lab[i])
 EOF
 [ "$(ls "$tmp/png/gray" | wc -l)" -eq 500 ] && ok png_export || bad png_export
@@ -97,6 +99,11 @@ a=$("$CT" predict --checkpoint "$tmp/mlp" "$tmp"/png/gray/00*.png 2>&1 | grep -v
 b=$("$CT" predict --checkpoint "$tmp/mlp" "$tmp"/png/rgb/00*.png 2>&1 | grep -v png)
 [ -n "$a" ] && [ "$a" = "$b" ] && [ "$(printf '%s\n' "$a" | wc -l)" -eq 50 ] && ok predict_rgb_as_gray_top5 \
   || bad predict_rgb_as_gray_top5 "gray: $a / rgb: $b"
+# 56 x 56 files: Resize(28) + CenterCrop(28) (bilinear: the mean of each 2 x 2 block, the original pixel)
+a=$("$CT" predict --checkpoint "$tmp/mlp" --top-k 1 "$tmp"/png/gray/0[01]*.png 2>&1 | grep -v png | awk '{print $2}')
+b=$("$CT" predict --checkpoint "$tmp/mlp" --top-k 1 "$tmp"/png/big/0[01]*.png 2>&1 | grep -v png | awk '{print $2}')
+[ -n "$a" ] && [ "$a" = "$b" ] && [ "$(printf '%s\n' "$a" | wc -l)" -eq 20 ] && ok predict_56px_resized_same_top1 \
+  || bad predict_56px_resized_same_top1 "28 px: $a / 56 px: $b"
 # the same checkpoint through a step directory, --top-k 3
 expect predict_step_dir_top3 0 "000.png +[0-9.]+% +[0-9] +[0-9] +[0-9.]+% +[0-9] +[0-9] +[0-9.]+% +[0-9] +[0-9]$" -- \
   "$CT" predict --checkpoint "$tmp/mlp/step-000025" --top-k 3 "$tmp/png/gray/000.png"

@@ -14,7 +14,7 @@ static void usage(FILE *f) {
             "commands:\n"
             "  train      train a model from a recipe (ctrain train --help)\n"
             "  sample     generate text with a GPT checkpoint (ctrain sample --help)\n"
-            "  eval       test accuracy, per-class accuracy and confusion matrix of an image checkpoint (ctrain eval --help)\n"
+            "  eval       accuracy, per-class accuracy, confusion matrix of an image checkpoint (ctrain eval --help)\n"
             "  predict    top-k classes of JPEG/PNG files with an image checkpoint (ctrain predict --help)\n"
             "  info       show the CPU features and kernels ctrain will use\n"
             "  doctor     read a profiler trace and give a verdict per KPI (ctrain doctor TRACE)\n"
