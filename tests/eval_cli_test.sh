@@ -53,7 +53,7 @@ import json, re, sys
 tr, ev, js = open(sys.argv[1]).read(), open(sys.argv[2]).read(), json.load(open(sys.argv[3]))
 printed = re.search(r"done: .*test accuracy ([0-9.]+)%", tr).group(1)
 W = len(js["confusion"])
-ok = (js["accuracy"] == js["trained_accuracy"] and js["count"] == 500 and
+ok = (js["accuracy"] == js["trained_accuracy"] and js["loss"] == js["trained_loss"] and js["count"] == 500 and
       js["correct"] == round(float(printed) * 5) and "test accuracy %s%% (%d / 500)" % (printed, js["correct"]) in ev
       and sum(map(sum, js["confusion"])) == 500 and sum(js["confusion"][k][k] for k in range(W)) == js["correct"]
       and "(same)" in ev)
@@ -125,7 +125,18 @@ import json, re, sys
 printed = float(re.search(r"done: .*test accuracy ([0-9.]+)%", open(sys.argv[1]).read()).group(1))
 js = json.load(open(sys.argv[2]))
 sys.exit(not (js["count"] == 100 and js["correct"] == round(printed) and js["accuracy"] == js["trained_accuracy"]
-              and js["classes"][3] == "3-dress"))
+              and js["loss"] == js["trained_loss"] and js["classes"][3] == "3-dress"))
+EOF
+  # ResNet-50 (batch norm's running statistics, BF16 autocast, accumulation), narrowed: the same loss, bit for bit
+  "$CT" train --recipe recipes/resnet50_imagenet.json --set data_dir="$tmp/fm" --set image_size=32 --set resize_size=0 \
+    --set width_div=16 --set max_blocks=1 --set batch_size=8 --set epochs=1 --set warmup_epochs=0 --set num_classes=10 \
+    --set cifar_stem=true --threads 2 --save-dir "$tmp/r50" > "$tmp/r50.log" 2>&1
+  "$CT" eval --checkpoint "$tmp/r50" --json "$tmp/r50.json" > "$tmp/r50_eval.log" 2>&1
+  $PY - "$tmp/r50.json" <<'EOF' && ok resnet50_bf16_eval_equals_trainer || bad resnet50_bf16_eval_equals_trainer "$(cat "$tmp/r50.log" "$tmp/r50_eval.log")"
+import json, sys
+js = json.load(open(sys.argv[1]))
+sys.exit(not (js["count"] == 100 and js["loss"] == js["trained_loss"] and js["accuracy"] == js["trained_accuracy"]
+              and js["model"] == "resnet50" and len(js["confusion"]) == 10))
 EOF
   [ "$(head -n 2 "$tmp/fmm/latest/classes.txt" 2>/dev/null || head -n 2 "$tmp"/fmm/step-*/classes.txt)" = "$(printf '0-t-shirt\n1-trouser')" ] \
     && ok folder_classes_txt_saved || bad folder_classes_txt_saved "$(ls "$tmp"/fmm/step-*)"

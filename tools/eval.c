@@ -128,14 +128,14 @@ static int write_json(const char *path, const ct_classifier *c, const ct_classif
     if (!f) return cli_error(CT_E_IO, "--json: cannot write '%s': %s", path, strerror(errno));
     const ct_recipe *r = ct_classifier_recipe_of(c);
     const int64_t W = e->outputs;
-    double tacc;
-    ct_classifier_trained(c, &tacc, NULL);
+    double tacc, tloss;
+    ct_classifier_trained(c, &tacc, &tloss);
     fprintf(f, "{\"checkpoint\":");
     json_str(f, ckpt);
     fprintf(f, ",\"model\":\"%s\",\"dataset\":\"%s\",\"count\":%lld,\"correct\":%lld,\"accuracy\":%.17g,"
-               "\"loss\":%.17g,\"trained_accuracy\":%.17g,\"classes\":[",
+               "\"loss\":%.17g,\"trained_accuracy\":%.17g,\"trained_loss\":%.17g,\"classes\":[",
             ct_recipe_enum_name("model", (int)r->model), ct_recipe_enum_name("dataset", (int)r->dataset),
-            (long long)e->count, (long long)e->correct, e->accuracy, e->loss, tacc);
+            (long long)e->count, (long long)e->correct, e->accuracy, e->loss, tacc, tloss);
     for (int64_t k = 0; k < W; k++) {
         if (k) fputc(',', f);
         json_str(f, ct_classifier_class_name(c, (int)k));
