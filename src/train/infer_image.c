@@ -47,17 +47,22 @@ static const char *const cifar100_names[100] = {
     "telephone", "television", "tiger", "tractor", "train", "trout", "tulip", "turtle", "wardrobe", "whale",
     "willow_tree", "wolf", "woman", "worm"};
 
+/* The checkpoint's train state (*st: malloc'd, the caller frees it, also on error) and its recipe. */
+static ct_status read_state(ct_context *ctx, const char *ckpt, ct_train_state **st, ct_recipe *r) {
+    if (!(*st = calloc(1, sizeof **st))) return ct_set_error(ctx, CT_E_OOM, "out of memory reading a checkpoint");
+    ct_train_state_init(*st);
+    ct_recipe_default(r);
+    CT_TRY(ct_checkpoint_load(ctx, ckpt, NULL, NULL, *st));
+    if (!(*st)->recipe_json[0])
+        return ct_set_error(ctx, CT_E_CONFIG, "checkpoint '%s' holds no recipe (it was not written by ctrain train)",
+                            (*st)->path);
+    return ct_recipe_parse_json(ctx, (*st)->recipe_json, r);
+}
+
 ct_status ct_classifier_recipe(ct_context *ctx, const char *ckpt, ct_recipe *r) {
     if (!ctx || !ckpt || !r) return CT_E_INVALID_ARG;
-    ct_train_state *st = calloc(1, sizeof *st);
-    if (!st) return ct_set_error(ctx, CT_E_OOM, "out of memory reading a checkpoint");
-    ct_train_state_init(st);
-    ct_recipe_default(r);
-    ct_status s = ct_checkpoint_load(ctx, ckpt, NULL, NULL, st);
-    if (s == CT_OK && !st->recipe_json[0])
-        s = ct_set_error(ctx, CT_E_CONFIG, "checkpoint '%s' holds no recipe (it was not written by ctrain train)",
-                         st->path);
-    if (s == CT_OK) s = ct_recipe_parse_json(ctx, st->recipe_json, r);
+    ct_train_state *st = NULL;
+    ct_status s = read_state(ctx, ckpt, &st, r);
     free(st);
     return s;
 }
@@ -101,16 +106,12 @@ static ct_status folder_names(ct_classifier *c) {
 /* The recipe's model must be an image one; the classes and their names. */
 static ct_status classifier_open(ct_classifier *c, const char *ckpt, const char *data_dir) {
     ct_context *ctx = c->ctx;
-    ct_train_state *st = calloc(1, sizeof *st);
-    if (!st) return ct_set_error(ctx, CT_E_OOM, "out of memory reading a checkpoint");
-    ct_train_state_init(st);
-    ct_status s = ct_checkpoint_load(ctx, ckpt, NULL, NULL, st);
-    if (s == CT_OK && !st->recipe_json[0])
-        s = ct_set_error(ctx, CT_E_CONFIG, "checkpoint '%s' holds no recipe (it was not written by ctrain train)",
-                         st->path);
-    if (s == CT_OK) s = ct_recipe_parse_json(ctx, st->recipe_json, &c->r);
-    snprintf(c->ckpt, sizeof c->ckpt, "%s", st->path);
-    c->trained_acc = st->test_acc, c->trained_loss = st->test_loss;
+    ct_train_state *st = NULL;
+    ct_status s = read_state(ctx, ckpt, &st, &c->r);
+    if (st) {
+        snprintf(c->ckpt, sizeof c->ckpt, "%s", st->path);
+        c->trained_acc = st->test_acc, c->trained_loss = st->test_loss;
+    }
     free(st);
     CT_TRY(s);
     const char *model = ct_recipe_enum_name("model", (int)c->r.model);
