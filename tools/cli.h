@@ -10,6 +10,8 @@ int ct_cli_report(int argc, char **argv);
 int ct_report_html(const char *metrics_path, const char *html_path);
 int ct_cli_sample(int argc, char **argv);
 int ct_cli_graph(int argc, char **argv); /* tools/graph.c */
+int ct_cli_eval(int argc, char **argv);    /* tools/eval.c */
+int ct_cli_predict(int argc, char **argv); /* tools/eval.c */
 
 #include "ctrain/ctrain.h"
 

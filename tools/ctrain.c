@@ -14,6 +14,8 @@ static void usage(FILE *f) {
             "commands:\n"
             "  train      train a model from a recipe (ctrain train --help)\n"
             "  sample     generate text with a GPT checkpoint (ctrain sample --help)\n"
+            "  eval       accuracy, per-class accuracy, confusion matrix of an image checkpoint (ctrain eval --help)\n"
+            "  predict    top-k classes of JPEG/PNG files with an image checkpoint (ctrain predict --help)\n"
             "  info       show the CPU features and kernels ctrain will use\n"
             "  doctor     read a profiler trace and give a verdict per KPI (ctrain doctor TRACE)\n"
             "  report     draw a metrics log as an HTML page (ctrain report --help)\n"
@@ -38,6 +40,8 @@ static void usage(FILE *f) {
 static int dispatch(int argc, char **argv) {
     if (!strcmp(argv[0], "train")) return ct_cli_train(argc, argv);
     if (!strcmp(argv[0], "sample")) return ct_cli_sample(argc, argv);
+    if (!strcmp(argv[0], "eval")) return ct_cli_eval(argc, argv);
+    if (!strcmp(argv[0], "predict")) return ct_cli_predict(argc, argv);
     if (!strcmp(argv[0], "info")) return ct_cli_info(argc, argv);
     if (!strcmp(argv[0], "doctor")) return ct_cli_doctor(argc, argv);
     if (!strcmp(argv[0], "report")) return ct_cli_report(argc, argv);

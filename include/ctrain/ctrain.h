@@ -19,5 +19,6 @@
 #include "text.h"
 #include "metrics.h"
 #include "train.h"
+#include "infer.h"
 #include "dist.h"
 #endif

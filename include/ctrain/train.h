@@ -206,6 +206,8 @@ ct_status ct_train_bert_config(ct_context *ctx, const ct_recipe *r, int64_t tok_
 /* The recipe's tokenizer (char: fitted on text). */
 ct_status ct_train_tokenizer(ct_context *ctx, const ct_recipe *r, const char *text, size_t len, ct_tokenizer **out);
 #define CT_TRAIN_VOCAB_FILE "tokenizer.vocab"
+/* An image folder model's class names, one a line in class order, in its checkpoints' step directories. */
+#define CT_TRAIN_CLASSES_FILE "classes.txt"
 
 #ifdef __cplusplus
 }

@@ -34,6 +34,8 @@ typedef struct {
     int32_t *stage_y;
     int64_t stage_rows;
     ct_image_set *train_set, *test_set; /* imagefolder / cifar: decoded on demand */
+    char *classes_txt;  /* imagefolder: the class names, one a line (CT_TRAIN_CLASSES_FILE of checkpoints) */
+    size_t classes_len;
     /* dynamic shapes: the plan's variants for partial batches (ct_plan_add_shape), by rows */
     int64_t var_rows[4];
     int var_id[4], n_var;
@@ -49,13 +51,16 @@ static const float *logits_f32(image_task *it) {
     return ct_convert(it->ctx, tl, &f) == CT_OK ? it->logits_buf : tl->data;
 }
 
-static int64_t argmax_correct(const float *logits, const int32_t *labels, int64_t n, int64_t c) {
+/* Correct argmax predictions of n rows of c logits; confusion (may be NULL): (c, c) counts, row = label, column =
+ * prediction, added to (labels outside [0, c), e.g. the padding's -100, are not counted). */
+static int64_t argmax_correct(const float *logits, const int32_t *labels, int64_t n, int64_t c, int64_t *confusion) {
     int64_t ok = 0;
     for (int64_t i = 0; i < n; i++) {
         int64_t best = 0;
         for (int64_t j = 1; j < c; j++)
             if (logits[i * c + j] > logits[i * c + best]) best = j;
         ok += best == labels[i];
+        if (confusion && labels[i] >= 0 && labels[i] < c) confusion[labels[i] * c + best]++;
     }
     return ok;
 }
@@ -190,14 +195,14 @@ static ct_status img_next(ct_task *t, int64_t step, int micro, int64_t *rows) {
 
 static int64_t img_correct(ct_task *t, int64_t rows) {
     image_task *it = t->impl;
-    return argmax_correct(logits_f32(it), it->ty.data, rows, it->tl.shape[1]);
+    return argmax_correct(logits_f32(it), it->ty.data, rows, it->tl.shape[1], NULL);
 }
 
 /* The test split in eval mode, in batches of the plan's size (data
  * parallel: batch k on rank k % size); the last partial batch runs at its
  * size (dynamic_shapes), or is padded with ignored labels (-100) so the
  * padding does not count. */
-static ct_status img_evaluate(ct_task *t, ct_task_eval *out) {
+static ct_status evaluate_confusion(ct_task *t, ct_task_eval *out, int64_t *confusion) {
     image_task *it = t->impl;
     CT_TRY(img_use_rows(it, it->full));
     int64_t B = it->tx.shape[0];
@@ -231,7 +236,7 @@ static ct_status img_evaluate(ct_task *t, ct_task_eval *out) {
         float l = 0.0f; /* a pipeline stage without the loss reads none */
         ct_plan_loss(it->plan, &l);
         tot_loss += (double)l * (double)got;
-        correct += argmax_correct(logits_f32(it), lab, got, it->tl.shape[1]); /* the logits' width: num_classes may exceed the dataset's */
+        correct += argmax_correct(logits_f32(it), lab, got, it->tl.shape[1], confusion); /* the logits' width */
         seen += got;
     }
     ct_loader_free(ld);
@@ -250,6 +255,25 @@ static ct_status img_evaluate(ct_task *t, ct_task_eval *out) {
                  st.seconds > 0 ? (double)st.images / st.seconds : 0.0, (long long)st.bad);
     }
     return CT_OK;
+}
+
+static ct_status img_evaluate(ct_task *t, ct_task_eval *out) { return evaluate_confusion(t, out, NULL); }
+
+ct_status ct_task_image_evaluate(ct_task *t, ct_task_eval *out, int64_t *confusion) {
+    if (!t || t->evaluate != img_evaluate) return CT_E_INVALID_ARG;
+    image_task *it = t->impl;
+    if (!it->plan) return ct_set_error(it->ctx, CT_E_INVALID_ARG, "the image task has no plan yet (bind it first)");
+    return evaluate_confusion(t, out, confusion);
+}
+
+const char *ct_task_image_class_name(ct_task *t, int k) {
+    if (!t || t->evaluate != img_evaluate) return NULL;
+    return ct_image_set_class_name(((image_task *)t->impl)->test_set, k);
+}
+
+int64_t ct_task_image_logits_width(ct_task *t) {
+    if (!t || t->evaluate != img_evaluate || !((image_task *)t->impl)->plan) return 0;
+    return ((image_task *)t->impl)->tl.shape[1];
 }
 
 /* The last partial training batch is dropped unless dynamic_shapes runs it
@@ -298,13 +322,16 @@ static ct_status parse_floats(ct_context *ctx, const char *key, const char *text
     return CT_OK;
 }
 
-/* dataset imagefolder / cifar10 / cifar100: the training set (augment:
- * RandomResizedCrop + flip, else the eval transform) and the evaluation
- * set, with the recipe's image keys. */
-static ct_status open_image_sets(image_task *it, const ct_recipe *r) {
-    ct_context *ctx = it->ctx;
+ct_status ct_task_image_opts(ct_context *ctx, const ct_recipe *r, ct_image_opts *out) {
     ct_image_opts o;
     ct_image_opts_default(&o);
+    if (r->dataset == CT_DATASET_MNIST || r->dataset == CT_DATASET_FASHION_MNIST) { /* IDX: 28 x 28 gray */
+        o.size = 28, o.channels = 1;
+        o.mean[0] = o.mean[1] = o.mean[2] = r->dataset == CT_DATASET_MNIST ? 0.1307f : 0.2860f;
+        o.std[0] = o.std[1] = o.std[2] = r->dataset == CT_DATASET_MNIST ? 0.3081f : 0.3530f;
+        *out = o;
+        return CT_OK;
+    }
     o.size = r->image_size > 0 ? r->image_size : 32;
     o.channels = r->image_channels;
     if (o.channels != 1 && o.channels != 3)
@@ -328,6 +355,32 @@ static ct_status open_image_sets(image_task *it, const ct_recipe *r) {
     CT_TRY(parse_floats(ctx, "std", r->std, o.channels, o.std));
     for (int c = 0; c < o.channels; c++)
         if (!(o.std[c] > 0)) return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'std': every value must be > 0");
+    *out = o;
+    return CT_OK;
+}
+
+/* classes_txt from the training folder's class names. */
+static ct_status make_classes_txt(image_task *it) {
+    size_t len = 0;
+    const int k = ct_image_set_classes(it->train_set);
+    for (int i = 0; i < k; i++) len += strlen(ct_image_set_class_name(it->train_set, i)) + 1;
+    if (!(it->classes_txt = malloc(len + 1))) return ct_set_error(it->ctx, CT_E_OOM, "out of memory (class names)");
+    for (int i = 0; i < k; i++) {
+        const char *name = ct_image_set_class_name(it->train_set, i);
+        memcpy(it->classes_txt + it->classes_len, name, strlen(name));
+        it->classes_len += strlen(name);
+        it->classes_txt[it->classes_len++] = '\n';
+    }
+    return CT_OK;
+}
+
+/* dataset imagefolder / cifar10 / cifar100: the training set (augment:
+ * RandomResizedCrop + flip, else the eval transform) and the evaluation
+ * set, with the recipe's image keys. */
+static ct_status open_image_sets(image_task *it, const ct_recipe *r) {
+    ct_context *ctx = it->ctx;
+    ct_image_opts o;
+    CT_TRY(ct_task_image_opts(ctx, r, &o));
     it->mean = o.mean[0], it->stdv = o.std[0];
     const char *ds = ct_recipe_enum_name("dataset", (int)r->dataset);
     char root[300], dir[400];
@@ -352,6 +405,7 @@ static ct_status open_image_sets(image_task *it, const ct_recipe *r) {
                                 "the class folders of %s/%s and %s/%s differ (%d vs %d classes, or other names); "
                                 "both splits need the same class folders",
                                 root, r->train_dir, root, r->val_dir, kt, ct_image_set_classes(it->test_set));
+        CT_TRY(make_classes_txt(it));
     } else {
         int classes = r->dataset == CT_DATASET_CIFAR100 ? 100 : 10;
         CT_TRY(ct_image_set_open_cifar(ctx, root, "train", classes, &ot, &it->train_set));
@@ -414,8 +468,19 @@ static void img_describe(ct_task *t, const ct_plan_stats *ps, char *buf, size_t 
              (long long)it->train.w, (int)(ps->param_bytes / 4), (double)ps->activation_bytes / 1048576.0, cvt);
 }
 
+/* An image folder's class names go into every checkpoint (ctrain predict names the classes without the data). */
+static ct_status img_files(ct_task *t, ct_checkpoint_file *files, int *n, int max) {
+    image_task *it = t->impl;
+    *n = 0;
+    if (!it->classes_txt || max < 1) return CT_OK;
+    files[0] = (ct_checkpoint_file){CT_TRAIN_CLASSES_FILE, it->classes_txt, it->classes_len};
+    *n = 1;
+    return CT_OK;
+}
+
 static void img_free(ct_task *t) {
     image_task *it = t->impl;
+    free(it->classes_txt);
     ct_prefetcher_free(it->pf);
     ct_loader_free(it->ld);
     ct_dataset_free(it->ctx, &it->train);
@@ -455,8 +520,9 @@ static ct_status open_idx(image_task *it, const ct_recipe *r) {
                             "recipe key '%s' applies to dataset imagefolder, cifar10 or cifar100, not to the "
                             "IDX dataset '%s'; remove it or change the dataset",
                             key, ds);
-    const float mean = r->dataset == CT_DATASET_MNIST ? 0.1307f : 0.2860f;
-    const float stdv = r->dataset == CT_DATASET_MNIST ? 0.3081f : 0.3530f;
+    ct_image_opts o;
+    CT_TRY(ct_task_image_opts(ctx, r, &o)); /* the dataset's normalization */
+    const float mean = o.mean[0], stdv = o.std[0];
     it->mean = mean;
     it->stdv = stdv;
     ct_status s = ct_dataset_load_idx(ctx, dir, "train", mean, stdv, &it->train);
@@ -494,6 +560,7 @@ ct_status ct_task_image_create(ct_context *ctx, const ct_recipe *r, ct_task **ou
     t->batch_correct = img_correct;
     t->evaluate = img_evaluate;
     t->describe = img_describe;
+    t->checkpoint_files = img_files;
     t->shard = img_shard;
     t->chunk = img_chunk;
     t->free = img_free;

@@ -13,6 +13,17 @@
 
 ct_status ct_task_image_create(ct_context *ctx, const ct_recipe *r, ct_task **out);
 ct_status ct_task_text_create(ct_context *ctx, const ct_recipe *r, ct_task **out);
+/* The image task's test-split evaluation (as ct_task.evaluate) that also adds every row to confusion (may be NULL):
+ * (W, W) counts, row = label, column = argmax, W = ct_task_image_logits_width; after bind. CT_E_INVALID_ARG for
+ * another task. */
+ct_status ct_task_image_evaluate(ct_task *t, ct_task_eval *out, int64_t *confusion);
+int64_t ct_task_image_logits_width(ct_task *t); /* the bound plan's logits width; 0 before bind / another task */
+/* Class k's name in an image folder's test split; NULL for IDX / CIFAR data or another task. */
+const char *ct_task_image_class_name(ct_task *t, int k);
+/* The evaluation transform of recipe r's image dataset (train 0): imagefolder / CIFAR from the recipe's image
+ * keys (CT_E_CONFIG for bad ones); MNIST / Fashion-MNIST: 28 x 28, 1 channel, the dataset's mean and std (the
+ * IDX loader normalizes with a table, ct_dataset_load_idx, not with ct_image_transform). */
+ct_status ct_task_image_opts(ct_context *ctx, const ct_recipe *r, ct_image_opts *out);
 
 /* Data parallel over c (one rank: no-ops). Before the plan: checks the task
  * and the batch, gives the task its share (ct_task.shard) and *local = r
