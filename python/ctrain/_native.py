@@ -76,7 +76,8 @@ class Error(Exception):
     code = None
 
     def __init__(self, message, status=None, code=None, advice=None):
-        super().__init__("%s %s: %s" % (code or self.code, status or self.status, message))
+        prefix = "%s %s: " % (code or self.code, status or self.status)
+        super().__init__(message if message.startswith(prefix) else prefix + message)  # the library's has it
         self.message = message
         if status:
             self.status = status
@@ -112,10 +113,7 @@ def check(ctx, status, what=None):
     if status == lib.CT_OK:
         return
     msg = string(lib.ct_context_last_error(ctx)) if ctx is not None and ctx != ffi.NULL else ""
-    if what and msg:
-        msg = "%s: %s" % (what, msg)
-    elif what:
-        msg = what
+    msg = msg or what or ""  # the library's message names the problem; `what` only when it set none
     if ctx is not None and ctx != ffi.NULL:
         lib.ct_context_clear_error(ctx)
     raise error_for(status, msg)

@@ -129,13 +129,14 @@ class Model:
     # ---- inference -------------------------------------------------------------------------------------------
     def predict(self, batch):
         """Image model: batch (N, C, H, W) or (N, C*H*W) float32 (normalized as in training) -> logits
-        (N, classes). GPT: token ids (N, T) (or one sequence (T)), T <= context -> next-token logits
-        (N, vocab) after each row's last token. Eval mode. Returns a new array (a copy)."""
+        (N, classes). GPT: token ids (N, T), a list of N sequences (of any lengths) or one sequence;
+        -> next-token logits (N, vocab) after each row's last token (of its last `context` tokens). Eval mode. Returns a new array (a copy)."""
         if self.kind == "gpt":
-            ids = np.asarray(batch, dtype=np.int32)
-            if ids.ndim == 1:
-                ids = ids[None]
-            return np.stack([self._gpt_next(row) for row in ids])
+            if isinstance(batch, np.ndarray):
+                rows = batch if batch.ndim == 2 else batch[None]
+            else:  # a list of sequences (they may differ in length) or one sequence
+                rows = batch if len(batch) and hasattr(batch[0], "__len__") else [batch]
+            return np.stack([self._gpt_next(row) for row in rows])
         x = np.asarray(batch, dtype=np.float32)
         tin = self.plan.tensor(self._in)
         x = x.reshape((x.shape[0],) + tin.shape[1:])
@@ -193,7 +194,7 @@ class Model:
             rng, i = _sample_id([float(v) for v in lg], float(temperature), int(top_k), rng)
             seq.append(i)
             out.append(i)
-        return prompt + "".join(self.decode([i]) for i in out)
+        return prompt + self.decode(out)
 
 
 def _read_state(ctx, path):

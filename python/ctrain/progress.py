@@ -11,7 +11,7 @@ class Progress:
         self.every = max(1, int(every or 50))
         self.bar = None
         self.use_tqdm = False
-        if mode in (True, "tqdm", "auto"):
+        if mode in (True, "tqdm", "auto"):  # "plain": lines even when tqdm is installed
             try:
                 import tqdm.auto  # noqa: F401
                 self.use_tqdm = True
