@@ -14,6 +14,8 @@ cd "$(dirname "$0")/.."
 PKGS="build-essential pkg-config libdnnl-dev libcjson-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev \
       libgomp1 groff-base libopenmpi-dev openmpi-bin dataset-fashion-mnist ca-certificates python3 \
       python3-torchvision time"
+# the Python package (python/ctrain/, tests/python_test.sh): cffi (ABI mode), NumPy, pytest; tqdm for progress bars
+PKGS="$PKGS python3-cffi python3-numpy python3-pytest python3-tqdm"
 if [ "${1:-}" = "--reference" ]; then
   PKGS="$PKGS python3 python3-torch python3-numpy libopenblas0-openmp"
 fi

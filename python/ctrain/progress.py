@@ -1,6 +1,7 @@
 """ctrain.progress - the progress display of ctrain.train in Python (a
 notebook does not see the C library's stdout): a tqdm bar when tqdm is
-importable, else plain lines every `every` steps and one per evaluation."""
+importable and the output is a notebook or a terminal, else plain lines every
+`every` steps and one per evaluation."""
 import sys
 import time
 
@@ -11,7 +12,8 @@ class Progress:
         self.every = max(1, int(every or 50))
         self.bar = None
         self.use_tqdm = False
-        if mode in (True, "tqdm", "auto"):  # "plain": lines even when tqdm is installed
+        interactive = "ipykernel" in sys.modules or (hasattr(self.file, "isatty") and self.file.isatty())
+        if mode == "tqdm" or (mode in (True, "auto") and interactive):  # a log file gets plain lines
             try:
                 import tqdm.auto  # noqa: F401
                 self.use_tqdm = True
@@ -48,3 +50,10 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+    def summary(self, res):
+        acc = "" if not res.evals or "ppl" in (res.evals[-1].get("detail") or "") \
+            else ", eval accuracy %.2f%%" % (100 * res.eval_accuracy)
+        print("done: %d steps in %.1f s, eval loss %.4f%s%s" % (res.steps, res.seconds, res.eval_loss, acc,
+                                                              " (stopped early)" if res.stopped_early else ""),
+              file=self.file, flush=True)

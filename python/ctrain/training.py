@@ -149,4 +149,7 @@ def train(recipe=None, *, on_step=None, on_eval=None, model=None, progress=True,
     if run.exc is not None:
         raise run.exc
     ctx.check(s, "training failed")
-    return TrainResult(res, run.history, run.evals, _recipe.to_dict(r))
+    result = TrainResult(res, run.history, run.evals, _recipe.to_dict(r))
+    if prog:
+        prog.summary(result)
+    return result
