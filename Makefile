@@ -127,6 +127,21 @@ uninstall:
 
 .PHONY: install uninstall
 
+# `make install-python`: the Python package (python/ctrain/, docs/python.md) into PYTHON's site-packages
+# (Debian: /usr/local/lib/python3.X/dist-packages), with a copy of the shared library inside it, so
+# `import ctrain` works from any folder; DESTDIR as above. `make uninstall-python` removes it.
+PYTHON    ?= python3
+PYTHONDIR ?= $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("purelib"))' 2>/dev/null)
+install-python: $(SHLIB)
+	@test -n "$(PYTHONDIR)" || { echo "install-python: $(PYTHON) not found (set PYTHON or PYTHONDIR)"; exit 1; }
+	install -d $(DESTDIR)$(PYTHONDIR)/ctrain
+	install -m 644 python/ctrain/*.py python/ctrain/_cdef.h $(DESTDIR)$(PYTHONDIR)/ctrain/
+	install -m 755 $(SHLIB) $(DESTDIR)$(PYTHONDIR)/ctrain/$(SONAME)
+	@echo "installed the Python package into $(DESTDIR)$(PYTHONDIR)/ctrain"
+uninstall-python:
+	rm -rf $(DESTDIR)$(PYTHONDIR)/ctrain
+.PHONY: install-python uninstall-python
+
 # `make lint`: gcc's static analyzer (-fanalyzer, `make lint-gcc`) and
 # clang-tidy's (.clang-tidy, `make lint-tidy`) over src/ and tools/, the SIMD
 # files once per ISA. Any finding is an error. A stamp per file in $(LINT_DIR)

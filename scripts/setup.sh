@@ -18,6 +18,8 @@ PKGS="build-essential pkg-config libdnnl-dev libcjson-dev zlib1g-dev libjpeg62-t
 # slurm-wlm-basic-plugins, a dependency of slurmd)
 SLURM_PKGS="munge slurmctld slurmd slurm-client"
 PKGS="$PKGS $SLURM_PKGS"
+# the Python package (python/ctrain/, tests/python_test.sh): cffi (ABI mode), NumPy, pytest; tqdm for progress bars
+PKGS="$PKGS python3-cffi python3-numpy python3-pytest python3-tqdm"
 if [ "${1:-}" = "--reference" ]; then
   PKGS="$PKGS python3 python3-torch python3-numpy libopenblas0-openmp"
 fi

@@ -83,6 +83,7 @@ run_suite "report" tests/test_report.sh build/ctrain
 run_suite "resume" tests/resume_test.sh build/ctrain
 run_suite "fit" tests/fit_test.sh build/ctrain
 run_suite "install" bash tests/install_test.sh
+run_suite "python" bash tests/python_test.sh
 run_suite "fault" tests/fault_test.sh build/ctrain
 run_suite "models recipes" tests/models_recipe_test.sh build/ctrain
 run_suite "models weights" tests/models_weights_test.sh build/ctrain

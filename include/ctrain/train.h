@@ -26,6 +26,7 @@
 #include "checkpoint.h"
 #include "dist.h"
 #include "graph.h"
+#include "metrics.h"
 #include "recipe.h"
 #include "text.h"
 
@@ -131,6 +132,17 @@ ct_status ct_train_resume_recipe(ct_context *ctx, const char *resume, ct_recipe 
 
 /* Called after each optimizer step (tests use it to crash at a step). */
 typedef void (*ct_train_step_hook)(void *user, int64_t step);
+/* Callbacks for programs that watch a run (the Python package's on_step /
+ * on_eval, notebooks' progress bars). on_step: after each optimizer step,
+ * with the step's metrics (the metrics log's step line: m->step counts from
+ * 1; m->samples is this step's samples) and the run's total steps. on_eval:
+ * after each evaluation (epoch: 0-based; ev: the evaluation). A non-zero
+ * return stops the run after that step or evaluation, as early stopping
+ * does: the epoch's evaluation, the final checkpoint and the summary follow,
+ * and res->stopped_early is 1. Data parallel: every rank's callbacks must
+ * return the same. NULL: none. */
+typedef int (*ct_train_step_fn)(void *user, const ct_metrics_step *m, int64_t total_steps);
+typedef int (*ct_train_eval_fn)(void *user, int64_t epoch, int64_t step, const ct_task_eval *ev);
 
 typedef struct ct_train_opts {
     FILE *out;               /* progress display and run summary (stdout); NULL: silent */
@@ -149,6 +161,9 @@ typedef struct ct_train_opts {
      * one) must have a shard function. ct_train records the communicator's
      * errors on ctx (ct_comm_set_context). */
     ct_comm *comm;
+    ct_train_step_fn on_step;  /* see ct_train_step_fn; NULL: none                    */
+    ct_train_eval_fn on_eval;
+    void *cb_user;             /* passed to on_step and on_eval                       */
 } ct_train_opts;
 void ct_train_opts_default(ct_train_opts *o);
 
@@ -175,6 +190,19 @@ typedef struct ct_train_result {
  * fit the run picks such a configuration itself, or E60003 naming what the
  * smallest candidate needs), ... */
 ct_status ct_train(ct_context *ctx, const ct_recipe *r, const ct_train_opts *o, ct_train_result *res);
+
+/* A model of the program's own in the image task: called (maybe several
+ * times, for other batch sizes) to build logits (B, n_classes) from the
+ * images x (B, C, H, W) FP32 into g; the parameters it declares (ct_param)
+ * are trained, saved and loaded under their names. */
+typedef ct_status (*ct_model_build_fn)(void *user, ct_graph *g, ct_node x, int64_t n_classes, ct_node *logits);
+/* The built-in image task of recipe r (an image model: its data, batches,
+ * evaluation, loss, as ct_task_create) with the model built by `build`
+ * instead of r->model's row; pass it as ct_train_opts.task and free it with
+ * ct_task_free after ct_train. The recipe's model keys (hidden, channels)
+ * are ignored. CT_E_CONFIG for a text model's recipe. */
+ct_status ct_task_image_custom(ct_context *ctx, const ct_recipe *r, ct_model_build_fn build, void *user,
+                               ct_task **out);
 
 /* Recipe key fit (auto / max_batch, with memory_budget): the candidate configurations for `world` ranks, one line
  * each with its memory, estimated step time and fits / too big, and the one the trainer would try first, printed to

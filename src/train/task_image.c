@@ -40,6 +40,8 @@ typedef struct {
     int64_t var_rows[4];
     int var_id[4], n_var;
     int64_t full;      /* the batch the plan was compiled for */
+    ct_model_build_fn build_fn; /* ct_task_image_custom: the program's model (NULL: the model table's) */
+    void *build_user;
     ct_task *self;
 } image_task;
 
@@ -72,7 +74,8 @@ static ct_status img_build(ct_task *t, ct_graph *g, const ct_recipe *r, ct_node 
     ct_node x, y, logits;
     CT_TRY(ct_input(g, "images", CT_F32, 4, xs, &x));
     CT_TRY(ct_input(g, "labels", CT_I32, 1, (int64_t[]){r->batch_size}, &y));
-    CT_TRY(ct_model_build(g, x, r, ds->n_classes, &logits)); /* the model table's builder (src/models/) */
+    if (it->build_fn) CT_TRY(it->build_fn(it->build_user, g, x, ds->n_classes, &logits)); /* the program's */
+    else CT_TRY(ct_model_build(g, x, r, ds->n_classes, &logits)); /* the model table's builder (src/models/) */
     CT_TRY(ct_cross_entropy(g, logits, y, r->label_smoothing, -100, loss));
     it->x = x, it->y = y, it->logits = logits;
     keep[0] = logits;
@@ -578,5 +581,22 @@ ct_status ct_task_image_create(ct_context *ctx, const ct_recipe *r, ct_task **ou
         return s;
     }
     *out = t;
+    return CT_OK;
+}
+
+ct_status ct_task_image_custom(ct_context *ctx, const ct_recipe *r, ct_model_build_fn build, void *user,
+                               ct_task **out) {
+    if (!r || !build || !out)
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "ct_task_image_custom: r, build and out must not be NULL");
+    *out = NULL;
+    if (ct_model_family_of(r->model) != CT_MODEL_FAMILY_IMAGE)
+        return ct_set_error(ctx, CT_E_CONFIG, "a custom model trains on image data: the recipe's model '%s' is a text "
+                            "model; use an image model's recipe (e.g. recipes/mnist_mlp.json)",
+                            ct_model_name(r->model));
+    CT_TRY(ct_recipe_validate(ctx, r));
+    CT_TRY(ct_task_image_create(ctx, r, out));
+    image_task *it = (*out)->impl;
+    it->build_fn = build;
+    it->build_user = user;
     return CT_OK;
 }

@@ -574,13 +574,14 @@ static ct_status log_step(ct_run *R, ct_epoch *E, const ct_step_io *io) {
         if (R->mx) CT_TRY(ct_metrics_log_scaler_event(R->mx, &sev[i]));
     }
     if (R->prof) ct_profiler_step(R->prof);
-    if (R->mx) {
+    if (R->mx || R->o->on_step) {
         ct_metrics_step ml = {R->step, (int)R->ep + 1, (E->loss - E->mk_loss) / R->accum,
                               E->seen > E->mk_seen ? (double)(E->correct - E->mk_correct) / (double)(E->seen - E->mk_seen)
                                                    : 0.0,
                               io->lr, (double)(E->seen - E->mk_seen), r->clip_grad_norm > 0.0f ? io->grad_norm : -1.0,
                               R->scaler ? (double)ct_scaler_scale(R->scaler) : -1.0, ct_run_now_s() - R->start};
-        CT_TRY(ct_metrics_log_step(R->mx, &ml));
+        if (R->mx) CT_TRY(ct_metrics_log_step(R->mx, &ml));
+        if (R->o->on_step && R->o->on_step(R->o->cb_user, &ml, R->total)) R->stopped = 1; /* the caller's stop */
     }
     E->mk_loss = E->loss, E->mk_correct = E->correct, E->mk_seen = E->seen;
     if (R->o->step_hook) R->o->step_hook(R->o->hook_user, R->step);
@@ -607,6 +608,7 @@ static ct_status evaluate_epoch(ct_run *R, const ct_epoch *E) {
         CT_TRY(ct_metrics_log_eval(R->mx, (int)R->ep + 1, R->step, R->ev.loss, R->ev.accuracy,
                                    ct_run_now_s() - R->start));
     ct_progress_epoch(R, E, ct_run_now_s() - te);
+    if (R->o->on_eval && R->o->on_eval(R->o->cb_user, R->ep, R->step, &R->ev)) R->stopped = 1; /* the caller's stop */
     return CT_OK;
 }
 
