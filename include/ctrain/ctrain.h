@@ -17,6 +17,7 @@
 #include "profile.h"
 #include "text.h"
 #include "metrics.h"
+#include "tensorboard.h"
 #include "train.h"
 #include "dist.h"
 #endif
