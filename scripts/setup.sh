@@ -14,6 +14,9 @@ cd "$(dirname "$0")/.."
 PKGS="build-essential pkg-config libdnnl-dev libcjson-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev \
       libgomp1 groff-base libopenmpi-dev openmpi-bin dataset-fashion-mnist ca-certificates python3 \
       python3-torchvision time"
+# protobuf-c: TensorBoard event files (src/io/tensorboard.c; protoc-c compiles proto/ at build time);
+# python3-protobuf: tests/tensorboard_test.sh reads the files back with it too
+PKGS="$PKGS protobuf-c-compiler libprotobuf-c-dev python3-protobuf"
 if [ "${1:-}" = "--reference" ]; then
   PKGS="$PKGS python3 python3-torch python3-numpy libopenblas0-openmp"
 fi
