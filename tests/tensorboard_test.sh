@@ -123,8 +123,7 @@ expect unwritable_dir 1 "tensorboard_dir.*$tmp/file" -- "$CT" train "${A[@]}" --
 
 # ---- data parallel: rank 0 writes ----------------------------------------------------------------
 if command -v mpirun >/dev/null 2>&1; then
-  [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  export OMPI_MCA_rmaps_base_oversubscribe=1
+  . "$(dirname "$0")/mpi_lib.sh" # root, oversubscription, the sanitizer build's LSan suppressions for Open MPI
   expect dp_train 0 "done: 20 steps" -- timeout -k 5 120 mpirun --bind-to none -np 2 "$CT" train "${A[@]}" \
     --tensorboard-dir "$tmp/tb/dp" --metrics "$tmp/dp.jsonl"
   expect dp_events_equal_metrics_log 0 "^20 steps" -- "$TB" --compare "$tmp/tb/dp" "$tmp/dp.jsonl"
