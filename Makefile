@@ -51,6 +51,8 @@ $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto $(PROTO)
 	@mkdir -p $(BUILD)/gen
 	@echo "  PROTOC-C $<"; protoc-c --proto_path=proto --c_out=$(BUILD)/gen $<
 
+# the files that include the generated headers are rebuilt when a .proto changes
+$(BUILD)/obj/src/io/tensorboard.o $(BUILD)/tests/test_tensorboard: $(PROTO_H)
 # kept: make would delete them as intermediates
 .SECONDARY: $(PROTO_H) $(PROTO:proto/%.proto=$(BUILD)/gen/%.pb-c.c)
 $(BUILD)/obj/gen/%.pb-c.o: $(BUILD)/gen/%.pb-c.c $(PROTO_H)
