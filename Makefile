@@ -7,7 +7,7 @@ BUILD   ?= build
 SAN     ?= 0
 OPT     ?= -O2
 CFLAGS_BASE := -std=c11 -g $(OPT) -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wvla \
-               -fopenmp -pthread -Iinclude -Isrc -D_DEFAULT_SOURCE -fno-strict-aliasing \
+               -fopenmp -pthread -Iinclude -Isrc -I$(BUILD)/gen -D_DEFAULT_SOURCE -fno-strict-aliasing \
                -fPIC -fno-semantic-interposition
 ifeq ($(SAN),1)
 # float-cast-overflow is not part of "undefined" in gcc: a double outside an integer's range cast to it
@@ -22,14 +22,19 @@ MPI_LIBS   := $(shell pkg-config --libs ompi-c)
 IMG_CFLAGS := $(shell pkg-config --cflags libjpeg libpng 2>/dev/null)
 IMG_LIBS   := $(shell pkg-config --libs libjpeg libpng 2>/dev/null || echo -ljpeg -lpng)
 CFLAGS  := $(CFLAGS_BASE) $(MPI_CFLAGS) $(IMG_CFLAGS) $(EXTRA_CFLAGS)
-LDLIBS  := -ldnnl -lcjson -lz -lm $(IMG_LIBS) $(MPI_LIBS) -fopenmp -pthread $(LDSAN)
+LDLIBS  := -ldnnl -lcjson -lprotobuf-c -lz -lm $(IMG_LIBS) $(MPI_LIBS) -fopenmp -pthread $(LDSAN)
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c -DCT_SIMD_AVX2
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c -DCT_SIMD_AVX512
 
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/kernels/simd/*' | sort)
 SIMD_SRC := $(shell find src/kernels/simd -name '*.c' | sort)
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) \
+# TensorBoard's Event and Summary messages (proto/, a subset of TensorFlow's): protoc-c writes their C into
+# $(BUILD)/gen at build time; src/io/tensorboard.c includes them as <tensorflow/core/...pb-c.h>
+PROTO    := $(sort $(shell find proto -name '*.proto'))
+PROTO_H  := $(PROTO:proto/%.proto=$(BUILD)/gen/%.pb-c.h)
+PROTO_OBJ := $(PROTO:proto/%.proto=$(BUILD)/obj/gen/%.pb-c.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ) \
             $(SIMD_SRC:%.c=$(BUILD)/obj/%.avx2.o) $(SIMD_SRC:%.c=$(BUILD)/obj/%.avx512.o)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -38,7 +43,19 @@ HDRS := $(shell find include src tests tools -name '*.h')
 
 all: $(BUILD)/libctrain.a $(BUILD)/ctrain $(TEST_BIN)
 
-$(BUILD)/obj/%.o: %.c $(HDRS)
+$(BUILD)/obj/%.o: %.c $(HDRS) | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	@echo "  CC $@"; $(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto $(PROTO)
+	@mkdir -p $(BUILD)/gen
+	@echo "  PROTOC-C $<"; protoc-c --proto_path=proto --c_out=$(BUILD)/gen $<
+
+# the files that include the generated headers are rebuilt when a .proto changes
+$(BUILD)/obj/src/io/tensorboard.o $(BUILD)/tests/test_tensorboard: $(PROTO_H)
+# kept: make would delete them as intermediates
+.SECONDARY: $(PROTO_H) $(PROTO:proto/%.proto=$(BUILD)/gen/%.pb-c.c)
+$(BUILD)/obj/gen/%.pb-c.o: $(BUILD)/gen/%.pb-c.c $(PROTO_H)
 	@mkdir -p $(dir $@)
 	@echo "  CC $@"; $(CC) $(CFLAGS) -c $< -o $@
 
@@ -157,7 +174,7 @@ LINT_GCC   := $(LIB_SRC:%.c=$(LINT_DIR)/%.gcc) $(TOOL_SRC:%.c=$(LINT_DIR)/%.gcc)
 LINT_TIDY  := $(LIB_SRC:%.c=$(LINT_DIR)/%.tidy) $(TOOL_SRC:%.c=$(LINT_DIR)/%.tidy) \
               $(SIMD_SRC:%.c=$(LINT_DIR)/%.avx2.tidy) $(SIMD_SRC:%.c=$(LINT_DIR)/%.avx512.tidy)
 ANALYZE     = $(CC) $(filter-out -O%,$(CFLAGS_BASE)) $(MPI_CFLAGS) $(IMG_CFLAGS) -O0 -Itools -fanalyzer -c $< -o /dev/null
-TIDY        = $(CLANG_TIDY) --quiet $< -- -std=c11 -Iinclude -Isrc -Itools -D_DEFAULT_SOURCE -fopenmp -pthread $(MPI_CFLAGS)
+TIDY        = $(CLANG_TIDY) --quiet $< -- -std=c11 -Iinclude -Isrc -I$(BUILD)/gen -Itools -D_DEFAULT_SOURCE -fopenmp -pthread $(MPI_CFLAGS)
 
 lint: lint-gcc lint-tidy
 lint-gcc: $(LINT_GCC)
@@ -165,7 +182,7 @@ lint-tidy: $(LINT_TIDY)
 lint-gcc-stamps: # the stamps lint-gcc makes (tests/lint_test.sh counts them)
 	@printf '%s\n' $(LINT_GCC)
 
-$(LINT_DIR)/%.gcc: %.c $(HDRS)
+$(LINT_DIR)/%.gcc: %.c $(HDRS) | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	@rm -f $@; echo "  ANALYZE $<"; $(ANALYZE) && touch $@
 $(LINT_DIR)/%.avx2.gcc: %.c $(HDRS)
@@ -174,7 +191,7 @@ $(LINT_DIR)/%.avx2.gcc: %.c $(HDRS)
 $(LINT_DIR)/%.avx512.gcc: %.c $(HDRS)
 	@mkdir -p $(dir $@)
 	@rm -f $@; echo "  ANALYZE $< (avx512)"; $(ANALYZE) $(AVX512_FLAGS) && touch $@
-$(LINT_DIR)/%.tidy: %.c $(HDRS) .clang-tidy
+$(LINT_DIR)/%.tidy: %.c $(HDRS) .clang-tidy | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	@rm -f $@; echo "  TIDY $<"; $(TIDY) && touch $@
 $(LINT_DIR)/%.avx2.tidy: %.c $(HDRS) .clang-tidy

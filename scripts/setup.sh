@@ -20,6 +20,9 @@ SLURM_PKGS="munge slurmctld slurmd slurm-client"
 PKGS="$PKGS $SLURM_PKGS"
 # the Python package (python/ctrain/, tests/python_test.sh): cffi (ABI mode), NumPy, pytest; tqdm for progress bars
 PKGS="$PKGS python3-cffi python3-numpy python3-pytest python3-tqdm"
+# protobuf-c: TensorBoard event files (src/io/tensorboard.c; protoc-c compiles proto/ at build time);
+# python3-protobuf: tests/tensorboard_test.sh reads the files back with it too
+PKGS="$PKGS protobuf-c-compiler libprotobuf-c-dev python3-protobuf"
 if [ "${1:-}" = "--reference" ]; then
   PKGS="$PKGS python3 python3-torch python3-numpy libopenblas0-openmp"
 fi

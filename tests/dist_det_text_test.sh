@@ -40,7 +40,7 @@ same() { # NAME FILE_A FILE_B: byte for byte
   if [ -s "$2" ] && cmp -s "$2" "$3"; then ok "$1"; else bad "$1" "$(cmp "$2" "$3" 2>&1)"; fi
 }
 # losses FILE: the metrics log's step and eval lines without rates and times
-losses() { grep -E '"type":"(step|eval)"' "$1" | sed -E 's/,"(samples_per_s|time)":[^,}]*//g'; }
+losses() { grep -E '"type":"(step|eval)"' "$1" | sed -E 's/,"(samples_per_s|mfu|peak_mib|comm_share|time)":[^,}]*//g'; }
 
 G=(--model gpt --set dataset=moby-dick --set n_layer=1 --set d_model=32 --set n_head=2 --set context=16
    --dropout 0.1 --batch-size 8 --max-steps 10 --set eval_every=5 --set eval_batches=2 --seed 2 --threads 1

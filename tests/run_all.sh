@@ -80,6 +80,7 @@ run_suite "text cli" tests/text_cli_test.sh build/ctrain
 run_suite "image cli" tests/image_cli_test.sh build/ctrain
 run_suite "eval cli" tests/eval_cli_test.sh build/ctrain
 run_suite "report" tests/test_report.sh build/ctrain
+run_suite "tensorboard" tests/tensorboard_test.sh build/ctrain
 run_suite "resume" tests/resume_test.sh build/ctrain
 run_suite "fit" tests/fit_test.sh build/ctrain
 run_suite "install" bash tests/install_test.sh
@@ -104,6 +105,7 @@ run_suite "asan text cli" tests/text_cli_test.sh build-asan/ctrain
 run_suite "asan image cli" tests/image_cli_test.sh build-asan/ctrain
 run_suite "asan eval cli" tests/eval_cli_test.sh build-asan/ctrain
 run_suite "asan report" tests/test_report.sh build-asan/ctrain
+run_suite "asan tensorboard" tests/tensorboard_test.sh build-asan/ctrain
 run_suite "asan resume" tests/resume_test.sh build-asan/ctrain
 run_suite "asan fit" tests/fit_test.sh build-asan/ctrain
 run_suite "asan fault" tests/fault_test.sh build-asan/ctrain

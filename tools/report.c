@@ -519,20 +519,25 @@ int ct_report_html(const char *metrics_path, const char *html_path) {
 
 static void report_usage(FILE *f) {
     fprintf(f, "usage: ctrain report METRICS.jsonl [-o report.html]\n"
+               "       ctrain report METRICS.jsonl --csv [-o metrics.csv]\n"
                "\n"
                "Draws a metrics log (ctrain train --metrics FILE, or --report DIR) as one self-contained\n"
                "HTML page with SVG plots: loss, test accuracy, learning rate, throughput (docs/report.md).\n"
-               "The output defaults to report.html next to the log.\n");
+               "The output defaults to report.html next to the log.\n"
+               "--csv: the per-step metrics as CSV with a header row instead (stdout unless -o).\n");
 }
 
 int ct_cli_report(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
+    int csv = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             report_usage(stdout);
             return 0;
         }
-        if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) {
+        if (!strcmp(argv[i], "--csv")) {
+            csv = 1;
+        } else if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "ctrain report: error: %s needs a file name\n", argv[i]);
                 return 2;
@@ -553,6 +558,7 @@ int ct_cli_report(int argc, char **argv) {
         report_usage(stderr);
         return 2;
     }
+    if (csv) return ct_report_csv(in, out);
     char def[4096];
     if (!out) {
         const char *slash = strrchr(in, '/');

@@ -18,4 +18,7 @@ int ct_report_read(FILE *in, const char *name, FILE *err, ct_report_log **out);
  * flag set. */
 int ct_report_write(const ct_report_log *L, const char *name, FILE *out, FILE *err);
 void ct_report_log_free(ct_report_log *L); /* accepts NULL */
+/* tools/report_csv.c: the log's step lines as CSV with a header row into
+ * csv_path (NULL: stdout); 0, or 1 with the error printed */
+int ct_report_csv(const char *metrics_path, const char *csv_path);
 #endif

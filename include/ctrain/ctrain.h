@@ -18,6 +18,7 @@
 #include "profile.h"
 #include "text.h"
 #include "metrics.h"
+#include "tensorboard.h"
 #include "train.h"
 #include "infer.h"
 #include "dist.h"

@@ -18,8 +18,8 @@ extern "C" {
 
 typedef struct ct_metrics ct_metrics;
 
-/* One optimizer step. grad_norm and loss_scale < 0 (or NaN) are left out
- * of the line (no clipping / no loss scaling). */
+/* One optimizer step. grad_norm, loss_scale, mfu, peak_mib and comm_share
+ * < 0 (or NaN) are left out of the line (not measured). */
 typedef struct ct_metrics_step {
     int64_t step;          /* optimizer steps done, 1-based                 */
     int epoch;             /* 1-based                                       */
@@ -30,6 +30,10 @@ typedef struct ct_metrics_step {
     double grad_norm;      /* < 0: not measured                             */
     double loss_scale;     /* < 0: none                                     */
     double time_s;         /* seconds since the start of training           */
+    double mfu;            /* model FLOPs / (step time x peak FLOP/s); < 0: none */
+    double peak_mib;       /* the context allocator's peak so far; < 0: none */
+    double comm_share;     /* share of the step blocked on gradient
+                            * communication (0..1); < 0: none (one rank)  */
 } ct_metrics_step;
 
 /* Opens (append: appends to) the log and writes a "run" line holding
@@ -37,7 +41,8 @@ typedef struct ct_metrics_step {
 ct_status ct_metrics_open(ct_context *ctx, const char *path, int append, const char *recipe_json,
                           ct_metrics **out);
 /* Writes a "step" line: {"type":"step","step":..,"epoch":..,"loss":..,"acc":..,
- * "lr":..,"samples_per_s":..,["grad_norm":..,]["loss_scale":..,]"time":..}. */
+ * "lr":..,"samples_per_s":..,["grad_norm":..,]["loss_scale":..,]["mfu":..,]
+ * ["peak_mib":..,]["comm_share":..,]"time":..}. */
 ct_status ct_metrics_log_step(ct_metrics *m, const ct_metrics_step *s);
 /* Writes an "eval" line {"type":"eval","epoch":..,"step":..,"test_loss":..,
  * "test_acc":..,"time":..} and flushes. */

@@ -119,6 +119,7 @@ typedef struct ct_recipe {
     int64_t save_every;      /* steps between checkpoints (0: only at the end)  */
     int keep_last;           /* step directories kept (0: all); default 3       */
     char metrics_file[256];  /* JSON-lines metrics log (ctrain/metrics.h); "": none */
+    char tensorboard_dir[256]; /* TensorBoard event files (ctrain/tensorboard.h); "": none */
     char profile_dir[256];   /* profiler trace DIR/trace.json (ctrain/profile.h); "": off */
     /* data pipeline (ct_prefetcher, ctrain/data.h) */
     int prefetch;            /* ring of batches loaded ahead (default 4; 0: synchronous loader) */

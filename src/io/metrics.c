@@ -78,6 +78,9 @@ ct_status ct_metrics_log_step(ct_metrics *m, const ct_metrics_step *s) {
     put_num(m->f, "samples_per_s", sps);
     if (s->grad_norm >= 0) put_num(m->f, "grad_norm", s->grad_norm);
     if (s->loss_scale >= 0) put_num(m->f, "loss_scale", s->loss_scale);
+    if (s->mfu >= 0) put_num(m->f, "mfu", s->mfu);
+    if (s->peak_mib >= 0) put_num(m->f, "peak_mib", s->peak_mib);
+    if (s->comm_share >= 0) put_num(m->f, "comm_share", s->comm_share);
     put_num(m->f, "time", s->time_s);
     fputs("}\n", m->f);
     if (ct_now_s() - m->last_flush >= FLUSH_S) return flush(m);

@@ -167,6 +167,8 @@ static const key_def k_keys[] = {
     {"keep_last", K_INT, OFF(keep_last), 0, 0, 1e6, NULL, M_ALL, "--keep", "step directories kept (0: all)"},
     {"metrics_file", K_STR, OFF(metrics_file), SZ(metrics_file), 0, 0, NULL, M_ALL, "--metrics",
      "JSON-lines metrics log: one line per step, evaluation and loss-scale event"},
+    {"tensorboard_dir", K_STR, OFF(tensorboard_dir), SZ(tensorboard_dir), 0, 0, NULL, M_ALL, "--tensorboard-dir",
+     "write TensorBoard event files (the metrics log's scalars) into DIR; view: tensorboard --logdir DIR"},
     {"profile_dir", K_STR, OFF(profile_dir), SZ(profile_dir), 0, 0, NULL, M_ALL, "--profile",
      "profile steps 4-13: write DIR/trace.json (Chrome trace) and print the doctor's verdict"},
     {"prefetch", K_INT, OFF(prefetch), 0, 0, 4096, NULL, M_IMG, NULL,

@@ -254,6 +254,9 @@ struct ct_run {
     ct_scaler *scaler;
     ct_schedule *sched;
     ct_metrics *mx;
+    ct_tensorboard *tb;         /* tensorboard_dir (rank 0), else NULL */
+    double peak_flops, micro_flops; /* for the logs' MFU: FP32 peak FLOP/s, one micro-batch's FLOPs (run_logs.c) */
+    double mk_time, mk_wait;    /* the run's time and grad_wait_s at the last logged step or evaluation */
     ct_profiler *prof;
     ct_early_stop es;
     ct_train_state *st;
@@ -426,6 +429,16 @@ static inline double ct_run_now_s(void) { return 1e-6 * ct_profiler_now_us(); }
 ct_amp_scaling ct_run_scaling(const ct_recipe *r);
 /* Floats of optimizer state per parameter (optim.h's state layout). */
 int ct_run_optim_state_per_param(const ct_optim_opts *o);
+
+/* ---- the metrics log and the TensorBoard event files (run_logs.c), rank 0 -------------------- */
+/* Opens the metrics log at mpath (NULL or "": none) and the recipe's tensorboard_dir. */
+ct_status ct_run_logs_open(ct_run *R, const char *mpath, const char *recipe_json);
+/* After a done step: its line in both (MFU, peak memory, communication share included). */
+ct_status ct_run_logs_step(ct_run *R, const ct_epoch *E, const ct_step_io *io);
+/* After an evaluation: R->ev in both. */
+ct_status ct_run_logs_eval(ct_run *R);
+/* Closes both (also when never opened); the first error. */
+ct_status ct_run_logs_close(ct_run *R);
 
 /* ---- output (progress.c): every line the run prints ---------------------------------------- */
 void ct_run_say(ct_run *R, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -56,6 +56,7 @@ ct_status ct_train_resume_recipe(ct_context *ctx, const char *resume, ct_recipe 
             *r = got;
             memcpy(r->save_dir, dir, sizeof r->save_dir);
             r->metrics_file[0] = 0;
+            r->tensorboard_dir[0] = 0;
             r->profile_dir[0] = 0;
         }
     }
@@ -506,8 +507,8 @@ static ct_status begin_output(ct_run *R) {
     if (ct_recipe_to_json(r, rj, sizeof rj) < 0) snprintf(rj, sizeof rj, "(out of memory)");
     ct_progress_header(R, rj);
     const char *mpath = R->o->metrics_path ? R->o->metrics_path : r->metrics_file;
-    if (mpath && mpath[0] && R->wrank == 0) CT_TRY(ct_metrics_open(R->ctx, mpath, R->resumed, rj, &R->mx));
     if (r->profile_dir[0]) profile_start(R); /* every rank: rank k > 0 writes trace.rank<k>.json */
+    CT_TRY(ct_run_logs_open(R, mpath, rj)); /* rank 0: the metrics log, the TensorBoard events */
     R->start = ct_run_now_s();
     ct_comm_get_stats(R->comm, &R->cs0);
     if (R->tp) ct_comm_get_stats(R->tp, &R->tp_cs0);
@@ -560,9 +561,8 @@ static ct_status train_step(ct_run *R, ct_epoch *E, ct_step_io *io) {
 }
 
 /* The loss scaler's events of the step (the first overflow, the metrics log), the profiler's step
- * boundary, the step's line in the metrics log and the step hook. */
+ * boundary, the step's line in the metrics log and the TensorBoard events and the step hook. */
 static ct_status log_step(ct_run *R, ct_epoch *E, const ct_step_io *io) {
-    const ct_recipe *r = R->r;
     const ct_scale_record *sev = NULL;
     int n_ev = 0;
     if (R->scaler) ct_scaler_last_events(R->scaler, &sev, &n_ev);
@@ -574,15 +574,7 @@ static ct_status log_step(ct_run *R, ct_epoch *E, const ct_step_io *io) {
         if (R->mx) CT_TRY(ct_metrics_log_scaler_event(R->mx, &sev[i]));
     }
     if (R->prof) ct_profiler_step(R->prof);
-    if (R->mx || R->o->on_step) {
-        ct_metrics_step ml = {R->step, (int)R->ep + 1, (E->loss - E->mk_loss) / R->accum,
-                              E->seen > E->mk_seen ? (double)(E->correct - E->mk_correct) / (double)(E->seen - E->mk_seen)
-                                                   : 0.0,
-                              io->lr, (double)(E->seen - E->mk_seen), r->clip_grad_norm > 0.0f ? io->grad_norm : -1.0,
-                              R->scaler ? (double)ct_scaler_scale(R->scaler) : -1.0, ct_run_now_s() - R->start};
-        if (R->mx) CT_TRY(ct_metrics_log_step(R->mx, &ml));
-        if (R->o->on_step && R->o->on_step(R->o->cb_user, &ml, R->total)) R->stopped = 1; /* the caller's stop */
-    }
+    CT_TRY(ct_run_logs_step(R, E, io));
     E->mk_loss = E->loss, E->mk_correct = E->correct, E->mk_seen = E->seen;
     if (R->o->step_hook) R->o->step_hook(R->o->hook_user, R->step);
     return CT_OK;
@@ -604,9 +596,7 @@ static ct_status evaluate_epoch(ct_run *R, const ct_epoch *E) {
     CT_TRY(evaluate(R, &R->ev));
     ct_profiler_set_ops_enabled(R->prof, 1);
     if (R->prof) ct_profiler_event(R->prof, "evaluate", "eval", pe, ct_profiler_now_us(), NULL);
-    if (R->mx)
-        CT_TRY(ct_metrics_log_eval(R->mx, (int)R->ep + 1, R->step, R->ev.loss, R->ev.accuracy,
-                                   ct_run_now_s() - R->start));
+    CT_TRY(ct_run_logs_eval(R));
     ct_progress_epoch(R, E, ct_run_now_s() - te);
     if (R->o->on_eval && R->o->on_eval(R->o->cb_user, R->ep, R->step, &R->ev)) R->stopped = 1; /* the caller's stop */
     return CT_OK;
@@ -705,12 +695,8 @@ static ct_status finish_run(ct_run *R, ct_train_result *res) {
     ct_context_mem_stats(R->ctx, &ms);
     ct_progress_summary(R, res, tt, &ms);
     res->grad_allreduces = R->grad_reduces;
-    if (R->mx) {
-        ct_metrics_log_done(R->mx, R->step, tt, R->ev.loss, R->ev.accuracy, (double)ms.peak_bytes / 1048576.0);
-        ct_status s = ct_metrics_close(R->mx);
-        R->mx = NULL;
-        CT_TRY(s);
-    }
+    if (R->mx) ct_metrics_log_done(R->mx, R->step, tt, R->ev.loss, R->ev.accuracy, (double)ms.peak_bytes / 1048576.0);
+    CT_TRY(ct_run_logs_close(R));
     res->steps = R->step;
     res->seconds = tt;
     res->eval_loss = R->ev.loss;
@@ -777,7 +763,7 @@ static ct_status train_run(ct_context *ctx, const ct_recipe *r, const ct_train_o
     }
     if (s == CT_OK) s = setup(&R, res);
     if (s == CT_OK) s = run_loop(&R, res);
-    if (R.mx) ct_metrics_close(R.mx);
+    ct_run_logs_close(&R);
     if (R.prof) ct_plan_set_profiler(R.plan, NULL);
     ct_dp_buckets_free(R.plan, R.bk);
     if (R.bk && r->sync_batchnorm) ct_context_set_batch_sum(ctx, NULL, NULL);

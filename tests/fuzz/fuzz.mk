@@ -22,15 +22,15 @@ FUZZ_EXTRA_CFLAGS := -fsanitize=fuzzer-no-link -Wno-missing-field-initializers -
 all: $(FUZZ_REPLAY)
 
 # the report target drives the CLI's report code (tools/report.h)
-$(BUILD)/fuzz/replay_report $(BUILD)/fuzz/fuzz_report: FUZZ_EXTRA_SRC := tools/report.c
+$(BUILD)/fuzz/replay_report $(BUILD)/fuzz/fuzz_report: FUZZ_EXTRA_SRC := tools/report.c tools/report_csv.c
 
-$(BUILD)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(FUZZ_COMMON) tools/report.c tools/report.h \
+$(BUILD)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(FUZZ_COMMON) tools/report.c tools/report_csv.c tools/report.h \
                         $(BUILD)/libctrain.a $(HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  CC $@"; $(CC) $(CFLAGS) -Itests/fuzz -Itools $< tests/fuzz/replay_main.c $(FUZZ_COMMON) \
 	  $(FUZZ_EXTRA_SRC) $(BUILD)/libctrain.a $(LDLIBS) -o $@
 
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_COMMON) tools/report.c tools/report.h $(BUILD)/libctrain.a $(HDRS)
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_COMMON) tools/report.c tools/report_csv.c tools/report.h $(BUILD)/libctrain.a $(HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  CC $@"; $(CC) $(CFLAGS) -fsanitize=fuzzer -Itests/fuzz -Itools $< $(FUZZ_COMMON) \
 	  $(FUZZ_EXTRA_SRC) $(BUILD)/libctrain.a $(LDLIBS) -o $@
