@@ -727,6 +727,7 @@ typedef struct ct_recipe {
     int64_t save_every;
     int keep_last;
     char metrics_file[256];
+    char tensorboard_dir[256];
     char profile_dir[256];
     int prefetch;
     int prefetch_threads;
@@ -1070,6 +1071,9 @@ typedef struct ct_metrics_step {
     double grad_norm;
     double loss_scale;
     double time_s;
+    double mfu;
+    double peak_mib;
+    double comm_share;
 } ct_metrics_step;
 ct_status ct_metrics_open(ct_context *ctx, const char *path, int append, const char *recipe_json,
                           ct_metrics **out);
@@ -1080,6 +1084,14 @@ ct_status ct_metrics_log_scaler_event(ct_metrics *m, const ct_scale_record *e);
 ct_status ct_metrics_log_done(ct_metrics *m, int64_t steps, double time_s, double test_loss, double test_acc,
                               double peak_mib);
 ct_status ct_metrics_close(ct_metrics *m);
+typedef struct ct_tensorboard ct_tensorboard;
+ct_status ct_tensorboard_open(ct_context *ctx, const char *dir, ct_tensorboard **out);
+const char *ct_tensorboard_path(const ct_tensorboard *tb);
+ct_status ct_tensorboard_scalars(ct_tensorboard *tb, int64_t step, int n, const char *const *tags,
+                                 const double *values);
+ct_status ct_tensorboard_log_step(ct_tensorboard *tb, const ct_metrics_step *s);
+ct_status ct_tensorboard_log_eval(ct_tensorboard *tb, int64_t step, double test_loss, double test_acc, double time_s);
+ct_status ct_tensorboard_close(ct_tensorboard *tb);
 typedef struct ct_comm ct_comm;
 typedef enum ct_reduce_op {
     CT_REDUCE_SUM = 0,
