@@ -97,7 +97,7 @@ static const key_def k_keys[] = {
     {"min_lr", K_F32, OFF(min_lr), 0, 0, 1e3, NULL, M_ALL, NULL, "floor of cosine, cosine_restarts (eta_min) and plateau; <= optimizer.lr"},
     {"warmup_start_factor", K_F32, OFF(warmup_start_factor), 0, 0, 1, NULL, M_ALL, NULL,
      "0: ramp lr*(step+1)/warmup_steps (reaches lr on the last warmup step); in (0, 1]: PyTorch LinearLR(start_factor, total_iters=warmup_steps)"},
-    {"step_size", K_I64, OFF(step_size), 0, 0, 1e15, NULL, M_ALL, NULL, "step: steps between decays (required)"},
+    {"step_size", K_I64, OFF(step_size), 0, 0, 1e15, NULL, M_ALL, NULL, "step: optimizer steps between decays (this or step_size_epochs is required)"},
     {"gamma", K_F32, OFF(gamma), 0, 1e-30, 1, NULL, M_ALL, NULL, "step, multistep, exponential: decay factor"},
     {"milestones", K_LIST, OFF(milestones), OFF(n_milestones), 1, 1e15, NULL, M_ALL, NULL,
      "multistep: increasing step numbers (after warmup)"},
