@@ -73,6 +73,48 @@ lines = []
 for name, make in cases:
     lines.append(name + " " + " ".join("%.17g" % v for v in run(make)))
 
+
+# Schedules in epochs (recipe keys warmup_epochs, step_size_epochs, cosine_epochs, cosine_after; mirrored in
+# tests/test_schedule.c's recipe cases): SPE optimizer steps per epoch. "per_epoch" cases call
+# scheduler.step() once per epoch (the guide's formulas in epochs); the others are the same schedulers with
+# lengths of epochs x SPE steps, stepped every optimizer step (what ctrain runs).
+def run_per_epoch(make, spe, n=N):
+    o = opt()
+    s = make(o)
+    out = []
+    for i in range(n):
+        out.append(o.param_groups[0]["lr"])
+        o.step()
+        if (i + 1) % spe == 0:
+            s.step()
+    return out
+
+
+def hold_after(T, eta_min):
+    def f(o):
+        a = L.CosineAnnealingLR(o, T_max=T, eta_min=eta_min)
+        b = L.LambdaLR(o, lambda t: eta_min / BASE)
+        return L.SequentialLR(o, [a, b], milestones=[T])
+    return f
+
+
+epoch_cases = [
+    # step_size_epochs 3, gamma 0.1, 5 steps per epoch: StepLR(step_size=3) stepped per epoch
+    ("epochs_step_per_epoch", run_per_epoch(lambda o: L.StepLR(o, step_size=3, gamma=0.1), 5)),
+    # the guide's "warmup 5 epochs, then x0.1 every 30 epochs" at 2 steps per epoch (ctrain's warmup ramp)
+    ("epochs_warmup_step", run(warm(lambda o: L.StepLR(o, step_size=60, gamma=0.1), 10, 1 / 10, 9))),
+    # cosine_epochs 8 at 5 steps per epoch, min_lr 0.001: T_max 40 steps, past T the closed form (cycle)
+    ("epochs_cosine", run(lambda o: L.CosineAnnealingLR(o, T_max=40, eta_min=0.001))),
+    # the guide's min_lr + (max_lr - min_lr)(1 + cos(pi epoch / T))/2 with T = 8 epochs, stepped per epoch
+    ("epochs_cosine_per_epoch", run_per_epoch(lambda o: L.CosineAnnealingLR(o, T_max=8, eta_min=0.001), 5)),
+    # cosine_after hold: min_lr from T on
+    ("epochs_cosine_hold", run(hold_after(40, 0.001))),
+    # warmup_epochs 1.5 and cosine_epochs 10 at 4 steps per epoch: warmup 6 steps, then T_max 40
+    ("epochs_warmup_cosine", run(warm(lambda o: L.CosineAnnealingLR(o, T_max=40, eta_min=0.0), 6, 1 / 6, 5))),
+]
+for name, vals in epoch_cases:
+    lines.append(name + " " + " ".join("%.17g" % v for v in vals))
+
 # inverse sqrt: warmup W (LinearLR start_factor 0.1 over W) then BASE*sqrt(T)/sqrt(max(t,T)), global t
 W, T = 10, 10
 isq = [BASE * (0.1 + 0.9 * t / W) if t < W else BASE * math.sqrt(T) / math.sqrt(max(t, T)) for t in range(N)]

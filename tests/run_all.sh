@@ -76,6 +76,7 @@ for t in build/tests/test_*; do
   run_suite "$(basename "$t")" "$t"
 done
 run_suite "cli" tests/cli_test.sh build/ctrain
+run_suite "cli ux" tests/cli_ux_test.sh build/ctrain
 run_suite "text cli" tests/text_cli_test.sh build/ctrain
 run_suite "image cli" tests/image_cli_test.sh build/ctrain
 run_suite "eval cli" tests/eval_cli_test.sh build/ctrain
@@ -101,6 +102,7 @@ for t in build-asan/tests/test_*; do
   run_suite "asan $(basename "$t")" "$t"
 done
 run_suite "asan cli" tests/cli_test.sh build-asan/ctrain
+run_suite "asan cli ux" tests/cli_ux_test.sh build-asan/ctrain
 run_suite "asan text cli" tests/text_cli_test.sh build-asan/ctrain
 run_suite "asan image cli" tests/image_cli_test.sh build-asan/ctrain
 run_suite "asan eval cli" tests/eval_cli_test.sh build-asan/ctrain

@@ -12,7 +12,7 @@ typedef struct {
     double v[NV];
 } gold_line;
 
-static gold_line g_lines[40];
+static gold_line g_lines[64];
 static int g_n = -1;
 
 static int load_golden(void) {
@@ -30,7 +30,7 @@ static int load_golden(void) {
         return 0;
     }
     static char line[1 << 16];
-    while (g_n < 40 && fgets(line, sizeof line, f)) {
+    while (g_n < 64 && fgets(line, sizeof line, f)) {
         if (line[0] == '#' || line[0] == '\n') continue;
         gold_line *g = &g_lines[g_n];
         char *p = line, *end;
@@ -363,7 +363,63 @@ TEST(recipe_schedule_keys) {
     ct_context_free(ctx);
 }
 
+/* The recipe keys in epochs through ct_train_schedule_epochs against PyTorch (scripts/make_schedule_golden.py's
+ * epoch_cases): spe optimizer steps per epoch, 100 steps in the run. per_epoch: PyTorch stepped once per epoch,
+ * compared at the first step of each epoch (ctrain's per-step curve meets the guide's per-epoch formula there). */
+static void epoch_case(ct_context *ctx, const char *name, const char *json, int64_t spe, int per_epoch) {
+    const gold_line *g = golden(name);
+    CHECK_MSG(g && g->n == 100, "golden case %s missing", name);
+    if (!g) return;
+    ct_recipe r;
+    ct_recipe_default(&r);
+    CHECK_OK(ctx, ct_recipe_parse_json(ctx, json, &r));
+    CHECK_OK(ctx, ct_recipe_validate(ctx, &r));
+    ct_schedule *s = NULL;
+    CHECK_OK(ctx, ct_train_schedule_epochs(ctx, &r, 100, spe, &s));
+    for (int t = 0; s && t < g->n; t++) {
+        if (per_epoch && t % spe) continue;
+        double v = ct_schedule_lr_f64(s, t);
+        CHECK_MSG(close_rel(v, g->v[t]), "%s step %d: ctrain %.17g, pytorch %.17g", name, t, v, g->v[t]);
+    }
+    ct_schedule_free(s);
+}
+
+TEST(epoch_keys_match_pytorch) {
+    ct_context *ctx = test_ctx(-1, 1);
+    g_worst = 0;
+    const char *lr = "\"optimizer\": {\"name\": \"sgd\", \"lr\": 0.1}";
+    char j[512];
+    snprintf(j, sizeof j, "{%s, \"schedule\": \"step\", \"step_size_epochs\": 3, \"gamma\": 0.1}", lr);
+    epoch_case(ctx, "epochs_step_per_epoch", j, 5, 0); /* step: equal at every step, not only at epoch starts */
+    snprintf(j, sizeof j, "{%s, \"schedule\": \"step\", \"warmup_epochs\": 5, \"step_size_epochs\": 30}", lr);
+    epoch_case(ctx, "epochs_warmup_step", j, 2, 0);
+    snprintf(j, sizeof j, "{%s, \"schedule\": \"cosine\", \"cosine_epochs\": 8, \"min_lr\": 0.001}", lr);
+    epoch_case(ctx, "epochs_cosine", j, 5, 0);
+    epoch_case(ctx, "epochs_cosine_per_epoch", j, 5, 1);
+    snprintf(j, sizeof j, "{%s, \"schedule\": \"cosine\", \"cosine_epochs\": 8, \"min_lr\": 0.001, "
+             "\"cosine_after\": \"hold\"}", lr);
+    epoch_case(ctx, "epochs_cosine_hold", j, 5, 0);
+    snprintf(j, sizeof j, "{%s, \"schedule\": \"cosine\", \"warmup_epochs\": 1.5, \"cosine_epochs\": 10}", lr);
+    epoch_case(ctx, "epochs_warmup_cosine", j, 4, 0);
+    /* keys in epochs without steps per epoch: an error naming them, not a silent step count */
+    ct_recipe r;
+    ct_recipe_default(&r);
+    CHECK_OK(ctx, ct_recipe_parse_json(ctx, j, &r));
+    ct_schedule *s = NULL;
+    CHECK(ct_train_schedule(ctx, &r, 100, &s) == CT_E_CONFIG && strstr(ct_context_last_error(ctx), "cosine_epochs"));
+    CHECK(s == NULL);
+    /* each key belongs to its schedule and replaces the key in steps */
+    CHECK_OK(ctx, ct_recipe_parse_json(ctx, "{\"schedule\": \"step\", \"step_size\": 10}", &r));
+    CHECK(ct_recipe_validate(ctx, &r) == CT_E_CONFIG && strstr(ct_context_last_error(ctx), "cosine_epochs"));
+    ct_recipe_default(&r);
+    CHECK_OK(ctx, ct_recipe_parse_json(ctx, "{\"schedule\": \"step\", \"step_size\": 10, \"step_size_epochs\": 2}", &r));
+    CHECK(ct_recipe_validate(ctx, &r) == CT_E_CONFIG && strstr(ct_context_last_error(ctx), "both set"));
+    printf("    worst relative error vs PyTorch (recipe keys in epochs): %.3g\n", g_worst);
+    ct_context_free(ctx);
+}
+
 TEST_MAIN({"step_schedules_match_pytorch", step_schedules_match_pytorch},
+          {"epoch_keys_match_pytorch", epoch_keys_match_pytorch},
           {"plateau_matches_pytorch_and_resumes", plateau_matches_pytorch_and_resumes},
           {"state_round_trip_resumes_step_schedules", state_round_trip_resumes_step_schedules},
           {"early_stopping_on_a_fixed_sequence", early_stopping_on_a_fixed_sequence},

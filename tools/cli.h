@@ -22,6 +22,8 @@ int cli_fail(ct_context *ctx, ct_status s, const char *what);
 int cli_error(ct_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* ct_context_create failed with s: says why (a bad CT_* environment variable, or s). Returns 1. */
 int cli_context_fail(ct_status s);
+/* the same with its own hint instead of the status's generic advice */
+int cli_error_hint(ct_status s, const char *hint, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* --set's "KEY=VALUE": KEY into key (cap bytes) and *val past the '='; 0 when
  * there is no '=' or the key does not fit (a usage error: exit 2) */
 int cli_split_set(const char *arg, char *key, size_t cap, const char **val);

@@ -32,8 +32,13 @@ int ct_cli_doctor(int argc, char **argv) {
     }
     ct_doctor_report r;
     ct_status s = ct_doctor_analyze_file(ctx, argv[1], &r);
-    if (s != CT_OK) {
-        fprintf(stderr, "ctrain: error: %s %s: %s\n", ct_status_code(s), ct_status_name(s), ct_context_last_error(ctx));
+    if (s != CT_OK) { /* the message carries its code once; the hint is about traces, not checkpoints */
+        fprintf(stderr, "ctrain: error: %s\nctrain: hint: %s\n", ct_context_last_error(ctx),
+                s == CT_E_IO ? "check the path: ctrain train --profile DIR (or recipe key profile_dir) writes "
+                               "DIR/trace.json, pipeline ranks DIR/trace.rank<k>.json"
+                : s == CT_E_OOM ? ct_status_advice(s)
+                                : "give the Chrome trace that ctrain train --profile DIR wrote (DIR/trace.json); "
+                                  "if the run was killed while writing it, profile the run again");
         ct_context_free(ctx);
         return 1;
     }

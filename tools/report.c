@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,19 @@
  * then stay finite. */
 #define AXIS_LIMIT 1e300
 #define MAX_TICKS 64
+
+#define HINT_LOG "give the metrics log of a run: ctrain train --report DIR writes DIR/metrics.jsonl (or --metrics FILE)"
+/* An error with its code once and a hint that fits (cli_error's form, on err). Returns 1. */
+static int report_err(FILE *err, ct_status s, const char *hint, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int report_err(FILE *err, ct_status s, const char *hint, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(err, "ctrain report: error: %s %s: ", ct_status_code(s), ct_status_name(s));
+    vfprintf(err, fmt, ap);
+    va_end(ap);
+    fprintf(err, "\nctrain report: hint: %s\n", hint ? hint : ct_status_advice(s));
+    return 1;
+}
 
 typedef struct {
     double *v;
@@ -151,19 +165,15 @@ static int read_log(FILE *f, const char *path, run_log *L, FILE *err) {
     int rerr = ferror(f);
     free(line);
     if (oom) {
-        fprintf(err, "ctrain report: error: out of memory reading '%s'\n", path);
-        rc = 1;
+        rc = report_err(err, CT_E_OOM, NULL, "out of memory reading '%s'", path);
     } else if (rerr) {
-        fprintf(err, "ctrain report: error: cannot read '%s'\n", path);
-        rc = 1;
+        rc = report_err(err, CT_E_IO, NULL, "cannot read '%s'", path);
     } else if (lineno == 0) {
-        fprintf(err, "ctrain report: error: metrics log '%s' is empty (was the run started with --metrics?)\n",
-                path);
-        rc = 1;
+        rc = report_err(err, CT_E_CORRUPT, HINT_LOG, "metrics log '%s' is empty (was the run started with --metrics?)",
+                        path);
     } else if (L->v[S_STEP].n == 0) {
-        fprintf(err, "ctrain report: error: metrics log '%s' holds no step lines (%ld lines, %ld malformed)\n",
-                path, lineno, L->bad_lines);
-        rc = 1;
+        rc = report_err(err, CT_E_CORRUPT, HINT_LOG, "metrics log '%s' holds no step lines (%ld lines, %ld malformed)",
+                        path, lineno, L->bad_lines);
     }
     return rc;
 }
@@ -172,8 +182,7 @@ int ct_report_read(FILE *in, const char *name, FILE *err, ct_report_log **out) {
     *out = NULL;
     run_log *L = calloc(1, sizeof *L);
     if (!L) {
-        fprintf(err, "ctrain report: error: out of memory reading '%s'\n", name);
-        return 1;
+        return report_err(err, CT_E_OOM, NULL, "out of memory reading '%s'", name);
     }
     if (read_log(in, name, L, err)) {
         ct_report_log_free(L);
@@ -404,8 +413,7 @@ static const char k_css[] =
 int ct_report_write(const ct_report_log *L, const char *in_path, FILE *o, FILE *err) {
     size_t n = L->v[S_STEP].n;
     if (n == 0) { /* the reader refuses such a log; a caller that did not ask it gets the same answer */
-        fprintf(err, "ctrain report: error: %s has no step lines: nothing to plot\n", in_path);
-        return 1;
+        return report_err(err, CT_E_CORRUPT, HINT_LOG, "%s has no step lines: nothing to plot", in_path);
     }
     double *sm = malloc((n ? n : 1) * sizeof *sm), *sps_sm = malloc((n ? n : 1) * sizeof *sps_sm);
     double *tmp = malloc((n ? n : 1) * sizeof *tmp), *acc_pct = NULL;
@@ -413,8 +421,7 @@ int ct_report_write(const ct_report_log *L, const char *in_path, FILE *o, FILE *
     if (ne) acc_pct = malloc(ne * sizeof *acc_pct);
     if (!sm || !sps_sm || !tmp || (ne && !acc_pct)) {
         free(sm), free(sps_sm), free(tmp), free(acc_pct);
-        fprintf(err, "ctrain report: error: out of memory\n");
-        return 1;
+        return report_err(err, CT_E_OOM, NULL, "out of memory");
     }
     const double *step = L->v[S_STEP].v;
     smooth(L->v[S_LOSS].v, sm, n, n > 200 ? 0.98 : 0.9);
@@ -494,8 +501,7 @@ int ct_report_write(const ct_report_log *L, const char *in_path, FILE *o, FILE *
 int ct_report_html(const char *metrics_path, const char *html_path) {
     FILE *f = fopen(metrics_path, "r");
     if (!f) {
-        fprintf(stderr, "ctrain report: error: cannot open metrics log '%s': %s\n", metrics_path, strerror(errno));
-        return 1;
+        return report_err(stderr, CT_E_IO, HINT_LOG, "cannot open metrics log '%s': %s", metrics_path, strerror(errno));
     }
     ct_report_log *L = NULL;
     int rc = ct_report_read(f, metrics_path, stderr, &L);
@@ -503,15 +509,16 @@ int ct_report_html(const char *metrics_path, const char *html_path) {
     if (rc) return rc;
     FILE *o = fopen(html_path, "w");
     if (!o) {
-        fprintf(stderr, "ctrain report: error: cannot write '%s': %s\n", html_path, strerror(errno));
+        report_err(stderr, CT_E_IO, "check that the output's folder exists and is writable, or choose another with -o",
+                   "cannot write '%s': %s", html_path, strerror(errno));
         ct_report_log_free(L);
         return 1;
     }
     rc = ct_report_write(L, metrics_path, o, stderr);
     int werr = ferror(o);
     if (fclose(o) != 0 || werr) {
-        fprintf(stderr, "ctrain report: error: writing '%s' failed: %s\n", html_path, strerror(errno));
-        rc = 1;
+        rc = report_err(stderr, CT_E_IO, "check the free space of the output's disk, or choose another with -o",
+                        "writing '%s' failed: %s", html_path, strerror(errno));
     }
     ct_report_log_free(L);
     return rc;

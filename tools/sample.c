@@ -144,11 +144,14 @@ static int load_model(sampler *sm, const char *ckpt) {
     ct_train_state_init(sm->st);
     SAMPLE_TRY(ct_checkpoint_load(sm->ctx, ckpt, NULL, NULL, sm->st));
     if (!sm->st->recipe_json[0])
-        return cli_error(CT_E_CONFIG, "checkpoint '%s' holds no recipe (not written by ctrain train)", sm->st->path);
+        return cli_error_hint(CT_E_CONFIG, "give --checkpoint a save dir that ctrain train wrote for a gpt recipe",
+                              "checkpoint '%s' holds no recipe (not written by ctrain train)", sm->st->path);
     SAMPLE_TRY(ct_recipe_parse_json(sm->ctx, sm->st->recipe_json, &sm->r));
     if (sm->r.model != CT_MODEL_GPT)
-        return cli_error(CT_E_CONFIG, "checkpoint '%s' is a '%s' model; ctrain sample needs a GPT (model gpt)",
-                         sm->st->path, ct_recipe_enum_name("model", (int)sm->r.model));
+        return cli_error_hint(CT_E_CONFIG, "sample generates text: give it the checkpoint of a run with model gpt "
+                              "(e.g. ctrain train --recipe recipes/gpt_char_small.json --save-dir DIR)",
+                              "checkpoint '%s' is a '%s' model; ctrain sample needs a GPT (model gpt)", sm->st->path,
+                              ct_recipe_enum_name("model", (int)sm->r.model));
     if (sm->r.tokenizer == CT_TOKENIZER_CHAR) {
         char vpath[4200];
         size_t vlen = 0;

@@ -63,6 +63,7 @@ static void train_usage(FILE *f) {
             "                         metrics_file and profile_dir are not followed\n"
             "  --report DIR           write DIR/metrics.jsonl and, at the end, DIR/report.html (docs/report.md)\n"
             "  --quiet                only the evaluation lines and the summary\n"
+            "  --verbose              the header also prints the recipe keys that do not apply to the model\n"
             "  --help-keys markdown   the key table of docs/recipes.md\n"
             "  -h, --help             this message\n"
             "\n"
@@ -92,6 +93,13 @@ int cli_split_set(const char *arg, char *key, size_t cap, const char **val) {
     return 1;
 }
 
+static int cli_verror(ct_status s, const char *hint, const char *fmt, va_list ap) {
+    fprintf(stderr, "ctrain: error: %s %s: ", ct_status_code(s), ct_status_name(s));
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nctrain: hint: %s\n", hint ? hint : ct_status_advice(s));
+    return 1;
+}
+
 int cli_context_fail(ct_status s) {
     char msg[256];
     if (ct_context_env_check(msg, sizeof msg) != CT_OK) {
@@ -105,10 +113,16 @@ int cli_context_fail(ct_status s) {
 int cli_error(ct_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "ctrain: error: %s %s: ", ct_status_code(s), ct_status_name(s));
-    vfprintf(stderr, fmt, ap);
+    cli_verror(s, NULL, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\nctrain: hint: %s\n", ct_status_advice(s));
+    return 1;
+}
+
+int cli_error_hint(ct_status s, const char *hint, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    cli_verror(s, hint, fmt, ap);
+    va_end(ap);
     return 1;
 }
 
@@ -190,10 +204,10 @@ static void model_text(const ct_recipe *r, char *buf, size_t len) {
 typedef struct {
     const char *recipe_path, *resume;
     const char *report_dir; /* --report DIR: DIR/metrics.jsonl and DIR/report.html */
-    int quiet;
+    int quiet, verbose;
 } train_args;
 
-/* Pass 1: --help, --help-keys, --recipe, --resume, --report and --quiet.
+/* Pass 1: --help, --help-keys, --recipe, --resume, --report, --quiet and --verbose.
  * -1 to go on, else the exit code (0 after a help text, 2 after an error). */
 static int parse_pass1(int argc, char **argv, train_args *ta) {
     *ta = (train_args){0};
@@ -209,6 +223,8 @@ static int parse_pass1(int argc, char **argv, train_args *ta) {
         }
         if (!strcmp(a, "--quiet")) {
             ta->quiet = 1;
+        } else if (!strcmp(a, "--verbose")) {
+            ta->verbose = 1;
         } else if (!strcmp(a, "--recipe") || !strcmp(a, "--resume") || !strcmp(a, "--report")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "ctrain: error: %s needs a %s\n", a,
@@ -240,7 +256,7 @@ static int apply_flags(ct_context *ctx, int argc, char **argv, ct_recipe *r, ct_
     for (int pass = 0; pass < 2; pass++)
         for (int i = 1; i < argc; i++) {
             const char *a = argv[i];
-            if (!a || !strcmp(a, "--quiet")) continue; /* argv[i < argc] is never NULL; the analyzer cannot know */
+            if (!a || !strcmp(a, "--quiet") || !strcmp(a, "--verbose")) continue; /* argv[i < argc] is never NULL; the analyzer cannot know */
             if (!strcmp(a, "--recipe") || !strcmp(a, "--resume") || !strcmp(a, "--report")) {
                 if (i + 1 < argc) i++; /* pass 1 checked the value is there */
                 continue;
@@ -326,6 +342,7 @@ static ct_status train_watched(ct_context *ctx, const ct_recipe *r, ct_comm *wor
     to.comm = world;
     to.out = stdout;
     to.quiet = ta->quiet;
+    to.verbose = ta->verbose;
     to.resume = ta->resume;
     to.metrics_path = ta->report_dir ? mpath : NULL;
     to.step_hook = crash_at_step;

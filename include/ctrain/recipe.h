@@ -195,6 +195,10 @@ typedef struct ct_recipe {
     float drop_path;         /* efficientnet, swin: stochastic depth rate (-1: the
                                 model's, torchvision's 0.2 / 0.2, 0.3, 0.5)     */
     float warmup_epochs;     /* warm-up length in epochs (0: warmup_steps counts) */
+    /* schedules in epochs (ct_train_schedule_epochs converts them to optimizer steps) */
+    float step_size_epochs;  /* step: epochs between decays (0: step_size counts) */
+    float cosine_epochs;     /* cosine: the period T in epochs (0: the run after warmup) */
+    int cosine_after;        /* cosine past T: 0 cycle (PyTorch's closed form), 1 hold at min_lr */
     char init_weights[256];  /* safetensors file the weights start from (ct_weights_load;
                                 not with resume); "": the initialization     */
     /* runs that fit memory by themselves (src/train/fit.c; needs memory_budget) */
@@ -276,6 +280,9 @@ int ct_recipe_to_json(const ct_recipe *r, char *buf, size_t len);
  * it with ct_recipe_parse_json on top of ct_recipe_default gives back the
  * same recipe. Returns the length needed (like snprintf), or -1 on OOM. */
 int ct_recipe_to_json_full(const ct_recipe *r, char *buf, size_t len);
+/* The same with only the keys that apply to r->model (applies != 0: what a
+ * run's header prints), or only those that do not (applies == 0). */
+int ct_recipe_to_json_applied(const ct_recipe *r, int applies, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -98,6 +98,10 @@ typedef struct ct_schedule_opts {
     int threshold_abs;           /* 0: "rel" (default), 1: "abs"                    */
     int64_t cooldown;            /* default 0                                       */
     double eps;                  /* default 1e-8                                    */
+    /* COSINE past t_max: 0 (default) the closed form, which rises back to base_lr
+     * at 2 t_max and cycles with period 2 t_max (PyTorch's CosineAnnealingLR does
+     * the same); 1 holds min_lr */
+    int cosine_hold;
 } ct_schedule_opts;
 
 typedef struct ct_schedule ct_schedule;

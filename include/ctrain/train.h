@@ -164,6 +164,7 @@ typedef struct ct_train_opts {
     ct_train_step_fn on_step;  /* see ct_train_step_fn; NULL: none                    */
     ct_train_eval_fn on_eval;
     void *cb_user;             /* passed to on_step and on_eval                       */
+    int verbose;             /* the header also prints the recipe keys that do not apply to the model */
 } ct_train_opts;
 void ct_train_opts_default(ct_train_opts *o);
 
@@ -224,8 +225,16 @@ void ct_train_zero_estimate(const ct_recipe *r, const ct_plan_stats *ps, double 
 /* The learning rate the recipe's lr_scaling gives for its global batch. */
 double ct_train_scaled_lr(const ct_recipe *r);
 
-/* The recipe's schedule over `total` optimizer steps. */
+/* The recipe's schedule over `total` optimizer steps. A recipe with keys in
+ * epochs (warmup_epochs, step_size_epochs, cosine_epochs) needs
+ * ct_train_schedule_epochs: here they are a CT_E_CONFIG error. */
 ct_status ct_train_schedule(ct_context *ctx, const ct_recipe *r, int64_t total, ct_schedule **out);
+/* The same with `steps_per_epoch` optimizer steps per epoch (> 0): each key in
+ * epochs becomes ceil(epochs x steps_per_epoch) optimizer steps (warmup_steps,
+ * step_size, cosine's T_max; cosine_after hold: ct_schedule_opts.cosine_hold).
+ * The decay counts from the end of the warmup, as with warmup_steps. */
+ct_status ct_train_schedule_epochs(ct_context *ctx, const ct_recipe *r, int64_t total, int64_t steps_per_epoch,
+                                   ct_schedule **out);
 
 /* GPT / BERT sizes from the recipe (preset + overrides; the vocabulary of
  * the tokenizer, +1 for BERT's mask id); errors name the key. */

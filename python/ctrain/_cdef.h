@@ -615,6 +615,7 @@ typedef struct ct_schedule_opts {
     int threshold_abs;
     int64_t cooldown;
     double eps;
+    int cosine_hold;
 } ct_schedule_opts;
 typedef struct ct_schedule ct_schedule;
 typedef struct ct_schedule_state {
@@ -786,6 +787,9 @@ typedef struct ct_recipe {
     int window;
     float drop_path;
     float warmup_epochs;
+    float step_size_epochs;
+    float cosine_epochs;
+    int cosine_after;
     char init_weights[256];
     int fit;
     int fit_allow_bf16;
@@ -826,6 +830,7 @@ int ct_recipe_is_set(const ct_recipe *r, const char *key);
 void ct_recipe_models_text(unsigned models, char *buf, size_t len);
 int ct_recipe_to_json(const ct_recipe *r, char *buf, size_t len);
 int ct_recipe_to_json_full(const ct_recipe *r, char *buf, size_t len);
+int ct_recipe_to_json_applied(const ct_recipe *r, int applies, char *buf, size_t len);
 typedef enum ct_scaler_floor {
     CT_SCALER_FLOOR_ERROR = 0,
     CT_SCALER_FLOOR_STOP,
@@ -1257,6 +1262,7 @@ typedef struct ct_train_opts {
     ct_train_step_fn on_step;
     ct_train_eval_fn on_eval;
     void *cb_user;
+    int verbose;
 } ct_train_opts;
 void ct_train_opts_default(ct_train_opts *o);
 typedef struct ct_train_result {
@@ -1282,6 +1288,8 @@ void ct_train_zero_estimate(const ct_recipe *r, const ct_plan_stats *ps, double 
                             ct_zero_estimate *out);
 double ct_train_scaled_lr(const ct_recipe *r);
 ct_status ct_train_schedule(ct_context *ctx, const ct_recipe *r, int64_t total, ct_schedule **out);
+ct_status ct_train_schedule_epochs(ct_context *ctx, const ct_recipe *r, int64_t total, int64_t steps_per_epoch,
+                                   ct_schedule **out);
 ct_status ct_train_gpt_config(ct_context *ctx, const ct_recipe *r, int64_t tok_vocab, ct_gpt_config *c);
 ct_status ct_train_bert_config(ct_context *ctx, const ct_recipe *r, int64_t tok_vocab, ct_bert_config *c);
 ct_status ct_train_tokenizer(ct_context *ctx, const ct_recipe *r, const char *text, size_t len, ct_tokenizer **out);

@@ -97,7 +97,7 @@ static const key_def k_keys[] = {
     {"min_lr", K_F32, OFF(min_lr), 0, 0, 1e3, NULL, M_ALL, NULL, "floor of cosine, cosine_restarts (eta_min) and plateau; <= optimizer.lr"},
     {"warmup_start_factor", K_F32, OFF(warmup_start_factor), 0, 0, 1, NULL, M_ALL, NULL,
      "0: ramp lr*(step+1)/warmup_steps (reaches lr on the last warmup step); in (0, 1]: PyTorch LinearLR(start_factor, total_iters=warmup_steps)"},
-    {"step_size", K_I64, OFF(step_size), 0, 0, 1e15, NULL, M_ALL, NULL, "step: steps between decays (required)"},
+    {"step_size", K_I64, OFF(step_size), 0, 0, 1e15, NULL, M_ALL, NULL, "step: optimizer steps between decays (this or step_size_epochs is required)"},
     {"gamma", K_F32, OFF(gamma), 0, 1e-30, 1, NULL, M_ALL, NULL, "step, multistep, exponential: decay factor"},
     {"milestones", K_LIST, OFF(milestones), OFF(n_milestones), 1, 1e15, NULL, M_ALL, NULL,
      "multistep: increasing step numbers (after warmup)"},
@@ -314,6 +314,15 @@ static const key_def k_keys[] = {
      "scripts/torchvision_to_safetensors.py); a resumed run keeps its checkpoint's"},
     {"warmup_epochs", K_F32, OFF(warmup_epochs), 0, 0, 1e6, NULL, M_ALL, NULL,
      "warm-up length in epochs (rounded up to optimizer steps; text: eval_every steps per epoch); replaces warmup_steps"},
+    {"step_size_epochs", K_F32, OFF(step_size_epochs), 0, 0, 1e6, NULL, M_ALL, NULL,
+     "step: epochs between decays (x0.1 every 30 epochs: 30 with gamma 0.1), rounded to optimizer steps as "
+     "warmup_epochs; replaces step_size"},
+    {"cosine_epochs", K_F32, OFF(cosine_epochs), 0, 0, 1e6, NULL, M_ALL, NULL,
+     "cosine: the period T in epochs, PyTorch's CosineAnnealingLR(T_max = T x steps per epoch, eta_min = min_lr) "
+     "stepped every optimizer step, counted after warmup (0: T is the run after warmup); past T see cosine_after"},
+    {"cosine_after", K_ENUM, OFF(cosine_after), 0, 0, 0, "cycle|hold", M_ALL, NULL,
+     "cosine past its period T: cycle follows the closed form min_lr + (lr - min_lr)(1 + cos(pi t/T))/2 back up to lr "
+     "at 2T (what CosineAnnealingLR does), hold stays at min_lr"},
     {"drop_path", K_F32, OFF(drop_path), 0, -1, 0.999, NULL, M_ROW, NULL,
      "efficientnet, swin: stochastic depth rate of the last block, linear in the block index (-1: torchvision's "
      "0.2; swin_t/s/b 0.2/0.3/0.5)"},
@@ -505,6 +514,13 @@ static const struct {
     {"num_layers", "n_layer"}, {"num_heads", "n_head"}, {"hidden_size", "d_model"}, {"block_size", "context"},
     {"seq_len", "context"}, {"stage", "zero_stage"}, {"zero_optimization.stage", "zero_stage"},
     {"tensor_model_parallel_size", "tensor_parallel"}, {"pipeline_model_parallel_size", "pipeline_stages"},
+    /* the rest of the guide's (docs/seeds.md) */
+    {"split_dim", "tensor_parallel (the split is per layer)"}, {"memory_growth_factor", "dynamic_shapes"},
+    {"patience", "early_stop_patience"}, {"min_delta", "early_stop_min_delta"}, {"eta_min", "min_lr"},
+    {"T_max", "cosine_epochs"}, {"t_max", "cosine_epochs"}, {"max_lr", "optimizer.lr"},
+    {"checkpoint_sequential", "recompute_blocks"}, {"checkpoint_every", "recompute_every"},
+    {"fusion_patterns", "fusion_rules (a file holding them)"}, {"compression", "grad_compression"},
+    {"step_size_epoch", "step_size_epochs"}, {"cosine_epoch", "cosine_epochs"},
 };
 
 /* Levenshtein distance of a and b, capped: returns cap + 1 once it is larger. */
@@ -720,17 +736,99 @@ ct_status ct_recipe_set(ct_context *ctx, ct_recipe *r, const char *key, const ch
     return set_number(ctx, r, k, v);
 }
 
-/* A key given twice in one object: JSON allows it, cJSON keeps both, and the last would win silently. */
+/* One JSON recipe being applied: which keys it has set, to refuse a key given twice (cJSON keeps both members
+ * of an object; a field reached through two spellings, such as "optimizer.lr" and {"optimizer": {"lr"}}, or
+ * micro_batches and accumulate_steps, counts too). */
+typedef struct {
+    ct_context *ctx;
+    ct_recipe *r;
+    char seen[N_KEYS][160]; /* the spelling that set key i, "" when unset */
+} json_apply;
+
+/* A member's name appears earlier in the same object. */
 static ct_status check_duplicates(ct_context *ctx, const cJSON *obj, const char *prefix) {
     for (const cJSON *it = obj->child; it; it = it->next)
-        for (const cJSON *p = obj->child; p != it; p = p->next)
-            if (it->string && p->string && !strcmp(it->string, p->string))
+        for (const cJSON *jt = obj->child; jt != it; jt = jt->next)
+            if (it->string && jt->string && !strcmp(it->string, jt->string))
                 return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s%s' is given twice; keep one", prefix, it->string);
     return CT_OK;
 }
 
-static ct_status apply_json(ct_context *ctx, const cJSON *obj, const char *prefix, ct_recipe *r) {
-    CT_TRY(check_duplicates(ctx, obj, prefix));
+/* Key k set under the spelling `key`: an error when the recipe already set it. *alias: the key sharing k's
+ * field (micro_batches, accumulate_steps) that the recipe set, or NULL: the two may both be given with one
+ * value (a recipe written by ct_recipe_to_json_full has both), not with two. */
+static ct_status mark_seen(json_apply *ja, const key_def *k, const char *key, const key_def **alias) {
+    *alias = NULL;
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (k_keys[i].off == k->off && ja->seen[i][0]) {
+            if (&k_keys[i] != k) {
+                *alias = &k_keys[i];
+                continue;
+            }
+            return ct_set_error(ja->ctx, CT_E_CONFIG, "recipe key '%s' is given twice (as %s and as %s); keep "
+                                "one", k->key, ja->seen[i], key);
+        }
+    snprintf(ja->seen[k - k_keys], sizeof ja->seen[0], "%s", key);
+    return CT_OK;
+}
+
+static ct_status set_json_value(json_apply *ja, const cJSON *it, const key_def *k, const char *key);
+
+/* One leaf member `it` under its full name `key`. */
+static ct_status apply_item(json_apply *ja, const cJSON *it, const char *key) {
+    ct_context *ctx = ja->ctx;
+    ct_recipe *r = ja->r;
+    const key_def *k = find_key(key);
+    if (!strncmp(key, "model.", 6)) /* the model section: "type" is the model, the rest are flat keys */
+        k = !strcmp(key + 6, "type") ? find_key("model") : find_key(key + 6);
+    if (!k) return unknown_key(ctx, key);
+    const char *dot = strrchr(key, '.');
+    char spelled[160];
+    if (it->string && dot && !strcmp(it->string, dot + 1) && strcmp(it->string, key)) /* {"optimizer": {"lr"}} */
+        snprintf(spelled, sizeof spelled, "\"%s\" in the \"%.*s\" section", it->string, (int)(dot - key), key);
+    else snprintf(spelled, sizeof spelled, "'%.120s'", key);
+    const key_def *alias;
+    CT_TRY(mark_seen(ja, k, spelled, &alias));
+    char before[128] = "", after[128] = "";
+    if (alias) ct_recipe_get(r, k->key, before, sizeof before);
+    CT_TRY(set_json_value(ja, it, k, key));
+    if (alias && (ct_recipe_get(r, k->key, after, sizeof after), strcmp(before, after)))
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe keys '%s' (%s) and '%s' (%s) set the same thing to two values; "
+                            "keep one", alias->key, before, k->key, after);
+    return CT_OK;
+}
+
+/* The JSON value of key k onto the recipe, checked against the key's type. */
+static ct_status set_json_value(json_apply *ja, const cJSON *it, const key_def *k, const char *key) {
+    ct_context *ctx = ja->ctx;
+    ct_recipe *r = ja->r;
+    if (k->type == K_BYTES && cJSON_IsNumber(it)) return set_number(ctx, r, k, it->valuedouble);
+    if (k->type == K_STR || k->type == K_ENUM_OPT || k->type == K_ENUM || k->type == K_BYTES) {
+        if (!cJSON_IsString(it)) return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s' must be a string", key);
+        return set_string(ctx, r, k, it->valuestring);
+    }
+    if (k->type == K_LIST) {
+        double v[CT_RECIPE_MAX_LAYERS + 1];
+        int n = 0;
+        if (!cJSON_IsArray(it)) return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s' must be an array of sizes", key);
+        for (const cJSON *e = it->child; e; e = e->next) {
+            if (!cJSON_IsNumber(e))
+                return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': item %d is not a number", key, n);
+            if (n > CT_RECIPE_MAX_LAYERS) { n++; break; }
+            v[n++] = e->valuedouble;
+        }
+        return set_list(ctx, r, k, v, n);
+    }
+    if (k->type == K_BOOL) {
+        if (!cJSON_IsBool(it)) return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s' must be true or false", key);
+        return set_number(ctx, r, k, cJSON_IsTrue(it));
+    }
+    if (!cJSON_IsNumber(it)) return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s' must be a number", key);
+    return set_number(ctx, r, k, it->valuedouble);
+}
+
+static ct_status apply_json(json_apply *ja, const cJSON *obj, const char *prefix) {
+    CT_TRY(check_duplicates(ja->ctx, obj, prefix));
     /* optimizer.name first so the kind's defaults do not override later keys */
     for (int pass = 0; pass < 2; pass++) {
         for (const cJSON *it = obj->child; it; it = it->next) {
@@ -739,7 +837,7 @@ static ct_status apply_json(ct_context *ctx, const cJSON *obj, const char *prefi
             if (!strcmp(key, "optimizer") && cJSON_IsString(it)) /* "optimizer": "sgd" is {"name": "sgd"} */
                 snprintf(key, sizeof key, "optimizer.name");
             else if (!strcmp(key, "optimizer") && !cJSON_IsObject(it))
-                return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'optimizer' must be a name (\"adamw\") or an object "
+                return ct_set_error(ja->ctx, CT_E_CONFIG, "recipe key 'optimizer' must be a name (\"adamw\") or an object "
                                     "({\"name\": \"adamw\", \"lr\": 0.001})");
             int is_name = !strcmp(key, "optimizer.name");
             if ((pass == 0) != is_name && !cJSON_IsObject(it)) continue;
@@ -747,41 +845,13 @@ static ct_status apply_json(ct_context *ctx, const cJSON *obj, const char *prefi
                 if (pass == 1) continue;
                 /* sections: {"optimizer": {...}}, {"loss_scale": {...}}, {"model": {"type": ...}} */
                 if (prefix[0] || (strcmp(key, "optimizer") && strcmp(key, "loss_scale") && strcmp(key, "model")))
-                    return unknown_key(ctx, key); /* key == it->string here */
+                    return unknown_key(ja->ctx, key); /* key == it->string here */
                 char sub[64];
                 snprintf(sub, sizeof sub, "%s.", it->string);
-                CT_TRY(apply_json(ctx, it, sub, r));
+                CT_TRY(apply_json(ja, it, sub));
                 continue;
             }
-            const key_def *k = find_key(key);
-            if (!strncmp(key, "model.", 6)) /* the model section: "type" is the model, the rest are flat keys */
-                k = !strcmp(key + 6, "type") ? find_key("model") : find_key(key + 6);
-            if (!k) return unknown_key(ctx, key);
-            if (k->type == K_BYTES && cJSON_IsNumber(it)) {
-                CT_TRY(set_number(ctx, r, k, it->valuedouble));
-            } else if (k->type == K_STR || k->type == K_ENUM_OPT || k->type == K_ENUM || k->type == K_BYTES) {
-                if (!cJSON_IsString(it))
-                    return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s' must be a string", key);
-                CT_TRY(set_string(ctx, r, k, it->valuestring));
-            } else if (k->type == K_LIST) {
-                double v[CT_RECIPE_MAX_LAYERS + 1];
-                int n = 0;
-                if (!cJSON_IsArray(it))
-                    return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s' must be an array of sizes", key);
-                for (const cJSON *e = it->child; e; e = e->next) {
-                    if (!cJSON_IsNumber(e))
-                        return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s': item %d is not a number", key, n);
-                    if (n > CT_RECIPE_MAX_LAYERS) { n++; break; }
-                    v[n++] = e->valuedouble;
-                }
-                CT_TRY(set_list(ctx, r, k, v, n));
-            } else if (k->type == K_BOOL) {
-                if (!cJSON_IsBool(it)) return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s' must be true or false", key);
-                CT_TRY(set_number(ctx, r, k, cJSON_IsTrue(it)));
-            } else {
-                if (!cJSON_IsNumber(it)) return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s' must be a number", key);
-                CT_TRY(set_number(ctx, r, k, it->valuedouble));
-            }
+            CT_TRY(apply_item(ja, it, key));
         }
     }
     return CT_OK;
@@ -822,7 +892,14 @@ ct_status ct_recipe_parse_json(ct_context *ctx, const char *json, ct_recipe *r) 
     ct_status s = CT_OK;
     if (!cJSON_IsObject(root)) s = ct_set_error(ctx, CT_E_CONFIG, "recipe must be a JSON object {...}");
     else s = check_model_preset(ctx, root);
-    if (s == CT_OK) s = apply_json(ctx, root, "", r);
+    json_apply *ja = s == CT_OK ? calloc(1, sizeof *ja) : NULL;
+    if (s == CT_OK && !ja) s = ct_set_error(ctx, CT_E_OOM, "out of memory parsing the recipe");
+    if (ja) {
+        ja->ctx = ctx;
+        ja->r = r;
+        s = apply_json(ja, root, "");
+        free(ja);
+    }
     cJSON_Delete(root);
     return s;
 }
@@ -914,6 +991,24 @@ static ct_status check_keys_apply(ct_context *ctx, const ct_recipe *r) {
     return CT_OK;
 }
 
+/* The schedule keys in epochs: each belongs to one schedule and replaces a key in steps. */
+static ct_status check_epoch_keys(ct_context *ctx, const ct_recipe *r) {
+    const char *sched = ct_recipe_enum_name("schedule", (int)r->schedule);
+    if (r->step_size_epochs > 0 && r->step_size > 0)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe keys 'step_size_epochs' and 'step_size' are both set; keep one");
+    if (r->schedule == CT_SCHED_STEP && r->step_size < 1 && !(r->step_size_epochs > 0))
+        return ct_set_error(ctx, CT_E_CONFIG, "schedule 'step' needs 'step_size_epochs' (epochs between decays, e.g. "
+                            "30) or 'step_size' >= 1 (optimizer steps between decays)");
+    if (r->step_size_epochs > 0 && r->schedule != CT_SCHED_STEP)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'step_size_epochs' applies to schedule 'step', but the "
+                            "schedule is '%s'; set \"schedule\": \"step\" or remove it", sched);
+    if ((r->cosine_epochs > 0 || r->cosine_after) && r->schedule != CT_SCHED_COSINE)
+        return ct_set_error(ctx, CT_E_CONFIG, "recipe key '%s' applies to schedule 'cosine', but the schedule is "
+                            "'%s'; set \"schedule\": \"cosine\" or remove it",
+                            r->cosine_epochs > 0 ? "cosine_epochs" : "cosine_after", sched);
+    return CT_OK;
+}
+
 ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
     if ((unsigned)r->model >= CT_MODEL_COUNT) return ct_set_error(ctx, CT_E_CONFIG, "recipe key 'model': not a model");
     const char *model = ct_model_name(r->model);
@@ -952,8 +1047,7 @@ ct_status ct_recipe_validate(ct_context *ctx, const ct_recipe *r) {
     if (r->min_lr > r->optim.lr)
         return ct_set_error(ctx, CT_E_CONFIG, "min_lr %g is larger than optimizer.lr %g", (double)r->min_lr,
                             (double)r->optim.lr);
-    if (r->schedule == CT_SCHED_STEP && r->step_size < 1)
-        return ct_set_error(ctx, CT_E_CONFIG, "schedule 'step' needs 'step_size' >= 1 (steps between decays)");
+    CT_TRY(check_epoch_keys(ctx, r));
     if (r->schedule == CT_SCHED_MULTISTEP && r->n_milestones < 1)
         return ct_set_error(ctx, CT_E_CONFIG, "schedule 'multistep' needs 'milestones', e.g. [1000, 2000]");
     if (r->schedule == CT_SCHED_MULTISTEP)
@@ -1122,7 +1216,16 @@ static double key_number(const ct_recipe *r, const key_def *k) {
     }
 }
 
-int ct_recipe_to_json_full(const ct_recipe *r, char *buf, size_t len) {
+/* which: 0 every key, 1 the keys that apply to r->model, 2 those that do not */
+static int to_json(const ct_recipe *r, int which, char *buf, size_t len);
+
+int ct_recipe_to_json_full(const ct_recipe *r, char *buf, size_t len) { return to_json(r, 0, buf, len); }
+
+int ct_recipe_to_json_applied(const ct_recipe *r, int applies, char *buf, size_t len) {
+    return to_json(r, applies ? 1 : 2, buf, len);
+}
+
+static int to_json(const ct_recipe *r, int which, char *buf, size_t len) {
     /* a default the key's range excludes (sgd's eps 0) is left out: parsing
      * gives it back, as optimizer.name resets the optimizer's defaults */
     ct_recipe def;
@@ -1133,6 +1236,7 @@ int ct_recipe_to_json_full(const ct_recipe *r, char *buf, size_t len) {
     for (size_t i = 0; i < N_KEYS && ok; i++) {
         const key_def *k = &k_keys[i];
         const char *base = (const char *)r + k->off;
+        if (which && (which == 1) != key_applies(k, r->model)) continue;
         if (k->type == K_INT || k->type == K_I64 || k->type == K_U64 || k->type == K_F32 || k->type == K_BYTES) {
             double v = key_number(r, k);
             if (v == key_number(&def, k) && !(v >= k->lo && v <= k->hi)) continue;

@@ -186,6 +186,7 @@ static double decay_lr(const ct_schedule_opts *o, int64_t t) {
     }
     case CT_SCHED_EXPONENTIAL: return b * pow(o->gamma, (double)t);
     case CT_SCHED_COSINE:
+        if (o->cosine_hold && t >= o->t_max) return o->min_lr;
         return o->min_lr + (b - o->min_lr) * (1.0 + cos(M_PI * (double)t / (double)o->t_max)) / 2.0;
     case CT_SCHED_COSINE_RESTARTS: {
         int64_t tcur = t, ti = o->t_0;

@@ -355,7 +355,7 @@ void ct_doctor_print(const ct_doctor_report *r, FILE *f) {
                   "batches ahead (prefetch)");
     if (r->v_memory == CT_VERDICT_UNKNOWN)
         fprintf(f, "  %s memory %.1f MiB: no memory budget was set, so its use cannot be judged; set one "
-                   "(ct_context_opts.memory_budget) to check the 70-90%% target\n",
+                   "(recipe key memory_budget, e.g. --memory-budget 8G) to check the 70-90%% target\n",
                 tag(r->v_memory), r->memory_bytes / 1048576.0);
     else
         fprintf(f, "  %s memory %.1f MiB = %.1f%% of the %.1f MiB budget (target 70-90%%)%s\n", tag(r->v_memory),

@@ -160,6 +160,19 @@ static void header_parallel(ct_run *R) {
                    r->deterministic_chunks);
 }
 
+/* The recipe's keys that apply to the model; the others (rj holds every key) with ct_train_opts.verbose. */
+static void header_recipe(ct_run *R, const char *rj) {
+    char aj[8192], nj[8192];
+    const char *model = ct_recipe_enum_name("model", (int)R->r->model);
+    if (R->o->verbose) {
+        if (ct_recipe_to_json_applied(R->r, 0, nj, sizeof nj) < 0) snprintf(nj, sizeof nj, "(out of memory)");
+        ct_run_say(R, "  recipe: %s\n  keys that do not apply to %s: %s\n", rj, model, nj);
+        return;
+    }
+    if (ct_recipe_to_json_applied(R->r, 1, aj, sizeof aj) < 0) snprintf(aj, sizeof aj, "(out of memory)");
+    ct_run_say(R, "  recipe (the keys of %s; every key: --verbose): %s\n", model, aj);
+}
+
 void ct_progress_header(ct_run *R, const char *rj) {
     const ct_recipe *r = R->r;
     ct_task *t = R->task;
@@ -178,7 +191,7 @@ void ct_progress_header(ct_run *R, const char *rj) {
                    ct_recipe_enum_name("lr_scaling", (int)r->lr_scaling), (long long)(r->batch_size * R->accum),
                    (long long)r->lr_base_batch, (double)r->optim.lr, ct_train_scaled_lr(r));
     print_precision(R);
-    ct_run_say(R, "  recipe: %s\n", rj);
+    header_recipe(R, rj);
     if (!R->resumed) return;
     const ct_train_state *ck = R->st;
     if (R->data_epochs)
@@ -191,23 +204,37 @@ void ct_progress_header(ct_run *R, const char *rj) {
 
 /* ---- steps and epochs ---------------------------------------------------------------------- */
 
+/* The epochs this run trains (max_steps can end it before r->epochs) and the batches of the current epoch
+ * that it trains, b being the batches done: the whole epoch, or fewer where max_steps ends the run. */
+static int run_epochs(const ct_run *R) {
+    int64_t spe = R->per_epoch / (R->accum > 0 ? R->accum : 1);
+    int64_t n = spe > 0 ? (R->total + spe - 1) / spe : R->r->epochs;
+    return n > 0 && n < R->r->epochs ? (int)n : R->r->epochs;
+}
+static int64_t epoch_batches(const ct_run *R, int64_t b) {
+    if (!(R->r->max_steps > 0 && R->total == R->r->max_steps)) return R->per_epoch; /* max_steps does not end it */
+    int64_t left = b + (R->total - R->step) * R->accum;
+    return left < R->per_epoch ? left : R->per_epoch;
+}
+
 void ct_progress_step(ct_run *R, const ct_epoch *E, const ct_step_io *io) {
     const ct_recipe *r = R->r;
     const ct_task *t = R->task;
     const int64_t b = E->b, step = R->step;
-    int show = R->data_epochs ? (R->tty ? (b % 5 == 0 || b == R->per_epoch) : (b % r->log_every == 0))
+    const int64_t eb = R->data_epochs ? epoch_batches(R, b) : 0;
+    int show = R->data_epochs ? (R->tty ? (b % 5 == 0 || b == eb) : (b % r->log_every == 0))
                               : (R->tty ? 1 : (step % r->log_every == 0 || step == R->total));
     if (R->quiet || !show) return;
     double el = ct_run_now_s() - R->start;
     char eta[32], head[96], acc[32] = "", nb[32] = "", sb[64] = "";
     fmt_time(el / (double)(step - R->step0) * (double)(R->total - step), eta, sizeof eta);
     if (R->data_epochs) {
-        int bar = (int)(20 * b / R->per_epoch);
+        int bar = (int)(20 * b / (eb > 0 ? eb : 1));
         char bb[24];
         for (int i = 0; i < 20; i++) bb[i] = i < bar ? '#' : '.';
         bb[20] = 0;
-        snprintf(head, sizeof head, "epoch %lld/%d [%s] %lld/%lld", (long long)R->ep + 1, r->epochs, bb,
-                 (long long)b, (long long)R->per_epoch);
+        snprintf(head, sizeof head, "epoch %lld/%d [%s] %lld/%lld", (long long)R->ep + 1, run_epochs(R), bb,
+                 (long long)b, (long long)eb);
     } else {
         snprintf(head, sizeof head, "step %lld/%lld", (long long)step, (long long)R->total);
     }
@@ -230,11 +257,10 @@ void ct_progress_scaler_stop(ct_run *R) {
 }
 
 void ct_progress_epoch(ct_run *R, const ct_epoch *E, double eval_s) {
-    const ct_recipe *r = R->r;
     const ct_task *t = R->task;
     const ct_task_eval *ev = &R->ev;
     char head[64], tacc[40] = "", eacc[40] = "", tail[160];
-    if (R->data_epochs) snprintf(head, sizeof head, "epoch %lld/%d", (long long)R->ep + 1, r->epochs);
+    if (R->data_epochs) snprintf(head, sizeof head, "epoch %lld/%d", (long long)R->ep + 1, run_epochs(R));
     else snprintf(head, sizeof head, "step %lld/%lld", (long long)R->step, (long long)R->total);
     if (t->has_accuracy) {
         snprintf(tacc, sizeof tacc, "  train acc %.2f%%", E->seen ? 100.0 * (double)E->correct / (double)E->seen : 0.0);

@@ -425,12 +425,9 @@ static ct_status setup(ct_run *R, ct_train_result *res) {
         R->total = r->max_steps > 0 ? r->max_steps : (int64_t)r->epochs * (r->eval_every > 0 ? r->eval_every : 100);
         R->steps_per_epoch = r->eval_every > 0 ? r->eval_every : R->total;
     }
-    if (r->warmup_epochs > 0) { /* warmup_epochs: in optimizer steps of this run's epochs */
-        ct_recipe rw = *r;
-        int64_t spe = R->task->epochs_from_data ? R->per_epoch / R->accum : R->steps_per_epoch;
-        rw.warmup_steps = (int)CT_MIN((double)INT32_MAX, ceil((double)r->warmup_epochs * (double)spe));
-        CT_TRY(ct_train_schedule(ctx, &rw, R->total, &R->sched));
-    } else CT_TRY(ct_train_schedule(ctx, r, R->total, &R->sched));
+    /* warmup_epochs, step_size_epochs, cosine_epochs: in optimizer steps of this run's epochs */
+    int64_t spe = R->task->epochs_from_data ? R->per_epoch / R->accum : R->steps_per_epoch;
+    CT_TRY(ct_train_schedule_epochs(ctx, r, R->total, spe, &R->sched));
     CT_TRY(ct_early_stop_init(ctx, &R->es, r->early_stop_patience, r->early_stop_min_delta,
                               r->early_stop_mode == CT_EARLY_STOP_MAX));
     ct_plan_param_arena(R->plan, &R->par, &R->grads, &R->n_par);
