@@ -72,8 +72,10 @@ expect bar_total_two_epochs 0 "epoch 2/2 \[####################\] 3/3 " -- \
 
 # ---- the run header: keys that apply; the rest with --verbose --------------------------------
 hdr=$("$CT" train "${R[@]}" --max-steps 1 --epochs 1 2>&1 | grep "recipe")
-if printf '%s' "$hdr" | grep -q '"hidden"' && ! printf '%s' "$hdr" | grep -qE '"tokenizer"|"channels"|"n_layer"'; then
-  ok "header: an mlp's keys, not tokenizer / channels / n_layer (${#hdr} bytes)"
+# what the user set (hidden 32, batch 64, seed 1) is there; defaults (activation, lr) and keys of other models are not
+if printf '%s' "$hdr" | grep -q '"hidden":\[32\]' && printf '%s' "$hdr" | grep -q '"batch_size":64' &&
+   ! printf '%s' "$hdr" | grep -qE '"tokenizer"|"channels"|"n_layer"|"activation"|"lr"' && [ "${#hdr}" -lt 400 ]; then
+  ok "header: the mlp's keys not at their defaults, not tokenizer / channels / n_layer / defaults (${#hdr} bytes)"
 else bad "header prints keys that do not apply" "$hdr"; fi
 expect header_verbose 0 'keys that do not apply to mlp: \{[^}]*"channels":\[32,64\].*"tokenizer":"char"' -- \
   "$CT" train "${R[@]}" --max-steps 1 --epochs 1 --verbose

@@ -280,8 +280,10 @@ int ct_recipe_to_json(const ct_recipe *r, char *buf, size_t len);
  * it with ct_recipe_parse_json on top of ct_recipe_default gives back the
  * same recipe. Returns the length needed (like snprintf), or -1 on OOM. */
 int ct_recipe_to_json_full(const ct_recipe *r, char *buf, size_t len);
-/* The same with only the keys that apply to r->model (applies != 0: what a
- * run's header prints), or only those that do not (applies == 0). */
+/* The same with only the keys that apply to r->model (applies 1), only
+ * those that do not (applies 0), or those that apply and differ from the
+ * defaults, with model and optimizer.name always (applies 2: what a run's
+ * header prints). */
 int ct_recipe_to_json_applied(const ct_recipe *r, int applies, char *buf, size_t len);
 
 #ifdef __cplusplus

@@ -1216,13 +1216,14 @@ static double key_number(const ct_recipe *r, const key_def *k) {
     }
 }
 
-/* which: 0 every key, 1 the keys that apply to r->model, 2 those that do not */
+/* which: 0 every key, 1 the keys that apply to r->model, 2 those that do not, 3 those that apply and differ from
+ * the defaults (model and optimizer.name always) */
 static int to_json(const ct_recipe *r, int which, char *buf, size_t len);
 
 int ct_recipe_to_json_full(const ct_recipe *r, char *buf, size_t len) { return to_json(r, 0, buf, len); }
 
 int ct_recipe_to_json_applied(const ct_recipe *r, int applies, char *buf, size_t len) {
-    return to_json(r, applies ? 1 : 2, buf, len);
+    return to_json(r, applies == 2 ? 3 : applies ? 1 : 2, buf, len);
 }
 
 static int to_json(const ct_recipe *r, int which, char *buf, size_t len) {
@@ -1236,7 +1237,9 @@ static int to_json(const ct_recipe *r, int which, char *buf, size_t len) {
     for (size_t i = 0; i < N_KEYS && ok; i++) {
         const key_def *k = &k_keys[i];
         const char *base = (const char *)r + k->off;
-        if (which && (which == 1) != key_applies(k, r->model)) continue;
+        if (which && (which != 2) != key_applies(k, r->model)) continue;
+        if (which == 3 && strcmp(k->key, "model") && strcmp(k->key, "optimizer.name") && key_is_default(r, &def, k))
+            continue;
         if (k->type == K_INT || k->type == K_I64 || k->type == K_U64 || k->type == K_F32 || k->type == K_BYTES) {
             double v = key_number(r, k);
             if (v == key_number(&def, k) && !(v >= k->lo && v <= k->hi)) continue;

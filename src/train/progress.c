@@ -160,7 +160,8 @@ static void header_parallel(ct_run *R) {
                    r->deterministic_chunks);
 }
 
-/* The recipe's keys that apply to the model; the others (rj holds every key) with ct_train_opts.verbose. */
+/* The recipe's keys that apply to the model and differ from the defaults; every key (rj), and which do not apply,
+ * with ct_train_opts.verbose. */
 static void header_recipe(ct_run *R, const char *rj) {
     char aj[8192], nj[8192];
     const char *model = ct_recipe_enum_name("model", (int)R->r->model);
@@ -169,8 +170,8 @@ static void header_recipe(ct_run *R, const char *rj) {
         ct_run_say(R, "  recipe: %s\n  keys that do not apply to %s: %s\n", rj, model, nj);
         return;
     }
-    if (ct_recipe_to_json_applied(R->r, 1, aj, sizeof aj) < 0) snprintf(aj, sizeof aj, "(out of memory)");
-    ct_run_say(R, "  recipe (the keys of %s; every key: --verbose): %s\n", model, aj);
+    if (ct_recipe_to_json_applied(R->r, 2, aj, sizeof aj) < 0) snprintf(aj, sizeof aj, "(out of memory)");
+    ct_run_say(R, "  recipe (%s; the keys not at their defaults; every key: --verbose): %s\n", model, aj);
 }
 
 void ct_progress_header(ct_run *R, const char *rj) {
