@@ -83,19 +83,23 @@ static double base_bytes(ct_context *ctx) {
 
 static int is_text(const ct_recipe *r) { return ct_model_family_of(r->model) == CT_MODEL_FAMILY_TEXT; }
 
-/* One rank's plan for recipe `local` (plan_only: sizes only), as trainer.c's build_plan without tensor or
- * pipeline parallelism (fit takes neither). */
-static ct_status compile_plan(ct_context *ctx, ct_task *t, const ct_recipe *local, int plan_only, ct_plan **out) {
+/* Builds the task's graph for r and compiles it (plan_only: sizes only). R: the run's tensor group and pipeline
+ * stage; NULL for one process (fit's candidates, ctrain eval). */
+ct_status ct_task_plan(ct_context *ctx, ct_run *R, ct_task *t, const ct_recipe *r, int plan_only, ct_plan **out) {
     ct_graph *g;
     CT_TRY(ct_graph_create(ctx, &g));
     ct_node loss = CT_NONE, keep[8];
     int n_keep = 0;
-    ct_status s = t->build(t, g, local, &loss, &n_keep, keep);
+    ct_status s = R ? ct_graph_set_tensor_group(g, R->tp) : CT_OK; /* tensor parallel: this rank's part */
+    if (s == CT_OK) s = t->build(t, g, r, &loss, &n_keep, keep);
     ct_compile_opts co;
-    ct_recipe_compile_opts(local, &co);
+    ct_recipe_compile_opts(r, &co);
     co.plan_only = plan_only;
+    ct_stage_opts so; /* pipeline parallel: this rank's pieces of the model */
+    if (s == CT_OK && R && R->pipe) s = ct_pp_stage_opts(R, g, &so);
+    if (R && R->pipe) co.stage = &so;
     ct_fusion_rules *rules = NULL;
-    if (s == CT_OK && local->fusion_rules[0]) s = ct_fusion_rules_load(ctx, local->fusion_rules, &rules);
+    if (s == CT_OK && r->fusion_rules[0]) s = ct_fusion_rules_load(ctx, r->fusion_rules, &rules);
     co.fusion_rules = rules;
     if (s == CT_OK) s = ct_compile(g, loss, n_keep, keep, &co, out);
     ct_fusion_rules_free(rules);
@@ -106,7 +110,7 @@ static ct_status compile_plan(ct_context *ctx, ct_task *t, const ct_recipe *loca
 /* What one rank's plan for recipe `local` takes (a plan_only compile), and its largest parameter. */
 static ct_status compile_stats(ct_context *ctx, ct_task *t, const ct_recipe *local, ct_plan_stats *ps, double *largest) {
     ct_plan *p = NULL;
-    CT_TRY(compile_plan(ctx, t, local, 1, &p));
+    CT_TRY(ct_task_plan(ctx, NULL, t, local, 1, &p));
     ct_plan_get_stats(p, ps);
     *largest = 0;
     for (int i = 0; i < ct_plan_num_params(p); i++) {
@@ -358,7 +362,7 @@ static int trial(ct_run *R, ct_fit_cand *c) {
     ct_plan *p = NULL;
     ct_optimizer *opt = NULL;
     void *state = NULL;
-    ct_status s = compile_plan(ctx, R->task, &R->local, 0, &p);
+    ct_status s = ct_task_plan(ctx, NULL, R->task, &R->local, 0, &p);
     if (s == CT_OK && (R->world == 1 || c->r.zero_stage == 0)) s = ct_optimizer_create(p, &c->r.optim, &opt);
     else if (s == CT_OK) {
         ct_plan_stats ps;

@@ -179,24 +179,6 @@ void ct_classifier_trained(const ct_classifier *c, double *accuracy, double *los
     if (loss) *loss = c ? c->trained_loss : 0;
 }
 
-/* The task's graph for r compiled as the trainer compiles it (trainer.c build_plan, one process). */
-static ct_status trainer_plan(ct_context *ctx, ct_task *t, const ct_recipe *r, ct_plan **out) {
-    ct_graph *g;
-    CT_TRY(ct_graph_create(ctx, &g));
-    ct_node loss = CT_NONE, keep[8];
-    int n_keep = 0;
-    ct_status s = t->build(t, g, r, &loss, &n_keep, keep);
-    ct_compile_opts co;
-    ct_recipe_compile_opts(r, &co);
-    ct_fusion_rules *rules = NULL;
-    if (s == CT_OK && r->fusion_rules[0]) s = ct_fusion_rules_load(ctx, r->fusion_rules, &rules);
-    co.fusion_rules = rules;
-    if (s == CT_OK) s = ct_compile(g, loss, n_keep, keep, &co, out);
-    ct_fusion_rules_free(rules);
-    ct_graph_free(g);
-    return s;
-}
-
 /* The task, its plan (deterministic: one chunk's batch, as the trainer), the weights, the evaluation. */
 static ct_status evaluate_with(ct_classifier *c, ct_task *t, ct_classifier_eval *out) {
     ct_recipe local = c->r;
@@ -206,7 +188,7 @@ static ct_status evaluate_with(ct_classifier *c, ct_task *t, ct_classifier_eval 
         CT_TRY(t->chunk(t, c->r.deterministic_chunks));
     }
     ct_plan *p = NULL;
-    ct_status s = trainer_plan(c->ctx, t, &local, &p);
+    ct_status s = ct_task_plan(c->ctx, NULL, t, &local, 0, &p);
     if (s == CT_OK) s = ct_checkpoint_load(c->ctx, c->ckpt, p, NULL, NULL);
     if (s == CT_OK) s = t->bind(t, p);
     const int64_t w = s == CT_OK ? ct_task_image_logits_width(t) : 0;

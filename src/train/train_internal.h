@@ -359,6 +359,9 @@ ct_status ct_fit_apply(ct_run *R);
  * statistics left alone: the kernels allocate their layout buffers on first use, which no plan statistic shows
  * (the memory_budget check in trainer.c's setup and fit's trials). */
 ct_status ct_run_first_use(ct_task *t, ct_plan *p);
+/* The task's graph for r, compiled as a run compiles it (plan_only: sizes only); R: the run's tensor group and
+ * pipeline stage, or NULL for one process (fit's candidates, ctrain eval). fit.c */
+ct_status ct_task_plan(ct_context *ctx, ct_run *R, ct_task *t, const ct_recipe *r, int plan_only, ct_plan **out);
 
 /* Tensor parallelism (tensor_parallel.c; docs/distributed.md). ct_tp_setup, before the data parallel
  * setup: the recipe's tensor_parallel against the world and the task; the grid of groups; R->comm becomes the

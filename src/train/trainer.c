@@ -82,33 +82,10 @@ void ct_task_free(ct_task *t) {
 
 /* ---- plan and memory budget ---------------------------------------------------------------- */
 
-/* Builds the task's graph for r and compiles it (plan_only: sizes only). */
-static ct_status build_plan(ct_context *ctx, ct_run *R, ct_task *t, const ct_recipe *r, int plan_only, ct_plan **out) {
-    ct_graph *g;
-    CT_TRY(ct_graph_create(ctx, &g));
-    ct_node loss = CT_NONE, keep[8];
-    int n_keep = 0;
-    ct_status s = ct_graph_set_tensor_group(g, R->tp); /* tensor parallel: the builders take this rank's part */
-    if (s == CT_OK) s = t->build(t, g, r, &loss, &n_keep, keep);
-    ct_compile_opts co;
-    ct_recipe_compile_opts(r, &co);
-    co.plan_only = plan_only;
-    ct_stage_opts so; /* pipeline parallel: this rank's pieces of the model */
-    if (s == CT_OK && R->pipe) s = ct_pp_stage_opts(R, g, &so);
-    if (R->pipe) co.stage = &so;
-    ct_fusion_rules *rules = NULL;
-    if (s == CT_OK && r->fusion_rules[0]) s = ct_fusion_rules_load(ctx, r->fusion_rules, &rules);
-    co.fusion_rules = rules;
-    if (s == CT_OK) s = ct_compile(g, loss, n_keep, keep, &co, out);
-    ct_fusion_rules_free(rules);
-    ct_graph_free(g);
-    return s;
-}
-
 /* Bytes the run's plan and optimizer take for recipe r (a plan_only compile). */
 static ct_status plan_bytes(ct_context *ctx, ct_run *R, ct_task *t, const ct_recipe *r, double *bytes, double *act) {
     ct_plan *p = NULL;
-    CT_TRY(build_plan(ctx, R, t, r, 1, &p));
+    CT_TRY(ct_task_plan(ctx, R, t, r, 1, &p));
     ct_plan_stats ps;
     ct_plan_get_stats(p, &ps);
     ct_plan_free(p);
@@ -124,7 +101,7 @@ static ct_status plan_bytes(ct_context *ctx, ct_run *R, ct_task *t, const ct_rec
 static int trial_fits(ct_context *ctx, ct_run *R, ct_task *t, const ct_recipe *r) {
     ct_plan *p = NULL;
     ct_optimizer *opt = NULL;
-    ct_status s = build_plan(ctx, R, t, r, 0, &p);
+    ct_status s = ct_task_plan(ctx, R, t, r, 0, &p);
     if (s == CT_OK) s = ct_optimizer_create(p, &r->optim, &opt);
     if (s == CT_OK) s = t->bind(t, p);
     if (s == CT_OK) s = ct_run_first_use(t, p);
@@ -385,7 +362,7 @@ static ct_status setup(ct_run *R, ct_train_result *res) {
     ct_mem_stats ms0;
     ct_context_mem_stats(ctx, &ms0);
     CT_TRY(recompute_pays(R));
-    ct_status s = build_plan(ctx, R, R->task, &R->local, 0, &R->plan);
+    ct_status s = ct_task_plan(ctx, R, R->task, &R->local, 0, &R->plan);
     if (s == CT_OK) s = ct_tp_bind(R);
     if (s == CT_OK) s = ct_zero_create(ctx, R->comm, r, R->plan, &R->zero);
     if (s == CT_OK) s = ct_det_create(ctx, R->comm, r, R->plan, &R->det);
