@@ -206,7 +206,8 @@ same_ckpt() {
   fi
 }
 # steps METRICS: the step lines without their timing fields
-steps() { grep '"type":"step"' "$1" | sed -E 's/,"samples_per_s":[^,}]*//; s/,"time":[^,}]*//'; }
+# the measured fields (throughput, MFU, peak memory, communication share, time) vary between runs
+steps() { grep '"type":"step"' "$1" | sed -E 's/,"(samples_per_s|mfu|peak_mib|comm_share|time)":[^,}]*//g'; }
 
 mrun "$tmp/mpirun.log" 120 -- "${MPI[@]}" -np 2 "$CT" train "${A[@]}" --save-dir "$CK" --report "$tmp/rep_mpirun"
 rc=$?
