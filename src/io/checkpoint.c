@@ -33,6 +33,7 @@
 #include "ctrain/checkpoint.h"
 #include "ctrain/dist.h"
 #include "ctrain/version.h"
+#include "io/io_internal.h"
 #include "io/pp_files.h"
 #include "io/safetensors.h"
 
@@ -69,24 +70,24 @@ static void dir_of(const char *path, char *out, size_t len) {
     else *slash = 0;
 }
 
-/* mkdir -p */
-static ct_status make_dirs(ct_context *ctx, const char *dir) {
+/* mkdir -p dir (io_internal.h) */
+ct_status ct_io_make_dirs(ct_context *ctx, const char *dir, const char *what) {
     char buf[PATH_MAX];
-    if (strlen(dir) >= sizeof buf) return ct_set_error(ctx, CT_E_INVALID_ARG, "checkpoint directory name is too long");
+    if (strlen(dir) >= sizeof buf) return ct_set_error(ctx, CT_E_INVALID_ARG, "%s '%s' is too long", what, dir);
     snprintf(buf, sizeof buf, "%s", dir);
     for (char *p = buf + 1;; p++) {
         if (*p == '/' || !*p) {
             char c = *p;
             *p = 0;
             if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-                return ct_set_error(ctx, CT_E_IO, "cannot create directory '%s': %s", buf, strerror(errno));
+                return ct_set_error(ctx, CT_E_IO, "%s: cannot create directory '%s': %s", what, buf, strerror(errno));
             *p = c;
             if (!c) break;
         }
     }
     struct stat sb;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return ct_set_error(ctx, CT_E_IO, "'%s' exists and is not a directory; pass another checkpoint directory", dir);
+        return ct_set_error(ctx, CT_E_IO, "%s '%s' exists and is not a directory; pass another one", what, dir);
     return CT_OK;
 }
 
@@ -1014,7 +1015,7 @@ static ct_status save_ex(ct_context *ctx, const char *dir, ct_optimizer *opt, co
         if (!o->files[i].name || strlen(o->files[i].name) > MAX_FILE_NAME)
             return ct_set_error(ctx, CT_E_INVALID_ARG, "checkpoint: extra file name '%s' is longer than %d bytes",
                                 o->files[i].name ? o->files[i].name : "(null)", MAX_FILE_NAME);
-    CT_TRY(make_dirs(ctx, dir));
+    CT_TRY(ct_io_make_dirs(ctx, dir, "checkpoint directory"));
     char tmp[PATH_MAX], final[PATH_MAX], p[PATH_MAX], name[48], fkeys[MAX_FILES][24];
     join_path(tmp, sizeof tmp, dir, ".tmp-XXXXXX");
     if (!mkdtemp(tmp)) return ct_set_error(ctx, CT_E_IO, "cannot create a directory in '%s': %s", dir, strerror(errno));

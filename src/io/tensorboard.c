@@ -20,6 +20,7 @@
 
 #include "core/internal.h"
 #include "ctrain/tensorboard.h"
+#include "io/io_internal.h"
 
 #define MAX_VALUES 64
 
@@ -82,28 +83,6 @@ static double wall_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* mkdir -p dir; CT_E_IO naming the part that failed */
-static ct_status make_dirs(ct_context *ctx, const char *dir) {
-    char buf[PATH_MAX];
-    if (strlen(dir) >= sizeof buf) return ct_set_error(ctx, CT_E_INVALID_ARG, "tensorboard_dir '%s' is too long", dir);
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || !*p) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-                return ct_set_error(ctx, CT_E_IO, "tensorboard_dir: cannot create directory '%s': %s", buf,
-                                    strerror(errno));
-            *p = c;
-            if (!c) break;
-        }
-    }
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return ct_set_error(ctx, CT_E_IO, "tensorboard_dir '%s' exists and is not a directory; pass another one", dir);
-    return CT_OK;
-}
-
 /* events.out.tfevents.<seconds>.<host>, or with ".<pid>" when that exists; opened exclusively */
 static ct_status open_file(ct_tensorboard *tb, const char *dir) {
     char host[256] = "localhost";
@@ -127,7 +106,7 @@ static ct_status open_file(ct_tensorboard *tb, const char *dir) {
 ct_status ct_tensorboard_open(ct_context *ctx, const char *dir, ct_tensorboard **out) {
     if (!ctx || !dir || !*dir || !out) return CT_E_INVALID_ARG;
     *out = NULL;
-    CT_TRY(make_dirs(ctx, dir));
+    CT_TRY(ct_io_make_dirs(ctx, dir, "tensorboard_dir"));
     ct_tensorboard *tb = calloc(1, sizeof *tb);
     if (!tb) return ct_set_error(ctx, CT_E_OOM, "out of memory opening a TensorBoard event file in '%s'", dir);
     tb->ctx = ctx;
