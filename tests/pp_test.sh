@@ -5,8 +5,9 @@
 #    the same validation losses;
 #  - the CNN at 2 stages (gpipe, 1f1b) and interleaved (4 pieces), ResNet-18 (small) at 2 stages end with one
 #    process's weights bit for bit; BERT at 2 stages within 1e-5;
-#  - data 2 x pipeline 2, tensor 2 x pipeline 2 (4 ranks), data 2 x tensor 2 x pipeline 2 (8 ranks), ZeRO-1
-#    with clipping on data 2 x pipeline 2: one process's weights;
+#  - data 2 x pipeline 2, ZeRO-1 with clipping on data 2 x pipeline 2: one process's weights; tensor 2 x
+#    pipeline 2 (4 ranks), data 2 x tensor 2 x pipeline 2 (8 ranks): tensor 2 on one stage's weights (1e-5),
+#    which are one process's within tp_test.sh's 2e-5;
 #  - block checkpointing inside stages: the same weights, smaller activations; BF16 near one process;
 #  - dropout (masks by global sample, in backward too) within 1e-5; deterministic: true bit for bit with
 #    dropout at 2 stages, data 2 x 2 stages and 4 stages (gpipe);
@@ -109,10 +110,15 @@ same bert_pp2 be1 2 $TOL "${BE[@]}" --set pipeline_stages=2
 
 # composed with data and tensor parallelism, ZeRO-1 and clipping
 same gpt_dp2_pp2 g1 4 $TOL "${G[@]}" --set pipeline_stages=2
-same gpt_tp2_pp2 g1 4 $TOL "${G[@]}" --set pipeline_stages=2 --set tensor_parallel=2
+# with tensor parallelism the reference is the same split on one stage: the layers' split sums round
+# differently from one process (tp_test.sh checks that, within its 2e-5: 1.2e-5 seen on AVX-512 here), and
+# the pipeline must add nothing to it
+TPTOL=2e-5
+same gpt_tp2 g1 2 $TPTOL "${G[@]}" --set tensor_parallel=2
+same gpt_tp2_pp2 gpt_tp2 4 $TOL "${G[@]}" --set pipeline_stages=2 --set tensor_parallel=2
 grep -q "layout: 4 ranks = data parallel 1 x tensor parallel 2 x pipeline 2" "$tmp/gpt_tp2_pp2.log" &&
   ok "gpt_tp2_pp2: layout data 1 x tensor 2 x pipeline 2" || bad "gpt_tp2_pp2 layout" "$(grep layout "$tmp/gpt_tp2_pp2.log")"
-same gpt_dp2_tp2_pp2 g1 8 $TOL "${G[@]}" --set pipeline_stages=2 --set tensor_parallel=2 --set pipeline_schedule=interleaved
+same gpt_dp2_tp2_pp2 gpt_tp2 8 $TOL "${G[@]}" --set pipeline_stages=2 --set tensor_parallel=2 --set pipeline_schedule=interleaved
 ref gc1 "${G[@]}" --set clip_grad_norm=0.5
 same gpt_dp2_pp2_zero1 gc1 4 $TOL "${G[@]}" --set clip_grad_norm=0.5 --set pipeline_stages=2 --set zero_stage=1
 
@@ -140,7 +146,7 @@ same det_pp4_gpipe d1 4 0 "${D[@]}" --set pipeline_stages=4 --set pipeline_sched
 same resume_pp1 g1 1 $TOL "${G[@]}" --set pipeline_stages=1 --resume "$tmp/gpt_pp2_1f1b/step-000010"
 grep -q "resumed from .*step-000010: step 10" "$tmp/resume_pp1.log" && ok "resume_pp1: resumed at step 10" ||
   bad "resume_pp1 did not resume" "$(grep -i resum "$tmp/resume_pp1.log")"
-same resume_tp2 g1 2 $TOL "${G[@]}" --set pipeline_stages=1 --set tensor_parallel=2 --resume "$tmp/gpt_pp2_1f1b/step-000010"
+same resume_tp2 g1 2 $TPTOL "${G[@]}" --set pipeline_stages=1 --set tensor_parallel=2 --resume "$tmp/gpt_pp2_1f1b/step-000010"
 same resume_pp4 g1 4 $TOL "${G[@]}" --set pipeline_stages=4 --resume "$tmp/g1/step-000010"
 
 # no hangs
