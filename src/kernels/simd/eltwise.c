@@ -32,7 +32,7 @@ static inline void sigmoid2(vf x, vf *s, vf *sc) {
     vf a = vabs(x);
     vf e = vexp(vneg(a));
     e = vselect_gt(a, vset1(87.3f), vzero(), e);
-    vf r = vrcp(vadd(vset1(1.0f), e)), q = vmul(e, r);
+    vf r = vdiv(vset1(1.0f), vadd(vset1(1.0f), e)), q = vmul(e, r);
     *s = vselect_gt(vzero(), x, q, r);
     *sc = vselect_gt(vzero(), x, r, q);
 }
@@ -59,7 +59,7 @@ static inline vf gauss_e(vf hh, vf ll) {
  * relatively accurate with one exp and no error-carrying exponent sum
  * (2x faster than erfc's exp(-z^2 + P(t)) here). Relative error < 5e-7. */
 static inline vf normcdf(vf x, vf e) {
-    vf t = vrcp(vfma(vabs(x), vset1(K_SQRT1_2 * 0.5f), vset1(1.0f)));
+    vf t = vdiv(vset1(1.0f), vfma(vabs(x), vset1(K_SQRT1_2 * 0.5f), vset1(1.0f)));
     vf p = vset1(-2.946603127e-02f);
     p = vfma(p, t, vset1(1.419522045e-01f));
     p = vfma(p, t, vset1(-2.429026250e-01f));

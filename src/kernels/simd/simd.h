@@ -131,27 +131,11 @@ static inline vf ct_vmask_bits(unsigned bits) {
 #endif
 static inline vf vneg(vf x) { return vxor(x, vset1(-0.0f)); }
 
-/* 1 / x for x >= 1 (the activations' denominators 1 + e, 1 + z/2). AVX-512:
- * rcp14 (|rel err| < 2^-14) and one Newton step r + r (1 - x r): about one
- * ulp, and far cheaper than vdivps zmm (the GELU's largest cost there).
- * x is capped at 1e30 first so that +inf gives 1e-30 (not inf * 0 = NaN in
- * the step); a NaN x stays NaN (the second operand of min wins).
- * AVX2: the division (rcpps has 12 bits; one step leaves ~2e-7). */
-#if defined(CT_SIMD_AVX512)
-static inline vf vrcp(vf x) {
-    x = vmin(vset1(1e30f), x);
-    vf r = _mm512_rcp14_ps(x);
-    return vfma(r, _mm512_fnmadd_ps(x, r, vset1(1.0f)), r);
-}
-#else
-static inline vf vrcp(vf x) { return vdiv(vset1(1.0f), x); }
-#endif
-
 static inline vf vsigmoid(vf x) {
     vf a = vabs(x);
     vf e = vexp(vneg(a)); /* e^-|x| in (0, 1] */
     e = vselect_gt(a, vset1(87.3f), vzero(), e); /* underflow to 0, not vexp's clamp value */
-    vf r = vrcp(vadd(vset1(1.0f), e)); /* sigmoid(|x|) */
+    vf r = vdiv(vset1(1.0f), vadd(vset1(1.0f), e)); /* sigmoid(|x|) */
     return vselect_gt(vzero(), x, vmul(e, r), r);   /* x < 0: e/(1+e) */
 }
 
@@ -164,7 +148,7 @@ static inline vf vtanh(vf x) {
     p = vfma(p, z, vset1(-3.33332819422e-1f));
     vf small = vfma(vmul(p, z), x, x);
     vf e = vexp(vmul(a, vset1(-2.0f))); /* |x| >= 0.625: (1 - e^-2|x|) / (1 + e^-2|x|) */
-    vf big = vmul(vsub(vset1(1.0f), e), vrcp(vadd(vset1(1.0f), e)));
+    vf big = vdiv(vsub(vset1(1.0f), e), vadd(vset1(1.0f), e));
     big = vor(big, vand(x, vset1(-0.0f)));
     return vselect_gt(a, vset1(0.625f), big, small); /* NaN takes the polynomial: stays NaN */
 }
