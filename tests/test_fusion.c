@@ -228,6 +228,10 @@ TEST(levels_give_equal_results) {
         /* every block's two layernorm backwards absorb the residual gradient's add (levels 1 and 2), the
            embeddings' one included: that add was the head of the one backward chain (add, dropout) */
         for (int l = 1; l < 3; l++) CHECK(ct_plan_fusion_count(p[l], "layernorm_bwd+add") == (m == 1 ? 12 : 0));
+        /* level 1: every residual add read by a layernorm (ln_2, the next block's ln_1, ln_f); level 2 fuses
+           those adds with their dropout (dropout+add) and the layernorms into the next linear instead */
+        CHECK(ct_plan_fusion_count(p[1], "add+layernorm") == (m == 1 ? 12 : 0));
+        CHECK(ct_plan_fusion_count(p[2], "add+layernorm") == 0);
         CHECK(ct_plan_fusion_count(p[2], "eltwise_chain") == 0);
         for (int l = 0; l < 3; l++) ct_plan_free(p[l]);
         ct_context_free(ctx);
@@ -490,6 +494,112 @@ static ct_status plan_text(const ct_plan *p, int dot, const char *name, char *bu
     return CT_OK;
 }
 
+/* A GPT (pre-LN: x + a -> ln_2, x + m -> the next ln_1 / ln_f) or BERT
+ * (post-LN: a + x -> LayerNorm) of n_layer 2, D 128, on (4, 64) tokens (the
+ * layernorms' rows are enough work for 2 threads), with its loss. */
+static ct_status small_lm_plan(ct_context *ctx, int bert, ct_precision prec, int recompute, const ct_fusion_rules *rules,
+                               ct_plan **p) {
+    ct_graph *g;
+    ct_node ids, lab, logits, flat, loss;
+    const int64_t V = 65, B = 4, T = 64;
+    ct_gpt_config gc = {V, T, 2, 2, 128, 0.1f, 1, 0};
+    ct_bert_config bc = {V, T, 2, 2, 128, 256, 2, 0.1f, 1e-12f};
+    *p = NULL;
+    CT_TRY(ct_graph_create(ctx, &g));
+    ct_status s = ct_input(g, "ids", CT_I32, 2, (int64_t[]){B, T}, &ids);
+    if (s == CT_OK) s = ct_input(g, "labels", CT_I32, 1, (int64_t[]){B * T}, &lab);
+    if (s == CT_OK)
+        s = bert ? ct_model_bert(g, ids, CT_NONE, CT_NONE, CT_NONE, &bc, &logits) : ct_model_gpt(g, ids, &gc, &logits);
+    if (s == CT_OK) s = ct_reshape(g, logits, 2, (int64_t[]){B * T, V}, &flat);
+    if (s == CT_OK) s = ct_cross_entropy(g, flat, lab, 0.0f, -100, &loss);
+    ct_compile_opts o;
+    ct_compile_opts_default(&o); /* level 0: the rules alone fuse */
+    o.fusion_rules = rules;
+    o.precision = prec;
+    o.recompute_blocks = recompute;
+    if (s == CT_OK) s = ct_compile(g, loss, 0, NULL, &o, p);
+    ct_graph_free(g);
+    if (s != CT_OK) return s;
+    ct_tensor t;
+    CT_TRY(ct_plan_tensor(*p, ids, &t));
+    for (int i = 0; i < B * T; i++) ((int32_t *)t.data)[i] = (i * 7 + 3) % (int)V;
+    CT_TRY(ct_plan_tensor(*p, lab, &t));
+    for (int i = 0; i < B * T; i++) ((int32_t *)t.data)[i] = (i * 11 + 5) % (int)V;
+    for (int step = 1; step <= 2; step++) { /* dropout masks differ per step; the second step reads the first's writes */
+        ct_plan_set_step(*p, step);
+        CT_TRY(ct_plan_forward(*p, 1));
+        CT_TRY(ct_plan_backward(*p));
+    }
+    return CT_OK;
+}
+
+/* add+layernorm (named by a rule at level 0, so it is the only fusion)
+ * against the unfused plan: loss and every gradient bit for bit, on GPT
+ * and BERT, FP32 and BF16, reference and fast kernels, 1 and 2 threads,
+ * with and without recompute_blocks (its copies stay unfused); the sum
+ * (written by the fused node into the add's buffer) is what the
+ * layernorm's backward and the next residual add read, so a wrong or late
+ * write shows in the gradients. */
+TEST(add_layernorm_equals_unfused) {
+    ct_fusion_rules *rules = NULL;
+    ct_context *c0 = test_ctx(-1, 1);
+    CHECK_OK(c0, ct_fusion_rules_parse(c0, "{\"fusion_patterns\": [{\"ops\": [\"Add\", \"LayerNorm\"]}]}", "add_ln.json",
+                                       &rules));
+    ct_context_free(c0);
+    for (int fast = 0; fast < 2; fast++)
+        for (int th = 1; th <= 2; th++) {
+            ct_context_opts co;
+            ct_context_opts_default(&co);
+            co.isa = fast ? -1 : CT_ISA_REF;
+            co.use_onednn = fast;
+            co.seed = 1234;
+            co.num_threads = th;
+            ct_context *ctx;
+            CHECK(ct_context_create(&co, &ctx) == CT_OK);
+            for (int bert = 0; bert < 2; bert++)
+                for (int bf = 0; bf < 3; bf++) /* FP32, BF16, BF16 pure (16-bit sums: rounded, converted back) */
+                    for (int rc = 0; rc < 2; rc++) {
+                        if (rc && (bf || th > 1)) continue; /* recompute: FP32, 1 thread */
+                        ct_precision prec = bf == 2 ? CT_PRECISION_BF16_PURE : bf ? CT_PRECISION_BF16 : CT_PRECISION_FP32;
+                        ct_plan *u = NULL, *f = NULL;
+                        CHECK_OK(ctx, small_lm_plan(ctx, bert, prec, rc, NULL, &u));
+                        CHECK_OK(ctx, small_lm_plan(ctx, bert, prec, rc, rules, &f));
+                        if (!u || !f) {
+                            ct_plan_free(u);
+                            ct_plan_free(f);
+                            continue;
+                        }
+                        int same, nf = ct_plan_fusion_count(f, "add+layernorm"), sums = 0, sum_live = 0, sum16 = 0;
+                        for (int i = 0; i < f->g.n; i++)
+                            if (f->g.nodes[i].op == CT_OP_ADD_LN_SUM) {
+                                sums++;
+                                sum_live += f->pn[i].live;
+                                sum16 += f->g.nodes[i].dtype == CT_BF16;
+                            }
+                        double d = plan_diff(f, u, &same);
+                        ct_plan_stats s0, s1;
+                        ct_plan_get_stats(u, &s0);
+                        ct_plan_get_stats(f, &s1);
+                        printf("    %s %d thr %-4s %s%s: %d add+layernorm (%d BF16 sums), max rel diff %.2e%s, "
+                               "activations %.2f -> %.2f MiB\n",
+                               fast ? "fast" : "ref ", th, bert ? "bert" : "gpt", bf == 2 ? "bf16-pure" : bf ? "bf16" : "fp32",
+                               rc ? " recompute_blocks 1" : "", nf, sum16, d, same ? " (bit-identical)" : "",
+                               s0.activation_bytes / 1048576.0, s1.activation_bytes / 1048576.0);
+                        CHECK(same);
+                        /* every block's two layernorms (GPT: ln_2, the next ln_1 and ln_f; BERT: both post-LNs;
+                           not BERT's embeddings LayerNorm: its add is a broadcast of the type embedding) */
+                        CHECK(rc ? nf >= 1 : nf == 4);
+                        CHECK(sums == nf && sum_live == nf);
+                        CHECK(sum16 == (bf == 2 ? nf : 0)); /* pure: the residual stream is BF16 */
+                        CHECK(ct_plan_fusion_count(u, NULL) == 0);
+                        ct_plan_free(u);
+                        ct_plan_free(f);
+                    }
+            ct_context_free(ctx);
+        }
+    ct_fusion_rules_free(rules);
+}
+
 /* The plan describes its activation peak (ctrain graph prints it): the
  * bytes by kind add up to the lower bound, those by dtype to the values,
  * the largest buffers are sorted and live there; gpt-char-small's autocast
@@ -529,6 +639,13 @@ TEST(summary_dot_and_registry) {
     CHECK(!strncmp(buf, "digraph plan {", 14) && strstr(buf, "subgraph cluster_fused_1") &&
           strstr(buf, "batchnorm+relu") && strstr(buf, "relu_mask_bwd"));
     ct_plan_free(p);
+    /* add+layernorm's group names the add it took over, a forward node ("with:", not "backward:") */
+    static char sb[1 << 17];
+    CHECK_OK(ctx, model_plan(ctx, "gpt-char-small", 1, 1, 1, 1, &p, &in, &labels));
+    CHECK_OK(ctx, plan_text(p, 0, "gpt_summary.txt", sb, sizeof sb));
+    CHECK(strstr(sb, "add+layernorm      transformer.h.0.ln_2 (absorbed binary_") && strstr(sb, "; with: ") &&
+          strstr(sb, ":add_ln_sum") && strstr(sb, "add+layernorm      x 12"));
+    ct_plan_free(p);
     ct_graph *g;
     CHECK_OK(ctx, ct_graph_create(ctx, &g));
     ct_node logits;
@@ -554,4 +671,4 @@ TEST(summary_dot_and_registry) {
 TEST_MAIN(T(seeds_json_rule_fuses_conv_bias), T(bad_rules_are_named), T(levels_give_equal_results),
           T(residual_add_relu_equals_unfused), T(bf16_cast_fold_equals_unfused), T(gelu_backward_keeps_the_activation_for_the_weight_gradient),
           T(level2_cuts_activation_memory), T(memory_opt_off_gives_every_value_its_buffer), T(in_place_nodes_match_separate_buffers), T(activation_peak_is_described),
-          T(summary_dot_and_registry))
+          T(summary_dot_and_registry), T(add_layernorm_equals_unfused))

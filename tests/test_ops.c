@@ -172,6 +172,12 @@ CASE(c_linear_gelu_pro, CT_TRY(P(g, "x", ND(3, 4, 9), &a)); CT_TRY(ct_gelu(g, a,
 CASE(c_ln_bwd_add, CT_TRY(P(g, "x", ND(3, 4, 9), &a)); CT_TRY(P(g, "g", ND(9), &b)); CT_TRY(P(g, "b", ND(9), &c));
      CT_TRY(ct_layernorm(g, a, b, c, 1e-5f, &d)); CT_TRY(ct_mul(g, d, d, &d)); CT_TRY(ct_add(g, a, d, out)))
 
+/* a residual add read by a layernorm and again later (add+layernorm: ADD_LAYERNORM writes the sum into the add's
+   buffer, ADD_LN_SUM, which the last add and the layernorm's backward read); rows of 9: the kernels' tails */
+CASE(c_add_ln, CT_TRY(P(g, "x", ND(3, 4, 9), &a)); CT_TRY(P(g, "r", ND(3, 4, 9), &b)); CT_TRY(ct_add(g, a, b, &c));
+     CT_TRY(P(g, "g", ND(9), &a)); CT_TRY(P(g, "b", ND(9), &b)); CT_TRY(ct_layernorm(g, c, a, b, 1e-5f, &d));
+     CT_TRY(ct_mul(g, d, d, &d)); CT_TRY(ct_add(g, c, d, out)))
+
 typedef struct {
     const char *name;
     build_fn build;
@@ -207,7 +213,7 @@ static const op_case k_cases[] = {
     {"bn_relu", c_bn_relu, 0}, {"conv_bias_add", c_conv_bias_add, 0}, {"linear_bias_add", c_linear_bias_add, 0},
     {"linear_ln_pro", c_linear_ln_pro, 0}, {"linear_gelu_pro", c_linear_gelu_pro, 0}, {"dropout_add", c_dropout_add, 0},
     {"conv_relu", c_conv_relu, 0}, {"linear_relu", c_linear_relu, 0}, {"add_relu", c_add_relu, 0},
-    {"eltwise_chain", c_eltwise_chain, 0}, {"ln_bwd_add", c_ln_bwd_add, 0},
+    {"eltwise_chain", c_eltwise_chain, 0}, {"ln_bwd_add", c_ln_bwd_add, 0}, {"add_ln", c_add_ln, 0},
     {"cross_entropy_vp", c_cross_entropy_vp, 1}, {"embedding_rows", c_embedding_rows, 0}, /* vp: reference only */
 };
 #define N_CASES (int)(sizeof k_cases / sizeof k_cases[0])
@@ -433,6 +439,8 @@ TEST(every_op_has_a_case) {
             if (h.plan->pn[i].live) seen[h.plan->g.nodes[i].op] = 1;
         if (!strcmp(k_cases[ci].name, "ln_bwd_add")) /* its case runs the fused node (a 5-input layernorm_bwd_data) */
             CHECK(ct_plan_fusion_count(h.plan, "layernorm_bwd+add") == 1);
+        if (!strcmp(k_cases[ci].name, "add_ln")) /* ADD_LAYERNORM and ADD_LN_SUM */
+            CHECK(ct_plan_fusion_count(h.plan, "add+layernorm") == 1);
         ct_plan_free(h.plan);
     }
     for (int op = 0; op < CT_OP_COUNT; op++) {

@@ -295,6 +295,73 @@ TEST(layernorm_large_threads) {
     ln_case(3, (int64_t[]){64, 64, 33}, -2, 2); /* many rows, small D: row groups */
 }
 
+/* add+layernorm (ADD_LAYERNORM): s = a + b written into in[2], y = layernorm(s), against the unfused
+ * binary add and layernorm kernels of the same slot, bit for bit (s, y and the statistics), for dtype
+ * mixes of the plans (FP32; a BF16 plan's FP32 residual + BF16 branch -> FP32 sum, BF16 y; all BF16),
+ * at 1 and the context's threads; the reference fused kernel equals the reference pair too. */
+static void add_ln_case(int64_t R, int64_t D, ct_dtype ta, ct_dtype tb, ct_dtype ts, ct_dtype ty) {
+    setup();
+    int64_t shape[2] = {R, D}, ds[1] = {D};
+    size_t n = (size_t)(R * D);
+    float *fa = frand(n, 31, -2, 2), *fb = frand(n, 32, -1, 1), *gamma = frand((size_t)D, 33, 0.5f, 1.5f);
+    float *beta = frand((size_t)D, 34, -1, 1);
+    void *a = calloc(n, 4), *b = calloc(n, 4), *su = calloc(n, 4), *sf = calloc(n, 4), *yu = calloc(n, 4), *yf = calloc(n, 4);
+    float *au = fbuf(2 * (size_t)R), *af = fbuf(2 * (size_t)R);
+    for (size_t i = 0; i < n; i++) { /* the operands in their dtypes */
+        if (ta == CT_BF16) ((uint16_t *)a)[i] = ct_f32_to_bf16(fa[i]);
+        else ((float *)a)[i] = fa[i];
+        if (tb == CT_BF16) ((uint16_t *)b)[i] = ct_f32_to_bf16(fb[i]);
+        else ((float *)b)[i] = fb[i];
+    }
+    const size_t ss = n * ct_dtype_size(ts), ys = n * ct_dtype_size(ty);
+    for (int si = -1; si < g_nslots; si++) {
+        int slot = si < 0 ? CT_KERNEL_REF : g_slots[si];
+        if (slot == CT_KERNEL_REF && (ta != CT_F32 || tb != CT_F32 || ts != CT_F32 || ty != CT_F32)) continue; /* FP32 copies */
+        for (int nt = 1; nt <= 2; nt++) {
+            kcall add, ln, fu;
+            kinit(&add, CT_OP_BINARY, ts, 2, shape, su);
+            add.nd.ia[0] = CT_BIN_ADD;
+            kin(&add, a, ta, 2, shape);
+            kin(&add, b, tb, 2, shape);
+            kinit(&ln, CT_OP_LAYERNORM, ty, 2, shape, yu);
+            kin(&ln, su, ts, 2, shape);
+            kin(&ln, gamma, CT_F32, 1, ds);
+            kin(&ln, beta, CT_F32, 1, ds);
+            ln.nd.fa[0] = 1e-5f;
+            ln.k.aux = au;
+            kinit(&fu, CT_OP_ADD_LAYERNORM, ty, 2, shape, yf);
+            kin(&fu, a, ta, 2, shape);
+            kin(&fu, b, tb, 2, shape);
+            kin(&fu, sf, ts, 2, shape);
+            kin(&fu, gamma, CT_F32, 1, ds);
+            kin(&fu, beta, CT_F32, 1, ds);
+            fu.nd.fa[0] = 1e-5f;
+            fu.nd.ia[0] = ts;
+            fu.k.aux = af;
+            add.k.nthreads = ln.k.nthreads = fu.k.nthreads = nt == 1 ? 1 : ct_context_num_threads(g_ctx);
+            memset(sf, 0xff, ss); /* NaNs: every element must be written */
+            CHECK_OK(g_ctx, krun(&add, slot));
+            CHECK_OK(g_ctx, krun(&ln, slot));
+            CHECK_OK(g_ctx, krun(&fu, slot));
+            int same = !memcmp(su, sf, ss) && !memcmp(yu, yf, ys) && !memcmp(au, af, 2 * sizeof(float) * (size_t)R);
+            CHECK_MSG(same, "%s add+layernorm (%lld x %lld, %s + %s -> %s, y %s, %d threads) differs from add, layernorm",
+                      ct_kernel_slot_name(slot), (long long)R, (long long)D, ct_dtype_name(ta), ct_dtype_name(tb),
+                      ct_dtype_name(ts), ct_dtype_name(ty), nt);
+        }
+    }
+    free(fa); free(fb); free(gamma); free(beta); free(a); free(b); free(su); free(sf); free(yu); free(yf); free(au); free(af);
+}
+
+TEST(add_layernorm_equals_add_then_layernorm) {
+    static const int64_t sizes[][2] = {{5, 33}, {3, 7}, {4, 1000}, {512, 384}};
+    for (int z = 0; z < 4; z++) {
+        add_ln_case(sizes[z][0], sizes[z][1], CT_F32, CT_F32, CT_F32, CT_F32);
+        if (sizes[z][1] < 16) continue; /* 16-bit rows of fewer than a vector decline (FP32 copies) */
+        add_ln_case(sizes[z][0], sizes[z][1], CT_F32, CT_BF16, CT_F32, CT_BF16);
+        add_ln_case(sizes[z][0], sizes[z][1], CT_BF16, CT_BF16, CT_BF16, CT_BF16);
+    }
+}
+
 /* ---- pooling ---------------------------------------------------------------------------------- */
 
 static int64_t pool_out(int64_t n, int k, int s, int p) { return (n + 2 * p - k) / s + 1; }
@@ -627,4 +694,4 @@ TEST_MAIN(T(batchnorm_train_small), T(batchnorm_train_2d_and_small_spatial), T(b
           T(batchnorm_large_threads), T(layernorm_small), T(layernorm_large_threads), T(pool_2x2_stride2),
           T(pool_generic_configs), T(pool_large_threads), T(transpose_all_perms), T(transpose_large_threads),
           T(concat_slice_small), T(concat_slice_large_threads), T(embedding_small), T(embedding_large_threads),
-          T(report_max_errors))
+          T(add_layernorm_equals_add_then_layernorm), T(report_max_errors))

@@ -115,6 +115,13 @@ typedef enum ct_op {
                           logits (doubles; after the run the sum of exp is the log-sum-exp) */
     CT_OP_CROSS_ENTROPY_VP_BWD, /* in: dloss, logits, labels, fwd; attrs as forward; no
                           collective                                                    */
+    CT_OP_ADD_LAYERNORM, /* layernorm(a + b) (fusion add+layernorm): in: a, b (same shape), s,
+                          gamma[, beta]; s an ADD_LN_SUM, whose buffer the kernels write
+                          a + b into row by row (rounded to s's dtype, ia[0]) and normalize
+                          from there (ct_op_info.writes_in); fa[0] eps; aux as LAYERNORM's */
+    CT_OP_ADD_LN_SUM,  /* the sum a + b of an ADD_LAYERNORM: in: a, b (for the record); its
+                          kernel writes nothing (ct_op_info.no_output): the ADD_LAYERNORM
+                          that reads it writes its value                                */
     CT_OP_COUNT
 } ct_op;
 

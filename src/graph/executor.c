@@ -122,7 +122,7 @@ static ct_status lowp_to_f32(ct_plan *p, const ct_node_def *d, ct_kargs *k, char
         if (ct_lowp_copies_input(info, j)) { /* state inputs: only aux and shape are read */
             f.data = buf;
             buf += ct_align_up((size_t)ct_tensor_numel(&f) * sizeof(float), CT_ALIGN);
-            s = ct_convert(p->ctx, &k->in[j], &f);
+            if (j != info->writes_in - 1) s = ct_convert(p->ctx, &k->in[j], &f); /* written: converted back after */
         }
         k->in[j] = f;
     }
@@ -241,10 +241,14 @@ static ct_status run_node(ct_plan *p, int i, int training) {
         s = pn->kernel(&k);
     }
     if (s == CT_OK && k.out.data != raw.out.data) s = ct_convert(p->ctx, &k.out, &raw.out);
+    const ct_op_info *info = ct_op_table(d->op);
+    const int wj = info->writes_in - 1; /* a second result, in input wj's buffer */
+    if (s == CT_OK && wj >= 0 && k.in[wj].data != raw.in[wj].data) s = ct_convert(p->ctx, &k.in[wj], &raw.in[wj]);
     if (s != CT_OK && !ct_context_last_error(p->ctx)[0])
-        ct_set_error(p->ctx, s, "op '%s' (node '%s') failed", ct_op_table(d->op)->name, d->name);
+        ct_set_error(p->ctx, s, "op '%s' (node '%s') failed", info->name, d->name);
     if (p->node_hook) node_event(p, i, CT_NODE_END, s, &ev);
-    if (s == CT_OK && p->anomaly) s = check_anomaly(p, i);
+    if (s == CT_OK && p->anomaly && wj >= 0) s = check_anomaly(p, d->in[wj]); /* that result (the earlier value) */
+    if (s == CT_OK && p->anomaly && !info->no_output) s = check_anomaly(p, i);
     return s;
 }
 

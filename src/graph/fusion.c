@@ -35,9 +35,17 @@
  *                                gradient it is added to, in the layernorm
  *                                backward's row pass (LAYERNORM_BWD_DATA with
  *                                a 5th input); any float dtype, bit-identical
+ *   level 1  add+layernorm       forward: layernorm(x + r), the sum x + r read
+ *                                later too (the next residual add, the
+ *                                layernorm's backward): one ADD_LAYERNORM
+ *                                node writes each row of the sum into the
+ *                                add's buffer (the add becomes ADD_LN_SUM,
+ *                                which runs nothing) and normalizes it from
+ *                                L1; any float dtype, bit-identical
  *
  * Only nodes outside recompute copies fuse, FP32 ones except batchnorm+relu
- * (any float dtype: BF16 I/O in its fast kernels). Rules (ct_fusion_rules) name
+ * (any float dtype: BF16 I/O in its fast kernels), layernorm_bwd+add and
+ * add+layernorm. Rules (ct_fusion_rules) name
  * a pattern by its ops (seeds' names "Conv2D", "BiasAdd", ... or ctrain's)
  * with constraints; a pattern named by some rule applies exactly where one
  * of its rules holds, whatever the level. */
@@ -52,7 +60,7 @@
 /* ---- the registry --------------------------------------------------------------------------------- */
 
 enum { PAT_CONV_BIAS = 0, PAT_LINEAR_BIAS, PAT_BN_RELU, PAT_ACT_LINEAR, PAT_LN_LINEAR, PAT_DROPOUT_ADD, PAT_CONV_RELU, PAT_LINEAR_RELU,
-       PAT_ADD_RELU, PAT_CHAIN, PAT_CAST_FOLD, PAT_LN_BWD_ADD, PAT_COUNT };
+       PAT_ADD_RELU, PAT_CHAIN, PAT_CAST_FOLD, PAT_LN_BWD_ADD, PAT_ADD_LN, PAT_COUNT };
 
 static const struct {
     const char *name;
@@ -72,6 +80,7 @@ static const struct {
     [PAT_CHAIN] = {"eltwise_chain", 2, 0, {"eltwise_chain", NULL, NULL}},
     [PAT_CAST_FOLD] = {"cast_fold", 1, 0, {"cast", NULL, NULL}},
     [PAT_LN_BWD_ADD] = {"layernorm_bwd+add", 1, 0, {"layernorm_bwd", "add", NULL}},
+    [PAT_ADD_LN] = {"add+layernorm", 1, 0, {"add", "layernorm", NULL}},
 };
 
 int ct_fusion_num_patterns(void) { return PAT_COUNT; }
@@ -848,6 +857,71 @@ static ct_status try_cast_fold(fz *f, ct_node c, int *done) {
     return CT_OK;
 }
 
+/* A reader of v that nothing reads and nothing keeps: the liveness pass drops
+ * it (a producer a fusion absorbed, e.g. cast_fold's layernorm). */
+static int dead_reader(const ct_plan *p, ct_node r) {
+    reader rr[1];
+    return readers_of(&p->g, r, rr, 1) == 0 && !kept(p, r) && !ct_plan_is_param_grad(p, r);
+}
+
+/* Forward: layernorm(s) with s = add(a, b), same shape (not a broadcast bias),
+ * s read later as well -> the layernorm becomes ADD_LAYERNORM(a, b, s, gamma[,
+ * beta]) and the add ADD_LN_SUM (no kernel): the fused node writes s into the
+ * add's buffer row by row and normalizes each row from L1 (one pass instead of
+ * the add's pass and the layernorm's reads). s keeps its node, buffer and
+ * readers (the layernorm's backward reads it as x; its statistics stay in the
+ * fused node's aux). The add's buffer lives from the add's place on, so the
+ * planner keeps it through the fused node's write; every other live reader of
+ * s must come after the layernorm (none may read it before it is written). The
+ * layernorm may already write BF16 (a cast_fold): the fused node takes it over.
+ * Any float dtype; after cast_fold (a fused layernorm no longer takes a cast). */
+static ct_status try_add_ln(fz *f, ct_node l, int *done) {
+    ct_plan *p = f->p;
+    ct_graph *g = &p->g;
+    const ct_node_def *L = &g->nodes[l];
+    *done = 0;
+    if (L->op != CT_OP_LAYERNORM || !forward(L) || !plain_float(L) || L->n_in < 2 || L->n_in > 3 || dead_reader(p, l))
+        return CT_OK;
+    if (p->fused_group[l] >= 0 && p->groups[p->fused_group[l]].pattern != PAT_CAST_FOLD) return CT_OK;
+    ct_node s = L->in[0];
+    const ct_node_def *S = &g->nodes[s];
+    if (S->op != CT_OP_BINARY || S->ia[0] != CT_BIN_ADD || S->n_in != 2 || !forward(S) || !plain_float(S) ||
+        p->fused_group[s] >= 0)
+        return CT_OK;
+    for (int j = 0; j < 2; j++) {
+        const ct_node_def *X = &g->nodes[S->in[j]];
+        if (!ct_dtype_is_float(X->dtype) || X->ndim != S->ndim ||
+            memcmp(X->shape, S->shape, sizeof(int64_t) * (size_t)S->ndim))
+            return CT_OK;
+    }
+    for (int j = 1; j < L->n_in; j++)
+        if (L->in[j] == s) return CT_OK;
+    reader r[MAX_READERS];
+    int nr = readers_of(g, s, r, MAX_READERS);
+    if (nr > MAX_READERS) return CT_OK;
+    for (int i = 0; i < nr; i++)
+        if (r[i].node < l && !dead_reader(p, r[i].node)) return CT_OK;
+    int rule;
+    if (!enabled(f, PAT_ADD_LN, l, CT_NONE, &rule)) return CT_OK;
+    ct_node_def nd = *L, sd = *S;
+    nd.op = CT_OP_ADD_LAYERNORM;
+    nd.in[0] = sd.in[0];
+    nd.in[1] = sd.in[1];
+    nd.in[2] = s;
+    nd.in[3] = L->in[1];
+    if (L->n_in > 2) nd.in[4] = L->in[2];
+    nd.n_in = L->n_in + 2;
+    memset(nd.ia, 0, sizeof nd.ia);
+    nd.ia[0] = sd.dtype; /* the sum's dtype: a reference on FP32 copies rounds to it */
+    sd.op = CT_OP_ADD_LN_SUM;
+    g->nodes[l] = nd;
+    g->nodes[s] = sd;
+    CT_TRY(add_group(f, PAT_ADD_LN, rule, l, sd.name));
+    group_add_node(p, s);
+    *done = 1;
+    return CT_OK;
+}
+
 /* Backward: add(layernorm_bwd_data(dy, x, gamma, fwd), r) -> layernorm_bwd_data
  * with r as its 5th input: the kernel adds r's row to the row of dx it just
  * wrote (rounded to the node's dtype), exactly the unfused add. Any float
@@ -908,6 +982,11 @@ ct_status ct_pass_fusion(ct_plan *p) {
     for (int i = 0; i < g->n; i++) {
         int done = 0;
         CT_TRY(try_cast_fold(&f, i, &done));
+    }
+    /* a residual add and the layernorm of its sum (after cast_fold: the layernorm may write BF16) */
+    for (int i = 0; i < g->n; i++) {
+        int done = 0;
+        CT_TRY(try_add_ln(&f, i, &done));
     }
     /* backward: a layernorm's dx and the residual gradient added to it */
     for (int i = 0; i < g->n; i++) {

@@ -53,8 +53,10 @@ ct_status ct_plan_write_summary(const ct_plan *p, FILE *f) {
         const ct_fused_group *gr = &p->groups[k];
         fprintf(f, "  #%-3d %-18s %s (absorbed %s)", k, ct_fusion_pattern_name(gr->pattern), g->nodes[gr->nodes[0]].name,
                 gr->absorbed[0]);
-        if (gr->n_nodes > 1) {
-            fprintf(f, "; backward:");
+        if (gr->n_nodes > 1) { /* the other nodes it rewrote: backward ones, or forward (add+layernorm's sum) */
+            int all_bwd = 1;
+            for (int j = 1; j < gr->n_nodes; j++) all_bwd &= (g->nodes[gr->nodes[j]].flags & CT_NODE_BACKWARD) != 0;
+            fprintf(f, all_bwd ? "; backward:" : "; with:");
             for (int j = 1; j < gr->n_nodes; j++) fprintf(f, " %d:%s", gr->nodes[j], ct_op_table(g->nodes[gr->nodes[j]].op)->name);
         }
         if (gr->rule >= 0) fprintf(f, " [rule %d]", gr->rule + 1);

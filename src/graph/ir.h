@@ -130,6 +130,14 @@ typedef struct ct_op_info {
      * the output, so the planner may give the output in[0]'s buffer when
      * in[0] (same size) is last read by this node (memory_opt on). */
     uint8_t inplace;
+    /* j + 1: the kernels also write input j's buffer, a second result (the
+     * value of that input's node, whose own kernel writes nothing: no_output);
+     * add+layernorm writes the sum there. The executor converts it back when
+     * the kernel ran on FP32 copies. 0: none. */
+    uint8_t writes_in;
+    /* 1: the kernels write nothing; the node whose op names it in writes_in
+     * writes its value, later (the anomaly check looks at it then). */
+    uint8_t no_output;
 } ct_op_info;
 
 const ct_op_info *ct_op_table(ct_op op);

@@ -82,12 +82,16 @@ static const ct_op_info k_ops[] = {
     [CT_OP_TP_REDUCE] = {"tp_reduce", FACTS(ELTWISE, FOLLOW, ELEMENTWISE, PROMOTE), {[CT_KERNEL_REF] = ct_k_tp_reduce}, 0, 0, 0, .inplace = 1},
     [CT_OP_CROSS_ENTROPY_VP] = {"cross_entropy_vp", FACTS(NEVER, F32, ELEMENTWISE, F32), {[CT_KERNEL_REF] = ct_k_cross_entropy_vp}, ct_aux_cross_entropy_vp, 0, 0},
     [CT_OP_CROSS_ENTROPY_VP_BWD] = {"cross_entropy_vp_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN1), {[CT_KERNEL_REF] = ct_k_cross_entropy_vp_bwd_ref}, 0, 0, 0, 1u << 3},
+    /* add+layernorm (fusion.c): the fused node writes the sum into its in[2], the ADD_LN_SUM node, whose kernel
+       does nothing (every slot: the sum node reads as what its value's writer runs) */
+    [CT_OP_ADD_LAYERNORM] = {"add+layernorm", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN0), {SIMD(add_layernorm)}, ct_aux_layernorm, 0, 0, .simd_lowp = 1, .writes_in = 3},
+    [CT_OP_ADD_LN_SUM] = {"add_ln_sum", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {[CT_KERNEL_REF] = ct_k_nothing, [CT_KERNEL_AVX2] = ct_k_nothing, [CT_KERNEL_AVX512] = ct_k_nothing}, 0, 0, 0, .lowp_native = 1, .no_output = 1},
 };
 
 _Static_assert(sizeof k_ops / sizeof k_ops[0] == CT_OP_COUNT, "k_ops needs one row per ct_op: add the new op's row");
 
 const ct_op_info *ct_op_table(ct_op op) {
-    static const ct_op_info bad = {"invalid", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const ct_op_info bad = {"invalid", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     return (unsigned)op < CT_OP_COUNT ? &k_ops[op] : &bad;
 }
 

@@ -27,6 +27,13 @@
  *                  the backward pass it already makes over x (the SIMD kernel
  *                  computes both in one pass, sharing the erf / sigmoid).
  *   MATMUL_AUX     matmul(a, that aux): the weight gradient, no recompute.
+ *   ADD_LAYERNORM  layernorm(a + b) that also writes the sum a + b (its in[2]'s
+ *                  value, an ADD_LN_SUM: the residual stream, read again later):
+ *                  here the float sum rounded to the sum's dtype (ia[0]; a BF16
+ *                  / FP16 plan's reference runs on FP32 copies, which the
+ *                  executor rounds as well), then the reference layernorm on
+ *                  it; the SIMD kernel (simd/norm.c) normalizes each row of the
+ *                  sum while it is in L1.
  *
  * Shapes come from the tensors in ct_kargs (never cached at plan time). */
 #include <math.h>
@@ -343,5 +350,38 @@ ct_status ct_k_add_relu_ref(ct_kargs *k) {
         float v = a[i] + b[i];
         y[i] = v > 0 || isnan(v) ? v : 0.0f;
     }
+    return CT_OK;
+}
+
+/* add+layernorm: s = a + b (in[2]'s buffer; rounded as the unfused add's 16-bit output), then
+ * the reference layernorm of s with gamma, beta (in[3], in[4]) */
+ct_status ct_k_add_layernorm_ref(ct_kargs *k) {
+    const float *a = k->in[0].data, *b = k->in[1].data;
+    float *s = k->in[2].data;
+    int64_t n = ct_tensor_numel(&k->out);
+    if (ct_tensor_numel(&k->in[0]) != n || ct_tensor_numel(&k->in[1]) != n || ct_tensor_numel(&k->in[2]) != n)
+        return ct_set_error(k->ctx, CT_E_SHAPE, "add+layernorm: the operands, the sum and the output differ in size");
+    ct_dtype dt = (ct_dtype)k->node->ia[0];
+    for (int64_t i = 0; i < n; i++) {
+        float v = a[i] + b[i];
+        if (dt == CT_BF16) v = ct_bf16_to_f32(ct_f32_to_bf16(v));
+        else if (dt == CT_F16) v = ct_f16_to_f32(ct_f32_to_f16(v));
+        s[i] = v;
+    }
+    ct_node_def ln = *k->node; /* the layernorm's node: in x, gamma[, beta] */
+    ln.op = CT_OP_LAYERNORM;
+    ln.n_in = k->node->n_in - 2;
+    ct_kargs lk = *k;
+    lk.node = &ln;
+    for (int j = 0; j < ln.n_in; j++) {
+        lk.in[j] = k->in[j + 2];
+        lk.in_aux[j] = k->in_aux[j + 2];
+    }
+    return ct_k_layernorm_ref(&lk);
+}
+
+/* ADD_LN_SUM: its value is written by the ADD_LAYERNORM that reads it */
+ct_status ct_k_nothing(ct_kargs *k) {
+    (void)k;
     return CT_OK;
 }

@@ -23,12 +23,14 @@
     X(softmax) X(log_softmax) X(softmax_bwd) X(log_softmax_bwd)                           \
     X(cross_entropy) X(cross_entropy_bwd) X(embedding) X(embedding_bwd)                   \
     X(attention) X(attention_bwd) X(bn_relu) X(relu_mask_bwd) X(dropout_add) X(add_relu) \
-    X(unary_bwd_keep)
+    X(unary_bwd_keep) X(add_layernorm)
 
 #define CT_DECL_REF(op) ct_status ct_k_##op##_ref(ct_kargs *k);
 #define CT_DECL_SIMD(op) ct_status ct_k_##op##_avx2(ct_kargs *k); ct_status ct_k_##op##_avx512(ct_kargs *k);
 /* dtype conversion (CT_OP_CAST): one kernel for every slot, ct_convert picks the ISA */
 ct_status ct_k_cast(ct_kargs *k);
+/* A node whose value another node's kernel writes (CT_OP_ADD_LN_SUM): every slot, does nothing. */
+ct_status ct_k_nothing(ct_kargs *k);
 
 CT_KERNEL_OPS(CT_DECL_REF)
 CT_KERNEL_OPS(CT_DECL_SIMD)

@@ -428,6 +428,32 @@ ct_status CT_FN(batchnorm_bwd_gamma)(ct_kargs *k) {
 
 /* ---- layernorm ---------------------------------------------------------------------------- */
 
+/* One row of layernorm: x's row at element o (D elements) -> y's row, its
+ * mean and invstd (the layernorm and add+layernorm kernels). */
+NM_INLINE void ln_fwd_row(const ct_tensor *X, const ct_tensor *Y, int64_t o, int64_t D, const float *gamma,
+                          const float *beta, double eps, float *mean, float *invstd) {
+    const void *xr = nm_at(X, o);
+    double s = 0, dummy = 0, s1 = 0, s2 = 0;
+    nm_accum_h(NM_SUM, xr, X->dtype, NULL, CT_F32, NULL, D, 0, 0, &s, &dummy);
+    float mf = (float)(s / (double)D);
+    nm_accum_h(NM_CTR, xr, X->dtype, NULL, CT_F32, NULL, D, mf, 0, &s1, &s2);
+    double ss = s2 - s1 * s1 / (double)D;
+    if (ss < 0) ss = 0;
+    double mu = mf + s1 / (double)D, is = 1.0 / sqrt(ss / (double)D + eps);
+    *mean = (float)mu;
+    *invstd = (float)is;
+    vf vm = vset1(*mean), vis = vset1(*invstd);
+    int64_t i = 0;
+    for (; i + VW <= D; i += VW)
+        ct_vst(Y, o + i, vfma(vmul(vsub(ct_vld(X, o + i, VW), vm), vis), vload(gamma + i), beta ? vload(beta + i) : vzero()),
+               VW);
+    if (i < D) {
+        int t = (int)(D - i);
+        vf v = vfma(vmul(vsub(ct_vld(X, o + i, t), vm), vis), vtail_load(gamma + i, t), beta ? vtail_load(beta + i, t) : vzero());
+        ct_vst(Y, o + i, v, t);
+    }
+}
+
 ct_status CT_FN(layernorm)(ct_kargs *k) {
     const ct_tensor *X = &k->in[0], *Y = &k->out;
     int64_t D = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / D;
@@ -435,7 +461,6 @@ ct_status CT_FN(layernorm)(ct_kargs *k) {
     float *mean = k->aux, *invstd = mean + R;
     double eps = k->node->fa[0];
     int nt = nm_threads(k, R * D);
-    const ct_dtype hx = X->dtype;
 #pragma omp parallel num_threads(nt)
     {
         /* gamma, beta: FP32, or 16-bit (-pure precisions) converted once per thread */
@@ -443,28 +468,41 @@ ct_status CT_FN(layernorm)(ct_kargs *k) {
         const float *gamma = ct_tile_in(&k->in[1], 0, D, gb);
         const float *beta = k->node->n_in > 2 ? ct_tile_in(&k->in[2], 0, D, bb) : NULL;
 #pragma omp for schedule(static)
+        for (int64_t r = 0; r < R; r++) ln_fwd_row(X, Y, r * D, D, gamma, beta, eps, &mean[r], &invstd[r]);
+    }
+    return CT_OK;
+}
+
+/* add+layernorm (fusion): in a, b, s, gamma[, beta]. Per row, s = a + b is
+ * stored (rounded to s's dtype: the unfused add's output) and normalized from
+ * there while it is in L1, by the layernorm's own row code: the sum and the
+ * layernorm of the unfused pair, bit for bit, with one pass over memory. A
+ * 16-bit sum on FP32 copies (s FP32, its dtype ia[0] 16-bit) declines: the
+ * reference rounds it. */
+ct_status CT_FN(add_layernorm)(ct_kargs *k) {
+    const ct_tensor *A = &k->in[0], *B = &k->in[1], *S = &k->in[2], *Y = &k->out;
+    int64_t D = Y->shape[Y->ndim - 1], R = ct_tensor_numel(Y) / D;
+    if (!nm_io_ok(k, 3, 5, D) || (S->dtype == CT_F32 && ct_dtype_is_low((ct_dtype)k->node->ia[0])))
+        return CT_E_UNSUPPORTED;
+    if (ct_tensor_numel(A) != R * D || ct_tensor_numel(B) != R * D || ct_tensor_numel(S) != R * D)
+        return CT_E_UNSUPPORTED;
+    float *mean = k->aux, *invstd = mean + R;
+    double eps = k->node->fa[0];
+    int nt = nm_threads(k, R * D);
+#pragma omp parallel num_threads(nt)
+    {
+        float gb[CT_BF16_TILE], bb[CT_BF16_TILE];
+        const float *gamma = ct_tile_in(&k->in[3], 0, D, gb);
+        const float *beta = k->node->n_in > 4 ? ct_tile_in(&k->in[4], 0, D, bb) : NULL;
+#pragma omp for schedule(static)
         for (int64_t r = 0; r < R; r++) {
-            const void *xr = nm_at(X, r * D);
-            double s = 0, dummy = 0, s1 = 0, s2 = 0;
-            nm_accum_h(NM_SUM, xr, hx, NULL, CT_F32, NULL, D, 0, 0, &s, &dummy);
-            float mf = (float)(s / (double)D);
-            nm_accum_h(NM_CTR, xr, hx, NULL, CT_F32, NULL, D, mf, 0, &s1, &s2);
-            double ss = s2 - s1 * s1 / (double)D;
-            if (ss < 0) ss = 0;
-            double mu = mf + s1 / (double)D, is = 1.0 / sqrt(ss / (double)D + eps);
-            mean[r] = (float)mu;
-            invstd[r] = (float)is;
-            vf vm = vset1(mean[r]), vis = vset1(invstd[r]);
             int64_t i = 0, o = r * D;
-            for (; i + VW <= D; i += VW)
-                ct_vst(Y, o + i, vfma(vmul(vsub(ct_vld(X, o + i, VW), vm), vis), vload(gamma + i),
-                                      beta ? vload(beta + i) : vzero()), VW);
+            for (; i + VW <= D; i += VW) ct_vst(S, o + i, vadd(ct_vld(A, o + i, VW), ct_vld(B, o + i, VW)), VW);
             if (i < D) {
                 int t = (int)(D - i);
-                vf v = vfma(vmul(vsub(ct_vld(X, o + i, t), vm), vis), vtail_load(gamma + i, t),
-                            beta ? vtail_load(beta + i, t) : vzero());
-                ct_vst(Y, o + i, v, t);
+                ct_vst(S, o + i, vadd(ct_vld(A, o + i, t), ct_vld(B, o + i, t)), t);
             }
+            ln_fwd_row(S, Y, o, D, gamma, beta, eps, &mean[r], &invstd[r]);
         }
     }
     return CT_OK;
