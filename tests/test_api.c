@@ -364,7 +364,51 @@ TEST(anomaly_mode_names_the_op_that_made_a_nan) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(anomaly_mode_names_the_op_that_made_a_nan), T(inputs_declared_late_keep_their_values), T(grad_ready_callback_fires_once_per_param_in_backward_order), T(status_codes_have_names_and_advice), T(shape_mismatch_is_a_clear_error), T(dtype_mismatch_is_e40005),
+/* add+layernorm (fusion level 1): the sum's node runs no kernel (ADD_LN_SUM), the fused layernorm writes its
+ * buffer. Anomaly mode checks the sum once written (an inf in it is named by the sum's node, before the
+ * layernorm's NaN), and not when its own node runs: a stale inf of the step before is no anomaly. */
+TEST(anomaly_mode_checks_a_sum_written_by_add_layernorm) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_graph *g;
+    CHECK_OK(ctx, ct_graph_create(ctx, &g));
+    ct_node a, b, gm, bt, s, h, t;
+    CHECK_OK(ctx, ct_input(g, "a", CT_F32, 2, (int64_t[]){3, 16}, &a));
+    CHECK_OK(ctx, ct_input(g, "b", CT_F32, 2, (int64_t[]){3, 16}, &b));
+    CHECK_OK(ctx, ct_input(g, "gamma", CT_F32, 1, (int64_t[]){16}, &gm));
+    CHECK_OK(ctx, ct_input(g, "beta", CT_F32, 1, (int64_t[]){16}, &bt));
+    CHECK_OK(ctx, ct_add(g, a, b, &s));
+    CHECK_OK(ctx, ct_node_set_name(g, s, "resid"));
+    CHECK_OK(ctx, ct_layernorm(g, s, gm, bt, 1e-5f, &h));
+    CHECK_OK(ctx, ct_add(g, s, h, &t)); /* the sum read again after the layernorm */
+    ct_compile_opts co;
+    ct_compile_opts_default(&co);
+    co.fusion_level = 1;
+    ct_plan *p;
+    CHECK_OK(ctx, ct_compile(g, CT_NONE, 1, &t, &co, &p));
+    CHECK(ct_plan_fusion_count(p, "add+layernorm") == 1);
+    ct_tensor ta, tb, tg, tt;
+    ct_plan_tensor(p, a, &ta);
+    ct_plan_tensor(p, b, &tb);
+    ct_plan_tensor(p, gm, &tg);
+    ct_plan_tensor(p, bt, &tt);
+    test_fill_uniform(ta.data, 48, 1, -1, 1);
+    test_fill_uniform(tb.data, 48, 2, -1, 1);
+    test_fill_uniform(tg.data, 16, 3, 0.5f, 1.5f);
+    test_fill_uniform(tt.data, 16, 4, -1, 1);
+    ((float *)ta.data)[21] = INFINITY;
+    CHECK_OK(ctx, ct_plan_forward(p, 1)); /* the sum's buffer now holds the inf */
+    ct_plan_set_anomaly(p, 1);
+    CHECK(ct_plan_forward(p, 1) == CT_E_NONFINITE);
+    const char *m = ct_context_last_error(ctx);
+    CHECK_MSG(strstr(m, "'resid'") && strstr(m, "inf at element 21") && strstr(m, "'a' [3, 16]"), "%s", m);
+    ((float *)ta.data)[21] = 0.5f;
+    CHECK_OK(ctx, ct_plan_forward(p, 1)); /* finite now: the stale inf seen before the fused node runs is none */
+    ct_plan_free(p);
+    ct_graph_free(g);
+    ct_context_free(ctx);
+}
+
+TEST_MAIN(T(anomaly_mode_names_the_op_that_made_a_nan), T(anomaly_mode_checks_a_sum_written_by_add_layernorm), T(inputs_declared_late_keep_their_values), T(grad_ready_callback_fires_once_per_param_in_backward_order), T(status_codes_have_names_and_advice), T(shape_mismatch_is_a_clear_error), T(dtype_mismatch_is_e40005),
           T(bad_labels_and_ids_fail_at_run_time_with_a_message), T(memory_budget_gives_e60003),
           T(training_step_after_first_allocates_nothing), T(optimizer_rejects_bad_values),
           T(optimizer_fast_matches_reference), T(conversions_round_trip))
