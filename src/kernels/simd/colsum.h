@@ -1,0 +1,44 @@
+/* src/kernels/simd/colsum.h - column sums in a producer's row pass
+ * (fusions layernorm_bwd+colsum and unary_bwd+colsum, graph/fusion.c).
+ *
+ * The rows split into ct_colsum_pieces(R, D) pieces (kernels.h); a thread
+ * runs whole pieces, and for each keeps float column sums of the current run
+ * of rows (NM_ROWS = 8 rows for a layernorm's dgamma, as
+ * layernorm_bwd_gamma; CS_RB = 32 for the plain sums, as sum's column path,
+ * simd/reduce.c RD_RB) that it flushes into the piece's double partials in
+ * its aux: the same operations in the same order as those kernels, so the
+ * COLSUM nodes' results (the pieces added in order) are theirs bit for bit. */
+#ifndef CT_SIMD_COLSUM_H
+#define CT_SIMD_COLSUM_H
+
+#include "simd_lowp.h"
+
+#define CS_RB 32
+
+/* v rounded to dtype dt (BF16 / FP16; FP32: v), as a store and a load would */
+static inline vf cs_round(vf v, ct_dtype dt) {
+    return dt == CT_BF16 ? vh_bf16_to_f32(vh_f32_to_bf16(v)) : dt == CT_F16 ? vh_f16_to_f32(vh_f32_to_f16(v)) : v;
+}
+
+/* f[j] += row j of T at o (rounded to rdt first), j < D */
+static inline void cs_add_row(float *f, const ct_tensor *T, int64_t o, int64_t D, ct_dtype rdt) {
+    int64_t i = 0;
+    for (; i + VW <= D; i += VW) vstore(f + i, vadd(vload(f + i), cs_round(ct_vld(T, o + i, VW), rdt)));
+    if (i < D) {
+        int t = (int)(D - i);
+        vtail_store(f + i, vadd(vtail_load(f + i, t), cs_round(ct_vld(T, o + i, t), rdt)), t);
+    }
+}
+
+static inline void cs_flush(double *acc, const float *f, int64_t D) {
+    for (int64_t j = 0; j < D; j++) acc[j] += f[j];
+}
+
+/* The sets of a producer's aux: set s (a CT_COLSUM_* bit) of mask at
+ * aux + (slot * P + p) * D, slot = the sets of lower bits in mask. */
+static inline double *cs_set(void *aux, int64_t mask, int bit, int64_t P, int64_t p, int64_t D) {
+    int slot = ((mask & 1) && bit > 1) + ((mask & 2) && bit > 2);
+    return (double *)aux + ((int64_t)slot * P + p) * D;
+}
+
+#endif
