@@ -20,14 +20,20 @@ static inline vf cs_round(vf v, ct_dtype dt) {
     return dt == CT_BF16 ? vh_bf16_to_f32(vh_f32_to_bf16(v)) : dt == CT_F16 ? vh_f16_to_f32(vh_f32_to_f16(v)) : v;
 }
 
-/* f[j] += row j of T at o (rounded to rdt first), j < D */
-static inline void cs_add_row(float *f, const ct_tensor *T, int64_t o, int64_t D, ct_dtype rdt) {
+/* f[j] += row j of T at o (rounded to rdt first, unless T is stored in rdt), j < D */
+static inline __attribute__((always_inline)) void cs_add_row_t(float *f, const ct_tensor *T, int64_t o, int64_t D,
+                                                                ct_dtype rdt) {
     int64_t i = 0;
     for (; i + VW <= D; i += VW) vstore(f + i, vadd(vload(f + i), cs_round(ct_vld(T, o + i, VW), rdt)));
     if (i < D) {
         int t = (int)(D - i);
         vtail_store(f + i, vadd(vtail_load(f + i, t), cs_round(ct_vld(T, o + i, t), rdt)), t);
     }
+}
+static inline void cs_add_row(float *f, const ct_tensor *T, int64_t o, int64_t D, ct_dtype rdt) {
+    if (rdt == T->dtype || rdt == CT_F32) cs_add_row_t(f, T, o, D, CT_F32); /* stored so: no rounding */
+    else if (rdt == CT_BF16) cs_add_row_t(f, T, o, D, CT_BF16);
+    else cs_add_row_t(f, T, o, D, CT_F16);
 }
 
 static inline void cs_flush(double *acc, const float *f, int64_t D) {

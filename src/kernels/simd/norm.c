@@ -514,19 +514,45 @@ NM_INLINE void ln_bwd_row(const ct_kargs *k, const ct_tensor *X, const ct_tensor
     if (RES) ln_add_row(k, DX, RES, o, D);
 }
 
-/* f[j] = fma(dy[j], (x[j] - m) * is, f[j]) over row r (layernorm_bwd_gamma's terms) */
-NM_INLINE void cs_add_dgamma(float *f, const ct_tensor *X, const ct_tensor *DY, int64_t o, int64_t D, float m, float is) {
+/* One pass over row r at o for the sets in mask (a constant where inlined):
+ * fg[j] = fma(dy[j], (x[j] - m) * is, fg[j]) (layernorm_bwd_gamma's terms),
+ * fb[j] += dy[j], fo[j] += the output as stored (rounded to rdt) */
+NM_INLINE void cs_ln_row(int mask, ct_dtype rdt, float *fg, float *fb, float *fo, const ct_tensor *X, const ct_tensor *DY,
+                         const ct_tensor *DX, int64_t o, int64_t D, float m, float is) {
     vf vm = vset1(m), vis = vset1(is);
-    int64_t i = 0;
-    for (; i + VW <= D; i += VW) {
-        vf xh = vmul(vsub(ct_vld(X, o + i, VW), vm), vis);
-        vstore(f + i, vfma(ct_vld(DY, o + i, VW), xh, vload(f + i)));
+    for (int64_t i = 0; i < D; i += VW) {
+        int t = (int)CT_MIN((int64_t)VW, D - i);
+        if (t == VW) {
+            vf dy = ct_vld(DY, o + i, VW);
+            if (mask & CT_COLSUM_DGAMMA)
+                vstore(fg + i, vfma(dy, vmul(vsub(ct_vld(X, o + i, VW), vm), vis), vload(fg + i)));
+            if (mask & CT_COLSUM_DY) vstore(fb + i, vadd(vload(fb + i), dy));
+            if (mask & CT_COLSUM_OUT) vstore(fo + i, vadd(vload(fo + i), cs_round(ct_vld(DX, o + i, VW), rdt)));
+        } else {
+            vf dy = ct_vld(DY, o + i, t);
+            if (mask & CT_COLSUM_DGAMMA)
+                vtail_store(fg + i, vfma(dy, vmul(vsub(ct_vld(X, o + i, t), vm), vis), vtail_load(fg + i, t)), t);
+            if (mask & CT_COLSUM_DY) vtail_store(fb + i, vadd(vtail_load(fb + i, t), dy), t);
+            if (mask & CT_COLSUM_OUT) vtail_store(fo + i, vadd(vtail_load(fo + i, t), cs_round(ct_vld(DX, o + i, t), rdt)), t);
+        }
     }
-    if (i < D) {
-        int t = (int)(D - i);
-        vf xh = vmul(vsub(ct_vld(X, o + i, t), vm), vis);
-        vtail_store(f + i, vfma(ct_vld(DY, o + i, t), xh, vtail_load(f + i, t)), t);
+}
+
+/* cs_ln_row with the mask and the rounding as constants */
+static void cs_ln_row_any(int mask, ct_dtype rdt, float *fg, float *fb, float *fo, const ct_tensor *X,
+                          const ct_tensor *DY, const ct_tensor *DX, int64_t o, int64_t D, float m, float is) {
+    if (rdt == DX->dtype) rdt = CT_F32; /* stored so: no rounding */
+#define CS_LN(M)                                                                                    \
+    case M:                                                                                         \
+        if (rdt == CT_BF16) cs_ln_row(M, CT_BF16, fg, fb, fo, X, DY, DX, o, D, m, is);              \
+        else if (rdt == CT_F16) cs_ln_row(M, CT_F16, fg, fb, fo, X, DY, DX, o, D, m, is);           \
+        else cs_ln_row(M, CT_F32, fg, fb, fo, X, DY, DX, o, D, m, is);                              \
+        break;
+    switch (mask) {
+        CS_LN(1) CS_LN(2) CS_LN(3) CS_LN(4) CS_LN(5) CS_LN(6) CS_LN(7)
+    default: break;
     }
+#undef CS_LN
 }
 
 ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
@@ -562,19 +588,15 @@ ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
                     if (ao) ao[j] = 0;
                 }
                 for (int64_t r = r0; r < r1; r++) {
-                    int64_t q = r - r0, o = r * D;
+                    int64_t q = r - r0;
                     ln_bwd_row(k, X, DY, DX, RES, gamma, mean, invstd, r, D);
-                    if (ag) {
-                        if (q % NM_ROWS == 0) memset(fg, 0, (size_t)D * sizeof(float));
-                        cs_add_dgamma(fg, X, DY, o, D, mean[r], invstd[r]);
-                        if (q % NM_ROWS == NM_ROWS - 1 || r == r1 - 1) cs_flush(ag, fg, D);
-                    }
+                    if (ag && q % NM_ROWS == 0) memset(fg, 0, (size_t)D * sizeof(float));
                     if (q % CS_RB == 0) {
                         if (ab) memset(fb, 0, (size_t)D * sizeof(float));
                         if (ao) memset(fo, 0, (size_t)D * sizeof(float));
                     }
-                    if (ab) cs_add_row(fb, DY, o, D, CT_F32);
-                    if (ao) cs_add_row(fo, DX, o, D, rdt);
+                    cs_ln_row_any((int)cs, rdt, fg, fb, fo, X, DY, DX, r * D, D, mean[r], invstd[r]);
+                    if (ag && (q % NM_ROWS == NM_ROWS - 1 || r == r1 - 1)) cs_flush(ag, fg, D);
                     if (q % CS_RB == CS_RB - 1 || r == r1 - 1) {
                         if (ab) cs_flush(ab, fb, D);
                         if (ao) cs_flush(ao, fo, D);
