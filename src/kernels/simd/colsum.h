@@ -15,6 +15,33 @@
 
 #define CS_RB 32
 
+/* ct_vld / ct_vst on a tensor's data pointer and dtype held in locals,
+ * always inlined: in the fused row loops the compiler otherwise keeps them
+ * out of line or reloads the dtype after every store (-fno-strict-aliasing),
+ * a branch per vector */
+static inline __attribute__((always_inline)) vf cs_ld(const void *d, ct_dtype dt, int64_t off, int n) {
+    if (dt != CT_F32) {
+        const uint16_t *p = (const uint16_t *)d + off;
+        return n == VW ? vload_lp(p, dt) : vtail_load_lp(p, n, dt);
+    }
+    const float *p = (const float *)d + off;
+    return n == VW ? vload(p) : vtail_load(p, n);
+}
+static inline __attribute__((always_inline)) void cs_st(void *d, ct_dtype dt, int64_t off, vf v, int n) {
+    if (dt != CT_F32) {
+        uint16_t *p = (uint16_t *)d + off;
+        if (n == VW) vstore_lp(p, v, dt);
+        else vtail_store_lp(p, v, n, dt);
+        return;
+    }
+    float *p = (float *)d + off;
+    if (n == VW) vstore(p, v);
+    else vtail_store(p, v, n);
+}
+static inline __attribute__((always_inline)) vf cs_vld(const ct_tensor *t, int64_t off, int n) {
+    return cs_ld(t->data, t->dtype, off, n);
+}
+
 /* v rounded to dtype dt (BF16 / FP16; FP32: v), as a store and a load would */
 static inline vf cs_round(vf v, ct_dtype dt) {
     return dt == CT_BF16 ? vh_bf16_to_f32(vh_f32_to_bf16(v)) : dt == CT_F16 ? vh_f16_to_f32(vh_f32_to_f16(v)) : v;
@@ -24,10 +51,10 @@ static inline vf cs_round(vf v, ct_dtype dt) {
 static inline __attribute__((always_inline)) void cs_add_row_t(float *f, const ct_tensor *T, int64_t o, int64_t D,
                                                                 ct_dtype rdt) {
     int64_t i = 0;
-    for (; i + VW <= D; i += VW) vstore(f + i, vadd(vload(f + i), cs_round(ct_vld(T, o + i, VW), rdt)));
+    for (; i + VW <= D; i += VW) vstore(f + i, vadd(vload(f + i), cs_round(cs_vld(T, o + i, VW), rdt)));
     if (i < D) {
         int t = (int)(D - i);
-        vtail_store(f + i, vadd(vtail_load(f + i, t), cs_round(ct_vld(T, o + i, t), rdt)), t);
+        vtail_store(f + i, vadd(vtail_load(f + i, t), cs_round(cs_vld(T, o + i, t), rdt)), t);
     }
 }
 static inline void cs_add_row(float *f, const ct_tensor *T, int64_t o, int64_t D, ct_dtype rdt) {

@@ -514,39 +514,64 @@ NM_INLINE void ln_bwd_row(const ct_kargs *k, const ct_tensor *X, const ct_tensor
     if (RES) ln_add_row(k, DX, RES, o, D);
 }
 
-/* One pass over row r at o for the sets in mask (a constant where inlined):
- * fg[j] = fma(dy[j], (x[j] - m) * is, fg[j]) (layernorm_bwd_gamma's terms),
- * fb[j] += dy[j], fo[j] += the output as stored (rounded to rdt) */
-NM_INLINE void cs_ln_row(int mask, ct_dtype rdt, float *fg, float *fb, float *fo, const ct_tensor *X, const ct_tensor *DY,
-                         const ct_tensor *DX, int64_t o, int64_t D, float m, float is) {
-    vf vm = vset1(m), vis = vset1(is);
+/* layernorm_bwd+colsum: ln_bwd_row with the column sums of the sets in mask
+ * (a constant where inlined) taken in the same loop, from the vectors it
+ * loads and stores: fg[j] = fma(dy[j], (x[j] - m) * is, fg[j])
+ * (layernorm_bwd_gamma's terms), fb[j] += dy[j], fo[j] += the output as
+ * stored (read back, then rounded to rdt: the dtype the bias gradient's sum
+ * reads). */
+NM_INLINE void ln_bwd_row_cs(int mask, ct_dtype rdt, const ct_kargs *k, const ct_tensor *X, const ct_tensor *DY,
+                             const ct_tensor *DX, const ct_tensor *RES, const float *gamma, const float *mean,
+                             const float *invstd, int64_t r, int64_t D, float *fg, float *fb, float *fo) {
+    double sg = 0, sgx = 0, is = invstd[r];
+    nm_accum_h(NM_LNB, nm_at(X, r * D), X->dtype, nm_at(DY, r * D), DY->dtype, gamma, D, mean[r], invstd[r], &sg, &sgx);
+    vf vm = vset1(mean[r]), vis = vset1(invstd[r]), vk = vset1((float)(sg / (double)D)),
+       vc = vset1((float)(-is * sgx / (double)D));
+    /* the output's sum here when the stored dx is final (no residual, or no FP32 copy of a 16-bit node) */
+    const int res_scalar = RES && DX->dtype == CT_F32 && ct_dtype_is_low(k->node->dtype);
+    const int out_here = (mask & CT_COLSUM_OUT) && !res_scalar, res_here = RES && !res_scalar;
+    const int64_t o = r * D;
+    const void *xd = X->data, *dyd = DY->data, *rd = RES ? RES->data : NULL;
+    void *dxd = DX->data;
+    const ct_dtype xt = X->dtype, dyt = DY->dtype, dxt = DX->dtype, rt = RES ? RES->dtype : CT_F32;
     for (int64_t i = 0; i < D; i += VW) {
-        int t = (int)CT_MIN((int64_t)VW, D - i);
-        if (t == VW) {
-            vf dy = ct_vld(DY, o + i, VW);
-            if (mask & CT_COLSUM_DGAMMA)
-                vstore(fg + i, vfma(dy, vmul(vsub(ct_vld(X, o + i, VW), vm), vis), vload(fg + i)));
-            if (mask & CT_COLSUM_DY) vstore(fb + i, vadd(vload(fb + i), dy));
-            if (mask & CT_COLSUM_OUT) vstore(fo + i, vadd(vload(fo + i), cs_round(ct_vld(DX, o + i, VW), rdt)));
-        } else {
-            vf dy = ct_vld(DY, o + i, t);
-            if (mask & CT_COLSUM_DGAMMA)
-                vtail_store(fg + i, vfma(dy, vmul(vsub(ct_vld(X, o + i, t), vm), vis), vtail_load(fg + i, t)), t);
-            if (mask & CT_COLSUM_DY) vtail_store(fb + i, vadd(vtail_load(fb + i, t), dy), t);
-            if (mask & CT_COLSUM_OUT) vtail_store(fo + i, vadd(vtail_load(fo + i, t), cs_round(ct_vld(DX, o + i, t), rdt)), t);
+        const int t = (int)CT_MIN((int64_t)VW, D - i);
+        vf dy = cs_ld(dyd, dyt, o + i, t), xm = vsub(cs_ld(xd, xt, o + i, t), vm);
+        vf g = vmul(dy, t == VW ? vload(gamma + i) : vtail_load(gamma + i, t));
+        cs_st(dxd, dxt, o + i, vmul(vfma(xm, vc, vsub(g, vk)), vis), t);
+        if (mask & CT_COLSUM_DGAMMA) {
+            vf v = vfma(dy, vmul(xm, vis), t == VW ? vload(fg + i) : vtail_load(fg + i, t));
+            if (t == VW) vstore(fg + i, v);
+            else vtail_store(fg + i, v, t);
         }
+        if (mask & CT_COLSUM_DY) {
+            vf v = vadd(t == VW ? vload(fb + i) : vtail_load(fb + i, t), dy);
+            if (t == VW) vstore(fb + i, v);
+            else vtail_store(fb + i, v, t);
+        }
+        if (res_here) cs_st(dxd, dxt, o + i, vadd(cs_ld(dxd, dxt, o + i, t), cs_ld(rd, rt, o + i, t)), t);
+        if (out_here) { /* the stored value, read back */
+            vf v = vadd(t == VW ? vload(fo + i) : vtail_load(fo + i, t), cs_round(cs_ld(dxd, dxt, o + i, t), rdt));
+            if (t == VW) vstore(fo + i, v);
+            else vtail_store(fo + i, v, t);
+        }
+    }
+    if (res_scalar) { /* FP32 copies of a 16-bit node: ln_add_row's rounding, then the output's sum */
+        ln_add_row(k, DX, RES, o, D);
+        if (mask & CT_COLSUM_OUT) cs_add_row(fo, DX, o, D, rdt);
     }
 }
 
-/* cs_ln_row with the mask and the rounding as constants */
-static void cs_ln_row_any(int mask, ct_dtype rdt, float *fg, float *fb, float *fo, const ct_tensor *X,
-                          const ct_tensor *DY, const ct_tensor *DX, int64_t o, int64_t D, float m, float is) {
+/* ln_bwd_row_cs with the mask and the rounding as constants */
+static void ln_bwd_row_cs_any(int mask, ct_dtype rdt, const ct_kargs *k, const ct_tensor *X, const ct_tensor *DY,
+                              const ct_tensor *DX, const ct_tensor *RES, const float *gamma, const float *mean,
+                              const float *invstd, int64_t r, int64_t D, float *fg, float *fb, float *fo) {
     if (rdt == DX->dtype) rdt = CT_F32; /* stored so: no rounding */
-#define CS_LN(M)                                                                                    \
-    case M:                                                                                         \
-        if (rdt == CT_BF16) cs_ln_row(M, CT_BF16, fg, fb, fo, X, DY, DX, o, D, m, is);              \
-        else if (rdt == CT_F16) cs_ln_row(M, CT_F16, fg, fb, fo, X, DY, DX, o, D, m, is);           \
-        else cs_ln_row(M, CT_F32, fg, fb, fo, X, DY, DX, o, D, m, is);                              \
+#define CS_LN(M)                                                                                                     \
+    case M:                                                                                                          \
+        if (rdt == CT_BF16) ln_bwd_row_cs(M, CT_BF16, k, X, DY, DX, RES, gamma, mean, invstd, r, D, fg, fb, fo);    \
+        else if (rdt == CT_F16) ln_bwd_row_cs(M, CT_F16, k, X, DY, DX, RES, gamma, mean, invstd, r, D, fg, fb, fo); \
+        else ln_bwd_row_cs(M, CT_F32, k, X, DY, DX, RES, gamma, mean, invstd, r, D, fg, fb, fo);                    \
         break;
     switch (mask) {
         CS_LN(1) CS_LN(2) CS_LN(3) CS_LN(4) CS_LN(5) CS_LN(6) CS_LN(7)
@@ -575,7 +600,9 @@ ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < R; r++) ln_bwd_row(k, X, DY, DX, RES, gamma, mean, invstd, r, D);
         } else {
-            float fg[CT_COLSUM_MAX_D], fb[CT_COLSUM_MAX_D], fo[CT_COLSUM_MAX_D];
+            /* the three run sums back to back (not 16 KiB apart: loads and stores 4 KiB apart alias) */
+            float fbuf[3 * CT_COLSUM_MAX_D + 64];
+            float *fg = fbuf, *fb = fg + ((D + 15) & ~15) + 16, *fo = fb + ((D + 15) & ~15) + 16;
 #pragma omp for schedule(static)
             for (int64_t p = 0; p < P; p++) {
                 int64_t r0 = R * p / P, r1 = R * (p + 1) / P;
@@ -589,13 +616,12 @@ ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
                 }
                 for (int64_t r = r0; r < r1; r++) {
                     int64_t q = r - r0;
-                    ln_bwd_row(k, X, DY, DX, RES, gamma, mean, invstd, r, D);
                     if (ag && q % NM_ROWS == 0) memset(fg, 0, (size_t)D * sizeof(float));
                     if (q % CS_RB == 0) {
                         if (ab) memset(fb, 0, (size_t)D * sizeof(float));
                         if (ao) memset(fo, 0, (size_t)D * sizeof(float));
                     }
-                    cs_ln_row_any((int)cs, rdt, fg, fb, fo, X, DY, DX, r * D, D, mean[r], invstd[r]);
+                    ln_bwd_row_cs_any((int)cs, rdt, k, X, DY, DX, RES, gamma, mean, invstd, r, D, fg, fb, fo);
                     if (ag && (q % NM_ROWS == NM_ROWS - 1 || r == r1 - 1)) cs_flush(ag, fg, D);
                     if (q % CS_RB == CS_RB - 1 || r == r1 - 1) {
                         if (ab) cs_flush(ab, fb, D);
