@@ -326,11 +326,11 @@ static ct_status gpt_nodrop_plan(ct_context *ctx, int level, ct_precision prec, 
  * dgamma and dbeta, the c_proj biases' gradients (the column sums of the
  * layernorm backwards' residual gradients, FP32; in BF16 of their casts)
  * and c_fc's (of the GELU backward's output) come from their producers' row
- * passes; loss and every gradient bit for bit as level 0, FP32 and BF16, at
- * 1 and 2 threads, in the fast and the reference context. */
+ * passes; loss and every gradient bit for bit as level 0, FP32, BF16 and
+ * FP16, at 1 and 2 threads, in the fast and the reference context. */
 TEST(column_sums_in_the_row_pass_equal_unfused) {
     for (int isa = 0; isa < 2; isa++)
-        for (int prec = 0; prec < 2; prec++)
+        for (int prec = 0; prec < 3; prec++)
             for (int nt = 1; nt <= 2; nt++) {
                 ct_context_opts o;
                 ct_context_opts_default(&o);
@@ -340,7 +340,7 @@ TEST(column_sums_in_the_row_pass_equal_unfused) {
                 ct_context *ctx = NULL;
                 CHECK(ct_context_create(&o, &ctx) == CT_OK);
                 if (!ctx) return;
-                ct_precision pr = prec ? CT_PRECISION_BF16 : CT_PRECISION_FP32;
+                ct_precision pr = prec == 2 ? CT_PRECISION_FP16 : prec ? CT_PRECISION_BF16 : CT_PRECISION_FP32;
                 ct_plan *p[2] = {0};
                 for (int l = 0; l < 2; l++) CHECK_OK(ctx, gpt_nodrop_plan(ctx, l, pr, &p[l]));
                 if (!p[0] || !p[1]) {
@@ -362,7 +362,7 @@ TEST(column_sums_in_the_row_pass_equal_unfused) {
                 double d = plan_diff(p[1], p[0], &same);
                 printf("    %s %s %d thread%s: %d + %d groups, %d colsum nodes (dgamma %d, dy %d, out %d), max rel diff "
                        "%.2e%s\n",
-                       isa ? "fast" : "ref ", prec ? "bf16" : "fp32", nt, nt > 1 ? "s" : " ",
+                       isa ? "fast" : "ref ", prec == 2 ? "fp16" : prec ? "bf16" : "fp32", nt, nt > 1 ? "s" : " ",
                        ct_plan_fusion_count(p[1], "layernorm_bwd+colsum"), ct_plan_fusion_count(p[1], "unary_bwd+colsum"),
                        colsum, sets[0], sets[1], sets[2], d, same ? " (bit-identical)" : "");
                 CHECK(same);
