@@ -277,12 +277,108 @@ TEST(bf16_cast_fold_equals_unfused) {
                 CHECK(ct_plan_fusion_count(p[1], "layernorm_bwd+add") == 12); /* FP32 residual gradients, BF16 dy */
                 /* no larger: the planner packs both to about the bytes live at once, and the peak lies
                    where no folded cast's FP32 buffer is live (level 0 frees them early) */
-                CHECK(s1.activation_bytes <= s0.activation_bytes + 65536); /* layernorm_bwd+add (level 1) moves
-                   the packing by a few KiB (its node's output is new while the residual gradient lives) */
+                /* layernorm_bwd+add (level 1) moves the packing by a few KiB (its node's output is new while
+                   the residual gradient lives); the column sums' partials (layernorm_bwd+colsum,
+                   unary_bwd+colsum: P x D doubles per sum) are new, live from their producer to its COLSUM
+                   nodes */
+                size_t partials = 0;
+                for (int i = 0; i < p[1]->g.n; i++)
+                    if (p[1]->pn[i].live && p[1]->g.nodes[i].ia[7] &&
+                        (p[1]->g.nodes[i].op == CT_OP_LAYERNORM_BWD_DATA || p[1]->g.nodes[i].op == CT_OP_UNARY_BWD))
+                        partials += p[1]->pn[i].aux_bytes;
+                CHECK(partials > 0 && s1.activation_bytes <= s0.activation_bytes + 65536 + partials);
             }
             for (int l = 0; l < 2; l++) ct_plan_free(p[l]);
             ct_context_free(ctx);
         }
+}
+
+/* gpt-char-small without dropout (as bench_step's gptchar), 2 layers, (3, 100) tokens: 300 rows,
+   4 pieces of 75 (ct_colsum_pieces), so the float runs of 8 and 32 rows end inside and at the pieces'
+   ends. Level 1 at `threads` threads. */
+static ct_status gpt_nodrop_plan(ct_context *ctx, int level, ct_precision prec, ct_plan **out) {
+    ct_graph *g;
+    CT_TRY(ct_graph_create(ctx, &g));
+    ct_gpt_config c;
+    ct_node x, y, l3, logits, loss;
+    ct_status s = ct_gpt_preset(ctx, "gpt-char-small", &c);
+    c.dropout = 0.0f;
+    c.n_layer = 2;
+    if (s == CT_OK) s = ct_input(g, "x", CT_I32, 2, (int64_t[]){3, 100}, &x);
+    if (s == CT_OK) s = ct_input(g, "y", CT_I32, 1, (int64_t[]){300}, &y);
+    if (s == CT_OK) s = ct_model_gpt(g, x, &c, &l3);
+    if (s == CT_OK) s = ct_reshape(g, l3, 2, (int64_t[]){300, c.vocab}, &logits);
+    if (s == CT_OK) s = ct_cross_entropy(g, logits, y, 0.1f, -100, &loss);
+    ct_compile_opts co;
+    ct_compile_opts_default(&co);
+    co.fusion_level = level;
+    co.precision = prec;
+    if (s == CT_OK) s = ct_compile(g, loss, 0, NULL, &co, out);
+    ct_graph_free(g);
+    if (s != CT_OK) return s;
+    ct_tensor t;
+    CT_TRY(ct_plan_tensor(*out, x, &t));
+    for (int64_t i = 0; i < 300; i++) ((int32_t *)t.data)[i] = (int32_t)((i * 7 + 3) % c.vocab);
+    CT_TRY(ct_plan_tensor(*out, y, &t));
+    for (int64_t i = 0; i < 300; i++) ((int32_t *)t.data)[i] = (int32_t)((i * 3 + 1) % c.vocab);
+    ct_plan_set_step(*out, 3);
+    CT_TRY(ct_plan_forward(*out, 1));
+    return ct_plan_backward(*out);
+}
+
+/* layernorm_bwd+colsum and unary_bwd+colsum (level 1): every layernorm's
+ * dgamma and dbeta, the c_proj biases' gradients (the column sums of the
+ * layernorm backwards' residual gradients, FP32; in BF16 of their casts)
+ * and c_fc's (of the GELU backward's output) come from their producers' row
+ * passes; loss and every gradient bit for bit as level 0, FP32, BF16 and
+ * FP16, at 1 and 2 threads, in the fast and the reference context. */
+TEST(column_sums_in_the_row_pass_equal_unfused) {
+    for (int isa = 0; isa < 2; isa++)
+        for (int prec = 0; prec < 3; prec++)
+            for (int nt = 1; nt <= 2; nt++) {
+                ct_context_opts o;
+                ct_context_opts_default(&o);
+                o.isa = isa ? -1 : CT_ISA_REF;
+                o.seed = 1234;
+                o.num_threads = nt;
+                ct_context *ctx = NULL;
+                CHECK(ct_context_create(&o, &ctx) == CT_OK);
+                if (!ctx) return;
+                ct_precision pr = prec == 2 ? CT_PRECISION_FP16 : prec ? CT_PRECISION_BF16 : CT_PRECISION_FP32;
+                ct_plan *p[2] = {0};
+                for (int l = 0; l < 2; l++) CHECK_OK(ctx, gpt_nodrop_plan(ctx, l, pr, &p[l]));
+                if (!p[0] || !p[1]) {
+                    ct_plan_free(p[0]);
+                    ct_plan_free(p[1]);
+                    ct_context_free(ctx);
+                    continue;
+                }
+                int colsum = 0, sets[3] = {0};
+                for (int i = 0; i < p[1]->g.n; i++) {
+                    const ct_node_def *d = &p[1]->g.nodes[i];
+                    if (!p[1]->pn[i].live) continue;
+                    colsum += d->op == CT_OP_COLSUM;
+                    for (int b = 0; b < 3; b++) sets[b] += (d->op == CT_OP_LAYERNORM_BWD_DATA || d->op == CT_OP_UNARY_BWD) &&
+                                                           (d->ia[7] >> b & 1);
+                    CHECK(d->op != CT_OP_LAYERNORM_BWD_GAMMA);
+                }
+                int same;
+                double d = plan_diff(p[1], p[0], &same);
+                printf("    %s %s %d thread%s: %d + %d groups, %d colsum nodes (dgamma %d, dy %d, out %d), max rel diff "
+                       "%.2e%s\n",
+                       isa ? "fast" : "ref ", prec == 2 ? "fp16" : prec ? "bf16" : "fp32", nt, nt > 1 ? "s" : " ",
+                       ct_plan_fusion_count(p[1], "layernorm_bwd+colsum"), ct_plan_fusion_count(p[1], "unary_bwd+colsum"),
+                       colsum, sets[0], sets[1], sets[2], d, same ? " (bit-identical)" : "");
+                CHECK(same);
+                /* 5 layernorms (2 per block, ln_f): dgamma, dbeta; the 4 c_proj biases from 4 of them; the 2
+                   c_fc biases from the GELU backwards */
+                CHECK(ct_plan_fusion_count(p[1], "layernorm_bwd+colsum") == 5);
+                CHECK(ct_plan_fusion_count(p[1], "unary_bwd+colsum") == 2);
+                CHECK(colsum == 16 && sets[0] == 5 && sets[1] == 5 && sets[2] == 6);
+                CHECK(ct_plan_fusion_count(p[0], NULL) == 0);
+                for (int l = 0; l < 2; l++) ct_plan_free(p[l]);
+                ct_context_free(ctx);
+            }
 }
 
 /* a residual block y = relu(x + relu(linear(x))): add+relu (level 2) and
@@ -669,6 +765,7 @@ TEST(summary_dot_and_registry) {
 }
 
 TEST_MAIN(T(seeds_json_rule_fuses_conv_bias), T(bad_rules_are_named), T(levels_give_equal_results),
+          T(column_sums_in_the_row_pass_equal_unfused),
           T(residual_add_relu_equals_unfused), T(bf16_cast_fold_equals_unfused), T(gelu_backward_keeps_the_activation_for_the_weight_gradient),
           T(level2_cuts_activation_memory), T(memory_opt_off_gives_every_value_its_buffer), T(in_place_nodes_match_separate_buffers), T(activation_peak_is_described),
           T(summary_dot_and_registry), T(add_layernorm_equals_unfused))

@@ -177,6 +177,15 @@ CASE(c_ln_bwd_add, CT_TRY(P(g, "x", ND(3, 4, 9), &a)); CT_TRY(P(g, "g", ND(9), &
 CASE(c_add_ln, CT_TRY(P(g, "x", ND(3, 4, 9), &a)); CT_TRY(P(g, "r", ND(3, 4, 9), &b)); CT_TRY(ct_add(g, a, b, &c));
      CT_TRY(P(g, "g", ND(9), &a)); CT_TRY(P(g, "b", ND(9), &b)); CT_TRY(ct_layernorm(g, c, a, b, 1e-5f, &d));
      CT_TRY(ct_mul(g, d, d, &d)); CT_TRY(ct_add(g, c, d, out)))
+/* the column sums in their producer's row pass (layernorm_bwd+colsum, unary_bwd+colsum): 150 rows, two
+   pieces (ct_colsum_pieces) of 75, so the float runs (8 and 32 rows) end inside them and at their ends.
+   ln_colsum: the layernorm's dgamma and dbeta and the bias gradient of the linear in front of it (the
+   column sum of the layernorm_bwd+add output); gelu_colsum: the bias gradient from the GELU's backward */
+CASE(c_ln_colsum, CT_TRY(P(g, "x", ND(5, 30, 20), &a)); CT_TRY(P(g, "w", ND(24, 20), &b)); CT_TRY(P(g, "b", ND(24), &c));
+     CT_TRY(ct_linear(g, a, b, c, &a)); CT_TRY(P(g, "g", ND(24), &b)); CT_TRY(P(g, "be", ND(24), &c));
+     CT_TRY(ct_layernorm(g, a, b, c, 1e-5f, &d)); CT_TRY(ct_mul(g, d, d, &d)); CT_TRY(ct_add(g, a, d, out)))
+CASE(c_gelu_colsum, CT_TRY(P(g, "x", ND(5, 30, 20), &a)); CT_TRY(P(g, "w", ND(24, 20), &b)); CT_TRY(P(g, "b", ND(24), &c));
+     CT_TRY(ct_linear(g, a, b, c, &d)); CT_TRY(ct_gelu(g, d, 0, out)))
 
 typedef struct {
     const char *name;
@@ -214,6 +223,7 @@ static const op_case k_cases[] = {
     {"linear_ln_pro", c_linear_ln_pro, 0}, {"linear_gelu_pro", c_linear_gelu_pro, 0}, {"dropout_add", c_dropout_add, 0},
     {"conv_relu", c_conv_relu, 0}, {"linear_relu", c_linear_relu, 0}, {"add_relu", c_add_relu, 0},
     {"eltwise_chain", c_eltwise_chain, 0}, {"ln_bwd_add", c_ln_bwd_add, 0}, {"add_ln", c_add_ln, 0},
+    {"ln_colsum", c_ln_colsum, 0}, {"gelu_colsum", c_gelu_colsum, 0},
     {"cross_entropy_vp", c_cross_entropy_vp, 1}, {"embedding_rows", c_embedding_rows, 0}, /* vp: reference only */
 };
 #define N_CASES (int)(sizeof k_cases / sizeof k_cases[0])
@@ -441,6 +451,13 @@ TEST(every_op_has_a_case) {
             CHECK(ct_plan_fusion_count(h.plan, "layernorm_bwd+add") == 1);
         if (!strcmp(k_cases[ci].name, "add_ln")) /* ADD_LAYERNORM and ADD_LN_SUM */
             CHECK(ct_plan_fusion_count(h.plan, "add+layernorm") == 1);
+        if (!strcmp(k_cases[ci].name, "ln_colsum")) { /* dgamma, dbeta and the bias gradient from the row pass */
+            int cs = 0;
+            for (int i = 0; i < h.plan->g.n; i++) cs += h.plan->pn[i].live && h.plan->g.nodes[i].op == CT_OP_COLSUM;
+            CHECK(ct_plan_fusion_count(h.plan, "layernorm_bwd+colsum") == 1 && cs == 3);
+        }
+        if (!strcmp(k_cases[ci].name, "gelu_colsum"))
+            CHECK(ct_plan_fusion_count(h.plan, "unary_bwd+colsum") == 1);
         ct_plan_free(h.plan);
     }
     for (int op = 0; op < CT_OP_COUNT; op++) {

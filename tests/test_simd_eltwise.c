@@ -70,8 +70,8 @@ static size_t numel(int nd, const int64_t *s) {
 
 /* runs the kernel in `slot` into out (a fresh workspace sized as the op table says) */
 static ct_status krun(kcall *c, int slot, float *out, int nthreads) {
-    size_t n = numel(c->nd.ndim, c->nd.shape);
-    size_t wsb = c->nd.op == CT_OP_SUM ? n * sizeof(double) : 0;
+    /* sum / sum_to: the reference's accumulators and the column path's pieces' partials (ct_ws_sum) */
+    size_t wsb = c->nd.op == CT_OP_SUM || c->nd.op == CT_OP_SUM_TO ? ct_ws_sum(NULL, &c->nd) : 0;
     void *ws = wsb ? malloc(wsb) : NULL;
     void *cache = NULL;
     c->k.out.data = out;

@@ -54,7 +54,9 @@ typedef enum ct_op {
                           fa[0]=scale; aux: log-sum-exp per (b, h, t), -inf for a
                           query row with every key masked                                 */
     /* backward ops */
-    CT_OP_UNARY_BWD,   /* in: dy, x (or y for sigmoid/tanh/relu); ia[0]=kind              */
+    CT_OP_UNARY_BWD,   /* in: dy, x (or y for sigmoid/tanh/relu); ia[0]=kind; ia[7] =
+                          CT_COLSUM_OUT (fusion unary_bwd+colsum): its output's column
+                          sums in its aux (see CT_OP_COLSUM)                            */
     CT_OP_BROADCAST_TO,/* in: x, like; out has like's shape; fa[0]=multiplier             */
     CT_OP_SUM_TO,      /* in: x; out shape given; sums broadcast dims                     */
     CT_OP_CONV2D_BWD_DATA,   /* in: dy, w, fwd; attrs as CONV2D                           */
@@ -64,7 +66,9 @@ typedef enum ct_op {
     CT_OP_BATCHNORM_BWD_DATA,  /* in: dy, x, gamma, fwd                                   */
     CT_OP_BATCHNORM_BWD_GAMMA, /* in: dy, x, fwd                                          */
     CT_OP_LAYERNORM_BWD_DATA,  /* in: dy, x, gamma, fwd[, r]: with r (fusion layernorm_bwd+add)
-                                  the output is dx + r, dx rounded to the node's dtype first */
+                                  the output is dx + r, dx rounded to the node's dtype first;
+                                  ia[7] != 0 (fusion layernorm_bwd+colsum): the CT_COLSUM_*
+                                  column sums it also makes, in its aux (see CT_OP_COLSUM) */
     CT_OP_LAYERNORM_BWD_GAMMA, /* in: dy, x, fwd                                          */
     CT_OP_SLICE_BWD,   /* in: dy; out shape = x's; zero padding                           */
     CT_OP_SOFTMAX_BWD, /* in: dy, y                                                       */
@@ -122,8 +126,22 @@ typedef enum ct_op {
     CT_OP_ADD_LN_SUM,  /* the sum a + b of an ADD_LAYERNORM: in: a, b (for the record); its
                           kernel writes nothing (ct_op_info.no_output): the ADD_LAYERNORM
                           that reads it writes its value                                */
+    /* column sums moved into their producer's row pass (fusion layernorm_bwd+colsum,
+       unary_bwd+colsum in graph/fusion.c) */
+    CT_OP_COLSUM,      /* in: the producer (a LAYERNORM_BWD_DATA or UNARY_BWD with ia[7] != 0),
+                          read for its aux and shape only; out[j] = fa[0] * the sum over the
+                          producer's rows of column j of the summed value, from the pieces'
+                          double partials the producer left in its aux (ct_colsum_pieces):
+                          set ia[0] of the aux, each set P x D doubles, in CT_COLSUM_* bit
+                          order of the producer's ia[7]                                 */
     CT_OP_COUNT
 } ct_op;
+
+/* What a column-sum producer (ia[7], a bit mask) sums per column: dy * xhat
+ * (a layernorm's dgamma), dy (its dbeta), its output (a bias gradient),
+ * rounded first to the dtype in ia[6] (the output's, or a BF16 / FP16 cast's
+ * that the bias gradient reads). */
+enum { CT_COLSUM_DGAMMA = 1, CT_COLSUM_DY = 2, CT_COLSUM_OUT = 4 };
 
 typedef enum ct_unary_kind {
     CT_UNARY_RELU = 0, CT_UNARY_GELU, CT_UNARY_GELU_TANH, CT_UNARY_SILU, CT_UNARY_SIGMOID,

@@ -42,6 +42,16 @@
  *                                add's buffer (the add becomes ADD_LN_SUM,
  *                                which runs nothing) and normalizes it from
  *                                L1; any float dtype, bit-identical
+ *   level 1  layernorm_bwd+colsum backward: the column sums that re-read a
+ *                                layernorm backward's tensors (dgamma, dbeta,
+ *                                and the bias gradient of the linear its
+ *                                output, the residual gradient, feeds) made
+ *                                in its row pass (ia[7], partials in its aux);
+ *                                those nodes become COLSUM nodes adding the
+ *                                pieces' partials; any float dtype,
+ *                                bit-identical (the same pieces and order)
+ *            unary_bwd+colsum    the same for an activation's backward and the
+ *                                bias gradient of the linear in front of it
  *
  * Only nodes outside recompute copies fuse, FP32 ones except batchnorm+relu
  * (any float dtype: BF16 I/O in its fast kernels), layernorm_bwd+add and
@@ -55,12 +65,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "plan.h"
 
 /* ---- the registry --------------------------------------------------------------------------------- */
 
 enum { PAT_CONV_BIAS = 0, PAT_LINEAR_BIAS, PAT_BN_RELU, PAT_ACT_LINEAR, PAT_LN_LINEAR, PAT_DROPOUT_ADD, PAT_CONV_RELU, PAT_LINEAR_RELU,
-       PAT_ADD_RELU, PAT_CHAIN, PAT_CAST_FOLD, PAT_LN_BWD_ADD, PAT_ADD_LN, PAT_COUNT };
+       PAT_ADD_RELU, PAT_CHAIN, PAT_CAST_FOLD, PAT_LN_BWD_ADD, PAT_ADD_LN, PAT_LN_BWD_COLSUM, PAT_ACT_BWD_COLSUM,
+       PAT_COUNT };
 
 static const struct {
     const char *name;
@@ -81,6 +93,8 @@ static const struct {
     [PAT_CAST_FOLD] = {"cast_fold", 1, 0, {"cast", NULL, NULL}},
     [PAT_LN_BWD_ADD] = {"layernorm_bwd+add", 1, 0, {"layernorm_bwd", "add", NULL}},
     [PAT_ADD_LN] = {"add+layernorm", 1, 0, {"add", "layernorm", NULL}},
+    [PAT_LN_BWD_COLSUM] = {"layernorm_bwd+colsum", 1, 0, {"layernorm_bwd", "sum", NULL}},
+    [PAT_ACT_BWD_COLSUM] = {"unary_bwd+colsum", 1, 0, {"unary_bwd", "sum", NULL}},
 };
 
 int ct_fusion_num_patterns(void) { return PAT_COUNT; }
@@ -959,6 +973,120 @@ static ct_status try_ln_bwd_add(fz *f, ct_node n, int *done) {
     return CT_OK;
 }
 
+/* ---- column sums in their producer's row pass ------------------------------------------------------ */
+
+/* Node s sums the (R, D) rows of v over every dim but the last as the
+ * SIMD sum's column path does (at least 2 rows and 2 columns, so that its
+ * view is (R, D)), after `after`. */
+static int col_sum_of(const ct_plan *p, ct_node s, ct_node v, ct_node after) {
+    const ct_node_def *S = &p->g.nodes[s], *V = &p->g.nodes[v];
+    if (S->op != CT_OP_SUM || S->n_in != 1 || S->in[0] != v || s <= after || forward(S) || !plain_float(S) ||
+        V->ndim < 2 || S->ia[0] != (int64_t)(((1u << V->ndim) - 1) & ~(1u << (V->ndim - 1))))
+        return 0;
+    int64_t D = V->shape[V->ndim - 1];
+    return D >= 2 && ct_node_numel(V) / D >= 2 && ct_node_numel(S) == D;
+}
+
+/* The column sum of producer q's output (or of its narrowing cast, *rdt: the dtype summed), -1: none */
+static ct_node out_col_sum(const ct_plan *p, ct_node q, ct_dtype *rdt) {
+    const ct_graph *g = &p->g;
+    reader r[MAX_READERS];
+    int nr = readers_of(g, q, r, MAX_READERS);
+    for (int i = 0; i < nr && i < MAX_READERS; i++) {
+        ct_node c = r[i].node;
+        const ct_node_def *C = &g->nodes[c];
+        if (col_sum_of(p, c, q, q)) {
+            *rdt = g->nodes[q].dtype;
+            return c;
+        }
+        if (C->op == CT_OP_CAST && !(C->flags & CT_NODE_RECOMPUTE) && g->nodes[q].dtype == CT_F32 &&
+            ct_dtype_is_low(C->dtype)) {
+            reader rc[MAX_READERS];
+            int nc = readers_of(g, c, rc, MAX_READERS);
+            for (int k = 0; k < nc && k < MAX_READERS; k++)
+                if (col_sum_of(p, rc[k].node, c, q)) {
+                    *rdt = C->dtype;
+                    return rc[k].node;
+                }
+        }
+    }
+    return CT_NONE;
+}
+
+/* Backward: a layernorm's dgamma (layernorm_bwd_gamma over dy and x) and
+ * dbeta (sum of dy), and the column sum of its output (a linear's bias
+ * gradient, from the residual gradient the layernorm_bwd+add node writes)
+ * / of an activation backward's output (the bias gradient of the linear in
+ * front of it): the producer's row pass makes them (ia[7], the pieces'
+ * partials in its aux, simd/colsum.h) and those nodes become COLSUM nodes
+ * adding the partials. The pieces and the order of every addition are the
+ * unfused kernels', so the results are bit for bit; the nodes must come
+ * after the producer (autodiff emits them so). */
+static ct_status try_colsum(fz *f, ct_node q, int *done) {
+    ct_plan *p = f->p;
+    ct_graph *g = &p->g;
+    const ct_node_def *Q = &g->nodes[q];
+    *done = 0;
+    int ln = Q->op == CT_OP_LAYERNORM_BWD_DATA, act = Q->op == CT_OP_UNARY_BWD;
+    if ((!ln && !act) || forward(Q) || !plain_float(Q) || Q->ia[6] || Q->ia[7] || Q->ndim < 2) return CT_OK;
+    int64_t D = Q->shape[Q->ndim - 1], R = ct_node_numel(Q) / (D ? D : 1);
+    if (D < 2 || R < 2 || D > CT_COLSUM_MAX_D) return CT_OK;
+    /* 16-bit I/O: the SIMD kernels' vector loads need rows of at least VW elements (else they decline) */
+    int low = ct_dtype_is_low(Q->dtype);
+    for (int j = 0; j < Q->n_in; j++) low |= ct_dtype_is_low(g->nodes[Q->in[j]].dtype);
+    if (low && D < 16) return CT_OK;
+    reader rq[1];
+    if (readers_of(g, q, rq, 0) == 0) return CT_OK; /* dead (a layernorm_bwd+add took its place) */
+    ct_node sets[3] = {CT_NONE, CT_NONE, CT_NONE}; /* dgamma, dy, out */
+    ct_dtype rdt = CT_F32;
+    if (ln) {
+        ct_node dy = Q->in[0], x = Q->in[1], fwd = Q->in[3];
+        reader r[MAX_READERS];
+        int nr = readers_of(g, dy, r, MAX_READERS);
+        for (int i = 0; i < nr && i < MAX_READERS; i++) {
+            ct_node c = r[i].node;
+            const ct_node_def *C = &g->nodes[c];
+            if (C->op == CT_OP_LAYERNORM_BWD_GAMMA && c > q && sets[0] == CT_NONE && C->n_in == 3 && C->in[0] == dy &&
+                C->in[1] == x && C->in[2] == fwd && !forward(C) && !(C->flags & CT_NODE_RECOMPUTE) &&
+                C->dtype == CT_F32)
+                sets[0] = c;
+            else if (sets[1] == CT_NONE && col_sum_of(p, c, dy, q) && g->nodes[dy].ndim == Q->ndim)
+                sets[1] = c;
+        }
+    }
+    sets[2] = out_col_sum(p, q, &rdt);
+    int pat = ln ? PAT_LN_BWD_COLSUM : PAT_ACT_BWD_COLSUM, rule;
+    if ((sets[0] == CT_NONE && sets[1] == CT_NONE && sets[2] == CT_NONE) || !enabled(f, pat, q, CT_NONE, &rule))
+        return CT_OK;
+    int64_t mask = 0;
+    for (int s = 0; s < 3; s++)
+        if (sets[s] != CT_NONE) mask |= 1 << s;
+    g->nodes[q].ia[7] = mask;
+    g->nodes[q].ia[6] = rdt;
+    int slot = 0, first = 1;
+    for (int s = 0; s < 3; s++) {
+        if (sets[s] == CT_NONE) continue;
+        ct_node_def *S = &g->nodes[sets[s]];
+        float mult = S->op == CT_OP_SUM ? S->fa[0] : 1.0f;
+        S->op = CT_OP_COLSUM;
+        S->n_in = 1;
+        S->in[0] = q;
+        memset(S->ia, 0, sizeof S->ia);
+        memset(S->fa, 0, sizeof S->fa);
+        S->ia[0] = slot++;
+        S->fa[0] = mult;
+        if (first) {
+            CT_TRY(add_group(f, pat, rule, sets[s], g->nodes[q].name));
+            if (p->fused_group[q] < 0) group_add_node(p, q);
+            first = 0;
+        } else {
+            group_add_node(p, sets[s]);
+        }
+    }
+    *done = 1;
+    return CT_OK;
+}
+
 ct_status ct_pass_fusion(ct_plan *p) {
     ct_graph *g = &p->g;
     p->fused_group = malloc(sizeof(int) * (size_t)(g->n ? g->n : 1));
@@ -992,6 +1120,11 @@ ct_status ct_pass_fusion(ct_plan *p) {
     for (int i = 0; i < g->n; i++) {
         int done = 0;
         CT_TRY(try_ln_bwd_add(&f, i, &done));
+    }
+    /* backward: column sums into their producers' row passes */
+    for (int i = 0; i < g->n; i++) {
+        int done = 0;
+        CT_TRY(try_colsum(&f, i, &done));
     }
     /* then the elementwise chains that are left, forward and backward */
     for (int i = 0; i < g->n; i++) {

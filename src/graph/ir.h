@@ -156,6 +156,8 @@ size_t ct_aux_maxpool2d(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_batchnorm(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_layernorm(const ct_graph *g, const ct_node_def *d);
 size_t ct_ws_sum(const ct_graph *g, const ct_node_def *d);
+size_t ct_ws_colsum(const ct_graph *g, const ct_node_def *d);
+size_t ct_aux_colsum(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_attention(const ct_graph *g, const ct_node_def *d);
 size_t ct_ws_attention(const ct_graph *g, const ct_node_def *d);
 /* pooling with BF16 I/O on planes above CT_BF16_TILE: per thread, an FP32 input and output plane */

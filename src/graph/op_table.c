@@ -46,17 +46,17 @@ static const ct_op_info k_ops[] = {
     [CT_OP_EMBEDDING] = {"embedding", FACTS(MATMUL, FOLLOW, ELEMENTWISE, IN0), {SIMD(embedding)}, 0, 0, 0, .simd_lowp = 1},
     [CT_OP_CAST] = {"cast", FACTS(ELTWISE, FOLLOW, ELEMENTWISE, PROMOTE), {[CT_KERNEL_REF] = ct_k_cast}, 0, 0, 0, 0, 1},
     [CT_OP_ATTENTION] = {"attention", FACTS(MATMUL, LOW, ATTENTION, PROMOTE), {SIMD_DNNL(attention)}, ct_aux_attention, ct_ws_attention, ct_onednn_cache_free, 0, .onednn_bf16 = 1, .simd_lowp = 1, .onednn_lowp_only = 1},
-    [CT_OP_UNARY_BWD] = {"unary_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(unary_bwd)}, 0, 0, 0, .simd_lowp = 1, .inplace = 1},
+    [CT_OP_UNARY_BWD] = {"unary_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(unary_bwd)}, ct_aux_colsum, 0, 0, .simd_lowp = 1, .inplace = 1},
     [CT_OP_BROADCAST_TO] = {"broadcast_to", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN0), {SIMD(broadcast_to)}, 0, 0, 0},
-    [CT_OP_SUM_TO] = {"sum_to", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN0), {SIMD(sum_to)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_SUM_TO] = {"sum_to", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN0), {SIMD(sum_to)}, 0, ct_ws_sum, 0, .simd_lowp = 1},
     [CT_OP_CONV2D_BWD_DATA] = {"conv2d_bwd_data", FACTS(NEVER, FOLLOW, CONV2D_BWD, PROMOTE), {DNNL(conv2d_bwd_data)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0, 1},
     [CT_OP_CONV2D_BWD_WEIGHT] = {"conv2d_bwd_weight", FACTS(NEVER, FOLLOW, CONV2D_BWD, PROMOTE), {DNNL(conv2d_bwd_weight)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0, 1},
     [CT_OP_MAXPOOL2D_BWD] = {"maxpool2d_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(maxpool2d_bwd)}, 0, ct_ws_pool, 0, 1u << 1, 0, .simd_lowp = 1},
     [CT_OP_AVGPOOL2D_BWD] = {"avgpool2d_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(avgpool2d_bwd)}, 0, ct_ws_pool, 0, .simd_lowp = 1},
     [CT_OP_BATCHNORM_BWD_DATA] = {"batchnorm_bwd_data", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN1), {SIMD(batchnorm_bwd_data)}, 0, 0, 0, 1u << 3, 0, .simd_lowp = 1},
     [CT_OP_BATCHNORM_BWD_GAMMA] = {"batchnorm_bwd_gamma", FACTS(NEVER, FOLLOW, ELEMENTWISE, F32), {SIMD(batchnorm_bwd_gamma)}, 0, 0, 0, 1u << 2, 0, .simd_lowp = 1},
-    [CT_OP_LAYERNORM_BWD_DATA] = {"layernorm_bwd_data", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN1), {SIMD(layernorm_bwd_data)}, 0, 0, 0, 1u << 3, 0, .simd_lowp = 1},
-    [CT_OP_LAYERNORM_BWD_GAMMA] = {"layernorm_bwd_gamma", FACTS(NEVER, FOLLOW, ELEMENTWISE, F32), {SIMD(layernorm_bwd_gamma)}, 0, 0, 0, 1u << 2, 0, .simd_lowp = 1},
+    [CT_OP_LAYERNORM_BWD_DATA] = {"layernorm_bwd_data", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN1), {SIMD(layernorm_bwd_data)}, ct_aux_colsum, 0, 0, 1u << 3, 0, .simd_lowp = 1},
+    [CT_OP_LAYERNORM_BWD_GAMMA] = {"layernorm_bwd_gamma", FACTS(NEVER, FOLLOW, ELEMENTWISE, F32), {SIMD(layernorm_bwd_gamma)}, 0, ct_ws_colsum, 0, 1u << 2, 0, .simd_lowp = 1},
     [CT_OP_SLICE_BWD] = {"slice_bwd", FACTS(SHAPE, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(slice_bwd)}, 0, 0, 0, .simd_lowp = 1},
     [CT_OP_SOFTMAX_BWD] = {"softmax_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(softmax_bwd)}, 0, 0, 0, .simd_lowp = 1},
     [CT_OP_LOG_SOFTMAX_BWD] = {"log_softmax_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(log_softmax_bwd)}, 0, 0, 0, .simd_lowp = 1},
@@ -86,6 +86,7 @@ static const ct_op_info k_ops[] = {
        does nothing (every slot: the sum node reads as what its value's writer runs) */
     [CT_OP_ADD_LAYERNORM] = {"add+layernorm", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN0), {SIMD(add_layernorm)}, ct_aux_layernorm, 0, 0, .simd_lowp = 1, .writes_in = 3},
     [CT_OP_ADD_LN_SUM] = {"add_ln_sum", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {[CT_KERNEL_REF] = ct_k_nothing, [CT_KERNEL_AVX2] = ct_k_nothing, [CT_KERNEL_AVX512] = ct_k_nothing}, 0, 0, 0, .lowp_native = 1, .no_output = 1},
+    [CT_OP_COLSUM] = {"colsum", FACTS(NEVER, FOLLOW, ELEMENTWISE, F32), {[CT_KERNEL_REF] = ct_k_colsum}, 0, 0, 0, 1u << 0, .lowp_native = 1},
 };
 
 _Static_assert(sizeof k_ops / sizeof k_ops[0] == CT_OP_COUNT, "k_ops needs one row per ct_op: add the new op's row");
@@ -144,9 +145,30 @@ size_t ct_aux_layernorm(const ct_graph *g, const ct_node_def *d) {
     return 2 * (size_t)(ct_node_numel(d) / d->shape[d->ndim - 1]) * sizeof(float);
 }
 
+/* the reference's accumulators (numel(out) doubles); the SIMD column path's
+ * pieces' partials (ct_colsum_pieces: at most 64 per output and
+ * CT_COLSUM_MAX_PARTIALS in all) */
 size_t ct_ws_sum(const ct_graph *g, const ct_node_def *d) {
     (void)g;
-    return (size_t)ct_node_numel(d) * sizeof(double);
+    int64_t n = ct_node_numel(d), parts = CT_MIN(64 * n, (int64_t)CT_COLSUM_MAX_PARTIALS);
+    return (size_t)CT_MAX(n, parts) * sizeof(double);
+}
+
+/* layernorm_bwd_gamma: its pieces' partials (ct_colsum_pieces(R, D) x D doubles) */
+size_t ct_ws_colsum(const ct_graph *g, const ct_node_def *d) {
+    const ct_node_def *x = &g->nodes[d->in[1]];
+    int64_t D = x->shape[x->ndim - 1], R = D ? ct_node_numel(x) / D : 0;
+    return (size_t)(ct_colsum_pieces(R, D) * D) * sizeof(double);
+}
+
+/* a column-sum producer (ia[7], fusion layernorm_bwd+colsum / unary_bwd+colsum): the
+ * pieces' partials of each sum it makes, P x D doubles each (CT_OP_COLSUM) */
+size_t ct_aux_colsum(const ct_graph *g, const ct_node_def *d) {
+    (void)g;
+    int sets = !!(d->ia[7] & CT_COLSUM_DGAMMA) + !!(d->ia[7] & CT_COLSUM_DY) + !!(d->ia[7] & CT_COLSUM_OUT);
+    if (!sets || d->ndim < 1) return 0;
+    int64_t D = d->shape[d->ndim - 1], R = D ? ct_node_numel(d) / D : 0;
+    return (size_t)(sets * ct_colsum_pieces(R, D) * D) * sizeof(double);
 }
 
 size_t ct_aux_attention(const ct_graph *g, const ct_node_def *d) {

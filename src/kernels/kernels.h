@@ -31,6 +31,13 @@
 ct_status ct_k_cast(ct_kargs *k);
 /* A node whose value another node's kernel writes (CT_OP_ADD_LN_SUM): every slot, does nothing. */
 ct_status ct_k_nothing(ct_kargs *k);
+/* the column sums' reduction (CT_OP_COLSUM, kernels/ref/reduce.c): one kernel for every slot (tiny work) */
+ct_status ct_k_colsum(ct_kargs *k);
+/* A reference column-sum producer's set `bit` (CT_COLSUM_*) of its aux, zeroed: piece 0's
+ * partials, to be filled; ct_colsum_ref_rows fills it with the column sums of y (the
+ * producer's output shape, values rounded to rdt first). */
+double *ct_colsum_ref_set(const ct_kargs *k, int bit);
+void ct_colsum_ref_rows(const ct_kargs *k, int bit, const float *y, ct_dtype rdt);
 
 CT_KERNEL_OPS(CT_DECL_REF)
 CT_KERNEL_OPS(CT_DECL_SIMD)
@@ -119,6 +126,27 @@ static inline size_t ct_pool_bf16_ws_bytes(int64_t plane_in, int64_t plane_out, 
 }
 
 /* Shared helpers ---------------------------------------------------------------- */
+
+/* Column sums over the rows of an (R, D) view (a layernorm's dgamma / dbeta,
+ * a linear's bias gradient): the SIMD kernels split the rows into
+ * ct_colsum_pieces(R, D) contiguous pieces, piece p = rows [R*p/P, R*(p+1)/P),
+ * each summed into its own double partials (float runs of a few rows
+ * flushed into them), then add the pieces' partials in order. The split
+ * depends on the shape only (results do not depend on the thread count),
+ * and every kernel that sums columns uses it: layernorm_bwd_gamma, sum's
+ * column path, and the fused producers (layernorm_bwd+colsum,
+ * unary_bwd+colsum) that leave the pieces' partials in their aux for a
+ * COLSUM node to add. At most 64 pieces of at least 64 rows, and at most
+ * 2^17 partials (1 MiB). */
+#define CT_COLSUM_MAX_PARTIALS 131072
+/* the widest rows a fused producer sums (its float run sums live on the stack) */
+#define CT_COLSUM_MAX_D 4096
+static inline int64_t ct_colsum_pieces(int64_t R, int64_t D) {
+    int64_t p = R / 64;
+    if (p > 64) p = 64;
+    if (D > 0 && p > CT_COLSUM_MAX_PARTIALS / D) p = CT_COLSUM_MAX_PARTIALS / D;
+    return p < 1 ? 1 : p;
+}
 
 /* Dropout keep decision for element i: the same in forward and backward, on
  * every ISA and thread count. */

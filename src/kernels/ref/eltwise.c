@@ -55,6 +55,10 @@ ct_status ct_k_unary_bwd_ref(ct_kargs *k) {
     int kind = (int)k->node->ia[0];
     int64_t n = ct_tensor_numel(&k->out);
     for (int64_t i = 0; i < n; i++) dx[i] = (float)(dy[i] * dact(kind, v[i]));
+    if (k->node->ia[7] & CT_COLSUM_OUT) { /* unary_bwd+colsum: dx's column sums, as sum would */
+        if (!k->aux) return ct_set_error(k->ctx, CT_E_INTERNAL, "unary_bwd: no aux for its column sums");
+        ct_colsum_ref_rows(k, CT_COLSUM_OUT, dx, (ct_dtype)k->node->ia[6]);
+    }
     return CT_OK;
 }
 

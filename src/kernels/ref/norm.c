@@ -256,6 +256,18 @@ ct_status ct_k_layernorm_bwd_data_ref(ct_kargs *k) {
         }
     }
     if (k->node->n_in > 4) ln_bwd_add_residual(k, dx, R * D);
+    int64_t cs = k->node->ia[7]; /* layernorm_bwd+colsum: as layernorm_bwd_gamma and sum would */
+    if (cs && !k->aux) return ct_set_error(k->ctx, CT_E_INTERNAL, "layernorm_bwd_data: no aux for its column sums");
+    if (cs & CT_COLSUM_DGAMMA) {
+        double *a = ct_colsum_ref_set(k, CT_COLSUM_DGAMMA);
+        for (int64_t i = 0; i < D; i++) {
+            double s = 0;
+            for (int64_t r = 0; r < R; r++) s += dy[r * D + i] * ((x[r * D + i] - mean[r]) * invstd[r]);
+            a[i] = s;
+        }
+    }
+    if (cs & CT_COLSUM_DY) ct_colsum_ref_rows(k, CT_COLSUM_DY, dy, CT_F32);
+    if (cs & CT_COLSUM_OUT) ct_colsum_ref_rows(k, CT_COLSUM_OUT, dx, (ct_dtype)k->node->ia[6]);
     return CT_OK;
 }
 

@@ -54,3 +54,54 @@ ct_status ct_k_sum_to_ref(ct_kargs *k) {
     for (int64_t i = 0; i < n; i++) y[ct_bcast_offset(i, &k->in[0], st)] += x[i];
     return CT_OK;
 }
+
+/* ---- column sums of a fused producer (layernorm_bwd+colsum, unary_bwd+colsum) ---------------
+ * The reference producers sum each column over all rows in order in one
+ * double, exactly as the reference layernorm_bwd_gamma / sum do, and leave
+ * that in piece 0 of the set's partials, the other pieces 0 (so COLSUM's
+ * in-order addition of the pieces gives that sum unchanged: a sum starting
+ * from +0 is never -0). */
+
+double *ct_colsum_ref_set(const ct_kargs *k, int bit) {
+    const ct_tensor *o = &k->out;
+    int64_t mask = k->node->ia[7], D = o->shape[o->ndim - 1], R = ct_tensor_numel(o) / D, P = ct_colsum_pieces(R, D);
+    int slot = ((mask & 1) && bit > 1) + ((mask & 2) && bit > 2);
+    double *a = (double *)k->aux + (int64_t)slot * P * D;
+    memset(a, 0, (size_t)(P * D) * sizeof(double));
+    return a;
+}
+
+static float colsum_round(float v, ct_dtype dt) {
+    return dt == CT_BF16 ? ct_bf16_to_f32(ct_f32_to_bf16(v)) : dt == CT_F16 ? ct_f16_to_f32(ct_f32_to_f16(v)) : v;
+}
+
+void ct_colsum_ref_rows(const ct_kargs *k, int bit, const float *y, ct_dtype rdt) {
+    const ct_tensor *o = &k->out;
+    int64_t D = o->shape[o->ndim - 1], R = ct_tensor_numel(o) / D;
+    double *a = ct_colsum_ref_set(k, bit);
+    for (int64_t j = 0; j < D; j++) {
+        double s = 0;
+        for (int64_t r = 0; r < R; r++) s += colsum_round(y[r * D + j], rdt);
+        a[j] = s;
+    }
+}
+
+/* in: the producer (its aux); out[j] = fa[0] * (the pieces' partials of set ia[0], added in order) */
+ct_status ct_k_colsum(ct_kargs *k) {
+    const ct_tensor *X = &k->in[0], *O = &k->out;
+    int64_t D = X->shape[X->ndim - 1], R = D ? ct_tensor_numel(X) / D : 0, P = ct_colsum_pieces(R, D);
+    const double *a = k->in_aux[0];
+    if (!a || ct_tensor_numel(O) != D)
+        return ct_set_error(k->ctx, CT_E_INTERNAL, "colsum: the producer has no column sums for %lld columns",
+                            (long long)ct_tensor_numel(O));
+    a += k->node->ia[0] * P * D;
+    for (int64_t j = 0; j < D; j++) {
+        double acc = 0;
+        for (int64_t p = 0; p < P; p++) acc += a[p * D + j];
+        float v = (float)(acc * k->node->fa[0]);
+        if (O->dtype == CT_BF16) ((uint16_t *)O->data)[j] = ct_f32_to_bf16(v);
+        else if (O->dtype == CT_F16) ((uint16_t *)O->data)[j] = ct_f32_to_f16(v);
+        else ((float *)O->data)[j] = v;
+    }
+    return CT_OK;
+}

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "philox.h"
+#include "colsum.h"
 #include "simd_lowp.h"
 
 #define EW_CHUNK 16384 /* elements per parallel work item (a multiple of 16) */
@@ -324,6 +325,37 @@ ct_status CT_FN(unary)(ct_kargs *k) {
     return CT_OK;
 }
 
+/* unary_bwd+colsum: the map fn row by row over the pieces of rows
+ * (colsum.h), each row's stored output (rounded to ia[6]) added to the
+ * piece's float run sums; the elementwise values are the chunked run's */
+static ct_status ew_colsum(const ct_kargs *k, chunk_fn fn, const ew_job *j) {
+    const ct_tensor *Y = &k->out;
+    int64_t D = Y->shape[Y->ndim - 1], n = ct_tensor_numel(Y), R = D ? n / D : 0, mask = k->node->ia[7];
+    if (!k->aux || D < 1 || D > CT_COLSUM_MAX_D) return CT_E_UNSUPPORTED;
+    const ct_dtype rdt = (ct_dtype)k->node->ia[6];
+    const int64_t P = ct_colsum_pieces(R, D);
+    int nt = ct_par_threads(k, n);
+    if (nt > P) nt = (int)P;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        float fo[CT_COLSUM_MAX_D];
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < P; p++) {
+            int64_t r0 = R * p / P, r1 = R * (p + 1) / P;
+            double *ao = cs_set(k->aux, mask, CT_COLSUM_OUT, P, p, D);
+            for (int64_t c = 0; c < D; c++) ao[c] = 0;
+            for (int64_t r = r0; r < r1; r++) {
+                int64_t q = r - r0;
+                fn(j, r * D, (r + 1) * D);
+                if (q % CS_RB == 0) memset(fo, 0, (size_t)D * sizeof(float));
+                cs_add_row(fo, Y, r * D, D, rdt);
+                if (q % CS_RB == CS_RB - 1 || r == r1 - 1) cs_flush(ao, fo, D);
+            }
+        }
+    }
+    return CT_OK;
+}
+
 /* in: dy, v (y for relu/sigmoid/tanh, x for gelu/silu: ia[1] = 1 when v is y) */
 ct_status CT_FN(unary_bwd)(ct_kargs *k) {
     int kind = (int)k->node->ia[0];
@@ -337,6 +369,7 @@ ct_status CT_FN(unary_bwd)(ct_kargs *k) {
         j.h2 = k_bwd_h[k->out.dtype == CT_F16][kind];
         fn = chunk_map2h;
     }
+    if (k->node->ia[7] & CT_COLSUM_OUT) return ew_colsum(k, fn, &j);
     ew_run(k, ct_tensor_numel(&k->out), fn, &j);
     return CT_OK;
 }

@@ -23,6 +23,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "colsum.h"
 #include "simd_lowp.h"
 
 #define NM_INLINE static inline __attribute__((always_inline))
@@ -531,47 +532,155 @@ static void ln_add_row(const ct_kargs *k, const ct_tensor *DX, const ct_tensor *
 
 /* in: dy, x, gamma, fwd -> dx = invstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy*gamma;
  * xhat * mean(g*xhat) is computed as (x - mean) * (invstd * mean(g*xhat)) */
+NM_INLINE void ln_bwd_row(const ct_kargs *k, const ct_tensor *X, const ct_tensor *DY, const ct_tensor *DX,
+                          const ct_tensor *RES, const float *gamma, const float *mean, const float *invstd, int64_t r,
+                          int64_t D) {
+    double sg = 0, sgx = 0, is = invstd[r];
+    nm_accum_h(NM_LNB, nm_at(X, r * D), X->dtype, nm_at(DY, r * D), DY->dtype, gamma, D, mean[r], invstd[r], &sg, &sgx);
+    vf vm = vset1(mean[r]), vis = vset1(invstd[r]), vk = vset1((float)(sg / (double)D)),
+       vc = vset1((float)(-is * sgx / (double)D));
+    int64_t i = 0, o = r * D;
+    for (; i + VW <= D; i += VW) {
+        vf g = vmul(ct_vld(DY, o + i, VW), vload(gamma + i));
+        ct_vst(DX, o + i, vmul(vfma(vsub(ct_vld(X, o + i, VW), vm), vc, vsub(g, vk)), vis), VW);
+    }
+    if (i < D) {
+        int t = (int)(D - i);
+        vf g = vmul(ct_vld(DY, o + i, t), vtail_load(gamma + i, t));
+        ct_vst(DX, o + i, vmul(vfma(vsub(ct_vld(X, o + i, t), vm), vc, vsub(g, vk)), vis), t);
+    }
+    if (RES) ln_add_row(k, DX, RES, o, D);
+}
+
+/* layernorm_bwd+colsum: ln_bwd_row with the column sums of the sets in mask
+ * (a constant where inlined) taken in the same loop, from the vectors it
+ * loads and stores: fg[j] = fma(dy[j], (x[j] - m) * is, fg[j])
+ * (layernorm_bwd_gamma's terms), fb[j] += dy[j], fo[j] += the output as
+ * stored (read back, then rounded to rdt: the dtype the bias gradient's sum
+ * reads). */
+NM_INLINE void ln_bwd_row_cs(int mask, ct_dtype rdt, const ct_kargs *k, const ct_tensor *X, const ct_tensor *DY,
+                             const ct_tensor *DX, const ct_tensor *RES, const float *gamma, const float *mean,
+                             const float *invstd, int64_t r, int64_t D, float *fg, float *fb, float *fo) {
+    double sg = 0, sgx = 0, is = invstd[r];
+    nm_accum_h(NM_LNB, nm_at(X, r * D), X->dtype, nm_at(DY, r * D), DY->dtype, gamma, D, mean[r], invstd[r], &sg, &sgx);
+    vf vm = vset1(mean[r]), vis = vset1(invstd[r]), vk = vset1((float)(sg / (double)D)),
+       vc = vset1((float)(-is * sgx / (double)D));
+    /* the output's sum here when the stored dx is final (no residual, or no FP32 copy of a 16-bit node) */
+    const int res_scalar = RES && DX->dtype == CT_F32 && ct_dtype_is_low(k->node->dtype);
+    const int out_here = (mask & CT_COLSUM_OUT) && !res_scalar, res_here = RES && !res_scalar;
+    const int64_t o = r * D;
+    const void *xd = X->data, *dyd = DY->data, *rd = RES ? RES->data : NULL;
+    void *dxd = DX->data;
+    const ct_dtype xt = X->dtype, dyt = DY->dtype, dxt = DX->dtype, rt = RES ? RES->dtype : CT_F32;
+    for (int64_t i = 0; i < D; i += VW) {
+        const int t = (int)CT_MIN((int64_t)VW, D - i);
+        vf dy = cs_ld(dyd, dyt, o + i, t), xm = vsub(cs_ld(xd, xt, o + i, t), vm);
+        vf g = vmul(dy, t == VW ? vload(gamma + i) : vtail_load(gamma + i, t));
+        cs_st(dxd, dxt, o + i, vmul(vfma(xm, vc, vsub(g, vk)), vis), t);
+        if (mask & CT_COLSUM_DGAMMA) {
+            vf v = vfma(dy, vmul(xm, vis), t == VW ? vload(fg + i) : vtail_load(fg + i, t));
+            if (t == VW) vstore(fg + i, v);
+            else vtail_store(fg + i, v, t);
+        }
+        if (mask & CT_COLSUM_DY) {
+            vf v = vadd(t == VW ? vload(fb + i) : vtail_load(fb + i, t), dy);
+            if (t == VW) vstore(fb + i, v);
+            else vtail_store(fb + i, v, t);
+        }
+        if (res_here) cs_st(dxd, dxt, o + i, vadd(cs_ld(dxd, dxt, o + i, t), cs_ld(rd, rt, o + i, t)), t);
+        if (out_here) { /* the stored value, read back */
+            vf v = vadd(t == VW ? vload(fo + i) : vtail_load(fo + i, t), cs_round(cs_ld(dxd, dxt, o + i, t), rdt));
+            if (t == VW) vstore(fo + i, v);
+            else vtail_store(fo + i, v, t);
+        }
+    }
+    if (res_scalar) { /* FP32 copies of a 16-bit node: ln_add_row's rounding, then the output's sum */
+        ln_add_row(k, DX, RES, o, D);
+        if (mask & CT_COLSUM_OUT) cs_add_row(fo, DX, o, D, rdt);
+    }
+}
+
+/* ln_bwd_row_cs with the mask and the rounding as constants */
+static void ln_bwd_row_cs_any(int mask, ct_dtype rdt, const ct_kargs *k, const ct_tensor *X, const ct_tensor *DY,
+                              const ct_tensor *DX, const ct_tensor *RES, const float *gamma, const float *mean,
+                              const float *invstd, int64_t r, int64_t D, float *fg, float *fb, float *fo) {
+    if (rdt == DX->dtype) rdt = CT_F32; /* stored so: no rounding */
+#define CS_LN(M)                                                                                                     \
+    case M:                                                                                                          \
+        if (rdt == CT_BF16) ln_bwd_row_cs(M, CT_BF16, k, X, DY, DX, RES, gamma, mean, invstd, r, D, fg, fb, fo);    \
+        else if (rdt == CT_F16) ln_bwd_row_cs(M, CT_F16, k, X, DY, DX, RES, gamma, mean, invstd, r, D, fg, fb, fo); \
+        else ln_bwd_row_cs(M, CT_F32, k, X, DY, DX, RES, gamma, mean, invstd, r, D, fg, fb, fo);                    \
+        break;
+    switch (mask) {
+        CS_LN(1) CS_LN(2) CS_LN(3) CS_LN(4) CS_LN(5) CS_LN(6) CS_LN(7)
+    default: break;
+    }
+#undef CS_LN
+}
+
 ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
     const ct_tensor *X = &k->in[1], *DY = &k->in[0], *DX = &k->out;
     int64_t D = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / D;
     if (!nm_io_ok(k, 2, 3, D)) return CT_E_UNSUPPORTED;
     const ct_tensor *RES = k->node->n_in > 4 ? &k->in[4] : NULL; /* layernorm_bwd+add: dx + r */
     if (RES && RES->dtype != DX->dtype) return CT_E_UNSUPPORTED;
+    const int64_t cs = k->node->ia[7]; /* layernorm_bwd+colsum: the column sums too */
+    if (cs && (!k->aux || D > CT_COLSUM_MAX_D)) return CT_E_UNSUPPORTED;
+    const ct_dtype rdt = (ct_dtype)k->node->ia[6];
     const float *mean = k->in_aux[3], *invstd = mean + R;
     int nt = nm_threads(k, R * D);
-    const ct_dtype hx = X->dtype, hd = DY->dtype;
+    const int64_t P = cs ? ct_colsum_pieces(R, D) : 0;
 #pragma omp parallel num_threads(nt)
     {
         float gb[CT_BF16_TILE];
         const float *gamma = ct_tile_in(&k->in[2], 0, D, gb); /* FP32, or 16-bit (-pure precisions): once per thread */
+        if (!cs) {
 #pragma omp for schedule(static)
-        for (int64_t r = 0; r < R; r++) {
-            double sg = 0, sgx = 0, is = invstd[r];
-            nm_accum_h(NM_LNB, nm_at(X, r * D), hx, nm_at(DY, r * D), hd, gamma, D, mean[r], invstd[r], &sg, &sgx);
-            vf vm = vset1(mean[r]), vis = vset1(invstd[r]), vk = vset1((float)(sg / (double)D)),
-               vc = vset1((float)(-is * sgx / (double)D));
-            int64_t i = 0, o = r * D;
-            for (; i + VW <= D; i += VW) {
-                vf g = vmul(ct_vld(DY, o + i, VW), vload(gamma + i));
-                ct_vst(DX, o + i, vmul(vfma(vsub(ct_vld(X, o + i, VW), vm), vc, vsub(g, vk)), vis), VW);
+            for (int64_t r = 0; r < R; r++) ln_bwd_row(k, X, DY, DX, RES, gamma, mean, invstd, r, D);
+        } else {
+            /* the three run sums back to back (not 16 KiB apart: loads and stores 4 KiB apart alias) */
+            float fbuf[3 * CT_COLSUM_MAX_D + 64];
+            float *fg = fbuf, *fb = fg + ((D + 15) & ~15) + 16, *fo = fb + ((D + 15) & ~15) + 16;
+#pragma omp for schedule(static)
+            for (int64_t p = 0; p < P; p++) {
+                int64_t r0 = R * p / P, r1 = R * (p + 1) / P;
+                double *ag = cs & CT_COLSUM_DGAMMA ? cs_set(k->aux, cs, CT_COLSUM_DGAMMA, P, p, D) : NULL;
+                double *ab = cs & CT_COLSUM_DY ? cs_set(k->aux, cs, CT_COLSUM_DY, P, p, D) : NULL;
+                double *ao = cs & CT_COLSUM_OUT ? cs_set(k->aux, cs, CT_COLSUM_OUT, P, p, D) : NULL;
+                for (int64_t j = 0; j < D; j++) {
+                    if (ag) ag[j] = 0;
+                    if (ab) ab[j] = 0;
+                    if (ao) ao[j] = 0;
+                }
+                for (int64_t r = r0; r < r1; r++) {
+                    int64_t q = r - r0;
+                    if (ag && q % NM_ROWS == 0) memset(fg, 0, (size_t)D * sizeof(float));
+                    if (q % CS_RB == 0) {
+                        if (ab) memset(fb, 0, (size_t)D * sizeof(float));
+                        if (ao) memset(fo, 0, (size_t)D * sizeof(float));
+                    }
+                    ln_bwd_row_cs_any((int)cs, rdt, k, X, DY, DX, RES, gamma, mean, invstd, r, D, fg, fb, fo);
+                    if (ag && (q % NM_ROWS == NM_ROWS - 1 || r == r1 - 1)) cs_flush(ag, fg, D);
+                    if (q % CS_RB == CS_RB - 1 || r == r1 - 1) {
+                        if (ab) cs_flush(ab, fb, D);
+                        if (ao) cs_flush(ao, fo, D);
+                    }
+                }
             }
-            if (i < D) {
-                int t = (int)(D - i);
-                vf g = vmul(ct_vld(DY, o + i, t), vtail_load(gamma + i, t));
-                ct_vst(DX, o + i, vmul(vfma(vsub(ct_vld(X, o + i, t), vm), vc, vsub(g, vk)), vis), t);
-            }
-            if (RES) ln_add_row(k, DX, RES, o, D);
         }
     }
     return CT_OK;
 }
 
 /* in: dy, x, fwd -> dgamma (D) = sum over rows of dy * xhat.
- * Work items are (column block of LN_BW columns) x (row group); the number of
- * row groups depends only on R and D, and the groups' partial sums are added
- * in a fixed order, so the result does not depend on the thread count. */
+ * Work items are (column block of LN_BW columns) x (row piece): the rows
+ * split into ct_colsum_pieces(R, D) pieces (kernels.h), each summed in float
+ * runs of NM_ROWS rows flushed into doubles, the pieces' partials then added
+ * in order; the split depends only on R and D, so the result does not
+ * depend on the thread count, and layernorm_bwd_data's fused column sums
+ * (layernorm_bwd+colsum) reproduce it bit for bit. */
 #define LN_BW 64
-#define LN_PART_CAP 8192 /* doubles of partial sums on the stack */
+#define LN_PART_CAP 8192 /* doubles of partial sums on the stack (more: the workspace, ct_ws_colsum) */
 
 ct_status CT_FN(layernorm_bwd_gamma)(ct_kargs *k) {
     const ct_tensor *X = &k->in[1], *DY = &k->in[0];
@@ -580,15 +689,15 @@ ct_status CT_FN(layernorm_bwd_gamma)(ct_kargs *k) {
     const float *mean = k->in_aux[2], *invstd = mean + R;
     float *dg = k->out.data;
     int nt = nm_threads(k, R * D);
-    int64_t nblk = (D + LN_BW - 1) / LN_BW;
-    int64_t G = CT_MIN(8, CT_MAX(1, R / 512));
-    if (G * D > LN_PART_CAP) G = LN_PART_CAP / D;
-    if (G < 2) G = 1;
-    double part[LN_PART_CAP];
-    int64_t rpg = (R + G - 1) / G;
+    int64_t nblk = (D + LN_BW - 1) / LN_BW, P = ct_colsum_pieces(R, D);
+    double stack[LN_PART_CAP], *part = stack;
+    if (P > 1 && P * D > LN_PART_CAP) {
+        if (!k->ws || k->ws_bytes < (size_t)(P * D) * sizeof(double)) return CT_E_UNSUPPORTED;
+        part = k->ws;
+    }
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t t = 0; t < nblk * G; t++) {
-        int64_t b = t / G, g = t % G, j0 = b * LN_BW, r0 = g * rpg, r1 = CT_MIN(R, r0 + rpg);
+    for (int64_t t = 0; t < nblk * P; t++) {
+        int64_t b = t / P, g = t % P, j0 = b * LN_BW, r0 = R * g / P, r1 = R * (g + 1) / P;
         int w = (int)CT_MIN(LN_BW, D - j0);
         double acc[LN_BW];
         for (int j = 0; j < w; j++) acc[j] = 0;
@@ -605,15 +714,15 @@ ct_status CT_FN(layernorm_bwd_gamma)(ct_kargs *k) {
                 nm_flush(acc + j, p, nl);
             }
         }
-        if (G == 1)
+        if (P == 1)
             for (int j = 0; j < w; j++) dg[j0 + j] = (float)acc[j];
         else
             for (int j = 0; j < w; j++) part[g * D + j0 + j] = acc[j];
     }
-    if (G > 1)
+    if (P > 1)
         for (int64_t j = 0; j < D; j++) {
             double s = 0;
-            for (int64_t g = 0; g < G; g++) s += part[g * D + j];
+            for (int64_t g = 0; g < P; g++) s += part[g * D + j];
             dg[j] = (float)s;
         }
     return CT_OK;

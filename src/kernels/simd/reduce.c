@@ -16,6 +16,7 @@
  * directly (vector loads converting in registers, the same float sums as
  * for FP32) and write an FP32 output (e.g. a bias gradient from a 16-bit dy)
  * or one of the input's 16-bit dtype. */
+#include "colsum.h"
 #include "simd_lowp.h"
 
 #define RD_INLINE static inline __attribute__((always_inline))
@@ -40,6 +41,7 @@ RD_INLINE float rd_s(const void *x, int64_t i, int bf) {
 #define RD_FLUSH 1024  /* elements summed in float before adding to double   */
 #define RD_RB 32       /* rows summed in float before adding to double      */
 #define RD_CB (4 * VW) /* columns per column block                           */
+_Static_assert(RD_RB == CS_RB, "the fused column sums (colsum.h) flush their float runs as sum's column path does");
 
 /* sum of the n contiguous elements at x[o] */
 RD_INLINE double seg_sum_t(const void *x, int64_t o, int64_t n, int bf) {
@@ -150,12 +152,20 @@ static void reduce_inner(const ct_kargs *k, const void *x, int bf, int64_t R1, i
         }
 }
 
-/* x viewed as (K1, R, K2), K2 > 1: y[a, c] = mult * sum over r of x[a, r, c] */
-static void reduce_outer(const ct_kargs *k, const void *x, int bf, int64_t K1, int64_t R, int64_t K2, double mult,
-                         const ct_tensor *y) {
+/* x viewed as (K1, R, K2), K2 > 1: y[a, c] = mult * sum over r of x[a, r, c].
+ * The rows split into ct_colsum_pieces(R, K1 * K2) pieces (kernels.h: the
+ * split the fused column sums reproduce), each summed in float runs of
+ * RD_RB rows flushed into doubles; the pieces' partials (the workspace,
+ * ct_ws_sum) are added in order. */
+static ct_status reduce_outer(const ct_kargs *k, const void *x, int bf, int64_t K1, int64_t R, int64_t K2, double mult,
+                              const ct_tensor *y) {
     int64_t ncb = (K2 + RD_CB - 1) / RD_CB, outputs = K1 * K2;
-    int P = clamp_pieces(R * CT_MIN(K2, RD_CB), outputs);
-    double part[RD_PART];
+    int64_t P = ct_colsum_pieces(R, outputs);
+    double stack[RD_PART], *part = stack;
+    if (P > 1 && outputs * P > RD_PART) {
+        if (!k->ws || k->ws_bytes < (size_t)(outputs * P) * sizeof(double)) return CT_E_UNSUPPORTED;
+        part = k->ws;
+    }
     int64_t items = K1 * ncb * P;
     int nt = CT_MAX(1, ct_par_threads(k, K1 * R * K2));
     if (nt > items) nt = (int)items;
@@ -174,9 +184,10 @@ static void reduce_outer(const ct_kargs *k, const void *x, int bf, int64_t K1, i
     if (P > 1)
         for (int64_t o = 0; o < outputs; o++) {
             double acc = 0;
-            for (int p = 0; p < P; p++) acc += part[o * P + p];
+            for (int64_t p = 0; p < P; p++) acc += part[o * P + p];
             rd_put(y, o, acc * mult);
         }
+    return CT_OK;
 }
 
 /* Sums the dims of x (ndim, shape) flagged in `red`; out has the kept dims in
@@ -214,8 +225,7 @@ static ct_status reduce_core(const ct_kargs *k, const ct_tensor *X, const int *r
         return CT_OK;
     }
     int64_t K1 = g == 3 ? gs[0] : 1; /* R K | K R K */
-    reduce_outer(k, x, bf, K1, gs[g - 2], gs[g - 1], mult, y);
-    return CT_OK;
+    return reduce_outer(k, x, bf, K1, gs[g - 2], gs[g - 1], mult, y);
 }
 
 ct_status CT_FN(sum)(ct_kargs *k) {
