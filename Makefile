@@ -173,7 +173,7 @@ LINT_GCC   := $(LIB_SRC:%.c=$(LINT_DIR)/%.gcc) $(TOOL_SRC:%.c=$(LINT_DIR)/%.gcc)
               $(SIMD_SRC:%.c=$(LINT_DIR)/%.avx2.gcc) $(SIMD_SRC:%.c=$(LINT_DIR)/%.avx512.gcc)
 LINT_TIDY  := $(LIB_SRC:%.c=$(LINT_DIR)/%.tidy) $(TOOL_SRC:%.c=$(LINT_DIR)/%.tidy) \
               $(SIMD_SRC:%.c=$(LINT_DIR)/%.avx2.tidy) $(SIMD_SRC:%.c=$(LINT_DIR)/%.avx512.tidy)
-ANALYZE     = $(CC) $(filter-out -O%,$(CFLAGS_BASE)) $(MPI_CFLAGS) $(IMG_CFLAGS) -O0 -Itools -fanalyzer -c $< -o /dev/null
+ANALYZE     = $(CC) $(filter-out -O%,$(CFLAGS_BASE)) $(MPI_CFLAGS) $(IMG_CFLAGS) -O0 -Itools -fanalyzer -DCT_ANALYZER -c $< -o /dev/null
 TIDY        = $(CLANG_TIDY) --quiet $< -- -std=c11 -Iinclude -Isrc -I$(BUILD)/gen -Itools -D_DEFAULT_SOURCE -fopenmp -pthread $(MPI_CFLAGS)
 
 lint: lint-gcc lint-tidy

@@ -26,7 +26,14 @@
 #include "colsum.h"
 #include "simd_lowp.h"
 
+/* always_inline makes the dtype / column-sum-mask specializations. gcc's -fanalyzer (`make lint-gcc`
+ * defines CT_ANALYZER) would explore every inlined copy's paths (21 copies of the layernorm backward's
+ * row: minutes and GBs), so it analyzes them as plain inline functions: the same code, once. */
+#ifdef CT_ANALYZER
+#define NM_INLINE static inline
+#else
 #define NM_INLINE static inline __attribute__((always_inline))
+#endif
 
 /* Threads worth using for `work` elements. */
 static inline int nm_threads(const ct_kargs *k, int64_t work) {
