@@ -462,10 +462,11 @@ NM_INLINE void ln_fwd_row(const ct_tensor *X, const ct_tensor *Y, int64_t o, int
     }
 }
 
-ct_status CT_FN(layernorm)(ct_kargs *k) {
-    const ct_tensor *X = &k->in[0], *Y = &k->out;
-    int64_t D = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / D;
-    if (!nm_io_ok(k, 1, 3, D)) return CT_E_UNSUPPORTED;
+/* The layernorm forward over R rows of X with gamma = in[gi] (beta = in[gi + 1] if the node has it);
+ * with A (add+layernorm) each row X = A + B is stored first and normalized from L1. */
+static void ln_forward(ct_kargs *k, const ct_tensor *A, const ct_tensor *B, const ct_tensor *X, int gi, int64_t R,
+                       int64_t D) {
+    const ct_tensor *Y = &k->out;
     float *mean = k->aux, *invstd = mean + R;
     double eps = k->node->fa[0];
     int nt = nm_threads(k, R * D);
@@ -473,11 +474,29 @@ ct_status CT_FN(layernorm)(ct_kargs *k) {
     {
         /* gamma, beta: FP32, or 16-bit (-pure precisions) converted once per thread */
         float gb[CT_BF16_TILE], bb[CT_BF16_TILE];
-        const float *gamma = ct_tile_in(&k->in[1], 0, D, gb);
-        const float *beta = k->node->n_in > 2 ? ct_tile_in(&k->in[2], 0, D, bb) : NULL;
+        const float *gamma = ct_tile_in(&k->in[gi], 0, D, gb);
+        const float *beta = k->node->n_in > gi + 1 ? ct_tile_in(&k->in[gi + 1], 0, D, bb) : NULL;
 #pragma omp for schedule(static)
-        for (int64_t r = 0; r < R; r++) ln_fwd_row(X, Y, r * D, D, gamma, beta, eps, &mean[r], &invstd[r]);
+        for (int64_t r = 0; r < R; r++) {
+            int64_t o = r * D;
+            if (A) {
+                int64_t i = 0;
+                for (; i + VW <= D; i += VW) ct_vst(X, o + i, vadd(ct_vld(A, o + i, VW), ct_vld(B, o + i, VW)), VW);
+                if (i < D) {
+                    int t = (int)(D - i);
+                    ct_vst(X, o + i, vadd(ct_vld(A, o + i, t), ct_vld(B, o + i, t)), t);
+                }
+            }
+            ln_fwd_row(X, Y, o, D, gamma, beta, eps, &mean[r], &invstd[r]);
+        }
     }
+}
+
+ct_status CT_FN(layernorm)(ct_kargs *k) {
+    const ct_tensor *X = &k->in[0];
+    int64_t D = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / D;
+    if (!nm_io_ok(k, 1, 3, D)) return CT_E_UNSUPPORTED;
+    ln_forward(k, NULL, NULL, X, 1, R, D);
     return CT_OK;
 }
 
@@ -494,25 +513,7 @@ ct_status CT_FN(add_layernorm)(ct_kargs *k) {
         return CT_E_UNSUPPORTED;
     if (ct_tensor_numel(A) != R * D || ct_tensor_numel(B) != R * D || ct_tensor_numel(S) != R * D)
         return CT_E_UNSUPPORTED;
-    float *mean = k->aux, *invstd = mean + R;
-    double eps = k->node->fa[0];
-    int nt = nm_threads(k, R * D);
-#pragma omp parallel num_threads(nt)
-    {
-        float gb[CT_BF16_TILE], bb[CT_BF16_TILE];
-        const float *gamma = ct_tile_in(&k->in[3], 0, D, gb);
-        const float *beta = k->node->n_in > 4 ? ct_tile_in(&k->in[4], 0, D, bb) : NULL;
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < R; r++) {
-            int64_t i = 0, o = r * D;
-            for (; i + VW <= D; i += VW) ct_vst(S, o + i, vadd(ct_vld(A, o + i, VW), ct_vld(B, o + i, VW)), VW);
-            if (i < D) {
-                int t = (int)(D - i);
-                ct_vst(S, o + i, vadd(ct_vld(A, o + i, t), ct_vld(B, o + i, t)), t);
-            }
-            ln_fwd_row(S, Y, o, D, gamma, beta, eps, &mean[r], &invstd[r]);
-        }
-    }
+    ln_forward(k, A, B, S, 3, R, D);
     return CT_OK;
 }
 
