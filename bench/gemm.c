@@ -167,10 +167,13 @@ static void hook(void *user, const ct_node_event *ev) {
         return;
     }
     double ms = now_ms() - t->t0;
-    if (ev->status != CT_OK || strcmp(ev->kernel, "onednn")) return;
+    /* oneDNN's nodes, and the weight gradients of the direct SIMD kernel (simd/conv.c: 1-2 input channels) */
+    int direct = t->p->g.nodes[ev->node].op == CT_OP_CONV2D_BWD_WEIGHT && !strncmp(ev->kernel, "avx", 3);
+    if (ev->status != CT_OK || (strcmp(ev->kernel, "onednn") && !direct)) return;
     shape tmp;
     if (!describe(t->p, &t->p->g.nodes[ev->node], &tmp)) return;
     tmp.backward = ev->backward;
+    if (direct) snprintf(tmp.op, sizeof tmp.op, "conv_bww_direct"); /* in-step: the direct kernel; alone: oneDNN */
     if (ev->kernel_desc && strstr(ev->kernel_desc, "convert")) { /* BF16 plan, FP32 copies: oneDNN ran in f32 */
         tmp.adt = tmp.bdt = tmp.cdt = CT_F32;
         size_t n = strlen(tmp.op);

@@ -54,6 +54,17 @@ CASE(c_matmul_bcast, CT_TRY(P(g, "a", ND(3, 4, 5), &a)); CT_TRY(P(g, "b", ND(6, 
 CASE(c_matmul_bcast_ta, CT_TRY(P(g, "a", ND(3, 5, 4), &a)); CT_TRY(P(g, "b", ND(5, 6), &b)); CT_TRY(ct_matmul(g, a, b, 1, 0, out)))
 CASE(c_conv, CT_TRY(P(g, "x", ND(2, 3, 7, 6), &a)); CT_TRY(P(g, "w", ND(4, 3, 3, 3), &b)); CT_TRY(P(g, "b", ND(4), &c));
      CT_TRY(ct_conv2d(g, a, b, c, 1, 1, 1, 1, out)))
+/* 1-2 input channels, stride 1: the weight gradient runs the direct SIMD kernel
+ * (simd/conv.c): 3x3 with a bias; 5x5 dilated over two channels; 7 wide with
+ * rows longer than a vector; 6 wide (the per-tap path) */
+CASE(c_conv_c1, CT_TRY(P(g, "x", ND(2, 1, 7, 9), &a)); CT_TRY(P(g, "w", ND(4, 1, 3, 3), &b)); CT_TRY(P(g, "b", ND(4), &c));
+     CT_TRY(ct_conv2d(g, a, b, c, 1, 1, 1, 1, out)))
+CASE(c_conv_c2_d2, CT_TRY(P(g, "x", ND(3, 2, 9, 11), &a)); CT_TRY(P(g, "w", ND(3, 2, 5, 5), &b));
+     CT_TRY(ct_conv2d(g, a, b, CT_NONE, 1, 3, 2, 1, out)))
+CASE(c_conv_c1_k7, CT_TRY(P(g, "x", ND(2, 1, 9, 37), &a)); CT_TRY(P(g, "w", ND(5, 1, 7, 7), &b));
+     CT_TRY(ct_conv2d(g, a, b, CT_NONE, 1, 2, 1, 1, out)))
+CASE(c_conv_c1_k6, CT_TRY(P(g, "x", ND(2, 1, 8, 22), &a)); CT_TRY(P(g, "w", ND(3, 1, 2, 6), &b));
+     CT_TRY(ct_conv2d(g, a, b, CT_NONE, 1, 0, 1, 1, out)))
 CASE(c_conv_s2_d2_g2, CT_TRY(P(g, "x", ND(2, 4, 9, 8), &a)); CT_TRY(P(g, "w", ND(6, 2, 3, 3), &b));
      CT_TRY(ct_conv2d(g, a, b, CT_NONE, 2, 2, 2, 2, out)))
 CASE(c_maxpool, CT_TRY(P(g, "x", ND(2, 3, 6, 6), &a)); CT_TRY(ct_maxpool2d(g, a, 2, 2, 0, out)))
@@ -204,6 +215,7 @@ static const op_case k_cases[] = {
     {"matmul_tn", c_matmul_tn, 0}, {"matmul_nt", c_matmul_nt, 0}, {"matmul_tt", c_matmul_tt, 0},
     {"matmul_batched", c_matmul_batched, 0}, {"matmul_bcast", c_matmul_bcast, 0},
     {"matmul_bcast_ta", c_matmul_bcast_ta, 0}, {"conv", c_conv, 0}, {"conv_s2_d2_g2", c_conv_s2_d2_g2, 0},
+    {"conv_c1", c_conv_c1, 0}, {"conv_c2_d2", c_conv_c2_d2, 0}, {"conv_c1_k7", c_conv_c1_k7, 0}, {"conv_c1_k6", c_conv_c1_k6, 0},
     {"maxpool", c_maxpool, 0}, {"maxpool_pad", c_maxpool_pad, 0}, {"avgpool", c_avgpool, 0}, {"gap", c_gap, 0},
     {"maxpool_ex", c_maxpool_ex, 0}, {"maxpool_ceil", c_maxpool_ceil, 0}, {"avgpool_ceil", c_avgpool_ceil, 0},
     {"avgpool_ex_nopad", c_avgpool_ex_nopad, 0},
@@ -430,6 +442,69 @@ TEST(avx512_matches_reference) {
 
 TEST(onednn_matches_reference) { compare_fast(-1, 1, "best"); }
 
+/* The weight gradient of a convolution with 1-2 input channels (stride 1, one
+ * group) runs the direct SIMD kernel even where oneDNN is on (the op table's
+ * simd_first), every other one oneDNN; the direct kernel's result does not
+ * depend on the thread count (bit for bit). */
+TEST(conv_direct_weight_gradient) {
+    static const struct {
+        const char *cs;
+        int direct;
+    } want[] = {{"conv_c1", 1}, {"conv_c2_d2", 1}, {"conv_c1_k7", 1}, {"conv_c1_k6", 1}, {"conv", 0}, {"conv_s2_d2_g2", 0}};
+    ct_context *probe = test_ctx(-1, 1);
+    int simd = ct_context_isa(probe) >= CT_ISA_AVX2, dnnl = ct_context_use_onednn(probe);
+    ct_context_free(probe);
+    if (!simd || !dnnl) {
+        printf("    skipped: needs AVX2 and oneDNN (CT_ISA / CT_ONEDNN lowered them)\n");
+        return;
+    }
+    for (size_t w = 0; w < sizeof want / sizeof want[0]; w++) {
+        const op_case *c = NULL;
+        for (int ci = 0; ci < N_CASES; ci++)
+            if (!strcmp(k_cases[ci].name, want[w].cs)) c = &k_cases[ci];
+        CHECK(c != NULL);
+        if (!c) continue;
+        float *grad[2] = {NULL, NULL};
+        size_t n = 0;
+        for (int nt = 1; nt <= 2; nt++) {
+            ct_context_opts o;
+            ct_context_opts_default(&o);
+            o.num_threads = nt;
+            o.seed = 1234;
+            ct_context *ctx = NULL;
+            CHECK(ct_context_create(&o, &ctx) == CT_OK);
+            harness h;
+            CHECK_OK(ctx, harness_build(ctx, c, &h));
+            spread_params(h.plan);
+            float l;
+            CHECK_OK(ctx, run(&h, &l));
+            int found = 0;
+            for (int i = 0; i < h.plan->g.n; i++) {
+                if (!h.plan->pn[i].live || h.plan->g.nodes[i].op != CT_OP_CONV2D_BWD_WEIGHT) continue;
+                const char *kn = ct_plan_kernel_name(h.plan, i);
+                found = 1;
+                CHECK_MSG(want[w].direct ? !strncmp(kn, "avx", 3) : !strcmp(kn, "onednn"),
+                          "%s, %d thread(s): the weight gradient ran '%s', want %s", c->name, nt, kn,
+                          want[w].direct ? "the direct SIMD kernel" : "oneDNN");
+                if (nt == 1) printf("    %-14s weight gradient kernel %s\n", c->name, kn);
+            }
+            CHECK_MSG(found, "%s: no conv2d_bwd_weight node", c->name);
+            ct_tensor gw;
+            ct_plan_param_info(h.plan, 1, NULL, NULL, &gw); /* w: the second param */
+            n = (size_t)ct_tensor_numel(&gw);
+            grad[nt - 1] = malloc(n * sizeof(float));
+            memcpy(grad[nt - 1], gw.data, n * sizeof(float));
+            ct_plan_free(h.plan);
+            ct_context_free(ctx);
+        }
+        if (want[w].direct) /* oneDNN's own sums do depend on the thread count */
+            CHECK_MSG(!memcmp(grad[0], grad[1], n * sizeof(float)),
+                      "%s: the weight gradient differs between 1 and 2 threads", c->name);
+        free(grad[0]);
+        free(grad[1]);
+    }
+}
+
 /* Ops no case needs to produce (see the header). */
 static int exempt_op(ct_op op) {
     /* tp_copy / tp_reduce exist only in a graph with a tensor group of more
@@ -547,4 +622,4 @@ TEST(cross_entropy_nd_equals_flattened_bit_for_bit) {
 }
 
 TEST_MAIN(T(every_op_has_a_case), T(cross_entropy_nd_equals_flattened_bit_for_bit), T(backward_matches_finite_differences), T(avx2_matches_reference), T(avx512_matches_reference),
-          T(onednn_matches_reference))
+          T(onednn_matches_reference), T(conv_direct_weight_gradient))

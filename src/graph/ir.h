@@ -138,6 +138,11 @@ typedef struct ct_op_info {
     /* 1: the kernels write nothing; the node whose op names it in writes_in
      * writes its value, later (the anomaly check looks at it then). */
     uint8_t no_output;
+    /* Set: for a node where it returns 1, kernel selection skips the oneDNN
+     * kernel and takes the next (SIMD) one, which covers exactly those nodes
+     * (a shape oneDNN runs badly: the direct weight gradient of simd/conv.c).
+     * Never in favour of the reference kernel. */
+    int (*simd_first)(const ct_graph *g, const ct_node_def *d);
 } ct_op_info;
 
 const ct_op_info *ct_op_table(ct_op op);
@@ -162,6 +167,9 @@ size_t ct_aux_attention(const ct_graph *g, const ct_node_def *d);
 size_t ct_ws_attention(const ct_graph *g, const ct_node_def *d);
 /* pooling with BF16 I/O on planes above CT_BF16_TILE: per thread, an FP32 input and output plane */
 size_t ct_ws_pool(const ct_graph *g, const ct_node_def *d);
+/* The direct convolution weight gradient's (simd/conv.c) sums and padded images; 0 for other nodes */
+size_t ct_ws_conv_bwd_weight(const ct_graph *g, const ct_node_def *d);
+int ct_conv_bwd_weight_simd_first(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_bn_relu(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_linear_pro(const ct_graph *g, const ct_node_def *d);
 size_t ct_ws_gemm_pro(const ct_graph *g, const ct_node_def *d);

@@ -120,6 +120,10 @@ ct_status ct_pass_select_kernels(ct_plan *p) {
                                 ct_op_table(op)->name, g->nodes[i].name);
         const ct_op_info *info = ct_op_table(op);
         const ct_node_def *d = &g->nodes[i];
+        /* a shape oneDNN runs badly: the next (SIMD) kernel, never the reference */
+        if (info->simd_first && p->pn[i].slot == CT_KERNEL_ONEDNN && info->simd_first(g, d) &&
+            (!ct_plan_pick_kernel(p, i, CT_KERNEL_ONEDNN) || p->pn[i].slot == CT_KERNEL_REF))
+            ct_plan_pick_kernel(p, i, -1);
         p->pn[i].aux_bytes = info->aux_bytes ? info->aux_bytes(g, d) : 0;
         p->pn[i].ws_bytes = info->ws_bytes ? info->ws_bytes(g, d) : 0;
         if (p->pn[i].ws_bytes > p->ws_bytes) p->ws_bytes = p->pn[i].ws_bytes;

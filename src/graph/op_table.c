@@ -50,7 +50,7 @@ static const ct_op_info k_ops[] = {
     [CT_OP_BROADCAST_TO] = {"broadcast_to", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN0), {SIMD(broadcast_to)}, 0, 0, 0},
     [CT_OP_SUM_TO] = {"sum_to", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN0), {SIMD(sum_to)}, 0, ct_ws_sum, 0, .simd_lowp = 1},
     [CT_OP_CONV2D_BWD_DATA] = {"conv2d_bwd_data", FACTS(NEVER, FOLLOW, CONV2D_BWD, PROMOTE), {DNNL(conv2d_bwd_data)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0, 1},
-    [CT_OP_CONV2D_BWD_WEIGHT] = {"conv2d_bwd_weight", FACTS(NEVER, FOLLOW, CONV2D_BWD, PROMOTE), {DNNL(conv2d_bwd_weight)}, 0, 0, ct_onednn_cache_free, 1u << 2, 0, 1},
+    [CT_OP_CONV2D_BWD_WEIGHT] = {"conv2d_bwd_weight", FACTS(NEVER, FOLLOW, CONV2D_BWD, PROMOTE), {SIMD_DNNL(conv2d_bwd_weight)}, 0, ct_ws_conv_bwd_weight, ct_onednn_cache_free, 1u << 2, 0, 1, .simd_lowp = 1, .simd_first = ct_conv_bwd_weight_simd_first},
     [CT_OP_MAXPOOL2D_BWD] = {"maxpool2d_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(maxpool2d_bwd)}, 0, ct_ws_pool, 0, 1u << 1, 0, .simd_lowp = 1},
     [CT_OP_AVGPOOL2D_BWD] = {"avgpool2d_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(avgpool2d_bwd)}, 0, ct_ws_pool, 0, .simd_lowp = 1},
     [CT_OP_BATCHNORM_BWD_DATA] = {"batchnorm_bwd_data", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN1), {SIMD(batchnorm_bwd_data)}, 0, 0, 0, 1u << 3, 0, .simd_lowp = 1},
@@ -92,7 +92,7 @@ static const ct_op_info k_ops[] = {
 _Static_assert(sizeof k_ops / sizeof k_ops[0] == CT_OP_COUNT, "k_ops needs one row per ct_op: add the new op's row");
 
 const ct_op_info *ct_op_table(ct_op op) {
-    static const ct_op_info bad = {"invalid", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const ct_op_info bad = {"invalid", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     return (unsigned)op < CT_OP_COUNT ? &k_ops[op] : &bad;
 }
 
@@ -184,6 +184,21 @@ size_t ct_ws_attention(const ct_graph *g, const ct_node_def *d) {
     size_t per = ct_dtype_is_low(d->dtype) ? ct_attention_ws_per_thread_bf16(T, D / d->ia[0])
                                      : ct_attention_ws_per_thread(T, D / d->ia[0]);
     return (size_t)(nt > 0 ? nt : 1) * per;
+}
+
+/* conv2d_bwd_weight d (in: dy, x, the forward) with 1-2 input channels,
+ * stride 1, one group: the direct SIMD kernel (kernels.h) */
+int ct_conv_bwd_weight_simd_first(const ct_graph *g, const ct_node_def *d) {
+    return ct_conv_direct_bwd_weight_ok(g->nodes[d->in[1]].shape[1], d->ia[3], d->ia[0], d->shape[2], d->shape[3]);
+}
+
+size_t ct_ws_conv_bwd_weight(const ct_graph *g, const ct_node_def *d) {
+    if (!ct_conv_bwd_weight_simd_first(g, d)) return 0;
+    const ct_node_def *dy = &g->nodes[d->in[0]];
+    int nt = ct_context_num_threads(g->ctx);
+    return ct_conv_direct_acc_bytes(d->shape[0], d->shape[1], d->shape[2], d->shape[3]) +
+           (size_t)(nt > 0 ? nt : 1) *
+               ct_conv_direct_image_bytes(d->shape[1], d->shape[2], d->shape[3], dy->shape[2], dy->shape[3], d->ia[2]);
 }
 
 /* Pooling (forward or backward, d) with BF16 / FP16 I/O whose planes exceed the SIMD

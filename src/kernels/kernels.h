@@ -125,6 +125,25 @@ static inline size_t ct_pool_bf16_ws_bytes(int64_t plane_in, int64_t plane_out, 
     return (size_t)(nt > 0 ? nt : 1) * (size_t)(plane_in + plane_out) * sizeof(float);
 }
 
+/* The direct weight gradient of a convolution (simd/conv.c) covers one
+ * group, stride 1, 1 or 2 input channels and kernels up to 8 wide: a
+ * network's first layer on gray images, where oneDNN's plain layout runs a
+ * thin im2col GEMM and its blocked one pads the channels (measured: 9-10 ms
+ * vs ~1 ms for the CNN's 1 -> 32 layer). The op table picks it before oneDNN
+ * exactly for these (ct_op_info.simd_first); it declines anything else. */
+static inline int ct_conv_direct_bwd_weight_ok(int64_t C, int64_t G, int64_t s, int64_t KH, int64_t KW) {
+    return G == 1 && s == 1 && C >= 1 && C <= 2 && KW >= 1 && KW <= 8 && KH >= 1 && KH <= 8;
+}
+/* Its workspace: the double sums of every weight (acc), then one
+ * zero-padded input image (C planes of (OH + (KH-1)d) x (OW + (KW-1)d),
+ * image) per thread. */
+static inline size_t ct_conv_direct_acc_bytes(int64_t OC, int64_t C, int64_t KH, int64_t KW) {
+    return ct_align_up((size_t)(OC * C * KH * KW) * sizeof(double), CT_ALIGN);
+}
+static inline size_t ct_conv_direct_image_bytes(int64_t C, int64_t KH, int64_t KW, int64_t OH, int64_t OW, int64_t d) {
+    return ct_align_up((size_t)(C * (OH + (KH - 1) * d) * (OW + (KW - 1) * d)) * sizeof(float), CT_ALIGN);
+}
+
 /* Shared helpers ---------------------------------------------------------------- */
 
 /* Column sums over the rows of an (R, D) view (a layernorm's dgamma / dbeta,
