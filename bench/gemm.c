@@ -8,7 +8,9 @@
  * batch, optimizer, fusion level 1), runs warmup steps, then R rounds of: one
  * training step with a node hook (ct_plan_set_node_hook, what the profiler
  * attaches through) that times every oneDNN matmul / linear node (forward, and
- * backward dX and dW) and every oneDNN conv2d node; then every distinct shape
+ * backward dX and dW), every oneDNN conv2d node, and the weight gradients the
+ * direct SIMD kernel runs instead of oneDNN (1-2 input channels: op
+ * "conv_bww_direct", in-step is that kernel); then every distinct shape
  * alone, through oneDNN's C API with primitives created once:
  *   plain   the tensors in the layouts ctrain hands oneDNN (transposes as
  *           strides), warm cache (the same buffers call after call);
