@@ -115,6 +115,10 @@ ct_status CT_FN(conv2d_bwd_weight)(ct_kargs *k) {
                 }
             }
             for (int64_t oc = o0; oc < o1; oc++) {
+                if (ty->dtype == CT_F32 && oc + 1 < o1) { /* the next dy plane, read from memory once: ask early */
+                    const char *nx = (const char *)ty->data + (size_t)((n * OC + oc + 1) * OH * OW) * sizeof(float);
+                    for (int64_t b = 0; b < OH * OW * (int64_t)sizeof(float); b += 64) _mm_prefetch(nx + b, _MM_HINT_T0);
+                }
                 const float *g = ct_tile_in(ty, (n * OC + oc) * OH * OW, OH * OW, ybuf);
                 for (int64_t c = 0; c < C; c++)
                     for (int64_t kh = 0; kh < KH; kh++)
