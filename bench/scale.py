@@ -13,6 +13,8 @@ Four stages (default: all four, logs under build/bench-scale/<date>/):
             of 5 rounds per size (small sizes -> latency, >= 512 KiB -> bandwidth).
   measure   compute and buckets: `ctrain train --profile` of each workload at 1, 2
             and 4 ranks x --threads 1, R rounds, with the same rows per rank (weak scaling);
+            the GPTs also at tensor_parallel 2 (twice the rows) and pipeline_stages 2
+            (8 micro-batches of a quarter of the rows: the same global batch);
             from the traces: step, forward, backward, optimizer and data time per
             step, and each gradient bucket's bytes and when backward made it
             ready (its allreduce's start, as a fraction of backward).
@@ -166,11 +168,20 @@ def run_measure(d, names, rounds, first=1):
         for w in names:
             spec = WORKLOADS[w]
             runs = [("np", 1), ("np", 2), ("np", 4), ("solo", 2), ("solo", 4)]
+            if "d" in spec:  # the GPTs: tensor and pipeline parallel at 2 ranks too
+                runs += [("tp", 2), ("pp", 2)]
             for kind, n in (runs if r % 2 else runs[::-1]):  # the order alternates by round (the load drifts)
                 prof = os.path.join(d, "%s-%s%d-r%d" % (w, kind, n, r))
                 if kind == "np":
                     launch = "" if n == 1 else "mpirun --bind-to none -np %d " % n
                     cmd = "timeout -k 5 900 nice " + launch + train_cmd(spec, spec["rows"] * n, prof)
+                elif kind == "tp":  # one tensor group: the global batch of n ranks' rows, each rank 1/n of every layer
+                    cmd = ("timeout -k 5 900 nice mpirun --bind-to none -np %d " % n
+                           + train_cmd(spec, spec["rows"] * n, prof) + " --set tensor_parallel=%d" % n)
+                elif kind == "pp":  # n stages, 4n micro-batches of rows / 4 (the same global batch, project()'s layout)
+                    cmd = ("timeout -k 5 900 nice mpirun --bind-to none -np %d " % n
+                           + train_cmd(spec, max(1, spec["rows"] // 4), prof)
+                           + " --set pipeline_stages=%d --set micro_batches=%d" % (n, 4 * n))
                 else:
                     cmd = " & ".join("timeout -k 5 900 nice " + train_cmd(spec, spec["rows"], "%s/p%d" % (prof, k))
                                      for k in range(n)) + "; wait"
@@ -312,6 +323,7 @@ def calib(d, w):
     runs.update({rate: merged(d, w, "ns" + rate, 2, paired) for rate in NETNS_RATES})
     runs.update({"thread" + rate: merged(d, w, "nsthread" + rate, 2, paired) for rate in NETNS_RATES})
     runs["nssolo"] = merged(d, w, "nssolo", 2)
+    runs["tp2"], runs["pp2"] = merged(d, w, "tp", 2), merged(d, w, "pp", 2)
     if not runs[1] or not (runs[2] or runs[4]):
         return None, runs
     c = dict(runs[1])
@@ -386,6 +398,29 @@ def model(d, names, ranks):
             errs_serial.append(abs(e3))
             print("| %s | 2 across namespaces, %s, comm_progress %s | %.1f | %.1f | %.1f | %+.0f%% | %.1f | %+.0f%% | %.1f | %+.0f%% |" % (
                 w, rate, mode, m["step"] * 1e3, solo["step"] * 1e3, p1 * 1e3, 100 * e1, p2 * 1e3, 100 * e2, p3 * 1e3, 100 * e3))
+    for w, (c, runs) in cal.items():  # the parallel layouts of the GPTs at 2 ranks (project()'s formulas)
+        solo = runs.get(-2)
+        spec = WORKLOADS[w]
+        if not solo or not shm or "d" not in spec:
+            continue
+        act = spec["rows"] * 2 * spec["ctx"] * spec["d"] * 4
+        for key, lay, name in (("tp2", "tensor parallel 2", "tensor parallel"),
+                               ("pp2", "pipeline 2 (1F1B, 8 micro-batches)", "pipeline, 1F1B, 8 micro-batches")):
+            m = runs.get(key)
+            if not m:
+                continue
+            cc = dict(c, compute=solo["step"], bwd=solo["bwd"])
+            p2 = project(cc, w, 2, shm["lat"], shm["bw"])[lay]
+            if key == "tp2":  # the activations' allreduces from the measured sweep
+                p1 = p3 = solo["step"] + 4 * spec["layers"] * ar_measured(shm["ar"][2], act)
+            else:  # the sends are small against the bubble: the same formula either way
+                p1 = p3 = p2
+            e1, e2, e3 = p1 / m["step"] - 1, p2 / m["step"] - 1, p3 / m["step"] - 1
+            errs.append(abs(e1))
+            errs_serial.append(abs(e3))
+            print("| %s | 2, %s | %.1f | %.1f | %.1f | %+.0f%% | %.1f | %+.0f%% | %.1f | %+.0f%% |" % (
+                w, name, m["step"] * 1e3, solo["step"] * 1e3, p1 * 1e3, 100 * e1, p2 * 1e3, 100 * e2, p3 * 1e3,
+                100 * e3))
     if errs:
         print("error, overlap model (solo compute + measured allreduce): largest %.0f%%, median %.0f%%; no-overlap model:"
               " largest %.0f%%, median %.0f%% (goal: within 20%%)" % (100 * max(errs), 100 * statistics.median(errs),
