@@ -2,7 +2,8 @@
  * backward, FP32), called directly with gpt-char-small's shape by default:
  *   bench_attn [--isa avx2|avx512] [--threads N] [--reps N] [--B 8] [--T 256] [--H 6] [--Dh 64] [--causal 0|1]
  * Prints the median ms per call of each and its GFLOP/s (causal: the
- * products' flops over the lower triangle only). Checks nothing: the tests
+ * products' flops over the lower triangle only), and the minimum (steadier
+ * than the median on a shared machine). Checks nothing: the tests
  * (test_attention) compare the kernels with the reference. */
 #include <math.h>
 #include <omp.h>
@@ -123,9 +124,9 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < B * T * 3 * D; i++) cs += dx[i];
     for (int64_t i = 0; i < B * T * D; i++) cs += y[i];
     printf("attention %s threads %d B %lld T %lld H %lld Dh %lld causal %d: fwd %.3f ms (%.1f GFLOP/s) bwd %.3f ms "
-           "(%.1f GFLOP/s) checksum %.6e\n",
+           "(%.1f GFLOP/s) min fwd %.3f bwd %.3f checksum %.6e\n",
            avx2 ? "avx2" : "avx512", nt, (long long)B, (long long)T, (long long)H, (long long)Dh, causal,
-           tf[reps / 2], 2 * f / (tf[reps / 2] * 1e6), tb[reps / 2], 5 * f / (tb[reps / 2] * 1e6), cs);
+           tf[reps / 2], 2 * f / (tf[reps / 2] * 1e6), tb[reps / 2], 5 * f / (tb[reps / 2] * 1e6), tf[0], tb[0], cs);
     free(tf), free(tb), free(qkv), free(dy), free(y), free(dx), free(lse), free(ws);
     return 0;
 }
