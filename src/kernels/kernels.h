@@ -198,8 +198,8 @@ static inline int64_t ct_bcast_offset(int64_t i, const ct_tensor *out, const int
  * bytes (64-byte multiple), enough for the reference and the SIMD kernels.
  * The SIMD kernels' slice (simd/attention.c, att_layout): the T x T scores
  * and dP / dS with rows ct_attention_ld(T) floats apart, K^T and V^T packed
- * in panels of keys (ct_attention_tp(T) keys x Dh each), the key bias, and
- * 7 T x Dh FP32 rows (the heads' q, k, v, dy as contiguous B operands; with
+ * in panels of keys (ct_attention_tp(T) keys x Dh each), the key bias, the
+ * rows' softmax factors, and 7 T x Dh FP32 rows (the heads' q, k, v, dy as contiguous B operands; with
  * 16-bit I/O also y and the outputs). */
 static inline int64_t ct_attention_ld(int64_t T) {
     /* an odd number of cache lines: the column strips of P and dS (the A of
@@ -210,7 +210,7 @@ static inline int64_t ct_attention_ld(int64_t T) {
 }
 static inline int64_t ct_attention_tp(int64_t T) { return (T + 63) / 64 * 64; }
 static inline size_t ct_attention_ws_per_thread(int64_t T, int64_t Dh) {
-    size_t simd = (size_t)(2 * T * ct_attention_ld(T) + 2 * Dh * ct_attention_tp(T) + T + 7 * T * Dh) * sizeof(float);
+    size_t simd = (size_t)(2 * T * ct_attention_ld(T) + 2 * Dh * ct_attention_tp(T) + 2 * T + 7 * T * Dh) * sizeof(float);
     size_t ref = (size_t)(2 * T * Dh + Dh + T) * sizeof(double);
     size_t b = simd > ref ? simd : ref;
     return (b + 63) / 64 * 64;

@@ -39,13 +39,14 @@
 /* which part of K / N a lower-triangular operand lets a row block [i0, i1) skip */
 enum { CM_NONE = 0, CM_N_UPTO, CM_K_UPTO, CM_K_FROM };
 
-/* C[r][0..n) = alpha * sum_{k0 <= kk < k1} A(r, kk) B[kk][0..n), r < m <= MR,
+/* C[r][0..n) = alpha rs[r] * sum_{k0 <= kk < k1} A(r, kk) B[kk][0..n), r < m <= MR (rs NULL: 1),
  * (nv - 1) VW < n <= nv VW; A(r, kk) = a[r*rsa + kk*csa], B row kk at b + kk*ldb.
  * nv is a constant at every call (ukernel's switch): the loops over vectors
  * unroll and the accumulators stay in registers. */
 static inline __attribute__((always_inline)) void ukern(const int nv, int m, int n, int64_t k0, int64_t k1,
                                                         const float *a, int64_t rsa, int64_t csa, const float *b,
-                                                        int64_t ldb, float *c, int64_t ldc, float alpha) {
+                                                        int64_t ldb, float *c, int64_t ldc, float alpha,
+                                                        const float *rs) {
     vf acc[MR][NV];
     const float *ar[MR];
 #pragma GCC unroll 8
@@ -88,6 +89,7 @@ static inline __attribute__((always_inline)) void ukern(const int nv, int m, int
     for (int r = 0; r < MR; r++) { /* constant r: acc stays in registers (a loop to m spilled it) */
         if (r >= m) break;
         float *cr = c + r * ldc;
+        if (rs) va = vset1(alpha * rs[r]);
 #pragma GCC unroll 4
         for (int v = 0; v < nv - 1; v++) vstore(cr + v * VW, vmul(acc[r][v], va));
         if (tail == VW) vstore(cr + (nv - 1) * VW, vmul(acc[r][nv - 1], va));
@@ -96,19 +98,20 @@ static inline __attribute__((always_inline)) void ukern(const int nv, int m, int
 }
 
 static void ukernel(int m, int n, int64_t k0, int64_t k1, const float *a, int64_t rsa, int64_t csa, const float *b,
-                    int64_t ldb, float *c, int64_t ldc, float alpha) {
+                    int64_t ldb, float *c, int64_t ldc, float alpha, const float *rs) {
     switch ((n + VW - 1) / VW) {
-    case 1: ukern(1, m, n, k0, k1, a, rsa, csa, b, ldb, c, ldc, alpha); break;
-    case 2: ukern(2, m, n, k0, k1, a, rsa, csa, b, ldb, c, ldc, alpha); break;
+    case 1: ukern(1, m, n, k0, k1, a, rsa, csa, b, ldb, c, ldc, alpha, rs); break;
+    case 2: ukern(2, m, n, k0, k1, a, rsa, csa, b, ldb, c, ldc, alpha, rs); break;
 #if NV > 2
-    case 3: ukern(3, m, n, k0, k1, a, rsa, csa, b, ldb, c, ldc, alpha); break;
-    case 4: ukern(4, m, n, k0, k1, a, rsa, csa, b, ldb, c, ldc, alpha); break;
+    case 3: ukern(3, m, n, k0, k1, a, rsa, csa, b, ldb, c, ldc, alpha, rs); break;
+    case 4: ukern(4, m, n, k0, k1, a, rsa, csa, b, ldb, c, ldc, alpha, rs); break;
 #endif
     default: break;
     }
 }
 
-/* Rows [r0, r1) of C (M x N) = alpha * A (M x K) B (K x N), A with strides
+/* Rows [r0, r1) of C (M x N) = alpha * A (M x K) B (K x N), row i also
+ * times rs[i] where rs is not NULL (the forward's softmax normalization), A with strides
  * (rsa, csa), C row-major with leading dim ldc; B's columns [j0, j0 + NB)
  * start at b + (j0 / NB) * bps, rows ldb apart (bps = NB: a row-major B;
  * bps = K * NB, ldb = NB: B packed in panels). r0 a multiple of MR. mode
@@ -117,7 +120,8 @@ static void ukernel(int m, int n, int64_t k0, int64_t k1, const float *a, int64_
  * only k < i1 (K_UPTO) or k >= i0 (K_FROM): the operand that is zero outside
  * a lower triangle. */
 static void gemm(int64_t r0, int64_t r1, int64_t N, int64_t K, const float *a, int64_t rsa, int64_t csa,
-                 const float *b, int64_t ldb, int64_t bps, float *c, int64_t ldc, float alpha, int mode) {
+                 const float *b, int64_t ldb, int64_t bps, float *c, int64_t ldc, float alpha, const float *rs,
+                 int mode) {
     for (int64_t i0 = r0; i0 < r1; i0 += MR) {
         int m = (int)CT_MIN((int64_t)MR, r1 - i0);
         int64_t i1 = i0 + m;
@@ -125,7 +129,8 @@ static void gemm(int64_t r0, int64_t r1, int64_t N, int64_t K, const float *a, i
         int64_t k0 = mode == CM_K_FROM ? CT_MIN(i0, K) : 0, k1 = mode == CM_K_UPTO ? CT_MIN(K, i1) : K;
         for (int64_t j0 = 0, jb = 0; j0 < nn; j0 += NB, jb++) {
             int n = (int)CT_MIN((int64_t)NB, nn - j0);
-            ukernel(m, n, k0, k1, a + i0 * rsa, rsa, csa, b + jb * bps, ldb, c + i0 * ldc + j0, ldc, alpha);
+            ukernel(m, n, k0, k1, a + i0 * rsa, rsa, csa, b + jb * bps, ldb, c + i0 * ldc + j0, ldc, alpha,
+                    rs ? rs + i0 : NULL);
         }
     }
 }
@@ -169,9 +174,10 @@ static ct_status att_init(att *a, const ct_kargs *k, const ct_tensor *qkv, int k
 
 /* one thread's slice of the workspace (ct_attention_ws_per_thread): the
  * scores / P and dP / dS (T x ct_attention_ld(T)), K^T and V^T in panels,
- * the key bias, then T x Dh FP32 rows: row buffer i at rows + i T Dh */
+ * the key bias, the rows' softmax factors, then T x Dh FP32 rows: row buffer
+ * i at rows + i T Dh */
 typedef struct {
-    float *s, *ds, *kt, *vt, *kb, *rows;
+    float *s, *ds, *kt, *vt, *kb, *inv, *rows;
 } att_ws;
 
 static att_ws att_slice(const att *a, void *ws) {
@@ -182,7 +188,8 @@ static att_ws att_slice(const att *a, void *ws) {
     w.kt = w.ds + T * ld;
     w.vt = w.kt + a->Dh * tp;
     w.kb = w.vt + a->Dh * tp;
-    w.rows = w.kb + T;
+    w.inv = w.kb + T;
+    w.rows = w.inv + T;
     return w;
 }
 
@@ -229,6 +236,28 @@ static int task_rows(const ct_kargs *k, const att *a, int qkv, int bwd, int64_t 
     return 5;
 }
 
+/* dst (8 x 8, rows ldd apart) = src (8 x 8, rows lds apart) transposed, in
+ * registers (AVX in both builds): the tile's columns one float at a time
+ * were half of gather_t's time */
+static inline void tr8x8(const float *src, int64_t lds, float *dst, int64_t ldd) {
+    __m256 r[8], t[8], u[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * lds);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]); /* a(i,0) a(i+1,0) a(i,1) a(i+1,1) | the same for 4, 5 */
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) { /* u[i + c]: column c (low half) and c + 4 (high) of rows i..i+3 */
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int c = 0; c < 4; c++) {
+        _mm256_storeu_ps(dst + c * ldd, _mm256_permute2f128_ps(u[c], u[c + 4], 0x20));
+        _mm256_storeu_ps(dst + (c + 4) * ldd, _mm256_permute2f128_ps(u[c], u[c + 4], 0x31));
+    }
+}
+
 /* gathers part (1 k, 2 v) of head h, batch b as K^T / V^T packed for the
  * micro-kernel's B: keys [j0, j0 + NB) as a panel of Dh rows of NB floats at
  * xt + (j0 / NB) Dh NB, so that one call streams 8-16 KiB of consecutive
@@ -258,8 +287,12 @@ static void gather_t(const att *a, int part, int64_t b, int64_t h, float *xt, co
                     if (w == VW) vstore(&tile[j][dd], v);
                     else vtail_store(&tile[j][dd], v, w);
                 }
-            for (int dd = 0; dd < dn; dd++)
-                for (int j = 0; j < jn; j++) pan[(d0 + dd) * NB + j] = tile[j][dd];
+            if (jn == 16 && dn == 16)
+                for (int jj = 0; jj < 16; jj += 8)
+                    for (int dd = 0; dd < 16; dd += 8) tr8x8(&tile[jj][dd], 16, pan + (d0 + dd) * NB + jj, NB);
+            else
+                for (int dd = 0; dd < dn; dd++)
+                    for (int j = 0; j < jn; j++) pan[(d0 + dd) * NB + j] = tile[j][dd];
         }
     }
 }
@@ -302,11 +335,11 @@ static void key_bias(const att *a, int64_t b, float *kb) {
     for (int64_t j = 0; j < a->T; j++) kb[j] = a->kv && !a->kv[b * a->T + j] ? -INFINITY : 0.0f;
 }
 
-/* the first r lanes of p, the rest `fill` */
+/* the first r < VW lanes of p, the rest `fill` (lane masks: filling a stack
+ * array one float at a time and loading it stalled on store forwarding) */
 static inline vf load_fill(const float *p, int r, float fill) {
-    float t[VW];
-    for (int i = 0; i < VW; i++) t[i] = i < r ? p[i] : fill;
-    return vload(t);
+    const unsigned lo = (1u << r) - 1;
+    return vor(vand(ct_vmask_bits(lo), vtail_load(p, r)), vand(ct_vmask_bits(~lo & ((1u << VW) - 1)), vset1(fill)));
 }
 
 /* e^(x - c) for x > -inf, else exactly 0 */
@@ -318,26 +351,35 @@ static void zero_range(float *p, int64_t from, int64_t to) {
     if (to > from) memset(p + from, 0, (size_t)(to - from) * sizeof *p);
 }
 
-/* Row i of the scores (s[0..n) valid, n = keys visible to this query) ->
- * probabilities in place, zeros in [n, zt); returns the log-sum-exp (-inf:
- * every key masked, the row is all zeros up to zt). */
-static float softmax_row(float *s, const float *kb, int64_t n, int64_t zt) {
+/* Row i of the scores (s[0..n) valid, n = keys visible to this query; kb the
+ * key bias, NULL: no padding) -> probabilities in place, zeros in [n, zt);
+ * returns the log-sum-exp (-inf: every key masked, the row is all zeros up
+ * to zt). inv not NULL: the row is left as e^(s - max) and *inv gets the
+ * factor that normalizes it (0 for a masked row): the forward applies it to
+ * the row of P V, one pass over the row less. */
+static float softmax_row(float *s, const float *kb, int64_t n, int64_t zt, float *inv) {
     vf vm = vset1(-INFINITY);
     int64_t j = 0;
-    for (; j + VW <= n; j += VW) {
-        vf x = vadd(vload(s + j), vload(kb + j));
-        vstore(s + j, x);
-        vm = vmax(vm, x);
-    }
-    int r = (int)(n - j);
-    if (r) {
-        vf x = vadd(load_fill(s + j, r, -INFINITY), load_fill(kb + j, r, 0.0f));
-        vtail_store(s + j, x, r);
-        vm = vmax(vm, x);
+    const int r = (int)(n % VW);
+    if (kb) {
+        for (; j + VW <= n; j += VW) {
+            vf x = vadd(vload(s + j), vload(kb + j));
+            vstore(s + j, x);
+            vm = vmax(vm, x);
+        }
+        if (r) {
+            vf x = vadd(load_fill(s + j, r, -INFINITY), load_fill(kb + j, r, 0.0f));
+            vtail_store(s + j, x, r);
+            vm = vmax(vm, x);
+        }
+    } else {
+        for (; j + VW <= n; j += VW) vm = vmax(vm, vload(s + j));
+        if (r) vm = vmax(vm, load_fill(s + j, r, -INFINITY));
     }
     float m = vhmax(vm);
     if (m == -INFINITY) {
         zero_range(s, 0, zt);
+        if (inv) *inv = 0.0f;
         return -INFINITY;
     }
     vf c = vset1(m), sum = vzero();
@@ -352,10 +394,14 @@ static float softmax_row(float *s, const float *kb, int64_t n, int64_t zt) {
         sum = vadd(sum, e);
     }
     float tot = vhsum(sum);
-    vf inv = vset1(1.0f / tot);
-    for (j = 0; j + VW <= n; j += VW) vstore(s + j, vmul(vload(s + j), inv));
-    if (r) vtail_store(s + j, vmul(vtail_load(s + j, r), inv), r);
     zero_range(s, n, zt);
+    if (inv) {
+        *inv = 1.0f / tot;
+    } else {
+        vf vr = vset1(1.0f / tot);
+        for (j = 0; j + VW <= n; j += VW) vstore(s + j, vmul(vload(s + j), vr));
+        if (r) vtail_store(s + j, vmul(vtail_load(s + j, r), vr), r);
+    }
     return m + logf(tot);
 }
 
@@ -385,34 +431,37 @@ ct_status CT_FN(attention)(ct_kargs *k) {
         head_rows pf[3], pn[3];
         task_rows(k, &a, 0, 0, bh, pf);
         const int nn = bh + a.nt < a.B * a.H ? task_rows(k, &a, 0, 0, bh + a.nt, pn) : 0;
-        gather_t(&a, 1, b, h, w.kt, pf, 3);
+        gather_t(&a, 1, b, h, w.kt, pf + 1, 1);
         const float *q = rows_in(&k->in[0], &a, b, h * Dh, D3, qb, &ldq, 0);
         const float *v = rows_in(&k->in[0], &a, b, 2 * a.D + h * Dh, D3, vb, &ldv, 1);
         float *o = rows_at(&k->out, &a, b, h * Dh, a.D, ob, &ldo);
-        key_bias(&a, b, w.kb);
+        const float *kb = a.kv ? w.kb : NULL;
+        if (kb) key_bias(&a, b, w.kb);
         for (int64_t i0 = 0; i0 < T; i0 += RB) {
             const int64_t i1 = CT_MIN(T, i0 + RB);
             prefetch_rows(pn, nn, i0, i1, 1);
-            gemm(i0, i1, T, Dh, q, ldq, 1, w.kt, NB, Dh * NB, s, ld, a.scale, a.causal ? CM_N_UPTO : CM_NONE);
+            gemm(i0, i1, T, Dh, q, ldq, 1, w.kt, NB, Dh * NB, s, ld, a.scale, NULL, a.causal ? CM_N_UPTO : CM_NONE);
             for (int64_t i = i0; i < i1; i++)
-                lse[bh * T + i] = softmax_row(s + i * ld, w.kb, a.causal ? i + 1 : T, zeros_to(&a, i));
-            gemm(i0, i1, Dh, T, s, ld, 1, v, ldv, NB, o, ldo, 1.0f, a.causal ? CM_K_UPTO : CM_NONE);
+                lse[bh * T + i] = softmax_row(s + i * ld, kb, a.causal ? i + 1 : T, zeros_to(&a, i), w.inv + i);
+            gemm(i0, i1, Dh, T, s, ld, 1, v, ldv, NB, o, ldo, 1.0f, w.inv, a.causal ? CM_K_UPTO : CM_NONE);
         }
         rows_out(&k->out, &a, b, h * Dh, a.D, ob);
     }
     return CT_OK;
 }
 
-/* P = exp(s + kb - l) over the n visible keys of a score row (in place),
- * zeros past them and in a row whose keys are all masked (l = -inf) */
+/* P = exp(s + kb - l) over the n visible keys of a score row (in place; kb
+ * NULL: no padding), zeros past them up to zt and in a row whose keys are all
+ * masked (l = -inf) */
 static void prob_row(float *pr, const float *kb, float l, int64_t n, int64_t zt) {
     if (l == -INFINITY) n = 0;
     int64_t j = 0;
     vf vl = vset1(l);
-    for (; j + VW <= n; j += VW) vstore(pr + j, exp_masked(vadd(vload(pr + j), vload(kb + j)), vl));
+    for (; j + VW <= n; j += VW) vstore(pr + j, exp_masked(kb ? vadd(vload(pr + j), vload(kb + j)) : vload(pr + j), vl));
     if (j < n) {
         int r = (int)(n - j);
-        vtail_store(pr + j, exp_masked(vadd(vtail_load(pr + j, r), vtail_load(kb + j, r)), vl), r);
+        vf x = kb ? vadd(vtail_load(pr + j, r), vtail_load(kb + j, r)) : vtail_load(pr + j, r);
+        vtail_store(pr + j, exp_masked(x, vl), r);
     }
     zero_range(pr, n, zt);
 }
@@ -444,8 +493,8 @@ ct_status CT_FN(attention_bwd)(ct_kargs *k) {
         head_rows pf[5], pn[5];
         task_rows(k, &a, 1, 1, bh, pf);
         const int nn = bh + a.nt < a.B * a.H ? task_rows(k, &a, 1, 1, bh + a.nt, pn) : 0;
-        gather_t(&a, 1, b, h, w.kt, pf, 5);
-        gather_t(&a, 2, b, h, w.vt, pf, 0);
+        gather_t(&a, 1, b, h, w.kt, pf + 1, 1);
+        gather_t(&a, 2, b, h, w.vt, pf + 2, 1);
         const float *q = rows_in(&k->in[1], &a, b, h * Dh, D3, qb, &ldq, 1);
         const float *kk = rows_in(&k->in[1], &a, b, D + h * Dh, D3, kbuf, &ldk, 1);
         const float *g = rows_in(&k->in[0], &a, b, h * Dh, D, gb, &ldg, 1);
@@ -453,16 +502,17 @@ ct_status CT_FN(attention_bwd)(ct_kargs *k) {
         float *dq = rows_at(&k->out, &a, b, h * Dh, D3, dqb, &lq);
         float *dk = rows_at(&k->out, &a, b, D + h * Dh, D3, dkb, &lk);
         float *dv = rows_at(&k->out, &a, b, 2 * D + h * Dh, D3, dvb, &lv);
-        key_bias(&a, b, w.kb);
+        const float *kb = a.kv ? w.kb : NULL;
+        if (kb) key_bias(&a, b, w.kb);
         for (int64_t i0 = 0; i0 < T; i0 += RB) {
             const int64_t i1 = CT_MIN(T, i0 + RB);
-            prefetch_rows(pn, nn, i0, i1, 1);
+            prefetch_rows(pn + 1, nn ? 2 : 0, i0, i1, 1);
             /* P = exp(scale q k^T + mask - lse), zero where masked */
-            gemm(i0, i1, T, Dh, q, ldq, 1, w.kt, NB, Dh * NB, p, ld, a.scale, a.causal ? CM_N_UPTO : CM_NONE);
+            gemm(i0, i1, T, Dh, q, ldq, 1, w.kt, NB, Dh * NB, p, ld, a.scale, NULL, a.causal ? CM_N_UPTO : CM_NONE);
             for (int64_t i = i0; i < i1; i++)
-                prob_row(p + i * ld, w.kb, lse[bh * T + i], a.causal ? i + 1 : T, zeros_to(&a, i));
+                prob_row(p + i * ld, kb, lse[bh * T + i], a.causal ? i + 1 : T, zeros_to(&a, i));
             /* dP = dO V^T, then dS = P (dP - rowsum(dO * O)) in place */
-            gemm(i0, i1, T, Dh, g, ldg, 1, w.vt, NB, Dh * NB, ds, ld, 1.0f, a.causal ? CM_N_UPTO : CM_NONE);
+            gemm(i0, i1, T, Dh, g, ldg, 1, w.vt, NB, Dh * NB, ds, ld, 1.0f, NULL, a.causal ? CM_N_UPTO : CM_NONE);
             for (int64_t i = i0; i < i1; i++) {
                 float *dr = ds + i * ld;
                 const float *pr = p + i * ld;
@@ -476,11 +526,11 @@ ct_status CT_FN(attention_bwd)(ct_kargs *k) {
                 zero_range(dr, n, zeros_to(&a, i));
             }
             /* dQ = scale dS K */
-            gemm(i0, i1, Dh, T, ds, ld, 1, kk, ldk, NB, dq, lq, a.scale, a.causal ? CM_K_UPTO : CM_NONE);
+            gemm(i0, i1, Dh, T, ds, ld, 1, kk, ldk, NB, dq, lq, a.scale, NULL, a.causal ? CM_K_UPTO : CM_NONE);
         }
         /* dV = P^T dO, dK = scale dS^T Q: every row block of P / dS done */
-        gemm(0, T, Dh, T, p, 1, ld, g, ldg, NB, dv, lv, 1.0f, a.causal ? CM_K_FROM : CM_NONE);
-        gemm(0, T, Dh, T, ds, 1, ld, q, ldq, NB, dk, lk, a.scale, a.causal ? CM_K_FROM : CM_NONE);
+        gemm(0, T, Dh, T, p, 1, ld, g, ldg, NB, dv, lv, 1.0f, NULL, a.causal ? CM_K_FROM : CM_NONE);
+        gemm(0, T, Dh, T, ds, 1, ld, q, ldq, NB, dk, lk, a.scale, NULL, a.causal ? CM_K_FROM : CM_NONE);
         rows_out(&k->out, &a, b, h * Dh, D3, dqb);
         rows_out(&k->out, &a, b, D + h * Dh, D3, dkb);
         rows_out(&k->out, &a, b, 2 * D + h * Dh, D3, dvb);
@@ -501,7 +551,7 @@ static int64_t visible(int64_t i0, int64_t r, int64_t ld, int causal) {
 void CT_FN(att_softmax_rows)(float *s, uint16_t *p16, int64_t ld, int64_t m, int64_t i0, int causal, const float *kb,
                              float *lse) {
     for (int64_t r = 0; r < m; r++) {
-        lse[r] = softmax_row(s + r * ld, kb, visible(i0, r, ld, causal), ld);
+        lse[r] = softmax_row(s + r * ld, kb, visible(i0, r, ld, causal), ld, NULL);
         CT_CVT(f32_to_bf16)(s + r * ld, p16 + r * ld, (size_t)ld);
     }
 }
