@@ -308,9 +308,12 @@ static const float *rows_in(const ct_tensor *t, const att *a, int64_t b, int64_t
         *ldo = ld;
         return (const float *)t->data + o;
     }
-    for (int64_t j = 0; j < a->T; j++)
+    const head_rows hr = head_of(t, a, b, c0, ld);
+    for (int64_t j = 0; j < a->T; j++) {
+        if (j % 8 == 0) prefetch_rows(&hr, 1, CT_MIN(a->T, j + 16), CT_MIN(a->T, j + 24), 0);
         if (t->dtype == CT_F32) memcpy(buf + j * a->Dh, (const float *)t->data + o + j * ld, (size_t)a->Dh * sizeof *buf);
         else ct_lp_to_f32((const uint16_t *)t->data + o + j * ld, buf + j * a->Dh, (size_t)a->Dh, t->dtype);
+    }
     *ldo = a->Dh;
     return buf;
 }
@@ -474,6 +477,16 @@ static float dot_row(const float *x, const float *y, int64_t n) {
     return vhsum(s);
 }
 
+/* di[i] = rowsum(dO * O) for every query, in one pass that prefetches y's
+ * rows (hr) ahead: in the row blocks each was a miss waited on */
+static void row_dots(const float *g, int64_t ldg, const float *y, int64_t ldy, const head_rows *hr, int64_t T,
+                     int64_t Dh, float *di) {
+    for (int64_t i = 0; i < T; i++) {
+        if (i % 8 == 0) prefetch_rows(hr, 1, CT_MIN(T, i + 16), CT_MIN(T, i + 24), 0);
+        di[i] = dot_row(g + i * ldg, y + i * ldy, Dh);
+    }
+}
+
 /* in: dy (B, T, D), qkv, fwd (out and lse)[, key_valid] -> d_qkv (B, T, 3D) */
 ct_status CT_FN(attention_bwd)(ct_kargs *k) {
     att a;
@@ -504,6 +517,7 @@ ct_status CT_FN(attention_bwd)(ct_kargs *k) {
         float *dv = rows_at(&k->out, &a, b, 2 * D + h * Dh, D3, dvb, &lv);
         const float *kb = a.kv ? w.kb : NULL;
         if (kb) key_bias(&a, b, w.kb);
+        row_dots(g, ldg, o, ldy, &pf[4], T, Dh, w.inv); /* the forward's row factors' place */
         for (int64_t i0 = 0; i0 < T; i0 += RB) {
             const int64_t i1 = CT_MIN(T, i0 + RB);
             prefetch_rows(pn + 1, nn ? 2 : 0, i0, i1, 1);
@@ -517,7 +531,7 @@ ct_status CT_FN(attention_bwd)(ct_kargs *k) {
                 float *dr = ds + i * ld;
                 const float *pr = p + i * ld;
                 int64_t n = a.causal ? i + 1 : T, j = 0;
-                vf di = vset1(dot_row(g + i * ldg, o + i * ldy, Dh));
+                vf di = vset1(w.inv[i]);
                 for (; j + VW <= n; j += VW) vstore(dr + j, vmul(vload(pr + j), vsub(vload(dr + j), di)));
                 if (j < n) {
                     int r = (int)(n - j);
