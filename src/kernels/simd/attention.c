@@ -2,13 +2,20 @@
  * gradient (the math of src/kernels/ref/attention.c).
  *
  * One (batch, head) per task, tasks in parallel; each thread works in its own
- * slice of the workspace (ct_attention_ws_per_thread): the T x T scores (and
- * in backward the T x T dP / dS), K^T and V^T gathered head-major, and the
- * key mask as 0 / -inf per key. Every product is one register-blocked
- * micro-kernel (MR rows x NV vectors, A broadcast with any strides, B rows
- * contiguous), so q, v, dy, the output and d_qkv are used in place with
- * their row strides. With a causal mask the kernels skip the blocks above the
- * diagonal. A task's results do not depend on the thread that runs it.
+ * slice of the workspace (ct_attention_ws_per_thread, att_slice): the T x T
+ * scores (and in backward the T x T dP / dS, rows padded to an odd number of
+ * lines), K^T and V^T gathered in panels of NB keys, the key mask as 0 / -inf
+ * per key, and contiguous FP32 copies of the head's rows that are B operands.
+ * Every product is one register-blocked micro-kernel (MR rows x NV vectors:
+ * 6 x 2 on AVX2, 6 x 4 on AVX-512; A broadcast with any strides, so P^T and
+ * dS^T are read in place; B rows contiguous). Queries go in row blocks of RB:
+ * a block's scores, softmax (or P, dP, dS) and its row products (P V, dS K)
+ * run while its rows are in L1; dV = P^T dO and dK = dS^T Q follow over the
+ * whole of P and dS. With a causal mask the kernels skip the blocks above the
+ * diagonal. The head's rows in qkv (and dy, y) are 3 D floats apart and come
+ * from L3 / DRAM: a task prefetches its own rows ahead of its first pass and
+ * the rows of the task this thread likely runs next into L2. A task's results
+ * do not depend on the thread that runs it (prefetches change no value).
  *
  * BF16 / FP16 I/O (simd_lowp.h): qkv, dy, the forward output and the
  * outputs may be BF16 or FP16. A task then converts its head's q, k, v (and
