@@ -196,7 +196,7 @@ static inline int64_t ct_bcast_offset(int64_t i, const ct_tensor *out, const int
 
 /* Attention scratch: one slice per thread of ct_attention_ws_per_thread(T, Dh)
  * bytes (64-byte multiple), enough for the reference and the SIMD kernels.
- * The SIMD kernels' slice (simd/attention.c, att_layout): the T x T scores
+ * The SIMD kernels' slice (simd/attention.c, att_slice): the T x T scores
  * and dP / dS with rows ct_attention_ld(T) floats apart, K^T and V^T packed
  * in panels of keys (ct_attention_tp(T) keys x Dh each), the key bias, the
  * rows' softmax factors, and 7 T x Dh FP32 rows (the heads' q, k, v, dy as contiguous B operands; with
