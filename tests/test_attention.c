@@ -2,7 +2,7 @@
  *  1. its backward against 4-point finite differences (reference kernels,
  *     loss = sum(out * R)), causal and with padding;
  *  2. the SIMD kernels against the reference: random shapes (T not a multiple
- *     of 8, Dh 8..64), causal on/off, a padding mask where one batch element
+ *     of 8, Dh 8..128), causal on/off, a padding mask where one batch element
  *     has every key padded (its output and gradients must be exactly 0);
  *  3. the same attention composed from existing ops (slice, reshape,
  *     transpose, matmul, scale, mask add, softmax, matmul);
@@ -183,6 +183,9 @@ static const acase k_rand[] = {
     {2, 13, 3, 8, 1, 0},  {3, 20, 2, 64, 0, 1}, {1, 8, 1, 16, 1, 0},  {2, 37, 4, 24, 0, 0},
     {3, 37, 4, 24, 1, 1}, {2, 1, 2, 8, 1, 1},   {4, 70, 2, 40, 1, 0}, {2, 17, 3, 12, 0, 1},
     {2, 33, 2, 9, 1, 1},  {1, 64, 1, 32, 0, 0},
+    /* heads wider than the AVX-512 micro-kernel's 64 columns (two column blocks, the second ragged), T past
+     * several row blocks and key panels */
+    {2, 77, 2, 80, 1, 1}, {1, 131, 1, 128, 0, 0}, {2, 50, 1, 72, 0, 1},
 };
 
 static void fast_vs_ref(int isa, int use_onednn, const char *label) {

@@ -214,9 +214,22 @@ static inline int64_t ct_bcast_offset(int64_t i, const ct_tensor *out, const int
 }
 
 /* Attention scratch: one slice per thread of ct_attention_ws_per_thread(T, Dh)
- * bytes (64-byte multiple), enough for the reference and the SIMD kernels. */
+ * bytes (64-byte multiple), enough for the reference and the SIMD kernels.
+ * The SIMD kernels' slice (simd/attention.c, att_slice): the T x T scores
+ * and dP / dS with rows ct_attention_ld(T) floats apart, K^T and V^T packed
+ * in panels of keys (ct_attention_tp(T) keys x Dh each), the key bias, the
+ * rows' softmax factors, and 7 T x Dh FP32 rows (the heads' q, k, v, dy as contiguous B operands; with
+ * 16-bit I/O also y and the outputs). */
+static inline int64_t ct_attention_ld(int64_t T) {
+    /* an odd number of cache lines: the column strips of P and dS (the A of
+     * dV = P^T dO, dK = dS^T Q) spread over every L1 set; with T = 256 the
+     * rows were 1 KiB apart and a strip fell into 4 of the 64 sets */
+    int64_t ld = (T + 15) / 16 * 16;
+    return (ld / 16) % 2 ? ld : ld + 16;
+}
+static inline int64_t ct_attention_tp(int64_t T) { return (T + 63) / 64 * 64; }
 static inline size_t ct_attention_ws_per_thread(int64_t T, int64_t Dh) {
-    size_t simd = (size_t)(2 * T * T + 2 * Dh * T + T) * sizeof(float);
+    size_t simd = (size_t)(2 * T * ct_attention_ld(T) + 2 * Dh * ct_attention_tp(T) + 2 * T + 7 * T * Dh) * sizeof(float);
     size_t ref = (size_t)(2 * T * Dh + Dh + T) * sizeof(double);
     size_t b = simd > ref ? simd : ref;
     return (b + 63) / 64 * 64;
@@ -244,11 +257,10 @@ static inline size_t ct_attention_dnnl_layout(int64_t T, int64_t Dh, size_t *off
 }
 static inline size_t ct_attention_ws_per_thread_dnnl(int64_t T, int64_t Dh) { return ct_attention_dnnl_layout(T, Dh, NULL); }
 
-/* The SIMD attention kernels with BF16 I/O (simd/attention.c) also keep the
- * head's q, v, dy, y and the d_qkv parts as FP32 rows: 7 T x Dh more floats;
- * BF16 plans size the scratch for either kernel. */
+/* BF16 plans size the scratch for either kernel: the SIMD one (its FP32
+ * rows hold the 16-bit I/O converted) or the oneDNN one. */
 static inline size_t ct_attention_ws_per_thread_bf16(int64_t T, int64_t Dh) {
-    size_t simd = ct_attention_ws_per_thread(T, Dh) + (size_t)(7 * T * Dh) * sizeof(float);
+    size_t simd = ct_attention_ws_per_thread(T, Dh);
     size_t dnnl = ct_attention_ws_per_thread_dnnl(T, Dh);
     return simd > dnnl ? simd : dnnl;
 }

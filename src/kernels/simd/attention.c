@@ -2,13 +2,20 @@
  * gradient (the math of src/kernels/ref/attention.c).
  *
  * One (batch, head) per task, tasks in parallel; each thread works in its own
- * slice of the workspace (ct_attention_ws_per_thread): the T x T scores (and
- * in backward the T x T dP / dS), K^T and V^T gathered head-major, and the
- * key mask as 0 / -inf per key. Every product is one register-blocked
- * micro-kernel (MR rows x NV vectors, A broadcast with any strides, B rows
- * contiguous), so q, v, dy, the output and d_qkv are used in place with
- * their row strides. With a causal mask the kernels skip the blocks above the
- * diagonal. A task's results do not depend on the thread that runs it.
+ * slice of the workspace (ct_attention_ws_per_thread, att_slice): the T x T
+ * scores (and in backward the T x T dP / dS, rows padded to an odd number of
+ * lines), K^T and V^T gathered in panels of NB keys, the key mask as 0 / -inf
+ * per key, and contiguous FP32 copies of the head's rows that are B operands.
+ * Every product is one register-blocked micro-kernel (MR rows x NV vectors:
+ * 6 x 2 on AVX2, 6 x 4 on AVX-512; A broadcast with any strides, so P^T and
+ * dS^T are read in place; B rows contiguous). Queries go in row blocks of RB:
+ * a block's scores, softmax (or P, dP, dS) and its row products (P V, dS K)
+ * run while its rows are in L1; dV = P^T dO and dK = dS^T Q follow over the
+ * whole of P and dS. With a causal mask the kernels skip the blocks above the
+ * diagonal. The head's rows in qkv (and dy, y) are 3 D floats apart and come
+ * from L3 / DRAM: a task prefetches its own rows ahead of its first pass and
+ * the rows of the task this thread likely runs next into L2. A task's results
+ * do not depend on the thread that runs it (prefetches change no value).
  *
  * BF16 / FP16 I/O (simd_lowp.h): qkv, dy, the forward output and the
  * outputs may be BF16 or FP16. A task then converts its head's q, k, v (and
@@ -23,78 +30,114 @@
 
 #include "simd_lowp.h"
 
-#define MR 6 /* rows of the micro-kernel               */
-#define NV 2 /* vectors (of VW floats) per row         */
+/* Micro-kernel shape per ISA: MR rows x NV vectors of accumulators. AVX2's
+ * 16 registers hold 6 x 2 (+ 2 B vectors + the broadcast); AVX-512's 32 hold
+ * 6 x 4 (+ 4 B vectors), so that one call covers a 64-wide head and reads its
+ * A element once per product. */
+#if VW == 16
+#define MR 6
+#define NV 4
+#else
+#define MR 6
+#define NV 2
+#endif
+#define NB (NV * VW) /* columns of one micro-kernel call: the width of the K^T / V^T panels */
 
 /* which part of K / N a lower-triangular operand lets a row block [i0, i1) skip */
 enum { CM_NONE = 0, CM_N_UPTO, CM_K_UPTO, CM_K_FROM };
 
-/* C[r][0..n) = alpha * sum_{k0 <= kk < k1} A(r, kk) B[kk][0..n),
- * r < m <= MR, n <= NV*VW; A(r, kk) = a[r*rsa + kk*csa], B row kk at b + kk*ldb. */
-static inline void ukernel(int m, int n, int64_t k0, int64_t k1, const float *a, int64_t rsa, int64_t csa,
-                           const float *b, int64_t ldb, float *c, int64_t ldc, float alpha) {
+/* C[r][0..n) = alpha rs[r] * sum_{k0 <= kk < k1} A(r, kk) B[kk][0..n), r < m <= MR (rs NULL: 1),
+ * (nv - 1) VW < n <= nv VW; A(r, kk) = a[r*rsa + kk*csa], B row kk at b + kk*ldb.
+ * nv is a constant at every call (ukernel's switch): the loops over vectors
+ * unroll and the accumulators stay in registers. */
+static inline __attribute__((always_inline)) void ukern(const int nv, int m, int n, int64_t k0, int64_t k1,
+                                                        const float *a, int64_t rsa, int64_t csa, const float *b,
+                                                        int64_t ldb, float *c, int64_t ldc, float alpha,
+                                                        const float *rs) {
     vf acc[MR][NV];
     const float *ar[MR];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
         ar[r] = a + (r < m ? r : m - 1) * rsa; /* rows past m repeat the last one, never stored */
-        acc[r][0] = acc[r][1] = vzero();
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) acc[r][v] = vzero();
     }
-    if (n == NV * VW) {
+    const int tail = n - (nv - 1) * VW; /* lanes of the last vector */
+    if (tail == VW) {
         for (int64_t kk = k0; kk < k1; kk++) {
             const float *bk = b + kk * ldb;
-            vf b0 = vload(bk), b1 = vload(bk + VW);
+            vf bv[NV];
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; v++) bv[v] = vload(bk + v * VW);
 #pragma GCC unroll 8
             for (int r = 0; r < MR; r++) {
                 vf x = vset1(ar[r][kk * csa]);
-                acc[r][0] = vfma(x, b0, acc[r][0]);
-                acc[r][1] = vfma(x, b1, acc[r][1]);
+#pragma GCC unroll 4
+                for (int v = 0; v < nv; v++) acc[r][v] = vfma(x, bv[v], acc[r][v]);
             }
         }
-    } else if (n > VW) {
+    } else { /* a ragged right edge (N not a multiple of VW): the last vector masked */
         for (int64_t kk = k0; kk < k1; kk++) {
             const float *bk = b + kk * ldb;
-            vf b0 = vload(bk), b1 = vtail_load(bk + VW, n - VW);
+            vf bv[NV];
+#pragma GCC unroll 4
+            for (int v = 0; v < nv - 1; v++) bv[v] = vload(bk + v * VW);
+            bv[nv - 1] = vtail_load(bk + (nv - 1) * VW, tail);
 #pragma GCC unroll 8
             for (int r = 0; r < MR; r++) {
                 vf x = vset1(ar[r][kk * csa]);
-                acc[r][0] = vfma(x, b0, acc[r][0]);
-                acc[r][1] = vfma(x, b1, acc[r][1]);
+#pragma GCC unroll 4
+                for (int v = 0; v < nv; v++) acc[r][v] = vfma(x, bv[v], acc[r][v]);
             }
-        }
-    } else {
-        for (int64_t kk = k0; kk < k1; kk++) {
-            vf b0 = vtail_load(b + kk * ldb, n);
-#pragma GCC unroll 8
-            for (int r = 0; r < MR; r++) acc[r][0] = vfma(vset1(ar[r][kk * csa]), b0, acc[r][0]);
         }
     }
     vf va = vset1(alpha);
-    int n0 = n < VW ? n : VW, n1 = n - n0;
-    for (int r = 0; r < m; r++) {
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) { /* constant r: acc stays in registers (a loop to m spilled it) */
+        if (r >= m) break;
         float *cr = c + r * ldc;
-        vf v0 = vmul(acc[r][0], va), v1 = vmul(acc[r][1], va);
-        if (n0 == VW) vstore(cr, v0);
-        else vtail_store(cr, v0, n0);
-        if (n1 == VW) vstore(cr + VW, v1);
-        else if (n1 > 0) vtail_store(cr + VW, v1, n1);
+        if (rs) va = vset1(alpha * rs[r]);
+#pragma GCC unroll 4
+        for (int v = 0; v < nv - 1; v++) vstore(cr + v * VW, vmul(acc[r][v], va));
+        if (tail == VW) vstore(cr + (nv - 1) * VW, vmul(acc[r][nv - 1], va));
+        else vtail_store(cr + (nv - 1) * VW, vmul(acc[r][nv - 1], va), tail);
     }
 }
 
-/* C (M x N) = alpha * A (M x K) B (K x N), A with strides (rsa, csa), B and C
- * row-major with leading dims ldb, ldc. mode (CM_*): the row block [i0, i1)
- * computes only columns < i1 (N_UPTO), or sums only k < i1 (K_UPTO) or
- * k >= i0 (K_FROM): the operand that is zero outside a lower triangle. */
-static void gemm(int64_t M, int64_t N, int64_t K, const float *a, int64_t rsa, int64_t csa, const float *b,
-                 int64_t ldb, float *c, int64_t ldc, float alpha, int mode) {
-    for (int64_t i0 = 0; i0 < M; i0 += MR) {
-        int m = (int)CT_MIN((int64_t)MR, M - i0);
+static void ukernel(int m, int n, int64_t k0, int64_t k1, const float *a, int64_t rsa, int64_t csa, const float *b,
+                    int64_t ldb, float *c, int64_t ldc, float alpha, const float *rs) {
+    switch ((n + VW - 1) / VW) {
+    case 1: ukern(1, m, n, k0, k1, a, rsa, csa, b, ldb, c, ldc, alpha, rs); break;
+    case 2: ukern(2, m, n, k0, k1, a, rsa, csa, b, ldb, c, ldc, alpha, rs); break;
+#if NV > 2
+    case 3: ukern(3, m, n, k0, k1, a, rsa, csa, b, ldb, c, ldc, alpha, rs); break;
+    case 4: ukern(4, m, n, k0, k1, a, rsa, csa, b, ldb, c, ldc, alpha, rs); break;
+#endif
+    default: break;
+    }
+}
+
+/* Rows [r0, r1) of C (M x N) = alpha * A (M x K) B (K x N), row i also
+ * times rs[i] where rs is not NULL (the forward's softmax normalization), A with strides
+ * (rsa, csa), C row-major with leading dim ldc; B's columns [j0, j0 + NB)
+ * start at b + (j0 / NB) * bps, rows ldb apart (bps = NB: a row-major B;
+ * bps = K * NB, ldb = NB: B packed in panels). r0 a multiple of MR. mode
+ * (CM_*): the row block [i0, i1) computes only columns < i1 rounded up to
+ * whole vectors (N_UPTO: the extra columns are finite, never read), or sums
+ * only k < i1 (K_UPTO) or k >= i0 (K_FROM): the operand that is zero outside
+ * a lower triangle. */
+static void gemm(int64_t r0, int64_t r1, int64_t N, int64_t K, const float *a, int64_t rsa, int64_t csa,
+                 const float *b, int64_t ldb, int64_t bps, float *c, int64_t ldc, float alpha, const float *rs,
+                 int mode) {
+    for (int64_t i0 = r0; i0 < r1; i0 += MR) {
+        int m = (int)CT_MIN((int64_t)MR, r1 - i0);
         int64_t i1 = i0 + m;
-        int64_t nn = mode == CM_N_UPTO ? CT_MIN(N, i1) : N;
+        int64_t nn = mode == CM_N_UPTO ? CT_MIN(N, (i1 + VW - 1) / VW * VW) : N;
         int64_t k0 = mode == CM_K_FROM ? CT_MIN(i0, K) : 0, k1 = mode == CM_K_UPTO ? CT_MIN(K, i1) : K;
-        for (int64_t j0 = 0; j0 < nn; j0 += NV * VW) {
-            int n = (int)CT_MIN((int64_t)(NV * VW), nn - j0);
-            ukernel(m, n, k0, k1, a + i0 * rsa, rsa, csa, b + j0, ldb, c + i0 * ldc + j0, ldc, alpha);
+        for (int64_t j0 = 0, jb = 0; j0 < nn; j0 += NB, jb++) {
+            int n = (int)CT_MIN((int64_t)NB, nn - j0);
+            ukernel(m, n, k0, k1, a + i0 * rsa, rsa, csa, b + jb * bps, ldb, c + i0 * ldc + j0, ldc, alpha,
+                    rs ? rs + i0 : NULL);
         }
     }
 }
@@ -136,19 +179,110 @@ static ct_status att_init(att *a, const ct_kargs *k, const ct_tensor *qkv, int k
     return CT_OK;
 }
 
-/* gathers part (1 k, 2 v) of head h, batch b as (Dh, T) into xt. 16 x 16
- * tiles: vector loads of 16 rows' segments (one line each: the rows are
- * 3 D apart, mostly L2 / L3 misses that scalar loads waited on one by one)
- * into an L1 tile, then its columns out, so that xt's rows (T floats apart,
- * a few L1 sets) stay cached. Was a quarter of gpt-char-small's attention. */
-static void gather_t(const att *a, int part, int64_t b, int64_t h, float *xt) {
+/* one thread's slice of the workspace (ct_attention_ws_per_thread): the
+ * scores / P and dP / dS (T x ct_attention_ld(T)), K^T and V^T in panels,
+ * the key bias, the rows' softmax factors, then T x Dh FP32 rows: row buffer
+ * i at rows + i T Dh */
+typedef struct {
+    float *s, *ds, *kt, *vt, *kb, *inv, *rows;
+} att_ws;
+
+static att_ws att_slice(const att *a, void *ws) {
+    const int64_t T = a->T, ld = ct_attention_ld(T), tp = ct_attention_tp(T);
+    att_ws w;
+    w.s = (float *)((char *)ws + (size_t)omp_get_thread_num() * a->per_thread);
+    w.ds = w.s + T * ld;
+    w.kt = w.ds + T * ld;
+    w.vt = w.kt + a->Dh * tp;
+    w.kb = w.vt + a->Dh * tp;
+    w.inv = w.kb + T;
+    w.rows = w.inv + T;
+    return w;
+}
+
+/* A head's rows in one of its (B, T, ld) inputs: row j at p + j ld bytes,
+ * `bytes` long. The rows are 3 D (or D) floats apart, one to four lines each
+ * and mostly L3 / DRAM misses: no hardware prefetcher follows them, so the
+ * task's first pass over them (gather_t) prefetches every input's rows a
+ * tile ahead; the copies and products after it find them cached. */
+typedef struct {
+    const char *p;
+    int64_t ld, bytes;
+} head_rows;
+
+static head_rows head_of(const ct_tensor *t, const att *a, int64_t b, int64_t c0, int64_t ld) {
+    const size_t es = t->dtype == CT_F32 ? sizeof(float) : sizeof(uint16_t);
+    head_rows r = {(const char *)t->data + (size_t)(b * a->T * ld + c0) * es, ld * (int64_t)es, a->Dh * (int64_t)es};
+    return r;
+}
+
+/* rows [j0, j1) of each of hr[0, n) into L1, or into L2 (l2: the next
+ * task's). always_inline: as a function of its own GCC's pure-const pass saw
+ * no side effect in it (prefetches only) and dropped every call. */
+static inline __attribute__((always_inline)) void prefetch_rows(const head_rows *hr, int n, int64_t j0, int64_t j1,
+                                                                int l2) {
+    for (int i = 0; i < n; i++)
+        for (int64_t j = j0; j < j1; j++) {
+            const char *r = hr[i].p + j * hr[i].ld;
+            for (int64_t o = 0; o <= hr[i].bytes; o += 64) { /* the last: a row that straddles one more line */
+                const char *x = r + CT_MIN(o, hr[i].bytes - 1);
+                if (l2) _mm_prefetch(x, _MM_HINT_T1);
+                else _mm_prefetch(x, _MM_HINT_T0);
+            }
+        }
+}
+
+/* the head rows task bh reads: q, k, v of qkv (in[qkv]), and for the
+ * backward (bwd) dy (in[0]) and y (in[2]); returns how many */
+static int task_rows(const ct_kargs *k, const att *a, int qkv, int bwd, int64_t bh, head_rows *hr) {
+    const int64_t b = bh / a->H, h = bh % a->H, Dh = a->Dh, D = a->D;
+    for (int p = 0; p < 3; p++) hr[p] = head_of(&k->in[qkv], a, b, p * D + h * Dh, 3 * D);
+    if (!bwd) return 3;
+    hr[3] = head_of(&k->in[0], a, b, h * Dh, D);
+    hr[4] = head_of(&k->in[2], a, b, h * Dh, D);
+    return 5;
+}
+
+/* dst (8 x 8, rows ldd apart) = src (8 x 8, rows lds apart) transposed, in
+ * registers (AVX in both builds): the tile's columns one float at a time
+ * were half of gather_t's time */
+static inline void tr8x8(const float *src, int64_t lds, float *dst, int64_t ldd) {
+    __m256 r[8], t[8], u[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * lds);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]); /* a(i,0) a(i+1,0) a(i,1) a(i+1,1) | the same for 4, 5 */
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) { /* u[i + c]: column c (low half) and c + 4 (high) of rows i..i+3 */
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int c = 0; c < 4; c++) {
+        _mm256_storeu_ps(dst + c * ldd, _mm256_permute2f128_ps(u[c], u[c + 4], 0x20));
+        _mm256_storeu_ps(dst + (c + 4) * ldd, _mm256_permute2f128_ps(u[c], u[c + 4], 0x31));
+    }
+}
+
+/* gathers part (1 k, 2 v) of head h, batch b as K^T / V^T packed for the
+ * micro-kernel's B: keys [j0, j0 + NB) as a panel of Dh rows of NB floats at
+ * xt + (j0 / NB) Dh NB, so that one call streams 8-16 KiB of consecutive
+ * floats (the rows of a (Dh, T) K^T were T floats apart: with T = 256 the
+ * B loads missed L1 and stalled the products). 16 x 16 tiles: vector loads
+ * of 16 rows' segments into an L1 tile, then its columns out. Prefetches the
+ * rows of pf[0, npf) (the task's inputs) 16 keys ahead. */
+static void gather_t(const att *a, int part, int64_t b, int64_t h, float *xt, const head_rows *pf, int npf) {
     const int64_t T = a->T, Dh = a->Dh, ld = 3 * a->D, o = b * T * ld + part * a->D + h * Dh;
     const ct_dtype dt = a->tqkv->dtype;
     const int bf = dt != CT_F32;
     const uint16_t *xh = (const uint16_t *)a->tqkv->data + o;
     const float *xf = a->qkv + o;
     float tile[16][16];
-    for (int64_t j0 = 0; j0 < T; j0 += 16)
+    prefetch_rows(pf, npf, 0, CT_MIN(T, 16), 0);
+    for (int64_t j0 = 0; j0 < T; j0 += 16) {
+        prefetch_rows(pf, npf, CT_MIN(T, j0 + 16), CT_MIN(T, j0 + 32), 0);
+        float *pan = xt + (j0 / NB) * Dh * NB + j0 % NB; /* NB is a multiple of 16: a tile lies in one panel */
         for (int64_t d0 = 0; d0 < Dh; d0 += 16) {
             const int jn = (int)CT_MIN((int64_t)16, T - j0), dn = (int)CT_MIN((int64_t)16, Dh - d0);
             for (int j = 0; j < jn; j++)
@@ -160,23 +294,33 @@ static void gather_t(const att *a, int part, int64_t b, int64_t h, float *xt) {
                     if (w == VW) vstore(&tile[j][dd], v);
                     else vtail_store(&tile[j][dd], v, w);
                 }
-            for (int dd = 0; dd < dn; dd++)
-                for (int j = 0; j < jn; j++) xt[(d0 + dd) * T + j0 + j] = tile[j][dd];
+            if (jn == 16 && dn == 16)
+                for (int jj = 0; jj < 16; jj += 8)
+                    for (int dd = 0; dd < 16; dd += 8) tr8x8(&tile[jj][dd], 16, pan + (d0 + dd) * NB + jj, NB);
+            else
+                for (int dd = 0; dd < dn; dd++)
+                    for (int j = 0; j < jn; j++) pan[(d0 + dd) * NB + j] = tile[j][dd];
         }
+    }
 }
 
-/* BF16 / FP16 I/O: rows [0, T) of head h of a (B, T, ld) tensor at column c0 as
- * FP32 (T, Dh) rows in buf, ld Dh; the FP32 tensor's own rows otherwise (*ldo
- * gets the leading dim). */
+/* Rows [0, T) of head h of a (B, T, ld) tensor at column c0 as FP32 (T, Dh)
+ * rows in buf, ld Dh (*ldo gets the leading dim): 16-bit I/O converted, and
+ * FP32 copied where `copy` (a B operand: its rows then lie back to back
+ * instead of 3 D floats apart, a few L1 sets); else the FP32 tensor's own. */
 static const float *rows_in(const ct_tensor *t, const att *a, int64_t b, int64_t c0, int64_t ld, float *buf,
-                            int64_t *ldo) {
+                            int64_t *ldo, int copy) {
     int64_t o = b * a->T * ld + c0;
-    if (t->dtype == CT_F32) {
+    if (t->dtype == CT_F32 && !copy) {
         *ldo = ld;
         return (const float *)t->data + o;
     }
-    for (int64_t j = 0; j < a->T; j++)
-        ct_lp_to_f32((const uint16_t *)t->data + o + j * ld, buf + j * a->Dh, (size_t)a->Dh, t->dtype);
+    const head_rows hr = head_of(t, a, b, c0, ld);
+    for (int64_t j = 0; j < a->T; j++) {
+        if (j % 8 == 0) prefetch_rows(&hr, 1, CT_MIN(a->T, j + 16), CT_MIN(a->T, j + 24), 0);
+        if (t->dtype == CT_F32) memcpy(buf + j * a->Dh, (const float *)t->data + o + j * ld, (size_t)a->Dh * sizeof *buf);
+        else ct_lp_to_f32((const uint16_t *)t->data + o + j * ld, buf + j * a->Dh, (size_t)a->Dh, t->dtype);
+    }
     *ldo = a->Dh;
     return buf;
 }
@@ -201,11 +345,11 @@ static void key_bias(const att *a, int64_t b, float *kb) {
     for (int64_t j = 0; j < a->T; j++) kb[j] = a->kv && !a->kv[b * a->T + j] ? -INFINITY : 0.0f;
 }
 
-/* the first r lanes of p, the rest `fill` */
+/* the first r < VW lanes of p, the rest `fill` (lane masks: filling a stack
+ * array one float at a time and loading it stalled on store forwarding) */
 static inline vf load_fill(const float *p, int r, float fill) {
-    float t[VW];
-    for (int i = 0; i < VW; i++) t[i] = i < r ? p[i] : fill;
-    return vload(t);
+    const unsigned lo = (1u << r) - 1;
+    return vor(vand(ct_vmask_bits(lo), vtail_load(p, r)), vand(ct_vmask_bits(~lo & ((1u << VW) - 1)), vset1(fill)));
 }
 
 /* e^(x - c) for x > -inf, else exactly 0 */
@@ -213,30 +357,39 @@ static inline vf exp_masked(vf x, vf c) {
     return vselect_gt(x, vset1(-INFINITY), vexp(vsub(x, c)), vzero());
 }
 
-static void zero_from(float *p, int64_t from, int64_t T) {
-    for (int64_t j = from; j < T; j++) p[j] = 0.0f;
+static void zero_range(float *p, int64_t from, int64_t to) {
+    if (to > from) memset(p + from, 0, (size_t)(to - from) * sizeof *p);
 }
 
-/* Row i of the scores (s[0..n) valid, n = keys visible to this query) ->
- * probabilities in place, zeros in [n, T); returns the log-sum-exp (-inf:
- * every key masked, the row is all zeros). */
-static float softmax_row(float *s, const float *kb, int64_t n, int64_t T) {
+/* Row i of the scores (s[0..n) valid, n = keys visible to this query; kb the
+ * key bias, NULL: no padding) -> probabilities in place, zeros in [n, zt);
+ * returns the log-sum-exp (-inf: every key masked, the row is all zeros up
+ * to zt). inv not NULL: the row is left as e^(s - max) and *inv gets the
+ * factor that normalizes it (0 for a masked row): the forward applies it to
+ * the row of P V, one pass over the row less. */
+static float softmax_row(float *s, const float *kb, int64_t n, int64_t zt, float *inv) {
     vf vm = vset1(-INFINITY);
     int64_t j = 0;
-    for (; j + VW <= n; j += VW) {
-        vf x = vadd(vload(s + j), vload(kb + j));
-        vstore(s + j, x);
-        vm = vmax(vm, x);
-    }
-    int r = (int)(n - j);
-    if (r) {
-        vf x = vadd(load_fill(s + j, r, -INFINITY), load_fill(kb + j, r, 0.0f));
-        vtail_store(s + j, x, r);
-        vm = vmax(vm, x);
+    const int r = (int)(n % VW);
+    if (kb) {
+        for (; j + VW <= n; j += VW) {
+            vf x = vadd(vload(s + j), vload(kb + j));
+            vstore(s + j, x);
+            vm = vmax(vm, x);
+        }
+        if (r) {
+            vf x = vadd(load_fill(s + j, r, -INFINITY), load_fill(kb + j, r, 0.0f));
+            vtail_store(s + j, x, r);
+            vm = vmax(vm, x);
+        }
+    } else {
+        for (; j + VW <= n; j += VW) vm = vmax(vm, vload(s + j));
+        if (r) vm = vmax(vm, load_fill(s + j, r, -INFINITY));
     }
     float m = vhmax(vm);
     if (m == -INFINITY) {
-        zero_from(s, 0, T);
+        zero_range(s, 0, zt);
+        if (inv) *inv = 0.0f;
         return -INFINITY;
     }
     vf c = vset1(m), sum = vzero();
@@ -251,51 +404,76 @@ static float softmax_row(float *s, const float *kb, int64_t n, int64_t T) {
         sum = vadd(sum, e);
     }
     float tot = vhsum(sum);
-    vf inv = vset1(1.0f / tot);
-    for (j = 0; j + VW <= n; j += VW) vstore(s + j, vmul(vload(s + j), inv));
-    if (r) vtail_store(s + j, vmul(vtail_load(s + j, r), inv), r);
-    zero_from(s, n, T);
+    zero_range(s, n, zt);
+    if (inv) {
+        *inv = 1.0f / tot;
+    } else {
+        vf vr = vset1(1.0f / tot);
+        for (j = 0; j + VW <= n; j += VW) vstore(s + j, vmul(vload(s + j), vr));
+        if (r) vtail_store(s + j, vmul(vtail_load(s + j, r), vr), r);
+    }
     return m + logf(tot);
 }
+
+/* Row blocks of RB queries: a block's scores, probabilities and dS stay in
+ * L1 between the products and the row passes. */
+#define RB (4 * MR)
+
+/* where row i of P / dS must hold zeros past its visible keys: up to the end
+ * of its MR-row block, the last column a causal product reads (K_UPTO: row
+ * block [i0, i1) of P V reads P[i][0, i1); K_FROM: row block [i0, i1) of
+ * P^T dO reads P[kk][i0, i1) for kk >= i0) */
+static int64_t zeros_to(const att *a, int64_t i) { return a->causal ? CT_MIN(a->T, (i / MR + 1) * MR) : a->T; }
 
 /* in: qkv[, key_valid] -> out (B, T, D); aux: lse (B, H, T) */
 ct_status CT_FN(attention)(ct_kargs *k) {
     att a;
     CT_TRY(att_init(&a, k, &k->in[0], 1));
-    const int64_t T = a.T, Dh = a.Dh, D3 = 3 * a.D;
+    const int64_t T = a.T, Dh = a.Dh, D3 = 3 * a.D, ld = ct_attention_ld(T);
     float *lse = k->aux;
 #pragma omp parallel for num_threads(a.nt) schedule(dynamic, 1) if (a.nt > 1)
     for (int64_t bh = 0; bh < a.B * a.H; bh++) {
         int64_t b = bh / a.H, h = bh % a.H;
-        float *s = (float *)((char *)k->ws + (size_t)omp_get_thread_num() * a.per_thread);
-        float *kt = s + T * T, *kb = kt + Dh * T;
-        float *qb = (float *)((char *)s + ct_attention_ws_per_thread(T, Dh)), *vb = qb + T * Dh, *ob = vb + T * Dh;
+        att_ws w = att_slice(&a, k->ws);
+        float *s = w.s, *qb = w.rows, *vb = qb + T * Dh, *ob = vb + T * Dh;
         int64_t ldq, ldv, ldo;
-        const float *q = rows_in(&k->in[0], &a, b, h * Dh, D3, qb, &ldq);
-        const float *v = rows_in(&k->in[0], &a, b, 2 * a.D + h * Dh, D3, vb, &ldv);
+        /* this task's rows, then the next one's (the task this thread runs next while all take as long) */
+        head_rows pf[3], pn[3];
+        task_rows(k, &a, 0, 0, bh, pf);
+        const int nn = bh + a.nt < a.B * a.H ? task_rows(k, &a, 0, 0, bh + a.nt, pn) : 0;
+        gather_t(&a, 1, b, h, w.kt, pf + 1, 1);
+        const float *q = rows_in(&k->in[0], &a, b, h * Dh, D3, qb, &ldq, 0);
+        const float *v = rows_in(&k->in[0], &a, b, 2 * a.D + h * Dh, D3, vb, &ldv, 1);
         float *o = rows_at(&k->out, &a, b, h * Dh, a.D, ob, &ldo);
-        gather_t(&a, 1, b, h, kt);
-        key_bias(&a, b, kb);
-        gemm(T, T, Dh, q, ldq, 1, kt, T, s, T, a.scale, a.causal ? CM_N_UPTO : CM_NONE);
-        for (int64_t i = 0; i < T; i++) lse[bh * T + i] = softmax_row(s + i * T, kb, a.causal ? i + 1 : T, T);
-        gemm(T, Dh, T, s, T, 1, v, ldv, o, ldo, 1.0f, a.causal ? CM_K_UPTO : CM_NONE);
+        const float *kb = a.kv ? w.kb : NULL;
+        if (kb) key_bias(&a, b, w.kb);
+        for (int64_t i0 = 0; i0 < T; i0 += RB) {
+            const int64_t i1 = CT_MIN(T, i0 + RB);
+            prefetch_rows(pn, nn, i0, i1, 1);
+            gemm(i0, i1, T, Dh, q, ldq, 1, w.kt, NB, Dh * NB, s, ld, a.scale, NULL, a.causal ? CM_N_UPTO : CM_NONE);
+            for (int64_t i = i0; i < i1; i++)
+                lse[bh * T + i] = softmax_row(s + i * ld, kb, a.causal ? i + 1 : T, zeros_to(&a, i), w.inv + i);
+            gemm(i0, i1, Dh, T, s, ld, 1, v, ldv, NB, o, ldo, 1.0f, w.inv, a.causal ? CM_K_UPTO : CM_NONE);
+        }
         rows_out(&k->out, &a, b, h * Dh, a.D, ob);
     }
     return CT_OK;
 }
 
-/* P = exp(s + kb - l) over the n visible keys of a score row (in place),
- * zeros past them and in a row whose keys are all masked (l = -inf) */
-static void prob_row(float *pr, const float *kb, float l, int64_t n, int64_t ld) {
+/* P = exp(s + kb - l) over the n visible keys of a score row (in place; kb
+ * NULL: no padding), zeros past them up to zt and in a row whose keys are all
+ * masked (l = -inf) */
+static void prob_row(float *pr, const float *kb, float l, int64_t n, int64_t zt) {
     if (l == -INFINITY) n = 0;
     int64_t j = 0;
     vf vl = vset1(l);
-    for (; j + VW <= n; j += VW) vstore(pr + j, exp_masked(vadd(vload(pr + j), vload(kb + j)), vl));
+    for (; j + VW <= n; j += VW) vstore(pr + j, exp_masked(kb ? vadd(vload(pr + j), vload(kb + j)) : vload(pr + j), vl));
     if (j < n) {
         int r = (int)(n - j);
-        vtail_store(pr + j, exp_masked(vadd(vtail_load(pr + j, r), vtail_load(kb + j, r)), vl), r);
+        vf x = kb ? vadd(vtail_load(pr + j, r), vtail_load(kb + j, r)) : vtail_load(pr + j, r);
+        vtail_store(pr + j, exp_masked(x, vl), r);
     }
-    zero_from(pr, n, ld);
+    zero_range(pr, n, zt);
 }
 
 static float dot_row(const float *x, const float *y, int64_t n) {
@@ -306,54 +484,74 @@ static float dot_row(const float *x, const float *y, int64_t n) {
     return vhsum(s);
 }
 
+/* di[i] = rowsum(dO * O) for every query, in one pass that prefetches y's
+ * rows (hr) ahead: in the row blocks each was a miss waited on */
+static void row_dots(const float *g, int64_t ldg, const float *y, int64_t ldy, const head_rows *hr, int64_t T,
+                     int64_t Dh, float *di) {
+    for (int64_t i = 0; i < T; i++) {
+        if (i % 8 == 0) prefetch_rows(hr, 1, CT_MIN(T, i + 16), CT_MIN(T, i + 24), 0);
+        di[i] = dot_row(g + i * ldg, y + i * ldy, Dh);
+    }
+}
+
 /* in: dy (B, T, D), qkv, fwd (out and lse)[, key_valid] -> d_qkv (B, T, 3D) */
 ct_status CT_FN(attention_bwd)(ct_kargs *k) {
     att a;
     CT_TRY(att_init(&a, k, &k->in[1], 3));
     if (!a.lowp && (k->in[0].dtype != CT_F32 || k->in[2].dtype != CT_F32)) return CT_E_UNSUPPORTED;
-    const int64_t T = a.T, Dh = a.Dh, D = a.D, D3 = 3 * a.D;
+    const int64_t T = a.T, Dh = a.Dh, D = a.D, D3 = 3 * a.D, ld = ct_attention_ld(T);
     const float *lse = k->in_aux[2];
 #pragma omp parallel for num_threads(a.nt) schedule(dynamic, 1) if (a.nt > 1)
     for (int64_t bh = 0; bh < a.B * a.H; bh++) {
         int64_t b = bh / a.H, h = bh % a.H;
-        float *p = (float *)((char *)k->ws + (size_t)omp_get_thread_num() * a.per_thread);
-        float *ds = p + T * T, *kt = ds + T * T, *vt = kt + Dh * T, *kb = vt + Dh * T;
-        /* 16-bit I/O: FP32 rows of q, k, dy, y, dq, dk, dv after the FP32 workspace */
-        float *qb = (float *)((char *)p + ct_attention_ws_per_thread(T, Dh)), *kbuf = qb + T * Dh, *gb = kbuf + T * Dh,
-              *yb = gb + T * Dh, *dqb = yb + T * Dh, *dkb = dqb + T * Dh, *dvb = dkb + T * Dh;
+        att_ws w = att_slice(&a, k->ws);
+        float *p = w.s, *ds = w.ds;
+        /* FP32 rows of q, k, dy (B operands), and with 16-bit I/O y, dq, dk, dv */
+        float *qb = w.rows, *kbuf = qb + T * Dh, *gb = kbuf + T * Dh, *yb = gb + T * Dh, *dqb = yb + T * Dh,
+              *dkb = dqb + T * Dh, *dvb = dkb + T * Dh;
         int64_t ldq, ldk, ldg, ldy, lq, lk, lv;
-        const float *q = rows_in(&k->in[1], &a, b, h * Dh, D3, qb, &ldq);
-        const float *kk = rows_in(&k->in[1], &a, b, D + h * Dh, D3, kbuf, &ldk);
-        const float *g = rows_in(&k->in[0], &a, b, h * Dh, D, gb, &ldg);
-        const float *o = rows_in(&k->in[2], &a, b, h * Dh, D, yb, &ldy);
+        head_rows pf[5], pn[5];
+        task_rows(k, &a, 1, 1, bh, pf);
+        const int nn = bh + a.nt < a.B * a.H ? task_rows(k, &a, 1, 1, bh + a.nt, pn) : 0;
+        gather_t(&a, 1, b, h, w.kt, pf + 1, 1);
+        gather_t(&a, 2, b, h, w.vt, pf + 2, 1);
+        const float *q = rows_in(&k->in[1], &a, b, h * Dh, D3, qb, &ldq, 1);
+        const float *kk = rows_in(&k->in[1], &a, b, D + h * Dh, D3, kbuf, &ldk, 1);
+        const float *g = rows_in(&k->in[0], &a, b, h * Dh, D, gb, &ldg, 1);
+        const float *o = rows_in(&k->in[2], &a, b, h * Dh, D, yb, &ldy, 0);
         float *dq = rows_at(&k->out, &a, b, h * Dh, D3, dqb, &lq);
         float *dk = rows_at(&k->out, &a, b, D + h * Dh, D3, dkb, &lk);
         float *dv = rows_at(&k->out, &a, b, 2 * D + h * Dh, D3, dvb, &lv);
-        gather_t(&a, 1, b, h, kt);
-        gather_t(&a, 2, b, h, vt);
-        key_bias(&a, b, kb);
-        /* P = exp(scale q k^T + mask - lse), zero where masked */
-        gemm(T, T, Dh, q, ldq, 1, kt, T, p, T, a.scale, a.causal ? CM_N_UPTO : CM_NONE);
-        for (int64_t i = 0; i < T; i++) prob_row(p + i * T, kb, lse[bh * T + i], a.causal ? i + 1 : T, T);
-        /* dV = P^T dO */
-        gemm(T, Dh, T, p, 1, T, g, ldg, dv, lv, 1.0f, a.causal ? CM_K_FROM : CM_NONE);
-        /* dP = dO V^T, then dS = P (dP - rowsum(dO * O)) in place */
-        gemm(T, T, Dh, g, ldg, 1, vt, T, ds, T, 1.0f, a.causal ? CM_N_UPTO : CM_NONE);
-        for (int64_t i = 0; i < T; i++) {
-            float *dr = ds + i * T;
-            const float *pr = p + i * T;
-            int64_t n = a.causal ? i + 1 : T, j = 0;
-            vf di = vset1(dot_row(g + i * ldg, o + i * ldy, Dh));
-            for (; j + VW <= n; j += VW) vstore(dr + j, vmul(vload(pr + j), vsub(vload(dr + j), di)));
-            if (j < n) {
-                int r = (int)(n - j);
-                vtail_store(dr + j, vmul(vtail_load(pr + j, r), vsub(vtail_load(dr + j, r), di)), r);
+        const float *kb = a.kv ? w.kb : NULL;
+        if (kb) key_bias(&a, b, w.kb);
+        row_dots(g, ldg, o, ldy, &pf[4], T, Dh, w.inv); /* the forward's row factors' place */
+        for (int64_t i0 = 0; i0 < T; i0 += RB) {
+            const int64_t i1 = CT_MIN(T, i0 + RB);
+            prefetch_rows(pn + 1, nn ? 2 : 0, i0, i1, 1);
+            /* P = exp(scale q k^T + mask - lse), zero where masked */
+            gemm(i0, i1, T, Dh, q, ldq, 1, w.kt, NB, Dh * NB, p, ld, a.scale, NULL, a.causal ? CM_N_UPTO : CM_NONE);
+            for (int64_t i = i0; i < i1; i++)
+                prob_row(p + i * ld, kb, lse[bh * T + i], a.causal ? i + 1 : T, zeros_to(&a, i));
+            /* dP = dO V^T, then dS = P (dP - rowsum(dO * O)) in place */
+            gemm(i0, i1, T, Dh, g, ldg, 1, w.vt, NB, Dh * NB, ds, ld, 1.0f, NULL, a.causal ? CM_N_UPTO : CM_NONE);
+            for (int64_t i = i0; i < i1; i++) {
+                float *dr = ds + i * ld;
+                const float *pr = p + i * ld;
+                int64_t n = a.causal ? i + 1 : T, j = 0;
+                vf di = vset1(w.inv[i]);
+                for (; j + VW <= n; j += VW) vstore(dr + j, vmul(vload(pr + j), vsub(vload(dr + j), di)));
+                if (j < n) {
+                    int r = (int)(n - j);
+                    vtail_store(dr + j, vmul(vtail_load(pr + j, r), vsub(vtail_load(dr + j, r), di)), r);
+                }
+                zero_range(dr, n, zeros_to(&a, i));
             }
-            zero_from(dr, n, T);
+            /* dQ = scale dS K */
+            gemm(i0, i1, Dh, T, ds, ld, 1, kk, ldk, NB, dq, lq, a.scale, NULL, a.causal ? CM_K_UPTO : CM_NONE);
         }
-        /* dQ = scale dS K, dK = scale dS^T Q */
-        gemm(T, Dh, T, ds, T, 1, kk, ldk, dq, lq, a.scale, a.causal ? CM_K_UPTO : CM_NONE);
-        gemm(T, Dh, T, ds, 1, T, q, ldq, dk, lk, a.scale, a.causal ? CM_K_FROM : CM_NONE);
+        /* dV = P^T dO, dK = scale dS^T Q: every row block of P / dS done */
+        gemm(0, T, Dh, T, p, 1, ld, g, ldg, NB, dv, lv, 1.0f, NULL, a.causal ? CM_K_FROM : CM_NONE);
+        gemm(0, T, Dh, T, ds, 1, ld, q, ldq, NB, dk, lk, a.scale, NULL, a.causal ? CM_K_FROM : CM_NONE);
         rows_out(&k->out, &a, b, h * Dh, D3, dqb);
         rows_out(&k->out, &a, b, D + h * Dh, D3, dkb);
         rows_out(&k->out, &a, b, 2 * D + h * Dh, D3, dvb);
@@ -374,7 +572,7 @@ static int64_t visible(int64_t i0, int64_t r, int64_t ld, int causal) {
 void CT_FN(att_softmax_rows)(float *s, uint16_t *p16, int64_t ld, int64_t m, int64_t i0, int causal, const float *kb,
                              float *lse) {
     for (int64_t r = 0; r < m; r++) {
-        lse[r] = softmax_row(s + r * ld, kb, visible(i0, r, ld, causal), ld);
+        lse[r] = softmax_row(s + r * ld, kb, visible(i0, r, ld, causal), ld, NULL);
         CT_CVT(f32_to_bf16)(s + r * ld, p16 + r * ld, (size_t)ld);
     }
 }
