@@ -77,7 +77,7 @@ static void taps(const float *dy, int64_t ldy, const float *x, int64_t ldx, int6
     }
 }
 
-/* in: dy (N, OC, OH, OW), x (N, C, H, W) -> dw (OC, C, KH, KW), FP32 */
+/* in: dy (N, OC, OH, OW), x (N, C, H, W) -> dw (OC, C, KH, KW) in the node's dtype */
 ct_status CT_FN(conv2d_bwd_weight)(ct_kargs *k) {
     const ct_tensor *ty = &k->in[0], *tx = &k->in[1];
     const int64_t N = tx->shape[0], C = tx->shape[1], H = tx->shape[2], W = tx->shape[3];
@@ -89,10 +89,11 @@ ct_status CT_FN(conv2d_bwd_weight)(ct_kargs *k) {
         !ct_f32_or(tx, low) || (low != CT_F32 && (OH * OW > CT_BF16_TILE || H * W > CT_BF16_TILE)))
         return CT_E_UNSUPPORTED;
     const int64_t Hp = OH + (KH - 1) * d, Wp = OW + (KW - 1) * d, plane = Hp * Wp;
+    const int64_t q0 = p, q1 = CT_MIN(Wp, W + p); /* the columns of a padded row that hold x */
     const size_t acc_bytes = ct_conv_direct_acc_bytes(OC, C, KH, KW), per = ct_conv_direct_image_bytes(C, KH, KW, OH, OW, d);
-    int nt = (int)CT_MIN((int64_t)k->nthreads, OC);
-    if (acc_bytes + (size_t)CT_MAX(nt, 1) * per > k->ws_bytes)
-        nt = k->ws_bytes > acc_bytes ? (int)CT_MIN((size_t)nt, (k->ws_bytes - acc_bytes) / per) : 0;
+    /* as many threads as output channels and workspace images allow */
+    const size_t want = (size_t)CT_MIN((int64_t)k->nthreads, OC);
+    const int nt = k->ws_bytes > acc_bytes ? (int)CT_MIN(want, (k->ws_bytes - acc_bytes) / per) : 0;
     if (nt < 1) return CT_E_UNSUPPORTED; /* no workspace: the reference needs none */
     double *acc = k->ws;
     memset(acc, 0, (size_t)(OC * C * KH * KW) * sizeof(double));
@@ -110,7 +111,6 @@ ct_status CT_FN(conv2d_bwd_weight)(ct_kargs *k) {
                 for (int64_t r = 0; r < Hp; r++) {
                     int64_t ih = r - p;
                     if (ih < 0 || ih >= H) continue;
-                    int64_t q0 = CT_MAX(p, (int64_t)0), q1 = CT_MIN(Wp, W + p);
                     if (q0 < q1) memcpy(xc + r * Wp + q0, xs + ih * W + (q0 - p), (size_t)(q1 - q0) * sizeof(float));
                 }
             }
