@@ -128,6 +128,25 @@ CASE(c_drop_path, CT_TRY(P(g, "x", ND(8, 3, 5, 7), &a)); CT_TRY(ct_drop_path(g, 
 CASE(c_drop_path_rows, CT_TRY(P(g, "x", ND(16, 19), &a)); CT_TRY(ct_drop_path(g, a, 0.5f, out)))
 CASE(c_conv_depthwise, CT_TRY(P(g, "x", ND(2, 6, 9, 8), &a)); CT_TRY(P(g, "w", ND(6, 1, 5, 5), &b));
      CT_TRY(P(g, "b", ND(6), &c)); CT_TRY(ct_conv2d(g, a, b, c, 2, 2, 1, 6, out)))
+/* channels-last convolutions (ct_conv2d_ex, x and y NHWC): each "_cl" case
+ * is its NCHW partner (same parameters: x (N, C, H, W), w, b) with x
+ * transposed to NHWC, the convolution run channels last and its output
+ * transposed back, so TEST(conv_channels_last_matches_nchw) compares them */
+static ct_status conv_cl(ct_graph *g, ct_node x, ct_node w, ct_node b, int s, int p, int d, int gr, ct_node *out) {
+    ct_node xt, y;
+    ct_conv2d_opts o = {.stride = s, .pad = p, .dilation = d, .groups = gr, .channels_last = 1};
+    CT_TRY(ct_transpose(g, x, (int[]){0, 2, 3, 1}, &xt));
+    CT_TRY(ct_conv2d_ex(g, xt, w, b, &o, &y));
+    return ct_transpose(g, y, (int[]){0, 3, 1, 2}, out);
+}
+CASE(c_conv_cl, CT_TRY(P(g, "x", ND(2, 3, 7, 6), &a)); CT_TRY(P(g, "w", ND(4, 3, 3, 3), &b)); CT_TRY(P(g, "b", ND(4), &c));
+     CT_TRY(conv_cl(g, a, b, c, 1, 1, 1, 1, out)))
+CASE(c_conv_s2_d2_g2_cl, CT_TRY(P(g, "x", ND(2, 4, 9, 8), &a)); CT_TRY(P(g, "w", ND(6, 2, 3, 3), &b));
+     CT_TRY(conv_cl(g, a, b, CT_NONE, 2, 2, 2, 2, out)))
+CASE(c_conv_c1_cl, CT_TRY(P(g, "x", ND(2, 1, 7, 9), &a)); CT_TRY(P(g, "w", ND(4, 1, 3, 3), &b)); CT_TRY(P(g, "b", ND(4), &c));
+     CT_TRY(conv_cl(g, a, b, c, 1, 1, 1, 1, out)))
+CASE(c_conv_depthwise_cl, CT_TRY(P(g, "x", ND(2, 6, 9, 8), &a)); CT_TRY(P(g, "w", ND(6, 1, 5, 5), &b));
+     CT_TRY(P(g, "b", ND(6), &c)); CT_TRY(conv_cl(g, a, b, c, 2, 2, 1, 6, out)))
 CASE(c_window_bias, CT_TRY(P(g, "t", ND(9, 2), &a)); CT_TRY(ct_window_bias(g, a, 2, 0, 1, 2, out)))
 CASE(c_window_bias_shift, CT_TRY(P(g, "t", ND(25, 3), &a)); CT_TRY(ct_window_bias(g, a, 3, 1, 2, 3, &b));
      CT_TRY(ct_softmax(g, b, out))) /* as in Swin: the -100 mask would drown finite differences of a sum */
@@ -169,6 +188,13 @@ CASE(c_dropout_add, CT_TRY(P(g, "x", ND(6, 40), &a)); CT_TRY(P(g, "r", ND(6, 40)
      CT_TRY(ct_add(g, b, c, out)))
 CASE(c_conv_relu, CT_TRY(P(g, "x", ND(2, 3, 5, 4), &a)); CT_TRY(P(g, "w", ND(4, 3, 3, 3), &b)); CT_TRY(P(g, "b", ND(4), &c));
      CT_TRY(ct_conv2d(g, a, b, c, 1, 1, 1, 1, &d)); CT_TRY(ct_relu(g, d, out)))
+/* channels last: the bias add over the last dim folds into the conv; relu on its output */
+CASE(c_conv_cl_bias_add, CT_TRY(P(g, "x", ND(2, 6, 5, 3), &a)); CT_TRY(P(g, "w", ND(4, 3, 3, 3), &b));
+     CT_TRY(P(g, "b", ND(4), &c)); ct_conv2d_opts o; ct_conv2d_opts_default(&o); o.pad = 1; o.channels_last = 1;
+     CT_TRY(ct_conv2d_ex(g, a, b, CT_NONE, &o, &d)); CT_TRY(ct_add(g, d, c, out)))
+CASE(c_conv_cl_relu, CT_TRY(P(g, "x", ND(2, 5, 4, 3), &a)); CT_TRY(P(g, "w", ND(4, 3, 3, 3), &b)); CT_TRY(P(g, "b", ND(4), &c));
+     ct_conv2d_opts o; ct_conv2d_opts_default(&o); o.pad = 1; o.channels_last = 1;
+     CT_TRY(ct_conv2d_ex(g, a, b, c, &o, &d)); CT_TRY(ct_relu(g, d, out)))
 CASE(c_linear_relu, CT_TRY(P(g, "x", ND(6, 9), &a)); CT_TRY(P(g, "w", ND(5, 9), &b)); CT_TRY(P(g, "b", ND(5), &c));
      CT_TRY(ct_linear(g, a, b, c, &d)); CT_TRY(ct_relu(g, d, out)))
 CASE(c_add_relu, CT_TRY(P(g, "x", ND(6, 21), &a)); CT_TRY(P(g, "y", ND(6, 21), &b)); CT_TRY(ct_add(g, a, b, &c));
@@ -234,6 +260,9 @@ static const op_case k_cases[] = {
     {"bn_relu", c_bn_relu, 0}, {"conv_bias_add", c_conv_bias_add, 0}, {"linear_bias_add", c_linear_bias_add, 0},
     {"linear_ln_pro", c_linear_ln_pro, 0}, {"linear_gelu_pro", c_linear_gelu_pro, 0}, {"dropout_add", c_dropout_add, 0},
     {"conv_relu", c_conv_relu, 0}, {"linear_relu", c_linear_relu, 0}, {"add_relu", c_add_relu, 0},
+    {"conv_cl", c_conv_cl, 0}, {"conv_s2_d2_g2_cl", c_conv_s2_d2_g2_cl, 0}, {"conv_c1_cl", c_conv_c1_cl, 0},
+    {"conv_depthwise_cl", c_conv_depthwise_cl, 0}, {"conv_cl_bias_add", c_conv_cl_bias_add, 0},
+    {"conv_cl_relu", c_conv_cl_relu, 0},
     {"eltwise_chain", c_eltwise_chain, 0}, {"ln_bwd_add", c_ln_bwd_add, 0}, {"add_ln", c_add_ln, 0},
     {"ln_colsum", c_ln_colsum, 0}, {"gelu_colsum", c_gelu_colsum, 0},
     {"cross_entropy_vp", c_cross_entropy_vp, 1}, {"embedding_rows", c_embedding_rows, 0}, /* vp: reference only */
@@ -306,6 +335,16 @@ static double loss_at(harness *h) {
     float l;
     ct_plan_loss(h->plan, &l);
     return l;
+}
+
+/* The node whose kernel a case is about: its output, or for the "_cl"
+ * cases (the output transposed back to NCHW) the channels-last conv2d. */
+static int kernel_node(const harness *h) {
+    const ct_graph *g = &h->plan->g;
+    if (g->nodes[h->out].op != CT_OP_TRANSPOSE) return h->out;
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i].op == CT_OP_CONV2D && g->nodes[i].ia[4]) return i;
+    return h->out;
 }
 
 TEST(backward_matches_finite_differences) {
@@ -402,7 +441,7 @@ static void compare_fast(int isa, int onednn, const char *label) {
             CHECK_MSG(e <= 1e-4, "%s %s: gradient of %s differs from reference by %.3g", label, c->name, pname, e);
             if (e > worst) worst = e;
         }
-        const char *kn = ct_plan_kernel_name(hf.plan, hf.out);
+        const char *kn = ct_plan_kernel_name(hf.plan, kernel_node(&hf));
         printf("    %-7s %-18s kernel %-7s worst rel err %.2e\n", label, c->name, kn, worst);
         int is_ref = !strcmp(kn, "ref");
         int is_view = !strcmp(kn, "none"); /* reshape alias */
@@ -503,6 +542,78 @@ TEST(conv_direct_weight_gradient) {
         free(grad[0]);
         free(grad[1]);
     }
+}
+
+/* A channels-last convolution (its "_cl" case: transpose, conv2d_ex NHWC,
+ * transpose back) gives its NCHW partner's output, loss and gradients (x, w,
+ * b: the same parameters, initialized alike), in the reference and with
+ * the best kernels (oneDNN: nhwc vs its blocked or plain NCHW path) */
+static void cl_vs_nchw(int isa, int dnnl, const char *label) {
+    static const char *pairs[][2] = {{"conv", "conv_cl"}, {"conv_s2_d2_g2", "conv_s2_d2_g2_cl"},
+                                     {"conv_c1", "conv_c1_cl"}, {"conv_depthwise", "conv_depthwise_cl"}};
+    for (size_t pi = 0; pi < sizeof pairs / sizeof pairs[0]; pi++) {
+        ct_context *ctx[2];
+        harness h[2];
+        float loss[2];
+        for (int v = 0; v < 2; v++) {
+            const op_case *c = NULL;
+            for (int ci = 0; ci < N_CASES; ci++)
+                if (!strcmp(k_cases[ci].name, pairs[pi][v])) c = &k_cases[ci];
+            ctx[v] = test_ctx(isa, dnnl);
+            CHECK_OK(ctx[v], harness_build(ctx[v], c, &h[v]));
+            spread_params(h[v].plan);
+            CHECK_OK(ctx[v], run(&h[v], &loss[v]));
+        }
+        double worst = fabs((double)loss[0] - loss[1]) / (1 + fabs((double)loss[0]));
+        ct_tensor o[2];
+        CHECK_OK(ctx[0], ct_plan_tensor(h[0].plan, h[0].out, &o[0]));
+        CHECK_OK(ctx[1], ct_plan_tensor(h[1].plan, h[1].out, &o[1]));
+        CHECK(ct_tensor_numel(&o[0]) == ct_tensor_numel(&o[1]));
+        for (int64_t i = 0; i < ct_tensor_numel(&o[0]); i++) {
+            double a = ((const float *)o[0].data)[i], b = ((const float *)o[1].data)[i];
+            worst = fmax(worst, fabs(a - b) / (1 + fabs(a)));
+        }
+        int np = ct_plan_num_params(h[0].plan);
+        CHECK(np == ct_plan_num_params(h[1].plan));
+        for (int i = 0; i < np; i++) {
+            ct_tensor g0, g1;
+            ct_plan_param_info(h[0].plan, i, NULL, NULL, &g0);
+            ct_plan_param_info(h[1].plan, i, NULL, NULL, &g1);
+            CHECK(ct_tensor_numel(&g0) == ct_tensor_numel(&g1));
+            for (int64_t j = 0; j < ct_tensor_numel(&g0); j++) {
+                double a = ((const float *)g0.data)[j], b = ((const float *)g1.data)[j];
+                worst = fmax(worst, fabs(a - b) / (1 + fabs(a)));
+            }
+        }
+        printf("    %-6s %-18s vs %-22s worst rel diff %.2e\n", label, pairs[pi][0], pairs[pi][1], worst);
+        CHECK_MSG(worst < 1e-5, "%s: %s vs %s differ by %.3g", label, pairs[pi][0], pairs[pi][1], worst);
+        for (int v = 0; v < 2; v++) {
+            ct_plan_free(h[v].plan);
+            ct_context_free(ctx[v]);
+        }
+    }
+}
+
+TEST(conv_channels_last_matches_nchw) {
+    cl_vs_nchw(CT_ISA_REF, 0, "ref");
+    cl_vs_nchw(-1, 1, "best");
+    /* a bad flag or an input that is not NHWC with channels_last: errors naming it */
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_graph *g;
+    CHECK_OK(ctx, ct_graph_create(ctx, &g));
+    ct_node x, w, y;
+    CHECK_OK(ctx, ct_param(g, "x", 4, S(2, 3, 8, 8), CT_INIT_ZEROS, 1, &x));
+    CHECK_OK(ctx, ct_param(g, "w", 4, S(4, 3, 3, 3), CT_INIT_ZEROS, 1, &w));
+    ct_conv2d_opts o;
+    ct_conv2d_opts_default(&o);
+    o.channels_last = 1; /* x (2, 3, 8, 8) read as NHWC has 8 channels, the weight wants 3 */
+    CHECK(ct_conv2d_ex(g, x, w, CT_NONE, &o, &y) == CT_E_SHAPE);
+    CHECK(strstr(ct_context_last_error(ctx), "(N, H, W, C)") != NULL);
+    o.channels_last = 2;
+    CHECK(ct_conv2d_ex(g, x, w, CT_NONE, &o, &y) == CT_E_INVALID_ARG);
+    CHECK(ct_conv2d_ex(g, x, w, CT_NONE, NULL, &y) == CT_E_INVALID_ARG);
+    ct_graph_free(g);
+    ct_context_free(ctx);
 }
 
 /* Ops no case needs to produce (see the header). */
@@ -622,4 +733,4 @@ TEST(cross_entropy_nd_equals_flattened_bit_for_bit) {
 }
 
 TEST_MAIN(T(every_op_has_a_case), T(cross_entropy_nd_equals_flattened_bit_for_bit), T(backward_matches_finite_differences), T(avx2_matches_reference), T(avx512_matches_reference),
-          T(onednn_matches_reference), T(conv_direct_weight_gradient))
+          T(onednn_matches_reference), T(conv_direct_weight_gradient), T(conv_channels_last_matches_nchw))

@@ -24,7 +24,9 @@ typedef enum ct_op {
     /* forward ops */
     CT_OP_MATMUL,      /* ia[0]=trans_a ia[1]=trans_b                                    */
     CT_OP_LINEAR,      /* in: x, w[, b]                                                  */
-    CT_OP_CONV2D,      /* in: x, w[, b]; ia: 0 stride 1 pad 2 dilation 3 groups            */
+    CT_OP_CONV2D,      /* in: x, w[, b]; ia: 0 stride 1 pad 2 dilation 3 groups 4 channels
+                          last (x (N, H, W, C), out (N, OH, OW, OC)); the backward ops
+                          and GEMM_RELU of a conv carry the same ia                      */
     CT_OP_MAXPOOL2D,   /* ia: 0 kh 1 kw 2 sh 3 sw 4 ph 5 pw 6 dh 7 dw (ceil_mode: in the
                           shape); aux: argmax indices (int32); kernels/pool_plane.h        */
     CT_OP_AVGPOOL2D,   /* ia as MAXPOOL2D; fa[0] = 1: count_include_pad                   */

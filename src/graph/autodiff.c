@@ -251,7 +251,7 @@ static ct_status rule_conv2d(const rule_ctx *c) {
         CT_TRY(add_grad(c, in[1], t));
     }
     if (c->D.n_in > 2 && needs(c, in[2])) {
-        CT_TRY(sum_except(g, dy, 1, &t));
+        CT_TRY(sum_except(g, dy, c->D.ia[4] ? 3 : 1, &t)); /* the channel dim */
         CT_TRY(add_grad(c, in[2], t));
     }
     if (needs(c, in[0])) {

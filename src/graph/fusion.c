@@ -507,9 +507,10 @@ static ct_status try_bias(fz *f, ct_node a, int *done) {
         int conv = C->op == CT_OP_CONV2D, lin = C->op == CT_OP_LINEAR;
         if ((!conv && !lin) || C->n_in != 2 || !usable(f->p, c) || B->dtype != CT_F32) continue;
         if (C->ndim != A->ndim || memcmp(C->shape, A->shape, sizeof(int64_t) * (size_t)A->ndim)) continue;
-        /* b: exactly one non-1 dim, the channel (conv: dim 1 of NCHW; linear: the last) */
-        int64_t ch = conv ? C->shape[1] : C->shape[C->ndim - 1];
-        int at = conv ? C->ndim - 3 : C->ndim - 1, off = C->ndim - B->ndim, ok = B->ndim >= 1 && off >= 0;
+        /* b: exactly one non-1 dim, the channel (conv: dim 1 of NCHW, the last of NHWC; linear: the last) */
+        int last = !conv || C->ia[4];
+        int64_t ch = last ? C->shape[C->ndim - 1] : C->shape[1];
+        int at = last ? C->ndim - 1 : C->ndim - 3, off = C->ndim - B->ndim, ok = B->ndim >= 1 && off >= 0;
         for (int k = 0; ok && k < B->ndim; k++) ok = B->shape[k] == (k + off == at ? ch : 1);
         if (!ok) continue;
         reader r[MAX_READERS];

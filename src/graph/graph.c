@@ -262,26 +262,41 @@ static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t dil
     return (in + 2 * p - dil * (k - 1) - 1) / s + 1;
 }
 
+void ct_conv2d_opts_default(ct_conv2d_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->stride = o->dilation = o->groups = 1;
+}
+
 ct_status ct_conv2d(ct_graph *g, ct_node x, ct_node w, ct_node b, int stride, int pad, int dilation, int groups,
                     ct_node *out) {
+    ct_conv2d_opts o = {.stride = stride, .pad = pad, .dilation = dilation, .groups = groups};
+    return ct_conv2d_ex(g, x, w, b, &o, out);
+}
+
+ct_status ct_conv2d_ex(ct_graph *g, ct_node x, ct_node w, ct_node b, const ct_conv2d_opts *o, ct_node *out) {
     CHECK_NODES("conv2d", x, w);
+    if (!o) return ct_set_error(g->ctx, CT_E_INVALID_ARG, "conv2d: options must not be NULL");
     CT_TRY(check_same_dtype(g, "conv2d", x, w));
     CT_TRY(check_f32(g, "conv2d", x));
     const ct_node_def *X = N(g, x), *W = N(g, w);
+    const int stride = o->stride, pad = o->pad, dilation = o->dilation, groups = o->groups;
     char s1[96], s2[96];
-    if (stride < 1 || pad < 0 || dilation < 1 || groups < 1)
+    if (stride < 1 || pad < 0 || dilation < 1 || groups < 1 || (o->channels_last != 0 && o->channels_last != 1))
         return ct_set_error(g->ctx, CT_E_INVALID_ARG,
-                            "conv2d: stride %d, padding %d, dilation %d, groups %d: need stride>=1, padding>=0, "
-                            "dilation>=1, groups>=1",
-                            stride, pad, dilation, groups);
-    if (X->ndim != 4 || W->ndim != 4 || X->shape[1] % groups || W->shape[0] % groups ||
-        W->shape[1] * groups != X->shape[1])
+                            "conv2d: stride %d, padding %d, dilation %d, groups %d, channels_last %d: need stride>=1, "
+                            "padding>=0, dilation>=1, groups>=1, channels_last 0 or 1",
+                            stride, pad, dilation, groups, o->channels_last);
+    const int cl = o->channels_last;
+    /* the input's channel and spatial dims: (N, C, H, W) or (N, H, W, C) */
+    const int dc = cl ? 3 : 1, dh = cl ? 1 : 2, dw = cl ? 2 : 3;
+    if (X->ndim != 4 || W->ndim != 4 || X->shape[dc] % groups || W->shape[0] % groups ||
+        W->shape[1] * groups != X->shape[dc])
         return ct_set_error(g->ctx, CT_E_SHAPE,
-                            "conv2d: input '%s' %s (N, C, H, W) does not fit weight '%s' %s (OC, C/groups, KH, KW) "
-                            "with groups=%d",
-                            X->name, shp(X, s1), W->name, shp(W, s2), groups);
-    int64_t oh = conv_out(X->shape[2], W->shape[2], stride, pad, dilation);
-    int64_t ow = conv_out(X->shape[3], W->shape[3], stride, pad, dilation);
+                            "conv2d: input '%s' %s %s does not fit weight '%s' %s (OC, C/groups, KH, KW) with "
+                            "groups=%d",
+                            X->name, shp(X, s1), cl ? "(N, H, W, C)" : "(N, C, H, W)", W->name, shp(W, s2), groups);
+    int64_t oh = conv_out(X->shape[dh], W->shape[2], stride, pad, dilation);
+    int64_t ow = conv_out(X->shape[dw], W->shape[3], stride, pad, dilation);
     if (oh < 1 || ow < 1)
         return ct_set_error(g->ctx, CT_E_SHAPE, "conv2d: kernel %s is larger than the padded input %s", shp(W, s2),
                             shp(X, s1));
@@ -295,8 +310,9 @@ ct_status ct_conv2d(ct_graph *g, ct_node x, ct_node w, ct_node b, int stride, in
                                 (long long)W->shape[0]);
         d.in[d.n_in++] = b;
     }
-    def_shape(&d, 4, (int64_t[]){X->shape[0], W->shape[0], oh, ow});
-    d.ia[0] = stride; d.ia[1] = pad; d.ia[2] = dilation; d.ia[3] = groups;
+    if (cl) def_shape(&d, 4, (int64_t[]){X->shape[0], oh, ow, W->shape[0]});
+    else def_shape(&d, 4, (int64_t[]){X->shape[0], W->shape[0], oh, ow});
+    d.ia[0] = stride; d.ia[1] = pad; d.ia[2] = dilation; d.ia[3] = groups; d.ia[4] = cl;
     return ct_graph_push(g, &d, out);
 }
 

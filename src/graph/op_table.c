@@ -187,9 +187,10 @@ size_t ct_ws_attention(const ct_graph *g, const ct_node_def *d) {
 }
 
 /* conv2d_bwd_weight d (in: dy, x, the forward) with 1-2 input channels,
- * stride 1, one group: the direct SIMD kernel (kernels.h) */
+ * stride 1, one group, NCHW: the direct SIMD kernel (kernels.h) */
 int ct_conv_bwd_weight_simd_first(const ct_graph *g, const ct_node_def *d) {
-    return ct_conv_direct_bwd_weight_ok(g->nodes[d->in[1]].shape[1], d->ia[3], d->ia[0], d->shape[2], d->shape[3]);
+    return !d->ia[4] && /* NCHW only */
+           ct_conv_direct_bwd_weight_ok(g->nodes[d->in[1]].shape[1], d->ia[3], d->ia[0], d->shape[2], d->shape[3]);
 }
 
 size_t ct_ws_conv_bwd_weight(const ct_graph *g, const ct_node_def *d) {

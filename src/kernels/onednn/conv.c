@@ -1,7 +1,8 @@
 /* src/kernels/onednn/conv.c - 2-D convolution forward, backward data and
  * backward weights on oneDNN's convolution primitives.
  *
- * Activations are NCHW, weights OIHW; with groups the weights are described
+ * Activations are NCHW, or NHWC with channels_last (ia[4]: handed to oneDNN
+ * as they are, no reorder), weights OIHW; with groups the weights are described
  * as (G, OC/G, C/G, KH, KW), the same memory. PyTorch's dilation d is
  * oneDNN's d - 1. The right/bottom padding is derived from the output size
  * (it is smaller than the left padding when the stride drops a remainder).
@@ -53,7 +54,9 @@ static ct_status build_conv(ct_kargs *k, ct_dnnl *c, conv_kind kind) {
     const int64_t *xs = xt->shape, *ws = wt->shape, *ys = yt->shape;
     /* the tensors' dtypes, and the dtype the (hint) forward computes in */
     const ct_dtype xdt = xt->dtype, wdt = wt->dtype, ydt = yt->dtype, cdt = k->in[kind == CONV_FWD ? 0 : 1].dtype;
-    conv_geo g = {xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], ys[2], ys[3], nd->ia[0], nd->ia[1], nd->ia[2], nd->ia[3]};
+    const int cl = nd->ia[4] != 0; /* channels last: x (N, H, W, C), y (N, OH, OW, OC) */
+    conv_geo g = {xs[0], cl ? xs[3] : xs[1], cl ? xs[1] : xs[2], cl ? xs[2] : xs[3], ws[0], ws[2], ws[3],
+                  cl ? ys[1] : ys[2], cl ? ys[2] : ys[3], nd->ia[0], nd->ia[1], nd->ia[2], nd->ia[3]};
     int has_bias = kind == CONV_FWD && nd->n_in > 2;
     const ct_dtype bdt = has_bias ? k->in[2].dtype : CT_F32;
     char s1[96], s2[96], s3[96], s4[64];
@@ -66,7 +69,7 @@ static ct_status build_conv(ct_kargs *k, ct_dnnl *c, conv_kind kind) {
         return ct_set_error(c->ctx, CT_E_UNSUPPORTED, "oneDNN %s: empty or inconsistent shapes", c->what);
 
     ct_dnnl_layout layout = ct_dnnl_layout_override();
-    if (layout == CT_DNNL_LAYOUT_AUTO) layout = conv_layout(kind, &g);
+    if (layout == CT_DNNL_LAYOUT_AUTO) layout = cl ? CT_DNNL_LAYOUT_PLAIN : conv_layout(kind, &g);
     int blocked = layout == CT_DNNL_LAYOUT_BLOCKED;
 
     int64_t xd[4] = {g.N, g.C, g.H, g.W}, yd[4] = {g.N, g.OC, g.OH, g.OW}, bd[1] = {g.OC};
@@ -74,11 +77,15 @@ static ct_status build_conv(ct_kargs *k, ct_dnnl *c, conv_kind kind) {
     int wn = g.G > 1 ? 5 : 4;
     const int64_t *wdims = g.G > 1 ? wd : wd + 1;
     dnnl_format_tag_t wtag = g.G > 1 ? dnnl_goihw : dnnl_oihw;
-    dnnl_format_tag_t atag = blocked ? dnnl_format_tag_any : dnnl_nchw, awtag = blocked ? dnnl_format_tag_any : wtag;
+    /* channels last: the activations as they are (nhwc, no reorder), the weights as oneDNN wants them (a
+       small reorder per call) */
+    const dnnl_format_tag_t utag = cl ? dnnl_nhwc : dnnl_nchw;
+    dnnl_format_tag_t atag = blocked ? dnnl_format_tag_any : utag;
+    dnnl_format_tag_t awtag = blocked || cl ? dnnl_format_tag_any : wtag;
     dnnl_memory_desc_t ux, uw, uy, ub, ax, aw, ay, hx, hw, hy;
-    CT_TRY(ct_dnnl_md_tag(c, &ux, 4, xd, dnnl_nchw, xdt));
+    CT_TRY(ct_dnnl_md_tag(c, &ux, 4, xd, utag, xdt));
     CT_TRY(ct_dnnl_md_tag(c, &uw, wn, wdims, wtag, wdt));
-    CT_TRY(ct_dnnl_md_tag(c, &uy, 4, yd, dnnl_nchw, ydt));
+    CT_TRY(ct_dnnl_md_tag(c, &uy, 4, yd, utag, ydt));
     CT_TRY(ct_dnnl_md_tag(c, &ub, 1, bd, dnnl_x, bdt));
     CT_TRY(ct_dnnl_md_tag(c, &ax, 4, xd, atag, xdt));
     CT_TRY(ct_dnnl_md_tag(c, &aw, wn, wdims, awtag, wdt));

@@ -1,22 +1,35 @@
 /* src/kernels/ref/conv.c - reference 2-D convolution (stride, padding,
- * dilation, groups) and its data and weight gradients. NCHW / OIHW. */
+ * dilation, groups) and its data and weight gradients. Activations NCHW, or
+ * NHWC with channels_last (ia[4]); weights OIHW. */
 #include <string.h>
 
 #include "kernels/kernels.h"
 
 typedef struct {
     int64_t N, C, H, W, OC, KH, KW, OH, OW, s, p, d, G, Cg, OCg;
+    int cl; /* channels last: activations (N, H, W, C) */
 } conv_geo;
 
-/* x: the data tensor (N,C,H,W) shape, y: (N,OC,OH,OW), w: (OC,C/G,KH,KW) */
+/* x: the data tensor's shape, y: the output's, w: (OC,C/G,KH,KW); x and y
+ * (N,C,H,W) / (N,OC,OH,OW), or channels last (N,H,W,C) / (N,OH,OW,OC) */
 static conv_geo geo(const ct_node_def *nd, const int64_t *xs, const int64_t *ws, const int64_t *ys) {
     conv_geo g;
-    g.N = xs[0]; g.C = xs[1]; g.H = xs[2]; g.W = xs[3];
+    g.cl = nd->ia[4] != 0;
+    g.N = xs[0];
+    g.C = g.cl ? xs[3] : xs[1]; g.H = g.cl ? xs[1] : xs[2]; g.W = g.cl ? xs[2] : xs[3];
     g.OC = ws[0]; g.KH = ws[2]; g.KW = ws[3];
-    g.OH = ys[2]; g.OW = ys[3];
+    g.OH = g.cl ? ys[1] : ys[2]; g.OW = g.cl ? ys[2] : ys[3];
     g.s = nd->ia[0]; g.p = nd->ia[1]; g.d = nd->ia[2]; g.G = nd->ia[3];
     g.Cg = g.C / g.G; g.OCg = g.OC / g.G;
     return g;
+}
+
+/* offsets of element (n, c, h, w) of x and (n, oc, oh, ow) of y */
+static int64_t xat(const conv_geo *g, int64_t n, int64_t c, int64_t h, int64_t w) {
+    return g->cl ? ((n * g->H + h) * g->W + w) * g->C + c : ((n * g->C + c) * g->H + h) * g->W + w;
+}
+static int64_t yat(const conv_geo *g, int64_t n, int64_t oc, int64_t oh, int64_t ow) {
+    return g->cl ? ((n * g->OH + oh) * g->OW + ow) * g->OC + oc : ((n * g->OC + oc) * g->OH + oh) * g->OW + ow;
 }
 
 ct_status ct_k_conv2d_ref(ct_kargs *k) {
@@ -37,11 +50,11 @@ ct_status ct_k_conv2d_ref(ct_kargs *k) {
                             for (int64_t kw = 0; kw < g.KW; kw++) {
                                 int64_t iw = ow * g.s - g.p + kw * g.d;
                                 if (iw < 0 || iw >= g.W) continue;
-                                s += (double)x[((n * g.C + grp * g.Cg + c) * g.H + ih) * g.W + iw] *
+                                s += (double)x[xat(&g, n, grp * g.Cg + c, ih, iw)] *
                                      w[((oc * g.Cg + c) * g.KH + kh) * g.KW + kw];
                             }
                         }
-                    y[((n * g.OC + oc) * g.OH + oh) * g.OW + ow] = (float)s;
+                    y[yat(&g, n, oc, oh, ow)] = (float)s;
                 }
         }
     return CT_OK;
@@ -58,7 +71,7 @@ ct_status ct_k_conv2d_bwd_data_ref(ct_kargs *k) {
             int64_t grp = oc / g.OCg;
             for (int64_t oh = 0; oh < g.OH; oh++)
                 for (int64_t ow = 0; ow < g.OW; ow++) {
-                    float gy = dy[((n * g.OC + oc) * g.OH + oh) * g.OW + ow];
+                    float gy = dy[yat(&g, n, oc, oh, ow)];
                     for (int64_t c = 0; c < g.Cg; c++)
                         for (int64_t kh = 0; kh < g.KH; kh++) {
                             int64_t ih = oh * g.s - g.p + kh * g.d;
@@ -66,7 +79,7 @@ ct_status ct_k_conv2d_bwd_data_ref(ct_kargs *k) {
                             for (int64_t kw = 0; kw < g.KW; kw++) {
                                 int64_t iw = ow * g.s - g.p + kw * g.d;
                                 if (iw < 0 || iw >= g.W) continue;
-                                dx[((n * g.C + grp * g.Cg + c) * g.H + ih) * g.W + iw] +=
+                                dx[xat(&g, n, grp * g.Cg + c, ih, iw)] +=
                                     gy * w[((oc * g.Cg + c) * g.KH + kh) * g.KW + kw];
                             }
                         }
@@ -93,8 +106,7 @@ ct_status ct_k_conv2d_bwd_weight_ref(ct_kargs *k) {
                             for (int64_t ow = 0; ow < g.OW; ow++) {
                                 int64_t iw = ow * g.s - g.p + kw * g.d;
                                 if (iw < 0 || iw >= g.W) continue;
-                                s += (double)dy[((n * g.OC + oc) * g.OH + oh) * g.OW + ow] *
-                                     x[((n * g.C + grp * g.Cg + c) * g.H + ih) * g.W + iw];
+                                s += (double)dy[yat(&g, n, oc, oh, ow)] * x[xat(&g, n, grp * g.Cg + c, ih, iw)];
                             }
                         }
                     dw[((oc * g.Cg + c) * g.KH + kh) * g.KW + kw] = (float)s;

@@ -77,7 +77,7 @@ static void taps(const float *dy, int64_t ldy, const float *x, int64_t ldx, int6
     }
 }
 
-/* in: dy (N, OC, OH, OW), x (N, C, H, W) -> dw (OC, C, KH, KW) in the node's dtype */
+/* in: dy (N, OC, OH, OW), x (N, C, H, W) -> dw (OC, C, KH, KW) in the node's dtype (NCHW only) */
 ct_status CT_FN(conv2d_bwd_weight)(ct_kargs *k) {
     const ct_tensor *ty = &k->in[0], *tx = &k->in[1];
     const int64_t N = tx->shape[0], C = tx->shape[1], H = tx->shape[2], W = tx->shape[3];
@@ -85,7 +85,7 @@ ct_status CT_FN(conv2d_bwd_weight)(ct_kargs *k) {
     const int64_t OH = ty->shape[2], OW = ty->shape[3];
     const int64_t s = k->node->ia[0], p = k->node->ia[1], d = k->node->ia[2], G = k->node->ia[3];
     const ct_dtype low = ct_lowp_io(k, 2);
-    if (!ct_conv_direct_bwd_weight_ok(C, G, s, KH, KW) || !ct_f32_or(&k->out, low) || !ct_f32_or(ty, low) ||
+    if (k->node->ia[4] || !ct_conv_direct_bwd_weight_ok(C, G, s, KH, KW) || !ct_f32_or(&k->out, low) || !ct_f32_or(ty, low) ||
         !ct_f32_or(tx, low) || (low != CT_F32 && (OH * OW > CT_BF16_TILE || H * W > CT_BF16_TILE)))
         return CT_E_UNSUPPORTED;
     const int64_t Hp = OH + (KH - 1) * d, Wp = OW + (KW - 1) * d, plane = Hp * Wp;
