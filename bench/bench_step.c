@@ -188,7 +188,9 @@ static void opt_free(bench_opt *b) {
 static void usage(void) {
     fprintf(stderr,
             "usage: bench_step --workload mlp|cnn|gptchar|gpt2|resnet50 [--precision fp32|bf16|fp16|...] [--threads N] [--warmup N] [--steps N]\n"
-            "                  [--optim adamw|sgd] [--seed N] [--budget-s S] [--mfu-steps N] [--fusion-level 0|1|2] [--quiet]\n"
+            "                  [--optim adamw|sgd] [--seed N] [--budget-s S] [--mfu-steps N] [--fusion-level 0|1|2]\n"
+            "                  [--channels-last 0|1] [--quiet]\n"
+            "  --channels-last: cnn and resnet50 on NHWC activations (1, the recipes' default) or NCHW (0)\n"
             "  --budget-s S: stop after the timed steps took S seconds (at least 3 steps)\n"
             "  --fusion-level N: the plan's fusion level (default 1, as a recipe's; docs/fusion.md)\n"
             "  mlp: MLP 784-1024-1024-10, batch 256, cross entropy (default optim adamw)\n"
@@ -203,6 +205,7 @@ static void usage(void) {
 int main(int argc, char **argv) {
     const char *workload = NULL, *optim = NULL, *precision = "fp32";
     int threads = 2, warmup = 3, steps = 10, quiet = 0, mfu_steps = 2, fusion_level = 1; /* the recipes' default */
+    int channels_last = 1;                                                                /* the recipes' default */
     double budget_s = 0; /* > 0: stop timing once this much time went into timed steps (min 3 steps) */
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -220,10 +223,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--budget-s")) budget_s = atof(v);
         else if (!strcmp(a, "--mfu-steps")) mfu_steps = atoi(v);
         else if (!strcmp(a, "--fusion-level")) fusion_level = atoi(v);
+        else if (!strcmp(a, "--channels-last")) channels_last = atoi(v);
         else usage();
         i++;
     }
-    if (!workload || steps < 1 || warmup < 0 || threads < 1 || fusion_level < 0 || fusion_level > 2) usage();
+    if (!workload || steps < 1 || warmup < 0 || threads < 1 || fusion_level < 0 || fusion_level > 2 ||
+        (channels_last != 0 && channels_last != 1))
+        usage();
     int is_mlp = !strcmp(workload, "mlp"), is_cnn = !strcmp(workload, "cnn"), is_r50 = !strcmp(workload, "resnet50");
     int is_gptchar = !strcmp(workload, "gptchar"), is_gpt2 = !strcmp(workload, "gpt2");
     int is_gpt = is_gptchar || is_gpt2;
@@ -271,12 +277,13 @@ int main(int argc, char **argv) {
         DIE_IF(ctx, ct_input(g, "x", CT_F32, 4, (int64_t[]){batch, 3, 224, 224}, &x));
         ct_vision_config vc;
         DIE_IF(ctx, ct_vision_config_default(ctx, "resnet50", &vc));
+        vc.channels_last = channels_last;
         DIE_IF(ctx, ct_model_vision(g, x, &vc, &logits));
         x_numel = batch * 3 * 224 * 224;
     } else {
         DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));
         DIE_IF(ctx, ct_input(g, "x", CT_F32, 4, (int64_t[]){batch, 1, 28, 28}, &x));
-        DIE_IF(ctx, ct_model_cnn(g, x, 2, (int64_t[]){32, 64}, n_classes, &logits));
+        DIE_IF(ctx, ct_model_cnn_ex(g, x, 2, (int64_t[]){32, 64}, n_classes, channels_last, &logits));
         x_numel = batch * 28 * 28;
     }
     DIE_IF(ctx, ct_cross_entropy(g, logits, y, 0.0f, -100, &loss));

@@ -13,7 +13,9 @@
  * "conv_bww_direct", in-step is that kernel); then every distinct shape
  * alone, through oneDNN's C API with primitives created once:
  *   plain   the tensors in the layouts ctrain hands oneDNN (transposes as
- *           strides), warm cache (the same buffers call after call);
+ *           strides; a channels-last convolution, op "...(cl)": NHWC
+ *           activations and the weights as oneDNN wants them, as in the
+ *           step), warm cache (the same buffers call after call);
  *   packed  the weights (oneDNN's B / conv weights) in the layout oneDNN asks
  *           for (format_tag any), reordered once outside the timing;
  *   cold    as plain, with the caches flushed (64 MiB written) before each call.
@@ -83,7 +85,7 @@ enum { K_MM = 0, K_CONV_FWD, K_CONV_BWD_DATA, K_CONV_BWD_WEIGHT };
 #define MAX_SAMPLES 4096
 
 typedef struct {
-    int kind, backward, bias, ta, tb, relu;
+    int kind, backward, bias, ta, tb, relu, cl; /* cl: a channels-last convolution (NHWC activations) */
     char op[24];
     ct_dtype adt, bdt, cdt;
     int64_t batch, bb, M, N, K;      /* K_MM: batch of GEMMs, B's batch (1: broadcast) */
@@ -144,6 +146,15 @@ static int describe(const ct_plan *p, const ct_node_def *d, shape *s) {
     if (s->kind == K_CONV_FWD) x = node_shape(p, d, 0), w = node_shape(p, d, 1), y = d->shape;
     else if (s->kind == K_CONV_BWD_DATA) x = d->shape, w = node_shape(p, d, 1), y = node_shape(p, d, 0);
     else x = node_shape(p, d, 1), w = d->shape, y = node_shape(p, d, 0);
+    int64_t xl[4], yl[4]; /* channels last: x and y's (N, C, H, W) dims */
+    s->cl = d->ia[4] != 0;
+    if (s->cl) {
+        xl[0] = x[0], xl[1] = x[3], xl[2] = x[1], xl[3] = x[2];
+        yl[0] = y[0], yl[1] = y[3], yl[2] = y[1], yl[3] = y[2];
+        x = xl, y = yl;
+        size_t n = strlen(s->op);
+        snprintf(s->op + n, sizeof s->op - n, "(cl)");
+    }
     int64_t g = d->ia[3] > 0 ? d->ia[3] : 1;
     int64_t c[13] = {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], d->ia[0], d->ia[1], d->ia[2], g};
     memcpy(s->conv, c, sizeof c);
@@ -159,7 +170,8 @@ static int describe(const ct_plan *p, const ct_node_def *d, shape *s) {
 static int same(const shape *a, const shape *b) {
     return a->kind == b->kind && a->backward == b->backward && a->bias == b->bias && a->ta == b->ta && a->tb == b->tb &&
            a->relu == b->relu && a->adt == b->adt && a->bdt == b->bdt && a->cdt == b->cdt && a->batch == b->batch &&
-           a->bb == b->bb && a->M == b->M && a->N == b->N && a->K == b->K && !memcmp(a->conv, b->conv, sizeof a->conv);
+           a->bb == b->bb && a->M == b->M && a->N == b->N && a->K == b->K && a->cl == b->cl &&
+           !memcmp(a->conv, b->conv, sizeof a->conv);
 }
 
 static void hook(void *user, const ct_node_event *ev) {
@@ -324,12 +336,15 @@ static int build_conv(dnn *d, const shape *s, int packed, job *j) {
     dnnl_format_tag_t any = dnnl_format_tag_any;
     int wn = G > 1 ? 5 : 4;
     int64_t wd5[5] = {G, OC / G, C / G, KH, KW}, *wd = G > 1 ? wd5 : wd5 + 1;
-    DN(dnnl_memory_desc_init_by_tag(&x, 4, (int64_t[]){N, C, H, W}, dt_of(s->adt), dnnl_nchw));
-    DN(dnnl_memory_desc_init_by_tag(&y, 4, (int64_t[]){N, OC, OH, OW}, dt_of(s->cdt), dnnl_nchw));
-    DN(dnnl_memory_desc_init_by_tag(&w, wn, wd, dt_of(s->bdt), G > 1 ? dnnl_goihw : dnnl_oihw));
-    DN(dnnl_memory_desc_init_by_tag(&xa, 4, (int64_t[]){N, C, H, W}, dt_of(s->adt), packed ? any : dnnl_nchw));
-    DN(dnnl_memory_desc_init_by_tag(&ya, 4, (int64_t[]){N, OC, OH, OW}, dt_of(s->cdt), packed ? any : dnnl_nchw));
-    DN(dnnl_memory_desc_init_by_tag(&wa, wn, wd, dt_of(s->bdt), packed ? any : G > 1 ? dnnl_goihw : dnnl_oihw));
+    /* plain: NCHW, or NHWC for a channels-last convolution, whose weights ctrain hands over as oneDNN
+       wants them (a reorder per call in the step, once here) */
+    dnnl_format_tag_t at = s->cl ? dnnl_nhwc : dnnl_nchw, wt = G > 1 ? dnnl_goihw : dnnl_oihw;
+    DN(dnnl_memory_desc_init_by_tag(&x, 4, (int64_t[]){N, C, H, W}, dt_of(s->adt), at));
+    DN(dnnl_memory_desc_init_by_tag(&y, 4, (int64_t[]){N, OC, OH, OW}, dt_of(s->cdt), at));
+    DN(dnnl_memory_desc_init_by_tag(&w, wn, wd, dt_of(s->bdt), wt));
+    DN(dnnl_memory_desc_init_by_tag(&xa, 4, (int64_t[]){N, C, H, W}, dt_of(s->adt), packed ? any : at));
+    DN(dnnl_memory_desc_init_by_tag(&ya, 4, (int64_t[]){N, OC, OH, OW}, dt_of(s->cdt), packed ? any : at));
+    DN(dnnl_memory_desc_init_by_tag(&wa, wn, wd, dt_of(s->bdt), packed || s->cl ? any : wt));
     DN(dnnl_memory_desc_init_by_tag(&b, 1, (int64_t[]){OC}, dnnl_f32, dnnl_x));
     int64_t sd[2] = {st, st}, pd2[2] = {pad, pad}, dd[2] = {dil - 1, dil - 1};
     int64_t pr[2] = {(OH - 1) * st + (KH - 1) * dil + 1 - H - pad, (OW - 1) * st + (KW - 1) * dil + 1 - W - pad};
@@ -350,7 +365,7 @@ static int build_conv(dnn *d, const shape *s, int packed, job *j) {
     }
     DN(dnnl_primitive_create(&j->prim, pd));
     job_impl(j, pd);
-#define Q(q) (packed ? dnnl_primitive_desc_query_md(pd, q, 0) : NULL)
+#define Q(q) (packed || s->cl ? dnnl_primitive_desc_query_md(pd, q, 0) : NULL)
     const dnnl_memory_desc_t *qx = Q(dnnl_query_src_md), *qy = Q(dnnl_query_dst_md), *qdx = Q(dnnl_query_diff_src_md),
                              *qdy = Q(dnnl_query_diff_dst_md), *qdw = Q(dnnl_query_diff_weights_md);
 #undef Q
@@ -358,15 +373,15 @@ static int build_conv(dnn *d, const shape *s, int packed, job *j) {
     if (s->kind == K_CONV_FWD)
         r = job_arg(d, j, DNNL_ARG_SRC, packed ? qx : &x) || job_arg(d, j, DNNL_ARG_DST, packed ? qy : &y) ||
             (s->bias && job_arg(d, j, DNNL_ARG_BIAS, &b)) ||
-            (packed ? job_weights(d, j, DNNL_ARG_WEIGHTS, &w, pd, dnnl_query_weights_md)
+            (packed || s->cl ? job_weights(d, j, DNNL_ARG_WEIGHTS, &w, pd, dnnl_query_weights_md)
                     : job_arg(d, j, DNNL_ARG_WEIGHTS, &w));
     else if (s->kind == K_CONV_BWD_DATA)
         r = job_arg(d, j, DNNL_ARG_DIFF_DST, packed ? qdy : &y) || job_arg(d, j, DNNL_ARG_DIFF_SRC, packed ? qdx : &x) ||
-            (packed ? job_weights(d, j, DNNL_ARG_WEIGHTS, &w, pd, dnnl_query_weights_md)
+            (packed || s->cl ? job_weights(d, j, DNNL_ARG_WEIGHTS, &w, pd, dnnl_query_weights_md)
                     : job_arg(d, j, DNNL_ARG_WEIGHTS, &w));
     else
         r = job_arg(d, j, DNNL_ARG_DIFF_DST, packed ? qdy : &y) || job_arg(d, j, DNNL_ARG_SRC, packed ? qx : &x) ||
-            job_arg(d, j, DNNL_ARG_DIFF_WEIGHTS, packed ? qdw : &w);
+            job_arg(d, j, DNNL_ARG_DIFF_WEIGHTS, packed || s->cl ? qdw : &w);
     dnnl_primitive_desc_destroy(pd);
     if (fpd) dnnl_primitive_desc_destroy(fpd);
     return r ? -1 : 0;
@@ -403,7 +418,8 @@ typedef struct {
     ct_optimizer *opt;
 } workload;
 
-static void build_workload(ct_context *ctx, const char *name, ct_precision prec, int fusion_level, workload *w) {
+static void build_workload(ct_context *ctx, const char *name, ct_precision prec, int fusion_level, int cl,
+                           workload *w) {
     int is_mlp = !strcmp(name, "mlp"), is_cnn = !strcmp(name, "cnn"), is_gptchar = !strcmp(name, "gptchar");
     int is_gpt = is_gptchar || !strcmp(name, "gpt2");
     if (!is_mlp && !is_cnn && !is_gpt) {
@@ -430,7 +446,7 @@ static void build_workload(ct_context *ctx, const char *name, ct_precision prec,
     } else {
         DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));
         DIE_IF(ctx, ct_input(g, "x", CT_F32, 4, (int64_t[]){batch, 1, 28, 28}, &x));
-        DIE_IF(ctx, ct_model_cnn(g, x, 2, (int64_t[]){32, 64}, 10, &logits));
+        DIE_IF(ctx, ct_model_cnn_ex(g, x, 2, (int64_t[]){32, 64}, 10, cl, &logits));
     }
     DIE_IF(ctx, ct_cross_entropy(g, logits, y, 0.0f, -100, &loss));
     ct_compile_opts co;
@@ -505,10 +521,10 @@ static void print_rows(const char *wl, table *t) {
     fflush(stdout);
 }
 
-static void run_workload(ct_context *ctx, dnn *d, const char *wl, ct_precision prec, int fl, int rounds, int reps,
-                         int warmup) {
+static void run_workload(ct_context *ctx, dnn *d, const char *wl, ct_precision prec, int fl, int cl, int rounds,
+                         int reps, int warmup) {
     workload w;
-    build_workload(ctx, wl, prec, fl, &w);
+    build_workload(ctx, wl, prec, fl, cl, &w);
     for (int i = 0; i < warmup; i++) step(ctx, &w);
     table *t = calloc(1, sizeof *t);
     if (!t) exit(2);
@@ -543,7 +559,7 @@ static void run_workload(ct_context *ctx, dnn *d, const char *wl, ct_precision p
 
 int main(int argc, char **argv) {
     const char *wls = "mlp cnn gptchar gpt2", *precs = "auto";
-    int threads = 2, rounds = 5, reps = 3, warmup = 2, fl = 1;
+    int threads = 2, rounds = 5, reps = 3, warmup = 2, fl = 1, cl = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
         if (!strcmp(a, "--workloads")) wls = v;
@@ -553,12 +569,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--reps")) reps = atoi(v);
         else if (!strcmp(a, "--warmup")) warmup = atoi(v);
         else if (!strcmp(a, "--fusion-level")) fl = atoi(v);
+        else if (!strcmp(a, "--channels-last")) cl = atoi(v);
         else argc = 0;
     }
-    if (argc % 2 == 0 || threads < 1 || rounds < 1 || reps < 1 || warmup < 0) {
+    if (argc % 2 == 0 || threads < 1 || rounds < 1 || reps < 1 || warmup < 0 || (cl != 0 && cl != 1)) {
         fprintf(stderr, "usage: bench_gemm [--workloads \"mlp cnn gptchar gpt2\"] [--precision fp32|bf16|auto]\n"
                         "                  [--threads 2] [--rounds 5] [--reps 3] [--warmup 2] [--fusion-level 1]\n"
-                        "  auto: fp32, and bf16 where the CPU runs BF16 natively (AVX512-BF16 / AMX)\n");
+                        "                  [--channels-last 1]\n"
+                        "  auto: fp32, and bf16 where the CPU runs BF16 natively (AVX512-BF16 / AMX)\n"
+                        "  --channels-last: the cnn on NHWC activations (1, the recipes' default) or NCHW (0)\n");
         return 1;
     }
     ct_context_opts co;
@@ -569,8 +588,8 @@ int main(int argc, char **argv) {
     char how[384];
     int native = 0;
     DIE_IF(ctx, ct_context_lowp_native(ctx, CT_BF16, &native, how, sizeof how));
-    printf("ENV threads=%d isa=%s onednn=%d rounds=%d reps=%d fusion_level=%d\n", threads,
-           ct_isa_name(ct_context_isa(ctx)), ct_context_use_onednn(ctx), rounds, reps, fl);
+    printf("ENV threads=%d isa=%s onednn=%d rounds=%d reps=%d fusion_level=%d channels_last=%d\n", threads,
+           ct_isa_name(ct_context_isa(ctx)), ct_context_use_onednn(ctx), rounds, reps, fl, cl);
     printf("LOWP bf16 matmul/conv: %s\n", how);
     dnn d;
     memset(&d, 0, sizeof d);
@@ -591,7 +610,7 @@ int main(int argc, char **argv) {
         if (!(pi == 0 ? do_fp32 : do_bf16)) continue;
         snprintf(buf, sizeof buf, "%s", wls);
         for (char *save = NULL, *wl = strtok_r(buf, " ,", &save); wl; wl = strtok_r(NULL, " ,", &save))
-            run_workload(ctx, &d, wl, pi == 0 ? CT_PRECISION_FP32 : CT_PRECISION_BF16, fl, rounds, reps, warmup);
+            run_workload(ctx, &d, wl, pi == 0 ? CT_PRECISION_FP32 : CT_PRECISION_BF16, fl, cl, rounds, reps, warmup);
     }
     dnnl_stream_destroy(d.str);
     dnnl_engine_destroy(d.eng);

@@ -63,7 +63,7 @@ static char *read_text(const char *file) {
 
 /* ---- golden runs ------------------------------------------------------------------------------ */
 
-static void run_vision(const char *file, const char *ctx_name, int isa, int use_onednn, int bf16) {
+static void run_vision(const char *file, const char *ctx_name, int isa, int use_onednn, int bf16, int cl) {
     char label[64], name[192];
     run_state s;
     ct_context *ctx = NULL;
@@ -90,6 +90,7 @@ static void run_vision(const char *file, const char *ctx_name, int isa, int use_
     GOLD_TRY(ct_vision_config_default(ctx, an, &c));
     c.num_classes = nc, c.width_div = wd, c.max_blocks = mb, c.cifar_stem = cs, c.drop_path = 0, c.dropout = 0;
     c.window = win;
+    c.channels_last = cl; /* resnet: the same model on NHWC activations, the same golden */
     ct_node x, y, logits, loss;
     GOLD_TRY(ct_graph_create(ctx, &g));
     if (hashed_input) GOLD_TRY(ct_input(g, "x", CT_F32, 4, (int64_t[]){ishape[0], ishape[1], ishape[2], ishape[3]}, &x));
@@ -181,7 +182,7 @@ done:
 }
 
 #define CASE(fn, file, ctxname, isa, dnnl) \
-    TEST(fn) { run_vision(file, ctxname, isa, dnnl, 0); }
+    TEST(fn) { run_vision(file, ctxname, isa, dnnl, 0, 0); }
 CASE(resnet18c_ref, "resnet18c.ctg", "ref", CT_ISA_REF, 0)
 CASE(resnet18c_avx2, "resnet18c.ctg", "avx2", CT_ISA_AVX2, 0)
 CASE(resnet18c_default, "resnet18c.ctg", "default", -1, 1)
@@ -199,12 +200,18 @@ CASE(swin_pad_ref, "swin_pad.ctg", "ref", CT_ISA_REF, 0)
 CASE(swin_pad_default, "swin_pad.ctg", "default", -1, 1)
 /* BF16 autocast (matmul / conv / linear in BF16, their gradients FP32) on the same weights and batch */
 #define CASE_BF16(fn, file) \
-    TEST(fn) { run_vision(file, "bf16", -1, 1, 1); }
+    TEST(fn) { run_vision(file, "bf16", -1, 1, 1, 0); }
 CASE_BF16(resnet18c_bf16, "resnet18c.ctg")
 CASE_BF16(resnet50_bf16, "resnet50.ctg")
 CASE_BF16(effb0_bf16, "effb0.ctg")
 CASE_BF16(swin_bf16, "swin.ctg")
 CASE_BF16(swin_pad_bf16, "swin_pad.ctg")
+/* ResNets with channels_last (NHWC convolutions, pooling, batchnorm on the (N*H*W, C) view) against the same
+   goldens */
+TEST(resnet18c_cl_ref) { run_vision("resnet18c.ctg", "cl_ref", CT_ISA_REF, 0, 0, 1); }
+TEST(resnet18c_cl_default) { run_vision("resnet18c.ctg", "cl_default", -1, 1, 0, 1); }
+TEST(resnet50_cl_default) { run_vision("resnet50.ctg", "cl_default", -1, 1, 0, 1); }
+TEST(resnet18c_cl_bf16) { run_vision("resnet18c.ctg", "cl_bf16", -1, 1, 1, 1); }
 
 /* ---- names, shapes and counts of the full-size models ------------------------------------------ */
 
@@ -355,7 +362,14 @@ TEST(bad_configs) {
     CHECK(ct_model_vision(g, x, &c, &lg) == CT_E_INVALID_ARG);
     c.drop_path = 0, c.num_classes = 0;
     CHECK(ct_model_vision(g, x, &c, &lg) == CT_E_INVALID_ARG);
+    c.num_classes = 10, c.channels_last = 2;
+    CHECK(ct_model_vision(g, x, &c, &lg) == CT_E_INVALID_ARG);
+    CHECK(strstr(ct_context_last_error(ctx), "channels_last 2"));
     CHECK_OK(ctx, ct_vision_config_default(ctx, "efficientnet_b0", &c));
+    c.channels_last = 1; /* a ResNet option */
+    CHECK(ct_model_vision(g, x, &c, &lg) == CT_E_INVALID_ARG);
+    CHECK(strstr(ct_context_last_error(ctx), "only for ResNets"));
+    c.channels_last = 0;
     CHECK(c.drop_path == 0.2f && c.dropout == 0.2f && c.num_classes == 1000);
     c.cifar_stem = 1;
     CHECK(ct_model_vision(g, x, &c, &lg) == CT_E_INVALID_ARG);
@@ -481,4 +495,5 @@ TEST(model_table) {
 TEST_MAIN(T(model_table), T(torchvision_names_and_counts), T(params_by_name), T(bad_configs), T(drop_path_ref), T(drop_path_best),
           T(resnet18c_ref), T(resnet18c_avx2), T(resnet18c_default), T(resnet50_ref), T(resnet50_avx2),
           T(resnet50_default), T(effb0_ref), T(effb0_avx2), T(effb0_default), T(swin_ref), T(swin_avx2),
-          T(swin_default), T(swin_pad_ref), T(swin_pad_default), T(resnet18c_bf16), T(resnet50_bf16), T(effb0_bf16), T(swin_bf16), T(swin_pad_bf16))
+          T(swin_default), T(swin_pad_ref), T(swin_pad_default), T(resnet18c_bf16), T(resnet50_bf16), T(effb0_bf16), T(swin_bf16), T(swin_pad_bf16),
+          T(resnet18c_cl_ref), T(resnet18c_cl_default), T(resnet50_cl_default), T(resnet18c_cl_bf16))

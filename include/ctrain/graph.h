@@ -119,6 +119,7 @@ typedef struct ct_pool2d_opts {
     int dilation_h, dilation_w; /* >= 1                               */
     int ceil_mode;              /* 0: floor (default), 1: ceil        */
     int count_include_pad;      /* avg only; 1 (default) or 0         */
+    int channels_last;          /* 1: x (N, H, W, C); 0 (default)     */
 } ct_pool2d_opts;
 void ct_pool2d_opts_default(ct_pool2d_opts *o, int kernel);
 ct_status ct_maxpool2d_ex(ct_graph *g, ct_node x, const ct_pool2d_opts *o, ct_node *out);

@@ -40,6 +40,13 @@ ct_status ct_model_mlp(ct_graph *g, ct_node x, int n_hidden, const int64_t *hidd
  * fc.bias. Convolutions have no bias (batchnorm follows). */
 ct_status ct_model_cnn(ct_graph *g, ct_node x, int n_blocks, const int64_t *channels,
                        int64_t n_classes, ct_node *logits);
+/* ct_model_cnn with channels_last = 1: the same model (parameters, names,
+ * math) run on (N, H, W, C) activations: x (B, C, H, W) is transposed once,
+ * the convolutions and max pools run channels last (oneDNN without
+ * reorders), batchnorm on the (B*H*W, C) view, and the last block's output
+ * is transposed back before the flatten (PyTorch's feature order). */
+ct_status ct_model_cnn_ex(ct_graph *g, ct_node x, int n_blocks, const int64_t *channels, int64_t n_classes,
+                          int channels_last, ct_node *logits);
 
 /* ---- transformers (src/models/transformer.c) ---------------------------------
  * Both use ct_attention (fused; no dropout on the attention probabilities)
@@ -149,14 +156,14 @@ typedef enum ct_model_family { CT_MODEL_FAMILY_IMAGE = 0, CT_MODEL_FAMILY_TEXT }
 #define CT_MODEL_VISION_KEYS_ "bn_stats_once num_classes width_div max_blocks"
 #define CT_MODEL_TABLE(X)                                                                                             \
     X(MLP, mlp, IMAGE, "hidden activation dropout", "MLP: linear + activation hidden layers (784-1024-1024-10, MNIST)") \
-    X(CNN, cnn, IMAGE, "channels bn_stats_once sync_batchnorm",                                                     \
+    X(CNN, cnn, IMAGE, "channels channels_last bn_stats_once sync_batchnorm",                                       \
       "CNN: conv3x3-batchnorm-relu-maxpool blocks + linear (conv32-conv64, 1x28x28, Fashion-MNIST)")               \
     X(GPT, gpt, TEXT, "dropout", "GPT (nanoGPT), causal language model")                                          \
     X(BERT, bert, TEXT, "dropout", "BERT encoder with the masked-LM head")                                        \
-    X(RESNET18, resnet18, IMAGE, "cifar_stem " CT_MODEL_VISION_KEYS_, "torchvision ResNet-18")                     \
-    X(RESNET34, resnet34, IMAGE, "cifar_stem " CT_MODEL_VISION_KEYS_, "torchvision ResNet-34")                     \
-    X(RESNET50, resnet50, IMAGE, "cifar_stem " CT_MODEL_VISION_KEYS_, "torchvision ResNet-50")                     \
-    X(RESNET101, resnet101, IMAGE, "cifar_stem " CT_MODEL_VISION_KEYS_, "torchvision ResNet-101")                  \
+    X(RESNET18, resnet18, IMAGE, "cifar_stem channels_last " CT_MODEL_VISION_KEYS_, "torchvision ResNet-18")                     \
+    X(RESNET34, resnet34, IMAGE, "cifar_stem channels_last " CT_MODEL_VISION_KEYS_, "torchvision ResNet-34")                     \
+    X(RESNET50, resnet50, IMAGE, "cifar_stem channels_last " CT_MODEL_VISION_KEYS_, "torchvision ResNet-50")                     \
+    X(RESNET101, resnet101, IMAGE, "cifar_stem channels_last " CT_MODEL_VISION_KEYS_, "torchvision ResNet-101")                  \
     X(EFFICIENTNET_B0, efficientnet_b0, IMAGE, "dropout drop_path " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B0") \
     X(EFFICIENTNET_B1, efficientnet_b1, IMAGE, "dropout drop_path " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B1") \
     X(EFFICIENTNET_B2, efficientnet_b2, IMAGE, "dropout drop_path " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B2") \
@@ -237,6 +244,8 @@ typedef struct ct_vision_config {
                             block (torchvision: 0.2; swin 0.2 / 0.3 / 0.5); resnet: 0 */
     float dropout;       /* efficientnet: classifier dropout; others: must be 0      */
     int window;          /* swin: window size (0: 7); others: must be 0              */
+    int channels_last;   /* resnet: 1 runs it on (N, H, W, C) activations (see
+                            ct_model_cnn_ex; the same model); others: must be 0  */
 } ct_vision_config;
 
 /* The architecture's torchvision defaults (full size, 1000 classes). An

@@ -188,6 +188,7 @@ typedef struct ct_recipe {
     /* torchvision image classifiers (ct_vision_config in models.h); in a JSON
      * recipe also as {"model": {"type": "resnet18", "cifar_stem": true, ...}} */
     int cifar_stem;          /* resnet: 3x3 stride-1 stem, no max pool (32x32)  */
+    int channels_last;       /* cnn, resnet: NHWC activations (default 1)        */
     int64_t num_classes;     /* 0: the dataset's classes                        */
     int width_div;           /* widths / width_div (reduced variants; default 1) */
     int max_blocks;          /* at most this many blocks per stage (0: all)     */

@@ -132,6 +132,12 @@ ct_status ct_matmul(ct_graph *g, ct_node a, ct_node b, int trans_a, int trans_b,
 ct_status ct_linear(ct_graph *g, ct_node x, ct_node w, ct_node b, ct_node *out);
 ct_status ct_conv2d(ct_graph *g, ct_node x, ct_node w, ct_node b, int stride, int pad,
                     int dilation, int groups, ct_node *out);
+typedef struct ct_conv2d_opts {
+    int stride, pad, dilation, groups;
+    int channels_last;
+} ct_conv2d_opts;
+void ct_conv2d_opts_default(ct_conv2d_opts *o);
+ct_status ct_conv2d_ex(ct_graph *g, ct_node x, ct_node w, ct_node b, const ct_conv2d_opts *o, ct_node *out);
 typedef struct ct_pool2d_opts {
     int kernel_h, kernel_w;
     int stride_h, stride_w;

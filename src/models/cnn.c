@@ -6,9 +6,15 @@
 
 ct_status ct_model_cnn(ct_graph *g, ct_node x, int n_blocks, const int64_t *channels, int64_t n_classes,
                        ct_node *logits) {
+    return ct_model_cnn_ex(g, x, n_blocks, channels, n_classes, 0, logits);
+}
+
+ct_status ct_model_cnn_ex(ct_graph *g, ct_node x, int n_blocks, const int64_t *channels, int64_t n_classes,
+                          int channels_last, ct_node *logits) {
     ct_context *ctx = ct_graph_context(g);
-    if (n_blocks < 1 || !channels || n_classes < 1 || !logits)
-        return ct_set_error(ctx, CT_E_INVALID_ARG, "cnn: need n_blocks >= 1 channel counts and n_classes >= 1");
+    if (n_blocks < 1 || !channels || n_classes < 1 || !logits || (channels_last != 0 && channels_last != 1))
+        return ct_set_error(ctx, CT_E_INVALID_ARG,
+                            "cnn: need n_blocks >= 1 channel counts, n_classes >= 1 and channels_last 0 or 1");
     int nd;
     int64_t s[CT_MAX_DIMS];
     CT_TRY(ct_node_shape(g, x, &nd, s));
@@ -16,8 +22,17 @@ ct_status ct_model_cnn(ct_graph *g, ct_node x, int n_blocks, const int64_t *chan
         char buf[96];
         return ct_set_error(ctx, CT_E_SHAPE, "cnn: input %s must be (N, C, H, W)", ct_shape_str(nd, s, buf, sizeof buf));
     }
+    const int cl = channels_last;
     int64_t cin = s[1];
     char name[64];
+    if (cl) CT_TRY(ct_mdl_to_nhwc(g, x, &x));
+    ct_conv2d_opts co;
+    ct_conv2d_opts_default(&co);
+    co.pad = 1;
+    co.channels_last = cl;
+    ct_pool2d_opts po;
+    ct_pool2d_opts_default(&po, 2);
+    po.channels_last = cl;
     for (int i = 0; i < n_blocks; i++) {
         int64_t c = channels[i];
         if (c < 1) return ct_set_error(ctx, CT_E_INVALID_ARG, "cnn: block %d has %lld channels", i, (long long)c);
@@ -25,7 +40,7 @@ ct_status ct_model_cnn(ct_graph *g, ct_node x, int n_blocks, const int64_t *chan
         CT_TRY(ct_graph_mark_block(g, x)); /* each conv block, and the head, a block: pipeline cuts */
         snprintf(name, sizeof name, "conv%d.weight", i + 1);
         CT_TRY(ct_param(g, name, 4, (int64_t[]){c, cin, 3, 3}, CT_INIT_KAIMING_UNIFORM, cin * 9, &w));
-        CT_TRY(ct_conv2d(g, x, w, CT_NONE, 1, 1, 1, 1, &y));
+        CT_TRY(ct_conv2d_ex(g, x, w, CT_NONE, &co, &y));
         snprintf(name, sizeof name, "conv%d", i + 1);
         CT_TRY(ct_node_set_name(g, y, name));
         snprintf(name, sizeof name, "bn%d.weight", i + 1);
@@ -36,15 +51,14 @@ ct_status ct_model_cnn(ct_graph *g, ct_node x, int n_blocks, const int64_t *chan
         CT_TRY(ct_buffer(g, name, 1, (int64_t[]){c}, CT_INIT_ZEROS, &rm));
         snprintf(name, sizeof name, "bn%d.running_var", i + 1);
         CT_TRY(ct_buffer(g, name, 1, (int64_t[]){c}, CT_INIT_ONES, &rv));
-        CT_TRY(ct_batchnorm(g, y, gam, bet, rm, rv, 0.1f, 1e-5f, &y));
         snprintf(name, sizeof name, "bn%d", i + 1);
-        CT_TRY(ct_node_set_name(g, y, name));
-        CT_TRY(ct_relu(g, y, &y));
-        CT_TRY(ct_maxpool2d(g, y, 2, 2, 0, &y));
+        CT_TRY(ct_mdl_bn_act(g, y, cl, gam, bet, rm, rv, name, CT_ACT_RELU, &y));
+        CT_TRY(ct_maxpool2d_ex(g, y, &po, &y));
         x = y;
         cin = c;
     }
     CT_TRY(ct_graph_mark_block(g, x));
+    if (cl) CT_TRY(ct_transpose(g, x, (int[]){0, 3, 1, 2}, &x)); /* PyTorch's flatten order: (C, H, W) */
     CT_TRY(ct_flatten(g, x, &x));
     CT_TRY(ct_node_shape(g, x, &nd, s));
     ct_node w, b;
@@ -68,7 +82,7 @@ static ct_status cnn_default(ct_graph *g, const ct_model_row *m, const char *pre
 static ct_status cnn_build(ct_graph *g, const ct_model_row *m, ct_node x, const ct_recipe *r, int64_t n_classes,
                            ct_node *out) {
     (void)m;
-    return ct_model_cnn(g, x, r->n_channels, r->channels, n_classes, out);
+    return ct_model_cnn_ex(g, x, r->n_channels, r->channels, n_classes, r->channels_last, out);
 }
 
 const ct_model_def ct_model_def_cnn = {.build_default = cnn_default, .build = cnn_build};

@@ -52,4 +52,17 @@ const ct_model_row *ct_model_row_at(int m);
 /* The row named `name` (a row's name, not a preset's), or NULL. */
 const ct_model_row *ct_model_row_find(const char *name);
 
+/* Channels last (layout.c): the CNN and ResNet builders with channels_last
+ * run their convolutions on (N, H, W, C) tensors (ct_conv2d_ex), so oneDNN
+ * reorders nothing; the parameters and their names are PyTorch's either way. */
+/* (N, C, H, W) -> (N, H, W, C): a transpose (a reshape, free, for C = 1). */
+ct_status ct_mdl_to_nhwc(ct_graph *g, ct_node x, ct_node *out);
+/* batchnorm (named `name`) then act (CT_ACT_COUNT: none) on y: (N, C, H, W),
+ * or with cl y (N, H, W, C), normalized as its (N*H*W, C) view (the same
+ * statistics: batchnorm of rows per column) and reshaped back. */
+ct_status ct_mdl_bn_act(ct_graph *g, ct_node y, int cl, ct_node gamma, ct_node beta, ct_node rmean, ct_node rvar,
+                        const char *name, ct_activation act, ct_node *out);
+/* Channels of x: dim 1, or with cl the last. */
+int64_t ct_mdl_channels(ct_graph *g, ct_node x, int cl);
+
 #endif

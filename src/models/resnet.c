@@ -7,27 +7,27 @@
 #include "vision_internal.h"
 
 /* BasicBlock (expansion 1) or Bottleneck (expansion 4) named `pre`. */
-static ct_status block(ct_graph *g, ct_node x, const char *pre, int bottleneck, int64_t planes, int stride,
+static ct_status block(ct_graph *g, ct_node x, const char *pre, int bottleneck, int64_t planes, int stride, int cl,
                        ct_node *out) {
     char c[96], b[96];
-    int64_t cin = ct_vis_channels(g, x), cout = bottleneck ? planes * 4 : planes;
+    int64_t cin = ct_mdl_channels(g, x, cl), cout = bottleneck ? planes * 4 : planes;
     ct_node y, idn = x;
     if (bottleneck) {
         snprintf(c, sizeof c, "%s.conv1", pre), snprintf(b, sizeof b, "%s.bn1", pre);
-        CT_TRY(ct_vis_conv_bn(g, x, c, b, planes, 1, 1, 1, CT_ACT_RELU, &y));
+        CT_TRY(ct_vis_conv_bn_ex(g, x, c, b, planes, 1, 1, 1, CT_ACT_RELU, cl, &y));
         snprintf(c, sizeof c, "%s.conv2", pre), snprintf(b, sizeof b, "%s.bn2", pre);
-        CT_TRY(ct_vis_conv_bn(g, y, c, b, planes, 3, stride, 1, CT_ACT_RELU, &y));
+        CT_TRY(ct_vis_conv_bn_ex(g, y, c, b, planes, 3, stride, 1, CT_ACT_RELU, cl, &y));
         snprintf(c, sizeof c, "%s.conv3", pre), snprintf(b, sizeof b, "%s.bn3", pre);
-        CT_TRY(ct_vis_conv_bn(g, y, c, b, cout, 1, 1, 1, CT_ACT_COUNT, &y));
+        CT_TRY(ct_vis_conv_bn_ex(g, y, c, b, cout, 1, 1, 1, CT_ACT_COUNT, cl, &y));
     } else {
         snprintf(c, sizeof c, "%s.conv1", pre), snprintf(b, sizeof b, "%s.bn1", pre);
-        CT_TRY(ct_vis_conv_bn(g, x, c, b, planes, 3, stride, 1, CT_ACT_RELU, &y));
+        CT_TRY(ct_vis_conv_bn_ex(g, x, c, b, planes, 3, stride, 1, CT_ACT_RELU, cl, &y));
         snprintf(c, sizeof c, "%s.conv2", pre), snprintf(b, sizeof b, "%s.bn2", pre);
-        CT_TRY(ct_vis_conv_bn(g, y, c, b, cout, 3, 1, 1, CT_ACT_COUNT, &y));
+        CT_TRY(ct_vis_conv_bn_ex(g, y, c, b, cout, 3, 1, 1, CT_ACT_COUNT, cl, &y));
     }
     if (stride != 1 || cin != cout) {
         snprintf(c, sizeof c, "%s.downsample.0", pre), snprintf(b, sizeof b, "%s.downsample.1", pre);
-        CT_TRY(ct_vis_conv_bn(g, x, c, b, cout, 1, stride, 1, CT_ACT_COUNT, &idn));
+        CT_TRY(ct_vis_conv_bn_ex(g, x, c, b, cout, 1, stride, 1, CT_ACT_COUNT, cl, &idn));
     }
     CT_TRY(ct_add(g, y, idn, &y));
     CT_TRY(ct_relu(g, y, out));
@@ -39,11 +39,18 @@ static ct_status resnet(ct_graph *g, ct_node x, const ct_vision_config *c, const
     static const int k_blocks[4][4] = {{2, 2, 2, 2}, {3, 4, 6, 3}, {3, 4, 6, 3}, {3, 4, 23, 3}};
     int v = depth == 18 ? 0 : depth == 34 ? 1 : depth == 50 ? 2 : 3, bottleneck = depth >= 50;
     int64_t div = c->width_div;
+    const int cl = c->channels_last;
     ct_node y;
-    if (c->cifar_stem) CT_TRY(ct_vis_conv_bn(g, x, "conv1", "bn1", 64 / div, 3, 1, 1, CT_ACT_RELU, &y));
+    if (cl) CT_TRY(ct_mdl_to_nhwc(g, x, &x));
+    if (c->cifar_stem) CT_TRY(ct_vis_conv_bn_ex(g, x, "conv1", "bn1", 64 / div, 3, 1, 1, CT_ACT_RELU, cl, &y));
     else {
-        CT_TRY(ct_vis_conv_bn(g, x, "conv1", "bn1", 64 / div, 7, 2, 1, CT_ACT_RELU, &y));
-        CT_TRY(ct_maxpool2d(g, y, 3, 2, 1, &y));
+        CT_TRY(ct_vis_conv_bn_ex(g, x, "conv1", "bn1", 64 / div, 7, 2, 1, CT_ACT_RELU, cl, &y));
+        ct_pool2d_opts po;
+        ct_pool2d_opts_default(&po, 3);
+        po.stride_h = po.stride_w = 2;
+        po.pad_h = po.pad_w = 1;
+        po.channels_last = cl;
+        CT_TRY(ct_maxpool2d_ex(g, y, &po, &y));
         CT_TRY(ct_node_set_name(g, y, "maxpool"));
     }
     char pre[48];
@@ -53,13 +60,21 @@ static ct_status resnet(ct_graph *g, ct_node x, const ct_vision_config *c, const
         for (int i = 0; i < n; i++) {
             snprintf(pre, sizeof pre, "layer%d.%d", s + 1, i);
             CT_TRY(ct_graph_mark_block(g, y)); /* each residual block, and the head, a block: pipeline cuts */
-            CT_TRY(block(g, y, pre, bottleneck, (64 << s) / div, i == 0 && s > 0 ? 2 : 1, &y));
+            CT_TRY(block(g, y, pre, bottleneck, (64 << s) / div, i == 0 && s > 0 ? 2 : 1, cl, &y));
         }
     }
     CT_TRY(ct_graph_mark_block(g, y));
-    CT_TRY(ct_global_avgpool(g, y, &y));
+    if (cl) { /* the mean over H*W of the (N, H*W, C) view */
+        int nd;
+        int64_t s[CT_MAX_DIMS];
+        CT_TRY(ct_node_shape(g, y, &nd, s));
+        CT_TRY(ct_reshape(g, y, 3, (int64_t[]){s[0], s[1] * s[2], s[3]}, &y));
+        CT_TRY(ct_mean(g, y, 1u << 1, 0, &y));
+    } else {
+        CT_TRY(ct_global_avgpool(g, y, &y));
+    }
     CT_TRY(ct_node_set_name(g, y, "avgpool"));
-    int64_t f = ct_vis_channels(g, y);
+    int64_t f = ct_mdl_channels(g, y, 0);
     ct_node w, b;
     CT_TRY(ct_param(g, "fc.weight", 2, (int64_t[]){c->num_classes, f}, CT_INIT_KAIMING_UNIFORM, f, &w));
     CT_TRY(ct_param(g, "fc.bias", 1, (int64_t[]){c->num_classes}, CT_INIT_KAIMING_UNIFORM, f, &b));

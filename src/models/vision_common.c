@@ -39,6 +39,9 @@ ct_status ct_vis_build(ct_graph *g, ct_node x, const ct_vision_config *c, const 
                             "drop_path and dropout to 0", c->arch);
     if (!a->resnet_depth && c->cifar_stem)
         return ct_set_error(ctx, CT_E_INVALID_ARG, "%s: cifar_stem is a ResNet option", c->arch);
+    if ((!a->resnet_depth && c->channels_last) || (c->channels_last != 0 && c->channels_last != 1))
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "%s: channels_last %d: 0 or 1, and 1 only for ResNets", c->arch,
+                            c->channels_last);
     if (a->resnet_depth && 64 % c->width_div)
         return ct_set_error(ctx, CT_E_INVALID_ARG, "%s: width_div %d must divide 64 (the stem's channels)", c->arch,
                             c->width_div);
@@ -74,6 +77,7 @@ ct_status ct_vis_build_recipe(ct_graph *g, const ct_model_row *m, ct_node x, con
                             (long long)r->num_classes, (long long)n_classes, (long long)n_classes);
     vc.num_classes = r->num_classes ? r->num_classes : n_classes;
     vc.cifar_stem = r->cifar_stem, vc.width_div = r->width_div, vc.max_blocks = r->max_blocks;
+    vc.channels_last = ((const ct_vis_arch *)m->def->config)->resnet_depth ? r->channels_last : 0;
     vc.window = r->window;
     if (r->drop_path >= 0) vc.drop_path = r->drop_path; /* -1: the model's */
     vc.dropout = r->dropout;
@@ -107,10 +111,16 @@ ct_status ct_vis_conv_weight(ct_graph *g, const char *conv, int64_t cout, int64_
 
 ct_status ct_vis_conv_bn(ct_graph *g, ct_node x, const char *conv, const char *bn, int64_t cout, int k, int stride,
                          int groups, ct_activation act, ct_node *out) {
-    int64_t cin = ct_vis_channels(g, x);
+    return ct_vis_conv_bn_ex(g, x, conv, bn, cout, k, stride, groups, act, 0, out);
+}
+
+ct_status ct_vis_conv_bn_ex(ct_graph *g, ct_node x, const char *conv, const char *bn, int64_t cout, int k, int stride,
+                            int groups, ct_activation act, int cl, ct_node *out) {
+    int64_t cin = ct_mdl_channels(g, x, cl);
     ct_node w, gam, bet, rm, rv, y;
     CT_TRY(ct_vis_conv_weight(g, conv, cout, cin / groups, k, &w));
-    CT_TRY(ct_conv2d(g, x, w, CT_NONE, stride, (k - 1) / 2, 1, groups, &y));
+    ct_conv2d_opts co = {.stride = stride, .pad = (k - 1) / 2, .dilation = 1, .groups = groups, .channels_last = cl};
+    CT_TRY(ct_conv2d_ex(g, x, w, CT_NONE, &co, &y));
     CT_TRY(ct_node_set_name(g, y, conv));
     CT_TRY(ct_vis_param(g, bn, "weight", 1, &cout, CT_INIT_ONES, 0, &gam));
     CT_TRY(ct_vis_param(g, bn, "bias", 1, &cout, CT_INIT_ZEROS, 0, &bet));
@@ -119,9 +129,5 @@ ct_status ct_vis_conv_bn(ct_graph *g, ct_node x, const char *conv, const char *b
     CT_TRY(ct_buffer(g, nm, 1, &cout, CT_INIT_ZEROS, &rm));
     snprintf(nm, sizeof nm, "%s.running_var", bn);
     CT_TRY(ct_buffer(g, nm, 1, &cout, CT_INIT_ONES, &rv));
-    CT_TRY(ct_batchnorm(g, y, gam, bet, rm, rv, 0.1f, 1e-5f, &y));
-    CT_TRY(ct_node_set_name(g, y, bn));
-    if (act != CT_ACT_COUNT) CT_TRY(ct_activation_apply(g, y, act, &y));
-    *out = y;
-    return CT_OK;
+    return ct_mdl_bn_act(g, y, cl, gam, bet, rm, rv, bn, act, out);
 }

@@ -38,6 +38,9 @@ ct_status ct_vis_build_recipe(ct_graph *g, const ct_model_row *m, ct_node x, con
  * -> act (CT_ACT_COUNT: none). */
 ct_status ct_vis_conv_bn(ct_graph *g, ct_node x, const char *conv, const char *bn, int64_t cout, int k, int stride,
                          int groups, ct_activation act, ct_node *out);
+/* The same with cl = 1 on (N, H, W, C) x (channels last, model_def.h). */
+ct_status ct_vis_conv_bn_ex(ct_graph *g, ct_node x, const char *conv, const char *bn, int64_t cout, int k, int stride,
+                            int groups, ct_activation act, int cl, ct_node *out);
 /* "<conv>.weight" (cout, cin_per_group, k, k) ~ N(0, sqrt(2 / (cout k k))):
  * torchvision's kaiming_normal_(mode="fan_out"). */
 ct_status ct_vis_conv_weight(ct_graph *g, const char *conv, int64_t cout, int64_t cin_g, int k, ct_node *out);

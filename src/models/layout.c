@@ -1,0 +1,42 @@
+/* src/models/layout.c - the channels-last helpers of the CNN and ResNet
+ * builders (model_def.h). */
+#include "model_def.h"
+
+ct_status ct_mdl_to_nhwc(ct_graph *g, ct_node x, ct_node *out) {
+    int nd;
+    int64_t s[CT_MAX_DIMS];
+    CT_TRY(ct_node_shape(g, x, &nd, s));
+    if (nd != 4) {
+        char buf[96];
+        return ct_set_error(ct_graph_context(g), CT_E_SHAPE, "channels last: input %s must be (N, C, H, W)",
+                            ct_shape_str(nd, s, buf, sizeof buf));
+    }
+    if (s[1] == 1) return ct_reshape(g, x, 4, (int64_t[]){s[0], s[2], s[3], 1}, out); /* the same memory */
+    return ct_transpose(g, x, (int[]){0, 2, 3, 1}, out);
+}
+
+ct_status ct_mdl_bn_act(ct_graph *g, ct_node y, int cl, ct_node gamma, ct_node beta, ct_node rmean, ct_node rvar,
+                        const char *name, ct_activation act, ct_node *out) {
+    int nd;
+    int64_t s[CT_MAX_DIMS];
+    ct_node t = y;
+    CT_TRY(ct_node_shape(g, y, &nd, s));
+    if (cl) {
+        int64_t rows = 1;
+        for (int i = 0; i < nd - 1; i++) rows *= s[i];
+        CT_TRY(ct_reshape(g, y, 2, (int64_t[]){rows, s[nd - 1]}, &t));
+    }
+    CT_TRY(ct_batchnorm(g, t, gamma, beta, rmean, rvar, 0.1f, 1e-5f, &t));
+    CT_TRY(ct_node_set_name(g, t, name));
+    if (act != CT_ACT_COUNT) CT_TRY(ct_activation_apply(g, t, act, &t));
+    if (cl) CT_TRY(ct_reshape(g, t, nd, s, &t));
+    *out = t;
+    return CT_OK;
+}
+
+int64_t ct_mdl_channels(ct_graph *g, ct_node x, int cl) {
+    int nd;
+    int64_t s[CT_MAX_DIMS];
+    if (ct_node_shape(g, x, &nd, s) != CT_OK || nd < 2) return 0;
+    return cl ? s[nd - 1] : s[1];
+}
