@@ -95,9 +95,12 @@ ct_status ct_conv2d(ct_graph *g, ct_node x, ct_node w, ct_node b, int stride, in
  *    ceil_mode window running past the padding, as PyTorch); 0 divides by
  *    the taps inside the input. Dilation is accepted for avg too (PyTorch's
  *    AvgPool2d has none): the divisor counts taps, not the span.
+ *  - channels_last = 1: x is (N, H, W, C) and the output (N, OH, OW, C)
+ *    (channels-last / NHWC activations), the same windows and values per
+ *    (n, c) as the (N, C, H, W) layout; 0 (default): (N, C, H, W).
  * ct_pool2d_opts_default(o, k): k x k, stride = kernel, no padding, dilation
- * 1, floor mode, count_include_pad 1. stride 0 means "= kernel" (PyTorch's
- * stride=None). */
+ * 1, floor mode, count_include_pad 1, channels_last 0. stride 0 means
+ * "= kernel" (PyTorch's stride=None). */
 typedef struct ct_pool2d_opts {
     int kernel_h, kernel_w;
     int stride_h, stride_w;     /* 0: the kernel size                 */
@@ -105,6 +108,7 @@ typedef struct ct_pool2d_opts {
     int dilation_h, dilation_w; /* >= 1                               */
     int ceil_mode;              /* 0: floor (default), 1: ceil        */
     int count_include_pad;      /* avg only; 1 (default) or 0         */
+    int channels_last;          /* 1: x (N, H, W, C); 0 (default)     */
 } ct_pool2d_opts;
 void ct_pool2d_opts_default(ct_pool2d_opts *o, int kernel);
 ct_status ct_maxpool2d_ex(ct_graph *g, ct_node x, const ct_pool2d_opts *o, ct_node *out);
