@@ -513,6 +513,8 @@ LOW_TEST(layernorm) {
 
 /* ---- pooling and reductions ----------------------------------------------------------------- */
 
+static int g_pool_cl; /* 1: pool_case builds channels-last nodes, (N, H, W, C) */
+
 static void pool_case(kcase *c, ct_op op, int K, int S, int P, int64_t N, int64_t C, int64_t H, int64_t W) {
     int64_t OH = (H + 2 * P - K) / S + 1, OW = (W + 2 * P - K) / S + 1;
     memset(c, 0, sizeof *c);
@@ -532,6 +534,12 @@ static void pool_case(kcase *c, ct_op op, int K, int S, int P, int64_t N, int64_
     c->floor = 1e-2;
     int fwd = op == CT_OP_MAXPOOL2D || op == CT_OP_AVGPOOL2D;
     int64_t xs[4] = {N, C, H, W}, ys[4] = {N, C, OH, OW};
+    if (g_pool_cl) {
+        c->fa[1] = 1.0f;
+        int64_t xc[4] = {N, H, W, C}, yc[4] = {N, OH, OW, C};
+        memcpy(xs, xc, sizeof xs);
+        memcpy(ys, yc, sizeof ys);
+    }
     memcpy(c->shape[0], fwd ? xs : ys, sizeof xs);
     memcpy(c->out_shape, fwd ? ys : xs, sizeof xs);
     if (op == CT_OP_MAXPOOL2D) c->aux_bytes = (size_t)(N * C * OH * OW) * ct_maxpool_arg_size(K, K);
@@ -590,6 +598,22 @@ LOW_TEST(pooling) {
     g_ws_cap = 64;
     CHECK(kdeclines(&big));
     g_ws_cap = 0;
+}
+
+/* channels-last (fa[1]): images within a tile (C 17: not a multiple of the
+ * vector width) and one above it (through the workspace); without a
+ * workspace big enough, an image above a tile declines */
+LOW_TEST(pooling_channels_last) {
+    g_pool_cl = 1;
+    for (int v = 0; v < 2; v++) CHECK(pool_round(v, 3, 17, 10, 11, 51, " CL"));
+    for (int v = 0; v < 2; v++) CHECK(pool_round(v, 1, 33, 20, 21, 55, " CL image > tile"));
+    kcase big;
+    pool_case(&big, CT_OP_MAXPOOL2D, 2, 2, 0, 1, 64, 32, 32);
+    big.label = "maxpool2d CL image > tile, no workspace (declines)";
+    g_ws_cap = 64;
+    CHECK(kdeclines(&big));
+    g_ws_cap = 0;
+    g_pool_cl = 0;
 }
 
 LOW_TEST(reductions) {
@@ -1133,5 +1157,5 @@ TEST(arena_targets) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(eltwise), T(batchnorm), T(relu_pack_all_patterns), T(layernorm), T(pooling), T(reductions), T(softmax), T(embedding), T(attention), T(attention_onednn_bf16), T(plans_match_copies), T(pool_big_planes_in_plan), T(kernel_impl_names),
+TEST_MAIN(T(eltwise), T(batchnorm), T(relu_pack_all_patterns), T(layernorm), T(pooling), T(pooling_channels_last), T(reductions), T(softmax), T(embedding), T(attention), T(attention_onednn_bf16), T(plans_match_copies), T(pool_big_planes_in_plan), T(kernel_impl_names),
           T(arena_targets))

@@ -85,6 +85,29 @@ CASE(c_maxpool_ex, CT_TRY(P(g, "x", ND(2, 2, 7, 8), &a)); CT_TRY(pool_ex(g, 0, (
 CASE(c_maxpool_ceil, CT_TRY(P(g, "x", ND(2, 3, 6, 6), &a)); CT_TRY(pool_ex(g, 0, (int[]){3, 3, 2, 2, 1, 1, 1, 1}, 1, 1, a, out)))
 CASE(c_avgpool_ceil, CT_TRY(P(g, "x", ND(2, 2, 6, 7), &a)); CT_TRY(pool_ex(g, 1, (int[]){3, 3, 2, 2, 1, 1, 1, 1}, 1, 1, a, out)))
 CASE(c_avgpool_ex_nopad, CT_TRY(P(g, "x", ND(2, 2, 7, 9), &a)); CT_TRY(pool_ex(g, 1, (int[]){2, 3, 2, 2, 1, 1, 2, 1}, 1, 0, a, out)))
+/* channels-last pooling (ct_pool2d_opts.channels_last): x (N, H, W, C), C not
+ * a multiple of the vector width (3, 17, 20) and wider than one (32, 64);
+ * the window configurations above (a 16x16 window, 256 taps with an int32
+ * argmax, is in pool_channels_last_equals_nchw: its finite differences meet
+ * near ties) */
+static ct_status pool_cl(ct_graph *g, int avg, const int k[8], int ceil_mode, int include_pad, ct_node x, ct_node *out) {
+    ct_pool2d_opts o;
+    ct_pool2d_opts_default(&o, 1);
+    o.kernel_h = k[0]; o.kernel_w = k[1]; o.stride_h = k[2]; o.stride_w = k[3];
+    o.pad_h = k[4]; o.pad_w = k[5]; o.dilation_h = k[6]; o.dilation_w = k[7];
+    o.ceil_mode = ceil_mode;
+    o.count_include_pad = include_pad;
+    o.channels_last = 1;
+    return avg ? ct_avgpool2d_ex(g, x, &o, out) : ct_maxpool2d_ex(g, x, &o, out);
+}
+CASE(c_maxpool_cl, CT_TRY(P(g, "x", ND(2, 6, 6, 3), &a)); CT_TRY(pool_cl(g, 0, (int[]){2, 2, 2, 2, 0, 0, 1, 1}, 0, 1, a, out)))
+CASE(c_maxpool_cl_pad, CT_TRY(P(g, "x", ND(1, 7, 9, 17), &a)); CT_TRY(pool_cl(g, 0, (int[]){3, 3, 2, 2, 1, 1, 1, 1}, 0, 1, a, out)))
+CASE(c_maxpool_cl_ex, CT_TRY(P(g, "x", ND(2, 7, 8, 32), &a)); CT_TRY(pool_cl(g, 0, (int[]){3, 2, 2, 1, 1, 0, 1, 2}, 1, 1, a, out)))
+CASE(c_maxpool_cl_ceil, CT_TRY(P(g, "x", ND(1, 6, 7, 64), &a)); CT_TRY(pool_cl(g, 0, (int[]){3, 3, 2, 2, 1, 1, 1, 1}, 1, 1, a, out)))
+CASE(c_avgpool_cl, CT_TRY(P(g, "x", ND(2, 7, 7, 17), &a)); CT_TRY(pool_cl(g, 1, (int[]){3, 3, 2, 2, 1, 1, 1, 1}, 0, 1, a, out)))
+CASE(c_avgpool_cl_s1, CT_TRY(P(g, "x", ND(2, 5, 6, 3), &a)); CT_TRY(pool_cl(g, 1, (int[]){3, 3, 1, 1, 1, 1, 1, 1}, 0, 0, a, out)))
+CASE(c_avgpool_cl_ceil, CT_TRY(P(g, "x", ND(2, 6, 7, 3), &a)); CT_TRY(pool_cl(g, 1, (int[]){3, 3, 2, 2, 1, 1, 1, 1}, 1, 1, a, out)))
+CASE(c_avgpool_cl_ex_nopad, CT_TRY(P(g, "x", ND(2, 7, 9, 20), &a)); CT_TRY(pool_cl(g, 1, (int[]){2, 3, 2, 2, 1, 1, 2, 1}, 1, 0, a, out)))
 CASE(c_gap, CT_TRY(P(g, "x", ND(2, 3, 5, 4), &a)); CT_TRY(ct_global_avgpool(g, a, out)))
 CASE(c_batchnorm, CT_TRY(P(g, "x", ND(4, 3, 5, 5), &a)); CT_TRY(P(g, "g", ND(3), &b)); CT_TRY(P(g, "b", ND(3), &c));
      CT_TRY(ct_buffer(g, "rm", ND(3), CT_INIT_ZEROS, &d)); CT_TRY(ct_buffer(g, "rv", ND(3), CT_INIT_ONES, &e));
@@ -244,7 +267,10 @@ static const op_case k_cases[] = {
     {"conv_c1", c_conv_c1, 0}, {"conv_c2_d2", c_conv_c2_d2, 0}, {"conv_c1_k7", c_conv_c1_k7, 0}, {"conv_c1_k6", c_conv_c1_k6, 0},
     {"maxpool", c_maxpool, 0}, {"maxpool_pad", c_maxpool_pad, 0}, {"avgpool", c_avgpool, 0}, {"gap", c_gap, 0},
     {"maxpool_ex", c_maxpool_ex, 0}, {"maxpool_ceil", c_maxpool_ceil, 0}, {"avgpool_ceil", c_avgpool_ceil, 0},
-    {"avgpool_ex_nopad", c_avgpool_ex_nopad, 0},
+    {"avgpool_ex_nopad", c_avgpool_ex_nopad, 0}, {"maxpool_cl", c_maxpool_cl, 0}, {"maxpool_cl_pad", c_maxpool_cl_pad, 0},
+    {"maxpool_cl_ex", c_maxpool_cl_ex, 0}, {"maxpool_cl_ceil", c_maxpool_cl_ceil, 0},
+    {"avgpool_cl", c_avgpool_cl, 0}, {"avgpool_cl_s1", c_avgpool_cl_s1, 0}, {"avgpool_cl_ceil", c_avgpool_cl_ceil, 0},
+    {"avgpool_cl_ex_nopad", c_avgpool_cl_ex_nopad, 0},
     {"batchnorm", c_batchnorm, 0}, {"batchnorm_2d", c_batchnorm_2d, 0}, {"layernorm", c_layernorm, 0},
     {"relu", c_relu, 0}, {"gelu", c_gelu, 0}, {"gelu_tanh", c_gelu_tanh, 0}, {"silu", c_silu, 0},
     {"sigmoid", c_sigmoid, 0}, {"tanh", c_tanh, 0}, {"scale", c_scale, 0}, {"add_bias", c_add_bias, 0},
@@ -616,6 +642,135 @@ TEST(conv_channels_last_matches_nchw) {
     ct_context_free(ctx);
 }
 
+/* ---- channels-last pooling against the (N, C, H, W) layout -------------------------------------
+ * The same x (N, C, H, W) pooled directly, and transposed to (N, H, W, C),
+ * pooled channels-last and transposed back: max pooling's output and dx
+ * bit for bit, average pooling's dx bit for bit and its output within FP32
+ * rounding (the SIMD CL forward sums in FP32); the reference both ways bit
+ * for bit. x has ties in most windows (and NaNs for max pooling: they
+ * propagate). Then the CL plan on 1 and 2 threads bit for bit (shapes above the
+ * kernels' threading threshold; N = 1 splits the backward into channel
+ * blocks). */
+typedef struct {
+    int avg, k[8], ceil_mode, include_pad;
+    int64_t n, c, h, w;
+} cl_cfg;
+
+static ct_status cl_build(ct_graph *g, const cl_cfg *f, int cl, ct_node *out) {
+    ct_node x, t, y;
+    CT_TRY(P(g, "x", ND(f->n, f->c, f->h, f->w), &x));
+    if (!cl) return f->avg ? pool_ex(g, 1, f->k, f->ceil_mode, f->include_pad, x, out)
+                           : pool_ex(g, 0, f->k, f->ceil_mode, f->include_pad, x, out);
+    CT_TRY(ct_transpose(g, x, (int[]){0, 2, 3, 1}, &t));
+    CT_TRY(pool_cl(g, f->avg, f->k, f->ceil_mode, f->include_pad, t, &y));
+    return ct_transpose(g, y, (int[]){0, 3, 1, 2}, out);
+}
+
+static const cl_cfg *g_cl_cfg;
+static int g_cl_layout;
+static ct_status cl_case_build(ct_graph *g, ct_node *out) { return cl_build(g, g_cl_cfg, g_cl_layout, out); }
+
+/* runs cfg f in layout cl on ctx with x = xv (NCHW); copies y and dx out */
+static void cl_run(ct_context *ctx, const cl_cfg *f, int cl, const float *xv, float **y, float **dx, int64_t *ny,
+                   int64_t *nx) {
+    g_cl_cfg = f;
+    g_cl_layout = cl;
+    op_case c = {"pool_layout", cl_case_build, 0};
+    harness h;
+    CHECK_OK(ctx, harness_build(ctx, &c, &h));
+    ct_tensor val, grad, o;
+    ct_plan_param_info(h.plan, 0, NULL, &val, &grad);
+    *nx = ct_tensor_numel(&val);
+    memcpy(val.data, xv, (size_t)*nx * sizeof(float));
+    float l;
+    CHECK_OK(ctx, run(&h, &l));
+    ct_plan_tensor(h.plan, h.out, &o);
+    *ny = ct_tensor_numel(&o);
+    *y = malloc((size_t)*ny * sizeof(float));
+    *dx = malloc((size_t)*nx * sizeof(float));
+    memcpy(*y, o.data, (size_t)*ny * sizeof(float));
+    memcpy(*dx, grad.data, (size_t)*nx * sizeof(float));
+    ct_plan_free(h.plan);
+}
+
+static ct_context *ctx_threads(int isa, int nt) {
+    ct_context_opts o;
+    ct_context_opts_default(&o);
+    o.num_threads = nt;
+    o.seed = 1234;
+    if (isa >= 0) o.isa = (ct_isa)isa;
+    ct_context *ctx = NULL;
+    return ct_context_create(&o, &ctx) == CT_OK ? ctx : NULL;
+}
+
+TEST(pool_channels_last_equals_nchw) {
+    static const cl_cfg cfgs[] = {
+        {0, {2, 2, 2, 2, 0, 0, 1, 1}, 0, 1, 3, 17, 9, 10},  {0, {3, 3, 2, 2, 1, 1, 1, 1}, 0, 1, 2, 64, 11, 11},
+        {0, {3, 2, 2, 1, 1, 0, 1, 2}, 1, 1, 2, 5, 7, 8},    {0, {16, 16, 1, 1, 0, 0, 1, 1}, 0, 1, 1, 3, 17, 18},
+        {1, {3, 3, 2, 2, 1, 1, 1, 1}, 0, 1, 2, 17, 7, 7},   {1, {3, 3, 1, 1, 1, 1, 1, 1}, 0, 0, 2, 32, 6, 5},
+        {1, {2, 3, 2, 2, 1, 1, 2, 1}, 1, 0, 2, 20, 7, 9},   {1, {3, 3, 2, 2, 1, 1, 1, 1}, 1, 1, 2, 3, 6, 7},
+        /* above the threading threshold (16384 inputs) */
+        {0, {3, 3, 2, 2, 1, 1, 1, 1}, 0, 1, 3, 48, 20, 20}, {1, {3, 3, 1, 1, 1, 1, 1, 1}, 0, 1, 3, 48, 20, 20},
+        {0, {3, 3, 2, 2, 1, 1, 1, 1}, 0, 1, 1, 40, 24, 24}, {1, {3, 3, 1, 1, 1, 1, 1, 1}, 0, 0, 1, 40, 24, 24},
+        {0, {2, 2, 2, 2, 0, 0, 1, 1}, 0, 1, 1, 40, 24, 24},
+    };
+    ct_context *probe = test_ctx(-1, 0);
+    const int best = ct_context_isa(probe);
+    ct_context_free(probe);
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+        const cl_cfg *f = &cfgs[i];
+        int64_t nx = f->n * f->c * f->h * f->w, ny, nx2;
+        float *xv = malloc((size_t)nx * sizeof(float));
+        test_fill_uniform(xv, (size_t)nx, 77 + (unsigned)i, -1, 1);
+        for (int64_t j = 0; j < nx; j++) xv[j] = roundf(xv[j] * 4) / 4; /* 9 levels: ties in most windows */
+        if (!f->avg)
+            for (int64_t j = 5; j < nx; j += 97) xv[j] = NAN; /* NaN propagates */
+        float *y[2][2], *dx[2][2]; /* [ref, best][nchw, cl] */
+        for (int fast = 0; fast < 2; fast++)
+            for (int cl = 0; cl < 2; cl++) {
+                ct_context *ctx = fast ? test_ctx(-1, 0) : test_ctx(CT_ISA_REF, 0);
+                cl_run(ctx, f, cl, xv, &y[fast][cl], &dx[fast][cl], &ny, &nx2);
+                ct_context_free(ctx);
+            }
+        for (int fast = 0; fast < 2; fast++) {
+            const char *lb = fast ? "best" : "ref";
+            int y_exact = !f->avg || !fast || best == CT_ISA_REF;
+            if (y_exact)
+                CHECK_MSG(!memcmp(y[fast][0], y[fast][1], (size_t)ny * 4), "cfg %zu (%s): CL forward differs from NCHW", i, lb);
+            else
+                CHECK_MSG(test_rel_to_max(y[fast][1], y[fast][0], (size_t)ny) <= 1e-6,
+                          "cfg %zu (%s): CL avg forward differs from NCHW by %.3g", i, lb,
+                          test_rel_to_max(y[fast][1], y[fast][0], (size_t)ny));
+            CHECK_MSG(!memcmp(dx[fast][0], dx[fast][1], (size_t)nx * 4), "cfg %zu (%s): CL dx differs from NCHW", i, lb);
+        }
+        /* the fast CL kernels against the reference CL kernels */
+        CHECK_MSG(!memcmp(dx[0][1], dx[1][1], (size_t)nx * 4), "cfg %zu: CL dx (best) differs from CL dx (ref)", i);
+        if (!f->avg) CHECK_MSG(!memcmp(y[0][1], y[1][1], (size_t)ny * 4), "cfg %zu: CL y (best) differs from ref", i);
+        /* 1 vs 2 threads, the fast CL kernels */
+        float *yt[2], *dxt[2];
+        for (int nt = 1; nt <= 2; nt++) {
+            ct_context *ctx = ctx_threads(-1, nt);
+            CHECK(ctx != NULL);
+            if (!ctx) continue;
+            cl_run(ctx, f, 1, xv, &yt[nt - 1], &dxt[nt - 1], &ny, &nx2);
+            ct_context_free(ctx);
+        }
+        CHECK_MSG(!memcmp(yt[0], yt[1], (size_t)ny * 4) && !memcmp(dxt[0], dxt[1], (size_t)nx * 4),
+                  "cfg %zu: CL results differ between 1 and 2 threads", i);
+        printf("    cfg %zu %s (%lld, %lld, %lld, %lld): CL = NCHW, 1 thread = 2 threads\n", i, f->avg ? "avg" : "max",
+               (long long)f->n, (long long)f->c, (long long)f->h, (long long)f->w);
+        for (int a = 0; a < 2; a++) {
+            free(yt[a]);
+            free(dxt[a]);
+            for (int b = 0; b < 2; b++) {
+                free(y[a][b]);
+                free(dx[a][b]);
+            }
+        }
+        free(xv);
+    }
+}
+
 /* Ops no case needs to produce (see the header). */
 static int exempt_op(ct_op op) {
     /* tp_copy / tp_reduce exist only in a graph with a tensor group of more
@@ -733,4 +888,5 @@ TEST(cross_entropy_nd_equals_flattened_bit_for_bit) {
 }
 
 TEST_MAIN(T(every_op_has_a_case), T(cross_entropy_nd_equals_flattened_bit_for_bit), T(backward_matches_finite_differences), T(avx2_matches_reference), T(avx512_matches_reference),
-          T(onednn_matches_reference), T(conv_direct_weight_gradient), T(conv_channels_last_matches_nchw))
+          T(onednn_matches_reference), T(conv_direct_weight_gradient), T(conv_channels_last_matches_nchw),
+          T(pool_channels_last_equals_nchw))

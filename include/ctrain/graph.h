@@ -109,9 +109,12 @@ ct_status ct_conv2d_ex(ct_graph *g, ct_node x, ct_node w, ct_node b, const ct_co
  *    ceil_mode window running past the padding, as PyTorch); 0 divides by
  *    the taps inside the input. Dilation is accepted for avg too (PyTorch's
  *    AvgPool2d has none): the divisor counts taps, not the span.
+ *  - channels_last = 1: x is (N, H, W, C) and the output (N, OH, OW, C)
+ *    (channels-last / NHWC activations), the same windows and values per
+ *    (n, c) as the (N, C, H, W) layout; 0 (default): (N, C, H, W).
  * ct_pool2d_opts_default(o, k): k x k, stride = kernel, no padding, dilation
- * 1, floor mode, count_include_pad 1. stride 0 means "= kernel" (PyTorch's
- * stride=None). */
+ * 1, floor mode, count_include_pad 1, channels_last 0. stride 0 means
+ * "= kernel" (PyTorch's stride=None). */
 typedef struct ct_pool2d_opts {
     int kernel_h, kernel_w;
     int stride_h, stride_w;     /* 0: the kernel size                 */

@@ -145,6 +145,7 @@ typedef struct ct_pool2d_opts {
     int dilation_h, dilation_w;
     int ceil_mode;
     int count_include_pad;
+    int channels_last;
 } ct_pool2d_opts;
 void ct_pool2d_opts_default(ct_pool2d_opts *o, int kernel);
 ct_status ct_maxpool2d_ex(ct_graph *g, ct_node x, const ct_pool2d_opts *o, ct_node *out);

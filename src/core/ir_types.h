@@ -28,8 +28,10 @@ typedef enum ct_op {
                           last (x (N, H, W, C), out (N, OH, OW, OC)); the backward ops
                           and GEMM_RELU of a conv carry the same ia                      */
     CT_OP_MAXPOOL2D,   /* ia: 0 kh 1 kw 2 sh 3 sw 4 ph 5 pw 6 dh 7 dw (ceil_mode: in the
-                          shape); aux: argmax indices (int32); kernels/pool_plane.h        */
-    CT_OP_AVGPOOL2D,   /* ia as MAXPOOL2D; fa[0] = 1: count_include_pad                   */
+                          shape); aux: argmax (taps or int32); kernels/pool_plane.h      */
+    CT_OP_AVGPOOL2D,   /* ia as MAXPOOL2D; fa[0] = 1: count_include_pad; both (and their
+                          _BWD, which copy the attributes): fa[1] = 1: channels-last,
+                          x (N, H, W, C) -> (N, OH, OW, C)                                */
     CT_OP_BATCHNORM,   /* in: x, gamma, beta, rmean, rvar; fa: 0 momentum 1 eps;
                           aux: mean[C], invstd[C] of the batch (training)                 */
     CT_OP_LAYERNORM,   /* in: x, gamma, beta; fa[0]=eps; aux: mean[R], invstd[R]          */

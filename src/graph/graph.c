@@ -338,8 +338,10 @@ static ct_status pool(ct_graph *g, ct_op op, const char *name, ct_node x, const 
     if (!o) return ct_set_error(g->ctx, CT_E_INVALID_ARG, "%s: options must not be NULL", name);
     const ct_node_def *X = N(g, x);
     char s1[96];
+    const int cl = o->channels_last != 0, hx = cl ? 1 : 2; /* the H axis */
     if (X->ndim != 4)
-        return ct_set_error(g->ctx, CT_E_SHAPE, "%s: input '%s' %s must be (N, C, H, W)", name, X->name, shp(X, s1));
+        return ct_set_error(g->ctx, CT_E_SHAPE, "%s: input '%s' %s must be %s", name, X->name, shp(X, s1),
+                            cl ? "(N, H, W, C) (channels_last)" : "(N, C, H, W)");
     const int kh = o->kernel_h, kw = o->kernel_w;
     const int sh = o->stride_h ? o->stride_h : kh, sw = o->stride_w ? o->stride_w : kw; /* 0: the kernel */
     const int ph = o->pad_h, pw = o->pad_w, dh = o->dilation_h, dw = o->dilation_w;
@@ -354,17 +356,19 @@ static ct_status pool(ct_graph *g, ct_op op, const char *name, ct_node x, const 
         return ct_set_error(g->ctx, CT_E_INVALID_ARG,
                             "%s: padding %dx%d must be at most half the effective kernel %dx%d (dilation*(kernel-1)+1)",
                             name, ph, pw, eh, ew);
-    int64_t oh = pool_out(X->shape[2], kh, sh, ph, dh, o->ceil_mode != 0);
-    int64_t ow = pool_out(X->shape[3], kw, sw, pw, dw, o->ceil_mode != 0);
+    int64_t oh = pool_out(X->shape[hx], kh, sh, ph, dh, o->ceil_mode != 0);
+    int64_t ow = pool_out(X->shape[hx + 1], kw, sw, pw, dw, o->ceil_mode != 0);
     if (oh < 1 || ow < 1)
         return ct_set_error(g->ctx, CT_E_SHAPE, "%s: effective kernel %dx%d is larger than the padded input %s", name,
                             eh, ew, shp(X, s1));
     ct_node_def d;
     def_init(&d, op, 1, &x);
-    def_shape(&d, 4, (int64_t[]){X->shape[0], X->shape[1], oh, ow});
+    if (cl) def_shape(&d, 4, (int64_t[]){X->shape[0], oh, ow, X->shape[3]});
+    else def_shape(&d, 4, (int64_t[]){X->shape[0], X->shape[1], oh, ow});
     d.ia[0] = kh; d.ia[1] = kw; d.ia[2] = sh; d.ia[3] = sw;
     d.ia[4] = ph; d.ia[5] = pw; d.ia[6] = dh; d.ia[7] = dw;
     d.fa[0] = o->count_include_pad ? 1.0f : 0.0f;
+    d.fa[1] = cl ? 1.0f : 0.0f; /* channels-last (ir_types.h) */
     return ct_graph_push(g, &d, out);
 }
 

@@ -18,7 +18,16 @@
  * padded input [-ph, H+ph) x [-pw, W+pw) (count_include_pad; PyTorch's
  * divisor, which is smaller than kh*kw only for a ceil_mode window that runs
  * past the padding) or by the taps inside the input (count_include_pad = 0);
- * a window with divisor 0 outputs 0. */
+ * a window with divisor 0 outputs 0.
+ *
+ * Channels-last (fa[1] = 1, ct_pool2d_opts.channels_last): x (N, H, W, C),
+ * y (N, OH, OW, C); the same windows per (n, c). The saved argmax holds one
+ * entry per output element in y's (N, OH, OW, C) order, encoded as above
+ * (the tap, or the flat index ih*W+iw within the (H, W) plane of that (n,
+ * c)); ct_aux_maxpool2d's size is the same. The *_cl_image loops below do
+ * one image (H, W, C) -> (OH, OW, C); per element they run the plane loops'
+ * arithmetic in the same order, so both layouts give the same bits (the
+ * backward accumulates each dx element over windows in (oh, ow) order). */
 #ifndef CT_KERNELS_POOL_PLANE_H
 #define CT_KERNELS_POOL_PLANE_H
 
@@ -28,7 +37,9 @@
 #include "core/ir_types.h"
 
 typedef struct {
-    int64_t NC, H, W, OH, OW;
+    int64_t NC, H, W, OH, OW; /* NC = N*C, both layouts                                     */
+    int64_t N, C;
+    int cl; /* 1: channels-last, x (N, H, W, C), y (N, OH, OW, C)                          */
     int64_t KH, KW, SH, SW, PH, PW, DH, DW;
     int include_pad;
     int arg_wide; /* max pooling's saved argmax: 1 int32 flat indices, 0 one byte taps */
@@ -39,14 +50,18 @@ typedef struct {
 /* Bytes per output element of max pooling's saved argmax for a kh x kw window. */
 static inline size_t ct_maxpool_arg_size(int64_t kh, int64_t kw) { return kh * kw > 255 ? 4 : 1; }
 
-/* x is the (N, C, H, W) side, y the pooled side. */
+/* x is the (N, C, H, W) or (N, H, W, C) side, y the pooled side. */
 static inline ct_pool_dims ct_pool_get(const ct_node_def *n, const ct_tensor *x, const ct_tensor *y) {
     ct_pool_dims d;
-    d.NC = x->shape[0] * x->shape[1];
-    d.H = x->shape[2];
-    d.W = x->shape[3];
-    d.OH = y->shape[2];
-    d.OW = y->shape[3];
+    d.cl = n->fa[1] != 0.0f;
+    const int hx = d.cl ? 1 : 2; /* the H axis */
+    d.N = x->shape[0];
+    d.C = x->shape[d.cl ? 3 : 1];
+    d.NC = d.N * d.C;
+    d.H = x->shape[hx];
+    d.W = x->shape[hx + 1];
+    d.OH = y->shape[hx];
+    d.OW = y->shape[hx + 1];
     d.KH = n->ia[0];
     d.KW = n->ia[1];
     d.SH = n->ia[2];
@@ -157,6 +172,107 @@ static inline void ct_avgpool_bwd_plane(const float *dy, float *dx, const ct_poo
                     int64_t iw = ow * d->SW - d->PW + j * d->DW;
                     if (iw < 0 || iw >= d->W) continue;
                     dx[ih * d->W + iw] += g;
+                }
+            }
+        }
+}
+
+/* ---- channels-last: one image (H, W, C) -> (OH, OW, C) ---------------------------------- */
+
+/* Image n's saved argmax within the node's aux (channels-last). */
+static inline void *ct_maxpool_arg_image(void *arg, int64_t n, const ct_pool_dims *d) {
+    return (char *)arg + (size_t)(n * d->OH * d->OW * d->C) * (d->arg_wide ? 4 : 1);
+}
+
+static inline void ct_maxpool_cl_image(const float *x, float *y, void *arg, const ct_pool_dims *d) {
+    const int64_t C = d->C;
+    for (int64_t oh = 0; oh < d->OH; oh++)
+        for (int64_t ow = 0; ow < d->OW; ow++)
+            for (int64_t c = 0; c < C; c++) {
+                float best = -INFINITY;
+                int64_t bi = -1, bt = CT_POOL_NO_TAP;
+                for (int64_t i = 0; i < d->KH; i++) {
+                    int64_t ih = oh * d->SH - d->PH + i * d->DH;
+                    if (ih < 0 || ih >= d->H) continue;
+                    for (int64_t j = 0; j < d->KW; j++) {
+                        int64_t iw = ow * d->SW - d->PW + j * d->DW;
+                        if (iw < 0 || iw >= d->W) continue;
+                        float v = x[(ih * d->W + iw) * C + c];
+                        if (bi >= 0 && isnan(best)) continue; /* NaN propagates, as in PyTorch */
+                        if (bi < 0 || v > best || isnan(v)) {
+                            best = v;
+                            bi = ih * d->W + iw;
+                            bt = i * d->KW + j;
+                        }
+                    }
+                }
+                const int64_t o = (oh * d->OW + ow) * C + c;
+                y[o] = best;
+                if (d->arg_wide) ((int32_t *)arg)[o] = (int32_t)bi;
+                else ((uint8_t *)arg)[o] = (uint8_t)bt;
+            }
+}
+
+/* dx (H, W, C) = scatter-add of dy at the saved argmax, windows in (oh, ow) order */
+static inline void ct_maxpool_bwd_cl_image(const float *dy, const void *arg, float *dx, const ct_pool_dims *d) {
+    const int64_t C = d->C;
+    memset(dx, 0, (size_t)(d->H * d->W * C) * sizeof *dx);
+    for (int64_t oh = 0; oh < d->OH; oh++)
+        for (int64_t ow = 0; ow < d->OW; ow++)
+            for (int64_t c = 0; c < C; c++) {
+                const int64_t o = (oh * d->OW + ow) * C + c;
+                int64_t at;
+                if (d->arg_wide) {
+                    at = ((const int32_t *)arg)[o];
+                    if (at < 0) continue;
+                } else {
+                    int64_t t = ((const uint8_t *)arg)[o];
+                    if (t == CT_POOL_NO_TAP) continue;
+                    at = (oh * d->SH - d->PH + t / d->KW * d->DH) * d->W + ow * d->SW - d->PW + t % d->KW * d->DW;
+                }
+                dx[at * C + c] += dy[o];
+            }
+}
+
+static inline void ct_avgpool_cl_image(const float *x, float *y, const ct_pool_dims *d) {
+    const int64_t C = d->C;
+    for (int64_t oh = 0; oh < d->OH; oh++)
+        for (int64_t ow = 0; ow < d->OW; ow++) {
+            const int64_t div = ct_avgpool_div(d, oh, ow);
+            for (int64_t c = 0; c < C; c++) {
+                double s = 0;
+                for (int64_t i = 0; i < d->KH; i++) {
+                    int64_t ih = oh * d->SH - d->PH + i * d->DH;
+                    if (ih < 0 || ih >= d->H) continue;
+                    for (int64_t j = 0; j < d->KW; j++) {
+                        int64_t iw = ow * d->SW - d->PW + j * d->DW;
+                        if (iw < 0 || iw >= d->W) continue;
+                        s += x[(ih * d->W + iw) * C + c];
+                    }
+                }
+                y[(oh * d->OW + ow) * C + c] = div ? (float)(s / (double)div) : 0.0f;
+            }
+        }
+}
+
+static inline void ct_avgpool_bwd_cl_image(const float *dy, float *dx, const ct_pool_dims *d) {
+    const int64_t C = d->C;
+    memset(dx, 0, (size_t)(d->H * d->W * C) * sizeof *dx);
+    for (int64_t oh = 0; oh < d->OH; oh++)
+        for (int64_t ow = 0; ow < d->OW; ow++) {
+            const int64_t div = ct_avgpool_div(d, oh, ow);
+            if (!div) continue;
+            const float q = 1.0f / (float)div;
+            for (int64_t c = 0; c < C; c++) {
+                float g = dy[(oh * d->OW + ow) * C + c] * q;
+                for (int64_t i = 0; i < d->KH; i++) {
+                    int64_t ih = oh * d->SH - d->PH + i * d->DH;
+                    if (ih < 0 || ih >= d->H) continue;
+                    for (int64_t j = 0; j < d->KW; j++) {
+                        int64_t iw = ow * d->SW - d->PW + j * d->DW;
+                        if (iw < 0 || iw >= d->W) continue;
+                        dx[(ih * d->W + iw) * C + c] += g;
+                    }
                 }
             }
         }

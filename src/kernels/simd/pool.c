@@ -18,7 +18,9 @@
  * and the backward scatter-adds: they need FP32 planes). Those planes are
  * stack tiles up to CT_BF16_TILE elements, above it the node's workspace
  * (ct_ws_pool, one input and one output plane per thread); without that
- * workspace a bigger plane declines and the node gets FP32 copies. */
+ * workspace a bigger plane declines and the node gets FP32 copies.
+ *
+ * Channels-last (fa[1], pool_plane.h): see the section below. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -113,8 +115,12 @@ typedef ct_pool_dims pl_dims;
 
 static pl_dims pl_get(const ct_kargs *k, const ct_tensor *x, const ct_tensor *y) { return ct_pool_get(k->node, x, y); }
 
+/* elements of one input / output plane (channels-last: one image) */
+static int64_t pl_in_n(const pl_dims *d) { return d->H * d->W * (d->cl ? d->C : 1); }
+static int64_t pl_out_n(const pl_dims *d) { return d->OH * d->OW * (d->cl ? d->C : 1); }
+
 /* BF16 planes above a tile: nt threads' FP32 plane pairs from the workspace */
-static size_t pl_ws_need(const pl_dims *d, int nt) { return ct_pool_bf16_ws_bytes(d->H * d->W, d->OH * d->OW, nt); }
+static size_t pl_ws_need(const pl_dims *d, int nt) { return ct_pool_bf16_ws_bytes(pl_in_n(d), pl_out_n(d), nt); }
 
 /* I/O: in[0] and out FP32 or BF16; BF16 planes fit a tile or the workspace (nt threads). */
 static int pl_io_ok(const ct_kargs *k, const pl_dims *d, int nt) {
@@ -130,7 +136,7 @@ static void pl_tiles(const ct_kargs *k, const pl_dims *d, float *a, float *b, in
         *ta = a, *tb = b;
         return;
     }
-    *ta = (float *)k->ws + (size_t)omp_get_thread_num() * (size_t)(d->H * d->W + d->OH * d->OW);
+    *ta = (float *)k->ws + (size_t)omp_get_thread_num() * (size_t)(pl_in_n(d) + pl_out_n(d));
     *tb = *ta + n_a;
 }
 
@@ -151,6 +157,202 @@ static inline void pl_load_pairs(const float *p, int t, vf *ev, vf *od) {
         hi = vtail_load(p + VW, CT_MAX(2 * t - VW, 0));
     }
     pl_deint(lo, hi, ev, od);
+}
+
+/* ---- channels-last: x (N, H, W, C), y (N, OH, OW, C) -------------------------------------------
+ * Vectorized across C (contiguous): each output pixel's C channels in
+ * vectors of VW, the window's taps in row-major order. Max pooling and both
+ * backward kernels run the reference's per-element arithmetic in its order
+ * (pool_plane.h's *_cl_image), so their results are identical to it (and to
+ * the (N, C, H, W) layout's); the average's forward sums in FP32 in window
+ * order and divides (the reference sums in double). The forward runs in
+ * parallel over the N*OH output rows, the backward over images (and
+ * channel blocks when there are fewer images than threads): each dx element
+ * accumulates its windows in (oh, ow) order whatever the thread count. With
+ * 16-bit I/O both go image by image through FP32 tiles (or the workspace). */
+
+static inline vf pl_ld(const float *p, int t) { return t == VW ? vload(p) : vtail_load(p, t); }
+static inline void pl_st(float *p, vf v, int t) {
+    if (t == VW) vstore(p, v);
+    else vtail_store(p, v, t);
+}
+
+/* output row oh of one image: y and arg point at the image */
+static void maxpool_cl_row(const float *x, float *y, void *arg, const pl_dims *d, int64_t oh) {
+    const int64_t C = d->C, W = d->W;
+    for (int64_t ow = 0; ow < d->OW; ow++) {
+        const int64_t o = (oh * d->OW + ow) * C;
+        for (int64_t c = 0; c < C; c += VW) {
+            const int t = (int)CT_MIN(VW, C - c);
+            vf best = vset1(-INFINITY);
+            vi bt = pl_iset1(d->arg_wide ? -1 : CT_POOL_NO_TAP);
+            int any = 0;
+            for (int64_t i = 0; i < d->KH; i++) {
+                const int64_t ih = oh * d->SH - d->PH + i * d->DH;
+                if (ih < 0 || ih >= d->H) continue;
+                for (int64_t j = 0; j < d->KW; j++) {
+                    const int64_t iw = ow * d->SW - d->PW + j * d->DW;
+                    if (iw < 0 || iw >= W) continue;
+                    vf v = pl_ld(x + (ih * W + iw) * C + c, t);
+                    vi id = pl_iset1((int32_t)(d->arg_wide ? ih * W + iw : i * d->KW + j));
+                    if (!any) { /* the first tap inside the input (the same for every channel) */
+                        best = v, bt = id, any = 1;
+                        continue;
+                    }
+                    pl_mask m = pl_take(v, best);
+                    best = pl_fsel(m, best, v);
+                    bt = pl_isel(m, bt, id);
+                }
+            }
+            pl_st(y + o + c, best, t);
+            if (!d->arg_wide) {
+                pl_tap_store((uint8_t *)arg + o + c, bt, t);
+            } else if (t == VW) {
+                pl_istore((int32_t *)arg + o + c, bt);
+            } else {
+                int32_t b[VW];
+                pl_istore(b, bt);
+                memcpy((int32_t *)arg + o + c, b, (size_t)t * sizeof *b);
+            }
+        }
+    }
+}
+
+static void avgpool_cl_row(const float *x, float *y, const pl_dims *d, int64_t oh) {
+    const int64_t C = d->C, W = d->W;
+    for (int64_t ow = 0; ow < d->OW; ow++) {
+        const int64_t o = (oh * d->OW + ow) * C, div = ct_avgpool_div(d, oh, ow);
+        const vf vd = vset1((float)div);
+        for (int64_t c = 0; c < C; c += VW) {
+            const int t = (int)CT_MIN(VW, C - c);
+            vf s = vzero();
+            for (int64_t i = 0; i < d->KH; i++) {
+                const int64_t ih = oh * d->SH - d->PH + i * d->DH;
+                if (ih < 0 || ih >= d->H) continue;
+                for (int64_t j = 0; j < d->KW; j++) {
+                    const int64_t iw = ow * d->SW - d->PW + j * d->DW;
+                    if (iw < 0 || iw >= W) continue;
+                    s = vadd(s, pl_ld(x + (ih * W + iw) * C + c, t));
+                }
+            }
+            pl_st(y + o + c, div ? vdiv(s, vd) : vzero(), t);
+        }
+    }
+}
+
+/* dx of channels [c0, c1) of one image: zeroed, then every window's share
+ * added in (oh, ow) order. avg: arg NULL; max: the saved argmax, dy where a
+ * lane's argmax is the tap, + 0 elsewhere (dx is never -0: it starts +0). */
+static void pool_bwd_cl_image(const float *dy, const void *arg, float *dx, const pl_dims *d, int64_t c0, int64_t c1) {
+    const int64_t C = d->C, W = d->W, HW = d->H * d->W;
+    if (c0 == 0 && c1 == C) memset(dx, 0, (size_t)(HW * C) * sizeof *dx);
+    else
+        for (int64_t p = 0; p < HW; p++) memset(dx + p * C + c0, 0, (size_t)(c1 - c0) * sizeof *dx);
+    for (int64_t oh = 0; oh < d->OH; oh++)
+        for (int64_t ow = 0; ow < d->OW; ow++) {
+            const int64_t o = (oh * d->OW + ow) * C;
+            vf q = vzero();
+            if (!arg) {
+                const int64_t div = ct_avgpool_div(d, oh, ow);
+                if (!div) continue;
+                q = vset1(1.0f / (float)div); /* as the reference: dy * (1.0f / div) */
+            }
+            for (int64_t c = c0; c < c1; c += VW) {
+                const int t = (int)CT_MIN(VW, c1 - c);
+                vf g = pl_ld(dy + o + c, t);
+                vi a = pl_iset1(0);
+                if (!arg) {
+                    g = vmul(g, q);
+                } else if (!d->arg_wide) {
+                    a = pl_tap_load((const uint8_t *)arg + o + c, t);
+                } else if (t == VW) {
+                    a = pl_iload((const int32_t *)arg + o + c);
+                } else {
+                    int32_t b[VW];
+                    for (int l = 0; l < VW; l++) b[l] = l < t ? ((const int32_t *)arg)[o + c + l] : -1;
+                    a = pl_iload(b);
+                }
+                for (int64_t i = 0; i < d->KH; i++) {
+                    const int64_t ih = oh * d->SH - d->PH + i * d->DH;
+                    if (ih < 0 || ih >= d->H) continue;
+                    for (int64_t j = 0; j < d->KW; j++) {
+                        const int64_t iw = ow * d->SW - d->PW + j * d->DW;
+                        if (iw < 0 || iw >= W) continue;
+                        float *p = dx + (ih * W + iw) * C + c;
+                        vf add = g;
+                        if (arg) add = pl_keep_eq(a, pl_iset1((int32_t)(d->arg_wide ? ih * W + iw : i * d->KW + j)), g);
+                        pl_st(p, vadd(pl_ld(p, t), add), t);
+                    }
+                }
+            }
+        }
+}
+
+/* forward: max (with the aux) or avg */
+static ct_status pool_cl_fwd(ct_kargs *k, const pl_dims *d, int max) {
+    const int nt = pl_threads(k, d->N * d->H * d->W * d->C);
+    if (!pl_io_ok(k, d, nt)) return CT_E_UNSUPPORTED;
+    const ct_tensor *X = &k->in[0], *Y = &k->out;
+    const int64_t IN = pl_in_n(d), ON = pl_out_n(d);
+    if (ct_lowp_io(k, 1) == CT_F32) {
+        const float *x = X->data;
+        float *y = Y->data;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t r = 0; r < d->N * d->OH; r++) {
+            const int64_t n = r / d->OH;
+            if (max) maxpool_cl_row(x + n * IN, y + n * ON, ct_maxpool_arg_image(k->aux, n, d), d, r % d->OH);
+            else avgpool_cl_row(x + n * IN, y + n * ON, d, r % d->OH);
+        }
+        return CT_OK;
+    }
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t n = 0; n < d->N; n++) {
+        float sx[CT_BF16_TILE], sy[CT_BF16_TILE], *xb, *yb;
+        pl_tiles(k, d, sx, sy, IN, &xb, &yb);
+        const float *x = ct_tile_in(X, n * IN, IN, xb);
+        float *y = ct_tile_out(Y, n * ON, yb);
+        for (int64_t oh = 0; oh < d->OH; oh++) {
+            if (max) maxpool_cl_row(x, y, ct_maxpool_arg_image(k->aux, n, d), d, oh);
+            else avgpool_cl_row(x, y, d, oh);
+        }
+        ct_tile_put(Y, n * ON, ON, yb);
+    }
+    return CT_OK;
+}
+
+/* backward: in[0] dy; arg the forward's saved argmax (max) or NULL (avg) */
+static ct_status pool_cl_bwd(ct_kargs *k, const pl_dims *d, const void *arg) {
+    const int nt = pl_threads(k, d->N * d->H * d->W * d->C);
+    if (!pl_io_ok(k, d, nt)) return CT_E_UNSUPPORTED;
+    const ct_tensor *DY = &k->in[0], *DX = &k->out;
+    const int64_t IN = pl_in_n(d), ON = pl_out_n(d);
+    const size_t arg_img = (size_t)ON * (d->arg_wide ? 4 : 1);
+    if (ct_lowp_io(k, 1) == CT_F32) {
+        /* channel blocks (multiples of VW) when there are fewer images than threads */
+        int64_t nb = d->N >= nt ? 1 : (nt + d->N - 1) / d->N, cv = (d->C + VW - 1) / VW;
+        nb = CT_MAX(1, CT_MIN(nb, cv));
+        const int64_t bs = (cv + nb - 1) / nb * VW;
+        nb = (d->C + bs - 1) / bs;
+        const float *dy = DY->data;
+        float *dx = DX->data;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t task = 0; task < d->N * nb; task++) {
+            const int64_t n = task / nb, c0 = task % nb * bs;
+            pool_bwd_cl_image(dy + n * ON, arg ? (const char *)arg + (size_t)n * arg_img : NULL, dx + n * IN, d, c0,
+                              CT_MIN(d->C, c0 + bs));
+        }
+        return CT_OK;
+    }
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t n = 0; n < d->N; n++) {
+        float sd[CT_BF16_TILE], sx[CT_BF16_TILE], *db, *xb;
+        pl_tiles(k, d, sd, sx, ON, &db, &xb);
+        const float *dy = ct_tile_in(DY, n * ON, ON, db);
+        float *dx = ct_tile_out(DX, n * IN, xb);
+        pool_bwd_cl_image(dy, arg ? (const char *)arg + (size_t)n * arg_img : NULL, dx, d, 0, d->C);
+        ct_tile_put(DX, n * IN, IN, xb);
+    }
+    return CT_OK;
 }
 
 /* ---- max pooling ------------------------------------------------------------------------ */
@@ -200,6 +402,7 @@ static void maxpool_2x2_plane(const float *x, float *y, uint8_t *arg, const pl_d
 
 ct_status CT_FN(maxpool2d)(ct_kargs *k) {
     pl_dims d = pl_get(k, &k->in[0], &k->out);
+    if (d.cl) return pool_cl_fwd(k, &d, 1);
     const int nt = pl_threads(k, d.NC * d.H * d.W);
     if (!pl_io_ok(k, &d, nt)) return CT_E_UNSUPPORTED;
     const ct_tensor *X = &k->in[0], *Y = &k->out;
@@ -262,6 +465,7 @@ static void maxpool_bwd_2x2_plane(const float *dy, const uint8_t *arg, float *dx
 /* in: dy, fwd -> dx */
 ct_status CT_FN(maxpool2d_bwd)(ct_kargs *k) {
     pl_dims d = pl_get(k, &k->out, &k->in[0]);
+    if (d.cl) return pool_cl_bwd(k, &d, k->in_aux[1]);
     const int nt = pl_threads(k, d.NC * d.H * d.W);
     if (!pl_io_ok(k, &d, nt)) return CT_E_UNSUPPORTED;
     const ct_tensor *DY = &k->in[0], *DX = &k->out;
@@ -305,6 +509,7 @@ static void avgpool_2x2_plane(const float *x, float *y, const pl_dims *d) {
 
 ct_status CT_FN(avgpool2d)(ct_kargs *k) {
     pl_dims d = pl_get(k, &k->in[0], &k->out);
+    if (d.cl) return pool_cl_fwd(k, &d, 0);
     const int nt = pl_threads(k, d.NC * d.H * d.W);
     if (!pl_io_ok(k, &d, nt)) return CT_E_UNSUPPORTED;
     const ct_tensor *X = &k->in[0], *Y = &k->out;
@@ -345,6 +550,7 @@ static void avgpool_bwd_2x2_plane(const float *dy, float *dx, const pl_dims *d) 
 /* in: dy -> dx */
 ct_status CT_FN(avgpool2d_bwd)(ct_kargs *k) {
     pl_dims d = pl_get(k, &k->out, &k->in[0]);
+    if (d.cl) return pool_cl_bwd(k, &d, NULL);
     const int nt = pl_threads(k, d.NC * d.H * d.W);
     if (!pl_io_ok(k, &d, nt)) return CT_E_UNSUPPORTED;
     const ct_tensor *DY = &k->in[0], *DX = &k->out;
