@@ -13,7 +13,7 @@
  * "conv_bww_direct", in-step is that kernel); then every distinct shape
  * alone, through oneDNN's C API with primitives created once:
  *   plain   the tensors in the layouts ctrain hands oneDNN (transposes as
- *           strides; a channels-last convolution, op "...(cl)": NHWC
+ *           strides; a channels-last convolution, op "..._cl": NHWC
  *           activations and the weights as oneDNN wants them, as in the
  *           step), warm cache (the same buffers call after call);
  *   packed  the weights (oneDNN's B / conv weights) in the layout oneDNN asks
@@ -153,7 +153,7 @@ static int describe(const ct_plan *p, const ct_node_def *d, shape *s) {
         yl[0] = y[0], yl[1] = y[3], yl[2] = y[1], yl[3] = y[2];
         x = xl, y = yl;
         size_t n = strlen(s->op);
-        snprintf(s->op + n, sizeof s->op - n, "(cl)");
+        snprintf(s->op + n, sizeof s->op - n, "_cl");
     }
     int64_t g = d->ia[3] > 0 ? d->ia[3] : 1;
     int64_t c[13] = {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], d->ia[0], d->ia[1], d->ia[2], g};
@@ -501,7 +501,7 @@ static void figures(shape *s, int want_min, double *in, double *pl, double *pk, 
 
 static void print_rows(const char *wl, table *t) {
     static const char *dn[] = {[CT_F32] = "f32", [CT_BF16] = "bf16", [CT_F16] = "f16"};
-    printf("%-8s %-3s %-15s %5s %5s %6s %6s %6s %2s %2s %4s %-5s | %9s %9s %9s %9s %6s | %9s %9s %9s %6s | %s\n",
+    printf("%-8s %-3s %-19s %5s %5s %6s %6s %6s %2s %2s %4s %-5s | %9s %9s %9s %9s %6s | %9s %9s %9s %6s | %s\n",
            "workload", "ph", "op", "calls", "batch", "M", "N", "K", "ta", "tb", "bias", "dtype", "in-step", "plain",
            "packed", "cold", "ratio", "min:in", "plain", "packed", "ratio", "oneDNN impl plain / packed");
     for (int i = 0; i < t->n; i++) {
@@ -512,7 +512,7 @@ static void print_rows(const char *wl, table *t) {
         char dts[24];
         snprintf(dts, sizeof dts, "%s", s->adt == s->bdt && s->bdt == s->cdt ? dn[s->cdt] : "");
         if (!dts[0]) snprintf(dts, sizeof dts, "%sx%s>%s", dn[s->adt], dn[s->bdt], dn[s->cdt]);
-        printf("%-8s %-3s %-15s %5d %5lld %6lld %6lld %6lld %2d %2d %4d %-5s | %9.3f %9.3f %9.3f %9.3f %6.2f | %9.3f "
+        printf("%-8s %-3s %-19s %5d %5lld %6lld %6lld %6lld %2d %2d %4d %-5s | %9.3f %9.3f %9.3f %9.3f %6.2f | %9.3f "
                "%9.3f %9.3f %6.2f | %s / %s\n",
                wl, s->backward ? "bwd" : "fwd", s->op, s->calls_per_step, (long long)s->batch, (long long)s->M,
                (long long)s->N, (long long)s->K, s->ta, s->tb, s->bias, dts, in, pl, pk, cold, in / best, in_m, pl_m,
