@@ -20,7 +20,7 @@
 #include "golden.h"
 
 /* Runs one golden case (file) under one context. */
-static void run_golden(const char *file, int is_cnn, const char *ctx_name, int isa, int use_onednn) {
+static void run_golden(const char *file, int is_cnn, const char *ctx_name, int isa, int use_onednn, int cl) {
     char label[64], name[160];
     run_state s;
     ct_context *ctx = NULL;
@@ -51,7 +51,7 @@ static void run_golden(const char *file, int is_cnn, const char *ctx_name, int i
     GOLD_TRY(ct_graph_create(ctx, &g));
     GOLD_TRY(ct_input(g, "x", CT_F32, in_rec->ndim, in_rec->dims, &x));
     GOLD_TRY(ct_input(g, "y", CT_I32, lab_rec->ndim, lab_rec->dims, &y));
-    if (is_cnn) GOLD_TRY(ct_model_cnn(g, x, narch, arch64, ncls, &logits));
+    if (is_cnn) GOLD_TRY(ct_model_cnn_ex(g, x, narch, arch64, ncls, cl, &logits));
     else GOLD_TRY(ct_model_mlp(g, x, narch, arch64, ncls, CT_ACT_RELU, 0.0f, &logits));
     GOLD_TRY(ct_cross_entropy(g, logits, y, smoothing, ignore, &loss));
     GOLD_TRY(ct_compile(g, loss, 1, &logits, NULL, &p));
@@ -111,7 +111,7 @@ done:
 /* ---- the tests --------------------------------------------------------------------------------- */
 
 #define CASE(fn, file, cnn, ctxname, isa, dnnl) \
-    TEST(fn) { run_golden(file, cnn, ctxname, isa, dnnl); }
+    TEST(fn) { run_golden(file, cnn, ctxname, isa, dnnl, 0); }
 
 CASE(mlp_ref, "mlp.ctg", 0, "ref", CT_ISA_REF, 0)
 CASE(mlp_avx2, "mlp.ctg", 0, "avx2", CT_ISA_AVX2, 0)
@@ -122,6 +122,11 @@ CASE(mlp_smooth_default, "mlp_smooth.ctg", 0, "default", -1, 1)
 CASE(cnn_ref, "cnn.ctg", 1, "ref", CT_ISA_REF, 0)
 CASE(cnn_avx2, "cnn.ctg", 1, "avx2", CT_ISA_AVX2, 0)
 CASE(cnn_default, "cnn.ctg", 1, "default", -1, 1)
+/* the CNN with channels_last (the recipes' default): NHWC convolutions and pools, batchnorm on the (N*H*W, C)
+   view, the same golden */
+TEST(cnn_cl_ref) { run_golden("cnn.ctg", 1, "cl_ref", CT_ISA_REF, 0, 1); }
+TEST(cnn_cl_avx2) { run_golden("cnn.ctg", 1, "cl_avx2", CT_ISA_AVX2, 0, 1); }
+TEST(cnn_cl_default) { run_golden("cnn.ctg", 1, "cl_default", -1, 1, 1); }
 
 TEST_MAIN(T(mlp_ref), T(mlp_avx2), T(mlp_default), T(mlp_smooth_ref), T(mlp_smooth_avx2), T(mlp_smooth_default),
-          T(cnn_ref), T(cnn_avx2), T(cnn_default))
+          T(cnn_ref), T(cnn_avx2), T(cnn_default), T(cnn_cl_ref), T(cnn_cl_avx2), T(cnn_cl_default))
