@@ -234,6 +234,13 @@ def run_images(torch, nn, r, threads):
             for i in range(0, xte.shape[0], B):
                 yield xte[i:i + B], yte[i:i + B]
     model = build_image_model(torch, nn, r, in_ch, ncls)
+    # the recipe's channels_last (ctrain's default true for the cnn and resnets): PyTorch's channels_last
+    # memory format, its own fast path for oneDNN convolutions
+    cl = r.get("model") in ("cnn", "resnet18") and r.get("channels_last", True) not in (False, "false", 0, "0")
+    mf = torch.channels_last if cl else torch.contiguous_format
+    if cl:
+        model = model.to(memory_format=mf)
+    print("channels_last %d" % cl)
     opt = make_optimizer(torch, r, model)
     total = per_epoch * epochs
     if int(r.get("max_steps", 0)) > 0:
@@ -250,7 +257,7 @@ def run_images(torch, nn, r, threads):
         for x, y in batches(ep):
             for g in opt.param_groups:
                 g["lr"] = lr_at(r, step, total)
-            out = model(x)
+            out = model(x.contiguous(memory_format=mf))
             loss = F.cross_entropy(out, y, label_smoothing=ls)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -264,7 +271,7 @@ def run_images(torch, nn, r, threads):
         tot, ok, cnt = 0.0, 0, 0
         with torch.no_grad():
             for x, y in test_batches():
-                out = model(x)
+                out = model(x.contiguous(memory_format=mf))
                 tot += F.cross_entropy(out, y, label_smoothing=ls, reduction="sum").item()
                 ok += (out.argmax(1) == y).sum().item()
                 cnt += y.shape[0]
