@@ -57,7 +57,10 @@ static void kin(kcall *c, void *data, ct_dtype dt, int ndim, const int64_t *shap
     c->k.in[i] = ct_tensor_make(data, dt, ndim, shape);
 }
 
-/* runs the kernel; layernorm_bwd_gamma gets the workspace for its pieces' partials (ct_ws_colsum) */
+static int g_bn_no_ws; /* 1: the batchnorm kernels get no workspace (planes below VW: the column path) */
+
+/* runs the kernel; layernorm_bwd_gamma gets the workspace for its pieces' partials (ct_ws_colsum), the
+ * batchnorm kernels the rows path's (ct_bn_rows_ws_bytes: planes of fewer than 16 elements) unless g_bn_no_ws */
 static ct_status krun(kcall *c, int slot) {
     ct_context_clear_error(g_ctx);
     void *ws = NULL;
@@ -66,6 +69,13 @@ static ct_status krun(kcall *c, int slot) {
         int64_t D = x->shape[x->ndim - 1], R = ct_tensor_numel(x) / D;
         c->k.ws_bytes = (size_t)(ct_colsum_pieces(R, D) * D) * sizeof(double);
         c->k.ws = ws = malloc(c->k.ws_bytes);
+    }
+    ct_op op = c->nd.op;
+    if (!g_bn_no_ws && (op == CT_OP_BATCHNORM || op == CT_OP_BATCHNORM_BWD_DATA || op == CT_OP_BATCHNORM_BWD_GAMMA)) {
+        const ct_tensor *x = &c->k.in[op == CT_OP_BATCHNORM ? 0 : 1];
+        int64_t N = x->shape[0], C = x->shape[1];
+        c->k.ws_bytes = ct_bn_rows_ws_bytes(N, C, ct_tensor_numel(x) / (N * C));
+        if (c->k.ws_bytes) c->k.ws = ws = malloc(c->k.ws_bytes);
     }
     ct_status s = ct_op_table(c->nd.op)->kernel[slot](&c->k);
     free(ws);
