@@ -5,7 +5,9 @@
  * batchnorm ((N*H*W, C) reshapes): the rows path of simd/norm.c with its
  * workspace (ct_bn_rows_ws_bytes); 4 dims (N, C, H, W) is the NCHW plane
  * path. The default list pairs each NHWC-as-2-D shape with its NCHW twin.
- *   build/bench/bench_bn [--isa avx512|avx2] [--threads N] [--reps R] [--shape M,C | N,C,H,W ...]
+ * --no-ws runs 2-D shapes without the workspace: the column path (one
+ * thread per 256-column block), what ran before the rows path.
+ *   build/bench/bench_bn [--isa avx512|avx2] [--threads N] [--reps R] [--no-ws] [--shape M,C | N,C,H,W ...]
  * Built by `make -C bench BUILD=build bench_bn`. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,11 +49,13 @@ static ct_tensor tens(void *d, int nd, const int64_t *s) {
     return t;
 }
 
+static int g_no_ws; /* --no-ws: no workspace, so 2-D shapes run the column path (the kernels before the rows path) */
+
 static int run_shape(int nd, const int64_t *s, int avx2, int nt, int reps) {
     int64_t n = 1;
     for (int i = 0; i < nd; i++) n *= s[i];
     int64_t N = s[0], C = s[1], cs[1] = {C};
-    size_t wsb = ct_bn_rows_ws_bytes(N, C, n / (N * C));
+    size_t wsb = g_no_ws ? 0 : ct_bn_rows_ws_bytes(N, C, n / (N * C));
     float *x = malloc(sizeof(float) * (size_t)n), *dy = malloc(sizeof(float) * (size_t)n);
     float *y = malloc(sizeof(float) * (size_t)n), *dx = malloc(sizeof(float) * (size_t)n);
     float *par = calloc(6 * (size_t)C, sizeof(float)), *aux = par + 4 * C, *dg = malloc(sizeof(float) * (size_t)C);
@@ -117,9 +121,10 @@ static int run_shape(int nd, const int64_t *s, int avx2, int nt, int reps) {
     char sh[64];
     if (nd == 2) snprintf(sh, sizeof sh, "(%lld, %lld)", (long long)s[0], (long long)s[1]);
     else snprintf(sh, sizeof sh, "(%lld, %lld, %lld, %lld)", (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3]);
+    const char *path = nd == 4 && n / (N * C) >= (avx2 ? 8 : 16) ? "plane" : wsb ? "rows" : "cols";
     double a = t[reps / 2], b = t[reps + reps / 2], c = t[2 * reps + reps / 2];
-    printf("%-22s %-6s %d thr  fwd %7.3f  bwd_data %7.3f  bwd_gamma %7.3f  total %7.3f ms\n", sh, avx2 ? "avx2" : "avx512",
-           nt, a, b, c, a + b + c);
+    printf("%-22s %-6s %-5s %d thr  fwd %7.3f  bwd_data %7.3f  bwd_gamma %7.3f  total %7.3f ms\n", sh, avx2 ? "avx2" : "avx512",
+           path, nt, a, b, c, a + b + c);
     free(t); free(x); free(dy); free(y); free(dx); free(par); free(dg); free(ws);
     return 0;
 }
@@ -131,6 +136,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--isa") && i + 1 < argc) avx2 = !strcmp(argv[++i], "avx2");
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) nt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-ws")) g_no_ws = 1;
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc && ns < 32) {
             int64_t v[4] = {0};
             int k = sscanf(argv[++i], "%ld,%ld,%ld,%ld", &v[0], &v[1], &v[2], &v[3]);
@@ -141,7 +147,7 @@ int main(int argc, char **argv) {
             nds[ns] = k;
             memcpy(shapes[ns++], v, sizeof v);
         } else {
-            fprintf(stderr, "usage: bench_bn [--isa avx512|avx2] [--threads N] [--reps R] [--shape M,C | N,C,H,W ...]\n");
+            fprintf(stderr, "usage: bench_bn [--isa avx512|avx2] [--threads N] [--reps R] [--no-ws] [--shape M,C | N,C,H,W ...]\n");
             return 2;
         }
     }

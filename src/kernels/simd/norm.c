@@ -226,12 +226,13 @@ static int br_ws_get(const ct_kargs *k, int64_t N, int64_t C, int64_t S, br_ws *
 }
 
 /* The mode's sums over rows [r0, r1) of the NV vectors (the last tl wide) at
- * column j: o1[0..), o2[0..) (added to, whole vectors) */
+ * column j, centred on m[0..) (the group's columns): o1[0..), o2[0..) (added
+ * to, whole vectors) */
 NM_INLINE void br_group(int mode, int NV, ct_dtype xt, ct_dtype dt, const void *x, const void *dy, int64_t W,
-                        int64_t r0, int64_t r1, int64_t j, int tl, const float *mc, double *o1, double *o2) {
+                        int64_t r0, int64_t r1, int64_t j, int tl, const float *m, double *o1, double *o2) {
     vf vm[BR_GV];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; v++) vm[v] = nm_ldn(mc + j + v * VW, v == NV - 1 ? tl : VW);
+    for (int v = 0; v < NV; v++) vm[v] = nm_ldn(m + v * VW, v == NV - 1 ? tl : VW);
     for (int64_t n0 = r0; n0 < r1; n0 += NM_ROWS) {
         const int64_t n1 = CT_MIN(r1, n0 + NM_ROWS);
         vf p[BR_GV], q[BR_GV];
@@ -256,28 +257,52 @@ NM_INLINE void br_group(int mode, int NV, ct_dtype xt, ct_dtype dt, const void *
     }
 }
 
-/* One work item: piece p's partials of columns [j0, j0 + w) */
-NM_INLINE void br_item(int mode, ct_dtype xt, ct_dtype dt, const void *x, const void *dy, const br_ws *ws, int64_t p,
-                       int64_t j0, int w) {
-    const int64_t r0 = ws->N * p / ws->P, r1 = ws->N * (p + 1) / ws->P;
-    double *o1 = ws->p1 + p * ws->Wp + j0, *o2 = ws->p2 + p * ws->Wp + j0;
+/* The mode's sums over rows [r0, r1) of columns [j0, j0 + w), centred on
+ * m[0..w): o1[0..), o2[0..) (set; whole vectors, the padding included) */
+NM_INLINE void br_cols(int mode, ct_dtype xt, ct_dtype dt, const void *x, const void *dy, int64_t W, int64_t r0,
+                       int64_t r1, int64_t j0, int w, const float *m, double *o1, double *o2) {
     const int wp = (w + VW - 1) / VW * VW; /* with the padding a tail's vector reaches */
     for (int j = 0; j < wp; j++) o1[j] = o2[j] = 0;
     for (int g = 0; g < w; g += BR_GV * VW) {
         const int gw = CT_MIN(BR_GV * VW, w - g), nv = (gw + VW - 1) / VW, tl = gw - (nv - 1) * VW;
         const int64_t j = j0 + g;
         switch (nv) {
-        case 1: br_group(mode, 1, xt, dt, x, dy, ws->W, r0, r1, j, tl, ws->mc, o1 + g, o2 + g); break;
-        case 2: br_group(mode, 2, xt, dt, x, dy, ws->W, r0, r1, j, tl, ws->mc, o1 + g, o2 + g); break;
-        case 3: br_group(mode, 3, xt, dt, x, dy, ws->W, r0, r1, j, tl, ws->mc, o1 + g, o2 + g); break;
-        default: br_group(mode, 4, xt, dt, x, dy, ws->W, r0, r1, j, tl, ws->mc, o1 + g, o2 + g); break;
+        case 1: br_group(mode, 1, xt, dt, x, dy, W, r0, r1, j, tl, m + g, o1 + g, o2 + g); break;
+        case 2: br_group(mode, 2, xt, dt, x, dy, W, r0, r1, j, tl, m + g, o1 + g, o2 + g); break;
+        case 3: br_group(mode, 3, xt, dt, x, dy, W, r0, r1, j, tl, m + g, o1 + g, o2 + g); break;
+        default: br_group(mode, 4, xt, dt, x, dy, W, r0, r1, j, tl, m + g, o1 + g, o2 + g); break;
         }
     }
 }
 
-/* All pieces' partials of the mode's sums (centre ws->mc), then their
- * totals per column in ws->t1 / t2 (pieces in order) */
-NM_INLINE void br_sums(int mode, const ct_tensor *X, const ct_tensor *DY, const br_ws *ws, int nt) {
+/* One work item: piece p's partials of columns [j0, j0 + w). NM_SUM with
+ * no dy (the forward's statistics): the piece's own two passes while its
+ * rows are in cache, the sum, then the sums centred on the piece's float
+ * mean mp: p1 = the piece's mean mp + s1/n, p2 = its centred sum of squares
+ * s2 - s1^2/n (bn_moments' form), combined across pieces by br_stats. */
+NM_INLINE void br_item(int mode, ct_dtype xt, ct_dtype dt, const void *x, const void *dy, const br_ws *ws, int64_t p,
+                       int64_t j0, int w) {
+    const int64_t r0 = ws->N * p / ws->P, r1 = ws->N * (p + 1) / ws->P;
+    double *o1 = ws->p1 + p * ws->Wp + j0, *o2 = ws->p2 + p * ws->Wp + j0;
+    if (mode != NM_SUM || dy) {
+        br_cols(mode, xt, dt, x, dy, ws->W, r0, r1, j0, w, ws->mc + j0, o1, o2);
+        return;
+    }
+    float mp[BR_COLS];
+    const double n = (double)(r1 - r0);
+    br_cols(NM_SUM, xt, dt, x, NULL, ws->W, r0, r1, j0, w, ws->mc + j0, o1, o2);
+    for (int j = 0; j < w; j++) mp[j] = (float)(o1[j] / n);
+    br_cols(NM_CTR, xt, dt, x, NULL, ws->W, r0, r1, j0, w, mp, o1, o2);
+    for (int j = 0; j < w; j++) {
+        double ss = o2[j] - o1[j] * o1[j] / n;
+        o1[j] = mp[j] + o1[j] / n;
+        o2[j] = ss < 0 ? 0 : ss;
+    }
+}
+
+/* All pieces' partials of the mode's sums (centre ws->mc), then (totals)
+ * their totals per column in ws->t1 / t2 (pieces in order) */
+NM_INLINE void br_sums(int mode, const ct_tensor *X, const ct_tensor *DY, const br_ws *ws, int nt, int totals) {
     const int64_t nb = (ws->W + BR_COLS - 1) / BR_COLS, items = ws->P * nb;
     const void *x = X->data, *dy = DY ? DY->data : NULL;
     const ct_dtype xt = X->dtype, dt = DY ? DY->dtype : CT_F32;
@@ -289,6 +314,7 @@ NM_INLINE void br_sums(int mode, const ct_tensor *X, const ct_tensor *DY, const 
         if (f32) br_item(mode, CT_F32, CT_F32, x, dy, ws, p, j0, w);
         else br_item(mode, xt, dt, x, dy, ws, p, j0, w);
     }
+    if (!totals) return;
     const int two = mode == NM_CTR || mode == NM_BNB;
     for (int64_t j = 0; j < ws->W; j++) ws->t1[j] = ws->t2[j] = 0;
     for (int64_t p = 0; p < ws->P; p++) {
@@ -296,6 +322,28 @@ NM_INLINE void br_sums(int mode, const ct_tensor *X, const ct_tensor *DY, const 
         for (int64_t j = 0; j < ws->W; j++) ws->t1[j] += a[j];
         if (two)
             for (int64_t j = 0; j < ws->W; j++) ws->t2[j] += b[j];
+    }
+}
+
+/* The forward's statistics: every piece's mean and centred sum of squares per
+ * column (br_item, NM_SUM), combined in piece order as Chan et al.'s parallel
+ * variance: t1 = the column's mean sum_p n_p mu_p / N, t2 = its centred sum
+ * of squares sum_p (M2_p + n_p (mu_p - mean)^2). */
+static void br_stats(const ct_tensor *X, const br_ws *ws, int nt) {
+    br_sums(NM_SUM, X, NULL, ws, nt, 0);
+    for (int64_t j = 0; j < ws->W; j++) ws->t1[j] = ws->t2[j] = 0;
+    for (int64_t p = 0; p < ws->P; p++) {
+        const double n = (double)(ws->N * (p + 1) / ws->P - ws->N * p / ws->P), *mu = ws->p1 + p * ws->Wp;
+        for (int64_t j = 0; j < ws->W; j++) ws->t1[j] += n * mu[j];
+    }
+    for (int64_t j = 0; j < ws->W; j++) ws->t1[j] /= (double)ws->N;
+    for (int64_t p = 0; p < ws->P; p++) {
+        const double n = (double)(ws->N * (p + 1) / ws->P - ws->N * p / ws->P), *mu = ws->p1 + p * ws->Wp,
+                     *m2 = ws->p2 + p * ws->Wp;
+        for (int64_t j = 0; j < ws->W; j++) {
+            double d = mu[j] - ws->t1[j];
+            ws->t2[j] += m2[j] + n * d * d;
+        }
     }
 }
 
@@ -417,19 +465,24 @@ static int nm_io_ok(const ct_kargs *k, int n_act, int n_par, int64_t S) {
     return !any || S >= VW;
 }
 
-/* The rows path of the batchnorm forward (training: two-pass statistics as
- * the plane path, sums then centred sums; eval: the running statistics) */
+/* The rows path of the batchnorm forward (training: each piece's two-pass
+ * statistics, its sums then its centred sums while its rows are in cache,
+ * combined across pieces and a channel's columns as Chan et al.'s parallel
+ * variance, in double: one pass over memory for the statistics instead of
+ * two; eval: the running statistics), then the element-wise pass */
 static void bn_rows_forward(ct_kargs *k, const br_ws *ws, int nt) {
     const int64_t C = ws->C, S = ws->S, M = ws->N * S;
     float *rmean = k->in[3].data, *rvar = k->in[4].data, *mean = k->aux, *invstd = mean + C;
     if (k->training) {
         for (int64_t j = 0; j < ws->W; j++) ws->mc[j] = 0;
-        br_sums(NM_SUM, &k->in[0], NULL, ws, nt);
-        for (int64_t c = 0; c < C; c++) br_fill(ws->mc, c, S, (float)(br_chan(ws->t1, c, S) / (double)M));
-        br_sums(NM_CTR, &k->in[0], NULL, ws, nt);
-        for (int64_t c = 0; c < C; c++) {
-            double mu, var, unb;
-            bn_moments(ws->mc[c * S], br_chan(ws->t1, c, S), br_chan(ws->t2, c, S), M, &mu, &var, &unb);
+        br_stats(&k->in[0], ws, nt);
+        for (int64_t c = 0; c < C; c++) { /* the channel's S columns (N rows each) as br_stats' pieces */
+            double mu = br_chan(ws->t1, c, S) / (double)S, ss = 0;
+            for (int64_t i = 0; i < S; i++) {
+                double d = ws->t1[c * S + i] - mu;
+                ss += ws->t2[c * S + i] + (double)ws->N * d * d;
+            }
+            double var = ss / (double)M, unb = M > 1 ? ss / (double)(M - 1) : var;
             bn_finish(k, c, mu, var, unb, rmean, rvar, mean, invstd);
         }
     } else {
@@ -589,7 +642,7 @@ ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
     }
     if (rows) { /* the rows path: sdy, sdxc from the pieces' partials, then dx over row blocks */
         for (int64_t c = 0; c < C; c++) br_fill(ws.mc, c, S, mean[c]);
-        br_sums(NM_BNB, X, DY, &ws, nt);
+        br_sums(NM_BNB, X, DY, &ws, nt, 1);
         for (int64_t c = 0; c < C; c++) {
             double sdy = br_chan(ws.t1, c, S), sdxc = br_chan(ws.t2, c, S), is = invstd[c];
             br_fill(ws.ac, c, S, (float)((double)ct_sld(&k->in[2], c) * is));
@@ -656,7 +709,7 @@ ct_status CT_FN(batchnorm_bwd_gamma)(ct_kargs *k) {
     }
     if (rows) { /* the rows path: sum dy * (x - mean) from the pieces' partials */
         for (int64_t c = 0; c < C; c++) br_fill(ws.mc, c, S, mean[c]);
-        br_sums(NM_DOT, &k->in[1], &k->in[0], &ws, nt);
+        br_sums(NM_DOT, &k->in[1], &k->in[0], &ws, nt, 1);
         for (int64_t c = 0; c < C; c++) dg[c] = (float)(br_chan(ws.t1, c, S) * invstd[c]);
         return CT_OK;
     }
