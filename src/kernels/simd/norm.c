@@ -11,15 +11,22 @@
  * centred on the float mean and corrected by its residual), so statistics are
  * good to ~1e-7 relative. Each channel (batchnorm) / row (layernorm) is
  * reduced by one thread in a fixed order: results do not depend on the thread
- * count.
+ * count. Batchnorm on planes of fewer than VW elements ((M, C) inputs, the
+ * channels-last CNNs' (N*H*W, C) reshapes) runs the rows path when the node
+ * has its workspace (ct_ws_batchnorm): fixed row pieces x column blocks in
+ * parallel, per-piece double partials added in piece order (the forward's
+ * statistics: each piece's own two passes, combined as Chan's parallel
+ * variance), so it too is independent of the thread count; without the
+ * workspace, the column path (one thread per block of channels).
  *
  * BF16 / FP16 I/O (simd_lowp.h): x, dy, y and dx may be BF16 or FP16
  * (gamma, beta, the statistics and dgamma stay FP32; the -pure precisions'
  * 16-bit gamma / beta are converted into an FP32 tile once per thread).
  * Every kernel converts its 16-bit vectors in registers (nm_accum_h, ct_vld
  * / ct_vst), so planes and rows of any length run; planes of fewer than VW
- * elements (the column path) and -pure parameter vectors longer than
- * CT_BF16_TILE decline, and the node gets FP32 copies. */
+ * elements without the rows path's workspace (the column path) and -pure
+ * parameter vectors longer than CT_BF16_TILE decline, and the node gets FP32
+ * copies. */
 #include <math.h>
 #include <string.h>
 
