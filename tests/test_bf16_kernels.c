@@ -17,7 +17,8 @@
  * differ from the reference by ~1e-7, which can move a value across a
  * rounding boundary). Shapes cover tails, several tiles and threading.
  * Configurations outside a kernel's 16-bit reach (a plane or row above
- * CT_BF16_TILE, batchnorm's column path) must decline with
+ * CT_BF16_TILE, batchnorm's column path: planes below VW without the rows
+ * path's workspace) must decline with
  * CT_E_UNSUPPORTED.
  *
  * Plan cases: a BF16 CNN and a small GPT trained a few steps with the SIMD
@@ -191,6 +192,13 @@ static ct_status krun(const kcase *c, const kdata *d, int slot, int bf16, float 
     if (c->op == CT_OP_ATTENTION || c->op == CT_OP_ATTENTION_BWD) {
         int64_t T = c->out_shape[1], D = c->op == CT_OP_ATTENTION ? c->out_shape[2] : c->out_shape[2] / 3;
         wsb = (size_t)k.nthreads * ct_attention_ws_per_thread_bf16(T, D / c->ia[0]);
+    }
+    if (c->op == CT_OP_BATCHNORM || c->op == CT_OP_BN_RELU || c->op == CT_OP_BATCHNORM_BWD_DATA ||
+        c->op == CT_OP_BATCHNORM_BWD_GAMMA) { /* the rows path's partials (ct_ws_batchnorm in a plan) */
+        int xi = c->op == CT_OP_BATCHNORM || c->op == CT_OP_BN_RELU ? 0 : 1;
+        int64_t N = c->shape[xi][0], C = c->shape[xi][1];
+        size_t b = ct_bn_rows_ws_bytes(N, C, nel(c->nd[xi], c->shape[xi]) / (N * C));
+        if (b > wsb) wsb = b;
     }
     if (g_ws_cap && wsb > g_ws_cap) wsb = g_ws_cap;
     k.ws = malloc(wsb);
@@ -379,9 +387,10 @@ LOW_TEST(batchnorm) {
     fp.kind[1] = fp.kind[2] = IN_LOW;
     CHECK(kcheck(&fp, 14) >= 0);
     CHECK(bn_backward(&f, ""));
-    /* planes below VW (the column path) decline; planes above a tile run (in registers, no tiles) */
+    /* planes below VW run the rows path (with its workspace: ct_bn_rows_ws_bytes), else the column path,
+       which declines; planes above a tile run (in registers, no tiles) */
     kcase small = f, big = f;
-    small.label = "batchnorm S=2 (declines)";
+    small.label = "batchnorm S=2 (rows path)";
     small.shape[0][2] = small.out_shape[2] = 1;
     small.shape[0][3] = small.out_shape[3] = 2;
     big.label = "batchnorm S>tile";
@@ -391,7 +400,12 @@ LOW_TEST(batchnorm) {
     big.shape[0][2] = big.out_shape[2] = 100;
     big.shape[0][3] = big.out_shape[3] = CT_BF16_TILE / 100 + 1;
     big.aux_bytes = 8;
+    CHECK(kcheck(&small, 19) >= 0);
+    CHECK(bn_backward(&small, " S=2"));
+    g_ws_cap = 64; /* no room for the rows path's partials: the column path, which declines 16-bit I/O */
+    small.label = "batchnorm S=2 without the workspace (declines)";
     CHECK(kdeclines(&small));
+    g_ws_cap = 0;
     CHECK(kcheck(&big, 18) >= 0);
     CHECK(bn_backward(&big, " S>tile"));
     /* batchnorm+relu (the fusion pass's BN_RELU): the same batchnorm, relu in

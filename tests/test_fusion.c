@@ -416,6 +416,51 @@ TEST(residual_add_relu_equals_unfused) {
     ct_context_free(ctx);
 }
 
+/* batchnorm+relu on 2-D activations (M, C): the channels-last CNNs' batchnorm on (N*H*W, C) reshapes, the
+ * SIMD rows path (simd/norm.c: fixed row pieces, several here, the last ragged). The fused node runs the same
+ * batchnorm kernel, so level 1 equals level 0 bit for bit: loss, every gradient and the running statistics
+ * (plan_diff compares the buffers), for C below, at and above the vector width, on every kernel slot. */
+TEST(bn_relu_2d_equals_unfused) {
+    static const int64_t shapes[][2] = {{1500, 1}, {2000, 17}, {1300, 64}, {700, 100}};
+    for (int isa = 0; isa < 3; isa++) {
+        ct_context *ctx = test_ctx(isa == 0 ? CT_ISA_REF : isa == 1 ? CT_ISA_AVX2 : -1, 0);
+        if (isa && ct_context_isa(ctx) < (isa == 1 ? CT_ISA_AVX2 : CT_ISA_AVX512)) {
+            ct_context_free(ctx);
+            continue;
+        }
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t M = shapes[si][0], C = shapes[si][1];
+            ct_plan *p[2] = {0};
+            ct_node x = 0, labels = 0;
+            for (int l = 0; l < 2; l++) {
+                ct_graph *g;
+                CHECK_OK(ctx, ct_graph_create(ctx, &g));
+                ct_node w, ga, be, rm, rv, h, y, loss;
+                CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){M, 9}, &x));
+                CHECK_OK(ctx, ct_input(g, "labels", CT_I32, 1, (int64_t[]){M}, &labels));
+                CHECK_OK(ctx, ct_param(g, "w", 2, (int64_t[]){C, 9}, CT_INIT_KAIMING_UNIFORM, 9, &w));
+                CHECK_OK(ctx, ct_param(g, "g", 1, (int64_t[]){C}, CT_INIT_ONES, 1, &ga));
+                CHECK_OK(ctx, ct_param(g, "b", 1, (int64_t[]){C}, CT_INIT_ZEROS, 1, &be));
+                CHECK_OK(ctx, ct_buffer(g, "rm", 1, (int64_t[]){C}, CT_INIT_ZEROS, &rm));
+                CHECK_OK(ctx, ct_buffer(g, "rv", 1, (int64_t[]){C}, CT_INIT_ONES, &rv));
+                CHECK_OK(ctx, ct_linear(g, x, w, CT_NONE, &h));
+                CHECK_OK(ctx, ct_batchnorm(g, h, ga, be, rm, rv, 0.1f, 1e-5f, &h));
+                CHECK_OK(ctx, ct_relu(g, h, &y));
+                CHECK_OK(ctx, ct_cross_entropy(g, y, labels, 0.0f, -100, &loss));
+                CHECK_OK(ctx, compile_and_step(g, loss, l, x, labels, (int)C, &p[l]));
+            }
+            CHECK(ct_plan_fusion_count(p[1], "batchnorm+relu") == 1);
+            int same;
+            double d = plan_diff(p[1], p[0], &same);
+            printf("    %-6s (%lld, %lld) level 1 vs 0: max rel diff %.2e%s\n", isa == 0 ? "ref" : isa == 1 ? "avx2" : "best",
+                   (long long)M, (long long)C, d, same ? " (bit-identical)" : "");
+            CHECK(same);
+            for (int l = 0; l < 2; l++) ct_plan_free(p[l]);
+        }
+        ct_context_free(ctx);
+    }
+}
+
 /* gelu+linear in an MLP whose gelu input is a parameter (so the gelu's
  * backward output is a parameter's gradient): at level 2 the activation is
  * not stored, its backward keeps it (unary_bwd_keep, dx over dy in place)
@@ -766,6 +811,6 @@ TEST(summary_dot_and_registry) {
 
 TEST_MAIN(T(seeds_json_rule_fuses_conv_bias), T(bad_rules_are_named), T(levels_give_equal_results),
           T(column_sums_in_the_row_pass_equal_unfused),
-          T(residual_add_relu_equals_unfused), T(bf16_cast_fold_equals_unfused), T(gelu_backward_keeps_the_activation_for_the_weight_gradient),
+          T(residual_add_relu_equals_unfused), T(bn_relu_2d_equals_unfused), T(bf16_cast_fold_equals_unfused), T(gelu_backward_keeps_the_activation_for_the_weight_gradient),
           T(level2_cuts_activation_memory), T(memory_opt_off_gives_every_value_its_buffer), T(in_place_nodes_match_separate_buffers), T(activation_peak_is_described),
           T(summary_dot_and_registry), T(add_layernorm_equals_unfused))

@@ -29,7 +29,7 @@ static const ct_op_info k_ops[] = {
     [CT_OP_CONV2D] = {"conv2d", FACTS(MATMUL, LOW, CONV2D, PROMOTE), {DNNL(conv2d)}, 0, 0, ct_onednn_cache_free, 0, 0, 1},
     [CT_OP_MAXPOOL2D] = {"maxpool2d", FACTS(REDUCE, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(maxpool2d)}, ct_aux_maxpool2d, ct_ws_pool, 0, .simd_lowp = 1},
     [CT_OP_AVGPOOL2D] = {"avgpool2d", FACTS(REDUCE, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(avgpool2d)}, 0, ct_ws_pool, 0, .simd_lowp = 1},
-    [CT_OP_BATCHNORM] = {"batchnorm", FACTS(NORM, FOLLOW, ELEMENTWISE, IN0), {SIMD(batchnorm)}, ct_aux_batchnorm, 0, 0, .simd_lowp = 1},
+    [CT_OP_BATCHNORM] = {"batchnorm", FACTS(NORM, FOLLOW, ELEMENTWISE, IN0), {SIMD(batchnorm)}, ct_aux_batchnorm, ct_ws_batchnorm, 0, .simd_lowp = 1},
     [CT_OP_LAYERNORM] = {"layernorm", FACTS(NORM, FOLLOW, ELEMENTWISE, IN0), {SIMD(layernorm)}, ct_aux_layernorm, 0, 0, .simd_lowp = 1},
     [CT_OP_UNARY] = {"unary", FACTS(ACTIVATION, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(unary)}, 0, 0, 0, .simd_lowp = 1},
     [CT_OP_SCALE] = {"scale", FACTS(ELTWISE, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(scale)}, 0, 0, 0, .simd_lowp = 1, .inplace = 1},
@@ -53,8 +53,8 @@ static const ct_op_info k_ops[] = {
     [CT_OP_CONV2D_BWD_WEIGHT] = {"conv2d_bwd_weight", FACTS(NEVER, FOLLOW, CONV2D_BWD, PROMOTE), {SIMD_DNNL(conv2d_bwd_weight)}, 0, ct_ws_conv_bwd_weight, ct_onednn_cache_free, 1u << 2, 0, 1, .simd_lowp = 1, .simd_first = ct_conv_bwd_weight_simd_first},
     [CT_OP_MAXPOOL2D_BWD] = {"maxpool2d_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(maxpool2d_bwd)}, 0, ct_ws_pool, 0, 1u << 1, 0, .simd_lowp = 1},
     [CT_OP_AVGPOOL2D_BWD] = {"avgpool2d_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(avgpool2d_bwd)}, 0, ct_ws_pool, 0, .simd_lowp = 1},
-    [CT_OP_BATCHNORM_BWD_DATA] = {"batchnorm_bwd_data", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN1), {SIMD(batchnorm_bwd_data)}, 0, 0, 0, 1u << 3, 0, .simd_lowp = 1},
-    [CT_OP_BATCHNORM_BWD_GAMMA] = {"batchnorm_bwd_gamma", FACTS(NEVER, FOLLOW, ELEMENTWISE, F32), {SIMD(batchnorm_bwd_gamma)}, 0, 0, 0, 1u << 2, 0, .simd_lowp = 1},
+    [CT_OP_BATCHNORM_BWD_DATA] = {"batchnorm_bwd_data", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN1), {SIMD(batchnorm_bwd_data)}, 0, ct_ws_batchnorm, 0, 1u << 3, 0, .simd_lowp = 1},
+    [CT_OP_BATCHNORM_BWD_GAMMA] = {"batchnorm_bwd_gamma", FACTS(NEVER, FOLLOW, ELEMENTWISE, F32), {SIMD(batchnorm_bwd_gamma)}, 0, ct_ws_batchnorm, 0, 1u << 2, 0, .simd_lowp = 1},
     [CT_OP_LAYERNORM_BWD_DATA] = {"layernorm_bwd_data", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN1), {SIMD(layernorm_bwd_data)}, ct_aux_colsum, 0, 0, 1u << 3, 0, .simd_lowp = 1},
     [CT_OP_LAYERNORM_BWD_GAMMA] = {"layernorm_bwd_gamma", FACTS(NEVER, FOLLOW, ELEMENTWISE, F32), {SIMD(layernorm_bwd_gamma)}, 0, ct_ws_colsum, 0, 1u << 2, 0, .simd_lowp = 1},
     [CT_OP_SLICE_BWD] = {"slice_bwd", FACTS(SHAPE, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(slice_bwd)}, 0, 0, 0, .simd_lowp = 1},
@@ -63,7 +63,7 @@ static const ct_op_info k_ops[] = {
     [CT_OP_CROSS_ENTROPY_BWD] = {"cross_entropy_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN1), {SIMD(cross_entropy_bwd)}, 0, 0, 0},
     [CT_OP_EMBEDDING_BWD] = {"embedding_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, F32), {SIMD(embedding_bwd)}, 0, 0, 0, .simd_lowp = 1},
     [CT_OP_ATTENTION_BWD] = {"attention_bwd", FACTS(NEVER, FOLLOW, ATTENTION, PROMOTE), {SIMD_DNNL(attention_bwd)}, 0, ct_ws_attention, ct_onednn_cache_free, 0, .onednn_bf16 = 1, .simd_lowp = 1, .onednn_lowp_only = 1},
-    [CT_OP_BN_RELU] = {"batchnorm+relu", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(bn_relu)}, ct_aux_bn_relu, 0, 0, .simd_lowp = 1},
+    [CT_OP_BN_RELU] = {"batchnorm+relu", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(bn_relu)}, ct_aux_bn_relu, ct_ws_batchnorm, 0, .simd_lowp = 1},
     [CT_OP_RELU_MASK_BWD] = {"relu_mask_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(relu_mask_bwd)}, 0, 0, 0, 1u << 1, 0, .simd_lowp = 1},
     [CT_OP_LINEAR_PRO] = {"linear_prologue", FACTS(NEVER, FOLLOW, FUSED_GEMM, PROMOTE), {SIMD_DNNL(linear_pro)}, ct_aux_linear_pro, ct_ws_gemm_pro, ct_onednn_cache_free},
     [CT_OP_MATMUL_PRO] = {"matmul_prologue", FACTS(NEVER, FOLLOW, FUSED_GEMM, PROMOTE), {SIMD_DNNL(matmul_pro)}, 0, ct_ws_gemm_pro, ct_onednn_cache_free},
@@ -169,6 +169,16 @@ size_t ct_aux_colsum(const ct_graph *g, const ct_node_def *d) {
     if (!sets || d->ndim < 1) return 0;
     int64_t D = d->shape[d->ndim - 1], R = D ? ct_node_numel(d) / D : 0;
     return (size_t)(sets * ct_colsum_pieces(R, D) * D) * sizeof(double);
+}
+
+/* batchnorm (forward, batchnorm+relu, both backward kernels) on planes below 16 elements: the SIMD rows
+ * path's partials (ct_bn_rows_ws_bytes); x is in[0] of a forward, in[1] of a backward node */
+size_t ct_ws_batchnorm(const ct_graph *g, const ct_node_def *d) {
+    int fwd = d->op == CT_OP_BATCHNORM || d->op == CT_OP_BN_RELU;
+    const ct_node_def *x = &g->nodes[d->in[fwd ? 0 : 1]];
+    if (x->ndim < 2 || x->shape[0] < 1 || x->shape[1] < 1) return 0;
+    int64_t N = x->shape[0], C = x->shape[1];
+    return ct_bn_rows_ws_bytes(N, C, ct_node_numel(x) / (N * C));
 }
 
 size_t ct_aux_attention(const ct_graph *g, const ct_node_def *d) {

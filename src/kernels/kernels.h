@@ -167,6 +167,21 @@ static inline int64_t ct_colsum_pieces(int64_t R, int64_t D) {
     return p < 1 ? 1 : p;
 }
 
+/* Batchnorm with a small spatial size (S < the vector width: (M, C) inputs,
+ * BatchNorm1d, or channels-last activations reshaped to (N*H*W, C)): the SIMD
+ * kernels view x as (N, W = C*S) rows and split the rows into
+ * ct_colsum_pieces(N, W) fixed pieces (the shape decides, not the thread
+ * count), each summed into its own double partials per column, then add the
+ * pieces' partials in order (simd/norm.c's rows path). Its workspace: two
+ * sets of P x W partials, two of W column totals (W padded to a multiple of
+ * 16), four FP32 column vectors.
+ * 0 (no rows path) for planes of 16 elements or more. */
+static inline size_t ct_bn_rows_ws_bytes(int64_t N, int64_t C, int64_t S) {
+    if (S >= 16 || N < 1 || C < 1 || S < 1) return 0;
+    int64_t W = C * S, Wp = (W + 15) & ~(int64_t)15; /* the doubles' rows padded to whole vectors */
+    return (size_t)(2 * ct_colsum_pieces(N, W) + 2) * (size_t)Wp * sizeof(double) + 4 * (size_t)W * sizeof(float);
+}
+
 /* Dropout keep decision for element i: the same in forward and backward, on
  * every ISA and thread count. */
 static inline int ct_dropout_keep(uint64_t seed, uint64_t stream, uint64_t step, uint64_t i, float p) {

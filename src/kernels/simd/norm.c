@@ -11,15 +11,22 @@
  * centred on the float mean and corrected by its residual), so statistics are
  * good to ~1e-7 relative. Each channel (batchnorm) / row (layernorm) is
  * reduced by one thread in a fixed order: results do not depend on the thread
- * count.
+ * count. Batchnorm on planes of fewer than VW elements ((M, C) inputs, the
+ * channels-last CNNs' (N*H*W, C) reshapes) runs the rows path when the node
+ * has its workspace (ct_ws_batchnorm): fixed row pieces x column blocks in
+ * parallel, per-piece double partials added in piece order (the forward's
+ * statistics: each piece's own two passes, combined as Chan's parallel
+ * variance), so it too is independent of the thread count; without the
+ * workspace, the column path (one thread per block of channels).
  *
  * BF16 / FP16 I/O (simd_lowp.h): x, dy, y and dx may be BF16 or FP16
  * (gamma, beta, the statistics and dgamma stay FP32; the -pure precisions'
  * 16-bit gamma / beta are converted into an FP32 tile once per thread).
  * Every kernel converts its 16-bit vectors in registers (nm_accum_h, ct_vld
  * / ct_vst), so planes and rows of any length run; planes of fewer than VW
- * elements (the column path) and -pure parameter vectors longer than
- * CT_BF16_TILE decline, and the node gets FP32 copies. */
+ * elements without the rows path's workspace (the column path) and -pure
+ * parameter vectors longer than CT_BF16_TILE decline, and the node gets FP32
+ * copies. */
 #include <math.h>
 #include <string.h>
 
@@ -174,6 +181,245 @@ NM_INLINE void nm_colaccum(int mode, const float *x, const float *dy, int64_t N,
 /* Channel blocks for the column path: whole channels, at most NM_COLS columns. */
 static int64_t nm_chans_per_block(int64_t S) { return S >= NM_COLS ? 1 : NM_COLS / S; }
 
+/* ---- rows path (batchnorm with S < VW and the workspace) -------------------------------
+ * x viewed as (N rows, W = C*S columns). The rows split into P =
+ * ct_colsum_pieces(N, W) fixed pieces (kernels.h: the shape decides, not the
+ * thread count); a work item is (piece, block of up to BR_COLS columns): it
+ * sums its rows' terms in float runs of NM_ROWS rows, flushed into the
+ * piece's double partials in the workspace (ct_bn_rows_ws_bytes). The
+ * partials are added in piece order per column, then a channel's S columns
+ * in order: the statistics do not depend on the thread count. The
+ * element-wise pass runs over row blocks, vectorized across columns, with
+ * the per-column factors of a group of BR_GV vectors in registers. */
+#define BR_COLS 128
+#define BR_GV 4  /* vectors per register group */
+#define BR_RB 64 /* rows per block of the element-wise pass */
+
+/* dst[0..VW) += v's lanes as doubles: nm_flush with vector conversions (the same sums); the partials'
+ * rows are padded to whole vectors (a tail's zero lanes land in the padding) */
+NM_INLINE void br_flush(double *dst, vf v) {
+#if defined(CT_SIMD_AVX512)
+    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+    __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    _mm512_storeu_pd(dst, _mm512_add_pd(_mm512_loadu_pd(dst), lo));
+    _mm512_storeu_pd(dst + 8, _mm512_add_pd(_mm512_loadu_pd(dst + 8), hi));
+#else
+    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+    _mm256_storeu_pd(dst, _mm256_add_pd(_mm256_loadu_pd(dst), lo));
+    _mm256_storeu_pd(dst + 4, _mm256_add_pd(_mm256_loadu_pd(dst + 4), hi));
+#endif
+}
+
+typedef struct {
+    double *p1, *p2, *t1, *t2; /* P x Wp partials (two sets), Wp totals (two); Wp = W padded to 16 */
+    float *mc, *ac, *bc, *cc;  /* per-column centre and factors */
+    int64_t N, C, S, W, Wp, P;
+} br_ws;
+
+/* the rows path's workspace, or 0 (the column path runs) */
+static int br_ws_get(const ct_kargs *k, int64_t N, int64_t C, int64_t S, br_ws *w) {
+    size_t need = ct_bn_rows_ws_bytes(N, C, S);
+    if (!need || !k->ws || k->ws_bytes < need) return 0;
+    w->N = N, w->C = C, w->S = S, w->W = C * S, w->Wp = (C * S + 15) & ~(int64_t)15, w->P = ct_colsum_pieces(N, C * S);
+    w->p1 = k->ws;
+    w->p2 = w->p1 + w->P * w->Wp;
+    w->t1 = w->p2 + w->P * w->Wp;
+    w->t2 = w->t1 + w->Wp;
+    w->mc = (float *)(w->t2 + w->Wp);
+    w->ac = w->mc + w->W;
+    w->bc = w->ac + w->W;
+    w->cc = w->bc + w->W;
+    return 1;
+}
+
+/* The mode's sums over rows [r0, r1) of the NV vectors (the last tl wide) at
+ * column j, centred on m[0..) (the group's columns): o1[0..), o2[0..) (added
+ * to, whole vectors) */
+NM_INLINE void br_group(int mode, int NV, ct_dtype xt, ct_dtype dt, const void *x, const void *dy, int64_t W,
+                        int64_t r0, int64_t r1, int64_t j, int tl, const float *m, double *o1, double *o2) {
+    vf vm[BR_GV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) vm[v] = nm_ldn(m + v * VW, v == NV - 1 ? tl : VW);
+    for (int64_t n0 = r0; n0 < r1; n0 += NM_ROWS) {
+        const int64_t n1 = CT_MIN(r1, n0 + NM_ROWS);
+        vf p[BR_GV], q[BR_GV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) p[v] = q[v] = vzero();
+        for (int64_t r = n0; r < n1; r++) {
+            const int64_t o = r * W + j;
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) {
+                const int nl = v == NV - 1 ? tl : VW;
+                vf xv = cs_ld(x, xt, o + v * VW, nl), dv = dy ? cs_ld(dy, dt, o + v * VW, nl) : vzero(), t1, t2;
+                nm_terms(mode, xv, dv, vzero(), vm[v], vzero(), &t1, &t2);
+                p[v] = vadd(p[v], t1);
+                q[v] = vadd(q[v], t2);
+            }
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            br_flush(o1 + v * VW, p[v]);
+            if (mode == NM_CTR || mode == NM_BNB) br_flush(o2 + v * VW, q[v]);
+        }
+    }
+}
+
+/* The mode's sums over rows [r0, r1) of columns [j0, j0 + w), centred on
+ * m[0..w): o1[0..), o2[0..) (set; whole vectors, the padding included) */
+NM_INLINE void br_cols(int mode, ct_dtype xt, ct_dtype dt, const void *x, const void *dy, int64_t W, int64_t r0,
+                       int64_t r1, int64_t j0, int w, const float *m, double *o1, double *o2) {
+    const int wp = (w + VW - 1) / VW * VW; /* with the padding a tail's vector reaches */
+    for (int j = 0; j < wp; j++) o1[j] = o2[j] = 0;
+    for (int g = 0; g < w; g += BR_GV * VW) {
+        const int gw = CT_MIN(BR_GV * VW, w - g), nv = (gw + VW - 1) / VW, tl = gw - (nv - 1) * VW;
+        const int64_t j = j0 + g;
+        switch (nv) {
+        case 1: br_group(mode, 1, xt, dt, x, dy, W, r0, r1, j, tl, m + g, o1 + g, o2 + g); break;
+        case 2: br_group(mode, 2, xt, dt, x, dy, W, r0, r1, j, tl, m + g, o1 + g, o2 + g); break;
+        case 3: br_group(mode, 3, xt, dt, x, dy, W, r0, r1, j, tl, m + g, o1 + g, o2 + g); break;
+        default: br_group(mode, 4, xt, dt, x, dy, W, r0, r1, j, tl, m + g, o1 + g, o2 + g); break;
+        }
+    }
+}
+
+/* One work item: piece p's partials of columns [j0, j0 + w). NM_SUM with
+ * no dy (the forward's statistics): the piece's own two passes while its
+ * rows are in cache, the sum, then the sums centred on the piece's float
+ * mean mp: p1 = the piece's mean mp + s1/n, p2 = its centred sum of squares
+ * s2 - s1^2/n (bn_moments' form), combined across pieces by br_stats. */
+NM_INLINE void br_item(int mode, ct_dtype xt, ct_dtype dt, const void *x, const void *dy, const br_ws *ws, int64_t p,
+                       int64_t j0, int w) {
+    const int64_t r0 = ws->N * p / ws->P, r1 = ws->N * (p + 1) / ws->P;
+    double *o1 = ws->p1 + p * ws->Wp + j0, *o2 = ws->p2 + p * ws->Wp + j0;
+    if (mode != NM_SUM || dy) {
+        br_cols(mode, xt, dt, x, dy, ws->W, r0, r1, j0, w, ws->mc + j0, o1, o2);
+        return;
+    }
+    float mp[BR_COLS];
+    const double n = (double)(r1 - r0);
+    br_cols(NM_SUM, xt, dt, x, NULL, ws->W, r0, r1, j0, w, ws->mc + j0, o1, o2);
+    for (int j = 0; j < w; j++) mp[j] = (float)(o1[j] / n);
+    br_cols(NM_CTR, xt, dt, x, NULL, ws->W, r0, r1, j0, w, mp, o1, o2);
+    for (int j = 0; j < w; j++) {
+        double ss = o2[j] - o1[j] * o1[j] / n;
+        o1[j] = mp[j] + o1[j] / n;
+        o2[j] = ss < 0 ? 0 : ss;
+    }
+}
+
+/* All pieces' partials of the mode's sums (centre ws->mc), then (totals)
+ * their totals per column in ws->t1 / t2 (pieces in order) */
+NM_INLINE void br_sums(int mode, const ct_tensor *X, const ct_tensor *DY, const br_ws *ws, int nt, int totals) {
+    const int64_t nb = (ws->W + BR_COLS - 1) / BR_COLS, items = ws->P * nb;
+    const void *x = X->data, *dy = DY ? DY->data : NULL;
+    const ct_dtype xt = X->dtype, dt = DY ? DY->dtype : CT_F32;
+    const int f32 = xt == CT_F32 && dt == CT_F32;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t t = 0; t < items; t++) {
+        const int64_t p = t / nb, j0 = (t % nb) * BR_COLS;
+        const int w = (int)CT_MIN((int64_t)BR_COLS, ws->W - j0);
+        if (f32) br_item(mode, CT_F32, CT_F32, x, dy, ws, p, j0, w);
+        else br_item(mode, xt, dt, x, dy, ws, p, j0, w);
+    }
+    if (!totals) return;
+    const int two = mode == NM_CTR || mode == NM_BNB;
+    for (int64_t j = 0; j < ws->W; j++) ws->t1[j] = ws->t2[j] = 0;
+    for (int64_t p = 0; p < ws->P; p++) {
+        const double *a = ws->p1 + p * ws->Wp, *b = ws->p2 + p * ws->Wp;
+        for (int64_t j = 0; j < ws->W; j++) ws->t1[j] += a[j];
+        if (two)
+            for (int64_t j = 0; j < ws->W; j++) ws->t2[j] += b[j];
+    }
+}
+
+/* The forward's statistics: every piece's mean and centred sum of squares per
+ * column (br_item, NM_SUM), combined in piece order as Chan et al.'s parallel
+ * variance: t1 = the column's mean sum_p n_p mu_p / N, t2 = its centred sum
+ * of squares sum_p (M2_p + n_p (mu_p - mean)^2). */
+static void br_stats(const ct_tensor *X, const br_ws *ws, int nt) {
+    br_sums(NM_SUM, X, NULL, ws, nt, 0);
+    for (int64_t j = 0; j < ws->W; j++) ws->t1[j] = ws->t2[j] = 0;
+    for (int64_t p = 0; p < ws->P; p++) {
+        const double n = (double)(ws->N * (p + 1) / ws->P - ws->N * p / ws->P), *mu = ws->p1 + p * ws->Wp;
+        for (int64_t j = 0; j < ws->W; j++) ws->t1[j] += n * mu[j];
+    }
+    for (int64_t j = 0; j < ws->W; j++) ws->t1[j] /= (double)ws->N;
+    for (int64_t p = 0; p < ws->P; p++) {
+        const double n = (double)(ws->N * (p + 1) / ws->P - ws->N * p / ws->P), *mu = ws->p1 + p * ws->Wp,
+                     *m2 = ws->p2 + p * ws->Wp;
+        for (int64_t j = 0; j < ws->W; j++) {
+            double d = mu[j] - ws->t1[j];
+            ws->t2[j] += m2[j] + n * d * d;
+        }
+    }
+}
+
+/* a channel's total: its S columns' totals in order */
+static double br_chan(const double *t, int64_t c, int64_t S) {
+    double s = 0;
+    for (int64_t i = 0; i < S; i++) s += t[c * S + i];
+    return s;
+}
+
+static void br_fill(float *col, int64_t c, int64_t S, float v) {
+    for (int64_t i = 0; i < S; i++) col[c * S + i] = v;
+}
+
+/* The element-wise pass of NV vectors (the last tl wide) at column j over
+ * rows [r0, r1): forward (bwd = 0) o = (x - m) * a + b; backward
+ * o = ((x - m) * c + (dy - b)) * a (the plane path's expressions) */
+NM_INLINE void br_out_group(int bwd, int NV, ct_dtype xt, ct_dtype dt, ct_dtype ot, const void *x, const void *dy,
+                            void *out, int64_t W, int64_t r0, int64_t r1, int64_t j, int tl, const br_ws *ws) {
+    vf vm[BR_GV], va[BR_GV], vb[BR_GV], vc[BR_GV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) {
+        const int nl = v == NV - 1 ? tl : VW;
+        vm[v] = nm_ldn(ws->mc + j + v * VW, nl);
+        va[v] = nm_ldn(ws->ac + j + v * VW, nl);
+        vb[v] = nm_ldn(ws->bc + j + v * VW, nl);
+        vc[v] = bwd ? nm_ldn(ws->cc + j + v * VW, nl) : vzero();
+    }
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t o = r * W + j;
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            const int nl = v == NV - 1 ? tl : VW;
+            vf xm = vsub(cs_ld(x, xt, o + v * VW, nl), vm[v]), y;
+            if (bwd) y = vmul(vfma(xm, vc[v], vsub(cs_ld(dy, dt, o + v * VW, nl), vb[v])), va[v]);
+            else y = vfma(xm, va[v], vb[v]);
+            cs_st(out, ot, o + v * VW, y, nl);
+        }
+    }
+}
+
+NM_INLINE void br_out_rows(int bwd, ct_dtype xt, ct_dtype dt, ct_dtype ot, const void *x, const void *dy, void *out,
+                           const br_ws *ws, int64_t r0, int64_t r1) {
+    for (int64_t j = 0; j < ws->W; j += BR_GV * VW) {
+        const int gw = (int)CT_MIN((int64_t)BR_GV * VW, ws->W - j), nv = (gw + VW - 1) / VW, tl = gw - (nv - 1) * VW;
+        switch (nv) {
+        case 1: br_out_group(bwd, 1, xt, dt, ot, x, dy, out, ws->W, r0, r1, j, tl, ws); break;
+        case 2: br_out_group(bwd, 2, xt, dt, ot, x, dy, out, ws->W, r0, r1, j, tl, ws); break;
+        case 3: br_out_group(bwd, 3, xt, dt, ot, x, dy, out, ws->W, r0, r1, j, tl, ws); break;
+        default: br_out_group(bwd, 4, xt, dt, ot, x, dy, out, ws->W, r0, r1, j, tl, ws); break;
+        }
+    }
+}
+
+/* the element-wise pass over all rows, blocks of BR_RB rows across threads */
+NM_INLINE void br_out(int bwd, const ct_tensor *X, const ct_tensor *DY, const ct_tensor *O, const br_ws *ws, int nt) {
+    const int64_t nblk = (ws->N + BR_RB - 1) / BR_RB;
+    const ct_dtype xt = X->dtype, dt = DY ? DY->dtype : CT_F32, ot = O->dtype;
+    const void *x = X->data, *dy = DY ? DY->data : NULL;
+    void *out = O->data;
+    const int f32 = xt == CT_F32 && dt == CT_F32 && ot == CT_F32;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t b = 0; b < nblk; b++) {
+        const int64_t r0 = b * BR_RB, r1 = CT_MIN(ws->N, r0 + BR_RB);
+        if (f32) br_out_rows(bwd, CT_F32, CT_F32, CT_F32, x, dy, out, ws, r0, r1);
+        else br_out_rows(bwd, xt, dt, ot, x, dy, out, ws, r0, r1);
+    }
+}
+
 /* ---- batchnorm -------------------------------------------------------------------------- */
 
 static void bn_dims(const ct_tensor *x, int64_t *N, int64_t *C, int64_t *S) {
@@ -226,11 +472,44 @@ static int nm_io_ok(const ct_kargs *k, int n_act, int n_par, int64_t S) {
     return !any || S >= VW;
 }
 
+/* The rows path of the batchnorm forward (training: each piece's two-pass
+ * statistics, its sums then its centred sums while its rows are in cache,
+ * combined across pieces and a channel's columns as Chan et al.'s parallel
+ * variance, in double: one pass over memory for the statistics instead of
+ * two; eval: the running statistics), then the element-wise pass */
+static void bn_rows_forward(ct_kargs *k, const br_ws *ws, int nt) {
+    const int64_t C = ws->C, S = ws->S, M = ws->N * S;
+    float *rmean = k->in[3].data, *rvar = k->in[4].data, *mean = k->aux, *invstd = mean + C;
+    if (k->training) {
+        for (int64_t j = 0; j < ws->W; j++) ws->mc[j] = 0;
+        br_stats(&k->in[0], ws, nt);
+        for (int64_t c = 0; c < C; c++) { /* the channel's S columns (N rows each) as br_stats' pieces */
+            double mu = br_chan(ws->t1, c, S) / (double)S, ss = 0;
+            for (int64_t i = 0; i < S; i++) {
+                double d = ws->t1[c * S + i] - mu;
+                ss += ws->t2[c * S + i] + (double)ws->N * d * d;
+            }
+            double var = ss / (double)M, unb = M > 1 ? ss / (double)(M - 1) : var;
+            bn_finish(k, c, mu, var, unb, rmean, rvar, mean, invstd);
+        }
+    } else {
+        for (int64_t c = 0; c < C; c++) bn_finish(k, c, rmean[c], rvar[c], 0, rmean, rvar, mean, invstd);
+    }
+    for (int64_t c = 0; c < C; c++) {
+        br_fill(ws->mc, c, S, mean[c]);
+        br_fill(ws->ac, c, S, invstd[c] * ct_sld(&k->in[1], c));
+        br_fill(ws->bc, c, S, ct_sld(&k->in[2], c));
+    }
+    br_out(0, &k->in[0], NULL, &k->out, ws, nt);
+}
+
 ct_status CT_FN(batchnorm)(ct_kargs *k) {
     if (k->training && ct_context_batch_sum(k->ctx, NULL)) return CT_E_UNSUPPORTED; /* sync_batchnorm: the reference */
     int64_t N, C, S;
     bn_dims(&k->in[0], &N, &C, &S);
-    if (!nm_io_ok(k, 1, 5, S)) return CT_E_UNSUPPORTED;
+    br_ws ws;
+    const int rows = S < VW && br_ws_get(k, N, C, S, &ws); /* 16-bit I/O too: vector loads of any width */
+    if (!nm_io_ok(k, 1, 5, rows ? VW : S)) return CT_E_UNSUPPORTED;
     const ct_tensor *X = &k->in[0], *Y = &k->out;
     const float *x = k->in[0].data; /* gamma, beta: ct_sld (FP32, BF16 or FP16) */
     float *rmean = k->in[3].data, *rvar = k->in[4].data, *y = k->out.data;
@@ -267,7 +546,11 @@ ct_status CT_FN(batchnorm)(ct_kargs *k) {
         }
         return CT_OK;
     }
-    /* small spatial size (e.g. (N, C) inputs): vectorize across columns c*S+s */
+    if (rows) {
+        bn_rows_forward(k, &ws, nt);
+        return CT_OK;
+    }
+    /* small spatial size (e.g. (N, C) inputs) without the workspace: vectorize across columns c*S+s */
     int64_t CS = C * S, cpb = nm_chans_per_block(S), nblk = (C + cpb - 1) / cpb;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t b = 0; b < nblk; b++) {
@@ -331,7 +614,9 @@ ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
     if (ct_context_batch_sum(k->ctx, NULL)) return CT_E_UNSUPPORTED; /* sync_batchnorm: the reference kernel */
     int64_t N, C, S;
     bn_dims(&k->in[1], &N, &C, &S);
-    if (!nm_io_ok(k, 2, 3, S)) return CT_E_UNSUPPORTED;
+    br_ws ws;
+    const int rows = S < VW && br_ws_get(k, N, C, S, &ws);
+    if (!nm_io_ok(k, 2, 3, rows ? VW : S)) return CT_E_UNSUPPORTED;
     const ct_tensor *DY = &k->in[0], *X = &k->in[1], *DX = &k->out;
     const float *dy = k->in[0].data, *x = k->in[1].data; /* gamma: ct_sld (FP32, BF16 or FP16) */
     const float *mean = k->in_aux[3], *invstd = mean + C;
@@ -360,6 +645,18 @@ ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
                 }
             }
         }
+        return CT_OK;
+    }
+    if (rows) { /* the rows path: sdy, sdxc from the pieces' partials, then dx over row blocks */
+        for (int64_t c = 0; c < C; c++) br_fill(ws.mc, c, S, mean[c]);
+        br_sums(NM_BNB, X, DY, &ws, nt, 1);
+        for (int64_t c = 0; c < C; c++) {
+            double sdy = br_chan(ws.t1, c, S), sdxc = br_chan(ws.t2, c, S), is = invstd[c];
+            br_fill(ws.ac, c, S, (float)((double)ct_sld(&k->in[2], c) * is));
+            br_fill(ws.bc, c, S, (float)(sdy / M));
+            br_fill(ws.cc, c, S, (float)(-is * is * sdxc / M));
+        }
+        br_out(1, X, DY, DX, &ws, nt);
         return CT_OK;
     }
     int64_t CS = C * S, cpb = nm_chans_per_block(S), nblk = (C + cpb - 1) / cpb;
@@ -401,7 +698,9 @@ ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
 ct_status CT_FN(batchnorm_bwd_gamma)(ct_kargs *k) {
     int64_t N, C, S;
     bn_dims(&k->in[1], &N, &C, &S);
-    if (k->out.dtype != CT_F32 || !nm_io_ok(k, 2, 2, S)) return CT_E_UNSUPPORTED;
+    br_ws ws;
+    const int rows = S < VW && br_ws_get(k, N, C, S, &ws);
+    if (k->out.dtype != CT_F32 || !nm_io_ok(k, 2, 2, rows ? VW : S)) return CT_E_UNSUPPORTED;
     const float *dy = k->in[0].data, *x = k->in[1].data;
     const float *mean = k->in_aux[2], *invstd = mean + C;
     float *dg = k->out.data;
@@ -413,6 +712,12 @@ ct_status CT_FN(batchnorm_bwd_gamma)(ct_kargs *k) {
             bn_bwd_sums_plane(&k->in[0], &k->in[1], N, C, S, c, mean[c], NM_DOT, &sdy, &sdxc);
             dg[c] = (float)(sdxc * invstd[c]);
         }
+        return CT_OK;
+    }
+    if (rows) { /* the rows path: sum dy * (x - mean) from the pieces' partials */
+        for (int64_t c = 0; c < C; c++) br_fill(ws.mc, c, S, mean[c]);
+        br_sums(NM_DOT, &k->in[1], &k->in[0], &ws, nt, 1);
+        for (int64_t c = 0; c < C; c++) dg[c] = (float)(br_chan(ws.t1, c, S) * invstd[c]);
         return CT_OK;
     }
     int64_t CS = C * S, cpb = nm_chans_per_block(S), nblk = (C + cpb - 1) / cpb;
