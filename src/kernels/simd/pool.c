@@ -177,31 +177,63 @@ static inline void pl_st(float *p, vf v, int t) {
     else vtail_store(p, v, t);
 }
 
+/* The taps of window (oh, ow) inside the input, in window order: pixel
+ * offsets ih*W+iw and argmax ids (the tap, or the flat index when wide);
+ * -1 for windows of more than PL_TAPS taps (the loops then walk the window). */
+#define PL_TAPS 64
+static int pl_cl_taps(const pl_dims *d, int64_t oh, int64_t ow, int64_t *pix, int32_t *id) {
+    if (d->KH * d->KW > PL_TAPS) return -1;
+    int n = 0;
+    for (int64_t i = 0; i < d->KH; i++) {
+        const int64_t ih = oh * d->SH - d->PH + i * d->DH;
+        if (ih < 0 || ih >= d->H) continue;
+        for (int64_t j = 0; j < d->KW; j++) {
+            const int64_t iw = ow * d->SW - d->PW + j * d->DW;
+            if (iw < 0 || iw >= d->W) continue;
+            pix[n] = ih * d->W + iw;
+            id[n++] = (int32_t)(d->arg_wide ? ih * d->W + iw : i * d->KW + j);
+        }
+    }
+    return n;
+}
+
+/* the next tap v (id) of a max window: the first tap inside the input (the
+ * same for every channel) is taken, then pl_take's rule */
+static inline void pl_max_step(vf v, int32_t id, vf *best, vi *bt, int *any) {
+    if (!*any) {
+        *best = v, *bt = pl_iset1(id), *any = 1;
+        return;
+    }
+    pl_mask m = pl_take(v, *best);
+    *best = pl_fsel(m, *best, v);
+    *bt = pl_isel(m, *bt, pl_iset1(id));
+}
+
 /* output row oh of one image: y and arg point at the image */
 static void maxpool_cl_row(const float *x, float *y, void *arg, const pl_dims *d, int64_t oh) {
     const int64_t C = d->C, W = d->W;
+    int64_t pix[PL_TAPS];
+    int32_t ids[PL_TAPS];
     for (int64_t ow = 0; ow < d->OW; ow++) {
         const int64_t o = (oh * d->OW + ow) * C;
+        const int nt = pl_cl_taps(d, oh, ow, pix, ids);
         for (int64_t c = 0; c < C; c += VW) {
             const int t = (int)CT_MIN(VW, C - c);
             vf best = vset1(-INFINITY);
             vi bt = pl_iset1(d->arg_wide ? -1 : CT_POOL_NO_TAP);
             int any = 0;
-            for (int64_t i = 0; i < d->KH; i++) {
-                const int64_t ih = oh * d->SH - d->PH + i * d->DH;
-                if (ih < 0 || ih >= d->H) continue;
-                for (int64_t j = 0; j < d->KW; j++) {
-                    const int64_t iw = ow * d->SW - d->PW + j * d->DW;
-                    if (iw < 0 || iw >= W) continue;
-                    vf v = pl_ld(x + (ih * W + iw) * C + c, t);
-                    vi id = pl_iset1((int32_t)(d->arg_wide ? ih * W + iw : i * d->KW + j));
-                    if (!any) { /* the first tap inside the input (the same for every channel) */
-                        best = v, bt = id, any = 1;
-                        continue;
+            if (nt >= 0) {
+                for (int q = 0; q < nt; q++) pl_max_step(pl_ld(x + pix[q] * C + c, t), ids[q], &best, &bt, &any);
+            } else {
+                for (int64_t i = 0; i < d->KH; i++) {
+                    const int64_t ih = oh * d->SH - d->PH + i * d->DH;
+                    if (ih < 0 || ih >= d->H) continue;
+                    for (int64_t j = 0; j < d->KW; j++) {
+                        const int64_t iw = ow * d->SW - d->PW + j * d->DW;
+                        if (iw < 0 || iw >= W) continue;
+                        pl_max_step(pl_ld(x + (ih * W + iw) * C + c, t), (int32_t)(d->arg_wide ? ih * W + iw : i * d->KW + j),
+                                    &best, &bt, &any);
                     }
-                    pl_mask m = pl_take(v, best);
-                    best = pl_fsel(m, best, v);
-                    bt = pl_isel(m, bt, id);
                 }
             }
             pl_st(y + o + c, best, t);
@@ -220,19 +252,26 @@ static void maxpool_cl_row(const float *x, float *y, void *arg, const pl_dims *d
 
 static void avgpool_cl_row(const float *x, float *y, const pl_dims *d, int64_t oh) {
     const int64_t C = d->C, W = d->W;
+    int64_t pix[PL_TAPS];
+    int32_t ids[PL_TAPS];
     for (int64_t ow = 0; ow < d->OW; ow++) {
         const int64_t o = (oh * d->OW + ow) * C, div = ct_avgpool_div(d, oh, ow);
+        const int nt = pl_cl_taps(d, oh, ow, pix, ids);
         const vf vd = vset1((float)div);
         for (int64_t c = 0; c < C; c += VW) {
             const int t = (int)CT_MIN(VW, C - c);
             vf s = vzero();
-            for (int64_t i = 0; i < d->KH; i++) {
-                const int64_t ih = oh * d->SH - d->PH + i * d->DH;
-                if (ih < 0 || ih >= d->H) continue;
-                for (int64_t j = 0; j < d->KW; j++) {
-                    const int64_t iw = ow * d->SW - d->PW + j * d->DW;
-                    if (iw < 0 || iw >= W) continue;
-                    s = vadd(s, pl_ld(x + (ih * W + iw) * C + c, t));
+            if (nt >= 0) {
+                for (int q = 0; q < nt; q++) s = vadd(s, pl_ld(x + pix[q] * C + c, t));
+            } else {
+                for (int64_t i = 0; i < d->KH; i++) {
+                    const int64_t ih = oh * d->SH - d->PH + i * d->DH;
+                    if (ih < 0 || ih >= d->H) continue;
+                    for (int64_t j = 0; j < d->KW; j++) {
+                        const int64_t iw = ow * d->SW - d->PW + j * d->DW;
+                        if (iw < 0 || iw >= W) continue;
+                        s = vadd(s, pl_ld(x + (ih * W + iw) * C + c, t));
+                    }
                 }
             }
             pl_st(y + o + c, div ? vdiv(s, vd) : vzero(), t);
@@ -240,23 +279,42 @@ static void avgpool_cl_row(const float *x, float *y, const pl_dims *d, int64_t o
     }
 }
 
+/* windows that tile the input (kernel = stride, no dilation or padding):
+ * every input lies in at most one window, the rows / columns past the last
+ * window in none */
+static int pl_tiled(const pl_dims *d) {
+    return d->KH == d->SH && d->KW == d->SW && d->DH == 1 && d->DW == 1 && d->PH == 0 && d->PW == 0;
+}
+
 /* dx of channels [c0, c1) of one image: zeroed, then every window's share
  * added in (oh, ow) order. avg: arg NULL; max: the saved argmax, dy where a
- * lane's argmax is the tap, + 0 elsewhere (dx is never -0: it starts +0). */
+ * lane's argmax is the tap, + 0 elsewhere (dx is never -0: it starts +0).
+ * Tiled windows store 0 + share instead (the same values: one window per
+ * input) and zero only the inputs no window covers. */
 static void pool_bwd_cl_image(const float *dy, const void *arg, float *dx, const pl_dims *d, int64_t c0, int64_t c1) {
     const int64_t C = d->C, W = d->W, HW = d->H * d->W;
-    if (c0 == 0 && c1 == C) memset(dx, 0, (size_t)(HW * C) * sizeof *dx);
-    else
+    const int tiled = pl_tiled(d);
+    if (tiled) {
+        const int64_t h1 = CT_MIN(d->H, d->OH * d->SH), w1 = CT_MIN(W, d->OW * d->SW);
+        for (int64_t p = 0; p < HW; p++)
+            if (p / W >= h1 || p % W >= w1) memset(dx + p * C + c0, 0, (size_t)(c1 - c0) * sizeof *dx);
+    } else if (c0 == 0 && c1 == C) {
+        memset(dx, 0, (size_t)(HW * C) * sizeof *dx);
+    } else {
         for (int64_t p = 0; p < HW; p++) memset(dx + p * C + c0, 0, (size_t)(c1 - c0) * sizeof *dx);
+    }
+    int64_t pix[PL_TAPS];
+    int32_t ids[PL_TAPS];
     for (int64_t oh = 0; oh < d->OH; oh++)
         for (int64_t ow = 0; ow < d->OW; ow++) {
             const int64_t o = (oh * d->OW + ow) * C;
             vf q = vzero();
             if (!arg) {
                 const int64_t div = ct_avgpool_div(d, oh, ow);
-                if (!div) continue;
+                if (!div) continue; /* (never for tiled windows: each holds a tap) */
                 q = vset1(1.0f / (float)div); /* as the reference: dy * (1.0f / div) */
             }
+            const int nt = pl_cl_taps(d, oh, ow, pix, ids);
             for (int64_t c = c0; c < c1; c += VW) {
                 const int t = (int)CT_MIN(VW, c1 - c);
                 vf g = pl_ld(dy + o + c, t);
@@ -272,6 +330,14 @@ static void pool_bwd_cl_image(const float *dy, const void *arg, float *dx, const
                     for (int l = 0; l < VW; l++) b[l] = l < t ? ((const int32_t *)arg)[o + c + l] : -1;
                     a = pl_iload(b);
                 }
+                if (nt >= 0) {
+                    for (int r = 0; r < nt; r++) {
+                        float *p = dx + pix[r] * C + c;
+                        vf add = arg ? pl_keep_eq(a, pl_iset1(ids[r]), g) : g;
+                        pl_st(p, vadd(tiled ? vzero() : pl_ld(p, t), add), t);
+                    }
+                    continue;
+                }
                 for (int64_t i = 0; i < d->KH; i++) {
                     const int64_t ih = oh * d->SH - d->PH + i * d->DH;
                     if (ih < 0 || ih >= d->H) continue;
@@ -281,7 +347,7 @@ static void pool_bwd_cl_image(const float *dy, const void *arg, float *dx, const
                         float *p = dx + (ih * W + iw) * C + c;
                         vf add = g;
                         if (arg) add = pl_keep_eq(a, pl_iset1((int32_t)(d->arg_wide ? ih * W + iw : i * d->KW + j)), g);
-                        pl_st(p, vadd(pl_ld(p, t), add), t);
+                        pl_st(p, vadd(tiled ? vzero() : pl_ld(p, t), add), t);
                     }
                 }
             }
