@@ -197,6 +197,36 @@ static int pl_cl_taps(const pl_dims *d, int64_t oh, int64_t ow, int64_t *pix, in
     return n;
 }
 
+/* Relative tap offsets of a whole window (i*DH*W + j*DW) and their one-byte
+ * ids, in window order; pl_taps_at fills a window's lists from them when all
+ * its taps lie inside the input (most windows), else walks it (pl_cl_taps). */
+typedef struct {
+    int n; /* -1: more than PL_TAPS taps */
+    int64_t rel[PL_TAPS];
+    int32_t id[PL_TAPS];
+} pl_win;
+static void pl_win_init(const pl_dims *d, pl_win *w) {
+    w->n = -1;
+    if (d->KH * d->KW > PL_TAPS) return;
+    w->n = 0;
+    for (int64_t i = 0; i < d->KH; i++)
+        for (int64_t j = 0; j < d->KW; j++) {
+            w->rel[w->n] = i * d->DH * d->W + j * d->DW;
+            w->id[w->n++] = (int32_t)(i * d->KW + j);
+        }
+}
+static int pl_taps_at(const pl_dims *d, const pl_win *w, int64_t oh, int64_t ow, int64_t *pix, int32_t *id) {
+    const int64_t ih0 = oh * d->SH - d->PH, iw0 = ow * d->SW - d->PW;
+    if (w->n < 0 || ih0 < 0 || ih0 + (d->KH - 1) * d->DH >= d->H || iw0 < 0 || iw0 + (d->KW - 1) * d->DW >= d->W)
+        return pl_cl_taps(d, oh, ow, pix, id);
+    const int64_t base = ih0 * d->W + iw0;
+    for (int q = 0; q < w->n; q++) {
+        pix[q] = base + w->rel[q];
+        id[q] = d->arg_wide ? (int32_t)pix[q] : w->id[q];
+    }
+    return w->n;
+}
+
 /* the next tap v (id) of a max window: the first tap inside the input (the
  * same for every channel) is taken, then pl_take's rule */
 static inline void pl_max_step(vf v, int32_t id, vf *best, vi *bt, int *any) {
@@ -209,14 +239,48 @@ static inline void pl_max_step(vf v, int32_t id, vf *best, vi *bt, int *any) {
     *bt = pl_isel(m, *bt, pl_iset1(id));
 }
 
+/* maxpool_cl_row for 2x2 stride-2 windows without padding (the CNN's):
+ * the four taps' pointers directly, in window order (one-byte taps) */
+static void maxpool_cl_row_2x2(const float *x, float *y, uint8_t *arg, const pl_dims *d, int64_t oh) {
+    const int64_t C = d->C, W = d->W;
+    const vi t1 = pl_iset1(1), t2 = pl_iset1(2), t3 = pl_iset1(3);
+    const float *r0 = x + 2 * oh * W * C, *r1 = r0 + W * C;
+    for (int64_t ow = 0; ow < d->OW; ow++) {
+        const int64_t o = (oh * d->OW + ow) * C;
+        const float *p0 = r0 + 2 * ow * C, *p1 = r1 + 2 * ow * C;
+        for (int64_t c = 0; c < C; c += VW) {
+            const int t = (int)CT_MIN(VW, C - c);
+            vf best = pl_ld(p0 + c, t), b = pl_ld(p0 + C + c, t), e = pl_ld(p1 + c, t), f = pl_ld(p1 + C + c, t);
+            vi bi = pl_iset1(0);
+            pl_mask m = pl_take(b, best);
+            best = pl_fsel(m, best, b);
+            bi = pl_isel(m, bi, t1);
+            m = pl_take(e, best);
+            best = pl_fsel(m, best, e);
+            bi = pl_isel(m, bi, t2);
+            m = pl_take(f, best);
+            best = pl_fsel(m, best, f);
+            bi = pl_isel(m, bi, t3);
+            pl_st(y + o + c, best, t);
+            pl_tap_store(arg + o + c, bi, t);
+        }
+    }
+}
+
 /* output row oh of one image: y and arg point at the image */
 static void maxpool_cl_row(const float *x, float *y, void *arg, const pl_dims *d, int64_t oh) {
     const int64_t C = d->C, W = d->W;
+    if (pl_is_2x2(d)) {
+        maxpool_cl_row_2x2(x, y, arg, d, oh);
+        return;
+    }
     int64_t pix[PL_TAPS];
     int32_t ids[PL_TAPS];
+    pl_win win;
+    pl_win_init(d, &win);
     for (int64_t ow = 0; ow < d->OW; ow++) {
         const int64_t o = (oh * d->OW + ow) * C;
-        const int nt = pl_cl_taps(d, oh, ow, pix, ids);
+        const int nt = pl_taps_at(d, &win, oh, ow, pix, ids);
         for (int64_t c = 0; c < C; c += VW) {
             const int t = (int)CT_MIN(VW, C - c);
             vf best = vset1(-INFINITY);
@@ -254,9 +318,11 @@ static void avgpool_cl_row(const float *x, float *y, const pl_dims *d, int64_t o
     const int64_t C = d->C, W = d->W;
     int64_t pix[PL_TAPS];
     int32_t ids[PL_TAPS];
+    pl_win win;
+    pl_win_init(d, &win);
     for (int64_t ow = 0; ow < d->OW; ow++) {
         const int64_t o = (oh * d->OW + ow) * C, div = ct_avgpool_div(d, oh, ow);
-        const int nt = pl_cl_taps(d, oh, ow, pix, ids);
+        const int nt = pl_taps_at(d, &win, oh, ow, pix, ids);
         const vf vd = vset1((float)div);
         for (int64_t c = 0; c < C; c += VW) {
             const int t = (int)CT_MIN(VW, C - c);
@@ -293,11 +359,11 @@ static int pl_tiled(const pl_dims *d) {
  * input) and zero only the inputs no window covers. */
 static void pool_bwd_cl_image(const float *dy, const void *arg, float *dx, const pl_dims *d, int64_t c0, int64_t c1) {
     const int64_t C = d->C, W = d->W, HW = d->H * d->W;
-    const int tiled = pl_tiled(d);
+    const int tiled = pl_tiled(d), two = arg && pl_is_2x2(d); /* (2x2: one-byte taps, every window inside) */
     if (tiled) {
         const int64_t h1 = CT_MIN(d->H, d->OH * d->SH), w1 = CT_MIN(W, d->OW * d->SW);
-        for (int64_t p = 0; p < HW; p++)
-            if (p / W >= h1 || p % W >= w1) memset(dx + p * C + c0, 0, (size_t)(c1 - c0) * sizeof *dx);
+        for (int64_t ih = 0; ih < d->H; ih++)
+            for (int64_t iw = ih < h1 ? w1 : 0; iw < W; iw++) memset(dx + (ih * W + iw) * C + c0, 0, (size_t)(c1 - c0) * sizeof *dx);
     } else if (c0 == 0 && c1 == C) {
         memset(dx, 0, (size_t)(HW * C) * sizeof *dx);
     } else {
@@ -305,6 +371,8 @@ static void pool_bwd_cl_image(const float *dy, const void *arg, float *dx, const
     }
     int64_t pix[PL_TAPS];
     int32_t ids[PL_TAPS];
+    pl_win win;
+    pl_win_init(d, &win);
     for (int64_t oh = 0; oh < d->OH; oh++)
         for (int64_t ow = 0; ow < d->OW; ow++) {
             const int64_t o = (oh * d->OW + ow) * C;
@@ -314,7 +382,7 @@ static void pool_bwd_cl_image(const float *dy, const void *arg, float *dx, const
                 if (!div) continue; /* (never for tiled windows: each holds a tap) */
                 q = vset1(1.0f / (float)div); /* as the reference: dy * (1.0f / div) */
             }
-            const int nt = pl_cl_taps(d, oh, ow, pix, ids);
+            const int nt = pl_taps_at(d, &win, oh, ow, pix, ids);
             for (int64_t c = c0; c < c1; c += VW) {
                 const int t = (int)CT_MIN(VW, c1 - c);
                 vf g = pl_ld(dy + o + c, t);
@@ -329,6 +397,14 @@ static void pool_bwd_cl_image(const float *dy, const void *arg, float *dx, const
                     int32_t b[VW];
                     for (int l = 0; l < VW; l++) b[l] = l < t ? ((const int32_t *)arg)[o + c + l] : -1;
                     a = pl_iload(b);
+                }
+                if (two) { /* 2x2 stride 2: dx = 0 + dy at the saved tap, 0 + 0 elsewhere */
+                    float *p0 = dx + pix[0] * C + c, *p1 = dx + pix[2] * C + c;
+                    pl_st(p0, vadd(vzero(), pl_keep_eq(a, pl_iset1(0), g)), t);
+                    pl_st(p0 + C, vadd(vzero(), pl_keep_eq(a, pl_iset1(1), g)), t);
+                    pl_st(p1, vadd(vzero(), pl_keep_eq(a, pl_iset1(2), g)), t);
+                    pl_st(p1 + C, vadd(vzero(), pl_keep_eq(a, pl_iset1(3), g)), t);
+                    continue;
                 }
                 if (nt >= 0) {
                     for (int r = 0; r < nt; r++) {
