@@ -168,7 +168,9 @@ static inline void pl_load_pairs(const float *p, int t, vf *ev, vf *od) {
  * order and divides (the reference sums in double). The forward runs in
  * parallel over the N*OH output rows, the backward over images (and
  * channel blocks when there are fewer images than threads): each dx element
- * accumulates its windows in (oh, ow) order whatever the thread count. With
+ * accumulates its windows in (oh, ow) order whatever the thread count.
+ * Windows that tile the input (kernel = stride, no padding or dilation)
+ * store dx once instead; 2x2 stride-2 max pooling has its own loops. With
  * 16-bit I/O both go image by image through FP32 tiles (or the workspace). */
 
 static inline vf pl_ld(const float *p, int t) { return t == VW ? vload(p) : vtail_load(p, t); }
