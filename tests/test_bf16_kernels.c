@@ -1014,6 +1014,7 @@ TEST(kernel_impl_names) {
  * -> linear -> cross-entropy. The pool and its backward run their SIMD BF16
  * kernels on the workspace the plan sized (ct_ws_pool), and three training
  * steps give the losses of the plan with FP32 copies everywhere, bit for bit. */
+static int g_big_cl; /* 1: the pool runs channels-last on the transposed activations, (2, 100, 100, 3) */
 static ct_status big_pool_plan(ct_context *ctx, const char *native, ct_plan **out, ct_node *xo, ct_node *yo) {
     if (native) setenv("CT_BF16_NATIVE", native, 1);
     else unsetenv("CT_BF16_NATIVE");
@@ -1026,7 +1027,16 @@ static ct_status big_pool_plan(ct_context *ctx, const char *native, ct_plan **ou
     if (s == CT_OK) s = ct_param(g, "conv.w", 4, (int64_t[]){3, 1, 3, 3}, CT_INIT_KAIMING_UNIFORM, 9, &w);
     if (s == CT_OK) s = ct_conv2d(g, x, w, CT_NONE, 1, 1, 1, 1, &h);
     if (s == CT_OK) s = ct_relu(g, h, &r);
-    if (s == CT_OK) s = ct_maxpool2d(g, r, 3, 2, 1, &pool);
+    if (s == CT_OK && !g_big_cl) s = ct_maxpool2d(g, r, 3, 2, 1, &pool);
+    if (s == CT_OK && g_big_cl) {
+        ct_pool2d_opts po;
+        ct_pool2d_opts_default(&po, 3);
+        po.stride_h = po.stride_w = 2;
+        po.pad_h = po.pad_w = 1;
+        po.channels_last = 1;
+        s = ct_transpose(g, r, (int[]){0, 2, 3, 1}, &r);
+        if (s == CT_OK) s = ct_maxpool2d_ex(g, r, &po, &pool);
+    }
     if (s == CT_OK) s = ct_reshape(g, pool, 2, (int64_t[]){2, 3 * 50 * 50}, &flat);
     if (s == CT_OK) s = ct_param(g, "fc.w", 2, (int64_t[]){10, 3 * 50 * 50}, CT_INIT_KAIMING_UNIFORM, 7500, &fw);
     if (s == CT_OK) s = ct_linear(g, flat, fw, CT_NONE, &logits);
@@ -1053,7 +1063,9 @@ static void pool_hook(void *user, const ct_node_event *ev) {
     s->pools_bf16 += strstr(ev->kernel_desc, " bf16") != NULL;
 }
 
-TEST(pool_big_planes_in_plan) {
+/* the same with the pool channels-last: images of 100x100x3 above a tile */
+static void big_pool_round(int cl) {
+    g_big_cl = cl;
     ct_context *ctx = test_ctx(-1, 1);
     ct_plan *p, *c;
     ct_node x, y;
@@ -1063,21 +1075,27 @@ TEST(pool_big_planes_in_plan) {
     ct_plan_stats st;
     ct_plan_get_stats(p, &st);
     /* one input and one output plane per thread */
-    size_t need = (size_t)ct_context_num_threads(ctx) * (100 * 100 + 50 * 50) * sizeof(float);
+    size_t need = (size_t)ct_context_num_threads(ctx) * (100 * 100 + 50 * 50) * (cl ? 3 : 1) * sizeof(float);
     CHECK_MSG(st.workspace_bytes >= need, "workspace %zu < %zu", st.workspace_bytes, need);
     pool_seen seen = {0, 0};
     ct_plan_set_node_hook(p, pool_hook, &seen);
     CHECK_OK(ctx, train(ctx, p, 0, x, y, 3, la));
     CHECK_OK(ctx, train(ctx, c, 0, x, y, 3, lc));
-    printf("    100x100 max pool in a bf16 plan: %d of %d pool nodes read BF16; losses %.6f %.6f %.6f "
+    printf("    100x100 max pool%s in a bf16 plan: %d of %d pool nodes read BF16; losses %.6f %.6f %.6f "
            "(copies everywhere: %.6f %.6f %.6f)\n",
-           seen.pools_bf16, seen.pools, la[0], la[1], la[2], lc[0], lc[1], lc[2]);
+           cl ? " (channels-last)" : "", seen.pools_bf16, seen.pools, la[0], la[1], la[2], lc[0], lc[1], lc[2]);
     CHECK(seen.pools == 6); /* forward and backward, three steps */
     if (ct_context_isa(ctx) >= CT_ISA_AVX2) CHECK(seen.pools_bf16 == seen.pools);
     CHECK(memcmp(la, lc, sizeof la) == 0);
     ct_plan_free(p);
     ct_plan_free(c);
     ct_context_free(ctx);
+}
+
+TEST(pool_big_planes_in_plan) {
+    big_pool_round(0);
+    big_pool_round(1);
+    g_big_cl = 0;
 }
 
 /* The activation arenas of the Fashion CNN (batch 128) and gpt-char-small

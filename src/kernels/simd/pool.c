@@ -168,7 +168,9 @@ static inline void pl_load_pairs(const float *p, int t, vf *ev, vf *od) {
  * order and divides (the reference sums in double). The forward runs in
  * parallel over the N*OH output rows, the backward over images (and
  * channel blocks when there are fewer images than threads): each dx element
- * accumulates its windows in (oh, ow) order whatever the thread count. With
+ * accumulates its windows in (oh, ow) order whatever the thread count.
+ * Windows that tile the input (kernel = stride, no padding or dilation)
+ * store dx once instead; 2x2 stride-2 max pooling has its own loops. With
  * 16-bit I/O both go image by image through FP32 tiles (or the workspace). */
 
 static inline vf pl_ld(const float *p, int t) { return t == VW ? vload(p) : vtail_load(p, t); }
@@ -177,31 +179,127 @@ static inline void pl_st(float *p, vf v, int t) {
     else vtail_store(p, v, t);
 }
 
+/* The taps of window (oh, ow) inside the input, in window order: pixel
+ * offsets ih*W+iw and argmax ids (the tap, or the flat index when wide);
+ * -1 for windows of more than PL_TAPS taps (the loops then walk the window). */
+#define PL_TAPS 64
+static int pl_cl_taps(const pl_dims *d, int64_t oh, int64_t ow, int64_t *pix, int32_t *id) {
+    if (d->KH * d->KW > PL_TAPS) return -1;
+    int n = 0;
+    for (int64_t i = 0; i < d->KH; i++) {
+        const int64_t ih = oh * d->SH - d->PH + i * d->DH;
+        if (ih < 0 || ih >= d->H) continue;
+        for (int64_t j = 0; j < d->KW; j++) {
+            const int64_t iw = ow * d->SW - d->PW + j * d->DW;
+            if (iw < 0 || iw >= d->W) continue;
+            pix[n] = ih * d->W + iw;
+            id[n++] = (int32_t)(d->arg_wide ? ih * d->W + iw : i * d->KW + j);
+        }
+    }
+    return n;
+}
+
+/* Relative tap offsets of a whole window (i*DH*W + j*DW) and their one-byte
+ * ids, in window order; pl_taps_at fills a window's lists from them when all
+ * its taps lie inside the input (most windows), else walks it (pl_cl_taps). */
+typedef struct {
+    int n; /* -1: more than PL_TAPS taps */
+    int64_t rel[PL_TAPS];
+    int32_t id[PL_TAPS];
+} pl_win;
+static void pl_win_init(const pl_dims *d, pl_win *w) {
+    w->n = -1;
+    if (d->KH * d->KW > PL_TAPS) return;
+    w->n = 0;
+    for (int64_t i = 0; i < d->KH; i++)
+        for (int64_t j = 0; j < d->KW; j++) {
+            w->rel[w->n] = i * d->DH * d->W + j * d->DW;
+            w->id[w->n++] = (int32_t)(i * d->KW + j);
+        }
+}
+static int pl_taps_at(const pl_dims *d, const pl_win *w, int64_t oh, int64_t ow, int64_t *pix, int32_t *id) {
+    const int64_t ih0 = oh * d->SH - d->PH, iw0 = ow * d->SW - d->PW;
+    if (w->n < 0 || ih0 < 0 || ih0 + (d->KH - 1) * d->DH >= d->H || iw0 < 0 || iw0 + (d->KW - 1) * d->DW >= d->W)
+        return pl_cl_taps(d, oh, ow, pix, id);
+    const int64_t base = ih0 * d->W + iw0;
+    for (int q = 0; q < w->n; q++) {
+        pix[q] = base + w->rel[q];
+        id[q] = d->arg_wide ? (int32_t)pix[q] : w->id[q];
+    }
+    return w->n;
+}
+
+/* the next tap v (id) of a max window: the first tap inside the input (the
+ * same for every channel) is taken, then pl_take's rule */
+static inline void pl_max_step(vf v, int32_t id, vf *best, vi *bt, int *any) {
+    if (!*any) {
+        *best = v, *bt = pl_iset1(id), *any = 1;
+        return;
+    }
+    pl_mask m = pl_take(v, *best);
+    *best = pl_fsel(m, *best, v);
+    *bt = pl_isel(m, *bt, pl_iset1(id));
+}
+
+/* maxpool_cl_row for 2x2 stride-2 windows without padding (the CNN's):
+ * the four taps' pointers directly, in window order (one-byte taps) */
+static void maxpool_cl_row_2x2(const float *x, float *y, uint8_t *arg, const pl_dims *d, int64_t oh) {
+    const int64_t C = d->C, W = d->W;
+    const vi t1 = pl_iset1(1), t2 = pl_iset1(2), t3 = pl_iset1(3);
+    const float *r0 = x + 2 * oh * W * C, *r1 = r0 + W * C;
+    for (int64_t ow = 0; ow < d->OW; ow++) {
+        const int64_t o = (oh * d->OW + ow) * C;
+        const float *p0 = r0 + 2 * ow * C, *p1 = r1 + 2 * ow * C;
+        for (int64_t c = 0; c < C; c += VW) {
+            const int t = (int)CT_MIN(VW, C - c);
+            vf best = pl_ld(p0 + c, t), b = pl_ld(p0 + C + c, t), e = pl_ld(p1 + c, t), f = pl_ld(p1 + C + c, t);
+            vi bi = pl_iset1(0);
+            pl_mask m = pl_take(b, best);
+            best = pl_fsel(m, best, b);
+            bi = pl_isel(m, bi, t1);
+            m = pl_take(e, best);
+            best = pl_fsel(m, best, e);
+            bi = pl_isel(m, bi, t2);
+            m = pl_take(f, best);
+            best = pl_fsel(m, best, f);
+            bi = pl_isel(m, bi, t3);
+            pl_st(y + o + c, best, t);
+            pl_tap_store(arg + o + c, bi, t);
+        }
+    }
+}
+
 /* output row oh of one image: y and arg point at the image */
 static void maxpool_cl_row(const float *x, float *y, void *arg, const pl_dims *d, int64_t oh) {
     const int64_t C = d->C, W = d->W;
+    if (pl_is_2x2(d)) {
+        maxpool_cl_row_2x2(x, y, arg, d, oh);
+        return;
+    }
+    int64_t pix[PL_TAPS];
+    int32_t ids[PL_TAPS];
+    pl_win win;
+    pl_win_init(d, &win);
     for (int64_t ow = 0; ow < d->OW; ow++) {
         const int64_t o = (oh * d->OW + ow) * C;
+        const int nt = pl_taps_at(d, &win, oh, ow, pix, ids);
         for (int64_t c = 0; c < C; c += VW) {
             const int t = (int)CT_MIN(VW, C - c);
             vf best = vset1(-INFINITY);
             vi bt = pl_iset1(d->arg_wide ? -1 : CT_POOL_NO_TAP);
             int any = 0;
-            for (int64_t i = 0; i < d->KH; i++) {
-                const int64_t ih = oh * d->SH - d->PH + i * d->DH;
-                if (ih < 0 || ih >= d->H) continue;
-                for (int64_t j = 0; j < d->KW; j++) {
-                    const int64_t iw = ow * d->SW - d->PW + j * d->DW;
-                    if (iw < 0 || iw >= W) continue;
-                    vf v = pl_ld(x + (ih * W + iw) * C + c, t);
-                    vi id = pl_iset1((int32_t)(d->arg_wide ? ih * W + iw : i * d->KW + j));
-                    if (!any) { /* the first tap inside the input (the same for every channel) */
-                        best = v, bt = id, any = 1;
-                        continue;
+            if (nt >= 0) {
+                for (int q = 0; q < nt; q++) pl_max_step(pl_ld(x + pix[q] * C + c, t), ids[q], &best, &bt, &any);
+            } else {
+                for (int64_t i = 0; i < d->KH; i++) {
+                    const int64_t ih = oh * d->SH - d->PH + i * d->DH;
+                    if (ih < 0 || ih >= d->H) continue;
+                    for (int64_t j = 0; j < d->KW; j++) {
+                        const int64_t iw = ow * d->SW - d->PW + j * d->DW;
+                        if (iw < 0 || iw >= W) continue;
+                        pl_max_step(pl_ld(x + (ih * W + iw) * C + c, t), (int32_t)(d->arg_wide ? ih * W + iw : i * d->KW + j),
+                                    &best, &bt, &any);
                     }
-                    pl_mask m = pl_take(v, best);
-                    best = pl_fsel(m, best, v);
-                    bt = pl_isel(m, bt, id);
                 }
             }
             pl_st(y + o + c, best, t);
@@ -220,19 +318,28 @@ static void maxpool_cl_row(const float *x, float *y, void *arg, const pl_dims *d
 
 static void avgpool_cl_row(const float *x, float *y, const pl_dims *d, int64_t oh) {
     const int64_t C = d->C, W = d->W;
+    int64_t pix[PL_TAPS];
+    int32_t ids[PL_TAPS];
+    pl_win win;
+    pl_win_init(d, &win);
     for (int64_t ow = 0; ow < d->OW; ow++) {
         const int64_t o = (oh * d->OW + ow) * C, div = ct_avgpool_div(d, oh, ow);
+        const int nt = pl_taps_at(d, &win, oh, ow, pix, ids);
         const vf vd = vset1((float)div);
         for (int64_t c = 0; c < C; c += VW) {
             const int t = (int)CT_MIN(VW, C - c);
             vf s = vzero();
-            for (int64_t i = 0; i < d->KH; i++) {
-                const int64_t ih = oh * d->SH - d->PH + i * d->DH;
-                if (ih < 0 || ih >= d->H) continue;
-                for (int64_t j = 0; j < d->KW; j++) {
-                    const int64_t iw = ow * d->SW - d->PW + j * d->DW;
-                    if (iw < 0 || iw >= W) continue;
-                    s = vadd(s, pl_ld(x + (ih * W + iw) * C + c, t));
+            if (nt >= 0) {
+                for (int q = 0; q < nt; q++) s = vadd(s, pl_ld(x + pix[q] * C + c, t));
+            } else {
+                for (int64_t i = 0; i < d->KH; i++) {
+                    const int64_t ih = oh * d->SH - d->PH + i * d->DH;
+                    if (ih < 0 || ih >= d->H) continue;
+                    for (int64_t j = 0; j < d->KW; j++) {
+                        const int64_t iw = ow * d->SW - d->PW + j * d->DW;
+                        if (iw < 0 || iw >= W) continue;
+                        s = vadd(s, pl_ld(x + (ih * W + iw) * C + c, t));
+                    }
                 }
             }
             pl_st(y + o + c, div ? vdiv(s, vd) : vzero(), t);
@@ -240,23 +347,44 @@ static void avgpool_cl_row(const float *x, float *y, const pl_dims *d, int64_t o
     }
 }
 
+/* windows that tile the input (kernel = stride, no dilation or padding):
+ * every input lies in at most one window, the rows / columns past the last
+ * window in none */
+static int pl_tiled(const pl_dims *d) {
+    return d->KH == d->SH && d->KW == d->SW && d->DH == 1 && d->DW == 1 && d->PH == 0 && d->PW == 0;
+}
+
 /* dx of channels [c0, c1) of one image: zeroed, then every window's share
  * added in (oh, ow) order. avg: arg NULL; max: the saved argmax, dy where a
- * lane's argmax is the tap, + 0 elsewhere (dx is never -0: it starts +0). */
+ * lane's argmax is the tap, + 0 elsewhere (dx is never -0: it starts +0).
+ * Tiled windows store 0 + share instead (the same values: one window per
+ * input) and zero only the inputs no window covers. */
 static void pool_bwd_cl_image(const float *dy, const void *arg, float *dx, const pl_dims *d, int64_t c0, int64_t c1) {
     const int64_t C = d->C, W = d->W, HW = d->H * d->W;
-    if (c0 == 0 && c1 == C) memset(dx, 0, (size_t)(HW * C) * sizeof *dx);
-    else
+    const int tiled = pl_tiled(d), two = arg && pl_is_2x2(d); /* (2x2: one-byte taps, every window inside) */
+    if (tiled) {
+        const int64_t h1 = CT_MIN(d->H, d->OH * d->SH), w1 = CT_MIN(W, d->OW * d->SW);
+        for (int64_t ih = 0; ih < d->H; ih++)
+            for (int64_t iw = ih < h1 ? w1 : 0; iw < W; iw++) memset(dx + (ih * W + iw) * C + c0, 0, (size_t)(c1 - c0) * sizeof *dx);
+    } else if (c0 == 0 && c1 == C) {
+        memset(dx, 0, (size_t)(HW * C) * sizeof *dx);
+    } else {
         for (int64_t p = 0; p < HW; p++) memset(dx + p * C + c0, 0, (size_t)(c1 - c0) * sizeof *dx);
+    }
+    int64_t pix[PL_TAPS];
+    int32_t ids[PL_TAPS];
+    pl_win win;
+    pl_win_init(d, &win);
     for (int64_t oh = 0; oh < d->OH; oh++)
         for (int64_t ow = 0; ow < d->OW; ow++) {
             const int64_t o = (oh * d->OW + ow) * C;
             vf q = vzero();
             if (!arg) {
                 const int64_t div = ct_avgpool_div(d, oh, ow);
-                if (!div) continue;
+                if (!div) continue; /* (never for tiled windows: each holds a tap) */
                 q = vset1(1.0f / (float)div); /* as the reference: dy * (1.0f / div) */
             }
+            const int nt = pl_taps_at(d, &win, oh, ow, pix, ids);
             for (int64_t c = c0; c < c1; c += VW) {
                 const int t = (int)CT_MIN(VW, c1 - c);
                 vf g = pl_ld(dy + o + c, t);
@@ -272,6 +400,22 @@ static void pool_bwd_cl_image(const float *dy, const void *arg, float *dx, const
                     for (int l = 0; l < VW; l++) b[l] = l < t ? ((const int32_t *)arg)[o + c + l] : -1;
                     a = pl_iload(b);
                 }
+                if (two) { /* 2x2 stride 2: dx = 0 + dy at the saved tap, 0 + 0 elsewhere */
+                    float *p0 = dx + pix[0] * C + c, *p1 = dx + pix[2] * C + c;
+                    pl_st(p0, vadd(vzero(), pl_keep_eq(a, pl_iset1(0), g)), t);
+                    pl_st(p0 + C, vadd(vzero(), pl_keep_eq(a, pl_iset1(1), g)), t);
+                    pl_st(p1, vadd(vzero(), pl_keep_eq(a, pl_iset1(2), g)), t);
+                    pl_st(p1 + C, vadd(vzero(), pl_keep_eq(a, pl_iset1(3), g)), t);
+                    continue;
+                }
+                if (nt >= 0) {
+                    for (int r = 0; r < nt; r++) {
+                        float *p = dx + pix[r] * C + c;
+                        vf add = arg ? pl_keep_eq(a, pl_iset1(ids[r]), g) : g;
+                        pl_st(p, vadd(tiled ? vzero() : pl_ld(p, t), add), t);
+                    }
+                    continue;
+                }
                 for (int64_t i = 0; i < d->KH; i++) {
                     const int64_t ih = oh * d->SH - d->PH + i * d->DH;
                     if (ih < 0 || ih >= d->H) continue;
@@ -281,7 +425,7 @@ static void pool_bwd_cl_image(const float *dy, const void *arg, float *dx, const
                         float *p = dx + (ih * W + iw) * C + c;
                         vf add = g;
                         if (arg) add = pl_keep_eq(a, pl_iset1((int32_t)(d->arg_wide ? ih * W + iw : i * d->KW + j)), g);
-                        pl_st(p, vadd(pl_ld(p, t), add), t);
+                        pl_st(p, vadd(tiled ? vzero() : pl_ld(p, t), add), t);
                     }
                 }
             }
