@@ -80,7 +80,19 @@ static inline void *ct_maxpool_arg_plane(void *arg, int64_t nc, const ct_pool_di
     return (char *)arg + (size_t)(nc * d->OH * d->OW) * (d->arg_wide ? 4 : 1);
 }
 
-static inline void ct_maxpool_plane(const float *x, float *y, void *arg, const ct_pool_dims *d) {
+/* The plane loops take the element stride st between consecutive (h, w)
+ * positions of x, y, dx, dy and the argmax: 1 for an (N, C, H, W) plane, C
+ * for one channel of a channels-last image (x + c, st = C); each output is
+ * computed, and each dx element summed, in the same order either way. */
+
+/* dx's (H, W) elements at stride st set to zero */
+static inline void ct_pool_zero_plane(float *dx, int64_t n, int64_t st) {
+    if (st == 1) memset(dx, 0, (size_t)n * sizeof *dx);
+    else
+        for (int64_t i = 0; i < n; i++) dx[i * st] = 0.0f;
+}
+
+static inline void ct_maxpool_plane_st(const float *x, float *y, void *arg, const ct_pool_dims *d, int64_t st) {
     for (int64_t oh = 0; oh < d->OH; oh++)
         for (int64_t ow = 0; ow < d->OW; ow++) {
             float best = -INFINITY;
@@ -91,7 +103,7 @@ static inline void ct_maxpool_plane(const float *x, float *y, void *arg, const c
                 for (int64_t j = 0; j < d->KW; j++) {
                     int64_t iw = ow * d->SW - d->PW + j * d->DW;
                     if (iw < 0 || iw >= d->W) continue;
-                    float v = x[ih * d->W + iw];
+                    float v = x[(ih * d->W + iw) * st];
                     if (bi >= 0 && isnan(best)) continue; /* NaN propagates, as in PyTorch */
                     if (bi < 0 || v > best || isnan(v)) {
                         best = v;
@@ -100,18 +112,23 @@ static inline void ct_maxpool_plane(const float *x, float *y, void *arg, const c
                     }
                 }
             }
-            y[oh * d->OW + ow] = best;
-            if (d->arg_wide) ((int32_t *)arg)[oh * d->OW + ow] = (int32_t)bi;
-            else ((uint8_t *)arg)[oh * d->OW + ow] = (uint8_t)bt;
+            const int64_t o = (oh * d->OW + ow) * st;
+            y[o] = best;
+            if (d->arg_wide) ((int32_t *)arg)[o] = (int32_t)bi;
+            else ((uint8_t *)arg)[o] = (uint8_t)bt;
         }
+}
+static inline void ct_maxpool_plane(const float *x, float *y, void *arg, const ct_pool_dims *d) {
+    ct_maxpool_plane_st(x, y, arg, d, 1);
 }
 
 /* dx = scatter-add of dy at the saved argmax (zero elsewhere), in output order */
-static inline void ct_maxpool_bwd_plane(const float *dy, const void *arg, float *dx, const ct_pool_dims *d) {
-    memset(dx, 0, (size_t)(d->H * d->W) * sizeof *dx);
+static inline void ct_maxpool_bwd_plane_st(const float *dy, const void *arg, float *dx, const ct_pool_dims *d,
+                                           int64_t st) {
+    ct_pool_zero_plane(dx, d->H * d->W, st);
     for (int64_t oh = 0; oh < d->OH; oh++)
         for (int64_t ow = 0; ow < d->OW; ow++) {
-            const int64_t o = oh * d->OW + ow;
+            const int64_t o = (oh * d->OW + ow) * st;
             int64_t at;
             if (d->arg_wide) {
                 at = ((const int32_t *)arg)[o];
@@ -121,8 +138,11 @@ static inline void ct_maxpool_bwd_plane(const float *dy, const void *arg, float 
                 if (t == CT_POOL_NO_TAP) continue;
                 at = (oh * d->SH - d->PH + t / d->KW * d->DH) * d->W + ow * d->SW - d->PW + t % d->KW * d->DW;
             }
-            dx[at] += dy[o];
+            dx[at * st] += dy[o];
         }
+}
+static inline void ct_maxpool_bwd_plane(const float *dy, const void *arg, float *dx, const ct_pool_dims *d) {
+    ct_maxpool_bwd_plane_st(dy, arg, dx, d, 1);
 }
 
 /* Taps of one axis inside [lo, hi) for the window starting at s. */
@@ -140,7 +160,7 @@ static inline int64_t ct_avgpool_div(const ct_pool_dims *d, int64_t oh, int64_t 
     return ct_pool_taps(h0, d->KH, d->DH, 0, d->H) * ct_pool_taps(w0, d->KW, d->DW, 0, d->W);
 }
 
-static inline void ct_avgpool_plane(const float *x, float *y, const ct_pool_dims *d) {
+static inline void ct_avgpool_plane_st(const float *x, float *y, const ct_pool_dims *d, int64_t st) {
     for (int64_t oh = 0; oh < d->OH; oh++)
         for (int64_t ow = 0; ow < d->OW; ow++) {
             double s = 0;
@@ -150,34 +170,38 @@ static inline void ct_avgpool_plane(const float *x, float *y, const ct_pool_dims
                 for (int64_t j = 0; j < d->KW; j++) {
                     int64_t iw = ow * d->SW - d->PW + j * d->DW;
                     if (iw < 0 || iw >= d->W) continue;
-                    s += x[ih * d->W + iw];
+                    s += x[(ih * d->W + iw) * st];
                 }
             }
             int64_t div = ct_avgpool_div(d, oh, ow);
-            y[oh * d->OW + ow] = div ? (float)(s / (double)div) : 0.0f;
+            y[(oh * d->OW + ow) * st] = div ? (float)(s / (double)div) : 0.0f;
         }
 }
+static inline void ct_avgpool_plane(const float *x, float *y, const ct_pool_dims *d) { ct_avgpool_plane_st(x, y, d, 1); }
 
-static inline void ct_avgpool_bwd_plane(const float *dy, float *dx, const ct_pool_dims *d) {
-    memset(dx, 0, (size_t)(d->H * d->W) * sizeof *dx);
+static inline void ct_avgpool_bwd_plane_st(const float *dy, float *dx, const ct_pool_dims *d, int64_t st) {
+    ct_pool_zero_plane(dx, d->H * d->W, st);
     for (int64_t oh = 0; oh < d->OH; oh++)
         for (int64_t ow = 0; ow < d->OW; ow++) {
             int64_t div = ct_avgpool_div(d, oh, ow);
             if (!div) continue;
-            float g = dy[oh * d->OW + ow] * (1.0f / (float)div);
+            float g = dy[(oh * d->OW + ow) * st] * (1.0f / (float)div);
             for (int64_t i = 0; i < d->KH; i++) {
                 int64_t ih = oh * d->SH - d->PH + i * d->DH;
                 if (ih < 0 || ih >= d->H) continue;
                 for (int64_t j = 0; j < d->KW; j++) {
                     int64_t iw = ow * d->SW - d->PW + j * d->DW;
                     if (iw < 0 || iw >= d->W) continue;
-                    dx[ih * d->W + iw] += g;
+                    dx[(ih * d->W + iw) * st] += g;
                 }
             }
         }
 }
+static inline void ct_avgpool_bwd_plane(const float *dy, float *dx, const ct_pool_dims *d) {
+    ct_avgpool_bwd_plane_st(dy, dx, d, 1);
+}
 
-/* ---- channels-last: one image (H, W, C) -> (OH, OW, C) ---------------------------------- */
+/* ---- channels-last: one image (H, W, C) -> (OH, OW, C), channel by channel ------------------ */
 
 /* Image n's saved argmax within the node's aux (channels-last). */
 static inline void *ct_maxpool_arg_image(void *arg, int64_t n, const ct_pool_dims *d) {
@@ -185,97 +209,23 @@ static inline void *ct_maxpool_arg_image(void *arg, int64_t n, const ct_pool_dim
 }
 
 static inline void ct_maxpool_cl_image(const float *x, float *y, void *arg, const ct_pool_dims *d) {
-    const int64_t C = d->C;
-    for (int64_t oh = 0; oh < d->OH; oh++)
-        for (int64_t ow = 0; ow < d->OW; ow++)
-            for (int64_t c = 0; c < C; c++) {
-                float best = -INFINITY;
-                int64_t bi = -1, bt = CT_POOL_NO_TAP;
-                for (int64_t i = 0; i < d->KH; i++) {
-                    int64_t ih = oh * d->SH - d->PH + i * d->DH;
-                    if (ih < 0 || ih >= d->H) continue;
-                    for (int64_t j = 0; j < d->KW; j++) {
-                        int64_t iw = ow * d->SW - d->PW + j * d->DW;
-                        if (iw < 0 || iw >= d->W) continue;
-                        float v = x[(ih * d->W + iw) * C + c];
-                        if (bi >= 0 && isnan(best)) continue; /* NaN propagates, as in PyTorch */
-                        if (bi < 0 || v > best || isnan(v)) {
-                            best = v;
-                            bi = ih * d->W + iw;
-                            bt = i * d->KW + j;
-                        }
-                    }
-                }
-                const int64_t o = (oh * d->OW + ow) * C + c;
-                y[o] = best;
-                if (d->arg_wide) ((int32_t *)arg)[o] = (int32_t)bi;
-                else ((uint8_t *)arg)[o] = (uint8_t)bt;
-            }
+    const size_t esz = d->arg_wide ? 4 : 1;
+    for (int64_t c = 0; c < d->C; c++) ct_maxpool_plane_st(x + c, y + c, (char *)arg + (size_t)c * esz, d, d->C);
 }
 
 /* dx (H, W, C) = scatter-add of dy at the saved argmax, windows in (oh, ow) order */
 static inline void ct_maxpool_bwd_cl_image(const float *dy, const void *arg, float *dx, const ct_pool_dims *d) {
-    const int64_t C = d->C;
-    memset(dx, 0, (size_t)(d->H * d->W * C) * sizeof *dx);
-    for (int64_t oh = 0; oh < d->OH; oh++)
-        for (int64_t ow = 0; ow < d->OW; ow++)
-            for (int64_t c = 0; c < C; c++) {
-                const int64_t o = (oh * d->OW + ow) * C + c;
-                int64_t at;
-                if (d->arg_wide) {
-                    at = ((const int32_t *)arg)[o];
-                    if (at < 0) continue;
-                } else {
-                    int64_t t = ((const uint8_t *)arg)[o];
-                    if (t == CT_POOL_NO_TAP) continue;
-                    at = (oh * d->SH - d->PH + t / d->KW * d->DH) * d->W + ow * d->SW - d->PW + t % d->KW * d->DW;
-                }
-                dx[at * C + c] += dy[o];
-            }
+    const size_t esz = d->arg_wide ? 4 : 1;
+    for (int64_t c = 0; c < d->C; c++)
+        ct_maxpool_bwd_plane_st(dy + c, (const char *)arg + (size_t)c * esz, dx + c, d, d->C);
 }
 
 static inline void ct_avgpool_cl_image(const float *x, float *y, const ct_pool_dims *d) {
-    const int64_t C = d->C;
-    for (int64_t oh = 0; oh < d->OH; oh++)
-        for (int64_t ow = 0; ow < d->OW; ow++) {
-            const int64_t div = ct_avgpool_div(d, oh, ow);
-            for (int64_t c = 0; c < C; c++) {
-                double s = 0;
-                for (int64_t i = 0; i < d->KH; i++) {
-                    int64_t ih = oh * d->SH - d->PH + i * d->DH;
-                    if (ih < 0 || ih >= d->H) continue;
-                    for (int64_t j = 0; j < d->KW; j++) {
-                        int64_t iw = ow * d->SW - d->PW + j * d->DW;
-                        if (iw < 0 || iw >= d->W) continue;
-                        s += x[(ih * d->W + iw) * C + c];
-                    }
-                }
-                y[(oh * d->OW + ow) * C + c] = div ? (float)(s / (double)div) : 0.0f;
-            }
-        }
+    for (int64_t c = 0; c < d->C; c++) ct_avgpool_plane_st(x + c, y + c, d, d->C);
 }
 
 static inline void ct_avgpool_bwd_cl_image(const float *dy, float *dx, const ct_pool_dims *d) {
-    const int64_t C = d->C;
-    memset(dx, 0, (size_t)(d->H * d->W * C) * sizeof *dx);
-    for (int64_t oh = 0; oh < d->OH; oh++)
-        for (int64_t ow = 0; ow < d->OW; ow++) {
-            const int64_t div = ct_avgpool_div(d, oh, ow);
-            if (!div) continue;
-            const float q = 1.0f / (float)div;
-            for (int64_t c = 0; c < C; c++) {
-                float g = dy[(oh * d->OW + ow) * C + c] * q;
-                for (int64_t i = 0; i < d->KH; i++) {
-                    int64_t ih = oh * d->SH - d->PH + i * d->DH;
-                    if (ih < 0 || ih >= d->H) continue;
-                    for (int64_t j = 0; j < d->KW; j++) {
-                        int64_t iw = ow * d->SW - d->PW + j * d->DW;
-                        if (iw < 0 || iw >= d->W) continue;
-                        dx[(ih * d->W + iw) * C + c] += g;
-                    }
-                }
-            }
-        }
+    for (int64_t c = 0; c < d->C; c++) ct_avgpool_bwd_plane_st(dy + c, dx + c, d, d->C);
 }
 
 #endif
