@@ -524,6 +524,8 @@ ct_status ct_model_mlp(ct_graph *g, ct_node x, int n_hidden, const int64_t *hidd
                        int64_t n_classes, ct_activation act, float dropout, ct_node *logits);
 ct_status ct_model_cnn(ct_graph *g, ct_node x, int n_blocks, const int64_t *channels,
                        int64_t n_classes, ct_node *logits);
+ct_status ct_model_cnn_ex(ct_graph *g, ct_node x, int n_blocks, const int64_t *channels, int64_t n_classes,
+                          int channels_last, ct_node *logits);
 typedef struct ct_gpt_config {
     int64_t vocab;
     int64_t context;
@@ -570,6 +572,7 @@ typedef struct ct_vision_config {
     float drop_path;
     float dropout;
     int window;
+    int channels_last;
 } ct_vision_config;
 ct_status ct_vision_config_default(ct_context *ctx, const char *arch, ct_vision_config *out);
 ct_status ct_model_vision(ct_graph *g, ct_node x, const ct_vision_config *cfg, ct_node *logits);
@@ -788,6 +791,7 @@ typedef struct ct_recipe {
     int length_buckets;
     int64_t pad_to_multiple;
     int cifar_stem;
+    int channels_last;
     int64_t num_classes;
     int width_div;
     int max_blocks;
