@@ -12,6 +12,8 @@
 #include <string.h>
 #include <time.h>
 
+#define BENCH_NAME "bench_attn"
+#include "bench_util.h"
 #include "core/ir_types.h"
 #include "kernels/kernels.h"
 
@@ -19,17 +21,6 @@ ct_status ct_k_attention_avx2(ct_kargs *k);
 ct_status ct_k_attention_bwd_avx2(ct_kargs *k);
 ct_status ct_k_attention_avx512(ct_kargs *k);
 ct_status ct_k_attention_bwd_avx512(ct_kargs *k);
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static ct_tensor tensor3(void *data, int64_t a, int64_t b, int64_t c) {
     ct_tensor t;
@@ -110,15 +101,15 @@ int main(int argc, char **argv) {
     double *tf = malloc(sizeof(double) * (size_t)reps), *tb = malloc(sizeof(double) * (size_t)reps);
     if (!tf || !tb) return 1;
     for (int r = -2; r < reps; r++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         if (fwd(&kf) != CT_OK) return 1;
-        double t1 = now_ms();
+        double t1 = bench_now_ms();
         if (bwd(&kb) != CT_OK) return 1;
-        double t2 = now_ms();
+        double t2 = bench_now_ms();
         if (r >= 0) tf[r] = t1 - t0, tb[r] = t2 - t1;
     }
-    qsort(tf, (size_t)reps, sizeof *tf, cmp);
-    qsort(tb, (size_t)reps, sizeof *tb, cmp);
+    qsort(tf, (size_t)reps, sizeof *tf, bench_cmp_double);
+    qsort(tb, (size_t)reps, sizeof *tb, bench_cmp_double);
     double f = (double)B * H * T * T * Dh * 2 * (causal ? 0.5 : 1.0); /* one T x T x Dh product */
     double cs = 0;
     for (int64_t i = 0; i < B * T * 3 * D; i++) cs += dx[i];

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#define BENCH_NAME "bench_bn"
+#include "bench_util.h"
 #include "core/ir_types.h"
 #include "kernels/kernels.h"
 
@@ -23,16 +25,6 @@ ct_status ct_k_batchnorm_bwd_gamma_avx2(ct_kargs *k);
 ct_status ct_k_batchnorm_avx512(ct_kargs *k);
 ct_status ct_k_batchnorm_bwd_data_avx512(ct_kargs *k);
 ct_status ct_k_batchnorm_bwd_gamma_avx512(ct_kargs *k);
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static ct_tensor tens(void *d, int nd, const int64_t *s) {
     ct_tensor t;
@@ -108,16 +100,16 @@ static int run_shape(int nd, const int64_t *s, int avx2, int nt, int reps) {
     double *t = malloc(sizeof(double) * 3 * (size_t)reps);
     if (!t) return 1;
     for (int r = -2; r < reps; r++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         if (f(&kf) != CT_OK) return 1;
-        double t1 = now_ms();
+        double t1 = bench_now_ms();
         if (bd(&kd) != CT_OK) return 1;
-        double t2 = now_ms();
+        double t2 = bench_now_ms();
         if (bg(&kg) != CT_OK) return 1;
-        double t3 = now_ms();
+        double t3 = bench_now_ms();
         if (r >= 0) t[r] = t1 - t0, t[reps + r] = t2 - t1, t[2 * reps + r] = t3 - t2;
     }
-    for (int i = 0; i < 3; i++) qsort(t + i * reps, (size_t)reps, sizeof *t, cmp);
+    for (int i = 0; i < 3; i++) qsort(t + i * reps, (size_t)reps, sizeof *t, bench_cmp_double);
     char sh[64];
     if (nd == 2) snprintf(sh, sizeof sh, "(%lld, %lld)", (long long)s[0], (long long)s[1]);
     else snprintf(sh, sizeof sh, "(%lld, %lld, %lld, %lld)", (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3]);

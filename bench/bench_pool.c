@@ -12,6 +12,8 @@
 #include <string.h>
 #include <time.h>
 
+#define BENCH_NAME "bench_pool"
+#include "bench_util.h"
 #include "core/ir_types.h"
 #include "kernels/kernels.h"
 #include "kernels/pool_plane.h"
@@ -20,17 +22,6 @@ ct_status ct_k_maxpool2d_avx2(ct_kargs *k);
 ct_status ct_k_maxpool2d_bwd_avx2(ct_kargs *k);
 ct_status ct_k_maxpool2d_avx512(ct_kargs *k);
 ct_status ct_k_maxpool2d_bwd_avx512(ct_kargs *k);
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static ct_tensor tensor4(void *data, const int64_t *s) {
     ct_tensor t;
@@ -94,15 +85,15 @@ static int run(int avx2, int nt, int reps, int64_t N, int64_t C, int64_t H, int6
     ct_status (*fwd)(ct_kargs *) = avx2 ? ct_k_maxpool2d_avx2 : ct_k_maxpool2d_avx512;
     ct_status (*bwd)(ct_kargs *) = avx2 ? ct_k_maxpool2d_bwd_avx2 : ct_k_maxpool2d_bwd_avx512;
     for (int r = -2; r < reps; r++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         if (fwd(&kf) != CT_OK) return 1;
-        double t1 = now_ms();
+        double t1 = bench_now_ms();
         if (bwd(&kb) != CT_OK) return 1;
-        double t2 = now_ms();
+        double t2 = bench_now_ms();
         if (r >= 0) tf[r] = t1 - t0, tb[r] = t2 - t1;
     }
-    qsort(tf, (size_t)reps, sizeof *tf, cmp);
-    qsort(tb, (size_t)reps, sizeof *tb, cmp);
+    qsort(tf, (size_t)reps, sizeof *tf, bench_cmp_double);
+    qsort(tb, (size_t)reps, sizeof *tb, bench_cmp_double);
     out[0] = tf[reps / 2], out[1] = tb[reps / 2], out[2] = tf[0], out[3] = tb[0];
     free(x), free(y), free(dy), free(dx), free(arg), free(tf), free(tb);
     return 0;

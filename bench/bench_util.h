@@ -1,5 +1,6 @@
 /* bench/bench_util.h - what the C benches share: BENCH_DIE_IF (a failed ctrain call ends the bench with
- * the library's message; BENCH_NAME, defined before the include, names the bench) and a monotonic clock. */
+ * the library's message; BENCH_NAME, defined before the include, names the bench), a monotonic clock and
+ * qsort's comparison of doubles. */
 #ifndef CT_BENCH_UTIL_H
 #define CT_BENCH_UTIL_H
 #include <stdio.h>
@@ -26,5 +27,11 @@ static inline double bench_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* qsort's comparison of doubles (medians of timings) */
+static inline int bench_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }
 #endif
