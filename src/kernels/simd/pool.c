@@ -241,28 +241,35 @@ static inline void pl_max_step(vf v, int32_t id, vf *best, vi *bt, int *any) {
     *bt = pl_isel(m, *bt, pl_iset1(id));
 }
 
+/* The max of a 2x2 window's taps a b / c e (window order, as the reference: the first of
+ * equal maxima, NaN propagating) and its one-byte tap in *bt. */
+static inline vf pl_max4(vf a, vf b, vf c, vf e, vi *bt) {
+    vf best = a;
+    vi bi = pl_iset1(0);
+    pl_mask m = pl_take(b, best);
+    best = pl_fsel(m, best, b);
+    bi = pl_isel(m, bi, pl_iset1(1));
+    m = pl_take(c, best);
+    best = pl_fsel(m, best, c);
+    bi = pl_isel(m, bi, pl_iset1(2));
+    m = pl_take(e, best);
+    best = pl_fsel(m, best, e);
+    *bt = pl_isel(m, bi, pl_iset1(3));
+    return best;
+}
+
 /* maxpool_cl_row for 2x2 stride-2 windows without padding (the CNN's):
  * the four taps' pointers directly, in window order (one-byte taps) */
 static void maxpool_cl_row_2x2(const float *x, float *y, uint8_t *arg, const pl_dims *d, int64_t oh) {
     const int64_t C = d->C, W = d->W;
-    const vi t1 = pl_iset1(1), t2 = pl_iset1(2), t3 = pl_iset1(3);
     const float *r0 = x + 2 * oh * W * C, *r1 = r0 + W * C;
     for (int64_t ow = 0; ow < d->OW; ow++) {
         const int64_t o = (oh * d->OW + ow) * C;
         const float *p0 = r0 + 2 * ow * C, *p1 = r1 + 2 * ow * C;
         for (int64_t c = 0; c < C; c += VW) {
             const int t = (int)CT_MIN(VW, C - c);
-            vf best = pl_ld(p0 + c, t), b = pl_ld(p0 + C + c, t), e = pl_ld(p1 + c, t), f = pl_ld(p1 + C + c, t);
-            vi bi = pl_iset1(0);
-            pl_mask m = pl_take(b, best);
-            best = pl_fsel(m, best, b);
-            bi = pl_isel(m, bi, t1);
-            m = pl_take(e, best);
-            best = pl_fsel(m, best, e);
-            bi = pl_isel(m, bi, t2);
-            m = pl_take(f, best);
-            best = pl_fsel(m, best, f);
-            bi = pl_isel(m, bi, t3);
+            vi bi;
+            vf best = pl_max4(pl_ld(p0 + c, t), pl_ld(p0 + C + c, t), pl_ld(p1 + c, t), pl_ld(p1 + C + c, t), &bi);
             pl_st(y + o + c, best, t);
             pl_tap_store(arg + o + c, bi, t);
         }
@@ -516,7 +523,6 @@ static inline void pl_pairs(const float *row, int64_t off, int64_t plane, int t,
 /* the argmax as one-byte taps (pool_plane.h): 0 1 / 2 3 in window order */
 static void maxpool_2x2_plane(const float *x, float *y, uint8_t *arg, const pl_dims *d) {
     const int64_t W = d->W, HW = d->H * d->W, OHW = d->OH * d->OW;
-    const vi t1 = pl_iset1(1), t2 = pl_iset1(2), t3 = pl_iset1(3);
     for (int64_t oh = 0; oh < d->OH; oh++) {
         int64_t i0 = 2 * oh * W;
         for (int64_t ow = 0; ow < d->OW; ow += VW) {
@@ -524,18 +530,8 @@ static void maxpool_2x2_plane(const float *x, float *y, uint8_t *arg, const pl_d
             vf a, b, c, e;
             pl_pairs(x + i0 + 2 * ow, i0 + 2 * ow, HW, t, &a, &b);
             pl_pairs(x + i0 + W + 2 * ow, i0 + W + 2 * ow, HW, t, &c, &e);
-            /* window order: (0,0) (0,1) (1,0) (1,1), as the reference */
-            vf best = a;
-            vi bi = pl_iset1(0);
-            pl_mask m = pl_take(b, best);
-            best = pl_fsel(m, best, b);
-            bi = pl_isel(m, bi, t1);
-            m = pl_take(c, best);
-            best = pl_fsel(m, best, c);
-            bi = pl_isel(m, bi, t2);
-            m = pl_take(e, best);
-            best = pl_fsel(m, best, e);
-            bi = pl_isel(m, bi, t3);
+            vi bi; /* window order: (0,0) (0,1) (1,0) (1,1), as the reference */
+            vf best = pl_max4(a, b, c, e, &bi);
             int64_t o = oh * d->OW + ow;
             if (o + VW <= OHW) vstore(y + o, best);
             else vtail_store(y + o, best, t);
