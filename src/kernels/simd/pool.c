@@ -245,16 +245,11 @@ static inline void pl_max_step(vf v, int32_t id, vf *best, vi *bt, int *any) {
  * equal maxima, NaN propagating) and its one-byte tap in *bt. */
 static inline vf pl_max4(vf a, vf b, vf c, vf e, vi *bt) {
     vf best = a;
-    vi bi = pl_iset1(0);
-    pl_mask m = pl_take(b, best);
-    best = pl_fsel(m, best, b);
-    bi = pl_isel(m, bi, pl_iset1(1));
-    m = pl_take(c, best);
-    best = pl_fsel(m, best, c);
-    bi = pl_isel(m, bi, pl_iset1(2));
-    m = pl_take(e, best);
-    best = pl_fsel(m, best, e);
-    *bt = pl_isel(m, bi, pl_iset1(3));
+    int any = 1;
+    *bt = pl_iset1(0);
+    pl_max_step(b, 1, &best, bt, &any);
+    pl_max_step(c, 2, &best, bt, &any);
+    pl_max_step(e, 3, &best, bt, &any);
     return best;
 }
 
