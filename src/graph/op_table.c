@@ -212,10 +212,11 @@ size_t ct_ws_conv_bwd_weight(const ct_graph *g, const ct_node_def *d) {
                ct_conv_direct_image_bytes(d->shape[1], d->shape[2], d->shape[3], dy->shape[2], dy->shape[3], d->ia[2]);
 }
 
-/* Pooling (forward or backward, d) with BF16 / FP16 I/O whose planes (channels-
- * last: whole (H, W, C) images) exceed the SIMD kernel's stack tiles: the
- * kernel converts each plane pair through these FP32 planes instead of declining (which gave the node FP32 copies of the
- * whole tensors: ResNet's first max pool, 112x112 planes) */
+/* Pooling (forward or backward, d) with BF16 / FP16 I/O whose planes
+ * (channels-last: whole (H, W, C) images) exceed the SIMD kernel's stack
+ * tiles: the kernel converts each plane pair through these FP32 planes
+ * instead of declining (which gave the node FP32 copies of the whole
+ * tensors: ResNet's first max pool, 112x112 planes) */
 size_t ct_ws_pool(const ct_graph *g, const ct_node_def *d) {
     const ct_node_def *x = &g->nodes[d->in[0]];
     int64_t nc = d->fa[1] != 0.0f ? d->shape[0] : d->shape[0] * d->shape[1]; /* channels-last: images */

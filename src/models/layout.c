@@ -40,3 +40,17 @@ int64_t ct_mdl_channels(ct_graph *g, ct_node x, int cl) {
     if (ct_node_shape(g, x, &nd, s) != CT_OK || nd < 2) return 0;
     return cl ? s[nd - 1] : s[1];
 }
+
+ct_status ct_mdl_global_avgpool(ct_graph *g, ct_node x, int cl, ct_node *out) {
+    if (!cl) return ct_global_avgpool(g, x, out);
+    int nd;
+    int64_t s[CT_MAX_DIMS];
+    CT_TRY(ct_node_shape(g, x, &nd, s));
+    if (nd != 4) {
+        char buf[96];
+        return ct_set_error(ct_graph_context(g), CT_E_SHAPE, "global_avgpool: input %s must be (N, H, W, C)",
+                            ct_shape_str(nd, s, buf, sizeof buf));
+    }
+    CT_TRY(ct_reshape(g, x, 3, (int64_t[]){s[0], s[1] * s[2], s[3]}, &x));
+    return ct_mean(g, x, 1u << 1, 0, out);
+}

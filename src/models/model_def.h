@@ -64,5 +64,8 @@ ct_status ct_mdl_bn_act(ct_graph *g, ct_node y, int cl, ct_node gamma, ct_node b
                         const char *name, ct_activation act, ct_node *out);
 /* Channels of x: dim 1, or with cl the last. */
 int64_t ct_mdl_channels(ct_graph *g, ct_node x, int cl);
+/* Global average pooling to (N, C): of (N, C, H, W), or with cl of (N, H, W,
+ * C) as the mean over axis 1 of its (N, H*W, C) view. */
+ct_status ct_mdl_global_avgpool(ct_graph *g, ct_node x, int cl, ct_node *out);
 
 #endif

@@ -64,17 +64,9 @@ static ct_status resnet(ct_graph *g, ct_node x, const ct_vision_config *c, const
         }
     }
     CT_TRY(ct_graph_mark_block(g, y));
-    if (cl) { /* the mean over H*W of the (N, H*W, C) view */
-        int nd;
-        int64_t s[CT_MAX_DIMS];
-        CT_TRY(ct_node_shape(g, y, &nd, s));
-        CT_TRY(ct_reshape(g, y, 3, (int64_t[]){s[0], s[1] * s[2], s[3]}, &y));
-        CT_TRY(ct_mean(g, y, 1u << 1, 0, &y));
-    } else {
-        CT_TRY(ct_global_avgpool(g, y, &y));
-    }
+    CT_TRY(ct_mdl_global_avgpool(g, y, cl, &y));
     CT_TRY(ct_node_set_name(g, y, "avgpool"));
-    int64_t f = ct_mdl_channels(g, y, 0);
+    int64_t f = ct_vis_channels(g, y);
     ct_node w, b;
     CT_TRY(ct_param(g, "fc.weight", 2, (int64_t[]){c->num_classes, f}, CT_INIT_KAIMING_UNIFORM, f, &w));
     CT_TRY(ct_param(g, "fc.bias", 1, (int64_t[]){c->num_classes}, CT_INIT_KAIMING_UNIFORM, f, &b));

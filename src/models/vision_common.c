@@ -84,12 +84,7 @@ ct_status ct_vis_build_recipe(ct_graph *g, const ct_model_row *m, ct_node x, con
     return ct_vis_build(g, x, &vc, m->def->config, logits);
 }
 
-int64_t ct_vis_channels(ct_graph *g, ct_node x) {
-    int nd;
-    int64_t s[CT_MAX_DIMS];
-    if (ct_node_shape(g, x, &nd, s) != CT_OK || nd < 2) return 0;
-    return s[1];
-}
+int64_t ct_vis_channels(ct_graph *g, ct_node x) { return ct_mdl_channels(g, x, 0); }
 
 ct_status ct_vis_param(ct_graph *g, const char *prefix, const char *leaf, int nd, const int64_t *shape, ct_init init,
                        int64_t fan_in, ct_node *out) {
