@@ -13,9 +13,7 @@
 #include <time.h>
 
 #define BENCH_NAME "bench_attn"
-#include "bench_util.h"
-#include "core/ir_types.h"
-#include "kernels/kernels.h"
+#include "bench_kernel.h"
 
 ct_status ct_k_attention_avx2(ct_kargs *k);
 ct_status ct_k_attention_bwd_avx2(ct_kargs *k);
@@ -98,18 +96,9 @@ int main(int argc, char **argv) {
 
     ct_status (*fwd)(ct_kargs *) = avx2 ? ct_k_attention_avx2 : ct_k_attention_avx512;
     ct_status (*bwd)(ct_kargs *) = avx2 ? ct_k_attention_bwd_avx2 : ct_k_attention_bwd_avx512;
-    double *tf = malloc(sizeof(double) * (size_t)reps), *tb = malloc(sizeof(double) * (size_t)reps);
-    if (!tf || !tb) return 1;
-    for (int r = -2; r < reps; r++) {
-        double t0 = bench_now_ms();
-        if (fwd(&kf) != CT_OK) return 1;
-        double t1 = bench_now_ms();
-        if (bwd(&kb) != CT_OK) return 1;
-        double t2 = bench_now_ms();
-        if (r >= 0) tf[r] = t1 - t0, tb[r] = t2 - t1;
-    }
-    qsort(tf, (size_t)reps, sizeof *tf, bench_cmp_double);
-    qsort(tb, (size_t)reps, sizeof *tb, bench_cmp_double);
+    double *tf = malloc(sizeof(double) * 2 * (size_t)reps), *tb = tf + reps;
+    if (!tf) return 1;
+    if (bench_kernels(2, (ct_status (*[])(ct_kargs *)){fwd, bwd}, (ct_kargs *[]){&kf, &kb}, reps, tf)) return 1;
     double f = (double)B * H * T * T * Dh * 2 * (causal ? 0.5 : 1.0); /* one T x T x Dh product */
     double cs = 0;
     for (int64_t i = 0; i < B * T * 3 * D; i++) cs += dx[i];
@@ -118,6 +107,6 @@ int main(int argc, char **argv) {
            "(%.1f GFLOP/s) min fwd %.3f bwd %.3f checksum %.6e\n",
            avx2 ? "avx2" : "avx512", nt, (long long)B, (long long)T, (long long)H, (long long)Dh, causal,
            tf[reps / 2], 2 * f / (tf[reps / 2] * 1e6), tb[reps / 2], 5 * f / (tb[reps / 2] * 1e6), tf[0], tb[0], cs);
-    free(tf), free(tb), free(qkv), free(dy), free(y), free(dx), free(lse), free(ws);
+    free(tf), free(qkv), free(dy), free(y), free(dx), free(lse), free(ws);
     return 0;
 }

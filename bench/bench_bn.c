@@ -15,9 +15,7 @@
 #include <time.h>
 
 #define BENCH_NAME "bench_bn"
-#include "bench_util.h"
-#include "core/ir_types.h"
-#include "kernels/kernels.h"
+#include "bench_kernel.h"
 
 ct_status ct_k_batchnorm_avx2(ct_kargs *k);
 ct_status ct_k_batchnorm_bwd_data_avx2(ct_kargs *k);
@@ -99,17 +97,7 @@ static int run_shape(int nd, const int64_t *s, int avx2, int nt, int reps) {
     ct_status (*bg)(ct_kargs *) = avx2 ? ct_k_batchnorm_bwd_gamma_avx2 : ct_k_batchnorm_bwd_gamma_avx512;
     double *t = malloc(sizeof(double) * 3 * (size_t)reps);
     if (!t) return 1;
-    for (int r = -2; r < reps; r++) {
-        double t0 = bench_now_ms();
-        if (f(&kf) != CT_OK) return 1;
-        double t1 = bench_now_ms();
-        if (bd(&kd) != CT_OK) return 1;
-        double t2 = bench_now_ms();
-        if (bg(&kg) != CT_OK) return 1;
-        double t3 = bench_now_ms();
-        if (r >= 0) t[r] = t1 - t0, t[reps + r] = t2 - t1, t[2 * reps + r] = t3 - t2;
-    }
-    for (int i = 0; i < 3; i++) qsort(t + i * reps, (size_t)reps, sizeof *t, bench_cmp_double);
+    if (bench_kernels(3, (ct_status (*[])(ct_kargs *)){f, bd, bg}, (ct_kargs *[]){&kf, &kd, &kg}, reps, t)) return 1;
     char sh[64];
     if (nd == 2) snprintf(sh, sizeof sh, "(%lld, %lld)", (long long)s[0], (long long)s[1]);
     else snprintf(sh, sizeof sh, "(%lld, %lld, %lld, %lld)", (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3]);

@@ -13,9 +13,7 @@
 #include <time.h>
 
 #define BENCH_NAME "bench_pool"
-#include "bench_util.h"
-#include "core/ir_types.h"
-#include "kernels/kernels.h"
+#include "bench_kernel.h"
 #include "kernels/pool_plane.h"
 
 ct_status ct_k_maxpool2d_avx2(ct_kargs *k);
@@ -48,8 +46,8 @@ static int run(int avx2, int nt, int reps, int64_t N, int64_t C, int64_t H, int6
     }
     float *x = malloc((size_t)nx * 4), *y = malloc((size_t)ny * 4), *dy = malloc((size_t)ny * 4), *dx = malloc((size_t)nx * 4);
     void *arg = malloc((size_t)ny * ct_maxpool_arg_size(K, K));
-    double *tf = malloc(sizeof(double) * (size_t)reps), *tb = malloc(sizeof(double) * (size_t)reps);
-    if (!x || !y || !dy || !dx || !arg || !tf || !tb) return 1;
+    double *t = malloc(sizeof(double) * 2 * (size_t)reps);
+    if (!x || !y || !dy || !dx || !arg || !t) return 1;
     srand(1);
     for (int64_t i = 0; i < nx; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
     for (int64_t i = 0; i < ny; i++) dy[i] = (float)rand() / RAND_MAX - 0.5f;
@@ -84,18 +82,9 @@ static int run(int avx2, int nt, int reps, int64_t N, int64_t C, int64_t H, int6
     kb.training = 1;
     ct_status (*fwd)(ct_kargs *) = avx2 ? ct_k_maxpool2d_avx2 : ct_k_maxpool2d_avx512;
     ct_status (*bwd)(ct_kargs *) = avx2 ? ct_k_maxpool2d_bwd_avx2 : ct_k_maxpool2d_bwd_avx512;
-    for (int r = -2; r < reps; r++) {
-        double t0 = bench_now_ms();
-        if (fwd(&kf) != CT_OK) return 1;
-        double t1 = bench_now_ms();
-        if (bwd(&kb) != CT_OK) return 1;
-        double t2 = bench_now_ms();
-        if (r >= 0) tf[r] = t1 - t0, tb[r] = t2 - t1;
-    }
-    qsort(tf, (size_t)reps, sizeof *tf, bench_cmp_double);
-    qsort(tb, (size_t)reps, sizeof *tb, bench_cmp_double);
-    out[0] = tf[reps / 2], out[1] = tb[reps / 2], out[2] = tf[0], out[3] = tb[0];
-    free(x), free(y), free(dy), free(dx), free(arg), free(tf), free(tb);
+    if (bench_kernels(2, (ct_status (*[])(ct_kargs *)){fwd, bwd}, (ct_kargs *[]){&kf, &kb}, reps, t)) return 1;
+    out[0] = t[reps / 2], out[1] = t[reps + reps / 2], out[2] = t[0], out[3] = t[reps];
+    free(x), free(y), free(dy), free(dx), free(arg), free(t);
     return 0;
 }
 
