@@ -137,6 +137,12 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
     # --set overrides a recipe key (here the precision: the plan then has BF16 weight copies); a bad value names it
     expect graph_cnn_bf16 0 "bf16 weight copies" -- "$CT" graph --recipe recipes/fashion_cnn.json --set precision=bf16
     expect graph_bad_set 1 "'bf17' is not one of" -- "$CT" graph --recipe recipes/fashion_cnn.json --set precision=bf17 --quiet
+    # channels_last (default true) runs the convolutions on (N, H, W, C) maps; false keeps NCHW; a model it does not
+    # apply to names the models it does
+    expect graph_cnn_channels_last 0 "conv2d +conv2 +\[128, 14, 14, 64\]" -- "$CT" graph --recipe recipes/fashion_cnn.json
+    expect graph_cnn_nchw 0 "conv2d +conv2 +\[128, 64, 14, 14\]" -- "$CT" graph --recipe recipes/fashion_cnn.json --set channels_last=false
+    expect graph_mlp_channels_last 1 "'channels_last' does not apply to model 'mlp' \(it applies to cnn, resnet18" -- \
+        "$CT" graph --recipe recipes/mnist_mlp.json --set channels_last=false --quiet
     # recompute_every where it would raise the peak (the recomputed first block meets backward's working set):
     # the run says so, with both figures, and trains without it
     expect recompute_no_gain 0 "warning: recomputation \(recompute_every 1.*would not lower.*\(4[0-9.]+ MiB with it, 3[0-9.]+ without.*training without it.*37\.[0-9] MiB activations.*done: 2 steps" -- \
