@@ -34,6 +34,12 @@ small=(--set data_dir="$tmp/fm" --set image_size=32 --set resize_size=0 --set wi
 expect resnet50_imagenet 0 "resnet50 on .*precision bf16.*done: 4 steps.*test accuracy" -- \
   "$CT" train --recipe recipes/resnet50_imagenet.json "${small[@]}" --set cifar_stem=true --set save_dir="$tmp/r50"
 [ -f "$tmp/r50/latest" ] || ls "$tmp/r50" | grep -q step && ok resnet50_checkpoint || bad resnet50_checkpoint "$(ls -R "$tmp/r50" 2>&1)"
+# the recipe key channels_last (default true) reaches the ResNet: its convolutions on (N, H, W, C) maps, or NCHW
+gsmall=("${small[@]:0:12}") # small's model and data keys (graph takes no --threads)
+expect resnet50_channels_last 0 "conv2d +conv1 +\[8, 32, 32, 4\]" -- \
+  "$CT" graph --recipe recipes/resnet50_imagenet.json "${gsmall[@]}" --set cifar_stem=true
+expect resnet50_nchw 0 "conv2d +conv1 +\[8, 4, 32, 32\]" -- \
+  "$CT" graph --recipe recipes/resnet50_imagenet.json "${gsmall[@]}" --set cifar_stem=true --set channels_last=false
 expect resume_keeps_width 1 "--resume: this run's model .*width_div 8.* differs from the checkpoint's .*width_div 16" -- \
   "$CT" train --resume "$tmp/r50" --set width_div=8
 # efficientnet_b4: RMSprop, FP16 with the dynamic loss scaler, stochastic depth 0.2, dropout 0.4, prefetch 4
