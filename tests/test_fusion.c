@@ -416,49 +416,93 @@ TEST(residual_add_relu_equals_unfused) {
     ct_context_free(ctx);
 }
 
-/* batchnorm+relu on 2-D activations (M, C): the channels-last CNNs' batchnorm on (N*H*W, C) reshapes, the
- * SIMD rows path (simd/norm.c: fixed row pieces, several here, the last ragged). The fused node runs the same
- * batchnorm kernel, so level 1 equals level 0 bit for bit: loss, every gradient and the running statistics
- * (plan_diff compares the buffers), for C below, at and above the vector width, on every kernel slot. */
+/* batchnorm(+relu) on 2-D activations (M, C): the channels-last CNNs' batchnorm on (N*H*W, C) reshapes, the
+ * SIMD rows path (simd/norm.c: fixed row pieces, several here, the last ragged). Level 1: batchnorm+relu (the
+ * fused node runs the same batchnorm kernel) and batchnorm_bwd+colsum (batchnorm_bwd_data leaves the column
+ * sums of dgamma and dbeta for COLSUM nodes, and reads dy through the relu's mask bits: no relu_mask_bwd, no
+ * batchnorm_bwd_gamma, no sum left). Level 1 equals level 0 bit for bit: loss, every gradient and the running
+ * statistics (plan_diff compares the buffers), for C below, at and above the vector width, with and without
+ * the relu, FP32 and BF16, 1 and 2 threads, on every kernel slot. */
+static void bn_2d_plans(ct_context *ctx, int64_t M, int64_t C, int relu, ct_precision prec, ct_plan *p[2]) {
+    for (int l = 0; l < 2; l++) {
+        ct_graph *g;
+        CHECK_OK(ctx, ct_graph_create(ctx, &g));
+        ct_node x, labels, w, ga, be, rm, rv, h, y, loss;
+        CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){M, 9}, &x));
+        CHECK_OK(ctx, ct_input(g, "labels", CT_I32, 1, (int64_t[]){M}, &labels));
+        CHECK_OK(ctx, ct_param(g, "w", 2, (int64_t[]){C, 9}, CT_INIT_KAIMING_UNIFORM, 9, &w));
+        CHECK_OK(ctx, ct_param(g, "g", 1, (int64_t[]){C}, CT_INIT_KAIMING_UNIFORM, 1, &ga)); /* signs differ */
+        CHECK_OK(ctx, ct_param(g, "b", 1, (int64_t[]){C}, CT_INIT_KAIMING_UNIFORM, 1, &be));
+        CHECK_OK(ctx, ct_buffer(g, "rm", 1, (int64_t[]){C}, CT_INIT_ZEROS, &rm));
+        CHECK_OK(ctx, ct_buffer(g, "rv", 1, (int64_t[]){C}, CT_INIT_ONES, &rv));
+        CHECK_OK(ctx, ct_linear(g, x, w, CT_NONE, &h));
+        CHECK_OK(ctx, ct_batchnorm(g, h, ga, be, rm, rv, 0.1f, 1e-5f, &h));
+        if (relu) CHECK_OK(ctx, ct_relu(g, h, &y));
+        else y = h;
+        CHECK_OK(ctx, ct_cross_entropy(g, y, labels, 0.0f, -100, &loss));
+        ct_compile_opts co;
+        ct_compile_opts_default(&co);
+        co.fusion_level = l;
+        co.precision = prec;
+        ct_status s = ct_compile(g, loss, 0, NULL, &co, &p[l]);
+        ct_graph_free(g);
+        CHECK_OK(ctx, s);
+        if (s == CT_OK) CHECK_OK(ctx, fill_and_step(p[l], x, labels, (int)C));
+    }
+}
+
+static int live_ops(const ct_plan *p, ct_op op, int ia5) {
+    int n = 0;
+    for (int i = 0; i < p->g.n; i++)
+        n += p->pn[i].live && p->g.nodes[i].op == op && (ia5 < 0 || p->g.nodes[i].ia[5] == ia5);
+    return n;
+}
+
 TEST(bn_relu_2d_equals_unfused) {
     static const int64_t shapes[][2] = {{1500, 1}, {2000, 17}, {1300, 64}, {700, 100}};
-    for (int isa = 0; isa < 3; isa++) {
-        ct_context *ctx = test_ctx(isa == 0 ? CT_ISA_REF : isa == 1 ? CT_ISA_AVX2 : -1, 0);
-        if (isa && ct_context_isa(ctx) < (isa == 1 ? CT_ISA_AVX2 : CT_ISA_AVX512)) {
-            ct_context_free(ctx);
-            continue;
-        }
-        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-            const int64_t M = shapes[si][0], C = shapes[si][1];
-            ct_plan *p[2] = {0};
-            ct_node x = 0, labels = 0;
-            for (int l = 0; l < 2; l++) {
-                ct_graph *g;
-                CHECK_OK(ctx, ct_graph_create(ctx, &g));
-                ct_node w, ga, be, rm, rv, h, y, loss;
-                CHECK_OK(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){M, 9}, &x));
-                CHECK_OK(ctx, ct_input(g, "labels", CT_I32, 1, (int64_t[]){M}, &labels));
-                CHECK_OK(ctx, ct_param(g, "w", 2, (int64_t[]){C, 9}, CT_INIT_KAIMING_UNIFORM, 9, &w));
-                CHECK_OK(ctx, ct_param(g, "g", 1, (int64_t[]){C}, CT_INIT_ONES, 1, &ga));
-                CHECK_OK(ctx, ct_param(g, "b", 1, (int64_t[]){C}, CT_INIT_ZEROS, 1, &be));
-                CHECK_OK(ctx, ct_buffer(g, "rm", 1, (int64_t[]){C}, CT_INIT_ZEROS, &rm));
-                CHECK_OK(ctx, ct_buffer(g, "rv", 1, (int64_t[]){C}, CT_INIT_ONES, &rv));
-                CHECK_OK(ctx, ct_linear(g, x, w, CT_NONE, &h));
-                CHECK_OK(ctx, ct_batchnorm(g, h, ga, be, rm, rv, 0.1f, 1e-5f, &h));
-                CHECK_OK(ctx, ct_relu(g, h, &y));
-                CHECK_OK(ctx, ct_cross_entropy(g, y, labels, 0.0f, -100, &loss));
-                CHECK_OK(ctx, compile_and_step(g, loss, l, x, labels, (int)C, &p[l]));
+    for (int isa = 0; isa < 3; isa++)
+        for (int nt = 1; nt <= 2; nt++) {
+            ct_context_opts o;
+            ct_context_opts_default(&o);
+            o.isa = isa == 0 ? CT_ISA_REF : isa == 1 ? CT_ISA_AVX2 : -1;
+            o.seed = 1234;
+            o.num_threads = nt;
+            ct_context *ctx = NULL;
+            CHECK(ct_context_create(&o, &ctx) == CT_OK);
+            if (!ctx) return;
+            if (isa && ct_context_isa(ctx) < (isa == 1 ? CT_ISA_AVX2 : CT_ISA_AVX512)) {
+                ct_context_free(ctx);
+                continue;
             }
-            CHECK(ct_plan_fusion_count(p[1], "batchnorm+relu") == 1);
-            int same;
-            double d = plan_diff(p[1], p[0], &same);
-            printf("    %-6s (%lld, %lld) level 1 vs 0: max rel diff %.2e%s\n", isa == 0 ? "ref" : isa == 1 ? "avx2" : "best",
-                   (long long)M, (long long)C, d, same ? " (bit-identical)" : "");
-            CHECK(same);
-            for (int l = 0; l < 2; l++) ct_plan_free(p[l]);
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+                for (int relu = 0; relu < 2; relu++)
+                    for (int bf = 0; bf < 2; bf++) {
+                        const int64_t M = shapes[si][0], C = shapes[si][1];
+                        ct_plan *p[2] = {0};
+                        bn_2d_plans(ctx, M, C, relu, bf ? CT_PRECISION_BF16 : CT_PRECISION_FP32, p);
+                        if (!p[0] || !p[1]) {
+                            ct_plan_free(p[0]);
+                            ct_plan_free(p[1]);
+                            continue;
+                        }
+                        CHECK(ct_plan_fusion_count(p[1], "batchnorm+relu") == relu);
+                        /* dgamma always; dbeta from 2 columns (a COLSUM's rule, col_sum_of) */
+                        CHECK(ct_plan_fusion_count(p[1], "batchnorm_bwd+colsum") == 1);
+                        CHECK(live_ops(p[1], CT_OP_BATCHNORM_BWD_GAMMA, -1) == 0);
+                        CHECK(live_ops(p[1], CT_OP_COLSUM, -1) == (C > 1 ? 2 : 1));
+                        CHECK(live_ops(p[1], CT_OP_RELU_MASK_BWD, -1) == (relu && C == 1));
+                        CHECK(live_ops(p[1], CT_OP_BATCHNORM_BWD_DATA, 1) == (relu && C > 1));
+                        CHECK(live_ops(p[0], CT_OP_BATCHNORM_BWD_GAMMA, -1) == 1);
+                        int same;
+                        double d = plan_diff(p[1], p[0], &same);
+                        printf("    %-4s %d thread%s %s (%lld, %lld)%s level 1 vs 0: max rel diff %.2e%s\n",
+                               isa == 0 ? "ref" : isa == 1 ? "avx2" : "best", nt, nt > 1 ? "s" : " ", bf ? "bf16" : "fp32",
+                               (long long)M, (long long)C, relu ? " relu" : "     ", d, same ? " (bit-identical)" : "");
+                        CHECK(same);
+                        for (int l = 0; l < 2; l++) ct_plan_free(p[l]);
+                    }
+            ct_context_free(ctx);
         }
-        ct_context_free(ctx);
-    }
 }
 
 /* gelu+linear in an MLP whose gelu input is a parameter (so the gelu's

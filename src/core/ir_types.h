@@ -67,7 +67,10 @@ typedef enum ct_op {
     CT_OP_CONV2D_BWD_WEIGHT, /* in: dy, x, fwd                                            */
     CT_OP_MAXPOOL2D_BWD,     /* in: dy, fwd                                               */
     CT_OP_AVGPOOL2D_BWD,     /* in: dy; out shape = x's                                   */
-    CT_OP_BATCHNORM_BWD_DATA,  /* in: dy, x, gamma, fwd                                   */
+    CT_OP_BATCHNORM_BWD_DATA,  /* in: dy, x, gamma, fwd; fusion batchnorm_bwd+colsum (x 2-D):
+                                  ia[7] the CT_COLSUM_DGAMMA (sums of dy * (x - mean)) / _DY
+                                  sets in its aux (see CT_OP_COLSUM); ia[5] = 1: fwd is a
+                                  batchnorm+relu and dy is read through its mask bits     */
     CT_OP_BATCHNORM_BWD_GAMMA, /* in: dy, x, fwd                                          */
     CT_OP_LAYERNORM_BWD_DATA,  /* in: dy, x, gamma, fwd[, r]: with r (fusion layernorm_bwd+add)
                                   the output is dx + r, dx rounded to the node's dtype first;
@@ -132,12 +135,13 @@ typedef enum ct_op {
                           that reads it writes its value                                */
     /* column sums moved into their producer's row pass (fusion layernorm_bwd+colsum,
        unary_bwd+colsum in graph/fusion.c) */
-    CT_OP_COLSUM,      /* in: the producer (a LAYERNORM_BWD_DATA or UNARY_BWD with ia[7] != 0),
-                          read for its aux and shape only; out[j] = fa[0] * the sum over the
-                          producer's rows of column j of the summed value, from the pieces'
-                          double partials the producer left in its aux (ct_colsum_pieces):
-                          set ia[0] of the aux, each set P x D doubles, in CT_COLSUM_* bit
-                          order of the producer's ia[7]                                 */
+    CT_OP_COLSUM,      /* in: the producer (a LAYERNORM_BWD_DATA, UNARY_BWD or
+                          BATCHNORM_BWD_DATA with ia[7] != 0), read for its aux and shape
+                          only[, a batchnorm forward]; out[j] = fa[0] (with the batchnorm:
+                          its invstd[j]) * the sum over the producer's rows of column j of
+                          the summed value, from the pieces' double partials the producer
+                          left in its aux (ct_colsum_pieces): set ia[0] of the aux, each set
+                          P x D doubles, in CT_COLSUM_* bit order of the producer's ia[7] */
     CT_OP_COUNT
 } ct_op;
 

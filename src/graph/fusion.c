@@ -52,6 +52,11 @@
  *                                bit-identical (the same pieces and order)
  *            unary_bwd+colsum    the same for an activation's backward and the
  *                                bias gradient of the linear in front of it
+ *            batchnorm_bwd+colsum the same for a batchnorm on (M, C) (the
+ *                                channels-last CNNs' (N*H*W, C) views): its
+ *                                dgamma (COLSUM times invstd) and dbeta; after
+ *                                batchnorm+relu its dy also reads the relu
+ *                                mask bits itself (ia[5]: relu_mask_bwd goes)
  *
  * Only nodes outside recompute copies fuse, FP32 ones except batchnorm+relu
  * (any float dtype: BF16 I/O in its fast kernels), layernorm_bwd+add and
@@ -72,7 +77,7 @@
 
 enum { PAT_CONV_BIAS = 0, PAT_LINEAR_BIAS, PAT_BN_RELU, PAT_ACT_LINEAR, PAT_LN_LINEAR, PAT_DROPOUT_ADD, PAT_CONV_RELU, PAT_LINEAR_RELU,
        PAT_ADD_RELU, PAT_CHAIN, PAT_CAST_FOLD, PAT_LN_BWD_ADD, PAT_ADD_LN, PAT_LN_BWD_COLSUM, PAT_ACT_BWD_COLSUM,
-       PAT_COUNT };
+       PAT_BN_BWD_COLSUM, PAT_COUNT };
 
 static const struct {
     const char *name;
@@ -95,6 +100,7 @@ static const struct {
     [PAT_ADD_LN] = {"add+layernorm", 1, 0, {"add", "layernorm", NULL}},
     [PAT_LN_BWD_COLSUM] = {"layernorm_bwd+colsum", 1, 0, {"layernorm_bwd", "sum", NULL}},
     [PAT_ACT_BWD_COLSUM] = {"unary_bwd+colsum", 1, 0, {"unary_bwd", "sum", NULL}},
+    [PAT_BN_BWD_COLSUM] = {"batchnorm_bwd+colsum", 1, 0, {"batchnorm_bwd", "sum", NULL}},
 };
 
 int ct_fusion_num_patterns(void) { return PAT_COUNT; }
@@ -1014,49 +1020,75 @@ static ct_node out_col_sum(const ct_plan *p, ct_node q, ct_dtype *rdt) {
     return CT_NONE;
 }
 
+/* batchnorm_bwd+colsum: q's dy, if it is the relu_mask_bwd of q's own
+ * batchnorm+relu read by nothing else once q's dgamma and dbeta (gamma,
+ * sum) read q: q reads the mask bits itself (ia[5]) and r is dead */
+static void fold_relu_mask(ct_plan *p, ct_node q, ct_node gamma, ct_node sum) {
+    ct_graph *g = &p->g;
+    ct_node_def *Q = &g->nodes[q];
+    const ct_node r = Q->in[0];
+    const ct_node_def *R = &g->nodes[r];
+    if (R->op != CT_OP_RELU_MASK_BWD || R->n_in != 2 || R->in[1] != Q->in[3] || (R->flags & CT_NODE_RECOMPUTE) ||
+        g->nodes[R->in[0]].dtype != R->dtype)
+        return;
+    reader rr[MAX_READERS];
+    int nr = readers_of(g, r, rr, MAX_READERS);
+    if (nr > MAX_READERS) return;
+    for (int i = 0; i < nr; i++)
+        if (rr[i].node != q && rr[i].node != gamma && rr[i].node != sum) return;
+    Q->in[0] = R->in[0];
+    Q->ia[5] = 1;
+}
+
 /* Backward: a layernorm's dgamma (layernorm_bwd_gamma over dy and x) and
  * dbeta (sum of dy), and the column sum of its output (a linear's bias
  * gradient, from the residual gradient the layernorm_bwd+add node writes)
  * / of an activation backward's output (the bias gradient of the linear in
- * front of it): the producer's row pass makes them (ia[7], the pieces'
- * partials in its aux, simd/colsum.h) and those nodes become COLSUM nodes
- * adding the partials. The pieces and the order of every addition are the
- * unfused kernels', so the results are bit for bit; the nodes must come
- * after the producer (autodiff emits them so). */
+ * front of it), a 2-D batchnorm's dgamma (batchnorm_bwd_gamma: the column
+ * sums of dy * (x - mean), times invstd) and dbeta: the producer's row pass
+ * makes them (ia[7], the pieces' partials in its aux, simd/colsum.h,
+ * simd/norm.c) and those nodes become COLSUM nodes adding the partials. The
+ * pieces and the order of every addition are the unfused kernels', so the
+ * results are bit for bit; the nodes must come after the producer (autodiff
+ * emits them so). */
 static ct_status try_colsum(fz *f, ct_node q, int *done) {
     ct_plan *p = f->p;
     ct_graph *g = &p->g;
     const ct_node_def *Q = &g->nodes[q];
     *done = 0;
     int ln = Q->op == CT_OP_LAYERNORM_BWD_DATA, act = Q->op == CT_OP_UNARY_BWD;
-    if ((!ln && !act) || forward(Q) || !plain_float(Q) || Q->ia[6] || Q->ia[7] || Q->ndim < 2) return CT_OK;
+    /* a batchnorm's: on (M, C) only (the rows path; sum's pieces are per column), FP32 gamma (the -pure
+       precisions' 16-bit gamma may send its fast kernel to the reference while batchnorm_bwd_gamma's stays) */
+    int bn = Q->op == CT_OP_BATCHNORM_BWD_DATA && Q->ndim == 2 && !Q->ia[5] &&
+             g->nodes[Q->in[2]].dtype == CT_F32;
+    if ((!ln && !act && !bn) || forward(Q) || !plain_float(Q) || Q->ia[6] || Q->ia[7] || Q->ndim < 2) return CT_OK;
     int64_t D = Q->shape[Q->ndim - 1], R = ct_node_numel(Q) / (D ? D : 1);
-    if (D < 2 || R < 2 || D > CT_COLSUM_MAX_D) return CT_OK;
+    if (D < (bn ? 1 : 2) || R < 2 || D > CT_COLSUM_MAX_D) return CT_OK; /* one channel: its dgamma */
     /* 16-bit I/O: the SIMD kernels' vector loads need rows of at least VW elements (else they decline) */
     int low = ct_dtype_is_low(Q->dtype);
     for (int j = 0; j < Q->n_in; j++) low |= ct_dtype_is_low(g->nodes[Q->in[j]].dtype);
-    if (low && D < 16) return CT_OK;
+    if (low && D < 16 && !bn) return CT_OK;
     reader rq[1];
     if (readers_of(g, q, rq, 0) == 0) return CT_OK; /* dead (a layernorm_bwd+add took its place) */
     ct_node sets[3] = {CT_NONE, CT_NONE, CT_NONE}; /* dgamma, dy, out */
     ct_dtype rdt = CT_F32;
-    if (ln) {
+    if (ln || bn) {
         ct_node dy = Q->in[0], x = Q->in[1], fwd = Q->in[3];
+        ct_op gop = ln ? CT_OP_LAYERNORM_BWD_GAMMA : CT_OP_BATCHNORM_BWD_GAMMA;
         reader r[MAX_READERS];
         int nr = readers_of(g, dy, r, MAX_READERS);
         for (int i = 0; i < nr && i < MAX_READERS; i++) {
             ct_node c = r[i].node;
             const ct_node_def *C = &g->nodes[c];
-            if (C->op == CT_OP_LAYERNORM_BWD_GAMMA && c > q && sets[0] == CT_NONE && C->n_in == 3 && C->in[0] == dy &&
-                C->in[1] == x && C->in[2] == fwd && !forward(C) && !(C->flags & CT_NODE_RECOMPUTE) &&
-                C->dtype == CT_F32)
+            if (C->op == gop && c > q && sets[0] == CT_NONE && C->n_in == 3 && C->in[0] == dy && C->in[1] == x &&
+                C->in[2] == fwd && !forward(C) && !(C->flags & CT_NODE_RECOMPUTE) && C->dtype == CT_F32)
                 sets[0] = c;
             else if (sets[1] == CT_NONE && col_sum_of(p, c, dy, q) && g->nodes[dy].ndim == Q->ndim)
                 sets[1] = c;
         }
     }
-    sets[2] = out_col_sum(p, q, &rdt);
-    int pat = ln ? PAT_LN_BWD_COLSUM : PAT_ACT_BWD_COLSUM, rule;
+    if (!bn) sets[2] = out_col_sum(p, q, &rdt);
+    int pat = ln ? PAT_LN_BWD_COLSUM : bn ? PAT_BN_BWD_COLSUM : PAT_ACT_BWD_COLSUM, rule;
     if ((sets[0] == CT_NONE && sets[1] == CT_NONE && sets[2] == CT_NONE) || !enabled(f, pat, q, CT_NONE, &rule))
         return CT_OK;
     int64_t mask = 0;
@@ -1064,14 +1096,17 @@ static ct_status try_colsum(fz *f, ct_node q, int *done) {
         if (sets[s] != CT_NONE) mask |= 1 << s;
     g->nodes[q].ia[7] = mask;
     g->nodes[q].ia[6] = rdt;
+    if (bn) fold_relu_mask(p, q, sets[0], sets[1]);
     int slot = 0, first = 1;
     for (int s = 0; s < 3; s++) {
         if (sets[s] == CT_NONE) continue;
         ct_node_def *S = &g->nodes[sets[s]];
         float mult = S->op == CT_OP_SUM ? S->fa[0] : 1.0f;
+        ct_node fwd = bn && s == 0 ? S->in[2] : CT_NONE; /* a batchnorm's dgamma: times its invstd */
         S->op = CT_OP_COLSUM;
-        S->n_in = 1;
+        S->n_in = fwd != CT_NONE ? 2 : 1;
         S->in[0] = q;
+        S->in[1] = fwd;
         memset(S->ia, 0, sizeof S->ia);
         memset(S->fa, 0, sizeof S->fa);
         S->ia[0] = slot++;

@@ -53,7 +53,7 @@ static const ct_op_info k_ops[] = {
     [CT_OP_CONV2D_BWD_WEIGHT] = {"conv2d_bwd_weight", FACTS(NEVER, FOLLOW, CONV2D_BWD, PROMOTE), {SIMD_DNNL(conv2d_bwd_weight)}, 0, ct_ws_conv_bwd_weight, ct_onednn_cache_free, 1u << 2, 0, 1, .simd_lowp = 1, .simd_first = ct_conv_bwd_weight_simd_first},
     [CT_OP_MAXPOOL2D_BWD] = {"maxpool2d_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(maxpool2d_bwd)}, 0, ct_ws_pool, 0, 1u << 1, 0, .simd_lowp = 1},
     [CT_OP_AVGPOOL2D_BWD] = {"avgpool2d_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(avgpool2d_bwd)}, 0, ct_ws_pool, 0, .simd_lowp = 1},
-    [CT_OP_BATCHNORM_BWD_DATA] = {"batchnorm_bwd_data", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN1), {SIMD(batchnorm_bwd_data)}, 0, ct_ws_batchnorm, 0, 1u << 3, 0, .simd_lowp = 1},
+    [CT_OP_BATCHNORM_BWD_DATA] = {"batchnorm_bwd_data", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN1), {SIMD(batchnorm_bwd_data)}, ct_aux_colsum, ct_ws_batchnorm, 0, 1u << 3, 0, .simd_lowp = 1},
     [CT_OP_BATCHNORM_BWD_GAMMA] = {"batchnorm_bwd_gamma", FACTS(NEVER, FOLLOW, ELEMENTWISE, F32), {SIMD(batchnorm_bwd_gamma)}, 0, ct_ws_batchnorm, 0, 1u << 2, 0, .simd_lowp = 1},
     [CT_OP_LAYERNORM_BWD_DATA] = {"layernorm_bwd_data", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN1), {SIMD(layernorm_bwd_data)}, ct_aux_colsum, 0, 0, 1u << 3, 0, .simd_lowp = 1},
     [CT_OP_LAYERNORM_BWD_GAMMA] = {"layernorm_bwd_gamma", FACTS(NEVER, FOLLOW, ELEMENTWISE, F32), {SIMD(layernorm_bwd_gamma)}, 0, ct_ws_colsum, 0, 1u << 2, 0, .simd_lowp = 1},
@@ -86,7 +86,7 @@ static const ct_op_info k_ops[] = {
        does nothing (every slot: the sum node reads as what its value's writer runs) */
     [CT_OP_ADD_LAYERNORM] = {"add+layernorm", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN0), {SIMD(add_layernorm)}, ct_aux_layernorm, 0, 0, .simd_lowp = 1, .writes_in = 3},
     [CT_OP_ADD_LN_SUM] = {"add_ln_sum", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {[CT_KERNEL_REF] = ct_k_nothing, [CT_KERNEL_AVX2] = ct_k_nothing, [CT_KERNEL_AVX512] = ct_k_nothing}, 0, 0, 0, .lowp_native = 1, .no_output = 1},
-    [CT_OP_COLSUM] = {"colsum", FACTS(NEVER, FOLLOW, ELEMENTWISE, F32), {[CT_KERNEL_REF] = ct_k_colsum}, 0, 0, 0, 1u << 0, .lowp_native = 1},
+    [CT_OP_COLSUM] = {"colsum", FACTS(NEVER, FOLLOW, ELEMENTWISE, F32), {[CT_KERNEL_REF] = ct_k_colsum}, 0, 0, 0, 1u << 0 | 1u << 1, .lowp_native = 1},
 };
 
 _Static_assert(sizeof k_ops / sizeof k_ops[0] == CT_OP_COUNT, "k_ops needs one row per ct_op: add the new op's row");
@@ -161,7 +161,7 @@ size_t ct_ws_colsum(const ct_graph *g, const ct_node_def *d) {
     return (size_t)(ct_colsum_pieces(R, D) * D) * sizeof(double);
 }
 
-/* a column-sum producer (ia[7], fusion layernorm_bwd+colsum / unary_bwd+colsum): the
+/* a column-sum producer (ia[7], fusion layernorm_bwd+colsum / unary_bwd+colsum / batchnorm_bwd+colsum): the
  * pieces' partials of each sum it makes, P x D doubles each (CT_OP_COLSUM) */
 size_t ct_aux_colsum(const ct_graph *g, const ct_node_def *d) {
     (void)g;

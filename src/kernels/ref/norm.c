@@ -15,6 +15,17 @@ static void bn_dims(const ct_tensor *x, int64_t *N, int64_t *C, int64_t *S) {
     *S = ct_tensor_numel(x) / (*N * *C);
 }
 
+/* dy[o] as batchnorm_bwd_data reads it: through batchnorm+relu's mask bits
+ * (mk, ia[5]: relu_mask_bwd folded in; dy * 1 or dy * 0 as that kernel) or
+ * as stored (mk NULL) */
+static float bn_dy(const float *dy, const uint8_t *mk, int64_t o) {
+    return mk ? dy[o] * ((mk[o >> 3] >> (o & 7)) & 1u ? 1.0f : 0.0f) : dy[o];
+}
+
+static const uint8_t *bn_mask(const ct_kargs *k, int64_t C) {
+    return k->node->ia[5] ? (const uint8_t *)k->in_aux[3] + 2 * (size_t)C * sizeof(float) : NULL;
+}
+
 /* ---- sync_batchnorm (ct_context_set_batch_sum): the statistics of the global batch ----------------
  * Per channel, the sums over this process's rows go through the context's batch_sum (every rank the
  * same calls in the same order), then the global mean / variance (forward) or the global sums of dy and
@@ -79,6 +90,7 @@ static ct_status bn_sync_bwd_data(ct_kargs *k, ct_batch_sum_fn sum, void *user) 
     bn_dims(&k->in[1], &N, &C, &S);
     const float *dy = k->in[0].data, *x = k->in[1].data, *gamma = k->in[2].data;
     const float *mean = k->in_aux[3], *invstd = mean + C;
+    const uint8_t *mk = bn_mask(k, C);
     float *dx = k->out.data;
     double stack[2 * BN_SYNC_STACK + 1];
     double *b = bn_sync_buf(stack, C, 2);
@@ -88,8 +100,8 @@ static ct_status bn_sync_bwd_data(ct_kargs *k, ct_batch_sum_fn sum, void *user) 
         for (int64_t n = 0; n < N; n++)
             for (int64_t i = 0; i < S; i++) {
                 int64_t o = (n * C + c) * S + i;
-                sdy += dy[o];
-                sdyx += dy[o] * ((x[o] - mean[c]) * invstd[c]);
+                sdy += bn_dy(dy, mk, o);
+                sdyx += bn_dy(dy, mk, o) * ((x[o] - mean[c]) * invstd[c]);
             }
         b[2 * c] = sdy, b[2 * c + 1] = sdyx;
     }
@@ -101,7 +113,7 @@ static ct_status bn_sync_bwd_data(ct_kargs *k, ct_batch_sum_fn sum, void *user) 
             for (int64_t i = 0; i < S; i++) {
                 int64_t o = (n * C + c) * S + i;
                 double xh = (x[o] - mean[c]) * invstd[c];
-                dx[o] = (float)(gamma[c] * invstd[c] / M * (M * dy[o] - b[2 * c] - xh * b[2 * c + 1]));
+                dx[o] = (float)(gamma[c] * invstd[c] / M * (M * bn_dy(dy, mk, o) - b[2 * c] - xh * b[2 * c + 1]));
             }
     if (b != stack) free(b);
     return st;
@@ -151,15 +163,44 @@ ct_status ct_k_batchnorm_ref(ct_kargs *k) {
     return CT_OK;
 }
 
-/* in: dy, x, gamma, fwd -> dx (training-mode statistics) */
+/* Fusion batchnorm_bwd+colsum (ia[7], x (M, C)): this process's column
+ * sums of dy * (x - mean) and of dy (through the mask), in order, in piece 0
+ * of the COLSUM sets, as batchnorm_bwd_gamma and sum would */
+static ct_status bn_bwd_sets(ct_kargs *k, const float *dy, const uint8_t *mk) {
+    const int64_t cs = k->node->ia[7], C = k->in[1].shape[1], M = k->in[1].shape[0];
+    if (!cs) return CT_OK;
+    if (!k->aux || k->in[1].ndim != 2)
+        return ct_set_error(k->ctx, CT_E_INTERNAL, "batchnorm_bwd_data: column sums need a 2-D input and its aux");
+    const float *x = k->in[1].data, *mean = k->in_aux[3];
+    double *ag = cs & CT_COLSUM_DGAMMA ? ct_colsum_ref_set(k, CT_COLSUM_DGAMMA) : NULL;
+    double *ad = cs & CT_COLSUM_DY ? ct_colsum_ref_set(k, CT_COLSUM_DY) : NULL;
+    for (int64_t c = 0; c < C; c++) {
+        double sg = 0, sd = 0;
+        for (int64_t r = 0; r < M; r++) {
+            const float d = bn_dy(dy, mk, r * C + c);
+            sg += (double)d * ((double)x[r * C + c] - mean[c]);
+            sd += d;
+        }
+        if (ag) ag[c] = sg;
+        if (ad) ad[c] = sd;
+    }
+    return CT_OK;
+}
+
+/* in: dy, x, gamma, fwd -> dx (training-mode statistics); ia[5]: dy through
+ * batchnorm+relu's mask bits; ia[7]: the column sums too (bn_bwd_sets) */
 ct_status ct_k_batchnorm_bwd_data_ref(ct_kargs *k) {
     void *su = NULL;
     ct_batch_sum_fn sum = ct_context_batch_sum(k->ctx, &su);
-    if (sum) return bn_sync_bwd_data(k, sum, su);
     int64_t N, C, S;
     bn_dims(&k->in[1], &N, &C, &S);
     const float *dy = k->in[0].data, *x = k->in[1].data, *gamma = k->in[2].data;
     const float *mean = k->in_aux[3], *invstd = mean + C;
+    const uint8_t *mk = bn_mask(k, C);
+    if (sum) {
+        CT_TRY(bn_sync_bwd_data(k, sum, su));
+        return bn_bwd_sets(k, dy, mk);
+    }
     float *dx = k->out.data;
     double M = (double)(N * S);
     for (int64_t c = 0; c < C; c++) {
@@ -168,20 +209,21 @@ ct_status ct_k_batchnorm_bwd_data_ref(ct_kargs *k) {
             for (int64_t i = 0; i < S; i++) {
                 int64_t o = (n * C + c) * S + i;
                 double xh = (x[o] - mean[c]) * invstd[c];
-                sdy += dy[o];
-                sdyx += dy[o] * xh;
+                sdy += bn_dy(dy, mk, o);
+                sdyx += bn_dy(dy, mk, o) * xh;
             }
         for (int64_t n = 0; n < N; n++)
             for (int64_t i = 0; i < S; i++) {
                 int64_t o = (n * C + c) * S + i;
                 double xh = (x[o] - mean[c]) * invstd[c];
-                dx[o] = (float)(gamma[c] * invstd[c] / M * (M * dy[o] - sdy - xh * sdyx));
+                dx[o] = (float)(gamma[c] * invstd[c] / M * (M * bn_dy(dy, mk, o) - sdy - xh * sdyx));
             }
     }
-    return CT_OK;
+    return bn_bwd_sets(k, dy, mk);
 }
 
-/* in: dy, x, fwd -> dgamma (C) */
+/* in: dy, x, fwd -> dgamma (C) = invstd * sum dy * (x - mean) (the SIMD
+ * kernels' form; in double) */
 ct_status ct_k_batchnorm_bwd_gamma_ref(ct_kargs *k) {
     int64_t N, C, S;
     bn_dims(&k->in[1], &N, &C, &S);
@@ -193,9 +235,9 @@ ct_status ct_k_batchnorm_bwd_gamma_ref(ct_kargs *k) {
         for (int64_t n = 0; n < N; n++)
             for (int64_t i = 0; i < S; i++) {
                 int64_t o = (n * C + c) * S + i;
-                s += dy[o] * ((x[o] - mean[c]) * invstd[c]);
+                s += (double)dy[o] * ((double)x[o] - mean[c]);
             }
-        dg[c] = (float)s;
+        dg[c] = (float)(s * invstd[c]);
     }
     return CT_OK;
 }

@@ -86,7 +86,8 @@ void ct_colsum_ref_rows(const ct_kargs *k, int bit, const float *y, ct_dtype rdt
     }
 }
 
-/* in: the producer (its aux); out[j] = fa[0] * (the pieces' partials of set ia[0], added in order) */
+/* in: the producer (its aux)[, a batchnorm forward]; out[j] = fa[0] * (the pieces' partials of set ia[0],
+ * added in order), with the batchnorm: times its invstd[j] (a dgamma: batchnorm_bwd_gamma's product) */
 ct_status ct_k_colsum(ct_kargs *k) {
     const ct_tensor *X = &k->in[0], *O = &k->out;
     int64_t D = X->shape[X->ndim - 1], R = D ? ct_tensor_numel(X) / D : 0, P = ct_colsum_pieces(R, D);
@@ -94,11 +95,13 @@ ct_status ct_k_colsum(ct_kargs *k) {
     if (!a || ct_tensor_numel(O) != D)
         return ct_set_error(k->ctx, CT_E_INTERNAL, "colsum: the producer has no column sums for %lld columns",
                             (long long)ct_tensor_numel(O));
+    if (k->node->n_in > 1 && !k->in_aux[1])
+        return ct_set_error(k->ctx, CT_E_INTERNAL, "colsum: no batchnorm statistics for a dgamma");
     a += k->node->ia[0] * P * D;
     for (int64_t j = 0; j < D; j++) {
         double acc = 0;
         for (int64_t p = 0; p < P; p++) acc += a[p * D + j];
-        float v = (float)(acc * k->node->fa[0]);
+        float v = (float)(acc * (k->node->n_in > 1 ? (double)((const float *)k->in_aux[1])[D + j] : k->node->fa[0]));
         if (O->dtype == CT_BF16) ((uint16_t *)O->data)[j] = ct_f32_to_bf16(v);
         else if (O->dtype == CT_F16) ((uint16_t *)O->data)[j] = ct_f32_to_f16(v);
         else ((float *)O->data)[j] = v;

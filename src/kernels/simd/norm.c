@@ -7,7 +7,8 @@
  * kernels of different slots can be mixed.
  *
  * Accuracy: every sum is accumulated in float vectors for at most 8 terms per
- * lane, then flushed into a double; variances are two-pass (the second pass is
+ * lane (32 in the rows path's backward sums, as sum's), then flushed into a
+ * double; variances are two-pass (the second pass is
  * centred on the float mean and corrected by its residual), so statistics are
  * good to ~1e-7 relative. Each channel (batchnorm) / row (layernorm) is
  * reduced by one thread in a fixed order: results do not depend on the thread
@@ -17,7 +18,13 @@
  * parallel, per-piece double partials added in piece order (the forward's
  * statistics: each piece's own two passes, combined as Chan's parallel
  * variance), so it too is independent of the thread count; without the
- * workspace, the column path (one thread per block of channels).
+ * workspace, the column path (one thread per block of channels). The rows
+ * path's backward sums run in float runs of CS_RB rows, as sum's column
+ * path: its partials of sum(dy) are that kernel's, so batchnorm_bwd_data
+ * can leave them (and those of sum(dy * (x - mean)), batchnorm_bwd_gamma's)
+ * in its aux for COLSUM nodes (fusion batchnorm_bwd+colsum, ia[7]), and
+ * read dy through batchnorm+relu's mask bits (ia[5], relu_mask_bwd folded
+ * in): the same operations in the same order as the unfused kernels.
  *
  * BF16 / FP16 I/O (simd_lowp.h): x, dy, y and dx may be BF16 or FP16
  * (gamma, beta, the statistics and dgamma stay FP32; the -pure precisions'
@@ -185,7 +192,8 @@ static int64_t nm_chans_per_block(int64_t S) { return S >= NM_COLS ? 1 : NM_COLS
  * x viewed as (N rows, W = C*S columns). The rows split into P =
  * ct_colsum_pieces(N, W) fixed pieces (kernels.h: the shape decides, not the
  * thread count); a work item is (piece, block of up to BR_COLS columns): it
- * sums its rows' terms in float runs of NM_ROWS rows, flushed into the
+ * sums its rows' terms in float runs of NM_ROWS rows (the forward's
+ * statistics; CS_RB for the backward's sums), flushed into the
  * piece's double partials in the workspace (ct_bn_rows_ws_bytes). The
  * partials are added in piece order per column, then a channel's S columns
  * in order: the statistics do not depend on the thread count. The
@@ -232,16 +240,32 @@ static int br_ws_get(const ct_kargs *k, int64_t N, int64_t C, int64_t S, br_ws *
     return 1;
 }
 
+/* dy's nl elements at element e (rows of W): as loaded, or (mk: the relu
+ * mask bits of batchnorm+relu, one per element) times 1 where the bit is
+ * set and 0 where not, relu_mask_bwd's product */
+NM_INLINE vf br_dy(ct_dtype dt, const void *dy, const uint8_t *mk, int64_t e, int nl) {
+    vf v = cs_ld(dy, dt, e, nl);
+    if (!mk) return v;
+    const uint8_t *b = mk + (e >> 3);
+    const int s = (int)(e & 7);
+    uint32_t w = b[0]; /* no byte past the last element's */
+    if (s + nl > 8) w |= (uint32_t)b[1] << 8;
+    if (s + nl > 16) w |= (uint32_t)b[2] << 16;
+    return vmul(v, vand(vset1(1.0f), ct_vmask_bits((w >> s) & ((1u << nl) - 1))));
+}
+
 /* The mode's sums over rows [r0, r1) of the NV vectors (the last tl wide) at
  * column j, centred on m[0..) (the group's columns): o1[0..), o2[0..) (added
- * to, whole vectors) */
-NM_INLINE void br_group(int mode, int NV, ct_dtype xt, ct_dtype dt, const void *x, const void *dy, int64_t W,
-                        int64_t r0, int64_t r1, int64_t j, int tl, const float *m, double *o1, double *o2) {
+ * to, whole vectors). Float runs of NM_ROWS rows for the forward's
+ * statistics, CS_RB for the backward's sums (sum's column path) */
+NM_INLINE void br_group(int mode, int NV, ct_dtype xt, ct_dtype dt, const void *x, const void *dy, const uint8_t *mk,
+                        int64_t W, int64_t r0, int64_t r1, int64_t j, int tl, const float *m, double *o1, double *o2) {
+    const int64_t rb = mode == NM_BNB || mode == NM_DOT ? CS_RB : NM_ROWS;
     vf vm[BR_GV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; v++) vm[v] = nm_ldn(m + v * VW, v == NV - 1 ? tl : VW);
-    for (int64_t n0 = r0; n0 < r1; n0 += NM_ROWS) {
-        const int64_t n1 = CT_MIN(r1, n0 + NM_ROWS);
+    for (int64_t n0 = r0; n0 < r1; n0 += rb) {
+        const int64_t n1 = CT_MIN(r1, n0 + rb);
         vf p[BR_GV], q[BR_GV];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) p[v] = q[v] = vzero();
@@ -250,7 +274,7 @@ NM_INLINE void br_group(int mode, int NV, ct_dtype xt, ct_dtype dt, const void *
 #pragma GCC unroll 4
             for (int v = 0; v < NV; v++) {
                 const int nl = v == NV - 1 ? tl : VW;
-                vf xv = cs_ld(x, xt, o + v * VW, nl), dv = dy ? cs_ld(dy, dt, o + v * VW, nl) : vzero(), t1, t2;
+                vf xv = cs_ld(x, xt, o + v * VW, nl), dv = dy ? br_dy(dt, dy, mk, o + v * VW, nl) : vzero(), t1, t2;
                 nm_terms(mode, xv, dv, vzero(), vm[v], vzero(), &t1, &t2);
                 p[v] = vadd(p[v], t1);
                 q[v] = vadd(q[v], t2);
@@ -266,18 +290,18 @@ NM_INLINE void br_group(int mode, int NV, ct_dtype xt, ct_dtype dt, const void *
 
 /* The mode's sums over rows [r0, r1) of columns [j0, j0 + w), centred on
  * m[0..w): o1[0..), o2[0..) (set; whole vectors, the padding included) */
-NM_INLINE void br_cols(int mode, ct_dtype xt, ct_dtype dt, const void *x, const void *dy, int64_t W, int64_t r0,
-                       int64_t r1, int64_t j0, int w, const float *m, double *o1, double *o2) {
+NM_INLINE void br_cols(int mode, ct_dtype xt, ct_dtype dt, const void *x, const void *dy, const uint8_t *mk, int64_t W,
+                       int64_t r0, int64_t r1, int64_t j0, int w, const float *m, double *o1, double *o2) {
     const int wp = (w + VW - 1) / VW * VW; /* with the padding a tail's vector reaches */
     for (int j = 0; j < wp; j++) o1[j] = o2[j] = 0;
     for (int g = 0; g < w; g += BR_GV * VW) {
         const int gw = CT_MIN(BR_GV * VW, w - g), nv = (gw + VW - 1) / VW, tl = gw - (nv - 1) * VW;
         const int64_t j = j0 + g;
         switch (nv) {
-        case 1: br_group(mode, 1, xt, dt, x, dy, W, r0, r1, j, tl, m + g, o1 + g, o2 + g); break;
-        case 2: br_group(mode, 2, xt, dt, x, dy, W, r0, r1, j, tl, m + g, o1 + g, o2 + g); break;
-        case 3: br_group(mode, 3, xt, dt, x, dy, W, r0, r1, j, tl, m + g, o1 + g, o2 + g); break;
-        default: br_group(mode, 4, xt, dt, x, dy, W, r0, r1, j, tl, m + g, o1 + g, o2 + g); break;
+        case 1: br_group(mode, 1, xt, dt, x, dy, mk, W, r0, r1, j, tl, m + g, o1 + g, o2 + g); break;
+        case 2: br_group(mode, 2, xt, dt, x, dy, mk, W, r0, r1, j, tl, m + g, o1 + g, o2 + g); break;
+        case 3: br_group(mode, 3, xt, dt, x, dy, mk, W, r0, r1, j, tl, m + g, o1 + g, o2 + g); break;
+        default: br_group(mode, 4, xt, dt, x, dy, mk, W, r0, r1, j, tl, m + g, o1 + g, o2 + g); break;
         }
     }
 }
@@ -287,19 +311,19 @@ NM_INLINE void br_cols(int mode, ct_dtype xt, ct_dtype dt, const void *x, const 
  * rows are in cache, the sum, then the sums centred on the piece's float
  * mean mp: p1 = the piece's mean mp + s1/n, p2 = its centred sum of squares
  * s2 - s1^2/n (bn_moments' form), combined across pieces by br_stats. */
-NM_INLINE void br_item(int mode, ct_dtype xt, ct_dtype dt, const void *x, const void *dy, const br_ws *ws, int64_t p,
-                       int64_t j0, int w) {
+NM_INLINE void br_item(int mode, ct_dtype xt, ct_dtype dt, const void *x, const void *dy, const uint8_t *mk,
+                       const br_ws *ws, int64_t p, int64_t j0, int w) {
     const int64_t r0 = ws->N * p / ws->P, r1 = ws->N * (p + 1) / ws->P;
     double *o1 = ws->p1 + p * ws->Wp + j0, *o2 = ws->p2 + p * ws->Wp + j0;
     if (mode != NM_SUM || dy) {
-        br_cols(mode, xt, dt, x, dy, ws->W, r0, r1, j0, w, ws->mc + j0, o1, o2);
+        br_cols(mode, xt, dt, x, dy, mk, ws->W, r0, r1, j0, w, ws->mc + j0, o1, o2);
         return;
     }
     float mp[BR_COLS];
     const double n = (double)(r1 - r0);
-    br_cols(NM_SUM, xt, dt, x, NULL, ws->W, r0, r1, j0, w, ws->mc + j0, o1, o2);
+    br_cols(NM_SUM, xt, dt, x, NULL, NULL, ws->W, r0, r1, j0, w, ws->mc + j0, o1, o2);
     for (int j = 0; j < w; j++) mp[j] = (float)(o1[j] / n);
-    br_cols(NM_CTR, xt, dt, x, NULL, ws->W, r0, r1, j0, w, mp, o1, o2);
+    br_cols(NM_CTR, xt, dt, x, NULL, NULL, ws->W, r0, r1, j0, w, mp, o1, o2);
     for (int j = 0; j < w; j++) {
         double ss = o2[j] - o1[j] * o1[j] / n;
         o1[j] = mp[j] + o1[j] / n;
@@ -307,9 +331,11 @@ NM_INLINE void br_item(int mode, ct_dtype xt, ct_dtype dt, const void *x, const 
     }
 }
 
-/* All pieces' partials of the mode's sums (centre ws->mc), then (totals)
- * their totals per column in ws->t1 / t2 (pieces in order) */
-NM_INLINE void br_sums(int mode, const ct_tensor *X, const ct_tensor *DY, const br_ws *ws, int nt, int totals) {
+/* All pieces' partials of the mode's sums (centre ws->mc; mk: dy's relu
+ * mask bits or NULL), then (totals) their totals per column in ws->t1 / t2
+ * (pieces in order) */
+NM_INLINE void br_sums(int mode, const ct_tensor *X, const ct_tensor *DY, const uint8_t *mk, const br_ws *ws, int nt,
+                       int totals) {
     const int64_t nb = (ws->W + BR_COLS - 1) / BR_COLS, items = ws->P * nb;
     const void *x = X->data, *dy = DY ? DY->data : NULL;
     const ct_dtype xt = X->dtype, dt = DY ? DY->dtype : CT_F32;
@@ -318,8 +344,9 @@ NM_INLINE void br_sums(int mode, const ct_tensor *X, const ct_tensor *DY, const 
     for (int64_t t = 0; t < items; t++) {
         const int64_t p = t / nb, j0 = (t % nb) * BR_COLS;
         const int w = (int)CT_MIN((int64_t)BR_COLS, ws->W - j0);
-        if (f32) br_item(mode, CT_F32, CT_F32, x, dy, ws, p, j0, w);
-        else br_item(mode, xt, dt, x, dy, ws, p, j0, w);
+        if (f32 && !mk) br_item(mode, CT_F32, CT_F32, x, dy, NULL, ws, p, j0, w);
+        else if (f32) br_item(mode, CT_F32, CT_F32, x, dy, mk, ws, p, j0, w);
+        else br_item(mode, xt, dt, x, dy, mk, ws, p, j0, w);
     }
     if (!totals) return;
     const int two = mode == NM_CTR || mode == NM_BNB;
@@ -337,7 +364,7 @@ NM_INLINE void br_sums(int mode, const ct_tensor *X, const ct_tensor *DY, const 
  * variance: t1 = the column's mean sum_p n_p mu_p / N, t2 = its centred sum
  * of squares sum_p (M2_p + n_p (mu_p - mean)^2). */
 static void br_stats(const ct_tensor *X, const br_ws *ws, int nt) {
-    br_sums(NM_SUM, X, NULL, ws, nt, 0);
+    br_sums(NM_SUM, X, NULL, NULL, ws, nt, 0);
     for (int64_t j = 0; j < ws->W; j++) ws->t1[j] = ws->t2[j] = 0;
     for (int64_t p = 0; p < ws->P; p++) {
         const double n = (double)(ws->N * (p + 1) / ws->P - ws->N * p / ws->P), *mu = ws->p1 + p * ws->Wp;
@@ -369,7 +396,8 @@ static void br_fill(float *col, int64_t c, int64_t S, float v) {
  * rows [r0, r1): forward (bwd = 0) o = (x - m) * a + b; backward
  * o = ((x - m) * c + (dy - b)) * a (the plane path's expressions) */
 NM_INLINE void br_out_group(int bwd, int NV, ct_dtype xt, ct_dtype dt, ct_dtype ot, const void *x, const void *dy,
-                            void *out, int64_t W, int64_t r0, int64_t r1, int64_t j, int tl, const br_ws *ws) {
+                            const uint8_t *mk, void *out, int64_t W, int64_t r0, int64_t r1, int64_t j, int tl,
+                            const br_ws *ws) {
     vf vm[BR_GV], va[BR_GV], vb[BR_GV], vc[BR_GV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; v++) {
@@ -385,28 +413,29 @@ NM_INLINE void br_out_group(int bwd, int NV, ct_dtype xt, ct_dtype dt, ct_dtype 
         for (int v = 0; v < NV; v++) {
             const int nl = v == NV - 1 ? tl : VW;
             vf xm = vsub(cs_ld(x, xt, o + v * VW, nl), vm[v]), y;
-            if (bwd) y = vmul(vfma(xm, vc[v], vsub(cs_ld(dy, dt, o + v * VW, nl), vb[v])), va[v]);
+            if (bwd) y = vmul(vfma(xm, vc[v], vsub(br_dy(dt, dy, mk, o + v * VW, nl), vb[v])), va[v]);
             else y = vfma(xm, va[v], vb[v]);
             cs_st(out, ot, o + v * VW, y, nl);
         }
     }
 }
 
-NM_INLINE void br_out_rows(int bwd, ct_dtype xt, ct_dtype dt, ct_dtype ot, const void *x, const void *dy, void *out,
-                           const br_ws *ws, int64_t r0, int64_t r1) {
+NM_INLINE void br_out_rows(int bwd, ct_dtype xt, ct_dtype dt, ct_dtype ot, const void *x, const void *dy,
+                           const uint8_t *mk, void *out, const br_ws *ws, int64_t r0, int64_t r1) {
     for (int64_t j = 0; j < ws->W; j += BR_GV * VW) {
         const int gw = (int)CT_MIN((int64_t)BR_GV * VW, ws->W - j), nv = (gw + VW - 1) / VW, tl = gw - (nv - 1) * VW;
         switch (nv) {
-        case 1: br_out_group(bwd, 1, xt, dt, ot, x, dy, out, ws->W, r0, r1, j, tl, ws); break;
-        case 2: br_out_group(bwd, 2, xt, dt, ot, x, dy, out, ws->W, r0, r1, j, tl, ws); break;
-        case 3: br_out_group(bwd, 3, xt, dt, ot, x, dy, out, ws->W, r0, r1, j, tl, ws); break;
-        default: br_out_group(bwd, 4, xt, dt, ot, x, dy, out, ws->W, r0, r1, j, tl, ws); break;
+        case 1: br_out_group(bwd, 1, xt, dt, ot, x, dy, mk, out, ws->W, r0, r1, j, tl, ws); break;
+        case 2: br_out_group(bwd, 2, xt, dt, ot, x, dy, mk, out, ws->W, r0, r1, j, tl, ws); break;
+        case 3: br_out_group(bwd, 3, xt, dt, ot, x, dy, mk, out, ws->W, r0, r1, j, tl, ws); break;
+        default: br_out_group(bwd, 4, xt, dt, ot, x, dy, mk, out, ws->W, r0, r1, j, tl, ws); break;
         }
     }
 }
 
 /* the element-wise pass over all rows, blocks of BR_RB rows across threads */
-NM_INLINE void br_out(int bwd, const ct_tensor *X, const ct_tensor *DY, const ct_tensor *O, const br_ws *ws, int nt) {
+NM_INLINE void br_out(int bwd, const ct_tensor *X, const ct_tensor *DY, const uint8_t *mk, const ct_tensor *O,
+                      const br_ws *ws, int nt) {
     const int64_t nblk = (ws->N + BR_RB - 1) / BR_RB;
     const ct_dtype xt = X->dtype, dt = DY ? DY->dtype : CT_F32, ot = O->dtype;
     const void *x = X->data, *dy = DY ? DY->data : NULL;
@@ -415,8 +444,9 @@ NM_INLINE void br_out(int bwd, const ct_tensor *X, const ct_tensor *DY, const ct
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t b = 0; b < nblk; b++) {
         const int64_t r0 = b * BR_RB, r1 = CT_MIN(ws->N, r0 + BR_RB);
-        if (f32) br_out_rows(bwd, CT_F32, CT_F32, CT_F32, x, dy, out, ws, r0, r1);
-        else br_out_rows(bwd, xt, dt, ot, x, dy, out, ws, r0, r1);
+        if (f32 && !mk) br_out_rows(bwd, CT_F32, CT_F32, CT_F32, x, dy, NULL, out, ws, r0, r1);
+        else if (f32) br_out_rows(bwd, CT_F32, CT_F32, CT_F32, x, dy, mk, out, ws, r0, r1);
+        else br_out_rows(bwd, xt, dt, ot, x, dy, mk, out, ws, r0, r1);
     }
 }
 
@@ -500,7 +530,7 @@ static void bn_rows_forward(ct_kargs *k, const br_ws *ws, int nt) {
         br_fill(ws->ac, c, S, invstd[c] * ct_sld(&k->in[1], c));
         br_fill(ws->bc, c, S, ct_sld(&k->in[2], c));
     }
-    br_out(0, &k->in[0], NULL, &k->out, ws, nt);
+    br_out(0, &k->in[0], NULL, NULL, &k->out, ws, nt);
 }
 
 ct_status CT_FN(batchnorm)(ct_kargs *k) {
@@ -609,14 +639,20 @@ static void bn_bwd_sums_plane(const ct_tensor *DY, const ct_tensor *X, int64_t N
     }
 }
 
-/* in: dy, x, gamma, fwd -> dx (training-mode statistics) */
+/* in: dy, x, gamma, fwd -> dx (training-mode statistics). Fusion
+ * batchnorm_bwd+colsum (ia[7]: CT_COLSUM_DGAMMA / CT_COLSUM_DY; 2-D x): the
+ * rows path's partials of sum(dy * (x - mean)) and sum(dy) into the aux as
+ * COLSUM sets; ia[5] (fwd a batchnorm+relu): dy through its mask bits. Both
+ * on the rows path only (else the reference). */
 ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
     if (ct_context_batch_sum(k->ctx, NULL)) return CT_E_UNSUPPORTED; /* sync_batchnorm: the reference kernel */
     int64_t N, C, S;
     bn_dims(&k->in[1], &N, &C, &S);
     br_ws ws;
     const int rows = S < VW && br_ws_get(k, N, C, S, &ws);
-    if (!nm_io_ok(k, 2, 3, rows ? VW : S)) return CT_E_UNSUPPORTED;
+    const int64_t cs = k->node->ia[7];
+    const uint8_t *mk = k->node->ia[5] ? (const uint8_t *)k->in_aux[3] + 2 * (size_t)C * sizeof(float) : NULL;
+    if (!nm_io_ok(k, 2, 3, rows ? VW : S) || ((cs || mk) && (!rows || S != 1))) return CT_E_UNSUPPORTED;
     const ct_tensor *DY = &k->in[0], *X = &k->in[1], *DX = &k->out;
     const float *dy = k->in[0].data, *x = k->in[1].data; /* gamma: ct_sld (FP32, BF16 or FP16) */
     const float *mean = k->in_aux[3], *invstd = mean + C;
@@ -649,14 +685,20 @@ ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
     }
     if (rows) { /* the rows path: sdy, sdxc from the pieces' partials, then dx over row blocks */
         for (int64_t c = 0; c < C; c++) br_fill(ws.mc, c, S, mean[c]);
-        br_sums(NM_BNB, X, DY, &ws, nt, 1);
+        br_sums(NM_BNB, X, DY, mk, &ws, nt, 1);
+        for (int64_t p = 0; cs && p < ws.P; p++) { /* the COLSUM sets (S = 1: a column is a channel) */
+            if (cs & CT_COLSUM_DGAMMA)
+                memcpy(cs_set(k->aux, cs, CT_COLSUM_DGAMMA, ws.P, p, C), ws.p2 + p * ws.Wp, (size_t)C * sizeof(double));
+            if (cs & CT_COLSUM_DY)
+                memcpy(cs_set(k->aux, cs, CT_COLSUM_DY, ws.P, p, C), ws.p1 + p * ws.Wp, (size_t)C * sizeof(double));
+        }
         for (int64_t c = 0; c < C; c++) {
             double sdy = br_chan(ws.t1, c, S), sdxc = br_chan(ws.t2, c, S), is = invstd[c];
             br_fill(ws.ac, c, S, (float)((double)ct_sld(&k->in[2], c) * is));
             br_fill(ws.bc, c, S, (float)(sdy / M));
             br_fill(ws.cc, c, S, (float)(-is * is * sdxc / M));
         }
-        br_out(1, X, DY, DX, &ws, nt);
+        br_out(1, X, DY, mk, DX, &ws, nt);
         return CT_OK;
     }
     int64_t CS = C * S, cpb = nm_chans_per_block(S), nblk = (C + cpb - 1) / cpb;
@@ -716,7 +758,7 @@ ct_status CT_FN(batchnorm_bwd_gamma)(ct_kargs *k) {
     }
     if (rows) { /* the rows path: sum dy * (x - mean) from the pieces' partials */
         for (int64_t c = 0; c < C; c++) br_fill(ws.mc, c, S, mean[c]);
-        br_sums(NM_DOT, &k->in[1], &k->in[0], &ws, nt, 1);
+        br_sums(NM_DOT, &k->in[1], &k->in[0], NULL, &ws, nt, 1);
         for (int64_t c = 0; c < C; c++) dg[c] = (float)(br_chan(ws.t1, c, S) * invstd[c]);
         return CT_OK;
     }
