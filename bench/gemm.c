@@ -1,7 +1,7 @@
 /* bench/gemm.c - bench_gemm: the GEMMs of the bench workloads, inside the
  * training step against oneDNN alone, on the CPU it runs on.
  *
- *   bench_gemm [--workloads "mlp cnn gptchar gpt2"] [--precision fp32|bf16|auto] [--threads 2]
+ *   bench_gemm [--workloads "mlp cnn gptchar gpt2 resnet50"] [--precision fp32|bf16|auto] [--threads 2]
  *              [--rounds 5] [--reps 3] [--warmup 2] [--fusion-level 1]
  *
  * For each workload it compiles the plan bench_step compiles (same graph,
@@ -421,15 +421,15 @@ typedef struct {
 static void build_workload(ct_context *ctx, const char *name, ct_precision prec, int fusion_level, int cl,
                            workload *w) {
     int is_mlp = !strcmp(name, "mlp"), is_cnn = !strcmp(name, "cnn"), is_gptchar = !strcmp(name, "gptchar");
-    int is_gpt = is_gptchar || !strcmp(name, "gpt2");
-    if (!is_mlp && !is_cnn && !is_gpt) {
-        fprintf(stderr, "bench_gemm: unknown workload '%s' (mlp, cnn, gptchar, gpt2)\n", name);
+    int is_gpt = is_gptchar || !strcmp(name, "gpt2"), is_r50 = !strcmp(name, "resnet50");
+    if (!is_mlp && !is_cnn && !is_gpt && !is_r50) {
+        fprintf(stderr, "bench_gemm: unknown workload '%s' (mlp, cnn, gptchar, gpt2, resnet50)\n", name);
         exit(1);
     }
     DIE_IF(ctx, ct_graph_create(ctx, &w->g));
     ct_graph *g = w->g;
     ct_node x, y, logits, loss;
-    int64_t batch = is_mlp ? 256 : is_cnn ? 128 : is_gptchar ? 8 : 4, seq = is_gptchar ? 256 : 64;
+    int64_t batch = is_mlp ? 256 : is_cnn ? 128 : is_r50 ? 32 : is_gptchar ? 8 : 4, seq = is_gptchar ? 256 : 64;
     if (is_gpt) {
         ct_gpt_config gc;
         DIE_IF(ctx, ct_gpt_preset(ctx, is_gptchar ? "gpt-char-small" : "gpt2-124m", &gc));
@@ -443,6 +443,13 @@ static void build_workload(ct_context *ctx, const char *name, ct_precision prec,
         DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));
         DIE_IF(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){batch, 784}, &x));
         DIE_IF(ctx, ct_model_mlp(g, x, 2, (int64_t[]){1024, 1024}, 10, CT_ACT_RELU, 0.0f, &logits));
+    } else if (is_r50) { /* torchvision's resnet50, 3x224x224, 1000 classes (labels below 10) */
+        DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));
+        DIE_IF(ctx, ct_input(g, "x", CT_F32, 4, (int64_t[]){batch, 3, 224, 224}, &x));
+        ct_vision_config vc;
+        DIE_IF(ctx, ct_vision_config_default(ctx, "resnet50", &vc));
+        vc.channels_last = cl;
+        DIE_IF(ctx, ct_model_vision(g, x, &vc, &logits));
     } else {
         DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));
         DIE_IF(ctx, ct_input(g, "x", CT_F32, 4, (int64_t[]){batch, 1, 28, 28}, &x));
@@ -455,9 +462,9 @@ static void build_workload(ct_context *ctx, const char *name, ct_precision prec,
     co.fusion_level = fusion_level;
     DIE_IF(ctx, ct_compile(g, loss, 0, NULL, &co, &w->p));
     ct_optim_opts oo;
-    ct_optim_opts_default(&oo, is_cnn ? CT_OPTIM_SGD : CT_OPTIM_ADAMW);
+    ct_optim_opts_default(&oo, is_cnn || is_r50 ? CT_OPTIM_SGD : CT_OPTIM_ADAMW);
     oo.lr = 1e-3f;
-    if (is_cnn) oo.momentum = 0.9f, oo.weight_decay = 0.0f;
+    if (is_cnn || is_r50) oo.momentum = 0.9f, oo.weight_decay = 0.0f;
     else oo.weight_decay = is_gpt ? 0.1f : 0.01f, oo.no_decay_bias_norm = is_gpt;
     DIE_IF(ctx, ct_optimizer_create(w->p, &oo, &w->opt));
     /* inputs: small valid ids / labels, uniform values; fixed for every step */
@@ -558,7 +565,7 @@ static void run_workload(ct_context *ctx, dnn *d, const char *wl, ct_precision p
 }
 
 int main(int argc, char **argv) {
-    const char *wls = "mlp cnn gptchar gpt2", *precs = "auto";
+    const char *wls = "mlp cnn gptchar gpt2 resnet50", *precs = "auto";
     int threads = 2, rounds = 5, reps = 3, warmup = 2, fl = 1, cl = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
@@ -573,11 +580,11 @@ int main(int argc, char **argv) {
         else argc = 0;
     }
     if (argc % 2 == 0 || threads < 1 || rounds < 1 || reps < 1 || warmup < 0 || (cl != 0 && cl != 1)) {
-        fprintf(stderr, "usage: bench_gemm [--workloads \"mlp cnn gptchar gpt2\"] [--precision fp32|bf16|auto]\n"
+        fprintf(stderr, "usage: bench_gemm [--workloads \"mlp cnn gptchar gpt2 resnet50\"] [--precision fp32|bf16|auto]\n"
                         "                  [--threads 2] [--rounds 5] [--reps 3] [--warmup 2] [--fusion-level 1]\n"
                         "                  [--channels-last 1]\n"
                         "  auto: fp32, and bf16 where the CPU runs BF16 natively (AVX512-BF16 / AMX)\n"
-                        "  --channels-last: the cnn on NHWC activations (1, the recipes' default) or NCHW (0)\n");
+                        "  --channels-last: the cnn and resnet50 on NHWC activations (1, the recipes' default) or NCHW (0)\n");
         return 1;
     }
     ct_context_opts co;
