@@ -230,10 +230,8 @@ int main(int argc, char **argv) {
     if (!workload || steps < 1 || warmup < 0 || threads < 1 || fusion_level < 0 || fusion_level > 2 ||
         (channels_last != 0 && channels_last != 1))
         usage();
-    int is_mlp = !strcmp(workload, "mlp"), is_cnn = !strcmp(workload, "cnn"), is_r50 = !strcmp(workload, "resnet50");
-    int is_gptchar = !strcmp(workload, "gptchar"), is_gpt2 = !strcmp(workload, "gpt2");
-    int is_gpt = is_gptchar || is_gpt2;
-    if (!is_mlp && !is_cnn && !is_gpt && !is_r50) usage();
+    if (!bench_workload_known(workload)) usage();
+    const int is_cnn = !strcmp(workload, "cnn"), is_r50 = !strcmp(workload, "resnet50"), is_gpt = !strncmp(workload, "gpt", 3);
     if (!optim) optim = is_cnn || is_r50 ? "sgd" : "adamw";
     rng_state = seed;
 
@@ -247,45 +245,9 @@ int main(int argc, char **argv) {
     ct_graph *g;
     DIE_IF(ctx, ct_graph_create(ctx, &g));
     ct_node x, y, logits, loss;
-    int64_t batch = is_mlp ? 256 : is_cnn ? 128 : is_r50 ? 32 : is_gptchar ? 8 : 4, n_classes = is_r50 ? 1000 : 10, x_numel;
-    int64_t seq = is_gptchar ? 256 : 64, n_labels = batch; /* gpt: tokens per row; labels per batch */
-    ct_gpt_config gcfg;
-    memset(&gcfg, 0, sizeof gcfg);
-    /* Both inputs are declared before any op: the activation planner (as of
-     * this writing) places an input at its node index, so an input declared
-     * after the model can share memory with an earlier activation and the
-     * labels get overwritten during forward (see bench/README.md). */
-    if (is_gpt) {
-        /* ids (B, T), next-token labels (B*T); logits (B, T, V) -> (B*T, V) for the loss */
-        DIE_IF(ctx, ct_gpt_preset(ctx, is_gptchar ? "gpt-char-small" : "gpt2-124m", &gcfg));
-        gcfg.dropout = 0.0f; /* deterministic work per step */
-        n_classes = gcfg.vocab;
-        n_labels = batch * seq;
-        DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){n_labels}, &y));
-        DIE_IF(ctx, ct_input(g, "x", CT_I32, 2, (int64_t[]){batch, seq}, &x));
-        ct_node l3;
-        DIE_IF(ctx, ct_model_gpt(g, x, &gcfg, &l3));
-        DIE_IF(ctx, ct_reshape(g, l3, 2, (int64_t[]){n_labels, n_classes}, &logits));
-        x_numel = batch * seq;
-    } else if (is_mlp) {
-        DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));
-        DIE_IF(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){batch, 784}, &x));
-        DIE_IF(ctx, ct_model_mlp(g, x, 2, (int64_t[]){1024, 1024}, n_classes, CT_ACT_RELU, 0.0f, &logits));
-        x_numel = batch * 784;
-    } else if (is_r50) { /* torchvision's resnet50 (ct_model_vision), 3x224x224, 1000 classes */
-        DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));
-        DIE_IF(ctx, ct_input(g, "x", CT_F32, 4, (int64_t[]){batch, 3, 224, 224}, &x));
-        ct_vision_config vc;
-        DIE_IF(ctx, ct_vision_config_default(ctx, "resnet50", &vc));
-        vc.channels_last = channels_last;
-        DIE_IF(ctx, ct_model_vision(g, x, &vc, &logits));
-        x_numel = batch * 3 * 224 * 224;
-    } else {
-        DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));
-        DIE_IF(ctx, ct_input(g, "x", CT_F32, 4, (int64_t[]){batch, 1, 28, 28}, &x));
-        DIE_IF(ctx, ct_model_cnn_ex(g, x, 2, (int64_t[]){32, 64}, n_classes, channels_last, &logits));
-        x_numel = batch * 28 * 28;
-    }
+    bench_workload wl;
+    bench_workload_graph(ctx, g, workload, channels_last, &x, &y, &logits, &wl);
+    const int64_t batch = wl.batch, n_classes = wl.classes, x_numel = wl.x_numel, seq = wl.seq;
     DIE_IF(ctx, ct_cross_entropy(g, logits, y, 0.0f, -100, &loss));
 
     ct_plan *p;

@@ -420,41 +420,16 @@ typedef struct {
 
 static void build_workload(ct_context *ctx, const char *name, ct_precision prec, int fusion_level, int cl,
                            workload *w) {
-    int is_mlp = !strcmp(name, "mlp"), is_cnn = !strcmp(name, "cnn"), is_gptchar = !strcmp(name, "gptchar");
-    int is_gpt = is_gptchar || !strcmp(name, "gpt2"), is_r50 = !strcmp(name, "resnet50");
-    if (!is_mlp && !is_cnn && !is_gpt && !is_r50) {
+    if (!bench_workload_known(name)) {
         fprintf(stderr, "bench_gemm: unknown workload '%s' (mlp, cnn, gptchar, gpt2, resnet50)\n", name);
         exit(1);
     }
+    const int is_cnn = !strcmp(name, "cnn"), is_r50 = !strcmp(name, "resnet50"), is_gpt = !strncmp(name, "gpt", 3);
     DIE_IF(ctx, ct_graph_create(ctx, &w->g));
     ct_graph *g = w->g;
     ct_node x, y, logits, loss;
-    int64_t batch = is_mlp ? 256 : is_cnn ? 128 : is_r50 ? 32 : is_gptchar ? 8 : 4, seq = is_gptchar ? 256 : 64;
-    if (is_gpt) {
-        ct_gpt_config gc;
-        DIE_IF(ctx, ct_gpt_preset(ctx, is_gptchar ? "gpt-char-small" : "gpt2-124m", &gc));
-        gc.dropout = 0.0f;
-        DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch * seq}, &y));
-        DIE_IF(ctx, ct_input(g, "x", CT_I32, 2, (int64_t[]){batch, seq}, &x));
-        ct_node l3;
-        DIE_IF(ctx, ct_model_gpt(g, x, &gc, &l3));
-        DIE_IF(ctx, ct_reshape(g, l3, 2, (int64_t[]){batch * seq, gc.vocab}, &logits));
-    } else if (is_mlp) {
-        DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));
-        DIE_IF(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){batch, 784}, &x));
-        DIE_IF(ctx, ct_model_mlp(g, x, 2, (int64_t[]){1024, 1024}, 10, CT_ACT_RELU, 0.0f, &logits));
-    } else if (is_r50) { /* torchvision's resnet50, 3x224x224, 1000 classes (labels below 10) */
-        DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));
-        DIE_IF(ctx, ct_input(g, "x", CT_F32, 4, (int64_t[]){batch, 3, 224, 224}, &x));
-        ct_vision_config vc;
-        DIE_IF(ctx, ct_vision_config_default(ctx, "resnet50", &vc));
-        vc.channels_last = cl;
-        DIE_IF(ctx, ct_model_vision(g, x, &vc, &logits));
-    } else {
-        DIE_IF(ctx, ct_input(g, "y", CT_I32, 1, (int64_t[]){batch}, &y));
-        DIE_IF(ctx, ct_input(g, "x", CT_F32, 4, (int64_t[]){batch, 1, 28, 28}, &x));
-        DIE_IF(ctx, ct_model_cnn_ex(g, x, 2, (int64_t[]){32, 64}, 10, cl, &logits));
-    }
+    bench_workload wl;
+    bench_workload_graph(ctx, g, name, cl, &x, &y, &logits, &wl);
     DIE_IF(ctx, ct_cross_entropy(g, logits, y, 0.0f, -100, &loss));
     ct_compile_opts co;
     ct_compile_opts_default(&co);

@@ -126,9 +126,14 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ]; then
     expect profile_fashion_cnn 0 "profile: .*/prof_cnn/trace.json \([0-9]+ events, 0 dropped" -- \
       "$CT" train --recipe recipes/fashion_cnn.json --epochs 1 --max-steps 15 --threads 2 --quiet --profile "$tmp/prof_cnn"
     expect doctor_cnn_trace 0 "recorded steps.*compute utilization" -- "$CT" doctor "$tmp/prof_cnn/trace.json"
-    # fusion_level 1 (the recipe default) runs batchnorm as batchnorm+relu (docs/fusion.md)
-    for op in conv2d conv2d_bwd_weight 'batchnorm+relu' maxpool2d_bwd batchnorm_bwd_data relu_mask_bwd; do
+    # fusion_level 1 (the recipe default) runs batchnorm as batchnorm+relu, its backward as batchnorm_bwd+colsum:
+    # dgamma / dbeta as colsum nodes, relu's backward inside batchnorm_bwd_data (docs/fusion.md)
+    for op in conv2d conv2d_bwd_weight 'batchnorm+relu' maxpool2d_bwd batchnorm_bwd_data colsum; do
       grep -qF "\"op\": \"$op\"" "$tmp/prof_cnn/trace.json" && ok "cnn trace has $op events" || bad "cnn trace lacks $op events"
+    done
+    for op in relu_mask_bwd batchnorm_bwd_gamma; do
+      grep -qF "\"op\": \"$op\"" "$tmp/prof_cnn/trace.json" && bad "cnn trace has $op events (not fused)" ||
+        ok "cnn trace has no $op (fused)"
     done
     # and the graph command on the same recipe: fused groups, memory, DOT clusters
     expect graph_cnn 0 "batchnorm\+relu +x 2" -- "$CT" graph --recipe recipes/fashion_cnn.json --dot "$tmp/cnn.dot"

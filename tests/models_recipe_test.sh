@@ -45,6 +45,11 @@ expect resume_keeps_width 1 "--resume: this run's model .*width_div 8.* differs 
 # efficientnet_b4: RMSprop, FP16 with the dynamic loss scaler, stochastic depth 0.2, dropout 0.4, prefetch 4
 expect efficientnet_b4 0 "efficientnet_b4 on .*precision fp16.*dynamic.*done: 16 steps.*test accuracy" -- \
   "$CT" train --recipe recipes/efficientnet_b4.json "${small[@]}" --set save_dir=
+# channels_last reaches the EfficientNet too: the stem convolution on (N, H, W, C), or NCHW
+expect efficientnet_channels_last 0 "conv2d +features\.0\.0 +\[8, 16, 16, 8\]" -- \
+  "$CT" graph --recipe recipes/efficientnet_b4.json "${gsmall[@]}"
+expect efficientnet_nchw 0 "conv2d +features\.0\.0 +\[8, 8, 16, 16\]" -- \
+  "$CT" graph --recipe recipes/efficientnet_b4.json "${gsmall[@]}" --set channels_last=false
 # bert_large: LAMB, BF16 autocast, accumulation; 2 layers of width 64 instead of 24 of 1024
 expect bert_large 0 "bert \(2 layers.*precision bf16.*done: 2 steps" -- \
   "$CT" train --recipe recipes/bert_large.json --set n_layer=2 --set n_head=2 --set d_model=64 --set context=32 \

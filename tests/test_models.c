@@ -90,7 +90,7 @@ static void run_vision(const char *file, const char *ctx_name, int isa, int use_
     GOLD_TRY(ct_vision_config_default(ctx, an, &c));
     c.num_classes = nc, c.width_div = wd, c.max_blocks = mb, c.cifar_stem = cs, c.drop_path = 0, c.dropout = 0;
     c.window = win;
-    c.channels_last = cl; /* resnet: the same model on NHWC activations, the same golden */
+    c.channels_last = cl; /* resnet, efficientnet: the same model on NHWC activations, the same golden */
     ct_node x, y, logits, loss;
     GOLD_TRY(ct_graph_create(ctx, &g));
     if (hashed_input) GOLD_TRY(ct_input(g, "x", CT_F32, 4, (int64_t[]){ishape[0], ishape[1], ishape[2], ishape[3]}, &x));
@@ -212,6 +212,11 @@ TEST(resnet18c_cl_ref) { run_vision("resnet18c.ctg", "cl_ref", CT_ISA_REF, 0, 0,
 TEST(resnet18c_cl_default) { run_vision("resnet18c.ctg", "cl_default", -1, 1, 0, 1); }
 TEST(resnet50_cl_default) { run_vision("resnet50.ctg", "cl_default", -1, 1, 0, 1); }
 TEST(resnet18c_cl_bf16) { run_vision("resnet18c.ctg", "cl_bf16", -1, 1, 1, 1); }
+/* EfficientNet channels last: depthwise NHWC convolutions, squeeze-excitation on (N, 1, 1, C) broadcast over
+   the map */
+TEST(effb0_cl_ref) { run_vision("effb0.ctg", "cl_ref", CT_ISA_REF, 0, 0, 1); }
+TEST(effb0_cl_default) { run_vision("effb0.ctg", "cl_default", -1, 1, 0, 1); }
+TEST(effb0_cl_bf16) { run_vision("effb0.ctg", "cl_bf16", -1, 1, 1, 1); }
 
 /* ---- names, shapes and counts of the full-size models ------------------------------------------ */
 
@@ -365,11 +370,11 @@ TEST(bad_configs) {
     c.num_classes = 10, c.channels_last = 2;
     CHECK(ct_model_vision(g, x, &c, &lg) == CT_E_INVALID_ARG);
     CHECK(strstr(ct_context_last_error(ctx), "channels_last 2"));
-    CHECK_OK(ctx, ct_vision_config_default(ctx, "efficientnet_b0", &c));
-    c.channels_last = 1; /* a ResNet option */
+    CHECK_OK(ctx, ct_vision_config_default(ctx, "swin_t", &c));
+    c.channels_last = 1; /* a ResNet / EfficientNet option */
     CHECK(ct_model_vision(g, x, &c, &lg) == CT_E_INVALID_ARG);
-    CHECK(strstr(ct_context_last_error(ctx), "only for ResNets"));
-    c.channels_last = 0;
+    CHECK(strstr(ct_context_last_error(ctx), "only for ResNets and EfficientNets"));
+    CHECK_OK(ctx, ct_vision_config_default(ctx, "efficientnet_b0", &c));
     CHECK(c.drop_path == 0.2f && c.dropout == 0.2f && c.num_classes == 1000);
     c.cifar_stem = 1;
     CHECK(ct_model_vision(g, x, &c, &lg) == CT_E_INVALID_ARG);
@@ -496,4 +501,5 @@ TEST_MAIN(T(model_table), T(torchvision_names_and_counts), T(params_by_name), T(
           T(resnet18c_ref), T(resnet18c_avx2), T(resnet18c_default), T(resnet50_ref), T(resnet50_avx2),
           T(resnet50_default), T(effb0_ref), T(effb0_avx2), T(effb0_default), T(swin_ref), T(swin_avx2),
           T(swin_default), T(swin_pad_ref), T(swin_pad_default), T(resnet18c_bf16), T(resnet50_bf16), T(effb0_bf16), T(swin_bf16), T(swin_pad_bf16),
-          T(resnet18c_cl_ref), T(resnet18c_cl_default), T(resnet50_cl_default), T(resnet18c_cl_bf16))
+          T(resnet18c_cl_ref), T(resnet18c_cl_default), T(resnet50_cl_default), T(resnet18c_cl_bf16), T(effb0_cl_ref),
+          T(effb0_cl_default), T(effb0_cl_bf16))

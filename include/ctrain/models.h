@@ -164,11 +164,11 @@ typedef enum ct_model_family { CT_MODEL_FAMILY_IMAGE = 0, CT_MODEL_FAMILY_TEXT }
     X(RESNET34, resnet34, IMAGE, "cifar_stem channels_last " CT_MODEL_VISION_KEYS_, "torchvision ResNet-34")                     \
     X(RESNET50, resnet50, IMAGE, "cifar_stem channels_last " CT_MODEL_VISION_KEYS_, "torchvision ResNet-50")                     \
     X(RESNET101, resnet101, IMAGE, "cifar_stem channels_last " CT_MODEL_VISION_KEYS_, "torchvision ResNet-101")                  \
-    X(EFFICIENTNET_B0, efficientnet_b0, IMAGE, "dropout drop_path " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B0") \
-    X(EFFICIENTNET_B1, efficientnet_b1, IMAGE, "dropout drop_path " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B1") \
-    X(EFFICIENTNET_B2, efficientnet_b2, IMAGE, "dropout drop_path " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B2") \
-    X(EFFICIENTNET_B3, efficientnet_b3, IMAGE, "dropout drop_path " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B3") \
-    X(EFFICIENTNET_B4, efficientnet_b4, IMAGE, "dropout drop_path " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B4") \
+    X(EFFICIENTNET_B0, efficientnet_b0, IMAGE, "dropout drop_path channels_last " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B0") \
+    X(EFFICIENTNET_B1, efficientnet_b1, IMAGE, "dropout drop_path channels_last " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B1") \
+    X(EFFICIENTNET_B2, efficientnet_b2, IMAGE, "dropout drop_path channels_last " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B2") \
+    X(EFFICIENTNET_B3, efficientnet_b3, IMAGE, "dropout drop_path channels_last " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B3") \
+    X(EFFICIENTNET_B4, efficientnet_b4, IMAGE, "dropout drop_path channels_last " CT_MODEL_VISION_KEYS_, "torchvision EfficientNet-B4") \
     X(SWIN_T, swin_t, IMAGE, "drop_path window " CT_MODEL_VISION_KEYS_, "torchvision Swin-T")                     \
     X(SWIN_S, swin_s, IMAGE, "drop_path window " CT_MODEL_VISION_KEYS_, "torchvision Swin-S")                     \
     X(SWIN_B, swin_b, IMAGE, "drop_path window " CT_MODEL_VISION_KEYS_, "torchvision Swin-B")                     \
@@ -244,8 +244,9 @@ typedef struct ct_vision_config {
                             block (torchvision: 0.2; swin 0.2 / 0.3 / 0.5); resnet: 0 */
     float dropout;       /* efficientnet: classifier dropout; others: must be 0      */
     int window;          /* swin: window size (0: 7); others: must be 0              */
-    int channels_last;   /* resnet: 1 runs it on (N, H, W, C) activations (see
-                            ct_model_cnn_ex; the same model); others: must be 0  */
+    int channels_last;   /* resnet, efficientnet: 1 runs it on (N, H, W, C)
+                            activations (see ct_model_cnn_ex; the same model);
+                            swin: must be 0                                      */
 } ct_vision_config;
 
 /* The architecture's torchvision defaults (full size, 1000 classes). An

@@ -17,30 +17,36 @@ static int64_t make_divisible(double v) {
     return nv;
 }
 
-/* A 1x1 convolution with bias named "<pre>.<fc>" (cin -> cout), on the squeezed (N, C, 1, 1) map. */
-static ct_status se_fc(ct_graph *g, ct_node x, const char *pre, const char *fc, int64_t cin, int64_t cout, ct_node *out) {
+/* A 1x1 convolution with bias named "<pre>.<fc>" (cin -> cout), on the squeezed (N, C, 1, 1) map
+ * ((N, 1, 1, C) channels last). */
+static ct_status se_fc(ct_graph *g, ct_node x, const char *pre, const char *fc, int64_t cin, int64_t cout, int cl,
+                       ct_node *out) {
     char nm[128];
     ct_node w, b;
     snprintf(nm, sizeof nm, "%s.%s", pre, fc);
     CT_TRY(ct_vis_conv_weight(g, nm, cout, cin, 1, &w));
     CT_TRY(ct_vis_param(g, nm, "bias", 1, (int64_t[]){cout}, CT_INIT_ZEROS, 0, &b));
-    CT_TRY(ct_conv2d(g, x, w, b, 1, 0, 1, 1, out));
+    ct_conv2d_opts co;
+    ct_conv2d_opts_default(&co);
+    co.channels_last = cl;
+    CT_TRY(ct_conv2d_ex(g, x, w, b, &co, out));
     return ct_node_set_name(g, *out, nm);
 }
 
-/* squeeze-excitation named pre (fc1, fc2): x * sigmoid(fc2(silu(fc1(avgpool(x))))) */
-static ct_status squeeze_excite(ct_graph *g, ct_node x, const char *pre, int64_t squeeze, ct_node *out) {
-    int64_t c = ct_vis_channels(g, x), n;
+/* squeeze-excitation named pre (fc1, fc2): x * sigmoid(fc2(silu(fc1(avgpool(x))))); channels last the
+ * squeezed map is (N, 1, 1, C), broadcast over H and W */
+static ct_status squeeze_excite(ct_graph *g, ct_node x, const char *pre, int64_t squeeze, int cl, ct_node *out) {
+    int64_t c = ct_mdl_channels(g, x, cl), n;
     int nd;
     int64_t s[CT_MAX_DIMS];
     CT_TRY(ct_node_shape(g, x, &nd, s));
     n = s[0];
     ct_node p;
-    CT_TRY(ct_global_avgpool(g, x, &p));
-    CT_TRY(ct_reshape(g, p, 4, (int64_t[]){n, c, 1, 1}, &p));
-    CT_TRY(se_fc(g, p, pre, "fc1", c, squeeze, &p));
+    CT_TRY(ct_mdl_global_avgpool(g, x, cl, &p));
+    CT_TRY(ct_reshape(g, p, 4, cl ? (int64_t[]){n, 1, 1, c} : (int64_t[]){n, c, 1, 1}, &p));
+    CT_TRY(se_fc(g, p, pre, "fc1", c, squeeze, cl, &p));
     CT_TRY(ct_silu(g, p, &p));
-    CT_TRY(se_fc(g, p, pre, "fc2", squeeze, c, &p));
+    CT_TRY(se_fc(g, p, pre, "fc2", squeeze, c, cl, &p));
     CT_TRY(ct_sigmoid(g, p, &p));
     CT_TRY(ct_mul(g, x, p, out));
     return ct_node_set_name(g, *out, pre);
@@ -48,23 +54,23 @@ static ct_status squeeze_excite(ct_graph *g, ct_node x, const char *pre, int64_t
 
 /* MBConv named pre ("features.s.j"); sd: its stochastic depth probability */
 static ct_status mbconv(ct_graph *g, ct_node x, const char *pre, int expand, int k, int stride, int64_t cout,
-                        float sd, ct_node *out) {
-    int64_t cin = ct_vis_channels(g, x), ce = make_divisible((double)cin * expand);
+                        float sd, int cl, ct_node *out) {
+    int64_t cin = ct_mdl_channels(g, x, cl), ce = make_divisible((double)cin * expand);
     char c[112], b[112];
     int li = 0;
     ct_node y = x;
     if (ce != cin) {
         snprintf(c, sizeof c, "%s.block.%d.0", pre, li), snprintf(b, sizeof b, "%s.block.%d.1", pre, li);
-        CT_TRY(ct_vis_conv_bn(g, y, c, b, ce, 1, 1, 1, CT_ACT_SILU, &y));
+        CT_TRY(ct_vis_conv_bn_ex(g, y, c, b, ce, 1, 1, 1, CT_ACT_SILU, cl, &y));
         li++;
     }
     snprintf(c, sizeof c, "%s.block.%d.0", pre, li), snprintf(b, sizeof b, "%s.block.%d.1", pre, li);
-    CT_TRY(ct_vis_conv_bn(g, y, c, b, ce, k, stride, (int)ce, CT_ACT_SILU, &y));
+    CT_TRY(ct_vis_conv_bn_ex(g, y, c, b, ce, k, stride, (int)ce, CT_ACT_SILU, cl, &y));
     li++;
     snprintf(c, sizeof c, "%s.block.%d", pre, li++);
-    CT_TRY(squeeze_excite(g, y, c, cin / 4 > 1 ? cin / 4 : 1, &y));
+    CT_TRY(squeeze_excite(g, y, c, cin / 4 > 1 ? cin / 4 : 1, cl, &y));
     snprintf(c, sizeof c, "%s.block.%d.0", pre, li), snprintf(b, sizeof b, "%s.block.%d.1", pre, li);
-    CT_TRY(ct_vis_conv_bn(g, y, c, b, cout, 1, 1, 1, CT_ACT_COUNT, &y));
+    CT_TRY(ct_vis_conv_bn_ex(g, y, c, b, cout, 1, 1, 1, CT_ACT_COUNT, cl, &y));
     if (stride == 1 && cin == cout) {
         if (sd > 0) {
             CT_TRY(ct_drop_path(g, y, sd, &y));
@@ -91,9 +97,11 @@ static ct_status efficientnet(ct_graph *g, ct_node x, const ct_vision_config *c,
         if (c->max_blocks > 0 && layers[s] > c->max_blocks) layers[s] = c->max_blocks;
         total += layers[s];
     }
+    const int cl = c->channels_last;
     ct_node y;
-    CT_TRY(ct_vis_conv_bn(g, x, "features.0.0", "features.0.1", make_divisible(k_conf[0][3] * wm), 3, 2, 1,
-                          CT_ACT_SILU, &y));
+    if (cl) CT_TRY(ct_mdl_to_nhwc(g, x, &x));
+    CT_TRY(ct_vis_conv_bn_ex(g, x, "features.0.0", "features.0.1", make_divisible(k_conf[0][3] * wm), 3, 2, 1,
+                             CT_ACT_SILU, cl, &y));
     char pre[48];
     int id = 0;
     for (int s = 0; s < 7; s++)
@@ -101,11 +109,11 @@ static ct_status efficientnet(ct_graph *g, ct_node x, const ct_vision_config *c,
             snprintf(pre, sizeof pre, "features.%d.%d", s + 1, j);
             float sd = (float)((double)c->drop_path * id / total);
             CT_TRY(mbconv(g, y, pre, k_conf[s][0], k_conf[s][1], j ? 1 : k_conf[s][2], make_divisible(k_conf[s][4] * wm),
-                          sd, &y));
+                          sd, cl, &y));
         }
     int64_t last = 4 * make_divisible(k_conf[6][4] * wm);
-    CT_TRY(ct_vis_conv_bn(g, y, "features.8.0", "features.8.1", last, 1, 1, 1, CT_ACT_SILU, &y));
-    CT_TRY(ct_global_avgpool(g, y, &y));
+    CT_TRY(ct_vis_conv_bn_ex(g, y, "features.8.0", "features.8.1", last, 1, 1, 1, CT_ACT_SILU, cl, &y));
+    CT_TRY(ct_mdl_global_avgpool(g, y, cl, &y));
     CT_TRY(ct_node_set_name(g, y, "avgpool"));
     if (c->dropout > 0) {
         CT_TRY(ct_dropout(g, y, c->dropout, &y));

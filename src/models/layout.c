@@ -1,5 +1,5 @@
-/* src/models/layout.c - the channels-last helpers of the CNN and ResNet
- * builders (model_def.h). */
+/* src/models/layout.c - the channels-last helpers of the CNN, ResNet and
+ * EfficientNet builders (model_def.h). */
 #include "model_def.h"
 
 ct_status ct_mdl_to_nhwc(ct_graph *g, ct_node x, ct_node *out) {

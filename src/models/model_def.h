@@ -52,7 +52,7 @@ const ct_model_row *ct_model_row_at(int m);
 /* The row named `name` (a row's name, not a preset's), or NULL. */
 const ct_model_row *ct_model_row_find(const char *name);
 
-/* Channels last (layout.c): the CNN and ResNet builders with channels_last
+/* Channels last (layout.c): the CNN, ResNet and EfficientNet builders with channels_last
  * run their convolutions on (N, H, W, C) tensors (ct_conv2d_ex), so oneDNN
  * reorders nothing; the parameters and their names are PyTorch's either way. */
 /* (N, C, H, W) -> (N, H, W, C): a transpose (a reshape, free, for C = 1). */

@@ -39,9 +39,9 @@ ct_status ct_vis_build(ct_graph *g, ct_node x, const ct_vision_config *c, const 
                             "drop_path and dropout to 0", c->arch);
     if (!a->resnet_depth && c->cifar_stem)
         return ct_set_error(ctx, CT_E_INVALID_ARG, "%s: cifar_stem is a ResNet option", c->arch);
-    if ((!a->resnet_depth && c->channels_last) || (c->channels_last != 0 && c->channels_last != 1))
-        return ct_set_error(ctx, CT_E_INVALID_ARG, "%s: channels_last %d: 0 or 1, and 1 only for ResNets", c->arch,
-                            c->channels_last);
+    if ((a->swin_embed && c->channels_last) || (c->channels_last != 0 && c->channels_last != 1))
+        return ct_set_error(ctx, CT_E_INVALID_ARG, "%s: channels_last %d: 0 or 1, and 1 only for ResNets and EfficientNets",
+                            c->arch, c->channels_last);
     if (a->resnet_depth && 64 % c->width_div)
         return ct_set_error(ctx, CT_E_INVALID_ARG, "%s: width_div %d must divide 64 (the stem's channels)", c->arch,
                             c->width_div);
@@ -77,7 +77,7 @@ ct_status ct_vis_build_recipe(ct_graph *g, const ct_model_row *m, ct_node x, con
                             (long long)r->num_classes, (long long)n_classes, (long long)n_classes);
     vc.num_classes = r->num_classes ? r->num_classes : n_classes;
     vc.cifar_stem = r->cifar_stem, vc.width_div = r->width_div, vc.max_blocks = r->max_blocks;
-    vc.channels_last = ((const ct_vis_arch *)m->def->config)->resnet_depth ? r->channels_last : 0;
+    vc.channels_last = ((const ct_vis_arch *)m->def->config)->swin_embed ? 0 : r->channels_last;
     vc.window = r->window;
     if (r->drop_path >= 0) vc.drop_path = r->drop_path; /* -1: the model's */
     vc.dropout = r->dropout;
