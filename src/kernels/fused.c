@@ -41,9 +41,6 @@
 
 #include "kernels/kernels.h"
 
-/* Bytes of the mask bits after batchnorm's statistics in BN_RELU's aux. */
-static size_t stats_bytes(int64_t C) { return 2 * (size_t)C * sizeof(float); }
-
 /* Relu in place and the mask bits in one pass, as the reference relu:
  * x > 0 or NaN keeps x, else +0; bit = output > 0. */
 void ct_fused_relu_pack_ref(float *y, uint8_t *bits, int64_t n, int nth) {
@@ -95,7 +92,7 @@ ct_status ct_fused_bn_relu(ct_kargs *k, ct_kernel_fn bn, void (*relu_pack)(float
     b.node = &nd;
     CT_TRY(bn(&b));
     int64_t C = k->in[0].shape[1];
-    uint8_t *bits = (uint8_t *)k->aux + stats_bytes(C);
+    uint8_t *bits = ct_bn_relu_bits(k->aux, C);
     if (lp) relu_pack_lp(k->out.data, bits, ct_tensor_numel(&k->out), k->nthreads, k->out.dtype);
     else relu_pack(k->out.data, bits, ct_tensor_numel(&k->out), k->nthreads);
     return CT_OK;
@@ -125,7 +122,7 @@ ct_status ct_k_dropout_add_ref(ct_kargs *k) {
 ct_status ct_k_relu_mask_bwd_ref(ct_kargs *k) {
     const float *dy = k->in[0].data;
     float *dx = k->out.data;
-    const uint8_t *bits = (const uint8_t *)k->in_aux[1] + stats_bytes(k->in[1].shape[1]);
+    const uint8_t *bits = ct_bn_relu_bits(k->in_aux[1], k->in[1].shape[1]);
     int64_t n = ct_tensor_numel(&k->out);
     for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * ((bits[i >> 3] >> (i & 7)) & 1u ? 1.0f : 0.0f);
     return CT_OK;

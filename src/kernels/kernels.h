@@ -182,6 +182,11 @@ static inline size_t ct_bn_rows_ws_bytes(int64_t N, int64_t C, int64_t S) {
     return (size_t)(2 * ct_colsum_pieces(N, W) + 2) * (size_t)Wp * sizeof(double) + 4 * (size_t)W * sizeof(float);
 }
 
+/* batchnorm+relu's relu mask bits (one per output element, in element order) in its aux, after
+ * batchnorm's statistics (mean[C], invstd[C]): what relu_mask_bwd and a batchnorm_bwd_data with ia[5]
+ * read */
+static inline uint8_t *ct_bn_relu_bits(void *aux, int64_t C) { return (uint8_t *)aux + 2 * (size_t)C * sizeof(float); }
+
 /* Dropout keep decision for element i: the same in forward and backward, on
  * every ISA and thread count. */
 static inline int ct_dropout_keep(uint64_t seed, uint64_t stream, uint64_t step, uint64_t i, float p) {

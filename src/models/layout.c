@@ -2,15 +2,19 @@
  * EfficientNet builders (model_def.h). */
 #include "model_def.h"
 
-ct_status ct_mdl_to_nhwc(ct_graph *g, ct_node x, ct_node *out) {
+/* x's shape into s, or CT_E_SHAPE naming `what` unless x is 4-D in `layout` */
+static ct_status shape4(ct_graph *g, ct_node x, const char *what, const char *layout, int64_t s[CT_MAX_DIMS]) {
     int nd;
-    int64_t s[CT_MAX_DIMS];
     CT_TRY(ct_node_shape(g, x, &nd, s));
-    if (nd != 4) {
-        char buf[96];
-        return ct_set_error(ct_graph_context(g), CT_E_SHAPE, "channels last: input %s must be (N, C, H, W)",
-                            ct_shape_str(nd, s, buf, sizeof buf));
-    }
+    if (nd == 4) return CT_OK;
+    char buf[96];
+    return ct_set_error(ct_graph_context(g), CT_E_SHAPE, "%s: input %s must be %s", what,
+                        ct_shape_str(nd, s, buf, sizeof buf), layout);
+}
+
+ct_status ct_mdl_to_nhwc(ct_graph *g, ct_node x, ct_node *out) {
+    int64_t s[CT_MAX_DIMS];
+    CT_TRY(shape4(g, x, "channels last", "(N, C, H, W)", s));
     if (s[1] == 1) return ct_reshape(g, x, 4, (int64_t[]){s[0], s[2], s[3], 1}, out); /* the same memory */
     return ct_transpose(g, x, (int[]){0, 2, 3, 1}, out);
 }
@@ -43,14 +47,8 @@ int64_t ct_mdl_channels(ct_graph *g, ct_node x, int cl) {
 
 ct_status ct_mdl_global_avgpool(ct_graph *g, ct_node x, int cl, ct_node *out) {
     if (!cl) return ct_global_avgpool(g, x, out);
-    int nd;
     int64_t s[CT_MAX_DIMS];
-    CT_TRY(ct_node_shape(g, x, &nd, s));
-    if (nd != 4) {
-        char buf[96];
-        return ct_set_error(ct_graph_context(g), CT_E_SHAPE, "global_avgpool: input %s must be (N, H, W, C)",
-                            ct_shape_str(nd, s, buf, sizeof buf));
-    }
+    CT_TRY(shape4(g, x, "global_avgpool", "(N, H, W, C)", s));
     CT_TRY(ct_reshape(g, x, 3, (int64_t[]){s[0], s[1] * s[2], s[3]}, &x));
     return ct_mean(g, x, 1u << 1, 0, out);
 }

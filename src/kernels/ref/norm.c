@@ -23,7 +23,7 @@ static float bn_dy(const float *dy, const uint8_t *mk, int64_t o) {
 }
 
 static const uint8_t *bn_mask(const ct_kargs *k, int64_t C) {
-    return k->node->ia[5] ? (const uint8_t *)k->in_aux[3] + 2 * (size_t)C * sizeof(float) : NULL;
+    return k->node->ia[5] ? ct_bn_relu_bits(k->in_aux[3], C) : NULL;
 }
 
 /* ---- sync_batchnorm (ct_context_set_batch_sum): the statistics of the global batch ----------------
@@ -100,8 +100,9 @@ static ct_status bn_sync_bwd_data(ct_kargs *k, ct_batch_sum_fn sum, void *user) 
         for (int64_t n = 0; n < N; n++)
             for (int64_t i = 0; i < S; i++) {
                 int64_t o = (n * C + c) * S + i;
-                sdy += bn_dy(dy, mk, o);
-                sdyx += bn_dy(dy, mk, o) * ((x[o] - mean[c]) * invstd[c]);
+                const float d = bn_dy(dy, mk, o);
+                sdy += d;
+                sdyx += d * ((x[o] - mean[c]) * invstd[c]);
             }
         b[2 * c] = sdy, b[2 * c + 1] = sdyx;
     }
@@ -209,8 +210,9 @@ ct_status ct_k_batchnorm_bwd_data_ref(ct_kargs *k) {
             for (int64_t i = 0; i < S; i++) {
                 int64_t o = (n * C + c) * S + i;
                 double xh = (x[o] - mean[c]) * invstd[c];
-                sdy += bn_dy(dy, mk, o);
-                sdyx += bn_dy(dy, mk, o) * xh;
+                const float d = bn_dy(dy, mk, o);
+                sdy += d;
+                sdyx += d * xh;
             }
         for (int64_t n = 0; n < N; n++)
             for (int64_t i = 0; i < S; i++) {

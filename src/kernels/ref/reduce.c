@@ -95,13 +95,14 @@ ct_status ct_k_colsum(ct_kargs *k) {
     if (!a || ct_tensor_numel(O) != D)
         return ct_set_error(k->ctx, CT_E_INTERNAL, "colsum: the producer has no column sums for %lld columns",
                             (long long)ct_tensor_numel(O));
-    if (k->node->n_in > 1 && !k->in_aux[1])
+    const float *invstd = k->node->n_in > 1 && k->in_aux[1] ? (const float *)k->in_aux[1] + D : NULL;
+    if (k->node->n_in > 1 && !invstd)
         return ct_set_error(k->ctx, CT_E_INTERNAL, "colsum: no batchnorm statistics for a dgamma");
     a += k->node->ia[0] * P * D;
     for (int64_t j = 0; j < D; j++) {
         double acc = 0;
         for (int64_t p = 0; p < P; p++) acc += a[p * D + j];
-        float v = (float)(acc * (k->node->n_in > 1 ? (double)((const float *)k->in_aux[1])[D + j] : k->node->fa[0]));
+        float v = (float)(acc * (invstd ? (double)invstd[j] : k->node->fa[0]));
         if (O->dtype == CT_BF16) ((uint16_t *)O->data)[j] = ct_f32_to_bf16(v);
         else if (O->dtype == CT_F16) ((uint16_t *)O->data)[j] = ct_f32_to_f16(v);
         else ((float *)O->data)[j] = v;

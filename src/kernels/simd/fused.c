@@ -101,7 +101,7 @@ ct_status CT_FN(relu_mask_bwd)(ct_kargs *k) {
     const ct_dtype dt = k->out.dtype;
     int lp = ct_dtype_is_low(dt) && k->in[0].dtype == dt;
     if (!lp && (k->in[0].dtype != CT_F32 || dt != CT_F32)) return CT_E_UNSUPPORTED;
-    const uint8_t *bits = (const uint8_t *)k->in_aux[1] + 2 * (size_t)k->in[1].shape[1] * sizeof(float);
+    const uint8_t *bits = ct_bn_relu_bits(k->in_aux[1], k->in[1].shape[1]);
     int64_t n = ct_tensor_numel(&k->out), nb = n / 8;
     int nth = n >= 65536 ? k->nthreads : 1;
     if (lp) {
