@@ -401,7 +401,7 @@ static ct_status build_conv(ct_graph *g, const void *vc, built *b) {
     return weighted_sum(g, y, b);
 }
 
-TEST(conv2d_stride_padding_groups) {
+static int conv_sweep(void) {
     const conv_cfg cs[] = {
         {2, 3, 9, 9, 4, 3, 3, 1, 1, 1, 1, 1},   /* 3 channels: blocked layouts              */
         {2, 1, 11, 13, 5, 3, 3, 1, 1, 1, 1, 0}, /* one input channel: plain layouts         */
@@ -419,6 +419,20 @@ TEST(conv2d_stride_padding_groups) {
         test_conv_label(c, label, sizeof label);
         fails += compare(build_conv, c, label);
     }
+    return fails;
+}
+
+TEST(conv2d_stride_padding_groups) {
+    int fails = conv_sweep();
+    CHECK_MSG(fails == 0, "%d failures", fails);
+}
+
+/* The same with every stride-1 backward data run as a forward convolution of the flipped BF16 weights
+   (onednn/conv.c; test_onednn checks that the form is taken) */
+TEST(conv2d_bwd_data_forward_form) {
+    setenv("CT_ONEDNN_BWD_DATA", "fwd", 1);
+    int fails = conv_sweep();
+    unsetenv("CT_ONEDNN_BWD_DATA");
     CHECK_MSG(fails == 0, "%d failures", fails);
 }
 
@@ -646,6 +660,6 @@ TEST(override_and_queries) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(matmul_2d_all_transposes), T(matmul_batched), T(linear_bias_and_3d), T(attention_after_linear), T(conv2d_stride_padding_groups),
+TEST_MAIN(T(matmul_2d_all_transposes), T(matmul_batched), T(linear_bias_and_3d), T(attention_after_linear), T(conv2d_stride_padding_groups), T(conv2d_bwd_data_forward_form),
           T(mlp_trains_close_to_copies), T(cnn_trains_close_to_copies),
           T(native_with_recompute_and_accumulation_bit_identical), T(cnn_activation_arena), T(override_and_queries))

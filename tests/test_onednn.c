@@ -28,6 +28,8 @@ typedef struct {
     ct_node weights;   /* r of a loss sum(y * r), or CT_NONE */
     int n_classes;
     int expect_dnnl;   /* minimum number of nodes that must run on oneDNN */
+    int bwd_fwd_form;  /* conv2d_bwd_data nodes: 1 must run as a forward convolution (conv.c), -1 must not,
+                          0 either */
 } built;
 
 typedef ct_status (*builder)(ct_graph *g, const void *cfg, built *b);
@@ -158,6 +160,15 @@ static int compare(builder fn, const void *cfg, const char *label, int threads) 
         const ct_op_info *info = ct_op_table(p[0]->g.nodes[i].op);
         if (!strcmp(k, "none") || !dnnl_op(p[0]->g.nodes[i].op)) continue;
         int simd = info->simd_first && info->simd_first(&p[0]->g, &p[0]->g.nodes[i]);
+        if (p[0]->g.nodes[i].op == CT_OP_CONV2D_BWD_DATA && b[0].bwd_fwd_form) {
+            const char *impl = ct_plan_kernel_impl(p[0], i);
+            int fwd = impl && strstr(impl, "as a forward convolution");
+            if (fwd != (b[0].bwd_fwd_form > 0)) {
+                fprintf(stderr, "    %s: node %d (conv2d_bwd_data) ran as '%s', expected %sthe forward form\n", label,
+                        i, impl ? impl : "?", b[0].bwd_fwd_form > 0 ? "" : "not ");
+                fails++;
+            }
+        }
         if (simd ? strncmp(k, "avx", 3) != 0 : strcmp(k, "onednn") != 0) {
             fprintf(stderr, "    %s: node %d (%s) ran on '%s', not %s\n", label, i, info->name, k,
                     simd ? "its SIMD kernel" : "onednn");
@@ -352,6 +363,87 @@ TEST(conv2d_shapes) {
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) CHECK(conv_case(&cs[i]) == 0);
 }
 
+/* Backward data as a forward convolution (conv.c): forced by
+ * CT_ONEDNN_BWD_DATA=fwd wherever the geometry allows (stride 1, padding at
+ * most the kernel's extent), NCHW and channels last, groups, dilation; not
+ * with stride 2 or padding beyond the kernel; and the built-in choice on
+ * ResNet-like 3x3 layers. */
+typedef struct {
+    conv_cfg c;
+    int cl;   /* channels last */
+    int form; /* built.bwd_fwd_form */
+} fwd_form_cfg;
+
+static ct_status build_conv_form(ct_graph *g, const void *vc, built *b) {
+    const fwd_form_cfg *f = vc;
+    const conv_cfg *c = &f->c;
+    ct_node x, w, bias = CT_NONE, y;
+    int64_t xs[4] = {c->N, c->C, c->H, c->W}, xcl[4] = {c->N, c->H, c->W, c->C};
+    CT_TRY(ct_param(g, "x", 4, f->cl ? xcl : xs, CT_INIT_ZEROS, 1, &x));
+    CT_TRY(ct_param(g, "w", 4, (int64_t[]){c->OC, c->C / c->groups, c->KH, c->KW}, CT_INIT_ZEROS, 1, &w));
+    if (c->bias) CT_TRY(ct_param(g, "bias", 1, (int64_t[]){c->OC}, CT_INIT_ZEROS, 1, &bias));
+    ct_conv2d_opts o;
+    ct_conv2d_opts_default(&o);
+    o.stride = c->stride;
+    o.pad = c->pad;
+    o.dilation = c->dil;
+    o.groups = c->groups;
+    o.channels_last = f->cl;
+    CT_TRY(ct_conv2d_ex(g, x, w, bias, &o, &y));
+    b->bwd_fwd_form = f->form;
+    b->expect_dnnl = 3; /* forward, bwd data, bwd weight */
+    return weighted_sum(g, y, b);
+}
+
+static int form_case(const fwd_form_cfg *f) {
+    char label[240];
+    test_conv_label(&f->c, label, sizeof label);
+    snprintf(label + strlen(label), sizeof label - strlen(label), "%s, expect form %d", f->cl ? " NHWC" : "", f->form);
+    return compare(build_conv_form, f, label, 0);
+}
+
+TEST(conv2d_bwd_data_forward_form) {
+    int fails = 0, n = 0;
+    setenv("CT_ONEDNN_BWD_DATA", "fwd", 1);
+    for (int cl = 0; cl <= 1; cl++)
+        for (int pad = 0; pad <= 2; pad++)
+            for (int dil = 1; dil <= 2; dil++)
+                for (int gi = 0; gi < 3; gi++) {
+                    int groups = (int[]){1, 2, 4}[gi];
+                    fwd_form_cfg f = {{2, 4, 9, 7, 8, 3, 3, 1, pad, dil, groups, 1}, cl, 1};
+                    fails += form_case(&f);
+                    n++;
+                }
+    const fwd_form_cfg forced[] = {
+        {{2, 6, 8, 8, 4, 3, 2, 1, 1, 1, 2, 0}, 1, 1},  /* non-square kernel: its own paddings per side */
+        {{2, 3, 10, 9, 7, 1, 1, 1, 0, 1, 1, 0}, 0, 1}, /* 1x1: the transposed weights alone */
+        {{2, 8, 9, 9, 8, 3, 3, 2, 1, 1, 1, 1}, 1, -1}, /* stride 2: oneDNN's backward data */
+        {{2, 4, 9, 9, 8, 3, 3, 1, 3, 1, 1, 1}, 1, -1}, /* padding 3 > the kernel's extent 2 */
+    };
+    for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++, n++) fails += form_case(&forced[i]);
+    setenv("CT_ONEDNN_BWD_DATA", "bwd", 1);
+    fwd_form_cfg never = {{2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1}, 1, -1};
+    fails += form_case(&never);
+    unsetenv("CT_ONEDNN_BWD_DATA");
+    /* The built-in choice: a 3x3 channels-last layer with 8x8 outputs runs as the forward form where oneDNN's
+       forward is a brgemm kernel and its backward data is not (AVX-512 without AMX on oneDNN 2.6); 1x1 never. */
+    ct_context *probe = test_ctx(-1, 1);
+    int avx512 = ct_context_isa(probe) >= CT_ISA_AVX512 && ct_context_use_onednn(probe);
+    int amx = ct_context_cpu(probe)->amx_tile;
+    ct_context_free(probe);
+    if (avx512) {
+        /* FP32 on AMX: oneDNN's choice of kernels there is not pinned down here (either form) */
+        const char *e = getenv("ONEDNN_MAX_CPU_ISA");
+        int capped = e && strncmp(e, "AVX512", 6) != 0 && strncmp(e, "ALL", 3) != 0;
+        fwd_form_cfg auto3 = {{4, 32, 8, 8, 32, 3, 3, 1, 1, 1, 1, 1}, 1, capped ? -1 : amx ? 0 : 1};
+        fails += form_case(&auto3);
+        fwd_form_cfg auto1 = {{4, 32, 8, 8, 32, 1, 1, 1, 0, 1, 1, 1}, 1, -1};
+        fails += form_case(&auto1);
+        n += 2;
+    }
+    CHECK_MSG(fails == 0, "%d failures in %d configurations", fails, n);
+}
+
 /* ---- whole models ------------------------------------------------------------------------------ */
 
 static ct_status build_cnn(ct_graph *g, const void *vc, built *b) {
@@ -507,5 +599,5 @@ TEST(cache_free_accepts_null) {
 }
 
 TEST_MAIN(T(matmul_2d_all_transposes), T(matmul_batched_b_broadcast), T(matmul_batched_b_batched),
-          T(linear_bias_and_3d), T(conv2d_sweep), T(conv2d_shapes), T(cnn_and_mlp_cross_entropy), T(one_thread), T(out_of_budget_is_reported),
+          T(linear_bias_and_3d), T(conv2d_sweep), T(conv2d_shapes), T(conv2d_bwd_data_forward_form), T(cnn_and_mlp_cross_entropy), T(one_thread), T(out_of_budget_is_reported),
           T(cache_free_accepts_null), T(layout_copies_share_one_scratch))

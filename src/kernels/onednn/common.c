@@ -157,17 +157,29 @@ static ct_status add_reorder(ct_dnnl *c, dnnl_memory_t from, dnnl_memory_t to) {
     return s;
 }
 
-ct_status ct_dnnl_input(ct_dnnl *c, const dnnl_memory_desc_t *user_md, int slot, const dnnl_memory_desc_t *want,
-                        dnnl_memory_t *out) {
+ct_status ct_dnnl_buffer(ct_dnnl *c, const dnnl_memory_desc_t *md, dnnl_memory_t *out, size_t *off) {
+    CT_TRY(owned_mem(c, md, out));
+    *off = c->owned[c->nowned - 1].off;
+    return CT_OK;
+}
+
+ct_status ct_dnnl_convert(ct_dnnl *c, dnnl_memory_t from, const dnnl_memory_desc_t *want, dnnl_memory_t *out) {
     if (!want) return ct_set_error(c->ctx, CT_E_INTERNAL, "oneDNN %s: the primitive did not report a layout", c->what);
-    dnnl_memory_t um;
-    CT_TRY(ct_dnnl_user(c, user_md, slot, &um));
-    if (dnnl_memory_desc_equal(user_md, want)) {
-        *out = um;
+    const dnnl_memory_desc_t *fmd;
+    CT_DNNL_TRY(c, dnnl_memory_get_memory_desc(from, &fmd), "querying a memory object");
+    if (dnnl_memory_desc_equal(fmd, want)) {
+        *out = from;
         return CT_OK;
     }
     CT_TRY(owned_mem(c, want, out));
-    return add_reorder(c, um, *out);
+    return add_reorder(c, from, *out);
+}
+
+ct_status ct_dnnl_input(ct_dnnl *c, const dnnl_memory_desc_t *user_md, int slot, const dnnl_memory_desc_t *want,
+                        dnnl_memory_t *out) {
+    dnnl_memory_t um;
+    CT_TRY(ct_dnnl_user(c, user_md, slot, &um));
+    return ct_dnnl_convert(c, um, want, out);
 }
 
 ct_status ct_dnnl_output(ct_dnnl *c, const dnnl_memory_desc_t *user_md, const dnnl_memory_desc_t *want,
@@ -315,6 +327,7 @@ static ct_status execute(ct_kargs *k, ct_dnnl *c) {
         for (int i = 0; i < c->nowned; i++)
             CT_DNNL_TRY(c, dnnl_memory_set_data_handle(c->owned[i].mem, (char *)base + c->owned[i].off),
                         "binding a buffer in the scratch");
+        if (c->pre) CT_TRY(c->pre(c, k, base));
     }
     for (int i = 0; i < c->nbinds; i++) {
         int slot = c->binds[i].slot;

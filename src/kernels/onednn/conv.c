@@ -16,8 +16,18 @@
  * Dtypes are the tensors' own: f32, or bf16 (the plan's native BF16 path),
  * with an f32 weight gradient from bf16 dy and x (written straight into the
  * FP32 gradient arena). The forward descriptor that hints the backward ones
- * is described in the backward's compute dtype (its weights' or x's). */
+ * is described in the backward's compute dtype (its weights' or x's).
+ *
+ * Backward data as a forward convolution: with stride 1, dx is the forward
+ * convolution of dy with the weights transposed (in and out channels) and
+ * flipped in space, padded (KH - 1) * d - p. oneDNN 2.6 runs its forward on
+ * brgemm kernels (brgconv) on AVX-512 but its backward data on the older jit
+ * ones; see bwd_as_fwd() for when this form is taken. The flipped weights are
+ * written by the node (flip_weights, before the primitives) into its scratch
+ * region, then reordered like any weights. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/onednn/onednn.h"
 
@@ -40,6 +50,95 @@ typedef struct {
 static ct_dnnl_layout conv_layout(conv_kind kind, const conv_geo *g) {
     (void)kind;
     return g->C >= 3 ? CT_DNNL_LAYOUT_BLOCKED : CT_DNNL_LAYOUT_PLAIN;
+}
+
+/* CT_ONEDNN_BWD_DATA=fwd|bwd: backward data always as a forward convolution
+ * where the geometry allows, or never (tests, benchmarks); otherwise
+ * bwd_as_fwd() decides. */
+static int bwd_data_override(void) {
+    const char *e = getenv("CT_ONEDNN_BWD_DATA");
+    if (!e) return -1;
+    if (!strcmp(e, "fwd")) return 1;
+    if (!strcmp(e, "bwd")) return 0;
+    return -1;
+}
+
+/* The flipped weights of a backward data run as a forward convolution:
+ * wf[g][c][o][kh][kw] = w[g][o][c][KH-1-kh][KW-1-kw], i.e. each o-c pair's
+ * KH x KW block reversed into the c-o place. pre_dims: G, OC/G, C/G, KH*KW. */
+static ct_status flip_weights(ct_dnnl *c, const ct_kargs *k, char *region) {
+    const int64_t G = c->pre_dims[0], O = c->pre_dims[1], I = c->pre_dims[2], S = c->pre_dims[3];
+    const size_t es = ct_dtype_size(k->in[1].dtype);
+    const char *w = k->in[1].data;
+    char *wf = region + c->pre_off;
+#pragma omp parallel for schedule(static) num_threads(c->nthreads)
+    for (int64_t gi = 0; gi < G * I; gi++) {
+        const int64_t g = gi / I, i = gi % I;
+        for (int64_t o = 0; o < O; o++) {
+            const char *src = w + (size_t)(((g * O + o) * I + i) * S) * es;
+            char *dst = wf + (size_t)(((g * I + i) * O + o) * S) * es;
+            if (es == 4)
+                for (int64_t t = 0; t < S; t++) memcpy(dst + (size_t)t * 4, src + (size_t)(S - 1 - t) * 4, 4);
+            else
+                for (int64_t t = 0; t < S; t++) memcpy(dst + (size_t)t * 2, src + (size_t)(S - 1 - t) * 2, 2);
+        }
+    }
+    return CT_OK;
+}
+
+static int starts_with(const char *s, const char *p) { return s && !strncmp(s, p, strlen(p)); }
+
+/* Whether a backward data convolution runs as the forward one (fpd, already
+ * created) rather than as oneDNN's backward data (bpd): where the forward is
+ * a brgemm kernel and the backward is not, for kernels larger than 1x1 and
+ * at least 8x8 outputs. Measured on an Ice Lake Xeon (AVX-512, 2 threads,
+ * nhwc, ms per call, oneDNN's backward data vs the forward form, flip and
+ * weight reorder not included):
+ *   ResNet-18 at batch 128, 3x3: 64 ch 32x32 57.5 vs 33.1, 128 ch 16x16
+ *     51.6 vs 32.5, 256 ch 8x8 55.1 vs 36.2, but 512 ch 4x4 40.0 vs 51.3
+ *     (the same shape's forward);
+ *   ResNet-50 at batch 32: 3x3 64 ch 56x56 45.7 vs 28.4, 128 ch 28x28 43.0
+ *     vs 27.0, 256 ch 14x14 44.1 vs 35.1; 1x1 no better (256 -> 1024 ch
+ *     14x14 13.4 vs 16.3, 1024 -> 256 13.2 vs 18.8, 64 -> 256 56x56 17.4 vs
+ *     16.8): oneDNN's 1x1 backward data is a good kernel already.
+ * Without AVX-512 oneDNN 2.6 has no brgemm convolution, so nothing changes
+ * there; where its backward data is a brgemm kernel too (AMX), neither. */
+static int bwd_as_fwd(const conv_geo *g, const_dnnl_primitive_desc_t fpd, const_dnnl_primitive_desc_t bpd) {
+    int o = bwd_data_override();
+    if (o >= 0) return o;
+    if (g->KH * g->KW < 2 || g->H * g->W < 64) return 0;
+    const char *fi = NULL, *bi = NULL;
+    if (dnnl_primitive_desc_query(fpd, dnnl_query_impl_info_str, 0, &fi) != dnnl_success) return 0;
+    if (dnnl_primitive_desc_query(bpd, dnnl_query_impl_info_str, 0, &bi) != dnnl_success) return 0;
+    return starts_with(fi, "brg") && !starts_with(bi, "brg");
+}
+
+/* The forward convolution that computes dx = conv(dy, flipped weights) for a
+ * stride-1 backward data (ay, ax: dy's and dx's descriptors as the backward
+ * has them), into *out when bwd_as_fwd() takes it (else *out stays NULL). */
+static ct_status bwd_data_fwd_pd(ct_dnnl *c, const conv_geo *g, const dnnl_memory_desc_t *ay,
+                                 const dnnl_memory_desc_t *ax, ct_dtype wdt, const dnnl_dims_t dil,
+                                 const dnnl_dims_t pr, const_dnnl_primitive_desc_t bpd, dnnl_primitive_desc_t *out) {
+    *out = NULL;
+    const int64_t eh = (g->KH - 1) * g->d, ew = (g->KW - 1) * g->d; /* the kernel's extent - 1 */
+    if (g->s != 1 || eh < g->p || ew < g->p || eh < pr[0] || ew < pr[1] || bwd_data_override() == 0) return CT_OK;
+    int64_t wd[5] = {g->G, g->C / g->G, g->OC / g->G, g->KH, g->KW};
+    const int wn = g->G > 1 ? 5 : 4;
+    dnnl_memory_desc_t w;
+    CT_TRY(ct_dnnl_md_tag(c, &w, wn, g->G > 1 ? wd : wd + 1, dnnl_format_tag_any, wdt));
+    dnnl_dims_t one = {1, 1}, pl = {eh - g->p, ew - g->p}, fpr = {eh - pr[0], ew - pr[1]};
+    dnnl_convolution_desc_t d;
+    if (dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_training, dnnl_convolution_direct, ay, &w, NULL, ax,
+                                                   one, dil, pl, fpr) != dnnl_success)
+        return CT_OK;
+    dnnl_primitive_desc_t pd;
+    if (dnnl_primitive_desc_create(&pd, &d, c->attr, c->engine, NULL) != dnnl_success) return CT_OK;
+    if (!bwd_as_fwd(g, pd, bpd)) {
+        dnnl_primitive_desc_destroy(pd);
+        return CT_OK;
+    }
+    *out = pd;
+    return CT_OK;
 }
 
 static ct_status build_conv(ct_kargs *k, ct_dnnl *c, conv_kind kind) {
@@ -120,6 +219,33 @@ static ct_status build_conv(ct_kargs *k, ct_dnnl *c, conv_kind kind) {
         if (st == dnnl_success) s = ct_dnnl_pd(c, &pd, &bdesc, fpd, "creating the backward-weights convolution");
     }
     if (st != dnnl_success) s = ct_dnnl_fail(c, st, "describing the backward convolution");
+    dnnl_primitive_desc_t ffpd = NULL; /* backward data as a forward convolution, where taken */
+    if (s == CT_OK && kind == CONV_BWD_DATA) s = bwd_data_fwd_pd(c, &g, &ay, &ax, wdt, dil, pr, pd, &ffpd);
+    if (ffpd) {
+        dnnl_memory_desc_t wf;
+        int64_t wfd[5] = {g.G, g.C / g.G, g.OC / g.G, g.KH, g.KW};
+        dnnl_memory_t m0, m1, m2, mwf;
+        s = ct_dnnl_md_tag(c, &wf, wn, g.G > 1 ? wfd : wfd + 1, wtag, wdt);
+        if (s == CT_OK) s = ct_dnnl_input(c, &uy, 0, dnnl_primitive_desc_query_md(ffpd, dnnl_query_src_md, 0), &m0);
+        if (s == CT_OK) s = ct_dnnl_buffer(c, &wf, &mwf, &c->pre_off);
+        if (s == CT_OK) s = ct_dnnl_convert(c, mwf, dnnl_primitive_desc_query_md(ffpd, dnnl_query_weights_md, 0), &m1);
+        if (s == CT_OK) s = ct_dnnl_output(c, &ux, dnnl_primitive_desc_query_md(ffpd, dnnl_query_dst_md, 0), &m2);
+        if (s == CT_OK) {
+            c->pre = flip_weights;
+            c->pre_dims[0] = g.G;
+            c->pre_dims[1] = g.OC / g.G;
+            c->pre_dims[2] = g.C / g.G;
+            c->pre_dims[3] = g.KH * g.KW;
+            dnnl_exec_arg_t fargs[3] = {{DNNL_ARG_SRC, m0}, {DNNL_ARG_WEIGHTS, m1}, {DNNL_ARG_DST, m2}};
+            s = ct_dnnl_add(c, ffpd, 3, fargs);
+        }
+        if (s == CT_OK) /* for the profiler and ct_plan_kernel_impl */
+            snprintf(c->impl + strlen(c->impl), sizeof c->impl - strlen(c->impl), " as a forward convolution");
+        dnnl_primitive_desc_destroy(ffpd);
+        if (pd) dnnl_primitive_desc_destroy(pd);
+        dnnl_primitive_desc_destroy(fpd);
+        return s;
+    }
     const_dnnl_primitive_desc_t use = kind == CONV_FWD ? fpd : pd;
     dnnl_memory_t m0 = NULL, m1 = NULL, m2 = NULL, mb = NULL;
     dnnl_exec_arg_t args[4];

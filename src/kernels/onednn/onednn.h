@@ -66,6 +66,11 @@ typedef struct ct_dnnl {
                                               names it (impl_info_str): "brg:avx512_core_amx" */
     void (*ext_free)(struct ct_dnnl *c);   /* a kernel's own state around this struct (attention.c),
                                               released first by ct_onednn_cache_free */
+    /* Work of the kernel's own before the primitives run (conv.c: the flipped weights of a backward-data
+       convolution run as a forward one): called on every call with the node's scratch region bound. */
+    ct_status (*pre)(struct ct_dnnl *c, const ct_kargs *k, char *region);
+    size_t pre_off;                        /* where pre writes, in the region (ct_dnnl_buffer) */
+    int64_t pre_dims[4];                   /* pre's parameters */
 } ct_dnnl;
 
 /* Builds the primitives of a node into c. c->what holds "op 'node'" on
@@ -105,6 +110,12 @@ ct_status ct_dnnl_user(ct_dnnl *c, const dnnl_memory_desc_t *md, int slot, dnnl_
  * reorder step added now (call before ct_dnnl_add). */
 ct_status ct_dnnl_input(ct_dnnl *c, const dnnl_memory_desc_t *user_md, int slot, const dnnl_memory_desc_t *want,
                         dnnl_memory_t *out);
+/* A buffer of layout md in the node's scratch region (for c->pre to fill);
+ * *off: its offset in the region. */
+ct_status ct_dnnl_buffer(ct_dnnl *c, const dnnl_memory_desc_t *md, dnnl_memory_t *out, size_t *off);
+/* `from` (a memory object of this node) in layout want: itself when the
+ * layouts agree, else an owned buffer filled by a reorder step added now. */
+ct_status ct_dnnl_convert(ct_dnnl *c, dnnl_memory_t from, const dnnl_memory_desc_t *want, dnnl_memory_t *out);
 /* The output, likewise; its reorder back is added right after the next
  * ct_dnnl_add. */
 ct_status ct_dnnl_output(ct_dnnl *c, const dnnl_memory_desc_t *user_md, const dnnl_memory_desc_t *want,
