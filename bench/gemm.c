@@ -86,6 +86,7 @@ enum { K_MM = 0, K_CONV_FWD, K_CONV_BWD_DATA, K_CONV_BWD_WEIGHT };
 
 typedef struct {
     int kind, backward, bias, ta, tb, relu, cl; /* cl: a channels-last convolution (NHWC activations) */
+    int fwd_form;                    /* a backward data that ran as a forward convolution (onednn/conv.c) */
     char op[24];
     ct_dtype adt, bdt, cdt;
     int64_t batch, bb, M, N, K;      /* K_MM: batch of GEMMs, B's batch (1: broadcast) */
@@ -171,6 +172,7 @@ static int same(const shape *a, const shape *b) {
     return a->kind == b->kind && a->backward == b->backward && a->bias == b->bias && a->ta == b->ta && a->tb == b->tb &&
            a->relu == b->relu && a->adt == b->adt && a->bdt == b->bdt && a->cdt == b->cdt && a->batch == b->batch &&
            a->bb == b->bb && a->M == b->M && a->N == b->N && a->K == b->K && a->cl == b->cl &&
+           a->fwd_form == b->fwd_form &&
            !memcmp(a->conv, b->conv, sizeof a->conv);
 }
 
@@ -192,6 +194,12 @@ static void hook(void *user, const ct_node_event *ev) {
         tmp.adt = tmp.bdt = tmp.cdt = CT_F32;
         size_t n = strlen(tmp.op);
         snprintf(tmp.op + n, sizeof tmp.op - n, "(cvt)");
+    }
+    const char *impl = ct_plan_kernel_impl(t->p, ev->node);
+    if (tmp.kind == K_CONV_BWD_DATA && impl && strstr(impl, "as a forward convolution")) {
+        tmp.fwd_form = 1; /* alone: the same forward form */
+        size_t n = strlen(tmp.op);
+        snprintf(tmp.op + n, sizeof tmp.op - n, "(fwd)");
     }
     int i = 0;
     while (i < t->n && !same(&t->s[i], &tmp)) i++;
@@ -328,7 +336,17 @@ static int build_mm(dnn *d, const shape *s, int packed, job *j) {
 /* The convolution of s: plain nchw / oihw (goihw), or packed: every tensor in
  * format any, weights reordered once (the activations as oneDNN wants them
  * too, as a blocked-layout network would keep them). */
-static int build_conv(dnn *d, const shape *s, int packed, job *j) {
+static int build_conv(dnn *d, const shape *s0, int packed, job *j) {
+    shape f;
+    const shape *s = s0;
+    if (s0->fwd_form) { /* dx = conv(dy, flipped weights): C <-> OC, H <-> OH, stride 1, padding (KH - 1) d - p */
+        const int64_t *c = s0->conv;
+        memcpy(&f, s0, offsetof(shape, in));
+        int64_t fc[13] = {c[0], c[4], c[7], c[8], c[1], c[5], c[6], c[2], c[3], 1, (c[5] - 1) * c[11] - c[10], c[11], c[12]};
+        memcpy(f.conv, fc, sizeof fc);
+        f.kind = K_CONV_FWD, f.bias = 0;
+        s = &f;
+    }
     const int64_t *g = s->conv;
     int64_t N = g[0], C = g[1], H = g[2], W = g[3], OC = g[4], KH = g[5], KW = g[6], OH = g[7], OW = g[8];
     int64_t st = g[9], pad = g[10], dil = g[11], G = g[12];
@@ -483,7 +501,7 @@ static void figures(shape *s, int want_min, double *in, double *pl, double *pk, 
 
 static void print_rows(const char *wl, table *t) {
     static const char *dn[] = {[CT_F32] = "f32", [CT_BF16] = "bf16", [CT_F16] = "f16"};
-    printf("%-8s %-3s %-19s %5s %5s %6s %6s %6s %2s %2s %4s %-5s | %9s %9s %9s %9s %6s | %9s %9s %9s %6s | %s\n",
+    printf("%-8s %-3s %-24s %5s %5s %6s %6s %6s %2s %2s %4s %-5s | %9s %9s %9s %9s %6s | %9s %9s %9s %6s | %s\n",
            "workload", "ph", "op", "calls", "batch", "M", "N", "K", "ta", "tb", "bias", "dtype", "in-step", "plain",
            "packed", "cold", "ratio", "min:in", "plain", "packed", "ratio", "oneDNN impl plain / packed");
     for (int i = 0; i < t->n; i++) {
@@ -494,7 +512,7 @@ static void print_rows(const char *wl, table *t) {
         char dts[24];
         snprintf(dts, sizeof dts, "%s", s->adt == s->bdt && s->bdt == s->cdt ? dn[s->cdt] : "");
         if (!dts[0]) snprintf(dts, sizeof dts, "%sx%s>%s", dn[s->adt], dn[s->bdt], dn[s->cdt]);
-        printf("%-8s %-3s %-19s %5d %5lld %6lld %6lld %6lld %2d %2d %4d %-5s | %9.3f %9.3f %9.3f %9.3f %6.2f | %9.3f "
+        printf("%-8s %-3s %-24s %5d %5lld %6lld %6lld %6lld %2d %2d %4d %-5s | %9.3f %9.3f %9.3f %9.3f %6.2f | %9.3f "
                "%9.3f %9.3f %6.2f | %s / %s\n",
                wl, s->backward ? "bwd" : "fwd", s->op, s->calls_per_step, (long long)s->batch, (long long)s->M,
                (long long)s->N, (long long)s->K, s->ta, s->tb, s->bias, dts, in, pl, pk, cold, in / best, in_m, pl_m,
