@@ -56,6 +56,7 @@ printf '{"optimizer": "sgd", "epochs": 1}\n' > "$tmp/shorthand.json"
 expect optimizer_shorthand 0 "model mlp" -- "$CT" graph --recipe "$tmp/shorthand.json"
 expect optimizer_shorthand_set 0 "model mlp" -- "$CT" graph --recipe "$tmp/shorthand.json" --set optimizer=lamb
 expect bad_env_value 1 "CT_FLUSH_SUBNORMALS='on' is not valid: use 0 or 1" -- env CT_FLUSH_SUBNORMALS=on "$CT" info
+expect bad_env_bwd_data 1 "CT_ONEDNN_BWD_DATA='forward' is not valid: use fwd, bwd or auto" -- env CT_ONEDNN_BWD_DATA=forward "$CT" info
 expect out_of_range 1 "optimizer.lr.*out of range" -- "$CT" train --lr -1
 expect bad_beta 1 "beta1" -- "$CT" train --set optimizer.beta1=1.5
 expect missing_recipe 1 "cannot open recipe" -- "$CT" train --recipe "$tmp/nope.json"

@@ -419,6 +419,7 @@ TEST(conv2d_bwd_data_forward_form) {
         {{2, 3, 10, 9, 7, 1, 1, 1, 0, 1, 1, 0}, 0, 1}, /* 1x1: the transposed weights alone */
         {{2, 8, 9, 9, 8, 3, 3, 2, 1, 1, 1, 1}, 1, -1}, /* stride 2: oneDNN's backward data */
         {{2, 4, 9, 9, 8, 3, 3, 1, 3, 1, 1, 1}, 1, -1}, /* padding 3 > the kernel's extent 2 */
+        {{4, 64, 16, 16, 64, 3, 3, 1, 1, 1, 1, 0}, 1, 1}, /* a ResNet layer (oneDNN's blocked weights)  */
     };
     for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++, n++) fails += form_case(&forced[i]);
     setenv("CT_ONEDNN_BWD_DATA", "bwd", 1);

@@ -136,7 +136,8 @@ void ct_context_opts_default(ct_context_opts *o) {
     o->flush_subnormals = 1;
 }
 
-/* The variables ct_context_create reads (and CT_BF16_NATIVE, read at compile): a value
+/* The variables ct_context_create reads (and CT_BF16_NATIVE, read at compile, CT_ONEDNN_BWD_DATA, read when a
+ * convolution's primitives are created): a value
  * that is not one of the accepted ones is an error, never silently ignored. */
 ct_status ct_context_env_check(char *msg, size_t len) {
     static const struct {
@@ -144,7 +145,8 @@ ct_status ct_context_env_check(char *msg, size_t len) {
     } vars[] = {{"CT_ISA", {"ref", "avx2", "avx512", NULL}},
                 {"CT_ONEDNN", {"0", "1", NULL}},
                 {"CT_FLUSH_SUBNORMALS", {"0", "1", NULL}},
-                {"CT_BF16_NATIVE", {"0", "1", NULL}}};
+                {"CT_BF16_NATIVE", {"0", "1", NULL}},
+                {"CT_ONEDNN_BWD_DATA", {"fwd", "bwd", "auto", NULL}}};
     for (size_t v = 0; v < sizeof vars / sizeof vars[0]; v++) {
         const char *e = getenv(vars[v].name);
         if (!e || !*e) continue;

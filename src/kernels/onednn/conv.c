@@ -53,8 +53,8 @@ static ct_dnnl_layout conv_layout(conv_kind kind, const conv_geo *g) {
 }
 
 /* CT_ONEDNN_BWD_DATA=fwd|bwd: backward data always as a forward convolution
- * where the geometry allows, or never (tests, benchmarks); otherwise
- * bwd_as_fwd() decides. */
+ * where the geometry allows, or never (tests, benchmarks); unset or auto:
+ * bwd_as_fwd() decides (ct_context_create rejects other values). */
 static int bwd_data_override(void) {
     const char *e = getenv("CT_ONEDNN_BWD_DATA");
     if (!e) return -1;
