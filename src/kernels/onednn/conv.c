@@ -55,7 +55,7 @@ static ct_dnnl_layout conv_layout(conv_kind kind, const conv_geo *g) {
 /* CT_ONEDNN_BWD_DATA=fwd|bwd: backward data always as a forward convolution
  * where the geometry allows, or never (tests, benchmarks); unset or auto:
  * bwd_as_fwd() decides (ct_context_create rejects other values). */
-static int bwd_data_override(void) {
+static int bwd_data_override(void) { /* 1 fwd, 0 bwd, -1 the rule */
     const char *e = getenv("CT_ONEDNN_BWD_DATA");
     if (!e) return -1;
     if (!strcmp(e, "fwd")) return 1;
@@ -65,9 +65,11 @@ static int bwd_data_override(void) {
 
 /* The flipped weights of a backward data run as a forward convolution:
  * wf[g][c][o][kh][kw] = w[g][o][c][KH-1-kh][KW-1-kw], i.e. each o-c pair's
- * KH x KW block reversed into the c-o place. pre_dims: G, OC/G, C/G, KH*KW. */
+ * KH x KW block reversed into the c-o place; w is the node's (OC, C/G, KH, KW)
+ * input 1, G its groups (ia[3]). */
 static ct_status flip_weights(ct_dnnl *c, const ct_kargs *k, char *region) {
-    const int64_t G = c->pre_dims[0], O = c->pre_dims[1], I = c->pre_dims[2], S = c->pre_dims[3];
+    const int64_t *ws = k->in[1].shape, G = k->node->ia[3] > 1 ? k->node->ia[3] : 1;
+    const int64_t O = ws[0] / G, I = ws[1], S = ws[2] * ws[3];
     const size_t es = ct_dtype_size(k->in[1].dtype);
     const char *w = k->in[1].data;
     char *wf = region + c->pre_off;
@@ -104,8 +106,6 @@ static int starts_with(const char *s, const char *p) { return s && !strncmp(s, p
  * Without AVX-512 oneDNN 2.6 has no brgemm convolution, so nothing changes
  * there; where its backward data is a brgemm kernel too (AMX), neither. */
 static int bwd_as_fwd(const conv_geo *g, const_dnnl_primitive_desc_t fpd, const_dnnl_primitive_desc_t bpd) {
-    int o = bwd_data_override();
-    if (o >= 0) return o;
     if (g->KH * g->KW < 2 || g->H * g->W < 64) return 0;
     const char *fi = NULL, *bi = NULL;
     if (dnnl_primitive_desc_query(fpd, dnnl_query_impl_info_str, 0, &fi) != dnnl_success) return 0;
@@ -115,17 +115,18 @@ static int bwd_as_fwd(const conv_geo *g, const_dnnl_primitive_desc_t fpd, const_
 
 /* The forward convolution that computes dx = conv(dy, flipped weights) for a
  * stride-1 backward data (ay, ax: dy's and dx's descriptors as the backward
- * has them), into *out when bwd_as_fwd() takes it (else *out stays NULL). */
+ * has them; wf: the flipped weights' dims), into *out when it is taken
+ * (CT_ONEDNN_BWD_DATA, else bwd_as_fwd()); else *out stays NULL. */
 static ct_status bwd_data_fwd_pd(ct_dnnl *c, const conv_geo *g, const dnnl_memory_desc_t *ay,
-                                 const dnnl_memory_desc_t *ax, ct_dtype wdt, const dnnl_dims_t dil,
-                                 const dnnl_dims_t pr, const_dnnl_primitive_desc_t bpd, dnnl_primitive_desc_t *out) {
+                                 const dnnl_memory_desc_t *ax, int wn, const int64_t *wf, ct_dtype wdt,
+                                 const dnnl_dims_t dil, const dnnl_dims_t pr, const_dnnl_primitive_desc_t bpd,
+                                 dnnl_primitive_desc_t *out) {
     *out = NULL;
+    const int force = bwd_data_override();
     const int64_t eh = (g->KH - 1) * g->d, ew = (g->KW - 1) * g->d; /* the kernel's extent - 1 */
-    if (g->s != 1 || eh < g->p || ew < g->p || eh < pr[0] || ew < pr[1] || bwd_data_override() == 0) return CT_OK;
-    int64_t wd[5] = {g->G, g->C / g->G, g->OC / g->G, g->KH, g->KW};
-    const int wn = g->G > 1 ? 5 : 4;
+    if (force == 0 || g->s != 1 || eh < g->p || ew < g->p || eh < pr[0] || ew < pr[1]) return CT_OK;
     dnnl_memory_desc_t w;
-    CT_TRY(ct_dnnl_md_tag(c, &w, wn, g->G > 1 ? wd : wd + 1, dnnl_format_tag_any, wdt));
+    CT_TRY(ct_dnnl_md_tag(c, &w, wn, wf, dnnl_format_tag_any, wdt));
     dnnl_dims_t one = {1, 1}, pl = {eh - g->p, ew - g->p}, fpr = {eh - pr[0], ew - pr[1]};
     dnnl_convolution_desc_t d;
     if (dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_training, dnnl_convolution_direct, ay, &w, NULL, ax,
@@ -133,7 +134,7 @@ static ct_status bwd_data_fwd_pd(ct_dnnl *c, const conv_geo *g, const dnnl_memor
         return CT_OK;
     dnnl_primitive_desc_t pd;
     if (dnnl_primitive_desc_create(&pd, &d, c->attr, c->engine, NULL) != dnnl_success) return CT_OK;
-    if (!bwd_as_fwd(g, pd, bpd)) {
+    if (force < 0 && !bwd_as_fwd(g, pd, bpd)) {
         dnnl_primitive_desc_destroy(pd);
         return CT_OK;
     }
@@ -220,22 +221,19 @@ static ct_status build_conv(ct_kargs *k, ct_dnnl *c, conv_kind kind) {
     }
     if (st != dnnl_success) s = ct_dnnl_fail(c, st, "describing the backward convolution");
     dnnl_primitive_desc_t ffpd = NULL; /* backward data as a forward convolution, where taken */
-    if (s == CT_OK && kind == CONV_BWD_DATA) s = bwd_data_fwd_pd(c, &g, &ay, &ax, wdt, dil, pr, pd, &ffpd);
+    int64_t wfd[5] = {g.G, g.C / g.G, g.OC / g.G, g.KH, g.KW}; /* its weights: in <-> out channels */
+    const int64_t *wfdims = g.G > 1 ? wfd : wfd + 1;
+    if (s == CT_OK && kind == CONV_BWD_DATA) s = bwd_data_fwd_pd(c, &g, &ay, &ax, wn, wfdims, wdt, dil, pr, pd, &ffpd);
     if (ffpd) {
         dnnl_memory_desc_t wf;
-        int64_t wfd[5] = {g.G, g.C / g.G, g.OC / g.G, g.KH, g.KW};
         dnnl_memory_t m0, m1, m2, mwf;
-        s = ct_dnnl_md_tag(c, &wf, wn, g.G > 1 ? wfd : wfd + 1, wtag, wdt);
+        s = ct_dnnl_md_tag(c, &wf, wn, wfdims, wtag, wdt);
         if (s == CT_OK) s = ct_dnnl_input(c, &uy, 0, dnnl_primitive_desc_query_md(ffpd, dnnl_query_src_md, 0), &m0);
         if (s == CT_OK) s = ct_dnnl_buffer(c, &wf, &mwf, &c->pre_off);
         if (s == CT_OK) s = ct_dnnl_convert(c, mwf, dnnl_primitive_desc_query_md(ffpd, dnnl_query_weights_md, 0), &m1);
         if (s == CT_OK) s = ct_dnnl_output(c, &ux, dnnl_primitive_desc_query_md(ffpd, dnnl_query_dst_md, 0), &m2);
         if (s == CT_OK) {
             c->pre = flip_weights;
-            c->pre_dims[0] = g.G;
-            c->pre_dims[1] = g.OC / g.G;
-            c->pre_dims[2] = g.C / g.G;
-            c->pre_dims[3] = g.KH * g.KW;
             dnnl_exec_arg_t fargs[3] = {{DNNL_ARG_SRC, m0}, {DNNL_ARG_WEIGHTS, m1}, {DNNL_ARG_DST, m2}};
             s = ct_dnnl_add(c, ffpd, 3, fargs);
         }

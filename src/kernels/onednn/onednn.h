@@ -70,7 +70,6 @@ typedef struct ct_dnnl {
        convolution run as a forward one): called on every call with the node's scratch region bound. */
     ct_status (*pre)(struct ct_dnnl *c, const ct_kargs *k, char *region);
     size_t pre_off;                        /* where pre writes, in the region (ct_dnnl_buffer) */
-    int64_t pre_dims[4];                   /* pre's parameters */
 } ct_dnnl;
 
 /* Builds the primitives of a node into c. c->what holds "op 'node'" on
