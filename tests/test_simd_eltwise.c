@@ -266,6 +266,72 @@ TEST(unary_special_values) {
     }
 }
 
+/* The erf GELU's two forms (simd/eltwise.c: tables for |x| < 4, the normcdf form elsewhere): a sweep over
+ * [-14, 14] with every interval edge and 4 +- 1 ulp, forward and backward against the reference in relative
+ * error down to the far tail (absolute below 1e-30: at x = -14 GELU is a subnormal 1e-42 and the kernels flush it; the derivative
+ * crosses zero near -0.75: absolute below 1e-3 there); each lane's value must not depend on its neighbours
+ * (the sweep shuffled between fast and slow lanes gives the same bits), and AVX2 and AVX-512 agree bit for
+ * bit. */
+TEST(gelu_tables_and_tails) {
+    setup();
+    enum { NS = 28 * 512 + 64 };
+    float *x = fbuf(NS), *dy = fbuf(NS), *xs = fbuf(NS), *ref = fbuf(NS), *refb = fbuf(NS);
+    int64_t n = 0;
+    for (int i = 0; i < 28 * 512; i++) x[n++] = -14.0f + (float)i / 512.0f * 0.999987f;
+    for (int k = -8; k <= 8; k++) x[n++] = 0.5f * (float)k;
+    const float four[] = {4.0f, nextafterf(4.0f, 0.0f), nextafterf(4.0f, 5.0f), 3.5f, nextafterf(3.5f, 0.0f)};
+    for (int i = 0; i < 5; i++) x[n++] = four[i], x[n++] = -four[i];
+    for (int64_t i = 0; i < n; i++) dy[i] = 1.0f;
+    const int64_t m = n;
+    /* xs: the same values with fast and slow lanes interleaved differently (a stride-7 walk) */
+    for (int64_t i = 0; i < m; i++) xs[i] = x[(i * 7) % m];
+    kcall f, b;
+    kinit(&f, CT_OP_UNARY, 1, &m);
+    f.nd.ia[0] = CT_UNARY_GELU;
+    kin(&f, x, CT_F32, 1, &m);
+    kinit(&b, CT_OP_UNARY_BWD, 1, &m);
+    b.nd.ia[0] = CT_UNARY_GELU;
+    kin(&b, dy, CT_F32, 1, &m);
+    kin(&b, x, CT_F32, 1, &m);
+    CHECK_OK(g_ctx, krun(&f, CT_KERNEL_REF, ref, 1));
+    CHECK_OK(g_ctx, krun(&b, CT_KERNEL_REF, refb, 1));
+    float *y[2] = {fbuf(NS), fbuf(NS)}, *d[2] = {fbuf(NS), fbuf(NS)}, *ys = fbuf(NS), *ds = fbuf(NS);
+    double ef = 0, eb = 0;
+    for (int s = 0; s < g_nslots; s++) {
+        f.k.in[0].data = b.k.in[1].data = x;
+        CHECK_OK(g_ctx, krun(&f, g_slots[s], y[s], 2));
+        CHECK_OK(g_ctx, krun(&b, g_slots[s], d[s], 2));
+        for (int64_t i = 0; i < m; i++) {
+            double ex = fabs((double)y[s][i] - ref[i]) / fmax(fabs((double)ref[i]), 1e-30);
+            double fl = x[i] > -1.0f && x[i] < -0.5f ? 1e-3 : 1e-30;
+            double eg = fabs((double)d[s][i] - refb[i]) / fmax(fabs((double)refb[i]), fl);
+            if (ex > ef) ef = ex;
+            if (eg > eb) eb = eg;
+            if (!(ex <= 1e-6) || !(eg <= 1e-6)) {
+                fprintf(stderr, "  gelu [%s] x=%.9g: y %.9g (reference %.9g), dy %.9g (reference %.9g)\n",
+                        ct_kernel_slot_name(g_slots[s]), (double)x[i], (double)y[s][i], (double)ref[i],
+                        (double)d[s][i], (double)refb[i]);
+                CHECK(0);
+                break;
+            }
+        }
+        f.k.in[0].data = b.k.in[1].data = xs;
+        CHECK_OK(g_ctx, krun(&f, g_slots[s], ys, 2));
+        CHECK_OK(g_ctx, krun(&b, g_slots[s], ds, 2));
+        size_t moved = 0;
+        for (int64_t i = 0; i < m; i++) {
+            const int64_t j = (i * 7) % m;
+            moved += memcmp(&ys[i], &y[s][j], sizeof(float)) != 0 || memcmp(&ds[i], &d[s][j], sizeof(float)) != 0;
+        }
+        CHECK(moved == 0);
+    }
+    if (g_nslots == 2) CHECK(nbitdiff(y[0], y[1], (size_t)m) == 0 && nbitdiff(d[0], d[1], (size_t)m) == 0);
+    printf("    gelu on [-14, 14]: max rel err fwd %.3g, bwd %.3g; %d fast slots agree bit for bit\n", ef, eb,
+           g_nslots);
+    free(x); free(dy); free(xs); free(ref); free(refb); free(ys); free(ds);
+    for (int s = 0; s < 2; s++) free(y[s]), free(d[s]);
+}
+
 TEST(unary_bwd_matches_ref) {
     setup();
     double worst[CT_UNARY_COUNT] = {0};
@@ -1030,7 +1096,7 @@ TEST(report_worst) {
     report((const ct_op[]){CT_OP_SCALE, CT_OP_BINARY, CT_OP_DROPOUT, CT_OP_SUM, CT_OP_BROADCAST_TO, CT_OP_SUM_TO}, 6);
 }
 
-TEST_MAIN(T(unary_matches_ref), T(unary_special_values), T(unary_bwd_matches_ref), T(scale_exact),
+TEST_MAIN(T(unary_matches_ref), T(unary_special_values), T(gelu_tables_and_tails), T(unary_bwd_matches_ref), T(scale_exact),
           T(binary_fast_paths_exact), T(binary_declines_other_broadcasts), T(dropout_same_mask), T(dropout_block_offset), T(unary_bwd_keep_equals_unary_and_unary_bwd), T(sum_patterns),
           T(sum_declines_other_patterns), T(broadcast_to_patterns), T(sum_to_patterns), T(softmax_matches_ref),
           T(cross_entropy_matches_ref), T(cross_entropy_invalid_label), T(graph_decline_falls_back),

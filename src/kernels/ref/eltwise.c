@@ -11,7 +11,7 @@
 static double act(int kind, double x) {
     switch (kind) {
     case CT_UNARY_RELU: return x > 0 || isnan(x) ? x : 0; /* NaN propagates, as PyTorch */
-    case CT_UNARY_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case CT_UNARY_GELU: return 0.5 * x * erfc(-x / sqrt(2.0)); /* erfc: relative accuracy in the lower tail too */
     case CT_UNARY_GELU_TANH: return 0.5 * x * (1.0 + tanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x)));
     case CT_UNARY_SILU: return x / (1.0 + exp(-x));
     case CT_UNARY_SIGMOID: return 1.0 / (1.0 + exp(-x));
@@ -24,7 +24,7 @@ static double act(int kind, double x) {
 static double dact(int kind, double v) {
     switch (kind) {
     case CT_UNARY_RELU: return v > 0 ? 1.0 : 0.0;
-    case CT_UNARY_GELU: return 0.5 * (1.0 + erf(v / sqrt(2.0))) + v * exp(-0.5 * v * v) / sqrt(2.0 * M_PI);
+    case CT_UNARY_GELU: return 0.5 * erfc(-v / sqrt(2.0)) + v * exp(-0.5 * v * v) / sqrt(2.0 * M_PI);
     case CT_UNARY_GELU_TANH: {
         double u = SQRT_2_OVER_PI * (v + GELU_C * v * v * v), t = tanh(u);
         return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * v * v);

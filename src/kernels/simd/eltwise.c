@@ -16,6 +16,7 @@
 
 #include "philox.h"
 #include "colsum.h"
+#include "gelu_tables.h"
 #include "simd_lowp.h"
 
 #define EW_CHUNK 16384 /* elements per parallel work item (a multiple of 16) */
@@ -76,10 +77,38 @@ static inline vf normcdf(vf x, vf e) {
 
 /* max(+0, x) keeps a NaN x (the second operand wins when unordered); + 0 turns -0 into +0, as the reference */
 static inline vf f_relu(vf x) { return vadd(vmax(vzero(), x), vzero()); }
-static inline vf f_gelu(vf x) {
+/* The erf GELU and its derivative: for |x| < 4 from the tables of gelu_tables.h (a polynomial of degree 7
+ * per half-unit interval of |x|, picked per lane by a permute: no exp, no division, 2-3x fewer cycles),
+ * elsewhere (|x| >= 4, NaN) by normcdf. Each lane's value depends on its x alone, so AVX2 (8 lanes) and
+ * AVX-512 (16) agree to the bit; a vector whose lanes are all below 4 skips the normcdf form. */
+#define GELU_TAB_MAX 4.0f
+#define EW_INLINE static inline __attribute__((always_inline))
+EW_INLINE vf gelu_tab(const float (*c)[16], vi k, vf u) {
+    vf p = vperm8(vtab8(c[7]), k);
+    p = vfma(p, u, vperm8(vtab8(c[6]), k));
+    p = vfma(p, u, vperm8(vtab8(c[5]), k));
+    p = vfma(p, u, vperm8(vtab8(c[4]), k));
+    p = vfma(p, u, vperm8(vtab8(c[3]), k));
+    p = vfma(p, u, vperm8(vtab8(c[2]), k));
+    p = vfma(p, u, vperm8(vtab8(c[1]), k));
+    return vfma(p, u, vperm8(vtab8(c[0]), k));
+}
+/* v(-|x|) from table c (Phi or GELU's derivative at -|x|); both are 1 - v(-|x|) at |x| */
+EW_INLINE vf gelu_tab_sym(const float (*c)[16], vf x) {
+    vf a = vabs(x);
+    vi k = vtrunc_i(vmul(a, vset1(2.0f)));
+    vf v = gelu_tab(c, k, vsub(a, vperm8(vtab8(k_gelu_mid), k)));
+    return vselect_gt(vzero(), x, v, vsub(vset1(1.0f), v));
+}
+/* out of line: the loops keep their tables in registers, and take this for a rare vector */
+static __attribute__((noinline)) vf f_gelu_erfc(vf x) {
     vf hh, ll;
     half_sq(x, &hh, &ll);
     return vmul(x, normcdf(x, gauss_e(hh, ll)));
+}
+EW_INLINE vf f_gelu(vf x) {
+    vf y = vmul(x, gelu_tab_sym(k_gelu_p, x)), lim = vset1(GELU_TAB_MAX);
+    return vall_lt(vabs(x), lim) ? y : vselect_gt(lim, vabs(x), y, f_gelu_erfc(x));
 }
 /* 0.5 x (1 + tanh(u)) == x sigmoid(2u), u = sqrt(2/pi) (x + c x^3) */
 static inline vf gelu_tanh_arg(vf x) {
@@ -92,11 +121,15 @@ static inline vf f_tanh(vf x) { return vtanh(x); }
 
 /* derivatives; v is y for relu/sigmoid/tanh and x for gelu/silu */
 static inline vf d_relu(vf v) { return vselect_gt(v, vzero(), vset1(1.0f), vzero()); }
-static inline vf d_gelu(vf x) {
+static __attribute__((noinline)) vf d_gelu_erfc(vf x) {
     vf hh, ll;
     half_sq(x, &hh, &ll);
     vf e = gauss_e(hh, ll);
     return vfma(x, vmul(e, vset1(K_INV_SQRT_2PI)), normcdf(x, e));
+}
+EW_INLINE vf d_gelu(vf x) {
+    vf d = gelu_tab_sym(k_gelu_d, x), lim = vset1(GELU_TAB_MAX);
+    return vall_lt(vabs(x), lim) ? d : vselect_gt(lim, vabs(x), d, d_gelu_erfc(x));
 }
 /* 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2) with 0.5 (1 + t) = s, 1 - t^2 = 4 s (1 - s) */
 static inline vf d_gelu_tanh(vf x) {

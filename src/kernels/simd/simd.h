@@ -6,7 +6,8 @@
  *   vf          vector of VW floats
  *   vload/vstore, vset1, vzero, vadd/vsub/vmul/vdiv, vfma(a,b,c)=a*b+c,
  *   vmax/vmin, vhsum (horizontal sum), vhmax, vexp (|rel err| < 2e-7 on
- *   [-87, 88]), vtail_load/vtail_store for the last n < VW elements.
+ *   [-87, 88]), vtail_load/vtail_store for the last n < VW elements,
+ *   vtab8/vperm8/vtrunc_i (8-entry table lookups per lane), vall_lt.
  */
 #ifndef CT_SIMD_H
 #define CT_SIMD_H
@@ -45,6 +46,13 @@ static inline vf vround(vf x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEA
 static inline vf vpow2i(vf n) { /* 2^n for integral n in [-126, 127] */
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
 }
+/* table lookups: vtab8 loads a table of 16 floats (the 8 entries twice: AVX-512 permutes 16 lanes, AVX2 reads
+ * the first 8), vperm8 gives each lane entry k & 7 of it (k: integers, e.g. vtrunc_i of an index) */
+static inline vf vtab8(const float *t16) { return _mm512_loadu_ps(t16); }
+static inline vi vtrunc_i(vf x) { return _mm512_cvttps_epi32(x); }
+static inline vf vperm8(vf tab, vi k) { return _mm512_permutexvar_ps(k, tab); }
+/* 1 when every lane has a < b (none NaN) */
+static inline int vall_lt(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ) == 0xffff; }
 #elif defined(CT_SIMD_AVX2)
 #define CT_FN(name) ct_k_##name##_avx2
 #define VW 8
@@ -84,6 +92,10 @@ static inline vf vround(vf x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_
 static inline vf vpow2i(vf n) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
 }
+static inline vf vtab8(const float *t16) { return _mm256_loadu_ps(t16); }
+static inline vi vtrunc_i(vf x) { return _mm256_cvttps_epi32(x); }
+static inline vf vperm8(vf tab, vi k) { return _mm256_permutevar8x32_ps(tab, k); }
+static inline int vall_lt(vf a, vf b) { return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_LT_OQ)) == 0xff; }
 #else
 #error "compile src/kernels/simd/ files with -DCT_SIMD_AVX2 or -DCT_SIMD_AVX512"
 #endif
