@@ -34,6 +34,9 @@ typedef struct {
 
 typedef ct_status (*builder)(ct_graph *g, const void *cfg, built *b);
 
+/* set by matmul_b_rows_padded_only_off_brgemm: compare() then requires every matmul node on a brgemm kernel */
+static int g_mm_brg;
+
 static int dnnl_op(ct_op op) {
     return op == CT_OP_MATMUL || op == CT_OP_LINEAR || op == CT_OP_CONV2D || op == CT_OP_CONV2D_BWD_DATA ||
            op == CT_OP_CONV2D_BWD_WEIGHT;
@@ -160,6 +163,14 @@ static int compare(builder fn, const void *cfg, const char *label, int threads) 
         const ct_op_info *info = ct_op_table(p[0]->g.nodes[i].op);
         if (!strcmp(k, "none") || !dnnl_op(p[0]->g.nodes[i].op)) continue;
         int simd = info->simd_first && info->simd_first(&p[0]->g, &p[0]->g.nodes[i]);
+        if (p[0]->g.nodes[i].op == CT_OP_MATMUL && g_mm_brg) {
+            const char *impl = ct_plan_kernel_impl(p[0], i);
+            if (!impl || strncmp(impl, "brg", 3) != 0) {
+                fprintf(stderr, "    %s: node %d (matmul) ran on '%s', expected oneDNN's brgemm\n", label, i,
+                        impl ? impl : "?");
+                fails++;
+            }
+        }
         if (p[0]->g.nodes[i].op == CT_OP_CONV2D_BWD_DATA && b[0].bwd_fwd_form) {
             const char *impl = ct_plan_kernel_impl(p[0], i);
             int fwd = impl && strstr(impl, "as a forward convolution");
@@ -248,6 +259,7 @@ static ct_status weighted_sum(ct_graph *g, ct_node y, built *b) {
 
 /* ---- matmul ----------------------------------------------------------------------------- */
 
+
 typedef test_mm_cfg mm_cfg;
 
 static ct_status build_mm(ct_graph *g, const void *vc, built *b) {
@@ -279,6 +291,23 @@ TEST(matmul_2d_all_transposes) {
     CHECK(mm_sweep(2, 2, 1, 17, 5) == 0);
     CHECK(mm_sweep(2, 2, 33, 40, 24) == 0);
     CHECK(mm_sweep(2, 2, 64, 72, 256) == 0); /* B rows of 256 floats: copied into padded rows */
+}
+
+/* A non-transposed B with rows of a multiple of 256 floats is copied into padded rows for oneDNN's sgemm
+ * (matmul.c), but not where oneDNN runs the plain B on brgemm (AVX-512): there the copy sent it to gemm:jit.
+ * On AVX-512 with oneDNN uncapped, every matmul of such shapes (the MLP's 256 x 1024 x 1024 data gradient's
+ * kind) must run on brgemm; elsewhere the sweep checks the padded path's results only. */
+TEST(matmul_b_rows_padded_only_off_brgemm) {
+    ct_context *probe = test_ctx(-1, 1);
+    int avx512 = ct_context_isa(probe) >= CT_ISA_AVX512 && ct_context_use_onednn(probe);
+    ct_context_free(probe);
+    const char *e = getenv("ONEDNN_MAX_CPU_ISA");
+    int capped = e && strncmp(e, "AVX512", 6) != 0 && strncmp(e, "ALL", 3) != 0;
+    g_mm_brg = avx512 && !capped;
+    if (!g_mm_brg) printf("    no AVX-512 oneDNN here: the padded B's results only\n");
+    CHECK(mm_sweep(2, 2, 64, 72, 256) == 0);
+    CHECK(mm_sweep(2, 2, 256, 128, 512) == 0);
+    g_mm_brg = 0;
 }
 
 TEST(matmul_batched_b_broadcast) {
@@ -599,6 +628,6 @@ TEST(cache_free_accepts_null) {
     CHECK(1);
 }
 
-TEST_MAIN(T(matmul_2d_all_transposes), T(matmul_batched_b_broadcast), T(matmul_batched_b_batched),
+TEST_MAIN(T(matmul_2d_all_transposes), T(matmul_b_rows_padded_only_off_brgemm), T(matmul_batched_b_broadcast), T(matmul_batched_b_batched),
           T(linear_bias_and_3d), T(conv2d_sweep), T(conv2d_shapes), T(conv2d_bwd_data_forward_form), T(cnn_and_mlp_cross_entropy), T(one_thread), T(out_of_budget_is_reported),
           T(cache_free_accepts_null), T(layout_copies_share_one_scratch))
