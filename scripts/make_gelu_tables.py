@@ -1,13 +1,16 @@
 #!/usr/bin/python3
-"""Prints the tables of the SIMD erf GELU's fast path (src/kernels/simd/gelu_tables.h).
+"""Prints the tables of the SIMD activations' fast path (src/kernels/simd/gelu_tables.h).
 
-For |x| < 4 the kernels take P(-|x|) = Phi(-|x|) and D(-|x|) = Phi(-|x|) - |x| pdf(|x|)
-(GELU's derivative at -|x|) from one of 8 polynomials of degree 7 in u = |x| - m_k on the
-intervals [k/2, (k+1)/2), picked per lane by a permute of 8-entry tables: no exp, no division.
-Each polynomial is a weighted least-squares fit on Chebyshev nodes (relative, absolute below
-1e-3 for D, which crosses zero near |x| = 0.75), refined by Lawson iterations towards minimax;
-the coefficients are rounded to float and the error below is that of the kernels' float Horner
-on float inputs, against mpmath at 40 digits.
+GELU (erf), GELU (tanh) and SiLU are f(x) = x F(x) with F(-a) = 1 - F(a), so
+f'(x) = F(x) + x F'(x) has the same symmetry: both follow from P(a) = F(-a) and
+D(a) = f'(-a) = F(-a) - a F'(a) at a = |x| (1 - P and 1 - D at positive x).
+For a below a limit the kernels take P and D from one of 8 polynomials of degree
+7 in u = a - m_k on equal intervals of a, picked per lane by a permute of 8-entry
+tables: no exp, no division. Each polynomial is a weighted least-squares fit on
+Chebyshev nodes (relative, absolute below 1e-3 for D, which crosses zero),
+refined by Lawson iterations towards minimax; the coefficients are rounded to
+float and the errors printed are those of the kernels' float Horner on float
+inputs, against mpmath at 40 digits.
 
     /usr/bin/python3 scripts/make_gelu_tables.py > src/kernels/simd/gelu_tables.h
 Needs python3-numpy and python3-mpmath (Debian; mpmath comes with python3-torch's sympy)."""
@@ -18,16 +21,46 @@ import numpy as np
 
 mp.mp.dps = 40
 F32 = np.float32
-W, NI, DEG = 0.5, 8, 7
+NI, DEG = 8, 7
+K_TANH, C_TANH = mp.sqrt(2 / mp.pi), mp.mpf("0.044715")
 
 
-def phi_m(a):
-    return mp.erfc(mp.mpf(a) / mp.sqrt(2)) / 2
+def sig(z):
+    return 1 / (1 + mp.exp(-z))
 
 
-def d_m(a):
-    a = mp.mpf(a)
-    return phi_m(a) - a * mp.exp(-a * a / 2) / mp.sqrt(2 * mp.pi)
+# F(-a) and F'(a) per activation
+def gelu_f(a):
+    return mp.erfc(a / mp.sqrt(2)) / 2
+
+
+def gelu_df(a):
+    return mp.exp(-a * a / 2) / mp.sqrt(2 * mp.pi)
+
+
+def gtanh_u(a):
+    return K_TANH * (a + C_TANH * a ** 3)
+
+
+def gtanh_f(a):
+    return sig(-2 * gtanh_u(a))
+
+
+def gtanh_df(a):
+    s = sig(2 * gtanh_u(a))
+    return 2 * K_TANH * (1 + 3 * C_TANH * a * a) * s * (1 - s)
+
+
+def silu_f(a):
+    return sig(-a)
+
+
+def silu_df(a):
+    return sig(a) * sig(-a)
+
+
+# name, F(-a), F'(a), limit: the tables cover a < limit in NI intervals
+SPECS = [("gelu", gelu_f, gelu_df, 4.0), ("gelu_tanh", gtanh_f, gtanh_df, 4.0), ("silu", silu_f, silu_df, 8.0)]
 
 
 def horner(c, u):
@@ -41,7 +74,7 @@ def fit(fn, lo, hi, floor):
     m = (lo + hi) / 2
     n = 400
     a = m + (hi - lo) / 2 * np.cos(np.pi * (np.arange(n) + 0.5) / n)
-    y = np.array([float(fn(v)) for v in a])
+    y = np.array([float(fn(mp.mpf(v))) for v in a])
     scale = 1 / np.maximum(np.abs(y), floor)
     V = np.vander(a - m, DEG + 1, increasing=True)
     w = np.ones(n)
@@ -52,7 +85,7 @@ def fit(fn, lo, hi, floor):
         w /= w.sum()
     c = c.astype(F32)
     aa = np.linspace(lo, hi, 2001)[:-1].astype(F32)
-    yy = np.array([float(fn(float(v))) for v in aa])
+    yy = np.array([float(fn(mp.mpf(float(v)))) for v in aa])
     err = np.max(np.abs(horner(c, (aa - F32(m)).astype(F32)) - yy) / np.maximum(np.abs(yy), floor))
     return m, c, err
 
@@ -72,25 +105,33 @@ def table(name, rows, comment):
 
 
 def main():
-    mids, cp, cd, ep, ed = [], [], [], [], []
-    for k in range(NI):
-        lo, hi = k * W, (k + 1) * W
-        m, c, e = fit(phi_m, lo, hi, 0.0)
-        _, c2, e2 = fit(d_m, lo, hi, 1e-3)
-        mids.append(m), cp.append(c), cd.append(c2), ep.append(e), ed.append(e2)
+    body, summary = [], []
+    for name, f, df, lim in SPECS:
+        w = lim / NI
+        mids, cp, cd, ep, ed = [], [], [], [], []
+        for k in range(NI):
+            lo, hi = k * w, (k + 1) * w
+            m, c, e = fit(f, lo, hi, 0.0)
+            _, c2, e2 = fit(lambda a: f(a) - a * df(a), lo, hi, 1e-3)
+            mids.append(m), cp.append(c), cd.append(c2), ep.append(e), ed.append(e2)
+        decl = f"static const float k_{name}_mid[16] = {{"
+        body.append(f"/* {name}: |x| < {lim:g}, intervals of {w:g}; midpoints */")
+        body.append(decl + lanes(mids, len(decl)) + "};")
+        body.append(table(f"k_{name}_p", [[cp[k][j] for k in range(NI)] for j in range(DEG + 1)],
+                          f"{name} P's coefficients: row j = the u^j coefficient of every interval"))
+        body.append(table(f"k_{name}_d", [[cd[k][j] for k in range(NI)] for j in range(DEG + 1)],
+                          f"{name} D's, the same way"))
+        summary.append(f" *   {name:9s} |x| < {lim:g}: P {max(ep):.2e}, D {max(ed):.2e}")
+        print(f"{name} P err {['%.1e' % e for e in ep]}\n{name} D err {['%.1e' % e for e in ed]}", file=sys.stderr)
     print("/* src/kernels/simd/gelu_tables.h - generated by scripts/make_gelu_tables.py: do not edit.")
-    print(" * The erf GELU's fast path (|x| < 4, simd/eltwise.c): per interval k = [k/2, (k+1)/2) of |x|,")
-    print(" * degree-7 polynomials in u = |x| - mid[k] for P = Phi(-|x|) and D = Phi(-|x|) - |x| pdf(|x|).")
-    print(f" * Max error of the float evaluation: P {max(ep):.2e} relative; D {max(ed):.2e} relative, absolute")
-    print(" * below |D| < 1e-3 (D crosses zero near |x| = 0.75). */")
+    print(" * The fast path of x F(x) activations (simd/eltwise.c): per interval k of |x| (8 equal ones below a")
+    print(" * limit), degree-7 polynomials in u = |x| - mid[k] for P = F(-|x|) and D = the derivative at -|x|,")
+    print(" * F(-|x|) - |x| F'(|x|). Max error of the float evaluation (relative; D absolute below |D| < 1e-3,")
+    print(" * where it crosses zero):")
+    print("\n".join(summary) + " */")
     print("#ifndef CT_SIMD_GELU_TABLES_H\n#define CT_SIMD_GELU_TABLES_H\n")
-    print("/* interval midpoints (one row) */")
-    print("static const float k_gelu_mid[16] = {" + lanes(mids, 37) + "};")
-    print(table("k_gelu_p", [[cp[k][j] for k in range(NI)] for j in range(DEG + 1)],
-                "P's coefficients: row j = the u^j coefficient of every interval"))
-    print(table("k_gelu_d", [[cd[k][j] for k in range(NI)] for j in range(DEG + 1)], "D's, the same way"))
+    print("\n".join(body))
     print("\n#endif")
-    print(f"P err {['%.1e' % e for e in ep]}\nD err {['%.1e' % e for e in ed]}", file=sys.stderr)
 
 
 if __name__ == "__main__":

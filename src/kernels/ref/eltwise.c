@@ -12,7 +12,8 @@ static double act(int kind, double x) {
     switch (kind) {
     case CT_UNARY_RELU: return x > 0 || isnan(x) ? x : 0; /* NaN propagates, as PyTorch */
     case CT_UNARY_GELU: return 0.5 * x * erfc(-x / sqrt(2.0)); /* erfc: relative accuracy in the lower tail too */
-    case CT_UNARY_GELU_TANH: return 0.5 * x * (1.0 + tanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x)));
+    /* 0.5 (1 + tanh(u)) as 1 / (1 + e^(-2u)): relative accuracy in the lower tail */
+    case CT_UNARY_GELU_TANH: return x / (1.0 + exp(-2.0 * SQRT_2_OVER_PI * (x + GELU_C * x * x * x)));
     case CT_UNARY_SILU: return x / (1.0 + exp(-x));
     case CT_UNARY_SIGMOID: return 1.0 / (1.0 + exp(-x));
     case CT_UNARY_TANH: return tanh(x);
@@ -25,9 +26,10 @@ static double dact(int kind, double v) {
     switch (kind) {
     case CT_UNARY_RELU: return v > 0 ? 1.0 : 0.0;
     case CT_UNARY_GELU: return 0.5 * erfc(-v / sqrt(2.0)) + v * exp(-0.5 * v * v) / sqrt(2.0 * M_PI);
-    case CT_UNARY_GELU_TANH: {
-        double u = SQRT_2_OVER_PI * (v + GELU_C * v * v * v), t = tanh(u);
-        return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * v * v);
+    case CT_UNARY_GELU_TANH: { /* 0.5 (1 + t) = s, 1 - t^2 = 4 s (1 - s), t = tanh(u): no cancellation */
+        double u = SQRT_2_OVER_PI * (v + GELU_C * v * v * v), s = 1.0 / (1.0 + exp(-2.0 * u)),
+               sc = 1.0 / (1.0 + exp(2.0 * u));
+        return s + 2.0 * v * s * sc * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * v * v);
     }
     case CT_UNARY_SILU: {
         double s = 1.0 / (1.0 + exp(-v));

@@ -77,13 +77,14 @@ static inline vf normcdf(vf x, vf e) {
 
 /* max(+0, x) keeps a NaN x (the second operand wins when unordered); + 0 turns -0 into +0, as the reference */
 static inline vf f_relu(vf x) { return vadd(vmax(vzero(), x), vzero()); }
-/* The erf GELU and its derivative: for |x| < 4 from the tables of gelu_tables.h (a polynomial of degree 7
- * per half-unit interval of |x|, picked per lane by a permute: no exp, no division, 2-3x fewer cycles),
- * elsewhere (|x| >= 4, NaN) by normcdf. Each lane's value depends on its x alone, so AVX2 (8 lanes) and
- * AVX-512 (16) agree to the bit; a vector whose lanes are all below 4 skips the normcdf form. */
-#define GELU_TAB_MAX 4.0f
+/* GELU (erf and tanh) and SiLU are x F(x) with F(-a) = 1 - F(a). Below a limit of |x| (4 for the GELUs, 8
+ * for SiLU) they and their derivatives come from the tables of gelu_tables.h: P = F(-|x|) and D = the
+ * derivative at -|x| as a polynomial of degree 7 per interval (8 equal ones), picked per lane by a permute;
+ * no exp, no division (the erf GELU 2x fewer cycles); 1 - P and 1 - D at positive x. Lanes at or above the
+ * limit (and NaN) take the closed forms below. Each lane's value depends on its x alone, so AVX2 (8 lanes) and
+ * AVX-512 (16) agree to the bit; a vector whose lanes are all below the limit skips the closed form. */
 #define EW_INLINE static inline __attribute__((always_inline))
-EW_INLINE vf gelu_tab(const float (*c)[16], vi k, vf u) {
+EW_INLINE vf act_poly(const float (*c)[16], vi k, vf u) {
     vf p = vperm8(vtab8(c[7]), k);
     p = vfma(p, u, vperm8(vtab8(c[6]), k));
     p = vfma(p, u, vperm8(vtab8(c[5]), k));
@@ -93,29 +94,42 @@ EW_INLINE vf gelu_tab(const float (*c)[16], vi k, vf u) {
     p = vfma(p, u, vperm8(vtab8(c[1]), k));
     return vfma(p, u, vperm8(vtab8(c[0]), k));
 }
-/* v(-|x|) from table c (Phi or GELU's derivative at -|x|); both are 1 - v(-|x|) at |x| */
-EW_INLINE vf gelu_tab_sym(const float (*c)[16], vf x) {
+/* v(-|x|) from table c with midpoints mid, interval k = trunc(|x| * per_unit); 1 - v(-|x|) at |x| */
+EW_INLINE vf act_tab(const float (*c)[16], const float *mid, float per_unit, vf x) {
     vf a = vabs(x);
-    vi k = vtrunc_i(vmul(a, vset1(2.0f)));
-    vf v = gelu_tab(c, k, vsub(a, vperm8(vtab8(k_gelu_mid), k)));
+    vi k = vtrunc_i(vmul(a, vset1(per_unit)));
+    vf v = act_poly(c, k, vsub(a, vperm8(vtab8(mid), k)));
     return vselect_gt(vzero(), x, v, vsub(vset1(1.0f), v));
 }
-/* out of line: the loops keep their tables in registers, and take this for a rare vector */
+/* t (the tables' value) where |x| < lim in every lane, else per lane t or closed(x) (out of line: the loops
+ * keep their tables in registers and call it for a rare vector) */
+#define ACT_TAB(t, lim, closed, x) (vall_lt(vabs(x), vset1(lim)) ? (t) : vselect_gt(vset1(lim), vabs(x), (t), closed(x)))
+#define GELU_TAB_MAX 4.0f
+#define SILU_TAB_MAX 8.0f
+
 static __attribute__((noinline)) vf f_gelu_erfc(vf x) {
     vf hh, ll;
     half_sq(x, &hh, &ll);
     return vmul(x, normcdf(x, gauss_e(hh, ll)));
 }
 EW_INLINE vf f_gelu(vf x) {
-    vf y = vmul(x, gelu_tab_sym(k_gelu_p, x)), lim = vset1(GELU_TAB_MAX);
-    return vall_lt(vabs(x), lim) ? y : vselect_gt(lim, vabs(x), y, f_gelu_erfc(x));
+    vf y = vmul(x, act_tab(k_gelu_p, k_gelu_mid, 2.0f, x));
+    return ACT_TAB(y, GELU_TAB_MAX, f_gelu_erfc, x);
 }
 /* 0.5 x (1 + tanh(u)) == x sigmoid(2u), u = sqrt(2/pi) (x + c x^3) */
 static inline vf gelu_tanh_arg(vf x) {
     return vmul(x, vfma(vmul(x, x), vset1(K_2_SQRT_2_OVER_PI * K_GELU_C), vset1(K_2_SQRT_2_OVER_PI)));
 }
-static inline vf f_gelu_tanh(vf x) { return vmul(x, vsigmoid(gelu_tanh_arg(x))); }
-static inline vf f_silu(vf x) { return vmul(x, vsigmoid(x)); }
+static __attribute__((noinline)) vf f_gelu_tanh_closed(vf x) { return vmul(x, vsigmoid(gelu_tanh_arg(x))); }
+EW_INLINE vf f_gelu_tanh(vf x) {
+    vf y = vmul(x, act_tab(k_gelu_tanh_p, k_gelu_tanh_mid, 2.0f, x));
+    return ACT_TAB(y, GELU_TAB_MAX, f_gelu_tanh_closed, x);
+}
+static __attribute__((noinline)) vf f_silu_closed(vf x) { return vmul(x, vsigmoid(x)); }
+EW_INLINE vf f_silu(vf x) {
+    vf y = vmul(x, act_tab(k_silu_p, k_silu_mid, 1.0f, x));
+    return ACT_TAB(y, SILU_TAB_MAX, f_silu_closed, x);
+}
 static inline vf f_sigmoid(vf x) { return vsigmoid(x); }
 static inline vf f_tanh(vf x) { return vtanh(x); }
 
@@ -127,22 +141,23 @@ static __attribute__((noinline)) vf d_gelu_erfc(vf x) {
     vf e = gauss_e(hh, ll);
     return vfma(x, vmul(e, vset1(K_INV_SQRT_2PI)), normcdf(x, e));
 }
-EW_INLINE vf d_gelu(vf x) {
-    vf d = gelu_tab_sym(k_gelu_d, x), lim = vset1(GELU_TAB_MAX);
-    return vall_lt(vabs(x), lim) ? d : vselect_gt(lim, vabs(x), d, d_gelu_erfc(x));
-}
+EW_INLINE vf d_gelu(vf x) { return ACT_TAB(act_tab(k_gelu_d, k_gelu_mid, 2.0f, x), GELU_TAB_MAX, d_gelu_erfc, x); }
 /* 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2) with 0.5 (1 + t) = s, 1 - t^2 = 4 s (1 - s) */
-static inline vf d_gelu_tanh(vf x) {
+static __attribute__((noinline)) vf d_gelu_tanh_closed(vf x) {
     vf s, sc, x2 = vmul(x, x);
     sigmoid2(gelu_tanh_arg(x), &s, &sc);
     vf g = vfma(x2, vset1(K_2_SQRT_2_OVER_PI * 3.0f * K_GELU_C), vset1(K_2_SQRT_2_OVER_PI));
     return vfma(vmul(vmul(x, s), sc), g, s);
 }
-static inline vf d_silu(vf x) {
+EW_INLINE vf d_gelu_tanh(vf x) {
+    return ACT_TAB(act_tab(k_gelu_tanh_d, k_gelu_tanh_mid, 2.0f, x), GELU_TAB_MAX, d_gelu_tanh_closed, x);
+}
+static __attribute__((noinline)) vf d_silu_closed(vf x) {
     vf s, sc;
     sigmoid2(x, &s, &sc);
     return vmul(s, vfma(x, sc, vset1(1.0f)));
 }
+EW_INLINE vf d_silu(vf x) { return ACT_TAB(act_tab(k_silu_d, k_silu_mid, 1.0f, x), SILU_TAB_MAX, d_silu_closed, x); }
 static inline vf d_sigmoid(vf v) { return vmul(v, vsub(vset1(1.0f), v)); }
 static inline vf d_tanh(vf v) { return vfma(vneg(v), v, vset1(1.0f)); }
 
