@@ -21,14 +21,7 @@ ct_status ct_k_attention_avx512(ct_kargs *k);
 ct_status ct_k_attention_bwd_avx512(ct_kargs *k);
 
 static ct_tensor tensor3(void *data, int64_t a, int64_t b, int64_t c) {
-    ct_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = data;
-    t.dtype = CT_F32;
-    t.ndim = 3;
-    t.shape[0] = a, t.shape[1] = b, t.shape[2] = c;
-    t.strides[0] = b * c, t.strides[1] = c, t.strides[2] = 1;
-    return t;
+    return ct_tensor_make(data, CT_F32, 3, (int64_t[]){a, b, c});
 }
 
 int main(int argc, char **argv) {

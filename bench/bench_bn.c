@@ -24,20 +24,7 @@ ct_status ct_k_batchnorm_avx512(ct_kargs *k);
 ct_status ct_k_batchnorm_bwd_data_avx512(ct_kargs *k);
 ct_status ct_k_batchnorm_bwd_gamma_avx512(ct_kargs *k);
 
-static ct_tensor tens(void *d, int nd, const int64_t *s) {
-    ct_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = d;
-    t.dtype = CT_F32;
-    t.ndim = nd;
-    for (int i = 0; i < nd; i++) t.shape[i] = s[i];
-    int64_t st = 1;
-    for (int i = nd - 1; i >= 0; i--) {
-        t.strides[i] = st;
-        st *= s[i];
-    }
-    return t;
-}
+static ct_tensor tens(void *d, int nd, const int64_t *s) { return ct_tensor_make(d, CT_F32, nd, s); }
 
 static int g_no_ws; /* --no-ws: no workspace, so 2-D shapes run the column path (the kernels before the rows path) */
 

@@ -27,18 +27,7 @@ ct_status ct_k_scale_avx512(ct_kargs *k);
 ct_status ct_k_sum_avx2(ct_kargs *k);
 ct_status ct_k_sum_avx512(ct_kargs *k);
 
-static ct_tensor tens(void *d, ct_dtype dt, int64_t m, int64_t n) {
-    ct_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = d;
-    t.dtype = dt;
-    t.ndim = 2;
-    t.shape[0] = m;
-    t.shape[1] = n;
-    t.strides[0] = n;
-    t.strides[1] = 1;
-    return t;
-}
+static ct_tensor tens(void *d, ct_dtype dt, int64_t m, int64_t n) { return ct_tensor_make(d, dt, 2, (int64_t[]){m, n}); }
 
 static const struct {
     const char *name;
@@ -93,10 +82,7 @@ static int run(ct_dtype dt, int64_t m, int64_t d, int avx2, int nt, int reps, co
         ct_kargs ksum = kscale;
         ksum.node = &nsum;
         ksum.in[0] = tens(dy, dt, m, d);
-        ksum.out = tens(dx, CT_F32, 1, d);
-        ksum.out.ndim = 1;
-        ksum.out.shape[0] = d;
-        ksum.out.strides[0] = 1;
+        ksum.out = ct_tensor_make(dx, CT_F32, 1, &d);
         ksum.ws_bytes = ct_ws_sum(NULL, &nsum); /* the workspace the planner gives it: its pieces' partials */
         ksum.ws = malloc(ksum.ws_bytes);
         ct_status (*fsum)(ct_kargs *) = avx2 ? ct_k_sum_avx2 : ct_k_sum_avx512;
