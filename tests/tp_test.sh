@@ -23,6 +23,12 @@ mpi_preflight tp_test.sh "tensor parallel tests"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 TOL=2e-5
+# The no-dropout GPT's weights: one hidden unit (c_fc row 46) is nearly dead at this size, its gradients near
+# AdamW's eps, where the update lr * m / (sqrt(v) + eps) turns the split's other summation order into ~1e-5
+# absolute at that unit's weights (tensor parallel 2: 1.8e-5 before the table GELU, 2.9e-5 with it, at c_fc
+# (46, 3); 3.2e-5 at 4); then that unit's c_proj column (4.6e-6), every other weight within 3.1e-6. A wrong
+# shard or a missing reduction moves weights by 1e-3 and more.
+WTOL=5e-5
 
 mpi_units tpmodel "$(dirname "$CT")/tests/test_tp_model" 120 "gpt and bert split equal one process (test_tp_model)"
 
@@ -42,7 +48,7 @@ for t in 2 4; do
     bad "gpt at tensor_parallel $t (rc $rc): '$(val "$tmp/gt$t.log")' vs '$(val "$tmp/g1.log")'" "$(tail -5 "$tmp/gt$t.log")"
   fi
   within_files "gpt at tensor_parallel $t ends with the weights of one process (one-process checkpoint)" \
-    "$tmp/g1/step-000020/model.safetensors" "$tmp/gt$t/step-000020/model.safetensors" $TOL
+    "$tmp/g1/step-000020/model.safetensors" "$tmp/gt$t/step-000020/model.safetensors" $WTOL
   within_files "gpt at tensor_parallel $t: its optimizer state too" \
     "$tmp/g1/step-000020/train_state.safetensors" "$tmp/gt$t/step-000020/train_state.safetensors" $TOL
 done
