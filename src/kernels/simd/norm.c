@@ -784,28 +784,14 @@ ct_status CT_FN(batchnorm_bwd_gamma)(ct_kargs *k) {
 /* ---- layernorm ---------------------------------------------------------------------------- */
 
 /* One row of layernorm: x's row at element o (D elements) -> y's row, its
- * mean and invstd (the layernorm and add+layernorm kernels); with A
- * (add+layernorm) the row x = a + b is stored first and normalized from L1.
- * at, bt, xt, yt: the dtypes of A, B, X, Y (constants in ln_forward's
- * specializations: no dtype branch per vector). */
-NM_INLINE void ln_fwd_row(ct_dtype at, ct_dtype bt, ct_dtype xt, ct_dtype yt, const ct_tensor *A, const ct_tensor *B,
-                          const ct_tensor *X, const ct_tensor *Y, int64_t o, int64_t D, const float *gamma,
+ * mean and invstd (the layernorm and add+layernorm kernels). */
+NM_INLINE void ln_fwd_row(const ct_tensor *X, const ct_tensor *Y, int64_t o, int64_t D, const float *gamma,
                           const float *beta, double eps, float *mean, float *invstd) {
-    void *xd = X->data, *yd = Y->data;
-    if (A) {
-        const void *ad = A->data, *bd = B->data;
-        int64_t i = 0;
-        for (; i + VW <= D; i += VW) cs_st(xd, xt, o + i, vadd(cs_ld(ad, at, o + i, VW), cs_ld(bd, bt, o + i, VW)), VW);
-        if (i < D) {
-            int t = (int)(D - i);
-            cs_st(xd, xt, o + i, vadd(cs_ld(ad, at, o + i, t), cs_ld(bd, bt, o + i, t)), t);
-        }
-    }
     const void *xr = nm_at(X, o);
     double s = 0, dummy = 0, s1 = 0, s2 = 0;
-    nm_accum_h(NM_SUM, xr, xt, NULL, CT_F32, NULL, D, 0, 0, &s, &dummy);
+    nm_accum_h(NM_SUM, xr, X->dtype, NULL, CT_F32, NULL, D, 0, 0, &s, &dummy);
     float mf = (float)(s / (double)D);
-    nm_accum_h(NM_CTR, xr, xt, NULL, CT_F32, NULL, D, mf, 0, &s1, &s2);
+    nm_accum_h(NM_CTR, xr, X->dtype, NULL, CT_F32, NULL, D, mf, 0, &s1, &s2);
     double ss = s2 - s1 * s1 / (double)D;
     if (ss < 0) ss = 0;
     double mu = mf + s1 / (double)D, is = 1.0 / sqrt(ss / (double)D + eps);
@@ -814,13 +800,12 @@ NM_INLINE void ln_fwd_row(ct_dtype at, ct_dtype bt, ct_dtype xt, ct_dtype yt, co
     vf vm = vset1(*mean), vis = vset1(*invstd);
     int64_t i = 0;
     for (; i + VW <= D; i += VW)
-        cs_st(yd, yt, o + i, vfma(vmul(vsub(cs_ld(xd, xt, o + i, VW), vm), vis), vload(gamma + i),
-                                  beta ? vload(beta + i) : vzero()), VW);
+        ct_vst(Y, o + i, vfma(vmul(vsub(ct_vld(X, o + i, VW), vm), vis), vload(gamma + i), beta ? vload(beta + i) : vzero()),
+               VW);
     if (i < D) {
         int t = (int)(D - i);
-        vf v = vfma(vmul(vsub(cs_ld(xd, xt, o + i, t), vm), vis), vtail_load(gamma + i, t),
-                    beta ? vtail_load(beta + i, t) : vzero());
-        cs_st(yd, yt, o + i, v, t);
+        vf v = vfma(vmul(vsub(ct_vld(X, o + i, t), vm), vis), vtail_load(gamma + i, t), beta ? vtail_load(beta + i, t) : vzero());
+        ct_vst(Y, o + i, v, t);
     }
 }
 
@@ -832,9 +817,6 @@ static void ln_forward(ct_kargs *k, const ct_tensor *A, const ct_tensor *B, cons
     float *mean = k->aux, *invstd = mean + R;
     double eps = k->node->fa[0];
     int nt = nm_threads(k, R * D);
-    const ct_dtype xt = X->dtype, yt = Y->dtype, at = A ? A->dtype : xt, bt = A ? B->dtype : xt;
-    /* every tensor FP32, or every one BF16: the rows with constant dtypes */
-    const ct_dtype one = at == xt && bt == xt && yt == xt && (xt == CT_F32 || xt == CT_BF16) ? xt : CT_I32;
 #pragma omp parallel num_threads(nt)
     {
         /* gamma, beta: FP32, or 16-bit (-pure precisions) converted once per thread */
@@ -844,12 +826,15 @@ static void ln_forward(ct_kargs *k, const ct_tensor *A, const ct_tensor *B, cons
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < R; r++) {
             int64_t o = r * D;
-            if (one == CT_F32)
-                ln_fwd_row(CT_F32, CT_F32, CT_F32, CT_F32, A, B, X, Y, o, D, gamma, beta, eps, &mean[r], &invstd[r]);
-            else if (one == CT_BF16)
-                ln_fwd_row(CT_BF16, CT_BF16, CT_BF16, CT_BF16, A, B, X, Y, o, D, gamma, beta, eps, &mean[r], &invstd[r]);
-            else
-                ln_fwd_row(at, bt, xt, yt, A, B, X, Y, o, D, gamma, beta, eps, &mean[r], &invstd[r]);
+            if (A) {
+                int64_t i = 0;
+                for (; i + VW <= D; i += VW) ct_vst(X, o + i, vadd(ct_vld(A, o + i, VW), ct_vld(B, o + i, VW)), VW);
+                if (i < D) {
+                    int t = (int)(D - i);
+                    ct_vst(X, o + i, vadd(ct_vld(A, o + i, t), ct_vld(B, o + i, t)), t);
+                }
+            }
+            ln_fwd_row(X, Y, o, D, gamma, beta, eps, &mean[r], &invstd[r]);
         }
     }
 }
@@ -922,91 +907,70 @@ NM_INLINE void ln_bwd_row(const ct_kargs *k, const ct_tensor *X, const ct_tensor
     if (RES) ln_add_row(k, DX, RES, o, D);
 }
 
-/* One vector of ln_bwd_row_cs: t lanes (VW, or a row's tail) from element o + i; where inlined with constant
- * t and dtypes, the loads and stores are single instructions (no dtype or tail branch per vector). */
-NM_INLINE void ln_bwd_vec_cs(int mask, ct_dtype rdt, ct_dtype xt, ct_dtype dyt, ct_dtype dxt, ct_dtype rt, int t,
-                             int out_here, int res_here, const void *xd, const void *dyd, void *dxd, const void *rd,
-                             const float *gamma, int64_t o, int64_t i, vf vm, vf vis, vf vk, vf vc, float *fg,
-                             float *fb, float *fo) {
-    vf dy = cs_ld(dyd, dyt, o + i, t), xm = vsub(cs_ld(xd, xt, o + i, t), vm);
-    vf g = vmul(dy, t == VW ? vload(gamma + i) : vtail_load(gamma + i, t));
-    cs_st(dxd, dxt, o + i, vmul(vfma(xm, vc, vsub(g, vk)), vis), t);
-    if (mask & CT_COLSUM_DGAMMA) {
-        vf v = vfma(dy, vmul(xm, vis), t == VW ? vload(fg + i) : vtail_load(fg + i, t));
-        if (t == VW) vstore(fg + i, v);
-        else vtail_store(fg + i, v, t);
-    }
-    if (mask & CT_COLSUM_DY) {
-        vf v = vadd(t == VW ? vload(fb + i) : vtail_load(fb + i, t), dy);
-        if (t == VW) vstore(fb + i, v);
-        else vtail_store(fb + i, v, t);
-    }
-    if (res_here) cs_st(dxd, dxt, o + i, vadd(cs_ld(dxd, dxt, o + i, t), cs_ld(rd, rt, o + i, t)), t);
-    if (out_here) { /* the stored value, read back */
-        vf v = vadd(t == VW ? vload(fo + i) : vtail_load(fo + i, t), cs_round(cs_ld(dxd, dxt, o + i, t), rdt));
-        if (t == VW) vstore(fo + i, v);
-        else vtail_store(fo + i, v, t);
-    }
-}
-
 /* layernorm_bwd+colsum: ln_bwd_row with the column sums of the sets in mask
  * (a constant where inlined) taken in the same loop, from the vectors it
  * loads and stores: fg[j] = fma(dy[j], (x[j] - m) * is, fg[j])
  * (layernorm_bwd_gamma's terms), fb[j] += dy[j], fo[j] += the output as
  * stored (read back, then rounded to rdt: the dtype the bias gradient's sum
- * reads). xt, dyt, dxt, rt: the dtypes of X, DY, DX and RES (constants in the
- * specializations of ln_bwd_row_cs_any). */
-NM_INLINE void ln_bwd_row_cs(int mask, ct_dtype rdt, ct_dtype xt, ct_dtype dyt, ct_dtype dxt, ct_dtype rt,
-                             const ct_kargs *k, const ct_tensor *X, const ct_tensor *DY, const ct_tensor *DX,
-                             const ct_tensor *RES, const float *gamma, const float *mean, const float *invstd,
-                             int64_t r, int64_t D, float *fg, float *fb, float *fo) {
+ * reads). */
+NM_INLINE void ln_bwd_row_cs(int mask, ct_dtype rdt, const ct_kargs *k, const ct_tensor *X, const ct_tensor *DY,
+                             const ct_tensor *DX, const ct_tensor *RES, const float *gamma, const float *mean,
+                             const float *invstd, int64_t r, int64_t D, float *fg, float *fb, float *fo) {
     double sg = 0, sgx = 0, is = invstd[r];
-    nm_accum_h(NM_LNB, nm_at(X, r * D), xt, nm_at(DY, r * D), dyt, gamma, D, mean[r], invstd[r], &sg, &sgx);
+    nm_accum_h(NM_LNB, nm_at(X, r * D), X->dtype, nm_at(DY, r * D), DY->dtype, gamma, D, mean[r], invstd[r], &sg, &sgx);
     vf vm = vset1(mean[r]), vis = vset1(invstd[r]), vk = vset1((float)(sg / (double)D)),
        vc = vset1((float)(-is * sgx / (double)D));
     /* the output's sum here when the stored dx is final (no residual, or no FP32 copy of a 16-bit node) */
-    const int res_scalar = RES && dxt == CT_F32 && ct_dtype_is_low(k->node->dtype);
+    const int res_scalar = RES && DX->dtype == CT_F32 && ct_dtype_is_low(k->node->dtype);
     const int out_here = (mask & CT_COLSUM_OUT) && !res_scalar, res_here = RES && !res_scalar;
     const int64_t o = r * D;
     const void *xd = X->data, *dyd = DY->data, *rd = RES ? RES->data : NULL;
     void *dxd = DX->data;
-    int64_t i = 0;
-    for (; i + VW <= D; i += VW)
-        ln_bwd_vec_cs(mask, rdt, xt, dyt, dxt, rt, VW, out_here, res_here, xd, dyd, dxd, rd, gamma, o, i, vm, vis, vk,
-                      vc, fg, fb, fo);
-    if (i < D)
-        ln_bwd_vec_cs(mask, rdt, xt, dyt, dxt, rt, (int)(D - i), out_here, res_here, xd, dyd, dxd, rd, gamma, o, i, vm,
-                      vis, vk, vc, fg, fb, fo);
+    const ct_dtype xt = X->dtype, dyt = DY->dtype, dxt = DX->dtype, rt = RES ? RES->dtype : CT_F32;
+    for (int64_t i = 0; i < D; i += VW) {
+        const int t = (int)CT_MIN((int64_t)VW, D - i);
+        vf dy = cs_ld(dyd, dyt, o + i, t), xm = vsub(cs_ld(xd, xt, o + i, t), vm);
+        vf g = vmul(dy, t == VW ? vload(gamma + i) : vtail_load(gamma + i, t));
+        cs_st(dxd, dxt, o + i, vmul(vfma(xm, vc, vsub(g, vk)), vis), t);
+        if (mask & CT_COLSUM_DGAMMA) {
+            vf v = vfma(dy, vmul(xm, vis), t == VW ? vload(fg + i) : vtail_load(fg + i, t));
+            if (t == VW) vstore(fg + i, v);
+            else vtail_store(fg + i, v, t);
+        }
+        if (mask & CT_COLSUM_DY) {
+            vf v = vadd(t == VW ? vload(fb + i) : vtail_load(fb + i, t), dy);
+            if (t == VW) vstore(fb + i, v);
+            else vtail_store(fb + i, v, t);
+        }
+        if (res_here) cs_st(dxd, dxt, o + i, vadd(cs_ld(dxd, dxt, o + i, t), cs_ld(rd, rt, o + i, t)), t);
+        if (out_here) { /* the stored value, read back */
+            vf v = vadd(t == VW ? vload(fo + i) : vtail_load(fo + i, t), cs_round(cs_ld(dxd, dxt, o + i, t), rdt));
+            if (t == VW) vstore(fo + i, v);
+            else vtail_store(fo + i, v, t);
+        }
+    }
     if (res_scalar) { /* FP32 copies of a 16-bit node: ln_add_row's rounding, then the output's sum */
         ln_add_row(k, DX, RES, o, D);
         if (mask & CT_COLSUM_OUT) cs_add_row(fo, DX, o, D, rdt);
     }
 }
 
-/* ln_bwd_row_cs with the mask and the rounding as constants, and the dtypes too where X, DY, DX (and RES)
- * are all FP32 or all BF16 with no rounding for the sums (gpt-char-small's, FP32 and BF16 plans) */
+/* ln_bwd_row_cs with the mask and the rounding as constants */
 static void ln_bwd_row_cs_any(int mask, ct_dtype rdt, const ct_kargs *k, const ct_tensor *X, const ct_tensor *DY,
                               const ct_tensor *DX, const ct_tensor *RES, const float *gamma, const float *mean,
                               const float *invstd, int64_t r, int64_t D, float *fg, float *fb, float *fo) {
     if (rdt == DX->dtype) rdt = CT_F32; /* stored so: no rounding */
-    const ct_dtype xt = X->dtype, dyt = DY->dtype, dxt = DX->dtype, rt = RES ? RES->dtype : DX->dtype;
-    const int same = xt == dxt && dyt == dxt && rt == dxt && rdt == CT_F32;
-    const ct_dtype one = same && (dxt == CT_F32 || dxt == CT_BF16) ? dxt : CT_I32; /* CT_I32: no constant form */
-#define CS_LN_RUN(M, R, A, B, C, E) ln_bwd_row_cs(M, R, A, B, C, E, k, X, DY, DX, RES, gamma, mean, invstd, r, D, fg, fb, fo)
 #define CS_LN(M)                                                                                                     \
     case M:                                                                                                          \
-        if (one == CT_F32) CS_LN_RUN(M, CT_F32, CT_F32, CT_F32, CT_F32, CT_F32);                                       \
-        else if (one == CT_BF16) CS_LN_RUN(M, CT_F32, CT_BF16, CT_BF16, CT_BF16, CT_BF16);                             \
-        else if (rdt == CT_BF16) CS_LN_RUN(M, CT_BF16, xt, dyt, dxt, rt);                                              \
-        else if (rdt == CT_F16) CS_LN_RUN(M, CT_F16, xt, dyt, dxt, rt);                                                \
-        else CS_LN_RUN(M, CT_F32, xt, dyt, dxt, rt);                                                                   \
+        if (rdt == CT_BF16) ln_bwd_row_cs(M, CT_BF16, k, X, DY, DX, RES, gamma, mean, invstd, r, D, fg, fb, fo);    \
+        else if (rdt == CT_F16) ln_bwd_row_cs(M, CT_F16, k, X, DY, DX, RES, gamma, mean, invstd, r, D, fg, fb, fo); \
+        else ln_bwd_row_cs(M, CT_F32, k, X, DY, DX, RES, gamma, mean, invstd, r, D, fg, fb, fo);                    \
         break;
     switch (mask) {
         CS_LN(1) CS_LN(2) CS_LN(3) CS_LN(4) CS_LN(5) CS_LN(6) CS_LN(7)
     default: break;
     }
 #undef CS_LN
-#undef CS_LN_RUN
 }
 
 ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
