@@ -210,6 +210,12 @@ ct_status ct_dnnl_add(ct_dnnl *c, const_dnnl_primitive_desc_t pd, int nargs, con
     return CT_OK;
 }
 
+int ct_dnnl_impl_brgemm(const_dnnl_primitive_desc_t pd) {
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) return -1;
+    return !strncmp(impl, "brg", 3);
+}
+
 ct_status ct_dnnl_pd(ct_dnnl *c, dnnl_primitive_desc_t *pd, const_dnnl_op_desc_t op, const_dnnl_primitive_desc_t hint,
                      const char *doing) {
     CT_DNNL_TRY(c, dnnl_primitive_desc_create(pd, op, c->attr, c->engine, hint), doing);

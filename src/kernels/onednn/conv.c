@@ -88,8 +88,6 @@ static ct_status flip_weights(ct_dnnl *c, const ct_kargs *k, char *region) {
     return CT_OK;
 }
 
-static int starts_with(const char *s, const char *p) { return s && !strncmp(s, p, strlen(p)); }
-
 /* Whether a backward data convolution runs as the forward one (fpd, already
  * created) rather than as oneDNN's backward data (bpd): where the forward is
  * a brgemm kernel and the backward is not, for kernels larger than 1x1 and
@@ -107,10 +105,7 @@ static int starts_with(const char *s, const char *p) { return s && !strncmp(s, p
  * there; where its backward data is a brgemm kernel too (AMX), neither. */
 static int bwd_as_fwd(const conv_geo *g, const_dnnl_primitive_desc_t fpd, const_dnnl_primitive_desc_t bpd) {
     if (g->KH * g->KW < 2 || g->H * g->W < 64) return 0;
-    const char *fi = NULL, *bi = NULL;
-    if (dnnl_primitive_desc_query(fpd, dnnl_query_impl_info_str, 0, &fi) != dnnl_success) return 0;
-    if (dnnl_primitive_desc_query(bpd, dnnl_query_impl_info_str, 0, &bi) != dnnl_success) return 0;
-    return starts_with(fi, "brg") && !starts_with(bi, "brg");
+    return ct_dnnl_impl_brgemm(fpd) == 1 && ct_dnnl_impl_brgemm(bpd) == 0;
 }
 
 /* The forward convolution that computes dx = conv(dy, flipped weights) for a

@@ -11,7 +11,6 @@
  * BF16 GEMMs (gemm:jit emulated on AVX-512, brgemm on AVX512-BF16 / AMX)
  * pack it into their own blocks (scratchpad) on every call. */
 #include <stdio.h>
-#include <string.h>
 
 #include "kernels/onednn/onednn.h"
 
@@ -57,18 +56,15 @@ static int pad_b_rows(int tb, int64_t M, int64_t K, int64_t N, ct_dtype bdt) {
     return bdt == CT_F32 && !tb && N % 256 == 0 && M >= 64 && M < 1024 && K >= 64;
 }
 
-/* 1 when oneDNN runs the matmul of these descriptors on a brgemm kernel ("brg..."): decided by its
- * implementation's name, not by timing, so plans stay deterministic */
+/* 1 when oneDNN runs the matmul of these descriptors on a brgemm kernel (ct_dnnl_impl_brgemm) */
 static int plain_is_brgemm(ct_dnnl *c, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b,
                            const dnnl_memory_desc_t *dst) {
     dnnl_matmul_desc_t d;
     dnnl_primitive_desc_t pd;
-    const char *impl = NULL;
     if (dnnl_matmul_desc_init(&d, a, b, NULL, dst) != dnnl_success ||
         dnnl_primitive_desc_create(&pd, &d, c->attr, c->engine, NULL) != dnnl_success)
         return 0;
-    int brg = dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
-              !strncmp(impl, "brg", 3);
+    int brg = ct_dnnl_impl_brgemm(pd) == 1;
     dnnl_primitive_desc_destroy(pd);
     return brg;
 }

@@ -122,6 +122,10 @@ ct_status ct_dnnl_output(ct_dnnl *c, const dnnl_memory_desc_t *user_md, const dn
 /* Creates the primitive of pd (pd stays owned by the caller) as the next step
  * with these arguments (the scratchpad is added by the runner). */
 ct_status ct_dnnl_add(ct_dnnl *c, const_dnnl_primitive_desc_t pd, int nargs, const dnnl_exec_arg_t *args);
+/* Whether oneDNN runs pd on a brgemm kernel (its implementation's name starts with "brg"): 1 yes, 0 no,
+ * -1 when the name cannot be queried. The kernels' rules read it (the name, not a timing: plans stay
+ * deterministic). */
+int ct_dnnl_impl_brgemm(const_dnnl_primitive_desc_t pd);
 /* Creates a primitive descriptor; `doing` names the step for messages. */
 ct_status ct_dnnl_pd(ct_dnnl *c, dnnl_primitive_desc_t *pd, const_dnnl_op_desc_t op, const_dnnl_primitive_desc_t hint,
                      const char *doing);

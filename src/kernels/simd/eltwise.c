@@ -77,14 +77,15 @@ static inline vf normcdf(vf x, vf e) {
 
 /* max(+0, x) keeps a NaN x (the second operand wins when unordered); + 0 turns -0 into +0, as the reference */
 static inline vf f_relu(vf x) { return vadd(vmax(vzero(), x), vzero()); }
-/* GELU (erf and tanh) and SiLU are x F(x) with F(-a) = 1 - F(a). Below a limit of |x| (4 for the GELUs, 8
- * for SiLU) they and their derivatives come from the tables of gelu_tables.h: P = F(-|x|) and D = the
+/* GELU (erf and tanh) and SiLU are x F(x) with F(-a) = 1 - F(a). Below a limit of |x| (K_*_LIM: 4 for the
+ * GELUs, 8 for SiLU) they and their derivatives come from the tables of gelu_tables.h: P = F(-|x|) and D = the
  * derivative at -|x| as a polynomial of degree 7 per interval (8 equal ones), picked per lane by a permute;
  * no exp, no division (the erf GELU ~1.7x fewer cycles); 1 - P and 1 - D at positive x. Lanes at or above the
- * limit (and NaN) take the closed forms below. Each lane's value depends on its x alone, so AVX2 (8 lanes) and
- * AVX-512 (16) agree to the bit; a vector whose lanes are all below the limit skips the closed form. */
+ * limit (and NaN) take the closed forms below (their table entries, past the 8th, are thrown away). Each
+ * lane's value depends on its x alone, so AVX2 (8 lanes) and AVX-512 (16) agree to the bit; a vector whose
+ * lanes are all below the limit skips the closed form. */
 #define EW_INLINE static inline __attribute__((always_inline))
-EW_INLINE vf act_poly(const float (*c)[16], vi k, vf u) {
+EW_INLINE vf act_poly(const float (*c)[8], vi k, vf u) {
     vf p = vperm8(vtab8(c[7]), k);
     p = vfma(p, u, vperm8(vtab8(c[6]), k));
     p = vfma(p, u, vperm8(vtab8(c[5]), k));
@@ -94,18 +95,16 @@ EW_INLINE vf act_poly(const float (*c)[16], vi k, vf u) {
     p = vfma(p, u, vperm8(vtab8(c[1]), k));
     return vfma(p, u, vperm8(vtab8(c[0]), k));
 }
-/* v(-|x|) from table c with midpoints mid, interval k = trunc(|x| * per_unit); 1 - v(-|x|) at |x| */
-EW_INLINE vf act_tab(const float (*c)[16], const float *mid, float per_unit, vf x) {
+/* v(-|x|) from table c with midpoints mid, interval k = trunc(|x| * 8 / lim); 1 - v(-|x|) at |x| */
+EW_INLINE vf act_tab(const float (*c)[8], const float *mid, float lim, vf x) {
     vf a = vabs(x);
-    vi k = vtrunc_i(vmul(a, vset1(per_unit)));
+    vi k = vtrunc_i(vmul(a, vset1(8.0f / lim)));
     vf v = act_poly(c, k, vsub(a, vperm8(vtab8(mid), k)));
     return vselect_gt(vzero(), x, v, vsub(vset1(1.0f), v));
 }
 /* t (the tables' value) where |x| < lim in every lane, else per lane t or closed(x) (out of line: the loops
  * keep their tables in registers and call it for a rare vector) */
 #define ACT_TAB(t, lim, closed, x) (vall_lt(vabs(x), vset1(lim)) ? (t) : vselect_gt(vset1(lim), vabs(x), (t), closed(x)))
-#define GELU_TAB_MAX 4.0f
-#define SILU_TAB_MAX 8.0f
 
 static __attribute__((noinline)) vf f_gelu_erfc(vf x) {
     vf hh, ll;
@@ -113,8 +112,8 @@ static __attribute__((noinline)) vf f_gelu_erfc(vf x) {
     return vmul(x, normcdf(x, gauss_e(hh, ll)));
 }
 EW_INLINE vf f_gelu(vf x) {
-    vf y = vmul(x, act_tab(k_gelu_p, k_gelu_mid, 2.0f, x));
-    return ACT_TAB(y, GELU_TAB_MAX, f_gelu_erfc, x);
+    vf y = vmul(x, act_tab(k_gelu_p, k_gelu_mid, K_GELU_LIM, x));
+    return ACT_TAB(y, K_GELU_LIM, f_gelu_erfc, x);
 }
 /* 0.5 x (1 + tanh(u)) == x sigmoid(2u), u = sqrt(2/pi) (x + c x^3) */
 static inline vf gelu_tanh_arg(vf x) {
@@ -122,13 +121,13 @@ static inline vf gelu_tanh_arg(vf x) {
 }
 static __attribute__((noinline)) vf f_gelu_tanh_closed(vf x) { return vmul(x, vsigmoid(gelu_tanh_arg(x))); }
 EW_INLINE vf f_gelu_tanh(vf x) {
-    vf y = vmul(x, act_tab(k_gelu_tanh_p, k_gelu_tanh_mid, 2.0f, x));
-    return ACT_TAB(y, GELU_TAB_MAX, f_gelu_tanh_closed, x);
+    vf y = vmul(x, act_tab(k_gelu_tanh_p, k_gelu_tanh_mid, K_GELU_TANH_LIM, x));
+    return ACT_TAB(y, K_GELU_TANH_LIM, f_gelu_tanh_closed, x);
 }
 static __attribute__((noinline)) vf f_silu_closed(vf x) { return vmul(x, vsigmoid(x)); }
 EW_INLINE vf f_silu(vf x) {
-    vf y = vmul(x, act_tab(k_silu_p, k_silu_mid, 1.0f, x));
-    return ACT_TAB(y, SILU_TAB_MAX, f_silu_closed, x);
+    vf y = vmul(x, act_tab(k_silu_p, k_silu_mid, K_SILU_LIM, x));
+    return ACT_TAB(y, K_SILU_LIM, f_silu_closed, x);
 }
 static inline vf f_sigmoid(vf x) { return vsigmoid(x); }
 static inline vf f_tanh(vf x) { return vtanh(x); }
@@ -141,7 +140,9 @@ static __attribute__((noinline)) vf d_gelu_erfc(vf x) {
     vf e = gauss_e(hh, ll);
     return vfma(x, vmul(e, vset1(K_INV_SQRT_2PI)), normcdf(x, e));
 }
-EW_INLINE vf d_gelu(vf x) { return ACT_TAB(act_tab(k_gelu_d, k_gelu_mid, 2.0f, x), GELU_TAB_MAX, d_gelu_erfc, x); }
+EW_INLINE vf d_gelu(vf x) {
+    return ACT_TAB(act_tab(k_gelu_d, k_gelu_mid, K_GELU_LIM, x), K_GELU_LIM, d_gelu_erfc, x);
+}
 /* 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2) with 0.5 (1 + t) = s, 1 - t^2 = 4 s (1 - s) */
 static __attribute__((noinline)) vf d_gelu_tanh_closed(vf x) {
     vf s, sc, x2 = vmul(x, x);
@@ -150,14 +151,16 @@ static __attribute__((noinline)) vf d_gelu_tanh_closed(vf x) {
     return vfma(vmul(vmul(x, s), sc), g, s);
 }
 EW_INLINE vf d_gelu_tanh(vf x) {
-    return ACT_TAB(act_tab(k_gelu_tanh_d, k_gelu_tanh_mid, 2.0f, x), GELU_TAB_MAX, d_gelu_tanh_closed, x);
+    return ACT_TAB(act_tab(k_gelu_tanh_d, k_gelu_tanh_mid, K_GELU_TANH_LIM, x), K_GELU_TANH_LIM, d_gelu_tanh_closed, x);
 }
 static __attribute__((noinline)) vf d_silu_closed(vf x) {
     vf s, sc;
     sigmoid2(x, &s, &sc);
     return vmul(s, vfma(x, sc, vset1(1.0f)));
 }
-EW_INLINE vf d_silu(vf x) { return ACT_TAB(act_tab(k_silu_d, k_silu_mid, 1.0f, x), SILU_TAB_MAX, d_silu_closed, x); }
+EW_INLINE vf d_silu(vf x) {
+    return ACT_TAB(act_tab(k_silu_d, k_silu_mid, K_SILU_LIM, x), K_SILU_LIM, d_silu_closed, x);
+}
 static inline vf d_sigmoid(vf v) { return vmul(v, vsub(vset1(1.0f), v)); }
 static inline vf d_tanh(vf v) { return vfma(vneg(v), v, vset1(1.0f)); }
 

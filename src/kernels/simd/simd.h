@@ -46,9 +46,9 @@ static inline vf vround(vf x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEA
 static inline vf vpow2i(vf n) { /* 2^n for integral n in [-126, 127] */
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
 }
-/* table lookups: vtab8 loads a table of 16 floats (the 8 entries twice: AVX-512 permutes 16 lanes, AVX2 reads
- * the first 8), vperm8 gives each lane entry k & 7 of it (k: integers, e.g. vtrunc_i of an index) */
-static inline vf vtab8(const float *t16) { return _mm512_loadu_ps(t16); }
+/* table lookups: vtab8 loads a table of 8 floats, vperm8 gives each lane entry k of it for k in 0..7 (k:
+ * integers, e.g. vtrunc_i of an index; AVX-512 reads lanes 8-15, zeros, for k & 15 >= 8, AVX2 entry k & 7) */
+static inline vf vtab8(const float *t8) { return _mm512_zextps256_ps512(_mm256_loadu_ps(t8)); }
 static inline vi vtrunc_i(vf x) { return _mm512_cvttps_epi32(x); }
 static inline vf vperm8(vf tab, vi k) { return _mm512_permutexvar_ps(k, tab); }
 /* 1 when every lane has a < b (none NaN) */
@@ -92,7 +92,7 @@ static inline vf vround(vf x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_
 static inline vf vpow2i(vf n) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
 }
-static inline vf vtab8(const float *t16) { return _mm256_loadu_ps(t16); }
+static inline vf vtab8(const float *t8) { return _mm256_loadu_ps(t8); }
 static inline vi vtrunc_i(vf x) { return _mm256_cvttps_epi32(x); }
 static inline vf vperm8(vf tab, vi k) { return _mm256_permutevar8x32_ps(tab, k); }
 static inline int vall_lt(vf a, vf b) { return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_LT_OQ)) == 0xff; }
