@@ -296,7 +296,7 @@ TEST(bf16_cast_fold_equals_unfused) {
 /* gpt-char-small without dropout (as bench_step's gptchar), 2 layers, (3, 100) tokens: 300 rows,
    4 pieces of 75 (ct_colsum_pieces), so the float runs of 8 and 32 rows end inside and at the pieces'
    ends. Level 1 at `threads` threads. */
-static ct_status gpt_nodrop_plan(ct_context *ctx, int level, ct_precision prec, ct_plan **out) {
+static ct_status gpt_nodrop_plan_bt(ct_context *ctx, int level, ct_precision prec, int64_t B, int64_t T, ct_plan **out) {
     ct_graph *g;
     CT_TRY(ct_graph_create(ctx, &g));
     ct_gpt_config c;
@@ -304,10 +304,10 @@ static ct_status gpt_nodrop_plan(ct_context *ctx, int level, ct_precision prec, 
     ct_status s = ct_gpt_preset(ctx, "gpt-char-small", &c);
     c.dropout = 0.0f;
     c.n_layer = 2;
-    if (s == CT_OK) s = ct_input(g, "x", CT_I32, 2, (int64_t[]){3, 100}, &x);
-    if (s == CT_OK) s = ct_input(g, "y", CT_I32, 1, (int64_t[]){300}, &y);
+    if (s == CT_OK) s = ct_input(g, "x", CT_I32, 2, (int64_t[]){B, T}, &x);
+    if (s == CT_OK) s = ct_input(g, "y", CT_I32, 1, (int64_t[]){B * T}, &y);
     if (s == CT_OK) s = ct_model_gpt(g, x, &c, &l3);
-    if (s == CT_OK) s = ct_reshape(g, l3, 2, (int64_t[]){300, c.vocab}, &logits);
+    if (s == CT_OK) s = ct_reshape(g, l3, 2, (int64_t[]){B * T, c.vocab}, &logits);
     if (s == CT_OK) s = ct_cross_entropy(g, logits, y, 0.1f, -100, &loss);
     ct_compile_opts co;
     ct_compile_opts_default(&co);
@@ -318,12 +318,15 @@ static ct_status gpt_nodrop_plan(ct_context *ctx, int level, ct_precision prec, 
     if (s != CT_OK) return s;
     ct_tensor t;
     CT_TRY(ct_plan_tensor(*out, x, &t));
-    for (int64_t i = 0; i < 300; i++) ((int32_t *)t.data)[i] = (int32_t)((i * 7 + 3) % c.vocab);
+    for (int64_t i = 0; i < B * T; i++) ((int32_t *)t.data)[i] = (int32_t)((i * 7 + 3) % c.vocab);
     CT_TRY(ct_plan_tensor(*out, y, &t));
-    for (int64_t i = 0; i < 300; i++) ((int32_t *)t.data)[i] = (int32_t)((i * 3 + 1) % c.vocab);
+    for (int64_t i = 0; i < B * T; i++) ((int32_t *)t.data)[i] = (int32_t)((i * 3 + 1) % c.vocab);
     ct_plan_set_step(*out, 3);
     CT_TRY(ct_plan_forward(*out, 1));
     return ct_plan_backward(*out);
+}
+static ct_status gpt_nodrop_plan(ct_context *ctx, int level, ct_precision prec, ct_plan **out) {
+    return gpt_nodrop_plan_bt(ctx, level, prec, 3, 100, out);
 }
 
 /* layernorm_bwd+colsum and unary_bwd+colsum (level 1): every layernorm's
@@ -377,6 +380,49 @@ TEST(column_sums_in_the_row_pass_equal_unfused) {
                 CHECK(colsum == 16 && sets[0] == 5 && sets[1] == 5 && sets[2] == 6);
                 CHECK(ct_plan_fusion_count(p[0], NULL) == 0);
                 for (int l = 0; l < 2; l++) ct_plan_free(p[l]);
+                ct_context_free(ctx);
+            }
+}
+
+/* attention_bwd+colsum (level 1): the qkv linears' bias gradients (the column sums of the attention
+ * backwards' d_qkv) from the attention tasks, each summing its head's columns over the pieces of rows of
+ * its batch. (2, 128) tokens: 256 rows, 4 pieces of 64, two per batch: fused in both layers, loss and
+ * every gradient bit for bit as level 0, FP32, BF16 and FP16, 1 and 2 threads, fast and reference; (3,
+ * 100): pieces of 75 rows straddle the batches, not fused. */
+TEST(attention_bias_gradient_in_the_backward_equals_unfused) {
+    for (int isa = 0; isa < 2; isa++)
+        for (int prec = 0; prec < 3; prec++)
+            for (int nt = 1; nt <= 2; nt++) {
+                ct_context_opts o;
+                ct_context_opts_default(&o);
+                o.isa = isa ? -1 : CT_ISA_REF;
+                o.seed = 99;
+                o.num_threads = nt;
+                ct_context *ctx = NULL;
+                CHECK(ct_context_create(&o, &ctx) == CT_OK);
+                if (!ctx) return;
+                ct_precision pr = prec == 2 ? CT_PRECISION_FP16 : prec ? CT_PRECISION_BF16 : CT_PRECISION_FP32;
+                ct_plan *p[2] = {0}, *straddle = NULL;
+                for (int l = 0; l < 2; l++) CHECK_OK(ctx, gpt_nodrop_plan_bt(ctx, l, pr, 2, 128, &p[l]));
+                CHECK_OK(ctx, gpt_nodrop_plan(ctx, 1, pr, &straddle));
+                if (p[0] && p[1] && straddle) {
+                    int att = 0;
+                    for (int i = 0; i < p[1]->g.n; i++)
+                        att += p[1]->pn[i].live && p[1]->g.nodes[i].op == CT_OP_ATTENTION_BWD &&
+                               p[1]->g.nodes[i].ia[7] == CT_COLSUM_OUT;
+                    int same;
+                    double d = plan_diff(p[1], p[0], &same);
+                    printf("    %s %s %d thread%s: %d attention_bwd+colsum (%d with pieces across batches), max rel "
+                           "diff %.2e%s\n",
+                           isa ? "fast" : "ref ", prec == 2 ? "fp16" : prec ? "bf16" : "fp32", nt, nt > 1 ? "s" : " ",
+                           ct_plan_fusion_count(p[1], "attention_bwd+colsum"),
+                           ct_plan_fusion_count(straddle, "attention_bwd+colsum"), d, same ? " (bit-identical)" : "");
+                    CHECK(same);
+                    CHECK(ct_plan_fusion_count(p[1], "attention_bwd+colsum") == 2 && att == 2);
+                    CHECK(ct_plan_fusion_count(straddle, "attention_bwd+colsum") == 0);
+                }
+                for (int l = 0; l < 2; l++) ct_plan_free(p[l]);
+                ct_plan_free(straddle);
                 ct_context_free(ctx);
             }
 }
@@ -855,6 +901,7 @@ TEST(summary_dot_and_registry) {
 
 TEST_MAIN(T(seeds_json_rule_fuses_conv_bias), T(bad_rules_are_named), T(levels_give_equal_results),
           T(column_sums_in_the_row_pass_equal_unfused),
+          T(attention_bias_gradient_in_the_backward_equals_unfused),
           T(residual_add_relu_equals_unfused), T(bn_relu_2d_equals_unfused), T(bf16_cast_fold_equals_unfused), T(gelu_backward_keeps_the_activation_for_the_weight_gradient),
           T(level2_cuts_activation_memory), T(memory_opt_off_gives_every_value_its_buffer), T(in_place_nodes_match_separate_buffers), T(activation_peak_is_described),
           T(summary_dot_and_registry), T(add_layernorm_equals_unfused))

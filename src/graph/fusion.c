@@ -77,7 +77,7 @@
 
 enum { PAT_CONV_BIAS = 0, PAT_LINEAR_BIAS, PAT_BN_RELU, PAT_ACT_LINEAR, PAT_LN_LINEAR, PAT_DROPOUT_ADD, PAT_CONV_RELU, PAT_LINEAR_RELU,
        PAT_ADD_RELU, PAT_CHAIN, PAT_CAST_FOLD, PAT_LN_BWD_ADD, PAT_ADD_LN, PAT_LN_BWD_COLSUM, PAT_ACT_BWD_COLSUM,
-       PAT_BN_BWD_COLSUM, PAT_COUNT };
+       PAT_BN_BWD_COLSUM, PAT_ATT_BWD_COLSUM, PAT_COUNT };
 
 static const struct {
     const char *name;
@@ -101,6 +101,7 @@ static const struct {
     [PAT_LN_BWD_COLSUM] = {"layernorm_bwd+colsum", 1, 0, {"layernorm_bwd", "sum", NULL}},
     [PAT_ACT_BWD_COLSUM] = {"unary_bwd+colsum", 1, 0, {"unary_bwd", "sum", NULL}},
     [PAT_BN_BWD_COLSUM] = {"batchnorm_bwd+colsum", 1, 0, {"batchnorm_bwd", "sum", NULL}},
+    [PAT_ATT_BWD_COLSUM] = {"attention_bwd+colsum", 1, 0, {"attention_bwd", "sum", NULL}},
 };
 
 int ct_fusion_num_patterns(void) { return PAT_COUNT; }
@@ -1045,7 +1046,9 @@ static void fold_relu_mask(ct_plan *p, ct_node q, ct_node gamma, ct_node sum) {
  * gradient, from the residual gradient the layernorm_bwd+add node writes)
  * / of an activation backward's output (the bias gradient of the linear in
  * front of it), a 2-D batchnorm's dgamma (batchnorm_bwd_gamma: the column
- * sums of dy * (x - mean), times invstd) and dbeta: the producer's row pass
+ * sums of dy * (x - mean), times invstd) and dbeta, the column sum of an
+ * attention's d_qkv (the qkv linear's bias gradient; each (batch, head) task
+ * sums its columns, so no piece of rows may straddle two batches): the producer's row pass
  * makes them (ia[7], the pieces' partials in its aux, simd/colsum.h,
  * simd/norm.c) and those nodes become COLSUM nodes adding the partials. The
  * pieces and the order of every addition are the unfused kernels', so the
@@ -1056,18 +1059,24 @@ static ct_status try_colsum(fz *f, ct_node q, int *done) {
     ct_graph *g = &p->g;
     const ct_node_def *Q = &g->nodes[q];
     *done = 0;
-    int ln = Q->op == CT_OP_LAYERNORM_BWD_DATA, act = Q->op == CT_OP_UNARY_BWD;
+    int ln = Q->op == CT_OP_LAYERNORM_BWD_DATA, act = Q->op == CT_OP_UNARY_BWD, att = Q->op == CT_OP_ATTENTION_BWD;
     /* a batchnorm's: on (M, C) only (the rows path; sum's pieces are per column), FP32 gamma (the -pure
        precisions' 16-bit gamma may send its fast kernel to the reference while batchnorm_bwd_gamma's stays) */
     int bn = Q->op == CT_OP_BATCHNORM_BWD_DATA && Q->ndim == 2 && !Q->ia[5] &&
              g->nodes[Q->in[2]].dtype == CT_F32;
-    if ((!ln && !act && !bn) || forward(Q) || !plain_float(Q) || Q->ia[6] || Q->ia[7] || Q->ndim < 2) return CT_OK;
+    if ((!ln && !act && !bn && !att) || forward(Q) || !plain_float(Q) || Q->ia[6] || Q->ia[7] || Q->ndim < 2) return CT_OK;
     int64_t D = Q->shape[Q->ndim - 1], R = ct_node_numel(Q) / (D ? D : 1);
     if (D < (bn ? 1 : 2) || R < 2 || D > CT_COLSUM_MAX_D) return CT_OK; /* one channel: its dgamma */
     /* 16-bit I/O: the SIMD kernels' vector loads need rows of at least VW elements (else they decline) */
     int low = ct_dtype_is_low(Q->dtype);
     for (int j = 0; j < Q->n_in; j++) low |= ct_dtype_is_low(g->nodes[Q->in[j]].dtype);
     if (low && D < 16 && !bn) return CT_OK;
+    if (att) { /* (B, T, 3 D): every piece inside one batch's T rows */
+        const int64_t T = Q->shape[1], P = ct_colsum_pieces(R, D);
+        if (Q->ndim != 3) return CT_OK;
+        for (int64_t i = 0; i < P; i++)
+            if ((R * i / P) / T != (R * (i + 1) / P - 1) / T) return CT_OK;
+    }
     reader rq[1];
     if (readers_of(g, q, rq, 0) == 0) return CT_OK; /* dead (a layernorm_bwd+add took its place) */
     ct_node sets[3] = {CT_NONE, CT_NONE, CT_NONE}; /* dgamma, dy, out */
@@ -1088,7 +1097,7 @@ static ct_status try_colsum(fz *f, ct_node q, int *done) {
         }
     }
     if (!bn) sets[2] = out_col_sum(p, q, &rdt);
-    int pat = ln ? PAT_LN_BWD_COLSUM : bn ? PAT_BN_BWD_COLSUM : PAT_ACT_BWD_COLSUM, rule;
+    int pat = ln ? PAT_LN_BWD_COLSUM : bn ? PAT_BN_BWD_COLSUM : att ? PAT_ATT_BWD_COLSUM : PAT_ACT_BWD_COLSUM, rule;
     if ((sets[0] == CT_NONE && sets[1] == CT_NONE && sets[2] == CT_NONE) || !enabled(f, pat, q, CT_NONE, &rule))
         return CT_OK;
     int64_t mask = 0;

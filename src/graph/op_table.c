@@ -62,7 +62,7 @@ static const ct_op_info k_ops[] = {
     [CT_OP_LOG_SOFTMAX_BWD] = {"log_softmax_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(log_softmax_bwd)}, 0, 0, 0, .simd_lowp = 1},
     [CT_OP_CROSS_ENTROPY_BWD] = {"cross_entropy_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN1), {SIMD(cross_entropy_bwd)}, 0, 0, 0},
     [CT_OP_EMBEDDING_BWD] = {"embedding_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, F32), {SIMD(embedding_bwd)}, 0, 0, 0, .simd_lowp = 1},
-    [CT_OP_ATTENTION_BWD] = {"attention_bwd", FACTS(NEVER, FOLLOW, ATTENTION, PROMOTE), {SIMD_DNNL(attention_bwd)}, 0, ct_ws_attention, ct_onednn_cache_free, 0, .onednn_bf16 = 1, .simd_lowp = 1, .onednn_lowp_only = 1},
+    [CT_OP_ATTENTION_BWD] = {"attention_bwd", FACTS(NEVER, FOLLOW, ATTENTION, PROMOTE), {SIMD_DNNL(attention_bwd)}, ct_aux_colsum, ct_ws_attention, ct_onednn_cache_free, 0, .onednn_bf16 = 1, .simd_lowp = 1, .onednn_lowp_only = 1},
     [CT_OP_BN_RELU] = {"batchnorm+relu", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(bn_relu)}, ct_aux_bn_relu, ct_ws_batchnorm, 0, .simd_lowp = 1},
     [CT_OP_RELU_MASK_BWD] = {"relu_mask_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(relu_mask_bwd)}, 0, 0, 0, 1u << 1, 0, .simd_lowp = 1},
     [CT_OP_LINEAR_PRO] = {"linear_prologue", FACTS(NEVER, FOLLOW, FUSED_GEMM, PROMOTE), {SIMD_DNNL(linear_pro)}, ct_aux_linear_pro, ct_ws_gemm_pro, ct_onednn_cache_free},

@@ -285,7 +285,8 @@ static inline size_t ct_attention_ws_per_thread_bf16(int64_t T, int64_t Dh) {
     return simd > dnnl ? simd : dnnl;
 }
 
-/* Row helpers of the oneDNN BF16 attention, per ISA (simd/attention.c). */
+/* Row helpers of the oneDNN BF16 attention, per ISA (simd/attention.c); att_colsum_head: fusion
+ * attention_bwd+colsum's column sums of one (batch, head) task's rows of d_qkv (both kernels). */
 #define CT_DECL_ATT_ROWS(isa)                                                                                     \
     void ct_k_att_softmax_rows_##isa(float *s, uint16_t *p16, int64_t ld, int64_t m, int64_t i0, int causal,    \
                                      const float *kb, float *lse);                                              \
@@ -294,7 +295,8 @@ static inline size_t ct_attention_ws_per_thread_bf16(int64_t T, int64_t Dh) {
     void ct_k_att_dscore_rows_##isa(const float *p, const float *dp, uint16_t *ds16, int64_t ld, int64_t m,     \
                                     int64_t i0, int causal, const float *di);                                   \
     void ct_k_att_rowdot_bf16_##isa(const uint16_t *x, int64_t ldx, const uint16_t *y, int64_t ldy,             \
-                                    int64_t rows, int64_t len, float *out);
+                                    int64_t rows, int64_t len, float *out);                                     \
+    void ct_k_att_colsum_head_##isa(const ct_kargs *k, int64_t b, int64_t h);
 CT_DECL_ATT_ROWS(avx2)
 CT_DECL_ATT_ROWS(avx512)
 

@@ -124,5 +124,9 @@ ct_status ct_k_attention_bwd_ref(ct_kargs *k) {
                 }
             }
         }
+    if (k->node->ia[7] & CT_COLSUM_OUT) { /* attention_bwd+colsum: d_qkv's column sums, as sum would */
+        if (!k->aux) return ct_set_error(k->ctx, CT_E_INTERNAL, "attention_bwd: no aux for its column sums");
+        ct_colsum_ref_rows(k, CT_COLSUM_OUT, dx, (ct_dtype)k->node->ia[6]);
+    }
     return CT_OK;
 }

@@ -24,10 +24,19 @@
  * output rows to the 16-bit dtype: the products and the softmax run in FP32
  * and no T x T tensor is stored. Where oneDNN runs BF16 in hardware
  * (AMX, AVX512-BF16), BF16 plans run onednn/attention.c instead: its
- * products on BF16 matmuls, its rows through the helpers at the end. */
+ * products on BF16 matmuls, its rows through the helpers at the end.
+ *
+ * Fusion attention_bwd+colsum (ia[7] = CT_COLSUM_OUT, graph/fusion.c): the
+ * backward also leaves the column sums of d_qkv (the qkv linear's bias
+ * gradient) in its aux as sum's column path would make them (colsum.h):
+ * each task, once its q, k and v columns of d_qkv are stored, sums them
+ * over the pieces of rows inside its batch (the fusion asks that no piece
+ * straddles two batches) while they are still in L2, instead of a pass that
+ * reads d_qkv back from memory. */
 #include <math.h>
 #include <omp.h>
 
+#include "colsum.h"
 #include "simd_lowp.h"
 
 /* Micro-kernel shape per ISA: MR rows x NV vectors of accumulators. AVX2's
@@ -494,11 +503,37 @@ static void row_dots(const float *g, int64_t ldg, const float *y, int64_t ldy, c
     }
 }
 
+/* attention_bwd+colsum: task (b, h)'s columns of d_qkv (k->out, (B, T, 3 D)), rows of batch b, summed
+ * into the pieces' partials in k->aux (the values rounded to ia[6] first), in sum's order per column */
+void CT_FN(att_colsum_head)(const ct_kargs *k, int64_t b, int64_t h) {
+    const ct_tensor *Y = &k->out;
+    const int64_t T = Y->shape[1], D3 = Y->shape[2], D = D3 / 3, Dh = D / k->node->ia[0], R = Y->shape[0] * T;
+    const int64_t P = ct_colsum_pieces(R, D3), mask = k->node->ia[7];
+    const ct_dtype rdt = (ct_dtype)k->node->ia[6];
+    float fo[CT_COLSUM_MAX_D / 3 + 1];
+    for (int64_t p = 0; p < P; p++) {
+        const int64_t r0 = R * p / P, r1 = R * (p + 1) / P;
+        if (r0 < b * T || r0 >= (b + 1) * T) continue; /* another batch's piece (pieces lie in one batch) */
+        for (int part = 0; part < 3; part++) {
+            const int64_t c0 = part * D + h * Dh;
+            double *ao = cs_set(k->aux, mask, CT_COLSUM_OUT, P, p, D3) + c0;
+            for (int64_t c = 0; c < Dh; c++) ao[c] = 0;
+            for (int64_t r = r0; r < r1; r++) {
+                const int64_t q = r - r0;
+                if (q % CS_RB == 0) memset(fo, 0, (size_t)Dh * sizeof(float));
+                cs_add_row(fo, Y, r * D3 + c0, Dh, rdt);
+                if (q % CS_RB == CS_RB - 1 || r == r1 - 1) cs_flush(ao, fo, Dh);
+            }
+        }
+    }
+}
+
 /* in: dy (B, T, D), qkv, fwd (out and lse)[, key_valid] -> d_qkv (B, T, 3D) */
 ct_status CT_FN(attention_bwd)(ct_kargs *k) {
     att a;
     CT_TRY(att_init(&a, k, &k->in[1], 3));
     if (!a.lowp && (k->in[0].dtype != CT_F32 || k->in[2].dtype != CT_F32)) return CT_E_UNSUPPORTED;
+    if ((k->node->ia[7] & CT_COLSUM_OUT) && (!k->aux || 3 * a.D > CT_COLSUM_MAX_D)) return CT_E_UNSUPPORTED;
     const int64_t T = a.T, Dh = a.Dh, D = a.D, D3 = 3 * a.D, ld = ct_attention_ld(T);
     const float *lse = k->in_aux[2];
 #pragma omp parallel for num_threads(a.nt) schedule(dynamic, 1) if (a.nt > 1)
@@ -555,6 +590,7 @@ ct_status CT_FN(attention_bwd)(ct_kargs *k) {
         rows_out(&k->out, &a, b, h * Dh, D3, dqb);
         rows_out(&k->out, &a, b, D + h * Dh, D3, dkb);
         rows_out(&k->out, &a, b, 2 * D + h * Dh, D3, dvb);
+        if (k->node->ia[7] & CT_COLSUM_OUT) CT_FN(att_colsum_head)(k, b, h);
     }
     return CT_OK;
 }
