@@ -131,6 +131,8 @@ done
 for t in test_golden test_models test_transformer test_optim test_fpenv; do
   [ -x build/tests/$t ] && run_suite "CT_FLUSH_SUBNORMALS=0 $t" env CT_FLUSH_SUBNORMALS=0 build/tests/$t
 done
+# the oneDNN BF16 attention (BF16 hardware's kernel; oneDNN emulates it on other CPUs) with its fused bias gradient
+run_suite "CT_BF16_NATIVE=1 test_fusion attention" env CT_BF16_NATIVE=1 build/tests/test_fusion attention_bias
 # native BF16 where oneDNN has no BF16 primitive: every node falls back to FP32 copies
 run_suite "ONEDNN_MAX_CPU_ISA=AVX2 test_bf16_native" env ONEDNN_MAX_CPU_ISA=AVX2 build/tests/test_bf16_native
 
