@@ -247,15 +247,15 @@ typedef struct {
     void (*dscore)(const float *, const float *, uint16_t *, int64_t, int64_t, int64_t, int, const float *);
     void (*rowdot)(const uint16_t *, int64_t, const uint16_t *, int64_t, int64_t, int64_t, float *);
     void (*to_bf16)(const float *, uint16_t *, size_t);
-    void (*colsum)(const ct_kargs *, int64_t, int64_t);
+    void (*colsum)(const ct_kargs *, int64_t, int, int64_t, const void *, ct_dtype, int64_t, int64_t, int64_t, float *);
 } row_fns;
 
 static row_fns pick_rows(const ct_context *ctx) {
     if (ct_context_isa(ctx) >= CT_ISA_AVX512)
         return (row_fns){ct_k_att_softmax_rows_avx512, ct_k_att_prob_rows_avx512, ct_k_att_dscore_rows_avx512,
-                         ct_k_att_rowdot_bf16_avx512, ct_cvt_f32_to_bf16_avx512, ct_k_att_colsum_head_avx512};
+                         ct_k_att_rowdot_bf16_avx512, ct_cvt_f32_to_bf16_avx512, ct_k_att_colsum_rows_avx512};
     return (row_fns){ct_k_att_softmax_rows_avx2, ct_k_att_prob_rows_avx2, ct_k_att_dscore_rows_avx2,
-                     ct_k_att_rowdot_bf16_avx2, ct_cvt_f32_to_bf16_avx2, ct_k_att_colsum_head_avx2};
+                     ct_k_att_rowdot_bf16_avx2, ct_cvt_f32_to_bf16_avx2, ct_k_att_colsum_rows_avx2};
 }
 
 static void key_bias(const att_cache *c, const int32_t *kv, int64_t b, float *kb) {
@@ -412,7 +412,11 @@ ct_status ct_k_attention_bwd_onednn(ct_kargs *k) {
             f.to_bf16(dk + j * Dh, out + j * D3 + D + h * Dh, (size_t)Dh);
             f.to_bf16(dv + j * Dh, out + j * D3 + 2 * D + h * Dh, (size_t)Dh);
         }
-        if (k->node->ia[7] & CT_COLSUM_OUT) f.colsum(k, b, h); /* attention_bwd+colsum (simd/attention.c) */
+        if (k->node->ia[7] & CT_COLSUM_OUT) { /* attention_bwd+colsum (simd/attention.c): the stored BF16 rows */
+            float fo[CT_COLSUM_MAX_D / 3 + 1];
+            for (int part = 0; part < 3; part++)
+                f.colsum(k, b, part, h, out + part * D + h * Dh, CT_BF16, D3, 0, T, fo);
+        }
     }
     return err == dnnl_success ? CT_OK : exec_failed(c, err);
 }

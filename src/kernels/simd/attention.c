@@ -29,10 +29,10 @@
  * Fusion attention_bwd+colsum (ia[7] = CT_COLSUM_OUT, graph/fusion.c): the
  * backward also leaves the column sums of d_qkv (the qkv linear's bias
  * gradient) in its aux as sum's column path would make them (colsum.h):
- * each task, once its q, k and v columns of d_qkv are stored, sums them
- * over the pieces of rows inside its batch (the fusion asks that no piece
- * straddles two batches) while they are still in L2, instead of a pass that
- * reads d_qkv back from memory. */
+ * each task sums its head's dQ rows block by block as they are made (in L1)
+ * and dK, dV once made, over the pieces of rows inside its batch (the fusion
+ * asks that no piece straddles two batches), instead of a pass that reads
+ * d_qkv back from memory. */
 #include <math.h>
 #include <omp.h>
 
@@ -503,28 +503,64 @@ static void row_dots(const float *g, int64_t ldg, const float *y, int64_t ldy, c
     }
 }
 
-/* attention_bwd+colsum: task (b, h)'s columns of d_qkv (k->out, (B, T, 3 D)), rows of batch b, summed
- * into the pieces' partials in k->aux (the values rounded to ia[6] first), in sum's order per column */
-void CT_FN(att_colsum_head)(const ct_kargs *k, int64_t b, int64_t h) {
-    const ct_tensor *Y = &k->out;
-    const int64_t T = Y->shape[1], D3 = Y->shape[2], D = D3 / 3, Dh = D / k->node->ia[0], R = Y->shape[0] * T;
-    const int64_t P = ct_colsum_pieces(R, D3), mask = k->node->ia[7];
-    const ct_dtype rdt = (ct_dtype)k->node->ia[6];
-    float fo[CT_COLSUM_MAX_D / 3 + 1];
-    for (int64_t p = 0; p < P; p++) {
-        const int64_t r0 = R * p / P, r1 = R * (p + 1) / P;
-        if (r0 < b * T || r0 >= (b + 1) * T) continue; /* another batch's piece (pieces lie in one batch) */
-        for (int part = 0; part < 3; part++) {
-            const int64_t c0 = part * D + h * Dh;
-            double *ao = cs_set(k->aux, mask, CT_COLSUM_OUT, P, p, D3) + c0;
-            for (int64_t c = 0; c < Dh; c++) ao[c] = 0;
-            for (int64_t r = r0; r < r1; r++) {
-                const int64_t q = r - r0;
-                if (q % CS_RB == 0) memset(fo, 0, (size_t)Dh * sizeof(float));
-                cs_add_row(fo, Y, r * D3 + c0, Dh, rdt);
-                if (q % CS_RB == CS_RB - 1 || r == r1 - 1) cs_flush(ao, fo, Dh);
-            }
+/* attention_bwd+colsum: rows [lo, hi) of one head's part (q, k or v: columns c0.. c0 + Dh of d_qkv) of
+ * batch b, the values at src (row t at src + t lds elements of dtype sdt: the output tensor, or the
+ * task's FP32 rows before they are rounded to it) rounded to rdt, added to the pieces' partials in
+ * k->aux in sum's order (colsum.h): float run sums of CS_RB rows from each piece's start, carried in
+ * fo (Dh floats) from one call to the next, flushed into the piece's doubles. A part's rows must come
+ * in order, each once; every piece lies inside one batch (the fusion's rule). The run sums stay in
+ * registers over a call's rows, 4 vectors of columns at a time. */
+static inline __attribute__((always_inline)) void cs_rows_t(float *fo, const void *src, ct_dtype sdt, int64_t lds,
+                                                            int64_t t0, int64_t t1, int64_t Dh, ct_dtype rdt) {
+    int64_t c = 0;
+    for (; c + 4 * VW <= Dh; c += 4 * VW) { /* four run sums in registers */
+        vf a0 = vload(fo + c), a1 = vload(fo + c + VW), a2 = vload(fo + c + 2 * VW), a3 = vload(fo + c + 3 * VW);
+        for (int64_t t = t0; t < t1; t++) {
+            const int64_t o = t * lds + c;
+            a0 = vadd(a0, cs_round(cs_ld(src, sdt, o, VW), rdt));
+            a1 = vadd(a1, cs_round(cs_ld(src, sdt, o + VW, VW), rdt));
+            a2 = vadd(a2, cs_round(cs_ld(src, sdt, o + 2 * VW, VW), rdt));
+            a3 = vadd(a3, cs_round(cs_ld(src, sdt, o + 3 * VW, VW), rdt));
         }
+        vstore(fo + c, a0), vstore(fo + c + VW, a1), vstore(fo + c + 2 * VW, a2), vstore(fo + c + 3 * VW, a3);
+    }
+    for (; c < Dh; c += VW) {
+        const int n = (int)CT_MIN((int64_t)VW, Dh - c);
+        vf a0 = n == VW ? vload(fo + c) : vtail_load(fo + c, n);
+        for (int64_t t = t0; t < t1; t++) a0 = vadd(a0, cs_round(cs_ld(src, sdt, t * lds + c, n), rdt));
+        if (n == VW) vstore(fo + c, a0);
+        else vtail_store(fo + c, a0, n);
+    }
+}
+static void cs_rows(float *fo, const void *src, ct_dtype sdt, int64_t lds, int64_t t0, int64_t t1, int64_t Dh,
+                    ct_dtype rdt) {
+    if (rdt == sdt) rdt = CT_F32; /* stored so: no rounding */
+    if (sdt == CT_F32 && rdt == CT_F32) cs_rows_t(fo, src, CT_F32, lds, t0, t1, Dh, CT_F32);
+    else if (sdt == CT_F32 && rdt == CT_BF16) cs_rows_t(fo, src, CT_F32, lds, t0, t1, Dh, CT_BF16);
+    else if (sdt == CT_F32) cs_rows_t(fo, src, CT_F32, lds, t0, t1, Dh, CT_F16);
+    else if (sdt == CT_BF16) cs_rows_t(fo, src, CT_BF16, lds, t0, t1, Dh, CT_F32);
+    else cs_rows_t(fo, src, CT_F16, lds, t0, t1, Dh, CT_F32);
+}
+void CT_FN(att_colsum_rows)(const ct_kargs *k, int64_t b, int part, int64_t h, const void *src, ct_dtype sdt,
+                            int64_t lds, int64_t lo, int64_t hi, float *fo) {
+    const ct_tensor *Y = &k->out;
+    const int64_t T = Y->shape[1], D3 = Y->shape[2], Dh = D3 / 3 / k->node->ia[0], R = Y->shape[0] * T;
+    const int64_t P = ct_colsum_pieces(R, D3), c0 = part * (D3 / 3) + h * Dh;
+    const ct_dtype rdt = (ct_dtype)k->node->ia[6];
+    for (int64_t t = lo; t < hi;) {
+        const int64_t g = b * T + t;
+        int64_t p = g * P / R;
+        while (p + 1 < P && R * (p + 1) / P <= g) p++;
+        while (p > 0 && R * p / P > g) p--;
+        const int64_t r0 = R * p / P, r1 = R * (p + 1) / P, run0 = r0 + (g - r0) / CS_RB * CS_RB;
+        const int64_t run1 = CT_MIN(run0 + CS_RB, r1), end = CT_MIN(run1, b * T + hi);
+        double *ao = cs_set(k->aux, k->node->ia[7], CT_COLSUM_OUT, P, p, D3) + c0;
+        if (g == r0)
+            for (int64_t c = 0; c < Dh; c++) ao[c] = 0;
+        if (g == run0) memset(fo, 0, (size_t)Dh * sizeof(float));
+        cs_rows(fo, src, sdt, lds, t, end - b * T, Dh, rdt);
+        if (end == run1) cs_flush(ao, fo, Dh);
+        t = end - b * T;
     }
 }
 
@@ -533,7 +569,8 @@ ct_status CT_FN(attention_bwd)(ct_kargs *k) {
     att a;
     CT_TRY(att_init(&a, k, &k->in[1], 3));
     if (!a.lowp && (k->in[0].dtype != CT_F32 || k->in[2].dtype != CT_F32)) return CT_E_UNSUPPORTED;
-    if ((k->node->ia[7] & CT_COLSUM_OUT) && (!k->aux || 3 * a.D > CT_COLSUM_MAX_D)) return CT_E_UNSUPPORTED;
+    const int cs = (k->node->ia[7] & CT_COLSUM_OUT) != 0; /* attention_bwd+colsum */
+    if (cs && (!k->aux || 3 * a.D > CT_COLSUM_MAX_D)) return CT_E_UNSUPPORTED;
     const int64_t T = a.T, Dh = a.Dh, D = a.D, D3 = 3 * a.D, ld = ct_attention_ld(T);
     const float *lse = k->in_aux[2];
 #pragma omp parallel for num_threads(a.nt) schedule(dynamic, 1) if (a.nt > 1)
@@ -559,6 +596,7 @@ ct_status CT_FN(attention_bwd)(ct_kargs *k) {
         float *dv = rows_at(&k->out, &a, b, 2 * D + h * Dh, D3, dvb, &lv);
         const float *kb = a.kv ? w.kb : NULL;
         if (kb) key_bias(&a, b, w.kb);
+        float fo[CT_COLSUM_MAX_D / 3 + 1]; /* attention_bwd+colsum: one part's run sums */
         row_dots(g, ldg, o, ldy, &pf[4], T, Dh, w.inv); /* the forward's row factors' place */
         for (int64_t i0 = 0; i0 < T; i0 += RB) {
             const int64_t i1 = CT_MIN(T, i0 + RB);
@@ -583,14 +621,18 @@ ct_status CT_FN(attention_bwd)(ct_kargs *k) {
             }
             /* dQ = scale dS K */
             gemm(i0, i1, Dh, T, ds, ld, 1, kk, ldk, NB, dq, lq, a.scale, NULL, a.causal ? CM_K_UPTO : CM_NONE);
+            if (cs) CT_FN(att_colsum_rows)(k, b, 0, h, dq, CT_F32, lq, i0, i1, fo); /* while in L1 */
         }
         /* dV = P^T dO, dK = scale dS^T Q: every row block of P / dS done */
         gemm(0, T, Dh, T, p, 1, ld, g, ldg, NB, dv, lv, 1.0f, NULL, a.causal ? CM_K_FROM : CM_NONE);
         gemm(0, T, Dh, T, ds, 1, ld, q, ldq, NB, dk, lk, a.scale, NULL, a.causal ? CM_K_FROM : CM_NONE);
+        if (cs) { /* the values as stored: the 16-bit outputs' rounding is rdt's (ia[6] = the output's dtype) */
+            CT_FN(att_colsum_rows)(k, b, 1, h, dk, CT_F32, lk, 0, T, fo);
+            CT_FN(att_colsum_rows)(k, b, 2, h, dv, CT_F32, lv, 0, T, fo);
+        }
         rows_out(&k->out, &a, b, h * Dh, D3, dqb);
         rows_out(&k->out, &a, b, D + h * Dh, D3, dkb);
         rows_out(&k->out, &a, b, 2 * D + h * Dh, D3, dvb);
-        if (k->node->ia[7] & CT_COLSUM_OUT) CT_FN(att_colsum_head)(k, b, h);
     }
     return CT_OK;
 }
