@@ -886,6 +886,17 @@ static int dead_reader(const ct_plan *p, ct_node r) {
     return readers_of(&p->g, r, rr, 1) == 0 && !kept(p, r) && !ct_plan_is_param_grad(p, r);
 }
 
+/* v is read by a node that is not itself dead, or kept: a layernorm that layernorm+linear took into
+ * the next linear is read only by the reshape its weight gradient read before (now dead) */
+static int used(const ct_plan *p, ct_node v) {
+    reader r[MAX_READERS];
+    int nr = readers_of(&p->g, v, r, MAX_READERS);
+    if (nr > MAX_READERS || kept(p, v) || ct_plan_is_param_grad(p, v)) return 1;
+    for (int i = 0; i < nr; i++)
+        if (!dead_reader(p, r[i].node)) return 1;
+    return 0;
+}
+
 /* Forward: layernorm(s) with s = add(a, b), same shape (not a broadcast bias),
  * s read later as well -> the layernorm becomes ADD_LAYERNORM(a, b, s, gamma[,
  * beta]) and the add ADD_LN_SUM (no kernel): the fused node writes s into the
@@ -896,13 +907,15 @@ static int dead_reader(const ct_plan *p, ct_node r) {
  * planner keeps it through the fused node's write; every other live reader of
  * s must come after the layernorm (none may read it before it is written). The
  * layernorm may already write BF16 (a cast_fold): the fused node takes it over.
- * Any float dtype; after cast_fold (a fused layernorm no longer takes a cast). */
+ * Any float dtype; after cast_fold (a fused layernorm no longer takes a cast). Not a layernorm
+ * layernorm+linear took (level 2, no dropout+add in between): the fused node would be dead, and the
+ * sum, whose node no longer computes it, never written. */
 static ct_status try_add_ln(fz *f, ct_node l, int *done) {
     ct_plan *p = f->p;
     ct_graph *g = &p->g;
     const ct_node_def *L = &g->nodes[l];
     *done = 0;
-    if (L->op != CT_OP_LAYERNORM || !forward(L) || !plain_float(L) || L->n_in < 2 || L->n_in > 3 || dead_reader(p, l))
+    if (L->op != CT_OP_LAYERNORM || !forward(L) || !plain_float(L) || L->n_in < 2 || L->n_in > 3 || !used(p, l))
         return CT_OK;
     if (p->fused_group[l] >= 0 && p->groups[p->fused_group[l]].pattern != PAT_CAST_FOLD) return CT_OK;
     ct_node s = L->in[0];
