@@ -329,6 +329,21 @@ static ct_status gpt_nodrop_plan(ct_context *ctx, int level, ct_precision prec, 
     return gpt_nodrop_plan_bt(ctx, level, prec, 3, 100, out);
 }
 
+/* the sweeps over kernels and precisions: the fast (isa 1) or reference context at nt threads, and
+ * precision prec (0 FP32, 1 BF16, 2 FP16) */
+static ct_context *sweep_ctx(int isa, int nt, uint64_t seed) {
+    ct_context_opts o;
+    ct_context_opts_default(&o);
+    o.isa = isa ? -1 : CT_ISA_REF;
+    o.seed = seed;
+    o.num_threads = nt;
+    ct_context *ctx = NULL;
+    return ct_context_create(&o, &ctx) == CT_OK ? ctx : NULL;
+}
+static ct_precision sweep_prec(int prec) {
+    return prec == 2 ? CT_PRECISION_FP16 : prec ? CT_PRECISION_BF16 : CT_PRECISION_FP32;
+}
+
 /* layernorm_bwd+colsum and unary_bwd+colsum (level 1): every layernorm's
  * dgamma and dbeta, the c_proj biases' gradients (the column sums of the
  * layernorm backwards' residual gradients, FP32; in BF16 of their casts)
@@ -339,15 +354,10 @@ TEST(column_sums_in_the_row_pass_equal_unfused) {
     for (int isa = 0; isa < 2; isa++)
         for (int prec = 0; prec < 3; prec++)
             for (int nt = 1; nt <= 2; nt++) {
-                ct_context_opts o;
-                ct_context_opts_default(&o);
-                o.isa = isa ? -1 : CT_ISA_REF;
-                o.seed = 1234;
-                o.num_threads = nt;
-                ct_context *ctx = NULL;
-                CHECK(ct_context_create(&o, &ctx) == CT_OK);
+                ct_context *ctx = sweep_ctx(isa, nt, 1234);
+                CHECK(ctx != NULL);
                 if (!ctx) return;
-                ct_precision pr = prec == 2 ? CT_PRECISION_FP16 : prec ? CT_PRECISION_BF16 : CT_PRECISION_FP32;
+                ct_precision pr = sweep_prec(prec);
                 ct_plan *p[2] = {0};
                 for (int l = 0; l < 2; l++) CHECK_OK(ctx, gpt_nodrop_plan(ctx, l, pr, &p[l]));
                 if (!p[0] || !p[1]) {
@@ -393,15 +403,10 @@ TEST(attention_bias_gradient_in_the_backward_equals_unfused) {
     for (int isa = 0; isa < 2; isa++)
         for (int prec = 0; prec < 3; prec++)
             for (int nt = 1; nt <= 2; nt++) {
-                ct_context_opts o;
-                ct_context_opts_default(&o);
-                o.isa = isa ? -1 : CT_ISA_REF;
-                o.seed = 99;
-                o.num_threads = nt;
-                ct_context *ctx = NULL;
-                CHECK(ct_context_create(&o, &ctx) == CT_OK);
+                ct_context *ctx = sweep_ctx(isa, nt, 99);
+                CHECK(ctx != NULL);
                 if (!ctx) return;
-                ct_precision pr = prec == 2 ? CT_PRECISION_FP16 : prec ? CT_PRECISION_BF16 : CT_PRECISION_FP32;
+                ct_precision pr = sweep_prec(prec);
                 ct_plan *p[2] = {0}, *straddle = NULL;
                 for (int l = 0; l < 2; l++) CHECK_OK(ctx, gpt_nodrop_plan_bt(ctx, l, pr, 2, 128, &p[l]));
                 CHECK_OK(ctx, gpt_nodrop_plan(ctx, 1, pr, &straddle));
