@@ -6,6 +6,8 @@ CC      ?= gcc
 BUILD   ?= build
 SAN     ?= 0
 OPT     ?= -O2
+# the SIMD kernels' optimization, when it must differ from OPT (the fuzz build: tests/fuzz/fuzz.mk)
+SIMD_OPT ?=
 CFLAGS_BASE := -std=c11 -g $(OPT) -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wvla \
                -fopenmp -pthread -Iinclude -Isrc -I$(BUILD)/gen -D_DEFAULT_SOURCE -fno-strict-aliasing \
                -fPIC -fno-semantic-interposition
@@ -61,11 +63,11 @@ $(BUILD)/obj/gen/%.pb-c.o: $(BUILD)/gen/%.pb-c.c $(PROTO_H)
 
 $(BUILD)/obj/%.avx2.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
-	@echo "  CC $@"; $(CC) $(CFLAGS) $(AVX2_FLAGS) -c $< -o $@
+	@echo "  CC $@"; $(CC) $(CFLAGS) $(AVX2_FLAGS) $(SIMD_OPT) -c $< -o $@
 
 $(BUILD)/obj/%.avx512.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
-	@echo "  CC $@"; $(CC) $(CFLAGS) $(AVX512_FLAGS) -c $< -o $@
+	@echo "  CC $@"; $(CC) $(CFLAGS) $(AVX512_FLAGS) $(SIMD_OPT) -c $< -o $@
 
 $(BUILD)/libctrain.a: $(LIB_OBJ)
 	@rm -f $@
