@@ -1061,7 +1061,9 @@ static void fold_relu_mask(ct_plan *p, ct_node q, ct_node gamma, ct_node sum) {
  * front of it), a 2-D batchnorm's dgamma (batchnorm_bwd_gamma: the column
  * sums of dy * (x - mean), times invstd) and dbeta, the column sum of an
  * attention's d_qkv (the qkv linear's bias gradient; each (batch, head) task
- * sums its columns, so no piece of rows may straddle two batches): the producer's row pass
+ * sums its columns, the pieces across two batches come after the tasks). Whether
+ * a node fuses never depends on its sizes (a dynamic-shape plan's graphs must
+ * match): the producer's row pass
  * makes them (ia[7], the pieces' partials in its aux, simd/colsum.h,
  * simd/norm.c) and those nodes become COLSUM nodes adding the partials. The
  * pieces and the order of every addition are the unfused kernels', so the
@@ -1084,12 +1086,7 @@ static ct_status try_colsum(fz *f, ct_node q, int *done) {
     int low = ct_dtype_is_low(Q->dtype);
     for (int j = 0; j < Q->n_in; j++) low |= ct_dtype_is_low(g->nodes[Q->in[j]].dtype);
     if (low && D < 16 && !bn) return CT_OK;
-    if (att) { /* (B, T, 3 D): every piece inside one batch's T rows */
-        const int64_t T = Q->shape[1], P = ct_colsum_pieces(R, D);
-        if (Q->ndim != 3) return CT_OK;
-        for (int64_t i = 0; i < P; i++)
-            if ((R * i / P) / T != (R * (i + 1) / P - 1) / T) return CT_OK;
-    }
+    if (att && Q->ndim != 3) return CT_OK; /* (B, T, 3 D) */
     reader rq[1];
     if (readers_of(g, q, rq, 0) == 0) return CT_OK; /* dead (a layernorm_bwd+add took its place) */
     ct_node sets[3] = {CT_NONE, CT_NONE, CT_NONE}; /* dgamma, dy, out */

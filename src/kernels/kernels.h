@@ -286,7 +286,8 @@ static inline size_t ct_attention_ws_per_thread_bf16(int64_t T, int64_t Dh) {
 }
 
 /* Row helpers of the oneDNN BF16 attention, per ISA (simd/attention.c); att_colsum_rows: fusion
- * attention_bwd+colsum's column sums of a (batch, head) task's rows of one part of d_qkv (both kernels). */
+ * attention_bwd+colsum's column sums of a (batch, head) task's rows of one part of d_qkv, and
+ * att_colsum_cross those of the pieces across two batches, after the tasks (both kernels). */
 #define CT_DECL_ATT_ROWS(isa)                                                                                     \
     void ct_k_att_softmax_rows_##isa(float *s, uint16_t *p16, int64_t ld, int64_t m, int64_t i0, int causal,    \
                                      const float *kb, float *lse);                                              \
@@ -297,7 +298,8 @@ static inline size_t ct_attention_ws_per_thread_bf16(int64_t T, int64_t Dh) {
     void ct_k_att_rowdot_bf16_##isa(const uint16_t *x, int64_t ldx, const uint16_t *y, int64_t ldy,             \
                                     int64_t rows, int64_t len, float *out);                                     \
     void ct_k_att_colsum_rows_##isa(const ct_kargs *k, int64_t b, int part, int64_t h, const void *src,        \
-                                    ct_dtype sdt, int64_t lds, int64_t lo, int64_t hi, float *fo);
+                                    ct_dtype sdt, int64_t lds, int64_t lo, int64_t hi, float *fo);             \
+    void ct_k_att_colsum_cross_##isa(const ct_kargs *k);
 CT_DECL_ATT_ROWS(avx2)
 CT_DECL_ATT_ROWS(avx512)
 

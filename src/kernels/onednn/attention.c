@@ -248,14 +248,17 @@ typedef struct {
     void (*rowdot)(const uint16_t *, int64_t, const uint16_t *, int64_t, int64_t, int64_t, float *);
     void (*to_bf16)(const float *, uint16_t *, size_t);
     void (*colsum)(const ct_kargs *, int64_t, int, int64_t, const void *, ct_dtype, int64_t, int64_t, int64_t, float *);
+    void (*colsum_cross)(const ct_kargs *);
 } row_fns;
 
 static row_fns pick_rows(const ct_context *ctx) {
     if (ct_context_isa(ctx) >= CT_ISA_AVX512)
         return (row_fns){ct_k_att_softmax_rows_avx512, ct_k_att_prob_rows_avx512, ct_k_att_dscore_rows_avx512,
-                         ct_k_att_rowdot_bf16_avx512, ct_cvt_f32_to_bf16_avx512, ct_k_att_colsum_rows_avx512};
+                         ct_k_att_rowdot_bf16_avx512, ct_cvt_f32_to_bf16_avx512, ct_k_att_colsum_rows_avx512,
+                         ct_k_att_colsum_cross_avx512};
     return (row_fns){ct_k_att_softmax_rows_avx2, ct_k_att_prob_rows_avx2, ct_k_att_dscore_rows_avx2,
-                     ct_k_att_rowdot_bf16_avx2, ct_cvt_f32_to_bf16_avx2, ct_k_att_colsum_rows_avx2};
+                     ct_k_att_rowdot_bf16_avx2, ct_cvt_f32_to_bf16_avx2, ct_k_att_colsum_rows_avx2,
+                     ct_k_att_colsum_cross_avx2};
 }
 
 static void key_bias(const att_cache *c, const int32_t *kv, int64_t b, float *kb) {
@@ -418,5 +421,6 @@ ct_status ct_k_attention_bwd_onednn(ct_kargs *k) {
                 f.colsum(k, b, part, h, out + part * D + h * Dh, CT_BF16, D3, 0, T, fo);
         }
     }
+    if (err == dnnl_success && (k->node->ia[7] & CT_COLSUM_OUT)) f.colsum_cross(k);
     return err == dnnl_success ? CT_OK : exec_failed(c, err);
 }

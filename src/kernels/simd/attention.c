@@ -30,9 +30,9 @@
  * backward also leaves the column sums of d_qkv (the qkv linear's bias
  * gradient) in its aux as sum's column path would make them (colsum.h):
  * each task sums its head's dQ rows block by block as they are made (in L1)
- * and dK, dV once made, over the pieces of rows inside its batch (the fusion
- * asks that no piece straddles two batches), instead of a pass that reads
- * d_qkv back from memory. */
+ * and dK, dV once made, over the pieces of rows inside its batch, instead of
+ * a pass that reads d_qkv back from memory; the pieces that straddle two
+ * batches (none when T is a multiple of the piece) are summed at the end. */
 #include <math.h>
 #include <omp.h>
 
@@ -541,8 +541,9 @@ static void cs_rows(float *fo, const void *src, ct_dtype sdt, int64_t lds, int64
     else if (sdt == CT_BF16) cs_rows_t(fo, src, CT_BF16, lds, t0, t1, Dh, CT_F32);
     else cs_rows_t(fo, src, CT_F16, lds, t0, t1, Dh, CT_F32);
 }
-void CT_FN(att_colsum_rows)(const ct_kargs *k, int64_t b, int part, int64_t h, const void *src, ct_dtype sdt,
-                            int64_t lds, int64_t lo, int64_t hi, float *fo) {
+/* cross 0: the pieces inside one batch (a task's), 1: those across two batches (cs_cross) */
+static void cs_part(const ct_kargs *k, int64_t b, int part, int64_t h, const void *src, ct_dtype sdt, int64_t lds,
+                    int64_t lo, int64_t hi, float *fo, int cross) {
     const ct_tensor *Y = &k->out;
     const int64_t T = Y->shape[1], D3 = Y->shape[2], Dh = D3 / 3 / k->node->ia[0], R = Y->shape[0] * T;
     const int64_t P = ct_colsum_pieces(R, D3), c0 = part * (D3 / 3) + h * Dh;
@@ -553,6 +554,10 @@ void CT_FN(att_colsum_rows)(const ct_kargs *k, int64_t b, int part, int64_t h, c
         while (p + 1 < P && R * (p + 1) / P <= g) p++;
         while (p > 0 && R * p / P > g) p--;
         const int64_t r0 = R * p / P, r1 = R * (p + 1) / P, run0 = r0 + (g - r0) / CS_RB * CS_RB;
+        if ((r0 / T != (r1 - 1) / T) != cross) { /* the other kind of piece */
+            t = CT_MIN(r1, b * T + hi) - b * T;
+            continue;
+        }
         const int64_t run1 = CT_MIN(run0 + CS_RB, r1), end = CT_MIN(run1, b * T + hi);
         double *ao = cs_set(k->aux, k->node->ia[7], CT_COLSUM_OUT, P, p, D3) + c0;
         if (g == r0)
@@ -561,6 +566,27 @@ void CT_FN(att_colsum_rows)(const ct_kargs *k, int64_t b, int part, int64_t h, c
         cs_rows(fo, src, sdt, lds, t, end - b * T, Dh, rdt);
         if (end == run1) cs_flush(ao, fo, Dh);
         t = end - b * T;
+    }
+}
+void CT_FN(att_colsum_rows)(const ct_kargs *k, int64_t b, int part, int64_t h, const void *src, ct_dtype sdt,
+                            int64_t lds, int64_t lo, int64_t hi, float *fo) {
+    cs_part(k, b, part, h, src, sdt, lds, lo, hi, fo, 0);
+}
+/* After every task: the pieces of rows that straddle two batches (no task has all their rows), summed
+ * from the stored d_qkv (a few pieces: at most one per batch boundary), each column in sum's order. */
+void CT_FN(att_colsum_cross)(const ct_kargs *k) {
+    const ct_tensor *Y = &k->out;
+    const int64_t T = Y->shape[1], D3 = Y->shape[2], H = k->node->ia[0], Dh = D3 / 3 / H, R = Y->shape[0] * T;
+    const size_t es = Y->dtype == CT_F32 ? sizeof(float) : sizeof(uint16_t);
+    float fo[CT_COLSUM_MAX_D / 3 + 1];
+    const int64_t P = ct_colsum_pieces(R, D3);
+    for (int64_t p = 0; p < P; p++) {
+        const int64_t r0 = R * p / P, r1 = R * (p + 1) / P;
+        if (r0 / T == (r1 - 1) / T) continue;
+        for (int part = 0; part < 3; part++)
+            for (int64_t h = 0; h < H; h++) /* rows as global rows: batch 0, t = the row */
+                cs_part(k, 0, part, h, (const char *)Y->data + (size_t)(part * (D3 / 3) + h * Dh) * es, Y->dtype, D3,
+                        r0, r1, fo, 1);
     }
 }
 
@@ -634,6 +660,7 @@ ct_status CT_FN(attention_bwd)(ct_kargs *k) {
         rows_out(&k->out, &a, b, D + h * Dh, D3, dkb);
         rows_out(&k->out, &a, b, 2 * D + h * Dh, D3, dvb);
     }
+    if (cs) CT_FN(att_colsum_cross)(k);
     return CT_OK;
 }
 
