@@ -398,16 +398,16 @@ TEST(column_sums_in_the_row_pass_equal_unfused) {
 /* attention_bwd+colsum (level 1): the qkv linears' bias gradients (the column sums of the attention
  * backwards' d_qkv) from the attention tasks, each summing its head's columns over the pieces of rows of
  * its batch, the pieces across two batches after the tasks. (2, 128) tokens: 256 rows, 4 pieces of 64,
- * two per batch; (3, 100): pieces of 75 rows, two of them across batches. Fused in both layers at both
- * sizes (whether a node fuses must not depend on its sizes: a dynamic-shape plan's graphs must match),
+ * two per batch; (3, 100): pieces of 75 rows, two of them across batches; (5, 20): one piece of 100 rows
+ * across all five. Fused in both layers at every size (whether a node fuses must not depend on its sizes: a dynamic-shape plan's graphs must match),
  * loss and every gradient bit for bit as level 0, FP32, BF16 and FP16, 1 and 2 threads, fast and
  * reference. */
 TEST(attention_bias_gradient_in_the_backward_equals_unfused) {
-    static const int64_t bt[2][2] = {{2, 128}, {3, 100}};
+    static const int64_t bt[3][2] = {{2, 128}, {3, 100}, {5, 20}};
     for (int isa = 0; isa < 2; isa++)
         for (int prec = 0; prec < 3; prec++)
             for (int nt = 1; nt <= 2; nt++)
-                for (int sz = 0; sz < 2; sz++) {
+                for (int sz = 0; sz < 3; sz++) {
                     ct_context *ctx = sweep_ctx(isa, nt, 99);
                     CHECK(ctx != NULL);
                     if (!ctx) return;

@@ -573,20 +573,30 @@ void CT_FN(att_colsum_rows)(const ct_kargs *k, int64_t b, int part, int64_t h, c
     cs_part(k, b, part, h, src, sdt, lds, lo, hi, fo, 0);
 }
 /* After every task: the pieces of rows that straddle two batches (no task has all their rows), summed
- * from the stored d_qkv (a few pieces: at most one per batch boundary), each column in sum's order. */
+ * from the stored d_qkv, each column in sum's order; in parallel over the pieces and the heads' parts
+ * (every piece straddles when T is below the piece's rows). */
 void CT_FN(att_colsum_cross)(const ct_kargs *k) {
     const ct_tensor *Y = &k->out;
     const int64_t T = Y->shape[1], D3 = Y->shape[2], H = k->node->ia[0], Dh = D3 / 3 / H, R = Y->shape[0] * T;
     const size_t es = Y->dtype == CT_F32 ? sizeof(float) : sizeof(uint16_t);
-    float fo[CT_COLSUM_MAX_D / 3 + 1];
     const int64_t P = ct_colsum_pieces(R, D3);
-    for (int64_t p = 0; p < P; p++) {
-        const int64_t r0 = R * p / P, r1 = R * (p + 1) / P;
-        if (r0 / T == (r1 - 1) / T) continue;
-        for (int part = 0; part < 3; part++)
-            for (int64_t h = 0; h < H; h++) /* rows as global rows: batch 0, t = the row */
-                cs_part(k, 0, part, h, (const char *)Y->data + (size_t)(part * (D3 / 3) + h * Dh) * es, Y->dtype, D3,
-                        r0, r1, fo, 1);
+    int64_t cross[64], nc = 0; /* ct_colsum_pieces: at most 64 */
+    for (int64_t p = 0; p < P && nc < 64; p++)
+        if ((R * p / P) / T != (R * (p + 1) / P - 1) / T) cross[nc++] = p;
+    const int64_t jobs = nc * 3 * H;
+    int nt = jobs > 1 && nc * (R / P) * D3 >= 32768 ? k->nthreads : 1;
+    if (nt > jobs) nt = (int)jobs;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        float fo[CT_COLSUM_MAX_D / 3 + 1];
+#pragma omp for schedule(static)
+        for (int64_t j = 0; j < jobs; j++) {
+            const int64_t p = cross[j / (3 * H)], ph = j % (3 * H), h = ph % H;
+            const int part = (int)(ph / H);
+            /* rows as global rows: batch 0, t = the row */
+            cs_part(k, 0, part, h, (const char *)Y->data + (size_t)(part * (D3 / 3) + h * Dh) * es, Y->dtype, D3,
+                    R * p / P, R * (p + 1) / P, fo, 1);
+        }
     }
 }
 
