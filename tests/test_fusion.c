@@ -435,33 +435,36 @@ TEST(attention_bias_gradient_in_the_backward_equals_unfused) {
 
 /* gpt-char-small without dropout (bench_step's gptchar): no dropout+add, so at level 2 the residual adds
  * meet the layernorms that layernorm+linear takes into the next linear. Levels 1 and 2 give level 0's
- * loss and gradients (level 2 within 1e-6: its prologues may sum in another order). add+layernorm
+ * loss and gradients (level 2 within 1e-6: its prologues may sum in another order), FP32, BF16 and
+ * FP16. add+layernorm
  * used to fuse those taken layernorms too: the fused node was dead, the sum never written, and level
  * 2's loss wrong from the first step (4.174 vs 4.254). */
 TEST(levels_give_equal_results_without_dropout) {
-    ct_context *ctx = test_ctx(-1, 2);
-    ct_plan *p[3] = {0};
-    for (int l = 0; l < 3; l++) CHECK_OK(ctx, gpt_nodrop_plan_bt(ctx, l, CT_PRECISION_FP32, 2, 128, &p[l]));
-    if (p[0] && p[1] && p[2])
-        for (int l = 1; l < 3; l++) {
-            int same;
-            float la, l0;
-            ct_plan_loss(p[l], &la);
-            ct_plan_loss(p[0], &l0);
-            double d = plan_diff(p[l], p[0], &same);
-            printf("    level %d vs 0: loss %.6f vs %.6f, %d fused groups, max rel diff %.2e%s\n", l, la, l0,
-                   ct_plan_fusion_count(p[l], NULL), d, same ? " (bit-identical)" : "");
-            for (int q = 0; q < ct_fusion_num_patterns(); q++)
-                if (ct_plan_fusion_count(p[l], ct_fusion_pattern_name(q)))
-                    printf("      %s %d\n", ct_fusion_pattern_name(q), ct_plan_fusion_count(p[l], ct_fusion_pattern_name(q)));
-            CHECK(d <= 1e-6);
-            if (l == 1) CHECK(same);
+    for (int prec = 0; prec < 3; prec++) {
+        ct_context *ctx = test_ctx(-1, 2);
+        ct_plan *p[3] = {0};
+        for (int l = 0; l < 3; l++) CHECK_OK(ctx, gpt_nodrop_plan_bt(ctx, l, sweep_prec(prec), 2, 128, &p[l]));
+        if (p[0] && p[1] && p[2]) {
+            for (int l = 1; l < 3; l++) {
+                int same;
+                float la, l0;
+                ct_plan_loss(p[l], &la);
+                ct_plan_loss(p[0], &l0);
+                double d = plan_diff(p[l], p[0], &same);
+                printf("    %s level %d vs 0: loss %.6f vs %.6f, %d fused groups, max rel diff %.2e%s\n",
+                       prec == 2 ? "fp16" : prec ? "bf16" : "fp32", l, la, l0, ct_plan_fusion_count(p[l], NULL), d,
+                       same ? " (bit-identical)" : "");
+                CHECK(d <= 1e-6);
+                if (l == 1) CHECK(same);
+            }
+            /* FP32 level 2: the 4 layernorms in front of a linear go into it; add+layernorm keeps ln_f (before
+               the reshape to the logits) only. BF16 / FP16: level 2's prologue patterns are FP32's */
+            CHECK(ct_plan_fusion_count(p[2], "layernorm+linear") == (prec ? 0 : 4));
+            CHECK(ct_plan_fusion_count(p[2], "add+layernorm") == (prec ? 4 : 1));
         }
-    /* level 2: the 4 layernorms in front of a linear go into it; add+layernorm keeps ln_f (before the
-       reshape to the logits) only */
-    CHECK(ct_plan_fusion_count(p[2], "layernorm+linear") == 4 && ct_plan_fusion_count(p[2], "add+layernorm") == 1);
-    for (int l = 0; l < 3; l++) ct_plan_free(p[l]);
-    ct_context_free(ctx);
+        for (int l = 0; l < 3; l++) ct_plan_free(p[l]);
+        ct_context_free(ctx);
+    }
 }
 
 /* a residual block y = relu(x + relu(linear(x))): add+relu (level 2) and
