@@ -415,10 +415,13 @@ ct_status ct_k_attention_bwd_onednn(ct_kargs *k) {
             f.to_bf16(dk + j * Dh, out + j * D3 + D + h * Dh, (size_t)Dh);
             f.to_bf16(dv + j * Dh, out + j * D3 + 2 * D + h * Dh, (size_t)Dh);
         }
-        if (k->node->ia[7] & CT_COLSUM_OUT) { /* attention_bwd+colsum (simd/attention.c): the stored BF16 rows */
+        if (k->node->ia[7] & CT_COLSUM_OUT) { /* attention_bwd+colsum (simd/attention.c) */
             float fo[CT_COLSUM_MAX_D / 3 + 1];
-            for (int part = 0; part < 3; part++)
-                f.colsum(k, b, part, h, out + part * D + h * Dh, CT_BF16, D3, 0, T, fo);
+            /* dQ's stored BF16 rows (its blocks came last first: the sums need the rows in order); dK's and
+               dV's FP32 sums, rounded to BF16 as just stored */
+            f.colsum(k, b, 0, h, out + h * Dh, CT_BF16, D3, 0, T, fo);
+            f.colsum(k, b, 1, h, dk, CT_F32, Dh, 0, T, fo);
+            f.colsum(k, b, 2, h, dv, CT_F32, Dh, 0, T, fo);
         }
     }
     if (err == dnnl_success && (k->node->ia[7] & CT_COLSUM_OUT)) f.colsum_cross(k);

@@ -508,8 +508,8 @@ static void row_dots(const float *g, int64_t ldg, const float *y, int64_t ldy, c
  * task's FP32 rows before they are rounded to it) rounded to rdt, added to the pieces' partials in
  * k->aux in sum's order (colsum.h): float run sums of CS_RB rows from each piece's start, carried in
  * fo (Dh floats) from one call to the next, flushed into the piece's doubles. A part's rows must come
- * in order, each once; every piece lies inside one batch (the fusion's rule). The run sums stay in
- * registers over a call's rows, 4 vectors of columns at a time. */
+ * in order, each once; a task sums the pieces inside its batch, att_colsum_cross those across two.
+ * The run sums stay in registers over a call's rows, 4 vectors of columns at a time. */
 static inline __attribute__((always_inline)) void cs_rows_t(float *fo, const void *src, ct_dtype sdt, int64_t lds,
                                                             int64_t t0, int64_t t1, int64_t Dh, ct_dtype rdt) {
     int64_t c = 0;
@@ -541,7 +541,11 @@ static void cs_rows(float *fo, const void *src, ct_dtype sdt, int64_t lds, int64
     else if (sdt == CT_BF16) cs_rows_t(fo, src, CT_BF16, lds, t0, t1, Dh, CT_F32);
     else cs_rows_t(fo, src, CT_F16, lds, t0, t1, Dh, CT_F32);
 }
-/* cross 0: the pieces inside one batch (a task's), 1: those across two batches (cs_cross) */
+/* piece p of R rows in P pieces holds rows of two batches of T */
+static inline int piece_crosses(int64_t R, int64_t P, int64_t T, int64_t p) {
+    return (R * p / P) / T != (R * (p + 1) / P - 1) / T;
+}
+/* cross 0: the pieces inside one batch (a task's), 1: those across two batches (att_colsum_cross) */
 static void cs_part(const ct_kargs *k, int64_t b, int part, int64_t h, const void *src, ct_dtype sdt, int64_t lds,
                     int64_t lo, int64_t hi, float *fo, int cross) {
     const ct_tensor *Y = &k->out;
@@ -554,7 +558,7 @@ static void cs_part(const ct_kargs *k, int64_t b, int part, int64_t h, const voi
         while (p + 1 < P && R * (p + 1) / P <= g) p++;
         while (p > 0 && R * p / P > g) p--;
         const int64_t r0 = R * p / P, r1 = R * (p + 1) / P, run0 = r0 + (g - r0) / CS_RB * CS_RB;
-        if ((r0 / T != (r1 - 1) / T) != cross) { /* the other kind of piece */
+        if (piece_crosses(R, P, T, p) != cross) { /* the other kind of piece */
             t = CT_MIN(r1, b * T + hi) - b * T;
             continue;
         }
@@ -582,7 +586,8 @@ void CT_FN(att_colsum_cross)(const ct_kargs *k) {
     const int64_t P = ct_colsum_pieces(R, D3);
     int64_t cross[64], nc = 0; /* ct_colsum_pieces: at most 64 */
     for (int64_t p = 0; p < P && nc < 64; p++)
-        if ((R * p / P) / T != (R * (p + 1) / P - 1) / T) cross[nc++] = p;
+        if (piece_crosses(R, P, T, p)) cross[nc++] = p;
+    if (!nc) return; /* T a multiple of the pieces' rows */
     const int64_t jobs = nc * 3 * H;
     int nt = jobs > 1 && nc * (R / P) * D3 >= 32768 ? k->nthreads : 1;
     if (nt > jobs) nt = (int)jobs;
