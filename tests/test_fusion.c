@@ -461,6 +461,10 @@ TEST(levels_give_equal_results_without_dropout) {
                the reshape to the logits) only. BF16 / FP16: level 2's prologue patterns are FP32's */
             CHECK(ct_plan_fusion_count(p[2], "layernorm+linear") == (prec ? 0 : 4));
             CHECK(ct_plan_fusion_count(p[2], "add+layernorm") == (prec ? 4 : 1));
+            /* the c_fc bias gradients come from the GELU backward at level 2 too (FP32: its
+               UNARY_BWD_KEEP, the partials after the kept activation) */
+            int cs1 = ct_plan_fusion_count(p[1], "unary_bwd+colsum"), cs2 = ct_plan_fusion_count(p[2], "unary_bwd+colsum");
+            CHECK(cs1 == 2 && cs2 == cs1);
         }
         for (int l = 0; l < 3; l++) ct_plan_free(p[l]);
         ct_context_free(ctx);
@@ -595,6 +599,8 @@ TEST(bn_relu_2d_equals_unfused) {
  * backward output is a parameter's gradient): at level 2 the activation is
  * not stored, its backward keeps it (unary_bwd_keep, dx over dy in place)
  * and the weight gradient reads that (matmul_aux) instead of recomputing;
+ * b's gradient is summed in the keep node's pass (unary_bwd+colsum, its
+ * partials after the kept activation in its aux);
  * loss and every gradient bit for bit as level 0, with reference kernels,
  * fast ones, and SIMD ones without oneDNN. (What it saves in a real model: the gpt-char-small
  * case of level2_cuts_activation_memory.) */
@@ -630,6 +636,8 @@ TEST(gelu_backward_keeps_the_activation_for_the_weight_gradient) {
             pro += p[2]->g.nodes[i].op == CT_OP_MATMUL_PRO;
         }
         CHECK(ct_plan_fusion_count(p[2], "gelu+linear") == 1 && keep == 1 && aux == 1 && pro == 0);
+        /* b's gradient (the column sum of the keep node's dx) in the keep node's pass: bit-identical below */
+        CHECK(ct_plan_fusion_count(p[2], "unary_bwd+colsum") == 1);
         double gemm[3] = {0}; /* the cost model counts a fused GEMM as its GEMM (profiler MFU) */
         for (int l = 0; l < 3; l += 2)
             for (int i = 0; i < p[l]->g.n; i++) {

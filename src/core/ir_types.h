@@ -135,13 +135,15 @@ typedef enum ct_op {
                           that reads it writes its value                                */
     /* column sums moved into their producer's row pass (fusion layernorm_bwd+colsum,
        unary_bwd+colsum in graph/fusion.c) */
-    CT_OP_COLSUM,      /* in: the producer (a LAYERNORM_BWD_DATA, UNARY_BWD or
-                          BATCHNORM_BWD_DATA with ia[7] != 0), read for its aux and shape
+    CT_OP_COLSUM,      /* in: the producer (a LAYERNORM_BWD_DATA, UNARY_BWD, UNARY_BWD_KEEP,
+                          ATTENTION_BWD or BATCHNORM_BWD_DATA with ia[7] != 0), read for its aux and shape
                           only[, a batchnorm forward]; out[j] = fa[0] (with the batchnorm:
                           its invstd[j]) * the sum over the producer's rows of column j of
                           the summed value, from the pieces' double partials the producer
                           left in its aux (ct_colsum_pieces): set ia[0] of the aux, each set
-                          P x D doubles, in CT_COLSUM_* bit order of the producer's ia[7] */
+                          P x D doubles, in CT_COLSUM_* bit order of the producer's ia[7];
+                          ia[1] = 1: the sets start after a UNARY_BWD_KEEP's activation
+                          (ct_keep_colsum_offset) */
     CT_OP_COUNT
 } ct_op;
 

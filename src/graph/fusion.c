@@ -1074,7 +1074,8 @@ static ct_status try_colsum(fz *f, ct_node q, int *done) {
     ct_graph *g = &p->g;
     const ct_node_def *Q = &g->nodes[q];
     *done = 0;
-    int ln = Q->op == CT_OP_LAYERNORM_BWD_DATA, act = Q->op == CT_OP_UNARY_BWD, att = Q->op == CT_OP_ATTENTION_BWD;
+    int ln = Q->op == CT_OP_LAYERNORM_BWD_DATA, att = Q->op == CT_OP_ATTENTION_BWD;
+    int keep = Q->op == CT_OP_UNARY_BWD_KEEP, act = Q->op == CT_OP_UNARY_BWD || keep;
     /* a batchnorm's: on (M, C) only (the rows path; sum's pieces are per column), FP32 gamma (the -pure
        precisions' 16-bit gamma may send its fast kernel to the reference while batchnorm_bwd_gamma's stays) */
     int bn = Q->op == CT_OP_BATCHNORM_BWD_DATA && Q->ndim == 2 && !Q->ia[5] &&
@@ -1129,6 +1130,7 @@ static ct_status try_colsum(fz *f, ct_node q, int *done) {
         memset(S->ia, 0, sizeof S->ia);
         memset(S->fa, 0, sizeof S->fa);
         S->ia[0] = slot++;
+        S->ia[1] = keep; /* a UNARY_BWD_KEEP's aux holds its activation first: the partials after it */
         S->fa[0] = mult;
         if (first) {
             CT_TRY(add_group(f, pat, rule, sets[s], g->nodes[q].name));

@@ -236,9 +236,12 @@ size_t ct_aux_linear_pro(const ct_graph *g, const ct_node_def *d) {
     return 2 * (size_t)(ct_node_numel(x) / x->shape[x->ndim - 1]) * sizeof(float);
 }
 
-/* unary(x) kept for the weight gradient: the shape of x, FP32 */
+/* unary(x) kept for the weight gradient: the shape of x, FP32; with column sums (ia[7]) their partials
+ * after it (ct_keep_colsum_offset) */
 size_t ct_aux_unary_bwd_keep(const ct_graph *g, const ct_node_def *d) {
-    return (size_t)ct_node_numel(&g->nodes[d->in[1]]) * sizeof(float);
+    int64_t n = ct_node_numel(&g->nodes[d->in[1]]);
+    size_t cs = ct_aux_colsum(g, d);
+    return cs ? ct_keep_colsum_offset(n) + cs : (size_t)n * sizeof(float);
 }
 
 /* GEMM with a prologue: pro(x) and (matmul with a layernorm) its statistics */

@@ -251,7 +251,8 @@ ct_status ct_k_unary_bwd_keep_ref(ct_kargs *k) {
     bd.ia[1] = 0; /* from x */
     ct_kargs b = *k;
     b.node = &bd;
-    b.aux = NULL;
+    /* unary_bwd+colsum (ia[7]): the column sums' partials after the activation */
+    b.aux = bd.ia[7] ? (char *)k->aux + ct_keep_colsum_offset(ct_tensor_numel(x)) : NULL;
     return ct_k_unary_bwd_ref(&b);
 }
 

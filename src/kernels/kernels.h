@@ -160,6 +160,10 @@ static inline size_t ct_conv_direct_image_bytes(int64_t C, int64_t KH, int64_t K
 #define CT_COLSUM_MAX_PARTIALS 131072
 /* the widest rows a fused producer sums (its float run sums live on the stack) */
 #define CT_COLSUM_MAX_D 4096
+/* UNARY_BWD_KEEP with column sums (unary_bwd+colsum on the GELU backward of gelu+linear): its aux is
+ * the kept activation (n floats: what MATMUL_AUX reads), then the sums' partials from this byte offset
+ * (a COLSUM node with ia[1] = 1 skips it) */
+static inline size_t ct_keep_colsum_offset(int64_t n) { return ((size_t)n * sizeof(float) + 63) & ~(size_t)63; }
 static inline int64_t ct_colsum_pieces(int64_t R, int64_t D) {
     int64_t p = R / 64;
     if (p > 64) p = 64;

@@ -98,6 +98,7 @@ ct_status ct_k_colsum(ct_kargs *k) {
     const float *invstd = k->node->n_in > 1 && k->in_aux[1] ? (const float *)k->in_aux[1] + D : NULL;
     if (k->node->n_in > 1 && !invstd)
         return ct_set_error(k->ctx, CT_E_INTERNAL, "colsum: no batchnorm statistics for a dgamma");
+    if (k->node->ia[1]) a += ct_keep_colsum_offset(ct_tensor_numel(X)) / sizeof(double); /* after a kept activation */
     a += k->node->ia[0] * P * D;
     for (int64_t j = 0; j < D; j++) {
         double acc = 0;

@@ -379,10 +379,10 @@ ct_status CT_FN(unary)(ct_kargs *k) {
 /* unary_bwd+colsum: the map fn row by row over the pieces of rows
  * (colsum.h), each row's stored output (rounded to ia[6]) added to the
  * piece's float run sums; the elementwise values are the chunked run's */
-static ct_status ew_colsum(const ct_kargs *k, chunk_fn fn, const ew_job *j) {
+static ct_status ew_colsum(const ct_kargs *k, chunk_fn fn, const ew_job *j, void *sets) {
     const ct_tensor *Y = &k->out;
     int64_t D = Y->shape[Y->ndim - 1], n = ct_tensor_numel(Y), R = D ? n / D : 0, mask = k->node->ia[7];
-    if (!k->aux || D < 1 || D > CT_COLSUM_MAX_D) return CT_E_UNSUPPORTED;
+    if (!sets || D < 1 || D > CT_COLSUM_MAX_D) return CT_E_UNSUPPORTED;
     const ct_dtype rdt = (ct_dtype)k->node->ia[6];
     const int64_t P = ct_colsum_pieces(R, D);
     int nt = ct_par_threads(k, n);
@@ -393,7 +393,7 @@ static ct_status ew_colsum(const ct_kargs *k, chunk_fn fn, const ew_job *j) {
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < P; p++) {
             int64_t r0 = R * p / P, r1 = R * (p + 1) / P;
-            double *ao = cs_set(k->aux, mask, CT_COLSUM_OUT, P, p, D);
+            double *ao = cs_set(sets, mask, CT_COLSUM_OUT, P, p, D);
             for (int64_t c = 0; c < D; c++) ao[c] = 0;
             for (int64_t r = r0; r < r1; r++) {
                 int64_t q = r - r0;
@@ -420,7 +420,7 @@ ct_status CT_FN(unary_bwd)(ct_kargs *k) {
         j.h2 = k_bwd_h[k->out.dtype == CT_F16][kind];
         fn = chunk_map2h;
     }
-    if (k->node->ia[7] & CT_COLSUM_OUT) return ew_colsum(k, fn, &j);
+    if (k->node->ia[7] & CT_COLSUM_OUT) return ew_colsum(k, fn, &j, k->aux);
     ew_run(k, ct_tensor_numel(&k->out), fn, &j);
     return CT_OK;
 }
@@ -432,6 +432,8 @@ ct_status CT_FN(unary_bwd_keep)(ct_kargs *k) {
               : kind == CT_UNARY_SILU ? map_silu_keep : NULL;
     if (!f || !f32_all(k, 2) || !k->aux) return CT_E_UNSUPPORTED;
     ew_job j = {.a = k->in[0].data, .b = k->in[1].data, .y = k->out.data, .y2 = k->aux, .f3 = f};
+    if (k->node->ia[7] & CT_COLSUM_OUT) /* unary_bwd+colsum: the partials after the activation */
+        return ew_colsum(k, chunk_map3, &j, (char *)k->aux + ct_keep_colsum_offset(ct_tensor_numel(&k->in[1])));
     ew_run(k, ct_tensor_numel(&k->out), chunk_map3, &j);
     return CT_OK;
 }
