@@ -6,7 +6,8 @@
  * output, the branch's output added to the stream and the backward's dy BF16, the bias gradient's sum
  * rounded to BF16); bf16-pure (every activation BF16). Prints ms per call (median of --reps; min beside it),
  * the GB/s its bytes make, and how far that is from a scale's GB/s (one read, one write of the stream's
- * dtype) on the same data. The default shape (2048, 384) is gpt-char-small's (batch 8 x 256 tokens, 384).
+ * dtype) on the same data; in bf16 also the residual gradient's cast as a pass and stored by the row pass
+ * (layernorm_bwd+cast). The default shape (2048, 384) is gpt-char-small's (batch 8 x 256 tokens, 384).
  *   build/bench/bench_ln [--isa avx512|avx2] [--threads N] [--reps R] [--rows R] [--cols D]
  * Built by `make -C bench BUILD=build bench_ln`. */
 #include <stdio.h>
@@ -45,6 +46,13 @@ static void *act(int64_t n, ct_dtype dt, unsigned seed, float lo, float hi) {
 
 enum { M_FP32, M_BF16, M_PURE };
 static const char *const k_mode[] = {"fp32", "bf16", "bf16-pure"};
+
+/* the unfused CAST's pass (ct_k_cast's conversion, without a context) */
+static ct_isa g_cast_isa;
+static ct_status cast_pass(ct_kargs *k) {
+    ct_f32_to_bf16_n(k->in[0].data, k->out.data, (size_t)ct_tensor_numel(&k->out), g_cast_isa);
+    return CT_OK;
+}
 
 static int run(int mode, int64_t R, int64_t D, int avx2, int nt, int reps) {
     const int64_t n = R * D;
@@ -123,27 +131,37 @@ static int run(int mode, int64_t R, int64_t D, int avx2, int nt, int reps) {
     ct_status (*ff)(ct_kargs *) = avx2 ? ct_k_layernorm_avx2 : ct_k_layernorm_avx512;
     ct_status (*fa)(ct_kargs *) = avx2 ? ct_k_add_layernorm_avx2 : ct_k_add_layernorm_avx512;
     ct_status (*fb)(ct_kargs *) = avx2 ? ct_k_layernorm_bwd_data_avx2 : ct_k_layernorm_bwd_data_avx512;
-    enum { NK = 6 };
+    /* bf16 (autocast): the residual gradient's cast for the linear's backward, as its own pass (the unfused
+       CAST) and stored by the row pass (layernorm_bwd+cast, k->out2) */
+    void *y2 = act(n, lt, 10, 0, 0);
+    ct_kargs kcast = kbc, kbo = kbc;
+    kcast.in[0] = kbc.out;
+    kcast.out = tens(y2, lt, R, D);
+    kbo.out2 = kcast.out;
+    g_cast_isa = avx2 ? CT_ISA_AVX2 : CT_ISA_AVX512;
+    enum { NK = 8 };
+    const int nk = mode == M_BF16 ? NK : NK - 2;
     static const char *names[NK] = {"scale (floor)", "layernorm", "add+layernorm", "layernorm_bwd_data",
-                                    "layernorm_bwd+add", "layernorm_bwd+add+colsum"};
+                                    "layernorm_bwd+add", "layernorm_bwd+add+colsum", "  its cast (a pass)",
+                                    "layernorm_bwd+add+colsum+cast"};
     /* MB each call reads + writes: scale x -> s; layernorm x -> y; add+layernorm x, b -> s, y; backward
-       dy, x -> dx (+ r) */
-    const double mbs[NK] = {2 * ms, ms + ml, 2 * ms + 2 * ml, ml + 2 * ms, ml + 3 * ms, ml + 3 * ms};
+       dy, x -> dx (+ r) (+ the cast); the cast dx -> y2 */
+    const double mbs[NK] = {2 * ms, ms + ml, 2 * ms + 2 * ml, ml + 2 * ms, ml + 3 * ms, ml + 3 * ms, ms + ml, 2 * ml + 3 * ms};
     double *t = malloc(sizeof(double) * NK * (size_t)reps);
     if (!t) return 1;
-    if (bench_kernels(NK, (ct_status (*[])(ct_kargs *)){fs, ff, fa, fb, fb, fb},
-                      (ct_kargs *[]){&ks, &kf, &kaf, &kb, &kbr, &kbc}, reps, t)) {
+    if (bench_kernels(nk, (ct_status (*[])(ct_kargs *)){fs, ff, fa, fb, fb, fb, cast_pass, fb},
+                      (ct_kargs *[]){&ks, &kf, &kaf, &kb, &kbr, &kbc, &kcast, &kbo}, reps, t)) {
         fprintf(stderr, "bench_ln: a kernel declined (%s, %s)\n", k_mode[mode], avx2 ? "avx2" : "avx512");
         return 1;
     }
     const double floor_gbs = mbs[0] / t[reps / 2];
-    for (int i = 0; i < NK; i++) {
+    for (int i = 0; i < nk; i++) {
         double med = t[i * reps + reps / 2], mn = t[i * reps], gbs = mbs[i] / med;
         printf("%-9s %-6s (%lld, %lld) %d thr  %-26s %7.3f ms (min %7.3f)  %6.1f GB/s  %4.2fx the floor\n",
                k_mode[mode], avx2 ? "avx2" : "avx512", (long long)R, (long long)D, nt, names[i], med, mn, gbs,
                floor_gbs / gbs);
     }
-    free(t); free(x); free(r); free(s); free(y); free(b); free(dy); free(dx); free(gamma); free(beta); free(stats);
+    free(t); free(y2); free(x); free(r); free(s); free(y); free(b); free(dy); free(dx); free(gamma); free(beta); free(stats);
     free(csaux);
     return 0;
 }

@@ -471,6 +471,38 @@ TEST(levels_give_equal_results_without_dropout) {
     }
 }
 
+/* layernorm_bwd+cast: in a BF16 / FP16 autocast GPT the residual gradient a layernorm_bwd+add node writes
+ * (FP32) is cast for the linear's backward; the node's row pass stores the cast too and the cast runs no
+ * pass (its buffer planned from the node's place on). 2 blocks: 3 of the 4 layernorm backwards with a
+ * residual (ln_f's has none), bit for bit as level 0 with reference and fast kernels (the reference
+ * converts its output as the cast does; the SIMD rows store it as they add the residual). */
+TEST(layernorm_backward_writes_the_residual_gradients_cast) {
+    for (int isa = 0; isa < 2; isa++)
+        for (int prec = 1; prec < 3; prec++) {
+            ct_context *ctx = test_ctx(isa ? -1 : CT_ISA_REF, isa);
+            ct_plan *p[2] = {0};
+            for (int l = 0; l < 2; l++) CHECK_OK(ctx, gpt_nodrop_plan_bt(ctx, l, sweep_prec(prec), 2, 64, &p[l]));
+            if (p[0] && p[1]) {
+                int same, written = 0;
+                double d = plan_diff(p[1], p[0], &same);
+                for (int i = 0; i < p[1]->g.n; i++) {
+                    const ct_node_def *c = &p[1]->g.nodes[i];
+                    if (!p[1]->pn[i].live || c->op != CT_OP_CAST || !c->ia[1]) continue;
+                    const ct_node_def *n = &p[1]->g.nodes[c->in[0]];
+                    written += n->op == CT_OP_LAYERNORM_BWD_DATA && n->ia[5] == i + 1;
+                }
+                printf("    %s %s: %d layernorm_bwd+cast, level 1 vs 0: max rel diff %.2e%s\n", isa ? "fast" : "ref ",
+                       prec == 2 ? "fp16" : "bf16", ct_plan_fusion_count(p[1], "layernorm_bwd+cast"), d,
+                       same ? " (bit-identical)" : "");
+                CHECK(ct_plan_fusion_count(p[1], "layernorm_bwd+cast") == 3 && written == 3);
+                CHECK(ct_plan_fusion_count(p[0], "layernorm_bwd+cast") == 0);
+                CHECK(same);
+            }
+            for (int l = 0; l < 2; l++) ct_plan_free(p[l]);
+            ct_context_free(ctx);
+        }
+}
+
 /* a residual block y = relu(x + relu(linear(x))): add+relu (level 2) and
  * linear+relu (level 1) against level 0, bit for bit */
 TEST(residual_add_relu_equals_unfused) {
@@ -949,7 +981,7 @@ TEST(summary_dot_and_registry) {
 
 TEST_MAIN(T(seeds_json_rule_fuses_conv_bias), T(bad_rules_are_named), T(levels_give_equal_results),
           T(column_sums_in_the_row_pass_equal_unfused),
-          T(attention_bias_gradient_in_the_backward_equals_unfused), T(levels_give_equal_results_without_dropout),
+          T(attention_bias_gradient_in_the_backward_equals_unfused), T(levels_give_equal_results_without_dropout), T(layernorm_backward_writes_the_residual_gradients_cast),
           T(residual_add_relu_equals_unfused), T(bn_relu_2d_equals_unfused), T(bf16_cast_fold_equals_unfused), T(gelu_backward_keeps_the_activation_for_the_weight_gradient),
           T(level2_cuts_activation_memory), T(memory_opt_off_gives_every_value_its_buffer), T(in_place_nodes_match_separate_buffers), T(activation_peak_is_described),
           T(summary_dot_and_registry), T(add_layernorm_equals_unfused))

@@ -53,7 +53,10 @@ typedef enum ct_op {
                           an error); 1: ct_embedding_rows, the weight holds rows
                           [ia[0], ia[0] + V) of the whole table and an id outside them
                           gives a zero row (the backward skips it)                      */
-    CT_OP_CAST,        /* dtype conversion (autocast pass); out dtype = node dtype         */
+    CT_OP_CAST,        /* dtype conversion (autocast pass); out dtype = node dtype;
+                          ia[1] = 1: in[0]'s kernel writes it (its k->out2: fusion
+                          layernorm_bwd+cast), no pass of its own; its buffer lives from
+                          in[0]'s place on                                               */
     CT_OP_ATTENTION,   /* in: qkv (B,T,3D)[, key_valid I32 (B,T)]; ia: 0 n_head 1 causal;
                           fa[0]=scale; aux: log-sum-exp per (b, h, t), -inf for a
                           query row with every key masked                                 */
@@ -205,6 +208,9 @@ typedef struct ct_kargs {
     const char *op_name;                /* the op's name, for messages (may be NULL) */
     ct_node id;
     ct_tensor out;
+    ct_tensor out2;                     /* a second output (data NULL: none): a LAYERNORM_BWD_DATA
+                                           with ia[5] = c + 1 writes its output cast to node c's
+                                           dtype there (fusion layernorm_bwd+cast)  */
     ct_tensor in[CT_MAX_INPUTS];
     void *aux;                          /* this node's saved state               */
     void *in_aux[CT_MAX_INPUTS];        /* inputs' saved state (backward reads)   */

@@ -197,6 +197,9 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     k.op_name = ct_op_table(d->op)->name;
     k.id = i;
     k.out = ct_plan_node_tensor(p, i);
+    memset(&k.out2, 0, sizeof k.out2);
+    if (d->op == CT_OP_LAYERNORM_BWD_DATA && d->ia[5] > 0) /* layernorm_bwd+cast: the cast's buffer */
+        k.out2 = ct_plan_node_tensor(p, (ct_node)(d->ia[5] - 1));
     for (int j = 0; j < d->n_in; j++) {
         k.in[j] = ct_plan_node_tensor(p, d->in[j]);
         k.in_aux[j] = p->pn[d->in[j]].aux;

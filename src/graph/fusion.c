@@ -77,7 +77,7 @@
 
 enum { PAT_CONV_BIAS = 0, PAT_LINEAR_BIAS, PAT_BN_RELU, PAT_ACT_LINEAR, PAT_LN_LINEAR, PAT_DROPOUT_ADD, PAT_CONV_RELU, PAT_LINEAR_RELU,
        PAT_ADD_RELU, PAT_CHAIN, PAT_CAST_FOLD, PAT_LN_BWD_ADD, PAT_ADD_LN, PAT_LN_BWD_COLSUM, PAT_ACT_BWD_COLSUM,
-       PAT_BN_BWD_COLSUM, PAT_ATT_BWD_COLSUM, PAT_COUNT };
+       PAT_BN_BWD_COLSUM, PAT_ATT_BWD_COLSUM, PAT_LN_BWD_CAST, PAT_COUNT };
 
 static const struct {
     const char *name;
@@ -102,6 +102,7 @@ static const struct {
     [PAT_ACT_BWD_COLSUM] = {"unary_bwd+colsum", 1, 0, {"unary_bwd", "sum", NULL}},
     [PAT_BN_BWD_COLSUM] = {"batchnorm_bwd+colsum", 1, 0, {"batchnorm_bwd", "sum", NULL}},
     [PAT_ATT_BWD_COLSUM] = {"attention_bwd+colsum", 1, 0, {"attention_bwd", "sum", NULL}},
+    [PAT_LN_BWD_CAST] = {"layernorm_bwd+cast", 1, 0, {"layernorm_bwd", "cast", NULL}},
 };
 
 int ct_fusion_num_patterns(void) { return PAT_COUNT; }
@@ -1144,6 +1145,33 @@ static ct_status try_colsum(fz *f, ct_node q, int *done) {
     return CT_OK;
 }
 
+/* Backward, BF16 / FP16 autocast plans: the residual gradient a layernorm_bwd+add node n writes (FP32)
+ * and its narrowing cast c (what the linear's backward reads): n's row pass also stores the cast (its
+ * k->out2, n's ia[5] = c + 1) and c runs no pass (ia[1] = 1; its buffer lives from n's place on: the
+ * planner). One read of the FP32 sum fewer and no pass; the cast's rounding, bit for bit. After the
+ * column sums (a bias gradient's sum that reads the cast is n's CT_COLSUM_OUT, rounded as the cast). */
+static ct_status try_ln_bwd_cast(fz *f, ct_node c, int *done) {
+    ct_plan *p = f->p;
+    ct_graph *g = &p->g;
+    const ct_node_def *C = &g->nodes[c];
+    *done = 0;
+    if (C->op != CT_OP_CAST || C->n_in != 1 || C->ia[1] || forward(C) || (C->flags & CT_NODE_RECOMPUTE) ||
+        !ct_dtype_is_low(C->dtype) || p->fused_group[c] >= 0)
+        return CT_OK;
+    ct_node n = C->in[0];
+    const ct_node_def *N = &g->nodes[n];
+    if (N->op != CT_OP_LAYERNORM_BWD_DATA || N->n_in != 5 || N->dtype != CT_F32 || forward(N) || N->ia[5] ||
+        (N->flags & CT_NODE_RECOMPUTE) || n >= c || ct_node_numel(N) != ct_node_numel(C) || kept(p, c))
+        return CT_OK;
+    int rule;
+    if (!enabled(f, PAT_LN_BWD_CAST, c, CT_NONE, &rule)) return CT_OK;
+    g->nodes[c].ia[1] = 1;
+    g->nodes[n].ia[5] = (int64_t)c + 1;
+    CT_TRY(add_group(f, PAT_LN_BWD_CAST, rule, c, N->name));
+    *done = 1;
+    return CT_OK;
+}
+
 ct_status ct_pass_fusion(ct_plan *p) {
     ct_graph *g = &p->g;
     p->fused_group = malloc(sizeof(int) * (size_t)(g->n ? g->n : 1));
@@ -1182,6 +1210,11 @@ ct_status ct_pass_fusion(ct_plan *p) {
     for (int i = 0; i < g->n; i++) {
         int done = 0;
         CT_TRY(try_colsum(&f, i, &done));
+    }
+    /* backward: a layernorm_bwd+add's narrowing cast in its row pass */
+    for (int i = 0; i < g->n; i++) {
+        int done = 0;
+        CT_TRY(try_ln_bwd_cast(&f, i, &done));
     }
     /* then the elementwise chains that are left, forward and backward */
     for (int i = 0; i < g->n; i++) {

@@ -366,7 +366,9 @@ static void add_node_requests(ct_plan *p, requests *R, const int *data_end, int 
             R->rq_of[i] = ir;
             R->sum += pn[i].bytes;
         } else {
-            R->rq_of[i] = add_request(R, pn[i].bytes, i, dend);
+            /* a cast its input's kernel writes (layernorm_bwd+cast): live from that node's place */
+            int start = d->op == CT_OP_CAST && d->ia[1] ? d->in[0] : i;
+            R->rq_of[i] = add_request(R, pn[i].bytes, start, dend);
         }
     }
     if (pn[i].aux_bytes) R->aux_rq[i] = add_request(R, ct_align_up(pn[i].aux_bytes, CT_ALIGN), i, end);

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "ctrain/convert.h"
 #include "kernels/kernels.h"
 
 /* x viewed as (N, C, S) */
@@ -300,6 +301,7 @@ ct_status ct_k_layernorm_bwd_data_ref(ct_kargs *k) {
         }
     }
     if (k->node->n_in > 4) ln_bwd_add_residual(k, dx, R * D);
+    if (k->out2.data) CT_TRY(ct_convert(k->ctx, &k->out, &k->out2)); /* layernorm_bwd+cast: as the cast would */
     int64_t cs = k->node->ia[7]; /* layernorm_bwd+colsum: as layernorm_bwd_gamma and sum would */
     if (cs && !k->aux) return ct_set_error(k->ctx, CT_E_INTERNAL, "layernorm_bwd_data: no aux for its column sums");
     if (cs & CT_COLSUM_DGAMMA) {

@@ -38,6 +38,18 @@ static inline __attribute__((always_inline)) void cs_st(void *d, ct_dtype dt, in
     if (n == VW) vstore(p, v);
     else vtail_store(p, v, n);
 }
+/* cs_st, returning v as stored (rounded to a 16-bit dt, as cs_round would), without reading it back */
+static inline __attribute__((always_inline)) vf cs_st_v(void *d, ct_dtype dt, int64_t off, vf v, int n) {
+    if (dt == CT_F32) {
+        cs_st(d, dt, off, v, n);
+        return v;
+    }
+    vhalf h = dt == CT_BF16 ? vh_f32_to_bf16(v) : vh_f32_to_f16(v);
+    uint16_t *p = (uint16_t *)d + off;
+    if (n == VW) vh_store(p, h);
+    else vh_tail_store(p, h, n);
+    return dt == CT_BF16 ? vh_bf16_to_f32(h) : vh_f16_to_f32(h);
+}
 static inline __attribute__((always_inline)) vf cs_vld(const ct_tensor *t, int64_t off, int n) {
     return cs_ld(t->data, t->dtype, off, n);
 }

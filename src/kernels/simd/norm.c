@@ -868,8 +868,10 @@ ct_status CT_FN(add_layernorm)(ct_kargs *k) {
  * reading dx back as stored (rounded to a 16-bit output's dtype), so the sum
  * is the unfused binary add's bit for bit. On FP32 copies of a 16-bit node
  * (k->out FP32, the node's dtype 16-bit) dx is rounded to that dtype first,
- * as the executor rounds the unfused output. */
-static void ln_add_row(const ct_kargs *k, const ct_tensor *DX, const ct_tensor *RES, int64_t o, int64_t D) {
+ * as the executor rounds the unfused output. O2 (layernorm_bwd+cast, FP32 dx
+ * only): the sum's 16-bit cast stored there too, as the cast would round it. */
+static void ln_add_row(const ct_kargs *k, const ct_tensor *DX, const ct_tensor *RES, const ct_tensor *O2, int64_t o,
+                       int64_t D) {
     ct_dtype nd = k->node->dtype;
     if (DX->dtype == CT_F32 && ct_dtype_is_low(nd)) {
         float *dx = (float *)DX->data + o;
@@ -878,18 +880,24 @@ static void ln_add_row(const ct_kargs *k, const ct_tensor *DX, const ct_tensor *
         return;
     }
     int64_t i = 0;
-    for (; i + VW <= D; i += VW) ct_vst(DX, o + i, vadd(ct_vld(DX, o + i, VW), ct_vld(RES, o + i, VW)), VW);
+    for (; i + VW <= D; i += VW) {
+        vf s = vadd(ct_vld(DX, o + i, VW), ct_vld(RES, o + i, VW));
+        ct_vst(DX, o + i, s, VW);
+        if (O2) ct_vst(O2, o + i, s, VW);
+    }
     if (i < D) {
         int t = (int)(D - i);
-        ct_vst(DX, o + i, vadd(ct_vld(DX, o + i, t), ct_vld(RES, o + i, t)), t);
+        vf s = vadd(ct_vld(DX, o + i, t), ct_vld(RES, o + i, t));
+        ct_vst(DX, o + i, s, t);
+        if (O2) ct_vst(O2, o + i, s, t);
     }
 }
 
 /* in: dy, x, gamma, fwd -> dx = invstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy*gamma;
  * xhat * mean(g*xhat) is computed as (x - mean) * (invstd * mean(g*xhat)) */
 NM_INLINE void ln_bwd_row(const ct_kargs *k, const ct_tensor *X, const ct_tensor *DY, const ct_tensor *DX,
-                          const ct_tensor *RES, const float *gamma, const float *mean, const float *invstd, int64_t r,
-                          int64_t D) {
+                          const ct_tensor *RES, const ct_tensor *O2, const float *gamma, const float *mean,
+                          const float *invstd, int64_t r, int64_t D) {
     double sg = 0, sgx = 0, is = invstd[r];
     nm_accum_h(NM_LNB, nm_at(X, r * D), X->dtype, nm_at(DY, r * D), DY->dtype, gamma, D, mean[r], invstd[r], &sg, &sgx);
     vf vm = vset1(mean[r]), vis = vset1(invstd[r]), vk = vset1((float)(sg / (double)D)),
@@ -904,7 +912,7 @@ NM_INLINE void ln_bwd_row(const ct_kargs *k, const ct_tensor *X, const ct_tensor
         vf g = vmul(ct_vld(DY, o + i, t), vtail_load(gamma + i, t));
         ct_vst(DX, o + i, vmul(vfma(vsub(ct_vld(X, o + i, t), vm), vc, vsub(g, vk)), vis), t);
     }
-    if (RES) ln_add_row(k, DX, RES, o, D);
+    if (RES) ln_add_row(k, DX, RES, O2, o, D);
 }
 
 /* layernorm_bwd+colsum: ln_bwd_row with the column sums of the sets in mask
@@ -914,8 +922,9 @@ NM_INLINE void ln_bwd_row(const ct_kargs *k, const ct_tensor *X, const ct_tensor
  * stored (read back, then rounded to rdt: the dtype the bias gradient's sum
  * reads). */
 NM_INLINE void ln_bwd_row_cs(int mask, ct_dtype rdt, const ct_kargs *k, const ct_tensor *X, const ct_tensor *DY,
-                             const ct_tensor *DX, const ct_tensor *RES, const float *gamma, const float *mean,
-                             const float *invstd, int64_t r, int64_t D, float *fg, float *fb, float *fo) {
+                             const ct_tensor *DX, const ct_tensor *RES, const ct_tensor *O2, const float *gamma,
+                             const float *mean, const float *invstd, int64_t r, int64_t D, float *fg, float *fb,
+                             float *fo) {
     double sg = 0, sgx = 0, is = invstd[r];
     nm_accum_h(NM_LNB, nm_at(X, r * D), X->dtype, nm_at(DY, r * D), DY->dtype, gamma, D, mean[r], invstd[r], &sg, &sgx);
     vf vm = vset1(mean[r]), vis = vset1(invstd[r]), vk = vset1((float)(sg / (double)D)),
@@ -925,8 +934,10 @@ NM_INLINE void ln_bwd_row_cs(int mask, ct_dtype rdt, const ct_kargs *k, const ct
     const int out_here = (mask & CT_COLSUM_OUT) && !res_scalar, res_here = RES && !res_scalar;
     const int64_t o = r * D;
     const void *xd = X->data, *dyd = DY->data, *rd = RES ? RES->data : NULL;
-    void *dxd = DX->data;
+    void *dxd = DX->data, *o2d = O2 ? O2->data : NULL; /* O2: FP32 dx only (the kernel checks) */
     const ct_dtype xt = X->dtype, dyt = DY->dtype, dxt = DX->dtype, rt = RES ? RES->dtype : CT_F32;
+    const ct_dtype o2t = O2 ? O2->dtype : CT_F32;
+    const int cast_out = O2 && rdt == o2t; /* the bias sum reads what the cast stores: its rounding once */
     for (int64_t i = 0; i < D; i += VW) {
         const int t = (int)CT_MIN((int64_t)VW, D - i);
         vf dy = cs_ld(dyd, dyt, o + i, t), xm = vsub(cs_ld(xd, xt, o + i, t), vm);
@@ -942,29 +953,36 @@ NM_INLINE void ln_bwd_row_cs(int mask, ct_dtype rdt, const ct_kargs *k, const ct
             if (t == VW) vstore(fb + i, v);
             else vtail_store(fb + i, v, t);
         }
-        if (res_here) cs_st(dxd, dxt, o + i, vadd(cs_ld(dxd, dxt, o + i, t), cs_ld(rd, rt, o + i, t)), t);
-        if (out_here) { /* the stored value, read back */
-            vf v = vadd(t == VW ? vload(fo + i) : vtail_load(fo + i, t), cs_round(cs_ld(dxd, dxt, o + i, t), rdt));
+        vf cast = vzero(); /* layernorm_bwd+cast: dx + r as the cast stored it */
+        if (res_here) {
+            vf s = vadd(cs_ld(dxd, dxt, o + i, t), cs_ld(rd, rt, o + i, t));
+            cs_st(dxd, dxt, o + i, s, t);
+            if (o2d) cast = cs_st_v(o2d, o2t, o + i, s, t);
+        }
+        if (out_here) { /* the stored value, read back (rounded to rdt: the cast's value when it is the cast's dtype) */
+            vf sv = o2d && cast_out ? cast : cs_round(cs_ld(dxd, dxt, o + i, t), rdt);
+            vf v = vadd(t == VW ? vload(fo + i) : vtail_load(fo + i, t), sv);
             if (t == VW) vstore(fo + i, v);
             else vtail_store(fo + i, v, t);
         }
     }
     if (res_scalar) { /* FP32 copies of a 16-bit node: ln_add_row's rounding, then the output's sum */
-        ln_add_row(k, DX, RES, o, D);
+        ln_add_row(k, DX, RES, NULL, o, D);
         if (mask & CT_COLSUM_OUT) cs_add_row(fo, DX, o, D, rdt);
     }
 }
 
 /* ln_bwd_row_cs with the mask and the rounding as constants */
 static void ln_bwd_row_cs_any(int mask, ct_dtype rdt, const ct_kargs *k, const ct_tensor *X, const ct_tensor *DY,
-                              const ct_tensor *DX, const ct_tensor *RES, const float *gamma, const float *mean,
-                              const float *invstd, int64_t r, int64_t D, float *fg, float *fb, float *fo) {
+                              const ct_tensor *DX, const ct_tensor *RES, const ct_tensor *O2, const float *gamma,
+                              const float *mean, const float *invstd, int64_t r, int64_t D, float *fg, float *fb,
+                              float *fo) {
     if (rdt == DX->dtype) rdt = CT_F32; /* stored so: no rounding */
 #define CS_LN(M)                                                                                                     \
     case M:                                                                                                          \
-        if (rdt == CT_BF16) ln_bwd_row_cs(M, CT_BF16, k, X, DY, DX, RES, gamma, mean, invstd, r, D, fg, fb, fo);    \
-        else if (rdt == CT_F16) ln_bwd_row_cs(M, CT_F16, k, X, DY, DX, RES, gamma, mean, invstd, r, D, fg, fb, fo); \
-        else ln_bwd_row_cs(M, CT_F32, k, X, DY, DX, RES, gamma, mean, invstd, r, D, fg, fb, fo);                    \
+        if (rdt == CT_BF16) ln_bwd_row_cs(M, CT_BF16, k, X, DY, DX, RES, O2, gamma, mean, invstd, r, D, fg, fb, fo);    \
+        else if (rdt == CT_F16) ln_bwd_row_cs(M, CT_F16, k, X, DY, DX, RES, O2, gamma, mean, invstd, r, D, fg, fb, fo); \
+        else ln_bwd_row_cs(M, CT_F32, k, X, DY, DX, RES, O2, gamma, mean, invstd, r, D, fg, fb, fo);                    \
         break;
     switch (mask) {
         CS_LN(1) CS_LN(2) CS_LN(3) CS_LN(4) CS_LN(5) CS_LN(6) CS_LN(7)
@@ -979,6 +997,11 @@ ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
     if (!nm_io_ok(k, 2, 3, D)) return CT_E_UNSUPPORTED;
     const ct_tensor *RES = k->node->n_in > 4 ? &k->in[4] : NULL; /* layernorm_bwd+add: dx + r */
     if (RES && RES->dtype != DX->dtype) return CT_E_UNSUPPORTED;
+    /* layernorm_bwd+cast: dx + r's 16-bit cast too, from an FP32 node's FP32 sum (else the reference) */
+    const ct_tensor *O2 = k->out2.data ? &k->out2 : NULL;
+    if (O2 && (!RES || DX->dtype != CT_F32 || k->node->dtype != CT_F32 || !ct_dtype_is_low(O2->dtype) ||
+               ct_tensor_numel(O2) != R * D))
+        return CT_E_UNSUPPORTED;
     const int64_t cs = k->node->ia[7]; /* layernorm_bwd+colsum: the column sums too */
     if (cs && (!k->aux || D > CT_COLSUM_MAX_D)) return CT_E_UNSUPPORTED;
     const ct_dtype rdt = (ct_dtype)k->node->ia[6];
@@ -991,7 +1014,7 @@ ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
         const float *gamma = ct_tile_in(&k->in[2], 0, D, gb); /* FP32, or 16-bit (-pure precisions): once per thread */
         if (!cs) {
 #pragma omp for schedule(static)
-            for (int64_t r = 0; r < R; r++) ln_bwd_row(k, X, DY, DX, RES, gamma, mean, invstd, r, D);
+            for (int64_t r = 0; r < R; r++) ln_bwd_row(k, X, DY, DX, RES, O2, gamma, mean, invstd, r, D);
         } else {
             /* the three run sums back to back (not 16 KiB apart: loads and stores 4 KiB apart alias) */
             float fbuf[3 * CT_COLSUM_MAX_D + 64];
@@ -1014,7 +1037,7 @@ ct_status CT_FN(layernorm_bwd_data)(ct_kargs *k) {
                         if (ab) memset(fb, 0, (size_t)D * sizeof(float));
                         if (ao) memset(fo, 0, (size_t)D * sizeof(float));
                     }
-                    ln_bwd_row_cs_any((int)cs, rdt, k, X, DY, DX, RES, gamma, mean, invstd, r, D, fg, fb, fo);
+                    ln_bwd_row_cs_any((int)cs, rdt, k, X, DY, DX, RES, O2, gamma, mean, invstd, r, D, fg, fb, fo);
                     if (ag && (q % NM_ROWS == NM_ROWS - 1 || r == r1 - 1)) cs_flush(ag, fg, D);
                     if (q % CS_RB == CS_RB - 1 || r == r1 - 1) {
                         if (ab) cs_flush(ab, fb, D);
