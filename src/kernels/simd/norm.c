@@ -920,7 +920,8 @@ NM_INLINE void ln_bwd_row(const ct_kargs *k, const ct_tensor *X, const ct_tensor
  * loads and stores: fg[j] = fma(dy[j], (x[j] - m) * is, fg[j])
  * (layernorm_bwd_gamma's terms), fb[j] += dy[j], fo[j] += the output as
  * stored (read back, then rounded to rdt: the dtype the bias gradient's sum
- * reads). */
+ * reads). O2 (layernorm_bwd+cast): dx + r's 16-bit cast stored there too; when
+ * rdt is its dtype, fo adds that stored value (one rounding for both). */
 NM_INLINE void ln_bwd_row_cs(int mask, ct_dtype rdt, const ct_kargs *k, const ct_tensor *X, const ct_tensor *DY,
                              const ct_tensor *DX, const ct_tensor *RES, const ct_tensor *O2, const float *gamma,
                              const float *mean, const float *invstd, int64_t r, int64_t D, float *fg, float *fb,
@@ -937,7 +938,7 @@ NM_INLINE void ln_bwd_row_cs(int mask, ct_dtype rdt, const ct_kargs *k, const ct
     void *dxd = DX->data, *o2d = O2 ? O2->data : NULL; /* O2: FP32 dx only (the kernel checks) */
     const ct_dtype xt = X->dtype, dyt = DY->dtype, dxt = DX->dtype, rt = RES ? RES->dtype : CT_F32;
     const ct_dtype o2t = O2 ? O2->dtype : CT_F32;
-    const int cast_out = O2 && rdt == o2t; /* the bias sum reads what the cast stores: its rounding once */
+    const int cast_out = res_here && O2 && rdt == o2t; /* the bias sum reads what the cast stores */
     for (int64_t i = 0; i < D; i += VW) {
         const int t = (int)CT_MIN((int64_t)VW, D - i);
         vf dy = cs_ld(dyd, dyt, o + i, t), xm = vsub(cs_ld(xd, xt, o + i, t), vm);
@@ -960,7 +961,7 @@ NM_INLINE void ln_bwd_row_cs(int mask, ct_dtype rdt, const ct_kargs *k, const ct
             if (o2d) cast = cs_st_v(o2d, o2t, o + i, s, t);
         }
         if (out_here) { /* the stored value, read back (rounded to rdt: the cast's value when it is the cast's dtype) */
-            vf sv = o2d && cast_out ? cast : cs_round(cs_ld(dxd, dxt, o + i, t), rdt);
+            vf sv = cast_out ? cast : cs_round(cs_ld(dxd, dxt, o + i, t), rdt);
             vf v = vadd(t == VW ? vload(fo + i) : vtail_load(fo + i, t), sv);
             if (t == VW) vstore(fo + i, v);
             else vtail_store(fo + i, v, t);
