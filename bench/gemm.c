@@ -18,12 +18,14 @@
  *           step), warm cache (the same buffers call after call);
  *   packed  the weights (oneDNN's B / conv weights) in the layout oneDNN asks
  *           for (format_tag any), reordered once outside the timing;
- *   cold    as plain, with the caches flushed (64 MiB written) before each call.
+ *   cold    as plain, with the caches flushed (64 MiB written) before each call;
+ *   repack  matmul only: as packed, with B reordered from its plain layout before every call, the
+ *           reorder timed with the GEMM (what a kernel that packs the weights itself per call pays).
  * Rounds alternate step and alone, so a neighbour's load hits both; the table
  * gives, one row per shape, medians over all calls of all rounds:
- *   workload phase op calls/step batch M N K ta tb bias dtype | in-step plain packed cold ratio
+ *   workload phase op calls/step batch M N K ta tb bias dtype | in-step plain packed repack cold ratio
  *   ratio = in-step / min(plain, packed)
- * then the fastest call of each (min: in-step plain packed ratio; the robust
+ * then the fastest call of each (min: in-step plain packed repack ratio; the robust
  * figure when neighbours preempt the threads), and oneDNN's implementations.
  * TOTAL: ms per step over all shapes (calls x ms), in-step and alone.
  * Shapes: matmul/linear as oneDNN sees them (ctrain folds a 2-D B's batch into
@@ -93,8 +95,8 @@ typedef struct {
     int64_t conv[13];                /* conv: N C H W OC KH KW OH OW stride pad dilation groups */
     int calls_per_step;
     char impl[2][40]; /* oneDNN's implementation, plain and packed ("gemm:jit"; "+" after packed: weights reordered) */
-    int n_in, n_alone[3];
-    double in[MAX_SAMPLES], alone[3][MAX_SAMPLES];
+    int n_in, n_alone[4];
+    double in[MAX_SAMPLES], alone[4][MAX_SAMPLES]; /* plain, packed, cold, repack */
 } shape;
 
 typedef struct {
@@ -206,7 +208,7 @@ static void hook(void *user, const ct_node_event *ev) {
     if (i == t->n) {
         if (t->n == MAX_SHAPES || !t->recording) return;
         memcpy(&t->s[i], &tmp, offsetof(shape, in));
-        t->s[i].n_in = 0, t->s[i].n_alone[0] = t->s[i].n_alone[1] = t->s[i].n_alone[2] = 0;
+        t->s[i].n_in = 0, memset(t->s[i].n_alone, 0, sizeof t->s[i].n_alone);
         t->n++;
     }
     if (t->recording == 1) t->s[i].calls_per_step++;
@@ -248,10 +250,14 @@ typedef struct {
     dnnl_exec_arg_t args[6];
     dnnl_memory_t mems[6];
     int nmems;
+    int keep_reorder;          /* repack: the weights' reorder stays, to run before every call */
+    dnnl_primitive_t reorder;
+    dnnl_exec_arg_t rargs[2];
 } job;
 
 static void job_free(job *j) {
     if (j->prim) dnnl_primitive_destroy(j->prim);
+    if (j->reorder) dnnl_primitive_destroy(j->reorder);
     for (int i = 0; i < j->nmems; i++) dnnl_memory_destroy(j->mems[i]);
     memset(j, 0, sizeof *j);
 }
@@ -285,11 +291,16 @@ static int job_weights(dnn *d, job *j, int arg, const dnnl_memory_desc_t *plain,
     dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}};
     DN(dnnl_primitive_execute(r, d->str, 2, a));
     DN(dnnl_stream_wait(d->str));
-    dnnl_primitive_destroy(r);
     dnnl_primitive_desc_destroy(rpd);
     size_t n = strlen(j->impl);
     if (n + 1 < sizeof j->impl) j->impl[n] = '+', j->impl[n + 1] = 0;
-    dnnl_memory_destroy(src);
+    if (j->keep_reorder) {
+        j->reorder = r, j->rargs[0] = a[0], j->rargs[1] = a[1];
+        j->mems[j->nmems++] = src;
+    } else {
+        dnnl_primitive_destroy(r);
+        dnnl_memory_destroy(src);
+    }
     j->mems[j->nmems++] = dst;
     j->args[j->nargs].arg = arg, j->args[j->nargs].memory = dst, j->nargs++;
     return 0;
@@ -405,11 +416,14 @@ static int build_conv(dnn *d, const shape *s0, int packed, job *j) {
     return r ? -1 : 0;
 }
 
-/* reps calls of shape s in one variant (0 plain, 1 packed, 2 cold); ms per call into s->alone. */
+/* reps calls of shape s in one variant (0 plain, 1 packed, 2 cold, 3 repack: B reordered into the
+ * packed layout on every call, the reorder timed with the GEMM; matmul only); ms per call into s->alone. */
 static int time_alone(dnn *d, shape *s, int variant, int reps) {
     job j;
     memset(&j, 0, sizeof j);
-    int packed = variant == 1;
+    if (variant == 3 && s->kind != K_MM) return 0;
+    int packed = variant == 1 || variant == 3;
+    j.keep_reorder = variant == 3;
     if ((s->kind == K_MM ? build_mm(d, s, packed, &j) : build_conv(d, s, packed, &j)) != 0) {
         job_free(&j);
         return -1;
@@ -419,6 +433,7 @@ static int time_alone(dnn *d, shape *s, int variant, int reps) {
     for (int r = -1; r < reps; r++) { /* r == -1: first call, not timed */
         if (variant == 2) flush_caches(d);
         double t0 = now_ms();
+        if (j.reorder) DN(dnnl_primitive_execute(j.reorder, d->str, 2, j.rargs));
         DN(dnnl_primitive_execute(j.prim, d->str, j.nargs, j.args));
         DN(dnnl_stream_wait(d->str));
         double ms = now_ms() - t0;
@@ -493,30 +508,34 @@ static double stat(double *v, int n, int want_min) {
 }
 
 /* in-step and the faster alone figure of s (median, or min over calls) */
-static void figures(shape *s, int want_min, double *in, double *pl, double *pk, double *cold, double *best) {
+static void figures(shape *s, int want_min, double *in, double *pl, double *pk, double *cold, double *rp,
+                    double *best) {
     *in = stat(s->in, s->n_in, want_min), *pl = stat(s->alone[0], s->n_alone[0], want_min);
     *pk = stat(s->alone[1], s->n_alone[1], want_min), *cold = stat(s->alone[2], s->n_alone[2], want_min);
+    *rp = stat(s->alone[3], s->n_alone[3], want_min);
     *best = isnan(*pk) || *pl < *pk ? *pl : *pk;
 }
 
 static void print_rows(const char *wl, table *t) {
     static const char *dn[] = {[CT_F32] = "f32", [CT_BF16] = "bf16", [CT_F16] = "f16"};
-    printf("%-8s %-3s %-24s %5s %5s %6s %6s %6s %2s %2s %4s %-5s | %9s %9s %9s %9s %6s | %9s %9s %9s %6s | %s\n",
+    printf("%-8s %-3s %-24s %5s %5s %6s %6s %6s %2s %2s %4s %-5s | %9s %9s %9s %9s %9s %6s | %9s %9s %9s %9s %6s | "
+           "%s\n",
            "workload", "ph", "op", "calls", "batch", "M", "N", "K", "ta", "tb", "bias", "dtype", "in-step", "plain",
-           "packed", "cold", "ratio", "min:in", "plain", "packed", "ratio", "oneDNN impl plain / packed");
+           "packed", "repack", "cold", "ratio", "min:in", "plain", "packed", "repack", "ratio",
+           "oneDNN impl plain / packed");
     for (int i = 0; i < t->n; i++) {
         shape *s = &t->s[i];
-        double in, pl, pk, cold, best, in_m, pl_m, pk_m, cold_m, best_m;
-        figures(s, 1, &in_m, &pl_m, &pk_m, &cold_m, &best_m);
-        figures(s, 0, &in, &pl, &pk, &cold, &best);
+        double in, pl, pk, cold, rp, best, in_m, pl_m, pk_m, cold_m, rp_m, best_m;
+        figures(s, 1, &in_m, &pl_m, &pk_m, &cold_m, &rp_m, &best_m);
+        figures(s, 0, &in, &pl, &pk, &cold, &rp, &best);
         char dts[24];
         snprintf(dts, sizeof dts, "%s", s->adt == s->bdt && s->bdt == s->cdt ? dn[s->cdt] : "");
         if (!dts[0]) snprintf(dts, sizeof dts, "%sx%s>%s", dn[s->adt], dn[s->bdt], dn[s->cdt]);
-        printf("%-8s %-3s %-24s %5d %5lld %6lld %6lld %6lld %2d %2d %4d %-5s | %9.3f %9.3f %9.3f %9.3f %6.2f | %9.3f "
-               "%9.3f %9.3f %6.2f | %s / %s\n",
+        printf("%-8s %-3s %-24s %5d %5lld %6lld %6lld %6lld %2d %2d %4d %-5s | %9.3f %9.3f %9.3f %9.3f %9.3f %6.2f | "
+               "%9.3f %9.3f %9.3f %9.3f %6.2f | %s / %s\n",
                wl, s->backward ? "bwd" : "fwd", s->op, s->calls_per_step, (long long)s->batch, (long long)s->M,
-               (long long)s->N, (long long)s->K, s->ta, s->tb, s->bias, dts, in, pl, pk, cold, in / best, in_m, pl_m,
-               pk_m, in_m / best_m, s->impl[0], s->impl[1]);
+               (long long)s->N, (long long)s->K, s->ta, s->tb, s->bias, dts, in, pl, pk, rp, cold, in / best, in_m,
+               pl_m, pk_m, rp_m, in_m / best_m, s->impl[0], s->impl[1]);
     }
     fflush(stdout);
 }
@@ -536,7 +555,7 @@ static void run_workload(ct_context *ctx, dnn *d, const char *wl, ct_precision p
         dn_verbose = r == 0;
         step(ctx, &w);
         for (int i = 0; i < t->n; i++)
-            for (int v = 0; v < 3; v++)
+            for (int v = 0; v < 4; v++)
                 if (time_alone(d, &t->s[i], v, reps) != 0 && r == 0)
                     fprintf(stderr, "bench_gemm: %s %s variant %d: oneDNN alone failed\n", wl, t->s[i].op, v);
     }
@@ -544,8 +563,8 @@ static void run_workload(ct_context *ctx, dnn *d, const char *wl, ct_precision p
     print_rows(wl, t);
     for (int i = 0; i < t->n; i++)
         for (int m = 0; m < 2; m++) {
-            double in, pl, pk, cold, best;
-            figures(&t->s[i], m, &in, &pl, &pk, &cold, &best);
+            double in, pl, pk, cold, rp, best;
+            figures(&t->s[i], m, &in, &pl, &pk, &cold, &rp, &best);
             tot[2 * m] += in * t->s[i].calls_per_step;
             tot[2 * m + 1] += best * t->s[i].calls_per_step;
         }

@@ -356,6 +356,20 @@ TEST(linear_bias_and_3d) {
     }
 }
 
+/* The same with B packed per call (CT_ONEDNN_PACK_B=1, onednn/matmul.c's pack_b: the primitive takes B in
+ * the blocked layout it wants, reordered from the plain tensor before each call): forward and data
+ * gradients of matmul and linear against the FP32 copies as above. */
+TEST(matmul_and_linear_with_b_packed_per_call) {
+    setenv("CT_ONEDNN_PACK_B", "1", 1);
+    CHECK(mm_sweep(2, 2, 40, 48, 24) == 0);
+    CHECK(mm_sweep(3, 2, 5, 7, 6) == 0);
+    CHECK(mm_sweep(3, 3, 5, 7, 6) == 0);
+    const lin_cfg cs[] = {{2, {10}, 13, 11, 1}, {3, {3, 5}, 33, 17, 0}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        CHECK_MSG(compare(build_linear, &cs[i], "linear, B packed per call") == 0, "linear case %zu", i);
+    unsetenv("CT_ONEDNN_PACK_B");
+}
+
 /* ---- attention (after a linear: the qkv projection) -------------------------------------------- */
 
 typedef struct {
@@ -660,6 +674,6 @@ TEST(override_and_queries) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(matmul_2d_all_transposes), T(matmul_batched), T(linear_bias_and_3d), T(attention_after_linear), T(conv2d_stride_padding_groups), T(conv2d_bwd_data_forward_form),
+TEST_MAIN(T(matmul_2d_all_transposes), T(matmul_batched), T(linear_bias_and_3d), T(matmul_and_linear_with_b_packed_per_call), T(attention_after_linear), T(conv2d_stride_padding_groups), T(conv2d_bwd_data_forward_form),
           T(mlp_trains_close_to_copies), T(cnn_trains_close_to_copies),
           T(native_with_recompute_and_accumulation_bit_identical), T(cnn_activation_arena), T(override_and_queries))

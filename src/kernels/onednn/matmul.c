@@ -9,8 +9,10 @@
  * path) with a bf16 or f32 output (weight gradients go to the FP32 gradient
  * arena as they are accumulated). B is read in its plain layout; oneDNN's
  * BF16 GEMMs (gemm:jit emulated on AVX-512, brgemm on AVX512-BF16 / AMX)
- * pack it into their own blocks (scratchpad) on every call. */
+ * pack it into their own blocks (scratchpad) on every call (pack_b: the
+ * CT_ONEDNN_PACK_B experiment). */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "kernels/onednn/onednn.h"
 
@@ -23,14 +25,15 @@ static ct_status empty(ct_dnnl *c) {
  * in memory when the primitive should read a copy laid out as b (else NULL). */
 static ct_status add_matmul(ct_dnnl *c, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b,
                             const dnnl_memory_desc_t *b_user, const dnnl_memory_desc_t *bias,
-                            const dnnl_memory_desc_t *dst) {
+                            const dnnl_memory_desc_t *dst, const dnnl_memory_desc_t *b_any) {
     dnnl_matmul_desc_t d;
-    CT_DNNL_TRY(c, dnnl_matmul_desc_init(&d, a, b, bias, dst), "describing the matmul");
+    CT_DNNL_TRY(c, dnnl_matmul_desc_init(&d, a, b_any ? b_any : b, bias, dst), "describing the matmul");
     dnnl_primitive_desc_t pd;
     CT_TRY(ct_dnnl_pd(c, &pd, &d, NULL, "creating the matmul"));
     dnnl_memory_t ma, mb, mbias = NULL, mdst;
     ct_status s = ct_dnnl_user(c, a, 0, &ma);
-    if (s == CT_OK) s = b_user ? ct_dnnl_input(c, b_user, 1, b, &mb) : ct_dnnl_user(c, b, 1, &mb);
+    if (s == CT_OK && b_any) s = ct_dnnl_input(c, b, 1, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &mb);
+    else if (s == CT_OK) s = b_user ? ct_dnnl_input(c, b_user, 1, b, &mb) : ct_dnnl_user(c, b, 1, &mb);
     if (s == CT_OK && bias) s = ct_dnnl_user(c, bias, 2, &mbias);
     if (s == CT_OK) s = ct_dnnl_user(c, dst, CT_DNNL_OUT, &mdst);
     if (s == CT_OK) {
@@ -51,7 +54,12 @@ static ct_status add_matmul(ct_dnnl *c, const dnnl_memory_desc_t *a, const dnnl_
  * packs B's blocks itself, and the padded B sends oneDNN to its sgemm
  * (gemm:jit) besides the copy: the MLP's 256x1024 * 1024x1024 data gradient
  * took a 0.4 ms reorder and 2.7 ms of gemm:jit against 2.35 ms of brgemm on
- * the plain B (Ice Lake, 2 threads). */
+ * the plain B (Ice Lake, 2 threads). Except for a B of 2M floats (8 MiB) or
+ * more, which brgemm reads plain much slower: gpt2-124m's data gradients
+ * (256x768 * 768x3072 and 256x3072 * 3072x768) took 8.1 and 4.8 ms per call on
+ * brgemm against 3.9 ms each padded on gemm:jit, the whole FP32 step 871-879 vs
+ * 814-824 ms, while the MLP's 1M-float B stays faster on brgemm (9.5 vs 9.8 ms
+ * steps; Sapphire Rapids, 2 threads). */
 static int pad_b_rows(int tb, int64_t M, int64_t K, int64_t N, ct_dtype bdt) {
     return bdt == CT_F32 && !tb && N % 256 == 0 && M >= 64 && M < 1024 && K >= 64;
 }
@@ -67,6 +75,22 @@ static int plain_is_brgemm(ct_dnnl *c, const dnnl_memory_desc_t *a, const dnnl_m
     int brg = ct_dnnl_impl_brgemm(pd) == 1;
     dnnl_primitive_desc_destroy(pd);
     return brg;
+}
+
+/* Whether B goes to the GEMM packed: the primitive created with B in format any (the blocked layout its
+ * kernel wants) and a reorder from the plain tensor into the node's scratch before every call, instead of
+ * the kernel packing the plain B itself block by block. Off unless CT_ONEDNN_PACK_B=1 (BF16 B, A not
+ * transposed: the forward and data-gradient GEMMs, whose B is a weight). Measured on AMX (Sapphire
+ * Rapids, 2 threads; bench_gemm's "repack" column is this, "packed" the weights packed once for good):
+ * gpt-char-small's (M = 2048) forward and data-gradient GEMMs 10-15% faster alone (M N K 2048 1536 384:
+ * 1.13 vs 1.32 ms plain, 1.00 packed once), the step's GEMMs 2-3% (within noise); gpt2-124m's (M = 256)
+ * slower (256 2304 768: 0.64 vs 0.55 ms; the LM head's 256 50257 768: 27.9 vs 16.4): the reorder costs
+ * more than it saves where M is small. The gain the issue names needs weights packed once per step,
+ * inside the optimizer's cast (not built). */
+static int pack_b(ct_dtype bdt, int ta) {
+    if (bdt != CT_BF16 || ta) return 0;
+    const char *e = getenv("CT_ONEDNN_PACK_B");
+    return e && e[0] == '1' && !e[1];
 }
 
 static ct_status build_matmul(ct_kargs *k, ct_dnnl *c) {
@@ -104,9 +128,16 @@ static ct_status build_matmul(ct_kargs *k, ct_dnnl *c) {
         if (pad) CT_TRY(ct_dnnl_md(c, &bpad, 3, (int64_t[]){bb, K, N}, (int64_t[]){K * ldp, ldp, 1}, bdt));
         CT_TRY(ct_dnnl_md(c, &cmd, 3, (int64_t[]){batch, M, N}, (int64_t[]){M * N, N, 1}, cdt));
     }
-    if (pad && plain_is_brgemm(c, &amd, &bmd, &cmd)) pad = 0;
+    if (pad && K * N < ((int64_t)2 << 20) && plain_is_brgemm(c, &amd, &bmd, &cmd)) pad = 0;
     if (pad) ct_dnnl_describe(c, " (B copied into padded rows)");
-    return pad ? add_matmul(c, &amd, &bpad, &bmd, NULL, &cmd) : add_matmul(c, &amd, &bmd, NULL, NULL, &cmd);
+    if (pad) return add_matmul(c, &amd, &bpad, &bmd, NULL, &cmd, NULL);
+    dnnl_memory_desc_t bany;
+    int packed = pack_b(bdt, ta);
+    if (packed) {
+        CT_TRY(ct_dnnl_md_tag(c, &bany, bmd.ndims, bmd.dims, dnnl_format_tag_any, bdt));
+        ct_dnnl_describe(c, " (B packed per call)");
+    }
+    return add_matmul(c, &amd, &bmd, NULL, NULL, &cmd, packed ? &bany : NULL);
 }
 
 /* y (R, O) = x (R, I) * W^T + b: W (O, I) is read as (I, O) with strides
@@ -128,7 +159,13 @@ static ct_status build_linear(ct_kargs *k, ct_dnnl *c) {
     CT_TRY(ct_dnnl_md(c, &wmd, 2, (int64_t[]){I, O}, (int64_t[]){1, I}, wdt));
     CT_TRY(ct_dnnl_md(c, &ymd, 2, (int64_t[]){R, O}, (int64_t[]){O, 1}, ydt));
     if (has_bias) CT_TRY(ct_dnnl_md(c, &bmd, 2, (int64_t[]){1, O}, (int64_t[]){O, 1}, bdt));
-    return add_matmul(c, &xmd, &wmd, NULL, has_bias ? &bmd : NULL, &ymd);
+    dnnl_memory_desc_t wany;
+    int packed = pack_b(wdt, 0);
+    if (packed) {
+        CT_TRY(ct_dnnl_md_tag(c, &wany, 2, (int64_t[]){I, O}, dnnl_format_tag_any, wdt));
+        ct_dnnl_describe(c, " (weight packed per call)");
+    }
+    return add_matmul(c, &xmd, &wmd, NULL, has_bias ? &bmd : NULL, &ymd, packed ? &wany : NULL);
 }
 
 ct_status ct_k_matmul_onednn(ct_kargs *k) { return ct_dnnl_run(k, build_matmul); }
