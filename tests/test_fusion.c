@@ -433,6 +433,43 @@ TEST(attention_bias_gradient_in_the_backward_equals_unfused) {
                 }
 }
 
+/* embedding_bwd+add (level 1): the GPT's tied wte gets two gradients, the LM head's weight gradient
+ * (a matmul) and the token embedding's scatter; the embedding backward adds its scatter to the first
+ * (no V x D zeroing, no buffer of its own, no add pass). Loss and every gradient bit for bit as level 0,
+ * FP32 and BF16 (FP16: not fused, see below), 1 and 2 threads, fast and reference kernels (wpe's rows are a slice: no
+ * embedding backward of its own). */
+TEST(tied_table_gradient_in_the_embedding_backward_equals_unfused) {
+    for (int isa = 0; isa < 2; isa++)
+        for (int prec = 0; prec < 3; prec++)
+            for (int nt = 1; nt <= 2; nt++) {
+                ct_context *ctx = sweep_ctx(isa, nt, 7);
+                CHECK(ctx != NULL);
+                if (!ctx) return;
+                ct_plan *p[2] = {0};
+                for (int l = 0; l < 2; l++) CHECK_OK(ctx, gpt_nodrop_plan_bt(ctx, l, sweep_prec(prec), 3, 100, &p[l]));
+                if (p[0] && p[1]) {
+                    int fused = 0, plain = 0;
+                    for (int i = 0; i < p[1]->g.n; i++)
+                        if (p[1]->pn[i].live && p[1]->g.nodes[i].op == CT_OP_EMBEDDING_BWD)
+                            *(p[1]->g.nodes[i].n_in == 3 ? &fused : &plain) += 1;
+                    int same;
+                    double d = plan_diff(p[1], p[0], &same);
+                    printf("    %s %s %d thread%s: %d embedding_bwd+add (%d unfused embedding_bwd), max rel diff %.2e%s\n",
+                           isa ? "fast" : "ref ", prec == 2 ? "fp16" : prec ? "bf16" : "fp32", nt, nt > 1 ? "s" : " ",
+                           ct_plan_fusion_count(p[1], "embedding_bwd+add"), plain, d, same ? " (bit-identical)" : "");
+                    CHECK(same);
+                    if (prec == 2) /* FP16: the LM head's weight gradient is FP16 (its matmul on FP32 copies, the
+                                      output narrowed) and cast_fold has the add read it as it is: not fused */
+                        CHECK(ct_plan_fusion_count(p[1], "embedding_bwd+add") == 0 && fused == 0 && plain == 1);
+                    else
+                        CHECK(ct_plan_fusion_count(p[1], "embedding_bwd+add") == 1 && fused == 1 && plain == 0);
+                    CHECK(ct_plan_fusion_count(p[0], "embedding_bwd+add") == 0);
+                }
+                for (int l = 0; l < 2; l++) ct_plan_free(p[l]);
+                ct_context_free(ctx);
+            }
+}
+
 /* gpt-char-small without dropout (bench_step's gptchar): no dropout+add, so at level 2 the residual adds
  * meet the layernorms that layernorm+linear takes into the next linear. Levels 1 and 2 give level 0's
  * loss and gradients (level 2 within 1e-6: its prologues may sum in another order), FP32, BF16 and
@@ -981,7 +1018,7 @@ TEST(summary_dot_and_registry) {
 
 TEST_MAIN(T(seeds_json_rule_fuses_conv_bias), T(bad_rules_are_named), T(levels_give_equal_results),
           T(column_sums_in_the_row_pass_equal_unfused),
-          T(attention_bias_gradient_in_the_backward_equals_unfused), T(levels_give_equal_results_without_dropout), T(layernorm_backward_writes_the_residual_gradients_cast),
+          T(attention_bias_gradient_in_the_backward_equals_unfused), T(tied_table_gradient_in_the_embedding_backward_equals_unfused), T(levels_give_equal_results_without_dropout), T(layernorm_backward_writes_the_residual_gradients_cast),
           T(residual_add_relu_equals_unfused), T(bn_relu_2d_equals_unfused), T(bf16_cast_fold_equals_unfused), T(gelu_backward_keeps_the_activation_for_the_weight_gradient),
           T(level2_cuts_activation_memory), T(memory_opt_off_gives_every_value_its_buffer), T(in_place_nodes_match_separate_buffers), T(activation_peak_is_described),
           T(summary_dot_and_registry), T(add_layernorm_equals_unfused))

@@ -78,6 +78,10 @@ static ct_status krun(kcall *c, int slot) {
         c->k.ws_bytes = ct_bn_rows_ws_bytes(N, C, ct_tensor_numel(x) / (N * C));
         if (c->k.ws_bytes) c->k.ws = ws = malloc(c->k.ws_bytes);
     }
+    if (op == CT_OP_EMBEDDING_BWD && c->nd.n_in > 2) { /* embedding_bwd+add: the row marks */
+        c->k.ws_bytes = ct_embedding_bwd_ws_bytes(ct_tensor_numel(&c->k.in[1]), c->k.out.shape[0]);
+        c->k.ws = ws = malloc(c->k.ws_bytes);
+    }
     ct_status s = ct_op_table(c->nd.op)->kernel[slot](&c->k);
     free(ws);
     c->k.ws = NULL;
@@ -776,6 +780,39 @@ static void embedding_case(int64_t V, int64_t D, int nd, const int64_t *ishape) 
         f.k.out.data = y_r;
         b.k.out.data = g_r;
     }
+    /* embedding_bwd+add (a tied table: a + the scatter, in either operand order, as the unfused add computes
+       it): the reference and every fast slot against embedding_bwd then binary add, bit for bit */
+    float *a = frand((size_t)(V * D), 64, -1, 1), *s_u = fbuf((size_t)(V * D)), *s_f = fbuf((size_t)(V * D));
+    for (int order = 0; order < 2; order++) {
+        kcall add, fu;
+        kinit(&add, CT_OP_BINARY, CT_F32, 2, ws, s_u);
+        add.nd.ia[0] = CT_BIN_ADD;
+        kin(&add, order ? g_r : a, CT_F32, 2, ws);
+        kin(&add, order ? a : g_r, CT_F32, 2, ws);
+        CHECK_OK(g_ctx, krun(&add, CT_KERNEL_REF));
+        kinit(&fu, CT_OP_EMBEDDING_BWD, CT_F32, 2, ws, s_f);
+        fu.nd.ia[2] = order;
+        kin(&fu, dy, CT_F32, nd + 1, ys);
+        kin(&fu, ids, CT_I32, nd, ishape);
+        kin(&fu, a, CT_F32, 2, ws);
+        for (int si = -1; si < g_nslots; si++) {
+            int slot = si < 0 ? CT_KERNEL_REF : g_slots[si];
+            memset(s_f, 0x7f, sizeof(float) * (size_t)(V * D));
+            CHECK_OK(g_ctx, krun(&fu, slot));
+            size_t bad = fdiff_count(s_f, s_u, (size_t)(V * D));
+            note(CT_OP_EMBEDDING_BWD, (double)bad);
+            CHECK_MSG(bad == 0, "%s embedding_bwd+add (order %d): %zu values differ from embedding_bwd then add",
+                      ct_kernel_slot_name(slot), order, bad);
+        }
+        /* an id out of range: the unfused kernel's error */
+        int32_t keep = ids[0];
+        ids[0] = (int32_t)V;
+        for (int si = -1; si < g_nslots; si++)
+            CHECK(krun(&fu, si < 0 ? CT_KERNEL_REF : g_slots[si]) == CT_E_INVALID_ARG &&
+                  strstr(ct_context_last_error(g_ctx), "outside the vocabulary"));
+        ids[0] = keep;
+    }
+    free(a); free(s_u); free(s_f);
     free(w); free(dy); free(ids); free(y_r); free(y_s); free(g_r); free(g_s);
 }
 

@@ -52,6 +52,13 @@
  *                                bit-identical (the same pieces and order)
  *            unary_bwd+colsum    the same for an activation's backward and the
  *                                bias gradient of the linear in front of it
+ *   level 1  embedding_bwd+add   backward: a tied table's two gradients (the
+ *                                LM head's weight gradient a, the embedding's
+ *                                scatter) summed by the embedding backward
+ *                                itself: dW = a + the scatter (in[2] = a), the
+ *                                V x D zeroing, the scatter's own buffer and the
+ *                                add's pass gone; each touched row's sum is made
+ *                                from zero first, bit-identical
  *            batchnorm_bwd+colsum the same for a batchnorm on (M, C) (the
  *                                channels-last CNNs' (N*H*W, C) views): its
  *                                dgamma (COLSUM times invstd) and dbeta; after
@@ -77,7 +84,7 @@
 
 enum { PAT_CONV_BIAS = 0, PAT_LINEAR_BIAS, PAT_BN_RELU, PAT_ACT_LINEAR, PAT_LN_LINEAR, PAT_DROPOUT_ADD, PAT_CONV_RELU, PAT_LINEAR_RELU,
        PAT_ADD_RELU, PAT_CHAIN, PAT_CAST_FOLD, PAT_LN_BWD_ADD, PAT_ADD_LN, PAT_LN_BWD_COLSUM, PAT_ACT_BWD_COLSUM,
-       PAT_BN_BWD_COLSUM, PAT_ATT_BWD_COLSUM, PAT_LN_BWD_CAST, PAT_COUNT };
+       PAT_BN_BWD_COLSUM, PAT_ATT_BWD_COLSUM, PAT_LN_BWD_CAST, PAT_EMB_BWD_ADD, PAT_COUNT };
 
 static const struct {
     const char *name;
@@ -103,6 +110,7 @@ static const struct {
     [PAT_BN_BWD_COLSUM] = {"batchnorm_bwd+colsum", 1, 0, {"batchnorm_bwd", "sum", NULL}},
     [PAT_ATT_BWD_COLSUM] = {"attention_bwd+colsum", 1, 0, {"attention_bwd", "sum", NULL}},
     [PAT_LN_BWD_CAST] = {"layernorm_bwd+cast", 1, 0, {"layernorm_bwd", "cast", NULL}},
+    [PAT_EMB_BWD_ADD] = {"embedding_bwd+add", 1, 0, {"embedding_bwd", "add", NULL}},
 };
 
 int ct_fusion_num_patterns(void) { return PAT_COUNT; }
@@ -1172,6 +1180,42 @@ static ct_status try_ln_bwd_cast(fz *f, ct_node c, int *done) {
     return CT_OK;
 }
 
+/* embedding_bwd+add: add(a, embedding_bwd(dy, ids)) (either order), the embedding's gradient read by the add
+ * only -> the add becomes EMBEDDING_BWD(dy, ids, a) (ia[2] = 1 when the scatter was the add's first
+ * operand). FP32 (gradients of a table are FP32 in every precision). */
+static ct_status try_emb_bwd_add(fz *f, ct_node n, int *done) {
+    ct_graph *g = &f->p->g;
+    const ct_node_def *A = &g->nodes[n];
+    *done = 0;
+    if (A->op != CT_OP_BINARY || A->ia[0] != CT_BIN_ADD || A->n_in != 2 || forward(A) || !plain_float(A) ||
+        A->dtype != CT_F32 || A->ndim != 2 || A->in[0] == A->in[1] || f->p->fused_group[n] >= 0)
+        return CT_OK;
+    for (int side = 0; side < 2; side++) {
+        ct_node e = A->in[side], a = A->in[1 - side];
+        const ct_node_def *E = &g->nodes[e], *X = &g->nodes[a];
+        if (E->op != CT_OP_EMBEDDING_BWD || E->n_in != 2 || forward(E) || !plain_float(E) || kept(f->p, e) ||
+            E->dtype != CT_F32 || X->dtype != CT_F32 || f->p->fused_group[e] >= 0)
+            continue;
+        if (E->ndim != 2 || X->ndim != 2 || memcmp(E->shape, A->shape, 2 * sizeof(int64_t)) ||
+            memcmp(X->shape, A->shape, 2 * sizeof(int64_t)))
+            continue;
+        reader rd[2];
+        if (readers_of(g, e, rd, 1) != 1) continue; /* the add only */
+        int rule;
+        if (ct_plan_is_param_grad(f->p, e) || !enabled(f, PAT_EMB_BWD_ADD, n, CT_NONE, &rule)) continue;
+        ct_node_def nd = *E;
+        nd.n_in = 3;
+        nd.in[2] = a;
+        nd.ia[2] = side == 0;
+        nd.flags = A->flags;
+        snprintf(nd.name, sizeof nd.name, "%s", A->name);
+        CT_TRY(install(f, PAT_EMB_BWD_ADD, rule, n, &nd, E->name, NULL, 0, CT_NONE));
+        *done = 1;
+        return CT_OK;
+    }
+    return CT_OK;
+}
+
 ct_status ct_pass_fusion(ct_plan *p) {
     ct_graph *g = &p->g;
     p->fused_group = malloc(sizeof(int) * (size_t)(g->n ? g->n : 1));
@@ -1205,6 +1249,11 @@ ct_status ct_pass_fusion(ct_plan *p) {
     for (int i = 0; i < g->n; i++) {
         int done = 0;
         CT_TRY(try_ln_bwd_add(&f, i, &done));
+    }
+    /* backward: a tied table's two gradients summed by its embedding backward */
+    for (int i = 0; i < g->n; i++) {
+        int done = 0;
+        CT_TRY(try_emb_bwd_add(&f, i, &done));
     }
     /* backward: column sums into their producers' row passes */
     for (int i = 0; i < g->n; i++) {

@@ -161,6 +161,7 @@ size_t ct_aux_maxpool2d(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_batchnorm(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_layernorm(const ct_graph *g, const ct_node_def *d);
 size_t ct_ws_sum(const ct_graph *g, const ct_node_def *d);
+size_t ct_ws_embedding_bwd(const ct_graph *g, const ct_node_def *d);
 size_t ct_ws_colsum(const ct_graph *g, const ct_node_def *d);
 size_t ct_ws_batchnorm(const ct_graph *g, const ct_node_def *d);
 size_t ct_aux_colsum(const ct_graph *g, const ct_node_def *d);

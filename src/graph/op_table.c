@@ -61,7 +61,7 @@ static const ct_op_info k_ops[] = {
     [CT_OP_SOFTMAX_BWD] = {"softmax_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(softmax_bwd)}, 0, 0, 0, .simd_lowp = 1},
     [CT_OP_LOG_SOFTMAX_BWD] = {"log_softmax_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(log_softmax_bwd)}, 0, 0, 0, .simd_lowp = 1},
     [CT_OP_CROSS_ENTROPY_BWD] = {"cross_entropy_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, IN1), {SIMD(cross_entropy_bwd)}, 0, 0, 0},
-    [CT_OP_EMBEDDING_BWD] = {"embedding_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, F32), {SIMD(embedding_bwd)}, 0, 0, 0, .simd_lowp = 1},
+    [CT_OP_EMBEDDING_BWD] = {"embedding_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, F32), {SIMD(embedding_bwd)}, 0, ct_ws_embedding_bwd, 0, .simd_lowp = 1},
     [CT_OP_ATTENTION_BWD] = {"attention_bwd", FACTS(NEVER, FOLLOW, ATTENTION, PROMOTE), {SIMD_DNNL(attention_bwd)}, ct_aux_colsum, ct_ws_attention, ct_onednn_cache_free, 0, .onednn_bf16 = 1, .simd_lowp = 1, .onednn_lowp_only = 1},
     [CT_OP_BN_RELU] = {"batchnorm+relu", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(bn_relu)}, ct_aux_bn_relu, ct_ws_batchnorm, 0, .simd_lowp = 1},
     [CT_OP_RELU_MASK_BWD] = {"relu_mask_bwd", FACTS(NEVER, FOLLOW, ELEMENTWISE, PROMOTE), {SIMD(relu_mask_bwd)}, 0, 0, 0, 1u << 1, 0, .simd_lowp = 1},
@@ -152,6 +152,11 @@ size_t ct_ws_sum(const ct_graph *g, const ct_node_def *d) {
     (void)g;
     int64_t n = ct_node_numel(d), parts = CT_MIN(64 * n, (int64_t)CT_COLSUM_MAX_PARTIALS);
     return (size_t)CT_MAX(n, parts) * sizeof(double);
+}
+
+/* embedding_bwd with an addend (fusion embedding_bwd+add): the row marks (ct_embedding_bwd_ws_bytes) */
+size_t ct_ws_embedding_bwd(const ct_graph *g, const ct_node_def *d) {
+    return d->n_in > 2 ? ct_embedding_bwd_ws_bytes(ct_node_numel(&g->nodes[d->in[1]]), d->shape[0]) : 0;
 }
 
 /* layernorm_bwd_gamma: its pieces' partials (ct_colsum_pieces(R, D) x D doubles) */

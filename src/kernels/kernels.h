@@ -163,6 +163,13 @@ static inline size_t ct_conv_direct_image_bytes(int64_t C, int64_t KH, int64_t K
 /* UNARY_BWD_KEEP with column sums (unary_bwd+colsum on the GELU backward of gelu+linear): its aux is
  * the kept activation (n floats: what MATMUL_AUX reads), then the sums' partials from this byte offset
  * (a COLSUM node with ia[1] = 1 skips it) */
+/* EMBEDDING_BWD with an addend (fusion embedding_bwd+add, in[2] = a): its scratch is one byte per
+ * position (CT_EMB_FIRST: the first position of its row, CT_EMB_SKIP: no row) and a bitmap of the
+ * table's V rows. */
+enum { CT_EMB_NEXT = 0, CT_EMB_FIRST = 1, CT_EMB_SKIP = 2 };
+static inline size_t ct_embedding_bwd_ws_bytes(int64_t n, int64_t V) {
+    return (((size_t)n + 7) & ~(size_t)7) + ((size_t)V + 63) / 64 * sizeof(uint64_t);
+}
 static inline size_t ct_keep_colsum_offset(int64_t n) { return ((size_t)n * sizeof(float) + 63) & ~(size_t)63; }
 static inline int64_t ct_colsum_pieces(int64_t R, int64_t D) {
     int64_t p = R / 64;

@@ -2,6 +2,7 @@
  * (scatter-add into the weight's shape). Rows mode (node ia[1] = 1,
  * ct_embedding_rows): the weight holds rows [ia[0], ia[0] + V) of the whole
  * table; an id outside gives a zero row and no gradient. */
+#include <stdint.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
@@ -40,12 +41,53 @@ ct_status ct_k_embedding_ref(ct_kargs *k) {
     return CT_OK;
 }
 
+/* in: dy, ids[, a] -> dW (V, D); with a (fusion embedding_bwd+add): a + dW (ia[2] = 1: dW + a, the
+ * add's operand order), each touched row's sum made from zero in position order and then added, as
+ * the unfused embedding_bwd and add compute it; the scratch marks each row's first position. */
+static ct_status embedding_bwd_add(ct_kargs *k) {
+    const float *dy = k->in[0].data, *a = k->in[2].data;
+    const int32_t *ids = k->in[1].data;
+    int64_t V = k->out.shape[0], D = k->out.shape[1], n = ct_tensor_numel(&k->in[1]), r;
+    float *dw = k->out.data;
+    if (!k->ws || k->ws_bytes < ct_embedding_bwd_ws_bytes(n, V) || dw == a)
+        return ct_set_error(k->ctx, CT_E_INTERNAL, "embedding_bwd+add: no scratch for the row marks, or the output over "
+                                                   "its addend (a plan bug: please report it)");
+    uint8_t *first = k->ws;
+    uint64_t *seen = (uint64_t *)(void *)(first + ((n + 7) & ~(int64_t)7));
+    memset(seen, 0, ((size_t)V + 63) / 64 * sizeof *seen);
+    for (int64_t i = 0; i < n; i++) {
+        CT_TRY(row_of(k, ids[i], V, i, &r));
+        if (r < 0) {
+            first[i] = CT_EMB_SKIP;
+            continue;
+        }
+        first[i] = (seen[r / 64] >> (r % 64) & 1) ? CT_EMB_NEXT : CT_EMB_FIRST;
+        seen[r / 64] |= (uint64_t)1 << (r % 64);
+    }
+    memcpy(dw, a, ct_tensor_nbytes(&k->out));
+    for (int64_t i = 0; i < n; i++) {
+        if (first[i] == CT_EMB_SKIP) continue;
+        CT_TRY(row_of(k, ids[i], V, i, &r));
+        for (int64_t d = 0; d < D; d++)
+            dw[r * D + d] = (first[i] == CT_EMB_FIRST ? 0.0f : dw[r * D + d]) + dy[i * D + d];
+    }
+    const int e_first = k->node->ia[2] != 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (first[i] != CT_EMB_FIRST) continue;
+        CT_TRY(row_of(k, ids[i], V, i, &r));
+        for (int64_t d = 0; d < D; d++)
+            dw[r * D + d] = e_first ? dw[r * D + d] + a[r * D + d] : a[r * D + d] + dw[r * D + d];
+    }
+    return CT_OK;
+}
+
 /* in: dy, ids -> dW (V, D) */
 ct_status ct_k_embedding_bwd_ref(ct_kargs *k) {
     const float *dy = k->in[0].data;
     const int32_t *ids = k->in[1].data;
     int64_t V = k->out.shape[0], D = k->out.shape[1], n = ct_tensor_numel(&k->in[1]), r;
     float *dw = k->out.data;
+    if (k->node->n_in > 2) return embedding_bwd_add(k);
     memset(dw, 0, ct_tensor_nbytes(&k->out));
     for (int64_t i = 0; i < n; i++) {
         CT_TRY(row_of(k, ids[i], V, i, &r));

@@ -15,6 +15,7 @@
  * Rows mode (node ia[1] = 1, ct_embedding_rows): the weight holds rows
  * [row0 = ia[0], row0 + V) of the whole table; an id outside gives a zero
  * row and no gradient (no id is an error). */
+#include <stdint.h>
 #include <string.h>
 
 #include "simd_lowp.h"
@@ -113,7 +114,83 @@ static void em_scatter_cols_lp(const ct_kargs *k, float *dw, const uint16_t *dy,
     }
 }
 
-/* in: dy, ids -> dW (V, D), FP32 (a parameter's gradient) */
+/* One position's row dy[i, d0:d1] into dw's row: stored over it (0 + dy, the first position of the
+ * row: its sum starts from zero, as after the unfused kernel's memset) or added. */
+static void em_put_cols(float *o, const float *g, const uint16_t *gl, ct_dtype dt, int first, int64_t d0, int64_t d1) {
+    int64_t d = d0;
+    for (; d + VW <= d1; d += VW) {
+        vf x = gl ? vload_lp(gl + d, dt) : vload(g + d);
+        vstore(o + d, vadd(first ? vzero() : vload(o + d), x));
+    }
+    if (d < d1) {
+        int t = (int)(d1 - d);
+        vf x = gl ? vtail_load_lp(gl + d, t, dt) : vtail_load(g + d, t);
+        vtail_store(o + d, vadd(first ? vzero() : vtail_load(o + d, t), x), t);
+    }
+}
+
+/* With an addend a (in[2], fusion embedding_bwd+add): dW = a + the scatter (ia[2] = 1: scatter + a, the add's
+ * operand order). Bit for bit the unfused pair's: every touched row's sum starts from zero at its first
+ * position (the scratch marks it), adds the later ones in position order, and only then meets a; the rows
+ * no id names are a's, copied. Threads own column ranges as in the plain kernel. */
+static ct_status em_bwd_add(ct_kargs *k, int nt) {
+    const float *a = k->in[2].data;
+    const int32_t *ids = k->in[1].data;
+    const ct_dtype dt = k->in[0].dtype;
+    int64_t V = k->out.shape[0], D = k->out.shape[1], n = ct_tensor_numel(&k->in[1]);
+    float *dw = k->out.data;
+    if (k->in[2].dtype != CT_F32 || !k->ws || k->ws_bytes < ct_embedding_bwd_ws_bytes(n, V) || dw == a)
+        return CT_E_UNSUPPORTED;
+    uint8_t *first = k->ws;
+    uint64_t *seen = (uint64_t *)(void *)(first + ((n + 7) & ~(int64_t)7));
+    memset(seen, 0, ((size_t)V + 63) / 64 * sizeof *seen);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = em_row(k, ids[i], V);
+        if (r < 0) {
+            first[i] = CT_EMB_SKIP;
+            continue;
+        }
+        first[i] = (seen[r / 64] >> (r % 64) & 1) ? CT_EMB_NEXT : CT_EMB_FIRST;
+        seen[r / 64] |= (uint64_t)1 << (r % 64);
+    }
+    const int e_first = k->node->ia[2] != 0;
+    int64_t nvec = (D + VW - 1) / VW;
+    int nparts = (int)CT_MIN((int64_t)nt, nvec);
+    if (nparts < 1) nparts = 1;
+#pragma omp parallel num_threads(nt)
+    {
+#pragma omp for schedule(static)
+        for (int64_t v = 0; v < V; v++) memcpy(dw + v * D, a + v * D, (size_t)D * sizeof *dw);
+        /* implicit barrier: every row holds a before any scatter */
+#pragma omp for schedule(static)
+        for (int p = 0; p < nparts; p++) {
+            int64_t d0 = nvec * p / nparts * VW, d1 = CT_MIN(D, nvec * (p + 1) / nparts * VW);
+            for (int64_t i = 0; i < n; i++) {
+                if (first[i] == CT_EMB_SKIP) continue;
+                float *o = dw + em_row(k, ids[i], V) * D;
+                if (dt == CT_F32) em_put_cols(o, (const float *)k->in[0].data + i * D, NULL, dt, first[i], d0, d1);
+                else em_put_cols(o, NULL, (const uint16_t *)k->in[0].data + i * D, dt, first[i], d0, d1);
+            }
+            for (int64_t i = 0; i < n; i++) {
+                if (first[i] != CT_EMB_FIRST) continue;
+                int64_t r = em_row(k, ids[i], V) * D;
+                float *o = dw + r;
+                const float *ar = a + r;
+                int64_t d = d0;
+                for (; d + VW <= d1; d += VW)
+                    vstore(o + d, e_first ? vadd(vload(o + d), vload(ar + d)) : vadd(vload(ar + d), vload(o + d)));
+                if (d < d1) {
+                    int t = (int)(d1 - d);
+                    vf e = vtail_load(o + d, t), x = vtail_load(ar + d, t);
+                    vtail_store(o + d, e_first ? vadd(e, x) : vadd(x, e), t);
+                }
+            }
+        }
+    }
+    return CT_OK;
+}
+
+/* in: dy, ids[, a] -> dW (V, D), FP32 (a parameter's gradient); with a: a + dW (em_bwd_add) */
 ct_status CT_FN(embedding_bwd)(ct_kargs *k) {
     if ((k->in[0].dtype != CT_F32 && !ct_dtype_is_low(k->in[0].dtype)) || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
     const float *dy = k->in[0].data;
@@ -122,6 +199,7 @@ ct_status CT_FN(embedding_bwd)(ct_kargs *k) {
     float *dw = k->out.data;
     CT_TRY(em_check_ids(k, ids, n, V));
     int nt = em_threads(k, CT_MAX(n, V) * D);
+    if (k->node->n_in > 2) return em_bwd_add(k, nt);
     /* column ranges: multiples of VW, at most one per thread */
     int64_t nvec = (D + VW - 1) / VW;
     int nparts = (int)CT_MIN((int64_t)nt, nvec);
