@@ -435,7 +435,8 @@ TEST(attention_bias_gradient_in_the_backward_equals_unfused) {
 
 /* embedding_bwd+add (level 1): the GPT's tied wte gets two gradients, the LM head's weight gradient
  * (a matmul) and the token embedding's scatter; the embedding backward adds its scatter to the first
- * (no V x D zeroing, no buffer of its own, no add pass). Loss and every gradient bit for bit as level 0,
+ * (no V x D zeroing, no buffer of its own, no add pass), in place: the LM head's weight gradient is
+ * written into wte's gradient slot and only the touched rows change. Loss and every gradient bit for bit as level 0,
  * FP32 and BF16 (FP16: not fused, see below), 1 and 2 threads, fast and reference kernels (wpe's rows are a slice: no
  * embedding backward of its own). */
 TEST(tied_table_gradient_in_the_embedding_backward_equals_unfused) {
@@ -448,10 +449,16 @@ TEST(tied_table_gradient_in_the_embedding_backward_equals_unfused) {
                 ct_plan *p[2] = {0};
                 for (int l = 0; l < 2; l++) CHECK_OK(ctx, gpt_nodrop_plan_bt(ctx, l, sweep_prec(prec), 3, 100, &p[l]));
                 if (p[0] && p[1]) {
-                    int fused = 0, plain = 0;
+                    int fused = 0, plain = 0, inplace = 0;
                     for (int i = 0; i < p[1]->g.n; i++)
-                        if (p[1]->pn[i].live && p[1]->g.nodes[i].op == CT_OP_EMBEDDING_BWD)
-                            *(p[1]->g.nodes[i].n_in == 3 ? &fused : &plain) += 1;
+                        if (p[1]->pn[i].live && p[1]->g.nodes[i].op == CT_OP_EMBEDDING_BWD) {
+                            const ct_node_def *E = &p[1]->g.nodes[i];
+                            *(E->n_in == 3 ? &fused : &plain) += 1;
+                            /* in place: the LM head's weight gradient planned in wte's gradient slot */
+                            inplace += E->n_in == 3 && E->ia[3] && p[1]->pn[E->in[2]].arena == CT_ARENA_GRAD &&
+                                       p[1]->pn[E->in[2]].offset == p[1]->pn[i].offset &&
+                                       p[1]->pn[i].arena == CT_ARENA_GRAD;
+                        }
                     int same;
                     double d = plan_diff(p[1], p[0], &same);
                     printf("    %s %s %d thread%s: %d embedding_bwd+add (%d unfused embedding_bwd), max rel diff %.2e%s\n",
@@ -462,7 +469,8 @@ TEST(tied_table_gradient_in_the_embedding_backward_equals_unfused) {
                                       output narrowed) and cast_fold has the add read it as it is: not fused */
                         CHECK(ct_plan_fusion_count(p[1], "embedding_bwd+add") == 0 && fused == 0 && plain == 1);
                     else
-                        CHECK(ct_plan_fusion_count(p[1], "embedding_bwd+add") == 1 && fused == 1 && plain == 0);
+                        CHECK(ct_plan_fusion_count(p[1], "embedding_bwd+add") == 1 && fused == 1 && plain == 0 &&
+                              inplace == 1);
                     CHECK(ct_plan_fusion_count(p[0], "embedding_bwd+add") == 0);
                 }
                 for (int l = 0; l < 2; l++) ct_plan_free(p[l]);

@@ -79,7 +79,8 @@ static ct_status krun(kcall *c, int slot) {
         if (c->k.ws_bytes) c->k.ws = ws = malloc(c->k.ws_bytes);
     }
     if (op == CT_OP_EMBEDDING_BWD && c->nd.n_in > 2) { /* embedding_bwd+add: the row marks */
-        c->k.ws_bytes = ct_embedding_bwd_ws_bytes(ct_tensor_numel(&c->k.in[1]), c->k.out.shape[0]);
+        c->k.ws_bytes = ct_embedding_bwd_ws(ct_tensor_numel(&c->k.in[1]), c->k.out.shape[0], c->k.out.shape[1],
+                                            c->nd.ia[3] != 0).total;
         c->k.ws = ws = malloc(c->k.ws_bytes);
     }
     ct_status s = ct_op_table(c->nd.op)->kernel[slot](&c->k);
@@ -783,21 +784,24 @@ static void embedding_case(int64_t V, int64_t D, int nd, const int64_t *ishape) 
     /* embedding_bwd+add (a tied table: a + the scatter, in either operand order, as the unfused add computes
        it): the reference and every fast slot against embedding_bwd then binary add, bit for bit */
     float *a = frand((size_t)(V * D), 64, -1, 1), *s_u = fbuf((size_t)(V * D)), *s_f = fbuf((size_t)(V * D));
-    for (int order = 0; order < 2; order++) {
+    for (int order = 0; order < 4; order++) { /* bit 0: the add's operand order; bit 1: in place */
+        int inplace = order >> 1;
         kcall add, fu;
         kinit(&add, CT_OP_BINARY, CT_F32, 2, ws, s_u);
         add.nd.ia[0] = CT_BIN_ADD;
-        kin(&add, order ? g_r : a, CT_F32, 2, ws);
-        kin(&add, order ? a : g_r, CT_F32, 2, ws);
+        kin(&add, order & 1 ? g_r : a, CT_F32, 2, ws);
+        kin(&add, order & 1 ? a : g_r, CT_F32, 2, ws);
         CHECK_OK(g_ctx, krun(&add, CT_KERNEL_REF));
         kinit(&fu, CT_OP_EMBEDDING_BWD, CT_F32, 2, ws, s_f);
-        fu.nd.ia[2] = order;
+        fu.nd.ia[2] = order & 1;
+        fu.nd.ia[3] = inplace;
         kin(&fu, dy, CT_F32, nd + 1, ys);
         kin(&fu, ids, CT_I32, nd, ishape);
-        kin(&fu, a, CT_F32, 2, ws);
+        kin(&fu, inplace ? s_f : a, CT_F32, 2, ws); /* in place: the output's buffer holds a */
         for (int si = -1; si < g_nslots; si++) {
             int slot = si < 0 ? CT_KERNEL_REF : g_slots[si];
-            memset(s_f, 0x7f, sizeof(float) * (size_t)(V * D));
+            if (inplace) memcpy(s_f, a, sizeof(float) * (size_t)(V * D));
+            else memset(s_f, 0x7f, sizeof(float) * (size_t)(V * D));
             CHECK_OK(g_ctx, krun(&fu, slot));
             size_t bad = fdiff_count(s_f, s_u, (size_t)(V * D));
             note(CT_OP_EMBEDDING_BWD, (double)bad);
@@ -807,9 +811,11 @@ static void embedding_case(int64_t V, int64_t D, int nd, const int64_t *ishape) 
         /* an id out of range: the unfused kernel's error */
         int32_t keep = ids[0];
         ids[0] = (int32_t)V;
-        for (int si = -1; si < g_nslots; si++)
+        for (int si = -1; si < g_nslots; si++) {
+            if (inplace) memcpy(s_f, a, sizeof(float) * (size_t)(V * D));
             CHECK(krun(&fu, si < 0 ? CT_KERNEL_REF : g_slots[si]) == CT_E_INVALID_ARG &&
                   strstr(ct_context_last_error(g_ctx), "outside the vocabulary"));
+        }
         ids[0] = keep;
     }
     free(a); free(s_u); free(s_f);

@@ -86,7 +86,8 @@ typedef enum ct_op {
     CT_OP_CROSS_ENTROPY_BWD, /* in: dloss, logits, labels; attrs as forward              */
     CT_OP_EMBEDDING_BWD, /* in: dy, ids[, a]; out shape = weight's; attrs as forward; with a
                           (fusion embedding_bwd+add, a tied table's other gradient): a +
-                          the scatter, ia[2] = 1: scatter + a (the add's operand order) */
+                          the scatter, ia[2] = 1: scatter + a (the add's operand order),
+                          ia[3] = 1: in place (a planned in the output's buffer) */
     CT_OP_ATTENTION_BWD, /* in: dy, qkv, fwd[, key_valid]; out: d_qkv; attrs as forward     */
     /* fused ops (the fusion pass, src/graph/fusion.c; kernels in kernels/ref/fused.c
        and kernels/simd/fused.c) */

@@ -58,7 +58,10 @@
  *                                itself: dW = a + the scatter (in[2] = a), the
  *                                V x D zeroing, the scatter's own buffer and the
  *                                add's pass gone; each touched row's sum is made
- *                                from zero first, bit-identical
+ *                                from zero first, bit-identical. In place (ia[3])
+ *                                where the add is the parameter's gradient and a
+ *                                a matmul: a is planned in the gradient's slot
+ *                                and only the touched rows are written
  *            batchnorm_bwd+colsum the same for a batchnorm on (M, C) (the
  *                                channels-last CNNs' (N*H*W, C) views): its
  *                                dgamma (COLSUM times invstd) and dbeta; after
@@ -1207,6 +1210,12 @@ static ct_status try_emb_bwd_add(fz *f, ct_node n, int *done) {
         nd.n_in = 3;
         nd.in[2] = a;
         nd.ia[2] = side == 0;
+        /* in place (the planner writes a into the parameter's gradient slot, lay_out_params): the add is
+           that gradient, a is a backward matmul read by nothing else */
+        reader ra[2];
+        nd.ia[3] = !f->p->accumulate_grads && ct_plan_is_param_grad(f->p, n) && X->op == CT_OP_MATMUL &&
+                   !forward(X) && !(X->flags & CT_NODE_RECOMPUTE) && !kept(f->p, a) && f->p->fused_group[a] < 0 &&
+                   !ct_plan_is_param_grad(f->p, a) && readers_of(g, a, ra, 1) == 1;
         nd.flags = A->flags;
         snprintf(nd.name, sizeof nd.name, "%s", A->name);
         CT_TRY(install(f, PAT_EMB_BWD_ADD, rule, n, &nd, E->name, NULL, 0, CT_NONE));

@@ -154,9 +154,11 @@ size_t ct_ws_sum(const ct_graph *g, const ct_node_def *d) {
     return (size_t)CT_MAX(n, parts) * sizeof(double);
 }
 
-/* embedding_bwd with an addend (fusion embedding_bwd+add): the row marks (ct_embedding_bwd_ws_bytes) */
+/* embedding_bwd with an addend (fusion embedding_bwd+add): the row marks, in place the accumulators too
+ * (ct_embedding_bwd_ws) */
 size_t ct_ws_embedding_bwd(const ct_graph *g, const ct_node_def *d) {
-    return d->n_in > 2 ? ct_embedding_bwd_ws_bytes(ct_node_numel(&g->nodes[d->in[1]]), d->shape[0]) : 0;
+    if (d->n_in < 3) return 0;
+    return ct_embedding_bwd_ws(ct_node_numel(&g->nodes[d->in[1]]), d->shape[0], d->shape[1], d->ia[3] != 0).total;
 }
 
 /* layernorm_bwd_gamma: its pieces' partials (ct_colsum_pieces(R, D) x D doubles) */

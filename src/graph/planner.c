@@ -277,6 +277,13 @@ static void lay_out_params(ct_plan *p) {
             if (!p->accumulate_grads) { /* accumulate: planned as an activation below */
                 pn[gq].arena = CT_ARENA_GRAD;
                 pn[gq].offset = pn[q].offset;
+                /* embedding_bwd+add in place: the addend (the LM head's weight gradient) is written
+                   into the gradient's slot, where the embedding backward then adds its rows */
+                const ct_node_def *G = &p->g.nodes[gq];
+                if (G->op == CT_OP_EMBEDDING_BWD && G->n_in == 3 && G->ia[3]) {
+                    pn[G->in[2]].arena = CT_ARENA_GRAD;
+                    pn[G->in[2]].offset = pn[q].offset;
+                }
             }
             pn[gq].grad_of_param = i;
         }

@@ -165,10 +165,27 @@ static inline size_t ct_conv_direct_image_bytes(int64_t C, int64_t KH, int64_t K
  * (a COLSUM node with ia[1] = 1 skips it) */
 /* EMBEDDING_BWD with an addend (fusion embedding_bwd+add, in[2] = a): its scratch is one byte per
  * position (CT_EMB_FIRST: the first position of its row, CT_EMB_SKIP: no row) and a bitmap of the
- * table's V rows. */
+ * table's V rows. In place (ia[3] = 1: a is the output's own buffer, the planner put the LM head's
+ * weight gradient in the parameter's gradient slot) it holds instead of the bitmap each row's
+ * accumulator (int32, V; -1: none), each position's accumulator (int32, n), the accumulators' rows
+ * (int64) and the accumulators (D floats each), one per distinct row: at most min(n, V). */
 enum { CT_EMB_NEXT = 0, CT_EMB_FIRST = 1, CT_EMB_SKIP = 2 };
-static inline size_t ct_embedding_bwd_ws_bytes(int64_t n, int64_t V) {
-    return (((size_t)n + 7) & ~(size_t)7) + ((size_t)V + 63) / 64 * sizeof(uint64_t);
+typedef struct {
+    size_t seen, rowslot, slot, rows, acc, total; /* byte offsets; total: the size */
+} ct_emb_ws;
+static inline ct_emb_ws ct_embedding_bwd_ws(int64_t n, int64_t V, int64_t D, int inplace) {
+    ct_emb_ws w;
+    size_t u = (size_t)(n < V ? n : V), a8 = ((size_t)n + 7) & ~(size_t)7;
+    w.seen = w.rowslot = a8;
+    if (!inplace) {
+        w.slot = w.rows = w.acc = w.total = a8 + ((size_t)V + 63) / 64 * sizeof(uint64_t);
+        return w;
+    }
+    w.slot = w.rowslot + (((size_t)V * sizeof(int32_t) + 63) & ~(size_t)63);
+    w.rows = w.slot + (((size_t)n * sizeof(int32_t) + 63) & ~(size_t)63);
+    w.acc = w.rows + ((u * sizeof(int64_t) + 63) & ~(size_t)63);
+    w.total = w.acc + u * (size_t)D * sizeof(float);
+    return w;
 }
 static inline size_t ct_keep_colsum_offset(int64_t n) { return ((size_t)n * sizeof(float) + 63) & ~(size_t)63; }
 static inline int64_t ct_colsum_pieces(int64_t R, int64_t D) {

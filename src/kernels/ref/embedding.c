@@ -43,40 +43,56 @@ ct_status ct_k_embedding_ref(ct_kargs *k) {
 
 /* in: dy, ids[, a] -> dW (V, D); with a (fusion embedding_bwd+add): a + dW (ia[2] = 1: dW + a, the
  * add's operand order), each touched row's sum made from zero in position order and then added, as
- * the unfused embedding_bwd and add compute it; the scratch marks each row's first position. */
+ * the unfused embedding_bwd and add compute it. Apart: a copied, the sums made in dW's rows (the
+ * scratch marks each row's first position). In place (ia[3], the output is a's buffer): the sums made in
+ * the scratch's accumulators, one per distinct row, then added to a's rows. */
 static ct_status embedding_bwd_add(ct_kargs *k) {
     const float *dy = k->in[0].data, *a = k->in[2].data;
     const int32_t *ids = k->in[1].data;
     int64_t V = k->out.shape[0], D = k->out.shape[1], n = ct_tensor_numel(&k->in[1]), r;
     float *dw = k->out.data;
-    if (!k->ws || k->ws_bytes < ct_embedding_bwd_ws_bytes(n, V) || dw == a)
-        return ct_set_error(k->ctx, CT_E_INTERNAL, "embedding_bwd+add: no scratch for the row marks, or the output over "
-                                                   "its addend (a plan bug: please report it)");
+    const int inplace = k->node->ia[3] != 0, e_first = k->node->ia[2] != 0;
+    const ct_emb_ws L = ct_embedding_bwd_ws(n, V, D, inplace);
+    if (!k->ws || k->ws_bytes < L.total || (dw == a) != inplace)
+        return ct_set_error(k->ctx, CT_E_INTERNAL, "embedding_bwd+add: no scratch for the row marks, or the output %s "
+                                                   "its addend (a plan bug: please report it)",
+                            inplace ? "not over" : "over");
     uint8_t *first = k->ws;
-    uint64_t *seen = (uint64_t *)(void *)(first + ((n + 7) & ~(int64_t)7));
-    memset(seen, 0, ((size_t)V + 63) / 64 * sizeof *seen);
+    uint64_t *seen = (uint64_t *)(void *)((char *)k->ws + L.seen);
+    int32_t *rowslot = (int32_t *)(void *)((char *)k->ws + L.rowslot), *slot = (int32_t *)(void *)((char *)k->ws + L.slot);
+    int64_t *rows = (int64_t *)(void *)((char *)k->ws + L.rows), u = 0;
+    float *acc = (float *)(void *)((char *)k->ws + L.acc);
+    if (inplace)
+        for (int64_t v = 0; v < V; v++) rowslot[v] = -1;
+    else
+        memset(seen, 0, ((size_t)V + 63) / 64 * sizeof *seen);
     for (int64_t i = 0; i < n; i++) {
         CT_TRY(row_of(k, ids[i], V, i, &r));
         if (r < 0) {
             first[i] = CT_EMB_SKIP;
-            continue;
+        } else if (inplace) {
+            first[i] = rowslot[r] < 0 ? CT_EMB_FIRST : CT_EMB_NEXT;
+            if (rowslot[r] < 0) rows[u] = r, rowslot[r] = (int32_t)u++;
+            slot[i] = rowslot[r];
+        } else {
+            first[i] = (seen[r / 64] >> (r % 64) & 1) ? CT_EMB_NEXT : CT_EMB_FIRST;
+            seen[r / 64] |= (uint64_t)1 << (r % 64);
         }
-        first[i] = (seen[r / 64] >> (r % 64) & 1) ? CT_EMB_NEXT : CT_EMB_FIRST;
-        seen[r / 64] |= (uint64_t)1 << (r % 64);
     }
-    memcpy(dw, a, ct_tensor_nbytes(&k->out));
+    if (!inplace) memcpy(dw, a, ct_tensor_nbytes(&k->out));
     for (int64_t i = 0; i < n; i++) {
         if (first[i] == CT_EMB_SKIP) continue;
         CT_TRY(row_of(k, ids[i], V, i, &r));
-        for (int64_t d = 0; d < D; d++)
-            dw[r * D + d] = (first[i] == CT_EMB_FIRST ? 0.0f : dw[r * D + d]) + dy[i * D + d];
+        float *o = inplace ? acc + slot[i] * D : dw + r * D;
+        for (int64_t d = 0; d < D; d++) o[d] = (first[i] == CT_EMB_FIRST ? 0.0f : o[d]) + dy[i * D + d];
     }
-    const int e_first = k->node->ia[2] != 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (first[i] != CT_EMB_FIRST) continue;
-        CT_TRY(row_of(k, ids[i], V, i, &r));
-        for (int64_t d = 0; d < D; d++)
-            dw[r * D + d] = e_first ? dw[r * D + d] + a[r * D + d] : a[r * D + d] + dw[r * D + d];
+    for (int64_t i = 0; i < (inplace ? u : n); i++) {
+        if (!inplace && first[i] != CT_EMB_FIRST) continue;
+        if (inplace) r = rows[i];
+        else CT_TRY(row_of(k, ids[i], V, i, &r));
+        const float *e = inplace ? acc + i * D : dw + r * D, *x = a + r * D;
+        float *o = dw + r * D;
+        for (int64_t d = 0; d < D; d++) o[d] = e_first ? e[d] + x[d] : x[d] + e[d];
     }
     return CT_OK;
 }

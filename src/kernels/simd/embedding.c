@@ -129,62 +129,82 @@ static void em_put_cols(float *o, const float *g, const uint16_t *gl, ct_dtype d
     }
 }
 
+/* o[d0:d1] = e + x (e_first) or x + e: the add's operand order */
+static void em_add_cols(float *o, const float *e, const float *x, int e_first, int64_t d0, int64_t d1) {
+    int64_t d = d0;
+    for (; d + VW <= d1; d += VW)
+        vstore(o + d, e_first ? vadd(vload(e + d), vload(x + d)) : vadd(vload(x + d), vload(e + d)));
+    if (d < d1) {
+        int t = (int)(d1 - d);
+        vf ev = vtail_load(e + d, t), xv = vtail_load(x + d, t);
+        vtail_store(o + d, e_first ? vadd(ev, xv) : vadd(xv, ev), t);
+    }
+}
+
 /* With an addend a (in[2], fusion embedding_bwd+add): dW = a + the scatter (ia[2] = 1: scatter + a, the add's
  * operand order). Bit for bit the unfused pair's: every touched row's sum starts from zero at its first
- * position (the scratch marks it), adds the later ones in position order, and only then meets a; the rows
- * no id names are a's, copied. Threads own column ranges as in the plain kernel. */
+ * position (the scratch marks it), adds the later ones in position order, and only then meets a. Apart, the
+ * rows are a's, copied, and the sums are made in dW's touched rows; in place (ia[3]: dW is a's buffer) they
+ * are made in the scratch's accumulators, one per distinct row, and added to a's rows. Threads own column
+ * ranges as in the plain kernel. */
 static ct_status em_bwd_add(ct_kargs *k, int nt) {
     const float *a = k->in[2].data;
     const int32_t *ids = k->in[1].data;
     const ct_dtype dt = k->in[0].dtype;
-    int64_t V = k->out.shape[0], D = k->out.shape[1], n = ct_tensor_numel(&k->in[1]);
+    int64_t V = k->out.shape[0], D = k->out.shape[1], n = ct_tensor_numel(&k->in[1]), u = 0;
     float *dw = k->out.data;
-    if (k->in[2].dtype != CT_F32 || !k->ws || k->ws_bytes < ct_embedding_bwd_ws_bytes(n, V) || dw == a)
-        return CT_E_UNSUPPORTED;
+    const int inplace = k->node->ia[3] != 0, e_first = k->node->ia[2] != 0;
+    const ct_emb_ws L = ct_embedding_bwd_ws(n, V, D, inplace);
+    if (k->in[2].dtype != CT_F32 || !k->ws || k->ws_bytes < L.total || (dw == a) != inplace) return CT_E_UNSUPPORTED;
     uint8_t *first = k->ws;
-    uint64_t *seen = (uint64_t *)(void *)(first + ((n + 7) & ~(int64_t)7));
-    memset(seen, 0, ((size_t)V + 63) / 64 * sizeof *seen);
+    uint64_t *seen = (uint64_t *)(void *)((char *)k->ws + L.seen);
+    int32_t *rowslot = (int32_t *)(void *)((char *)k->ws + L.rowslot), *slot = (int32_t *)(void *)((char *)k->ws + L.slot);
+    int64_t *rows = (int64_t *)(void *)((char *)k->ws + L.rows);
+    float *acc = (float *)(void *)((char *)k->ws + L.acc);
+    if (inplace)
+        for (int64_t v = 0; v < V; v++) rowslot[v] = -1;
+    else
+        memset(seen, 0, ((size_t)V + 63) / 64 * sizeof *seen);
     for (int64_t i = 0; i < n; i++) {
         int64_t r = em_row(k, ids[i], V);
         if (r < 0) {
             first[i] = CT_EMB_SKIP;
-            continue;
+        } else if (inplace) {
+            first[i] = rowslot[r] < 0 ? CT_EMB_FIRST : CT_EMB_NEXT;
+            if (rowslot[r] < 0) rows[u] = r, rowslot[r] = (int32_t)u++;
+            slot[i] = rowslot[r];
+        } else {
+            first[i] = (seen[r / 64] >> (r % 64) & 1) ? CT_EMB_NEXT : CT_EMB_FIRST;
+            seen[r / 64] |= (uint64_t)1 << (r % 64);
         }
-        first[i] = (seen[r / 64] >> (r % 64) & 1) ? CT_EMB_NEXT : CT_EMB_FIRST;
-        seen[r / 64] |= (uint64_t)1 << (r % 64);
     }
-    const int e_first = k->node->ia[2] != 0;
     int64_t nvec = (D + VW - 1) / VW;
     int nparts = (int)CT_MIN((int64_t)nt, nvec);
     if (nparts < 1) nparts = 1;
 #pragma omp parallel num_threads(nt)
     {
+        if (!inplace) {
 #pragma omp for schedule(static)
-        for (int64_t v = 0; v < V; v++) memcpy(dw + v * D, a + v * D, (size_t)D * sizeof *dw);
-        /* implicit barrier: every row holds a before any scatter */
+            for (int64_t v = 0; v < V; v++) memcpy(dw + v * D, a + v * D, (size_t)D * sizeof *dw);
+            /* implicit barrier: every row holds a before any scatter */
+        }
 #pragma omp for schedule(static)
         for (int p = 0; p < nparts; p++) {
             int64_t d0 = nvec * p / nparts * VW, d1 = CT_MIN(D, nvec * (p + 1) / nparts * VW);
             for (int64_t i = 0; i < n; i++) {
                 if (first[i] == CT_EMB_SKIP) continue;
-                float *o = dw + em_row(k, ids[i], V) * D;
+                float *o = inplace ? acc + (int64_t)slot[i] * D : dw + em_row(k, ids[i], V) * D;
                 if (dt == CT_F32) em_put_cols(o, (const float *)k->in[0].data + i * D, NULL, dt, first[i], d0, d1);
                 else em_put_cols(o, NULL, (const uint16_t *)k->in[0].data + i * D, dt, first[i], d0, d1);
             }
-            for (int64_t i = 0; i < n; i++) {
-                if (first[i] != CT_EMB_FIRST) continue;
-                int64_t r = em_row(k, ids[i], V) * D;
-                float *o = dw + r;
-                const float *ar = a + r;
-                int64_t d = d0;
-                for (; d + VW <= d1; d += VW)
-                    vstore(o + d, e_first ? vadd(vload(o + d), vload(ar + d)) : vadd(vload(ar + d), vload(o + d)));
-                if (d < d1) {
-                    int t = (int)(d1 - d);
-                    vf e = vtail_load(o + d, t), x = vtail_load(ar + d, t);
-                    vtail_store(o + d, e_first ? vadd(e, x) : vadd(x, e), t);
+            if (inplace)
+                for (int64_t j = 0; j < u; j++) em_add_cols(dw + rows[j] * D, acc + j * D, a + rows[j] * D, e_first, d0, d1);
+            else
+                for (int64_t i = 0; i < n; i++) {
+                    if (first[i] != CT_EMB_FIRST) continue;
+                    int64_t r = em_row(k, ids[i], V) * D;
+                    em_add_cols(dw + r, dw + r, a + r, e_first, d0, d1);
                 }
-            }
         }
     }
     return CT_OK;
