@@ -10,6 +10,8 @@
 #ifndef CT_KERNELS_H
 #define CT_KERNELS_H
 
+#include <string.h>
+
 #include "core/ir_types.h"
 
 #define CT_KERNEL_OPS(X)                                                                  \
@@ -186,6 +188,40 @@ static inline ct_emb_ws ct_embedding_bwd_ws(int64_t n, int64_t V, int64_t D, int
     w.acc = w.rows + ((u * sizeof(int64_t) + 63) & ~(size_t)63);
     w.total = w.acc + u * (size_t)D * sizeof(float);
     return w;
+}
+/* The table's row of an id: the id, or in rows mode (ia[1], ct_embedding_rows) id - ia[0], -1 outside. */
+static inline int64_t ct_embedding_row(const ct_node_def *d, int32_t id, int64_t V) {
+    if (!d->ia[1]) return id;
+    int64_t r = (int64_t)id - d->ia[0];
+    return r >= 0 && r < V ? r : -1;
+}
+/* Fills an embedding_bwd+add's scratch (layout L) for ids already checked: each position's mark, and
+ * in place its accumulator and each accumulator's row; returns the number of accumulators. */
+static inline int64_t ct_embedding_bwd_marks(const ct_node_def *d, const int32_t *ids, int64_t n, int64_t V,
+                                             void *ws, ct_emb_ws L) {
+    uint8_t *first = ws;
+    uint64_t *seen = (uint64_t *)(void *)((char *)ws + L.seen);
+    int32_t *rowslot = (int32_t *)(void *)((char *)ws + L.rowslot), *slot = (int32_t *)(void *)((char *)ws + L.slot);
+    int64_t *rows = (int64_t *)(void *)((char *)ws + L.rows), u = 0;
+    const int inplace = d->ia[3] != 0;
+    if (inplace)
+        for (int64_t v = 0; v < V; v++) rowslot[v] = -1;
+    else
+        memset(seen, 0, ((size_t)V + 63) / 64 * sizeof *seen);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = ct_embedding_row(d, ids[i], V);
+        if (r < 0) {
+            first[i] = CT_EMB_SKIP;
+        } else if (inplace) {
+            first[i] = rowslot[r] < 0 ? CT_EMB_FIRST : CT_EMB_NEXT;
+            if (rowslot[r] < 0) rows[u] = r, rowslot[r] = (int32_t)u++;
+            slot[i] = rowslot[r];
+        } else {
+            first[i] = (seen[r / 64] >> (r % 64) & 1) ? CT_EMB_NEXT : CT_EMB_FIRST;
+            seen[r / 64] |= (uint64_t)1 << (r % 64);
+        }
+    }
+    return u;
 }
 static inline size_t ct_keep_colsum_offset(int64_t n) { return ((size_t)n * sizeof(float) + 63) & ~(size_t)63; }
 static inline int64_t ct_colsum_pieces(int64_t R, int64_t D) {

@@ -57,28 +57,12 @@ static ct_status embedding_bwd_add(ct_kargs *k) {
         return ct_set_error(k->ctx, CT_E_INTERNAL, "embedding_bwd+add: no scratch for the row marks, or the output %s "
                                                    "its addend (a plan bug: please report it)",
                             inplace ? "not over" : "over");
-    uint8_t *first = k->ws;
-    uint64_t *seen = (uint64_t *)(void *)((char *)k->ws + L.seen);
-    int32_t *rowslot = (int32_t *)(void *)((char *)k->ws + L.rowslot), *slot = (int32_t *)(void *)((char *)k->ws + L.slot);
-    int64_t *rows = (int64_t *)(void *)((char *)k->ws + L.rows), u = 0;
+    for (int64_t i = 0; i < n; i++) CT_TRY(row_of(k, ids[i], V, i, &r)); /* the first bad id's error */
+    const int64_t u = ct_embedding_bwd_marks(k->node, ids, n, V, k->ws, L);
+    const uint8_t *first = k->ws;
+    const int32_t *slot = (const int32_t *)(const void *)((const char *)k->ws + L.slot);
+    const int64_t *rows = (const int64_t *)(const void *)((const char *)k->ws + L.rows);
     float *acc = (float *)(void *)((char *)k->ws + L.acc);
-    if (inplace)
-        for (int64_t v = 0; v < V; v++) rowslot[v] = -1;
-    else
-        memset(seen, 0, ((size_t)V + 63) / 64 * sizeof *seen);
-    for (int64_t i = 0; i < n; i++) {
-        CT_TRY(row_of(k, ids[i], V, i, &r));
-        if (r < 0) {
-            first[i] = CT_EMB_SKIP;
-        } else if (inplace) {
-            first[i] = rowslot[r] < 0 ? CT_EMB_FIRST : CT_EMB_NEXT;
-            if (rowslot[r] < 0) rows[u] = r, rowslot[r] = (int32_t)u++;
-            slot[i] = rowslot[r];
-        } else {
-            first[i] = (seen[r / 64] >> (r % 64) & 1) ? CT_EMB_NEXT : CT_EMB_FIRST;
-            seen[r / 64] |= (uint64_t)1 << (r % 64);
-        }
-    }
     if (!inplace) memcpy(dw, a, ct_tensor_nbytes(&k->out));
     for (int64_t i = 0; i < n; i++) {
         if (first[i] == CT_EMB_SKIP) continue;

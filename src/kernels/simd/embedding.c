@@ -151,33 +151,16 @@ static ct_status em_bwd_add(ct_kargs *k, int nt) {
     const float *a = k->in[2].data;
     const int32_t *ids = k->in[1].data;
     const ct_dtype dt = k->in[0].dtype;
-    int64_t V = k->out.shape[0], D = k->out.shape[1], n = ct_tensor_numel(&k->in[1]), u = 0;
+    int64_t V = k->out.shape[0], D = k->out.shape[1], n = ct_tensor_numel(&k->in[1]);
     float *dw = k->out.data;
     const int inplace = k->node->ia[3] != 0, e_first = k->node->ia[2] != 0;
     const ct_emb_ws L = ct_embedding_bwd_ws(n, V, D, inplace);
     if (k->in[2].dtype != CT_F32 || !k->ws || k->ws_bytes < L.total || (dw == a) != inplace) return CT_E_UNSUPPORTED;
-    uint8_t *first = k->ws;
-    uint64_t *seen = (uint64_t *)(void *)((char *)k->ws + L.seen);
-    int32_t *rowslot = (int32_t *)(void *)((char *)k->ws + L.rowslot), *slot = (int32_t *)(void *)((char *)k->ws + L.slot);
-    int64_t *rows = (int64_t *)(void *)((char *)k->ws + L.rows);
+    const int64_t u = ct_embedding_bwd_marks(k->node, ids, n, V, k->ws, L);
+    const uint8_t *first = k->ws;
+    const int32_t *slot = (const int32_t *)(const void *)((const char *)k->ws + L.slot);
+    const int64_t *rows = (const int64_t *)(const void *)((const char *)k->ws + L.rows);
     float *acc = (float *)(void *)((char *)k->ws + L.acc);
-    if (inplace)
-        for (int64_t v = 0; v < V; v++) rowslot[v] = -1;
-    else
-        memset(seen, 0, ((size_t)V + 63) / 64 * sizeof *seen);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t r = em_row(k, ids[i], V);
-        if (r < 0) {
-            first[i] = CT_EMB_SKIP;
-        } else if (inplace) {
-            first[i] = rowslot[r] < 0 ? CT_EMB_FIRST : CT_EMB_NEXT;
-            if (rowslot[r] < 0) rows[u] = r, rowslot[r] = (int32_t)u++;
-            slot[i] = rowslot[r];
-        } else {
-            first[i] = (seen[r / 64] >> (r % 64) & 1) ? CT_EMB_NEXT : CT_EMB_FIRST;
-            seen[r / 64] |= (uint64_t)1 << (r % 64);
-        }
-    }
     int64_t nvec = (D + VW - 1) / VW;
     int nparts = (int)CT_MIN((int64_t)nt, nvec);
     if (nparts < 1) nparts = 1;
