@@ -19,13 +19,8 @@ static ct_status check_id(ct_kargs *k, int32_t id, int64_t V, int64_t i) {
 /* The weight's row of position i's id, -1 (rows mode) for none; an error
  * (ct_embedding) for an id outside the table. */
 static ct_status row_of(ct_kargs *k, int32_t id, int64_t V, int64_t i, int64_t *row) {
-    if (k->node->ia[1]) {
-        int64_t r = (int64_t)id - k->node->ia[0];
-        *row = r >= 0 && r < V ? r : -1;
-        return CT_OK;
-    }
-    *row = id;
-    return check_id(k, id, V, i);
+    *row = ct_embedding_row(k->node, id, V);
+    return k->node->ia[1] ? CT_OK : check_id(k, id, V, i);
 }
 
 ct_status ct_k_embedding_ref(ct_kargs *k) {
@@ -64,16 +59,16 @@ static ct_status embedding_bwd_add(ct_kargs *k) {
     const int64_t *rows = (const int64_t *)(const void *)((const char *)k->ws + L.rows);
     float *acc = (float *)(void *)((char *)k->ws + L.acc);
     if (!inplace) memcpy(dw, a, ct_tensor_nbytes(&k->out));
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) { /* each row's sum, from zero, in position order */
         if (first[i] == CT_EMB_SKIP) continue;
-        CT_TRY(row_of(k, ids[i], V, i, &r));
-        float *o = inplace ? acc + slot[i] * D : dw + r * D;
+        float *o = inplace ? acc + slot[i] * D : dw + ct_embedding_row(k->node, ids[i], V) * D;
         for (int64_t d = 0; d < D; d++) o[d] = (first[i] == CT_EMB_FIRST ? 0.0f : o[d]) + dy[i * D + d];
     }
+    /* then a's row and the sum, in the add's operand order: each sum once (in place: its accumulator; apart:
+       the row at its first position) */
     for (int64_t i = 0; i < (inplace ? u : n); i++) {
         if (!inplace && first[i] != CT_EMB_FIRST) continue;
-        if (inplace) r = rows[i];
-        else CT_TRY(row_of(k, ids[i], V, i, &r));
+        r = inplace ? rows[i] : ct_embedding_row(k->node, ids[i], V);
         const float *e = inplace ? acc + i * D : dw + r * D, *x = a + r * D;
         float *o = dw + r * D;
         for (int64_t d = 0; d < D; d++) o[d] = e_first ? e[d] + x[d] : x[d] + e[d];

@@ -31,13 +31,6 @@ static ct_status em_check_ids(ct_kargs *k, const int32_t *ids, int64_t n, int64_
     return CT_OK;
 }
 
-/* the weight's row of an id, -1 for none (rows mode: outside the rows) */
-static inline int64_t em_row(const ct_kargs *k, int32_t id, int64_t V) {
-    if (!k->node->ia[1]) return id;
-    int64_t r = (int64_t)id - k->node->ia[0];
-    return r >= 0 && r < V ? r : -1;
-}
-
 static inline int em_threads(const ct_kargs *k, int64_t work) {
     return work >= 32768 && k->nthreads > 1 ? k->nthreads : 1;
 }
@@ -56,7 +49,7 @@ ct_status CT_FN(embedding)(ct_kargs *k) {
         int64_t es = (int64_t)ct_dtype_size(Y->dtype);
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t i = 0; i < n; i++) {
-            int64_t r = em_row(k, ids[i], V) * D;
+            int64_t r = ct_embedding_row(k->node, ids[i], V) * D;
             if (r < 0) memset((char *)Y->data + i * D * es, 0, (size_t)(D * es)); /* +0 in every float dtype */
             else if (W->dtype == Y->dtype)
                 memcpy((char *)Y->data + i * D * es, (const char *)W->data + r * es, (size_t)(D * es));
@@ -69,49 +62,11 @@ ct_status CT_FN(embedding)(ct_kargs *k) {
     }
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t i = 0; i < n; i++) {
-        int64_t r = em_row(k, ids[i], V);
+        int64_t r = ct_embedding_row(k->node, ids[i], V);
         if (r < 0) memset(y + i * D, 0, (size_t)D * sizeof *y);
         else memcpy(y + i * D, w + r * D, (size_t)D * sizeof *y);
     }
     return CT_OK;
-}
-
-/* dw[row(id), d0:d1] += dy[i, d0:d1] for all positions i in order */
-static void em_scatter_cols(const ct_kargs *k, float *dw, const float *dy, const int32_t *ids, int64_t n, int64_t V,
-                            int64_t D, int64_t d0, int64_t d1) {
-    for (int64_t i = 0; i < n; i++) {
-        int64_t row = em_row(k, ids[i], V);
-        if (row < 0) continue;
-        float *o = dw + row * D;
-        const float *g = dy + i * D;
-        int64_t d = d0;
-        for (; d + 2 * VW <= d1; d += 2 * VW) {
-            vstore(o + d, vadd(vload(o + d), vload(g + d)));
-            vstore(o + d + VW, vadd(vload(o + d + VW), vload(g + d + VW)));
-        }
-        for (; d + VW <= d1; d += VW) vstore(o + d, vadd(vload(o + d), vload(g + d)));
-        if (d < d1) {
-            int t = (int)(d1 - d);
-            vtail_store(o + d, vadd(vtail_load(o + d, t), vtail_load(g + d, t)), t);
-        }
-    }
-}
-
-/* the same with a BF16 / FP16 dy (dtype dt, converted in registers) */
-static void em_scatter_cols_lp(const ct_kargs *k, float *dw, const uint16_t *dy, ct_dtype dt, const int32_t *ids,
-                               int64_t n, int64_t V, int64_t D, int64_t d0, int64_t d1) {
-    for (int64_t i = 0; i < n; i++) {
-        int64_t row = em_row(k, ids[i], V);
-        if (row < 0) continue;
-        float *o = dw + row * D;
-        const uint16_t *g = dy + i * D;
-        int64_t d = d0;
-        for (; d + VW <= d1; d += VW) vstore(o + d, vadd(vload(o + d), vload_lp(g + d, dt)));
-        if (d < d1) {
-            int t = (int)(d1 - d);
-            vtail_store(o + d, vadd(vtail_load(o + d, t), vtail_load_lp(g + d, t, dt)), t);
-        }
-    }
 }
 
 /* One position's row dy[i, d0:d1] into dw's row: stored over it (0 + dy, the first position of the
@@ -126,6 +81,17 @@ static void em_put_cols(float *o, const float *g, const uint16_t *gl, ct_dtype d
         int t = (int)(d1 - d);
         vf x = gl ? vtail_load_lp(gl + d, t, dt) : vtail_load(g + d, t);
         vtail_store(o + d, vadd(first ? vzero() : vtail_load(o + d, t), x), t);
+    }
+}
+
+/* dw[row(id), d0:d1] += dy[i, d0:d1] for all positions i in order; dy FP32, or (dyl) BF16 / FP16 of dtype
+ * dt, converted in registers */
+static void em_scatter_cols(const ct_kargs *k, float *dw, const float *dy, const uint16_t *dyl, ct_dtype dt,
+                            const int32_t *ids, int64_t n, int64_t V, int64_t D, int64_t d0, int64_t d1) {
+    for (int64_t i = 0; i < n; i++) {
+        int64_t row = ct_embedding_row(k->node, ids[i], V);
+        if (row < 0) continue;
+        em_put_cols(dw + row * D, dyl ? NULL : dy + i * D, dyl ? dyl + i * D : NULL, dt, 0, d0, d1);
     }
 }
 
@@ -176,7 +142,7 @@ static ct_status em_bwd_add(ct_kargs *k, int nt) {
             int64_t d0 = nvec * p / nparts * VW, d1 = CT_MIN(D, nvec * (p + 1) / nparts * VW);
             for (int64_t i = 0; i < n; i++) {
                 if (first[i] == CT_EMB_SKIP) continue;
-                float *o = inplace ? acc + (int64_t)slot[i] * D : dw + em_row(k, ids[i], V) * D;
+                float *o = inplace ? acc + (int64_t)slot[i] * D : dw + ct_embedding_row(k->node, ids[i], V) * D;
                 if (dt == CT_F32) em_put_cols(o, (const float *)k->in[0].data + i * D, NULL, dt, first[i], d0, d1);
                 else em_put_cols(o, NULL, (const uint16_t *)k->in[0].data + i * D, dt, first[i], d0, d1);
             }
@@ -185,7 +151,7 @@ static ct_status em_bwd_add(ct_kargs *k, int nt) {
             else
                 for (int64_t i = 0; i < n; i++) {
                     if (first[i] != CT_EMB_FIRST) continue;
-                    int64_t r = em_row(k, ids[i], V) * D;
+                    int64_t r = ct_embedding_row(k->node, ids[i], V) * D;
                     em_add_cols(dw + r, dw + r, a + r, e_first, d0, d1);
                 }
         }
@@ -215,8 +181,8 @@ ct_status CT_FN(embedding_bwd)(ct_kargs *k) {
 #pragma omp for schedule(static)
         for (int p = 0; p < nparts; p++) {
             int64_t d0 = nvec * p / nparts * VW, d1 = CT_MIN(D, nvec * (p + 1) / nparts * VW);
-            if (k->in[0].dtype != CT_F32) em_scatter_cols_lp(k, dw, k->in[0].data, k->in[0].dtype, ids, n, V, D, d0, d1);
-            else em_scatter_cols(k, dw, dy, ids, n, V, D, d0, d1);
+            em_scatter_cols(k, dw, dy, k->in[0].dtype != CT_F32 ? (const uint16_t *)k->in[0].data : NULL, k->in[0].dtype,
+                            ids, n, V, D, d0, d1);
         }
     }
     return CT_OK;
