@@ -2,7 +2,7 @@
  * optimizer update) of a fixed workload through the public API.
  *
  *   bench_step --workload mlp|cnn|gptchar|gpt2|resnet50 [--precision fp32|bf16] [--threads 2]
- *              [--warmup 3] [--steps 10] [--optim adamw|sgd] [--seed 1] [--quiet]
+ *              [--warmup 3] [--steps 10] [--optim adamw|sgd] [--seed 1] [--eval-only] [--quiet]
  *
  * Output (machine-readable, one record per line, key=value fields):
  *   ENV   ...                      context: threads, ISA, oneDNN, optimizer impl
@@ -189,10 +189,12 @@ static void usage(void) {
     fprintf(stderr,
             "usage: bench_step --workload mlp|cnn|gptchar|gpt2|resnet50 [--precision fp32|bf16|fp16|...] [--threads N] [--warmup N] [--steps N]\n"
             "                  [--optim adamw|sgd] [--seed N] [--budget-s S] [--mfu-steps N] [--fusion-level 0|1|2]\n"
-            "                  [--channels-last 0|1] [--quiet]\n"
+            "                  [--channels-last 0|1] [--eval-only] [--quiet]\n"
             "  --channels-last: cnn and resnet50 on NHWC activations (1, the recipes' default) or NCHW (0)\n"
             "  --budget-s S: stop after the timed steps took S seconds (at least 3 steps)\n"
             "  --fusion-level N: the plan's fusion level (default 1, as a recipe's; docs/fusion.md)\n"
+            "  --eval-only: time evaluation forwards (training 0) of the training plan, weights fixed: no backward,\n"
+            "               no update (bwd_ms and opt_ms 0); how CT_ONEDNN_PACK_WEIGHTS=1 was measured\n"
             "  mlp: MLP 784-1024-1024-10, batch 256, cross entropy (default optim adamw)\n"
             "  cnn: ct_model_cnn channels [32,64] on 1x28x28, batch 128, 10 classes (default optim sgd)\n"
             "  gptchar: ct_gpt_preset gpt-char-small (6/6/384, vocab 65), batch 8, T 256, dropout 0,\n"
@@ -205,6 +207,7 @@ static void usage(void) {
 int main(int argc, char **argv) {
     const char *workload = NULL, *optim = NULL, *precision = "fp32";
     int threads = 2, warmup = 3, steps = 10, quiet = 0, mfu_steps = 2, fusion_level = 1; /* the recipes' default */
+    int evalonly = 0;
     int channels_last = 1;                                                                /* the recipes' default */
     double budget_s = 0; /* > 0: stop timing once this much time went into timed steps (min 3 steps) */
     uint64_t seed = 1;
@@ -212,6 +215,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--quiet")) { quiet = 1; continue; }
+        if (!strcmp(a, "--eval-only")) { evalonly = 1; continue; }
         if (!v) usage();
         if (!strcmp(a, "--workload")) workload = v;
         else if (!strcmp(a, "--threads")) threads = atoi(v);
@@ -340,11 +344,11 @@ int main(int argc, char **argv) {
         }
         double ca = cpu_ms();
         double a = now_ms();
-        DIE_IF(ctx, ct_plan_forward(p, 1));
+        DIE_IF(ctx, ct_plan_forward(p, !evalonly));
         double b = now_ms();
-        DIE_IF(ctx, ct_plan_backward(p));
+        if (!evalonly) DIE_IF(ctx, ct_plan_backward(p));
         double c = now_ms();
-        opt_step(ctx, &opt);
+        if (!evalonly) opt_step(ctx, &opt);
         double d = now_ms();
         tc[it] = cpu_ms() - ca;
         tf[it] = b - a;

@@ -36,6 +36,7 @@
 
 #include "test.h"
 #include "core/internal.h"
+#include "graph/ir.h"
 #include "ctrain/optim.h"
 
 #define TRY(expr)                              \
@@ -356,18 +357,21 @@ TEST(linear_bias_and_3d) {
     }
 }
 
-/* The same with B packed per call (CT_ONEDNN_PACK_B=1, onednn/matmul.c's pack_b: the primitive takes B in
- * the blocked layout it wants, reordered from the plain tensor before each call): forward and data
- * gradients of matmul and linear against the FP32 copies as above. */
-TEST(matmul_and_linear_with_b_packed_per_call) {
-    setenv("CT_ONEDNN_PACK_B", "1", 1);
+/* The same with the BF16 weight copies packed once per update (CT_ONEDNN_PACK_WEIGHTS=1,
+ * onednn/matmul.c's pack_weight: the primitive takes B in the blocked layout it asks for, kept by the
+ * node and reordered from the weight copy only when the copies change): forward and data gradients of
+ * matmul and linear against the FP32 copies as above (whose later steps repeat the first bit for bit:
+ * the kept copy is reused). The staleness rules are checked on a model in
+ * trained_with_weights_packed_once_like_plain. */
+TEST(matmul_and_linear_with_weights_packed_once) {
+    setenv("CT_ONEDNN_PACK_WEIGHTS", "1", 1);
     CHECK(mm_sweep(2, 2, 40, 48, 24) == 0);
     CHECK(mm_sweep(3, 2, 5, 7, 6) == 0);
     CHECK(mm_sweep(3, 3, 5, 7, 6) == 0);
     const lin_cfg cs[] = {{2, {10}, 13, 11, 1}, {3, {3, 5}, 33, 17, 0}};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
-        CHECK_MSG(compare(build_linear, &cs[i], "linear, B packed per call") == 0, "linear case %zu", i);
-    unsetenv("CT_ONEDNN_PACK_B");
+        CHECK_MSG(compare(build_linear, &cs[i], "linear, weights packed once") == 0, "linear case %zu", i);
+    unsetenv("CT_ONEDNN_PACK_WEIGHTS");
 }
 
 /* ---- attention (after a linear: the qkv projection) -------------------------------------------- */
@@ -537,6 +541,91 @@ static void model_native_vs_copies(int cnn) {
 TEST(mlp_trains_close_to_copies) { model_native_vs_copies(0); }
 TEST(cnn_trains_close_to_copies) { model_native_vs_copies(1); }
 
+/* Forward loss of p at its current parameters (evaluation mode). */
+static int eval_loss(ct_plan *p, float *loss) {
+    return ct_plan_forward(p, 0) != CT_OK || ct_plan_loss(p, loss) != CT_OK;
+}
+
+/* The MLP trained with its BF16 weight copies packed once per update (CT_ONEDNN_PACK_WEIGHTS=1) and
+ * without, from the same weights: the packed copies follow every change of the weights: the optimizer's
+ * update (one packing per packed node and step), a write through the parameter arena; forwards without a
+ * change pack nothing. A packed copy left stale would hold the first step's weights, and the losses
+ * would part by what training moved them (checked to be far more than the tolerance). */
+TEST(trained_with_weights_packed_once_like_plain) {
+    ct_context *ctx = test_ctx(-1, 1);
+    native_mode mode = expected_mode(ctx);
+    model_cfg mc = {0, 0, 0};
+    test_model a, b;
+    CHECK_OK(ctx, build_model(ctx, &mc, 1, 16, &a));
+    CHECK_OK(ctx, build_model(ctx, &mc, 1, 16, &b));
+    float *wa, *wb;
+    size_t n;
+    ct_plan_param_arena(a.plan, &wa, NULL, &n);
+    ct_plan_param_arena(b.plan, &wb, NULL, NULL);
+    memcpy(wa, wb, n * sizeof(float));
+    enum { STEPS = 6 };
+    float la[STEPS], lb[STEPS];
+    setenv("CT_ONEDNN_PACK_WEIGHTS", "1", 1); /* read when a node creates its primitives: its first run */
+    CHECK(train(a.plan, STEPS, la) == 0);
+    setenv("CT_ONEDNN_PACK_WEIGHTS", "0", 1);
+    CHECK(train(b.plan, STEPS, lb) == 0);
+    unsetenv("CT_ONEDNN_PACK_WEIGHTS");
+    int nodes, nodes_b;
+    size_t bytes, bytes_b;
+    uint64_t fills, fills_b;
+    ct_plan_packed_weights(a.plan, &nodes, &bytes, &fills);
+    ct_plan_packed_weights(b.plan, &nodes_b, &bytes_b, &fills_b);
+    double worst = 0;
+    for (int i = 0; i < STEPS; i++) worst = fmax(worst, fabs((double)la[i] - lb[i]) / fabs((double)lb[i]));
+    double moved = fabs((double)lb[STEPS - 1] - lb[0]) / fabs((double)lb[0]);
+    printf("    mlp bf16, %d steps: loss %.6f -> %.6f packed, %.6f -> %.6f plain; worst relative difference %.3g; "
+           "%d nodes keep %zu bytes packed, %llu packings\n",
+           STEPS, (double)la[0], (double)la[STEPS - 1], (double)lb[0], (double)lb[STEPS - 1], worst, nodes, bytes,
+           (unsigned long long)fills);
+    CHECK(nodes_b == 0 && bytes_b == 0 && fills_b == 0);
+    CHECK_MSG(moved > 5e-3, "training moved the loss by %.3g only: the check below would not see stale weights",
+              moved);
+    /* oneDNN may run the blocked B on another kernel (another summation order): BF16 outputs one ulp apart */
+    CHECK_MSG(worst <= 1e-3, "losses differ by %.3g", worst);
+    if (mode == MODE_NATIVE) {
+        /* the forward linears (W^T) and the data gradients (W) read weight copies: fc2 and fc3 (fc1's input
+           gradient is not needed) */
+        CHECK_MSG(nodes >= 4 && bytes > 0, "%d nodes packed", nodes);
+        CHECK_MSG(fills == (uint64_t)nodes * STEPS, "%llu packings in %d steps of %d nodes: once per update expected",
+                  (unsigned long long)fills, STEPS, nodes);
+        /* the first forward after the last update packs the forward's weights; more forwards pack nothing */
+        float e1, e2;
+        int nodes2;
+        uint64_t fills1, fills2;
+        CHECK(eval_loss(a.plan, &e1) == 0);
+        ct_plan_packed_weights(a.plan, &nodes2, &bytes, &fills1);
+        CHECK(eval_loss(a.plan, &e2) == 0 && eval_loss(a.plan, &e2) == 0);
+        ct_plan_packed_weights(a.plan, &nodes2, &bytes, &fills2);
+        CHECK_MSG(fills1 > fills && fills2 == fills1 && e1 == e2,
+                  "packings: %llu after training, %llu after an evaluation, %llu after two more; losses %.9g %.9g",
+                  (unsigned long long)fills, (unsigned long long)fills1, (unsigned long long)fills2, (double)e1,
+                  (double)e2);
+        fills = fills2;
+        /* a write through the parameter arena (a writable hand-out: the copies go stale) is seen */
+        float *pa, *pb;
+        ct_plan_param_arena(a.plan, &pa, NULL, &n);
+        ct_plan_param_arena(b.plan, &pb, NULL, NULL);
+        for (size_t i = 0; i < n; i++) pa[i] = pb[i] = pb[i] * -0.5f;
+        float fa, fb;
+        CHECK(eval_loss(a.plan, &fa) == 0 && eval_loss(b.plan, &fb) == 0);
+        ct_plan_packed_weights(a.plan, &nodes2, &bytes, &fills2);
+        CHECK_MSG(fabs((double)fa - fb) <= 1e-3 * fabs((double)fb) && fa != e1,
+                  "after the write: %.9g packed vs %.9g plain (%.9g before)", (double)fa, (double)fb, (double)e1);
+        CHECK_MSG(fills2 > fills, "the write packed nothing again (%llu packings)", (unsigned long long)fills2);
+    } else {
+        CHECK_MSG(nodes == 0 && worst == 0.0, "no native BF16 GEMM here, yet %d nodes packed (difference %.3g)", nodes,
+                  worst);
+    }
+    ct_plan_free(a.plan);
+    ct_plan_free(b.plan);
+    ct_context_free(ctx);
+}
+
 /* A native plan with recompute, or with gradient accumulation (one
  * micro-batch), gives the plain native plan's loss and gradients bit for
  * bit: the same kernels on the same values. */
@@ -674,6 +763,6 @@ TEST(override_and_queries) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(matmul_2d_all_transposes), T(matmul_batched), T(linear_bias_and_3d), T(matmul_and_linear_with_b_packed_per_call), T(attention_after_linear), T(conv2d_stride_padding_groups), T(conv2d_bwd_data_forward_form),
-          T(mlp_trains_close_to_copies), T(cnn_trains_close_to_copies),
+TEST_MAIN(T(matmul_2d_all_transposes), T(matmul_batched), T(linear_bias_and_3d), T(matmul_and_linear_with_weights_packed_once), T(attention_after_linear), T(conv2d_stride_padding_groups), T(conv2d_bwd_data_forward_form),
+          T(mlp_trains_close_to_copies), T(cnn_trains_close_to_copies), T(trained_with_weights_packed_once_like_plain),
           T(native_with_recompute_and_accumulation_bit_identical), T(cnn_activation_arena), T(override_and_queries))

@@ -237,6 +237,11 @@ typedef struct ct_kargs {
                                            one process.                          */
     uint64_t seed;
     int nthreads;
+    unsigned in_wcopy;                  /* bit j: in[j] is a parameter's BF16/FP16 weight copy, read in
+                                           place (the plan's weight-copy arena), whose contents stay
+                                           the same while wgen does: a kernel may keep something made
+                                           from it between calls (onednn/matmul.c packs it once) */
+    uint64_t wgen;                      /* the weight copies' generation (plan.h wcast_gen) */
     struct ct_comm *group;              /* the graph's tensor group (NULL: none): only the
                                            collective ops' kernels (graph/tp_kernels.c) use it;
                                            kernels in src/kernels never call it */

@@ -216,10 +216,14 @@ static ct_status run_node(ct_plan *p, int i, int training) {
     k.seed = ct_context_seed(p->ctx);
     k.nthreads = ct_context_num_threads(p->ctx);
     k.group = p->g.tp; /* the tensor group, for the collective ops (tp_kernels.c) */
+    k.in_wcopy = 0;
+    k.wgen = p->wcast_gen;
     ct_kargs raw = k; /* the node's own tensors */
     ct_status s = CT_OK;
     if (pn->lowp_io) /* FP32 views and copies of low-precision I/O (select_kernels sized them) */
         s = lowp_to_f32(p, d, &k, pn->cvt_spill ? (char *)p->cvt_spill : p->act_arena + pn->cvt_offset);
+    for (int j = 0; j < d->n_in; j++) /* inputs read in place from the weight copies */
+        if (p->pn[d->in[j]].arena == CT_ARENA_WCAST && k.in[j].data == raw.in[j].data) k.in_wcopy |= 1u << j;
     if (s == CT_OK) s = pn->kernel(&k);
     /* a oneDNN kernel only for native BF16 declined: the SIMD kernels read BF16 too */
     if (s == CT_E_UNSUPPORTED && pn->lowp_native && pn->slot == CT_KERNEL_ONEDNN &&
@@ -306,6 +310,7 @@ static ct_status forward(ct_plan *p, int training) {
     /* (the hook first: ZeRO-3 may fill the weight copies itself) */
     ct_status s = p->exec_hook ? p->exec_hook(p->exec_hook_user, CT_EXEC_BEGIN, 0, -1) : CT_OK;
     const int skip_wcast = p->wcast_fresh; /* the weight copies already hold the parameters' casts */
+    if (!skip_wcast) p->wcast_gen++;       /* the casts below rewrite them */
     for (int i = 0; s == CT_OK && i < p->g.n; i++) {
         if (!runs_forward(p, i, skip_wcast)) continue;
         if (p->exec_hook) s = p->exec_hook(p->exec_hook_user, CT_EXEC_NODE, 0, i);
@@ -313,7 +318,7 @@ static ct_status forward(ct_plan *p, int training) {
     }
     if (p->exec_hook) p->exec_hook(p->exec_hook_user, CT_EXEC_END, 0, -1);
     CT_TRY(s);
-    ct_plan_weight_copies_written(p); /* whether they ran now or were current */
+    p->wcast_fresh = p->wcast_bytes != 0; /* whether they ran now or were current (the generation moved above) */
     return CT_OK;
 }
 

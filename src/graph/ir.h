@@ -215,6 +215,9 @@ int ct_plan_exec_order(const ct_plan *p, int backward, int *nodes, int cap);
 /* The parameters (arena index) whose values node reads: its inputs that are parameters or views of one.
  * Writes up to cap, returns how many. */
 int ct_plan_node_param_reads(const ct_plan *p, int node, int *params, int cap);
+/* The weight copies oneDNN nodes keep packed (CT_ONEDNN_PACK_WEIGHTS=1, onednn/matmul.c): bytes held (allocated
+ * at each node's first run, through ct_alloc) and packings done so far, over the plan's nodes that keep one. */
+void ct_plan_packed_weights(const ct_plan *p, int *nodes, size_t *bytes, uint64_t *fills);
 /* Whether node is a forward cast of a parameter into the weight copies (ct_plan_weight_copies). */
 int ct_plan_node_is_weight_copy(const ct_plan *p, int node);
 #endif

@@ -162,6 +162,21 @@ const char *ct_node_kernel_impl(const ct_plan *p, int i) {
     return impl ? impl : ct_kernel_slot_name(pn->slot);
 }
 
+void ct_plan_packed_weights(const ct_plan *p, int *nodes, size_t *bytes, uint64_t *fills) {
+    *nodes = 0;
+    *bytes = 0;
+    *fills = 0;
+    for (int i = 0; i < p->g.n; i++) {
+        if (p->pn[i].slot != CT_KERNEL_ONEDNN || !p->pn[i].cache) continue;
+        size_t b;
+        uint64_t f;
+        ct_onednn_cache_kept(p->pn[i].cache, &b, &f);
+        *nodes += b > 0;
+        *bytes += b;
+        *fills += f;
+    }
+}
+
 const char *ct_plan_kernel_name(const ct_plan *p, ct_node n) {
     /* a user's node id; without autocast any node id (backward nodes too) */
     n = p->user_map ? ct_plan_map(p, n) : n;

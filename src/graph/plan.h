@@ -106,6 +106,10 @@ struct ct_plan {
     size_t wcast_bytes;
     ct_dtype wcast_dtype;
     int wcast_fresh;
+    /* Generation of the copies' contents: bumped whenever they are rewritten (a forward that runs the
+     * casts, ct_plan_weight_copies_written). Kernels that keep something derived from a weight copy
+     * between calls (onednn/matmul.c's packed weights) redo it when it changes (ct_kargs.wgen). */
+    uint64_t wcast_gen;
     void *ws;
     size_t ws_bytes;
     uint64_t step;

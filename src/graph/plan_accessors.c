@@ -18,7 +18,10 @@ uint16_t *ct_plan_weight_copies(ct_plan *p, ct_dtype *dtype) {
     return p->wcast_bytes ? p->wcast_arena : NULL;
 }
 
-void ct_plan_weight_copies_written(ct_plan *p) { p->wcast_fresh = p->wcast_bytes != 0; }
+void ct_plan_weight_copies_written(ct_plan *p) {
+    p->wcast_fresh = p->wcast_bytes != 0;
+    p->wcast_gen++; /* new contents: what kernels derived from the old ones is stale */
+}
 int ct_plan_weight_copies_fresh(const ct_plan *p) { return p && p->wcast_fresh; }
 
 ct_status ct_plan_tensor(ct_plan *p, ct_node n, ct_tensor *out) {

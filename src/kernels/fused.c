@@ -202,6 +202,7 @@ static ct_status linear_pro(ct_kargs *k, const pro_kernels *pk) {
     l.node = &nd;
     l.in[0] = px;
     l.in[1] = k->in[1];
+    l.in_wcopy = k->in_wcopy & 2u; /* the weight keeps its place; the bias may move */
     if (bias >= 0) l.in[2] = k->in[bias];
     l.aux = NULL;
     l.ws = rest;
@@ -224,6 +225,7 @@ static ct_status matmul_pro(ct_kargs *k, const pro_kernels *pk) {
     ct_kargs m = *k;
     m.node = &nd;
     m.in[1] = v;
+    m.in_wcopy = k->in_wcopy & 1u; /* B is the prologue's output now */
     m.aux = NULL;
     m.ws = rest;
     m.ws_bytes = rest_bytes;

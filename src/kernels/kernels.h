@@ -73,6 +73,9 @@ void ct_onednn_cache_free(void *cache);
  * ("brg:avx512_core_amx", "gemm:jit", "jit_bf16:avx512_core"), NULL before
  * its first run. Valid while the cache lives. */
 const char *ct_onednn_cache_impl(const void *cache);
+/* What a node's oneDNN cache keeps between calls (a weight copy packed once, CT_ONEDNN_PACK_WEIGHTS=1):
+ * its bytes and how many times it was packed; 0 and 0 for none or no cache. */
+void ct_onednn_cache_kept(const void *cache, size_t *bytes, uint64_t *fills);
 
 /* Fused ops (kernels/fused.c): GEMM with a prologue, reference and oneDNN
  * (the prologue on the best SIMD kernels). Helpers shared with simd/fused.c. */

@@ -7,12 +7,15 @@
  *
  * Dtypes are the tensors' own: f32, or bf16 inputs (the plan's native BF16
  * path) with a bf16 or f32 output (weight gradients go to the FP32 gradient
- * arena as they are accumulated). B is read in its plain layout; oneDNN's
- * BF16 GEMMs (gemm:jit emulated on AVX-512, brgemm on AVX512-BF16 / AMX)
- * pack it into their own blocks (scratchpad) on every call (pack_b: the
- * CT_ONEDNN_PACK_B experiment). */
+ * arena as they are accumulated). B is read in its plain layout, and
+ * oneDNN's BF16 GEMMs (gemm:jit emulated on AVX-512, brgemm on AVX512-BF16 /
+ * AMX) pack it into their own blocks (scratchpad) on every call, except a
+ * BF16 weight copy on AMX: packed once into the layout the primitive asks
+ * for, kept by the node, and packed again only when the weights change
+ * (pack_weight). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/onednn/onednn.h"
 
@@ -22,7 +25,9 @@ static ct_status empty(ct_dnnl *c) {
 
 /* Creates the matmul of (a, b[, bias]) -> dst as the node's primitive; the
  * tensors are k->in[0], k->in[1], k->in[2] and k->out. b_user is how B lies
- * in memory when the primitive should read a copy laid out as b (else NULL). */
+ * in memory when the primitive should read a copy laid out as b (else NULL);
+ * b_any (B in format any): B lies as b and the primitive reads it packed in
+ * the layout it asks for, kept between calls (ct_dnnl_input_kept). */
 static ct_status add_matmul(ct_dnnl *c, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b,
                             const dnnl_memory_desc_t *b_user, const dnnl_memory_desc_t *bias,
                             const dnnl_memory_desc_t *dst, const dnnl_memory_desc_t *b_any) {
@@ -32,7 +37,7 @@ static ct_status add_matmul(ct_dnnl *c, const dnnl_memory_desc_t *a, const dnnl_
     CT_TRY(ct_dnnl_pd(c, &pd, &d, NULL, "creating the matmul"));
     dnnl_memory_t ma, mb, mbias = NULL, mdst;
     ct_status s = ct_dnnl_user(c, a, 0, &ma);
-    if (s == CT_OK && b_any) s = ct_dnnl_input(c, b, 1, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &mb);
+    if (s == CT_OK && b_any) s = ct_dnnl_input_kept(c, b, 1, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &mb);
     else if (s == CT_OK) s = b_user ? ct_dnnl_input(c, b_user, 1, b, &mb) : ct_dnnl_user(c, b, 1, &mb);
     if (s == CT_OK && bias) s = ct_dnnl_user(c, bias, 2, &mbias);
     if (s == CT_OK) s = ct_dnnl_user(c, dst, CT_DNNL_OUT, &mdst);
@@ -77,20 +82,29 @@ static int plain_is_brgemm(ct_dnnl *c, const dnnl_memory_desc_t *a, const dnnl_m
     return brg;
 }
 
-/* Whether B goes to the GEMM packed: the primitive created with B in format any (the blocked layout its
- * kernel wants) and a reorder from the plain tensor into the node's scratch before every call, instead of
- * the kernel packing the plain B itself block by block. Off unless CT_ONEDNN_PACK_B=1 (BF16 B, A not
- * transposed: the forward and data-gradient GEMMs, whose B is a weight). Measured on AMX (Sapphire
- * Rapids, 2 threads; bench_gemm's "repack" column is this, "packed" the weights packed once for good):
- * gpt-char-small's (M = 2048) forward and data-gradient GEMMs 10-15% faster alone (M N K 2048 1536 384:
- * 1.13 vs 1.32 ms plain, 1.00 packed once), the step's GEMMs 2-3% (within noise); gpt2-124m's (M = 256)
- * slower (256 2304 768: 0.64 vs 0.55 ms; the LM head's 256 50257 768: 27.9 vs 16.4): the reorder costs
- * more than it saves where M is small. The gain the issue names needs weights packed once per step,
- * inside the optimizer's cast (not built). */
-static int pack_b(ct_dtype bdt, int ta) {
-    if (bdt != CT_BF16 || ta) return 0;
-    const char *e = getenv("CT_ONEDNN_PACK_B");
-    return e && e[0] == '1' && !e[1];
+/* Whether B, input `slot`, goes to the GEMM packed once: a BF16 weight copy (ct_kargs.in_wcopy: it stays
+ * the same until the weights change) read in the blocked layout the primitive asks for (format any),
+ * reordered into the node's own buffer on the first call and again only after the weights change
+ * (ct_dnnl_input_kept), instead of brgemm packing the plain B block by block on every call. Off unless
+ * CT_ONEDNN_PACK_WEIGHTS=1 (BF16 native path, any ISA), because in training each packed copy is read once
+ * per update (the forward reads W^T, the data gradient W), and oneDNN's reorder costs more than the
+ * packing brgemm does inside the GEMM: on AMX (Sapphire Rapids, 2 threads) bench_step BF16 steps went MLP
+ * 3.17-3.34 -> 3.85-3.98 ms, gpt-char-small 189-192 -> 193-196, gpt2-124m 357-359 -> 461-469 (GPT-2 also
+ * +470 MB). It pays where one update serves several forwards: evaluation-only forwards (bench_step
+ * BENCH_EVAL-style, weights fixed) went 0.87 -> 0.71 ms (MLP), 59.6 -> 57.8 (gpt-char-small), 74 -> 70.5
+ * (GPT-2). Costs one packed copy per weight and use, counted by the context's allocator
+ * (ct_plan_packed_weights). */
+static ct_status pack_weight(ct_dnnl *c, const ct_kargs *k, int slot, ct_dtype dt, int *pack) {
+    *pack = 0;
+    const char *e = getenv("CT_ONEDNN_PACK_WEIGHTS");
+    if (e && *e && strcmp(e, "0") && strcmp(e, "1"))
+        return ct_set_error(c->ctx, CT_E_CONFIG,
+                            "CT_ONEDNN_PACK_WEIGHTS='%s' is not 0 or 1: 1 packs the BF16 weight copies once per "
+                            "change for oneDNN's GEMMs, 0 reads them plain (the default)",
+                            e);
+    if (dt != CT_BF16 || !(k->in_wcopy >> slot & 1u)) return CT_OK;
+    *pack = e && e[0] == '1';
+    return CT_OK;
 }
 
 static ct_status build_matmul(ct_kargs *k, ct_dnnl *c) {
@@ -132,10 +146,11 @@ static ct_status build_matmul(ct_kargs *k, ct_dnnl *c) {
     if (pad) ct_dnnl_describe(c, " (B copied into padded rows)");
     if (pad) return add_matmul(c, &amd, &bpad, &bmd, NULL, &cmd, NULL);
     dnnl_memory_desc_t bany;
-    int packed = pack_b(bdt, ta);
+    int packed;
+    CT_TRY(pack_weight(c, k, 1, bdt, &packed));
     if (packed) {
         CT_TRY(ct_dnnl_md_tag(c, &bany, bmd.ndims, bmd.dims, dnnl_format_tag_any, bdt));
-        ct_dnnl_describe(c, " (B packed per call)");
+        ct_dnnl_describe(c, " (B packed once per weight update)");
     }
     return add_matmul(c, &amd, &bmd, NULL, NULL, &cmd, packed ? &bany : NULL);
 }
@@ -160,10 +175,11 @@ static ct_status build_linear(ct_kargs *k, ct_dnnl *c) {
     CT_TRY(ct_dnnl_md(c, &ymd, 2, (int64_t[]){R, O}, (int64_t[]){O, 1}, ydt));
     if (has_bias) CT_TRY(ct_dnnl_md(c, &bmd, 2, (int64_t[]){1, O}, (int64_t[]){O, 1}, bdt));
     dnnl_memory_desc_t wany;
-    int packed = pack_b(wdt, 0);
+    int packed;
+    CT_TRY(pack_weight(c, k, 1, wdt, &packed));
     if (packed) {
         CT_TRY(ct_dnnl_md_tag(c, &wany, 2, (int64_t[]){I, O}, dnnl_format_tag_any, wdt));
-        ct_dnnl_describe(c, " (weight packed per call)");
+        ct_dnnl_describe(c, " (weight packed once per update)");
     }
     return add_matmul(c, &xmd, &wmd, NULL, has_bias ? &bmd : NULL, &ymd, packed ? &wany : NULL);
 }

@@ -70,6 +70,18 @@ typedef struct ct_dnnl {
        convolution run as a forward one): called on every call with the node's scratch region bound. */
     ct_status (*pre)(struct ct_dnnl *c, const ct_kargs *k, char *region);
     size_t pre_off;                        /* where pre writes, in the region (ct_dnnl_buffer) */
+    /* An input kept in the primitive's layout between calls (ct_dnnl_input_kept: a weight copy packed
+       once): its own buffer (not the shared scratch), refilled by steps[step] only when the weight
+       copies' generation or the tensor's address moved since it was filled. */
+    struct {
+        void *buf;
+        size_t bytes;
+        int step, slot;   /* the reorder that fills it; the input it is made from */
+        int filled;
+        uint64_t fills;   /* times the reorder ran */
+        uint64_t gen;     /* ct_kargs.wgen when it was filled */
+        const void *src;  /* k->in[slot].data then */
+    } kept;
 } ct_dnnl;
 
 /* Builds the primitives of a node into c. c->what holds "op 'node'" on
@@ -109,6 +121,12 @@ ct_status ct_dnnl_user(ct_dnnl *c, const dnnl_memory_desc_t *md, int slot, dnnl_
  * reorder step added now (call before ct_dnnl_add). */
 ct_status ct_dnnl_input(ct_dnnl *c, const dnnl_memory_desc_t *user_md, int slot, const dnnl_memory_desc_t *want,
                         dnnl_memory_t *out);
+/* Input `slot`, a weight copy (ct_kargs.in_wcopy), in layout `want` in a buffer of the node's own that
+ * lives between calls: the reorder into it runs on the first call and again only when the weight copies
+ * change (ct_kargs.wgen) or the tensor moves; a call whose input is not a weight copy reorders every time.
+ * One per node. */
+ct_status ct_dnnl_input_kept(ct_dnnl *c, const dnnl_memory_desc_t *user_md, int slot, const dnnl_memory_desc_t *want,
+                             dnnl_memory_t *out);
 /* A buffer of layout md in the node's scratch region (for c->pre to fill);
  * *off: its offset in the region. */
 ct_status ct_dnnl_buffer(ct_dnnl *c, const dnnl_memory_desc_t *md, dnnl_memory_t *out, size_t *off);
