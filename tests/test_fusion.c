@@ -459,12 +459,26 @@ TEST(tied_table_gradient_in_the_embedding_backward_equals_unfused) {
                                        p[1]->pn[E->in[2]].offset == p[1]->pn[i].offset &&
                                        p[1]->pn[i].arena == CT_ARENA_GRAD;
                         }
+                    /* level 0: wte's gradient is an add of the two, which writes over its first operand: planned
+                       in the gradient's slot too (planner.c grad_inplace_input), no activation buffer for it */
+                    int add_inplace = 0;
+                    for (int k = 0; k < p[0]->n_params; k++) {
+                        ct_node gq = p[0]->param_grads[k];
+                        const ct_node_def *G = gq >= 0 ? &p[0]->g.nodes[gq] : NULL;
+                        if (G && G->op == CT_OP_BINARY) {
+                            ct_node r = p[0]->pn[G->in[0]].root;
+                            add_inplace += p[0]->pn[r].arena == CT_ARENA_GRAD && p[0]->pn[r].offset == p[0]->pn[gq].offset;
+                        }
+                    }
                     int same;
                     double d = plan_diff(p[1], p[0], &same);
-                    printf("    %s %s %d thread%s: %d embedding_bwd+add (%d unfused embedding_bwd), max rel diff %.2e%s\n",
+                    printf("    %s %s %d thread%s: %d embedding_bwd+add (%d unfused embedding_bwd), level 0's add in place %d, "
+                           "max rel diff %.2e%s\n",
                            isa ? "fast" : "ref ", prec == 2 ? "fp16" : prec ? "bf16" : "fp32", nt, nt > 1 ? "s" : " ",
-                           ct_plan_fusion_count(p[1], "embedding_bwd+add"), plain, d, same ? " (bit-identical)" : "");
+                           ct_plan_fusion_count(p[1], "embedding_bwd+add"), plain, add_inplace, d,
+                           same ? " (bit-identical)" : "");
                     CHECK(same);
+                    CHECK(add_inplace == 1);
                     if (prec == 2) /* FP16: the LM head's weight gradient is FP16 (its matmul on FP32 copies, the
                                       output narrowed) and cast_fold has the add read it as it is: not fused */
                         CHECK(ct_plan_fusion_count(p[1], "embedding_bwd+add") == 0 && fused == 0 && plain == 1);

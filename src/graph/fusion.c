@@ -973,27 +973,43 @@ static ct_status try_add_ln(fz *f, ct_node l, int *done) {
  * with r as its 5th input: the kernel adds r's row to the row of dx it just
  * wrote (rounded to the node's dtype), exactly the unfused add. Any float
  * dtype (the SIMD kernel reads BF16 / FP16); dx must be read by the add only. */
+/* Node n is a backward add of two distinct operands, not in a group yet. */
+static int backward_add(const fz *f, ct_node n) {
+    const ct_node_def *A = &f->p->g.nodes[n];
+    return A->op == CT_OP_BINARY && A->ia[0] == CT_BIN_ADD && A->n_in == 2 && !forward(A) && plain_float(A) &&
+           A->in[0] != A->in[1] && f->p->fused_group[n] < 0;
+}
+
+/* The backward add n's operand `side` is a backward node of op `op` with n_in inputs that the add alone
+ * reads, neither kept nor a parameter's gradient; both operands have the add's dtype and shape (what a
+ * fused node that adds the other operand in its own pass needs). */
+static int sole_operand(const fz *f, ct_node n, int side, ct_op op, int n_in) {
+    const ct_graph *g = &f->p->g;
+    const ct_node_def *A = &g->nodes[n];
+    ct_node l = A->in[side];
+    const ct_node_def *L = &g->nodes[l], *R = &g->nodes[A->in[1 - side]];
+    if (L->op != op || L->n_in != n_in || forward(L) || !plain_float(L) || kept(f->p, l) || L->dtype != A->dtype ||
+        R->dtype != A->dtype)
+        return 0;
+    if (L->ndim != A->ndim || R->ndim != A->ndim || memcmp(L->shape, A->shape, sizeof(int64_t) * (size_t)A->ndim) ||
+        memcmp(R->shape, A->shape, sizeof(int64_t) * (size_t)A->ndim))
+        return 0;
+    reader rd[2];
+    return readers_of(g, l, rd, 1) == 1 && !ct_plan_is_param_grad(f->p, l); /* the add only */
+}
+
 static ct_status try_ln_bwd_add(fz *f, ct_node n, int *done) {
     ct_graph *g = &f->p->g;
     const ct_node_def *A = &g->nodes[n];
     *done = 0;
-    if (A->op != CT_OP_BINARY || A->ia[0] != CT_BIN_ADD || A->n_in != 2 || forward(A) || !plain_float(A) ||
-        A->in[0] == A->in[1] || f->p->fused_group[n] >= 0)
-        return CT_OK;
+    if (!backward_add(f, n)) return CT_OK;
     for (int side = 0; side < 2; side++) {
         ct_node l = A->in[side], r = A->in[1 - side];
-        const ct_node_def *L = &g->nodes[l], *R = &g->nodes[r];
+        const ct_node_def *L = &g->nodes[l];
         /* (l may be in a cast_fold group as its layernorm's state reader: that stays) */
-        if (L->op != CT_OP_LAYERNORM_BWD_DATA || L->n_in != 4 || forward(L) || !plain_float(L) || kept(f->p, l) ||
-            L->dtype != A->dtype || R->dtype != A->dtype)
-            continue;
-        if (L->ndim != A->ndim || R->ndim != A->ndim || memcmp(L->shape, A->shape, sizeof(int64_t) * (size_t)A->ndim) ||
-            memcmp(R->shape, A->shape, sizeof(int64_t) * (size_t)A->ndim))
-            continue;
-        reader rd[2];
-        if (readers_of(g, l, rd, 1) != 1) continue; /* the add only */
         int rule;
-        if (ct_plan_is_param_grad(f->p, l) || !enabled(f, PAT_LN_BWD_ADD, n, CT_NONE, &rule)) continue;
+        if (!sole_operand(f, n, side, CT_OP_LAYERNORM_BWD_DATA, 4) || !enabled(f, PAT_LN_BWD_ADD, n, CT_NONE, &rule))
+            continue;
         ct_node_def nd = *L;
         nd.n_in = 5;
         nd.in[4] = r;
@@ -1190,22 +1206,14 @@ static ct_status try_emb_bwd_add(fz *f, ct_node n, int *done) {
     ct_graph *g = &f->p->g;
     const ct_node_def *A = &g->nodes[n];
     *done = 0;
-    if (A->op != CT_OP_BINARY || A->ia[0] != CT_BIN_ADD || A->n_in != 2 || forward(A) || !plain_float(A) ||
-        A->dtype != CT_F32 || A->ndim != 2 || A->in[0] == A->in[1] || f->p->fused_group[n] >= 0)
-        return CT_OK;
+    if (!backward_add(f, n) || A->dtype != CT_F32 || A->ndim != 2) return CT_OK;
     for (int side = 0; side < 2; side++) {
         ct_node e = A->in[side], a = A->in[1 - side];
         const ct_node_def *E = &g->nodes[e], *X = &g->nodes[a];
-        if (E->op != CT_OP_EMBEDDING_BWD || E->n_in != 2 || forward(E) || !plain_float(E) || kept(f->p, e) ||
-            E->dtype != CT_F32 || X->dtype != CT_F32 || f->p->fused_group[e] >= 0)
-            continue;
-        if (E->ndim != 2 || X->ndim != 2 || memcmp(E->shape, A->shape, 2 * sizeof(int64_t)) ||
-            memcmp(X->shape, A->shape, 2 * sizeof(int64_t)))
-            continue;
-        reader rd[2];
-        if (readers_of(g, e, rd, 1) != 1) continue; /* the add only */
         int rule;
-        if (ct_plan_is_param_grad(f->p, e) || !enabled(f, PAT_EMB_BWD_ADD, n, CT_NONE, &rule)) continue;
+        if (!sole_operand(f, n, side, CT_OP_EMBEDDING_BWD, 2) || f->p->fused_group[e] >= 0 ||
+            !enabled(f, PAT_EMB_BWD_ADD, n, CT_NONE, &rule))
+            continue;
         ct_node_def nd = *E;
         nd.n_in = 3;
         nd.in[2] = a;

@@ -260,6 +260,34 @@ static void keep_results(ct_plan *p, int *data_end) {
     for (int i = 0; i < p->n_outputs; i++) pn[pn[p->outputs[i]].root].last_use = n;
 }
 
+/* The node that parameter gradient node gq (written into the gradient arena, not accumulated) writes over
+ * in place, planned in the gradient's slot instead of the activation arena; -1: none.
+ *  - embedding_bwd+add in place (ia[3], fusion.c): its addend in[2], which the kernel adds rows into and
+ *    never copies, so the slot is required;
+ *  - with memory_opt, in[0] of an op that may write over it (ct_op_info.inplace, as inplace_request
+ *    does for activations): a backward FP32 value of the gradient's size (or the root of a reshape of
+ *    it) that gq reads last and no other input of gq shares; e.g. the add of a shared weight's two
+ *    gradients at fusion level 0 writes over the first: no activation buffer for it.
+ * Only backward nodes outside recomputation: nothing outside the backward pass runs between it and gq
+ * (ct_plan_zero_grads, an optimizer, a bucket of this parameter all come before or after). */
+static ct_node grad_inplace_input(const ct_plan *p, ct_node gq) {
+    const ct_node_def *G = &p->g.nodes[gq];
+    if (G->op == CT_OP_EMBEDDING_BWD && G->n_in == 3 && G->ia[3]) return G->in[2];
+    if (!p->memory_opt || !ct_op_table(G->op)->inplace || G->n_in < 1 || G->dtype != CT_F32 ||
+        (p->fused_group && p->fused_group[gq] >= 0)) /* (a group's kernel may write it another way) */
+        return -1;
+    const ct_plan_node *pn = p->pn;
+    ct_node r = pn[G->in[0]].root;
+    const ct_node_def *R = &p->g.nodes[r];
+    if (!(R->flags & CT_NODE_BACKWARD) || (R->flags & CT_NODE_RECOMPUTE) || R->dtype != CT_F32 ||
+        ct_node_numel(R) != ct_node_numel(G) || pn[r].arena != CT_ARENA_NONE || pn[r].last_use != gq ||
+        pn[r].grad_of_param >= 0 || ct_plan_is_param_grad(p, r))
+        return -1;
+    for (int j = 1; j < G->n_in; j++)
+        if (pn[G->in[j]].root == r) return -1;
+    return r;
+}
+
 /* Parameters and their gradients share one layout: each tensor at a
  * 64-byte aligned float offset (param_off). With accumulate_grads the
  * gradients are planned as activations instead. */
@@ -277,12 +305,10 @@ static void lay_out_params(ct_plan *p) {
             if (!p->accumulate_grads) { /* accumulate: planned as an activation below */
                 pn[gq].arena = CT_ARENA_GRAD;
                 pn[gq].offset = pn[q].offset;
-                /* embedding_bwd+add in place: the addend (the LM head's weight gradient) is written
-                   into the gradient's slot, where the embedding backward then adds its rows */
-                const ct_node_def *G = &p->g.nodes[gq];
-                if (G->op == CT_OP_EMBEDDING_BWD && G->n_in == 3 && G->ia[3]) {
-                    pn[G->in[2]].arena = CT_ARENA_GRAD;
-                    pn[G->in[2]].offset = pn[q].offset;
+                ct_node x = grad_inplace_input(p, gq); /* written into the slot, then gq writes over it */
+                if (x >= 0) {
+                    pn[x].arena = CT_ARENA_GRAD;
+                    pn[x].offset = pn[q].offset;
                 }
             }
             pn[gq].grad_of_param = i;
