@@ -670,6 +670,28 @@ LOW_TEST(softmax) {
     CHECK(kdeclines(&big));
 }
 
+/* ---- cross-entropy --------------------------------------------------------------------------- */
+
+/* The loss and its gradient read 16-bit logits (and the gradient is written 16-bit) one row at a time
+ * through FP32 rows in the plan's scratch: rows below and far above a tile (a vocabulary), label
+ * smoothing, an ignore_index that some rows carry (ids (7 j + seed) % C hit it). The gradient's entries
+ * are ~1 / (R C): below 1e-4 they are compared absolutely (FP16 holds them as subnormals). */
+LOW_TEST(cross_entropy) {
+    static const int64_t shapes[2][2] = {{37, 301}, {5, 2 * CT_BF16_TILE + 7}};
+    for (int i = 0; i < 2; i++) {
+        const int64_t R = shapes[i][0], C = shapes[i][1];
+        char lf[64], lb[64];
+        snprintf(lf, sizeof lf, "cross_entropy (%lld, %lld)", (long long)R, (long long)C);
+        snprintf(lb, sizeof lb, "cross_entropy_bwd (%lld, %lld)", (long long)R, (long long)C);
+        kcase f = {lf, CT_OP_CROSS_ENTROPY, {3}, {0.1f}, 2, {IN_LOW, IN_I32}, {2, 1}, {{R, C}, {R}}, {-8, 0},
+                   {8, (float)C}, 0, {0}, 0, 0, NULL, 1e-3, {0}};
+        CHECK(kcheck(&f, 91 + (unsigned)i) >= 0);
+        kcase b = {lb, CT_OP_CROSS_ENTROPY_BWD, {3}, {0.1f}, 3, {IN_F32, IN_LOW, IN_I32}, {0, 2, 1},
+                   {{0}, {R, C}, {R}}, {0.5f, -8, 0}, {2, 8, (float)C}, 2, {R, C}, 1, 0, NULL, 1e-4, {0}};
+        CHECK(kcheck(&b, 93 + (unsigned)i) >= 0);
+    }
+}
+
 /* ---- embedding ---------------------------------------------------------------------------- */
 
 LOW_TEST(embedding) {
@@ -1189,5 +1211,5 @@ TEST(arena_targets) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(eltwise), T(batchnorm), T(relu_pack_all_patterns), T(layernorm), T(pooling), T(pooling_channels_last), T(reductions), T(softmax), T(embedding), T(attention), T(attention_onednn_bf16), T(plans_match_copies), T(pool_big_planes_in_plan), T(kernel_impl_names),
+TEST_MAIN(T(eltwise), T(batchnorm), T(relu_pack_all_patterns), T(layernorm), T(pooling), T(pooling_channels_last), T(reductions), T(softmax), T(cross_entropy), T(embedding), T(attention), T(attention_onednn_bf16), T(plans_match_copies), T(pool_big_planes_in_plan), T(kernel_impl_names),
           T(arena_targets))

@@ -873,9 +873,13 @@ static ct_status try_cast_fold(fz *f, ct_node c, int *done) {
         *done = 1;
         return CT_OK;
     }
-    /* narrow: x's readers are the cast (its data) and state readers after c */
+    /* narrow: x's readers are the cast (its data) and state readers after c. x may be in a group only as
+       a reader an earlier widening fold pointed at 16-bit data (cross_entropy_bwd reading the BF16 logits):
+       the node moves to c, and that group lists c instead */
     const ct_op_info *xi = ct_op_table(X->op);
-    if (!xi->simd_lowp || (X->flags & CT_NODE_RECOMPUTE) || kept(f->p, x) || f->p->fused_group[x] >= 0) return CT_OK;
+    const int xg = f->p->fused_group[x];
+    const int reader_only = xg >= 0 && f->p->groups[xg].pattern == PAT_CAST_FOLD && f->p->groups[xg].nodes[0] != x;
+    if (!xi->simd_lowp || (X->flags & CT_NODE_RECOMPUTE) || kept(f->p, x) || (xg >= 0 && !reader_only)) return CT_OK;
     int data_reads = 0;
     for (int i = 0; i < nr; i++) {
         const ct_node_def *R = &g->nodes[r[i].node];
@@ -887,6 +891,12 @@ static ct_status try_cast_fold(fz *f, ct_node c, int *done) {
     nd.dtype = C->dtype;
     nd.flags = C->flags | (X->flags & CT_NODE_KEEP_STATS);
     CT_TRY(install(f, PAT_CAST_FOLD, rule, c, &nd, C->name, r, nr, x));
+    if (reader_only) {
+        ct_fused_group *og = &f->p->groups[xg];
+        for (int i = 1; i < og->n_nodes; i++)
+            if (og->nodes[i] == x) og->nodes[i] = c;
+        f->p->fused_group[x] = -1;
+    }
     *done = 1;
     return CT_OK;
 }

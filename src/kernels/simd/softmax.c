@@ -13,8 +13,14 @@
  * BF16 I/O (simd_lowp.h): softmax, log_softmax and their gradients read and
  * write BF16 rows through FP32 tiles converted in registers (the FP32 math
  * on the BF16 values); rows above CT_BF16_TILE decline. The cross-entropy
- * kernels take FP32 (the autocast policy casts logits to FP32 first). */
+ * kernels read BF16 / FP16 logits (and the backward writes its gradient in
+ * that dtype) the same way, one row at a time through FP32 row buffers in
+ * the plan's shared scratch (a vocabulary's rows are far above a tile:
+ * gpt2-124m's 50257): autocast casts the logits to FP32 for the loss, and
+ * fusion's cast_fold then drops that cast and the gradient's cast back (no
+ * FP32 copy of the logits or of their gradient, results bit for bit). */
 #include <math.h>
+#include <omp.h>
 
 #include "simd_lowp.h"
 
@@ -266,29 +272,45 @@ static ct_status ce_labels(ct_kargs *k, const int32_t *t, int64_t R, int64_t C, 
     return CT_OK;
 }
 
-/* logits (..., C) as R = numel / C rows, labels (...) R ids */
+/* logits (..., C) as R = numel / C rows (FP32, BF16 or FP16), labels (...) R ids */
 static int ce_shapes_ok(const ct_tensor *logits, const ct_tensor *labels) {
-    return logits->dtype == CT_F32 && logits->ndim >= 1 && labels->dtype == CT_I32 &&
+    return ct_dtype_is_float(logits->dtype) && logits->ndim >= 1 && labels->dtype == CT_I32 &&
            logits->shape[logits->ndim - 1] > 0 &&
            ct_tensor_numel(labels) * logits->shape[logits->ndim - 1] == ct_tensor_numel(logits);
+}
+
+/* FP32 row buffers of a cross-entropy kernel with 16-bit I/O: `per` rows of C floats for each of nt
+ * threads, in the plan's shared scratch (*out = NULL when every tensor is FP32). Declines (before any
+ * work) when there is no scratch or the 16-bit tensors do not share one dtype. */
+static ct_status ce_rows(ct_kargs *k, ct_dtype a, ct_dtype b, int nt, int per, int64_t C, float **out) {
+    *out = NULL;
+    if (!ct_dtype_is_low(a) && !ct_dtype_is_low(b)) return CT_OK;
+    if (ct_dtype_is_low(a) && ct_dtype_is_low(b) && a != b) return CT_E_UNSUPPORTED;
+    if (!k->scratch) return CT_E_UNSUPPORTED;
+    void *p;
+    CT_TRY(ct_scratch_reserve(k->ctx, k->scratch, (size_t)nt * (size_t)per * (size_t)C * sizeof(float), &p));
+    *out = p;
+    return CT_OK;
 }
 
 ct_status CT_FN(cross_entropy)(ct_kargs *k) {
     const ct_tensor *X = &k->in[0];
     if (!ce_shapes_ok(X, &k->in[1]) || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
-    const float *x = X->data;
     const int32_t *t = k->in[1].data;
     int64_t C = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / C, count;
-    CT_TRY(ce_labels(k, t, R, C, &count));
     double eps = k->node->fa[0], part[CE_BLOCKS];
     int64_t nb = CT_MIN((int64_t)CE_BLOCKS, R);
     int nt = row_threads(k, nb, (R / (nb ? nb : 1)) * C);
+    float *rows; /* 16-bit logits: each thread's row as floats */
+    CT_TRY(ce_rows(k, X->dtype, CT_F32, nt, 1, C, &rows));
+    CT_TRY(ce_labels(k, t, R, C, &count));
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int64_t b = 0; b < nb; b++) {
         double tot = 0;
+        float *rb = rows ? rows + (size_t)omp_get_thread_num() * (size_t)C : NULL;
         for (int64_t r = R * b / nb; r < R * (b + 1) / nb; r++) {
             if (t[r] == k->node->ia[0]) continue;
-            const float *xr = x + r * C;
+            const float *xr = rb ? ct_tile_in(X, r * C, C, rb) : (const float *)X->data + r * C;
             float m = row_max(xr, C);
             double l = m + log(exp_sum(xr, NULL, C, m));
             double smooth = (double)C * l - dot_sum(xr, NULL, C); /* sum over c of (l - x_c) */
@@ -302,25 +324,31 @@ ct_status CT_FN(cross_entropy)(ct_kargs *k) {
     return CT_OK;
 }
 
-/* in: dloss (scalar), logits, labels -> dlogits */
+/* in: dloss (scalar), logits, labels -> dlogits (logits and dlogits FP32 or one 16-bit dtype) */
 ct_status CT_FN(cross_entropy_bwd)(ct_kargs *k) {
-    const ct_tensor *X = &k->in[1];
-    if (!ce_shapes_ok(X, &k->in[2]) || k->in[0].dtype != CT_F32 || k->out.dtype != CT_F32) return CT_E_UNSUPPORTED;
+    const ct_tensor *X = &k->in[1], *O = &k->out;
+    if (!ce_shapes_ok(X, &k->in[2]) || k->in[0].dtype != CT_F32 || !ct_dtype_is_float(O->dtype) ||
+        ct_tensor_numel(O) != ct_tensor_numel(X))
+        return CT_E_UNSUPPORTED;
     float g = *(const float *)k->in[0].data;
-    const float *x = X->data;
     const int32_t *t = k->in[2].data;
     int64_t C = X->shape[X->ndim - 1], R = ct_tensor_numel(X) / C, count;
-    CT_TRY(ce_labels(k, t, R, C, &count));
     double eps = k->node->fa[0];
-    double scale = count ? g / (double)count : 0.0;
-    float *dx = k->out.data;
     int nt = row_threads(k, R, C);
+    const int xl = ct_dtype_is_low(X->dtype), ol = ct_dtype_is_low(O->dtype);
+    float *rows; /* 16-bit I/O: per thread, the logits' row (xl) and the gradient's (ol) as floats */
+    CT_TRY(ce_rows(k, X->dtype, O->dtype, nt, xl + ol, C, &rows));
+    CT_TRY(ce_labels(k, t, R, C, &count));
+    double scale = count ? g / (double)count : 0.0;
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int64_t r = 0; r < R; r++) {
-        float *dr = dx + r * C;
-        const float *xr = x + r * C;
+        float *rb = rows ? rows + (size_t)omp_get_thread_num() * (size_t)(xl + ol) * (size_t)C : NULL;
+        /* (rb is set whenever xl or ol: ce_rows) */
+        float *dr = ol && rb ? rb + (size_t)xl * (size_t)C : (float *)O->data + r * C;
+        const float *xr = xl && rb ? ct_tile_in(X, r * C, C, rb) : (const float *)X->data + r * C;
         if (t[r] == k->node->ia[0]) {
             for (int64_t c = 0; c < C; c++) dr[c] = 0.0f;
+            ct_tile_put(O, r * C, C, dr);
             continue;
         }
         float m = row_max(xr, C);
@@ -335,6 +363,7 @@ ct_status CT_FN(cross_entropy_bwd)(ct_kargs *k) {
         }
         int32_t c = t[r]; /* the target column, exactly as the reference */
         dr[c] = (float)((exp(xr[c] - l) - (1.0 - eps + eps / (double)C)) * scale);
+        ct_tile_put(O, r * C, C, dr); /* 16-bit: the row's rounding, as a cast of the FP32 gradient */
     }
     return CT_OK;
 }
