@@ -16,7 +16,7 @@
 # Logs: build-ab/logs/<date>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REV= WORKLOADS="mlp gptchar" PRECISIONS="fp32 bf16" ROUNDS=3 STEPS=5 WARMUP=2 THREADS=2 ARGS= ENV_A= ENV_B=
+REV='' WORKLOADS="mlp gptchar" PRECISIONS="fp32 bf16" ROUNDS=3 STEPS=5 WARMUP=2 THREADS=2 ARGS='' ENV_A='' ENV_B=''
 die() { echo "bench/ab.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -72,7 +72,7 @@ printf '%-10s %-5s | %-30s | %-30s | %8s %8s %6s | %s\n' workload prec "A ms per
   "last loss A / B"
 for wl in $WORKLOADS; do
   for prec in $PRECISIONS; do
-    a_ms= b_ms= a_loss= b_loss=
+    a_ms='' b_ms='' a_loss='' b_loss=''
     for r in $(seq 1 "$ROUNDS"); do
       la=$(run_side A "$A_BIN" "$ENV_A" "$wl" "$prec" "$r") || exit 1
       lb=$(run_side B "$B_BIN" "$ENV_B" "$wl" "$prec" "$r") || exit 1
