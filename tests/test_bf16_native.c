@@ -494,18 +494,25 @@ static int train(ct_plan *p, int n, float *losses) {
     return bad;
 }
 
+/* Two models of mc at batch 16 (native or with FP32 copies each) with the same weights (b's). */
+static ct_status build_pair(ct_context *ctx, const model_cfg *mc, int native_a, int native_b, test_model *a,
+                            test_model *b) {
+    TRY(build_model(ctx, mc, native_a, 16, a));
+    TRY(build_model(ctx, mc, native_b, 16, b));
+    float *wa, *wb;
+    size_t n;
+    ct_plan_param_arena(a->plan, &wa, NULL, &n);
+    ct_plan_param_arena(b->plan, &wb, NULL, NULL);
+    memcpy(wa, wb, n * sizeof(float));
+    return CT_OK;
+}
+
 static void model_native_vs_copies(int cnn) {
     ct_context *ctx = test_ctx(-1, 1);
     native_mode mode = expected_mode(ctx);
     model_cfg mc = {cnn, 0, 0};
     test_model a, c;
-    CHECK_OK(ctx, build_model(ctx, &mc, 1, 16, &a));
-    CHECK_OK(ctx, build_model(ctx, &mc, 0, 16, &c));
-    float *wa, *wc;
-    size_t n;
-    ct_plan_param_arena(a.plan, &wa, NULL, &n);
-    ct_plan_param_arena(c.plan, &wc, NULL, NULL);
-    memcpy(wa, wc, n * sizeof(float));
+    CHECK_OK(ctx, build_pair(ctx, &mc, 1, 0, &a, &c));
     enum { STEPS = 6 };
     float la[STEPS], lc[STEPS];
     CHECK(train(a.plan, STEPS, la) == 0);
@@ -556,13 +563,8 @@ TEST(trained_with_weights_packed_once_like_plain) {
     native_mode mode = expected_mode(ctx);
     model_cfg mc = {0, 0, 0};
     test_model a, b;
-    CHECK_OK(ctx, build_model(ctx, &mc, 1, 16, &a));
-    CHECK_OK(ctx, build_model(ctx, &mc, 1, 16, &b));
-    float *wa, *wb;
+    CHECK_OK(ctx, build_pair(ctx, &mc, 1, 1, &a, &b));
     size_t n;
-    ct_plan_param_arena(a.plan, &wa, NULL, &n);
-    ct_plan_param_arena(b.plan, &wb, NULL, NULL);
-    memcpy(wa, wb, n * sizeof(float));
     enum { STEPS = 6 };
     float la[STEPS], lb[STEPS];
     setenv("CT_ONEDNN_PACK_WEIGHTS", "1", 1); /* read when a node creates its primitives: its first run */

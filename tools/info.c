@@ -56,7 +56,7 @@ int ct_cli_info(int argc, char **argv) {
         else if (isa < CT_ISA_AVX2) printf("%s other ops FP32 copies (the reference kernels; CT_ISA=%s)\n", dn, ct_isa_name(isa));
         else
             printf("%s other ops the %s kernels read and write %s themselves (eltwise, batchnorm, layernorm, pooling, "
-                   "sum, softmax, embedding, attention: conversion in registers, FP32 math); losses read FP32\n",
+                   "sum, softmax, cross-entropy, embedding, attention: conversion in registers, FP32 math)\n",
                    dn, ct_isa_name(isa), i ? "FP16" : "BF16");
     }
     /* what MFU is measured against (ctrain doctor, the profiler's trace) */
