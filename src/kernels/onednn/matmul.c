@@ -91,7 +91,7 @@ static int plain_is_brgemm(ct_dnnl *c, const dnnl_memory_desc_t *a, const dnnl_m
  * packing brgemm does inside the GEMM: on AMX (Sapphire Rapids, 2 threads) bench_step BF16 steps went MLP
  * 3.17-3.34 -> 3.85-3.98 ms, gpt-char-small 189-192 -> 193-196, gpt2-124m 357-359 -> 461-469 (GPT-2 also
  * +470 MB). It pays where one update serves several forwards: evaluation-only forwards (bench_step
- * BENCH_EVAL-style, weights fixed) went 0.87 -> 0.71 ms (MLP), 59.6 -> 57.8 (gpt-char-small), 74 -> 70.5
+ * --eval-only, weights fixed) went 0.87 -> 0.71 ms (MLP), 59.6 -> 57.8 (gpt-char-small), 74 -> 70.5
  * (GPT-2). Costs one packed copy per weight and use, counted by the context's allocator
  * (ct_plan_packed_weights). */
 static ct_status pack_weight(ct_dnnl *c, const ct_kargs *k, int slot, ct_dtype dt, int *pack) {
