@@ -37,7 +37,8 @@ static ct_status add_matmul(ct_dnnl *c, const dnnl_memory_desc_t *a, const dnnl_
     CT_TRY(ct_dnnl_pd(c, &pd, &d, NULL, "creating the matmul"));
     dnnl_memory_t ma, mb, mbias = NULL, mdst;
     ct_status s = ct_dnnl_user(c, a, 0, &ma);
-    if (s == CT_OK && b_any) s = ct_dnnl_input_kept(c, b, 1, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &mb);
+    if (s == CT_OK && b_any)
+        s = ct_dnnl_input_kept(c, b, 1, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &mb);
     else if (s == CT_OK) s = b_user ? ct_dnnl_input(c, b_user, 1, b, &mb) : ct_dnnl_user(c, b, 1, &mb);
     if (s == CT_OK && bias) s = ct_dnnl_user(c, bias, 2, &mbias);
     if (s == CT_OK) s = ct_dnnl_user(c, dst, CT_DNNL_OUT, &mdst);
