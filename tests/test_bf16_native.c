@@ -628,6 +628,31 @@ TEST(trained_with_weights_packed_once_like_plain) {
     ct_context_free(ctx);
 }
 
+/* CT_ONEDNN_PACK_WEIGHTS other than 0 or 1: the step fails with CT_E_CONFIG naming the variable (read where a
+ * oneDNN matmul / linear creates its primitives), nothing crashes; unset, the same plan runs. */
+TEST(pack_weights_bad_value_is_a_config_error) {
+    ct_context *ctx = test_ctx(-1, 1);
+    expected_mode(ctx);
+    model_cfg mc = {0, 0, 0};
+    test_model a;
+    CHECK_OK(ctx, build_model(ctx, &mc, 1, 16, &a));
+    setenv("CT_ONEDNN_PACK_WEIGHTS", "yes", 1);
+    ct_status s = ct_plan_forward(a.plan, 1);
+    const char *msg = ct_context_last_error(ctx);
+    unsetenv("CT_ONEDNN_PACK_WEIGHTS");
+    if (ct_context_use_onednn(ctx)) {
+        CHECK_MSG(s == CT_E_CONFIG && strstr(msg, "CT_ONEDNN_PACK_WEIGHTS='yes' is not 0 or 1"), "%s: %s",
+                  ct_status_name(s), msg);
+        printf("    %s\n", msg);
+        ct_context_clear_error(ctx);
+    } else {
+        CHECK(s == CT_OK); /* no oneDNN node reads it */
+    }
+    CHECK(step(a.plan) == 0);
+    ct_plan_free(a.plan);
+    ct_context_free(ctx);
+}
+
 /* A native plan with recompute, or with gradient accumulation (one
  * micro-batch), gives the plain native plan's loss and gradients bit for
  * bit: the same kernels on the same values. */
@@ -766,5 +791,5 @@ TEST(override_and_queries) {
 }
 
 TEST_MAIN(T(matmul_2d_all_transposes), T(matmul_batched), T(linear_bias_and_3d), T(matmul_and_linear_with_weights_packed_once), T(attention_after_linear), T(conv2d_stride_padding_groups), T(conv2d_bwd_data_forward_form),
-          T(mlp_trains_close_to_copies), T(cnn_trains_close_to_copies), T(trained_with_weights_packed_once_like_plain),
+          T(mlp_trains_close_to_copies), T(cnn_trains_close_to_copies), T(trained_with_weights_packed_once_like_plain), T(pack_weights_bad_value_is_a_config_error),
           T(native_with_recompute_and_accumulation_bit_identical), T(cnn_activation_arena), T(override_and_queries))

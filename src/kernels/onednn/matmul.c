@@ -9,10 +9,10 @@
  * path) with a bf16 or f32 output (weight gradients go to the FP32 gradient
  * arena as they are accumulated). B is read in its plain layout, and
  * oneDNN's BF16 GEMMs (gemm:jit emulated on AVX-512, brgemm on AVX512-BF16 /
- * AMX) pack it into their own blocks (scratchpad) on every call, except a
- * BF16 weight copy on AMX: packed once into the layout the primitive asks
- * for, kept by the node, and packed again only when the weights change
- * (pack_weight). */
+ * AMX) pack it into their own blocks (scratchpad) on every call. With
+ * CT_ONEDNN_PACK_WEIGHTS=1 (off by default: slower training, pack_weight) a
+ * BF16 weight copy is packed once into the layout the primitive asks for,
+ * kept by the node, and packed again only when the weights change. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
