@@ -194,7 +194,7 @@ static void usage(void) {
             "  --budget-s S: stop after the timed steps took S seconds (at least 3 steps)\n"
             "  --fusion-level N: the plan's fusion level (default 1, as a recipe's; docs/fusion.md)\n"
             "  --eval-only: time evaluation forwards (training 0) of the training plan, weights fixed: no backward,\n"
-            "               no update (bwd_ms and opt_ms 0); how CT_ONEDNN_PACK_WEIGHTS=1 was measured\n"
+            "               no update (bwd_ms and opt_ms 0), no MFU steps; how CT_ONEDNN_PACK_WEIGHTS=1 was measured\n"
             "  mlp: MLP 784-1024-1024-10, batch 256, cross entropy (default optim adamw)\n"
             "  cnn: ct_model_cnn channels [32,64] on 1x28x28, batch 128, 10 classes (default optim sgd)\n"
             "  gptchar: ct_gpt_preset gpt-char-small (6/6/384, vocab 65), batch 8, T 256, dropout 0,\n"
@@ -231,6 +231,7 @@ int main(int argc, char **argv) {
         else usage();
         i++;
     }
+    if (evalonly) mfu_steps = 0; /* the profiled steps train: their MFU would not be the forwards' */
     if (!workload || steps < 1 || warmup < 0 || threads < 1 || fusion_level < 0 || fusion_level > 2 ||
         (channels_last != 0 && channels_last != 1))
         usage();
