@@ -5,6 +5,15 @@
 #include "test.h"
 
 static int contains(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
+static void *test_plain_alloc(void *user, size_t bytes, size_t align) {
+    (void)user;
+    void *p = NULL;
+    return posix_memalign(&p, align, bytes) == 0 ? p : NULL;
+}
+static void test_plain_free(void *user, void *p) {
+    (void)user;
+    free(p);
+}
 
 TEST(status_codes_have_names_and_advice) {
     CHECK(!strcmp(ct_status_code(CT_E_DTYPE), "E40005"));
@@ -408,7 +417,78 @@ TEST(anomaly_mode_checks_a_sum_written_by_add_layernorm) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(anomaly_mode_names_the_op_that_made_a_nan), T(anomaly_mode_checks_a_sum_written_by_add_layernorm), T(inputs_declared_late_keep_their_values), T(grad_ready_callback_fires_once_per_param_in_backward_order), T(status_codes_have_names_and_advice), T(shape_mismatch_is_a_clear_error), T(dtype_mismatch_is_e40005),
+/* "THPeligible" of the mapping that holds p in /proc/self/smaps: 1, 0, or -1 when not found */
+static int thp_eligible(const void *p) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    char line[512];
+    int in = 0, r = -1;
+    while (r < 0 && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (in && !strncmp(line, "THPeligible:", 12)) r = atoi(line + 12);
+    }
+    fclose(f);
+    return r;
+}
+
+/* ct_context_opts.huge_pages: a block of >= 4 MiB from the default allocator is asked onto transparent huge pages
+ * (MADV_HUGEPAGE), one with the option off is not; what the kernel grants depends on its THP mode. */
+TEST(large_blocks_ask_for_huge_pages) {
+    char mode[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) {
+        if (!fgets(mode, sizeof mode, f)) mode[0] = 0;
+        fclose(f);
+    }
+    for (int on = 0; on < 2; on++) {
+        ct_context_opts o;
+        ct_context_opts_default(&o);
+        CHECK(o.huge_pages == 1);
+        o.huge_pages = on;
+        ct_context *ctx;
+        if (getenv("CT_HUGE_PAGES")) unsetenv("CT_HUGE_PAGES");
+        CHECK(ct_context_create(&o, &ctx) == CT_OK);
+        CHECK(ct_context_huge_pages(ctx) == on);
+        void *big = NULL, *small = NULL;
+        CHECK_OK(ctx, ct_alloc(ctx, (size_t)8 << 20, &big));
+        CHECK_OK(ctx, ct_alloc(ctx, (size_t)64 << 10, &small));
+        CHECK(((uintptr_t)big & 63) == 0 && ((uintptr_t)small & 63) == 0);
+        memset(big, 1, (size_t)8 << 20);
+        const int e = thp_eligible((char *)big + ((size_t)4 << 20));
+        if (strstr(mode, "[madvise]")) CHECK_MSG(e == on, "THPeligible %d with huge_pages %d (THP mode: %s)", e, on, mode);
+        else if (strstr(mode, "[never]")) CHECK(e <= 0);
+        if (on) {
+            /* the block's pages start on a 2 MiB boundary (after the allocator's header) */
+            CHECK(((uintptr_t)big & (((uintptr_t)2 << 20) - 1)) <= 4096);
+        }
+        ct_free(ctx, big);
+        ct_free(ctx, small);
+        ct_context_free(ctx);
+    }
+    /* the environment overrides the option; a bad value is refused */
+    setenv("CT_HUGE_PAGES", "0", 1);
+    ct_context *ctx;
+    CHECK(ct_context_create(NULL, &ctx) == CT_OK);
+    CHECK(ct_context_huge_pages(ctx) == 0);
+    ct_context_free(ctx);
+    setenv("CT_HUGE_PAGES", "yes", 1);
+    CHECK(ct_context_create(NULL, &ctx) == CT_E_CONFIG);
+    char msg[256];
+    CHECK(ct_context_env_check(msg, sizeof msg) == CT_E_CONFIG && strstr(msg, "CT_HUGE_PAGES"));
+    unsetenv("CT_HUGE_PAGES");
+    /* a caller's allocator is used as it is */
+    ct_context_opts o;
+    ct_context_opts_default(&o);
+    const ct_allocator mine = {test_plain_alloc, test_plain_free, NULL};
+    o.allocator = &mine;
+    CHECK(ct_context_create(&o, &ctx) == CT_OK);
+    CHECK(ct_context_huge_pages(ctx) == 0);
+    ct_context_free(ctx);
+}
+
+TEST_MAIN(T(large_blocks_ask_for_huge_pages), T(anomaly_mode_names_the_op_that_made_a_nan), T(anomaly_mode_checks_a_sum_written_by_add_layernorm), T(inputs_declared_late_keep_their_values), T(grad_ready_callback_fires_once_per_param_in_backward_order), T(status_codes_have_names_and_advice), T(shape_mismatch_is_a_clear_error), T(dtype_mismatch_is_e40005),
           T(bad_labels_and_ids_fail_at_run_time_with_a_message), T(memory_budget_gives_e60003),
           T(training_step_after_first_allocates_nothing), T(optimizer_rejects_bad_values),
           T(optimizer_fast_matches_reference), T(conversions_round_trip))

@@ -34,6 +34,16 @@ int ct_cli_info(int argc, char **argv) {
     printf("amx tile/bf16  %d/%d (os %d, permitted %d)\n", f->amx_tile, f->amx_bf16, f->os_amx, f->amx_permitted);
     printf("kernel ISA     %s\n", ct_isa_name(ct_context_isa(ctx)));
     printf("oneDNN         %s\n", ct_context_use_onednn(ctx) ? "on" : "off");
+    /* the allocator's huge pages and what the kernel's THP mode makes of them */
+    char thp[128] = "unknown";
+    FILE *tf = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (tf) {
+        if (!fgets(thp, sizeof thp, tf)) snprintf(thp, sizeof thp, "unknown");
+        fclose(tf);
+        thp[strcspn(thp, "\n")] = 0;
+    }
+    printf("huge pages     %s (kernel THP: %s)\n",
+           ct_context_huge_pages(ctx) ? "asked for blocks of 4 MiB and more" : "off (CT_HUGE_PAGES=0)", thp);
     /* mixed precision: do matmul/linear/conv2d read BF16/FP16 themselves? */
     int rc = 0;
     for (int i = 0; i < 2; i++) {

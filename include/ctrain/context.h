@@ -59,6 +59,15 @@ typedef struct ct_context_opts {
      * the default in the last bits. The environment variable
      * CT_FLUSH_SUBNORMALS=0|1 overrides it. */
     int flush_subnormals;
+    /* 1 (default): the default allocator puts blocks of 4 MiB and more (the
+     * plan's arenas, parameters, gradients, optimizer state) on 2 MiB
+     * boundaries and asks the kernel for transparent huge pages for them
+     * (madvise MADV_HUGEPAGE: Debian's default THP mode grants them only to
+     * regions that ask). Fewer TLB misses: a few to 10% faster steps, a few
+     * MB more resident memory. No effect with a caller's allocator or where
+     * /sys/kernel/mm/transparent_hugepage/enabled is "never". The
+     * environment variable CT_HUGE_PAGES=0|1 overrides it. */
+    int huge_pages;
 } ct_context_opts;
 
 /* Fills opts with defaults (all threads, seed 0, no budget, best ISA). */
@@ -68,7 +77,7 @@ void ct_context_opts_default(ct_context_opts *opts);
  * to get the `ctrain` CLI's short spin. */
 ct_status ct_context_create(const ct_context_opts *opts, ct_context **out);
 /* Checks the environment variables ctrain reads (CT_ISA=ref|avx2|avx512,
- * CT_ONEDNN, CT_FLUSH_SUBNORMALS and CT_BF16_NATIVE = 0|1): CT_OK, or
+ * CT_ONEDNN, CT_FLUSH_SUBNORMALS, CT_HUGE_PAGES and CT_BF16_NATIVE = 0|1): CT_OK, or
  * CT_E_CONFIG with "environment variable X='v' is not valid: use ..." in msg
  * (when msg is not NULL). ct_context_create returns CT_E_CONFIG for the same
  * values, before it has a context to carry a message: call this to say why. */
@@ -111,6 +120,8 @@ void ct_context_clear_error(ct_context *ctx);
 
 int ct_context_num_threads(const ct_context *ctx);
 int ct_context_flush_subnormals(const ct_context *ctx); /* 1: FTZ/DAZ on (ct_context_opts) */
+/* 1: the context's default allocator asks for huge pages (ct_context_opts.huge_pages) */
+int ct_context_huge_pages(const ct_context *ctx);
 uint64_t ct_context_seed(const ct_context *ctx);
 /* Sums x (n doubles) in place across the processes of a data parallel job
  * (sync_batchnorm: BatchNorm's batch statistics over the global batch). */

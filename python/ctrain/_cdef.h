@@ -48,6 +48,7 @@ typedef struct ct_context_opts {
     int isa;
     int use_onednn;
     int flush_subnormals;
+    int huge_pages;
 } ct_context_opts;
 void ct_context_opts_default(ct_context_opts *opts);
 ct_status ct_context_create(const ct_context_opts *opts, ct_context **out);
@@ -58,6 +59,7 @@ const char *ct_context_last_error(const ct_context *ctx);
 void ct_context_clear_error(ct_context *ctx);
 int ct_context_num_threads(const ct_context *ctx);
 int ct_context_flush_subnormals(const ct_context *ctx);
+int ct_context_huge_pages(const ct_context *ctx);
 uint64_t ct_context_seed(const ct_context *ctx);
 typedef ct_status (*ct_batch_sum_fn)(void *user, double *x, size_t n);
 void ct_context_set_batch_sum(ct_context *ctx, ct_batch_sum_fn fn, void *user);
