@@ -749,8 +749,8 @@ LOW_TEST(attention) {
  * their GEMMs, FP32 accumulation in another order) against the reference on
  * the same BF16 values and against the SIMD kernels' BF16 path. Where oneDNN
  * has no BF16 matmul at all (below AVX-512), it must decline. */
-static void attention_dnnl_case(int64_t T, int causal, int masked) {
-    const int64_t B = 2, D = 48, H = 3;
+static void attention_dnnl_case(int64_t T, int64_t D, int64_t H, int causal, int masked) {
+    const int64_t B = 2;
     int64_t nq = B * T * 3 * D, ny = B * T * D, nl = B * H * T;
     float *qkv = malloc((size_t)nq * 4), *dy = malloc((size_t)ny * 4);
     test_fill_uniform(qkv, (size_t)nq, 81, -2, 2);
@@ -758,7 +758,9 @@ static void attention_dnnl_case(int64_t T, int causal, int masked) {
     for (int64_t i = 0; i < nq; i++) qkv[i] = bround(qkv[i]);
     for (int64_t i = 0; i < ny; i++) dy[i] = bround(dy[i]);
     char label[64];
-    snprintf(label, sizeof label, "T %lld%s%s", (long long)T, causal ? " causal" : "", masked ? " key mask" : "");
+    const char *amx = getenv("CT_ATTENTION_AMX");
+    snprintf(label, sizeof label, "T %lld Dh %lld%s%s%s", (long long)T, (long long)(D / H), causal ? " causal" : "",
+             masked ? " key mask" : "", amx && !strcmp(amx, "0") ? " (CT_ATTENTION_AMX=0)" : "");
     kcase f = {label, CT_OP_ATTENTION, {H, causal}, {0.25f}, masked ? 2 : 1, {IN_LOW, IN_I32}, {3, 2},
                {{B, T, 3 * D}, {B, T}}, {0, 0}, {0, 2}, 3, {B, T, D}, 1, (size_t)nl * 4, NULL, 1e-2, {qkv}};
     kdata d;
@@ -829,14 +831,29 @@ static void attention_dnnl_case(int64_t T, int causal, int masked) {
     free(ls);
 }
 
+/* Head sizes of 32 and 64 take the products on AMX tiles where the CPU has them (T padded to 32: 37 and 150
+ * have padded keys and a partial last block); CT_ATTENTION_AMX=0 runs oneDNN's primitives on the same cases. */
 TEST(attention_onednn_bf16) {
     setup();
     if (!g_nslots) return;
-    attention_dnnl_case(37, 0, 0);  /* one block, fewer rows than CT_ATT_ROWS */
-    attention_dnnl_case(37, 1, 1);
-    attention_dnnl_case(150, 1, 0); /* three blocks, the last partial: causal block skipping */
-    attention_dnnl_case(150, 0, 1);
-    attention_dnnl_case(128, 1, 1);
+    const ct_cpu_features *cpu = ct_context_cpu(g_ctx);
+    printf("    products on AMX tiles for Dh 32 and 64: %s\n",
+           cpu->amx_bf16 && cpu->amx_permitted ? "yes (this CPU)" : "no (no AMX here: oneDNN's primitives)");
+    for (int amx_off = 0; amx_off < 2; amx_off++) {
+        if (amx_off) setenv("CT_ATTENTION_AMX", "0", 1);
+        attention_dnnl_case(37, 48, 3, 0, 0);  /* one block, fewer rows than CT_ATT_ROWS */
+        attention_dnnl_case(37, 48, 3, 1, 1);
+        attention_dnnl_case(150, 48, 3, 1, 0); /* three blocks, the last partial: causal block skipping */
+        attention_dnnl_case(150, 48, 3, 0, 1);
+        attention_dnnl_case(128, 48, 3, 1, 1);
+        attention_dnnl_case(37, 64, 2, 0, 1); /* Dh 32 */
+        attention_dnnl_case(37, 128, 2, 1, 0); /* Dh 64 */
+        attention_dnnl_case(150, 128, 2, 1, 1);
+        attention_dnnl_case(150, 64, 2, 0, 0);
+        attention_dnnl_case(256, 128, 2, 1, 0);
+        attention_dnnl_case(96, 192, 2, 0, 1); /* Dh 96 */
+    }
+    unsetenv("CT_ATTENTION_AMX");
 }
 
 /* ---- whole plans ---------------------------------------------------------------------------- */

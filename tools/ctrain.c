@@ -28,6 +28,8 @@ static void usage(FILE *f) {
             "  CT_ONEDNN=0|1                0 disables oneDNN kernels\n"
             "  CT_FLUSH_SUBNORMALS=0|1      0 keeps subnormal floats (PyTorch's default; slower), 1 flushes them\n"
             "  CT_HUGE_PAGES=0|1            0: large buffers on 4 KiB pages (1, the default: transparent huge pages)\n"
+            "  CT_ATTENTION_AMX=0|1         0: BF16 attention's products on oneDNN primitives (1, the default: AMX\n"
+            "                               tiles called directly, where the CPU has them and Dh is a multiple of 32)\n"
             "  CT_BF16_NATIVE=0|1           0: BF16/FP16 plans run FP32 copies of every op (for comparison)\n"
             "  CT_ONEDNN_PACK_WEIGHTS=0|1   1: oneDNN's BF16 GEMMs read the weights packed once per update\n"
             "                               (faster evaluation forwards, slower training steps; 0, the default)\n"

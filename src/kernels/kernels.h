@@ -344,13 +344,6 @@ static inline size_t ct_attention_dnnl_layout(int64_t T, int64_t Dh, size_t *off
 }
 static inline size_t ct_attention_ws_per_thread_dnnl(int64_t T, int64_t Dh) { return ct_attention_dnnl_layout(T, Dh, NULL); }
 
-/* BF16 plans size the scratch for either kernel: the SIMD one (its FP32
- * rows hold the 16-bit I/O converted) or the oneDNN one. */
-static inline size_t ct_attention_ws_per_thread_bf16(int64_t T, int64_t Dh) {
-    size_t simd = ct_attention_ws_per_thread(T, Dh);
-    size_t dnnl = ct_attention_ws_per_thread_dnnl(T, Dh);
-    return simd > dnnl ? simd : dnnl;
-}
 
 /* Row helpers of the oneDNN BF16 attention, per ISA (simd/attention.c); att_colsum_rows: fusion
  * attention_bwd+colsum's column sums of a (batch, head) task's rows of one part of d_qkv, and
@@ -369,5 +362,51 @@ static inline size_t ct_attention_ws_per_thread_bf16(int64_t T, int64_t Dh) {
     void ct_k_att_colsum_cross_##isa(const ct_kargs *k);
 CT_DECL_ATT_ROWS(avx2)
 CT_DECL_ATT_ROWS(avx512)
+
+/* BF16 products on AMX tiles (simd/amx.c; AVX-512 build only: the caller checks the CPU's amx_bf16 and the
+ * kernel's permission). B operands as pairs: word [r][j] = B[2r][j] | B[2r + 1][j] << 16. */
+void ct_amx_tiles_config(void);
+void ct_amx_tiles_release(void);
+void ct_amx_gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t *a, int64_t lda, const uint32_t *b, int64_t ldb,
+                      float *c, int64_t ldc, int accumulate);
+void ct_amx_pairs(const uint16_t *x, int64_t ldx, int64_t rows, int64_t cols, uint32_t *out, int64_t ldo);
+void ct_amx_pairs_t(const uint16_t *x, int64_t ldx, int64_t rows, int64_t cols, uint32_t *out, int64_t ldo);
+void ct_amx_scale(float *x, int64_t ldx, int64_t rows, int64_t cols, float s);
+void ct_amx_transpose16(const uint16_t *x, int64_t ldx, int64_t rows, int64_t cols, uint16_t *out, int64_t ldo);
+void ct_amx_transpose32(const float *x, int64_t ldx, int64_t rows, int64_t cols, float s, float *out, int64_t ldo);
+
+/* The BF16 attention's products on AMX tiles (onednn/attention.c, where the CPU has AMX and Dh is a multiple of
+ * 32): rows and keys padded to Tp = T rounded up to 32 (zero rows; the padded keys masked), blocks of up to
+ * CT_ATT_ROWS queries. Dense q, dy (Tp x Dh) and their transposes (Dh x Tp), k and v as read (Tp x Dh), K^T and
+ * V^T as pairs (Dh / 2 x Tp words; the B of Q K^T and dO V^T), K and V as pairs (Tp / 2 x Dh; the B of P V and
+ * dS K); a block's S, dP (FP32), P, dS (BF16, plain and as pairs), its output rows (FP32); dV^T, dK^T
+ * accumulated (Dh x Tp FP32) and dV, dK (Tp x Dh FP32), the key bias, the block's row sums. */
+enum { CT_AMX_Q, CT_AMX_DO, CT_AMX_QT, CT_AMX_DOT, CT_AMX_KR, CT_AMX_VR, CT_AMX_KT, CT_AMX_VT, CT_AMX_KP, CT_AMX_VP,
+       CT_AMX_S, CT_AMX_DP, CT_AMX_P16, CT_AMX_PP, CT_AMX_DS16, CT_AMX_DSP, CT_AMX_OB, CT_AMX_DVT, CT_AMX_DKT,
+       CT_AMX_DV, CT_AMX_DK, CT_AMX_KB, CT_AMX_DI, CT_AMX_PARTS };
+static inline int64_t ct_attention_amx_tp(int64_t T) { return (T + 31) / 32 * 32; }
+static inline size_t ct_attention_amx_layout(int64_t T, int64_t Dh, size_t *off) {
+    size_t tp = (size_t)ct_attention_amx_tp(T), dh = (size_t)Dh, rb = tp < CT_ATT_ROWS ? tp : CT_ATT_ROWS;
+    const size_t parts[CT_AMX_PARTS] = {tp * dh * 2, tp * dh * 2, tp * dh * 2, tp * dh * 2, tp * dh * 2, tp * dh * 2,
+                                        tp * dh * 2, tp * dh * 2, tp * dh * 2, tp * dh * 2, rb * tp * 4, rb * tp * 4,
+                                        rb * tp * 2, rb * tp * 2, rb * tp * 2, rb * tp * 2, rb * dh * 4, dh * tp * 4,
+                                        dh * tp * 4, tp * dh * 4, tp * dh * 4, tp * 4, rb * 4};
+    size_t b = 0;
+    for (int i = 0; i < CT_AMX_PARTS; i++) {
+        if (off) off[i] = b;
+        b += (parts[i] + 63) / 64 * 64;
+    }
+    return b;
+}
+
+/* BF16 plans size the scratch for any of the kernels: the SIMD one (its FP32 rows hold the 16-bit I/O
+ * converted), the oneDNN one, or its products on AMX tiles. */
+static inline size_t ct_attention_ws_per_thread_bf16(int64_t T, int64_t Dh) {
+    size_t simd = ct_attention_ws_per_thread(T, Dh);
+    size_t dnnl = ct_attention_ws_per_thread_dnnl(T, Dh);
+    size_t amx = ct_attention_amx_layout(T, Dh, NULL);
+    size_t m = simd > dnnl ? simd : dnnl;
+    return m > amx ? m : amx;
+}
 
 #endif

@@ -31,6 +31,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/onednn/onednn.h"
@@ -42,9 +43,10 @@ enum { A_SRC, A_WEI, A_DST, A_SP, N_ARGS };
 typedef struct {
     ct_dnnl base; /* first: the engine, messages and impl name; ct_onednn_cache_free */
     int bwd, causal, nt, nb;
+    int amx; /* the products on AMX tiles (simd/amx.c), no primitives */
     int64_t B, T, D, H, Dh, rb;
     float scale;
-    size_t off[CT_ATT_PARTS], per_thread, sp_bytes;
+    size_t off[(int)CT_ATT_PARTS > (int)CT_AMX_PARTS ? (int)CT_ATT_PARTS : (int)CT_AMX_PARTS], per_thread, sp_bytes;
     dnnl_primitive_t prims[N_KINDS * 64]; /* [kind][block]; NULL: not used */
     dnnl_memory_t *mems;                  /* [thread][kind][block][N_ARGS] */
     dnnl_stream_t *streams;               /* [thread] */
@@ -149,6 +151,16 @@ static ct_status make_prim(att_cache *c, int kind, int b) {
     return CT_OK;
 }
 
+/* The products on AMX tiles, called directly: where the CPU has them (and the kernel allows them), the head
+ * size is a multiple of 32 and CT_ATTENTION_AMX is not 0. oneDNN's matmul primitives otherwise (AVX512-BF16, or
+ * for comparison). */
+static int amx_products(const ct_context *ctx, int64_t Dh) {
+    const ct_cpu_features *f = ct_context_cpu(ctx);
+    const char *e = getenv("CT_ATTENTION_AMX");
+    if (e && !strcmp(e, "0")) return 0;
+    return f->amx_bf16 && f->amx_permitted && ct_context_isa(ctx) >= CT_ISA_AVX512 && Dh % 32 == 0;
+}
+
 static ct_status build(ct_kargs *k, att_cache *c, const ct_tensor *qkv) {
     ct_dnnl *d = &c->base;
     c->bwd = k->node->op == CT_OP_ATTENTION_BWD;
@@ -158,11 +170,12 @@ static ct_status build(ct_kargs *k, att_cache *c, const ct_tensor *qkv) {
     c->causal = (int)k->node->ia[1];
     c->rb = CT_MIN((int64_t)CT_ATT_ROWS, c->T);
     c->nb = (int)((c->T + c->rb - 1) / c->rb);
-    c->per_thread = ct_attention_dnnl_layout(c->T, c->Dh, c->off);
+    c->amx = amx_products(k->ctx, c->Dh);
+    c->per_thread = c->amx ? ct_attention_amx_layout(c->T, c->Dh, c->off) : ct_attention_dnnl_layout(c->T, c->Dh, c->off);
     char s1[96];
-    ct_dnnl_describe(d, ": qkv %s, %lld heads%s (bf16 products)", ct_shape_str(qkv->ndim, qkv->shape, s1, sizeof s1),
-                     (long long)c->H, c->causal ? ", causal" : "");
-    if (c->nb > MAX_BLOCKS)
+    ct_dnnl_describe(d, ": qkv %s, %lld heads%s (bf16 products%s)", ct_shape_str(qkv->ndim, qkv->shape, s1, sizeof s1),
+                     (long long)c->H, c->causal ? ", causal" : "", c->amx ? " on AMX tiles" : "");
+    if (!c->amx && c->nb > MAX_BLOCKS)
         return ct_set_error(d->ctx, CT_E_UNSUPPORTED, "oneDNN %s: more than %d query blocks, the next kernel runs instead",
                             d->what, MAX_BLOCKS);
     int64_t tasks = c->B * c->H, nt = k->nthreads > 0 ? k->nthreads : 1;
@@ -172,6 +185,10 @@ static ct_status build(ct_kargs *k, att_cache *c, const ct_tensor *qkv) {
         return ct_set_error(d->ctx, CT_E_UNSUPPORTED, "oneDNN %s: the workspace has no room, the next kernel runs instead",
                             d->what);
     c->nt = (int)nt;
+    if (c->amx) { /* no primitives: ctrain's tile products */
+        snprintf(d->impl, sizeof d->impl, "ctrain:amx_tiles");
+        return CT_OK;
+    }
     size_t nm = (size_t)c->nt * N_KINDS * (size_t)c->nb * N_ARGS;
     CT_TRY(ct_alloc(d->ctx, nm * sizeof *c->mems, (void **)&c->mems));
     memset(c->mems, 0, nm * sizeof *c->mems);
@@ -316,9 +333,143 @@ static ct_status prepare(ct_kargs *k, const ct_tensor *qkv, att_cache **out) {
     if ((size_t)c->nt * c->per_thread > k->ws_bytes)
         return ct_set_error(k->ctx, CT_E_INTERNAL, "oneDNN %s: workspace of %zu bytes, %zu needed", c->base.what,
                             k->ws_bytes, (size_t)c->nt * c->per_thread);
-    if (c->bound_ws != k->ws || c->bound_sp != sp) CT_TRY(bind(c, k->ws, sp));
+    if (!c->amx && (c->bound_ws != k->ws || c->bound_sp != sp)) CT_TRY(bind(c, k->ws, sp));
     *out = c;
     return CT_OK;
+}
+
+/* ---- the products on AMX tiles ----------------------------------------------------------------------------
+ * The same blocks and row helpers; every operand padded to Tp = T rounded up to 32 rows (zeros) and the padded
+ * keys masked by the key bias, so the tile products see multiples of 32 only (ct_attention_amx_layout). A block of
+ * m queries is computed over mp = m rounded up to 32 rows; the rows past m of P and dS are zeros, and those of
+ * the outputs are not stored. */
+
+#define AMX_AT(w, c, part, type) ((type *)((w) + (c)->off[part]))
+
+/* dense (Tp, Dh) BF16 rows [0, T) of head columns [c0, c0 + Dh) of a (B, T, ld) tensor, batch b; zero rows past T */
+static void gather_padded(const att_cache *c, const ct_tensor *x, int64_t b, int64_t c0, int64_t ld, uint16_t *dst) {
+    gather(c, x, b, c0, ld, (char *)dst);
+    const int64_t tp = ct_attention_amx_tp(c->T);
+    memset(dst + c->T * c->Dh, 0, (size_t)((tp - c->T) * c->Dh) * 2);
+}
+
+/* Task (b, h) on thread t: q, k, v gathered (padded), K^T as pairs, the key bias (padded keys masked). */
+static char *amx_task_start(const att_cache *c, const ct_kargs *k, int t, const ct_tensor *qkv, const int32_t *kv,
+                            int64_t bh) {
+    int64_t b = bh / c->H, h = bh % c->H, D = c->D, Dh = c->Dh, tp = ct_attention_amx_tp(c->T);
+    char *w = (char *)k->ws + (size_t)t * c->per_thread;
+    gather_padded(c, qkv, b, h * Dh, 3 * D, AMX_AT(w, c, CT_AMX_Q, uint16_t));
+    gather_padded(c, qkv, b, D + h * Dh, 3 * D, AMX_AT(w, c, CT_AMX_KR, uint16_t));
+    gather_padded(c, qkv, b, 2 * D + h * Dh, 3 * D, AMX_AT(w, c, CT_AMX_VR, uint16_t));
+    float *kb = AMX_AT(w, c, CT_AMX_KB, float);
+    key_bias(c, kv, b, kb);
+    for (int64_t j = c->T; j < tp; j++) kb[j] = -INFINITY;
+    ct_amx_pairs_t(AMX_AT(w, c, CT_AMX_KR, uint16_t), Dh, tp, Dh, AMX_AT(w, c, CT_AMX_KT, uint32_t), tp);
+    return w;
+}
+
+static int64_t pad32(int64_t n) { return (n + 31) / 32 * 32; }
+
+static void amx_forward(ct_kargs *k, const att_cache *c, const row_fns *f, const ct_tensor *qkv, const int32_t *kv) {
+    const int64_t D = c->D, Dh = c->Dh, tp = ct_attention_amx_tp(c->T);
+    float *lse = k->aux;
+#pragma omp parallel num_threads(c->nt) if (c->nt > 1)
+    {
+        ct_amx_tiles_config();
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t bh = 0; bh < c->B * c->H; bh++) {
+            int t = omp_get_thread_num();
+            int64_t b = bh / c->H, h = bh % c->H;
+            char *w = amx_task_start(c, k, t, qkv, kv, bh);
+            uint16_t *q = AMX_AT(w, c, CT_AMX_Q, uint16_t), *p16 = AMX_AT(w, c, CT_AMX_P16, uint16_t);
+            uint32_t *kt = AMX_AT(w, c, CT_AMX_KT, uint32_t), *vp = AMX_AT(w, c, CT_AMX_VP, uint32_t);
+            float *s = AMX_AT(w, c, CT_AMX_S, float), *ob = AMX_AT(w, c, CT_AMX_OB, float);
+            ct_amx_pairs(AMX_AT(w, c, CT_AMX_VR, uint16_t), Dh, tp, Dh, vp, Dh);
+            for (int blk = 0; blk < c->nb; blk++) {
+                int64_t i0 = (int64_t)blk * c->rb, m = block_rows(c, blk), mp = pad32(m);
+                int64_t np = c->causal ? pad32(block_keys(c, blk)) : tp;
+                ct_amx_gemm_bf16(mp, np, Dh, q + i0 * Dh, Dh, kt, tp, s, np, 0);
+                ct_amx_scale(s, np, m, np, c->scale);
+                f->softmax(s, p16, np, m, i0, c->causal, AMX_AT(w, c, CT_AMX_KB, float), lse + bh * c->T + i0);
+                memset(p16 + m * np, 0, (size_t)((mp - m) * np) * 2);
+                ct_amx_gemm_bf16(mp, Dh, np, p16, np, vp, Dh, ob, Dh, 0);
+                uint16_t *o = (uint16_t *)k->out.data + (b * c->T + i0) * D + h * Dh;
+                for (int64_t r = 0; r < m; r++) f->to_bf16(ob + r * Dh, o + r * D, (size_t)Dh);
+            }
+        }
+        ct_amx_tiles_release();
+    }
+}
+
+static void amx_backward(ct_kargs *k, const att_cache *c, const row_fns *f, const ct_tensor *dy, const ct_tensor *qkv,
+                         const ct_tensor *y, const int32_t *kv) {
+    const int64_t D = c->D, D3 = 3 * D, Dh = c->Dh, T = c->T, tp = ct_attention_amx_tp(T);
+    const float *lse = k->in_aux[2];
+#pragma omp parallel num_threads(c->nt) if (c->nt > 1)
+    {
+        ct_amx_tiles_config();
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t bh = 0; bh < c->B * c->H; bh++) {
+            int t = omp_get_thread_num();
+            int64_t b = bh / c->H, h = bh % c->H;
+            char *w = amx_task_start(c, k, t, qkv, kv, bh);
+            uint16_t *q = AMX_AT(w, c, CT_AMX_Q, uint16_t), *g = AMX_AT(w, c, CT_AMX_DO, uint16_t);
+            uint16_t *qt = AMX_AT(w, c, CT_AMX_QT, uint16_t), *gt = AMX_AT(w, c, CT_AMX_DOT, uint16_t);
+            uint16_t *p16 = AMX_AT(w, c, CT_AMX_P16, uint16_t), *ds16 = AMX_AT(w, c, CT_AMX_DS16, uint16_t);
+            uint32_t *kt = AMX_AT(w, c, CT_AMX_KT, uint32_t), *vt = AMX_AT(w, c, CT_AMX_VT, uint32_t);
+            uint32_t *kp = AMX_AT(w, c, CT_AMX_KP, uint32_t), *pp = AMX_AT(w, c, CT_AMX_PP, uint32_t);
+            uint32_t *dsp = AMX_AT(w, c, CT_AMX_DSP, uint32_t);
+            float *s = AMX_AT(w, c, CT_AMX_S, float), *dp = AMX_AT(w, c, CT_AMX_DP, float);
+            float *ob = AMX_AT(w, c, CT_AMX_OB, float), *di = AMX_AT(w, c, CT_AMX_DI, float);
+            float *dvt = AMX_AT(w, c, CT_AMX_DVT, float), *dkt = AMX_AT(w, c, CT_AMX_DKT, float);
+            const float *kb = AMX_AT(w, c, CT_AMX_KB, float);
+            gather_padded(c, dy, b, h * Dh, D, g);
+            ct_amx_pairs_t(AMX_AT(w, c, CT_AMX_VR, uint16_t), Dh, tp, Dh, vt, tp);
+            ct_amx_pairs(AMX_AT(w, c, CT_AMX_KR, uint16_t), Dh, tp, Dh, kp, Dh);
+            ct_amx_transpose16(q, Dh, tp, Dh, qt, tp);
+            ct_amx_transpose16(g, Dh, tp, Dh, gt, tp);
+            for (int blk = c->nb - 1; blk >= 0; blk--) { /* last first: it writes dV^T, dK^T; the others add */
+                int64_t i0 = (int64_t)blk * c->rb, m = block_rows(c, blk), mp = pad32(m);
+                int64_t np = c->causal ? pad32(block_keys(c, blk)) : tp;
+                int first = blk == c->nb - 1;
+                const uint16_t *gy = (const uint16_t *)dy->data + (b * T + i0) * D + h * Dh;
+                const uint16_t *o = (const uint16_t *)y->data + (b * T + i0) * D + h * Dh;
+                f->rowdot(gy, D, o, D, m, Dh, di);
+                ct_amx_gemm_bf16(mp, np, Dh, q + i0 * Dh, Dh, kt, tp, s, np, 0);
+                ct_amx_scale(s, np, m, np, c->scale);
+                f->prob(s, p16, np, m, i0, c->causal, kb, lse + bh * T + i0);
+                ct_amx_gemm_bf16(mp, np, Dh, g + i0 * Dh, Dh, vt, tp, dp, np, 0);
+                f->dscore(s, dp, ds16, np, m, i0, c->causal, di);
+                memset(p16 + m * np, 0, (size_t)((mp - m) * np) * 2);
+                memset(ds16 + m * np, 0, (size_t)((mp - m) * np) * 2);
+                ct_amx_gemm_bf16(mp, Dh, np, ds16, np, kp, Dh, ob, Dh, 0); /* dQ / scale */
+                ct_amx_scale(ob, Dh, m, Dh, c->scale);
+                uint16_t *dq = (uint16_t *)k->out.data + (b * T + i0) * D3 + h * Dh;
+                for (int64_t r = 0; r < m; r++) f->to_bf16(ob + r * Dh, dq + r * D3, (size_t)Dh);
+                ct_amx_pairs(p16, np, mp, np, pp, np);
+                ct_amx_pairs(ds16, np, mp, np, dsp, np);
+                ct_amx_gemm_bf16(Dh, np, mp, gt + i0, tp, pp, np, dvt, tp, !first);
+                ct_amx_gemm_bf16(Dh, np, mp, qt + i0, tp, dsp, np, dkt, tp, !first);
+            }
+            /* dK = scale dK^T^T, dV = dV^T^T: FP32 (T, Dh) rows -> BF16 columns of d_qkv */
+            float *dk = AMX_AT(w, c, CT_AMX_DK, float), *dv = AMX_AT(w, c, CT_AMX_DV, float);
+            ct_amx_transpose32(dkt, tp, Dh, T, c->scale, dk, Dh);
+            ct_amx_transpose32(dvt, tp, Dh, T, 1.0f, dv, Dh);
+            uint16_t *out = (uint16_t *)k->out.data + b * T * D3;
+            for (int64_t j = 0; j < T; j++) {
+                f->to_bf16(dk + j * Dh, out + j * D3 + D + h * Dh, (size_t)Dh);
+                f->to_bf16(dv + j * Dh, out + j * D3 + 2 * D + h * Dh, (size_t)Dh);
+            }
+            if (k->node->ia[7] & CT_COLSUM_OUT) { /* as in the oneDNN products' path below */
+                float fo[CT_COLSUM_MAX_D / 3 + 1];
+                f->colsum(k, b, 0, h, out + h * Dh, CT_BF16, D3, 0, T, fo);
+                f->colsum(k, b, 1, h, dk, CT_F32, Dh, 0, T, fo);
+                f->colsum(k, b, 2, h, dv, CT_F32, Dh, 0, T, fo);
+            }
+        }
+        ct_amx_tiles_release();
+    }
+    if (k->node->ia[7] & CT_COLSUM_OUT) f->colsum_cross(k);
 }
 
 static ct_status exec_failed(att_cache *c, dnnl_status_t st) {
@@ -333,6 +484,10 @@ ct_status ct_k_attention_onednn(ct_kargs *k) {
     CT_TRY(prepare(k, qkv, &c));
     const row_fns f = pick_rows(k->ctx);
     const int32_t *kv = k->node->n_in > 1 ? k->in[1].data : NULL;
+    if (c->amx) {
+        amx_forward(k, c, &f, qkv, kv);
+        return CT_OK;
+    }
     const int64_t D = c->D, Dh = c->Dh;
     float *lse = k->aux;
     dnnl_status_t err = dnnl_success;
@@ -369,6 +524,10 @@ ct_status ct_k_attention_bwd_onednn(ct_kargs *k) {
     CT_TRY(prepare(k, qkv, &c));
     const row_fns f = pick_rows(k->ctx);
     const int32_t *kv = k->node->n_in > 3 ? k->in[3].data : NULL;
+    if (c->amx) {
+        amx_backward(k, c, &f, dy, qkv, y, kv);
+        return CT_OK;
+    }
     const int64_t D = c->D, D3 = 3 * D, Dh = c->Dh, T = c->T;
     const float *lse = k->in_aux[2];
     dnnl_status_t err = dnnl_success;
