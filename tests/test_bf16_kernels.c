@@ -749,7 +749,26 @@ LOW_TEST(attention) {
  * their GEMMs, FP32 accumulation in another order) against the reference on
  * the same BF16 values and against the SIMD kernels' BF16 path. Where oneDNN
  * has no BF16 matmul at all (below AVX-512), it must decline. */
-static void attention_dnnl_case(int64_t T, int64_t D, int64_t H, int causal, int masked) {
+/* out and the last error of kernel slot `slot` on case c with CT_ATTENTION_AMX=0 (oneDNN's primitives) */
+static ct_status krun_no_amx(const kcase *c, const kdata *d, float *out, void *aux) {
+    const char *was = getenv("CT_ATTENTION_AMX");
+    char keep[8] = "";
+    if (was) snprintf(keep, sizeof keep, "%s", was);
+    setenv("CT_ATTENTION_AMX", "0", 1);
+    ct_status s = krun(c, d, CT_KERNEL_ONEDNN, 1, out, aux);
+    if (was) setenv("CT_ATTENTION_AMX", keep, 1);
+    else unsetenv("CT_ATTENTION_AMX");
+    return s;
+}
+
+/* largest |a - b| over n values, 0 when they are the same bits */
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
+    return m;
+}
+
+static void attention_dnnl_case(int64_t T, int64_t D, int64_t H, int causal, int masked, float scale) {
     const int64_t B = 2;
     int64_t nq = B * T * 3 * D, ny = B * T * D, nl = B * H * T;
     float *qkv = malloc((size_t)nq * 4), *dy = malloc((size_t)ny * 4);
@@ -759,9 +778,9 @@ static void attention_dnnl_case(int64_t T, int64_t D, int64_t H, int causal, int
     for (int64_t i = 0; i < ny; i++) dy[i] = bround(dy[i]);
     char label[64];
     const char *amx = getenv("CT_ATTENTION_AMX");
-    snprintf(label, sizeof label, "T %lld Dh %lld%s%s%s", (long long)T, (long long)(D / H), causal ? " causal" : "",
-             masked ? " key mask" : "", amx && !strcmp(amx, "0") ? " (CT_ATTENTION_AMX=0)" : "");
-    kcase f = {label, CT_OP_ATTENTION, {H, causal}, {0.25f}, masked ? 2 : 1, {IN_LOW, IN_I32}, {3, 2},
+    snprintf(label, sizeof label, "T %lld Dh %lld%s%s%s%s", (long long)T, (long long)(D / H), causal ? " causal" : "",
+             masked ? " key mask" : "", scale != 0.25f ? " scale 0.3" : "", amx && !strcmp(amx, "0") ? " (CT_ATTENTION_AMX=0)" : "");
+    kcase f = {label, CT_OP_ATTENTION, {H, causal}, {scale}, masked ? 2 : 1, {IN_LOW, IN_I32}, {3, 2},
                {{B, T, 3 * D}, {B, T}}, {0, 0}, {0, 2}, 3, {B, T, D}, 1, (size_t)nl * 4, NULL, 1e-2, {qkv}};
     kdata d;
     kdata_make(&f, 63, &d);
@@ -784,8 +803,20 @@ static void attention_dnnl_case(int64_t T, int64_t D, int64_t H, int causal, int
         CHECK_MSG(e_ref <= 1e-2 && e_simd <= 1e-2, "%s forward: %.3g of the largest from the reference, %.3g from SIMD",
                   label, e_ref, e_simd);
         CHECK_MSG(e_lse <= 1e-5, "%s: log-sum-exp %.3g from the reference", label, e_lse);
+        /* the products on AMX tiles against oneDNN's primitives on the same values: the same tile instructions,
+           the same order of the sums over K: the forward bit for bit (a power-of-two scale folded into q is
+           exact) */
+        const ct_cpu_features *cpu = ct_context_cpu(g_ctx);
+        int amx_ran = cpu->amx_bf16 && cpu->amx_permitted && (D / H) % 32 == 0 && !(amx && !strcmp(amx, "0"));
+        float *yp = NULL, *lp = NULL;
+        if (amx_ran) {
+            yp = malloc((size_t)ny * 4), lp = malloc((size_t)nl * 4);
+            CHECK(krun_no_amx(&f, &d, yp, lp) == CT_OK);
+            double dy_ = max_abs_diff(yd, yp, (size_t)ny), dl = max_abs_diff(ld, lp, (size_t)nl);
+            CHECK_MSG(dy_ == 0 && dl == 0, "%s forward: AMX tiles vs oneDNN primitives differ by %.3g (lse %.3g)", label, dy_, dl);
+        }
         /* backward, from the reference's forward output and log-sum-exp */
-        kcase b = {label, CT_OP_ATTENTION_BWD, {H, causal}, {0.25f}, masked ? 4 : 3,
+        kcase b = {label, CT_OP_ATTENTION_BWD, {H, causal}, {scale}, masked ? 4 : 3,
                    {IN_LOW, IN_LOW, IN_LOW, IN_I32}, {3, 3, 3, 2}, {{B, T, D}, {B, T, 3 * D}, {B, T, D}, {B, T}},
                    {0, 0, 0, 0}, {0, 0, 0, 2}, 3, {B, T, 3 * D}, 1, 0, lr, 5e-2, {dy, qkv, yr}};
         for (int64_t i = 0; i < ny; i++) yr[i] = bround(yr[i]);
@@ -796,6 +827,17 @@ static void attention_dnnl_case(int64_t T, int64_t D, int64_t H, int causal, int
         CHECK(krun(&b, &db, simd, 1, gs, NULL) == CT_OK);
         CHECK_MSG(krun(&b, &db, CT_KERNEL_ONEDNN, 1, gd, NULL) == CT_OK, "%s backward: %s", label,
                   ct_context_last_error(g_ctx));
+        if (amx_ran) {
+            float *gp = malloc((size_t)nq * 4);
+            CHECK(krun_no_amx(&b, &db, gp, NULL) == CT_OK);
+            /* dV and dK: the tiles add each block's products to the sums in place, oneDNN adds the block's
+               finished product (a sum post-op): another order, differences of the sums' last bits */
+            double dg = test_rel_to_max(gd, gp, (size_t)nq);
+            CHECK_MSG(dg <= 1e-5, "%s backward: AMX tiles vs oneDNN primitives differ by %.3g of the largest", label, dg);
+            free(gp);
+        }
+        free(yp);
+        free(lp);
         /* per part (dq, dk, dv): each against its own largest */
         double worst = 0;
         for (int part = 0; part < 3; part++) {
@@ -841,17 +883,19 @@ TEST(attention_onednn_bf16) {
            cpu->amx_bf16 && cpu->amx_permitted ? "yes (this CPU)" : "no (no AMX here: oneDNN's primitives)");
     for (int amx_off = 0; amx_off < 2; amx_off++) {
         if (amx_off) setenv("CT_ATTENTION_AMX", "0", 1);
-        attention_dnnl_case(37, 48, 3, 0, 0);  /* one block, fewer rows than CT_ATT_ROWS */
-        attention_dnnl_case(37, 48, 3, 1, 1);
-        attention_dnnl_case(150, 48, 3, 1, 0); /* three blocks, the last partial: causal block skipping */
-        attention_dnnl_case(150, 48, 3, 0, 1);
-        attention_dnnl_case(128, 48, 3, 1, 1);
-        attention_dnnl_case(37, 64, 2, 0, 1); /* Dh 32 */
-        attention_dnnl_case(37, 128, 2, 1, 0); /* Dh 64 */
-        attention_dnnl_case(150, 128, 2, 1, 1);
-        attention_dnnl_case(150, 64, 2, 0, 0);
-        attention_dnnl_case(256, 128, 2, 1, 0);
-        attention_dnnl_case(96, 192, 2, 0, 1); /* Dh 96 */
+        attention_dnnl_case(37, 48, 3, 0, 0, 0.25f);  /* one block, fewer rows than CT_ATT_ROWS */
+        attention_dnnl_case(37, 48, 3, 1, 1, 0.25f);
+        attention_dnnl_case(150, 48, 3, 1, 0, 0.25f); /* three blocks, the last partial: causal block skipping */
+        attention_dnnl_case(150, 48, 3, 0, 1, 0.25f);
+        attention_dnnl_case(128, 48, 3, 1, 1, 0.25f);
+        attention_dnnl_case(37, 64, 2, 0, 1, 0.25f); /* Dh 32 */
+        attention_dnnl_case(37, 128, 2, 1, 0, 0.25f); /* Dh 64 */
+        attention_dnnl_case(150, 128, 2, 1, 1, 0.25f);
+        attention_dnnl_case(150, 64, 2, 0, 0, 0.25f);
+        attention_dnnl_case(256, 128, 2, 1, 0, 0.25f);
+        attention_dnnl_case(96, 192, 2, 0, 1, 0.25f); /* Dh 96 */
+        attention_dnnl_case(150, 128, 2, 1, 1, 0.3f); /* a scale that is not a power of two */
+        attention_dnnl_case(37, 64, 2, 0, 0, 0.3f);
     }
     unsetenv("CT_ATTENTION_AMX");
 }

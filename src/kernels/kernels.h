@@ -372,6 +372,7 @@ void ct_amx_gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t *a, int64_
 void ct_amx_pairs(const uint16_t *x, int64_t ldx, int64_t rows, int64_t cols, uint32_t *out, int64_t ldo);
 void ct_amx_pairs_t(const uint16_t *x, int64_t ldx, int64_t rows, int64_t cols, uint32_t *out, int64_t ldo);
 void ct_amx_scale(float *x, int64_t ldx, int64_t rows, int64_t cols, float s);
+void ct_amx_scale_bf16_pow2(uint16_t *x, int64_t n, float s);
 void ct_amx_transpose16(const uint16_t *x, int64_t ldx, int64_t rows, int64_t cols, uint16_t *out, int64_t ldo);
 void ct_amx_transpose32(const float *x, int64_t ldx, int64_t rows, int64_t cols, float s, float *out, int64_t ldo);
 

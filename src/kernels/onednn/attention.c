@@ -43,7 +43,8 @@ enum { A_SRC, A_WEI, A_DST, A_SP, N_ARGS };
 typedef struct {
     ct_dnnl base; /* first: the engine, messages and impl name; ct_onednn_cache_free */
     int bwd, causal, nt, nb;
-    int amx; /* the products on AMX tiles (simd/amx.c), no primitives */
+    int amx;  /* the products on AMX tiles (simd/amx.c), no primitives */
+    int pow2; /* amx: the scale is a power of two, folded into q (and K's pairs for dQ): exact */
     int64_t B, T, D, H, Dh, rb;
     float scale;
     size_t off[(int)CT_ATT_PARTS > (int)CT_AMX_PARTS ? (int)CT_ATT_PARTS : (int)CT_AMX_PARTS], per_thread, sp_bytes;
@@ -186,6 +187,8 @@ static ct_status build(ct_kargs *k, att_cache *c, const ct_tensor *qkv) {
                             d->what);
     c->nt = (int)nt;
     if (c->amx) { /* no primitives: ctrain's tile products */
+        int e;
+        c->pow2 = c->scale > 0 && frexpf(c->scale, &e) == 0.5f && e > -100 && e < 100;
         snprintf(d->impl, sizeof d->impl, "ctrain:amx_tiles");
         return CT_OK;
     }
@@ -359,6 +362,7 @@ static char *amx_task_start(const att_cache *c, const ct_kargs *k, int t, const 
     int64_t b = bh / c->H, h = bh % c->H, D = c->D, Dh = c->Dh, tp = ct_attention_amx_tp(c->T);
     char *w = (char *)k->ws + (size_t)t * c->per_thread;
     gather_padded(c, qkv, b, h * Dh, 3 * D, AMX_AT(w, c, CT_AMX_Q, uint16_t));
+    if (c->pow2) ct_amx_scale_bf16_pow2(AMX_AT(w, c, CT_AMX_Q, uint16_t), c->T * Dh, c->scale);
     gather_padded(c, qkv, b, D + h * Dh, 3 * D, AMX_AT(w, c, CT_AMX_KR, uint16_t));
     gather_padded(c, qkv, b, 2 * D + h * Dh, 3 * D, AMX_AT(w, c, CT_AMX_VR, uint16_t));
     float *kb = AMX_AT(w, c, CT_AMX_KB, float);
@@ -389,7 +393,7 @@ static void amx_forward(ct_kargs *k, const att_cache *c, const row_fns *f, const
                 int64_t i0 = (int64_t)blk * c->rb, m = block_rows(c, blk), mp = pad32(m);
                 int64_t np = c->causal ? pad32(block_keys(c, blk)) : tp;
                 ct_amx_gemm_bf16(mp, np, Dh, q + i0 * Dh, Dh, kt, tp, s, np, 0);
-                ct_amx_scale(s, np, m, np, c->scale);
+                if (!c->pow2) ct_amx_scale(s, np, m, np, c->scale);
                 f->softmax(s, p16, np, m, i0, c->causal, AMX_AT(w, c, CT_AMX_KB, float), lse + bh * c->T + i0);
                 memset(p16 + m * np, 0, (size_t)((mp - m) * np) * 2);
                 ct_amx_gemm_bf16(mp, Dh, np, p16, np, vp, Dh, ob, Dh, 0);
@@ -426,6 +430,7 @@ static void amx_backward(ct_kargs *k, const att_cache *c, const row_fns *f, cons
             gather_padded(c, dy, b, h * Dh, D, g);
             ct_amx_pairs_t(AMX_AT(w, c, CT_AMX_VR, uint16_t), Dh, tp, Dh, vt, tp);
             ct_amx_pairs(AMX_AT(w, c, CT_AMX_KR, uint16_t), Dh, tp, Dh, kp, Dh);
+            if (c->pow2) ct_amx_scale_bf16_pow2((uint16_t *)kp, tp * Dh, c->scale); /* dQ = (scale K) dS */
             ct_amx_transpose16(q, Dh, tp, Dh, qt, tp);
             ct_amx_transpose16(g, Dh, tp, Dh, gt, tp);
             for (int blk = c->nb - 1; blk >= 0; blk--) { /* last first: it writes dV^T, dK^T; the others add */
@@ -436,14 +441,14 @@ static void amx_backward(ct_kargs *k, const att_cache *c, const row_fns *f, cons
                 const uint16_t *o = (const uint16_t *)y->data + (b * T + i0) * D + h * Dh;
                 f->rowdot(gy, D, o, D, m, Dh, di);
                 ct_amx_gemm_bf16(mp, np, Dh, q + i0 * Dh, Dh, kt, tp, s, np, 0);
-                ct_amx_scale(s, np, m, np, c->scale);
+                if (!c->pow2) ct_amx_scale(s, np, m, np, c->scale);
                 f->prob(s, p16, np, m, i0, c->causal, kb, lse + bh * T + i0);
                 ct_amx_gemm_bf16(mp, np, Dh, g + i0 * Dh, Dh, vt, tp, dp, np, 0);
                 f->dscore(s, dp, ds16, np, m, i0, c->causal, di);
                 memset(p16 + m * np, 0, (size_t)((mp - m) * np) * 2);
                 memset(ds16 + m * np, 0, (size_t)((mp - m) * np) * 2);
-                ct_amx_gemm_bf16(mp, Dh, np, ds16, np, kp, Dh, ob, Dh, 0); /* dQ / scale */
-                ct_amx_scale(ob, Dh, m, Dh, c->scale);
+                ct_amx_gemm_bf16(mp, Dh, np, ds16, np, kp, Dh, ob, Dh, 0); /* dQ (/ scale unless pow2) */
+                if (!c->pow2) ct_amx_scale(ob, Dh, m, Dh, c->scale);
                 uint16_t *dq = (uint16_t *)k->out.data + (b * T + i0) * D3 + h * Dh;
                 for (int64_t r = 0; r < m; r++) f->to_bf16(ob + r * Dh, dq + r * D3, (size_t)Dh);
                 ct_amx_pairs(p16, np, mp, np, pp, np);
@@ -453,7 +458,7 @@ static void amx_backward(ct_kargs *k, const att_cache *c, const row_fns *f, cons
             }
             /* dK = scale dK^T^T, dV = dV^T^T: FP32 (T, Dh) rows -> BF16 columns of d_qkv */
             float *dk = AMX_AT(w, c, CT_AMX_DK, float), *dv = AMX_AT(w, c, CT_AMX_DV, float);
-            ct_amx_transpose32(dkt, tp, Dh, T, c->scale, dk, Dh);
+            ct_amx_transpose32(dkt, tp, Dh, T, c->pow2 ? 1.0f : c->scale, dk, Dh); /* pow2: q was scaled */
             ct_amx_transpose32(dvt, tp, Dh, T, 1.0f, dv, Dh);
             uint16_t *out = (uint16_t *)k->out.data + b * T * D3;
             for (int64_t j = 0; j < T; j++) {

@@ -120,6 +120,26 @@ void ct_amx_scale(float *x, int64_t ldx, int64_t rows, int64_t cols, float s) {
         for (int64_t j = 0; j < cols; j += 16) _mm512_storeu_ps(x + i * ldx + j, _mm512_mul_ps(v, _mm512_loadu_ps(x + i * ldx + j)));
 }
 
+/* x[i] *= s for n BF16 values, s a power of two (exact: the product needs no rounding unless it leaves the
+ * normal range, so it is cut back to 16 bits as it is) */
+void ct_amx_scale_bf16_pow2(uint16_t *x, int64_t n, float s) {
+    const __m512 v = _mm512_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i w = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(x + i))), 16);
+        __m512 f = _mm512_mul_ps(v, _mm512_castsi512_ps(w));
+        _mm256_storeu_si256((__m256i *)(x + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(f), 16)));
+    }
+    for (; i < n; i++) {
+        uint32_t u = (uint32_t)x[i] << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        f *= s;
+        memcpy(&u, &f, 4);
+        x[i] = (uint16_t)(u >> 16);
+    }
+}
+
 /* out[j][i] = x[i][j]: a rows x cols BF16 matrix transposed (cols x rows; rows a multiple of 32, cols even):
  * row pairs (2r, 2r + 1) of the output from gathers of x's 32-bit words r, split into their low and high halves */
 void ct_amx_transpose16(const uint16_t *x, int64_t ldx, int64_t rows, int64_t cols, uint16_t *out, int64_t ldo) {
