@@ -378,16 +378,17 @@ void ct_amx_transpose32(const float *x, int64_t ldx, int64_t rows, int64_t cols,
 
 /* The BF16 attention's products on AMX tiles (onednn/attention.c, where the CPU has AMX and Dh is a multiple of
  * 32): rows and keys padded to Tp = T rounded up to 32 (zero rows; the padded keys masked), blocks of up to
- * CT_ATT_ROWS queries. Dense q, dy (Tp x Dh) and their transposes (Dh x Tp), k and v as read (Tp x Dh), K^T and
+ * CT_AMX_ROWS queries. Dense q, dy (Tp x Dh) and their transposes (Dh x Tp), k and v as read (Tp x Dh), K^T and
  * V^T as pairs (Dh / 2 x Tp words; the B of Q K^T and dO V^T), K and V as pairs (Tp / 2 x Dh; the B of P V and
  * dS K); a block's S, dP (FP32), P, dS (BF16, plain and as pairs), its output rows (FP32); dV^T, dK^T
  * accumulated (Dh x Tp FP32) and dV, dK (Tp x Dh FP32), the key bias, the block's row sums. */
 enum { CT_AMX_Q, CT_AMX_DO, CT_AMX_QT, CT_AMX_DOT, CT_AMX_KR, CT_AMX_VR, CT_AMX_KT, CT_AMX_VT, CT_AMX_KP, CT_AMX_VP,
        CT_AMX_S, CT_AMX_DP, CT_AMX_P16, CT_AMX_PP, CT_AMX_DS16, CT_AMX_DSP, CT_AMX_OB, CT_AMX_DVT, CT_AMX_DKT,
        CT_AMX_DV, CT_AMX_DK, CT_AMX_KB, CT_AMX_DI, CT_AMX_PARTS };
+#define CT_AMX_ROWS 32 /* queries per block: the scores (32 x T FP32) stay in L1 for T <= 256 */
 static inline int64_t ct_attention_amx_tp(int64_t T) { return (T + 31) / 32 * 32; }
 static inline size_t ct_attention_amx_layout(int64_t T, int64_t Dh, size_t *off) {
-    size_t tp = (size_t)ct_attention_amx_tp(T), dh = (size_t)Dh, rb = tp < CT_ATT_ROWS ? tp : CT_ATT_ROWS;
+    size_t tp = (size_t)ct_attention_amx_tp(T), dh = (size_t)Dh, rb = tp < CT_AMX_ROWS ? tp : CT_AMX_ROWS;
     const size_t parts[CT_AMX_PARTS] = {tp * dh * 2, tp * dh * 2, tp * dh * 2, tp * dh * 2, tp * dh * 2, tp * dh * 2,
                                         tp * dh * 2, tp * dh * 2, tp * dh * 2, tp * dh * 2, rb * tp * 4, rb * tp * 4,
                                         rb * tp * 2, rb * tp * 2, rb * tp * 2, rb * tp * 2, rb * dh * 4, dh * tp * 4,

@@ -169,9 +169,9 @@ static ct_status build(ct_kargs *k, att_cache *c, const ct_tensor *qkv) {
     c->H = k->node->ia[0], c->Dh = c->D / c->H;
     c->scale = k->node->fa[0];
     c->causal = (int)k->node->ia[1];
-    c->rb = CT_MIN((int64_t)CT_ATT_ROWS, c->T);
-    c->nb = (int)((c->T + c->rb - 1) / c->rb);
     c->amx = amx_products(k->ctx, c->Dh);
+    c->rb = CT_MIN((int64_t)(c->amx ? CT_AMX_ROWS : CT_ATT_ROWS), c->T);
+    c->nb = (int)((c->T + c->rb - 1) / c->rb);
     c->per_thread = c->amx ? ct_attention_amx_layout(c->T, c->Dh, c->off) : ct_attention_dnnl_layout(c->T, c->Dh, c->off);
     char s1[96];
     ct_dnnl_describe(d, ": qkv %s, %lld heads%s (bf16 products%s)", ct_shape_str(qkv->ndim, qkv->shape, s1, sizeof s1),
