@@ -374,107 +374,114 @@ static char *amx_task_start(const att_cache *c, const ct_kargs *k, int t, const 
 
 static int64_t pad32(int64_t n) { return (n + 31) / 32 * 32; }
 
-static void amx_forward(ct_kargs *k, const att_cache *c, const row_fns *f, const ct_tensor *qkv, const int32_t *kv) {
-    const int64_t D = c->D, Dh = c->Dh, tp = ct_attention_amx_tp(c->T);
-    float *lse = k->aux;
+/* Block blk's rows [i0, i0 + m) (mp: m padded to 32) and its np keys (padded): the scaled scores S = scale Q K^T
+ * (mp x np FP32; with a power-of-two scale q was scaled when gathered). */
+typedef struct {
+    int64_t i0, m, mp, np;
+} amx_block;
+static amx_block amx_scores(const att_cache *c, int blk, const uint16_t *q, const uint32_t *kt, float *s) {
+    const int64_t tp = ct_attention_amx_tp(c->T);
+    amx_block r = {(int64_t)blk * c->rb, block_rows(c, blk), 0, 0};
+    r.mp = pad32(r.m);
+    r.np = c->causal ? pad32(block_keys(c, blk)) : tp;
+    ct_amx_gemm_bf16(r.mp, r.np, c->Dh, q + r.i0 * c->Dh, c->Dh, kt, tp, s, r.np, 0);
+    if (!c->pow2) ct_amx_scale(s, r.np, r.m, r.np, c->scale);
+    return r;
+}
+
+/* What a task reads besides the node's inputs: the row helpers, and for the backward dy and the forward's y. */
+typedef struct {
+    const row_fns *f;
+    const ct_tensor *dy, *y;
+} amx_args;
+typedef void (*amx_task_fn)(ct_kargs *k, const att_cache *c, const amx_args *a, char *w, int64_t bh);
+
+/* Every (batch, head) task over the threads, each thread's tiles configured once for its tasks. */
+static void amx_tasks(ct_kargs *k, const att_cache *c, const ct_tensor *qkv, const int32_t *kv, amx_task_fn fn,
+                      const amx_args *a) {
 #pragma omp parallel num_threads(c->nt) if (c->nt > 1)
     {
         ct_amx_tiles_config();
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t bh = 0; bh < c->B * c->H; bh++) {
-            int t = omp_get_thread_num();
-            int64_t b = bh / c->H, h = bh % c->H;
-            char *w = amx_task_start(c, k, t, qkv, kv, bh);
-            uint16_t *q = AMX_AT(w, c, CT_AMX_Q, uint16_t), *p16 = AMX_AT(w, c, CT_AMX_P16, uint16_t);
-            uint32_t *kt = AMX_AT(w, c, CT_AMX_KT, uint32_t), *vp = AMX_AT(w, c, CT_AMX_VP, uint32_t);
-            float *s = AMX_AT(w, c, CT_AMX_S, float), *ob = AMX_AT(w, c, CT_AMX_OB, float);
-            ct_amx_pairs(AMX_AT(w, c, CT_AMX_VR, uint16_t), Dh, tp, Dh, vp, Dh);
-            for (int blk = 0; blk < c->nb; blk++) {
-                int64_t i0 = (int64_t)blk * c->rb, m = block_rows(c, blk), mp = pad32(m);
-                int64_t np = c->causal ? pad32(block_keys(c, blk)) : tp;
-                ct_amx_gemm_bf16(mp, np, Dh, q + i0 * Dh, Dh, kt, tp, s, np, 0);
-                if (!c->pow2) ct_amx_scale(s, np, m, np, c->scale);
-                f->softmax(s, p16, np, m, i0, c->causal, AMX_AT(w, c, CT_AMX_KB, float), lse + bh * c->T + i0);
-                memset(p16 + m * np, 0, (size_t)((mp - m) * np) * 2);
-                ct_amx_gemm_bf16(mp, Dh, np, p16, np, vp, Dh, ob, Dh, 0);
-                uint16_t *o = (uint16_t *)k->out.data + (b * c->T + i0) * D + h * Dh;
-                for (int64_t r = 0; r < m; r++) f->to_bf16(ob + r * Dh, o + r * D, (size_t)Dh);
-            }
-        }
+        for (int64_t bh = 0; bh < c->B * c->H; bh++) fn(k, c, a, amx_task_start(c, k, omp_get_thread_num(), qkv, kv, bh), bh);
         ct_amx_tiles_release();
     }
 }
 
-static void amx_backward(ct_kargs *k, const att_cache *c, const row_fns *f, const ct_tensor *dy, const ct_tensor *qkv,
-                         const ct_tensor *y, const int32_t *kv) {
-    const int64_t D = c->D, D3 = 3 * D, Dh = c->Dh, T = c->T, tp = ct_attention_amx_tp(T);
-    const float *lse = k->in_aux[2];
-#pragma omp parallel num_threads(c->nt) if (c->nt > 1)
-    {
-        ct_amx_tiles_config();
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t bh = 0; bh < c->B * c->H; bh++) {
-            int t = omp_get_thread_num();
-            int64_t b = bh / c->H, h = bh % c->H;
-            char *w = amx_task_start(c, k, t, qkv, kv, bh);
-            uint16_t *q = AMX_AT(w, c, CT_AMX_Q, uint16_t), *g = AMX_AT(w, c, CT_AMX_DO, uint16_t);
-            uint16_t *qt = AMX_AT(w, c, CT_AMX_QT, uint16_t), *gt = AMX_AT(w, c, CT_AMX_DOT, uint16_t);
-            uint16_t *p16 = AMX_AT(w, c, CT_AMX_P16, uint16_t), *ds16 = AMX_AT(w, c, CT_AMX_DS16, uint16_t);
-            uint32_t *kt = AMX_AT(w, c, CT_AMX_KT, uint32_t), *vt = AMX_AT(w, c, CT_AMX_VT, uint32_t);
-            uint32_t *kp = AMX_AT(w, c, CT_AMX_KP, uint32_t), *pp = AMX_AT(w, c, CT_AMX_PP, uint32_t);
-            uint32_t *dsp = AMX_AT(w, c, CT_AMX_DSP, uint32_t);
-            float *s = AMX_AT(w, c, CT_AMX_S, float), *dp = AMX_AT(w, c, CT_AMX_DP, float);
-            float *ob = AMX_AT(w, c, CT_AMX_OB, float), *di = AMX_AT(w, c, CT_AMX_DI, float);
-            float *dvt = AMX_AT(w, c, CT_AMX_DVT, float), *dkt = AMX_AT(w, c, CT_AMX_DKT, float);
-            const float *kb = AMX_AT(w, c, CT_AMX_KB, float);
-            gather_padded(c, dy, b, h * Dh, D, g);
-            ct_amx_pairs_t(AMX_AT(w, c, CT_AMX_VR, uint16_t), Dh, tp, Dh, vt, tp);
-            ct_amx_pairs(AMX_AT(w, c, CT_AMX_KR, uint16_t), Dh, tp, Dh, kp, Dh);
-            if (c->pow2) ct_amx_scale_bf16_pow2((uint16_t *)kp, tp * Dh, c->scale); /* dQ = (scale K) dS */
-            ct_amx_transpose16(q, Dh, tp, Dh, qt, tp);
-            ct_amx_transpose16(g, Dh, tp, Dh, gt, tp);
-            for (int blk = c->nb - 1; blk >= 0; blk--) { /* last first: it writes dV^T, dK^T; the others add */
-                int64_t i0 = (int64_t)blk * c->rb, m = block_rows(c, blk), mp = pad32(m);
-                int64_t np = c->causal ? pad32(block_keys(c, blk)) : tp;
-                int first = blk == c->nb - 1;
-                const uint16_t *gy = (const uint16_t *)dy->data + (b * T + i0) * D + h * Dh;
-                const uint16_t *o = (const uint16_t *)y->data + (b * T + i0) * D + h * Dh;
-                f->rowdot(gy, D, o, D, m, Dh, di);
-                ct_amx_gemm_bf16(mp, np, Dh, q + i0 * Dh, Dh, kt, tp, s, np, 0);
-                if (!c->pow2) ct_amx_scale(s, np, m, np, c->scale);
-                f->prob(s, p16, np, m, i0, c->causal, kb, lse + bh * T + i0);
-                ct_amx_gemm_bf16(mp, np, Dh, g + i0 * Dh, Dh, vt, tp, dp, np, 0);
-                f->dscore(s, dp, ds16, np, m, i0, c->causal, di);
-                memset(p16 + m * np, 0, (size_t)((mp - m) * np) * 2);
-                memset(ds16 + m * np, 0, (size_t)((mp - m) * np) * 2);
-                ct_amx_gemm_bf16(mp, Dh, np, ds16, np, kp, Dh, ob, Dh, 0); /* dQ (/ scale unless pow2) */
-                if (!c->pow2) ct_amx_scale(ob, Dh, m, Dh, c->scale);
-                uint16_t *dq = (uint16_t *)k->out.data + (b * T + i0) * D3 + h * Dh;
-                for (int64_t r = 0; r < m; r++) f->to_bf16(ob + r * Dh, dq + r * D3, (size_t)Dh);
-                ct_amx_pairs(p16, np, mp, np, pp, np);
-                ct_amx_pairs(ds16, np, mp, np, dsp, np);
-                ct_amx_gemm_bf16(Dh, np, mp, gt + i0, tp, pp, np, dvt, tp, !first);
-                ct_amx_gemm_bf16(Dh, np, mp, qt + i0, tp, dsp, np, dkt, tp, !first);
-            }
-            /* dK = scale dK^T^T, dV = dV^T^T: FP32 (T, Dh) rows -> BF16 columns of d_qkv */
-            float *dk = AMX_AT(w, c, CT_AMX_DK, float), *dv = AMX_AT(w, c, CT_AMX_DV, float);
-            ct_amx_transpose32(dkt, tp, Dh, T, c->pow2 ? 1.0f : c->scale, dk, Dh); /* pow2: q was scaled */
-            ct_amx_transpose32(dvt, tp, Dh, T, 1.0f, dv, Dh);
-            uint16_t *out = (uint16_t *)k->out.data + b * T * D3;
-            for (int64_t j = 0; j < T; j++) {
-                f->to_bf16(dk + j * Dh, out + j * D3 + D + h * Dh, (size_t)Dh);
-                f->to_bf16(dv + j * Dh, out + j * D3 + 2 * D + h * Dh, (size_t)Dh);
-            }
-            if (k->node->ia[7] & CT_COLSUM_OUT) { /* as in the oneDNN products' path below */
-                float fo[CT_COLSUM_MAX_D / 3 + 1];
-                f->colsum(k, b, 0, h, out + h * Dh, CT_BF16, D3, 0, T, fo);
-                f->colsum(k, b, 1, h, dk, CT_F32, Dh, 0, T, fo);
-                f->colsum(k, b, 2, h, dv, CT_F32, Dh, 0, T, fo);
-            }
-        }
-        ct_amx_tiles_release();
+static void amx_forward_task(ct_kargs *k, const att_cache *c, const amx_args *a, char *w, int64_t bh) {
+    const int64_t D = c->D, Dh = c->Dh, tp = ct_attention_amx_tp(c->T), b = bh / c->H, h = bh % c->H;
+    float *lse = k->aux;
+    uint16_t *q = AMX_AT(w, c, CT_AMX_Q, uint16_t), *p16 = AMX_AT(w, c, CT_AMX_P16, uint16_t);
+    uint32_t *kt = AMX_AT(w, c, CT_AMX_KT, uint32_t), *vp = AMX_AT(w, c, CT_AMX_VP, uint32_t);
+    float *s = AMX_AT(w, c, CT_AMX_S, float), *ob = AMX_AT(w, c, CT_AMX_OB, float);
+    ct_amx_pairs(AMX_AT(w, c, CT_AMX_VR, uint16_t), Dh, tp, Dh, vp, Dh);
+    for (int blk = 0; blk < c->nb; blk++) {
+        const amx_block bk = amx_scores(c, blk, q, kt, s);
+        const int64_t i0 = bk.i0, m = bk.m, mp = bk.mp, np = bk.np;
+        a->f->softmax(s, p16, np, m, i0, c->causal, AMX_AT(w, c, CT_AMX_KB, float), lse + bh * c->T + i0);
+        memset(p16 + m * np, 0, (size_t)((mp - m) * np) * 2);
+        ct_amx_gemm_bf16(mp, Dh, np, p16, np, vp, Dh, ob, Dh, 0);
+        uint16_t *o = (uint16_t *)k->out.data + (b * c->T + i0) * D + h * Dh;
+        for (int64_t r = 0; r < m; r++) a->f->to_bf16(ob + r * Dh, o + r * D, (size_t)Dh);
     }
-    if (k->node->ia[7] & CT_COLSUM_OUT) f->colsum_cross(k);
+}
+
+static void amx_backward_task(ct_kargs *k, const att_cache *c, const amx_args *a, char *w, int64_t bh) {
+    const int64_t D = c->D, D3 = 3 * D, Dh = c->Dh, T = c->T, tp = ct_attention_amx_tp(T), b = bh / c->H, h = bh % c->H;
+    const row_fns *f = a->f;
+    const float *lse = k->in_aux[2];
+    uint16_t *q = AMX_AT(w, c, CT_AMX_Q, uint16_t), *g = AMX_AT(w, c, CT_AMX_DO, uint16_t);
+    uint16_t *qt = AMX_AT(w, c, CT_AMX_QT, uint16_t), *gt = AMX_AT(w, c, CT_AMX_DOT, uint16_t);
+    uint16_t *p16 = AMX_AT(w, c, CT_AMX_P16, uint16_t), *ds16 = AMX_AT(w, c, CT_AMX_DS16, uint16_t);
+    uint32_t *kt = AMX_AT(w, c, CT_AMX_KT, uint32_t), *vt = AMX_AT(w, c, CT_AMX_VT, uint32_t);
+    uint32_t *kp = AMX_AT(w, c, CT_AMX_KP, uint32_t), *pp = AMX_AT(w, c, CT_AMX_PP, uint32_t);
+    uint32_t *dsp = AMX_AT(w, c, CT_AMX_DSP, uint32_t);
+    float *s = AMX_AT(w, c, CT_AMX_S, float), *dp = AMX_AT(w, c, CT_AMX_DP, float);
+    float *ob = AMX_AT(w, c, CT_AMX_OB, float), *di = AMX_AT(w, c, CT_AMX_DI, float);
+    float *dvt = AMX_AT(w, c, CT_AMX_DVT, float), *dkt = AMX_AT(w, c, CT_AMX_DKT, float);
+    const float *kb = AMX_AT(w, c, CT_AMX_KB, float);
+    gather_padded(c, a->dy, b, h * Dh, D, g);
+    ct_amx_pairs_t(AMX_AT(w, c, CT_AMX_VR, uint16_t), Dh, tp, Dh, vt, tp);
+    ct_amx_pairs(AMX_AT(w, c, CT_AMX_KR, uint16_t), Dh, tp, Dh, kp, Dh);
+    if (c->pow2) ct_amx_scale_bf16_pow2((uint16_t *)kp, tp * Dh, c->scale); /* dQ = (scale K) dS */
+    ct_amx_transpose16(q, Dh, tp, Dh, qt, tp);
+    ct_amx_transpose16(g, Dh, tp, Dh, gt, tp);
+    for (int blk = c->nb - 1; blk >= 0; blk--) { /* last first: it writes dV^T, dK^T; the others add */
+        const amx_block bk = amx_scores(c, blk, q, kt, s);
+        const int64_t i0 = bk.i0, m = bk.m, mp = bk.mp, np = bk.np;
+        int first = blk == c->nb - 1;
+        const uint16_t *gy = (const uint16_t *)a->dy->data + (b * T + i0) * D + h * Dh;
+        const uint16_t *o = (const uint16_t *)a->y->data + (b * T + i0) * D + h * Dh;
+        f->rowdot(gy, D, o, D, m, Dh, di);
+        f->prob(s, p16, np, m, i0, c->causal, kb, lse + bh * T + i0);
+        ct_amx_gemm_bf16(mp, np, Dh, g + i0 * Dh, Dh, vt, tp, dp, np, 0);
+        f->dscore(s, dp, ds16, np, m, i0, c->causal, di);
+        memset(p16 + m * np, 0, (size_t)((mp - m) * np) * 2);
+        memset(ds16 + m * np, 0, (size_t)((mp - m) * np) * 2);
+        ct_amx_gemm_bf16(mp, Dh, np, ds16, np, kp, Dh, ob, Dh, 0); /* dQ (/ scale unless pow2) */
+        if (!c->pow2) ct_amx_scale(ob, Dh, m, Dh, c->scale);
+        uint16_t *dq = (uint16_t *)k->out.data + (b * T + i0) * D3 + h * Dh;
+        for (int64_t r = 0; r < m; r++) f->to_bf16(ob + r * Dh, dq + r * D3, (size_t)Dh);
+        ct_amx_pairs(p16, np, mp, np, pp, np);
+        ct_amx_pairs(ds16, np, mp, np, dsp, np);
+        ct_amx_gemm_bf16(Dh, np, mp, gt + i0, tp, pp, np, dvt, tp, !first);
+        ct_amx_gemm_bf16(Dh, np, mp, qt + i0, tp, dsp, np, dkt, tp, !first);
+    }
+    /* dK = scale dK^T^T, dV = dV^T^T: FP32 (T, Dh) rows -> BF16 columns of d_qkv */
+    float *dk = AMX_AT(w, c, CT_AMX_DK, float), *dv = AMX_AT(w, c, CT_AMX_DV, float);
+    ct_amx_transpose32(dkt, tp, Dh, T, c->pow2 ? 1.0f : c->scale, dk, Dh); /* pow2: q was scaled */
+    ct_amx_transpose32(dvt, tp, Dh, T, 1.0f, dv, Dh);
+    uint16_t *out = (uint16_t *)k->out.data + b * T * D3;
+    for (int64_t j = 0; j < T; j++) {
+        f->to_bf16(dk + j * Dh, out + j * D3 + D + h * Dh, (size_t)Dh);
+        f->to_bf16(dv + j * Dh, out + j * D3 + 2 * D + h * Dh, (size_t)Dh);
+    }
+    if (k->node->ia[7] & CT_COLSUM_OUT) { /* as in the oneDNN products' path below */
+        float fo[CT_COLSUM_MAX_D / 3 + 1];
+        f->colsum(k, b, 0, h, out + h * Dh, CT_BF16, D3, 0, T, fo);
+        f->colsum(k, b, 1, h, dk, CT_F32, Dh, 0, T, fo);
+        f->colsum(k, b, 2, h, dv, CT_F32, Dh, 0, T, fo);
+    }
 }
 
 static ct_status exec_failed(att_cache *c, dnnl_status_t st) {
@@ -490,7 +497,8 @@ ct_status ct_k_attention_onednn(ct_kargs *k) {
     const row_fns f = pick_rows(k->ctx);
     const int32_t *kv = k->node->n_in > 1 ? k->in[1].data : NULL;
     if (c->amx) {
-        amx_forward(k, c, &f, qkv, kv);
+        const amx_args a = {&f, NULL, NULL};
+        amx_tasks(k, c, qkv, kv, amx_forward_task, &a);
         return CT_OK;
     }
     const int64_t D = c->D, Dh = c->Dh;
@@ -530,7 +538,9 @@ ct_status ct_k_attention_bwd_onednn(ct_kargs *k) {
     const row_fns f = pick_rows(k->ctx);
     const int32_t *kv = k->node->n_in > 3 ? k->in[3].data : NULL;
     if (c->amx) {
-        amx_backward(k, c, &f, dy, qkv, y, kv);
+        const amx_args a = {&f, dy, y};
+        amx_tasks(k, c, qkv, kv, amx_backward_task, &a);
+        if (k->node->ia[7] & CT_COLSUM_OUT) f.colsum_cross(k);
         return CT_OK;
     }
     const int64_t D = c->D, D3 = 3 * D, Dh = c->Dh, T = c->T;
