@@ -124,19 +124,11 @@ void ct_amx_scale(float *x, int64_t ldx, int64_t rows, int64_t cols, float s) {
  * normal range, so it is cut back to 16 bits as it is) */
 void ct_amx_scale_bf16_pow2(uint16_t *x, int64_t n, float s) {
     const __m512 v = _mm512_set1_ps(s);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512i w = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(x + i))), 16);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512i w = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x + i)), 16);
         __m512 f = _mm512_mul_ps(v, _mm512_castsi512_ps(w));
-        _mm256_storeu_si256((__m256i *)(x + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(f), 16)));
-    }
-    for (; i < n; i++) {
-        uint32_t u = (uint32_t)x[i] << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        f *= s;
-        memcpy(&u, &f, 4);
-        x[i] = (uint16_t)(u >> 16);
+        _mm256_mask_storeu_epi16(x + i, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(f), 16)));
     }
 }
 
