@@ -749,6 +749,13 @@ LOW_TEST(attention) {
  * their GEMMs, FP32 accumulation in another order) against the reference on
  * the same BF16 values and against the SIMD kernels' BF16 path. Where oneDNN
  * has no BF16 matmul at all (below AVX-512), it must decline. */
+/* the attention's products run on AMX tiles here: the CPU has them and oneDNN's ISA (ONEDNN_MAX_CPU_ISA) reaches them */
+static int amx_here(void) {
+    const ct_cpu_features *cpu = ct_context_cpu(g_ctx);
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
+    return cpu->amx_bf16 && cpu->amx_permitted && (isa & amx) == amx;
+}
+
 /* out and the last error of kernel slot `slot` on case c with CT_ATTENTION_AMX=0 (oneDNN's primitives) */
 static ct_status krun_no_amx(const kcase *c, const kdata *d, float *out, void *aux) {
     const char *was = getenv("CT_ATTENTION_AMX");
@@ -806,8 +813,7 @@ static void attention_dnnl_case(int64_t T, int64_t D, int64_t H, int causal, int
         /* the products on AMX tiles against oneDNN's primitives on the same values: the same tile instructions,
            the same order of the sums over K: the forward bit for bit (a power-of-two scale folded into q is
            exact) */
-        const ct_cpu_features *cpu = ct_context_cpu(g_ctx);
-        int amx_ran = cpu->amx_bf16 && cpu->amx_permitted && (D / H) % 32 == 0 && !(amx && !strcmp(amx, "0"));
+        int amx_ran = amx_here() && (D / H) % 32 == 0 && !(amx && !strcmp(amx, "0"));
         float *yp = NULL, *lp = NULL;
         if (amx_ran) {
             yp = malloc((size_t)ny * 4), lp = malloc((size_t)nl * 4);
@@ -878,9 +884,8 @@ static void attention_dnnl_case(int64_t T, int64_t D, int64_t H, int causal, int
 TEST(attention_onednn_bf16) {
     setup();
     if (!g_nslots) return;
-    const ct_cpu_features *cpu = ct_context_cpu(g_ctx);
     printf("    products on AMX tiles for Dh 32 and 64: %s\n",
-           cpu->amx_bf16 && cpu->amx_permitted ? "yes (this CPU)" : "no (no AMX here: oneDNN's primitives)");
+           amx_here() ? "yes (this CPU)" : "no (no AMX here, or oneDNN's ISA lowered: oneDNN's primitives)");
     for (int amx_off = 0; amx_off < 2; amx_off++) {
         if (amx_off) setenv("CT_ATTENTION_AMX", "0", 1);
         attention_dnnl_case(37, 48, 3, 0, 0, 0.25f);  /* one block, fewer rows than CT_ATT_ROWS */
