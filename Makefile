@@ -93,7 +93,7 @@ test: all
 # tested build/ctrain, linked against libctrain.a (docs/abi.md says why).
 # the library's version: include/ctrain/version.h's three numbers
 VERSION      := $(shell sed -n 's/^\#define CT_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$$/\2/p' include/ctrain/version.h | paste -sd.)
-SOVERSION    := 1
+SOVERSION    := 2
 PREFIX       ?= /usr/local
 BINDIR       ?= $(PREFIX)/bin
 LIBDIR       ?= $(PREFIX)/lib

@@ -26,7 +26,7 @@ if out=$(make -s BUILD=build install-python PYTHON="$PY" DESTDIR="$tmp/root" 2>&
   site=$(find "$tmp/root" -type d -name ctrain -path '*-packages/ctrain' | head -n 1)
   got=$(cd "$tmp" && env -u CTRAIN_LIB PYTHONPATH="${site%/ctrain}" "$PY" -c \
         'import ctrain; print(ctrain.lib_path); print(ctrain.__file__)' 2>&1)
-  if [ -n "$site" ] && printf '%s' "$got" | grep -q "^$site/libctrain.so.1" && printf '%s' "$got" | grep -q "^$site/__init__.py"; then
+  if [ -n "$site" ] && printf '%s' "$got" | grep -q "^$site/libctrain.so.2" && printf '%s' "$got" | grep -q "^$site/__init__.py"; then
     ok install_python_imports
   else
     bad install_python_imports "site '$site': $got"

@@ -3,6 +3,7 @@
  * memory budget (E60003), status names/codes, and that a training step
  * after the first allocates nothing (counting allocator). */
 #include "test.h"
+#include "core/internal.h" /* ct_release_pages (ZeRO's page release) */
 
 static int contains(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
 static void *test_plain_alloc(void *user, size_t bytes, size_t align) {
@@ -462,6 +463,16 @@ TEST(large_blocks_ask_for_huge_pages) {
         if (on) {
             /* the block's pages start on a 2 MiB boundary (after the allocator's header) */
             CHECK(((uintptr_t)big & (((uintptr_t)2 << 20) - 1)) <= 4096);
+            /* pages ZeRO gives back are not huge pages any more (khugepaged would fold them back in), the rest are */
+            char *a, *d;
+            float *fl = big;
+            const size_t nf = ((size_t)8 << 20) / sizeof(float);
+            CHECK(ct_release_pages(fl, nf / 4, 3 * nf / 4, &a, &d) == 1);
+            CHECK(fl[nf / 2] == 0.0f && fl[nf / 4 - 1] != 0.0f);
+            if (strstr(mode, "[madvise]")) {
+                CHECK_MSG(thp_eligible(fl + nf / 2) == 0, "released pages still THP-eligible");
+                CHECK(thp_eligible((char *)big + 64) == 1);
+            }
         }
         ct_free(ctx, big);
         ct_free(ctx, small);

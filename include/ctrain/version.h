@@ -5,11 +5,11 @@
 #define CTRAIN_VERSION_H
 
 #define CT_VERSION_MAJOR 0
-#define CT_VERSION_MINOR 2
+#define CT_VERSION_MINOR 3
 #define CT_VERSION_PATCH 0
 #define CT_VERSION_STR_(a, b, c) #a "." #b "." #c
 #define CT_VERSION_STR_X_(a, b, c) CT_VERSION_STR_(a, b, c)
-/* "0.2.0": the version of the headers a program was compiled with */
+/* "0.3.0": the version of the headers a program was compiled with */
 #define CT_VERSION_STRING CT_VERSION_STR_X_(CT_VERSION_MAJOR, CT_VERSION_MINOR, CT_VERSION_PATCH)
 /* MAJOR * 10000 + MINOR * 100 + PATCH, for #if */
 #define CT_VERSION (CT_VERSION_MAJOR * 10000 + CT_VERSION_MINOR * 100 + CT_VERSION_PATCH)
@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-/* The version of the library loaded at run time ("0.2.0"), which may differ
+/* The version of the library loaded at run time ("0.3.0"), which may differ
  * from CT_VERSION_STRING when a program runs against another libctrain.so. */
 const char *ct_version(void);
 

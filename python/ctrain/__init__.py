@@ -19,7 +19,7 @@ from .model import Model, image_data, load, load_idx  # noqa: F401
 from .recipe import recipe_keys, resolve as resolve_recipe  # noqa: F401
 from .training import TrainResult, train  # noqa: F401
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 __all__ = ["train", "load", "load_idx", "image_data", "recipe_keys", "resolve_recipe", "Graph", "Node", "Plan", "Model", "TrainResult",
            "Error", "ConfigError", "CorruptError", "DistError", "DtypeError", "InternalError", "InvalidArgError",
            "IoError", "NonfiniteError", "OomError", "ShapeError", "StateError", "UnsupportedError"]

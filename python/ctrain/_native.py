@@ -27,14 +27,14 @@ def _candidates():
         yield env
         return
     for d in (HERE, os.path.join(os.path.dirname(os.path.dirname(HERE)), "build")):
-        for name in ("libctrain.so", "libctrain.so.1"):
+        for name in ("libctrain.so", "libctrain.so.2"):
             p = os.path.join(d, name)
             if os.path.exists(p):
                 yield p
         for p in sorted(glob.glob(os.path.join(d, "libctrain.so.*"))):
             yield p
     for d in ("/usr/local/lib", "/usr/lib", "/usr/lib/x86_64-linux-gnu"):
-        p = os.path.join(d, "libctrain.so.1")
+        p = os.path.join(d, "libctrain.so.2")
         if os.path.exists(p):
             yield p
     found = ctypes.util.find_library("ctrain")

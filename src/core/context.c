@@ -152,9 +152,9 @@ void ct_context_opts_default(ct_context_opts *o) {
     o->huge_pages = 1;
 }
 
-/* The variables ct_context_create reads (and CT_BF16_NATIVE, read at compile, and CT_ONEDNN_BWD_DATA, read
- * when a convolution's primitives are created): a value that is not one of the accepted ones is an error,
- * never silently ignored. */
+/* The variables ct_context_create reads (and CT_BF16_NATIVE, read at compile, CT_ONEDNN_BWD_DATA, read when a
+ * convolution's primitives are created, and CT_ATTENTION_AMX, when an attention's kernel is built): a value that
+ * is not one of the accepted ones is an error, never silently ignored. */
 ct_status ct_context_env_check(char *msg, size_t len) {
     static const struct {
         const char *name, *accepted[4];
@@ -291,6 +291,9 @@ int ct_release_pages(float *x, size_t b, size_t e, char **a, char **d) {
     *a = (char *)(((uintptr_t)(x + b) + pg - 1) / pg * pg);
     *d = (char *)((uintptr_t)(x + e) / pg * pg);
     if (b >= e || *a >= *d) return 0;
+    /* not on huge pages again (ct_context_opts.huge_pages): khugepaged would fold a released range back into
+       whole 2 MiB pages (it collapses ranges with few pages present) and the memory would come back */
+    (void)madvise(*a, (size_t)(*d - *a), MADV_NOHUGEPAGE);
     if (madvise(*a, (size_t)(*d - *a), MADV_DONTNEED) != 0) return -1;
     return *(volatile float *)*a == 0.0f && *(volatile float *)(*d - sizeof(float)) == 0.0f ? 1 : -1;
 }
