@@ -101,8 +101,8 @@ void ct_amx_pairs(const uint16_t *x, int64_t ldx, int64_t rows, int64_t cols, ui
 }
 
 /* out[r][j] = word r of row j of x (x read as rows of 32-bit words) for r < cols / 2, j < rows: the transpose
- * of an N x K BF16 matrix as B pairs (x^T, K = cols); 16 x 16 word blocks through registers (rows and cols / 2
- * multiples of 16) */
+ * of an N x K BF16 matrix as B pairs (x^T, K = cols); word r of 16 rows at a time by one gather (rows a multiple
+ * of 16) */
 void ct_amx_pairs_t(const uint16_t *x, int64_t ldx, int64_t rows, int64_t cols, uint32_t *out, int64_t ldo) {
     const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                             _mm512_set1_epi32((int)(ldx / 2)));
