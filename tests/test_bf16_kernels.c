@@ -79,6 +79,7 @@ typedef struct {
 } kcase;
 
 static size_t g_ws_cap; /* nonzero: krun hands kernels at most this many bytes of workspace */
+static char g_impl[96]; /* the oneDNN kernel's implementation in krun's last call ("" for others) */
 
 static int64_t nel(int nd, const int64_t *s) {
     int64_t n = 1;
@@ -209,6 +210,8 @@ static ct_status krun(const kcase *c, const kdata *d, int slot, int bf16, float 
     k.scratch = &scratch;
     ct_context_clear_error(g_ctx);
     ct_status s = ct_op_table(c->op)->kernel[slot](&k);
+    const char *impl = cache ? ct_onednn_cache_impl(cache) : NULL;
+    snprintf(g_impl, sizeof g_impl, "%s", impl ? impl : "");
     if (cache) ct_op_table(c->op)->cache_free(cache);
     ct_scratch_release(g_ctx, &scratch);
     free(k.ws);
@@ -756,16 +759,22 @@ static int amx_here(void) {
     return cpu->amx_bf16 && cpu->amx_permitted && (isa & amx) == amx;
 }
 
-/* out and the last error of kernel slot `slot` on case c with CT_ATTENTION_AMX=0 (oneDNN's primitives) */
-static ct_status krun_no_amx(const kcase *c, const kdata *d, float *out, void *aux) {
-    const char *was = getenv("CT_ATTENTION_AMX");
+/* out and the status of the oneDNN slot on case c with environment variable var = val (the caller's value
+ * restored after) */
+static ct_status krun_env(const kcase *c, const kdata *d, const char *var, const char *val, float *out, void *aux) {
+    const char *was = getenv(var);
     char keep[8] = "";
     if (was) snprintf(keep, sizeof keep, "%s", was);
-    setenv("CT_ATTENTION_AMX", "0", 1);
+    setenv(var, val, 1);
     ct_status s = krun(c, d, CT_KERNEL_ONEDNN, 1, out, aux);
-    if (was) setenv("CT_ATTENTION_AMX", keep, 1);
-    else unsetenv("CT_ATTENTION_AMX");
+    if (was) setenv(var, keep, 1);
+    else unsetenv(var);
     return s;
+}
+
+/* with CT_ATTENTION_AMX=0 (oneDNN's primitives) */
+static ct_status krun_no_amx(const kcase *c, const kdata *d, float *out, void *aux) {
+    return krun_env(c, d, "CT_ATTENTION_AMX", "0", out, aux);
 }
 
 /* largest |a - b| over n values, 0 when they are the same bits */
@@ -903,6 +912,90 @@ TEST(attention_onednn_bf16) {
         attention_dnnl_case(37, 64, 2, 0, 0, 0.3f);
     }
     unsetenv("CT_ATTENTION_AMX");
+}
+
+/* ---- BF16 GEMMs on AMX tiles (simd/amx.c through onednn/matmul.c) ---------------------------------------- */
+
+/* One linear (op LINEAR: x (M, K), W (N, K), bias of dtype bias_kind or none) or matmul (a (M, K) or (2, M / 2, K),
+ * b (K, N) or (tb) (N, K)), BF16 inputs, a BF16 or (out_low 0) FP32 output: on AMX tiles (CT_MATMUL_AMX=1, where
+ * the CPU has them) against oneDNN's primitive (CT_MATMUL_AMX=0) on the same values, and both against the
+ * reference. */
+static void gemm_amx_case(ct_op op, int64_t M, int64_t N, int64_t K, int tb, int bias_kind, int out_low, int batched) {
+    char label[96];
+    snprintf(label, sizeof label, "%s %lldx%lldx%lld%s%s%s%s", op == CT_OP_LINEAR ? "linear" : "matmul", (long long)M,
+             (long long)N, (long long)K, tb ? " tb" : "", bias_kind < 0 ? "" : bias_kind == IN_LOW ? " bias bf16" : " bias f32",
+             out_low ? "" : " -> f32", batched ? " batched" : "");
+    kcase c = {label, op, {0, tb}, {0}, 2, {IN_LOW, IN_LOW, bias_kind < 0 ? IN_F32 : bias_kind}, {2, 2, 1},
+               {{M, K}, {tb || op == CT_OP_LINEAR ? N : K, tb || op == CT_OP_LINEAR ? K : N}, {N}},
+               {-1, -1, -1}, {1, 1, 1}, 2, {M, N}, out_low, 0, NULL, 1e-2, {0}};
+    if (op == CT_OP_LINEAR) c.ia[1] = 0;
+    if (bias_kind >= 0) c.n_in = 3;
+    if (batched) { /* a (2, M / 2, K): the batch folded into the rows */
+        c.nd[0] = 3, c.shape[0][0] = 2, c.shape[0][1] = M / 2, c.shape[0][2] = K;
+        c.out_nd = 3, c.out_shape[0] = 2, c.out_shape[1] = M / 2, c.out_shape[2] = N;
+    }
+    kdata d;
+    kdata_make(&c, 71, &d);
+    const size_t n = (size_t)(M * N);
+    float *yr = malloc(n * 4), *ya = malloc(n * 4), *yp = malloc(n * 4);
+    char impl_a[96] = "", impl_p[96] = "";
+    CHECK(krun(&c, &d, CT_KERNEL_REF, 0, yr, NULL) == CT_OK);
+    ct_status sa = krun_env(&c, &d, "CT_MATMUL_AMX", "1", ya, NULL);
+    snprintf(impl_a, sizeof impl_a, "%s", g_impl);
+    ct_status sp = krun_env(&c, &d, "CT_MATMUL_AMX", "0", yp, NULL);
+    snprintf(impl_p, sizeof impl_p, "%s", g_impl);
+    CHECK_MSG(sa == CT_OK && sp == CT_OK, "%s: %s / %s: %s", label, ct_status_name(sa), ct_status_name(sp),
+              ct_context_last_error(g_ctx));
+    if (sa == CT_OK && sp == CT_OK) {
+        const int amx = amx_here();
+        CHECK_MSG(!strcmp(impl_a, amx ? "ctrain:amx_tiles" : impl_p) && strcmp(impl_p, "ctrain:amx_tiles"),
+                  "%s: ran on '%s' with CT_MATMUL_AMX=1, '%s' with 0 (AMX here: %d)", label, impl_a, impl_p, amx);
+        /* where oneDNN runs brgemm on AMX too: the tiles' sums in steps of 32 over K, the bias added to the FP32
+           sum, one rounding: the same bits. Its other kernels (a small K or N: brgemm on AVX512-BF16) sum in
+           another order: the last bits of the FP32 sums */
+        const int64_t nd = ndiff(ya, yp, (int64_t)n);
+        const double ep = test_rel_to_max(ya, yp, n);
+        if (strstr(impl_p, "amx"))
+            CHECK_MSG(nd == 0, "%s: %lld of %zu outputs differ between the AMX tiles and oneDNN's %s (%.3g of the largest)",
+                      label, (long long)nd, n, impl_p, ep);
+        else
+            CHECK_MSG(ep <= (out_low ? 1.0 / 128 : 1e-6), "%s: %.3g of the largest from oneDNN's %s", label, ep, impl_p);
+        const double e = test_rel_to_max(ya, yr, n);
+        CHECK_MSG(e <= 1e-2, "%s: %.3g of the largest from the reference", label, e);
+        printf("    %-44s %s, %.2e of the largest from the reference (oneDNN: %s, %lld differ)\n", label, impl_a, e, impl_p,
+               (long long)nd);
+    }
+    kdata_free(&c, &d);
+    free(yr);
+    free(ya);
+    free(yp);
+}
+
+/* Sizes that are multiples of 32 and every kind of tail: rows of a partial last block (M), columns (N, a masked
+ * store), a K that is not a multiple of 32 (its last columns copied into a zero-padded tile), odd K (half a pair),
+ * single rows and columns; B as it lies (K x N, interleaved into pairs) and transposed (N x K, gathered). */
+TEST(gemm_amx_bf16) {
+    setup();
+    if (!g_nslots) return;
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), core = (unsigned)dnnl_cpu_isa_avx512_core;
+    if ((isa & core) != core) {
+        printf("    no BF16 matmul in oneDNN below AVX-512: nothing to compare\n");
+        return;
+    }
+    printf("    GEMMs on AMX tiles: %s\n", amx_here() ? "yes (this CPU)" : "no (no AMX here, or oneDNN's ISA lowered)");
+    gemm_amx_case(CT_OP_LINEAR, 64, 96, 64, 1, IN_F32, 1, 0);
+    gemm_amx_case(CT_OP_LINEAR, 64, 96, 64, 1, IN_LOW, 1, 0);
+    gemm_amx_case(CT_OP_LINEAR, 37, 45, 70, 1, IN_F32, 1, 0);
+    gemm_amx_case(CT_OP_LINEAR, 100, 17, 33, 1, -1, 1, 0);
+    gemm_amx_case(CT_OP_LINEAR, 1, 1, 1, 1, IN_LOW, 1, 0);
+    gemm_amx_case(CT_OP_LINEAR, 130, 200, 384, 1, IN_F32, 1, 1);
+    for (int tb = 0; tb < 2; tb++) {
+        gemm_amx_case(CT_OP_MATMUL, 64, 64, 96, tb, -1, 1, 0);
+        gemm_amx_case(CT_OP_MATMUL, 33, 65, 31, tb, -1, 1, 0);
+        gemm_amx_case(CT_OP_MATMUL, 96, 48, 160, tb, -1, 0, 0);
+        gemm_amx_case(CT_OP_MATMUL, 70, 10, 7, tb, -1, 0, 0);
+        gemm_amx_case(CT_OP_MATMUL, 66, 100, 64, tb, -1, 1, 1);
+    }
 }
 
 /* ---- whole plans ---------------------------------------------------------------------------- */
@@ -1277,5 +1370,5 @@ TEST(arena_targets) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(eltwise), T(batchnorm), T(relu_pack_all_patterns), T(layernorm), T(pooling), T(pooling_channels_last), T(reductions), T(softmax), T(cross_entropy), T(embedding), T(attention), T(attention_onednn_bf16), T(plans_match_copies), T(pool_big_planes_in_plan), T(kernel_impl_names),
+TEST_MAIN(T(eltwise), T(batchnorm), T(relu_pack_all_patterns), T(layernorm), T(pooling), T(pooling_channels_last), T(reductions), T(softmax), T(cross_entropy), T(embedding), T(attention), T(attention_onednn_bf16), T(gemm_amx_bf16), T(plans_match_copies), T(pool_big_planes_in_plan), T(kernel_impl_names),
           T(arena_targets))

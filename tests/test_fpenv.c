@@ -104,8 +104,9 @@ TEST(environment_overrides) {
 
 /* a value that is not 0 or 1 is refused with a message naming the variable, not ignored */
 TEST(invalid_environment_refused) {
-    static const char *vars[] = {"CT_FLUSH_SUBNORMALS", "CT_ONEDNN", "CT_BF16_NATIVE", "CT_ISA"};
-    for (int v = 0; v < 4; v++) {
+    static const char *vars[] = {"CT_ISA", "CT_FLUSH_SUBNORMALS", "CT_ONEDNN", "CT_BF16_NATIVE", "CT_HUGE_PAGES",
+                                 "CT_ATTENTION_AMX", "CT_MATMUL_AMX"};
+    for (int v = 0; v < (int)(sizeof vars / sizeof vars[0]); v++) {
         setenv(vars[v], "yes", 1);
         char msg[256];
         ct_context *ctx = NULL;
@@ -116,7 +117,7 @@ TEST(invalid_environment_refused) {
         unsetenv(vars[v]);
         CHECK_MSG(s == CT_E_CONFIG && ctx == NULL, "%s=yes: context status %d", vars[v], (int)s);
         CHECK(c == CT_E_CONFIG);
-        CHECK_MSG(strstr(msg, vars[v]) && strstr(msg, "'yes'") && strstr(msg, v == 3 ? "ref, avx2 or avx512" : "0 or 1"),
+        CHECK_MSG(strstr(msg, vars[v]) && strstr(msg, "'yes'") && strstr(msg, v == 0 ? "ref, avx2 or avx512" : "0 or 1"),
                   "message: %s", msg);
         ct_context_free(ctx);
     }

@@ -153,7 +153,7 @@ void ct_context_opts_default(ct_context_opts *o) {
 }
 
 /* The variables ct_context_create reads (and CT_BF16_NATIVE, read at compile, CT_ONEDNN_BWD_DATA, read when a
- * convolution's primitives are created, and CT_ATTENTION_AMX, when an attention's kernel is built): a value that
+ * convolution's primitives are created, CT_ATTENTION_AMX and CT_MATMUL_AMX, when an attention's or a GEMM's kernel is built): a value that
  * is not one of the accepted ones is an error, never silently ignored. */
 ct_status ct_context_env_check(char *msg, size_t len) {
     static const struct {
@@ -163,6 +163,7 @@ ct_status ct_context_env_check(char *msg, size_t len) {
                 {"CT_FLUSH_SUBNORMALS", {"0", "1", NULL}},
                 {"CT_HUGE_PAGES", {"0", "1", NULL}},
                 {"CT_ATTENTION_AMX", {"0", "1", NULL}},
+                {"CT_MATMUL_AMX", {"0", "1", NULL}},
                 {"CT_BF16_NATIVE", {"0", "1", NULL}},
                 {"CT_ONEDNN_BWD_DATA", {"fwd", "bwd", "auto", NULL}}};
     for (size_t v = 0; v < sizeof vars / sizeof vars[0]; v++) {

@@ -152,18 +152,9 @@ static ct_status make_prim(att_cache *c, int kind, int b) {
     return CT_OK;
 }
 
-/* The products on AMX tiles, called directly: where the CPU has them (and the kernel allows them), oneDNN would
- * run its own BF16 products on them too (ONEDNN_MAX_CPU_ISA below AMX lowers this kernel with oneDNN: the plan's
- * BF16 decisions, ct_context_lowp_native, follow oneDNN's ISA), the head size is a multiple of 32 and
- * CT_ATTENTION_AMX is not 0. oneDNN's matmul primitives otherwise (AVX512-BF16, or for comparison). */
-static int amx_products(const ct_context *ctx, int64_t Dh) {
-    const ct_cpu_features *f = ct_context_cpu(ctx);
-    const char *e = getenv("CT_ATTENTION_AMX");
-    if (e && !strcmp(e, "0")) return 0;
-    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
-    return f->amx_bf16 && f->amx_permitted && ct_context_isa(ctx) >= CT_ISA_AVX512 && (isa & amx) == amx &&
-           Dh % 32 == 0;
-}
+/* The products on AMX tiles, called directly (ct_dnnl_amx_tiles: CT_ATTENTION_AMX) where the head size is a
+ * multiple of 32; oneDNN's matmul primitives otherwise (AVX512-BF16, or for comparison). */
+static int amx_products(const ct_context *ctx, int64_t Dh) { return ct_dnnl_amx_tiles(ctx, "CT_ATTENTION_AMX") && Dh % 32 == 0; }
 
 static ct_status build(ct_kargs *k, att_cache *c, const ct_tensor *qkv) {
     ct_dnnl *d = &c->base;

@@ -234,6 +234,14 @@ ct_status ct_dnnl_add(ct_dnnl *c, const_dnnl_primitive_desc_t pd, int nargs, con
     return CT_OK;
 }
 
+int ct_dnnl_amx_tiles(const ct_context *ctx, const char *var) {
+    const ct_cpu_features *f = ct_context_cpu(ctx);
+    const char *e = getenv(var);
+    if (e && !strcmp(e, "0")) return 0;
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
+    return f->amx_bf16 && f->amx_permitted && ct_context_isa(ctx) >= CT_ISA_AVX512 && (isa & amx) == amx;
+}
+
 int ct_dnnl_impl_brgemm(const_dnnl_primitive_desc_t pd) {
     const char *impl = NULL;
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) return -1;
@@ -347,8 +355,8 @@ static ct_status create(ct_kargs *k, ct_dnnl_build_fn build, int nthreads, ct_dn
 }
 
 static ct_status execute(ct_kargs *k, ct_dnnl *c) {
+    void *base = NULL;
     if (c->scratch_total) {
-        void *base = NULL;
         if (!k->scratch)
             return ct_set_error(c->ctx, CT_E_INTERNAL, "oneDNN %s: the executor passed no scratch", c->what);
         ct_status s = ct_scratch_reserve(c->ctx, k->scratch, c->scratch_total, &base);
@@ -360,6 +368,7 @@ static ct_status execute(ct_kargs *k, ct_dnnl *c) {
                         "binding a buffer in the scratch");
         if (c->pre) CT_TRY(c->pre(c, k, base));
     }
+    if (c->run) return c->run(c, k, base);
     for (int i = 0; i < c->nbinds; i++) {
         int slot = c->binds[i].slot;
         void *p = slot == CT_DNNL_OUT ? k->out.data : k->in[slot].data;

@@ -70,6 +70,9 @@ typedef struct ct_dnnl {
        convolution run as a forward one): called on every call with the node's scratch region bound. */
     ct_status (*pre)(struct ct_dnnl *c, const ct_kargs *k, char *region);
     size_t pre_off;                        /* where pre writes, in the region (ct_dnnl_buffer) */
+    /* A kernel of ctrain's own in place of the primitives (matmul.c: the BF16 GEMMs on AMX tiles): called on
+       every call with the node's scratch region (scratch_total bytes) bound; the node has no steps. */
+    ct_status (*run)(struct ct_dnnl *c, const ct_kargs *k, char *region);
     /* An input kept in the primitive's layout between calls (ct_dnnl_input_kept: a weight copy packed
        once): its own buffer (not the shared scratch), refilled by steps[step] only when the weight
        copies' generation or the tensor's address moved since it was filled. */
@@ -103,6 +106,12 @@ ct_status ct_dnnl_fail(ct_dnnl *c, dnnl_status_t st, const char *doing);
         dnnl_status_t ct_dnnl_st_ = (call);                            \
         if (ct_dnnl_st_ != dnnl_success) return ct_dnnl_fail((c), ct_dnnl_st_, (doing)); \
     } while (0)
+
+/* 1 when ctrain's own products on AMX tiles (simd/amx.c) may run in place of oneDNN's BF16 primitives: the CPU
+ * has AMX-BF16 and the kernel permits it, the context's ISA is AVX-512, oneDNN's own ISA reaches AMX
+ * (ONEDNN_MAX_CPU_ISA below it lowers ctrain with oneDNN: the plan's BF16 decisions follow oneDNN's ISA), and
+ * the environment variable `var` (CT_ATTENTION_AMX, CT_MATMUL_AMX) is not 0. */
+int ct_dnnl_amx_tiles(const ct_context *ctx, const char *var);
 
 /* Plain memory descriptor of dtype dt (f32, bf16, f16) with explicit strides
  * (elements). */

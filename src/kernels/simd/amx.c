@@ -19,9 +19,13 @@
 #include "simd.h"
 
 #if defined(CT_SIMD_AVX512)
+#include <omp.h>
 #include <string.h>
 
+#include "simd_lowp.h"
+
 #define CT_AMX __attribute__((target("amx-tile,amx-bf16")))
+#define CT_AMX_BF16 __attribute__((target("avx512bf16")))
 #define CT_AMX_BARRIER() __asm__ volatile("" ::: "memory")
 
 typedef struct {
@@ -161,6 +165,151 @@ void ct_amx_transpose32(const float *x, int64_t ldx, int64_t rows, int64_t cols,
     for (int64_t j = 0; j < cols; j++)
         for (int64_t i = 0; i < rows; i += 16)
             _mm512_storeu_ps(out + j * ldo + i, _mm512_mul_ps(v, _mm512_i32gather_ps(step, x + i * ldx + j, 4)));
+}
+
+/* ---- whole GEMMs: C = A op(B) (+ bias) ---------------------------------------------------------------------
+ *
+ * For the BF16 linears and matmuls (onednn/matmul.c): B is packed as pairs into the scratch by every thread of
+ * the call (its K rounded up to 32, its N to 32, zeros beyond), then each thread takes a run of the 32 x 32
+ * blocks of C in row order (a row of blocks reuses its A rows from L1 while B's pairs stream from L2). A is
+ * read in place; a block of fewer than 32 rows is copied into a zero-padded block first, and a K that is not a
+ * multiple of 32 has its last columns copied into a zero-padded 32 x 32 tail (tile loads read whole rows of 64
+ * bytes). Each block's sums leave the tiles as FP32, get the bias added in FP32 and are rounded once to the
+ * output's dtype (as ct_f32_to_bf16): the order of oneDNN's brgemm on AMX (K in steps of 32 in the tiles, the
+ * bias after). */
+
+static int64_t up32(int64_t n) { return (n + 31) / 32 * 32; }
+static size_t amx_thread_bytes(int64_t Kp) { return (size_t)(32 * Kp * 2 + 32 * 32 * 2 + 32 * 32 * 4); }
+
+size_t ct_amx_matmul_scratch(int64_t N, int64_t K, int nthreads) {
+    const int64_t Kp = up32(K), Np = up32(N);
+    return (size_t)(Kp / 2 * Np * 4) + (size_t)(nthreads > 0 ? nthreads : 1) * amx_thread_bytes(Kp);
+}
+
+/* word (r, n) of B's pairs: B[2r][n] | B[2r + 1][n] << 16 (B[k][n] = b[n * ldb + k] when tb), zero outside K x N */
+static uint32_t b_word(const ct_amx_mm *p, int64_t r, int64_t n) {
+    uint32_t w = 0;
+    for (int h = 0; h < 2; h++) {
+        int64_t k = 2 * r + h;
+        if (k < p->K && n < p->N) w |= (uint32_t)p->b[p->tb ? n * p->ldb + k : k * p->ldb + n] << (16 * h);
+    }
+    return w;
+}
+
+/* rows [r0, r1) of the pairs (Kp / 2 x Np words) */
+static void pack_b(const ct_amx_mm *p, uint32_t *bp, int64_t Np, int64_t r0, int64_t r1) {
+    const int64_t rf = CT_MAX(r0, CT_MIN(r1, p->K / 2)); /* [r0, rf): both rows of the pair inside K */
+    int64_t nf = 0;                                       /* [0, nf) of those rows by vectors */
+    if (!p->tb && rf > r0) {
+        nf = p->N / 32 * 32;
+        ct_amx_pairs(p->b + 2 * r0 * p->ldb, p->ldb, 2 * (rf - r0), nf, bp + r0 * Np, Np);
+    } else if (p->tb && rf > r0 && p->ldb % 2 == 0) {
+        nf = p->N / 16 * 16;
+        ct_amx_pairs_t(p->b + 2 * r0, p->ldb, nf, 2 * (rf - r0), bp + r0 * Np, Np);
+    }
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t n = r < rf ? nf : 0; n < Np; n++) bp[r * Np + n] = b_word(p, r, n);
+}
+
+/* rows x cols of 16-bit values into a dst of 32 rows x ldd, zeros around them */
+static void copy_padded(const uint16_t *src, int64_t lds, int64_t rows, int64_t cols, uint16_t *dst, int64_t ldd) {
+    memset(dst, 0, (size_t)(32 * ldd * 2));
+    for (int64_t i = 0; i < rows; i++) memcpy(dst + i * ldd, src + i * lds, (size_t)cols * 2);
+}
+
+/* block (i0, j0) of C from its tiles' FP32 sums t (32 x 32): + bias, rounded to C's dtype, rows x cols of it.
+ * The rounding to BF16 is the CPU's (vcvtneps2bf16, the instruction oneDNN uses: nearest even, a NaN kept
+ * quiet; it flushes subnormals, which the tiles' sums never are: TDPBF16PS flushes its own) */
+CT_AMX_BF16 static void store_block(const ct_amx_mm *p, const float *t, int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
+    const int bf = p->c_dt == CT_BF16;
+    const uint16_t *b16 = p->bias && p->bias_dt == CT_BF16 ? (const uint16_t *)p->bias + j0 : NULL;
+    const float *b32 = p->bias && p->bias_dt != CT_BF16 ? (const float *)p->bias + j0 : NULL;
+    const __mmask16 m0 = cols >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << cols) - 1);
+    const __mmask16 m1 = cols >= 32 ? (__mmask16)0xffff : cols > 16 ? (__mmask16)((1u << (cols - 16)) - 1) : 0;
+    __m512 bias0 = _mm512_setzero_ps(), bias1 = _mm512_setzero_ps();
+    if (b16) {
+        bias0 = vh_bf16_to_f32(_mm256_maskz_loadu_epi16(m0, b16));
+        bias1 = vh_bf16_to_f32(_mm256_maskz_loadu_epi16(m1, b16 + 16));
+    } else if (b32) {
+        bias0 = _mm512_maskz_loadu_ps(m0, b32);
+        bias1 = _mm512_maskz_loadu_ps(m1, b32 + 16);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const __m512 v0 = _mm512_add_ps(_mm512_loadu_ps(t + r * 32), bias0);
+        const __m512 v1 = _mm512_add_ps(_mm512_loadu_ps(t + r * 32 + 16), bias1);
+        if (bf) {
+            uint16_t *c = (uint16_t *)p->c + (i0 + r) * p->ldc + j0;
+            if (cols == 32) _mm512_storeu_si512(c, (__m512i)_mm512_cvtne2ps_pbh(v1, v0));
+            else _mm512_mask_storeu_epi16(c, (__mmask32)m0 | (__mmask32)m1 << 16, (__m512i)_mm512_cvtne2ps_pbh(v1, v0));
+        } else {
+            float *c = (float *)p->c + (i0 + r) * p->ldc + j0;
+            _mm512_mask_storeu_ps(c, m0, v0);
+            _mm512_mask_storeu_ps(c + 16, m1, v1);
+        }
+    }
+}
+
+/* blocks [b0, b1) of C (row order, nb to a row) on this thread's tiles */
+CT_AMX static void blocks(const ct_amx_mm *p, const uint32_t *bp, int64_t Np, char *ws, int64_t b0, int64_t b1) {
+    const int64_t Kp = up32(p->K), nb = Np / 32, sb = Np * 4;
+    uint16_t *ablk = (uint16_t *)(void *)ws, *tail = ablk + 32 * Kp;
+    float *t = (float *)(void *)(tail + 32 * 32);
+    const uint16_t *a = NULL;
+    int64_t ld = 0, kf = 0, row = -1;
+    for (int64_t blk = b0; blk < b1; blk++) {
+        const int64_t i0 = blk / nb * 32, j0 = blk % nb * 32, rows = CT_MIN(32, p->M - i0);
+        if (i0 != row) { /* this row of blocks' A */
+            row = i0;
+            if (rows < 32) {
+                copy_padded(p->a + i0 * p->lda, p->lda, rows, p->K, ablk, Kp);
+                a = ablk, ld = Kp, kf = Kp;
+            } else {
+                a = p->a + i0 * p->lda, ld = p->lda, kf = p->K / 32 * 32;
+                if (kf < p->K) copy_padded(p->a + i0 * p->lda + kf, p->lda, 32, p->K - kf, tail, 32);
+            }
+        }
+        const long sa = (long)ld * 2;
+        CT_AMX_BARRIER();
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t k = 0; k < Kp; k += 32) {
+            const uint32_t *bk = bp + (k / 2) * Np + j0;
+            const uint16_t *a0 = k < kf ? a + k : tail, *a1 = k < kf ? a0 + 16 * ld : tail + 16 * 32;
+            const long s = k < kf ? sa : 64;
+            _tile_loadd(4, a0, s);
+            _tile_loadd(6, bk, sb);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_loadd(7, bk + 16, sb);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_loadd(5, a1, s);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, t, 128);
+        _tile_stored(1, t + 16, 128);
+        _tile_stored(2, t + 512, 128);
+        _tile_stored(3, t + 528, 128);
+        CT_AMX_BARRIER();
+        store_block(p, t, i0, j0, rows, CT_MIN(32, p->N - j0));
+    }
+}
+
+void ct_amx_matmul_bf16(const ct_amx_mm *p, void *scratch) {
+    const int64_t Kp = up32(p->K), Np = up32(p->N), nblk = (p->M + 31) / 32 * (Np / 32);
+    const int nt = p->nthreads > 0 ? p->nthreads : 1;
+    uint32_t *bp = scratch;
+    char *ws = (char *)scratch + Kp / 2 * Np * 4;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        const int t = omp_get_thread_num(), n = omp_get_num_threads();
+        pack_b(p, bp, Np, Kp / 2 * t / n, Kp / 2 * (t + 1) / n);
+#pragma omp barrier
+        ct_amx_tiles_config();
+        blocks(p, bp, Np, ws + (size_t)t * amx_thread_bytes(Kp), nblk * t / n, nblk * (t + 1) / n);
+        ct_amx_tiles_release();
+    }
 }
 
 #else
