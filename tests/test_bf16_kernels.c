@@ -916,17 +916,18 @@ TEST(attention_onednn_bf16) {
 
 /* ---- BF16 GEMMs on AMX tiles (simd/amx.c through onednn/matmul.c) ---------------------------------------- */
 
-/* One linear (op LINEAR: x (M, K), W (N, K), bias of dtype bias_kind or none) or matmul (a (M, K) or (2, M / 2, K),
- * b (K, N) or (tb) (N, K)), BF16 inputs, a BF16 or (out_low 0) FP32 output: on AMX tiles (CT_MATMUL_AMX=1, where
+/* One linear (op LINEAR: x (M, K), W (N, K), bias of dtype bias_kind or none) or matmul (a (M, K), (ta) (K, M) or
+ * (2, M / 2, K), b (K, N) or (tb) (N, K)), BF16 inputs, a BF16 or (out_low 0) FP32 output: on AMX tiles (CT_MATMUL_AMX=1, where
  * the CPU has them) against oneDNN's primitive (CT_MATMUL_AMX=0) on the same values, and both against the
  * reference. */
-static void gemm_amx_case(ct_op op, int64_t M, int64_t N, int64_t K, int tb, int bias_kind, int out_low, int batched) {
+static void gemm_amx_case(ct_op op, int64_t M, int64_t N, int64_t K, int ta, int tb, int bias_kind, int out_low,
+                          int batched) {
     char label[96];
-    snprintf(label, sizeof label, "%s %lldx%lldx%lld%s%s%s%s", op == CT_OP_LINEAR ? "linear" : "matmul", (long long)M,
-             (long long)N, (long long)K, tb ? " tb" : "", bias_kind < 0 ? "" : bias_kind == IN_LOW ? " bias bf16" : " bias f32",
+    snprintf(label, sizeof label, "%s %lldx%lldx%lld%s%s%s%s%s", op == CT_OP_LINEAR ? "linear" : "matmul", (long long)M,
+             (long long)N, (long long)K, ta ? " ta" : "", tb ? " tb" : "", bias_kind < 0 ? "" : bias_kind == IN_LOW ? " bias bf16" : " bias f32",
              out_low ? "" : " -> f32", batched ? " batched" : "");
-    kcase c = {label, op, {0, tb}, {0}, 2, {IN_LOW, IN_LOW, bias_kind < 0 ? IN_F32 : bias_kind}, {2, 2, 1},
-               {{M, K}, {tb || op == CT_OP_LINEAR ? N : K, tb || op == CT_OP_LINEAR ? K : N}, {N}},
+    kcase c = {label, op, {ta, tb}, {0}, 2, {IN_LOW, IN_LOW, bias_kind < 0 ? IN_F32 : bias_kind}, {2, 2, 1},
+               {{ta ? K : M, ta ? M : K}, {tb || op == CT_OP_LINEAR ? N : K, tb || op == CT_OP_LINEAR ? K : N}, {N}},
                {-1, -1, -1}, {1, 1, 1}, 2, {M, N}, out_low, 0, NULL, 1e-2, {0}};
     if (op == CT_OP_LINEAR) c.ia[1] = 0;
     if (bias_kind >= 0) c.n_in = 3;
@@ -983,18 +984,30 @@ TEST(gemm_amx_bf16) {
         return;
     }
     printf("    GEMMs on AMX tiles: %s\n", amx_here() ? "yes (this CPU)" : "no (no AMX here, or oneDNN's ISA lowered)");
-    gemm_amx_case(CT_OP_LINEAR, 64, 96, 64, 1, IN_F32, 1, 0);
-    gemm_amx_case(CT_OP_LINEAR, 64, 96, 64, 1, IN_LOW, 1, 0);
-    gemm_amx_case(CT_OP_LINEAR, 37, 45, 70, 1, IN_F32, 1, 0);
-    gemm_amx_case(CT_OP_LINEAR, 100, 17, 33, 1, -1, 1, 0);
-    gemm_amx_case(CT_OP_LINEAR, 1, 1, 1, 1, IN_LOW, 1, 0);
-    gemm_amx_case(CT_OP_LINEAR, 130, 200, 384, 1, IN_F32, 1, 1);
+    gemm_amx_case(CT_OP_LINEAR, 64, 96, 64, 0, 1, IN_F32, 1, 0);
+    gemm_amx_case(CT_OP_LINEAR, 64, 96, 64, 0, 1, IN_LOW, 1, 0);
+    gemm_amx_case(CT_OP_LINEAR, 37, 45, 70, 0, 1, IN_F32, 1, 0);
+    gemm_amx_case(CT_OP_LINEAR, 100, 17, 33, 0, 1, -1, 1, 0);
+    gemm_amx_case(CT_OP_LINEAR, 1, 1, 1, 0, 1, IN_LOW, 1, 0);
+    gemm_amx_case(CT_OP_LINEAR, 130, 200, 384, 0, 1, IN_F32, 1, 1);
     for (int tb = 0; tb < 2; tb++) {
-        gemm_amx_case(CT_OP_MATMUL, 64, 64, 96, tb, -1, 1, 0);
-        gemm_amx_case(CT_OP_MATMUL, 33, 65, 31, tb, -1, 1, 0);
-        gemm_amx_case(CT_OP_MATMUL, 96, 48, 160, tb, -1, 0, 0);
-        gemm_amx_case(CT_OP_MATMUL, 70, 10, 7, tb, -1, 0, 0);
-        gemm_amx_case(CT_OP_MATMUL, 66, 100, 64, tb, -1, 1, 1);
+        gemm_amx_case(CT_OP_MATMUL, 64, 64, 96, 0, tb, -1, 1, 0);
+        gemm_amx_case(CT_OP_MATMUL, 33, 65, 31, 0, tb, -1, 1, 0);
+        gemm_amx_case(CT_OP_MATMUL, 96, 48, 160, 0, tb, -1, 0, 0);
+        gemm_amx_case(CT_OP_MATMUL, 70, 10, 7, 0, tb, -1, 0, 0);
+        gemm_amx_case(CT_OP_MATMUL, 66, 100, 64, 0, tb, -1, 1, 1);
+        /* A transposed (the weight gradients: K = the tokens): A transposed into the scratch, or C^T taken (B
+           transposed, or B the smaller) and its blocks stored transposed */
+        gemm_amx_case(CT_OP_MATMUL, 96, 64, 256, 1, tb, -1, 0, 0);
+        gemm_amx_case(CT_OP_MATMUL, 64, 96, 256, 1, tb, -1, 0, 0);
+        gemm_amx_case(CT_OP_MATMUL, 64, 96, 100, 1, tb, -1, 0, 0); /* a K tail after whole steps of 32 */
+        gemm_amx_case(CT_OP_MATMUL, 96, 66, 600, 1, tb, -1, 0, 0); /* K in three chunks, the last partial */
+        gemm_amx_case(CT_OP_MATMUL, 66, 96, 600, 1, tb, -1, 1, 0);
+        gemm_amx_case(CT_OP_MATMUL, 96, 64, 100, 1, tb, -1, 0, 0);
+        gemm_amx_case(CT_OP_MATMUL, 45, 37, 70, 1, tb, -1, 0, 0); /* odd rows: no 32-bit words to gather */
+        gemm_amx_case(CT_OP_MATMUL, 37, 45, 70, 1, tb, -1, 1, 0);
+        gemm_amx_case(CT_OP_MATMUL, 65, 33, 31, 1, tb, -1, 0, 0);
+        gemm_amx_case(CT_OP_MATMUL, 10, 70, 7, 1, tb, -1, 0, 0);
     }
 }
 

@@ -82,9 +82,13 @@ typedef struct {
     const char *want; /* the kernel_desc every GEMM-like node must report */
 } ran_log;
 
+static int g_amx_nodes; /* GEMM nodes that ran ctrain's GEMM on AMX tiles (onednn/matmul.c), every compare() */
+
 static void on_node(void *user, const ct_node_event *ev) {
     ran_log *l = user;
     if (ev->kind != CT_NODE_END) return;
+    if (ev->impl && !strcmp(ev->impl, "ctrain:amx_tiles") && (!strcmp(ev->op, "matmul") || !strcmp(ev->op, "linear")))
+        g_amx_nodes++;
     if (ev->backward && !strcmp(ev->op, "cast") && ev->dtype == CT_F32) l->n_bwd_cast_f32++;
     if (!is_gemm_op(ev->op)) return;
     l->n_gemm++;
@@ -372,6 +376,29 @@ TEST(matmul_and_linear_with_weights_packed_once) {
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
         CHECK_MSG(compare(build_linear, &cs[i], "linear, weights packed once") == 0, "linear case %zu", i);
     unsetenv("CT_ONEDNN_PACK_WEIGHTS");
+}
+
+/* The same through plans with every BF16 linear and matmul on ctrain's GEMM on AMX tiles (CT_MATMUL_AMX=1; auto
+ * takes only shapes of >= 1024 tokens): forward, data and weight gradients (A transposed: K the rows, in chunks
+ * of 256 past 256) against the FP32 copies, and the tiles ran where the CPU has them. */
+TEST(matmul_and_linear_on_amx_tiles) {
+    ct_context *ctx = test_ctx(-1, 1);
+    const ct_cpu_features *cpu = ct_context_cpu(ctx);
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
+    const int here = expected_mode(ctx) == MODE_NATIVE && cpu->amx_bf16 && cpu->amx_permitted &&
+                     ct_context_isa(ctx) >= CT_ISA_AVX512 && (isa & amx) == amx;
+    ct_context_free(ctx);
+    setenv("CT_MATMUL_AMX", "1", 1);
+    g_amx_nodes = 0;
+    CHECK(mm_sweep(2, 2, 40, 48, 24) == 0);
+    CHECK(mm_sweep(2, 2, 70, 300, 33) == 0); /* K in two chunks for the weight gradients (A^T: K = 70 rows) */
+    CHECK(mm_sweep(3, 2, 5, 7, 6) == 0);
+    const lin_cfg cs[] = {{2, {10}, 13, 11, 1}, {3, {3, 5}, 33, 17, 0}, {2, {600}, 64, 96, 1}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        CHECK_MSG(compare(build_linear, &cs[i], "linear on AMX tiles") == 0, "linear case %zu", i);
+    unsetenv("CT_MATMUL_AMX");
+    printf("    %d GEMM nodes ran on AMX tiles (%s)\n", g_amx_nodes, here ? "this CPU has them" : "none here");
+    CHECK_MSG(here ? g_amx_nodes >= 30 : g_amx_nodes == 0, "%d GEMM nodes on AMX tiles", g_amx_nodes);
 }
 
 /* ---- attention (after a linear: the qkv projection) -------------------------------------------- */
@@ -791,6 +818,6 @@ TEST(override_and_queries) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(matmul_2d_all_transposes), T(matmul_batched), T(linear_bias_and_3d), T(matmul_and_linear_with_weights_packed_once), T(attention_after_linear), T(conv2d_stride_padding_groups), T(conv2d_bwd_data_forward_form),
+TEST_MAIN(T(matmul_2d_all_transposes), T(matmul_batched), T(linear_bias_and_3d), T(matmul_and_linear_with_weights_packed_once), T(matmul_and_linear_on_amx_tiles), T(attention_after_linear), T(conv2d_stride_padding_groups), T(conv2d_bwd_data_forward_form),
           T(mlp_trains_close_to_copies), T(cnn_trains_close_to_copies), T(trained_with_weights_packed_once_like_plain), T(pack_weights_bad_value_is_a_config_error),
           T(native_with_recompute_and_accumulation_bit_identical), T(cnn_activation_arena), T(override_and_queries))

@@ -77,8 +77,8 @@ void ct_context_opts_default(ct_context_opts *opts);
  * to get the `ctrain` CLI's short spin. */
 ct_status ct_context_create(const ct_context_opts *opts, ct_context **out);
 /* Checks the environment variables ctrain reads (CT_ISA=ref|avx2|avx512,
- * CT_ONEDNN, CT_FLUSH_SUBNORMALS, CT_HUGE_PAGES, CT_ATTENTION_AMX, CT_MATMUL_AMX and CT_BF16_NATIVE = 0|1):
- * CT_OK, or
+ * CT_ONEDNN, CT_FLUSH_SUBNORMALS, CT_HUGE_PAGES, CT_ATTENTION_AMX and CT_BF16_NATIVE = 0|1, CT_MATMUL_AMX =
+ * auto|0|1): CT_OK, or
  * CT_E_CONFIG with "environment variable X='v' is not valid: use ..." in msg
  * (when msg is not NULL). ct_context_create returns CT_E_CONFIG for the same
  * values, before it has a context to carry a message: call this to say why. */

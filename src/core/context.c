@@ -163,7 +163,7 @@ ct_status ct_context_env_check(char *msg, size_t len) {
                 {"CT_FLUSH_SUBNORMALS", {"0", "1", NULL}},
                 {"CT_HUGE_PAGES", {"0", "1", NULL}},
                 {"CT_ATTENTION_AMX", {"0", "1", NULL}},
-                {"CT_MATMUL_AMX", {"0", "1", NULL}},
+                {"CT_MATMUL_AMX", {"auto", "0", "1", NULL}},
                 {"CT_BF16_NATIVE", {"0", "1", NULL}},
                 {"CT_ONEDNN_BWD_DATA", {"fwd", "bwd", "auto", NULL}}};
     for (size_t v = 0; v < sizeof vars / sizeof vars[0]; v++) {

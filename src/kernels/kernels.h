@@ -376,14 +376,16 @@ void ct_amx_scale_bf16_pow2(uint16_t *x, int64_t n, float s);
 void ct_amx_transpose16(const uint16_t *x, int64_t ldx, int64_t rows, int64_t cols, uint16_t *out, int64_t ldo);
 void ct_amx_transpose32(const float *x, int64_t ldx, int64_t rows, int64_t cols, float s, float *out, int64_t ldo);
 
-/* C = A op(B) (+ bias) on AMX tiles, on every thread of the call (the BF16 linears and matmuls,
- * onednn/matmul.c): A M x K BF16 rows (lda), B K x N BF16 rows or (tb) N x K (ldb), bias N values (F32 or
- * BF16) or NULL, C M x N (ldc) in BF16 or F32; any sizes. scratch: ct_amx_matmul_scratch bytes (B packed as
- * pairs, each thread's padded A block, tail and tile sums). */
+/* C = op(A) op(B) (+ bias) on AMX tiles, on every thread of the call (the BF16 linears and matmuls,
+ * onednn/matmul.c): A M x K BF16 rows or (ta) K x M (lda), B K x N BF16 rows or (tb) N x K (ldb), bias N values
+ * (F32 or BF16; not with ta) or NULL, C M x N (ldc) in BF16 or F32; any sizes. scratch: ct_amx_matmul_scratch
+ * bytes (B or A packed as pairs, a transposed copy of the other where needed, each thread's padded block, tail
+ * and tile sums). */
 typedef struct {
     int64_t M, N, K;
     const uint16_t *a;
     int64_t lda;
+    int ta;
     const uint16_t *b;
     int64_t ldb;
     int tb;
@@ -394,7 +396,7 @@ typedef struct {
     ct_dtype c_dt;
     int nthreads;
 } ct_amx_mm;
-size_t ct_amx_matmul_scratch(int64_t N, int64_t K, int nthreads);
+size_t ct_amx_matmul_scratch(const ct_amx_mm *p); /* from the sizes, ta, tb and nthreads */
 void ct_amx_matmul_bf16(const ct_amx_mm *p, void *scratch);
 
 /* The BF16 attention's products on AMX tiles (onednn/attention.c, where the CPU has AMX and Dh is a multiple of

@@ -110,41 +110,55 @@ static ct_status pack_weight(ct_dnnl *c, const ct_kargs *k, int slot, ct_dtype d
 
 /* ---- BF16 GEMMs on AMX tiles, ctrain's own (simd/amx.c) ----------------------------------------------------
  *
- * Where ct_dnnl_amx_tiles allows (CT_MATMUL_AMX, default on), a BF16 linear and a BF16 matmul whose A is not
- * transposed run ct_amx_matmul_bf16 instead of oneDNN's primitive: B is packed as tile pairs into the node's
- * scratch on every call (no copy kept between steps), then 32 x 32 blocks of C with the bias and the rounding
- * in their epilogue. oneDNN's brgemm did the same work with more around it: on gpt-char-small's shapes (AMX
- * Xeon, 2 threads) ~0.9-1.0 ms for 2048 x 1536 x 384 against 1.3 ms on the plain weights and 1.1 packed once.
- * The sums are oneDNN's on AMX (K in steps of 32 in the tiles, the bias added to the FP32 sum, one rounding).
- * A transposed A (the weight gradients) stays on oneDNN: the tiles read A's rows as they lie; so does a node
- * whose weights CT_ONEDNN_PACK_WEIGHTS=1 asks oneDNN to keep packed. */
-static ct_status amx_run(ct_dnnl *c, const ct_kargs *k, char *region) {
+ * Where ct_dnnl_amx_tiles allows (CT_MATMUL_AMX=auto|1|0: auto, the default, where the shape is one it is faster
+ * on; 1 every shape it takes; 0 none), a BF16 linear and a BF16 2-D matmul (or one whose
+ * batch folds into the rows) run ct_amx_matmul_bf16 instead of oneDNN's primitive: one operand packed as tile
+ * pairs (a transposed A, the weight gradients' K = tokens, transposed) into the node's scratch on every call (no
+ * copy kept between steps), then 32 x 32 blocks of C with the bias and the rounding in their epilogue. oneDNN's
+ * brgemm did the same work with more around it: on gpt-char-small's shapes (AMX Xeon, 2 threads) ~1.0 ms for
+ * 2048 x 1536 x 384 against 1.3 ms on the plain weights and 1.1 packed once. The sums are oneDNN's on AMX (K in
+ * steps of 32 in the tiles, the bias added to the FP32 sum, one rounding). A node whose weights
+ * CT_ONEDNN_PACK_WEIGHTS=1 asks oneDNN to keep packed stays on oneDNN. */
+static ct_amx_mm amx_args(const ct_kargs *k, int nthreads) {
     const ct_tensor *A = &k->in[0], *B = &k->in[1], *C = &k->out;
     ct_amx_mm p = {0};
-    p.nthreads = c->nthreads;
+    p.nthreads = nthreads;
     p.a = A->data, p.b = B->data, p.c = C->data, p.c_dt = C->dtype;
     if (k->node->op == CT_OP_LINEAR) { /* x (R, I), W (O, I) */
         p.N = B->shape[0], p.K = B->shape[1], p.M = ct_tensor_numel(C) / p.N, p.tb = 1;
         if (k->node->n_in > 2) p.bias = k->in[2].data, p.bias_dt = k->in[2].dtype;
-    } else { /* a (.., M, K) x b (K, N) or b^T (N, K), the batch folded into the rows */
+    } else { /* a (.., M, K) or a^T (K, M), b (K, N) or b^T (N, K), the batch folded into the rows */
         const int nd = C->ndim;
-        p.N = C->shape[nd - 1], p.K = A->shape[nd - 1], p.M = ct_tensor_numel(C) / p.N, p.tb = k->node->ia[1] != 0;
+        p.ta = k->node->ia[0] != 0, p.tb = k->node->ia[1] != 0;
+        p.N = C->shape[nd - 1], p.K = A->shape[nd - 1 - p.ta], p.M = ct_tensor_numel(C) / p.N;
     }
-    p.lda = p.K, p.ldb = p.tb ? p.K : p.N, p.ldc = p.N;
+    p.lda = p.ta ? p.M : p.K, p.ldb = p.tb ? p.K : p.N, p.ldc = p.N;
+    return p;
+}
+
+static ct_status amx_run(ct_dnnl *c, const ct_kargs *k, char *region) {
+    const ct_amx_mm p = amx_args(k, c->nthreads);
     ct_amx_matmul_bf16(&p, region);
     return CT_OK;
 }
 
-/* Whether the node runs amx_run: BF16 A and B, a BF16 or FP32 output (and bias), A not transposed and B 2-D or
- * (a linear) a weight. Sets it up when so. */
-static int amx_gemm(ct_kargs *k, ct_dnnl *c, int ta, int flat, int64_t N, int64_t K) {
+/* Whether the node runs amx_run: BF16 A and B, a BF16 or FP32 output (and bias), one GEMM (flat). Sets it up
+ * when so. */
+static int amx_gemm(ct_kargs *k, ct_dnnl *c, int flat) {
     const ct_tensor *A = &k->in[0], *B = &k->in[1];
     const ct_dtype cdt = k->out.dtype, bdt = k->node->op == CT_OP_LINEAR && k->node->n_in > 2 ? k->in[2].dtype : CT_F32;
-    if (ta || !flat || A->dtype != CT_BF16 || B->dtype != CT_BF16 || (cdt != CT_BF16 && cdt != CT_F32) ||
+    if (!flat || A->dtype != CT_BF16 || B->dtype != CT_BF16 || (cdt != CT_BF16 && cdt != CT_F32) ||
         (bdt != CT_BF16 && bdt != CT_F32) || !ct_dnnl_amx_tiles(k->ctx, "CT_MATMUL_AMX"))
         return 0;
+    const ct_amx_mm p = amx_args(k, c->nthreads);
+    /* where it is faster (measured, bench/bench_gemm in the step): the operand packed on every call must be small
+       against the work, so the tokens (M, or K for a weight gradient) >= 1024, and no side under 128 (gpt-char-small's
+       2048 x 65 x 384 took 0.117 ms against oneDNN's 0.071; the MLP's 256 x 1024 x 784 0.76 against 0.27) */
+    const int64_t tokens = p.ta ? p.K : p.M;
+    const char *e = getenv("CT_MATMUL_AMX"); /* 1: every GEMM it can take (for comparisons), auto (the default): */
+    if (!(e && !strcmp(e, "1")) && (tokens < 1024 || p.M < 128 || p.N < 128 || p.K < 128)) return 0;
     c->run = amx_run;
-    c->scratch_total = ct_amx_matmul_scratch(N, K, c->nthreads);
+    c->scratch_total = ct_amx_matmul_scratch(&p);
     snprintf(c->impl, sizeof c->impl, "ctrain:amx_tiles");
     ct_dnnl_describe(c, " (ctrain's GEMM on AMX tiles)");
     return 1;
@@ -187,7 +201,7 @@ static ct_status build_matmul(ct_kargs *k, ct_dnnl *c) {
     }
     int packed;
     CT_TRY(pack_weight(c, k, 1, bdt, &packed));
-    if (!packed && amx_gemm(k, c, ta, flat, N, K)) return CT_OK;
+    if (!packed && amx_gemm(k, c, flat)) return CT_OK;
     if (pad && K * N < ((int64_t)2 << 20) && plain_is_brgemm(c, &amd, &bmd, &cmd)) pad = 0;
     if (pad) ct_dnnl_describe(c, " (B copied into padded rows)");
     if (pad) return add_matmul(c, &amd, &bpad, &bmd, NULL, &cmd, NULL);
@@ -215,7 +229,7 @@ static ct_status build_linear(ct_kargs *k, ct_dnnl *c) {
     if (!O || !I || !R) return empty(c);
     int packed;
     CT_TRY(pack_weight(c, k, 1, wdt, &packed));
-    if (!packed && amx_gemm(k, c, 0, 1, O, I)) return CT_OK;
+    if (!packed && amx_gemm(k, c, 1)) return CT_OK;
     dnnl_memory_desc_t xmd, wmd, bmd, ymd;
     CT_TRY(ct_dnnl_md(c, &xmd, 2, (int64_t[]){R, I}, (int64_t[]){I, 1}, xdt));
     CT_TRY(ct_dnnl_md(c, &wmd, 2, (int64_t[]){I, O}, (int64_t[]){1, I}, wdt));

@@ -167,48 +167,106 @@ void ct_amx_transpose32(const float *x, int64_t ldx, int64_t rows, int64_t cols,
             _mm512_storeu_ps(out + j * ldo + i, _mm512_mul_ps(v, _mm512_i32gather_ps(step, x + i * ldx + j, 4)));
 }
 
-/* ---- whole GEMMs: C = A op(B) (+ bias) ---------------------------------------------------------------------
+/* ---- whole GEMMs: C = op(A) op(B) (+ bias) ------------------------------------------------------------------
  *
- * For the BF16 linears and matmuls (onednn/matmul.c): B is packed as pairs into the scratch by every thread of
- * the call (its K rounded up to 32, its N to 32, zeros beyond), then each thread takes a run of the 32 x 32
- * blocks of C in row order (a row of blocks reuses its A rows from L1 while B's pairs stream from L2). A is
- * read in place; a block of fewer than 32 rows is copied into a zero-padded block first, and a K that is not a
- * multiple of 32 has its last columns copied into a zero-padded 32 x 32 tail (tile loads read whole rows of 64
- * bytes). Each block's sums leave the tiles as FP32, get the bias added in FP32 and are rounded once to the
- * output's dtype (as ct_f32_to_bf16): the order of oneDNN's brgemm on AMX (K in steps of 32 in the tiles, the
- * bias after). */
+ * For the BF16 linears and matmuls (onednn/matmul.c). The tiles take C' = X Y: X's rows (K contiguous) as tiles,
+ * Y as pairs. Without a transposed A, C' = C, X = A read in place and Y = op(B), packed as pairs into the scratch
+ * by every thread of the call (K rounded up to 32, N to 32, zeros beyond). A transposed A (the weight gradients,
+ * K = the tokens) has its K along columns: it is transposed chunk by chunk of K (kouter below), or, with B
+ * transposed too, the product is taken as C^T = B A^T (no operand transposed), whose blocks are stored
+ * transposed (measured: taking C^T to transpose the smaller operand was slower, 1.74 against 1.30 ms for
+ * gpt-char-small's 1536 x 384 x 2048 weight gradient: the transposed stores cost more than the transposes). Then each thread takes a run of the 32 x 32 blocks of C' in row order (a row of blocks reuses its X
+ * rows from L1 while Y's pairs stream from L2). X read in place: a block of fewer than 32 rows is copied into a
+ * zero-padded block first, and a K that is not a multiple of 32 has its last columns copied into a zero-padded
+ * 32 x 32 tail (tile loads read whole rows of 64 bytes). Each block's sums leave the tiles as FP32, get the bias
+ * added in FP32 and are rounded once to the output's dtype: the order of oneDNN's brgemm on AMX (K in steps of 32
+ * in the tiles, the bias after). */
+
+typedef struct {
+    const ct_amx_mm *p;
+    int64_t R, Cn, K, Kp, Np, Rp;            /* C' is R x Cn; K, Cn and R rounded up to 32 */
+    const uint16_t *x, *y;                   /* X[r][k] = x[r * ldx + k], or x[k * ldx + r] (x_t) */
+    int64_t ldx, ldy;                        /* Y[k][c] = y[k * ldy + c], or y[c * ldy + k] (y_t) */
+    int x_t, y_t, swap;                      /* swap: C' = C^T */
+} amx_prod;
 
 static int64_t up32(int64_t n) { return (n + 31) / 32 * 32; }
-static size_t amx_thread_bytes(int64_t Kp) { return (size_t)(32 * Kp * 2 + 32 * 32 * 2 + 32 * 32 * 4); }
 
-size_t ct_amx_matmul_scratch(int64_t N, int64_t K, int nthreads) {
-    const int64_t Kp = up32(K), Np = up32(N);
-    return (size_t)(Kp / 2 * Np * 4) + (size_t)(nthreads > 0 ? nthreads : 1) * amx_thread_bytes(Kp);
+/* K in chunks of CT_AMX_KC (when longer): a row of blocks takes each chunk of its 32 X rows (24 KB, from L1) over
+ * all its blocks before the next chunk, the blocks' sums kept in FP32 between chunks (tile loads and stores of
+ * the thread's row of partial sums, from L2). The sums' order is the same. */
+#define CT_AMX_KC 384
+
+static amx_prod prod_of(const ct_amx_mm *p) {
+    amx_prod q = {p, p->M, p->N, p->K, up32(p->K), 0, 0, p->a, p->b, p->lda, p->ldb, p->ta, p->tb, 0};
+    if (p->ta && p->tb) { /* C^T = op(B)^T op(A)^T: X = B, Y from A, neither transposed */
+        q.swap = 1;
+        q.R = p->N, q.Cn = p->M;
+        q.x = p->b, q.ldx = p->ldb, q.x_t = !p->tb;
+        q.y = p->a, q.ldy = p->lda, q.y_t = !p->ta;
+    }
+    q.Np = up32(q.Cn), q.Rp = up32(q.R);
+    return q;
 }
 
-/* word (r, n) of B's pairs: B[2r][n] | B[2r + 1][n] << 16 (B[k][n] = b[n * ldb + k] when tb), zero outside K x N */
-static uint32_t b_word(const ct_amx_mm *p, int64_t r, int64_t n) {
+/* a thread's padded block of X (32 x Kp), tail (32 x 32), tile sums (32 x 32 FP32) and a row of partial sums
+ * (Np / 32 blocks of 32 x 32 FP32; K longer than one chunk) */
+static size_t amx_thread_bytes(int64_t Kp, int64_t Np) {
+    return (size_t)(32 * Kp * 2 + 32 * 32 * 2 + 32 * 32 * 4) + (Kp > CT_AMX_KC ? (size_t)(Np * 32 * 4) : 0);
+}
+static size_t pairs_bytes(const amx_prod *q) { return (size_t)(q->Kp / 2 * q->Np * 4); }
+
+/* A transposed A (X stored K x R): K is the outer loop, in chunks of CT_AMX_KT, each chunk's X rows transposed
+ * and Y rows paired into buffers that stay in L2 (two Y buffers: one chunk is packed while the other thread may
+ * still read the last), the blocks' FP32 sums kept in the scratch between chunks */
+#define CT_AMX_KT 256
+static size_t kouter_bytes(const amx_prod *q, int nt) {
+    const int64_t kt = CT_MIN(q->Kp, CT_AMX_KT);
+    return 2 * (size_t)(kt / 2 * q->Np * 4) + (size_t)(q->Rp * kt * 2) + (q->Kp > kt ? (size_t)(q->Rp * q->Np * 4) : 0) +
+           (size_t)nt * 32 * 32 * 4;
+}
+
+size_t ct_amx_matmul_scratch(const ct_amx_mm *p) {
+    const amx_prod q = prod_of(p);
+    const int nt = p->nthreads > 0 ? p->nthreads : 1;
+    return q.x_t ? kouter_bytes(&q, nt) : pairs_bytes(&q) + (size_t)nt * amx_thread_bytes(q.Kp, q.Np);
+}
+
+/* word (r, c) of Y's pairs: Y[2r][c] | Y[2r + 1][c] << 16, zero outside K x Cn */
+static uint32_t y_word(const amx_prod *q, int64_t r, int64_t c) {
     uint32_t w = 0;
     for (int h = 0; h < 2; h++) {
         int64_t k = 2 * r + h;
-        if (k < p->K && n < p->N) w |= (uint32_t)p->b[p->tb ? n * p->ldb + k : k * p->ldb + n] << (16 * h);
+        if (k < q->K && c < q->Cn) w |= (uint32_t)q->y[q->y_t ? c * q->ldy + k : k * q->ldy + c] << (16 * h);
     }
     return w;
 }
 
-/* rows [r0, r1) of the pairs (Kp / 2 x Np words) */
-static void pack_b(const ct_amx_mm *p, uint32_t *bp, int64_t Np, int64_t r0, int64_t r1) {
-    const int64_t rf = CT_MAX(r0, CT_MIN(r1, p->K / 2)); /* [r0, rf): both rows of the pair inside K */
-    int64_t nf = 0;                                       /* [0, nf) of those rows by vectors */
-    if (!p->tb && rf > r0) {
-        nf = p->N / 32 * 32;
-        ct_amx_pairs(p->b + 2 * r0 * p->ldb, p->ldb, 2 * (rf - r0), nf, bp + r0 * Np, Np);
-    } else if (p->tb && rf > r0 && p->ldb % 2 == 0) {
-        nf = p->N / 16 * 16;
-        ct_amx_pairs_t(p->b + 2 * r0, p->ldb, nf, 2 * (rf - r0), bp + r0 * Np, Np);
+/* rows [r0, r1) of Y's pairs (Np words a row) into out, row r at out + (r - rb) * Np */
+static void pack_y(const amx_prod *q, uint32_t *out, int64_t rb, int64_t r0, int64_t r1) {
+    const int64_t rf = CT_MAX(r0, CT_MIN(r1, q->K / 2)), Np = q->Np; /* [r0, rf): both rows of the pair inside K */
+    uint32_t *o = out + (r0 - rb) * Np;
+    int64_t nf = 0; /* [0, nf) of those rows by vectors */
+    if (!q->y_t && rf > r0) {
+        nf = q->Cn / 32 * 32;
+        ct_amx_pairs(q->y + 2 * r0 * q->ldy, q->ldy, 2 * (rf - r0), nf, o, Np);
+    } else if (q->y_t && rf > r0 && q->ldy % 2 == 0) {
+        nf = q->Cn / 16 * 16;
+        ct_amx_pairs_t(q->y + 2 * r0, q->ldy, nf, 2 * (rf - r0), o, Np);
     }
     for (int64_t r = r0; r < r1; r++)
-        for (int64_t n = r < rf ? nf : 0; n < Np; n++) bp[r * Np + n] = b_word(p, r, n);
+        for (int64_t c = r < rf ? nf : 0; c < Np; c++) out[(r - rb) * Np + c] = y_word(q, r, c);
+}
+
+/* X's rows [j0, j1) (j0 even) over K [k0, k1) (k0 a multiple of 32) from x (stored K x R), transposed into out
+ * (row j at out + j * ldo, column k - k0), zeros beyond R x K */
+static void transpose_x(const amx_prod *q, uint16_t *out, int64_t ldo, int64_t j0, int64_t j1, int64_t k0, int64_t k1) {
+    const int64_t jf = CT_MAX(j0, CT_MIN(j1, q->R) / 2 * 2);
+    int64_t kf = k0 + (CT_MIN(k1, q->K) - k0) / 32 * 32; /* [k0, kf) x [j0, jf) by gathers (32-bit words: ldx even) */
+    if (kf > k0 && jf > j0 && q->ldx % 2 == 0) ct_amx_transpose16(q->x + k0 * q->ldx + j0, q->ldx, kf - k0, jf - j0, out + j0 * ldo, ldo);
+    else kf = k0;
+    for (int64_t j = j0; j < j1; j++)
+        for (int64_t k = j < jf ? kf : k0; k < k1; k++) out[j * ldo + k - k0] = j < q->R && k < q->K ? q->x[k * q->ldx + j] : 0;
 }
 
 /* rows x cols of 16-bit values into a dst of 32 rows x ldd, zeros around them */
@@ -217,11 +275,31 @@ static void copy_padded(const uint16_t *src, int64_t lds, int64_t rows, int64_t 
     for (int64_t i = 0; i < rows; i++) memcpy(dst + i * ldd, src + i * lds, (size_t)cols * 2);
 }
 
-/* block (i0, j0) of C from its tiles' FP32 sums t (32 x 32): + bias, rounded to C's dtype, rows x cols of it.
- * The rounding to BF16 is the CPU's (vcvtneps2bf16, the instruction oneDNN uses: nearest even, a NaN kept
- * quiet; it flushes subnormals, which the tiles' sums never are: TDPBF16PS flushes its own) */
-CT_AMX_BF16 static void store_block(const ct_amx_mm *p, const float *t, int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
+/* block (i0, j0) of C' from its tiles' FP32 sums t (32 x 32): + bias, rounded to C's dtype, rows x cols of it
+ * (C^T's blocks transposed into C: 16 rows of t at a time by gathers). The rounding to BF16 is the CPU's
+ * (vcvtneps2bf16, the instruction oneDNN uses: nearest even, a NaN kept quiet; it flushes subnormals, which the
+ * tiles' sums never are: TDPBF16PS flushes its own) */
+CT_AMX_BF16 static void store_block(const amx_prod *q, const float *t, int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
+    const ct_amx_mm *p = q->p;
     const int bf = p->c_dt == CT_BF16;
+    if (q->swap) { /* no bias (a matmul): C[j0 + c][i0 + r] = t[r][c] */
+        const __m512i col = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                               _mm512_set1_epi32(32));
+        const __mmask16 m0 = rows >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rows) - 1);
+        const __mmask16 m1 = rows >= 32 ? (__mmask16)0xffff : rows > 16 ? (__mmask16)((1u << (rows - 16)) - 1) : 0;
+        for (int64_t c = 0; c < cols; c++) {
+            const __m512 v0 = _mm512_i32gather_ps(col, t + c, 4), v1 = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, col, t + 16 * 32 + c, 4);
+            if (bf) {
+                _mm512_mask_storeu_epi16((uint16_t *)p->c + (j0 + c) * p->ldc + i0, (__mmask32)m0 | (__mmask32)m1 << 16,
+                                         (__m512i)_mm512_cvtne2ps_pbh(v1, v0));
+            } else {
+                float *o = (float *)p->c + (j0 + c) * p->ldc + i0;
+                _mm512_mask_storeu_ps(o, m0, v0);
+                _mm512_mask_storeu_ps(o + 16, m1, v1);
+            }
+        }
+        return;
+    }
     const uint16_t *b16 = p->bias && p->bias_dt == CT_BF16 ? (const uint16_t *)p->bias + j0 : NULL;
     const float *b32 = p->bias && p->bias_dt != CT_BF16 ? (const float *)p->bias + j0 : NULL;
     const __mmask16 m0 = cols >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << cols) - 1);
@@ -249,65 +327,128 @@ CT_AMX_BF16 static void store_block(const ct_amx_mm *p, const float *t, int64_t 
     }
 }
 
-/* blocks [b0, b1) of C (row order, nb to a row) on this thread's tiles */
-CT_AMX static void blocks(const ct_amx_mm *p, const uint32_t *bp, int64_t Np, char *ws, int64_t b0, int64_t b1) {
-    const int64_t Kp = up32(p->K), nb = Np / 32, sb = Np * 4;
-    uint16_t *ablk = (uint16_t *)(void *)ws, *tail = ablk + 32 * Kp;
-    float *t = (float *)(void *)(tail + 32 * 32);
-    const uint16_t *a = NULL;
-    int64_t ld = 0, kf = 0, row = -1;
-    for (int64_t blk = b0; blk < b1; blk++) {
-        const int64_t i0 = blk / nb * 32, j0 = blk % nb * 32, rows = CT_MIN(32, p->M - i0);
-        if (i0 != row) { /* this row of blocks' A */
-            row = i0;
-            if (rows < 32) {
-                copy_padded(p->a + i0 * p->lda, p->lda, rows, p->K, ablk, Kp);
-                a = ablk, ld = Kp, kf = Kp;
-            } else {
-                a = p->a + i0 * p->lda, ld = p->lda, kf = p->K / 32 * 32;
-                if (kf < p->K) copy_padded(p->a + i0 * p->lda + kf, p->lda, 32, p->K - kf, tail, 32);
-            }
-        }
-        const long sa = (long)ld * 2;
-        CT_AMX_BARRIER();
+/* the 32 x 32 block j0 of C' over K [k0, k1) into tiles 0-3 (zeroed first, or loaded from acc) */
+CT_AMX static void block_sums(const uint16_t *a, long sa, int64_t kf, const uint16_t *tail, const uint32_t *yp, int64_t Np,
+                              int64_t j0, int64_t k0, int64_t k1, const float *acc) {
+    const long sb = (long)Np * 4;
+    CT_AMX_BARRIER();
+    if (acc) {
+        _tile_loadd(0, acc, 128);
+        _tile_loadd(1, acc + 16, 128);
+        _tile_loadd(2, acc + 512, 128);
+        _tile_loadd(3, acc + 528, 128);
+    } else {
         _tile_zero(0);
         _tile_zero(1);
         _tile_zero(2);
         _tile_zero(3);
-        for (int64_t k = 0; k < Kp; k += 32) {
-            const uint32_t *bk = bp + (k / 2) * Np + j0;
-            const uint16_t *a0 = k < kf ? a + k : tail, *a1 = k < kf ? a0 + 16 * ld : tail + 16 * 32;
-            const long s = k < kf ? sa : 64;
-            _tile_loadd(4, a0, s);
-            _tile_loadd(6, bk, sb);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_loadd(7, bk + 16, sb);
-            _tile_dpbf16ps(1, 4, 7);
-            _tile_loadd(5, a1, s);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
+    }
+    for (int64_t k = k0; k < k1; k += 32) {
+        const uint32_t *bk = yp + (k / 2) * Np + j0;
+        const uint16_t *a0 = k < kf ? a + k : tail, *a1 = k < kf ? a0 + 16 * (sa / 2) : tail + 16 * 32;
+        const long s = k < kf ? sa : 64;
+        _tile_loadd(4, a0, s);
+        _tile_loadd(6, bk, sb);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_loadd(7, bk + 16, sb);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_loadd(5, a1, s);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+}
+
+CT_AMX static void tiles_out(float *t) {
+    _tile_stored(0, t, 128);
+    _tile_stored(1, t + 16, 128);
+    _tile_stored(2, t + 512, 128);
+    _tile_stored(3, t + 528, 128);
+    CT_AMX_BARRIER();
+}
+
+/* blocks [b0, b1) of C' (row order, Np / 32 to a row) on this thread's tiles, X read in place */
+static void blocks(const amx_prod *q, const uint32_t *yp, char *ws, int64_t b0, int64_t b1) {
+    const int64_t Kp = q->Kp, Np = q->Np, nb = Np / 32;
+    uint16_t *ablk = (uint16_t *)(void *)ws, *tail = ablk + 32 * Kp;
+    float *t = (float *)(void *)(tail + 32 * 32), *acc = t + 32 * 32;
+    for (int64_t blk = b0; blk < b1;) {
+        const int64_t i0 = blk / nb * 32, jb0 = blk % nb, jb1 = CT_MIN(nb, jb0 + (b1 - blk)), rows = CT_MIN(32, q->R - i0);
+        /* this row of blocks' X */
+        const uint16_t *a;
+        int64_t ld, kf;
+        if (rows < 32) {
+            copy_padded(q->x + i0 * q->ldx, q->ldx, rows, q->K, ablk, Kp);
+            a = ablk, ld = Kp, kf = Kp;
+        } else {
+            a = q->x + i0 * q->ldx, ld = q->ldx, kf = q->K / 32 * 32;
+            if (kf < q->K) copy_padded(q->x + i0 * q->ldx + kf, q->ldx, 32, q->K - kf, tail, 32);
         }
-        _tile_stored(0, t, 128);
-        _tile_stored(1, t + 16, 128);
-        _tile_stored(2, t + 512, 128);
-        _tile_stored(3, t + 528, 128);
-        CT_AMX_BARRIER();
-        store_block(p, t, i0, j0, rows, CT_MIN(32, p->N - j0));
+        for (int64_t k0 = 0; k0 < Kp; k0 += CT_AMX_KC) {
+            const int64_t k1 = CT_MIN(Kp, k0 + CT_AMX_KC);
+            for (int64_t jb = jb0; jb < jb1; jb++) {
+                float *ab = acc + (jb - jb0) * 32 * 32;
+                block_sums(a, (long)ld * 2, kf, tail, yp, Np, jb * 32, k0, k1, k0 ? ab : NULL);
+                if (k1 < Kp) {
+                    tiles_out(ab);
+                } else {
+                    tiles_out(t);
+                    store_block(q, t, i0, jb * 32, rows, CT_MIN(32, q->Cn - jb * 32));
+                }
+            }
+        }
+        blk += jb1 - jb0;
+    }
+}
+
+/* thread t of n: its rows of blocks of C' over K in chunks (X stored K x R) */
+static void kouter(const amx_prod *q, char *scratch, int t, int n) {
+    const int64_t kt = CT_MIN(q->Kp, CT_AMX_KT), Np = q->Np, nb = Np / 32, nbr = q->Rp / 32;
+    uint32_t *ybuf[2];
+    ybuf[0] = (uint32_t *)(void *)scratch, ybuf[1] = ybuf[0] + kt / 2 * Np;
+    uint16_t *xc = (uint16_t *)(void *)(ybuf[1] + kt / 2 * Np);
+    float *acc = (float *)(void *)(xc + q->Rp * kt), *tb = acc + (q->Kp > kt ? q->Rp * Np : 0) + (int64_t)t * 32 * 32;
+    const int64_t br0 = nbr * t / n, br1 = nbr * (t + 1) / n; /* this thread's rows of blocks */
+    int c = 0;
+    for (int64_t k0 = 0; k0 < q->Kp; k0 += kt, c++) {
+        const int64_t k1 = CT_MIN(q->Kp, k0 + kt), hk = (k1 - k0) / 2;
+        uint32_t *yb = ybuf[c & 1];
+        pack_y(q, yb, k0 / 2, k0 / 2 + hk * t / n, k0 / 2 + hk * (t + 1) / n);
+        if (br1 > br0) transpose_x(q, xc, kt, br0 * 32, br1 * 32, k0, k1);
+#pragma omp barrier
+        for (int64_t br = br0; br < br1; br++) {
+            const int64_t i0 = br * 32, rows = CT_MIN(32, q->R - i0);
+            for (int64_t jb = 0; jb < nb; jb++) {
+                float *ab = acc + (br * nb + jb) * 32 * 32;
+                block_sums(xc + i0 * kt, (long)kt * 2, k1 - k0, NULL, yb, Np, jb * 32, 0, k1 - k0, k0 ? ab : NULL);
+                if (k1 < q->Kp) {
+                    tiles_out(ab);
+                } else {
+                    tiles_out(tb);
+                    store_block(q, tb, i0, jb * 32, rows, CT_MIN(32, q->Cn - jb * 32));
+                }
+            }
+        }
     }
 }
 
 void ct_amx_matmul_bf16(const ct_amx_mm *p, void *scratch) {
-    const int64_t Kp = up32(p->K), Np = up32(p->N), nblk = (p->M + 31) / 32 * (Np / 32);
+    const amx_prod q = prod_of(p);
+    const int64_t Kp = q.Kp, nblk = q.Rp / 32 * (q.Np / 32);
     const int nt = p->nthreads > 0 ? p->nthreads : 1;
-    uint32_t *bp = scratch;
-    char *ws = (char *)scratch + Kp / 2 * Np * 4;
+    uint32_t *yp = scratch;
+    char *ws = (char *)scratch + pairs_bytes(&q);
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         const int t = omp_get_thread_num(), n = omp_get_num_threads();
-        pack_b(p, bp, Np, Kp / 2 * t / n, Kp / 2 * (t + 1) / n);
+        if (q.x_t) {
+            ct_amx_tiles_config();
+            kouter(&q, scratch, t, n);
+        } else {
+            pack_y(&q, yp, 0, Kp / 2 * t / n, Kp / 2 * (t + 1) / n);
 #pragma omp barrier
-        ct_amx_tiles_config();
-        blocks(p, bp, Np, ws + (size_t)t * amx_thread_bytes(Kp), nblk * t / n, nblk * (t + 1) / n);
+            ct_amx_tiles_config();
+            blocks(&q, yp, ws + (size_t)t * amx_thread_bytes(Kp, q.Np), nblk * t / n, nblk * (t + 1) / n);
+        }
         ct_amx_tiles_release();
     }
 }
