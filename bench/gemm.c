@@ -20,11 +20,13 @@
  *           for (format_tag any), reordered once outside the timing;
  *   cold    as plain, with the caches flushed (64 MiB written) before each call;
  *   repack  matmul only: as packed, with B reordered from its plain layout before every call, the
- *           reorder timed with the GEMM (what a kernel that packs the weights itself per call pays).
+ *           reorder timed with the GEMM (what a kernel that packs the weights itself per call pays);
+ *   ctrain  where the node ran ctrain's own GEMM on AMX tiles (onednn/matmul.c, CT_MATMUL_AMX): that
+ *           kernel alone (ct_amx_matmul_bf16 on buffers of its own, warm), B packed per call as in the step.
  * Rounds alternate step and alone, so a neighbour's load hits both; the table
  * gives, one row per shape, medians over all calls of all rounds:
- *   workload phase op calls/step batch M N K ta tb bias dtype | in-step plain packed repack cold ratio
- *   ratio = in-step / min(plain, packed)
+ *   workload phase op calls/step batch M N K ta tb bias dtype | in-step plain packed repack cold ctrain ratio
+ *   ratio = in-step / min(plain, packed, ctrain)
  * then the fastest call of each (min: in-step plain packed repack ratio; the robust
  * figure when neighbours preempt the threads), and oneDNN's implementations.
  * TOTAL: ms per step over all shapes (calls x ms), in-step and alone.
@@ -57,6 +59,7 @@
 #define BENCH_NAME "bench_gemm"
 #include "bench_util.h"
 #include "graph/plan.h"
+#include "kernels/kernels.h"
 
 static int dn_verbose = 1; /* oneDNN failures are printed in the first round only */
 #define DN(call)                                                                                   \
@@ -89,14 +92,15 @@ enum { K_MM = 0, K_CONV_FWD, K_CONV_BWD_DATA, K_CONV_BWD_WEIGHT };
 typedef struct {
     int kind, backward, bias, ta, tb, relu, cl; /* cl: a channels-last convolution (NHWC activations) */
     int fwd_form;                    /* a backward data that ran as a forward convolution (onednn/conv.c) */
+    int amx;                         /* the node ran ctrain's GEMM on AMX tiles (onednn/matmul.c) */
     char op[24];
     ct_dtype adt, bdt, cdt;
     int64_t batch, bb, M, N, K;      /* K_MM: batch of GEMMs, B's batch (1: broadcast) */
     int64_t conv[13];                /* conv: N C H W OC KH KW OH OW stride pad dilation groups */
     int calls_per_step;
     char impl[2][40]; /* oneDNN's implementation, plain and packed ("gemm:jit"; "+" after packed: weights reordered) */
-    int n_in, n_alone[4];
-    double in[MAX_SAMPLES], alone[4][MAX_SAMPLES]; /* plain, packed, cold, repack */
+    int n_in, n_alone[5];
+    double in[MAX_SAMPLES], alone[5][MAX_SAMPLES]; /* plain, packed, cold, repack, ctrain */
 } shape;
 
 typedef struct {
@@ -203,6 +207,7 @@ static void hook(void *user, const ct_node_event *ev) {
         size_t n = strlen(tmp.op);
         snprintf(tmp.op + n, sizeof tmp.op - n, "(fwd)");
     }
+    tmp.amx = ev->impl && !strcmp(ev->impl, "ctrain:amx_tiles");
     int i = 0;
     while (i < t->n && !same(&t->s[i], &tmp)) i++;
     if (i == t->n) {
@@ -443,6 +448,41 @@ static int time_alone(dnn *d, shape *s, int variant, int reps) {
     return 0;
 }
 
+/* reps calls of shape s on ctrain's GEMM on AMX tiles (simd/amx.c, what the node ran in the step), warm
+ * (the same buffers call after call, B packed in every call as in the step); ms per call into s->alone[4]. */
+static int time_ctrain(shape *s, int reps, int threads) {
+    if (!s->amx || s->kind != K_MM || s->bb > 1) return 0;
+    const int64_t M = s->M, N = s->N, K = s->K;
+    ct_amx_mm p;
+    memset(&p, 0, sizeof p);
+    p.M = M, p.N = N, p.K = K, p.ta = s->ta, p.tb = s->tb, p.nthreads = threads;
+    p.lda = s->ta ? M : K, p.ldb = s->tb ? K : N, p.ldc = N, p.c_dt = s->cdt, p.bias_dt = CT_F32;
+    const size_t es = s->cdt == CT_F32 ? 4 : 2, sb = ct_amx_matmul_scratch(&p);
+    uint16_t *a = aligned_alloc(64, ((size_t)(M * K) * 2 + 63) / 64 * 64), *b = aligned_alloc(64, ((size_t)(K * N) * 2 + 63) / 64 * 64);
+    float *bias = aligned_alloc(64, ((size_t)N * 4 + 63) / 64 * 64);
+    void *c = aligned_alloc(64, ((size_t)(M * N) * es + 63) / 64 * 64), *scratch = aligned_alloc(64, (sb + 63) / 64 * 64);
+    int rc = -1;
+    if (a && b && bias && c && scratch) {
+        for (int64_t i = 0; i < M * K; i++) a[i] = (uint16_t)(0x3c00 + i % 251); /* small positive BF16 values */
+        for (int64_t i = 0; i < K * N; i++) b[i] = (uint16_t)(0xbc00 + i % 241);
+        for (int64_t i = 0; i < N; i++) bias[i] = 0.01f * (float)(i % 7);
+        p.a = a, p.b = b, p.c = c, p.bias = s->bias ? bias : NULL;
+        for (int r = -1; r < reps; r++) { /* r == -1: first call, not timed */
+            double t0 = now_ms();
+            ct_amx_matmul_bf16(&p, scratch);
+            double ms = now_ms() - t0;
+            if (r >= 0 && s->n_alone[4] < MAX_SAMPLES) s->alone[4][s->n_alone[4]++] = ms;
+        }
+        rc = 0;
+    }
+    free(a);
+    free(b);
+    free(bias);
+    free(c);
+    free(scratch);
+    return rc;
+}
+
 /* ---- the workloads (bench_step.c's graphs, batch and optimizer) ----------------------------- */
 
 typedef struct {
@@ -507,35 +547,37 @@ static double stat(double *v, int n, int want_min) {
     return want_min ? (n > 0 ? v[0] : NAN) : m;
 }
 
-/* in-step and the faster alone figure of s (median, or min over calls) */
-static void figures(shape *s, int want_min, double *in, double *pl, double *pk, double *cold, double *rp,
+/* in-step and the fastest alone figure of s (median, or min over calls): oneDNN plain or packed, or ctrain's
+ * own GEMM where the node ran it */
+static void figures(shape *s, int want_min, double *in, double *pl, double *pk, double *cold, double *rp, double *ct,
                     double *best) {
     *in = stat(s->in, s->n_in, want_min), *pl = stat(s->alone[0], s->n_alone[0], want_min);
     *pk = stat(s->alone[1], s->n_alone[1], want_min), *cold = stat(s->alone[2], s->n_alone[2], want_min);
-    *rp = stat(s->alone[3], s->n_alone[3], want_min);
+    *rp = stat(s->alone[3], s->n_alone[3], want_min), *ct = stat(s->alone[4], s->n_alone[4], want_min);
     *best = isnan(*pk) || *pl < *pk ? *pl : *pk;
+    if (!isnan(*ct) && *ct < *best) *best = *ct;
 }
 
 static void print_rows(const char *wl, table *t) {
     static const char *dn[] = {[CT_F32] = "f32", [CT_BF16] = "bf16", [CT_F16] = "f16"};
-    printf("%-8s %-3s %-24s %5s %5s %6s %6s %6s %2s %2s %4s %-5s | %9s %9s %9s %9s %9s %6s | %9s %9s %9s %9s %6s | "
-           "%s\n",
+    printf("%-8s %-3s %-24s %5s %5s %6s %6s %6s %2s %2s %4s %-5s | %9s %9s %9s %9s %9s %9s %6s | %9s %9s %9s %9s %9s "
+           "%6s | %s\n",
            "workload", "ph", "op", "calls", "batch", "M", "N", "K", "ta", "tb", "bias", "dtype", "in-step", "plain",
-           "packed", "repack", "cold", "ratio", "min:in", "plain", "packed", "repack", "ratio",
+           "packed", "repack", "cold", "ctrain", "ratio", "min:in", "plain", "packed", "repack", "ctrain", "ratio",
            "oneDNN impl plain / packed");
     for (int i = 0; i < t->n; i++) {
         shape *s = &t->s[i];
-        double in, pl, pk, cold, rp, best, in_m, pl_m, pk_m, cold_m, rp_m, best_m;
-        figures(s, 1, &in_m, &pl_m, &pk_m, &cold_m, &rp_m, &best_m);
-        figures(s, 0, &in, &pl, &pk, &cold, &rp, &best);
+        double in, pl, pk, cold, rp, ct, best, in_m, pl_m, pk_m, cold_m, rp_m, ct_m, best_m;
+        figures(s, 1, &in_m, &pl_m, &pk_m, &cold_m, &rp_m, &ct_m, &best_m);
+        figures(s, 0, &in, &pl, &pk, &cold, &rp, &ct, &best);
         char dts[24];
         snprintf(dts, sizeof dts, "%s", s->adt == s->bdt && s->bdt == s->cdt ? dn[s->cdt] : "");
         if (!dts[0]) snprintf(dts, sizeof dts, "%sx%s>%s", dn[s->adt], dn[s->bdt], dn[s->cdt]);
-        printf("%-8s %-3s %-24s %5d %5lld %6lld %6lld %6lld %2d %2d %4d %-5s | %9.3f %9.3f %9.3f %9.3f %9.3f %6.2f | "
-               "%9.3f %9.3f %9.3f %9.3f %6.2f | %s / %s\n",
+        printf("%-8s %-3s %-24s %5d %5lld %6lld %6lld %6lld %2d %2d %4d %-5s | %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f "
+               "%6.2f | %9.3f %9.3f %9.3f %9.3f %9.3f %6.2f | %s / %s%s\n",
                wl, s->backward ? "bwd" : "fwd", s->op, s->calls_per_step, (long long)s->batch, (long long)s->M,
-               (long long)s->N, (long long)s->K, s->ta, s->tb, s->bias, dts, in, pl, pk, rp, cold, in / best, in_m,
-               pl_m, pk_m, rp_m, in_m / best_m, s->impl[0], s->impl[1]);
+               (long long)s->N, (long long)s->K, s->ta, s->tb, s->bias, dts, in, pl, pk, rp, cold, ct, in / best, in_m,
+               pl_m, pk_m, rp_m, ct_m, in_m / best_m, s->impl[0], s->impl[1], s->amx ? " (in the step: ctrain:amx_tiles)" : "");
     }
     fflush(stdout);
 }
@@ -555,16 +597,17 @@ static void run_workload(ct_context *ctx, dnn *d, const char *wl, ct_precision p
         dn_verbose = r == 0;
         step(ctx, &w);
         for (int i = 0; i < t->n; i++)
-            for (int v = 0; v < 4; v++)
-                if (time_alone(d, &t->s[i], v, reps) != 0 && r == 0)
-                    fprintf(stderr, "bench_gemm: %s %s variant %d: oneDNN alone failed\n", wl, t->s[i].op, v);
+            for (int v = 0; v < 5; v++)
+                if ((v < 4 ? time_alone(d, &t->s[i], v, reps) : time_ctrain(&t->s[i], reps, ct_context_num_threads(ctx))) != 0 &&
+                    r == 0)
+                    fprintf(stderr, "bench_gemm: %s %s variant %d: alone failed\n", wl, t->s[i].op, v);
     }
     ct_plan_set_node_hook(w.p, NULL, NULL);
     print_rows(wl, t);
     for (int i = 0; i < t->n; i++)
         for (int m = 0; m < 2; m++) {
-            double in, pl, pk, cold, rp, best;
-            figures(&t->s[i], m, &in, &pl, &pk, &cold, &rp, &best);
+            double in, pl, pk, cold, rp, ct, best;
+            figures(&t->s[i], m, &in, &pl, &pk, &cold, &rp, &ct, &best);
             tot[2 * m] += in * t->s[i].calls_per_step;
             tot[2 * m + 1] += best * t->s[i].calls_per_step;
         }
