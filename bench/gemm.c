@@ -458,9 +458,11 @@ static int time_ctrain(shape *s, int reps, int threads) {
     p.M = M, p.N = N, p.K = K, p.ta = s->ta, p.tb = s->tb, p.nthreads = threads;
     p.lda = s->ta ? M : K, p.ldb = s->tb ? K : N, p.ldc = N, p.c_dt = s->cdt, p.bias_dt = CT_F32;
     const size_t es = s->cdt == CT_F32 ? 4 : 2, sb = ct_amx_matmul_scratch(&p);
-    uint16_t *a = aligned_alloc(64, ((size_t)(M * K) * 2 + 63) / 64 * 64), *b = aligned_alloc(64, ((size_t)(K * N) * 2 + 63) / 64 * 64);
-    float *bias = aligned_alloc(64, ((size_t)N * 4 + 63) / 64 * 64);
-    void *c = aligned_alloc(64, ((size_t)(M * N) * es + 63) / 64 * 64), *scratch = aligned_alloc(64, (sb + 63) / 64 * 64);
+#define CT_ALLOC64(bytes) aligned_alloc(64, ((size_t)(bytes) + 63) / 64 * 64)
+    uint16_t *a = CT_ALLOC64(M * K * 2), *b = CT_ALLOC64(K * N * 2);
+    float *bias = CT_ALLOC64(N * 4);
+    void *c = CT_ALLOC64((size_t)(M * N) * es), *scratch = CT_ALLOC64(sb);
+#undef CT_ALLOC64
     int rc = -1;
     if (a && b && bias && c && scratch) {
         for (int64_t i = 0; i < M * K; i++) a[i] = (uint16_t)(0x3c00 + i % 251); /* small positive BF16 values */
@@ -577,7 +579,8 @@ static void print_rows(const char *wl, table *t) {
                "%6.2f | %9.3f %9.3f %9.3f %9.3f %9.3f %6.2f | %s / %s%s\n",
                wl, s->backward ? "bwd" : "fwd", s->op, s->calls_per_step, (long long)s->batch, (long long)s->M,
                (long long)s->N, (long long)s->K, s->ta, s->tb, s->bias, dts, in, pl, pk, rp, cold, ct, in / best, in_m,
-               pl_m, pk_m, rp_m, ct_m, in_m / best_m, s->impl[0], s->impl[1], s->amx ? " (in the step: ctrain:amx_tiles)" : "");
+               pl_m, pk_m, rp_m, ct_m, in_m / best_m, s->impl[0], s->impl[1],
+               s->amx ? " (in the step: ctrain:amx_tiles)" : "");
     }
     fflush(stdout);
 }
@@ -597,10 +600,10 @@ static void run_workload(ct_context *ctx, dnn *d, const char *wl, ct_precision p
         dn_verbose = r == 0;
         step(ctx, &w);
         for (int i = 0; i < t->n; i++)
-            for (int v = 0; v < 5; v++)
-                if ((v < 4 ? time_alone(d, &t->s[i], v, reps) : time_ctrain(&t->s[i], reps, ct_context_num_threads(ctx))) != 0 &&
-                    r == 0)
-                    fprintf(stderr, "bench_gemm: %s %s variant %d: alone failed\n", wl, t->s[i].op, v);
+            for (int v = 0; v < 5; v++) {
+                int rc = v < 4 ? time_alone(d, &t->s[i], v, reps) : time_ctrain(&t->s[i], reps, ct_context_num_threads(ctx));
+                if (rc != 0 && r == 0) fprintf(stderr, "bench_gemm: %s %s variant %d: alone failed\n", wl, t->s[i].op, v);
+            }
     }
     ct_plan_set_node_hook(w.p, NULL, NULL);
     print_rows(wl, t);

@@ -153,8 +153,8 @@ void ct_context_opts_default(ct_context_opts *o) {
 }
 
 /* The variables ct_context_create reads (and CT_BF16_NATIVE, read at compile, CT_ONEDNN_BWD_DATA, read when a
- * convolution's primitives are created, CT_ATTENTION_AMX and CT_MATMUL_AMX, when an attention's or a GEMM's kernel is built): a value that
- * is not one of the accepted ones is an error, never silently ignored. */
+ * convolution's primitives are created, CT_ATTENTION_AMX and CT_MATMUL_AMX, when an attention's or a GEMM's
+ * kernel is built): a value that is not one of the accepted ones is an error, never silently ignored. */
 ct_status ct_context_env_check(char *msg, size_t len) {
     static const struct {
         const char *name, *accepted[4];

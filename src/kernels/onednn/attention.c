@@ -154,7 +154,9 @@ static ct_status make_prim(att_cache *c, int kind, int b) {
 
 /* The products on AMX tiles, called directly (ct_dnnl_amx_tiles: CT_ATTENTION_AMX) where the head size is a
  * multiple of 32; oneDNN's matmul primitives otherwise (AVX512-BF16, or for comparison). */
-static int amx_products(const ct_context *ctx, int64_t Dh) { return ct_dnnl_amx_tiles(ctx, "CT_ATTENTION_AMX") && Dh % 32 == 0; }
+static int amx_products(const ct_context *ctx, int64_t Dh) {
+    return ct_dnnl_amx_tiles(ctx, "CT_ATTENTION_AMX") && Dh % 32 == 0;
+}
 
 static ct_status build(ct_kargs *k, att_cache *c, const ct_tensor *qkv) {
     ct_dnnl *d = &c->base;

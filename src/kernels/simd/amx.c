@@ -174,8 +174,9 @@ void ct_amx_transpose32(const float *x, int64_t ldx, int64_t rows, int64_t cols,
  * by every thread of the call (K rounded up to 32, N to 32, zeros beyond). A transposed A (the weight gradients,
  * K = the tokens) has its K along columns: it is transposed chunk by chunk of K (kouter below), or, with B
  * transposed too, the product is taken as C^T = B A^T (no operand transposed), whose blocks are stored
- * transposed (measured: taking C^T to transpose the smaller operand was slower, 1.74 against 1.30 ms for
- * gpt-char-small's 1536 x 384 x 2048 weight gradient: the transposed stores cost more than the transposes). Then each thread takes a run of the 32 x 32 blocks of C' in row order (a row of blocks reuses its X
+ * transposed. (Taking C^T to transpose the smaller operand instead was slower: 1.74 against 1.30 ms for
+ * gpt-char-small's 1536 x 384 x 2048 weight gradient; why is not measured.) Then each thread takes a run of the
+ * 32 x 32 blocks of C' in row order (a row of blocks reuses its X
  * rows from L1 while Y's pairs stream from L2). X read in place: a block of fewer than 32 rows is copied into a
  * zero-padded block first, and a K that is not a multiple of 32 has its last columns copied into a zero-padded
  * 32 x 32 tail (tile loads read whole rows of 64 bytes). Each block's sums leave the tiles as FP32, get the bias
@@ -222,8 +223,8 @@ static size_t pairs_bytes(const amx_prod *q) { return (size_t)(q->Kp / 2 * q->Np
 #define CT_AMX_KT 256
 static size_t kouter_bytes(const amx_prod *q, int nt) {
     const int64_t kt = CT_MIN(q->Kp, CT_AMX_KT);
-    return 2 * (size_t)(kt / 2 * q->Np * 4) + (size_t)(q->Rp * kt * 2) + (q->Kp > kt ? (size_t)(q->Rp * q->Np * 4) : 0) +
-           (size_t)nt * 32 * 32 * 4;
+    const size_t acc = q->Kp > kt ? (size_t)(q->Rp * q->Np * 4) : 0;
+    return 2 * (size_t)(kt / 2 * q->Np * 4) + (size_t)(q->Rp * kt * 2) + acc + (size_t)nt * 32 * 32 * 4;
 }
 
 size_t ct_amx_matmul_scratch(const ct_amx_mm *p) {
@@ -263,10 +264,13 @@ static void pack_y(const amx_prod *q, uint32_t *out, int64_t rb, int64_t r0, int
 static void transpose_x(const amx_prod *q, uint16_t *out, int64_t ldo, int64_t j0, int64_t j1, int64_t k0, int64_t k1) {
     const int64_t jf = CT_MAX(j0, CT_MIN(j1, q->R) / 2 * 2);
     int64_t kf = k0 + (CT_MIN(k1, q->K) - k0) / 32 * 32; /* [k0, kf) x [j0, jf) by gathers (32-bit words: ldx even) */
-    if (kf > k0 && jf > j0 && q->ldx % 2 == 0) ct_amx_transpose16(q->x + k0 * q->ldx + j0, q->ldx, kf - k0, jf - j0, out + j0 * ldo, ldo);
-    else kf = k0;
+    if (kf > k0 && jf > j0 && q->ldx % 2 == 0)
+        ct_amx_transpose16(q->x + k0 * q->ldx + j0, q->ldx, kf - k0, jf - j0, out + j0 * ldo, ldo);
+    else
+        kf = k0;
     for (int64_t j = j0; j < j1; j++)
-        for (int64_t k = j < jf ? kf : k0; k < k1; k++) out[j * ldo + k - k0] = j < q->R && k < q->K ? q->x[k * q->ldx + j] : 0;
+        for (int64_t k = j < jf ? kf : k0; k < k1; k++)
+            out[j * ldo + k - k0] = j < q->R && k < q->K ? q->x[k * q->ldx + j] : 0;
 }
 
 /* rows x cols of 16-bit values into a dst of 32 rows x ldd, zeros around them */
