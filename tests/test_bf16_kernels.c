@@ -752,11 +752,12 @@ LOW_TEST(attention) {
  * their GEMMs, FP32 accumulation in another order) against the reference on
  * the same BF16 values and against the SIMD kernels' BF16 path. Where oneDNN
  * has no BF16 matmul at all (below AVX-512), it must decline. */
-/* the attention's products run on AMX tiles here: the CPU has them and oneDNN's ISA (ONEDNN_MAX_CPU_ISA) reaches them */
+/* ctrain's products on AMX tiles run here: the CPU has them, the context's ISA is AVX-512 (CT_ISA) and oneDNN's
+ * (ONEDNN_MAX_CPU_ISA) reaches them */
 static int amx_here(void) {
     const ct_cpu_features *cpu = ct_context_cpu(g_ctx);
     const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
-    return cpu->amx_bf16 && cpu->amx_permitted && (isa & amx) == amx;
+    return cpu->amx_bf16 && cpu->amx_permitted && ct_context_isa(g_ctx) >= CT_ISA_AVX512 && (isa & amx) == amx;
 }
 
 /* out and the status of the oneDNN slot on case c with environment variable var = val (the caller's value
