@@ -23,7 +23,8 @@
 #   --gpt-steps N [500]     the GPT's max_steps
 #   --quick                 mlp, cnn: 1 epoch of 50 steps; gpt: 50 steps, eval every 25;
 #                           resnet18: 1 epoch of a 2048 / 1000 image subset of the folder
-#   --set KEY=VALUE         one more recipe key for both sides (repeatable)
+#   --set KEY=VALUE         one more recipe key for both sides (repeatable); precision=bf16: ctrain's BF16
+#                           autocast policy against PyTorch's CPU autocast (torch.autocast("cpu", bfloat16))
 #   --no-torch / --no-ctrain  one side only
 #   CT=build/ctrain (built when missing), BUILD=build-bench (logs, the PNG folders)
 # PyTorch at its best: Debian's torch 1.13 (/usr/bin/python3) on the OpenMP OpenBLAS

@@ -55,6 +55,15 @@ def apply_set(r, kv):
     d[parts[-1]] = val
 
 
+def autocast(torch, r):
+    """The recipe's precision: bf16 runs the forward under CPU autocast (BF16 matmuls, FP32 master weights), as
+    ctrain's `precision: bf16` policy does; fp32 (the default) runs it as is."""
+    prec = str(r.get("precision", "fp32"))
+    if prec not in ("fp32", "bf16"):
+        sys.exit("e2e_torch: precision %r: only fp32 and bf16 have a PyTorch side here" % prec)
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=prec == "bf16")
+
+
 def read_idx(path):
     for p in (path, path + ".gz"):
         if os.path.exists(p):
@@ -257,8 +266,9 @@ def run_images(torch, nn, r, threads):
         for x, y in batches(ep):
             for g in opt.param_groups:
                 g["lr"] = lr_at(r, step, total)
-            out = model(x.contiguous(memory_format=mf))
-            loss = F.cross_entropy(out, y, label_smoothing=ls)
+            with autocast(torch, r):
+                out = model(x.contiguous(memory_format=mf))
+                loss = F.cross_entropy(out.float(), y, label_smoothing=ls)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -271,7 +281,8 @@ def run_images(torch, nn, r, threads):
         tot, ok, cnt = 0.0, 0, 0
         with torch.no_grad():
             for x, y in test_batches():
-                out = model(x.contiguous(memory_format=mf))
+                with autocast(torch, r):
+                    out = model(x.contiguous(memory_format=mf)).float()
                 tot += F.cross_entropy(out, y, label_smoothing=ls, reduction="sum").item()
                 ok += (out.argmax(1) == y).sum().item()
                 cnt += y.shape[0]
@@ -320,8 +331,9 @@ def run_gpt(torch, nn, r):
             g["lr"] = lr_at(r, step, total)
         starts = torch.randint(0, len(tr) - T, (B,))
         w = tr[starts[:, None] + offs]
-        logits = model(w[:, :-1])
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), w[:, 1:].reshape(-1))
+        with autocast(torch, r):
+            logits = model(w[:, :-1]).float()
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), w[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if clip > 0:
@@ -337,7 +349,8 @@ def run_gpt(torch, nn, r):
                 for k in range(0, nwin, B):
                     kk = torch.arange(k, min(k + B, nwin))
                     w = va[kk[:, None] * T + offs]
-                    lg = model(w[:, :-1])
+                    with autocast(torch, r):
+                        lg = model(w[:, :-1]).float()
                     tot += F.cross_entropy(lg.view(-1, lg.size(-1)), w[:, 1:].reshape(-1), reduction="sum").item()
                     cnt += w[:, 1:].numel()
             vl = tot / cnt
