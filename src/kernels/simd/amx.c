@@ -47,44 +47,60 @@ CT_AMX void ct_amx_tiles_config(void) {
 
 CT_AMX void ct_amx_tiles_release(void) { _tile_release(); }
 
+/* The 32 x 32 block of A (32 rows from a, sa bytes apart) times B's pair columns [j0, j0 + 32) (Np words a
+ * row) over K [k0, k1) into tiles 0-3: zeroed first, or loaded from acc (FP32 rows ldacc floats apart). From
+ * kf on, A's tiles come from tail (32 x 32, a zero-padded K tail). C in tiles 0-3, A's two row tiles 4-5, B's
+ * two column tiles 6-7. */
+CT_AMX static void block_sums(const uint16_t *a, long sa, int64_t kf, const uint16_t *tail, const uint32_t *yp, int64_t Np,
+                              int64_t j0, int64_t k0, int64_t k1, const float *acc, int64_t ldacc) {
+    const long sb = (long)Np * 4, sc = (long)ldacc * 4;
+    CT_AMX_BARRIER(); /* the operands' stores before the tile loads (see ct_amx_tiles_config) */
+    if (acc) {
+        _tile_loadd(0, acc, sc);
+        _tile_loadd(1, acc + 16, sc);
+        _tile_loadd(2, acc + 16 * ldacc, sc);
+        _tile_loadd(3, acc + 16 * ldacc + 16, sc);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int64_t k = k0; k < k1; k += 32) {
+        const uint32_t *bk = yp + (k / 2) * Np + j0;
+        const uint16_t *a0 = k < kf ? a + k : tail, *a1 = k < kf ? a0 + 16 * (sa / 2) : tail + 16 * 32;
+        const long s = k < kf ? sa : 64;
+        _tile_loadd(4, a0, s);
+        _tile_loadd(6, bk, sb);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_loadd(7, bk + 16, sb);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_loadd(5, a1, s);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+}
+
+/* tiles 0-3 into the 32 x 32 FP32 block t (rows ldt floats apart) */
+CT_AMX static void tiles_out(float *t, int64_t ldt) {
+    const long st = (long)ldt * 4;
+    _tile_stored(0, t, st);
+    _tile_stored(1, t + 16, st);
+    _tile_stored(2, t + 16 * ldt, st);
+    _tile_stored(3, t + 16 * ldt + 16, st);
+    CT_AMX_BARRIER(); /* the tile stores before the reads that follow */
+}
+
 /* C (M x N FP32, ldc) = or += A (M x K BF16, lda) B (K x N, as K / 2 rows of N pair words, ldb);
- * M, N and K multiples of 32. Blocks of 32 x 32: C in tiles 0-3, A's two row tiles 4-5, B's two column tiles 6-7. */
+ * M, N and K multiples of 32. Blocks of 32 x 32 (block_sums). */
 CT_AMX void ct_amx_gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t *a, int64_t lda, const uint32_t *b,
                              int64_t ldb, float *c, int64_t ldc, int accumulate) {
-    const long sa = (long)lda * 2, sb = (long)ldb * 4, sc = (long)ldc * 4;
-    CT_AMX_BARRIER(); /* the operands' stores before the tile loads (see ct_amx_tiles_config) */
     for (int64_t i = 0; i < M; i += 32)
         for (int64_t j = 0; j < N; j += 32) {
-            float *c0 = c + i * ldc + j, *c1 = c0 + 16 * ldc;
-            if (accumulate) {
-                _tile_loadd(0, c0, sc);
-                _tile_loadd(1, c0 + 16, sc);
-                _tile_loadd(2, c1, sc);
-                _tile_loadd(3, c1 + 16, sc);
-            } else {
-                _tile_zero(0);
-                _tile_zero(1);
-                _tile_zero(2);
-                _tile_zero(3);
-            }
-            const uint16_t *a0 = a + i * lda, *a1 = a0 + 16 * lda;
-            for (int64_t k = 0; k < K; k += 32) {
-                const uint32_t *bk = b + (k / 2) * ldb + j;
-                _tile_loadd(4, a0 + k, sa);
-                _tile_loadd(6, bk, sb);
-                _tile_dpbf16ps(0, 4, 6);
-                _tile_loadd(7, bk + 16, sb);
-                _tile_dpbf16ps(1, 4, 7);
-                _tile_loadd(5, a1 + k, sa);
-                _tile_dpbf16ps(2, 5, 6);
-                _tile_dpbf16ps(3, 5, 7);
-            }
-            _tile_stored(0, c0, sc);
-            _tile_stored(1, c0 + 16, sc);
-            _tile_stored(2, c1, sc);
-            _tile_stored(3, c1 + 16, sc);
+            float *c0 = c + i * ldc + j;
+            block_sums(a + i * lda, (long)lda * 2, K, NULL, b, ldb, j, 0, K, accumulate ? c0 : NULL, ldc);
+            tiles_out(c0, ldc);
         }
-    CT_AMX_BARRIER(); /* the tile stores before the caller's reads */
 }
 
 /* out[r][j] = x[2r][j] | x[2r + 1][j] << 16 for r < rows / 2, j < cols: a K x N BF16 matrix as B pairs (rows
@@ -370,45 +386,6 @@ CT_AMX_BF16 static void store_block(const amx_prod *q, const float *t, int64_t i
     }
 }
 
-/* the 32 x 32 block j0 of C' over K [k0, k1) into tiles 0-3 (zeroed first, or loaded from acc) */
-CT_AMX static void block_sums(const uint16_t *a, long sa, int64_t kf, const uint16_t *tail, const uint32_t *yp, int64_t Np,
-                              int64_t j0, int64_t k0, int64_t k1, const float *acc) {
-    const long sb = (long)Np * 4;
-    CT_AMX_BARRIER();
-    if (acc) {
-        _tile_loadd(0, acc, 128);
-        _tile_loadd(1, acc + 16, 128);
-        _tile_loadd(2, acc + 512, 128);
-        _tile_loadd(3, acc + 528, 128);
-    } else {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-    }
-    for (int64_t k = k0; k < k1; k += 32) {
-        const uint32_t *bk = yp + (k / 2) * Np + j0;
-        const uint16_t *a0 = k < kf ? a + k : tail, *a1 = k < kf ? a0 + 16 * (sa / 2) : tail + 16 * 32;
-        const long s = k < kf ? sa : 64;
-        _tile_loadd(4, a0, s);
-        _tile_loadd(6, bk, sb);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_loadd(7, bk + 16, sb);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_loadd(5, a1, s);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
-}
-
-CT_AMX static void tiles_out(float *t) {
-    _tile_stored(0, t, 128);
-    _tile_stored(1, t + 16, 128);
-    _tile_stored(2, t + 512, 128);
-    _tile_stored(3, t + 528, 128);
-    CT_AMX_BARRIER();
-}
-
 /* blocks [b0, b1) of C' (row order, Np / 32 to a row) on this thread's tiles, X read in place */
 static void blocks(const amx_prod *q, const uint32_t *yp, char *ws, int64_t b0, int64_t b1) {
     const int64_t Kp = q->Kp, Np = q->Np, nb = Np / 32;
@@ -430,11 +407,11 @@ static void blocks(const amx_prod *q, const uint32_t *yp, char *ws, int64_t b0, 
             const int64_t k1 = CT_MIN(Kp, k0 + CT_AMX_KC);
             for (int64_t jb = jb0; jb < jb1; jb++) {
                 float *ab = acc + (jb - jb0) * 32 * 32;
-                block_sums(a, (long)ld * 2, kf, tail, yp, Np, jb * 32, k0, k1, k0 ? ab : NULL);
+                block_sums(a, (long)ld * 2, kf, tail, yp, Np, jb * 32, k0, k1, k0 ? ab : NULL, 32);
                 if (k1 < Kp) {
-                    tiles_out(ab);
+                    tiles_out(ab, 32);
                 } else {
-                    tiles_out(t);
+                    tiles_out(t, 32);
                     store_block(q, t, i0, jb * 32, rows, CT_MIN(32, q->Cn - jb * 32));
                 }
             }
@@ -462,11 +439,11 @@ static void kouter(const amx_prod *q, char *scratch, int t, int n) {
             const int64_t i0 = br * 32, rows = CT_MIN(32, q->R - i0);
             for (int64_t jb = 0; jb < nb; jb++) {
                 float *ab = acc + (br * nb + jb) * 32 * 32;
-                block_sums(xc + i0 * kt, (long)kt * 2, k1 - k0, NULL, yb, Np, jb * 32, 0, k1 - k0, k0 ? ab : NULL);
+                block_sums(xc + i0 * kt, (long)kt * 2, k1 - k0, NULL, yb, Np, jb * 32, 0, k1 - k0, k0 ? ab : NULL, 32);
                 if (k1 < q->Kp) {
-                    tiles_out(ab);
+                    tiles_out(ab, 32);
                 } else {
-                    tiles_out(tb);
+                    tiles_out(tb, 32);
                     store_block(q, tb, i0, jb * 32, rows, CT_MIN(32, q->Cn - jb * 32));
                 }
             }
