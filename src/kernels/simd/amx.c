@@ -120,6 +120,12 @@ void ct_amx_pairs(const uint16_t *x, int64_t ldx, int64_t rows, int64_t cols, ui
     }
 }
 
+/* lane i holds i * stride: the offsets of 16 rows stride elements apart, for gathers */
+static inline __m512i lane_offsets(int stride) {
+    return _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                              _mm512_set1_epi32(stride));
+}
+
 /* v[c] = column c of the 16 x 16 block of 32-bit words at src (rows ld bytes apart): loads, then unpacks and
  * lane shuffles in registers. Used for FP32 (ct_amx_transpose32: 64 x 256 in 3.2-3.4 us against 4.4-4.9 by
  * gathers, one thread, L1); the 16-bit transposes and pairs stay on gathers, which were faster there (pairs of a
@@ -155,8 +161,7 @@ static inline void tr16(const char *src, int64_t ld, __m512i v[16]) {
  * of an N x K BF16 matrix as B pairs (x^T, K = cols); word r of 16 rows at a time by one gather (rows a multiple
  * of 16) */
 void ct_amx_pairs_t(const uint16_t *x, int64_t ldx, int64_t rows, int64_t cols, uint32_t *out, int64_t ldo) {
-    const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32((int)(ldx / 2)));
+    const __m512i step = lane_offsets((int)(ldx / 2));
     for (int64_t j = 0; j < rows; j += 16)
         for (int64_t r = 0; r < cols / 2; r++) {
             const int *base = (const int *)(const void *)(x + j * ldx) + r;
@@ -186,8 +191,7 @@ void ct_amx_scale_bf16_pow2(uint16_t *x, int64_t n, float s) {
 /* out[j][i] = x[i][j]: a rows x cols BF16 matrix transposed (cols x rows; rows a multiple of 32, cols even):
  * row pairs (2r, 2r + 1) of the output from gathers of x's 32-bit words r, split into their low and high halves */
 void ct_amx_transpose16(const uint16_t *x, int64_t ldx, int64_t rows, int64_t cols, uint16_t *out, int64_t ldo) {
-    const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32((int)(ldx / 2)));
+    const __m512i step = lane_offsets((int)(ldx / 2));
     __m512i even, odd;
     {
         int16_t e[32], o[32];
@@ -207,8 +211,7 @@ void ct_amx_transpose16(const uint16_t *x, int64_t ldx, int64_t rows, int64_t co
 /* out[j][i] = s x[i][j] for i < rows (a multiple of 16), j < cols: FP32 transposed and scaled, 16 x 16 at a time
  * in registers, the last columns by gathers of 16 rows */
 void ct_amx_transpose32(const float *x, int64_t ldx, int64_t rows, int64_t cols, float s, float *out, int64_t ldo) {
-    const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32((int)ldx));
+    const __m512i step = lane_offsets((int)ldx);
     const __m512 v = _mm512_set1_ps(s);
     const int64_t cf = cols / 16 * 16;
     for (int64_t i = 0; i < rows; i += 16) {
@@ -334,6 +337,9 @@ static void copy_padded(const uint16_t *src, int64_t lds, int64_t rows, int64_t 
     for (int64_t i = 0; i < rows; i++) memcpy(dst + i * ldd, src + i * lds, (size_t)cols * 2);
 }
 
+/* the first n of 16 lanes (none for n <= 0, all for n >= 16) */
+static inline __mmask16 lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xffff : n > 0 ? (__mmask16)((1u << n) - 1) : 0; }
+
 /* block (i0, j0) of C' from its tiles' FP32 sums t (32 x 32): + bias, rounded to C's dtype, rows x cols of it
  * (C^T's blocks transposed into C: 16 rows of t at a time by gathers). The rounding to BF16 is the CPU's
  * (vcvtneps2bf16, the instruction oneDNN uses: nearest even, a NaN kept quiet; it flushes subnormals, which the
@@ -342,10 +348,8 @@ CT_AMX_BF16 static void store_block(const amx_prod *q, const float *t, int64_t i
     const ct_amx_mm *p = q->p;
     const int bf = p->c_dt == CT_BF16;
     if (q->swap) { /* no bias (a matmul): C[j0 + c][i0 + r] = t[r][c] */
-        const __m512i col = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                               _mm512_set1_epi32(32));
-        const __mmask16 m0 = rows >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rows) - 1);
-        const __mmask16 m1 = rows >= 32 ? (__mmask16)0xffff : rows > 16 ? (__mmask16)((1u << (rows - 16)) - 1) : 0;
+        const __m512i col = lane_offsets(32);
+        const __mmask16 m0 = lanes16(rows), m1 = lanes16(rows - 16);
         for (int64_t c = 0; c < cols; c++) {
             const __m512 v0 = _mm512_i32gather_ps(col, t + c, 4), v1 = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, col, t + 16 * 32 + c, 4);
             if (bf) {
@@ -361,8 +365,7 @@ CT_AMX_BF16 static void store_block(const amx_prod *q, const float *t, int64_t i
     }
     const uint16_t *b16 = p->bias && p->bias_dt == CT_BF16 ? (const uint16_t *)p->bias + j0 : NULL;
     const float *b32 = p->bias && p->bias_dt != CT_BF16 ? (const float *)p->bias + j0 : NULL;
-    const __mmask16 m0 = cols >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << cols) - 1);
-    const __mmask16 m1 = cols >= 32 ? (__mmask16)0xffff : cols > 16 ? (__mmask16)((1u << (cols - 16)) - 1) : 0;
+    const __mmask16 m0 = lanes16(cols), m1 = lanes16(cols - 16);
     __m512 bias0 = _mm512_setzero_ps(), bias1 = _mm512_setzero_ps();
     if (b16) {
         bias0 = vh_bf16_to_f32(_mm256_maskz_loadu_epi16(m0, b16));
