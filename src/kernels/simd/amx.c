@@ -129,7 +129,8 @@ static inline __m512i lane_offsets(int stride) {
 /* v[c] = column c of the 16 x 16 block of 32-bit words at src (rows ld bytes apart): loads, then unpacks and
  * lane shuffles in registers. Used for FP32 (ct_amx_transpose32: 64 x 256 in 3.2-3.4 us against 4.4-4.9 by
  * gathers, one thread, L1); the 16-bit transposes and pairs stay on gathers, which were faster there (pairs of a
- * 1536 x 384 weight 98-110 us against 155, q^T of 256 x 64 1.2-1.3 us against 1.7) */
+ * 1536 x 384 weight 98-110 us against 155, q^T of 256 x 64 1.2-1.3 us against 1.7). Measured by a throwaway
+ * program calling both versions in turn (not in the repo), on the AMX Xeon of docs/results.md, 2026-12-06. */
 static inline void tr16(const char *src, int64_t ld, __m512i v[16]) {
     __m512i t[16];
     for (int i = 0; i < 16; i++) v[i] = _mm512_loadu_si512(src + i * ld);
