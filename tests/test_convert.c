@@ -453,6 +453,22 @@ TEST(convert_errors) {
     ct_context_free(ctx);
 }
 
+/* Where the CPU has AVX512-BF16 the AVX-512 conversions round with vcvtneps2bf16 (simd_lowp.h) and only vectors
+ * holding a denormal take the integer path: the same checks again with that path for every vector, as on an
+ * AVX-512 CPU without BF16 (ct_simd_bf16_cvt: the library's switch, set by its CPU probe) */
+extern int ct_simd_bf16_cvt;
+TEST(bf16_integer_rounding_path) {
+    setup();
+    const int hw = ct_simd_bf16_cvt;
+    printf("    the AVX-512 rounding here: %s; now the integer path\n", hw ? "vcvtneps2bf16" : "integer (no AVX512-BF16)");
+    ct_simd_bf16_cvt = 0;
+    roundtrip_all(0);
+    f32_to_bf16_boundaries();
+    lengths_and_tails();
+    mxcsr_daz_ftz_rounding();
+    ct_simd_bf16_cvt = hw;
+}
+
 TEST_MAIN(T(scalar_semantics), T(bf16_all_patterns_roundtrip), T(f16_all_patterns_roundtrip),
           T(f32_to_bf16_boundaries), T(f32_to_f16_boundaries), T(lengths_and_tails), T(mxcsr_daz_ftz_rounding),
-          T(convert_tensors_threads), T(convert_errors))
+          T(convert_tensors_threads), T(convert_errors), T(bf16_integer_rounding_path))

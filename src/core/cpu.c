@@ -50,7 +50,12 @@ static void detect_cpu(ct_cpu_features *f) {
 static ct_cpu_features g_cpu;
 static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
 
-static void probe_once(void) { detect_cpu(&g_cpu); }
+int ct_simd_bf16_cvt;
+
+static void probe_once(void) {
+    detect_cpu(&g_cpu);
+    ct_simd_bf16_cvt = g_cpu.avx512_bf16 && g_cpu.avx512f; /* cleared above without the OS's AVX-512 state */
+}
 
 const ct_cpu_features *ct_cpu_probe(void) {
     pthread_once(&g_cpu_once, probe_once);
