@@ -8,7 +8,8 @@ side by side, one column per trace: where a step's time goes, and what a change 
   bench/trace_ops.py /tmp/a.json /tmp/b.json
 
 Each trace's op events are summed per (op, phase, kernel) and divided by the
-number of recorded steps (the `step` argument of the op events). Single runs
+number of recorded steps (the `step` argument of the op events); the last line
+sums every op but the GEMMs and the attention (issue 32's element-wise measure). Single runs
 on a shared machine are noisy: compare ops within one run, or repeat."""
 import collections
 import json
@@ -38,6 +39,10 @@ def main(paths):
     print("%-44s" % "op / phase / kernel (ms per step)" + "".join("%14s" % p.split("/")[-1][:13] for p in paths))
     for k in keys:
         print("%-44s" % " / ".join(k) + "".join("%14.2f" % t.get(k, 0) for t in tables))
+    # issue 32's element-wise measure: every op but the GEMMs (matmul*, linear*, gemm*) and the attention
+    gemm = ("matmul", "linear", "gemm", "attention")
+    print("%-44s" % "non-GEMM, non-attention" +
+          "".join("%14.2f" % sum(v for k, v in t.items() if not k[0].startswith(gemm)) for t in tables))
     print("%-44s" % "all ops" + "".join("%14.2f" % sum(t.values()) for t in tables))
 
 
