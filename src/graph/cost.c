@@ -23,11 +23,11 @@ double ct_node_flops(const ct_graph *g, const ct_node_def *d) {
     }
     case CT_COST_LINEAR: /* 2 * rows * in * out (the bias add is not counted) */
         return 2.0 * numel_of(d) * (double)a->shape[a->ndim - 1];
-    case CT_COST_CONV2D: /* 2 * out numel * (C/groups * KH * KW) */
-        return 2.0 * numel_of(d) * (double)(b->shape[1] * b->shape[2] * b->shape[3]);
+    case CT_COST_CONV2D: /* 2 * out numel * (C/groups * KH * KW); the weight is in[1] */
+        return b ? 2.0 * numel_of(d) * (double)(b->shape[1] * b->shape[2] * b->shape[3]) : numel_of(d);
     case CT_COST_CONV2D_BWD: { /* data: in dy, w: 2 * numel(dy) * C/g*KH*KW; weight: in dy, x; out = w's shape */
         const ct_node_def *w = d->op == CT_OP_CONV2D_BWD_DATA ? b : d;
-        return 2.0 * numel_of(a) * (double)(w->shape[1] * w->shape[2] * w->shape[3]);
+        return w ? 2.0 * numel_of(a) * (double)(w->shape[1] * w->shape[2] * w->shape[3]) : numel_of(d);
     }
     case CT_COST_ATTENTION: { /* forward: q k^T and p v: 4*B*T*T*D, half of it when causal;
                                  backward: recomputed q k^T, then dV, dP, dQ, dK: 10*B*T*T*D */
