@@ -8,8 +8,8 @@ side by side, one column per trace: where a step's time goes, and what a change 
   bench/trace_ops.py /tmp/a.json /tmp/b.json
 
 Each trace's op events are summed per (op, phase, kernel) and divided by the
-number of recorded steps (the `step` argument of the op events); the last line
-sums every op but the GEMMs and the attention (issue 32's element-wise measure). Single runs
+number of recorded steps (the `step` argument of the op events); the line before
+the total sums every op but the GEMMs and the attention (issue 32's element-wise measure). Single runs
 on a shared machine are noisy: compare ops within one run, or repeat."""
 import collections
 import json

@@ -9,6 +9,7 @@
 #include <xmmintrin.h>
 
 #include "test.h"
+#include "kernels/kernels.h" /* ct_simd_bf16_cvt */
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -455,8 +456,7 @@ TEST(convert_errors) {
 
 /* Where the CPU has AVX512-BF16 the AVX-512 conversions round with vcvtneps2bf16 (simd_lowp.h) and only vectors
  * holding a denormal take the integer path: the same checks again with that path for every vector, as on an
- * AVX-512 CPU without BF16 (ct_simd_bf16_cvt: the library's switch, set by its CPU probe) */
-extern int ct_simd_bf16_cvt;
+ * AVX-512 CPU without BF16 (ct_simd_bf16_cvt: the library's switch, set by its CPU probe, kernels.h) */
 TEST(bf16_integer_rounding_path) {
     setup();
     const int hw = ct_simd_bf16_cvt;

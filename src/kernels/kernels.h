@@ -151,6 +151,11 @@ static inline size_t ct_conv_direct_image_bytes(int64_t C, int64_t KH, int64_t K
 
 /* Shared helpers ---------------------------------------------------------------- */
 
+/* 1 where the CPU has AVX512-BF16 (set by ct_cpu_probe, core/cpu.c): the AVX-512 kernels' BF16 stores then round
+ * with vcvtneps2bf16 (simd_lowp.h vh_f32_to_bf16), the integer rounding's bits; 0: the integer rounding (tests set
+ * it to 0 to run that path on such a CPU) */
+extern int ct_simd_bf16_cvt;
+
 /* Column sums over the rows of an (R, D) view (a layernorm's dgamma / dbeta,
  * a linear's bias gradient): the SIMD kernels split the rows into
  * ct_colsum_pieces(R, D) contiguous pieces, piece p = rows [R*p/P, R*(p+1)/P),

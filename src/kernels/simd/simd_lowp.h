@@ -68,7 +68,6 @@ static inline vf vh_bf16_to_f32(vhalf h) { return _mm512_castsi512_ps(_mm512_sll
  * element-wise kernels' instructions per BF16 store (gpt-char-small's BF16 GELU 10.9 -> 9.6 ms per step
  * backward, 5.0 -> 4.3 forward on an AMX Xeon, before their prefetch; docs/results.md); test_convert checks
  * both against the reference on every rounding boundary, NaN payload and denormal. */
-extern int ct_simd_bf16_cvt;
 static inline vhalf vh_f32_to_bf16(vf v) {
     __m512i u = _mm512_castps_si512(v);
     if (ct_simd_bf16_cvt && /* no denormal: |u| - 1 >= 0x7fffff unsigned (fpclass's test obeys MXCSR.DAZ) */
