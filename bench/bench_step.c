@@ -189,10 +189,11 @@ static void usage(void) {
     fprintf(stderr,
             "usage: bench_step --workload mlp|cnn|gptchar|gpt2|resnet50 [--precision fp32|bf16|fp16|...] [--threads N] [--warmup N] [--steps N]\n"
             "                  [--optim adamw|sgd] [--seed N] [--budget-s S] [--mfu-steps N] [--fusion-level 0|1|2]\n"
-            "                  [--channels-last 0|1] [--eval-only] [--quiet]\n"
+            "                  [--channels-last 0|1] [--dropout P] [--eval-only] [--quiet]\n"
             "  --channels-last: cnn and resnet50 on NHWC activations (1, the recipes' default) or NCHW (0)\n"
             "  --budget-s S: stop after the timed steps took S seconds (at least 3 steps)\n"
             "  --fusion-level N: the plan's fusion level (default 1, as a recipe's; docs/fusion.md)\n"
+            "  --dropout P: the gpt and mlp workloads' dropout (default 0; the gpt-char-small recipe trains with 0.2)\n"
             "  --eval-only: time evaluation forwards (training 0) of the training plan, weights fixed: no backward,\n"
             "               no update (bwd_ms and opt_ms 0), no MFU steps; how CT_ONEDNN_PACK_WEIGHTS=1 was measured\n"
             "  mlp: MLP 784-1024-1024-10, batch 256, cross entropy (default optim adamw)\n"
@@ -209,6 +210,7 @@ int main(int argc, char **argv) {
     int threads = 2, warmup = 3, steps = 10, quiet = 0, mfu_steps = 2, fusion_level = 1; /* the recipes' default */
     int evalonly = 0;
     int channels_last = 1;                                                                /* the recipes' default */
+    float dropout = 0.0f; /* the workloads' dropout (bench_util.h) */
     double budget_s = 0; /* > 0: stop timing once this much time went into timed steps (min 3 steps) */
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -228,12 +230,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--mfu-steps")) mfu_steps = atoi(v);
         else if (!strcmp(a, "--fusion-level")) fusion_level = atoi(v);
         else if (!strcmp(a, "--channels-last")) channels_last = atoi(v);
+        else if (!strcmp(a, "--dropout")) dropout = (float)atof(v);
         else usage();
         i++;
     }
     if (evalonly) mfu_steps = 0; /* the profiled steps train: their MFU would not be the forwards' */
     if (!workload || steps < 1 || warmup < 0 || threads < 1 || fusion_level < 0 || fusion_level > 2 ||
-        (channels_last != 0 && channels_last != 1))
+        (channels_last != 0 && channels_last != 1) || !(dropout >= 0.0f && dropout < 1.0f))
         usage();
     if (!bench_workload_known(workload)) usage();
     const int is_cnn = !strcmp(workload, "cnn"), is_r50 = !strcmp(workload, "resnet50"), is_gpt = !strncmp(workload, "gpt", 3);
@@ -251,7 +254,7 @@ int main(int argc, char **argv) {
     DIE_IF(ctx, ct_graph_create(ctx, &g));
     ct_node x, y, logits, loss;
     bench_workload wl;
-    bench_workload_graph(ctx, g, workload, channels_last, &x, &y, &logits, &wl);
+    bench_workload_graph(ctx, g, workload, channels_last, dropout, &x, &y, &logits, &wl);
     const int64_t batch = wl.batch, n_classes = wl.classes, x_numel = wl.x_numel, seq = wl.seq;
     DIE_IF(ctx, ct_cross_entropy(g, logits, y, 0.0f, -100, &loss));
 
@@ -443,10 +446,10 @@ int main(int argc, char **argv) {
     printf("RESULT workload=%s framework=ctrain steps=%d step_ms_median=%.3f fwd_ms_median=%.3f "
            "bwd_ms_median=%.3f opt_ms_median=%.3f step_ms_min=%.3f cpu_ms_median=%.3f loss_first=%.5f loss_last=%.5f "
            "steps_total=%d others_cores=%.2f steal_cores=%.2f n_params=%zu plan_mb=%.1f peak_rss_mb=%.1f mfu=%.4f "
-           "gflops=%.1f fusion_level=%d\n",
+           "gflops=%.1f fusion_level=%d dropout=%g\n",
            workload, steps, median(ts + warmup, steps), median(tf + warmup, steps), median(tb + warmup, steps),
            median(to + warmup, steps), tmin, median(tc + warmup, steps), loss0, lossN, total, others, steal,
-           n_param_floats, plan_bytes / 1048576.0, peak_rss_mb(), mfu, gflops, fusion_level);
+           n_param_floats, plan_bytes / 1048576.0, peak_rss_mb(), mfu, gflops, fusion_level, (double)dropout);
     free(tf);
     free(tb);
     free(to);

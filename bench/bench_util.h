@@ -41,6 +41,8 @@ static inline int bench_cmp_double(const void *a, const void *b) {
  *   cnn       ct_model_cnn_ex channels [32, 64] on 1x28x28, batch 128, 10 classes
  *   gptchar   gpt-char-small, batch 8, T 256, dropout 0; logits reshaped to (B*T, V)
  *   gpt2      gpt2-124m, batch 4, T 64, dropout 0; the same
+ * dropout: the GPTs' and the MLP's dropout probability (0 above: the same work every step; the recipes train
+ * gpt-char-small with 0.2, bench_step --dropout 0.2 times that).
  *   resnet50  torchvision's resnet50 (ct_model_vision), 3x224x224, batch 32, 1000 classes
  * channels_last: the cnn's and resnet50's activations NHWC (1) or NCHW (0). */
 typedef struct {
@@ -58,8 +60,8 @@ static inline int bench_workload_known(const char *name) {
 /* Declares the labels y and the input x first (the activation planner places an input at its node
  * index, so an input declared after the model could share memory with an activation: bench/README.md),
  * then builds the workload's logits; w: the shapes to fill the inputs with. */
-static inline void bench_workload_graph(ct_context *ctx, ct_graph *g, const char *name, int channels_last, ct_node *x,
-                                        ct_node *y, ct_node *logits, bench_workload *w) {
+static inline void bench_workload_graph(ct_context *ctx, ct_graph *g, const char *name, int channels_last,
+                                        float dropout, ct_node *x, ct_node *y, ct_node *logits, bench_workload *w) {
     const int is_mlp = !strcmp(name, "mlp"), is_cnn = !strcmp(name, "cnn"), is_r50 = !strcmp(name, "resnet50");
     const int is_gptchar = !strcmp(name, "gptchar");
     w->is_gpt = is_gptchar || !strcmp(name, "gpt2");
@@ -70,7 +72,7 @@ static inline void bench_workload_graph(ct_context *ctx, ct_graph *g, const char
     if (w->is_gpt) { /* ids (B, T), next-token labels (B*T); logits (B, T, V) -> (B*T, V) for the loss */
         ct_gpt_config gc;
         DIE_IF(ctx, ct_gpt_preset(ctx, is_gptchar ? "gpt-char-small" : "gpt2-124m", &gc));
-        gc.dropout = 0.0f; /* deterministic work per step */
+        gc.dropout = dropout;
         w->classes = gc.vocab;
         w->labels = w->batch * w->seq;
         w->x_numel = w->batch * w->seq;
@@ -85,7 +87,7 @@ static inline void bench_workload_graph(ct_context *ctx, ct_graph *g, const char
     if (is_mlp) {
         w->x_numel = w->batch * 784;
         DIE_IF(ctx, ct_input(g, "x", CT_F32, 2, (int64_t[]){w->batch, 784}, x));
-        DIE_IF(ctx, ct_model_mlp(g, *x, 2, (int64_t[]){1024, 1024}, w->classes, CT_ACT_RELU, 0.0f, logits));
+        DIE_IF(ctx, ct_model_mlp(g, *x, 2, (int64_t[]){1024, 1024}, w->classes, CT_ACT_RELU, dropout, logits));
     } else if (is_r50) {
         w->x_numel = w->batch * 3 * 224 * 224;
         DIE_IF(ctx, ct_input(g, "x", CT_F32, 4, (int64_t[]){w->batch, 3, 224, 224}, x));
