@@ -27,7 +27,7 @@ CFLAGS  := $(CFLAGS_BASE) $(MPI_CFLAGS) $(IMG_CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS  := -ldnnl -lcjson -lprotobuf-c -lz -lm $(IMG_LIBS) $(MPI_LIBS) -fopenmp -pthread $(LDSAN)
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c -DCT_SIMD_AVX2
-AVX512_FLAGS := -mavx512f -mavx512bf16 -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c -DCT_SIMD_AVX512
+AVX512_FLAGS := -mavx512f -mavx512bf16 -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c -mbmi2 -DCT_SIMD_AVX512
 
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/kernels/simd/*' | sort)
 SIMD_SRC := $(shell find src/kernels/simd -name '*.c' | sort)
