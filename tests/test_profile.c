@@ -2,13 +2,26 @@
  * op event per executed node per recorded step, exact linear FLOPs, the
  * skip/warmup/record schedule, the bounded buffer, the node hook under it)
  * and the doctor (each KPI threshold on synthetic traces, bad traces,
- * unwritable paths). */
+ * unwritable paths, out of memory). */
+#define _GNU_SOURCE /* RTLD_NEXT */
 #include <cjson/cJSON.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include "test.h"
 #include "graph/plan.h"
 #include "prof/prof_internal.h"
+
+/* realloc, failing on request (g_realloc_fails set): the out-of-memory paths of code that calls realloc itself
+ * (the doctor's event lists). This program's realloc comes before the C library's (or the sanitizer's), which it
+ * calls otherwise. */
+static int g_realloc_fails;
+void *realloc(void *p, size_t n) {
+    static void *(*next)(void *, size_t);
+    if (g_realloc_fails) return NULL;
+    if (!next) *(void **)&next = dlsym(RTLD_NEXT, "realloc");
+    return next(p, n);
+}
 
 static int executed_nodes(const ct_plan *p) {
     int n = 0;
@@ -579,6 +592,21 @@ TEST(doctor_pipeline_bubble) {
     ct_context_free(ctx);
 }
 
+/* Out of memory for the pipeline events' lists (every realloc fails): CT_E_OOM. A failed realloc grew a list's
+ * capacity without its memory, so the next event of the list was written through NULL. */
+TEST(doctor_pipeline_out_of_memory) {
+    ct_context *ctx = test_ctx(-1, 1);
+    char *json = pp_trace(0.15);
+    ct_doctor_report r;
+    g_realloc_fails = 1;
+    ct_status s = ct_doctor_analyze_json(ctx, json, strlen(json), &r);
+    g_realloc_fails = 0;
+    free(json);
+    CHECK_MSG(s == CT_E_OOM && strstr(ct_context_last_error(ctx), "out of memory reading the pipeline events"),
+              "%s: %s", ct_status_name(s), ct_context_last_error(ctx));
+    ct_context_free(ctx);
+}
+
 TEST_MAIN(T(profiled_mlp_trace), T(node_hook_events), T(bounded_buffer_counts_drops), T(unwritable_dir_is_io_error), T(doctor_thresholds),
           T(doctor_loss_scale_summary), T(doctor_bad_traces), T(doctor_huge_counts),
-          T(tracks_by_category), T(doctor_pipeline_bubble))
+          T(tracks_by_category), T(doctor_pipeline_bubble), T(doctor_pipeline_out_of_memory))

@@ -71,9 +71,11 @@ typedef struct {
 static void spans_add(pp_spans *a, int *oom, double t0, double t1, double bubble, double ideal) {
     if (a->n == a->cap) {
         if (a->cap >= (1 << 26)) return (void)(*oom = 1);
-        pp_span *nv = realloc(a->v, (size_t)(a->cap = a->cap ? 2 * a->cap : 64) * sizeof *nv);
+        const int cap = a->cap ? 2 * a->cap : 64; /* a->cap grows with a->v only: a failed realloc keeps both */
+        pp_span *nv = realloc(a->v, (size_t)cap * sizeof *nv);
         if (!nv) return (void)(*oom = 1);
         a->v = nv;
+        a->cap = cap;
     }
     a->v[a->n++] = (pp_span){t0, t1, bubble, ideal};
 }
