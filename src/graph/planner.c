@@ -445,12 +445,13 @@ static ct_status place_requests(ct_plan *p, requests *R, size_t *high) {
     p->act_bytes_min = live_peak(rq, nr, n, delta, &peak_at);
     describe_peak(p, rq, nr, R->rq_of, R->aux_rq, R->cvt_rq, peak_at, order); /* order: scratch until the placements */
     *high = SIZE_MAX;
-    for (int v = 0; v < (int)(sizeof orders / sizeof orders[0]) && *high > p->act_bytes_min; v++) {
+    /* the first order always runs and is always kept (best filled), the others while above the bound */
+    for (int v = 0; v < (int)(sizeof orders / sizeof orders[0]) && (v == 0 || *high > p->act_bytes_min); v++) {
         for (int k = 0; k < nr; k++) order[k] = k;
         g_sort_rq = rq;
         if (orders[v]) qsort(order, (size_t)nr, sizeof *order, orders[v]);
         size_t h = place_all(rq, nr, order, ord);
-        if (h < *high) {
+        if (v == 0 || h < *high) {
             *high = h;
             for (int k = 0; k < nr; k++) best[k] = rq[k].off;
         }
