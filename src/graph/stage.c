@@ -349,12 +349,21 @@ static ct_status rebind(ct_plan *p, cut_ctx *c, int n_user_out) {
         free(seq_of);
         return ct_set_error(p->ctx, CT_E_OOM, "compile: out of memory");
     }
+    for (int i = 0; i < c->ng.n; i++) ord[i] = -1;
     for (int u = 0; u < c->g->n; u++)
         if (c->g->nodes[u].op == CT_OP_BUFFER && c->map[u] != CT_NONE) ord[c->map[u]] = seq_of[u];
-    for (int i = 0; i < c->ng.n; i++)
-        if (c->ng.nodes[i].op == CT_OP_BUFFER) p->buffer_seq[kb++] = ord[i];
-    free(ord);
     free(seq_of);
+    for (int i = 0; i < c->ng.n; i++)
+        if (c->ng.nodes[i].op == CT_OP_BUFFER) {
+            if (ord[i] < 0) { /* cannot be: every stage node copies a whole-graph node of its op (c->map) */
+                free(ord);
+                return ct_set_error(p->ctx, CT_E_INTERNAL, "pipeline: buffer '%s' of the stage has no buffer of the "
+                                    "whole graph; please report this with the model (ctrain graph)",
+                                    c->ng.nodes[i].name);
+            }
+            p->buffer_seq[kb++] = ord[i];
+        }
+    free(ord);
     int k = 0; /* the user's outputs that a held piece computes; the loss */
     for (int i = 0; i < n_user_out; i++)
         if (c->map[p->outputs[i]] != CT_NONE) p->outputs[k++] = c->map[p->outputs[i]];
