@@ -271,6 +271,7 @@ static ct_status tp_parts(ct_context *ctx, ct_plan *p, ct_st_tensor *t, int n, i
 /* Every tensor rank calls it with the same list: each shard goes to tensor rank 0, which puts the whole tensor
  * into a new buffer (t[k].data; listed in bufs for the caller to free). */
 static ct_status tp_gather(ct_context *ctx, ct_plan *p, ct_st_tensor *t, const tp_part *parts, int n, float **bufs) {
+    if (!parts) return CT_OK; /* no tensor group (tp_parts): no shards to gather */
     ct_comm *tp = ct_plan_tensor_group(p);
     const int T = ct_comm_size(tp), root = ct_comm_rank(tp) == 0;
     size_t counts[1024];
@@ -853,9 +854,11 @@ ct_status ct_checkpoint_load(ct_context *ctx, const char *path, ct_plan *plan, c
             s = ct_set_error(ctx, CT_E_OOM, "checkpoint: out of memory");
         if (s == CT_OK) s = pp ? ct_st_match_part(ctx, sp, &sf, ot, on, osrc, oclaimed) : ct_st_match(ctx, sp, &sf, ot, on, osrc);
     }
-    if (pp) /* every tensor of both files taken by some stage (the train state's: with an optimizer) */
-        s = ct_pp_check(ctx, pp, s, 2, (const ct_st_file *const[]){&mf, &sf}, (const char *const[]){mp, sp},
-                        (unsigned char *const[]){mclaimed, opt ? oclaimed : NULL});
+    if (pp) { /* every tensor of both files taken by some stage (the train state's: with an optimizer) */
+        ct_status c = ct_pp_check(ctx, pp, s, 2, (const ct_st_file *const[]){&mf, &sf}, (const char *const[]){mp, sp},
+                                  (unsigned char *const[]){mclaimed, opt ? oclaimed : NULL});
+        if (s == CT_OK) s = c; /* a failed s as it is (ct_pp_check returns it too): st is read only after CT_OK */
+    }
     if (s == CT_OK) {
         /* everything checked: now modify */
         if (plan) {
