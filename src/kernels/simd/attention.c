@@ -455,7 +455,7 @@ ct_status CT_FN(attention)(ct_kargs *k) {
         const float *v = rows_in(&k->in[0], &a, b, 2 * a.D + h * Dh, D3, vb, &ldv, 1);
         float *o = rows_at(&k->out, &a, b, h * Dh, a.D, ob, &ldo);
         const float *kb = a.kv ? w.kb : NULL;
-        if (kb) key_bias(&a, b, w.kb);
+        if (a.kv) key_bias(&a, b, w.kb);
         for (int64_t i0 = 0; i0 < T; i0 += RB) {
             const int64_t i1 = CT_MIN(T, i0 + RB);
             prefetch_rows(pn, nn, i0, i1, 1);
@@ -636,7 +636,7 @@ ct_status CT_FN(attention_bwd)(ct_kargs *k) {
         float *dk = rows_at(&k->out, &a, b, D + h * Dh, D3, dkb, &lk);
         float *dv = rows_at(&k->out, &a, b, 2 * D + h * Dh, D3, dvb, &lv);
         const float *kb = a.kv ? w.kb : NULL;
-        if (kb) key_bias(&a, b, w.kb);
+        if (a.kv) key_bias(&a, b, w.kb);
         float fo[CT_COLSUM_MAX_D / 3 + 1]; /* attention_bwd+colsum: one part's run sums */
         row_dots(g, ldg, o, ldy, &pf[4], T, Dh, w.inv); /* the forward's row factors' place */
         for (int64_t i0 = 0; i0 < T; i0 += RB) {

@@ -652,7 +652,7 @@ ct_status CT_FN(batchnorm_bwd_data)(ct_kargs *k) {
     const int rows = S < VW && br_ws_get(k, N, C, S, &ws);
     const int64_t cs = k->node->ia[7];
     const uint8_t *mk = k->node->ia[5] ? ct_bn_relu_bits(k->in_aux[3], C) : NULL;
-    if (!nm_io_ok(k, 2, 3, rows ? VW : S) || ((cs || mk) && (!rows || S != 1))) return CT_E_UNSUPPORTED;
+    if (!nm_io_ok(k, 2, 3, rows ? VW : S) || ((cs || k->node->ia[5]) && (!rows || S != 1))) return CT_E_UNSUPPORTED;
     const ct_tensor *DY = &k->in[0], *X = &k->in[1], *DX = &k->out;
     const float *dy = k->in[0].data, *x = k->in[1].data; /* gamma: ct_sld (FP32, BF16 or FP16) */
     const float *mean = k->in_aux[3], *invstd = mean + C;
