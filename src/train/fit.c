@@ -389,6 +389,8 @@ static ct_status take(ct_run *R, const ct_fit_cand *c) {
     if (R->task->free) R->task->free(R->task);
     R->task = NULL;
     CT_TRY(is_text(R->r) ? ct_task_text_create(R->ctx, R->r, &R->task) : ct_task_image_create(R->ctx, R->r, &R->task));
+    if (!R->task) /* the create functions set it whenever they return CT_OK */
+        return ct_set_error(R->ctx, CT_E_INTERNAL, "fit: no task was created for a candidate; please report this");
     return ct_dp_setup(R->ctx, R->comm, R->task, R->r, &R->local);
 }
 
