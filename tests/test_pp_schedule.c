@@ -66,4 +66,16 @@ TEST(schedules_finish_and_hold_what_they_should) {
     ct_context_free(ctx);
 }
 
-TEST_MAIN(T(schedules_finish_and_hold_what_they_should))
+/* 1f1b and gpipe make 2 M actions whatever v is (the trainer gives them v 1): a simulation with v > 1 is
+ * CT_E_INTERNAL, not a read of the actions never written. */
+TEST(simulation_refuses_virtual_stages_a_schedule_ignores) {
+    ct_context *ctx = test_ctx(-1, 1);
+    ct_pp_sim s;
+    CHECK(ct_pp_simulate(ctx, CT_PP_GPIPE, 2, 2, 4, &s) == CT_E_INTERNAL);
+    CHECK(ct_pp_simulate(ctx, CT_PP_1F1B, 2, 3, 4, &s) == CT_E_INTERNAL);
+    CHECK_MSG(strstr(ct_context_last_error(ctx), "1f1b: rank 0 has 8 actions, not 2 x 4 micro-batches x 3"), "%s",
+              ct_context_last_error(ctx));
+    ct_context_free(ctx);
+}
+
+TEST_MAIN(T(schedules_finish_and_hold_what_they_should), T(simulation_refuses_virtual_stages_a_schedule_ignores))

@@ -68,7 +68,15 @@ ct_status ct_pp_simulate(ct_context *ctx, int kind, int P, int v, int M, ct_pp_s
         free(acts), free(pos), free(fly), free(done);
         return ct_set_error(ctx, CT_E_OOM, "out of memory simulating the pipeline schedule");
     }
-    for (int r = 0; r < P; r++) ct_pp_schedule(kind, P, v, M, r, acts + (size_t)r * (size_t)per);
+    for (int r = 0; r < P; r++) {
+        const int n = ct_pp_schedule(kind, P, v, M, r, acts + (size_t)r * (size_t)per);
+        if (n != per) { /* every action the simulation reads is written: 1f1b and gpipe make 2 M (v must be 1) */
+            free(acts), free(pos), free(fly), free(done);
+            return ct_set_error(ctx, CT_E_INTERNAL, "pipeline schedule %s: rank %d has %d actions, not 2 x %d "
+                                "micro-batches x %d virtual stages (1f1b and gpipe take 1)", ct_pp_schedule_name(kind),
+                                r, n, M, v);
+        }
+    }
     /* time steps of one action each (forward = backward = 1 unit, a simplification) */
     int left = P * per, t = 0;
     while (left > 0) {
