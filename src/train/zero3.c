@@ -140,6 +140,7 @@ static void place(ct_zero3 *z, int i, size_t cap) {
  * then each unit's counts per rank and each node's units. */
 static ct_status plan_units(ct_zero3 *z, size_t cap) {
     const int np = ct_plan_num_params(z->plan);
+    for (int i = 0; i < np; i++) z->unit_of[i] = -1; /* none placed yet (the same np as ct_zero3_create's) */
     int n = ct_plan_exec_order(z->plan, 0, NULL, 0), buf[8];
     int *order = malloc(((size_t)n + 1) * sizeof *order);
     if (!order) return ct_set_error(z->ctx, CT_E_OOM, "out of memory planning ZeRO-3's units");
@@ -335,7 +336,6 @@ ct_status ct_zero3_create(ct_context *ctx, ct_comm *c, const ct_recipe *r, ct_pl
     if (s == CT_OK && (!z->u || !z->unit_of || !z->seq)) s = ct_set_error(ctx, CT_E_OOM, "out of memory");
     if (s == CT_OK && z->copies) s = ct_comm_request_create(c, &z->copies_req);
     if (s == CT_OK) {
-        for (int i = 0; i < np; i++) z->unit_of[i] = -1;
         size_t cap = (size_t)((double)r->bucket_size_mb * 1048576.0);
         s = plan_units(z, cap ? cap : SIZE_MAX);
     }
