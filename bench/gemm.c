@@ -22,14 +22,19 @@
  *   repack  matmul only: as packed, with B reordered from its plain layout before every call, the
  *           reorder timed with the GEMM (what a kernel that packs the weights itself per call pays);
  *   ctrain  where the node ran ctrain's own GEMM on AMX tiles (onednn/matmul.c, CT_MATMUL_AMX): that
- *           kernel alone (ct_amx_matmul_bf16 on buffers of its own, warm), B packed per call as in the step.
+ *           kernel alone (ct_amx_matmul_bf16 on buffers of its own, warm), B packed per call as in the step;
+ *   ct-cold that kernel with the caches flushed before each call, as cold.
  * Rounds alternate step and alone, so a neighbour's load hits both; the table
  * gives, one row per shape, medians over all calls of all rounds:
- *   workload phase op calls/step batch M N K ta tb bias dtype | in-step plain packed repack cold ctrain ratio
- *   ratio = in-step / min(plain, packed, ctrain)
+ *   workload phase op calls/step batch M N K ta tb bias dtype | in-step plain packed repack cold ctrain ct-cold
+ *   ratio c-ratio
+ *   ratio = in-step / min(plain, packed, ctrain), c-ratio = in-step / min(cold, ct-cold)
  * then the fastest call of each (min: in-step plain packed repack ratio; the robust
  * figure when neighbours preempt the threads), and oneDNN's implementations.
- * TOTAL: ms per step over all shapes (calls x ms), in-step and alone.
+ * TOTAL: ms per step over all shapes (calls x ms), in-step and alone, and the cold figures' sum (cold_best):
+ * in a step the operands mostly come from L3 (the optimizer's sweep over the parameters and moments, and the
+ * activations of the other layers, pass between two uses of a weight), so the in-step time sits between the
+ * warm and the cold figure; how close it is to which says whether the gap is the cache or the call.
  * Shapes: matmul/linear as oneDNN sees them (ctrain folds a 2-D B's batch into
  * M); conv2d as its implicit GEMM (fwd M = N*OH*OW, N = OC, K = C/g*KH*KW;
  * bwd data M = N*H*W, N = C, K = OC/g*KH*KW; bwd weight M = OC, N = C/g*KH*KW,
@@ -99,8 +104,8 @@ typedef struct {
     int64_t conv[13];                /* conv: N C H W OC KH KW OH OW stride pad dilation groups */
     int calls_per_step;
     char impl[2][40]; /* oneDNN's implementation, plain and packed ("gemm:jit"; "+" after packed: weights reordered) */
-    int n_in, n_alone[5];
-    double in[MAX_SAMPLES], alone[5][MAX_SAMPLES]; /* plain, packed, cold, repack, ctrain */
+    int n_in, n_alone[6];
+    double in[MAX_SAMPLES], alone[6][MAX_SAMPLES]; /* plain, packed, cold, repack, ctrain, ctrain cold */
 } shape;
 
 typedef struct {
@@ -448,9 +453,10 @@ static int time_alone(dnn *d, shape *s, int variant, int reps) {
     return 0;
 }
 
-/* reps calls of shape s on ctrain's GEMM on AMX tiles (simd/amx.c, what the node ran in the step), warm
- * (the same buffers call after call, B packed in every call as in the step); ms per call into s->alone[4]. */
-static int time_ctrain(shape *s, int reps, int threads) {
+/* reps calls of shape s on ctrain's GEMM on AMX tiles (simd/amx.c, what the node ran in the step), B packed in
+ * every call as in the step: warm (the same buffers call after call; ms per call into s->alone[4]) or, with
+ * cold, the caches flushed before each call (s->alone[5]). */
+static int time_ctrain(dnn *d, shape *s, int reps, int threads, int cold) {
     if (!s->amx || s->kind != K_MM || s->bb > 1) return 0;
     const int64_t M = s->M, N = s->N, K = s->K;
     ct_amx_mm p;
@@ -470,10 +476,12 @@ static int time_ctrain(shape *s, int reps, int threads) {
         for (int64_t i = 0; i < N; i++) bias[i] = 0.01f * (float)(i % 7);
         p.a = a, p.b = b, p.c = c, p.bias = s->bias ? bias : NULL;
         for (int r = -1; r < reps; r++) { /* r == -1: first call, not timed */
+            if (cold) flush_caches(d);
             double t0 = now_ms();
             ct_amx_matmul_bf16(&p, scratch);
             double ms = now_ms() - t0;
-            if (r >= 0 && s->n_alone[4] < MAX_SAMPLES) s->alone[4][s->n_alone[4]++] = ms;
+            const int v = cold ? 5 : 4;
+            if (r >= 0 && s->n_alone[v] < MAX_SAMPLES) s->alone[v][s->n_alone[v]++] = ms;
         }
         rc = 0;
     }
@@ -504,7 +512,7 @@ static void build_workload(ct_context *ctx, const char *name, ct_precision prec,
     ct_graph *g = w->g;
     ct_node x, y, logits, loss;
     bench_workload wl;
-    bench_workload_graph(ctx, g, name, cl, &x, &y, &logits, &wl);
+    bench_workload_graph(ctx, g, name, cl, 0.0f, &x, &y, &logits, &wl);
     DIE_IF(ctx, ct_cross_entropy(g, logits, y, 0.0f, -100, &loss));
     ct_compile_opts co;
     ct_compile_opts_default(&co);
@@ -549,38 +557,44 @@ static double stat(double *v, int n, int want_min) {
     return want_min ? (n > 0 ? v[0] : NAN) : m;
 }
 
-/* in-step and the fastest alone figure of s (median, or min over calls): oneDNN plain or packed, or ctrain's
- * own GEMM where the node ran it */
-static void figures(shape *s, int want_min, double *in, double *pl, double *pk, double *cold, double *rp, double *ct,
-                    double *best) {
-    *in = stat(s->in, s->n_in, want_min), *pl = stat(s->alone[0], s->n_alone[0], want_min);
-    *pk = stat(s->alone[1], s->n_alone[1], want_min), *cold = stat(s->alone[2], s->n_alone[2], want_min);
-    *rp = stat(s->alone[3], s->n_alone[3], want_min), *ct = stat(s->alone[4], s->n_alone[4], want_min);
-    *best = isnan(*pk) || *pl < *pk ? *pl : *pk;
-    if (!isnan(*ct) && *ct < *best) *best = *ct;
+/* s's figures (median, or min over calls) */
+typedef struct {
+    double in, pl, pk, cold, rp, ct, ctcold;
+    double best;      /* the fastest warm figure: oneDNN plain or packed, or ctrain's own GEMM where the node ran it */
+    double best_cold; /* the fastest cold one: oneDNN plain cold, or ctrain's GEMM cold */
+} figs;
+
+static figs figures(shape *s, int want_min) {
+    figs f;
+    f.in = stat(s->in, s->n_in, want_min), f.pl = stat(s->alone[0], s->n_alone[0], want_min);
+    f.pk = stat(s->alone[1], s->n_alone[1], want_min), f.cold = stat(s->alone[2], s->n_alone[2], want_min);
+    f.rp = stat(s->alone[3], s->n_alone[3], want_min), f.ct = stat(s->alone[4], s->n_alone[4], want_min);
+    f.ctcold = stat(s->alone[5], s->n_alone[5], want_min);
+    f.best = isnan(f.pk) || f.pl < f.pk ? f.pl : f.pk;
+    if (!isnan(f.ct) && f.ct < f.best) f.best = f.ct;
+    f.best_cold = !isnan(f.ctcold) && f.ctcold < f.cold ? f.ctcold : f.cold;
+    return f;
 }
 
 static void print_rows(const char *wl, table *t) {
     static const char *dn[] = {[CT_F32] = "f32", [CT_BF16] = "bf16", [CT_F16] = "f16"};
-    printf("%-8s %-3s %-24s %5s %5s %6s %6s %6s %2s %2s %4s %-5s | %9s %9s %9s %9s %9s %9s %6s | %9s %9s %9s %9s %9s "
-           "%6s | %s\n",
+    printf("%-8s %-3s %-24s %5s %5s %6s %6s %6s %2s %2s %4s %-5s | %9s %9s %9s %9s %9s %9s %9s %6s %7s | %9s %9s %9s "
+           "%9s %9s %6s | %s\n",
            "workload", "ph", "op", "calls", "batch", "M", "N", "K", "ta", "tb", "bias", "dtype", "in-step", "plain",
-           "packed", "repack", "cold", "ctrain", "ratio", "min:in", "plain", "packed", "repack", "ctrain", "ratio",
-           "oneDNN impl plain / packed");
+           "packed", "repack", "cold", "ctrain", "ct-cold", "ratio", "c-ratio", "min:in", "plain", "packed", "repack",
+           "ctrain", "ratio", "oneDNN impl plain / packed");
     for (int i = 0; i < t->n; i++) {
         shape *s = &t->s[i];
-        double in, pl, pk, cold, rp, ct, best, in_m, pl_m, pk_m, cold_m, rp_m, ct_m, best_m;
-        figures(s, 1, &in_m, &pl_m, &pk_m, &cold_m, &rp_m, &ct_m, &best_m);
-        figures(s, 0, &in, &pl, &pk, &cold, &rp, &ct, &best);
+        const figs m = figures(s, 1), f = figures(s, 0);
         char dts[24];
         snprintf(dts, sizeof dts, "%s", s->adt == s->bdt && s->bdt == s->cdt ? dn[s->cdt] : "");
         if (!dts[0]) snprintf(dts, sizeof dts, "%sx%s>%s", dn[s->adt], dn[s->bdt], dn[s->cdt]);
         printf("%-8s %-3s %-24s %5d %5lld %6lld %6lld %6lld %2d %2d %4d %-5s | %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f "
-               "%6.2f | %9.3f %9.3f %9.3f %9.3f %9.3f %6.2f | %s / %s%s\n",
+               "%9.3f %6.2f %7.2f | %9.3f %9.3f %9.3f %9.3f %9.3f %6.2f | %s / %s%s\n",
                wl, s->backward ? "bwd" : "fwd", s->op, s->calls_per_step, (long long)s->batch, (long long)s->M,
-               (long long)s->N, (long long)s->K, s->ta, s->tb, s->bias, dts, in, pl, pk, rp, cold, ct, in / best, in_m,
-               pl_m, pk_m, rp_m, ct_m, in_m / best_m, s->impl[0], s->impl[1],
-               s->amx ? " (in the step: ctrain:amx_tiles)" : "");
+               (long long)s->N, (long long)s->K, s->ta, s->tb, s->bias, dts, f.in, f.pl, f.pk, f.rp, f.cold, f.ct,
+               f.ctcold, f.in / f.best, f.in / f.best_cold, m.in, m.pl, m.pk, m.rp, m.ct, m.in / m.best, s->impl[0],
+               s->impl[1], s->amx ? " (in the step: ctrain:amx_tiles)" : "");
     }
     fflush(stdout);
 }
@@ -594,14 +608,15 @@ static void run_workload(ct_context *ctx, dnn *d, const char *wl, ct_precision p
     if (!t) exit(2);
     t->p = w.p;
     ct_plan_set_node_hook(w.p, hook, t);
-    double tot[4] = {0, 0, 0, 0}; /* in-step, best alone: medians; mins */
+    double tot[5] = {0, 0, 0, 0, 0}; /* in-step, best alone: medians; mins; best cold (medians) */
     for (int r = 0; r < rounds; r++) {
         t->recording = r == 0 ? 1 : 2; /* round 0 also counts the calls per step */
         dn_verbose = r == 0;
         step(ctx, &w);
         for (int i = 0; i < t->n; i++)
-            for (int v = 0; v < 5; v++) {
-                int rc = v < 4 ? time_alone(d, &t->s[i], v, reps) : time_ctrain(&t->s[i], reps, ct_context_num_threads(ctx));
+            for (int v = 0; v < 6; v++) {
+                int rc = v < 4 ? time_alone(d, &t->s[i], v, reps)
+                               : time_ctrain(d, &t->s[i], reps, ct_context_num_threads(ctx), v == 5);
                 if (rc != 0 && r == 0) fprintf(stderr, "bench_gemm: %s %s variant %d: alone failed\n", wl, t->s[i].op, v);
             }
     }
@@ -609,14 +624,15 @@ static void run_workload(ct_context *ctx, dnn *d, const char *wl, ct_precision p
     print_rows(wl, t);
     for (int i = 0; i < t->n; i++)
         for (int m = 0; m < 2; m++) {
-            double in, pl, pk, cold, rp, ct, best;
-            figures(&t->s[i], m, &in, &pl, &pk, &cold, &rp, &ct, &best);
-            tot[2 * m] += in * t->s[i].calls_per_step;
-            tot[2 * m + 1] += best * t->s[i].calls_per_step;
+            const figs f = figures(&t->s[i], m);
+            tot[2 * m] += f.in * t->s[i].calls_per_step;
+            tot[2 * m + 1] += f.best * t->s[i].calls_per_step;
+            if (!m) tot[4] += f.best_cold * t->s[i].calls_per_step;
         }
     printf("TOTAL workload=%s precision=%s gemm_instep_ms_per_step=%.2f gemm_alone_best_ms_per_step=%.2f ratio=%.2f "
-           "instep_min_sum=%.2f alone_min_sum=%.2f ratio_min=%.2f\n",
-           wl, ct_precision_name(prec), tot[0], tot[1], tot[0] / tot[1], tot[2], tot[3], tot[2] / tot[3]);
+           "instep_min_sum=%.2f alone_min_sum=%.2f ratio_min=%.2f gemm_cold_best_ms_per_step=%.2f ratio_cold=%.2f\n",
+           wl, ct_precision_name(prec), tot[0], tot[1], tot[0] / tot[1], tot[2], tot[3], tot[2] / tot[3], tot[4],
+           tot[0] / tot[4]);
     fflush(stdout);
     free(t);
     workload_free(&w);
