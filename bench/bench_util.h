@@ -41,9 +41,9 @@ static inline int bench_cmp_double(const void *a, const void *b) {
  *   cnn       ct_model_cnn_ex channels [32, 64] on 1x28x28, batch 128, 10 classes
  *   gptchar   gpt-char-small, batch 8, T 256, dropout 0; logits reshaped to (B*T, V)
  *   gpt2      gpt2-124m, batch 4, T 64, dropout 0; the same
+ *   resnet50  torchvision's resnet50 (ct_model_vision), 3x224x224, batch 32, 1000 classes
  * dropout: the GPTs' and the MLP's dropout probability (0 above: the same work every step; the recipes train
  * gpt-char-small with 0.2, bench_step --dropout 0.2 times that).
- *   resnet50  torchvision's resnet50 (ct_model_vision), 3x224x224, batch 32, 1000 classes
  * channels_last: the cnn's and resnet50's activations NHWC (1) or NCHW (0). */
 typedef struct {
     int64_t batch, seq, classes, labels, x_numel; /* seq: GPT tokens per row; labels: per step */
